@@ -1,0 +1,1 @@
+//! icmp crate (being built).

@@ -1,0 +1,1 @@
+//! poller crate (being built).

@@ -1,0 +1,1 @@
+//! sink crate (being built).

@@ -1,0 +1,1 @@
+//! snmp crate (being built).

@@ -1,0 +1,3 @@
+//! One module per subcommand; each exposes `Args` (clap) and `run`.
+
+pub mod check_config;

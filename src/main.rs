@@ -1,0 +1,36 @@
+//! `netpoller`: the daemon and its one-shot tools.
+//!
+//! This binary only parses the command line, loads the configuration and wires the
+//! library crates together; protocol logic lives in `icmp`, `snmp`, `poller` and `sink`.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+/// ICMP and SNMP poller that writes Zabbix (Glaber) history into ClickHouse.
+#[derive(Parser, Debug)]
+#[command(name = "netpoller", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Check a configuration file: exit 0 when valid, 1 with every error listed.
+    CheckConfig(cmd::check_config::Args),
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::CheckConfig(args) => cmd::check_config::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("netpoller: {e:#}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
