@@ -1,1 +1,6 @@
-//! poller crate (being built).
+//! netpoller's polling core: the plan, the sharded scheduler, the socket drivers for the
+//! sans-IO `icmp` and `snmp` engines, and value conversion into Zabbix value types.
+//!
+//! This crate owns sockets, clocks and tasks; it knows nothing about ClickHouse.
+
+pub mod value;
