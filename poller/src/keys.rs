@@ -1,0 +1,354 @@
+//! Zabbix item keys: the generic `name[param,param,...]` syntax and the ICMP keys.
+//!
+//! Keys are parsed once when the plan is built, never per poll. Parsing follows Zabbix's
+//! rules: parameters are separated by commas, may be quoted with `"` (a quoted parameter
+//! may contain `,` and `]`, and `\"` escapes a quote), surrounding spaces are ignored,
+//! and an empty parameter means "default".
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+/// A key split into its name and raw parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemKey {
+    pub name: String,
+    pub params: Vec<String>,
+}
+
+/// Why a key is not acceptable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyError(pub String);
+
+impl fmt::Display for KeyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for KeyError {}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, KeyError> {
+    Err(KeyError(msg.into()))
+}
+
+impl ItemKey {
+    /// Parse `name` or `name[p1,p2,...]`.
+    pub fn parse(key: &str) -> Result<ItemKey, KeyError> {
+        let key = key.trim();
+        let (name, rest) = match key.find('[') {
+            None => (key, None),
+            Some(i) => (&key[..i], Some(&key[i + 1..])),
+        };
+        if name.is_empty() {
+            return err("item key has no name");
+        }
+        if let Some(bad) = name
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+        {
+            return err(format!("invalid character {bad:?} in item key name {name:?}"));
+        }
+        let Some(rest) = rest else {
+            return Ok(ItemKey { name: name.to_string(), params: Vec::new() });
+        };
+        let params = parse_params(rest)?;
+        Ok(ItemKey { name: name.to_string(), params })
+    }
+
+    /// Parameter `i` (0-based), `None` when absent or empty.
+    pub fn param(&self, i: usize) -> Option<&str> {
+        self.params.get(i).map(String::as_str).filter(|p| !p.is_empty())
+    }
+}
+
+/// Parse the parameter list after `[`, up to and including the closing `]`.
+fn parse_params(s: &str) -> Result<Vec<String>, KeyError> {
+    let mut params = Vec::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        while chars.peek() == Some(&' ') {
+            chars.next();
+        }
+        let mut cur = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            loop {
+                match chars.next() {
+                    None => return err("unterminated quoted parameter in item key"),
+                    Some('\\') if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        cur.push('"');
+                    }
+                    Some('"') => break,
+                    Some(c) => cur.push(c),
+                }
+            }
+            while chars.peek() == Some(&' ') {
+                chars.next();
+            }
+            match chars.next() {
+                Some(',') => params.push(cur),
+                Some(']') => {
+                    params.push(cur);
+                    break;
+                }
+                _ => return err("quoted parameter must be followed by ',' or ']'"),
+            }
+        } else {
+            loop {
+                match chars.next() {
+                    None => return err("item key parameters are not closed with ']'"),
+                    Some(',') => {
+                        params.push(cur.trim_end().to_string());
+                        break;
+                    }
+                    Some(']') => {
+                        params.push(cur.trim_end().to_string());
+                        if chars.next().is_some() {
+                            return err("unexpected characters after ']' in item key");
+                        }
+                        return Ok(params);
+                    }
+                    Some('[') => return err("nested '[' in unquoted item key parameter"),
+                    Some(c) => cur.push(c),
+                }
+            }
+            continue;
+        }
+    }
+    if chars.next().is_some() {
+        return err("unexpected characters after ']' in item key");
+    }
+    Ok(params)
+}
+
+/// Which ICMP value an item reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IcmpMetric {
+    /// `icmpping`: 1 when at least one reply came back, else 0 (uint).
+    Ping,
+    /// `icmppingloss`: `100 * (sent - received) / sent` (float, percent).
+    Loss,
+    /// `icmppingsec`: round-trip time in seconds by mode (float).
+    Sec(RttMode),
+}
+
+/// `icmppingsec` mode parameter; Zabbix's default is `avg`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RttMode {
+    Min,
+    Avg,
+    Max,
+}
+
+/// Probe parameters: items of one host with equal `IcmpProbe` share the same probes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IcmpProbe {
+    /// Explicit target from the key's first parameter; `None` = the host's address.
+    pub target: Option<IpAddr>,
+    /// Number of echo requests, 1..=10000.
+    pub packets: u32,
+    /// Spacing between a host's packets, ≥ 20 ms.
+    pub interval: Duration,
+    /// ICMP payload size in bytes, 24..=65507.
+    pub size: u32,
+    /// How long to wait for replies after the last send, ≥ 50 ms.
+    pub timeout: Duration,
+}
+
+/// Defaults for parameters a key leaves empty (the `[icmp]` config section).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpDefaults {
+    pub packets: u32,
+    pub interval: Duration,
+    pub size: u32,
+    pub timeout: Duration,
+}
+
+impl Default for IcmpDefaults {
+    fn default() -> Self {
+        IcmpDefaults {
+            packets: 3,
+            interval: Duration::from_millis(20),
+            size: 68,
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Zabbix's limits for the ICMP parameters.
+pub mod limits {
+    use std::time::Duration;
+    pub const PACKETS: std::ops::RangeInclusive<u32> = 1..=10_000;
+    pub const MIN_INTERVAL: Duration = Duration::from_millis(20);
+    pub const SIZE: std::ops::RangeInclusive<u32> = 24..=65_507;
+    pub const MIN_TIMEOUT: Duration = Duration::from_millis(50);
+}
+
+impl IcmpDefaults {
+    /// Check the defaults themselves against Zabbix's limits.
+    pub fn check(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        check_packets(self.packets, |m| out.push(("packets", m)));
+        check_interval(self.interval, |m| out.push(("interval", m)));
+        check_size(self.size, |m| out.push(("size", m)));
+        check_timeout(self.timeout, |m| out.push(("timeout", m)));
+        out
+    }
+}
+
+fn check_packets(v: u32, mut f: impl FnMut(String)) {
+    if !limits::PACKETS.contains(&v) {
+        f(format!("packets {v} outside Zabbix's limits 1..10000"));
+    }
+}
+fn check_interval(v: Duration, mut f: impl FnMut(String)) {
+    if v < limits::MIN_INTERVAL {
+        f(format!("interval {} ms below Zabbix's minimum of 20 ms", v.as_millis()));
+    }
+}
+fn check_size(v: u32, mut f: impl FnMut(String)) {
+    if !limits::SIZE.contains(&v) {
+        f(format!("size {v} outside Zabbix's limits 24..65507"));
+    }
+}
+fn check_timeout(v: Duration, mut f: impl FnMut(String)) {
+    if v < limits::MIN_TIMEOUT {
+        f(format!("timeout {} ms below Zabbix's minimum of 50 ms", v.as_millis()));
+    }
+}
+
+/// A parsed ICMP item key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpKey {
+    pub metric: IcmpMetric,
+    pub probe: IcmpProbe,
+}
+
+impl IcmpKey {
+    /// Whether `name` is one of the ICMP simple checks.
+    pub fn is_icmp_name(name: &str) -> bool {
+        matches!(name, "icmpping" | "icmppingloss" | "icmppingsec")
+    }
+
+    /// Parse `icmpping[<target>,<packets>,<interval>,<size>,<timeout>]` (and `icmppingsec`'s
+    /// extra `<mode>`), filling empty parameters from `defaults`. Interval and timeout are
+    /// in milliseconds, as in Zabbix. The target must be an IP literal: the poller never
+    /// resolves names.
+    pub fn parse(key: &ItemKey, defaults: &IcmpDefaults) -> Result<IcmpKey, KeyError> {
+        let max_params = if key.name == "icmppingsec" { 6 } else { 5 };
+        if key.params.len() > max_params {
+            return err(format!(
+                "{} takes at most {max_params} parameters, got {}",
+                key.name,
+                key.params.len()
+            ));
+        }
+        let metric = match key.name.as_str() {
+            "icmpping" => IcmpMetric::Ping,
+            "icmppingloss" => IcmpMetric::Loss,
+            "icmppingsec" => IcmpMetric::Sec(match key.param(5) {
+                None | Some("avg") => RttMode::Avg,
+                Some("min") => RttMode::Min,
+                Some("max") => RttMode::Max,
+                Some(m) => return err(format!("icmppingsec mode {m:?} is not min, avg or max")),
+            }),
+            other => return err(format!("{other:?} is not an ICMP key")),
+        };
+        let target = match key.param(0) {
+            None => None,
+            Some(t) => Some(t.parse::<IpAddr>().map_err(|_| {
+                KeyError(format!("target {t:?} is not an IP address (names are not resolved)"))
+            })?),
+        };
+        let num = |i: usize, what: &str| -> Result<Option<u64>, KeyError> {
+            match key.param(i) {
+                None => Ok(None),
+                Some(p) => p
+                    .parse::<u64>()
+                    .map(Some)
+                    .map_err(|_| KeyError(format!("{what} {p:?} is not a non-negative integer"))),
+            }
+        };
+        let packets = num(1, "packets")?
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+            .unwrap_or(defaults.packets);
+        let interval = num(2, "interval")?.map(Duration::from_millis).unwrap_or(defaults.interval);
+        let size = num(3, "size")?
+            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+            .unwrap_or(defaults.size);
+        let timeout = num(4, "timeout")?.map(Duration::from_millis).unwrap_or(defaults.timeout);
+        let mut problems = Vec::new();
+        check_packets(packets, |m| problems.push(m));
+        check_interval(interval, |m| problems.push(m));
+        check_size(size, |m| problems.push(m));
+        check_timeout(timeout, |m| problems.push(m));
+        if !problems.is_empty() {
+            return err(problems.join("; "));
+        }
+        Ok(IcmpKey { metric, probe: IcmpProbe { target, packets, interval, size, timeout } })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn icmp(k: &str) -> Result<IcmpKey, KeyError> {
+        IcmpKey::parse(&ItemKey::parse(k).unwrap(), &IcmpDefaults::default())
+    }
+
+    #[test]
+    fn generic_key_syntax() {
+        assert_eq!(ItemKey::parse("icmpping").unwrap().params, Vec::<String>::new());
+        let k = ItemKey::parse("icmppingsec[,3,,,,avg]").unwrap();
+        assert_eq!(k.name, "icmppingsec");
+        assert_eq!(k.params, vec!["", "3", "", "", "", "avg"]);
+        let k = ItemKey::parse(r#"net.if.in["eth0, \"x\"]", bytes]"#).unwrap();
+        assert_eq!(k.params, vec![r#"eth0, "x"]"#, "bytes"]);
+        assert!(ItemKey::parse("icmpping[").is_err());
+        assert!(ItemKey::parse("icmpping[1]x").is_err());
+        assert!(ItemKey::parse("ic mp").is_err());
+        assert!(ItemKey::parse("[1]").is_err());
+        assert!(ItemKey::parse(r#"a["x"y]"#).is_err());
+    }
+
+    #[test]
+    fn icmp_defaults_and_overrides() {
+        let k = icmp("icmpping").unwrap();
+        assert_eq!(k.metric, IcmpMetric::Ping);
+        assert_eq!(k.probe.packets, 3);
+        assert_eq!(k.probe.timeout, Duration::from_secs(1));
+        let k = icmp("icmppingloss[127.0.0.9,5,100,32,500]").unwrap();
+        assert_eq!(k.metric, IcmpMetric::Loss);
+        assert_eq!(k.probe.target, Some("127.0.0.9".parse().unwrap()));
+        assert_eq!(k.probe.packets, 5);
+        assert_eq!(k.probe.interval, Duration::from_millis(100));
+        assert_eq!(k.probe.size, 32);
+        assert_eq!(k.probe.timeout, Duration::from_millis(500));
+        assert_eq!(icmp("icmppingsec[,,,,,max]").unwrap().metric, IcmpMetric::Sec(RttMode::Max));
+        assert_eq!(icmp("icmppingsec[,,,,,min]").unwrap().metric, IcmpMetric::Sec(RttMode::Min));
+        assert_eq!(icmp("icmppingsec").unwrap().metric, IcmpMetric::Sec(RttMode::Avg));
+        // Same parameters written differently share one probe.
+        assert_eq!(icmp("icmpping[,3]").unwrap().probe, icmp("icmppingsec[,,,,,avg]").unwrap().probe);
+    }
+
+    #[test]
+    fn icmp_limits_are_zabbix_limits() {
+        assert!(icmp("icmpping[,0]").unwrap_err().0.contains("packets 0"));
+        assert!(icmp("icmpping[,10001]").is_err());
+        assert!(icmp("icmpping[,10000]").is_ok());
+        assert!(icmp("icmpping[,3,19]").unwrap_err().0.contains("20 ms"));
+        assert!(icmp("icmpping[,3,20]").is_ok());
+        assert!(icmp("icmpping[,3,,23]").unwrap_err().0.contains("24..65507"));
+        assert!(icmp("icmpping[,3,,65508]").is_err());
+        assert!(icmp("icmpping[,3,,65507]").is_ok());
+        assert!(icmp("icmpping[,3,,,49]").unwrap_err().0.contains("50 ms"));
+        assert!(icmp("icmpping[,3,,,50]").is_ok());
+        assert!(icmp("icmpping[router.example,3]").unwrap_err().0.contains("not resolved"));
+        assert!(icmp("icmppingsec[,,,,,median]").is_err());
+        assert!(icmp("icmpping[,,,,,avg]").is_err(), "mode only exists for icmppingsec");
+        assert!(icmp("icmpping[,x]").is_err());
+    }
+}

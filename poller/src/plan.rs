@@ -1,0 +1,315 @@
+//! The Plan: the configuration resolved once into flat, compact tables.
+//!
+//! Invariants:
+//! * Items are grouped into [`Task`]s: one task is one unit of scheduling and polling
+//!   for one host and engine — all ICMP items of a host with the same probe parameters
+//!   and interval share one set of probes, all SNMP items of a host with the same
+//!   interval share PDUs. A task's items are the contiguous range `task.items` of
+//!   [`Plan::items`].
+//! * Strings (host names, item keys) are `Arc<str>` shared with every value produced, so
+//!   a polled value costs no string allocation; keys coming from one template item are
+//!   one allocation for all hosts using the template.
+//! * Nothing here is parsed again per poll.
+//! * Hashes used for shards, spreading and derived itemids are FNV-1a + a fixed mixer:
+//!   stable across releases, platforms and restarts (never `std`'s random hasher).
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::keys::{IcmpMetric, IcmpProbe};
+use crate::value::ValueType;
+
+/// SNMP protocol version of a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SnmpVersion {
+    V1,
+    V2c,
+}
+
+/// SNMP parameters of one host (the `[snmp]` defaults merged with the host's `snmp = {}`).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct SnmpParams {
+    pub version: SnmpVersion,
+    /// Community string: a secret, never logged (see the redacting `Debug`).
+    pub community: Arc<str>,
+    pub port: u16,
+    pub timeout: Duration,
+    pub retries: u32,
+    pub max_oids_per_request: usize,
+    pub max_inflight_per_host: usize,
+}
+
+impl std::fmt::Debug for SnmpParams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SnmpParams")
+            .field("version", &self.version)
+            .field("community", &"<redacted>")
+            .field("port", &self.port)
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .field("max_oids_per_request", &self.max_oids_per_request)
+            .field("max_inflight_per_host", &self.max_inflight_per_host)
+            .finish()
+    }
+}
+
+/// What an item asks of its engine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemKind {
+    Icmp { metric: IcmpMetric, probe: IcmpProbe },
+    /// Numeric OID components (already validated).
+    Snmp { oid: Arc<[u32]> },
+}
+
+/// One item as the config resolved it (input to [`Plan::build`]).
+#[derive(Debug, Clone)]
+pub struct ItemSpec {
+    pub itemid: u64,
+    pub key: Arc<str>,
+    pub value_type: ValueType,
+    pub interval: Duration,
+    pub kind: ItemKind,
+}
+
+/// One host as the config resolved it (input to [`Plan::build`]).
+#[derive(Debug, Clone)]
+pub struct HostSpec {
+    pub name: Arc<str>,
+    pub ip: IpAddr,
+    /// Present when the host has SNMP items.
+    pub snmp: Option<Arc<SnmpParams>>,
+    pub items: Vec<ItemSpec>,
+}
+
+/// The engine that polls a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Engine {
+    Icmp = 0,
+    Snmp = 1,
+}
+
+impl Engine {
+    pub const ALL: [Engine; 2] = [Engine::Icmp, Engine::Snmp];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Icmp => "icmp",
+            Engine::Snmp => "snmp",
+        }
+    }
+}
+
+/// A polled host.
+#[derive(Debug, Clone)]
+pub struct PlanHost {
+    pub name: Arc<str>,
+    pub ip: IpAddr,
+    pub snmp: Option<Arc<SnmpParams>>,
+    /// Stable hash of the host name (shards, spreading).
+    pub hash: u64,
+}
+
+/// A polled item.
+#[derive(Debug, Clone)]
+pub struct PlanItem {
+    pub itemid: u64,
+    pub key: Arc<str>,
+    pub value_type: ValueType,
+    pub kind: ItemKind,
+}
+
+/// A unit of scheduling: items of one host and engine polled together.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub engine: Engine,
+    pub host: u32,
+    pub interval_ms: u64,
+    /// Offset of this task's slots within its interval: slots are at
+    /// `phase_ms + k * interval_ms` milliseconds of Unix time.
+    pub phase_ms: u64,
+    /// This task's items in [`Plan::items`].
+    pub items: Range<u32>,
+}
+
+/// The whole resolved configuration.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub hosts: Vec<PlanHost>,
+    pub items: Vec<PlanItem>,
+    pub tasks: Vec<Task>,
+}
+
+/// Stable 64-bit hash (FNV-1a over the parts with a separator, then a splitmix64 finaliser
+/// so that `% n` is well spread).
+pub fn stable_hash(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            h ^= 0xff;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        for b in *p {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    mix64(h)
+}
+
+fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Itemid for an item without an explicit one: a stable hash of (host name, key), in
+/// `[2^62, 2^63)` so it never collides with the small ids Zabbix hands out and stays
+/// positive for tools that read UInt64 as a signed integer.
+pub fn derive_itemid(host: &str, key: &str) -> u64 {
+    let h = stable_hash(&[b"itemid", host.as_bytes(), key.as_bytes()]);
+    (h & 0x3fff_ffff_ffff_ffff) | 0x4000_0000_0000_0000
+}
+
+/// Scale-out: whether `host` belongs to process shard `index` of `count` (`--shard i/N`).
+/// Uses its own hash seed so that it is independent of the scheduler's shard choice.
+pub fn host_in_process_shard(host: &str, index: u32, count: u32) -> bool {
+    count <= 1 || stable_hash(&[b"process-shard", host.as_bytes()]) % u64::from(count) == u64::from(index)
+}
+
+impl Plan {
+    /// Build the plan from resolved hosts. Hosts must already be validated (unique names
+    /// and itemids); the order of `hosts` and of their items does not change the result's
+    /// schedule (phases depend only on names and parameters).
+    pub fn build(hosts: Vec<HostSpec>) -> Plan {
+        let mut plan = Plan::default();
+        let mut groups: HashMap<(Engine, u64, Option<IcmpProbe>), Vec<ItemSpec>> = HashMap::new();
+        for (hidx, host) in hosts.into_iter().enumerate() {
+            let hash = stable_hash(&[host.name.as_bytes()]);
+            plan.hosts.push(PlanHost { name: host.name.clone(), ip: host.ip, snmp: host.snmp, hash });
+            groups.clear();
+            for item in host.items {
+                let interval_ms = item.interval.as_millis().max(1) as u64;
+                let gk = match &item.kind {
+                    ItemKind::Icmp { probe, .. } => (Engine::Icmp, interval_ms, Some(*probe)),
+                    ItemKind::Snmp { .. } => (Engine::Snmp, interval_ms, None),
+                };
+                groups.entry(gk).or_default().push(item);
+            }
+            let mut keys: Vec<_> = groups.keys().copied().collect();
+            keys.sort_by_key(|(e, i, p)| (*e, *i, p.map(|p| (p.packets, p.interval, p.size, p.timeout))));
+            for gk in keys {
+                let items = groups.remove(&gk).unwrap_or_default();
+                let (engine, interval_ms, probe) = gk;
+                let start = plan.items.len() as u32;
+                for it in items {
+                    plan.items.push(PlanItem { itemid: it.itemid, key: it.key, value_type: it.value_type, kind: it.kind });
+                }
+                let probe_desc = probe
+                    .map(|p| format!("{:?}/{}/{:?}/{}/{:?}", p.target, p.packets, p.interval, p.size, p.timeout))
+                    .unwrap_or_default();
+                let phase_ms = stable_hash(&[
+                    b"phase",
+                    host.name.as_bytes(),
+                    engine.as_str().as_bytes(),
+                    &interval_ms.to_le_bytes(),
+                    probe_desc.as_bytes(),
+                ]) % interval_ms;
+                plan.tasks.push(Task {
+                    engine,
+                    host: hidx as u32,
+                    interval_ms,
+                    phase_ms,
+                    items: start..plan.items.len() as u32,
+                });
+            }
+        }
+        plan
+    }
+
+    /// Items of a task.
+    pub fn task_items(&self, task: &Task) -> &[PlanItem] {
+        &self.items[task.items.start as usize..task.items.end as usize]
+    }
+
+    /// A stable identity for a task across reloads (engine, host name, interval, probe).
+    pub fn task_identity(&self, task: &Task) -> u64 {
+        stable_hash(&[
+            self.hosts[task.host as usize].name.as_bytes(),
+            &[task.engine as u8],
+            &task.interval_ms.to_le_bytes(),
+            &task.phase_ms.to_le_bytes(),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::{IcmpDefaults, IcmpKey, ItemKey};
+
+    fn icmp_item(host: &str, key: &str, interval_s: u64) -> ItemSpec {
+        let k = IcmpKey::parse(&ItemKey::parse(key).unwrap(), &IcmpDefaults::default()).unwrap();
+        ItemSpec {
+            itemid: derive_itemid(host, key),
+            key: key.into(),
+            value_type: ValueType::Float,
+            interval: Duration::from_secs(interval_s),
+            kind: ItemKind::Icmp { metric: k.metric, probe: k.probe },
+        }
+    }
+
+    #[test]
+    fn itemids_are_stable_and_in_range() {
+        let a = derive_itemid("sw-core-1", "icmpping");
+        assert_eq!(a, derive_itemid("sw-core-1", "icmpping"));
+        assert_ne!(a, derive_itemid("sw-core-1", "icmppingloss"));
+        // (host, key) is not ambiguous across the separator.
+        assert_ne!(derive_itemid("ab", "c"), derive_itemid("a", "bc"));
+        assert!(a >= 1 << 62 && a < 1 << 63);
+        // Pinned value: a change here renumbers every deployed item. Never change it.
+        assert_eq!(derive_itemid("sw-core-1", "icmpping"), 6_488_887_004_315_197_563);
+    }
+
+    #[test]
+    fn items_sharing_probes_form_one_task() {
+        let h = "h1";
+        let plan = Plan::build(vec![HostSpec {
+            name: h.into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            snmp: None,
+            items: vec![
+                icmp_item(h, "icmpping", 10),
+                icmp_item(h, "icmppingloss[,3]", 10),
+                icmp_item(h, "icmppingsec[,3,,,,avg]", 10),
+                icmp_item(h, "icmpping[,5]", 10),
+                icmp_item(h, "icmppingsec", 60),
+            ],
+        }]);
+        assert_eq!(plan.items.len(), 5);
+        assert_eq!(plan.tasks.len(), 3);
+        let sizes: Vec<usize> = plan.tasks.iter().map(|t| t.items.len()).collect();
+        assert!(sizes.contains(&3) && sizes.iter().filter(|&&s| s == 1).count() == 2, "{sizes:?}");
+        for t in &plan.tasks {
+            assert!(t.phase_ms < t.interval_ms);
+        }
+    }
+
+    #[test]
+    fn process_shards_partition_hosts() {
+        let names: Vec<String> = (0..10_000).map(|i| format!("cpe-{i}")).collect();
+        for n in [1u32, 2, 3, 7] {
+            let mut counts = vec![0usize; n as usize];
+            for name in &names {
+                let owners: Vec<u32> = (0..n).filter(|&i| host_in_process_shard(name, i, n)).collect();
+                assert_eq!(owners.len(), 1, "{name} owned by {owners:?} of {n}");
+                counts[owners[0] as usize] += 1;
+            }
+            let expect = names.len() / n as usize;
+            for c in counts {
+                assert!(c.abs_diff(expect) < expect / 10 + 50, "unbalanced shard: {c} vs {expect}");
+            }
+        }
+    }
+}

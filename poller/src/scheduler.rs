@@ -1,0 +1,425 @@
+//! The lock-sharded scheduler: per engine, `N` due-queues, each behind its own lock.
+//!
+//! Time is an input: every call takes `now_ms` (milliseconds of Unix time on the daemon's
+//! monotonic clock), so tests run on a virtual clock.
+//!
+//! Invariants:
+//! * A task is in at most one queue, at most once. [`Scheduler::take_due`] removes it;
+//!   only [`Scheduler::complete`] puts it back, for its next slot. So an item whose poll is
+//!   still running is never queued twice, and concurrent takers never get the same task.
+//! * Slots are `phase + k * interval` (ms of Unix time). The phase is a stable hash of
+//!   the task (host, engine, interval, probe), so a restart or a reload keeps every
+//!   unchanged task on exactly the same slots, and tasks of one interval are spread over
+//!   the whole interval rather than fired together at second 0.
+//! * A task that completes late is put on its first slot after `now`, never on a slot in
+//!   the past: the schedule catches up by skipping (and counting) missed slots, without a
+//!   burst of back-to-back polls.
+//! * A reload replaces the queues; completions of tasks taken before the reload carry an
+//!   older generation and are ignored (the new queues already hold their next slot).
+//! * A queue entry is 16 bytes (`due`, task index); tasks group a host's items, so the
+//!   scheduler's memory per item is well under that.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::plan::{Engine, Plan, Task};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Entry {
+    due: u64,
+    task: u32,
+}
+
+/// A task handed to an engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Due {
+    /// Index into [`Plan::tasks`] of the plan of `generation`.
+    pub task: u32,
+    /// The slot this poll is for.
+    pub due_ms: u64,
+    /// Plan generation the task index refers to.
+    pub generation: u64,
+}
+
+/// Outcome of putting a task back after its poll.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rescheduled {
+    /// Queued for `next_ms`; `skipped` slots were missed because the poll finished late.
+    At { next_ms: u64, skipped: u64 },
+    /// The plan was reloaded since the task was taken; nothing was queued.
+    Stale,
+}
+
+struct Shard {
+    queues: [Mutex<BinaryHeap<Reverse<Entry>>>; 2],
+}
+
+/// See the module docs.
+pub struct Scheduler {
+    shards: Box<[Shard]>,
+    generation: AtomicU64,
+    /// Where the next `take_due` starts, so no shard is always served last.
+    cursor: AtomicUsize,
+    /// The tasks' (interval, phase, shard): a copy of what `complete` needs, so the
+    /// scheduler does not hold the plan.
+    slots: Mutex<std::sync::Arc<[TaskSlot]>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct TaskSlot {
+    interval_ms: u64,
+    phase_ms: u64,
+    shard: u32,
+    engine: Engine,
+}
+
+/// First slot strictly after `t`.
+pub fn next_slot_after(t: u64, interval_ms: u64, phase_ms: u64) -> u64 {
+    if t < phase_ms {
+        return phase_ms;
+    }
+    ((t - phase_ms) / interval_ms + 1) * interval_ms + phase_ms
+}
+
+impl Scheduler {
+    /// Build `shards` queues per engine and queue every task of `plan` at its first slot
+    /// after `now_ms`.
+    pub fn new(plan: &Plan, shards: usize, now_ms: u64) -> Scheduler {
+        let shards = shards.max(1);
+        let s = Scheduler {
+            shards: (0..shards)
+                .map(|_| Shard { queues: [Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new())] })
+                .collect(),
+            generation: AtomicU64::new(0),
+            cursor: AtomicUsize::new(0),
+            slots: Mutex::new(std::sync::Arc::from(Vec::new())),
+        };
+        s.load(plan, now_ms);
+        s
+    }
+
+    /// Number of shards per engine.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Current plan generation.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    fn load(&self, plan: &Plan, now_ms: u64) {
+        let n = self.shards.len() as u64;
+        let slots: Vec<TaskSlot> = plan
+            .tasks
+            .iter()
+            .map(|t: &Task| TaskSlot {
+                interval_ms: t.interval_ms,
+                phase_ms: t.phase_ms,
+                shard: (plan.hosts[t.host as usize].hash % n) as u32,
+                engine: t.engine,
+            })
+            .collect();
+        let mut fresh: Vec<[Vec<Reverse<Entry>>; 2]> = (0..n).map(|_| [Vec::new(), Vec::new()]).collect();
+        for (i, s) in slots.iter().enumerate() {
+            let due = next_slot_after(now_ms, s.interval_ms, s.phase_ms);
+            fresh[s.shard as usize][s.engine as usize].push(Reverse(Entry { due, task: i as u32 }));
+        }
+        // Swap generation and slots first, then queues, holding each lock briefly.
+        let mut slot_guard = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        *slot_guard = slots.into();
+        for (shard, mut qs) in self.shards.iter().zip(fresh) {
+            for e in Engine::ALL {
+                let heap = BinaryHeap::from(std::mem::take(&mut qs[e as usize]));
+                *shard.queues[e as usize].lock().unwrap_or_else(|e| e.into_inner()) = heap;
+            }
+        }
+        drop(slot_guard);
+    }
+
+    /// Replace the plan: every task of the new plan is queued at its first slot after
+    /// `now_ms` (unchanged tasks keep their slots, see the module docs).
+    pub fn reload(&self, plan: &Plan, now_ms: u64) {
+        self.load(plan, now_ms);
+    }
+
+    /// Take tasks of `engine` due at `now_ms`, earliest first within each shard, until
+    /// the summed `cost` reaches `max_cost` (at least one task is taken when any is due).
+    /// Appends to `out`; returns the number taken.
+    pub fn take_due(
+        &self,
+        engine: Engine,
+        now_ms: u64,
+        max_cost: u64,
+        mut cost: impl FnMut(u32) -> u64,
+        out: &mut Vec<Due>,
+    ) -> usize {
+        let generation = self.generation();
+        let n = self.shards.len();
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n;
+        let mut spent = 0u64;
+        let mut taken = 0;
+        for k in 0..n {
+            let shard = &self.shards[(start + k) % n];
+            let mut q = shard.queues[engine as usize].lock().unwrap_or_else(|e| e.into_inner());
+            while let Some(Reverse(top)) = q.peek() {
+                if top.due > now_ms {
+                    break;
+                }
+                let c = cost(top.task);
+                if taken > 0 && spent + c > max_cost {
+                    return taken;
+                }
+                let Reverse(e) = q.pop().expect("peeked");
+                spent += c;
+                taken += 1;
+                out.push(Due { task: e.task, due_ms: e.due, generation });
+            }
+        }
+        taken
+    }
+
+    /// Earliest due time of `engine` over all shards.
+    pub fn next_due(&self, engine: Engine) -> Option<u64> {
+        self.shards
+            .iter()
+            .filter_map(|s| s.queues[engine as usize].lock().unwrap_or_else(|e| e.into_inner()).peek().map(|r| r.0.due))
+            .min()
+    }
+
+    /// Number of queued tasks of `engine` due at `now_ms` (per shard).
+    pub fn due_counts(&self, engine: Engine, now_ms: u64) -> Vec<usize> {
+        self.shards
+            .iter()
+            .map(|s| {
+                let q = s.queues[engine as usize].lock().unwrap_or_else(|e| e.into_inner());
+                q.iter().filter(|r| r.0.due <= now_ms).count()
+            })
+            .collect()
+    }
+
+    /// Number of queued tasks per shard for `engine`.
+    pub fn queued(&self, engine: Engine) -> Vec<usize> {
+        self.shards
+            .iter()
+            .map(|s| s.queues[engine as usize].lock().unwrap_or_else(|e| e.into_inner()).len())
+            .collect()
+    }
+
+    /// Put a polled task back on its next slot (see the module docs for catch-up).
+    pub fn complete(&self, due: Due, now_ms: u64) -> Rescheduled {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if due.generation != self.generation() {
+            return Rescheduled::Stale;
+        }
+        let s = slots[due.task as usize];
+        drop(slots);
+        let mut next = next_slot_after(due.due_ms, s.interval_ms, s.phase_ms);
+        let mut skipped = 0;
+        if next <= now_ms {
+            let after_now = next_slot_after(now_ms, s.interval_ms, s.phase_ms);
+            skipped = (after_now - next) / s.interval_ms;
+            next = after_now;
+        }
+        self.shards[s.shard as usize].queues[s.engine as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Reverse(Entry { due: next, task: due.task }));
+        Rescheduled::At { next_ms: next, skipped }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{HostSpec, ItemKind, ItemSpec};
+    use crate::value::ValueType;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn plan(hosts: usize, intervals: &[u64]) -> Plan {
+        Plan::build(
+            (0..hosts)
+                .map(|h| {
+                    let name: Arc<str> = format!("h{h}").into();
+                    HostSpec {
+                        name: name.clone(),
+                        ip: "127.0.0.1".parse().unwrap(),
+                        snmp: None,
+                        items: intervals
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &iv)| ItemSpec {
+                                itemid: (h * 100 + i) as u64,
+                                key: format!("k{i}").into(),
+                                value_type: ValueType::Uint,
+                                interval: Duration::from_secs(iv),
+                                kind: ItemKind::Snmp { oid: Arc::from(vec![1, 3, 6, i as u32]) },
+                            })
+                            .collect(),
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn slot_arithmetic() {
+        assert_eq!(next_slot_after(0, 10, 3), 3);
+        assert_eq!(next_slot_after(3, 10, 3), 13);
+        assert_eq!(next_slot_after(12, 10, 3), 13);
+        assert_eq!(next_slot_after(13, 10, 3), 23);
+    }
+
+    /// Drive the scheduler on a virtual clock: every task fires exactly once per interval,
+    /// on its slot, over many intervals.
+    #[test]
+    fn every_task_fires_once_per_interval_on_its_slot() {
+        let p = plan(200, &[10, 30, 60]);
+        let s = Scheduler::new(&p, 4, 1_000_000);
+        let mut fired: HashMap<u32, Vec<u64>> = HashMap::new();
+        let mut out = Vec::new();
+        let end = 1_000_000 + 600_000;
+        let mut now = 1_000_000;
+        while now < end {
+            now += 100; // 100 ms ticks
+            for e in Engine::ALL {
+                out.clear();
+                s.take_due(e, now, u64::MAX, |_| 1, &mut out);
+                for d in &out {
+                    assert!(d.due_ms <= now && now - d.due_ms < 100, "fired late: {} at {}", d.due_ms, now);
+                    fired.entry(d.task).or_default().push(d.due_ms);
+                    assert!(matches!(s.complete(*d, now), Rescheduled::At { skipped: 0, .. }));
+                }
+            }
+        }
+        assert_eq!(fired.len(), p.tasks.len());
+        for (task, times) in fired {
+            let t = &p.tasks[task as usize];
+            let expected = 600_000 / t.interval_ms;
+            assert!(times.len() as u64 == expected || times.len() as u64 == expected + 1, "{}", times.len());
+            for w in times.windows(2) {
+                assert_eq!(w[1] - w[0], t.interval_ms);
+            }
+            assert_eq!(times[0] % t.interval_ms, t.phase_ms % t.interval_ms);
+        }
+    }
+
+    /// Tasks of one interval are spread over it: no 1-second bucket holds much more than
+    /// its share.
+    #[test]
+    fn tasks_are_spread_over_the_interval() {
+        let p = plan(10_000, &[10]);
+        let mut buckets = [0usize; 10];
+        for t in &p.tasks {
+            buckets[(t.phase_ms / 1000) as usize] += 1;
+        }
+        for b in buckets {
+            assert!((800..1200).contains(&b), "{buckets:?}");
+        }
+    }
+
+    #[test]
+    fn late_completion_skips_missed_slots_without_burst() {
+        let p = plan(1, &[10]);
+        let s = Scheduler::new(&p, 1, 0);
+        let mut out = Vec::new();
+        let first = s.next_due(Engine::Snmp).unwrap();
+        s.take_due(Engine::Snmp, first, u64::MAX, |_| 1, &mut out);
+        assert_eq!(out.len(), 1);
+        // Nothing is due while the poll runs, however long it takes.
+        let mut more = Vec::new();
+        assert_eq!(s.take_due(Engine::Snmp, first + 35_000, u64::MAX, |_| 1, &mut more), 0);
+        // It finished 35 s late: slots +10, +20, +30 were missed, next is +40.
+        let r = s.complete(out[0], first + 35_000);
+        assert_eq!(r, Rescheduled::At { next_ms: first + 40_000, skipped: 3 });
+    }
+
+    #[test]
+    fn cost_limit_bounds_a_batch() {
+        let p = plan(100, &[10]);
+        let s = Scheduler::new(&p, 4, 0);
+        let mut out = Vec::new();
+        let n = s.take_due(Engine::Snmp, 20_000, 30, |_| 1, &mut out);
+        assert_eq!(n, 30);
+        let n2 = s.take_due(Engine::Snmp, 20_000, u64::MAX, |_| 1, &mut out);
+        assert_eq!(n2, 70);
+        assert_eq!(s.take_due(Engine::Icmp, 20_000, u64::MAX, |_| 1, &mut out), 0);
+    }
+
+    #[test]
+    fn concurrent_takers_never_share_a_task() {
+        let p = plan(5_000, &[10]);
+        let s = Arc::new(Scheduler::new(&p, 8, 0));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    loop {
+                        let mut out = Vec::new();
+                        if s.take_due(Engine::Snmp, 10_000, 37, |_| 1, &mut out) == 0 {
+                            break;
+                        }
+                        got.extend(out.iter().map(|d| d.task));
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut all: Vec<u32> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        all.sort_unstable();
+        let n = all.len();
+        all.dedup();
+        assert_eq!(n, all.len(), "a task was taken twice");
+        assert_eq!(n, p.tasks.len());
+    }
+
+    #[test]
+    fn reload_adds_removes_and_keeps_slots() {
+        let p1 = plan(100, &[10]);
+        let s = Scheduler::new(&p1, 4, 0);
+        let mut out = Vec::new();
+        s.take_due(Engine::Snmp, 5_000, u64::MAX, |_| 1, &mut out);
+        let taken_before = out.clone();
+        // Reload with 150 hosts (50 new) and a second interval.
+        let p2 = plan(150, &[10, 60]);
+        s.reload(&p2, 5_000);
+        // Completions from the old generation are ignored: no duplicate entries.
+        for d in &taken_before {
+            assert_eq!(s.complete(*d, 5_001), Rescheduled::Stale);
+        }
+        assert_eq!(s.queued(Engine::Snmp).iter().sum::<usize>(), p2.tasks.len());
+        // Over the next 60 s every new task fires, the same host keeps its slot phase.
+        let mut fired = std::collections::HashSet::new();
+        for now in (5_000..=65_000).step_by(50) {
+            out.clear();
+            s.take_due(Engine::Snmp, now, u64::MAX, |_| 1, &mut out);
+            for d in &out {
+                fired.insert(d.task);
+                let t = &p2.tasks[d.task as usize];
+                assert_eq!(d.due_ms % t.interval_ms, t.phase_ms);
+                s.complete(*d, now);
+            }
+        }
+        assert_eq!(fired.len(), p2.tasks.len());
+        // Shrinking removes tasks.
+        let p3 = plan(10, &[10]);
+        s.reload(&p3, 70_000);
+        assert_eq!(s.queued(Engine::Snmp).iter().sum::<usize>(), 10);
+    }
+
+    #[test]
+    fn phases_survive_a_reload() {
+        let p1 = plan(50, &[10]);
+        let p2 = plan(60, &[10]);
+        for (a, b) in p1.tasks.iter().zip(&p2.tasks) {
+            assert_eq!(p1.hosts[a.host as usize].name, p2.hosts[b.host as usize].name);
+            assert_eq!(a.phase_ms, b.phase_ms);
+        }
+    }
+}
