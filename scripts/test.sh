@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The test command: starts the real services, runs every test of the workspace against
+# them, stops the services it started. Exit status is non-zero if anything failed.
+#
+#   scripts/test.sh                 tests (unit, integration, doc)
+#   NETPOLLER_LINT=1 scripts/test.sh  also rustfmt --check and clippy -D warnings (CI)
+#   scripts/test.sh -- <filter>     extra arguments go to the test runner
+#
+# Tests run as root: the ICMP integration tests open raw sockets and create network
+# namespaces. Services that were already up when this script started are left running
+# (other work may be using them); services it started itself are stopped on exit.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+log() { printf '\n==> %s\n' "$*" >&2; }
+die() {
+    printf 'test.sh: error: %s\n' "$*" >&2
+    exit 1
+}
+
+[[ ${1:-} == -- ]] && shift
+RUNNER_ARGS=("$@")
+
+[[ -f "$HOME/.cargo/env" ]] && . "$HOME/.cargo/env"
+command -v cargo >/dev/null || die "cargo not found: install Rust (https://rustup.rs) first"
+if [[ $(id -u) -ne 0 && ${NETPOLLER_ALLOW_NONROOT:-0} != 1 ]]; then
+    die "run as root: the services bind UDP port 161 and the ICMP tests need raw sockets
+  (NETPOLLER_ALLOW_NONROOT=1 to try anyway)"
+fi
+
+# Tools the tests need. cargo-nextest is optional (cargo test is the fallback); clippy
+# and rustfmt only matter for the lint step.
+NEXTEST=0
+if cargo nextest --version >/dev/null 2>&1; then
+    NEXTEST=1
+else
+    echo "test.sh: cargo-nextest not installed; using cargo test" >&2
+fi
+if [[ ${NETPOLLER_LINT:-0} == 1 ]] && command -v rustup >/dev/null; then
+    for c in clippy rustfmt; do
+        rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+    done
+fi
+
+# Services: start them unless they already run; stop on exit only what we started.
+STARTED_SERVICES=0
+if scripts/services.sh status >/dev/null 2>&1; then
+    echo "test.sh: services already up; leaving them running afterwards" >&2
+else
+    log "scripts/services.sh up"
+    STARTED_SERVICES=1
+    trap 'log "scripts/services.sh down"; scripts/services.sh down || true' EXIT
+    scripts/services.sh up
+fi
+# shellcheck disable=SC1091
+. "$ROOT/.services/env"
+
+FAILED=()
+run() {
+    local name=$1
+    shift
+    log "$name: $*"
+    if ! "$@"; then
+        FAILED+=("$name")
+    fi
+}
+
+if [[ ${NETPOLLER_LINT:-0} == 1 ]]; then
+    run fmt cargo fmt --all -- --check
+    run clippy cargo clippy --workspace --all-targets --locked -- -D warnings
+fi
+
+# A hung test must not hang CI: the whole run is bounded (default 15 min).
+TEST_TIMEOUT="${NETPOLLER_TEST_TIMEOUT:-900}"
+if [[ $NEXTEST -eq 1 ]]; then
+    run tests timeout --foreground "$TEST_TIMEOUT" \
+        cargo nextest run --workspace --locked --no-fail-fast "${RUNNER_ARGS[@]}"
+    # nextest does not run doctests.
+    run doctests timeout --foreground "$TEST_TIMEOUT" cargo test --workspace --locked --doc
+else
+    run tests timeout --foreground "$TEST_TIMEOUT" \
+        cargo test --workspace --locked --no-fail-fast "${RUNNER_ARGS[@]}"
+fi
+
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+    printf '\ntest.sh: FAILED: %s\n' "${FAILED[*]}" >&2
+    exit 1
+fi
+printf '\ntest.sh: all passed\n' >&2
