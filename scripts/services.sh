@@ -324,7 +324,29 @@ start_snmpd() {
 
 # ---------------------------------------------------------------- snmpsimd
 
+# snmpsimd runs as nobody, which cannot enter a project that lives in a private home
+# (/root is mode 700 on Debian). Then its data and cache go to a world-readable
+# directory in /tmp whose path is kept in $SVC/snmpsim.dir, so `down` removes it.
+choose_snmpsim_dir() {
+    SNMPSIM_DIR="$SVC/snmpsim"
+    if [[ -s $SVC/snmpsim.dir ]]; then
+        SNMPSIM_DIR=$(cat "$SVC/snmpsim.dir")
+        [[ -d $SNMPSIM_DIR ]] && return 0
+        rm -f "$SVC/snmpsim.dir"
+        SNMPSIM_DIR="$SVC/snmpsim"
+    fi
+    mkdir -p "$SNMPSIM_DIR"
+    chmod a+rx "$SNMPSIM_DIR"
+    if ! runuser -u nobody -- test -x "$SNMPSIM_DIR" 2>/dev/null; then
+        SNMPSIM_DIR=$(mktemp -d /tmp/netpoller-snmpsim.XXXXXX)
+        chmod 755 "$SNMPSIM_DIR"
+        echo "$SNMPSIM_DIR" >"$SVC/snmpsim.dir"
+        log "project dir not readable by nobody: snmpsimd data in $SNMPSIM_DIR"
+    fi
+}
+
 prepare_snmpsim_data() {
+    choose_snmpsim_dir
     local data="$SNMPSIM_DIR/data" f base
     mkdir -p "$data" "$SNMPSIM_DIR/cache"
     # Top-level recordings only: community = file name (public, cisco_16_switch, ...).
@@ -421,6 +443,12 @@ cmd_down() {
     flock -w 120 9 || die "another services.sh holds $SVC/.lock"
     rm -f "$SVC/env"
     stop_pidfile "$SNMPSIM_PID" "$SNMPSIM_BIN" snmpsimd
+    if [[ -s $SVC/snmpsim.dir ]]; then
+        local simdir
+        simdir=$(cat "$SVC/snmpsim.dir")
+        [[ $simdir == /tmp/netpoller-snmpsim.* ]] && rm -rf "$simdir"
+        rm -f "$SVC/snmpsim.dir"
+    fi
     local i
     for i in "${!SNMPD_ADDRS[@]}"; do
         stop_pidfile "$SVC/snmpd-$((i + 1)).pid" "$SNMPD_BIN" "snmpd $((i + 1))"
