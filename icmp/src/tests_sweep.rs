@@ -1,0 +1,438 @@
+//! Sweep state machine on a virtual clock: instants are `base + offset`, no sleeping.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use crate::wire::{EchoPacket, HEADER_LEN};
+use crate::*;
+
+const KEY: TagKey = TagKey([0x0123_4567_89ab_cdef, 0x0fed_cba9_8765_4321]);
+
+fn ms(v: u64) -> Duration {
+    Duration::from_millis(v)
+}
+
+fn addr(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(0x7f4d_0000 + i)) // 127.77.0.0 + i
+}
+
+fn job(i: u32, packets: u32) -> Job {
+    Job {
+        addr: addr(i),
+        packets,
+        interval: ms(20),
+        size: 56,
+        timeout: ms(1000),
+    }
+}
+
+fn cfg(pps: u32) -> SweepConfig {
+    SweepConfig {
+        max_pps: pps,
+        ident: 0xbeef,
+        seq_start: 100,
+        iteration: 5,
+        ..SweepConfig::new(KEY)
+    }
+}
+
+/// What a host's kernel sends back for `request`, framed as a raw IPv4 socket sees it.
+fn raw_reply_for(dst: IpAddr, request: &[u8]) -> Vec<u8> {
+    let IpAddr::V4(src) = dst else {
+        panic!("v4 only")
+    };
+    let mut icmp = request.to_vec();
+    let mut p = EchoPacket::new_unchecked(&mut icmp[..]);
+    p.set_msg_type(0);
+    p.fill_checksum_v4();
+    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 1, 0, 0];
+    ip[2..4].copy_from_slice(&((20 + icmp.len()) as u16).to_be_bytes());
+    ip.extend_from_slice(&src.octets());
+    ip.extend_from_slice(&[127, 0, 0, 1]);
+    ip.extend_from_slice(&icmp);
+    ip
+}
+
+/// Sends everything due at `now`, returning (addr, request bytes).
+fn drain_sends(s: &mut Sweep, now: Instant) -> Vec<(IpAddr, Vec<u8>)> {
+    let mut out = Vec::new();
+    while let Some(tx) = s.poll_transmit(now) {
+        out.push((tx.addr, tx.packet.to_vec()));
+    }
+    out
+}
+
+fn done_events(s: &mut Sweep) -> Vec<(usize, PingStats)> {
+    std::iter::from_fn(|| s.poll_event())
+        .map(|Event::HostDone { job, stats }| (job, stats))
+        .collect()
+}
+
+#[test]
+fn pacing_holds_max_pps_with_bounded_bursts() {
+    let base = Instant::now();
+    let jobs: Vec<Job> = (0..1000).map(|i| job(i, 1)).collect();
+    let mut s = Sweep::new(jobs, cfg(1000), base).unwrap(); // 1 ms per probe, 2 ms burst
+    let mut times = Vec::new();
+    // The driver wakes every 5 ms (coarse timer): bursts are capped at burst + 1 probes.
+    let mut now = base;
+    while !s.all_sent() {
+        let n = drain_sends(&mut s, now).len();
+        assert!(n <= 3, "burst of {n} at {:?}", now - base);
+        times.extend(std::iter::repeat_n(now - base, n));
+        now += ms(5);
+        assert!(now - base < ms(5000), "pacing stalled");
+    }
+    assert_eq!(times.len(), 1000);
+    let last = *times.last().unwrap();
+    // 1000 probes at 1000 pps with 5 ms wake-ups: 2 ms burst credit lost per wake-up.
+    assert!(last >= ms(999), "sent too fast: {last:?}");
+    // Exact driver: wake exactly at poll_timeout → exactly 1 ms spacing.
+    let jobs: Vec<Job> = (0..100).map(|i| job(i, 1)).collect();
+    let mut s = Sweep::new(jobs, cfg(1000), base).unwrap();
+    let mut sends = Vec::new();
+    while let Some(t) = s.poll_timeout() {
+        if s.all_sent() {
+            break;
+        }
+        for _ in drain_sends(&mut s, t) {
+            sends.push(t - base);
+        }
+    }
+    assert_eq!(sends.len(), 100);
+    for (k, t) in sends.iter().enumerate() {
+        assert_eq!(*t, ms(k as u64), "probe {k}");
+    }
+}
+
+#[test]
+fn unpaced_sends_everything_at_once() {
+    let base = Instant::now();
+    let mut s = Sweep::new((0..4096).map(|i| job(i, 1)).collect(), cfg(0), base).unwrap();
+    assert_eq!(drain_sends(&mut s, base).len(), 4096);
+    assert_eq!(s.deadline(), Some(base + ms(1000)));
+}
+
+#[test]
+fn interval_spacing_per_host() {
+    let base = Instant::now();
+    let mut s = Sweep::new((0..3).map(|i| job(i, 3)).collect(), cfg(0), base).unwrap();
+    let mut sends: HashMap<IpAddr, Vec<Duration>> = HashMap::new();
+    let mut now = base;
+    while !s.all_sent() {
+        for (a, _) in drain_sends(&mut s, now) {
+            sends.entry(a).or_default().push(now - base);
+        }
+        let Some(next) = s.next_send_time() else {
+            break;
+        };
+        assert!(next > now);
+        now = next;
+    }
+    for i in 0..3 {
+        assert_eq!(sends[&addr(i)], vec![ms(0), ms(20), ms(40)]);
+    }
+    // Deadline = last send + timeout.
+    assert_eq!(s.deadline(), Some(base + ms(40) + ms(1000)));
+}
+
+#[test]
+fn pacing_never_compresses_host_interval() {
+    // 10 hosts × 2 probes at 100 pps: probe 2 of host 0 is due at 20 ms but pacing
+    // pushes everything; each host's gap must stay ≥ interval.
+    let base = Instant::now();
+    let mut s = Sweep::new((0..10).map(|i| job(i, 2)).collect(), cfg(100), base).unwrap();
+    let mut sends: HashMap<IpAddr, Vec<Instant>> = HashMap::new();
+    while let Some(t) = s.next_send_time() {
+        for (a, _) in drain_sends(&mut s, t) {
+            sends.entry(a).or_default().push(t);
+        }
+    }
+    for v in sends.values() {
+        assert_eq!(v.len(), 2);
+        assert!(v[1] - v[0] >= ms(20));
+    }
+    // 20 probes at 10 ms each: the last leaves at 190 ms.
+    let last = sends.values().flatten().max().unwrap();
+    assert_eq!(*last - base, ms(190));
+}
+
+#[test]
+fn replies_complete_hosts_early_and_silent_hosts_at_deadline() {
+    let base = Instant::now();
+    let mut s = Sweep::new((0..4).map(|i| job(i, 1)).collect(), cfg(0), base).unwrap();
+    let sent = drain_sends(&mut s, base);
+    assert_eq!(s.in_flight(), 4);
+    // Hosts 0 and 2 answer after 3 ms.
+    for (a, req) in sent.iter().filter(|(a, _)| *a == addr(0) || *a == addr(2)) {
+        let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(3));
+        assert!(
+            matches!(out, ReplyOutcome::Matched { rtt, .. } if rtt == ms(3)),
+            "{out:?}"
+        );
+    }
+    let early = done_events(&mut s);
+    assert_eq!(early.iter().map(|e| e.0).collect::<Vec<_>>(), vec![0, 2]);
+    assert_eq!(early[0].1.received, 1);
+    assert_eq!(early[0].1.rtt_seconds(RttMode::Avg), 0.003);
+    assert!(!s.is_finished());
+    s.handle_timeout(base + ms(999));
+    assert!(
+        done_events(&mut s).is_empty(),
+        "nothing before the deadline"
+    );
+    assert_eq!(s.poll_timeout(), Some(base + ms(1000)));
+    s.handle_timeout(base + ms(1000));
+    let late = done_events(&mut s);
+    assert_eq!(late.iter().map(|e| e.0).collect::<Vec<_>>(), vec![1, 3]);
+    assert!(late
+        .iter()
+        .all(|(_, st)| st.sent == 1 && st.received == 0 && st.loss_pct() == 100.0));
+    assert!(s.is_finished());
+    assert_eq!(s.poll_timeout(), None);
+    assert_eq!(s.in_flight(), 0);
+    let c = s.counters();
+    assert_eq!((c.sent, c.received), (4, 2));
+}
+
+#[test]
+fn stale_reply_of_previous_iteration_is_counted_not_matched() {
+    let base = Instant::now();
+    let mut old = Sweep::new(vec![job(0, 1)], cfg(0), base).unwrap();
+    let (a, req) = drain_sends(&mut old, base).pop().unwrap();
+    // Next iteration reuses identifier and sequence (worst case) but not the iteration.
+    let mut next_cfg = cfg(0);
+    next_cfg.iteration += 1;
+    let mut s = Sweep::new(vec![job(0, 1)], next_cfg, base + ms(1000)).unwrap();
+    let (_, req2) = drain_sends(&mut s, base + ms(1000)).pop().unwrap();
+    assert_eq!(req[4..8], req2[4..8], "same identifier and sequence");
+    let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(1001));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Stale));
+    assert_eq!(s.counters().stale, 1);
+    assert_eq!(s.stats(0).unwrap().received, 0);
+    // The real reply still matches afterwards.
+    let out = s.handle_reply(&raw_reply_for(a, &req2), a, base + ms(1002));
+    assert!(matches!(out, ReplyOutcome::Matched { job: 0, .. }));
+}
+
+#[test]
+fn foreign_and_spoofed_replies_are_rejected() {
+    let base = Instant::now();
+    let mut s = Sweep::new(vec![job(0, 1)], cfg(0), base).unwrap();
+    let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+    // Someone else's ping: other identifier, their own payload.
+    let mut foreign = req.clone();
+    EchoPacket::new_unchecked(&mut foreign[..]).set_ident(0x1111);
+    foreign[HEADER_LEN..].fill(0x42);
+    let out = s.handle_reply(&raw_reply_for(a, &foreign), a, base + ms(1));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Foreign));
+    // Our identifier and sequence but a forged payload.
+    let mut forged = req.clone();
+    forged[HEADER_LEN + 6] ^= 1;
+    let out = s.handle_reply(&raw_reply_for(a, &forged), a, base + ms(1));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Spoofed));
+    // Our payload replayed under another identifier.
+    let mut moved = req.clone();
+    EchoPacket::new_unchecked(&mut moved[..]).set_ident(0x2222);
+    let out = s.handle_reply(&raw_reply_for(a, &moved), a, base + ms(1));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Spoofed));
+    // Our payload answered from another address.
+    let other = addr(9);
+    let out = s.handle_reply(&raw_reply_for(other, &req), other, base + ms(1));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Spoofed));
+    // Our own request looped back (raw sockets see it) and garbage.
+    let mut own = raw_reply_for(a, &req);
+    own[20] = 8;
+    EchoPacket::new_unchecked(&mut own[20..]).fill_checksum_v4();
+    let out = s.handle_reply(&own, a, base + ms(1));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::NotEchoReply));
+    let out = s.handle_reply(&[0x45, 0, 0], a, base + ms(1));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Malformed));
+    let c = s.counters();
+    assert_eq!(
+        (
+            c.foreign,
+            c.spoofed,
+            c.not_echo_reply,
+            c.malformed,
+            c.received
+        ),
+        (1, 3, 1, 1, 0)
+    );
+    assert_eq!(s.in_flight(), 1, "nothing matched");
+    // The genuine reply, then a duplicate of it.
+    let genuine = raw_reply_for(a, &req);
+    assert!(matches!(
+        s.handle_reply(&genuine, a, base + ms(2)),
+        ReplyOutcome::Matched { .. }
+    ));
+    assert_eq!(
+        s.handle_reply(&genuine, a, base + ms(2)),
+        ReplyOutcome::Ignored(IgnoreReason::Duplicate)
+    );
+}
+
+#[test]
+fn late_reply_is_not_received() {
+    let base = Instant::now();
+    let mut jobs = vec![job(0, 1), job(1, 1)];
+    jobs[0].timeout = ms(100);
+    let mut s = Sweep::new(jobs, cfg(0), base).unwrap();
+    let sent = drain_sends(&mut s, base);
+    let (a, req) = &sent[0];
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(150));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Late));
+    let ev = done_events(&mut s);
+    assert_eq!(ev.len(), 1, "the late reply resolves its probe");
+    assert_eq!((ev[0].1.sent, ev[0].1.received), (1, 0));
+    assert_eq!(
+        s.deadline(),
+        Some(base + ms(1000)),
+        "deadline is the latest probe's"
+    );
+}
+
+#[test]
+fn datagram_socket_matches_despite_rewritten_identifier() {
+    let base = Instant::now();
+    let c = SweepConfig {
+        socket: SocketKind::Datagram,
+        ..cfg(0)
+    };
+    let mut s = Sweep::new(vec![job(0, 2)], c, base).unwrap();
+    let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+    let mut reply = req.clone();
+    let mut p = EchoPacket::new_unchecked(&mut reply[..]);
+    p.set_ident(40_000); // the socket's port
+    p.set_msg_type(0);
+    p.fill_checksum_v4();
+    let out = s.handle_reply(&reply, a, base + ms(1));
+    assert!(
+        matches!(out, ReplyOutcome::Matched { job: 0, .. }),
+        "{out:?}"
+    );
+    assert!(!s.is_finished(), "second probe still to come");
+    let (_, req2) = drain_sends(&mut s, base + ms(20)).pop().unwrap();
+    let mut reply2 = req2.clone();
+    let mut p = EchoPacket::new_unchecked(&mut reply2[..]);
+    p.set_msg_type(0);
+    p.fill_checksum_v4();
+    assert!(matches!(
+        s.handle_reply(&reply2, a, base + ms(21)),
+        ReplyOutcome::Matched { .. }
+    ));
+    let ev = done_events(&mut s);
+    assert_eq!(ev[0].1.received, 2);
+    assert!(s.is_finished());
+}
+
+#[test]
+fn send_error_counts_as_lost() {
+    let base = Instant::now();
+    let mut s = Sweep::new(vec![job(0, 1)], cfg(0), base).unwrap();
+    let token = s.poll_transmit(base).unwrap().token;
+    s.on_send_error(token);
+    let ev = done_events(&mut s);
+    assert_eq!(
+        (ev[0].1.sent, ev[0].1.received, ev[0].1.loss_pct()),
+        (1, 0, 100.0)
+    );
+    assert_eq!(s.counters().send_errors, 1);
+    assert!(s.is_finished());
+}
+
+#[test]
+fn keys_unique_across_large_sweep_and_repeated_addresses() {
+    let base = Instant::now();
+    let mut jobs: Vec<Job> = (0..65_536).map(|i| job(i, 3)).collect();
+    jobs.push(job(7, 3)); // same host again with the same parameters
+    let mut s = Sweep::new(jobs, cfg(0), base).unwrap();
+    let mut now = base;
+    let mut seqs: HashMap<IpAddr, Vec<u16>> = HashMap::new();
+    while !s.all_sent() {
+        while let Some(tx) = s.poll_transmit(now) {
+            let p = EchoPacket::new_checked(tx.packet).unwrap();
+            assert_eq!(p.ident(), 0xbeef);
+            seqs.entry(tx.addr).or_default().push(p.seq());
+        }
+        now += ms(20);
+    }
+    assert_eq!(s.in_flight(), 65_537 * 3, "every probe has its own key");
+    assert_eq!(seqs[&addr(7)], vec![100, 103, 101, 104, 102, 105]);
+    assert_eq!(seqs[&addr(8)], vec![100, 101, 102]);
+}
+
+#[test]
+fn invalid_jobs_are_refused() {
+    let base = Instant::now();
+    let bad = |j: Job| Sweep::new(vec![j], cfg(0), base).unwrap_err();
+    assert!(matches!(bad(job(0, 0)), SweepError::NoPackets { .. }));
+    assert!(matches!(
+        bad(Job {
+            size: 11,
+            ..job(0, 1)
+        }),
+        SweepError::BadSize { .. }
+    ));
+    assert!(matches!(
+        bad(Job {
+            size: 65_508,
+            ..job(0, 1)
+        }),
+        SweepError::BadSize { .. }
+    ));
+    assert!(matches!(
+        bad(Job {
+            timeout: Duration::ZERO,
+            ..job(0, 1)
+        }),
+        SweepError::ZeroTimeout { .. }
+    ));
+    let many = Sweep::new(vec![job(0, 40_000), job(0, 30_000)], cfg(0), base).unwrap_err();
+    assert!(matches!(
+        many,
+        SweepError::TooManyProbes { probes: 70_000, .. }
+    ));
+    let empty = Sweep::new(vec![], cfg(0), base).unwrap();
+    assert!(empty.is_finished() && empty.poll_timeout().is_none());
+}
+
+#[test]
+fn ipv6_requests_use_icmpv6_types() {
+    let base = Instant::now();
+    let v6: IpAddr = "::1".parse().unwrap();
+    let mut s = Sweep::new(
+        vec![Job {
+            addr: v6,
+            ..job(0, 1)
+        }],
+        cfg(0),
+        base,
+    )
+    .unwrap();
+    let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+    assert_eq!((a, req[0], req[2], req[3]), (v6, 128, 0, 0));
+    let mut reply = req.clone();
+    reply[0] = 129;
+    assert!(matches!(
+        s.handle_reply(&reply, v6, base + ms(1)),
+        ReplyOutcome::Matched { .. }
+    ));
+}
+
+proptest! {
+    #[test]
+    fn hostile_replies_never_match_or_panic(
+        bytes in proptest::collection::vec(any::<u8>(), 0..120), from in any::<u32>(),
+    ) {
+        let base = Instant::now();
+        let mut s = Sweep::new((0..4).map(|i| job(i, 1)).collect(), cfg(0), base).unwrap();
+        drain_sends(&mut s, base);
+        let out = s.handle_reply(&bytes, IpAddr::V4(Ipv4Addr::from(from)), base + ms(1));
+        prop_assert!(matches!(out, ReplyOutcome::Ignored(_)));
+        prop_assert_eq!(s.in_flight(), 4);
+    }
+}
