@@ -184,3 +184,47 @@ fn snmpsim_serves_recordings_by_community() {
     assert!(ok, "snmpget from snmpsimd at {sim}: {text}");
     assert!(text.contains("Linux"), "unexpected sysDescr: {text}");
 }
+
+/// `snmpget` with type-tagged output (`Gauge32: 4000000000`), one line per OID.
+fn snmpget_typed(addr: &str, port: &str, community: &str, oids: &[&str]) -> Vec<String> {
+    let out = Command::new("snmpget")
+        .args(["-v2c", "-c", community, "-t", "2", "-r", "1", "-Ov", "-On"])
+        .arg(format!("udp:{addr}:{port}"))
+        .args(oids)
+        .env("MIBS", "")
+        .output()
+        .expect("run snmpget");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "snmpget {oids:?} from {addr}: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text.lines().map(str::to_owned).collect()
+}
+
+#[test]
+fn snmpd_agents_serve_typed_fixtures() {
+    // Values set by `override` lines in examples/snmpd/agent.conf.in; other tests rely
+    // on them for value-type conversion, so their types are pinned here.
+    let addrs = service_env("NETPOLLER_SNMPD_ADDRS");
+    let port = service_env("NETPOLLER_SNMPD_PORT");
+    let communities = service_env("NETPOLLER_SNMPD_COMMUNITIES");
+    const BASE: &str = "1.3.6.1.4.1.8072.9999.9999";
+    let oids: Vec<String> = (1..=7).map(|i| format!("{BASE}.{i}.0")).collect();
+    let oids: Vec<&str> = oids.iter().map(String::as_str).collect();
+    for (i, (addr, community)) in addrs.split(',').zip(communities.split(',')).enumerate() {
+        let n = i + 1;
+        let lines = snmpget_typed(addr, &port, community, &oids);
+        let expected = [
+            "INTEGER: -42".to_owned(),
+            "Gauge32: 4000000000".to_owned(),
+            "Counter32: 123456".to_owned(),
+            format!("STRING: \"fixture agent {n}\""),
+            "OID: .1.3.6.1.4.1.8072.3.2.10".to_owned(),
+            format!("INTEGER: {n}"),
+            "No Such Object available on this agent at this OID".to_owned(),
+        ];
+        assert_eq!(lines, expected, "agent {n} at {addr}");
+    }
+}
