@@ -134,13 +134,7 @@ pub enum IcmpMetric {
     Sec(RttMode),
 }
 
-/// `icmppingsec` mode parameter; Zabbix's default is `avg`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum RttMode {
-    Min,
-    Avg,
-    Max,
-}
+pub use icmp::RttMode;
 
 /// Probe parameters: items of one host with equal `IcmpProbe` share the same probes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -248,12 +242,7 @@ impl IcmpKey {
         let metric = match key.name.as_str() {
             "icmpping" => IcmpMetric::Ping,
             "icmppingloss" => IcmpMetric::Loss,
-            "icmppingsec" => IcmpMetric::Sec(match key.param(5) {
-                None | Some("avg") => RttMode::Avg,
-                Some("min") => RttMode::Min,
-                Some("max") => RttMode::Max,
-                Some(m) => return err(format!("icmppingsec mode {m:?} is not min, avg or max")),
-            }),
+            "icmppingsec" => IcmpMetric::Sec(key.param(5).unwrap_or("").parse::<RttMode>().map_err(KeyError)?),
             other => return err(format!("{other:?} is not an ICMP key")),
         };
         let target = match key.param(0) {

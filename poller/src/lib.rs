@@ -3,6 +3,7 @@
 //!
 //! This crate owns sockets, clocks and tasks; it knows nothing about ClickHouse.
 
+pub mod engine;
 pub mod keys;
 pub mod plan;
 pub mod scheduler;

@@ -1,0 +1,180 @@
+//! What the engines hand downstream, and how it gets there.
+//!
+//! Every polled item yields one [`Sample`]: a value in the item's type or an
+//! [`ItemError`]. Samples are streamed as they are produced — an ICMP host's values as
+//! soon as its probes are settled, an SNMP item's as soon as its response arrives — into
+//! a bounded channel. The socket drivers call back synchronously from their receive
+//! loops, which must never block (a blocked receive loop loses replies), so the
+//! [`Emitter`] uses `try_send`; when the channel is full it parks samples in a local
+//! overflow, counts one backpressure event, and [`Emitter::drain`] awaits channel space
+//! before the engine takes its next batch. The engine waits; nothing is dropped.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tokio::sync::mpsc;
+
+use crate::keys::IcmpMetric;
+use crate::plan::{ItemKind, PlanItem};
+use crate::value::{ItemError, Value, ValueType};
+
+/// One polled item's outcome.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub itemid: u64,
+    pub host: Arc<str>,
+    pub ip: std::net::IpAddr,
+    pub key: Arc<str>,
+    pub value_type: ValueType,
+    /// Unix seconds of the moment the value was obtained.
+    pub clock: u32,
+    /// Nanoseconds within `clock`.
+    pub ns: u32,
+    pub result: Result<Value, ItemError>,
+}
+
+/// Current wall-clock time as (Unix seconds, nanoseconds).
+pub fn clock_now() -> (u32, u32) {
+    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    (d.as_secs() as u32, d.subsec_nanos())
+}
+
+/// Counts shared between emitters and the metrics endpoint.
+#[derive(Debug, Default)]
+pub struct PipelineCounters {
+    /// Times an engine found the channel full and had to wait.
+    pub backpressure_waits: AtomicU64,
+    /// Samples sent into the channel.
+    pub samples: AtomicU64,
+}
+
+/// Non-blocking producer side of the sample channel (see the module docs).
+pub struct Emitter {
+    tx: mpsc::Sender<Sample>,
+    overflow: Vec<Sample>,
+    counters: Arc<PipelineCounters>,
+    blocked: bool,
+}
+
+impl Emitter {
+    pub fn new(tx: mpsc::Sender<Sample>, counters: Arc<PipelineCounters>) -> Self {
+        Emitter { tx, overflow: Vec::new(), counters, blocked: false }
+    }
+
+    /// Hand a sample on without blocking. Order is kept: once something is parked, later
+    /// samples are parked behind it.
+    pub fn emit(&mut self, s: Sample) {
+        self.counters.samples.fetch_add(1, Ordering::Relaxed);
+        if self.overflow.is_empty() {
+            match self.tx.try_send(s) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(s)) | Err(mpsc::error::TrySendError::Closed(s)) => {
+                    self.overflow.push(s)
+                }
+            }
+        } else {
+            self.overflow.push(s);
+        }
+        if !self.blocked {
+            self.blocked = true;
+            self.counters.backpressure_waits.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Wait until everything parked is in the channel. Returns `false` when the receiver
+    /// is gone (shutdown), in which case the parked samples are returned to the caller's
+    /// accounting as undeliverable.
+    pub async fn drain(&mut self) -> bool {
+        self.blocked = false;
+        for s in self.overflow.drain(..) {
+            if self.tx.send(s).await.is_err() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Samples parked right now.
+    pub fn parked(&self) -> usize {
+        self.overflow.len()
+    }
+}
+
+/// The value an ICMP item reports for a host's probe results (Zabbix semantics, see
+/// `icmp::PingStats`).
+pub fn icmp_value(item: &PlanItem, stats: &icmp::PingStats) -> Value {
+    match item.kind {
+        ItemKind::Icmp { metric: IcmpMetric::Ping, .. } => Value::Uint(u64::from(stats.is_alive())),
+        ItemKind::Icmp { metric: IcmpMetric::Loss, .. } => Value::Float(stats.loss_pct()),
+        ItemKind::Icmp { metric: IcmpMetric::Sec(mode), .. } => Value::Float(stats.rtt_seconds(mode)),
+        ItemKind::Snmp { .. } => unreachable!("an SNMP item in an ICMP task: the plan groups by engine"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::{IcmpDefaults, IcmpKey, ItemKey};
+    use std::time::Duration;
+
+    fn sample(i: u64) -> Sample {
+        Sample {
+            itemid: i,
+            host: "h".into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            key: "k".into(),
+            value_type: ValueType::Uint,
+            clock: 0,
+            ns: 0,
+            result: Ok(Value::Uint(i)),
+        }
+    }
+
+    #[tokio::test]
+    async fn emitter_parks_when_full_and_keeps_order() {
+        let (tx, mut rx) = mpsc::channel(2);
+        let counters = Arc::new(PipelineCounters::default());
+        let mut em = Emitter::new(tx, counters.clone());
+        for i in 0..5 {
+            em.emit(sample(i));
+        }
+        assert_eq!(em.parked(), 3);
+        assert_eq!(counters.backpressure_waits.load(Ordering::Relaxed), 1);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(s) = rx.recv().await {
+                got.push(s.itemid);
+            }
+            got
+        });
+        assert!(em.drain().await);
+        drop(em);
+        assert_eq!(reader.await.unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn icmp_values_follow_zabbix() {
+        let item = |key: &str| {
+            let k = IcmpKey::parse(&ItemKey::parse(key).unwrap(), &IcmpDefaults::default()).unwrap();
+            PlanItem {
+                itemid: 1,
+                key: key.into(),
+                value_type: ValueType::Float,
+                kind: ItemKind::Icmp { metric: k.metric, probe: k.probe },
+            }
+        };
+        let mut st = icmp::PingStats { sent: 3, ..Default::default() };
+        st.record(Duration::from_micros(20));
+        st.record(Duration::from_millis(4));
+        assert_eq!(icmp_value(&item("icmpping"), &st), Value::Uint(1));
+        let Value::Float(loss) = icmp_value(&item("icmppingloss"), &st) else { panic!() };
+        assert!((loss - 100.0 / 3.0).abs() < 1e-9);
+        assert_eq!(icmp_value(&item("icmppingsec[,,,,,min]"), &st), Value::Float(0.0001));
+        assert_eq!(icmp_value(&item("icmppingsec[,,,,,max]"), &st), Value::Float(0.004));
+        let dead = icmp::PingStats { sent: 3, ..Default::default() };
+        assert_eq!(icmp_value(&item("icmpping"), &dead), Value::Uint(0));
+        assert_eq!(icmp_value(&item("icmppingloss"), &dead), Value::Float(100.0));
+        assert_eq!(icmp_value(&item("icmppingsec"), &dead), Value::Float(0.0));
+    }
+}
