@@ -1,1 +1,55 @@
-//! snmp crate (being built).
+//! Sans-IO SNMP v1/v2c client: BER codec, request-id matching, per-host chains.
+//!
+//! Nothing here opens a socket or reads a clock: bytes and `now` go in, datagrams to send
+//! and per-item results come out (see [`engine`]). The poller crate owns the sockets.
+//!
+//! * [`Oid`] parses `1.3.6…` / `.1.3.6…` and prints net-snmp's `-On` form.
+//! * [`encode_request`] builds GET / GETNEXT / GETBULK messages; [`Message::decode`]
+//!   validates a whole datagram (never panics, typed [`DecodeError`]) and then lends
+//!   zero-copy varbinds.
+//! * [`engine::Iteration`] runs one polling iteration over many hosts: hybrid async
+//!   (bounded requests in flight per host, hosts in parallel), retries, tooBig splitting
+//!   remembered across iterations in [`engine::HostMemory`].
+//!
+//! Why our own codec rather than snmp2 or async-snmp: snmp2's request builders are
+//! private and its decoder is lazy (varbind errors surface while iterating, after the
+//! request was matched); async-snmp brings its own tokio transport, which does not fit a
+//! sans-IO engine. The subset SNMP v1/v2c needs is ~500 lines, fuzzed and fixture-tested.
+
+mod ber;
+pub mod engine;
+mod message;
+mod oid;
+mod value;
+
+pub use engine::{
+    Event, HostJob, HostMemory, ItemFailure, Iteration, IterationOptions, Stats, Transmit,
+};
+pub use message::{
+    encode_message, encode_request, peek_request_id, ErrorStatus, Message, PduType, RequestKind,
+    VarBind, VarBinds, Version,
+};
+pub use oid::{Arcs, Oid, OidParseError, OidRef, MAX_ARCS};
+pub use value::{hex_string, is_net_snmp_printable, uptime_string, ValueRef, VarValue};
+
+/// Why a datagram could not be decoded. Cheap to construct (no allocation): malformed
+/// datagrams are counted on the hot path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("truncated BER element")]
+    Truncated,
+    #[error("invalid BER length")]
+    BadLength,
+    #[error("unexpected BER tag 0x{found:02x}")]
+    BadTag { found: u8 },
+    #[error("integer out of range")]
+    IntegerRange,
+    #[error("invalid object identifier encoding")]
+    BadOid,
+    #[error("unsupported SNMP version {version}")]
+    UnsupportedVersion { version: i64 },
+    #[error("unsupported PDU type 0x{found:02x}")]
+    UnsupportedPdu { found: u8 },
+    #[error("trailing bytes after BER element")]
+    TrailingBytes,
+}

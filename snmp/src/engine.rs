@@ -1,0 +1,700 @@
+//! One SNMP polling iteration over many hosts, sans-IO.
+//!
+//! The caller (poller's `SnmpDriver`) owns sockets and the clock and loops:
+//! [`Iteration::poll_transmit`] → send; datagram → [`Iteration::handle_datagram`];
+//! [`Iteration::poll_timeout`] reached → [`Iteration::handle_timeout`];
+//! [`Iteration::poll_event`] → results; until [`Iteration::is_done`].
+//!
+//! Invariants:
+//! * Every item of every job gets exactly one [`Event::Item`], and every job exactly one
+//!   [`Event::HostDone`], whatever the network does (property-tested below).
+//! * A request is registered in the in-flight table before its bytes are handed out and
+//!   removed on reply, final timeout, send failure or host death. A datagram is matched
+//!   only if its request-id is in flight *and* it comes from the address the request went
+//!   to *and* carries the job's community and version; anything else is dropped and
+//!   counted in [`Stats`], never matched to the wrong item.
+//! * Hybrid async: at most `max_inflight` requests per host (default 1) while all hosts
+//!   proceed at once; at most `max_oids` OIDs per PDU, lowered on tooBig or on a response
+//!   with missing varbinds, and remembered per host address in [`HostMemory`].
+//! * Retries resend the same bytes with the same request-id (a late answer to the first
+//!   attempt still counts). A request that exhausts its retries kills its host for this
+//!   iteration: all of the host's remaining items fail with [`ItemFailure::Timeout`] at
+//!   once, so a dead host costs one `timeout × (retries + 1)` however many items it has.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::message::{encode_request, ErrorStatus, Message, PduType, RequestKind, Version};
+use crate::oid::Oid;
+use crate::value::VarValue;
+
+/// Default per-attempt timeout (Zabbix's default `Timeout=3`).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Default retries after the first attempt.
+pub const DEFAULT_RETRIES: u32 = 1;
+/// Default OIDs per request (Zabbix starts bulk GETs at this size too).
+pub const DEFAULT_MAX_OIDS: usize = 10;
+/// Default requests in flight to one host: most devices cannot serve more.
+pub const DEFAULT_MAX_INFLIGHT: usize = 1;
+
+/// What to poll on one host. Items are identified by their index in `oids`.
+#[derive(Debug, Clone)]
+pub struct HostJob {
+    pub addr: SocketAddr,
+    /// Default [`Version::V2c`].
+    pub version: Version,
+    /// Secret: never log or print it.
+    pub community: Arc<str>,
+    /// Per attempt; default [`DEFAULT_TIMEOUT`].
+    pub timeout: Duration,
+    /// Attempts after the first; default [`DEFAULT_RETRIES`].
+    pub retries: u32,
+    /// OIDs per PDU, ≥ 1; default [`DEFAULT_MAX_OIDS`].
+    pub max_oids: usize,
+    /// Requests in flight to this host, ≥ 1; default [`DEFAULT_MAX_INFLIGHT`].
+    pub max_inflight: usize,
+    pub oids: Vec<Oid>,
+}
+
+impl HostJob {
+    /// A job with the defaults above.
+    pub fn new(addr: SocketAddr, community: Arc<str>, oids: Vec<Oid>) -> HostJob {
+        HostJob {
+            addr,
+            version: Version::V2c,
+            community,
+            timeout: DEFAULT_TIMEOUT,
+            retries: DEFAULT_RETRIES,
+            max_oids: DEFAULT_MAX_OIDS,
+            max_inflight: DEFAULT_MAX_INFLIGHT,
+            oids,
+        }
+    }
+}
+
+/// Per-iteration knobs.
+#[derive(Debug, Clone)]
+pub struct IterationOptions {
+    /// First request-id; the caller should randomize it per iteration so that late
+    /// answers from a previous iteration are unlikely to match (they are dropped as
+    /// "unknown" when they fall outside this iteration's range). Default 1.
+    pub first_request_id: u32,
+    /// Hard end of the iteration: everything still open then fails with
+    /// [`ItemFailure::Timeout`]. Default none (each host ends by its own timeouts).
+    pub deadline: Option<Instant>,
+    /// Requests in flight over all hosts. Default 10,000.
+    pub max_inflight_total: usize,
+}
+
+impl Default for IterationOptions {
+    fn default() -> Self {
+        IterationOptions {
+            first_request_id: 1,
+            deadline: None,
+            max_inflight_total: 10_000,
+        }
+    }
+}
+
+/// Learned OIDs-per-request limits, keyed by host address; kept by the driver across
+/// iterations (Zabbix does the same) so a host that once said tooBig is not asked the
+/// big size again every iteration.
+#[derive(Debug, Clone, Default)]
+pub struct HostMemory {
+    max_oids: HashMap<SocketAddr, usize>,
+}
+
+impl HostMemory {
+    /// The learned limit for `addr`, if any.
+    pub fn max_oids(&self, addr: &SocketAddr) -> Option<usize> {
+        self.max_oids.get(addr).copied()
+    }
+
+    pub fn forget(&mut self, addr: &SocketAddr) {
+        self.max_oids.remove(addr);
+    }
+
+    pub fn len(&self) -> usize {
+        self.max_oids.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.max_oids.is_empty()
+    }
+}
+
+/// Why an item has no value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ItemFailure {
+    /// No answer after all retries (or the iteration deadline passed).
+    #[error("timeout: no response")]
+    Timeout,
+    /// The agent answered with an error-status for this OID (noSuchName, genErr, ...),
+    /// or tooBig for a single OID.
+    #[error("SNMP error {0}")]
+    ErrorStatus(ErrorStatus),
+    /// The agent answered a GET with a different OID at this position.
+    #[error("response carries OID {got} instead of the requested one")]
+    WrongOid { got: Oid },
+    /// The agent answered a single-OID request with no varbind at all.
+    #[error("response carries no varbind")]
+    EmptyResponse,
+    /// The request could not be sent (the driver reported an I/O error).
+    #[error("send failed: {0}")]
+    Send(String),
+}
+
+/// Output of the iteration, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// One item's result. Exceptions (noSuchObject, ...) arrive as `Ok` values; see
+    /// [`VarValue::is_exception`].
+    Item {
+        host: usize,
+        item: usize,
+        result: Result<VarValue, ItemFailure>,
+    },
+    /// All items of `host` have been reported. `timed_out` when the host died.
+    HostDone { host: usize, timed_out: bool },
+}
+
+/// A datagram to send: the bytes were written into the caller's buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Transmit {
+    pub dst: SocketAddr,
+    /// Index of the job.
+    pub host: usize,
+    /// For [`Iteration::handle_send_error`].
+    pub request_id: i32,
+    /// True for a retransmission.
+    pub retry: bool,
+}
+
+/// What became of one received datagram.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    Matched,
+    Malformed,
+    NotResponse,
+    UnknownRequestId,
+    Stale,
+    WrongSource,
+    WrongCommunity,
+    WrongVersion,
+}
+
+/// Counters of one iteration.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Distinct requests sent (first attempts).
+    pub requests: u64,
+    /// Retransmissions.
+    pub retries: u64,
+    /// Attempts that timed out (each leads to a retry or to the host's death).
+    pub timeouts: u64,
+    /// Hosts that died (counted once each).
+    pub hosts_timed_out: u64,
+    /// Responses matched to a request.
+    pub responses: u64,
+    pub malformed: u64,
+    /// Decodable messages that are not a Response PDU.
+    pub not_response: u64,
+    /// Request-id never issued by this iteration.
+    pub unknown_request_id: u64,
+    /// Request-id issued by this iteration but no longer in flight (late or duplicate).
+    pub stale: u64,
+    pub wrong_source: u64,
+    pub wrong_community: u64,
+    pub wrong_version: u64,
+    /// tooBig answers (each halves the request).
+    pub too_big: u64,
+    /// Responses missing some of the requested varbinds.
+    pub short_responses: u64,
+    pub send_errors: u64,
+    pub items_ok: u64,
+    pub items_failed: u64,
+}
+
+struct HostState {
+    /// Next item never sent.
+    next: u32,
+    /// Items to (re)send before `next` (split or error leftovers).
+    requeue: VecDeque<u32>,
+    max_oids: usize,
+    /// Set when the limit was lowered by a tooBig / short answer: saved to HostMemory.
+    learned: bool,
+    inflight: Vec<i32>,
+    queued: bool,
+    finished: bool,
+}
+
+struct InFlight {
+    host: u32,
+    items: Vec<u32>,
+    bytes: Vec<u8>,
+    /// None while queued for retransmission.
+    deadline: Option<Instant>,
+    attempts: u32,
+}
+
+const ID_MASK: u32 = 0x7fff_ffff;
+
+/// One polling iteration (see the module docs). Borrows the jobs: OIDs are not copied.
+pub struct Iteration<'j> {
+    jobs: &'j [HostJob],
+    hosts: Vec<HostState>,
+    opts: IterationOptions,
+    table: HashMap<i32, InFlight>,
+    timers: BinaryHeap<Reverse<(Instant, i32)>>,
+    ready: VecDeque<u32>,
+    retransmit: VecDeque<i32>,
+    events: VecDeque<Event>,
+    pool: Vec<(Vec<u32>, Vec<u8>)>,
+    issued: u32,
+    open_hosts: usize,
+    stats: Stats,
+}
+
+impl<'j> Iteration<'j> {
+    /// Starts an iteration. Learned limits in `memory` lower each job's `max_oids`.
+    /// Jobs without OIDs finish at once (their `HostDone` is the first events).
+    pub fn new(jobs: &'j [HostJob], memory: &HostMemory, opts: IterationOptions) -> Iteration<'j> {
+        let mut it = Iteration {
+            jobs,
+            hosts: Vec::with_capacity(jobs.len()),
+            opts,
+            table: HashMap::with_capacity(jobs.len().min(16_384)),
+            timers: BinaryHeap::with_capacity(jobs.len().min(16_384)),
+            ready: VecDeque::with_capacity(jobs.len()),
+            retransmit: VecDeque::new(),
+            events: VecDeque::new(),
+            pool: Vec::new(),
+            issued: 0,
+            open_hosts: 0,
+            stats: Stats::default(),
+        };
+        for (i, job) in jobs.iter().enumerate() {
+            let mut max_oids = job.max_oids.max(1);
+            if let Some(m) = memory.max_oids(&job.addr) {
+                max_oids = max_oids.min(m.max(1));
+            }
+            let empty = job.oids.is_empty();
+            it.hosts.push(HostState {
+                next: 0,
+                requeue: VecDeque::new(),
+                max_oids,
+                learned: false,
+                inflight: Vec::new(),
+                queued: !empty,
+                finished: empty,
+            });
+            if empty {
+                it.events.push_back(Event::HostDone {
+                    host: i,
+                    timed_out: false,
+                });
+            } else {
+                it.open_hosts += 1;
+                it.ready.push_back(i as u32);
+            }
+        }
+        it
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// True once every job has reported `HostDone` (events may still be queued).
+    pub fn is_done(&self) -> bool {
+        self.open_hosts == 0
+    }
+
+    /// Requests currently in flight.
+    pub fn inflight(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Writes the next datagram into `buf` (cleared first). Retransmissions go first,
+    /// then new requests round-robin over hosts that may send. `None` when nothing can be
+    /// sent now (wait for a datagram or [`Self::poll_timeout`]).
+    pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
+        buf.clear();
+        while let Some(id) = self.retransmit.pop_front() {
+            let Some(e) = self.table.get_mut(&id) else {
+                continue;
+            };
+            let job = &self.jobs[e.host as usize];
+            let deadline = now + job.timeout;
+            e.deadline = Some(deadline);
+            e.attempts += 1;
+            buf.extend_from_slice(&e.bytes);
+            self.timers.push(Reverse((deadline, id)));
+            self.stats.retries += 1;
+            return Some(Transmit {
+                dst: job.addr,
+                host: e.host as usize,
+                request_id: id,
+                retry: true,
+            });
+        }
+        while let Some(&h) = self.ready.front() {
+            if self.table.len() >= self.opts.max_inflight_total {
+                return None;
+            }
+            self.ready.pop_front();
+            let hu = h as usize;
+            let job = &self.jobs[hu];
+            let st = &mut self.hosts[hu];
+            st.queued = false;
+            let unsent = st.requeue.len() + (job.oids.len() - st.next as usize);
+            if st.finished || unsent == 0 || st.inflight.len() >= job.max_inflight.max(1) {
+                continue;
+            }
+            let (mut items, mut bytes) = self.pool.pop().unwrap_or_default();
+            items.clear();
+            bytes.clear();
+            while items.len() < st.max_oids {
+                if let Some(i) = st.requeue.pop_front() {
+                    items.push(i);
+                } else if (st.next as usize) < job.oids.len() {
+                    items.push(st.next);
+                    st.next += 1;
+                } else {
+                    break;
+                }
+            }
+            let id = ((self.opts.first_request_id.wrapping_add(self.issued)) & ID_MASK) as i32;
+            self.issued += 1;
+            encode_request(
+                &mut bytes,
+                job.version,
+                job.community.as_bytes(),
+                id,
+                RequestKind::Get,
+                items.iter().map(|&i| &job.oids[i as usize]),
+            );
+            buf.extend_from_slice(&bytes);
+            let deadline = now + job.timeout;
+            st.inflight.push(id);
+            let more = st.inflight.len() < job.max_inflight.max(1)
+                && st.requeue.len() + (job.oids.len() - st.next as usize) > 0;
+            if more {
+                st.queued = true;
+                self.ready.push_back(h);
+            }
+            self.table.insert(
+                id,
+                InFlight {
+                    host: h,
+                    items,
+                    bytes,
+                    deadline: Some(deadline),
+                    attempts: 1,
+                },
+            );
+            self.timers.push(Reverse((deadline, id)));
+            self.stats.requests += 1;
+            return Some(Transmit {
+                dst: job.addr,
+                host: hu,
+                request_id: id,
+                retry: false,
+            });
+        }
+        None
+    }
+
+    /// The next instant [`Self::handle_timeout`] has work, if any.
+    pub fn poll_timeout(&mut self) -> Option<Instant> {
+        while let Some(&Reverse((t, id))) = self.timers.peek() {
+            match self.table.get(&id) {
+                Some(e) if e.deadline == Some(t) => {
+                    return Some(match self.opts.deadline {
+                        Some(d) if d < t => d,
+                        _ => t,
+                    });
+                }
+                _ => {
+                    self.timers.pop();
+                }
+            }
+        }
+        if self.is_done() {
+            None
+        } else {
+            self.opts.deadline
+        }
+    }
+
+    /// Expires attempts whose timeout passed: retry (queued for [`Self::poll_transmit`])
+    /// or, when retries are used up, fail the whole host.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if let Some(d) = self.opts.deadline {
+            if now >= d {
+                for h in 0..self.hosts.len() {
+                    if !self.hosts[h].finished {
+                        self.kill_host(h, ItemFailure::Timeout);
+                    }
+                }
+                return;
+            }
+        }
+        while let Some(&Reverse((t, id))) = self.timers.peek() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(e) = self.table.get_mut(&id) else {
+                continue;
+            };
+            if e.deadline != Some(t) {
+                continue;
+            }
+            self.stats.timeouts += 1;
+            let host = e.host as usize;
+            if e.attempts <= self.jobs[host].retries {
+                e.deadline = None;
+                self.retransmit.push_back(id);
+            } else {
+                self.kill_host(host, ItemFailure::Timeout);
+            }
+        }
+    }
+
+    /// The driver could not send request `request_id`: its items fail with `text`, the
+    /// host goes on with its other items.
+    pub fn handle_send_error(&mut self, request_id: i32, text: &str) {
+        let Some(e) = self.table.remove(&request_id) else {
+            return;
+        };
+        self.stats.send_errors += 1;
+        let host = e.host as usize;
+        self.hosts[host].inflight.retain(|&x| x != request_id);
+        for &i in &e.items {
+            self.fail(host, i as usize, ItemFailure::Send(text.to_string()));
+        }
+        self.recycle(e);
+        self.after_progress(host);
+    }
+
+    /// Feeds one received datagram.
+    pub fn handle_datagram(&mut self, src: SocketAddr, bytes: &[u8], _now: Instant) -> Received {
+        let msg = match Message::decode(bytes) {
+            Ok(m) => m,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return Received::Malformed;
+            }
+        };
+        if msg.pdu_type != PduType::Response {
+            self.stats.not_response += 1;
+            return Received::NotResponse;
+        }
+        let id = msg.request_id;
+        let Some(e) = self.table.get(&id) else {
+            let off = (id as u32).wrapping_sub(self.opts.first_request_id) & ID_MASK;
+            if id >= 0 && off < self.issued {
+                self.stats.stale += 1;
+                return Received::Stale;
+            }
+            self.stats.unknown_request_id += 1;
+            return Received::UnknownRequestId;
+        };
+        let host = e.host as usize;
+        let job = &self.jobs[host];
+        if src != job.addr {
+            self.stats.wrong_source += 1;
+            return Received::WrongSource;
+        }
+        if msg.community != job.community.as_bytes() {
+            self.stats.wrong_community += 1;
+            return Received::WrongCommunity;
+        }
+        if msg.version != job.version {
+            self.stats.wrong_version += 1;
+            return Received::WrongVersion;
+        }
+        let Some(e) = self.table.remove(&id) else {
+            return Received::Stale;
+        };
+        self.stats.responses += 1;
+        self.hosts[host].inflight.retain(|&x| x != id);
+        self.process_response(host, &e.items, &msg);
+        self.recycle(e);
+        self.after_progress(host);
+        Received::Matched
+    }
+
+    /// Next event, in order of occurrence.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+
+    /// Stores the limits this iteration learned (tooBig / short answers) into `memory`.
+    pub fn save_learned(&self, memory: &mut HostMemory) {
+        for (st, job) in self.hosts.iter().zip(self.jobs) {
+            if st.learned {
+                memory.max_oids.insert(job.addr, st.max_oids);
+            }
+        }
+    }
+
+    fn process_response(&mut self, host: usize, items: &[u32], msg: &Message<'_>) {
+        let n = items.len();
+        let status = msg.error_status;
+        if status == ErrorStatus::NO_ERROR {
+            let count = msg.varbind_count();
+            let job = &self.jobs[host];
+            for (vb, &i) in msg.varbinds().zip(items) {
+                let want = &job.oids[i as usize];
+                let result = if vb.oid.as_ber() == want.as_ber() {
+                    Ok(vb.value.to_owned())
+                } else {
+                    Err(ItemFailure::WrongOid {
+                        got: vb.oid.to_owned(),
+                    })
+                };
+                self.deliver(host, i as usize, result);
+            }
+            if count < n {
+                self.stats.short_responses += 1;
+                if n == 1 {
+                    self.fail(host, items[0] as usize, ItemFailure::EmptyResponse);
+                } else {
+                    // The agent returned what fits: ask for the rest with that size.
+                    let size = if count > 0 { count } else { n / 2 };
+                    self.shrink(host, size);
+                    self.requeue_front(host, &items[count..]);
+                }
+            }
+            return;
+        }
+        if status == ErrorStatus::TOO_BIG {
+            self.stats.too_big += 1;
+            if n > 1 {
+                self.shrink(host, n / 2);
+                self.requeue_front(host, items);
+            } else {
+                self.fail(host, items[0] as usize, ItemFailure::ErrorStatus(status));
+            }
+            return;
+        }
+        // noSuchName (v1), genErr, ...: the error-index (1-based) names the culprit; the
+        // rest is asked again without it (Zabbix does the same).
+        let idx = msg.error_index as usize;
+        if (1..=n).contains(&idx) {
+            self.fail(
+                host,
+                items[idx - 1] as usize,
+                ItemFailure::ErrorStatus(status),
+            );
+            let rest: Vec<u32> = items
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| k != idx - 1)
+                .map(|(_, &i)| i)
+                .collect();
+            self.requeue_front(host, &rest);
+        } else if n == 1 {
+            self.fail(host, items[0] as usize, ItemFailure::ErrorStatus(status));
+        } else {
+            // No usable index: halve for this iteration to isolate the culprit, without
+            // remembering the size.
+            let st = &mut self.hosts[host];
+            st.max_oids = (n / 2).max(1).min(st.max_oids);
+            self.requeue_front(host, items);
+        }
+    }
+
+    fn shrink(&mut self, host: usize, size: usize) {
+        let st = &mut self.hosts[host];
+        let size = size.max(1);
+        if size < st.max_oids {
+            st.max_oids = size;
+            st.learned = true;
+        }
+    }
+
+    fn requeue_front(&mut self, host: usize, items: &[u32]) {
+        let st = &mut self.hosts[host];
+        for &i in items.iter().rev() {
+            st.requeue.push_front(i);
+        }
+    }
+
+    fn deliver(&mut self, host: usize, item: usize, result: Result<VarValue, ItemFailure>) {
+        if result.is_ok() {
+            self.stats.items_ok += 1;
+        } else {
+            self.stats.items_failed += 1;
+        }
+        self.events.push_back(Event::Item { host, item, result });
+    }
+
+    fn fail(&mut self, host: usize, item: usize, f: ItemFailure) {
+        self.deliver(host, item, Err(f));
+    }
+
+    /// After a request of `host` ended: finish the host or let it send again.
+    fn after_progress(&mut self, host: usize) {
+        let job = &self.jobs[host];
+        let st = &mut self.hosts[host];
+        if st.finished {
+            return;
+        }
+        let unsent = st.requeue.len() + (job.oids.len() - st.next as usize);
+        if unsent == 0 && st.inflight.is_empty() {
+            st.finished = true;
+            self.open_hosts -= 1;
+            self.events.push_back(Event::HostDone {
+                host,
+                timed_out: false,
+            });
+        } else if unsent > 0 && !st.queued && st.inflight.len() < job.max_inflight.max(1) {
+            st.queued = true;
+            self.ready.push_back(host as u32);
+        }
+    }
+
+    fn kill_host(&mut self, host: usize, f: ItemFailure) {
+        self.stats.hosts_timed_out += 1;
+        let ids = std::mem::take(&mut self.hosts[host].inflight);
+        for id in ids {
+            if let Some(e) = self.table.remove(&id) {
+                for &i in &e.items {
+                    self.fail(host, i as usize, f.clone());
+                }
+                self.recycle(e);
+            }
+        }
+        let requeue = std::mem::take(&mut self.hosts[host].requeue);
+        for i in requeue {
+            self.fail(host, i as usize, f.clone());
+        }
+        let total = self.jobs[host].oids.len() as u32;
+        let next = std::mem::replace(&mut self.hosts[host].next, total);
+        for i in next..total {
+            self.fail(host, i as usize, f.clone());
+        }
+        self.hosts[host].finished = true;
+        self.open_hosts -= 1;
+        self.events.push_back(Event::HostDone {
+            host,
+            timed_out: true,
+        });
+    }
+
+    fn recycle(&mut self, e: InFlight) {
+        if self.pool.len() < 4096 {
+            self.pool.push((e.items, e.bytes));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

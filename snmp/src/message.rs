@@ -1,0 +1,374 @@
+//! SNMP v1/v2c messages: request encoding and checked, zero-copy decoding.
+//!
+//! ```text
+//! Message ::= SEQUENCE { version INTEGER, community OCTET STRING, data PDU }
+//! PDU     ::= [tag] SEQUENCE { request-id, error-status | non-repeaters,
+//!                              error-index | max-repetitions, SEQUENCE OF VarBind }
+//! VarBind ::= SEQUENCE { name OBJECT IDENTIFIER, value }
+//! ```
+//!
+//! [`Message::decode`] validates the whole datagram, every varbind included, before it
+//! returns; afterwards iterating the varbinds cannot fail. Trap-v1 PDUs (a different
+//! layout) and SNMPv3 are rejected with a typed error.
+
+use std::fmt;
+
+use crate::ber::*;
+use crate::oid::{Oid, OidRef};
+use crate::value::ValueRef;
+use crate::DecodeError;
+
+/// SNMP protocol version (the `version` field: 0 for v1, 1 for v2c).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Version {
+    V1,
+    /// Default: what every device deployed in the last 20 years speaks.
+    #[default]
+    V2c,
+}
+
+impl Version {
+    pub fn wire(self) -> i64 {
+        match self {
+            Version::V1 => 0,
+            Version::V2c => 1,
+        }
+    }
+
+    /// "1" or "2c", as net-snmp's `-v` spells them.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V1 => "1",
+            Version::V2c => "2c",
+        }
+    }
+}
+
+impl std::str::FromStr for Version {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Version, String> {
+        match s {
+            "1" | "v1" => Ok(Version::V1),
+            "2c" | "v2c" | "2" => Ok(Version::V2c),
+            other => Err(format!("unsupported SNMP version {other:?} (use 1 or 2c)")),
+        }
+    }
+}
+
+/// PDU tags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PduType {
+    GetRequest,
+    GetNextRequest,
+    Response,
+    SetRequest,
+    GetBulkRequest,
+    InformRequest,
+    TrapV2,
+    Report,
+}
+
+impl PduType {
+    pub fn tag(self) -> u8 {
+        match self {
+            PduType::GetRequest => 0xa0,
+            PduType::GetNextRequest => 0xa1,
+            PduType::Response => 0xa2,
+            PduType::SetRequest => 0xa3,
+            PduType::GetBulkRequest => 0xa5,
+            PduType::InformRequest => 0xa6,
+            PduType::TrapV2 => 0xa7,
+            PduType::Report => 0xa8,
+        }
+    }
+
+    fn from_tag(tag: u8) -> Result<PduType, DecodeError> {
+        Ok(match tag {
+            0xa0 => PduType::GetRequest,
+            0xa1 => PduType::GetNextRequest,
+            0xa2 => PduType::Response,
+            0xa3 => PduType::SetRequest,
+            0xa5 => PduType::GetBulkRequest,
+            0xa6 => PduType::InformRequest,
+            0xa7 => PduType::TrapV2,
+            0xa8 => PduType::Report,
+            found => return Err(DecodeError::UnsupportedPdu { found }),
+        })
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestKind {
+    Get,
+    GetNext,
+    /// v2c only. `max_repetitions` is how many successors of each repeater to return.
+    GetBulk {
+        non_repeaters: u32,
+        max_repetitions: u32,
+    },
+}
+
+/// The error-status of a response (RFC 3416 §3; 0..=5 are v1's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ErrorStatus(pub u32);
+
+impl ErrorStatus {
+    pub const NO_ERROR: ErrorStatus = ErrorStatus(0);
+    pub const TOO_BIG: ErrorStatus = ErrorStatus(1);
+    /// v1 only: one of the requested OIDs does not exist (error-index says which).
+    pub const NO_SUCH_NAME: ErrorStatus = ErrorStatus(2);
+    pub const GEN_ERR: ErrorStatus = ErrorStatus(5);
+
+    /// RFC 3416's name (`tooBig`, `noSuchName`, `genErr`, ...).
+    pub fn name(self) -> &'static str {
+        const NAMES: [&str; 19] = [
+            "noError",
+            "tooBig",
+            "noSuchName",
+            "badValue",
+            "readOnly",
+            "genErr",
+            "noAccess",
+            "wrongType",
+            "wrongLength",
+            "wrongEncoding",
+            "wrongValue",
+            "noCreation",
+            "inconsistentValue",
+            "resourceUnavailable",
+            "commitFailed",
+            "undoFailed",
+            "authorizationError",
+            "notWritable",
+            "inconsistentName",
+        ];
+        NAMES
+            .get(self.0 as usize)
+            .copied()
+            .unwrap_or("unknownError")
+    }
+}
+
+impl fmt::Display for ErrorStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({})", self.name(), self.0)
+    }
+}
+
+/// Encodes a request whose varbinds carry NULL values. `oids` is walked twice (sizes,
+/// then bytes), hence `Clone`. Appends to `out`; returns the number of bytes written.
+pub fn encode_request<'o, I>(
+    out: &mut Vec<u8>,
+    version: Version,
+    community: &[u8],
+    request_id: i32,
+    kind: RequestKind,
+    oids: I,
+) -> usize
+where
+    I: Iterator<Item = &'o Oid> + Clone,
+{
+    let (pdu, f1, f2) = match kind {
+        RequestKind::Get => (PduType::GetRequest, 0, 0),
+        RequestKind::GetNext => (PduType::GetNextRequest, 0, 0),
+        RequestKind::GetBulk {
+            non_repeaters,
+            max_repetitions,
+        } => (
+            PduType::GetBulkRequest,
+            non_repeaters as i64,
+            max_repetitions as i64,
+        ),
+    };
+    encode_message(
+        out,
+        version,
+        community,
+        pdu,
+        request_id,
+        f1,
+        f2,
+        oids.map(|o| (o.as_ref(), ValueRef::Null)),
+    )
+}
+
+/// Encodes any message (responses too: agents in tests use this).
+#[allow(clippy::too_many_arguments)]
+pub fn encode_message<'v, I>(
+    out: &mut Vec<u8>,
+    version: Version,
+    community: &[u8],
+    pdu: PduType,
+    request_id: i32,
+    field1: i64,
+    field2: i64,
+    varbinds: I,
+) -> usize
+where
+    I: Iterator<Item = (OidRef<'v>, ValueRef<'v>)> + Clone,
+{
+    let start = out.len();
+    let vb_len: usize = varbinds
+        .clone()
+        .map(|(o, v)| tlv_len(tlv_len(o.as_ber().len()) + v.encoded_len()))
+        .sum();
+    let pdu_len = 2
+        + int_len(request_id as i64)
+        + 2
+        + int_len(field1)
+        + 2
+        + int_len(field2)
+        + tlv_len(vb_len);
+    let msg_len = 3 + tlv_len(community.len()) + tlv_len(pdu_len);
+    out.reserve(tlv_len(msg_len));
+    write_header(out, TAG_SEQUENCE, msg_len);
+    write_int(out, TAG_INTEGER, version.wire());
+    write_header(out, TAG_OCTET_STRING, community.len());
+    out.extend_from_slice(community);
+    write_header(out, pdu.tag(), pdu_len);
+    write_int(out, TAG_INTEGER, request_id as i64);
+    write_int(out, TAG_INTEGER, field1);
+    write_int(out, TAG_INTEGER, field2);
+    write_header(out, TAG_SEQUENCE, vb_len);
+    for (o, v) in varbinds {
+        write_header(
+            out,
+            TAG_SEQUENCE,
+            tlv_len(o.as_ber().len()) + v.encoded_len(),
+        );
+        write_header(out, TAG_OID, o.as_ber().len());
+        out.extend_from_slice(o.as_ber());
+        v.write(out);
+    }
+    debug_assert_eq!(out.len() - start, tlv_len(msg_len));
+    out.len() - start
+}
+
+/// A decoded, fully validated v1/v2c message borrowing from the datagram.
+#[derive(Debug, Clone)]
+pub struct Message<'a> {
+    pub version: Version,
+    pub community: &'a [u8],
+    pub pdu_type: PduType,
+    pub request_id: i32,
+    /// error-status (non-repeaters in a GetBulk request).
+    pub error_status: ErrorStatus,
+    /// error-index, 1-based (max-repetitions in a GetBulk request).
+    pub error_index: u32,
+    varbinds: &'a [u8],
+    count: usize,
+}
+
+/// One decoded varbind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VarBind<'a> {
+    pub oid: OidRef<'a>,
+    pub value: ValueRef<'a>,
+}
+
+impl<'a> Message<'a> {
+    /// Decodes and validates a whole datagram. Trailing bytes after the message are an
+    /// error (a sign of a corrupt or hostile datagram).
+    pub fn decode(buf: &'a [u8]) -> Result<Message<'a>, DecodeError> {
+        let mut outer = Reader::new(buf);
+        let body = outer.read_expect(TAG_SEQUENCE)?;
+        if !outer.is_empty() {
+            return Err(DecodeError::TrailingBytes);
+        }
+        let mut r = Reader::new(body);
+        let version = match r.read_i64()? {
+            0 => Version::V1,
+            1 => Version::V2c,
+            v => return Err(DecodeError::UnsupportedVersion { version: v }),
+        };
+        let community = r.read_expect(TAG_OCTET_STRING)?;
+        let (tag, pdu) = r.read_tlv()?;
+        let pdu_type = PduType::from_tag(tag)?;
+        if !r.is_empty() {
+            return Err(DecodeError::TrailingBytes);
+        }
+        let mut p = Reader::new(pdu);
+        let request_id = p.read_i32()?;
+        let error_status = p.read_i64()?;
+        let error_index = p.read_i64()?;
+        let (error_status, error_index) =
+            match (u32::try_from(error_status), u32::try_from(error_index)) {
+                (Ok(s), Ok(i)) => (ErrorStatus(s), i),
+                _ => return Err(DecodeError::IntegerRange),
+            };
+        let varbinds = p.read_expect(TAG_SEQUENCE)?;
+        if !p.is_empty() {
+            return Err(DecodeError::TrailingBytes);
+        }
+        let mut count = 0;
+        let mut vr = Reader::new(varbinds);
+        while !vr.is_empty() {
+            decode_varbind(&mut vr)?;
+            count += 1;
+        }
+        Ok(Message {
+            version,
+            community,
+            pdu_type,
+            request_id,
+            error_status,
+            error_index,
+            varbinds,
+            count,
+        })
+    }
+
+    /// Number of varbinds.
+    pub fn varbind_count(&self) -> usize {
+        self.count
+    }
+
+    /// The varbinds in order.
+    pub fn varbinds(&self) -> VarBinds<'a> {
+        VarBinds {
+            r: Reader::new(self.varbinds),
+        }
+    }
+}
+
+fn decode_varbind<'a>(r: &mut Reader<'a>) -> Result<VarBind<'a>, DecodeError> {
+    let mut vb = Reader::new(r.read_expect(TAG_SEQUENCE)?);
+    let oid = OidRef::from_ber(vb.read_expect(TAG_OID)?)?;
+    let (tag, c) = vb.read_tlv()?;
+    let value = ValueRef::decode(tag, c)?;
+    if !vb.is_empty() {
+        return Err(DecodeError::TrailingBytes);
+    }
+    Ok(VarBind { oid, value })
+}
+
+/// Iterator over a validated message's varbinds.
+#[derive(Debug, Clone)]
+pub struct VarBinds<'a> {
+    r: Reader<'a>,
+}
+
+impl<'a> Iterator for VarBinds<'a> {
+    type Item = VarBind<'a>;
+
+    fn next(&mut self) -> Option<VarBind<'a>> {
+        if self.r.is_empty() {
+            return None;
+        }
+        // Validated by Message::decode; on the impossible error stop rather than panic.
+        decode_varbind(&mut self.r).ok()
+    }
+}
+
+/// Reads just the request-id of a v1/v2c message without validating the rest; for
+/// counters and logs of datagrams that failed to decode.
+pub fn peek_request_id(buf: &[u8]) -> Option<i32> {
+    let mut outer = Reader::new(buf);
+    let mut r = Reader::new(outer.read_expect(TAG_SEQUENCE).ok()?);
+    r.read_i64().ok()?;
+    r.read_expect(TAG_OCTET_STRING).ok()?;
+    let (_, pdu) = r.read_tlv().ok()?;
+    Reader::new(pdu).read_i32().ok()
+}
