@@ -5,6 +5,7 @@
 
 pub mod engine;
 pub mod keys;
+pub mod metrics;
 pub mod plan;
 pub mod scheduler;
 pub mod value;
