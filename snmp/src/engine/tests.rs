@@ -1,1 +1,755 @@
+//! The engine on a virtual clock against simulated agents (unit tests: the agents are
+//! mocks built on the real codec).
 
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::message::encode_message;
+
+fn addr(i: u8) -> SocketAddr {
+    SocketAddr::from(([127, 0, 9, i], 161))
+}
+
+fn oid(s: &str) -> Oid {
+    s.parse().unwrap()
+}
+
+/// A simulated agent.
+#[derive(Clone)]
+struct Agent {
+    community: &'static str,
+    values: BTreeMap<Oid, VarValue>,
+    /// Answer tooBig when a request has more varbinds than this.
+    too_big_over: usize,
+    /// Answer only this many varbinds (a "short" response).
+    truncate_to: usize,
+    /// Drop this many first datagrams (forces retries).
+    drop_first: usize,
+    silent: bool,
+    latency: Duration,
+    received: usize,
+}
+
+impl Agent {
+    fn new(values: &[(&str, VarValue)]) -> Agent {
+        Agent {
+            community: "public",
+            values: values.iter().map(|(o, v)| (oid(o), v.clone())).collect(),
+            too_big_over: usize::MAX,
+            truncate_to: usize::MAX,
+            drop_first: 0,
+            silent: false,
+            latency: Duration::from_millis(1),
+            received: 0,
+        }
+    }
+
+    fn answer(&mut self, req: &[u8]) -> Option<Vec<u8>> {
+        self.received += 1;
+        if self.silent || self.received <= self.drop_first {
+            return None;
+        }
+        let m = Message::decode(req).ok()?;
+        if m.community != self.community.as_bytes() {
+            return None;
+        }
+        let asked: Vec<Oid> = m.varbinds().map(|vb| vb.oid.to_owned()).collect();
+        let mut out = Vec::new();
+        let echo = |out: &mut Vec<u8>, status: u32, index: usize| {
+            encode_message(
+                out,
+                m.version,
+                m.community,
+                PduType::Response,
+                m.request_id,
+                status as i64,
+                index as i64,
+                asked.iter().map(|o| (o.as_ref(), crate::ValueRef::Null)),
+            );
+        };
+        if asked.len() > self.too_big_over {
+            echo(&mut out, 1, 0);
+            return Some(out);
+        }
+        if m.version == Version::V1 {
+            if let Some(k) = asked.iter().position(|o| !self.values.contains_key(o)) {
+                echo(&mut out, 2, k + 1);
+                return Some(out);
+            }
+        }
+        let vals: Vec<(Oid, VarValue)> = asked
+            .iter()
+            .take(self.truncate_to)
+            .map(|o| {
+                (
+                    o.clone(),
+                    self.values
+                        .get(o)
+                        .cloned()
+                        .unwrap_or(VarValue::NoSuchObject),
+                )
+            })
+            .collect();
+        encode_message(
+            &mut out,
+            m.version,
+            m.community,
+            PduType::Response,
+            m.request_id,
+            0,
+            0,
+            vals.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+        );
+        Some(out)
+    }
+}
+
+fn job(i: u8, oids: &[&str]) -> HostJob {
+    let mut j = HostJob::new(
+        addr(i),
+        Arc::from("public"),
+        oids.iter().map(|s| oid(s)).collect(),
+    );
+    j.timeout = Duration::from_secs(1);
+    j
+}
+
+struct Outcome {
+    events: Vec<Event>,
+    stats: Stats,
+    elapsed: Duration,
+    /// (time since start, transmit, bytes)
+    sent: Vec<(Duration, Transmit, Vec<u8>)>,
+    memory: HostMemory,
+    done_at: HashMap<usize, Duration>,
+}
+
+/// Runs an iteration to the end on a virtual clock.
+fn simulate(
+    jobs: &[HostJob],
+    agents: &mut HashMap<SocketAddr, Agent>,
+    memory: HostMemory,
+    opts: IterationOptions,
+    t0: Instant,
+) -> Outcome {
+    let mut memory = memory;
+    let mut it = Iteration::new(jobs, &memory, opts);
+    let mut now = t0;
+    let mut deliveries: Vec<(Instant, SocketAddr, Vec<u8>)> = Vec::new();
+    let mut buf = Vec::new();
+    let mut out = Outcome {
+        events: vec![],
+        stats: Stats::default(),
+        elapsed: Duration::ZERO,
+        sent: vec![],
+        memory: HostMemory::default(),
+        done_at: HashMap::new(),
+    };
+    for _ in 0..100_000 {
+        while let Some(t) = it.poll_transmit(now, &mut buf) {
+            out.sent.push((now - t0, t, buf.clone()));
+            if let Some(agent) = agents.get_mut(&t.dst) {
+                if let Some(resp) = agent.answer(&buf) {
+                    deliveries.push((now + agent.latency, t.dst, resp));
+                }
+            }
+        }
+        while let Some(e) = it.poll_event() {
+            if let Event::HostDone { host, .. } = e {
+                out.done_at.insert(host, now - t0);
+            }
+            out.events.push(e);
+        }
+        if it.is_done() {
+            break;
+        }
+        let next_delivery = deliveries.iter().map(|d| d.0).min();
+        let next = match (next_delivery, it.poll_timeout()) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).expect("engine stalled: no delivery and no timer"),
+        };
+        now = now.max(next);
+        let (due, later): (Vec<_>, Vec<_>) = deliveries.into_iter().partition(|d| d.0 <= now);
+        deliveries = later;
+        for (_, src, bytes) in due {
+            it.handle_datagram(src, &bytes, now);
+        }
+        it.handle_timeout(now);
+    }
+    assert!(it.is_done(), "iteration did not finish");
+    out.stats = *it.stats();
+    out.elapsed = now - t0;
+    it.save_learned(&mut memory);
+    out.memory = memory;
+    out
+}
+
+fn items_of(events: &[Event], host: usize) -> BTreeMap<usize, Result<VarValue, ItemFailure>> {
+    let mut m = BTreeMap::new();
+    for e in events {
+        if let Event::Item {
+            host: h,
+            item,
+            result,
+        } = e
+        {
+            if *h == host {
+                assert!(
+                    m.insert(*item, result.clone()).is_none(),
+                    "item {item} reported twice"
+                );
+            }
+        }
+    }
+    m
+}
+
+fn agent_with(n: usize) -> (Agent, Vec<String>) {
+    let oids: Vec<String> = (1..=n)
+        .map(|i| format!("1.3.6.1.2.1.2.2.1.10.{i}"))
+        .collect();
+    let vals: Vec<(&str, VarValue)> = oids
+        .iter()
+        .enumerate()
+        .map(|(i, o)| (o.as_str(), VarValue::Counter32(i as u32 * 100)))
+        .collect();
+    (Agent::new(&vals), oids)
+}
+
+#[test]
+fn hybrid_chain_one_request_per_host_in_flight() {
+    let (a, oids) = agent_with(5);
+    let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    let mut ja = job(1, &refs);
+    ja.max_oids = 2;
+    let jb = job(2, &refs[..2]);
+    let jobs = vec![ja, jb];
+    let mut agents = HashMap::from([(addr(1), a.clone()), (addr(2), a)]);
+    let t0 = Instant::now();
+    let out = simulate(
+        &jobs,
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        t0,
+    );
+    // Host 0 needs 3 requests (2+2+1 OIDs), sent one after another: never two at once.
+    let host0: Vec<&(Duration, Transmit, Vec<u8>)> =
+        out.sent.iter().filter(|s| s.1.host == 0).collect();
+    assert_eq!(host0.len(), 3);
+    let times: Vec<Duration> = host0.iter().map(|s| s.0).collect();
+    assert_eq!(
+        times,
+        [
+            Duration::ZERO,
+            Duration::from_millis(1),
+            Duration::from_millis(2)
+        ]
+    );
+    let sizes: Vec<usize> = host0
+        .iter()
+        .map(|s| Message::decode(&s.2).unwrap().varbind_count())
+        .collect();
+    assert_eq!(sizes, [2, 2, 1]);
+    // Host 1 went in parallel with host 0's first request.
+    assert_eq!(out.sent[1].1.host, 1);
+    assert_eq!(out.sent[1].0, Duration::ZERO);
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.len(), 5);
+    for (i, r) in items {
+        assert_eq!(r, Ok(VarValue::Counter32(i as u32 * 100)));
+    }
+    assert_eq!(out.done_at[&1], Duration::from_millis(1));
+    assert_eq!(out.done_at[&0], Duration::from_millis(3));
+    assert_eq!(out.stats.requests, 4);
+    assert_eq!(out.stats.items_ok, 7);
+}
+
+#[test]
+fn max_inflight_two_sends_two_at_once() {
+    let (a, oids) = agent_with(6);
+    let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    let mut j = job(1, &refs);
+    j.max_oids = 2;
+    j.max_inflight = 2;
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = simulate(
+        &[j],
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        Instant::now(),
+    );
+    let times: Vec<Duration> = out.sent.iter().map(|s| s.0).collect();
+    assert_eq!(
+        times,
+        [Duration::ZERO, Duration::ZERO, Duration::from_millis(1)]
+    );
+    assert_eq!(items_of(&out.events, 0).len(), 6);
+}
+
+#[test]
+fn retry_resends_same_bytes_and_id() {
+    let (mut a, oids) = agent_with(1);
+    a.drop_first = 1;
+    let mut j = job(1, &[&oids[0]]);
+    j.retries = 2;
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = simulate(
+        &[j],
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        Instant::now(),
+    );
+    assert_eq!(out.sent.len(), 2);
+    assert_eq!(
+        out.sent[0].2, out.sent[1].2,
+        "retry must resend identical bytes (same request-id)"
+    );
+    assert!(!out.sent[0].1.retry && out.sent[1].1.retry);
+    assert_eq!(out.sent[1].0, Duration::from_secs(1));
+    assert_eq!(out.stats.retries, 1);
+    assert_eq!(out.stats.timeouts, 1);
+    assert_eq!(items_of(&out.events, 0)[&0], Ok(VarValue::Counter32(0)));
+    assert_eq!(out.elapsed, Duration::from_millis(1001));
+}
+
+#[test]
+fn dead_host_costs_one_timeout_times_attempts_and_reports_once() {
+    let (live, oids) = agent_with(3);
+    let mut silent = live.clone();
+    silent.silent = true;
+    let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    let mut dead = job(1, &refs);
+    dead.max_oids = 1; // 3 requests' worth of items ...
+    dead.retries = 2;
+    let ok = job(2, &refs);
+    let mut agents = HashMap::from([(addr(1), silent), (addr(2), live)]);
+    let out = simulate(
+        &[dead, ok],
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        Instant::now(),
+    );
+    // ... but only the first is ever sent (+2 retries): the host dies at 3 x 1 s.
+    let to_dead: Vec<_> = out.sent.iter().filter(|s| s.1.host == 0).collect();
+    assert_eq!(to_dead.len(), 3);
+    assert_eq!(out.elapsed, Duration::from_secs(3));
+    assert_eq!(out.done_at[&0], Duration::from_secs(3));
+    assert_eq!(out.done_at[&1], Duration::from_millis(1));
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.len(), 3);
+    assert!(items.values().all(|r| *r == Err(ItemFailure::Timeout)));
+    let dones: Vec<_> = out
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::HostDone { host: 0, .. }))
+        .collect();
+    assert_eq!(
+        dones,
+        [&Event::HostDone {
+            host: 0,
+            timed_out: true
+        }]
+    );
+    assert_eq!(out.stats.hosts_timed_out, 1);
+    assert_eq!(out.stats.timeouts, 3);
+}
+
+#[test]
+fn too_big_halves_and_is_remembered() {
+    let (mut a, oids) = agent_with(10);
+    a.too_big_over = 3;
+    let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    let j = job(1, &refs);
+    assert_eq!(j.max_oids, 10);
+    let jobs = [j];
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let t0 = Instant::now();
+    let out = simulate(
+        &jobs,
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        t0,
+    );
+    // 10 -> tooBig -> 5 -> tooBig -> 2: works, remembered.
+    assert_eq!(out.stats.too_big, 2);
+    assert_eq!(out.memory.max_oids(&addr(1)), Some(2));
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.len(), 10);
+    assert!(items
+        .iter()
+        .all(|(i, r)| *r == Ok(VarValue::Counter32(*i as u32 * 100))));
+    // Next iteration starts at the learned size: no tooBig at all.
+    let out2 = simulate(
+        &jobs,
+        &mut agents,
+        out.memory.clone(),
+        IterationOptions::default(),
+        t0,
+    );
+    assert_eq!(out2.stats.too_big, 0);
+    assert_eq!(out2.stats.requests, 5);
+    assert_eq!(items_of(&out2.events, 0).len(), 10);
+}
+
+#[test]
+fn short_response_asks_for_the_rest_with_the_size_that_worked() {
+    let (mut a, oids) = agent_with(7);
+    a.truncate_to = 3;
+    let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = simulate(
+        &[job(1, &refs)],
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        Instant::now(),
+    );
+    let sizes: Vec<usize> = out
+        .sent
+        .iter()
+        .map(|s| Message::decode(&s.2).unwrap().varbind_count())
+        .collect();
+    assert_eq!(sizes, [7, 3, 1]);
+    assert_eq!(out.memory.max_oids(&addr(1)), Some(3));
+    let items = items_of(&out.events, 0);
+    assert!(items
+        .iter()
+        .all(|(i, r)| *r == Ok(VarValue::Counter32(*i as u32 * 100))));
+    assert_eq!(items.len(), 7);
+}
+
+#[test]
+fn v1_no_such_name_fails_one_item_and_resends_the_rest() {
+    let (a, oids) = agent_with(4);
+    let mut refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    refs.insert(1, "1.3.6.1.2.1.1.7.0");
+    let mut j = job(1, &refs);
+    j.version = Version::V1;
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = simulate(
+        &[j],
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        Instant::now(),
+    );
+    let items = items_of(&out.events, 0);
+    assert_eq!(
+        items[&1],
+        Err(ItemFailure::ErrorStatus(ErrorStatus::NO_SUCH_NAME))
+    );
+    assert_eq!(items[&0], Ok(VarValue::Counter32(0)));
+    assert_eq!(items[&4], Ok(VarValue::Counter32(300)));
+    assert_eq!(out.sent.len(), 2);
+    assert_eq!(Message::decode(&out.sent[1].2).unwrap().varbind_count(), 4);
+    assert_eq!(
+        out.memory.max_oids(&addr(1)),
+        None,
+        "noSuchName is not a size problem"
+    );
+}
+
+#[test]
+fn exceptions_are_delivered_as_values() {
+    let a = Agent::new(&[("1.3.6.1.2.1.1.3.0", VarValue::TimeTicks(5))]);
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = simulate(
+        &[job(1, &["1.3.6.1.2.1.1.3.0", "1.3.6.1.2.1.1.99.0"])],
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        Instant::now(),
+    );
+    let items = items_of(&out.events, 0);
+    assert_eq!(items[&0], Ok(VarValue::TimeTicks(5)));
+    assert_eq!(items[&1], Ok(VarValue::NoSuchObject));
+}
+
+/// Drives the iteration by hand to inject hostile datagrams.
+#[test]
+fn foreign_datagrams_are_dropped_and_counted() {
+    let (mut a, oids) = agent_with(2);
+    let jobs = [job(1, &[&oids[0], &oids[1]])];
+    let mut it = Iteration::new(
+        &jobs,
+        &HostMemory::default(),
+        IterationOptions {
+            first_request_id: 1000,
+            ..Default::default()
+        },
+    );
+    let now = Instant::now();
+    let mut buf = Vec::new();
+    let t = it.poll_transmit(now, &mut buf).unwrap();
+    assert_eq!(t.request_id, 1000);
+    assert!(
+        it.poll_transmit(now, &mut buf.clone()).is_none(),
+        "one in flight per host"
+    );
+    let good = a.answer(&buf).unwrap();
+
+    assert_eq!(
+        it.handle_datagram(addr(1), b"\x30\x03garbage", now),
+        Received::Malformed
+    );
+    assert_eq!(
+        it.handle_datagram(addr(7), &good, now),
+        Received::WrongSource
+    );
+    let mut other_port = addr(1);
+    other_port.set_port(1161);
+    assert_eq!(
+        it.handle_datagram(other_port, &good, now),
+        Received::WrongSource
+    );
+    // Same request-id, wrong community.
+    a.community = "private";
+    let mut req = Vec::new();
+    encode_request(
+        &mut req,
+        Version::V2c,
+        b"private",
+        1000,
+        RequestKind::Get,
+        jobs[0].oids.iter(),
+    );
+    let wrong_comm = a.answer(&req).unwrap();
+    assert_eq!(
+        it.handle_datagram(addr(1), &wrong_comm, now),
+        Received::WrongCommunity
+    );
+    // Unknown request-id.
+    let mut req = Vec::new();
+    encode_request(
+        &mut req,
+        Version::V2c,
+        b"private",
+        5,
+        RequestKind::Get,
+        jobs[0].oids.iter(),
+    );
+    let unknown = a.answer(&req).unwrap();
+    assert_eq!(
+        it.handle_datagram(addr(1), &unknown, now),
+        Received::UnknownRequestId
+    );
+    // A request (not a response) echoed back.
+    assert_eq!(
+        it.handle_datagram(addr(1), &buf, now),
+        Received::NotResponse
+    );
+    assert!(it.poll_event().is_none(), "nothing matched yet");
+
+    assert_eq!(it.handle_datagram(addr(1), &good, now), Received::Matched);
+    assert_eq!(
+        it.handle_datagram(addr(1), &good, now),
+        Received::Stale,
+        "duplicate"
+    );
+    let s = *it.stats();
+    assert_eq!(
+        (
+            s.malformed,
+            s.wrong_source,
+            s.wrong_community,
+            s.unknown_request_id,
+            s.not_response,
+            s.stale,
+            s.responses
+        ),
+        (1, 2, 1, 1, 1, 1, 1)
+    );
+    assert!(matches!(
+        it.poll_event(),
+        Some(Event::Item {
+            item: 0,
+            result: Ok(VarValue::Counter32(0)),
+            ..
+        })
+    ));
+    assert!(matches!(
+        it.poll_event(),
+        Some(Event::Item {
+            item: 1,
+            result: Ok(VarValue::Counter32(100)),
+            ..
+        })
+    ));
+    assert_eq!(
+        it.poll_event(),
+        Some(Event::HostDone {
+            host: 0,
+            timed_out: false
+        })
+    );
+    assert!(it.is_done());
+}
+
+#[test]
+fn wrong_oid_in_answer_is_an_item_error() {
+    let jobs = [job(1, &["1.3.6.1.2.1.1.3.0"])];
+    let mut it = Iteration::new(&jobs, &HostMemory::default(), IterationOptions::default());
+    let now = Instant::now();
+    let mut buf = Vec::new();
+    let t = it.poll_transmit(now, &mut buf).unwrap();
+    let other = oid("1.3.6.1.2.1.1.4.0");
+    let mut resp = Vec::new();
+    encode_message(
+        &mut resp,
+        Version::V2c,
+        b"public",
+        PduType::Response,
+        t.request_id,
+        0,
+        0,
+        std::iter::once((other.as_ref(), crate::ValueRef::Integer(1))),
+    );
+    assert_eq!(it.handle_datagram(addr(1), &resp, now), Received::Matched);
+    assert_eq!(
+        it.poll_event(),
+        Some(Event::Item {
+            host: 0,
+            item: 0,
+            result: Err(ItemFailure::WrongOid { got: other })
+        })
+    );
+}
+
+#[test]
+fn send_error_fails_that_request_only() {
+    let (_, oids) = agent_with(2);
+    let mut j = job(1, &[&oids[0], &oids[1]]);
+    j.max_oids = 1;
+    let jobs = [j];
+    let mut it = Iteration::new(&jobs, &HostMemory::default(), IterationOptions::default());
+    let now = Instant::now();
+    let mut buf = Vec::new();
+    let t = it.poll_transmit(now, &mut buf).unwrap();
+    it.handle_send_error(t.request_id, "Operation not permitted");
+    assert_eq!(
+        it.poll_event(),
+        Some(Event::Item {
+            host: 0,
+            item: 0,
+            result: Err(ItemFailure::Send("Operation not permitted".into()))
+        })
+    );
+    assert!(
+        it.poll_transmit(now, &mut buf).is_some(),
+        "the host goes on with its next item"
+    );
+    assert_eq!(it.stats().send_errors, 1);
+}
+
+#[test]
+fn iteration_deadline_ends_everything() {
+    let (mut a, oids) = agent_with(1);
+    a.silent = true;
+    let mut j = job(1, &[&oids[0]]);
+    j.timeout = Duration::from_secs(10);
+    let t0 = Instant::now();
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let opts = IterationOptions {
+        deadline: Some(t0 + Duration::from_secs(2)),
+        ..Default::default()
+    };
+    let out = simulate(&[j], &mut agents, HostMemory::default(), opts, t0);
+    assert_eq!(out.elapsed, Duration::from_secs(2));
+    assert_eq!(items_of(&out.events, 0)[&0], Err(ItemFailure::Timeout));
+}
+
+#[test]
+fn global_inflight_cap_is_respected() {
+    let (a, oids) = agent_with(1);
+    let jobs: Vec<HostJob> = (1..=20).map(|i| job(i, &[&oids[0]])).collect();
+    let mut agents: HashMap<SocketAddr, Agent> = (1..=20).map(|i| (addr(i), a.clone())).collect();
+    let opts = IterationOptions {
+        max_inflight_total: 4,
+        ..Default::default()
+    };
+    let out = simulate(
+        &jobs,
+        &mut agents,
+        HostMemory::default(),
+        opts,
+        Instant::now(),
+    );
+    let at_zero = out.sent.iter().filter(|s| s.0 == Duration::ZERO).count();
+    assert_eq!(at_zero, 4);
+    assert_eq!(out.stats.items_ok, 20);
+}
+
+#[test]
+fn empty_job_finishes_immediately() {
+    let jobs = [job(1, &[])];
+    let mut it = Iteration::new(&jobs, &HostMemory::default(), IterationOptions::default());
+    assert!(it.is_done());
+    assert_eq!(
+        it.poll_event(),
+        Some(Event::HostDone {
+            host: 0,
+            timed_out: false
+        })
+    );
+    assert_eq!(it.poll_timeout(), None);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Whatever the agents do, every item is reported exactly once, every host is done
+    /// exactly once, and the iteration ends within the slowest host's bound.
+    #[test]
+    fn every_item_exactly_once(
+        hosts in proptest::collection::vec(
+            (1usize..12, 1usize..5, 1usize..3, 0u32..3, 0usize..4, 1usize..12, 1usize..12, any::<bool>(), 0u64..50),
+            1..12,
+        )
+    ) {
+        let t0 = Instant::now();
+        let (base, oids) = agent_with(12);
+        let mut jobs = Vec::new();
+        let mut agents = HashMap::new();
+        for (i, &(n, max_oids, inflight, retries, drop_first, too_big, trunc, silent, lat)) in hosts.iter().enumerate() {
+            let refs: Vec<&str> = oids.iter().take(n).map(|s| s.as_str()).collect();
+            let mut j = job(i as u8 + 1, &refs);
+            j.max_oids = max_oids;
+            j.max_inflight = inflight;
+            j.retries = retries;
+            jobs.push(j);
+            let mut a = base.clone();
+            a.drop_first = drop_first;
+            a.too_big_over = too_big;
+            a.truncate_to = trunc;
+            a.silent = silent;
+            a.latency = Duration::from_millis(lat);
+            agents.insert(addr(i as u8 + 1), a);
+        }
+        let out = simulate(&jobs, &mut agents, HostMemory::default(), IterationOptions::default(), t0);
+        for (h, j) in jobs.iter().enumerate() {
+            let items = items_of(&out.events, h);
+            prop_assert_eq!(items.len(), j.oids.len());
+            let dones = out.events.iter().filter(|e| matches!(e, Event::HostDone { host, .. } if *host == h)).count();
+            prop_assert_eq!(dones, 1);
+            if hosts[h].7 {
+                prop_assert!(items.values().all(|r| *r == Err(ItemFailure::Timeout)));
+                prop_assert_eq!(out.done_at[&h], j.timeout * (j.retries + 1));
+            }
+            for (i, r) in &items {
+                if let Ok(v) = r {
+                    prop_assert_eq!(v, &VarValue::Counter32(*i as u32 * 100));
+                }
+            }
+        }
+        prop_assert_eq!(out.stats.items_ok + out.stats.items_failed, jobs.iter().map(|j| j.oids.len() as u64).sum::<u64>());
+    }
+}
