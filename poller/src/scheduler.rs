@@ -16,8 +16,10 @@
 //!   burst of back-to-back polls.
 //! * A reload replaces the queues; completions of tasks taken before the reload carry an
 //!   older generation and are ignored (the new queues already hold their next slot).
-//! * A queue entry is 16 bytes (`due`, task index); tasks group a host's items, so the
-//!   scheduler's memory per item is well under that.
+//! * A queue entry is 24 bytes (due time, task index, interval, phase) and carries all
+//!   that [`Scheduler::complete`] needs, so putting a task back touches only its own
+//!   shard's lock: there is no scheduler-wide lock or table on the poll path. Tasks
+//!   group a host's items, so the scheduler's memory per item is at most that.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -30,6 +32,9 @@ use crate::plan::{Engine, Plan, Task};
 struct Entry {
     due: u64,
     task: u32,
+    /// Interval and phase in ms (intervals are at most a day: fits in 32 bits).
+    interval_ms: u32,
+    phase_ms: u32,
 }
 
 /// A task handed to an engine.
@@ -41,6 +46,10 @@ pub struct Due {
     pub due_ms: u64,
     /// Plan generation the task index refers to.
     pub generation: u64,
+    shard: u32,
+    engine: Engine,
+    interval_ms: u32,
+    phase_ms: u32,
 }
 
 /// Outcome of putting a task back after its poll.
@@ -62,17 +71,8 @@ pub struct Scheduler {
     generation: AtomicU64,
     /// Where the next `take_due` starts, so no shard is always served last.
     cursor: AtomicUsize,
-    /// The tasks' (interval, phase, shard): a copy of what `complete` needs, so the
-    /// scheduler does not hold the plan.
-    slots: Mutex<std::sync::Arc<[TaskSlot]>>,
-}
-
-#[derive(Debug, Clone, Copy)]
-struct TaskSlot {
-    interval_ms: u64,
-    phase_ms: u64,
-    shard: u32,
-    engine: Engine,
+    /// Serialises reloads (never taken on the poll path).
+    reload: Mutex<()>,
 }
 
 /// First slot strictly after `t`.
@@ -94,7 +94,7 @@ impl Scheduler {
                 .collect(),
             generation: AtomicU64::new(0),
             cursor: AtomicUsize::new(0),
-            slots: Mutex::new(std::sync::Arc::from(Vec::new())),
+            reload: Mutex::new(()),
         };
         s.load(plan, now_ms);
         s
@@ -112,32 +112,30 @@ impl Scheduler {
 
     fn load(&self, plan: &Plan, now_ms: u64) {
         let n = self.shards.len() as u64;
-        let slots: Vec<TaskSlot> = plan
-            .tasks
-            .iter()
-            .map(|t: &Task| TaskSlot {
-                interval_ms: t.interval_ms,
-                phase_ms: t.phase_ms,
-                shard: (plan.hosts[t.host as usize].hash % n) as u32,
-                engine: t.engine,
-            })
-            .collect();
         let mut fresh: Vec<[Vec<Reverse<Entry>>; 2]> = (0..n).map(|_| [Vec::new(), Vec::new()]).collect();
-        for (i, s) in slots.iter().enumerate() {
-            let due = next_slot_after(now_ms, s.interval_ms, s.phase_ms);
-            fresh[s.shard as usize][s.engine as usize].push(Reverse(Entry { due, task: i as u32 }));
+        for (i, t) in plan.tasks.iter().enumerate() {
+            let t: &Task = t;
+            let shard = (plan.hosts[t.host as usize].hash % n) as usize;
+            let interval_ms = u32::try_from(t.interval_ms).expect("intervals are validated to at most a day");
+            let due = next_slot_after(now_ms, t.interval_ms, t.phase_ms);
+            fresh[shard][t.engine as usize].push(Reverse(Entry {
+                due,
+                task: i as u32,
+                interval_ms,
+                phase_ms: t.phase_ms as u32,
+            }));
         }
-        // Swap generation and slots first, then queues, holding each lock briefly.
-        let mut slot_guard = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        // The generation moves first, then each queue is replaced under its own lock: a
+        // completion of an older generation either sees the new generation (and is
+        // dropped) or lands in a queue about to be replaced.
+        let _one_reload_at_a_time = self.reload.lock().unwrap_or_else(|e| e.into_inner());
         self.generation.fetch_add(1, Ordering::AcqRel);
-        *slot_guard = slots.into();
         for (shard, mut qs) in self.shards.iter().zip(fresh) {
             for e in Engine::ALL {
                 let heap = BinaryHeap::from(std::mem::take(&mut qs[e as usize]));
                 *shard.queues[e as usize].lock().unwrap_or_else(|e| e.into_inner()) = heap;
             }
         }
-        drop(slot_guard);
     }
 
     /// Replace the plan: every task of the new plan is queued at its first slot after
@@ -157,14 +155,16 @@ impl Scheduler {
         mut cost: impl FnMut(u32) -> u64,
         out: &mut Vec<Due>,
     ) -> usize {
-        let generation = self.generation();
         let n = self.shards.len();
         let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n;
         let mut spent = 0u64;
         let mut taken = 0;
         for k in 0..n {
-            let shard = &self.shards[(start + k) % n];
+            let si = (start + k) % n;
+            let shard = &self.shards[si];
             let mut q = shard.queues[engine as usize].lock().unwrap_or_else(|e| e.into_inner());
+            // Read under the shard lock: a reload replaces this queue under the same lock.
+            let generation = self.generation();
             while let Some(Reverse(top)) = q.peek() {
                 if top.due > now_ms {
                     break;
@@ -176,7 +176,15 @@ impl Scheduler {
                 let Reverse(e) = q.pop().expect("peeked");
                 spent += c;
                 taken += 1;
-                out.push(Due { task: e.task, due_ms: e.due, generation });
+                out.push(Due {
+                    task: e.task,
+                    due_ms: e.due,
+                    generation,
+                    shard: si as u32,
+                    engine,
+                    interval_ms: e.interval_ms,
+                    phase_ms: e.phase_ms,
+                });
             }
         }
         taken
@@ -211,24 +219,36 @@ impl Scheduler {
 
     /// Put a polled task back on its next slot (see the module docs for catch-up).
     pub fn complete(&self, due: Due, now_ms: u64) -> Rescheduled {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let (interval, phase) = (u64::from(due.interval_ms), u64::from(due.phase_ms));
+        let mut next = next_slot_after(due.due_ms, interval, phase);
+        let mut skipped = 0;
+        if next <= now_ms {
+            let after_now = next_slot_after(now_ms, interval, phase);
+            skipped = (after_now - next) / interval;
+            next = after_now;
+        }
+        let mut q = self.shards[due.shard as usize].queues[due.engine as usize]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if due.generation != self.generation() {
             return Rescheduled::Stale;
         }
-        let s = slots[due.task as usize];
-        drop(slots);
-        let mut next = next_slot_after(due.due_ms, s.interval_ms, s.phase_ms);
-        let mut skipped = 0;
-        if next <= now_ms {
-            let after_now = next_slot_after(now_ms, s.interval_ms, s.phase_ms);
-            skipped = (after_now - next) / s.interval_ms;
-            next = after_now;
-        }
-        self.shards[s.shard as usize].queues[s.engine as usize]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Reverse(Entry { due: next, task: due.task }));
+        q.push(Reverse(Entry { due: next, task: due.task, interval_ms: due.interval_ms, phase_ms: due.phase_ms }));
         Rescheduled::At { next_ms: next, skipped }
+    }
+
+    /// A due entry for `task` of the current plan (for one-shot polling outside the
+    /// schedule, e.g. `poll-once`): completing it is a no-op.
+    pub fn one_shot(task: u32) -> Due {
+        Due {
+            task,
+            due_ms: 0,
+            generation: u64::MAX,
+            shard: 0,
+            engine: Engine::Icmp,
+            interval_ms: 1,
+            phase_ms: 0,
+        }
     }
 }
 
