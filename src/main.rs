@@ -4,6 +4,7 @@
 //! library crates together; protocol logic lives in `icmp`, `snmp`, `poller` and `sink`.
 
 mod cmd;
+mod telemetry;
 
 use clap::{Parser, Subcommand};
 
@@ -11,6 +12,8 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "netpoller", version, about, long_about = None)]
 struct Cli {
+    #[command(flatten)]
+    global: telemetry::GlobalArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -23,6 +26,10 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if let Err(e) = cli.global.init_logging() {
+        eprintln!("netpoller: {e:#}");
+        return std::process::ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::CheckConfig(args) => cmd::check_config::run(args),
     };

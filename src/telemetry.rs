@@ -1,0 +1,289 @@
+//! Logging setup: `tracing` events to stderr, human-readable or JSON (one object per
+//! line), filtered by `--log-level`, else `RUST_LOG`, else `info`.
+//!
+//! Invariants:
+//! * Logs go to stderr only; stdout stays free for command output (`check-config`,
+//!   `poll-once` JSON) so it can be piped.
+//! * In JSON mode every event is exactly one line holding one JSON object with at least
+//!   `timestamp`, `level`, `target` and `message` (event fields are flattened to the top
+//!   level next to `message`).
+//! * Colours only when stderr is a terminal and `NO_COLOR` is unset.
+//! * The subscriber never sees secrets unless a call site logs them: call sites log
+//!   host names and addresses, never SNMP communities or ClickHouse passwords.
+
+use anyhow::Context as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::EnvFilter;
+
+/// Log line format (`--log-format`). Default: `human`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One readable line per event: time, level, target, message, fields.
+    #[default]
+    Human,
+    /// One JSON object per line (for journald/Loki/Elasticsearch shippers).
+    Json,
+}
+
+// Options every subcommand accepts (flattened into the top-level CLI, `global`). A plain
+// comment on purpose: a doc comment here would replace the binary's `about` text.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct GlobalArgs {
+    /// Log level or filter directives, e.g. `debug` or `info,poller=debug`.
+    /// [default: $RUST_LOG, else `info` (`warn` with --quiet)]
+    #[arg(long, global = true, value_name = "FILTER")]
+    pub log_level: Option<String>,
+
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+
+    /// No progress lines on the terminal; default log level `warn` instead of `info`.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+static QUIET: AtomicBool = AtomicBool::new(false);
+
+/// Whether `--quiet` was given (set by [`GlobalArgs::init_logging`]); one-shot commands
+/// pass it to [`crate::progress::Progress::new`].
+#[allow(dead_code)] // read by the one-shot commands as they adopt progress lines
+pub fn quiet() -> bool {
+    QUIET.load(Ordering::Relaxed)
+}
+
+impl GlobalArgs {
+    /// Installs the global subscriber from these options (call once, early in `main`)
+    /// and records `--quiet` for [`quiet`].
+    pub fn init_logging(&self) -> anyhow::Result<()> {
+        QUIET.store(self.quiet, Ordering::Relaxed);
+        let default = if self.quiet { "warn" } else { "info" };
+        let filter = resolve_filter(
+            self.log_level.as_deref(),
+            std::env::var("RUST_LOG").ok(),
+            default,
+        )?;
+        install(self.log_format, filter)
+    }
+}
+
+/// Installs the global subscriber writing to stderr. `level` (from `--log-level`) wins
+/// over `RUST_LOG`; with neither, the level is `info`. Fails on an invalid filter or
+/// when a global subscriber is already set.
+#[allow(dead_code)] // the API named in issue 7; main uses GlobalArgs::init_logging
+pub fn init(format: LogFormat, level: Option<&str>) -> anyhow::Result<()> {
+    install(
+        format,
+        resolve_filter(level, std::env::var("RUST_LOG").ok(), "info")?,
+    )
+}
+
+fn install(format: LogFormat, filter: EnvFilter) -> anyhow::Result<()> {
+    let ansi = std::env::var_os("NO_COLOR").is_none()
+        // SAFETY: isatty only inspects the descriptor number.
+        && unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
+    let subscriber = build(format, filter, ansi, std::io::stderr);
+    tracing::subscriber::set_global_default(subscriber).context("installing the log subscriber")?;
+    Ok(())
+}
+
+/// `--log-level`, else `RUST_LOG` (when set and not empty), else `default`.
+fn resolve_filter(
+    level: Option<&str>,
+    env: Option<String>,
+    default: &str,
+) -> anyhow::Result<EnvFilter> {
+    match (level, env.filter(|e| !e.trim().is_empty())) {
+        (Some(l), _) => EnvFilter::try_new(l).with_context(|| format!("invalid --log-level {l:?}")),
+        (None, Some(e)) => {
+            EnvFilter::try_new(&e).with_context(|| format!("invalid RUST_LOG {e:?}"))
+        }
+        (None, None) => Ok(EnvFilter::new(default)),
+    }
+}
+
+/// The subscriber for `format`, writing through `writer` (stderr in the daemon, a
+/// buffer in tests).
+fn build<W>(
+    format: LogFormat,
+    filter: EnvFilter,
+    ansi: bool,
+    writer: W,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer);
+    match format {
+        LogFormat::Human => Box::new(b.with_ansi(ansi).finish()),
+        LogFormat::Json => Box::new(
+            b.json()
+                .flatten_event(true)
+                .with_current_span(true)
+                .with_span_list(false)
+                .finish(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'a> MakeWriter<'a> for Buf {
+        type Writer = Buf;
+        fn make_writer(&'a self) -> Buf {
+            self.clone()
+        }
+    }
+
+    impl Buf {
+        fn text(&self) -> String {
+            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
+        }
+    }
+
+    fn capture(format: LogFormat, level: &str, f: impl FnOnce()) -> String {
+        let buf = Buf::default();
+        let sub = build(
+            format,
+            resolve_filter(Some(level), None, "info").unwrap(),
+            false,
+            buf.clone(),
+        );
+        tracing::subscriber::with_default(sub, f);
+        buf.text()
+    }
+
+    #[test]
+    fn json_is_one_object_per_line_with_level_and_message() {
+        let out = capture(LogFormat::Json, "info", || {
+            tracing::info!(engine = "icmp", hosts = 4000u64, "iteration done");
+            let span = tracing::info_span!("shard", id = 3);
+            let _g = span.enter();
+            tracing::warn!("line with \"quotes\"\nand a newline");
+            tracing::debug!("filtered out");
+        });
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        let a: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(a["level"], "INFO");
+        assert_eq!(a["message"], "iteration done");
+        assert_eq!(a["engine"], "icmp");
+        assert_eq!(a["hosts"], 4000);
+        assert!(a["timestamp"].is_string());
+        let b: serde_json::Value = serde_json::from_str(lines[1]).unwrap();
+        assert_eq!(b["level"], "WARN");
+        assert_eq!(b["message"], "line with \"quotes\"\nand a newline");
+        assert_eq!(b["span"]["id"], 3);
+    }
+
+    #[test]
+    fn human_format_has_level_message_fields_and_no_ansi() {
+        let out = capture(LogFormat::Human, "debug", || {
+            tracing::debug!(host = "core-1", "per-host detail");
+            tracing::trace!("filtered out");
+        });
+        assert_eq!(out.lines().count(), 1, "{out}");
+        assert!(
+            out.contains("DEBUG")
+                && out.contains("per-host detail")
+                && out.contains("host=\"core-1\""),
+            "{out}"
+        );
+        assert!(
+            !out.contains('\x1b'),
+            "ANSI escapes with ansi=false: {out:?}"
+        );
+        assert!(serde_json::from_str::<serde_json::Value>(out.trim()).is_err());
+    }
+
+    #[test]
+    fn level_precedence_flag_then_env_then_default() {
+        let env = Some("debug".to_string());
+        assert_eq!(
+            resolve_filter(Some("warn"), env.clone(), "info")
+                .unwrap()
+                .to_string(),
+            "warn"
+        );
+        assert_eq!(
+            resolve_filter(None, env, "info").unwrap().to_string(),
+            "debug"
+        );
+        assert_eq!(
+            resolve_filter(None, Some("  ".into()), "info")
+                .unwrap()
+                .to_string(),
+            "info"
+        );
+        assert_eq!(
+            resolve_filter(None, None, "warn").unwrap().to_string(),
+            "warn"
+        );
+        let per_target = resolve_filter(Some("info,poller=debug"), None, "info")
+            .unwrap()
+            .to_string();
+        assert!(per_target.contains("poller=debug"), "{per_target}");
+    }
+
+    #[test]
+    fn invalid_filters_name_their_source() {
+        let e = resolve_filter(Some("info,foo=notalevel"), None, "info").unwrap_err();
+        assert!(format!("{e:#}").contains("--log-level"), "{e:#}");
+        let e = resolve_filter(None, Some("foo=notalevel".into()), "info").unwrap_err();
+        assert!(format!("{e:#}").contains("RUST_LOG"), "{e:#}");
+    }
+
+    #[test]
+    fn global_args_parse_anywhere_on_the_command_line() {
+        use clap::{Parser, Subcommand};
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            global: GlobalArgs,
+            #[command(subcommand)]
+            cmd: Cmd,
+        }
+        #[derive(Subcommand)]
+        enum Cmd {
+            Sweep,
+        }
+        let cli = Cli::try_parse_from([
+            "netpoller",
+            "sweep",
+            "--log-format",
+            "json",
+            "-q",
+            "--log-level",
+            "debug",
+        ])
+        .unwrap();
+        assert!(matches!(cli.cmd, Cmd::Sweep));
+        assert_eq!(cli.global.log_format, LogFormat::Json);
+        assert!(cli.global.quiet);
+        assert_eq!(cli.global.log_level.as_deref(), Some("debug"));
+        let cli = Cli::try_parse_from(["netpoller", "sweep"]).unwrap();
+        assert_eq!(cli.global.log_format, LogFormat::Human);
+        assert!(!cli.global.quiet);
+        assert!(Cli::try_parse_from(["netpoller", "--log-format", "xml", "sweep"]).is_err());
+    }
+}
