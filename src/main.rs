@@ -4,6 +4,7 @@
 //! library crates together; protocol logic lives in `icmp`, `snmp`, `poller` and `sink`.
 
 mod cmd;
+mod config;
 mod telemetry;
 
 use clap::{Parser, Subcommand};
@@ -22,6 +23,8 @@ struct Cli {
 enum Command {
     /// Check a configuration file: exit 0 when valid, 1 with every error listed.
     CheckConfig(cmd::check_config::Args),
+    /// Ping addresses, CIDRs or @files once (fping-style summary, or --json).
+    Sweep(cmd::sweep::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -32,6 +35,7 @@ fn main() -> std::process::ExitCode {
     }
     let result = match cli.command {
         Command::CheckConfig(args) => cmd::check_config::run(args),
+        Command::Sweep(args) => cmd::sweep::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,1130 @@
+//! The configuration file: TOML shape, defaults, validation and resolution into hosts.
+//!
+//! Loading happens in one place ([`load`] / [`parse`]) and in three steps:
+//! 1. TOML syntax; a syntax error stops here (with its line).
+//! 2. Shape: every section and every template, host and range is deserialized on its
+//!    own (`deny_unknown_fields` everywhere), so one typo does not hide the next problem.
+//! 3. Meaning: IPs, CIDRs, templates, OIDs, item keys and Zabbix's ICMP limits,
+//!    duplicates of host names, keys and itemids.
+//!
+//! Every problem found in steps 2 and 3 is reported, each with the key path it concerns
+//! (`hosts[2].ip`) and the line of that key in the file. Steps 2–3 resolve templates,
+//! host ranges and defaults into [`poller::plan::HostSpec`]s: the daemon never looks at
+//! the TOML again.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use poller::keys::{IcmpDefaults, IcmpKey, ItemKey};
+use poller::plan::{
+    derive_itemid, host_in_process_shard, HostSpec, ItemKind, ItemSpec, SnmpParams, SnmpVersion,
+};
+use poller::value::ValueType;
+use serde::Deserialize;
+
+/// Most addresses `host_ranges` may expand to in one file (1,048,576).
+pub const MAX_RANGE_HOSTS: usize = 1 << 20;
+
+/// `[daemon]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DaemonSection {
+    /// Scheduler shards: due-queues with a lock each. Default 4.
+    pub shards: usize,
+    /// Scale-out: `"i/N"` polls only the hosts in shard i of N (see `--shard`). Default: all.
+    pub shard: Option<String>,
+    /// Prometheus `/metrics` and `/healthz` listen address; `""` disables. Default
+    /// `127.0.0.1:9464`.
+    pub metrics_listen: String,
+    /// Spool folder: batches ClickHouse has not confirmed (or all values, without a
+    /// `[clickhouse]` section). Default `./spool`.
+    pub spool_dir: PathBuf,
+    /// Spool size cap; the oldest spooled data beyond it is dropped and counted.
+    /// Default 1 GiB.
+    pub spool_max_bytes: u64,
+    /// How often spool files are fsynced: the most a crash can lose. Default `1s`.
+    #[serde(with = "humantime_serde")]
+    pub spool_fsync_interval: Duration,
+    /// Values buffered between the engines and the sink. Default 65,536.
+    pub channel_capacity: usize,
+    /// Most hosts in one ICMP sweep. Default 4,096.
+    pub icmp_batch_hosts: usize,
+    /// Most SNMP OIDs requested in one SNMP iteration. Default 8,000.
+    pub snmp_batch_requests: usize,
+    /// ICMP sweeps that may run at once (each on its own socket). Default 4.
+    pub icmp_concurrent_sweeps: usize,
+    /// SNMP iterations that may run at once. Default 2.
+    pub snmp_concurrent_iterations: usize,
+    /// Drop privileges to this user after opening raw sockets (`run --user`). Default: none.
+    pub user: Option<String>,
+}
+
+impl Default for DaemonSection {
+    fn default() -> Self {
+        DaemonSection {
+            shards: 4,
+            shard: None,
+            metrics_listen: "127.0.0.1:9464".into(),
+            spool_dir: PathBuf::from("./spool"),
+            spool_max_bytes: 1 << 30,
+            spool_fsync_interval: Duration::from_secs(1),
+            channel_capacity: 65_536,
+            icmp_batch_hosts: 4_096,
+            snmp_batch_requests: 8_000,
+            icmp_concurrent_sweeps: 4,
+            snmp_concurrent_iterations: 2,
+            user: None,
+        }
+    }
+}
+
+/// `[icmp]`: defaults for ICMP keys that leave a parameter empty.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IcmpSection {
+    /// Wait for replies after a host's last probe. Default `1s` (Zabbix minimum 50 ms).
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Probes per host. Default 3 (1..10000).
+    pub packets: u32,
+    /// Spacing of one host's probes. Default `20ms` (Zabbix minimum).
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// ICMP payload bytes. Default 68 (24..65507).
+    pub size: u32,
+    /// Send rate cap for the whole process, packets per second. Default 100,000.
+    pub max_pps: u32,
+}
+
+impl Default for IcmpSection {
+    fn default() -> Self {
+        let d = IcmpDefaults::default();
+        IcmpSection {
+            timeout: d.timeout,
+            packets: d.packets,
+            interval: d.interval,
+            size: d.size,
+            max_pps: 100_000,
+        }
+    }
+}
+
+impl IcmpSection {
+    pub fn key_defaults(&self) -> IcmpDefaults {
+        IcmpDefaults {
+            packets: self.packets,
+            interval: self.interval,
+            size: self.size,
+            timeout: self.timeout,
+        }
+    }
+}
+
+/// SNMP version as written in the config: `"1"` or `"2c"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum VersionName {
+    #[serde(rename = "1")]
+    V1,
+    #[serde(rename = "2c")]
+    V2c,
+}
+
+impl From<VersionName> for SnmpVersion {
+    fn from(v: VersionName) -> Self {
+        match v {
+            VersionName::V1 => SnmpVersion::V1,
+            VersionName::V2c => SnmpVersion::V2c,
+        }
+    }
+}
+
+/// `[snmp]`: defaults for SNMP hosts.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SnmpSection {
+    /// `"1"` or `"2c"`. Default `"2c"`.
+    pub version: VersionName,
+    /// Community. Default `"public"`. Never logged.
+    pub community: String,
+    /// Agent UDP port. Default 161.
+    pub port: u16,
+    /// Wait for one response. Default `2s`.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Re-sends after a timeout, within the iteration. Default 1.
+    pub retries: u32,
+    /// Most OIDs in one GET PDU (halved per host on tooBig). Default 32.
+    pub max_oids_per_request: usize,
+    /// Requests in flight to one host: 1 = hybrid async (in series). Default 1.
+    pub max_inflight_per_host: usize,
+    /// Send rate cap for SNMP requests, per second. Default 20,000.
+    pub max_pps: u32,
+}
+
+impl Default for SnmpSection {
+    fn default() -> Self {
+        SnmpSection {
+            version: VersionName::V2c,
+            community: "public".into(),
+            port: 161,
+            timeout: Duration::from_secs(2),
+            retries: 1,
+            max_oids_per_request: 32,
+            max_inflight_per_host: 1,
+            max_pps: 20_000,
+        }
+    }
+}
+
+impl fmt::Debug for SnmpSection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SnmpSection")
+            .field("version", &self.version)
+            .field("community", &"<redacted>")
+            .field("port", &self.port)
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A host's `snmp = { ... }`: any field overrides `[snmp]`.
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnmpOverride {
+    pub version: Option<VersionName>,
+    pub community: Option<String>,
+    pub port: Option<u16>,
+    #[serde(default, with = "humantime_serde")]
+    pub timeout: Option<Duration>,
+    pub retries: Option<u32>,
+    pub max_oids_per_request: Option<usize>,
+    pub max_inflight_per_host: Option<usize>,
+}
+
+impl fmt::Debug for SnmpOverride {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SnmpOverride")
+            .field("port", &self.port)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One item in a template, a host or a range.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ItemEntry {
+    /// Zabbix item key (`icmpping[,3]`, or any key for an SNMP item).
+    pub key: String,
+    /// SNMP OID (`1.3.6...` or `.1.3.6...`); absent for ICMP keys.
+    pub oid: Option<String>,
+    /// `float`, `uint` or `str`. ICMP keys default to Zabbix's type; SNMP items must say.
+    #[serde(rename = "type")]
+    pub value_type: Option<ValueType>,
+    /// Poll interval (`10s`, `1m`). Required unless a template item with the same key
+    /// gives it.
+    #[serde(default, with = "humantime_serde")]
+    pub interval: Option<Duration>,
+    /// Zabbix itemid; default: derived from (host name, key), stable across restarts.
+    pub itemid: Option<u64>,
+}
+
+/// `[[templates]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateEntry {
+    pub name: String,
+    #[serde(default)]
+    pub items: Vec<ItemEntry>,
+}
+
+/// `[[hosts]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostEntry {
+    /// Unique host name (Zabbix `hostname` column).
+    pub name: String,
+    /// IP literal (names are never resolved).
+    pub ip: String,
+    #[serde(default)]
+    pub templates: Vec<String>,
+    pub snmp: Option<SnmpOverride>,
+    /// Items added to or overriding (same key) the templates' items.
+    #[serde(default)]
+    pub items: Vec<ItemEntry>,
+}
+
+/// `[[host_ranges]]`: one host per address of a CIDR (network and broadcast addresses
+/// excluded for IPv4 prefixes shorter than /31).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRangeEntry {
+    pub cidr: String,
+    /// Host name pattern; `{ip}` is replaced by the address. Default `"{ip}"`.
+    #[serde(default = "default_range_name")]
+    pub name: String,
+    #[serde(default)]
+    pub templates: Vec<String>,
+    pub snmp: Option<SnmpOverride>,
+    #[serde(default)]
+    pub items: Vec<ItemEntry>,
+}
+
+fn default_range_name() -> String {
+    "{ip}".into()
+}
+
+/// The loaded, validated configuration.
+#[derive(Debug)]
+pub struct Config {
+    pub path: Option<PathBuf>,
+    pub daemon: DaemonSection,
+    pub clickhouse: Option<sink::ClickHouseConfig>,
+    pub icmp: IcmpSection,
+    pub snmp: SnmpSection,
+    /// Every host of the file, resolved (before `--shard` selection).
+    pub hosts: Vec<HostSpec>,
+}
+
+/// One problem in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// Key path, e.g. `hosts[2].ip`.
+    pub path: String,
+    /// 1-based line of that key, when known.
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.line, self.path.is_empty()) {
+            (Some(l), false) => write!(f, "line {l}: {}: {}", self.path, self.message),
+            (Some(l), true) => write!(f, "line {l}: {}", self.message),
+            (None, false) => write!(f, "{}: {}", self.path, self.message),
+            (None, true) => f.write_str(&self.message),
+        }
+    }
+}
+
+/// All problems of a file.
+#[derive(Debug)]
+pub struct ConfigErrors {
+    pub source: String,
+    pub errors: Vec<ConfigError>,
+}
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{}: {} error(s)", self.source, self.errors.len())?;
+        for e in &self.errors {
+            writeln!(f, "  {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Read and validate a config file.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+        source: path.display().to_string(),
+        errors: vec![ConfigError {
+            path: String::new(),
+            line: None,
+            message: format!("cannot read: {e}"),
+        }],
+    })?;
+    let mut cfg = parse(&text).map_err(|errors| ConfigErrors {
+        source: path.display().to_string(),
+        errors,
+    })?;
+    cfg.path = Some(path.to_path_buf());
+    Ok(cfg)
+}
+
+/// Maps key paths to lines using the spans of a second, span-keeping parse.
+struct Locator<'a> {
+    text: &'a str,
+    root: Option<toml::Spanned<toml::de::DeTable<'a>>>,
+}
+
+#[derive(Debug, Clone)]
+enum Seg<'s> {
+    Key(&'s str),
+    Index(usize),
+}
+
+impl<'a> Locator<'a> {
+    fn new(text: &'a str) -> Self {
+        Locator {
+            text,
+            root: toml::de::DeTable::parse(text).ok(),
+        }
+    }
+
+    fn line_of_offset(&self, off: usize) -> usize {
+        self.text[..off.min(self.text.len())]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    /// Line of the deepest existing prefix of `path`.
+    fn line(&self, path: &[Seg<'_>]) -> Option<usize> {
+        use toml::de::DeValue;
+        let root = self.root.as_ref()?;
+        let mut table = root.get_ref();
+        let mut best = None;
+        let mut value: Option<&toml::Spanned<DeValue<'_>>> = None;
+        for seg in path {
+            let next = match (seg, value.map(|v| v.get_ref())) {
+                (Seg::Key(k), None) => table
+                    .iter()
+                    .find(|(kk, _)| kk.get_ref() == k)
+                    .map(|(kk, v)| (kk.span(), v)),
+                (Seg::Key(k), Some(DeValue::Table(t))) => {
+                    table = t;
+                    table
+                        .iter()
+                        .find(|(kk, _)| kk.get_ref() == k)
+                        .map(|(kk, v)| (kk.span(), v))
+                }
+                (Seg::Index(i), Some(DeValue::Array(a))) => a.get(*i).map(|v| (v.span(), v)),
+                _ => None,
+            };
+            let Some((span, v)) = next else { break };
+            best = Some(self.line_of_offset(span.start));
+            value = Some(v);
+        }
+        best
+    }
+}
+
+struct Collector<'a> {
+    loc: Locator<'a>,
+    errors: Vec<ConfigError>,
+}
+
+impl Collector<'_> {
+    fn push(&mut self, path: &[Seg<'_>], message: impl Into<String>) {
+        let message = message.into();
+        let mut full: Vec<Seg<'_>> = path.to_vec();
+        // serde names the offending field; point at it when it exists in the file.
+        let field = message
+            .strip_prefix("unknown field `")
+            .or_else(|| message.strip_prefix("invalid type"))
+            .and_then(|m| m.split('`').next())
+            .map(str::to_string);
+        let field_line = field.as_deref().and_then(|f| {
+            let mut p = full.clone();
+            p.push(Seg::Key(f));
+            self.loc.line(&p)
+        });
+        let line = field_line.or_else(|| self.loc.line(&full));
+        if let (Some(f), Some(_)) = (&field, field_line) {
+            full.push(Seg::Key(f));
+        }
+        self.errors.push(ConfigError {
+            path: render_path(&full),
+            line,
+            message,
+        });
+    }
+
+    /// Deserialize one piece on its own, recording the error instead of stopping.
+    fn de<T: serde::de::DeserializeOwned>(
+        &mut self,
+        path: &[Seg<'_>],
+        v: toml::Value,
+    ) -> Option<T> {
+        match T::deserialize(v) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.push(path, e.message().to_string());
+                None
+            }
+        }
+    }
+}
+
+fn render_path(path: &[Seg<'_>]) -> String {
+    let mut s = String::new();
+    for seg in path {
+        match seg {
+            Seg::Key(k) => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(k);
+            }
+            Seg::Index(i) => s.push_str(&format!("[{i}]")),
+        }
+    }
+    s
+}
+
+const SECTIONS: &[&str] = &[
+    "daemon",
+    "clickhouse",
+    "icmp",
+    "snmp",
+    "templates",
+    "hosts",
+    "host_ranges",
+];
+
+/// Parse and validate config text; on failure, every problem found.
+pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
+    let mut table: toml::Table = match text.parse() {
+        Ok(t) => t,
+        Err(e) => {
+            let e: toml::de::Error = e;
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            return Err(vec![ConfigError {
+                path: String::new(),
+                line,
+                message: e.message().to_string(),
+            }]);
+        }
+    };
+    let mut c = Collector {
+        loc: Locator::new(text),
+        errors: Vec::new(),
+    };
+    for k in table.keys() {
+        if !SECTIONS.contains(&k.as_str()) {
+            c.push(
+                &[Seg::Key(k)],
+                format!(
+                    "unknown section `{k}`, expected one of: {}",
+                    SECTIONS.join(", ")
+                ),
+            );
+        }
+    }
+    let mut section = |c: &mut Collector<'_>, name: &'static str| -> Option<toml::Value> {
+        let v = table.remove(name)?;
+        let _ = c;
+        Some(v)
+    };
+    let daemon: DaemonSection = match section(&mut c, "daemon") {
+        Some(v) => c.de(&[Seg::Key("daemon")], v).unwrap_or_default(),
+        None => DaemonSection::default(),
+    };
+    let clickhouse: Option<sink::ClickHouseConfig> = match section(&mut c, "clickhouse") {
+        Some(v) => c.de(&[Seg::Key("clickhouse")], v),
+        None => None,
+    };
+    let icmp: IcmpSection = match section(&mut c, "icmp") {
+        Some(v) => c.de(&[Seg::Key("icmp")], v).unwrap_or_default(),
+        None => IcmpSection::default(),
+    };
+    let snmp: SnmpSection = match section(&mut c, "snmp") {
+        Some(v) => c.de(&[Seg::Key("snmp")], v).unwrap_or_default(),
+        None => SnmpSection::default(),
+    };
+    let list = |c: &mut Collector<'_>,
+                v: Option<toml::Value>,
+                name: &'static str|
+     -> Vec<(usize, toml::Value)> {
+        match v {
+            None => Vec::new(),
+            Some(toml::Value::Array(a)) => a.into_iter().enumerate().collect(),
+            Some(_) => {
+                c.push(
+                    &[Seg::Key(name)],
+                    format!("`{name}` must be an array of tables ([[{name}]])"),
+                );
+                Vec::new()
+            }
+        }
+    };
+    let t = section(&mut c, "templates");
+    let templates_raw = list(&mut c, t, "templates");
+    let h = section(&mut c, "hosts");
+    let hosts_raw = list(&mut c, h, "hosts");
+    let r = section(&mut c, "host_ranges");
+    let ranges_raw = list(&mut c, r, "host_ranges");
+
+    check_daemon(&mut c, &daemon);
+    if let Some(ch) = &clickhouse {
+        for (field, msg) in ch.validate() {
+            c.push(&[Seg::Key("clickhouse"), Seg::Key(field)], msg);
+        }
+    }
+    for (what, msg) in icmp.key_defaults().check() {
+        c.push(&[Seg::Key("icmp"), Seg::Key(what)], msg);
+    }
+    if icmp.max_pps == 0 {
+        c.push(
+            &[Seg::Key("icmp"), Seg::Key("max_pps")],
+            "must be at least 1",
+        );
+    }
+    check_snmp_limits(
+        &mut c,
+        &[Seg::Key("snmp")],
+        snmp.max_oids_per_request,
+        snmp.max_inflight_per_host,
+    );
+
+    let templates: Vec<(usize, TemplateEntry)> = templates_raw
+        .into_iter()
+        .filter_map(|(i, v)| {
+            c.de(&[Seg::Key("templates"), Seg::Index(i)], v)
+                .map(|t| (i, t))
+        })
+        .collect();
+    let hosts: Vec<(usize, HostEntry)> = hosts_raw
+        .into_iter()
+        .filter_map(|(i, v)| c.de(&[Seg::Key("hosts"), Seg::Index(i)], v).map(|t| (i, t)))
+        .collect();
+    let ranges: Vec<(usize, HostRangeEntry)> = ranges_raw
+        .into_iter()
+        .filter_map(|(i, v)| {
+            c.de(&[Seg::Key("host_ranges"), Seg::Index(i)], v)
+                .map(|t| (i, t))
+        })
+        .collect();
+
+    let resolved = Resolver::new(&mut c, &icmp, &snmp).resolve(&templates, &hosts, &ranges);
+    if c.errors.is_empty() {
+        Ok(Config {
+            path: None,
+            daemon,
+            clickhouse,
+            icmp,
+            snmp,
+            hosts: resolved,
+        })
+    } else {
+        c.errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        Err(c.errors)
+    }
+}
+
+fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
+    let p = |k: &'static str| [Seg::Key("daemon"), Seg::Key(k)];
+    if d.shards == 0 || d.shards > 1024 {
+        c.push(&p("shards"), format!("{} is outside 1..1024", d.shards));
+    }
+    if let Some(s) = &d.shard {
+        if let Err(e) = parse_shard(s) {
+            c.push(&p("shard"), e);
+        }
+    }
+    if !d.metrics_listen.is_empty() && d.metrics_listen.parse::<SocketAddr>().is_err() {
+        c.push(
+            &p("metrics_listen"),
+            format!("{:?} is not an IP:port address", d.metrics_listen),
+        );
+    }
+    for (k, v) in [
+        ("channel_capacity", d.channel_capacity),
+        ("icmp_batch_hosts", d.icmp_batch_hosts),
+        ("snmp_batch_requests", d.snmp_batch_requests),
+        ("icmp_concurrent_sweeps", d.icmp_concurrent_sweeps),
+        ("snmp_concurrent_iterations", d.snmp_concurrent_iterations),
+    ] {
+        if v == 0 {
+            c.push(&p(k), "must be at least 1");
+        }
+    }
+}
+
+fn check_snmp_limits(
+    c: &mut Collector<'_>,
+    path: &[Seg<'_>],
+    max_oids: usize,
+    max_inflight: usize,
+) {
+    if !(1..=256).contains(&max_oids) {
+        let mut p = path.to_vec();
+        p.push(Seg::Key("max_oids_per_request"));
+        c.push(&p, format!("{max_oids} is outside 1..256"));
+    }
+    if !(1..=64).contains(&max_inflight) {
+        let mut p = path.to_vec();
+        p.push(Seg::Key("max_inflight_per_host"));
+        c.push(&p, format!("{max_inflight} is outside 1..64"));
+    }
+}
+
+/// Parse `"i/N"` (0 ≤ i < N).
+pub fn parse_shard(s: &str) -> Result<(u32, u32), String> {
+    let (i, n) = s
+        .split_once('/')
+        .ok_or_else(|| format!("{s:?} is not of the form i/N (e.g. 0/2)"))?;
+    let i: u32 = i
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: shard index is not a number"))?;
+    let n: u32 = n
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: shard count is not a number"))?;
+    if n == 0 || i >= n {
+        return Err(format!("{s:?}: need 0 <= i < N"));
+    }
+    Ok((i, n))
+}
+
+/// Parse a numeric OID (`1.3.6.1...` or `.1.3.6.1...`).
+pub fn parse_oid(s: &str) -> Result<Arc<[u32]>, String> {
+    let t = s.trim().strip_prefix('.').unwrap_or(s.trim());
+    let parts: Result<Vec<u32>, _> = t.split('.').map(str::parse::<u32>).collect();
+    match parts {
+        Ok(p) if p.len() >= 2 && p[0] <= 2 && p.len() <= 128 && (p[0] == 2 || p[1] < 40) => {
+            Ok(p.into())
+        }
+        _ => Err(format!("{s:?} is not a numeric OID like 1.3.6.1.2.1.1.1.0")),
+    }
+}
+
+/// An item after template merge, before per-host resolution.
+#[derive(Clone)]
+struct ResolvedEntry {
+    key: Arc<str>,
+    itemid: Option<u64>,
+    value_type: ValueType,
+    interval: Duration,
+    kind: ItemKind,
+}
+
+struct Resolver<'c, 'a> {
+    c: &'c mut Collector<'a>,
+    icmp: &'c IcmpSection,
+    snmp: &'c SnmpSection,
+    /// Template name → resolved items (keys interned once per template item).
+    templates: HashMap<String, Vec<ResolvedEntry>>,
+}
+
+impl<'c, 'a> Resolver<'c, 'a> {
+    fn new(c: &'c mut Collector<'a>, icmp: &'c IcmpSection, snmp: &'c SnmpSection) -> Self {
+        Resolver {
+            c,
+            icmp,
+            snmp,
+            templates: HashMap::new(),
+        }
+    }
+
+    /// Check one item entry; `inherited` is the template item with the same key, if any.
+    fn entry(
+        &mut self,
+        path: &[Seg<'_>],
+        e: &ItemEntry,
+        inherited: Option<&ResolvedEntry>,
+    ) -> Option<ResolvedEntry> {
+        let at = |k: &'static str| {
+            let mut p = path.to_vec();
+            p.push(Seg::Key(k));
+            p
+        };
+        let key = match ItemKey::parse(&e.key) {
+            Ok(k) => k,
+            Err(err) => {
+                self.c.push(&at("key"), err.0);
+                return None;
+            }
+        };
+        let interval = match e.interval.or(inherited.map(|i| i.interval)) {
+            Some(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(86_400) => d,
+            Some(d) => {
+                self.c.push(
+                    &at("interval"),
+                    format!("{} is outside 1s..1d", humantime::format_duration(d)),
+                );
+                return None;
+            }
+            None => {
+                self.c
+                    .push(path, format!("item {:?} has no interval", e.key));
+                return None;
+            }
+        };
+        if IcmpKey::is_icmp_name(&key.name) {
+            if e.oid.is_some() {
+                self.c.push(
+                    &at("oid"),
+                    format!("{} is an ICMP key and takes no oid", key.name),
+                );
+                return None;
+            }
+            let k = match IcmpKey::parse(&key, &self.icmp.key_defaults()) {
+                Ok(k) => k,
+                Err(err) => {
+                    self.c.push(&at("key"), err.0);
+                    return None;
+                }
+            };
+            let natural = if key.name == "icmpping" {
+                ValueType::Uint
+            } else {
+                ValueType::Float
+            };
+            if let Some(t) = e.value_type {
+                if t != natural {
+                    self.c.push(
+                        &at("type"),
+                        format!("{} reports {natural}, not {t}", key.name),
+                    );
+                    return None;
+                }
+            }
+            return Some(ResolvedEntry {
+                key: inherited
+                    .map(|i| i.key.clone())
+                    .unwrap_or_else(|| e.key.trim().into()),
+                itemid: e.itemid,
+                value_type: natural,
+                interval,
+                kind: ItemKind::Icmp {
+                    metric: k.metric,
+                    probe: k.probe,
+                },
+            });
+        }
+        let oid = match (&e.oid, inherited.map(|i| &i.kind)) {
+            (Some(o), _) => match parse_oid(o) {
+                Ok(o) => o,
+                Err(m) => {
+                    self.c.push(&at("oid"), m);
+                    return None;
+                }
+            },
+            (None, Some(ItemKind::Snmp { oid })) => oid.clone(),
+            (None, _) => {
+                self.c.push(
+                    path,
+                    format!(
+                        "item {:?} is not an ICMP key, so it is an SNMP item and needs an oid",
+                        e.key
+                    ),
+                );
+                return None;
+            }
+        };
+        let Some(value_type) = e.value_type.or(inherited.map(|i| i.value_type)) else {
+            self.c.push(
+                path,
+                format!("SNMP item {:?} needs a type (float, uint or str)", e.key),
+            );
+            return None;
+        };
+        Some(ResolvedEntry {
+            key: inherited
+                .map(|i| i.key.clone())
+                .unwrap_or_else(|| e.key.trim().into()),
+            itemid: e.itemid,
+            value_type,
+            interval,
+            kind: ItemKind::Snmp { oid },
+        })
+    }
+
+    fn resolve(
+        mut self,
+        templates: &[(usize, TemplateEntry)],
+        hosts: &[(usize, HostEntry)],
+        ranges: &[(usize, HostRangeEntry)],
+    ) -> Vec<HostSpec> {
+        for (i, t) in templates {
+            let tp = [Seg::Key("templates"), Seg::Index(*i)];
+            if self.templates.contains_key(&t.name) {
+                self.c.push(
+                    &[tp[0].clone(), tp[1].clone(), Seg::Key("name")],
+                    format!("duplicate template name {:?}", t.name),
+                );
+                continue;
+            }
+            let mut items = Vec::new();
+            let mut keys = HashSet::new();
+            for (j, e) in t.items.iter().enumerate() {
+                let p = [
+                    tp[0].clone(),
+                    tp[1].clone(),
+                    Seg::Key("items"),
+                    Seg::Index(j),
+                ];
+                if e.itemid.is_some() {
+                    self.c.push(&p, "itemid belongs on a host's item, not in a template (one template serves many hosts)");
+                    continue;
+                }
+                if !keys.insert(e.key.trim().to_string()) {
+                    self.c.push(
+                        &p,
+                        format!("duplicate key {:?} in template {:?}", e.key, t.name),
+                    );
+                    continue;
+                }
+                if let Some(r) = self.entry(&p, e, None) {
+                    items.push(r);
+                }
+            }
+            self.templates.insert(t.name.clone(), items);
+        }
+
+        let mut out = Vec::new();
+        let mut names: HashMap<String, String> = HashMap::new();
+        let mut itemids: HashMap<u64, String> = HashMap::new();
+        for (i, h) in hosts {
+            let hp = [Seg::Key("hosts"), Seg::Index(*i)];
+            let ip = match h.ip.trim().parse::<IpAddr>() {
+                Ok(ip) => Some(ip),
+                Err(_) => {
+                    self.c.push(
+                        &[hp[0].clone(), hp[1].clone(), Seg::Key("ip")],
+                        format!("{:?} is not an IP address", h.ip),
+                    );
+                    None
+                }
+            };
+            let origin = format!("hosts[{i}]");
+            if let Some(prev) = names.insert(h.name.clone(), origin.clone()) {
+                self.c.push(
+                    &[hp[0].clone(), hp[1].clone(), Seg::Key("name")],
+                    format!("duplicate host name {:?} (also {prev})", h.name),
+                );
+            }
+            let base = self.host_items(&hp, &h.templates, &h.items, true);
+            let snmp = self.snmp_params(&hp, h.snmp.as_ref());
+            if let (Some(ip), Some(items), Some(snmp)) = (ip, base, snmp) {
+                if let Some(spec) =
+                    self.finish_host(&hp, h.name.as_str().into(), ip, items, snmp, &mut itemids)
+                {
+                    out.push(spec);
+                }
+            }
+        }
+        let mut budget = MAX_RANGE_HOSTS;
+        for (i, r) in ranges {
+            let rp = [Seg::Key("host_ranges"), Seg::Index(*i)];
+            let net = match r.cidr.trim().parse::<ipnet::IpNet>() {
+                Ok(n) => n,
+                Err(_) => {
+                    self.c.push(
+                        &[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")],
+                        format!("{:?} is not a CIDR like 127.1.0.0/22", r.cidr),
+                    );
+                    continue;
+                }
+            };
+            let count = match net {
+                ipnet::IpNet::V4(n) => 1u128 << (32 - n.prefix_len()),
+                ipnet::IpNet::V6(n) => 1u128 << (128 - n.prefix_len()).min(127),
+            };
+            if count > budget as u128 {
+                self.c.push(
+                    &[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")],
+                    format!("{} expands to {count} addresses: more than the {MAX_RANGE_HOSTS} allowed per file", r.cidr),
+                );
+                continue;
+            }
+            budget -= count as usize;
+            if !r.name.contains("{ip}") && count > 1 {
+                self.c.push(
+                    &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
+                    "name pattern must contain {ip} (host names must be unique)",
+                );
+                continue;
+            }
+            if r.items.iter().any(|e| e.itemid.is_some()) {
+                self.c.push(
+                    &[rp[0].clone(), rp[1].clone(), Seg::Key("items")],
+                    "itemid cannot be set for a range (it would repeat on every host)",
+                );
+                continue;
+            }
+            let Some(items) = self.host_items(&rp, &r.templates, &r.items, false) else {
+                continue;
+            };
+            let Some(snmp) = self.snmp_params(&rp, r.snmp.as_ref()) else {
+                continue;
+            };
+            let before = self.c.errors.len();
+            for ip in net.hosts() {
+                let ip_s = ip.to_string();
+                let name = r.name.replace("{ip}", &ip_s);
+                if let Some(prev) = names.insert(name.clone(), format!("host_ranges[{i}]")) {
+                    self.c.push(
+                        &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
+                        format!("host name {name:?} repeats {prev}"),
+                    );
+                    break;
+                }
+                if let Some(spec) = self.finish_host(
+                    &rp,
+                    name.into(),
+                    ip,
+                    items.clone(),
+                    snmp.clone(),
+                    &mut itemids,
+                ) {
+                    out.push(spec);
+                }
+                if self.c.errors.len() > before {
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn snmp_params(
+        &mut self,
+        path: &[Seg<'_>],
+        o: Option<&SnmpOverride>,
+    ) -> Option<Option<Arc<SnmpParams>>> {
+        let d = self.snmp;
+        let o = o.cloned().unwrap_or_default();
+        let p = SnmpParams {
+            version: o.version.unwrap_or(d.version).into(),
+            community: o.community.as_deref().unwrap_or(&d.community).into(),
+            port: o.port.unwrap_or(d.port),
+            timeout: o.timeout.unwrap_or(d.timeout),
+            retries: o.retries.unwrap_or(d.retries),
+            max_oids_per_request: o.max_oids_per_request.unwrap_or(d.max_oids_per_request),
+            max_inflight_per_host: o.max_inflight_per_host.unwrap_or(d.max_inflight_per_host),
+        };
+        let before = self.c.errors.len();
+        let mut sp = path.to_vec();
+        sp.push(Seg::Key("snmp"));
+        check_snmp_limits(self.c, &sp, p.max_oids_per_request, p.max_inflight_per_host);
+        (self.c.errors.len() == before).then(|| Some(Arc::new(p)))
+    }
+
+    /// Template items merged with the host's own; `None` when something was wrong.
+    fn host_items(
+        &mut self,
+        path: &[Seg<'_>],
+        templates: &[String],
+        items: &[ItemEntry],
+        allow_itemid: bool,
+    ) -> Option<Vec<ResolvedEntry>> {
+        let before = self.c.errors.len();
+        let mut merged: Vec<ResolvedEntry> = Vec::new();
+        for (j, t) in templates.iter().enumerate() {
+            let mut p = path.to_vec();
+            p.extend([Seg::Key("templates"), Seg::Index(j)]);
+            match self.templates.get(t) {
+                None => {
+                    let known: Vec<&String> = self.templates.keys().collect();
+                    self.c
+                        .push(&p, format!("unknown template {t:?} (defined: {known:?})"));
+                }
+                Some(ts) => {
+                    for it in ts {
+                        if merged.iter().any(|m| m.key == it.key) {
+                            self.c
+                                .push(&p, format!("key {:?} comes from two templates", &*it.key));
+                        } else {
+                            merged.push(it.clone());
+                        }
+                    }
+                }
+            }
+        }
+        let mut own = HashSet::new();
+        for (j, e) in items.iter().enumerate() {
+            let mut p = path.to_vec();
+            p.extend([Seg::Key("items"), Seg::Index(j)]);
+            if !allow_itemid && e.itemid.is_some() {
+                continue;
+            }
+            if !own.insert(e.key.trim().to_string()) {
+                self.c.push(&p, format!("duplicate key {:?}", e.key));
+                continue;
+            }
+            let pos = merged.iter().position(|m| &*m.key == e.key.trim());
+            if let Some(r) = self.entry(&p, e, pos.map(|i| &merged[i])) {
+                match pos {
+                    Some(i) => merged[i] = r,
+                    None => merged.push(r),
+                }
+            }
+        }
+        (self.c.errors.len() == before).then_some(merged)
+    }
+
+    fn finish_host(
+        &mut self,
+        path: &[Seg<'_>],
+        name: Arc<str>,
+        ip: IpAddr,
+        items: Vec<ResolvedEntry>,
+        snmp: Option<Arc<SnmpParams>>,
+        itemids: &mut HashMap<u64, String>,
+    ) -> Option<HostSpec> {
+        let has_snmp = items
+            .iter()
+            .any(|i| matches!(i.kind, ItemKind::Snmp { .. }));
+        let mut specs = Vec::with_capacity(items.len());
+        let mut ok = true;
+        for it in items {
+            let itemid = it.itemid.unwrap_or_else(|| derive_itemid(&name, &it.key));
+            if let Some(prev) = itemids.insert(itemid, format!("{name}/{}", it.key)) {
+                self.c.push(
+                    path,
+                    format!(
+                        "itemid {itemid} of {name}/{} is also used by {prev}",
+                        it.key
+                    ),
+                );
+                ok = false;
+            }
+            specs.push(ItemSpec {
+                itemid,
+                key: it.key,
+                value_type: it.value_type,
+                interval: it.interval,
+                kind: it.kind,
+            });
+        }
+        ok.then(|| HostSpec {
+            name,
+            ip,
+            snmp: if has_snmp { snmp } else { None },
+            items: specs,
+        })
+    }
+}
+
+impl Config {
+    /// The `(i, N)` process shard: `--shard` wins over `daemon.shard`; `(0, 1)` = all.
+    pub fn process_shard(&self, cli: Option<(u32, u32)>) -> (u32, u32) {
+        cli.or_else(|| {
+            self.daemon
+                .shard
+                .as_deref()
+                .and_then(|s| parse_shard(s).ok())
+        })
+        .unwrap_or((0, 1))
+    }
+
+    /// Hosts this process polls.
+    pub fn hosts_for_shard(&self, (i, n): (u32, u32)) -> Vec<HostSpec> {
+        self.hosts
+            .iter()
+            .filter(|h| host_in_process_shard(&h.name, i, n))
+            .cloned()
+            .collect()
+    }
+
+    /// Total items over all hosts.
+    pub fn item_count(&self) -> usize {
+        self.hosts.iter().map(|h| h.items.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,263 @@
+use super::*;
+
+fn errs(text: &str) -> Vec<ConfigError> {
+    match parse(text) {
+        Ok(_) => panic!("config should be rejected:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+fn one_err(text: &str) -> ConfigError {
+    let e = errs(text);
+    assert_eq!(e.len(), 1, "expected one error, got {e:#?}");
+    e.into_iter().next().unwrap()
+}
+
+const TEMPLATE: &str = r#"
+[[templates]]
+name = "icmp"
+items = [
+  { key = "icmpping", interval = "10s" },
+  { key = "icmppingloss[,3]", interval = "10s" },
+  { key = "icmppingsec[,3,,,,avg]", interval = "10s" },
+]
+"#;
+
+#[test]
+fn the_lab_example_is_valid() {
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/examples/lab.toml")).unwrap();
+    let cfg = parse(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(cfg.hosts.len(), 4 + 254);
+    let agent1 = cfg.hosts.iter().find(|h| &*h.name == "agent-1").unwrap();
+    let ping = agent1.items.iter().find(|i| &*i.key == "icmpping").unwrap();
+    assert_eq!(
+        ping.itemid, 10203,
+        "explicit itemid overrides the template's"
+    );
+    assert_eq!(
+        ping.interval,
+        Duration::from_secs(10),
+        "interval inherited from the template"
+    );
+    assert_eq!(ping.value_type, ValueType::Uint);
+    let agent4 = cfg.hosts.iter().find(|h| &*h.name == "agent-4").unwrap();
+    assert_eq!(&*agent4.snmp.as_ref().unwrap().community, "s3cret");
+    assert_eq!(
+        agent4.snmp.as_ref().unwrap().port,
+        161,
+        "port from [snmp] defaults"
+    );
+    let cpe = cfg
+        .hosts
+        .iter()
+        .find(|h| &*h.name == "cpe-127.1.0.1")
+        .unwrap();
+    assert!(
+        cpe.snmp.is_none(),
+        "ICMP-only hosts carry no SNMP parameters"
+    );
+    assert_eq!(cpe.items.len(), 3);
+    assert!(cfg.clickhouse.is_some());
+}
+
+#[test]
+fn defaults_apply_without_sections() {
+    let cfg = parse(&format!(
+        "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\n"
+    ))
+    .unwrap();
+    assert_eq!(cfg.daemon.shards, 4);
+    assert_eq!(cfg.daemon.metrics_listen, "127.0.0.1:9464");
+    assert_eq!(cfg.icmp.packets, 3);
+    assert_eq!(cfg.snmp.port, 161);
+    assert!(
+        cfg.clickhouse.is_none(),
+        "no [clickhouse]: values go to the spool"
+    );
+    let loss = cfg.hosts[0]
+        .items
+        .iter()
+        .find(|i| i.key.starts_with("icmppingloss"))
+        .unwrap();
+    assert_eq!(loss.value_type, ValueType::Float);
+}
+
+#[test]
+fn itemids_are_derived_stably() {
+    let text = format!(
+        "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\n"
+    );
+    let a = parse(&text).unwrap();
+    let b = parse(&text).unwrap();
+    let ids = |c: &Config| {
+        c.hosts[0]
+            .items
+            .iter()
+            .map(|i| i.itemid)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&a), ids(&b));
+    assert_eq!(a.hosts[0].items[0].itemid, derive_itemid("a", "icmpping"));
+}
+
+#[test]
+fn five_mistakes_are_all_reported_with_lines() {
+    let text = r#"[daemon]
+shards = 4
+spool_dri = "./spool"
+
+[[templates]]
+name = "icmp"
+items = [ { key = "icmpping[,3,10]", interval = "10s" } ]
+
+[[hosts]]
+name = "a"
+ip = "127.0.0.300"
+templates = ["icmp"]
+
+[[hosts]]
+name = "a"
+ip = "127.0.0.2"
+templates = ["icnp"]
+
+[[hosts]]
+name = "b"
+ip = "127.0.0.3"
+items = [ { key = "ifInOctets", oid = "1.3.6.x", type = "uint", interval = "60s" } ]
+"#;
+    let e = errs(text);
+    let rendered: Vec<String> = e.iter().map(|e| e.to_string()).collect();
+    let want = [
+        (3, "daemon.spool_dri", "unknown field `spool_dri`"),
+        (
+            7,
+            "templates[0].items[0].key",
+            "below Zabbix's minimum of 20 ms",
+        ),
+        (11, "hosts[0].ip", "\"127.0.0.300\" is not an IP address"),
+        (15, "hosts[1].name", "duplicate host name \"a\""),
+        (17, "hosts[1].templates[0]", "unknown template \"icnp\""),
+        (22, "hosts[2].items[0].oid", "is not a numeric OID"),
+    ];
+    for (line, path, msg) in want {
+        assert!(
+            e.iter()
+                .any(|x| x.line == Some(line) && x.path == path && x.message.contains(msg)),
+            "missing line {line} {path} {msg:?} in {rendered:#?}"
+        );
+    }
+    assert_eq!(e.len(), want.len(), "{rendered:#?}");
+}
+
+#[test]
+fn icmp_limits_are_checked_in_defaults_and_keys() {
+    let e = errs("[icmp]\npackets = 0\ninterval = \"10ms\"\nsize = 65508\ntimeout = \"49ms\"\n");
+    let paths: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["icmp.packets", "icmp.interval", "icmp.size", "icmp.timeout"]
+    );
+    assert_eq!(e[0].line, Some(2));
+    assert_eq!(e[3].line, Some(5));
+    let e = one_err(
+        "[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping[,10001]\", interval = \"10s\" } ]\n",
+    );
+    assert!(e.message.contains("packets 10001"), "{e}");
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmppingsec[,3,,23]\", interval = \"10s\" } ]\n");
+    assert!(e.message.contains("size 23"), "{e}");
+}
+
+#[test]
+fn snmp_items_must_say_oid_and_type() {
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"x\", interval = \"10s\", type = \"uint\" } ]\n");
+    assert!(e.message.contains("needs an oid"), "{e}");
+    assert_eq!(e.line, Some(3));
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"x\", oid = \"1.3.6.1\", interval = \"10s\" } ]\n");
+    assert!(e.message.contains("needs a type"), "{e}");
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"x\", oid = \"1.3.6.1\", type = \"int\", interval = \"10s\" } ]\n");
+    assert!(e.message.contains("unknown variant `int`"), "{e}");
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping\", oid = \"1.3.6.1\", interval = \"10s\" } ]\n");
+    assert!(e.message.contains("takes no oid"), "{e}");
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping\", type = \"str\", interval = \"10s\" } ]\n");
+    assert!(e.message.contains("reports uint"), "{e}");
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping\" } ]\n");
+    assert!(e.message.contains("no interval"), "{e}");
+}
+
+#[test]
+fn bad_cidr_and_range_rules() {
+    let e = one_err(&format!(
+        "{TEMPLATE}\n[[host_ranges]]\ncidr = \"127.1.0.0/33\"\ntemplates = [\"icmp\"]\n"
+    ));
+    assert_eq!(e.path, "host_ranges[0].cidr");
+    assert!(e.message.contains("is not a CIDR"));
+    let e = one_err(&format!(
+        "{TEMPLATE}\n[[host_ranges]]\ncidr = \"10.0.0.0/8\"\ntemplates = [\"icmp\"]\n"
+    ));
+    assert!(e.message.contains("more than the 1048576"), "{e}");
+    let cfg = parse(&format!("{TEMPLATE}\n[[host_ranges]]\ncidr = \"127.1.0.0/22\"\nname = \"cpe-{{ip}}\"\ntemplates = [\"icmp\"]\n")).unwrap();
+    assert_eq!(cfg.hosts.len(), 1022, "a /22 has 1022 host addresses");
+    assert_eq!(&*cfg.hosts[0].name, "cpe-127.1.0.1");
+    // A range colliding with a listed host's name.
+    let e = one_err(&format!(
+        "{TEMPLATE}\n[[hosts]]\nname = \"cpe-127.1.0.1\"\nip = \"127.0.0.9\"\n[[host_ranges]]\ncidr = \"127.1.0.0/30\"\nname = \"cpe-{{ip}}\"\ntemplates = [\"icmp\"]\n"
+    ));
+    assert!(e.message.contains("repeats hosts[0]"), "{e}");
+}
+
+#[test]
+fn duplicate_itemids_and_keys() {
+    let e = one_err(&format!(
+        "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\nitems = [{{ key = \"icmpping\", itemid = 7 }}]\n[[hosts]]\nname = \"b\"\nip = \"127.0.0.6\"\ntemplates = [\"icmp\"]\nitems = [{{ key = \"icmpping\", itemid = 7 }}]\n"
+    ));
+    assert!(e.message.contains("itemid 7"), "{e}");
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping\", interval = \"10s\" }, { key = \"icmpping\", interval = \"20s\" } ]\n");
+    assert!(e.message.contains("duplicate key"), "{e}");
+    let e = one_err(&format!("{TEMPLATE}{TEMPLATE}"));
+    assert!(e.message.contains("duplicate template name"), "{e}");
+}
+
+#[test]
+fn unknown_sections_and_syntax_errors() {
+    let e = one_err("[deamon]\nshards = 2\n");
+    assert_eq!(e.line, Some(1));
+    assert!(e.message.contains("unknown section `deamon`"));
+    let e = one_err("[daemon]\nshards = \n");
+    assert_eq!(e.line, Some(2));
+    let e = one_err("[snmp]\nversion = \"3\"\n");
+    assert!(e.message.contains("unknown variant `3`"), "{e}");
+    let e = one_err("[snmp]\nmax_oids_per_request = 0\n");
+    assert_eq!(e.path, "snmp.max_oids_per_request");
+    let e = one_err("[daemon]\nshard = \"2/2\"\n");
+    assert!(e.message.contains("0 <= i < N"), "{e}");
+    let e = one_err("[daemon]\nmetrics_listen = \"localhost:9464\"\n");
+    assert!(e.message.contains("not an IP:port"), "{e}");
+}
+
+#[test]
+fn host_snmp_overrides_and_secrets_stay_out_of_debug() {
+    let cfg = parse(
+        "[snmp]\ncommunity = \"topsecret-default\"\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\nsnmp = { community = \"topsecret-host\", port = 1161, retries = 3 }\nitems = [ { key = \"up\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"30s\" } ]\n",
+    )
+    .unwrap();
+    let s = cfg.hosts[0].snmp.as_ref().unwrap();
+    assert_eq!(
+        (s.port, s.retries, &*s.community),
+        (1161, 3, "topsecret-host")
+    );
+    let dbg = format!("{cfg:?}");
+    assert!(!dbg.contains("topsecret"), "secret in Debug output: {dbg}");
+}
+
+#[test]
+fn shard_selection_splits_hosts() {
+    let cfg = parse(&format!("{TEMPLATE}\n[[host_ranges]]\ncidr = \"127.1.0.0/24\"\nname = \"cpe-{{ip}}\"\ntemplates = [\"icmp\"]\n")).unwrap();
+    let a = cfg.hosts_for_shard((0, 2));
+    let b = cfg.hosts_for_shard((1, 2));
+    assert_eq!(a.len() + b.len(), 254);
+    assert!(a.iter().all(|h| !b.iter().any(|g| g.name == h.name)));
+    assert_eq!(parse_shard("1/3"), Ok((1, 3)));
+    assert!(parse_shard("3/3").is_err());
+    assert!(parse_shard("x").is_err());
+}
