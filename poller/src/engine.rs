@@ -36,7 +36,9 @@ pub struct Sample {
 
 /// Current wall-clock time as (Unix seconds, nanoseconds).
 pub fn clock_now() -> (u32, u32) {
-    let d = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
     (d.as_secs() as u32, d.subsec_nanos())
 }
 
@@ -59,7 +61,12 @@ pub struct Emitter {
 
 impl Emitter {
     pub fn new(tx: mpsc::Sender<Sample>, counters: Arc<PipelineCounters>) -> Self {
-        Emitter { tx, overflow: Vec::new(), counters, blocked: false }
+        Emitter {
+            tx,
+            overflow: Vec::new(),
+            counters,
+            blocked: false,
+        }
     }
 
     /// Hand a sample on without blocking. Order is kept: once something is parked, later
@@ -69,16 +76,17 @@ impl Emitter {
         if self.overflow.is_empty() {
             match self.tx.try_send(s) {
                 Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(s)) | Err(mpsc::error::TrySendError::Closed(s)) => {
-                    self.overflow.push(s)
-                }
+                Err(mpsc::error::TrySendError::Full(s))
+                | Err(mpsc::error::TrySendError::Closed(s)) => self.overflow.push(s),
             }
         } else {
             self.overflow.push(s);
         }
         if !self.blocked {
             self.blocked = true;
-            self.counters.backpressure_waits.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .backpressure_waits
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -105,10 +113,21 @@ impl Emitter {
 /// `icmp::PingStats`).
 pub fn icmp_value(item: &PlanItem, stats: &icmp::PingStats) -> Value {
     match item.kind {
-        ItemKind::Icmp { metric: IcmpMetric::Ping, .. } => Value::Uint(u64::from(stats.is_alive())),
-        ItemKind::Icmp { metric: IcmpMetric::Loss, .. } => Value::Float(stats.loss_pct()),
-        ItemKind::Icmp { metric: IcmpMetric::Sec(mode), .. } => Value::Float(stats.rtt_seconds(mode)),
-        ItemKind::Snmp { .. } => unreachable!("an SNMP item in an ICMP task: the plan groups by engine"),
+        ItemKind::Icmp {
+            metric: IcmpMetric::Ping,
+            ..
+        } => Value::Uint(u64::from(stats.is_alive())),
+        ItemKind::Icmp {
+            metric: IcmpMetric::Loss,
+            ..
+        } => Value::Float(stats.loss_pct()),
+        ItemKind::Icmp {
+            metric: IcmpMetric::Sec(mode),
+            ..
+        } => Value::Float(stats.rtt_seconds(mode)),
+        ItemKind::Snmp { .. } => {
+            unreachable!("an SNMP item in an ICMP task: the plan groups by engine")
+        }
     }
 }
 
@@ -156,25 +175,46 @@ mod tests {
     #[test]
     fn icmp_values_follow_zabbix() {
         let item = |key: &str| {
-            let k = IcmpKey::parse(&ItemKey::parse(key).unwrap(), &IcmpDefaults::default()).unwrap();
+            let k =
+                IcmpKey::parse(&ItemKey::parse(key).unwrap(), &IcmpDefaults::default()).unwrap();
             PlanItem {
                 itemid: 1,
                 key: key.into(),
                 value_type: ValueType::Float,
-                kind: ItemKind::Icmp { metric: k.metric, probe: k.probe },
+                kind: ItemKind::Icmp {
+                    metric: k.metric,
+                    probe: k.probe,
+                },
             }
         };
-        let mut st = icmp::PingStats { sent: 3, ..Default::default() };
+        let mut st = icmp::PingStats {
+            sent: 3,
+            ..Default::default()
+        };
         st.record(Duration::from_micros(20));
         st.record(Duration::from_millis(4));
         assert_eq!(icmp_value(&item("icmpping"), &st), Value::Uint(1));
-        let Value::Float(loss) = icmp_value(&item("icmppingloss"), &st) else { panic!() };
+        let Value::Float(loss) = icmp_value(&item("icmppingloss"), &st) else {
+            panic!()
+        };
         assert!((loss - 100.0 / 3.0).abs() < 1e-9);
-        assert_eq!(icmp_value(&item("icmppingsec[,,,,,min]"), &st), Value::Float(0.0001));
-        assert_eq!(icmp_value(&item("icmppingsec[,,,,,max]"), &st), Value::Float(0.004));
-        let dead = icmp::PingStats { sent: 3, ..Default::default() };
+        assert_eq!(
+            icmp_value(&item("icmppingsec[,,,,,min]"), &st),
+            Value::Float(0.0001)
+        );
+        assert_eq!(
+            icmp_value(&item("icmppingsec[,,,,,max]"), &st),
+            Value::Float(0.004)
+        );
+        let dead = icmp::PingStats {
+            sent: 3,
+            ..Default::default()
+        };
         assert_eq!(icmp_value(&item("icmpping"), &dead), Value::Uint(0));
-        assert_eq!(icmp_value(&item("icmppingloss"), &dead), Value::Float(100.0));
+        assert_eq!(
+            icmp_value(&item("icmppingloss"), &dead),
+            Value::Float(100.0)
+        );
         assert_eq!(icmp_value(&item("icmppingsec"), &dead), Value::Float(0.0));
     }
 }

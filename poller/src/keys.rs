@@ -47,18 +47,29 @@ impl ItemKey {
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
         {
-            return err(format!("invalid character {bad:?} in item key name {name:?}"));
+            return err(format!(
+                "invalid character {bad:?} in item key name {name:?}"
+            ));
         }
         let Some(rest) = rest else {
-            return Ok(ItemKey { name: name.to_string(), params: Vec::new() });
+            return Ok(ItemKey {
+                name: name.to_string(),
+                params: Vec::new(),
+            });
         };
         let params = parse_params(rest)?;
-        Ok(ItemKey { name: name.to_string(), params })
+        Ok(ItemKey {
+            name: name.to_string(),
+            params,
+        })
     }
 
     /// Parameter `i` (0-based), `None` when absent or empty.
     pub fn param(&self, i: usize) -> Option<&str> {
-        self.params.get(i).map(String::as_str).filter(|p| !p.is_empty())
+        self.params
+            .get(i)
+            .map(String::as_str)
+            .filter(|p| !p.is_empty())
     }
 }
 
@@ -199,7 +210,10 @@ fn check_packets(v: u32, mut f: impl FnMut(String)) {
 }
 fn check_interval(v: Duration, mut f: impl FnMut(String)) {
     if v < limits::MIN_INTERVAL {
-        f(format!("interval {} ms below Zabbix's minimum of 20 ms", v.as_millis()));
+        f(format!(
+            "interval {} ms below Zabbix's minimum of 20 ms",
+            v.as_millis()
+        ));
     }
 }
 fn check_size(v: u32, mut f: impl FnMut(String)) {
@@ -209,7 +223,10 @@ fn check_size(v: u32, mut f: impl FnMut(String)) {
 }
 fn check_timeout(v: Duration, mut f: impl FnMut(String)) {
     if v < limits::MIN_TIMEOUT {
-        f(format!("timeout {} ms below Zabbix's minimum of 50 ms", v.as_millis()));
+        f(format!(
+            "timeout {} ms below Zabbix's minimum of 50 ms",
+            v.as_millis()
+        ));
     }
 }
 
@@ -242,13 +259,20 @@ impl IcmpKey {
         let metric = match key.name.as_str() {
             "icmpping" => IcmpMetric::Ping,
             "icmppingloss" => IcmpMetric::Loss,
-            "icmppingsec" => IcmpMetric::Sec(key.param(5).unwrap_or("").parse::<RttMode>().map_err(KeyError)?),
+            "icmppingsec" => IcmpMetric::Sec(
+                key.param(5)
+                    .unwrap_or("")
+                    .parse::<RttMode>()
+                    .map_err(KeyError)?,
+            ),
             other => return err(format!("{other:?} is not an ICMP key")),
         };
         let target = match key.param(0) {
             None => None,
             Some(t) => Some(t.parse::<IpAddr>().map_err(|_| {
-                KeyError(format!("target {t:?} is not an IP address (names are not resolved)"))
+                KeyError(format!(
+                    "target {t:?} is not an IP address (names are not resolved)"
+                ))
             })?),
         };
         let num = |i: usize, what: &str| -> Result<Option<u64>, KeyError> {
@@ -263,11 +287,15 @@ impl IcmpKey {
         let packets = num(1, "packets")?
             .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
             .unwrap_or(defaults.packets);
-        let interval = num(2, "interval")?.map(Duration::from_millis).unwrap_or(defaults.interval);
+        let interval = num(2, "interval")?
+            .map(Duration::from_millis)
+            .unwrap_or(defaults.interval);
         let size = num(3, "size")?
             .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
             .unwrap_or(defaults.size);
-        let timeout = num(4, "timeout")?.map(Duration::from_millis).unwrap_or(defaults.timeout);
+        let timeout = num(4, "timeout")?
+            .map(Duration::from_millis)
+            .unwrap_or(defaults.timeout);
         let mut problems = Vec::new();
         check_packets(packets, |m| problems.push(m));
         check_interval(interval, |m| problems.push(m));
@@ -276,7 +304,16 @@ impl IcmpKey {
         if !problems.is_empty() {
             return err(problems.join("; "));
         }
-        Ok(IcmpKey { metric, probe: IcmpProbe { target, packets, interval, size, timeout } })
+        Ok(IcmpKey {
+            metric,
+            probe: IcmpProbe {
+                target,
+                packets,
+                interval,
+                size,
+                timeout,
+            },
+        })
     }
 }
 
@@ -290,7 +327,10 @@ mod tests {
 
     #[test]
     fn generic_key_syntax() {
-        assert_eq!(ItemKey::parse("icmpping").unwrap().params, Vec::<String>::new());
+        assert_eq!(
+            ItemKey::parse("icmpping").unwrap().params,
+            Vec::<String>::new()
+        );
         let k = ItemKey::parse("icmppingsec[,3,,,,avg]").unwrap();
         assert_eq!(k.name, "icmppingsec");
         assert_eq!(k.params, vec!["", "3", "", "", "", "avg"]);
@@ -316,11 +356,23 @@ mod tests {
         assert_eq!(k.probe.interval, Duration::from_millis(100));
         assert_eq!(k.probe.size, 32);
         assert_eq!(k.probe.timeout, Duration::from_millis(500));
-        assert_eq!(icmp("icmppingsec[,,,,,max]").unwrap().metric, IcmpMetric::Sec(RttMode::Max));
-        assert_eq!(icmp("icmppingsec[,,,,,min]").unwrap().metric, IcmpMetric::Sec(RttMode::Min));
-        assert_eq!(icmp("icmppingsec").unwrap().metric, IcmpMetric::Sec(RttMode::Avg));
+        assert_eq!(
+            icmp("icmppingsec[,,,,,max]").unwrap().metric,
+            IcmpMetric::Sec(RttMode::Max)
+        );
+        assert_eq!(
+            icmp("icmppingsec[,,,,,min]").unwrap().metric,
+            IcmpMetric::Sec(RttMode::Min)
+        );
+        assert_eq!(
+            icmp("icmppingsec").unwrap().metric,
+            IcmpMetric::Sec(RttMode::Avg)
+        );
         // Same parameters written differently share one probe.
-        assert_eq!(icmp("icmpping[,3]").unwrap().probe, icmp("icmppingsec[,,,,,avg]").unwrap().probe);
+        assert_eq!(
+            icmp("icmpping[,3]").unwrap().probe,
+            icmp("icmppingsec[,,,,,avg]").unwrap().probe
+        );
     }
 
     #[test]
@@ -330,14 +382,23 @@ mod tests {
         assert!(icmp("icmpping[,10000]").is_ok());
         assert!(icmp("icmpping[,3,19]").unwrap_err().0.contains("20 ms"));
         assert!(icmp("icmpping[,3,20]").is_ok());
-        assert!(icmp("icmpping[,3,,23]").unwrap_err().0.contains("24..65507"));
+        assert!(icmp("icmpping[,3,,23]")
+            .unwrap_err()
+            .0
+            .contains("24..65507"));
         assert!(icmp("icmpping[,3,,65508]").is_err());
         assert!(icmp("icmpping[,3,,65507]").is_ok());
         assert!(icmp("icmpping[,3,,,49]").unwrap_err().0.contains("50 ms"));
         assert!(icmp("icmpping[,3,,,50]").is_ok());
-        assert!(icmp("icmpping[router.example,3]").unwrap_err().0.contains("not resolved"));
+        assert!(icmp("icmpping[router.example,3]")
+            .unwrap_err()
+            .0
+            .contains("not resolved"));
         assert!(icmp("icmppingsec[,,,,,median]").is_err());
-        assert!(icmp("icmpping[,,,,,avg]").is_err(), "mode only exists for icmppingsec");
+        assert!(
+            icmp("icmpping[,,,,,avg]").is_err(),
+            "mode only exists for icmppingsec"
+        );
         assert!(icmp("icmpping[,x]").is_err());
     }
 }

@@ -59,7 +59,10 @@ impl std::fmt::Debug for SnmpParams {
 /// What an item asks of its engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ItemKind {
-    Icmp { metric: IcmpMetric, probe: IcmpProbe },
+    Icmp {
+        metric: IcmpMetric,
+        probe: IcmpProbe,
+    },
     /// Numeric OID components (already validated).
     Snmp { oid: Arc<[u32]> },
 }
@@ -175,7 +178,8 @@ pub fn derive_itemid(host: &str, key: &str) -> u64 {
 /// Scale-out: whether `host` belongs to process shard `index` of `count` (`--shard i/N`).
 /// Uses its own hash seed so that it is independent of the scheduler's shard choice.
 pub fn host_in_process_shard(host: &str, index: u32, count: u32) -> bool {
-    count <= 1 || stable_hash(&[b"process-shard", host.as_bytes()]) % u64::from(count) == u64::from(index)
+    count <= 1
+        || stable_hash(&[b"process-shard", host.as_bytes()]) % u64::from(count) == u64::from(index)
 }
 
 impl Plan {
@@ -187,7 +191,12 @@ impl Plan {
         let mut groups: HashMap<(Engine, u64, Option<IcmpProbe>), Vec<ItemSpec>> = HashMap::new();
         for (hidx, host) in hosts.into_iter().enumerate() {
             let hash = stable_hash(&[host.name.as_bytes()]);
-            plan.hosts.push(PlanHost { name: host.name.clone(), ip: host.ip, snmp: host.snmp, hash });
+            plan.hosts.push(PlanHost {
+                name: host.name.clone(),
+                ip: host.ip,
+                snmp: host.snmp,
+                hash,
+            });
             groups.clear();
             for item in host.items {
                 let interval_ms = item.interval.as_millis().max(1) as u64;
@@ -198,16 +207,32 @@ impl Plan {
                 groups.entry(gk).or_default().push(item);
             }
             let mut keys: Vec<_> = groups.keys().copied().collect();
-            keys.sort_by_key(|(e, i, p)| (*e, *i, p.map(|p| (p.packets, p.interval, p.size, p.timeout))));
+            keys.sort_by_key(|(e, i, p)| {
+                (
+                    *e,
+                    *i,
+                    p.map(|p| (p.packets, p.interval, p.size, p.timeout)),
+                )
+            });
             for gk in keys {
                 let items = groups.remove(&gk).unwrap_or_default();
                 let (engine, interval_ms, probe) = gk;
                 let start = plan.items.len() as u32;
                 for it in items {
-                    plan.items.push(PlanItem { itemid: it.itemid, key: it.key, value_type: it.value_type, kind: it.kind });
+                    plan.items.push(PlanItem {
+                        itemid: it.itemid,
+                        key: it.key,
+                        value_type: it.value_type,
+                        kind: it.kind,
+                    });
                 }
                 let probe_desc = probe
-                    .map(|p| format!("{:?}/{}/{:?}/{}/{:?}", p.target, p.packets, p.interval, p.size, p.timeout))
+                    .map(|p| {
+                        format!(
+                            "{:?}/{}/{:?}/{}/{:?}",
+                            p.target, p.packets, p.interval, p.size, p.timeout
+                        )
+                    })
                     .unwrap_or_default();
                 let phase_ms = stable_hash(&[
                     b"phase",
@@ -256,7 +281,10 @@ mod tests {
             key: key.into(),
             value_type: ValueType::Float,
             interval: Duration::from_secs(interval_s),
-            kind: ItemKind::Icmp { metric: k.metric, probe: k.probe },
+            kind: ItemKind::Icmp {
+                metric: k.metric,
+                probe: k.probe,
+            },
         }
     }
 
@@ -269,7 +297,10 @@ mod tests {
         assert_ne!(derive_itemid("ab", "c"), derive_itemid("a", "bc"));
         assert!(a >= 1 << 62 && a < 1 << 63);
         // Pinned value: a change here renumbers every deployed item. Never change it.
-        assert_eq!(derive_itemid("sw-core-1", "icmpping"), 6_488_887_004_315_197_563);
+        assert_eq!(
+            derive_itemid("sw-core-1", "icmpping"),
+            6_488_887_004_315_197_563
+        );
     }
 
     #[test]
@@ -290,7 +321,10 @@ mod tests {
         assert_eq!(plan.items.len(), 5);
         assert_eq!(plan.tasks.len(), 3);
         let sizes: Vec<usize> = plan.tasks.iter().map(|t| t.items.len()).collect();
-        assert!(sizes.contains(&3) && sizes.iter().filter(|&&s| s == 1).count() == 2, "{sizes:?}");
+        assert!(
+            sizes.contains(&3) && sizes.iter().filter(|&&s| s == 1).count() == 2,
+            "{sizes:?}"
+        );
         for t in &plan.tasks {
             assert!(t.phase_ms < t.interval_ms);
         }
@@ -302,13 +336,18 @@ mod tests {
         for n in [1u32, 2, 3, 7] {
             let mut counts = vec![0usize; n as usize];
             for name in &names {
-                let owners: Vec<u32> = (0..n).filter(|&i| host_in_process_shard(name, i, n)).collect();
+                let owners: Vec<u32> = (0..n)
+                    .filter(|&i| host_in_process_shard(name, i, n))
+                    .collect();
                 assert_eq!(owners.len(), 1, "{name} owned by {owners:?} of {n}");
                 counts[owners[0] as usize] += 1;
             }
             let expect = names.len() / n as usize;
             for c in counts {
-                assert!(c.abs_diff(expect) < expect / 10 + 50, "unbalanced shard: {c} vs {expect}");
+                assert!(
+                    c.abs_diff(expect) < expect / 10 + 50,
+                    "unbalanced shard: {c} vs {expect}"
+                );
             }
         }
     }

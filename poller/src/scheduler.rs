@@ -90,7 +90,9 @@ impl Scheduler {
         let shards = shards.max(1);
         let s = Scheduler {
             shards: (0..shards)
-                .map(|_| Shard { queues: [Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new())] })
+                .map(|_| Shard {
+                    queues: [Mutex::new(BinaryHeap::new()), Mutex::new(BinaryHeap::new())],
+                })
                 .collect(),
             generation: AtomicU64::new(0),
             cursor: AtomicUsize::new(0),
@@ -112,11 +114,13 @@ impl Scheduler {
 
     fn load(&self, plan: &Plan, now_ms: u64) {
         let n = self.shards.len() as u64;
-        let mut fresh: Vec<[Vec<Reverse<Entry>>; 2]> = (0..n).map(|_| [Vec::new(), Vec::new()]).collect();
+        let mut fresh: Vec<[Vec<Reverse<Entry>>; 2]> =
+            (0..n).map(|_| [Vec::new(), Vec::new()]).collect();
         for (i, t) in plan.tasks.iter().enumerate() {
             let t: &Task = t;
             let shard = (plan.hosts[t.host as usize].hash % n) as usize;
-            let interval_ms = u32::try_from(t.interval_ms).expect("intervals are validated to at most a day");
+            let interval_ms =
+                u32::try_from(t.interval_ms).expect("intervals are validated to at most a day");
             let due = next_slot_after(now_ms, t.interval_ms, t.phase_ms);
             fresh[shard][t.engine as usize].push(Reverse(Entry {
                 due,
@@ -133,7 +137,9 @@ impl Scheduler {
         for (shard, mut qs) in self.shards.iter().zip(fresh) {
             for e in Engine::ALL {
                 let heap = BinaryHeap::from(std::mem::take(&mut qs[e as usize]));
-                *shard.queues[e as usize].lock().unwrap_or_else(|e| e.into_inner()) = heap;
+                *shard.queues[e as usize]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = heap;
             }
         }
     }
@@ -162,7 +168,9 @@ impl Scheduler {
         for k in 0..n {
             let si = (start + k) % n;
             let shard = &self.shards[si];
-            let mut q = shard.queues[engine as usize].lock().unwrap_or_else(|e| e.into_inner());
+            let mut q = shard.queues[engine as usize]
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
             // Read under the shard lock: a reload replaces this queue under the same lock.
             let generation = self.generation();
             while let Some(Reverse(top)) = q.peek() {
@@ -194,7 +202,13 @@ impl Scheduler {
     pub fn next_due(&self, engine: Engine) -> Option<u64> {
         self.shards
             .iter()
-            .filter_map(|s| s.queues[engine as usize].lock().unwrap_or_else(|e| e.into_inner()).peek().map(|r| r.0.due))
+            .filter_map(|s| {
+                s.queues[engine as usize]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .peek()
+                    .map(|r| r.0.due)
+            })
             .min()
     }
 
@@ -203,7 +217,9 @@ impl Scheduler {
         self.shards
             .iter()
             .map(|s| {
-                let q = s.queues[engine as usize].lock().unwrap_or_else(|e| e.into_inner());
+                let q = s.queues[engine as usize]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
                 q.iter().filter(|r| r.0.due <= now_ms).count()
             })
             .collect()
@@ -213,7 +229,12 @@ impl Scheduler {
     pub fn queued(&self, engine: Engine) -> Vec<usize> {
         self.shards
             .iter()
-            .map(|s| s.queues[engine as usize].lock().unwrap_or_else(|e| e.into_inner()).len())
+            .map(|s| {
+                s.queues[engine as usize]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .len()
+            })
             .collect()
     }
 
@@ -233,8 +254,16 @@ impl Scheduler {
         if due.generation != self.generation() {
             return Rescheduled::Stale;
         }
-        q.push(Reverse(Entry { due: next, task: due.task, interval_ms: due.interval_ms, phase_ms: due.phase_ms }));
-        Rescheduled::At { next_ms: next, skipped }
+        q.push(Reverse(Entry {
+            due: next,
+            task: due.task,
+            interval_ms: due.interval_ms,
+            phase_ms: due.phase_ms,
+        }));
+        Rescheduled::At {
+            next_ms: next,
+            skipped,
+        }
     }
 
     /// A due entry for `task` of the current plan (for one-shot polling outside the
@@ -278,7 +307,9 @@ mod tests {
                                 key: format!("k{i}").into(),
                                 value_type: ValueType::Uint,
                                 interval: Duration::from_secs(iv),
-                                kind: ItemKind::Snmp { oid: Arc::from(vec![1, 3, 6, i as u32]) },
+                                kind: ItemKind::Snmp {
+                                    oid: Arc::from(vec![1, 3, 6, i as u32]),
+                                },
                             })
                             .collect(),
                     }
@@ -311,9 +342,17 @@ mod tests {
                 out.clear();
                 s.take_due(e, now, u64::MAX, |_| 1, &mut out);
                 for d in &out {
-                    assert!(d.due_ms <= now && now - d.due_ms < 100, "fired late: {} at {}", d.due_ms, now);
+                    assert!(
+                        d.due_ms <= now && now - d.due_ms < 100,
+                        "fired late: {} at {}",
+                        d.due_ms,
+                        now
+                    );
                     fired.entry(d.task).or_default().push(d.due_ms);
-                    assert!(matches!(s.complete(*d, now), Rescheduled::At { skipped: 0, .. }));
+                    assert!(matches!(
+                        s.complete(*d, now),
+                        Rescheduled::At { skipped: 0, .. }
+                    ));
                 }
             }
         }
@@ -321,7 +360,11 @@ mod tests {
         for (task, times) in fired {
             let t = &p.tasks[task as usize];
             let expected = 600_000 / t.interval_ms;
-            assert!(times.len() as u64 == expected || times.len() as u64 == expected + 1, "{}", times.len());
+            assert!(
+                times.len() as u64 == expected || times.len() as u64 == expected + 1,
+                "{}",
+                times.len()
+            );
             for w in times.windows(2) {
                 assert_eq!(w[1] - w[0], t.interval_ms);
             }
@@ -353,10 +396,19 @@ mod tests {
         assert_eq!(out.len(), 1);
         // Nothing is due while the poll runs, however long it takes.
         let mut more = Vec::new();
-        assert_eq!(s.take_due(Engine::Snmp, first + 35_000, u64::MAX, |_| 1, &mut more), 0);
+        assert_eq!(
+            s.take_due(Engine::Snmp, first + 35_000, u64::MAX, |_| 1, &mut more),
+            0
+        );
         // It finished 35 s late: slots +10, +20, +30 were missed, next is +40.
         let r = s.complete(out[0], first + 35_000);
-        assert_eq!(r, Rescheduled::At { next_ms: first + 40_000, skipped: 3 });
+        assert_eq!(
+            r,
+            Rescheduled::At {
+                next_ms: first + 40_000,
+                skipped: 3
+            }
+        );
     }
 
     #[test]
@@ -368,7 +420,10 @@ mod tests {
         assert_eq!(n, 30);
         let n2 = s.take_due(Engine::Snmp, 20_000, u64::MAX, |_| 1, &mut out);
         assert_eq!(n2, 70);
-        assert_eq!(s.take_due(Engine::Icmp, 20_000, u64::MAX, |_| 1, &mut out), 0);
+        assert_eq!(
+            s.take_due(Engine::Icmp, 20_000, u64::MAX, |_| 1, &mut out),
+            0
+        );
     }
 
     #[test]
@@ -391,7 +446,10 @@ mod tests {
                 })
             })
             .collect();
-        let mut all: Vec<u32> = handles.into_iter().flat_map(|h| h.join().unwrap()).collect();
+        let mut all: Vec<u32> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
         all.sort_unstable();
         let n = all.len();
         all.dedup();
@@ -438,7 +496,10 @@ mod tests {
         let p1 = plan(50, &[10]);
         let p2 = plan(60, &[10]);
         for (a, b) in p1.tasks.iter().zip(&p2.tasks) {
-            assert_eq!(p1.hosts[a.host as usize].name, p2.hosts[b.host as usize].name);
+            assert_eq!(
+                p1.hosts[a.host as usize].name,
+                p2.hosts[b.host as usize].name
+            );
             assert_eq!(a.phase_ms, b.phase_ms);
         }
     }

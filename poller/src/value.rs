@@ -89,7 +89,10 @@ impl ErrorReason {
 
 impl ItemError {
     pub fn new(reason: ErrorReason, text: impl Into<String>) -> Self {
-        ItemError { reason, text: text.into() }
+        ItemError {
+            reason,
+            text: text.into(),
+        }
     }
 }
 
