@@ -54,6 +54,35 @@ pub struct Job {
     pub timeout: Duration,
 }
 
+impl Job {
+    /// Checks this job (at index `index`) on its own: packets ≥ 1, size within
+    /// `MIN_PAYLOAD..=MAX_PAYLOAD_V4/V6`, timeout > 0. [`Sweep::new`] additionally
+    /// refuses more than 65,536 probes to one address.
+    pub fn validate(&self, index: usize) -> Result<(), SweepError> {
+        let (job, addr) = (index, self.addr);
+        if self.packets == 0 {
+            return Err(SweepError::NoPackets { job, addr });
+        }
+        let max = match addr {
+            IpAddr::V4(_) => MAX_PAYLOAD_V4,
+            IpAddr::V6(_) => MAX_PAYLOAD_V6,
+        };
+        if !(MIN_PAYLOAD..=max).contains(&self.size) {
+            return Err(SweepError::BadSize {
+                job,
+                addr,
+                size: self.size,
+                min: MIN_PAYLOAD,
+                max,
+            });
+        }
+        if self.timeout.is_zero() {
+            return Err(SweepError::ZeroTimeout { job, addr });
+        }
+        Ok(())
+    }
+}
+
 /// Kind of socket the driver uses; decides framing and identifier matching.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SocketKind {
@@ -300,31 +329,7 @@ impl Sweep {
         let mut states = Vec::with_capacity(jobs.len());
         let mut total: u64 = 0;
         for (i, job) in jobs.into_iter().enumerate() {
-            if job.packets == 0 {
-                return Err(SweepError::NoPackets {
-                    job: i,
-                    addr: job.addr,
-                });
-            }
-            let max = match job.addr {
-                IpAddr::V4(_) => MAX_PAYLOAD_V4,
-                IpAddr::V6(_) => MAX_PAYLOAD_V6,
-            };
-            if !(MIN_PAYLOAD..=max).contains(&job.size) {
-                return Err(SweepError::BadSize {
-                    job: i,
-                    addr: job.addr,
-                    size: job.size,
-                    min: MIN_PAYLOAD,
-                    max,
-                });
-            }
-            if job.timeout.is_zero() {
-                return Err(SweepError::ZeroTimeout {
-                    job: i,
-                    addr: job.addr,
-                });
-            }
+            job.validate(i)?;
             let used = per_addr.entry(job.addr).or_insert(0);
             let base = *used;
             *used += u64::from(job.packets);

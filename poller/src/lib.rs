@@ -4,6 +4,7 @@
 //! This crate owns sockets, clocks and tasks; it knows nothing about ClickHouse.
 
 pub mod engine;
+pub mod icmp_driver;
 pub mod keys;
 pub mod metrics;
 pub mod plan;

@@ -1,0 +1,713 @@
+//! ICMP socket driver: runs [`icmp::Sweep`] iterations over one long-lived socket pair.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), poller::icmp_driver::IcmpOpenError> {
+//! use poller::icmp_driver::{IcmpDriver, IcmpOptions, PingJob};
+//! use std::time::Duration;
+//! let mut driver = IcmpDriver::open(IcmpOptions::default())?; // once per process
+//! let jobs = vec![PingJob {
+//!     addr: "127.0.0.1".parse().unwrap(),
+//!     packets: 3,
+//!     interval: Duration::from_millis(20),
+//!     size: 56,
+//!     timeout: Duration::from_secs(1),
+//! }];
+//! let report = driver.sweep(&jobs, |i, stats| println!("{i}: {}", stats.is_alive())).await;
+//! println!("{} alive in {:?}", report.alive, report.wall);
+//! # Ok(()) }
+//! ```
+//!
+//! Invariants and limits:
+//! * One `SOCK_RAW` socket per address family (needs `CAP_NET_RAW`), else the
+//!   unprivileged `SOCK_DGRAM` ping socket when `net.ipv4.ping_group_range` admits our
+//!   group (this sysctl governs ICMPv6 ping sockets too). [`IcmpDriver::open`] fails with
+//!   [`IcmpOpenError::NoPermission`] naming both remedies when neither opens. IPv6 is
+//!   best effort: when its socket cannot be opened, IPv6 jobs are rejected (see
+//!   [`SweepReport::rejected`]) and IPv4 works as usual.
+//! * Raw sockets get a kernel `ICMP_FILTER`/`ICMP6_FILTER` passing echo replies only, so
+//!   the flood of our own requests on loopback and unrelated ICMP never reach user space.
+//! * Receive buffers are enlarged to [`IcmpOptions::rcvbuf`] (with `SO_RCVBUFFORCE` when
+//!   privileged, else capped by `net.core.rmem_max`).
+//! * One iteration = [`IcmpDriver::sweep`]: every probe is sent at its due time, paced by
+//!   `max_pps`; replies are collected until the single deadline = latest send + that
+//!   probe's timeout (≤ last send + max timeout). Nothing waits per host. The loop drains
+//!   the receive queue (in `recvmmsg` batches) before every send burst and bounds each
+//!   burst, so sending can never starve receiving.
+//! * Each sweep uses a new iteration number and identifier (raw) and a random sequence
+//!   start; late replies of earlier sweeps are recognised by the payload tag and counted
+//!   as stale, never matched.
+//! * Must be used from within a tokio runtime with I/O and time enabled; the sockets are
+//!   registered with the runtime of the first `sweep` call.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::mem::{size_of, MaybeUninit};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use icmp::{Event, Job, SocketKind as Kind, Sweep, SweepConfig, SweepCounters, SweepError, TagKey};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::io::unix::AsyncFd;
+
+pub use icmp::{PingStats, RttMode, SocketKind};
+
+/// Linux `SO_RCVBUFFORCE` (asm-generic value, also x86 and arm): ignores `rmem_max`, needs
+/// `CAP_NET_ADMIN`.
+const SO_RCVBUFFORCE: libc::c_int = 33;
+/// Linux `ICMP_FILTER` at level `SOL_RAW`: bit `t` set = drop ICMP type `t`.
+const ICMP_FILTER: libc::c_int = 1;
+/// Linux `ICMP6_FILTER` at level `IPPROTO_ICMPV6`: bit `t` set = drop ICMPv6 type `t`.
+const ICMP6_FILTER: libc::c_int = 1;
+/// Replies read per `recvmmsg` call.
+const RECV_BATCH: usize = 64;
+/// Most datagrams read before the loop sends again (bounds one receive turn).
+const RECV_TURN: usize = 4096;
+/// Most probes sent before the loop drains the receive queue again.
+const SEND_TURN: usize = 512;
+
+/// Options of [`IcmpDriver::open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpOptions {
+    /// Global send rate in probes per second over all hosts; 0 = unpaced. Default 100,000.
+    pub max_pps: u32,
+    /// Receive buffer to request per socket, bytes. Default 16 MiB.
+    pub rcvbuf: usize,
+}
+
+impl Default for IcmpOptions {
+    fn default() -> Self {
+        IcmpOptions {
+            max_pps: 100_000,
+            rcvbuf: 16 << 20,
+        }
+    }
+}
+
+/// Why the driver could not open its socket.
+#[derive(Debug, thiserror::Error)]
+pub enum IcmpOpenError {
+    /// Neither a raw nor a datagram ICMP socket may be opened by this process.
+    #[error(
+        "cannot open an ICMP socket: raw socket: {raw}; datagram ping socket: {dgram}. \
+         Either grant CAP_NET_RAW (e.g. `setcap cap_net_raw+ep /path/to/netpoller`, or \
+         AmbientCapabilities=CAP_NET_RAW in the systemd unit), or allow unprivileged ping \
+         sockets for this process's group with `sysctl -w net.ipv4.ping_group_range=\"0 \
+         2147483647\"`"
+    )]
+    NoPermission {
+        /// Error of `socket(AF_INET, SOCK_RAW, IPPROTO_ICMP)`.
+        raw: io::Error,
+        /// Error of `socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)`.
+        dgram: io::Error,
+    },
+    /// The socket opened but could not be configured.
+    #[error("configuring the ICMP socket ({what}): {source}")]
+    Setup {
+        /// Which option failed.
+        what: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+}
+
+/// One host's probes, in Zabbix terms `icmpping[<addr>,<packets>,<interval>,<size>,<timeout>]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PingJob {
+    /// Target.
+    pub addr: IpAddr,
+    /// Echo requests to send (Zabbix default 3).
+    pub packets: u32,
+    /// Spacing between this host's requests (Zabbix default and minimum: fping's, 20 ms
+    /// here is the practical minimum).
+    pub interval: Duration,
+    /// Payload bytes (fping default 56; at least [`icmp::MIN_PAYLOAD`]).
+    pub size: usize,
+    /// Per-probe reply timeout (fping default 500 ms; Zabbix minimum 50 ms).
+    pub timeout: Duration,
+}
+
+/// Outcome of one [`IcmpDriver::sweep`].
+#[derive(Debug, Clone, Default)]
+pub struct SweepReport {
+    /// Wall time of the whole iteration.
+    pub wall: Duration,
+    /// Jobs given.
+    pub hosts: usize,
+    /// Jobs with at least one reply.
+    pub alive: usize,
+    /// Probe and reply totals, and every ignored datagram counted by reason
+    /// (`stale`, `foreign`, `spoofed`, `malformed`, `duplicate`, `late`, `not_echo_reply`)
+    /// and `send_errors`.
+    pub counters: SweepCounters,
+    /// `recvmmsg` failures other than "would block".
+    pub recv_errors: u64,
+    /// Jobs that were not probed, with the reason (invalid parameters, no IPv6 socket);
+    /// `on_host_done` still got them, with all-zero stats.
+    pub rejected: Vec<(usize, String)>,
+}
+
+/// Long-lived ICMP driver; reuse it across iterations (one per process is enough).
+#[derive(Debug)]
+pub struct IcmpDriver {
+    kind: SocketKind,
+    opts: IcmpOptions,
+    v4: Slot,
+    v6: Slot,
+    key: TagKey,
+    iteration: u32,
+    ident_base: u16,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Closed(String),
+    Open(Socket),
+    Registered(AsyncFd<Socket>),
+}
+
+impl Slot {
+    fn fd(&self) -> Option<RawFd> {
+        match self {
+            Slot::Closed(_) => None,
+            Slot::Open(s) => Some(s.as_raw_fd()),
+            Slot::Registered(a) => Some(a.get_ref().as_raw_fd()),
+        }
+    }
+
+    fn register(&mut self) -> io::Result<()> {
+        if let Slot::Open(_) = self {
+            let Slot::Open(s) = std::mem::replace(self, Slot::Closed(String::new())) else {
+                unreachable!()
+            };
+            // SAFETY: socket2::Socket owns its fd, which stays open and unchanged for as
+            // long as the AsyncFd owns the Socket.
+            match unsafe { AsyncFd::register(s) } {
+                Ok(a) => *self = Slot::Registered(a),
+                Err(e) => {
+                    let e: io::Error = e.into();
+                    *self = Slot::Closed(format!("registering with tokio: {e}"));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn async_fd(&self) -> Option<&AsyncFd<Socket>> {
+        match self {
+            Slot::Registered(a) => Some(a),
+            _ => None,
+        }
+    }
+}
+
+fn random_u64() -> u64 {
+    // RandomState is seeded from the OS once per process and then per instance.
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(0x6e70_6c72);
+    h.finish()
+}
+
+fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: `value` points to a live `T` of the size passed.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (value as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn configure(
+    sock: &Socket,
+    kind: SocketKind,
+    v6: bool,
+    rcvbuf: usize,
+) -> Result<(), IcmpOpenError> {
+    let setup = |what| move |source| IcmpOpenError::Setup { what, source };
+    sock.set_nonblocking(true).map_err(setup("O_NONBLOCK"))?;
+    let fd = sock.as_raw_fd();
+    let want = libc::c_int::try_from(rcvbuf).unwrap_or(libc::c_int::MAX);
+    if setsockopt(fd, libc::SOL_SOCKET, SO_RCVBUFFORCE, &want).is_err() {
+        // Unprivileged: the kernel caps this at net.core.rmem_max; not fatal.
+        sock.set_recv_buffer_size(rcvbuf)
+            .map_err(setup("SO_RCVBUF"))?;
+    }
+    if kind == SocketKind::Raw {
+        if v6 {
+            let mut filter = [u32::MAX; 8];
+            filter[129 >> 5] &= !(1u32 << (129 & 31));
+            setsockopt(fd, libc::IPPROTO_ICMPV6, ICMP6_FILTER, &filter)
+                .map_err(setup("ICMP6_FILTER"))?;
+        } else {
+            let filter: u32 = !1u32; // pass type 0 (echo reply) only
+            setsockopt(fd, libc::SOL_RAW, ICMP_FILTER, &filter).map_err(setup("ICMP_FILTER"))?;
+        }
+    }
+    Ok(())
+}
+
+fn open_socket(kind: SocketKind, v6: bool) -> io::Result<Socket> {
+    let (domain, proto) = if v6 {
+        (Domain::IPV6, Protocol::ICMPV6)
+    } else {
+        (Domain::IPV4, Protocol::ICMPV4)
+    };
+    let ty = match kind {
+        SocketKind::Raw => Type::RAW,
+        SocketKind::Datagram => Type::DGRAM,
+    };
+    Socket::new(domain, ty, Some(proto))
+}
+
+impl IcmpDriver {
+    /// Opens a raw ICMP socket, or the datagram ping socket when raw is not permitted.
+    pub fn open(opts: IcmpOptions) -> Result<Self, IcmpOpenError> {
+        match open_socket(SocketKind::Raw, false) {
+            Ok(s) => Self::with_v4(opts, SocketKind::Raw, s),
+            Err(raw) => match open_socket(SocketKind::Datagram, false) {
+                Ok(s) => Self::with_v4(opts, SocketKind::Datagram, s),
+                Err(dgram) => Err(IcmpOpenError::NoPermission { raw, dgram }),
+            },
+        }
+    }
+
+    /// Opens one specific socket kind (tests, or operators who want to pin it).
+    pub fn open_kind(opts: IcmpOptions, kind: SocketKind) -> Result<Self, IcmpOpenError> {
+        match open_socket(kind, false) {
+            Ok(s) => Self::with_v4(opts, kind, s),
+            Err(e) => {
+                let other = io::Error::other(format!("not tried: {kind:?} socket requested"));
+                Err(match kind {
+                    SocketKind::Raw => IcmpOpenError::NoPermission {
+                        raw: e,
+                        dgram: other,
+                    },
+                    SocketKind::Datagram => IcmpOpenError::NoPermission {
+                        raw: other,
+                        dgram: e,
+                    },
+                })
+            }
+        }
+    }
+
+    fn with_v4(opts: IcmpOptions, kind: SocketKind, v4: Socket) -> Result<Self, IcmpOpenError> {
+        configure(&v4, kind, false, opts.rcvbuf)?;
+        let v6 = match open_socket(kind, true) {
+            Ok(s) => match configure(&s, kind, true, opts.rcvbuf) {
+                Ok(()) => Slot::Open(s),
+                Err(e) => Slot::Closed(e.to_string()),
+            },
+            Err(e) => Slot::Closed(format!("cannot open an ICMPv6 {kind:?} socket: {e}")),
+        };
+        let r = random_u64();
+        Ok(IcmpDriver {
+            kind,
+            opts,
+            v4: Slot::Open(v4),
+            v6,
+            key: TagKey([random_u64(), random_u64()]),
+            iteration: r as u32,
+            ident_base: (r >> 32) as u16,
+        })
+    }
+
+    /// Kind of socket in use.
+    pub fn kind(&self) -> SocketKind {
+        self.kind
+    }
+
+    /// Options in use.
+    pub fn options(&self) -> IcmpOptions {
+        self.opts
+    }
+
+    /// Whether IPv6 targets can be probed (`Err` gives the reason when not).
+    pub fn ipv6(&self) -> Result<(), String> {
+        match &self.v6 {
+            Slot::Closed(why) => Err(why.clone()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Receive buffer the kernel granted to the IPv4 socket, bytes (doubled by Linux
+    /// for bookkeeping, as `getsockopt` reports it).
+    pub fn rcvbuf(&self) -> Option<usize> {
+        let fd = self.v4.fd()?;
+        let mut v: libc::c_int = 0;
+        let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: v and len are valid for writes of their sizes.
+        let r = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&mut v as *mut i32).cast(),
+                &mut len,
+            )
+        };
+        (r == 0).then_some(v as usize)
+    }
+
+    /// Runs one iteration over `jobs` and returns when every job is complete.
+    ///
+    /// `on_host_done(job_index, stats)` is called exactly once per job, as soon as that
+    /// job has all its replies, or at the iteration deadline (latest send + timeout).
+    /// Rejected jobs (see [`SweepReport::rejected`]) are reported first, with zero stats.
+    pub async fn sweep<F: FnMut(usize, &PingStats)>(
+        &mut self,
+        jobs: &[PingJob],
+        mut on_host_done: F,
+    ) -> SweepReport {
+        let start = Instant::now();
+        let mut report = SweepReport {
+            hosts: jobs.len(),
+            ..SweepReport::default()
+        };
+        self.iteration = self.iteration.wrapping_add(1);
+        let ident = self.ident_base.wrapping_add(self.iteration as u16);
+        for slot in [&mut self.v4, &mut self.v6] {
+            if let Err(e) = slot.register() {
+                tracing::warn!(error = %e, "ICMP socket could not be registered with tokio");
+            }
+        }
+
+        // Validate each job on its own so one bad job never sinks the iteration.
+        let mut index = Vec::with_capacity(jobs.len());
+        let mut valid = Vec::with_capacity(jobs.len());
+        let mut probes_per_addr = std::collections::HashMap::<IpAddr, u64>::new();
+        for (i, j) in jobs.iter().enumerate() {
+            let job = Job {
+                addr: j.addr,
+                packets: j.packets,
+                interval: j.interval,
+                size: j.size,
+                timeout: j.timeout,
+            };
+            let slot = if j.addr.is_ipv6() { &self.v6 } else { &self.v4 };
+            let why = match (job.validate(i), slot) {
+                (Err(e), _) => Some(e.to_string()),
+                (Ok(_), Slot::Closed(why)) => Some(format!("{}: {why}", j.addr)),
+                (Ok(_), _) => {
+                    let n = probes_per_addr.entry(j.addr).or_default();
+                    *n += u64::from(j.packets);
+                    (*n > 65_536).then(|| {
+                        SweepError::TooManyProbes {
+                            addr: j.addr,
+                            probes: *n,
+                        }
+                        .to_string()
+                    })
+                }
+            };
+            match why {
+                Some(why) => {
+                    on_host_done(i, &PingStats::default());
+                    report.rejected.push((i, why));
+                }
+                None => {
+                    index.push(i);
+                    valid.push(job);
+                }
+            }
+        }
+        let mut sweep = match Sweep::new(valid, self.config(ident), Instant::now()) {
+            Ok(s) => s,
+            Err(e) => {
+                // Unreachable after the checks above; never panic in the daemon.
+                for &i in &index {
+                    on_host_done(i, &PingStats::default());
+                    report.rejected.push((i, e.to_string()));
+                }
+                report.wall = start.elapsed();
+                return report;
+            }
+        };
+        let max_len = jobs.iter().map(|j| j.size).max().unwrap_or(0);
+        let mut rx = RecvBuf::new(max_len + icmp::wire::HEADER_LEN + 60);
+        let mut pending: Option<(SockAddr, Vec<u8>, icmp::ProbeToken)> = None;
+
+        loop {
+            // 1. Receive first: replies already queued must never wait for our sends.
+            let mut got = 0;
+            for slot in [&self.v4, &self.v6] {
+                if let Some(fd) = slot.fd() {
+                    got += drain(fd, &mut rx, &mut sweep, &mut report.recv_errors);
+                }
+            }
+            let now = Instant::now();
+            sweep.handle_timeout(now);
+            emit(&mut sweep, &index, &mut on_host_done, &mut report.alive);
+            if sweep.is_finished() {
+                break;
+            }
+            // 2. One bounded send burst.
+            let mut blocked = false;
+            let mut sent = 0;
+            if let Some((addr, bytes, token)) = pending.take() {
+                match self.send(&addr, &bytes) {
+                    Ok(()) => sent += 1,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        pending = Some((addr, bytes, token));
+                        blocked = true;
+                    }
+                    Err(e) => self.send_failed(&mut sweep, token, &addr, e),
+                }
+            }
+            while !blocked && sent < SEND_TURN {
+                let now = Instant::now();
+                let Some(tx) = sweep.poll_transmit(now) else {
+                    break;
+                };
+                let addr = SockAddr::from(SocketAddr::new(tx.addr, 0));
+                let token = tx.token;
+                let fd = if tx.addr.is_ipv6() {
+                    self.v6.fd()
+                } else {
+                    self.v4.fd()
+                };
+                let res = match fd {
+                    Some(fd) => send_to(fd, tx.packet, &addr),
+                    None => Err(io::Error::other("no socket for this address family")),
+                };
+                match res {
+                    Ok(()) => sent += 1,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        pending = Some((addr, tx.packet.to_vec(), token));
+                        blocked = true;
+                    }
+                    Err(e) => self.send_failed(&mut sweep, token, &addr, e),
+                }
+            }
+            emit(&mut sweep, &index, &mut on_host_done, &mut report.alive);
+            if sweep.is_finished() {
+                break;
+            }
+            let busy = got >= RECV_TURN || sent >= SEND_TURN;
+            if busy && !blocked {
+                // More work is due right now; let other tasks run, then go on.
+                tokio::task::yield_now().await;
+                continue;
+            }
+            // 3. Wait for a reply, the next send slot or the deadline.
+            let wake = sweep
+                .poll_timeout()
+                .unwrap_or_else(|| Instant::now() + Duration::from_millis(1));
+            let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
+            let v4 = self.v4.async_fd();
+            let v6 = self.v6.async_fd();
+            let want_write = blocked;
+            let pending_v6 = pending.as_ref().is_some_and(|p| p.0.is_ipv6());
+            tokio::select! {
+                biased;
+                r = readable(v4) => r,
+                r = readable(v6) => r,
+                r = writable(if pending_v6 { v6 } else { v4 }), if want_write => r,
+                _ = sleep => {},
+            }
+        }
+        report.counters = sweep.counters();
+        report.wall = start.elapsed();
+        report
+    }
+
+    fn config(&self, ident: u16) -> SweepConfig {
+        SweepConfig {
+            socket: match self.kind {
+                SocketKind::Raw => Kind::Raw,
+                SocketKind::Datagram => Kind::Datagram,
+            },
+            max_pps: self.opts.max_pps,
+            burst: Duration::from_millis(2),
+            ident,
+            seq_start: (self.iteration as u16).wrapping_mul(7919),
+            iteration: self.iteration,
+            key: self.key,
+        }
+    }
+
+    fn send(&self, addr: &SockAddr, bytes: &[u8]) -> io::Result<()> {
+        let fd = if addr.is_ipv6() {
+            self.v6.fd()
+        } else {
+            self.v4.fd()
+        };
+        match fd {
+            Some(fd) => send_to(fd, bytes, addr),
+            None => Err(io::Error::other("no socket for this address family")),
+        }
+    }
+
+    fn send_failed(
+        &self,
+        sweep: &mut Sweep,
+        token: icmp::ProbeToken,
+        addr: &SockAddr,
+        e: io::Error,
+    ) {
+        tracing::debug!(target = ?addr.as_socket().map(|s| s.ip()), error = %e, "ICMP send failed");
+        sweep.on_send_error(token);
+    }
+}
+
+async fn readable(fd: Option<&AsyncFd<Socket>>) {
+    match fd {
+        Some(fd) => match fd.readable().await {
+            // Readiness is cleared here and the queue drained right after, until EAGAIN:
+            // a datagram arriving in between re-arms readiness, so no wake-up is lost.
+            Ok(mut guard) => guard.clear_ready(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+async fn writable(fd: Option<&AsyncFd<Socket>>) {
+    match fd {
+        Some(fd) => match fd.writable().await {
+            Ok(mut guard) => guard.clear_ready(),
+            Err(_) => std::future::pending().await,
+        },
+        None => std::future::pending().await,
+    }
+}
+
+fn send_to(fd: RawFd, bytes: &[u8], addr: &SockAddr) -> io::Result<()> {
+    // SAFETY: bytes and addr are valid for the lengths given.
+    let r = unsafe {
+        libc::sendto(
+            fd,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT,
+            addr.as_ptr().cast(),
+            addr.len(),
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+fn emit<F: FnMut(usize, &PingStats)>(
+    sweep: &mut Sweep,
+    index: &[usize],
+    f: &mut F,
+    alive: &mut usize,
+) {
+    while let Some(Event::HostDone { job, stats }) = sweep.poll_event() {
+        if stats.is_alive() {
+            *alive += 1;
+        }
+        f(index[job], &stats);
+    }
+}
+
+/// Buffers for `recvmmsg`: `RECV_BATCH` slots of `slot` bytes.
+struct RecvBuf {
+    slot: usize,
+    data: Vec<u8>,
+}
+
+impl RecvBuf {
+    fn new(slot: usize) -> Self {
+        RecvBuf {
+            slot,
+            data: vec![0; slot * RECV_BATCH],
+        }
+    }
+}
+
+fn sockaddr_ip(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
+    match libc::c_int::from(ss.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the kernel wrote a sockaddr_in for AF_INET; storage is larger and aligned.
+            let sin =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                sin.sin_addr.s_addr,
+            ))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: as above for sockaddr_in6.
+            let sin6 =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+        }
+        _ => None,
+    }
+}
+
+/// Reads up to `RECV_TURN` datagrams from `fd` into `sweep`; returns how many.
+fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> usize {
+    let mut total = 0;
+    while total < RECV_TURN {
+        let mut addrs: [MaybeUninit<libc::sockaddr_storage>; RECV_BATCH] =
+            [const { MaybeUninit::zeroed() }; RECV_BATCH];
+        // SAFETY: iovec and mmsghdr are plain C structs; all-zero is a valid value.
+        let mut iovs: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
+        let mut msgs: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
+        let base = rx.data.as_mut_ptr();
+        for i in 0..RECV_BATCH {
+            // SAFETY: slot i lies within rx.data (RECV_BATCH * slot bytes).
+            iovs[i].iov_base = unsafe { base.add(i * rx.slot) }.cast();
+            iovs[i].iov_len = rx.slot;
+            msgs[i].msg_hdr.msg_name = addrs[i].as_mut_ptr().cast();
+            msgs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            msgs[i].msg_hdr.msg_iov = &mut iovs[i];
+            msgs[i].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: every pointer in msgs refers to live buffers of the stated sizes.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                msgs.as_mut_ptr(),
+                RECV_BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => {}
+                io::ErrorKind::Interrupted => continue,
+                _ => {
+                    *errors += 1;
+                    tracing::debug!(error = %e, "ICMP recvmmsg failed");
+                }
+            }
+            break;
+        }
+        let now = Instant::now();
+        let n = n as usize;
+        for i in 0..n {
+            let len = (msgs[i].msg_len as usize).min(rx.slot);
+            // SAFETY: the kernel initialised the sockaddr (zeroed before, so valid either way).
+            let ss = unsafe { addrs[i].assume_init_ref() };
+            let Some(from) = sockaddr_ip(ss) else {
+                continue;
+            };
+            let bytes = &rx.data[i * rx.slot..i * rx.slot + len];
+            sweep.handle_reply(bytes, from, now);
+        }
+        total += n;
+        if n < RECV_BATCH {
+            break;
+        }
+    }
+    total
+}

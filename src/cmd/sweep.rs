@@ -1,0 +1,375 @@
+//! `netpoller sweep`: one ICMP sweep from the command line, fping-style.
+//!
+//! Targets are IP addresses, CIDR prefixes (every address of the prefix, network and
+//! broadcast included) or `@file` (one address or CIDR per line, `#` comments). Duplicate
+//! addresses are probed once. More than 2^20 addresses are refused unless `--force`.
+//! Hosts are printed as they complete (alive hosts first, silent ones at the deadline);
+//! the global `--quiet` prints only the summary line on stderr.
+
+use std::collections::HashSet;
+use std::io::{BufWriter, Write};
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use ipnet::IpNet;
+use poller::icmp_driver::{IcmpDriver, IcmpOptions, PingJob, PingStats, SocketKind};
+
+/// Most addresses expanded without `--force`.
+pub const MAX_TARGETS: u64 = 1 << 20;
+
+/// Arguments of `netpoller sweep`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Echo requests per host (Zabbix `packets`, 1..=10000).
+    #[arg(short = 'c', long, default_value_t = 3)]
+    pub count: u32,
+    /// Per-request reply timeout, e.g. "500ms", "1s" (Zabbix minimum 50ms).
+    #[arg(short = 't', long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Spacing between one host's requests, e.g. "20ms", "1s" (Zabbix minimum 20ms).
+    #[arg(short = 'i', long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub interval: Duration,
+    /// Payload bytes per request (Zabbix `size`, 24..=65507).
+    #[arg(short = 's', long, default_value_t = 56)]
+    pub size: usize,
+    /// Global send rate limit, probes per second over all hosts (0 = unpaced).
+    #[arg(long, default_value_t = 100_000)]
+    pub max_pps: u32,
+    /// Socket receive buffer, bytes.
+    #[arg(long, default_value_t = 16 << 20)]
+    pub rcvbuf: usize,
+    /// One JSON object per host instead of text lines.
+    #[arg(long)]
+    pub json: bool,
+    /// Expand more than 2^20 addresses.
+    #[arg(long)]
+    pub force: bool,
+    /// IP address, CIDR prefix or @file (one address or CIDR per line).
+    #[arg(required = true, value_name = "TARGET")]
+    pub targets: Vec<String>,
+}
+
+fn parse_net(s: &str) -> anyhow::Result<IpNet> {
+    if s.contains('/') {
+        s.parse::<IpNet>()
+            .with_context(|| format!("invalid CIDR {s:?}"))
+    } else {
+        let ip: IpAddr = s.parse().with_context(|| {
+            format!("invalid target {s:?}: expected an IP address, a CIDR or @file")
+        })?;
+        Ok(IpNet::from(ip))
+    }
+}
+
+fn net_size(net: &IpNet) -> u64 {
+    let host_bits = u32::from(net.max_prefix_len() - net.prefix_len());
+    if host_bits >= 64 {
+        u64::MAX
+    } else {
+        1u64 << host_bits
+    }
+}
+
+/// Expands targets into unique addresses, in order of first appearance.
+pub fn expand_targets(targets: &[String], force: bool) -> anyhow::Result<Vec<IpAddr>> {
+    let mut nets = Vec::new();
+    for t in targets {
+        if let Some(path) = t.strip_prefix('@') {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading target file {path}"))?;
+            for (n, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if line.is_empty() {
+                    continue;
+                }
+                nets.push(parse_net(line).with_context(|| format!("{path}:{}", n + 1))?);
+            }
+        } else {
+            nets.push(parse_net(t.trim())?);
+        }
+    }
+    let total = nets
+        .iter()
+        .fold(0u64, |acc, n| acc.saturating_add(net_size(n)));
+    if total > MAX_TARGETS && !force {
+        bail!("targets expand to {total} addresses, more than {MAX_TARGETS} (2^20); pass --force to sweep them anyway");
+    }
+    if total > usize::MAX as u64 / 64 {
+        bail!("targets expand to {total} addresses, too many to hold in memory");
+    }
+    let mut seen = HashSet::with_capacity(total as usize);
+    let mut out = Vec::with_capacity(total as usize);
+    for net in nets {
+        for ip in net.hosts_all() {
+            if seen.insert(ip) {
+                out.push(ip);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Every address of `net` (ipnet's `hosts()` skips network and broadcast addresses).
+trait AllHosts {
+    fn hosts_all(&self) -> Box<dyn Iterator<Item = IpAddr>>;
+}
+
+impl AllHosts for IpNet {
+    fn hosts_all(&self) -> Box<dyn Iterator<Item = IpAddr>> {
+        match self {
+            IpNet::V4(n) => {
+                let first = u32::from(n.network());
+                let last = u32::from(n.broadcast());
+                Box::new((first..=last).map(|v| IpAddr::V4(v.into())))
+            }
+            IpNet::V6(n) => {
+                let first = u128::from(n.network());
+                let last = u128::from(n.broadcast());
+                Box::new((first..=last).map(|v| IpAddr::V6(v.into())))
+            }
+        }
+    }
+}
+
+fn validate(args: &Args) -> anyhow::Result<()> {
+    if !(1..=10_000).contains(&args.count) {
+        bail!(
+            "--count {} outside 1..=10000 (Zabbix packets limit)",
+            args.count
+        );
+    }
+    if args.timeout < Duration::from_millis(50) {
+        bail!(
+            "--timeout {:?} below the Zabbix minimum of 50ms",
+            args.timeout
+        );
+    }
+    if args.count > 1 && args.interval < Duration::from_millis(20) {
+        bail!(
+            "--interval {:?} below the Zabbix minimum of 20ms",
+            args.interval
+        );
+    }
+    if !(24..=icmp::MAX_PAYLOAD_V4).contains(&args.size) {
+        bail!(
+            "--size {} outside 24..={} (Zabbix size limit)",
+            args.size,
+            icmp::MAX_PAYLOAD_V4
+        );
+    }
+    Ok(())
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn text_line(addr: IpAddr, s: &PingStats) -> String {
+    let loss = s.loss_pct();
+    match s.avg() {
+        Some(avg) => format!(
+            "{addr} alive {}/{} {loss:.0}% {:.3}/{:.3}/{:.3} ms",
+            s.sent,
+            s.received,
+            ms(s.min),
+            ms(avg),
+            ms(s.max)
+        ),
+        None => format!(
+            "{addr} unreachable {}/{} {loss:.0}% -/-/- ms",
+            s.sent, s.received
+        ),
+    }
+}
+
+/// One `--json` line; field order as documented.
+#[derive(serde::Serialize)]
+struct JsonHost {
+    addr: String,
+    sent: u32,
+    received: u32,
+    loss_pct: f64,
+    rtt_min_ms: Option<f64>,
+    rtt_avg_ms: Option<f64>,
+    rtt_max_ms: Option<f64>,
+}
+
+fn json_line(addr: IpAddr, s: &PingStats) -> String {
+    // Microsecond resolution is what the clock gives; more digits are noise.
+    let rtt = |d: Option<Duration>| d.map(|d| (ms(d) * 1000.0).round() / 1000.0);
+    let host = JsonHost {
+        addr: addr.to_string(),
+        sent: s.sent,
+        received: s.received,
+        loss_pct: s.loss_pct(),
+        rtt_min_ms: rtt(s.is_alive().then_some(s.min)),
+        rtt_avg_ms: rtt(s.avg()),
+        rtt_max_ms: rtt(s.is_alive().then_some(s.max)),
+    };
+    serde_json::to_string(&host).unwrap_or_default()
+}
+
+/// Runs `netpoller sweep`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    validate(&args)?;
+    // The global --quiet: no per-host lines, only the summary on stderr.
+    let quiet = crate::telemetry::quiet();
+    let addrs = expand_targets(&args.targets, args.force)?;
+    let opts = IcmpOptions {
+        max_pps: args.max_pps,
+        rcvbuf: args.rcvbuf,
+    };
+    let mut driver = IcmpDriver::open(opts)?;
+    if addrs.iter().any(IpAddr::is_ipv6) {
+        if let Err(why) = driver.ipv6() {
+            bail!("IPv6 targets given but ICMPv6 is unavailable: {why}");
+        }
+    }
+    if driver.kind() == SocketKind::Datagram && !quiet {
+        eprintln!("netpoller: no CAP_NET_RAW, using unprivileged ICMP datagram sockets");
+    }
+    let jobs: Vec<PingJob> = addrs
+        .iter()
+        .map(|&addr| PingJob {
+            addr,
+            packets: args.count,
+            interval: args.interval,
+            size: args.size,
+            timeout: args.timeout,
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?;
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut write_err = None;
+    let report = rt.block_on(driver.sweep(&jobs, |i, stats| {
+        if quiet || write_err.is_some() {
+            return;
+        }
+        let line = if args.json {
+            json_line(addrs[i], stats)
+        } else {
+            text_line(addrs[i], stats)
+        };
+        if let Err(e) = writeln!(out, "{line}") {
+            write_err = Some(e);
+        }
+    }));
+    if let Some(e) = write_err {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e).context("writing results");
+        }
+    }
+    out.flush().ok();
+    drop(out);
+    for (i, why) in &report.rejected {
+        eprintln!("netpoller: {} not probed: {why}", addrs[*i]);
+    }
+    let c = &report.counters;
+    let ignored = c.stale + c.foreign + c.spoofed + c.malformed + c.duplicate + c.late;
+    if ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 {
+        eprintln!(
+            "ignored replies: {} stale, {} foreign, {} spoofed, {} malformed, {} duplicate, {} late; {} send errors, {} receive errors",
+            c.stale, c.foreign, c.spoofed, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors
+        );
+    }
+    eprintln!(
+        "{} hosts, {} alive, {} unreachable in {:.3} s",
+        report.hosts,
+        report.alive,
+        report.hosts - report.alive,
+        report.wall.as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn expands_ips_cidrs_and_files_without_duplicates() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("t.txt");
+        std::fs::write(&f, "# lab\n127.77.1.0/30\n\n127.77.0.1 # dup\n::1\n").unwrap();
+        let got = expand_targets(&s(&["127.77.0.1", &format!("@{}", f.display())]), false).unwrap();
+        let want: Vec<IpAddr> = [
+            "127.77.0.1",
+            "127.77.1.0",
+            "127.77.1.1",
+            "127.77.1.2",
+            "127.77.1.3",
+            "::1",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            expand_targets(&s(&["127.77.0.0/20"]), false).unwrap().len(),
+            4096
+        );
+    }
+
+    #[test]
+    fn refuses_huge_expansions_and_bad_targets() {
+        let e = expand_targets(&s(&["127.0.0.0/11"]), false).unwrap_err();
+        assert!(e.to_string().contains("--force"), "{e}");
+        assert!(
+            expand_targets(&s(&["127.0.0.0/12"]), false).is_ok(),
+            "2^20 exactly is allowed"
+        );
+        let e = expand_targets(&s(&["fd00::/64"]), false).unwrap_err();
+        assert!(e.to_string().contains("2^20"), "{e}");
+        assert!(expand_targets(&s(&["example.org"]), false)
+            .unwrap_err()
+            .to_string()
+            .contains("invalid target"));
+        assert!(expand_targets(&s(&["127.0.0.0/33"]), false).is_err());
+        assert!(expand_targets(&s(&["@/nonexistent/file"]), false).is_err());
+    }
+
+    #[test]
+    fn output_lines() {
+        let mut st = PingStats {
+            sent: 3,
+            ..Default::default()
+        };
+        let a: IpAddr = "127.77.0.3".parse().unwrap();
+        assert_eq!(
+            text_line(a, &st),
+            "127.77.0.3 unreachable 3/0 100% -/-/- ms"
+        );
+        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st)).unwrap();
+        assert_eq!(j["rtt_avg_ms"], serde_json::Value::Null);
+        assert_eq!(j["loss_pct"], 100.0);
+        st.record(Duration::from_micros(1500));
+        st.record(Duration::from_micros(500));
+        assert_eq!(
+            text_line(a, &st),
+            "127.77.0.3 alive 3/2 33% 0.500/1.000/1.500 ms"
+        );
+        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st)).unwrap();
+        assert_eq!(
+            (
+                j["addr"].as_str(),
+                j["sent"].as_u64(),
+                j["received"].as_u64()
+            ),
+            (Some("127.77.0.3"), Some(3), Some(2))
+        );
+        assert_eq!(
+            (j["rtt_min_ms"].as_f64(), j["rtt_max_ms"].as_f64()),
+            (Some(0.5), Some(1.5))
+        );
+    }
+}
