@@ -5,6 +5,7 @@
 
 mod cmd;
 mod config;
+mod progress;
 mod telemetry;
 
 use clap::{Parser, Subcommand};
