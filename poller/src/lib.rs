@@ -9,4 +9,6 @@ pub mod keys;
 pub mod metrics;
 pub mod plan;
 pub mod scheduler;
+pub mod snmp_convert;
+pub mod snmp_driver;
 pub mod value;

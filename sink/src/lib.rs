@@ -1,1 +1,469 @@
-//! sink crate (being built).
+//! ClickHouse history sink: Glaber-compatible schema, batcher, writer, disk spool.
+//!
+//! The sink knows nothing of SNMP or ICMP: it takes [`Row`]s addressed to a [`Table`],
+//! encodes them once into RowBinary, batches them per table by rows, bytes and age, and
+//! inserts them over HTTP, round-robin across the configured endpoints. A batch is held
+//! until ClickHouse confirms it; when ClickHouse is unreachable batches go to an
+//! append-only disk spool and are replayed, oldest first, when it answers again.
+//! Without a `[clickhouse]` section everything goes to the spool ("file sink"), to be
+//! loaded later with [`replay_spool`] (`netpoller spool replay`).
+//!
+//! # Use from the daemon
+//! ```no_run
+//! # async fn f(ch: Option<sink::ClickHouseConfig>) -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! let metrics = Arc::new(sink::SinkMetrics::default());
+//! if let Some(ch) = &ch { sink::schema::verify(ch).await?; }   // `run` checks the schema
+//! let (sink, handle) = sink::Sink::start(ch, sink::SpoolConfig::new("/var/lib/netpoller/spool"), metrics.clone()).await?;
+//! // pollers: handle.clone().send(row, sink::Table::Dbl).await?;
+//! // /metrics: metrics.render_prometheus(&mut text);  health: sink.health()
+//! let report = sink.shutdown().await?;   // flushes: inserts or spools everything
+//! # Ok(()) }
+//! ```
+//!
+//! # What can be lost or duplicated
+//! * Lost: rows beyond the spool cap (`dropped_rows_total{reason="spool_cap"}`), rows
+//!   that could not be spooled (`spool_write`), corrupted spool records (`corrupt`), and
+//!   on power loss the appends of the last `fsync_interval`. A `kill -9` loses only rows
+//!   still in memory (the pending batches, at most `flush_interval` old, and batches
+//!   being inserted).
+//! * Duplicated: a batch whose INSERT succeeded on the server but whose answer was lost
+//!   (timeout, connection cut after commit) is retried or spooled and written again;
+//!   likewise a replayed batch confirmed just before a crash, before its acknowledgement
+//!   reached the `.ack` file. Plain MergeTree has no insert deduplication (only
+//!   Replicated tables do), so these rare cases produce duplicate rows with the same
+//!   `(itemid, clock, ns)`.
+
+pub mod batch;
+pub mod config;
+pub mod metrics;
+mod pipeline;
+pub mod record;
+pub mod row;
+pub mod rowbinary;
+pub mod schema;
+pub mod spool;
+pub mod writer;
+
+pub use batch::Batch;
+pub use config::{ClickHouseConfig, Compression, SpoolConfig};
+pub use metrics::{DropReason, ErrorClass, SinkMetrics};
+pub use row::{Row, RowValue, Table};
+pub use schema::SchemaError;
+pub use spool::SpoolError;
+
+use pipeline::{Msg, Shared};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio::task::JoinHandle;
+
+/// Messages the input channel holds before `send` waits (backpressure).
+pub const CHANNEL_CAPACITY: usize = 4096;
+
+/// State of the sink, for logs, `/metrics` and health checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// ClickHouse accepts inserts.
+    Writing,
+    /// Batches go to the disk spool (ClickHouse unreachable or failing, or no
+    /// `[clickhouse]` section); nothing is lost while the spool has room.
+    Spooling {
+        /// Why (last error, credentials never included).
+        reason: String,
+    },
+    /// Rows are being lost: the spool cannot be written.
+    Failing {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Errors of the sink as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    /// The spool could not be opened or written.
+    #[error(transparent)]
+    Spool(#[from] SpoolError),
+    /// The `[clickhouse]` section is invalid.
+    #[error("invalid [clickhouse] configuration: {0}")]
+    Config(String),
+    /// A sink task panicked or was cancelled.
+    #[error("sink task failed: {0}")]
+    Task(String),
+    /// `replay_spool`: ClickHouse kept failing.
+    #[error("replay stopped: {0}")]
+    Insert(#[from] writer::InsertError),
+    /// The sink is shut down; the row was not accepted.
+    #[error("sink is closed")]
+    Closed,
+}
+
+/// Counts since start, returned by [`Sink::shutdown`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Rows confirmed by ClickHouse (direct and replayed).
+    pub rows_written: u64,
+    /// Rows written to the spool.
+    pub rows_spooled: u64,
+    /// Rows lost, every reason together.
+    pub rows_dropped: u64,
+    /// Bytes left in the spool for the next start (or `spool replay`).
+    pub spool_bytes: u64,
+}
+
+/// Cheap, cloneable sender of rows into the sink.
+#[derive(Clone, Debug)]
+pub struct SinkHandle {
+    tx: mpsc::Sender<Msg>,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Msg")
+    }
+}
+
+impl SinkHandle {
+    /// Queues one row for `table`; waits while the channel is full (backpressure).
+    /// A value that does not fit the table is dropped and counted
+    /// (`reason="wrong_type"`).
+    pub async fn send(&self, row: Row, table: Table) -> Result<(), SinkError> {
+        self.tx
+            .send(Msg::One(table, row))
+            .await
+            .map_err(|_| SinkError::Closed)
+    }
+
+    /// Queues many rows at once (one channel slot): cheaper per row for large sweeps.
+    pub async fn send_many(&self, rows: Vec<(Table, Row)>) -> Result<(), SinkError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        self.tx
+            .send(Msg::Many(rows))
+            .await
+            .map_err(|_| SinkError::Closed)
+    }
+}
+
+/// The running sink. Create with [`Sink::start`], stop with [`Sink::shutdown`].
+pub struct Sink {
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    batcher: JoinHandle<()>,
+    replayer: Option<JoinHandle<()>>,
+}
+
+impl Sink {
+    /// Opens the spool (replaying what an earlier run left there once ClickHouse
+    /// answers) and starts the sink tasks. Does not contact ClickHouse: an unreachable
+    /// server only means spooling. Needs a tokio runtime.
+    ///
+    /// `ch = None`: file sink, every batch goes to the spool.
+    pub async fn start(
+        ch: Option<ClickHouseConfig>,
+        spool: SpoolConfig,
+        metrics: Arc<SinkMetrics>,
+    ) -> Result<(Sink, SinkHandle), SinkError> {
+        if let Some(c) = &ch {
+            let problems = c.validate();
+            if !problems.is_empty() {
+                let text = problems
+                    .iter()
+                    .map(|(k, m)| format!("clickhouse.{k}: {m}"))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(SinkError::Config(text));
+            }
+        }
+        let spool_cfg = spool.clone();
+        let m = metrics.clone();
+        let sp = tokio::task::spawn_blocking(move || spool::Spool::open(&spool_cfg, m))
+            .await
+            .map_err(|e| SinkError::Task(e.to_string()))??;
+        let rejects = match &ch {
+            Some(_) => {
+                let rc = SpoolConfig {
+                    dir: spool.dir.join("rejected"),
+                    ..spool.clone()
+                };
+                // Rejected batches do not count toward the spool gauges.
+                let m = Arc::new(SinkMetrics::default());
+                Some(Mutex::new(
+                    tokio::task::spawn_blocking(move || spool::Spool::open(&rc, m))
+                        .await
+                        .map_err(|e| SinkError::Task(e.to_string()))??,
+                ))
+            }
+            None => None,
+        };
+        let limits = match &ch {
+            Some(c) => batch::Limits {
+                rows: c.batch_rows,
+                bytes: c.batch_bytes,
+                age: c.flush_interval,
+            },
+            None => {
+                let d = ClickHouseConfig::default();
+                batch::Limits {
+                    rows: d.batch_rows,
+                    bytes: d.batch_bytes,
+                    age: d.flush_interval,
+                }
+            }
+        };
+        let max_tasks = ch.as_ref().map_or(1, |c| c.max_inflight_inserts);
+        let health = if ch.is_some() {
+            Health::Writing
+        } else {
+            pipeline::file_only_health()
+        };
+        let shared = Arc::new(Shared {
+            writer: ch.as_ref().map(writer::Writer::new),
+            spool: Mutex::new(sp),
+            rejects,
+            metrics,
+            health: Mutex::new(health),
+            ch_ok: AtomicBool::new(true),
+            inflight: Semaphore::new(max_tasks),
+            spool_notify: Notify::new(),
+            shutting_down: AtomicBool::new(false),
+        });
+        let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
+        let (stx, srx) = watch::channel(false);
+        let batcher = tokio::spawn(pipeline::run_batcher(
+            shared.clone(),
+            rx,
+            limits,
+            max_tasks,
+            spool.fsync_interval,
+            srx.clone(),
+        ));
+        let replayer = ch
+            .is_some()
+            .then(|| tokio::spawn(pipeline::run_replayer(shared.clone(), srx)));
+        Ok((
+            Sink {
+                shared,
+                shutdown: stx,
+                batcher,
+                replayer,
+            },
+            SinkHandle { tx },
+        ))
+    }
+
+    /// Current state.
+    pub fn health(&self) -> Health {
+        self.shared.health()
+    }
+
+    /// The metrics passed to `start`.
+    pub fn metrics(&self) -> &Arc<SinkMetrics> {
+        &self.shared.metrics
+    }
+
+    /// Flushes everything: rows still queued and pending batches are inserted (one
+    /// attempt each) or spooled; the replay task stops after its current INSERT; the
+    /// spool is fsynced. Rows sent after this starts are refused.
+    pub async fn shutdown(self) -> Result<ShutdownReport, SinkError> {
+        let _ = self.shutdown.send(true);
+        let r1 = self.batcher.await;
+        let r2 = match self.replayer {
+            Some(h) => h.await,
+            None => Ok(()),
+        };
+        let sh = self.shared.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            pipeline_lock(&sh.spool).close();
+            if let Some(r) = &sh.rejects {
+                pipeline_lock(r).close();
+            }
+        })
+        .await;
+        r1.map_err(|e| SinkError::Task(e.to_string()))?;
+        r2.map_err(|e| SinkError::Task(e.to_string()))?;
+        let m = &self.shared.metrics;
+        Ok(ShutdownReport {
+            rows_written: Table::ALL.iter().map(|t| m.rows_written(*t)).sum(),
+            rows_spooled: m.spooled_rows(),
+            rows_dropped: [
+                DropReason::SpoolCap,
+                DropReason::SpoolWrite,
+                DropReason::Corrupt,
+                DropReason::WrongType,
+            ]
+            .iter()
+            .map(|r| m.dropped_rows(*r))
+            .sum(),
+            spool_bytes: m.spool_bytes(),
+        })
+    }
+}
+
+fn pipeline_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Result of [`replay_spool`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Segments fully replayed and deleted.
+    pub segments: u64,
+    /// Rows confirmed by ClickHouse.
+    pub rows: u64,
+    /// Rows refused as bad data (kept under `rejected/`).
+    pub rejected_rows: u64,
+    /// Corrupted records skipped.
+    pub corrupt_records: u64,
+}
+
+/// Loads every spooled batch of `spool.dir` into ClickHouse, oldest first, deleting
+/// each segment once all its records are confirmed (`netpoller spool replay`). Takes
+/// the spool lock, so it refuses to run beside a daemon using the same directory. Each
+/// record gets `ch.max_attempts` attempts; then it stops with the error, keeping the
+/// rest for a later run.
+pub async fn replay_spool(
+    ch: &ClickHouseConfig,
+    spool: &SpoolConfig,
+) -> Result<ReplayReport, SinkError> {
+    let problems = ch.validate();
+    if !problems.is_empty() {
+        let text = problems
+            .iter()
+            .map(|(k, m)| format!("clickhouse.{k}: {m}"))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(SinkError::Config(text));
+    }
+    let metrics = Arc::new(SinkMetrics::default());
+    let cfg = spool.clone();
+    let m = metrics.clone();
+    let sp = tokio::task::spawn_blocking(move || spool::Spool::open(&cfg, m))
+        .await
+        .map_err(|e| SinkError::Task(e.to_string()))??;
+    let rc = SpoolConfig {
+        dir: spool.dir.join("rejected"),
+        ..spool.clone()
+    };
+    let rm = Arc::new(SinkMetrics::default());
+    let rejects = tokio::task::spawn_blocking(move || spool::Spool::open(&rc, rm))
+        .await
+        .map_err(|e| SinkError::Task(e.to_string()))??;
+    let shared = Arc::new(Shared {
+        writer: Some(writer::Writer::new(ch)),
+        spool: Mutex::new(sp),
+        rejects: Some(Mutex::new(rejects)),
+        metrics: metrics.clone(),
+        health: Mutex::new(Health::Writing),
+        ch_ok: AtomicBool::new(true),
+        inflight: Semaphore::new(1),
+        spool_notify: Notify::new(),
+        shutting_down: AtomicBool::new(false),
+    });
+    let (_stx, mut srx) = watch::channel(false);
+    let mut segments = 0;
+    while let Some(seg) = pipeline::checkout(&shared).await {
+        match pipeline::replay_segment(&shared, &seg, Some(ch.max_attempts), &mut srx).await {
+            Ok(pipeline::Replayed::Done) => {
+                pipeline::finish(&shared, seg.seq, true).await;
+                segments += 1;
+            }
+            Ok(pipeline::Replayed::Stopped(e)) => {
+                pipeline::finish(&shared, seg.seq, false).await;
+                return Err(e.map_or(SinkError::Closed, SinkError::Insert));
+            }
+            Err(e) => {
+                pipeline::finish(&shared, seg.seq, false).await;
+                return Err(e.into());
+            }
+        }
+    }
+    let _ = shared.ch_ok.load(Ordering::Relaxed);
+    Ok(ReplayReport {
+        segments,
+        rows: metrics.replayed_rows(),
+        rejected_rows: metrics.rejected_rows(),
+        corrupt_records: metrics.corrupt_records(),
+    })
+}
+
+/// Result of [`dump_tsv`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DumpReport {
+    /// Segments read.
+    pub segments: u64,
+    /// Rows printed.
+    pub rows: u64,
+    /// Corrupted regions skipped (logged).
+    pub corrupt_records: u64,
+}
+
+/// Escapes a field as ClickHouse's TabSeparated does (`\\`, `\t`, `\n`, ...).
+pub fn tsv_escape(s: &str, out: &mut String) {
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\0' => out.push_str("\\0"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Writes every row of every segment in `dir` (oldest first) as TSV lines:
+/// `table, itemid, clock, ns, hostname, itemname, value` (`spool dump`). Read-only:
+/// does not take the spool lock, so it works beside a running daemon (the active
+/// segment may end in a record being written, reported as truncated).
+pub fn dump_tsv(dir: &Path, out: &mut dyn Write) -> Result<DumpReport, SpoolError> {
+    let metrics = SinkMetrics::default();
+    let mut report = DumpReport::default();
+    let mut line = String::new();
+    for seg in spool::list_segments(dir)? {
+        let bytes = spool::read_segment(&seg)?;
+        report.segments += 1;
+        for rec in spool::scan_logged(&seg, &bytes, &metrics) {
+            let rows = match rowbinary::decode_rows(rec.table, &bytes[rec.payload.clone()]) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::warn!(segment = %seg.path.display(), offset = rec.offset, error = %e, "spool: record payload does not decode; skipped");
+                    report.corrupt_records += 1;
+                    continue;
+                }
+            };
+            for d in rows {
+                let r = &d.row;
+                line.clear();
+                line.push_str(rec.table.name());
+                line.push_str(&format!("\t{}\t{}\t{}\t", r.itemid, r.clock, r.ns));
+                tsv_escape(&r.hostname, &mut line);
+                line.push('\t');
+                tsv_escape(&r.itemname, &mut line);
+                line.push('\t');
+                match &r.value {
+                    RowValue::Float(v) if v.is_nan() => line.push_str("nan"),
+                    RowValue::Float(v) if v.is_infinite() => {
+                        line.push_str(if *v > 0.0 { "inf" } else { "-inf" })
+                    }
+                    RowValue::Float(v) => line.push_str(&v.to_string()),
+                    RowValue::Uint(v) => line.push_str(&v.to_string()),
+                    RowValue::Str(s) => tsv_escape(s, &mut line),
+                }
+                line.push('\n');
+                out.write_all(line.as_bytes()).map_err(|e| SpoolError::Io {
+                    path: seg.path.clone(),
+                    what: "writing output",
+                    source: e,
+                })?;
+                report.rows += 1;
+            }
+        }
+    }
+    report.corrupt_records += metrics.corrupt_records();
+    Ok(report)
+}

@@ -1,0 +1,432 @@
+//! Configuration of the sink: the daemon's `[clickhouse]` TOML section
+//! ([`ClickHouseConfig`]) and the spool settings taken from `[daemon]` ([`SpoolConfig`]).
+//!
+//! Durations are human-readable strings (`"1s"`, `"250ms"`, `"90days"`) parsed with
+//! `humantime`. The password never appears in `Debug` output, logs or errors: `Debug` is
+//! written by hand and URLs are logged through [`redact_url`].
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Serde helpers for `humantime` durations (`"1s"`, `"500ms"`, `"30d"`).
+pub mod duration_str {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use std::time::Duration;
+
+    /// Parses a humantime string.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s)
+            .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+    }
+
+    /// Formats as a humantime string.
+    pub fn serialize<S: Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*v).to_string())
+    }
+
+    /// Same for `Option<Duration>` (absent key = `None`).
+    pub mod option {
+        use serde::{Deserialize, Deserializer, Serializer};
+        use std::time::Duration;
+
+        /// Parses an optional humantime string.
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+            let s = Option::<String>::deserialize(d)?;
+            s.map(|s| {
+                humantime::parse_duration(&s)
+                    .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+            })
+            .transpose()
+        }
+
+        /// Formats an optional humantime string.
+        pub fn serialize<S: Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+            match v {
+                Some(v) => s.serialize_str(&humantime::format_duration(*v).to_string()),
+                None => s.serialize_none(),
+            }
+        }
+    }
+}
+
+/// HTTP body compression of INSERTs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// Plain RowBinary: cheapest on loopback.
+    None,
+    /// ClickHouse native LZ4 framing with CityHash128 checksums (`decompress=1`), which
+    /// every server since long before 18.16 accepts. Default: it pays across a network.
+    #[default]
+    Lz4,
+}
+
+/// The `[clickhouse]` section.
+#[derive(Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClickHouseConfig {
+    /// One HTTP endpoint, e.g. `"http://127.0.0.1:8123"`. Default: none. At least one of
+    /// `url` / `urls` is required.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Several endpoints (local tables of cluster nodes); INSERTs go round-robin.
+    /// Default: empty. Combined with `url` if both are given (`url` first).
+    #[serde(default)]
+    pub urls: Vec<String>,
+    /// Database holding the history tables. Default `"glaber"`.
+    #[serde(default = "default_database")]
+    pub database: String,
+    /// ClickHouse user. Default `"default"`.
+    #[serde(default = "default_user")]
+    pub user: String,
+    /// Password. Default empty. Never printed.
+    #[serde(default)]
+    pub password: String,
+    /// Flush a table's batch when it holds this many rows. Default 50000.
+    #[serde(default = "default_batch_rows")]
+    pub batch_rows: usize,
+    /// Flush a table's batch when its encoded size reaches this many bytes.
+    /// Default 16 MiB.
+    #[serde(default = "default_batch_bytes")]
+    pub batch_bytes: usize,
+    /// Flush a table's batch this long after its first row arrived. Default `"1s"`,
+    /// which keeps ClickHouse at about one INSERT per second per table.
+    #[serde(default = "default_flush_interval", with = "duration_str")]
+    pub flush_interval: Duration,
+    /// INSERTs in flight at once, over all tables, urls and spool replay. Default 4.
+    #[serde(default = "default_inflight")]
+    pub max_inflight_inserts: usize,
+    /// Body compression. Default `"lz4"`.
+    #[serde(default)]
+    pub compression: Compression,
+    /// History kept by ClickHouse (`TTL day + INTERVAL <days> DAY`), e.g. `"90days"`;
+    /// rounded up to whole days. Default: none (keep forever). Emitted only on servers
+    /// that support TTL (19.6+).
+    #[serde(default, with = "duration_str::option")]
+    pub retention: Option<Duration>,
+    /// Time allowed for one INSERT (send and answer). Default `"30s"`.
+    #[serde(default = "default_request_timeout", with = "duration_str")]
+    pub request_timeout: Duration,
+    /// Attempts of one batch (first try included) before it goes to the spool.
+    /// Default 3.
+    #[serde(default = "default_max_attempts")]
+    pub max_attempts: u32,
+    /// First retry delay; doubled per attempt, with jitter. Default `"200ms"`.
+    #[serde(default = "default_backoff_initial", with = "duration_str")]
+    pub retry_backoff: Duration,
+    /// Longest delay between attempts, and between probes of an unreachable server.
+    /// Default `"5s"`.
+    #[serde(default = "default_backoff_max", with = "duration_str")]
+    pub retry_backoff_max: Duration,
+}
+
+fn default_database() -> String {
+    "glaber".into()
+}
+fn default_user() -> String {
+    "default".into()
+}
+fn default_batch_rows() -> usize {
+    50_000
+}
+fn default_batch_bytes() -> usize {
+    16 << 20
+}
+fn default_flush_interval() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_inflight() -> usize {
+    4
+}
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_max_attempts() -> u32 {
+    3
+}
+fn default_backoff_initial() -> Duration {
+    Duration::from_millis(200)
+}
+fn default_backoff_max() -> Duration {
+    Duration::from_secs(5)
+}
+
+impl Default for ClickHouseConfig {
+    fn default() -> Self {
+        ClickHouseConfig {
+            url: None,
+            urls: Vec::new(),
+            database: default_database(),
+            user: default_user(),
+            password: String::new(),
+            batch_rows: default_batch_rows(),
+            batch_bytes: default_batch_bytes(),
+            flush_interval: default_flush_interval(),
+            max_inflight_inserts: default_inflight(),
+            compression: Compression::default(),
+            retention: None,
+            request_timeout: default_request_timeout(),
+            max_attempts: default_max_attempts(),
+            retry_backoff: default_backoff_initial(),
+            retry_backoff_max: default_backoff_max(),
+        }
+    }
+}
+
+impl fmt::Debug for ClickHouseConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClickHouseConfig")
+            .field("url", &self.url.as_deref().map(redact_url))
+            .field(
+                "urls",
+                &self.urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>(),
+            )
+            .field("database", &self.database)
+            .field("user", &self.user)
+            .field(
+                "password",
+                &if self.password.is_empty() {
+                    ""
+                } else {
+                    "<redacted>"
+                },
+            )
+            .field("batch_rows", &self.batch_rows)
+            .field("batch_bytes", &self.batch_bytes)
+            .field("flush_interval", &self.flush_interval)
+            .field("max_inflight_inserts", &self.max_inflight_inserts)
+            .field("compression", &self.compression)
+            .field("retention", &self.retention)
+            .field("request_timeout", &self.request_timeout)
+            .field("max_attempts", &self.max_attempts)
+            .field("retry_backoff", &self.retry_backoff)
+            .field("retry_backoff_max", &self.retry_backoff_max)
+            .finish()
+    }
+}
+
+impl ClickHouseConfig {
+    /// All endpoints: `url` first, then `urls`, without duplicates.
+    pub fn endpoints(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for u in self.url.iter().chain(self.urls.iter()) {
+            let u = u.trim_end_matches('/').to_string();
+            if !out.contains(&u) {
+                out.push(u);
+            }
+        }
+        out
+    }
+
+    /// Retention in whole days (rounded up, at least 1), if configured.
+    pub fn retention_days(&self) -> Option<u64> {
+        self.retention.map(|d| d.as_secs().div_ceil(86_400).max(1))
+    }
+
+    /// Every problem with this section, as `(key, message)`; empty when valid. Keys are
+    /// relative to `[clickhouse]` (e.g. `"batch_rows"`).
+    pub fn validate(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        let eps = self.endpoints();
+        if eps.is_empty() {
+            p.push((
+                "url",
+                "set `url` or `urls` (e.g. \"http://127.0.0.1:8123\")".to_string(),
+            ));
+        }
+        for u in &eps {
+            if !(u.starts_with("http://") || u.starts_with("https://")) {
+                p.push(("urls", format!("{} is not an http:// URL", redact_url(u))));
+            } else if u.starts_with("https://") {
+                p.push((
+                    "urls",
+                    format!(
+                        "{}: https is not built in; use http:// (or a local TLS proxy)",
+                        redact_url(u)
+                    ),
+                ));
+            }
+            if has_userinfo(u) {
+                p.push((
+                    "urls",
+                    "put credentials in `user` / `password`, not in the URL".to_string(),
+                ));
+            }
+        }
+        if !is_identifier(&self.database) {
+            p.push((
+                "database",
+                format!(
+                    "{:?} is not a plain identifier ([A-Za-z_][A-Za-z0-9_]*)",
+                    self.database
+                ),
+            ));
+        }
+        if self.batch_rows == 0 {
+            p.push(("batch_rows", "must be at least 1".to_string()));
+        }
+        if self.batch_bytes < 1024 {
+            p.push(("batch_bytes", "must be at least 1024".to_string()));
+        }
+        if self.flush_interval.is_zero() {
+            p.push(("flush_interval", "must be greater than 0".to_string()));
+        }
+        if self.max_inflight_inserts == 0 {
+            p.push(("max_inflight_inserts", "must be at least 1".to_string()));
+        }
+        if self.max_attempts == 0 {
+            p.push(("max_attempts", "must be at least 1".to_string()));
+        }
+        if self.request_timeout.is_zero() {
+            p.push(("request_timeout", "must be greater than 0".to_string()));
+        }
+        if self.retry_backoff.is_zero() || self.retry_backoff_max < self.retry_backoff {
+            p.push((
+                "retry_backoff",
+                "must be > 0 and not above retry_backoff_max".to_string(),
+            ));
+        }
+        p
+    }
+}
+
+/// Spool settings (from `daemon.spool_dir`, `daemon.spool_max_bytes`,
+/// `daemon.spool_fsync_interval`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SpoolConfig {
+    /// Directory of the segment files; created if missing. The sink holds an exclusive
+    /// lock on `<dir>/spool.lock` while it runs.
+    pub dir: PathBuf,
+    /// Cap on the spool size; beyond it the oldest segments are deleted and their rows
+    /// counted as dropped. Default 1 GiB.
+    #[serde(default = "default_spool_max")]
+    pub max_bytes: u64,
+    /// Longest time between an append and its fsync: the crash window of a power loss.
+    /// Default `"1s"`. (A killed process loses nothing already written: the page cache
+    /// survives it.)
+    #[serde(default = "default_fsync", with = "duration_str")]
+    pub fsync_interval: Duration,
+}
+
+fn default_spool_max() -> u64 {
+    1 << 30
+}
+fn default_fsync() -> Duration {
+    Duration::from_secs(1)
+}
+
+impl SpoolConfig {
+    /// A spool in `dir` with default cap and fsync interval.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        SpoolConfig {
+            dir: dir.into(),
+            max_bytes: default_spool_max(),
+            fsync_interval: default_fsync(),
+        }
+    }
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`: safe to splice into SQL.
+pub fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn has_userinfo(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    authority.contains('@')
+}
+
+/// `url` with any `user:password@` part replaced by `<redacted>@`, for logs.
+pub fn redact_url(url: &str) -> String {
+    if !has_userinfo(url) {
+        return url.to_string();
+    }
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let at = rest.find('@').map_or(0, |i| i + 1);
+    format!("{scheme}://<redacted>@{}", &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct Wrap {
+        clickhouse: ClickHouseConfig,
+    }
+
+    #[test]
+    fn defaults_and_durations() {
+        let w: Wrap = toml::from_str(
+            "[clickhouse]\nurl = \"http://127.0.0.1:8123\"\npassword = \"s3cret\"\nflush_interval = \"250ms\"\nretention = \"90days\"\n",
+        )
+        .unwrap();
+        let c = w.clickhouse;
+        assert_eq!(c.database, "glaber");
+        assert_eq!(c.batch_rows, 50_000);
+        assert_eq!(c.flush_interval, Duration::from_millis(250));
+        assert_eq!(c.retention_days(), Some(90));
+        assert_eq!(c.compression, Compression::Lz4);
+        assert!(c.validate().is_empty(), "{:?}", c.validate());
+        let dbg = format!("{c:?}");
+        assert!(!dbg.contains("s3cret"), "{dbg}");
+        assert!(dbg.contains("<redacted>"));
+    }
+
+    #[test]
+    fn unknown_field_and_bad_duration_are_errors() {
+        assert!(toml::from_str::<Wrap>("[clickhouse]\nurl=\"http://x\"\nbatch_size=1\n").is_err());
+        let e = toml::from_str::<Wrap>("[clickhouse]\nflush_interval=\"soon\"\n")
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("invalid duration"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_keys() {
+        let c = ClickHouseConfig {
+            database: "glaber; DROP".into(),
+            batch_rows: 0,
+            urls: vec!["http://u:pw@127.0.0.1:8123".into()],
+            ..ClickHouseConfig::default()
+        };
+        let keys: Vec<_> = c.validate().into_iter().map(|(k, _)| k).collect();
+        assert!(
+            keys.contains(&"database") && keys.contains(&"batch_rows") && keys.contains(&"urls")
+        );
+        assert!(!format!("{:?}", c.validate()).contains("pw"));
+        assert!(ClickHouseConfig::default()
+            .validate()
+            .iter()
+            .any(|(k, _)| *k == "url"));
+    }
+
+    #[test]
+    fn redacts_userinfo() {
+        assert_eq!(redact_url("http://a:b@h:1/x"), "http://<redacted>@h:1/x");
+        assert_eq!(redact_url("http://h:1/x@y"), "http://h:1/x@y");
+    }
+
+    #[test]
+    fn endpoints_merge_and_dedup() {
+        let c = ClickHouseConfig {
+            url: Some("http://127.0.0.1:8123/".into()),
+            urls: vec![
+                "http://127.0.0.1:8123".into(),
+                "http://127.0.0.2:8123".into(),
+            ],
+            ..ClickHouseConfig::default()
+        };
+        assert_eq!(
+            c.endpoints(),
+            vec!["http://127.0.0.1:8123", "http://127.0.0.2:8123"]
+        );
+    }
+}

@@ -1,0 +1,474 @@
+//! The running sink: the batcher task (rows → per-table batches → INSERT tasks or the
+//! spool) and the replay task (spool → ClickHouse, oldest first).
+//!
+//! Invariants:
+//! * A batch exists in exactly one place until ClickHouse confirms it: an INSERT task
+//!   (which holds it across retries), the bounded ready queue, or the spool.
+//! * HTTP INSERTs in flight (direct and replay together) never exceed
+//!   `max_inflight_inserts` (one semaphore).
+//! * Memory is bounded: at most `max_inflight_inserts` running plus
+//!   `2 * max_inflight_inserts` queued batches; beyond that, and whenever ClickHouse is
+//!   unhealthy, batches go straight to the spool.
+//! * While unhealthy, the replay task is the probe: it retries the oldest spooled batch
+//!   (or `SELECT 1` when the spool is empty) with capped exponential backoff; its first
+//!   success makes the sink healthy again and direct inserts resume.
+
+use crate::batch::{Batch, Limits, Pending};
+use crate::metrics::{DropReason, FlushTrigger, SinkMetrics};
+use crate::row::{Row, Table};
+use crate::spool::{self, Segment, Spool, SpoolError};
+use crate::writer::{backoff, InsertError, Writer};
+use crate::Health;
+use bytes::Bytes;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::{sleep, sleep_until, Instant};
+
+/// Messages on the sink's input channel.
+pub(crate) enum Msg {
+    One(Table, Row),
+    Many(Vec<(Table, Row)>),
+}
+
+pub(crate) struct Shared {
+    pub writer: Option<Writer>,
+    pub spool: Mutex<Spool>,
+    pub rejects: Option<Mutex<Spool>>,
+    pub metrics: Arc<SinkMetrics>,
+    pub health: Mutex<Health>,
+    pub ch_ok: AtomicBool,
+    pub inflight: Semaphore,
+    pub spool_notify: Notify,
+    pub shutting_down: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock leaves the spool usable (its state is on disk).
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Shared {
+    pub fn health(&self) -> Health {
+        lock(&self.health).clone()
+    }
+
+    fn set_ok(&self) {
+        if !self.ch_ok.swap(true, Ordering::SeqCst) {
+            tracing::info!("sink: ClickHouse accepts inserts again");
+        }
+        *lock(&self.health) = Health::Writing;
+    }
+
+    fn set_unhealthy(&self, err: &InsertError) {
+        if self.ch_ok.swap(false, Ordering::SeqCst) {
+            tracing::warn!(error = %err, "sink: ClickHouse unavailable, spooling batches until it answers");
+        }
+        let mut h = lock(&self.health);
+        if !matches!(*h, Health::Failing { .. }) {
+            *h = Health::Spooling {
+                reason: err.to_string(),
+            };
+        }
+    }
+
+    fn ok(&self) -> bool {
+        self.ch_ok.load(Ordering::SeqCst)
+    }
+}
+
+/// Appends a batch to the spool; on failure the rows are dropped (logged, counted).
+pub(crate) async fn spool_batch(shared: &Arc<Shared>, batch: Batch, why: &'static str) {
+    let rows = u64::from(batch.rows);
+    let table = batch.table;
+    let sh = shared.clone();
+    let res = tokio::task::spawn_blocking(move || lock(&sh.spool).append(&batch)).await;
+    let err = match res {
+        Ok(Ok(())) => {
+            tracing::debug!(table = %table, rows, why, "sink: batch spooled");
+            let mut h = lock(&shared.health);
+            if let Health::Failing { .. } = *h {
+                *h = if shared.writer.is_none() {
+                    file_only_health()
+                } else {
+                    Health::Spooling { reason: why.into() }
+                };
+            }
+            drop(h);
+            shared.spool_notify.notify_one();
+            return;
+        }
+        Ok(Err(e)) => e.to_string(),
+        Err(e) => format!("spool task failed: {e}"),
+    };
+    tracing::error!(table = %table, rows, error = %err, "sink: cannot write the spool, rows dropped");
+    shared.metrics.dropped(DropReason::SpoolWrite, rows);
+    *lock(&shared.health) = Health::Failing {
+        reason: format!("spool write failed: {err}"),
+    };
+}
+
+pub(crate) fn file_only_health() -> Health {
+    Health::Spooling {
+        reason: "no [clickhouse] section: values go to spool files".into(),
+    }
+}
+
+/// A batch ClickHouse refused as bad data: logged, counted, kept in `rejected/`.
+async fn reject(shared: &Arc<Shared>, batch: Batch, err: &InsertError) {
+    tracing::error!(
+        error = %err,
+        table = %batch.table,
+        rows = batch.rows,
+        first_clock = batch.first_clock,
+        "sink: ClickHouse rejected a batch as bad data; not retried, kept in the reject spool"
+    );
+    shared.metrics.rejected(u64::from(batch.rows));
+    let rows = u64::from(batch.rows);
+    let sh = shared.clone();
+    let res = tokio::task::spawn_blocking(move || match &sh.rejects {
+        Some(r) => lock(r).append(&batch).map_err(|e| e.to_string()),
+        None => Err("no reject spool".into()),
+    })
+    .await;
+    if let Ok(Err(e)) | Err(e) = res.map_err(|e| e.to_string()) {
+        tracing::error!(error = %e, rows, "sink: cannot write the reject spool, rows dropped");
+        shared.metrics.dropped(DropReason::SpoolWrite, rows);
+    }
+}
+
+/// Direct INSERT of a new batch with up to `max_attempts` attempts; spools it if every
+/// attempt fails (or one fails while the sink is unhealthy or shutting down).
+async fn insert_task(shared: Arc<Shared>, batch: Batch) {
+    let Some(w) = shared.writer.as_ref() else {
+        spool_batch(&shared, batch, "no clickhouse").await;
+        return;
+    };
+    let cfg = w.config();
+    let mut attempt = 1;
+    loop {
+        let permit = shared.inflight.acquire().await;
+        let t0 = std::time::Instant::now();
+        let res = w.insert(&batch).await;
+        drop(permit);
+        match res {
+            Ok(()) => {
+                shared.metrics.insert_ok(
+                    batch.table,
+                    u64::from(batch.rows),
+                    batch.data.len() as u64,
+                    t0.elapsed(),
+                );
+                shared.set_ok();
+                return;
+            }
+            Err(e) => {
+                shared.metrics.insert_error(e.class);
+                if !e.class.is_retryable() {
+                    reject(&shared, batch, &e).await;
+                    return;
+                }
+                if attempt >= cfg.max_attempts
+                    || shared.shutting_down.load(Ordering::SeqCst)
+                    || !shared.ok()
+                {
+                    shared.set_unhealthy(&e);
+                    spool_batch(&shared, batch, "insert failed").await;
+                    return;
+                }
+                tracing::debug!(error = %e, attempt, "sink: insert failed, retrying");
+                shared.metrics.retry();
+                sleep(backoff(attempt, cfg.retry_backoff, cfg.retry_backoff_max)).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// The batcher: owns the input channel and the per-table pending batches.
+pub(crate) async fn run_batcher(
+    shared: Arc<Shared>,
+    mut rx: mpsc::Receiver<Msg>,
+    limits: Limits,
+    max_tasks: usize,
+    fsync_every: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut b = Batcher {
+        pending: Table::ALL.map(Pending::new),
+        tasks: JoinSet::new(),
+        queue: VecDeque::new(),
+        shared,
+        limits,
+        max_tasks,
+    };
+    let mut fsync_tick = tokio::time::interval(fsync_every.max(Duration::from_millis(10)));
+    fsync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let deadline = b.pending.iter().filter_map(|p| p.deadline(&b.limits)).min();
+        tokio::select! {
+            biased;
+            _ = shutdown.changed() => break,
+            Some(_) = b.tasks.join_next(), if !b.tasks.is_empty() => b.pump().await,
+            _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                let now = Instant::now();
+                for t in Table::ALL {
+                    if b.pending[t.index()].deadline(&b.limits).is_some_and(|d| d <= now) {
+                        b.seal(t, FlushTrigger::Age).await;
+                    }
+                }
+            }
+            msg = rx.recv() => match msg {
+                Some(Msg::One(t, row)) => b.add(t, row).await,
+                Some(Msg::Many(rows)) => for (t, row) in rows { b.add(t, row).await },
+                None => break,
+            },
+            _ = fsync_tick.tick() => {
+                let sh = b.shared.clone();
+                let _ = tokio::task::spawn_blocking(move || lock(&sh.spool).sync_if_due()).await;
+            }
+        }
+    }
+    // Shutdown: take what is still in the channel, flush every table, no more retries.
+    rx.close();
+    while let Some(msg) = rx.recv().await {
+        match msg {
+            Msg::One(t, row) => b.add(t, row).await,
+            Msg::Many(rows) => {
+                for (t, row) in rows {
+                    b.add(t, row).await;
+                }
+            }
+        }
+    }
+    for t in Table::ALL {
+        b.seal(t, FlushTrigger::Shutdown).await;
+    }
+    b.shared.shutting_down.store(true, Ordering::SeqCst);
+    while !b.queue.is_empty() || !b.tasks.is_empty() {
+        b.tasks.join_next().await;
+        b.pump().await;
+    }
+}
+
+struct Batcher {
+    pending: [Pending; 4],
+    tasks: JoinSet<()>,
+    queue: VecDeque<Batch>,
+    shared: Arc<Shared>,
+    limits: Limits,
+    max_tasks: usize,
+}
+
+impl Batcher {
+    async fn add(&mut self, table: Table, row: Row) {
+        if !table.accepts(&row.value) {
+            tracing::warn!(table = %table, itemid = row.itemid, value = ?row.value, "sink: value does not fit the table, row dropped");
+            self.shared.metrics.dropped(DropReason::WrongType, 1);
+            return;
+        }
+        self.shared.metrics.row_received(table);
+        if let Some(trigger) = self.pending[table.index()].push(&row, Instant::now(), &self.limits)
+        {
+            self.seal(table, trigger).await;
+        }
+    }
+
+    async fn seal(&mut self, table: Table, trigger: FlushTrigger) {
+        if let Some(batch) = self.pending[table.index()].take() {
+            self.shared.metrics.batch_flushed(trigger);
+            self.dispatch(batch).await;
+        }
+    }
+
+    async fn dispatch(&mut self, batch: Batch) {
+        if self.shared.writer.is_none() {
+            spool_batch(&self.shared, batch, "file sink").await;
+        } else if !self.shared.ok() {
+            spool_batch(&self.shared, batch, "clickhouse unhealthy").await;
+        } else if self.tasks.len() < self.max_tasks {
+            self.tasks.spawn(insert_task(self.shared.clone(), batch));
+        } else if self.queue.len() < 2 * self.max_tasks {
+            self.queue.push_back(batch);
+        } else {
+            spool_batch(&self.shared, batch, "insert backlog").await;
+        }
+    }
+
+    /// Starts queued batches on free task slots, or spools them if unhealthy.
+    async fn pump(&mut self) {
+        while let Some(batch) = self.queue.pop_front() {
+            if !self.shared.ok() {
+                spool_batch(&self.shared, batch, "clickhouse unhealthy").await;
+            } else if self.tasks.len() < self.max_tasks {
+                self.tasks.spawn(insert_task(self.shared.clone(), batch));
+            } else {
+                self.queue.push_front(batch);
+                break;
+            }
+        }
+    }
+}
+
+/// How a segment replay ended.
+pub(crate) enum Replayed {
+    /// Every record confirmed, rejected or skipped: delete the segment.
+    Done,
+    /// Stopped (shutdown, or attempts exhausted): keep the segment.
+    Stopped(Option<InsertError>),
+}
+
+/// Replays one reserved segment, record by record, skipping records already
+/// acknowledged. `max_attempts`: per record; `None` = until shutdown.
+pub(crate) async fn replay_segment(
+    shared: &Arc<Shared>,
+    seg: &Segment,
+    max_attempts: Option<u32>,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Replayed, SpoolError> {
+    let w = shared.writer.as_ref().expect("replay needs a writer");
+    let cfg = w.config();
+    let seg2 = seg.clone();
+    let bytes = tokio::task::spawn_blocking(move || spool::read_segment(&seg2))
+        .await
+        .map_err(|e| SpoolError::Io {
+            path: seg.path.clone(),
+            what: "reading segment",
+            source: std::io::Error::other(e),
+        })??;
+    let bytes = Bytes::from(bytes);
+    let records = spool::scan_logged(seg, &bytes, &shared.metrics);
+    let acks = spool::load_acks(seg);
+    for rec in records.into_iter().filter(|r| !acks.contains(&r.offset)) {
+        let batch = Batch {
+            table: rec.table,
+            rows: rec.rows,
+            first_clock: rec.first_clock,
+            data: bytes.slice(rec.payload.clone()),
+        };
+        let mut attempt = 0;
+        loop {
+            if *shutdown.borrow() {
+                return Ok(Replayed::Stopped(None));
+            }
+            let permit = shared.inflight.acquire().await;
+            let t0 = std::time::Instant::now();
+            let res = w.insert(&batch).await;
+            drop(permit);
+            match res {
+                Ok(()) => {
+                    shared.metrics.insert_ok(
+                        batch.table,
+                        u64::from(batch.rows),
+                        batch.data.len() as u64,
+                        t0.elapsed(),
+                    );
+                    shared.metrics.replayed(u64::from(batch.rows));
+                    shared.set_ok();
+                    spool::ack(seg, rec.offset)?;
+                    break;
+                }
+                Err(e) if !e.class.is_retryable() => {
+                    shared.metrics.insert_error(e.class);
+                    reject(shared, batch, &e).await;
+                    spool::ack(seg, rec.offset)?;
+                    break;
+                }
+                Err(e) => {
+                    shared.metrics.insert_error(e.class);
+                    shared.set_unhealthy(&e);
+                    attempt += 1;
+                    if max_attempts.is_some_and(|m| attempt >= m) {
+                        return Ok(Replayed::Stopped(Some(e)));
+                    }
+                    shared.metrics.retry();
+                    let wait = backoff(attempt, cfg.retry_backoff, cfg.retry_backoff_max);
+                    tokio::select! {
+                        _ = sleep(wait) => {}
+                        _ = shutdown.changed() => {}
+                    }
+                }
+            }
+        }
+    }
+    Ok(Replayed::Done)
+}
+
+pub(crate) async fn checkout(shared: &Arc<Shared>) -> Option<Segment> {
+    let sh = shared.clone();
+    tokio::task::spawn_blocking(move || lock(&sh.spool).checkout_oldest())
+        .await
+        .ok()
+        .flatten()
+}
+
+pub(crate) async fn finish(shared: &Arc<Shared>, seq: u64, done: bool) {
+    let sh = shared.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        let mut s = lock(&sh.spool);
+        if done {
+            s.finish(seq);
+        } else {
+            s.release(seq);
+        }
+    })
+    .await;
+}
+
+/// The replay task: drains the spool oldest first while new data flows, and probes
+/// ClickHouse while it is unhealthy.
+pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let Some(w) = shared.writer.as_ref() else {
+        return;
+    };
+    let cfg = w.config().clone();
+    let mut probes = 0u32;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        match checkout(&shared).await {
+            Some(seg) => {
+                let res = replay_segment(&shared, &seg, None, &mut shutdown).await;
+                let done = match res {
+                    Ok(Replayed::Done) => {
+                        tracing::info!(segment = %seg.path.display(), "spool: segment replayed");
+                        true
+                    }
+                    Ok(Replayed::Stopped(_)) => false,
+                    Err(e) => {
+                        tracing::error!(error = %e, "spool: replay failed; will retry");
+                        false
+                    }
+                };
+                finish(&shared, seg.seq, done).await;
+                if !done && !*shutdown.borrow() {
+                    tokio::select! { _ = sleep(cfg.retry_backoff_max) => {}, _ = shutdown.changed() => {} }
+                }
+            }
+            None if !shared.ok() => {
+                probes += 1;
+                tokio::select! {
+                    _ = sleep(backoff(probes, cfg.retry_backoff, cfg.retry_backoff_max)) => {}
+                    _ = shutdown.changed() => return,
+                    _ = shared.spool_notify.notified() => continue,
+                }
+                if w.ping().await {
+                    probes = 0;
+                    shared.set_ok();
+                }
+            }
+            None => {
+                probes = 0;
+                tokio::select! {
+                    _ = shared.spool_notify.notified() => {}
+                    _ = sleep(Duration::from_secs(1)) => {}
+                    _ = shutdown.changed() => return,
+                }
+            }
+        }
+    }
+}

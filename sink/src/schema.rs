@@ -1,0 +1,409 @@
+//! Glaber 3.x history schema: DDL for a given server version, creation of what is
+//! missing, and verification of existing tables.
+//!
+//! Invariants:
+//! * Existing tables are never altered or dropped: [`apply`] only runs
+//!   `CREATE ... IF NOT EXISTS`, then [`verify`] reports every incompatible column by
+//!   table and name.
+//! * `TTL` is emitted only for servers ≥ 19.6 and `ttl_only_drop_parts = 1` only for
+//!   ≥ 20.1 (conservatively later than its introduction), so the DDL runs unchanged on
+//!   the Debian 18.16 server and on current releases.
+//! * With several `urls` every node gets its own local tables (writes go round-robin to
+//!   local tables; reads through a Distributed table are the operator's business).
+
+use crate::config::{redact_url, ClickHouseConfig};
+use crate::row::Table;
+use crate::writer::query_client;
+use std::fmt;
+
+/// A ClickHouse server version (`SELECT version()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ServerVersion {
+    /// Major (year-based since 2018: 18, 19, ..., 25).
+    pub major: u32,
+    /// Minor.
+    pub minor: u32,
+    /// Patch.
+    pub patch: u32,
+}
+
+impl ServerVersion {
+    /// A current release, used when printing DDL without a reachable server.
+    pub const CURRENT: ServerVersion = ServerVersion {
+        major: 25,
+        minor: 8,
+        patch: 0,
+    };
+
+    /// Parses `"18.16.1"` or `"25.8.1.5101"`.
+    pub fn parse(s: &str) -> Option<ServerVersion> {
+        let mut it = s.trim().split('.').map(|p| p.parse::<u32>());
+        let major = it.next()?.ok()?;
+        let minor = it.next()?.ok()?;
+        let patch = it.next().and_then(Result::ok).unwrap_or(0);
+        Some(ServerVersion {
+            major,
+            minor,
+            patch,
+        })
+    }
+
+    /// `TTL` on MergeTree tables (19.6+).
+    pub fn supports_ttl(self) -> bool {
+        (self.major, self.minor) >= (19, 6)
+    }
+
+    /// The `ttl_only_drop_parts` MergeTree setting (treated as 20.1+).
+    pub fn supports_ttl_only_drop_parts(self) -> bool {
+        self.major >= 20
+    }
+}
+
+impl fmt::Display for ServerVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+/// The columns of a history table in order: `(name, ClickHouse type)`.
+pub fn columns(table: Table) -> [(&'static str, &'static str); 7] {
+    [
+        ("day", "Date"),
+        ("itemid", "UInt64"),
+        ("clock", "DateTime"),
+        ("hostname", "String"),
+        ("itemname", "String"),
+        ("ns", "UInt32"),
+        ("value", table.value_type()),
+    ]
+}
+
+/// DDL statements (database, then the four history tables) for `cfg` on a server of
+/// `version`. Every statement is idempotent (`IF NOT EXISTS`).
+pub fn ddl(cfg: &ClickHouseConfig, version: ServerVersion) -> Vec<String> {
+    let db = &cfg.database;
+    let mut out = vec![format!("CREATE DATABASE IF NOT EXISTS {db}")];
+    for table in Table::ALL {
+        let cols = columns(table)
+            .iter()
+            .map(|(n, t)| format!("    {n} {t}"))
+            .collect::<Vec<_>>()
+            .join(",\n");
+        let mut s = format!(
+            "CREATE TABLE IF NOT EXISTS {db}.{name}\n(\n{cols}\n)\nENGINE = MergeTree()\nPARTITION BY toYYYYMM(day)\nORDER BY (itemid, clock)",
+            name = table.name()
+        );
+        if let (Some(days), true) = (cfg.retention_days(), version.supports_ttl()) {
+            s.push_str(&format!("\nTTL day + INTERVAL {days} DAY"));
+            if version.supports_ttl_only_drop_parts() {
+                // Whole-part expiry: row-by-row TTL deletes caused daily CPU storms.
+                s.push_str("\nSETTINGS ttl_only_drop_parts = 1");
+            }
+        }
+        out.push(s);
+    }
+    out
+}
+
+/// One incompatibility found by [`verify`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchemaProblem {
+    /// The table does not exist.
+    MissingTable {
+        /// `database.table`.
+        table: String,
+    },
+    /// A column the sink writes is absent.
+    MissingColumn {
+        /// `database.table`.
+        table: String,
+        /// Column name.
+        column: &'static str,
+        /// Type the sink writes.
+        expected: &'static str,
+    },
+    /// A column exists with a type RowBinary of the sink cannot fill.
+    WrongType {
+        /// `database.table`.
+        table: String,
+        /// Column name.
+        column: &'static str,
+        /// Type the sink writes.
+        expected: &'static str,
+        /// Type found on the server.
+        found: String,
+    },
+}
+
+impl fmt::Display for SchemaProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SchemaProblem::MissingTable { table } => write!(f, "table {table} does not exist"),
+            SchemaProblem::MissingColumn {
+                table,
+                column,
+                expected,
+            } => {
+                write!(
+                    f,
+                    "table {table}: column `{column}` ({expected}) is missing"
+                )
+            }
+            SchemaProblem::WrongType {
+                table,
+                column,
+                expected,
+                found,
+            } => {
+                write!(
+                    f,
+                    "table {table}: column `{column}` has type {found}, expected {expected}"
+                )
+            }
+        }
+    }
+}
+
+/// Errors of schema operations.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    /// The server could not be queried (connection, auth, SQL error).
+    #[error("ClickHouse {url}: {what}: {source}")]
+    Query {
+        /// Endpoint, credentials redacted.
+        url: String,
+        /// What was being done.
+        what: String,
+        /// Error from the client.
+        #[source]
+        source: clickhouse::error::Error,
+    },
+    /// `SELECT version()` returned something unparseable.
+    #[error("ClickHouse {url}: unrecognised server version {version:?}")]
+    Version {
+        /// Endpoint.
+        url: String,
+        /// What the server said.
+        version: String,
+    },
+    /// Existing tables are incompatible; nothing was changed.
+    #[error("ClickHouse {url}: incompatible schema: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    Incompatible {
+        /// Endpoint.
+        url: String,
+        /// Every problem found.
+        problems: Vec<SchemaProblem>,
+    },
+    /// The configuration has no endpoint.
+    #[error("no ClickHouse url configured")]
+    NoEndpoint,
+}
+
+fn qerr(
+    url: &str,
+    what: impl Into<String>,
+) -> impl FnOnce(clickhouse::error::Error) -> SchemaError {
+    let url = redact_url(url);
+    let what = what.into();
+    move |source| SchemaError::Query { url, what, source }
+}
+
+/// Version of the server at `url`.
+pub async fn server_version(
+    cfg: &ClickHouseConfig,
+    url: &str,
+) -> Result<ServerVersion, SchemaError> {
+    let client = query_client(cfg, url);
+    let v: String = client
+        .query("SELECT version()")
+        .fetch_one()
+        .await
+        .map_err(qerr(url, "SELECT version()"))?;
+    ServerVersion::parse(&v).ok_or_else(|| SchemaError::Version {
+        url: redact_url(url),
+        version: v,
+    })
+}
+
+/// Whether a server column type is compatible with what the sink writes.
+fn compatible(expected: &str, found: &str) -> bool {
+    let found = found.trim();
+    if found == expected {
+        return true;
+    }
+    match expected {
+        // RowBinary of LowCardinality(String) is plain String; DateTime may carry a zone.
+        "String" => found == "LowCardinality(String)",
+        "DateTime" => found.starts_with("DateTime(") && !found.starts_with("DateTime64"),
+        _ => false,
+    }
+}
+
+/// Checks the four history tables on every endpoint; returns every problem of the first
+/// endpoint that has any.
+pub async fn verify(cfg: &ClickHouseConfig) -> Result<(), SchemaError> {
+    let eps = cfg.endpoints();
+    if eps.is_empty() {
+        return Err(SchemaError::NoEndpoint);
+    }
+    for url in &eps {
+        let problems = problems_at(cfg, url).await?;
+        if !problems.is_empty() {
+            return Err(SchemaError::Incompatible {
+                url: redact_url(url),
+                problems,
+            });
+        }
+    }
+    Ok(())
+}
+
+async fn problems_at(cfg: &ClickHouseConfig, url: &str) -> Result<Vec<SchemaProblem>, SchemaError> {
+    let client = query_client(cfg, url);
+    let rows: Vec<(String, String, String)> = client
+        .query("SELECT table, name, type FROM system.columns WHERE database = ?")
+        .bind(cfg.database.as_str())
+        .fetch_all()
+        .await
+        .map_err(qerr(url, "reading system.columns"))?;
+    let mut problems = Vec::new();
+    for table in Table::ALL {
+        let full = format!("{}.{}", cfg.database, table.name());
+        let have: Vec<_> = rows.iter().filter(|(t, _, _)| t == table.name()).collect();
+        if have.is_empty() {
+            problems.push(SchemaProblem::MissingTable { table: full });
+            continue;
+        }
+        for (column, expected) in columns(table) {
+            match have.iter().find(|(_, n, _)| n == column) {
+                None => problems.push(SchemaProblem::MissingColumn {
+                    table: full.clone(),
+                    column,
+                    expected,
+                }),
+                Some((_, _, found)) if !compatible(expected, found) => {
+                    problems.push(SchemaProblem::WrongType {
+                        table: full.clone(),
+                        column,
+                        expected,
+                        found: found.clone(),
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(problems)
+}
+
+/// What [`apply`] did on one endpoint.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    /// Endpoint (credentials redacted).
+    pub url: String,
+    /// Server version found.
+    pub version: ServerVersion,
+    /// Tables that did not exist and were created (`database.table`).
+    pub created: Vec<String>,
+}
+
+/// Creates the database and missing tables on every endpoint (DDL for that server's
+/// version), then verifies. Existing tables are left as they are; incompatible ones are
+/// reported as [`SchemaError::Incompatible`].
+pub async fn apply(cfg: &ClickHouseConfig) -> Result<Vec<Applied>, SchemaError> {
+    let eps = cfg.endpoints();
+    if eps.is_empty() {
+        return Err(SchemaError::NoEndpoint);
+    }
+    let mut out = Vec::new();
+    for url in &eps {
+        let version = server_version(cfg, url).await?;
+        let client = query_client(cfg, url);
+        let existing: Vec<String> = client
+            .query("SELECT name FROM system.tables WHERE database = ?")
+            .bind(cfg.database.as_str())
+            .fetch_all()
+            .await
+            .map_err(qerr(url, "reading system.tables"))?;
+        let mut created = Vec::new();
+        for (i, stmt) in ddl(cfg, version).into_iter().enumerate() {
+            client
+                .query(&stmt)
+                .execute()
+                .await
+                .map_err(qerr(url, stmt.lines().next().unwrap_or("DDL").to_string()))?;
+            if i > 0 {
+                let t = Table::ALL[i - 1].name();
+                if !existing.iter().any(|e| e == t) {
+                    created.push(format!("{}.{t}", cfg.database));
+                }
+            }
+        }
+        let problems = problems_at(cfg, url).await?;
+        if !problems.is_empty() {
+            return Err(SchemaError::Incompatible {
+                url: redact_url(url),
+                problems,
+            });
+        }
+        out.push(Applied {
+            url: redact_url(url),
+            version,
+            created,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn version_parse_and_features() {
+        let v = ServerVersion::parse("18.16.1").unwrap();
+        assert!(!v.supports_ttl());
+        assert!(ServerVersion::parse("19.6.2.11").unwrap().supports_ttl());
+        assert!(!ServerVersion::parse("19.6")
+            .unwrap()
+            .supports_ttl_only_drop_parts());
+        assert!(ServerVersion::parse("25.8.1.5101")
+            .unwrap()
+            .supports_ttl_only_drop_parts());
+        assert_eq!(ServerVersion::parse("x"), None);
+    }
+
+    #[test]
+    fn ddl_by_version() {
+        let cfg = ClickHouseConfig {
+            retention: Some(Duration::from_secs(86_400 * 30)),
+            ..Default::default()
+        };
+        let old = ddl(&cfg, ServerVersion::parse("18.16.1").unwrap());
+        assert_eq!(old.len(), 5);
+        assert_eq!(old[0], "CREATE DATABASE IF NOT EXISTS glaber");
+        assert!(old[1].starts_with("CREATE TABLE IF NOT EXISTS glaber.history_dbl"));
+        assert!(old[1].contains("    value Float64\n"));
+        assert!(old[2].contains("    value UInt64\n"));
+        assert!(old[3].contains("glaber.history_str") && old[3].contains("value String"));
+        assert!(old[4].contains("glaber.history_log"));
+        assert!(old.iter().all(|s| !s.contains("TTL")));
+        assert!(old[1].contains("PARTITION BY toYYYYMM(day)\nORDER BY (itemid, clock)"));
+        let new = ddl(&cfg, ServerVersion::CURRENT);
+        assert!(new[1].ends_with("TTL day + INTERVAL 30 DAY\nSETTINGS ttl_only_drop_parts = 1"));
+        let mid = ddl(&cfg, ServerVersion::parse("19.8.1").unwrap());
+        assert!(mid[1].ends_with("TTL day + INTERVAL 30 DAY"));
+        let none = ddl(&ClickHouseConfig::default(), ServerVersion::CURRENT);
+        assert!(none.iter().all(|s| !s.contains("TTL")));
+    }
+
+    #[test]
+    fn type_compatibility() {
+        assert!(compatible("String", "LowCardinality(String)"));
+        assert!(compatible("DateTime", "DateTime('UTC')"));
+        assert!(!compatible("DateTime", "DateTime64(3)"));
+        assert!(!compatible("Float64", "Float32"));
+        assert!(!compatible("UInt64", "Int64"));
+    }
+}

@@ -1,0 +1,518 @@
+//! Disk spool: append-only segment files of checksummed records (see [`crate::record`]).
+//!
+//! Invariants:
+//! * Records are only ever appended, to the one active segment; a segment is sealed
+//!   (fsynced, never written again) when it reaches its target size or when replay
+//!   wants it. After a restart every existing segment counts as sealed.
+//! * Appends are fsynced at most `fsync_interval` after they were written (crash
+//!   window of a power loss; a `kill -9` loses nothing already written, since the page
+//!   cache survives the process).
+//! * A segment is deleted only by [`Spool::finish`] (every record confirmed by
+//!   ClickHouse, rejected to the reject file, or skipped as corrupted) or by the size
+//!   cap, which deletes the oldest segment not being replayed and counts its rows as
+//!   dropped (`reason="spool_cap"`).
+//! * Confirmed records of a segment under replay are noted in `<seq>.ack` (the record
+//!   offsets, appended), so a crash during replay re-sends only the batches whose
+//!   confirmation was not yet noted: at most the batches in flight at the crash.
+//! * One process at a time: the spool holds an exclusive lock on `spool.lock`.
+
+use crate::batch::Batch;
+use crate::config::SpoolConfig;
+use crate::metrics::{DropReason, SinkMetrics};
+use crate::record;
+use std::collections::{HashSet, VecDeque};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Spool errors (I/O with the path concerned).
+#[derive(Debug, thiserror::Error)]
+pub enum SpoolError {
+    /// Filesystem error.
+    #[error("spool {path}: {what}: {source}")]
+    Io {
+        /// File or directory.
+        path: PathBuf,
+        /// Operation.
+        what: &'static str,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// Another process holds the spool.
+    #[error("spool {0} is in use by another process (lock held on spool.lock)")]
+    Locked(PathBuf),
+}
+
+fn ioe(path: &Path, what: &'static str) -> impl FnOnce(io::Error) -> SpoolError {
+    let path = path.to_path_buf();
+    move |source| SpoolError::Io { path, what, source }
+}
+
+/// One segment file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    /// Sequence number (file `<seq>.seg`; higher = newer).
+    pub seq: u64,
+    /// Path of the `.seg` file.
+    pub path: PathBuf,
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Rows in it, when known without reading it (written by this process).
+    pub rows: Option<u64>,
+}
+
+impl Segment {
+    /// Path of the acknowledgement file beside the segment.
+    pub fn ack_path(&self) -> PathBuf {
+        self.path.with_extension("ack")
+    }
+}
+
+struct Active {
+    seg: Segment,
+    file: File,
+}
+
+/// The spool of one directory. Synchronous (std::fs); the async sink calls it from
+/// `spawn_blocking`.
+pub struct Spool {
+    cfg: SpoolConfig,
+    _lock: File,
+    sealed: VecDeque<Segment>,
+    active: Option<Active>,
+    next_seq: u64,
+    segment_target: u64,
+    replaying: Option<u64>,
+    last_sync: Instant,
+    dirty: bool,
+    metrics: Arc<SinkMetrics>,
+}
+
+/// Segment files of `dir`, oldest first (for read-only tools such as `spool dump`).
+pub fn list_segments(dir: &Path) -> Result<Vec<Segment>, SpoolError> {
+    let mut out = Vec::new();
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(ioe(dir, "reading directory")(e)),
+    };
+    for entry in rd {
+        let entry = entry.map_err(ioe(dir, "reading directory"))?;
+        let path = entry.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("seg") {
+            continue;
+        }
+        let Some(seq) = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(|s| s.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let bytes = entry.metadata().map_err(ioe(&path, "stat"))?.len();
+        out.push(Segment {
+            seq,
+            path,
+            bytes,
+            rows: None,
+        });
+    }
+    out.sort_by_key(|s| s.seq);
+    Ok(out)
+}
+
+/// Reads a whole segment.
+pub fn read_segment(seg: &Segment) -> Result<Vec<u8>, SpoolError> {
+    fs::read(&seg.path).map_err(ioe(&seg.path, "reading segment"))
+}
+
+/// Offsets of the records of `seg` already confirmed (from its `.ack` file).
+pub fn load_acks(seg: &Segment) -> HashSet<u64> {
+    let Ok(b) = fs::read(seg.ack_path()) else {
+        return HashSet::new();
+    };
+    // A torn last entry (crash mid-write) is ignored: that record is re-sent.
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0xff; 8])))
+        .collect()
+}
+
+/// Notes that the record at `offset` of `seg` is confirmed (appends to its `.ack`
+/// file; no lock needed: only the replaying task writes it).
+pub fn ack(seg: &Segment, offset: u64) -> Result<(), SpoolError> {
+    let p = seg.ack_path();
+    let mut f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&p)
+        .map_err(ioe(&p, "opening ack file"))?;
+    f.write_all(&offset.to_le_bytes())
+        .map_err(ioe(&p, "writing ack file"))
+}
+
+/// Scans a segment and logs + counts its damaged regions. Returns the intact records
+/// and the segment bytes.
+pub fn scan_logged(seg: &Segment, bytes: &[u8], metrics: &SinkMetrics) -> Vec<record::Found> {
+    let (found, damage) = record::scan(bytes);
+    for d in &damage {
+        tracing::warn!(
+            segment = %seg.path.display(),
+            offset = d.offset,
+            bytes = d.len,
+            kind = ?d.kind,
+            rows_claimed = ?d.rows_claimed,
+            "spool: skipping corrupted record(s); the rest of the segment is replayed"
+        );
+        metrics.corrupt_record();
+        metrics.dropped(DropReason::Corrupt, d.rows_claimed.map_or(0, u64::from));
+    }
+    found
+}
+
+impl Spool {
+    /// Opens (creating if needed) the spool directory and locks it. Existing segments
+    /// are kept for replay.
+    pub fn open(cfg: &SpoolConfig, metrics: Arc<SinkMetrics>) -> Result<Spool, SpoolError> {
+        fs::create_dir_all(&cfg.dir).map_err(ioe(&cfg.dir, "creating directory"))?;
+        let lock_path = cfg.dir.join("spool.lock");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(ioe(&lock_path, "opening lock file"))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => return Err(SpoolError::Locked(cfg.dir.clone())),
+            Err(fs::TryLockError::Error(e)) => return Err(ioe(&lock_path, "locking")(e)),
+        }
+        let sealed: VecDeque<Segment> = list_segments(&cfg.dir)?.into();
+        // Acknowledgement files whose segment is gone (deleted before its .ack).
+        if let Ok(rd) = fs::read_dir(&cfg.dir) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.extension().and_then(|x| x.to_str()) == Some("ack")
+                    && !p.with_extension("seg").exists()
+                {
+                    let _ = fs::remove_file(&p);
+                }
+            }
+        }
+        let next_seq = sealed.back().map_or(1, |s| s.seq + 1);
+        let segment_target = (cfg.max_bytes / 8).clamp(64 << 10, 64 << 20);
+        let s = Spool {
+            cfg: cfg.clone(),
+            _lock: lock,
+            sealed,
+            active: None,
+            next_seq,
+            segment_target,
+            replaying: None,
+            last_sync: Instant::now(),
+            dirty: false,
+            metrics,
+        };
+        s.publish();
+        if !s.sealed.is_empty() {
+            tracing::info!(dir = %cfg.dir.display(), segments = s.sealed.len(), bytes = s.total_bytes(), "spool: found spooled data from an earlier run");
+        }
+        Ok(s)
+    }
+
+    /// Directory.
+    pub fn dir(&self) -> &Path {
+        &self.cfg.dir
+    }
+
+    /// Bytes in all segments.
+    pub fn total_bytes(&self) -> u64 {
+        self.sealed.iter().map(|s| s.bytes).sum::<u64>()
+            + self.active.as_ref().map_or(0, |a| a.seg.bytes)
+    }
+
+    /// Whether no data is spooled.
+    pub fn is_empty(&self) -> bool {
+        self.sealed.is_empty() && self.active.as_ref().is_none_or(|a| a.seg.bytes == 0)
+    }
+
+    fn publish(&self) {
+        let files = self.sealed.len() + usize::from(self.active.is_some());
+        self.metrics.set_spool(self.total_bytes(), files as u64);
+    }
+
+    /// Appends `batch` as one record (one `write`). Rotates and enforces the size cap.
+    pub fn append(&mut self, batch: &Batch) -> Result<(), SpoolError> {
+        let rec = record::encode(batch);
+        if self.active.is_none() {
+            self.new_active()?;
+        }
+        let a = self.active.as_mut().expect("active segment exists");
+        if let Err(e) = a.file.write_all(&rec) {
+            // Do not append after a partial write: start a fresh segment next time (the
+            // torn tail is skipped by the scanner).
+            let path = a.seg.path.clone();
+            self.seal_active();
+            return Err(ioe(&path, "appending record")(e));
+        }
+        a.seg.bytes += rec.len() as u64;
+        a.seg.rows = Some(a.seg.rows.unwrap_or(0) + u64::from(batch.rows));
+        self.dirty = true;
+        self.metrics
+            .spooled(u64::from(batch.rows), rec.len() as u64);
+        if a.seg.bytes >= self.segment_target {
+            self.seal_active();
+        }
+        self.enforce_cap();
+        self.sync_if_due();
+        self.publish();
+        Ok(())
+    }
+
+    fn new_active(&mut self) -> Result<(), SpoolError> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let path = self.cfg.dir.join(format!("{seq:020}.seg"));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .append(true)
+            .open(&path)
+            .map_err(ioe(&path, "creating segment"))?;
+        // Make the new directory entry durable too.
+        if let Ok(d) = File::open(&self.cfg.dir) {
+            let _ = d.sync_all();
+        }
+        self.active = Some(Active {
+            seg: Segment {
+                seq,
+                path,
+                bytes: 0,
+                rows: Some(0),
+            },
+            file,
+        });
+        Ok(())
+    }
+
+    fn seal_active(&mut self) {
+        if let Some(a) = self.active.take() {
+            if let Err(e) = a.file.sync_data() {
+                tracing::warn!(segment = %a.seg.path.display(), error = %e, "spool: fsync failed");
+            }
+            if a.seg.bytes > 0 {
+                self.sealed.push_back(a.seg);
+            } else {
+                let _ = fs::remove_file(&a.seg.path);
+            }
+            self.dirty = false;
+            self.last_sync = Instant::now();
+        }
+    }
+
+    /// fsyncs the active segment if it has unsynced data older than `fsync_interval`.
+    /// Call periodically (the sink does, every `fsync_interval`).
+    pub fn sync_if_due(&mut self) {
+        if self.dirty && self.last_sync.elapsed() >= self.cfg.fsync_interval {
+            self.sync();
+        }
+    }
+
+    /// fsyncs the active segment now.
+    pub fn sync(&mut self) {
+        if let Some(a) = &self.active {
+            if let Err(e) = a.file.sync_data() {
+                tracing::warn!(segment = %a.seg.path.display(), error = %e, "spool: fsync failed");
+            }
+        }
+        self.dirty = false;
+        self.last_sync = Instant::now();
+    }
+
+    fn enforce_cap(&mut self) {
+        while self.total_bytes() > self.cfg.max_bytes {
+            let Some(i) = self
+                .sealed
+                .iter()
+                .position(|s| Some(s.seq) != self.replaying)
+            else {
+                return;
+            };
+            let Some(seg) = self.sealed.remove(i) else {
+                return;
+            };
+            let acks = load_acks(&seg);
+            let rows = match seg.rows {
+                Some(rows) if acks.is_empty() => rows,
+                // Written by an earlier run or partly replayed: count the rows of its
+                // intact records not yet confirmed.
+                _ => fs::read(&seg.path)
+                    .map(|b| {
+                        record::scan(&b)
+                            .0
+                            .iter()
+                            .filter(|r| !acks.contains(&r.offset))
+                            .map(|r| u64::from(r.rows))
+                            .sum()
+                    })
+                    .unwrap_or(0),
+            };
+            let _ = fs::remove_file(&seg.path);
+            let _ = fs::remove_file(seg.ack_path());
+            tracing::warn!(
+                segment = %seg.path.display(),
+                bytes = seg.bytes,
+                rows,
+                max_bytes = self.cfg.max_bytes,
+                "spool: over spool_max_bytes, dropped the oldest segment"
+            );
+            self.metrics.dropped(DropReason::SpoolCap, rows);
+        }
+    }
+
+    /// The oldest segment, reserved for replay (sealing the active one if it is the
+    /// only data). `None` when the spool is empty or a segment is already reserved.
+    pub fn checkout_oldest(&mut self) -> Option<Segment> {
+        if self.replaying.is_some() {
+            return None;
+        }
+        if self.sealed.is_empty() && self.active.as_ref().is_some_and(|a| a.seg.bytes > 0) {
+            self.seal_active();
+        }
+        let seg = self.sealed.front()?.clone();
+        self.replaying = Some(seg.seq);
+        Some(seg)
+    }
+
+    /// Gives a reserved segment back without deleting it (replay interrupted).
+    pub fn release(&mut self, seq: u64) {
+        if self.replaying == Some(seq) {
+            self.replaying = None;
+        }
+    }
+
+    /// Deletes a fully replayed segment (and its ack file).
+    pub fn finish(&mut self, seq: u64) {
+        if let Some(i) = self.sealed.iter().position(|s| s.seq == seq) {
+            if let Some(seg) = self.sealed.remove(i) {
+                if let Err(e) = fs::remove_file(&seg.path) {
+                    tracing::warn!(segment = %seg.path.display(), error = %e, "spool: cannot delete replayed segment");
+                }
+                let _ = fs::remove_file(seg.ack_path());
+            }
+        }
+        self.release(seq);
+        self.publish();
+    }
+
+    /// Seals the active segment (fsync) — used at shutdown.
+    pub fn close(&mut self) {
+        self.seal_active();
+        self.publish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::row::Table;
+    use bytes::Bytes;
+    use std::time::Duration;
+
+    fn batch(i: u32, size: usize) -> Batch {
+        Batch {
+            table: Table::Dbl,
+            rows: i,
+            first_clock: i,
+            data: Bytes::from(vec![i as u8; size]),
+        }
+    }
+
+    fn cfg(dir: &Path, max: u64) -> SpoolConfig {
+        SpoolConfig {
+            dir: dir.to_path_buf(),
+            max_bytes: max,
+            fsync_interval: Duration::from_millis(10),
+        }
+    }
+
+    #[test]
+    fn append_reopen_replay_finish() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        {
+            let mut s = Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()).unwrap();
+            assert!(matches!(
+                Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()),
+                Err(SpoolError::Locked(_))
+            ));
+            for i in 1..=3 {
+                s.append(&batch(i, 100)).unwrap();
+            }
+            // dropped without close(): like a crash after write()
+        }
+        let mut s = Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()).unwrap();
+        s.append(&batch(4, 10)).unwrap();
+        let seg = s.checkout_oldest().unwrap();
+        assert!(s.checkout_oldest().is_none(), "one segment at a time");
+        let bytes = read_segment(&seg).unwrap();
+        let recs = scan_logged(&seg, &bytes, &m);
+        assert_eq!(
+            recs.iter().map(|r| r.rows).collect::<Vec<_>>(),
+            vec![1, 2, 3]
+        );
+        ack(&seg, recs[0].offset).unwrap();
+        ack(&seg, recs[1].offset).unwrap();
+        assert_eq!(
+            load_acks(&seg),
+            HashSet::from([recs[0].offset, recs[1].offset])
+        );
+        s.finish(seg.seq);
+        assert!(!seg.path.exists() && !seg.ack_path().exists());
+        let seg2 = s.checkout_oldest().unwrap();
+        assert_eq!(
+            scan_logged(&seg2, &read_segment(&seg2).unwrap(), &m)[0].rows,
+            4
+        );
+        s.finish(seg2.seq);
+        assert!(s.is_empty());
+        assert_eq!(m.spooled_rows(), 10);
+    }
+
+    #[test]
+    fn cap_drops_oldest_and_counts_rows() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        // target segment size is clamped to 64 KiB; records of ~40 KiB → 2 per segment.
+        let mut s = Spool::open(&cfg(tmp.path(), 200 << 10), m.clone()).unwrap();
+        for i in 1..=12 {
+            s.append(&batch(i, 40 << 10)).unwrap();
+        }
+        assert!(s.total_bytes() <= 200 << 10, "{}", s.total_bytes());
+        let dropped = m.dropped_rows(DropReason::SpoolCap);
+        let left: u64 = list_segments(tmp.path())
+            .unwrap()
+            .iter()
+            .map(|seg| {
+                record::scan(&read_segment(seg).unwrap())
+                    .0
+                    .iter()
+                    .map(|r| u64::from(r.rows))
+                    .sum::<u64>()
+            })
+            .sum();
+        assert_eq!(dropped + left, (1..=12).sum::<u64>());
+        // The newest data survives.
+        let seg = list_segments(tmp.path()).unwrap().pop().unwrap();
+        assert_eq!(
+            record::scan(&read_segment(&seg).unwrap())
+                .0
+                .last()
+                .unwrap()
+                .rows,
+            12
+        );
+        assert!(dropped > 0);
+    }
+}

@@ -1,0 +1,279 @@
+//! ClickHouse writer: one INSERT attempt of one pre-encoded batch, round-robin over the
+//! configured endpoints, and the single place where failures are classified
+//! ([`classify`]) and retry delays computed ([`backoff`]).
+//!
+//! Why `insert_formatted_with`: the `clickhouse` crate's typed `Insert<T>` serialises
+//! rows itself, and its `Inserter` drops pending rows on error. Our batches are already
+//! RowBinary (encoded once, then held, retried, spooled and replayed unchanged), and
+//! `Client::insert_formatted_with("INSERT ... FORMAT RowBinary")` sends such bytes as
+//! they are, with the crate's HTTP pool, timeouts and optional LZ4 framing
+//! (`decompress=1`, ClickHouse's native blocks with CityHash128 checksums, accepted by
+//! 18.16 and current servers). The explicit column list makes the physical column order
+//! of an existing table irrelevant.
+
+use crate::batch::Batch;
+use crate::config::{redact_url, ClickHouseConfig, Compression};
+use crate::metrics::ErrorClass;
+use crate::rowbinary::COLUMNS;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Data chunk per `send` (each becomes one LZ4 block when compressing).
+const CHUNK: usize = 1 << 20;
+
+/// A client for queries (DDL, SELECT): no compression, no RowBinary validation (the
+/// validation's `RowBinaryWithNamesAndTypes` does not exist on 18.16).
+pub(crate) fn query_client(cfg: &ClickHouseConfig, url: &str) -> clickhouse::Client {
+    clickhouse::Client::default()
+        .with_url(url)
+        .with_user(cfg.user.clone())
+        .with_password(cfg.password.clone())
+        .with_validation(false)
+}
+
+fn insert_client(cfg: &ClickHouseConfig, url: &str) -> clickhouse::Client {
+    let c = query_client(cfg, url);
+    match cfg.compression {
+        Compression::None => c.with_compression(clickhouse::Compression::None),
+        Compression::Lz4 => c.with_compression(clickhouse::Compression::Lz4),
+    }
+}
+
+/// A failed INSERT attempt. Its text never contains the password (the crate sends
+/// credentials in headers, and URLs are redacted).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("INSERT into {table} via {url} failed ({class}): {message}", class = class.label())]
+pub struct InsertError {
+    /// Endpoint used (redacted).
+    pub url: String,
+    /// Table.
+    pub table: &'static str,
+    /// Classification.
+    pub class: ErrorClass,
+    /// Error text from the client or server.
+    pub message: String,
+}
+
+/// Sends batches to ClickHouse.
+pub struct Writer {
+    cfg: ClickHouseConfig,
+    clients: Vec<(String, clickhouse::Client)>,
+    next: AtomicUsize,
+}
+
+impl Writer {
+    /// A writer for every endpoint of `cfg` (which must have at least one).
+    pub fn new(cfg: &ClickHouseConfig) -> Writer {
+        let clients = cfg
+            .endpoints()
+            .into_iter()
+            .map(|u| (redact_url(&u), insert_client(cfg, &u)))
+            .collect();
+        Writer {
+            cfg: cfg.clone(),
+            clients,
+            next: AtomicUsize::new(0),
+        }
+    }
+
+    /// Configuration in use.
+    pub fn config(&self) -> &ClickHouseConfig {
+        &self.cfg
+    }
+
+    /// One attempt to insert `batch` on the next endpoint (round-robin). Success means
+    /// ClickHouse answered 200 to the INSERT: the rows are stored.
+    pub async fn insert(&self, batch: &Batch) -> Result<(), InsertError> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len();
+        let (url, client) = &self.clients[i];
+        let sql = format!(
+            "INSERT INTO {}.{} ({COLUMNS}) FORMAT RowBinary",
+            self.cfg.database,
+            batch.table.name()
+        );
+        let timeout = self.cfg.request_timeout;
+        let attempt = async {
+            let mut ins = client
+                .insert_formatted_with(sql)
+                .with_timeouts(Some(timeout), Some(timeout));
+            let mut off = 0;
+            while off < batch.data.len() {
+                let end = (off + CHUNK).min(batch.data.len());
+                ins.send(batch.data.slice(off..end)).await?;
+                off = end;
+            }
+            ins.end().await
+        };
+        // The crate's timeouts cover each send and the wait for the answer; this one
+        // bounds the whole attempt (connect included).
+        let res = match tokio::time::timeout(timeout + Duration::from_secs(1), attempt).await {
+            Ok(r) => r,
+            Err(_) => Err(clickhouse::error::Error::TimedOut),
+        };
+        res.map_err(|e| InsertError {
+            url: url.clone(),
+            table: batch.table.name(),
+            class: classify(&e),
+            message: e.to_string(),
+        })
+    }
+
+    /// `SELECT 1` on the next endpoint: used to probe an unreachable server when no
+    /// spooled batch is available to probe with.
+    pub async fn ping(&self) -> bool {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len();
+        let url = &self.cfg.endpoints()[i];
+        let c = query_client(&self.cfg, url);
+        matches!(
+            tokio::time::timeout(
+                self.cfg.request_timeout,
+                c.query("SELECT 1").fetch_one::<u8>()
+            )
+            .await,
+            Ok(Ok(1))
+        )
+    }
+}
+
+/// ClickHouse exception codes that mean "this data is bad": retrying the same bytes
+/// cannot succeed. Anything else (overload, missing table, auth, unknown) is retried and
+/// spooled, because the batch may still be stored once an operator fixes the server.
+const DATA_ERROR_CODES: &[u32] = &[
+    6,   // CANNOT_PARSE_TEXT
+    26,  // CANNOT_PARSE_QUOTED_STRING
+    27,  // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+    32,  // ATTEMPT_TO_READ_AFTER_EOF
+    33,  // CANNOT_READ_ALL_DATA
+    38,  // CANNOT_PARSE_DATE
+    41,  // CANNOT_PARSE_DATETIME
+    53,  // TYPE_MISMATCH
+    69,  // ARGUMENT_OUT_OF_BOUND
+    70,  // CANNOT_CONVERT_TYPE
+    72,  // CANNOT_PARSE_NUMBER
+    117, // INCORRECT_DATA
+    131, // TOO_LARGE_STRING_SIZE
+    271, // CANNOT_DECOMPRESS
+];
+
+/// Extracts `N` from ClickHouse's `Code: N, e.displayText() = ...` (18.x) or
+/// `Code: N. DB::Exception: ...` (current), or from a bare exception-code header value.
+pub fn exception_code(message: &str) -> Option<u32> {
+    if let Some(i) = message.find("Code: ") {
+        let digits: String = message[i + 6..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        return digits.parse().ok();
+    }
+    let t = message.trim();
+    (!t.is_empty() && t.len() <= 5 && t.chars().all(|c| c.is_ascii_digit()))
+        .then(|| t.parse().ok())
+        .flatten()
+}
+
+/// The one place that decides whether a failed INSERT is retried.
+///
+/// * connection errors → [`ErrorClass::Network`]; timeouts → [`ErrorClass::Timeout`];
+/// * a ClickHouse exception whose code is a data error (53, 117, 27, 6, ...) →
+///   [`ErrorClass::Data`]: never retried, the batch goes to the reject file;
+/// * any other server answer (5xx, overload, unknown table, auth) →
+///   [`ErrorClass::Server`]: retried, then spooled.
+pub fn classify(err: &clickhouse::error::Error) -> ErrorClass {
+    use clickhouse::error::Error as E;
+    match err {
+        E::TimedOut => ErrorClass::Timeout,
+        E::Network(_) => {
+            let s = err.to_string().to_ascii_lowercase();
+            if s.contains("timed out") || s.contains("timeout") {
+                ErrorClass::Timeout
+            } else {
+                ErrorClass::Network
+            }
+        }
+        E::BadResponse(msg) => match exception_code(msg) {
+            Some(code) if DATA_ERROR_CODES.contains(&code) => ErrorClass::Data,
+            _ => ErrorClass::Server,
+        },
+        // Client-side failures that do not depend on the server; retrying is harmless
+        // and the spool keeps the batch either way.
+        _ => ErrorClass::Server,
+    }
+}
+
+/// Delay before attempt `attempt + 1` (`attempt` ≥ 1): `initial * 2^(attempt-1)` capped
+/// at `max`, with "equal jitter" (half fixed, half random) so that several pollers do
+/// not retry in lockstep.
+pub fn backoff(attempt: u32, initial: Duration, max: Duration) -> Duration {
+    let exp = initial
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(max);
+    let half = exp / 2;
+    half + half.mul_f64(fastrand::f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clickhouse::error::Error as E;
+
+    #[test]
+    fn codes_from_old_and_new_servers() {
+        let old = "Code: 53, e.displayText() = DB::Exception: Type mismatch in IN or VALUES section, e.what() = DB::Exception";
+        assert_eq!(exception_code(old), Some(53));
+        assert_eq!(
+            exception_code("Code: 117. DB::Exception: Incorrect data"),
+            Some(117)
+        );
+        assert_eq!(exception_code("60"), Some(60));
+        assert_eq!(exception_code("500 Internal Server Error"), None);
+    }
+
+    #[test]
+    fn classification() {
+        assert_eq!(classify(&E::TimedOut), ErrorClass::Timeout);
+        assert_eq!(
+            classify(&E::Network("connection refused".into())),
+            ErrorClass::Network
+        );
+        assert_eq!(
+            classify(&E::BadResponse("Code: 53, e.displayText() = x".into())),
+            ErrorClass::Data
+        );
+        assert_eq!(
+            classify(&E::BadResponse("Code: 117. DB::Exception".into())),
+            ErrorClass::Data
+        );
+        assert_eq!(classify(&E::BadResponse("27".into())), ErrorClass::Data);
+        // Missing table, overload, plain 5xx: retried.
+        assert_eq!(
+            classify(&E::BadResponse(
+                "Code: 60, e.displayText() = DB::Exception: Table x doesn't exist".into()
+            )),
+            ErrorClass::Server
+        );
+        assert_eq!(
+            classify(&E::BadResponse("Code: 252. Too many parts".into())),
+            ErrorClass::Server
+        );
+        assert_eq!(
+            classify(&E::BadResponse("503 Service Unavailable".into())),
+            ErrorClass::Server
+        );
+        assert!(!ErrorClass::Data.is_retryable());
+        assert!(ErrorClass::Server.is_retryable());
+    }
+
+    #[test]
+    fn backoff_grows_caps_and_jitters() {
+        let i = Duration::from_millis(100);
+        let m = Duration::from_secs(2);
+        for _ in 0..100 {
+            let b1 = backoff(1, i, m);
+            assert!(b1 >= Duration::from_millis(50) && b1 <= i);
+            let b3 = backoff(3, i, m);
+            assert!(b3 >= Duration::from_millis(200) && b3 <= Duration::from_millis(400));
+            let b30 = backoff(30, i, m);
+            assert!(b30 >= Duration::from_secs(1) && b30 <= m);
+        }
+    }
+}
