@@ -41,7 +41,8 @@ pub const DEFAULT_MAX_OIDS: usize = 10;
 pub const DEFAULT_MAX_INFLIGHT: usize = 1;
 
 /// What to poll on one host. Items are identified by their index in `oids`.
-#[derive(Debug, Clone)]
+/// `Debug` redacts the community.
+#[derive(Clone)]
 pub struct HostJob {
     pub addr: SocketAddr,
     /// Default [`Version::V2c`].
@@ -57,6 +58,21 @@ pub struct HostJob {
     /// Requests in flight to this host, ≥ 1; default [`DEFAULT_MAX_INFLIGHT`].
     pub max_inflight: usize,
     pub oids: Vec<Oid>,
+}
+
+impl std::fmt::Debug for HostJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostJob")
+            .field("addr", &self.addr)
+            .field("version", &self.version)
+            .field("community", &"<redacted>")
+            .field("timeout", &self.timeout)
+            .field("retries", &self.retries)
+            .field("max_oids", &self.max_oids)
+            .field("max_inflight", &self.max_inflight)
+            .field("oids", &self.oids.len())
+            .finish()
+    }
 }
 
 impl HostJob {
@@ -312,6 +328,13 @@ impl<'j> Iteration<'j> {
     /// True once every job has reported `HostDone` (events may still be queued).
     pub fn is_done(&self) -> bool {
         self.open_hosts == 0
+    }
+
+    /// True when [`Self::poll_transmit`] may have something to send now (drivers use it
+    /// to decide whether to wake for the send pacer).
+    pub fn has_sendable(&self) -> bool {
+        !self.retransmit.is_empty()
+            || (!self.ready.is_empty() && self.table.len() < self.opts.max_inflight_total)
     }
 
     /// Requests currently in flight.

@@ -21,6 +21,7 @@ pub mod engine;
 mod message;
 mod oid;
 mod value;
+pub mod walk;
 
 pub use engine::{
     Event, HostJob, HostMemory, ItemFailure, Iteration, IterationOptions, Stats, Transmit,
@@ -31,6 +32,7 @@ pub use message::{
 };
 pub use oid::{Arcs, Oid, OidParseError, OidRef, MAX_ARCS};
 pub use value::{hex_string, is_net_snmp_printable, uptime_string, ValueRef, VarValue};
+pub use walk::{Walk, WalkError};
 
 /// Why a datagram could not be decoded. Cheap to construct (no allocation): malformed
 /// datagrams are counted on the hot path.

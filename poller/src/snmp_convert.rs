@@ -1,0 +1,307 @@
+//! SNMP values → Zabbix values of the item's [`ValueType`].
+//!
+//! Rules (Zabbix semantics; a value that does not fit is an error, never a wrap or a
+//! fake 0):
+//! * noSuchObject / noSuchInstance / endOfMibView → [`ErrorReason::Unsupported`] with the
+//!   exception's name as text.
+//! * uint: INTEGER ≥ 0, Counter32, Gauge32, TimeTicks (hundredths of a second),
+//!   Counter64, or an OCTET STRING holding a decimal unsigned integer (surrounding
+//!   whitespace ignored). Negative numbers and other text are errors.
+//! * float: any of the numbers above, an OCTET STRING holding a finite decimal number
+//!   (UCD-SNMP's `laLoad` "0.15"), or an Opaque-wrapped float/double (net-snmp's
+//!   encoding). NaN and infinities are errors.
+//! * str: numbers in decimal; OCTET STRING as text when it is valid UTF-8 without control
+//!   characters other than tab/CR/LF (a trailing NUL is dropped), otherwise hex octets
+//!   `AA BB CC` like net-snmp's Hex-STRING; OID as `.1.3.6…`; IpAddress as a dotted
+//!   quad; Opaque as hex.
+//! * NULL is an error for every type.
+
+use snmp::VarValue;
+
+use crate::value::{ErrorReason, ItemError, Value, ValueType};
+
+fn unsupported(text: String) -> ItemError {
+    ItemError::new(ErrorReason::Unsupported, text)
+}
+
+fn misfit(v: &VarValue, vt: ValueType, why: &str) -> ItemError {
+    let ty = v.net_snmp_type().unwrap_or("value");
+    unsupported(format!("{ty} value {} {why} for value type {vt}", shown(v)))
+}
+
+/// The value as shown in error texts (bounded, so a huge string cannot bloat errors).
+fn shown(v: &VarValue) -> String {
+    let s = match v {
+        VarValue::OctetString(b) => format!("{:?}", String::from_utf8_lossy(&b[..b.len().min(64)])),
+        other => other.net_snmp_value(),
+    };
+    s.chars().take(80).collect()
+}
+
+/// Converts one varbind value into the item's type.
+pub fn convert(v: &VarValue, vt: ValueType) -> Result<Value, ItemError> {
+    if let Some(name) = v.exception_name() {
+        return Err(unsupported(name.to_string()));
+    }
+    if matches!(v, VarValue::Null) {
+        return Err(unsupported("NULL value".to_string()));
+    }
+    match vt {
+        ValueType::Uint => to_uint(v).map(Value::Uint),
+        ValueType::Float => to_float(v).map(Value::Float),
+        ValueType::Str => Ok(Value::Str(to_str(v))),
+    }
+}
+
+fn to_uint(v: &VarValue) -> Result<u64, ItemError> {
+    match *v {
+        VarValue::Integer(i) => {
+            u64::try_from(i).map_err(|_| misfit(v, ValueType::Uint, "is negative"))
+        }
+        VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => Ok(n as u64),
+        VarValue::Counter64(n) => Ok(n),
+        VarValue::OctetString(ref s) => {
+            let t = text_of(s).map(str::trim).unwrap_or_default();
+            if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+                t.parse::<u64>()
+                    .map_err(|_| misfit(v, ValueType::Uint, "is out of range"))
+            } else {
+                Err(misfit(v, ValueType::Uint, "is not an unsigned integer"))
+            }
+        }
+        _ => Err(misfit(v, ValueType::Uint, "does not fit")),
+    }
+}
+
+fn to_float(v: &VarValue) -> Result<f64, ItemError> {
+    let f = match *v {
+        VarValue::Integer(i) => i as f64,
+        VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n as f64,
+        VarValue::Counter64(n) => n as f64,
+        VarValue::OctetString(ref s) => {
+            let t = text_of(s).map(str::trim).unwrap_or_default();
+            // Only plain decimal notation: "inf", "nan", "0x1p3" are not numbers here.
+            let plain = !t.is_empty()
+                && t.bytes()
+                    .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E'));
+            match t.parse::<f64>() {
+                Ok(f) if plain => f,
+                _ => return Err(misfit(v, ValueType::Float, "is not a number")),
+            }
+        }
+        VarValue::Opaque(ref b) => {
+            opaque_float(b).ok_or_else(|| misfit(v, ValueType::Float, "is not an Opaque float"))?
+        }
+        _ => return Err(misfit(v, ValueType::Float, "does not fit")),
+    };
+    if f.is_finite() {
+        Ok(f)
+    } else {
+        Err(misfit(v, ValueType::Float, "is not finite"))
+    }
+}
+
+/// net-snmp's Opaque Float (`9f 78 04 <f32 BE>`) and Double (`9f 79 08 <f64 BE>`).
+fn opaque_float(b: &[u8]) -> Option<f64> {
+    match b {
+        [0x9f, 0x78, 0x04, x @ ..] if x.len() == 4 => {
+            Some(f32::from_be_bytes(x.try_into().ok()?) as f64)
+        }
+        [0x9f, 0x79, 0x08, x @ ..] if x.len() == 8 => Some(f64::from_be_bytes(x.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+/// The octets as text, if they are text (see the module docs).
+fn text_of(s: &[u8]) -> Option<&str> {
+    let s = match s.split_last() {
+        Some((0, body)) => body,
+        _ => s,
+    };
+    let t = std::str::from_utf8(s).ok()?;
+    t.chars()
+        .all(|c| !c.is_control() || matches!(c, '\t' | '\r' | '\n'))
+        .then_some(t)
+}
+
+fn to_str(v: &VarValue) -> String {
+    match v {
+        VarValue::Integer(i) => i.to_string(),
+        VarValue::OctetString(s) => match text_of(s) {
+            Some(t) => t.to_string(),
+            None => snmp::hex_string(s),
+        },
+        VarValue::Oid(o) => o.to_string(),
+        VarValue::IpAddress(a) => a.to_string(),
+        VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n.to_string(),
+        VarValue::Counter64(n) => n.to_string(),
+        VarValue::Opaque(b) => snmp::hex_string(b),
+        // Handled before (exceptions, NULL).
+        other => other.net_snmp_value(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    fn ok(v: VarValue, vt: ValueType) -> Value {
+        convert(&v, vt).unwrap_or_else(|e| panic!("{v:?} as {vt}: {e}"))
+    }
+
+    fn err(v: VarValue, vt: ValueType) -> ItemError {
+        convert(&v, vt).expect_err("must not fit")
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(ok(VarValue::Integer(5), ValueType::Uint), Value::Uint(5));
+        assert_eq!(
+            ok(VarValue::Counter32(u32::MAX), ValueType::Uint),
+            Value::Uint(4_294_967_295)
+        );
+        assert_eq!(
+            ok(VarValue::Counter64(u64::MAX), ValueType::Uint),
+            Value::Uint(u64::MAX)
+        );
+        assert_eq!(
+            ok(VarValue::Gauge32(7), ValueType::Float),
+            Value::Float(7.0)
+        );
+        assert_eq!(
+            ok(VarValue::TimeTicks(12345), ValueType::Uint),
+            Value::Uint(12345)
+        );
+        assert_eq!(
+            ok(VarValue::Integer(-3), ValueType::Float),
+            Value::Float(-3.0)
+        );
+        assert_eq!(
+            ok(VarValue::Integer(-3), ValueType::Str),
+            Value::Str("-3".into())
+        );
+        let e = err(VarValue::Integer(-3), ValueType::Uint);
+        assert_eq!(e.reason, ErrorReason::Unsupported);
+        assert_eq!(e.text, "INTEGER value -3 is negative for value type uint");
+    }
+
+    #[test]
+    fn strings_to_numbers() {
+        assert_eq!(
+            ok(VarValue::OctetString(b" 42\n".to_vec()), ValueType::Uint),
+            Value::Uint(42)
+        );
+        assert_eq!(
+            ok(VarValue::OctetString(b"0.15".to_vec()), ValueType::Float),
+            Value::Float(0.15)
+        );
+        err(VarValue::OctetString(b"0.15".to_vec()), ValueType::Uint);
+        err(VarValue::OctetString(b"-1".to_vec()), ValueType::Uint);
+        err(VarValue::OctetString(b"".to_vec()), ValueType::Uint);
+        err(VarValue::OctetString(b"eth0".to_vec()), ValueType::Float);
+        err(VarValue::OctetString(b"inf".to_vec()), ValueType::Float);
+        err(VarValue::OctetString(b"NaN".to_vec()), ValueType::Float);
+        err(VarValue::OctetString(b"1e400".to_vec()), ValueType::Float);
+        err(
+            VarValue::OctetString(b"18446744073709551616".to_vec()),
+            ValueType::Uint,
+        );
+        let e = err(VarValue::OctetString(b"up".to_vec()), ValueType::Uint);
+        assert_eq!(
+            e.text,
+            "STRING value \"up\" is not an unsigned integer for value type uint"
+        );
+    }
+
+    #[test]
+    fn text_and_hex() {
+        assert_eq!(
+            ok(VarValue::OctetString(b"Linux box".to_vec()), ValueType::Str),
+            Value::Str("Linux box".into())
+        );
+        assert_eq!(
+            ok(VarValue::OctetString(b"abc\0".to_vec()), ValueType::Str),
+            Value::Str("abc".into())
+        );
+        assert_eq!(
+            ok(
+                VarValue::OctetString("Москва, стойка 7".as_bytes().to_vec()),
+                ValueType::Str
+            ),
+            Value::Str("Москва, стойка 7".into())
+        );
+        assert_eq!(
+            ok(
+                VarValue::OctetString(vec![0x00, 0x1a, 0x2b, 0xff]),
+                ValueType::Str
+            ),
+            Value::Str("00 1A 2B FF".into())
+        );
+        assert_eq!(
+            ok(VarValue::OctetString(vec![]), ValueType::Str),
+            Value::Str(String::new())
+        );
+        assert_eq!(
+            ok(
+                VarValue::Oid(".1.3.6.1.4.1.8072.3.2.10".parse().unwrap()),
+                ValueType::Str
+            ),
+            Value::Str(".1.3.6.1.4.1.8072.3.2.10".into())
+        );
+        assert_eq!(
+            ok(
+                VarValue::IpAddress(Ipv4Addr::new(10, 0, 0, 1)),
+                ValueType::Str
+            ),
+            Value::Str("10.0.0.1".into())
+        );
+        assert_eq!(
+            ok(VarValue::TimeTicks(4200), ValueType::Str),
+            Value::Str("4200".into())
+        );
+        err(
+            VarValue::IpAddress(Ipv4Addr::new(10, 0, 0, 1)),
+            ValueType::Uint,
+        );
+        err(VarValue::Oid("1.3.6".parse().unwrap()), ValueType::Float);
+    }
+
+    #[test]
+    fn exceptions_and_null_are_unsupported() {
+        for (v, name) in [
+            (VarValue::NoSuchObject, "noSuchObject"),
+            (VarValue::NoSuchInstance, "noSuchInstance"),
+            (VarValue::EndOfMibView, "endOfMibView"),
+        ] {
+            for vt in [ValueType::Uint, ValueType::Float, ValueType::Str] {
+                assert_eq!(
+                    convert(&v, vt),
+                    Err(ItemError::new(ErrorReason::Unsupported, name))
+                );
+            }
+        }
+        assert_eq!(
+            err(VarValue::Null, ValueType::Str).reason,
+            ErrorReason::Unsupported
+        );
+    }
+
+    #[test]
+    fn opaque_floats() {
+        let mut f = vec![0x9f, 0x78, 0x04];
+        f.extend(1.5f32.to_be_bytes());
+        assert_eq!(ok(VarValue::Opaque(f), ValueType::Float), Value::Float(1.5));
+        let mut d = vec![0x9f, 0x79, 0x08];
+        d.extend((-2.25f64).to_be_bytes());
+        assert_eq!(
+            ok(VarValue::Opaque(d), ValueType::Float),
+            Value::Float(-2.25)
+        );
+        err(VarValue::Opaque(vec![1, 2]), ValueType::Float);
+        assert_eq!(
+            ok(VarValue::Opaque(vec![1, 2]), ValueType::Str),
+            Value::Str("01 02".into())
+        );
+    }
+}

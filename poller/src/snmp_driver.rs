@@ -1,0 +1,536 @@
+//! SNMP socket driver: runs [`snmp::Iteration`]s over a few shared UDP sockets.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use poller::snmp_driver::{SnmpDriver, SnmpDriverOptions, SnmpHostJob};
+//! let mut driver = SnmpDriver::open(SnmpDriverOptions::default())?; // once per process
+//! let jobs = vec![SnmpHostJob::new(
+//!     "127.0.0.1:161".parse().unwrap(),
+//!     "public".into(),
+//!     vec![".1.3.6.1.2.1.1.3.0".parse().unwrap()],
+//! )];
+//! let report = driver
+//!     .run_iteration(&jobs, |job, oid, result| println!("{job}/{oid}: {result:?}"))
+//!     .await;
+//! println!("{} requests in {:?}", report.stats.requests, report.wall);
+//! # Ok(()) }
+//! ```
+//!
+//! Invariants and limits:
+//! * A fixed set of non-blocking UDP sockets ([`SnmpDriverOptions::sockets`] IPv4 ones
+//!   bound to `0.0.0.0:0`, plus one IPv6 socket on `[::]:0` when the host has IPv6),
+//!   shared by all hosts: 8,000 requests in flight need 8,000 in-flight table entries,
+//!   not 8,000 file descriptors. A host always uses the same socket (job index modulo).
+//! * Receive buffers are enlarged to [`SnmpDriverOptions::rcvbuf`] (`SO_RCVBUFFORCE`
+//!   when privileged, else `SO_RCVBUF`, capped by `net.core.rmem_max`).
+//! * The loop alternates a bounded receive turn (drains every socket, at most
+//!   [`RECV_TURN`] datagrams) and a bounded send turn (at most [`SEND_TURN`] datagrams,
+//!   paced by a token bucket at [`SnmpDriverOptions::max_pps`]), so sending can never
+//!   starve receiving and replies are read while requests are still going out.
+//! * Request matching, retries and per-host chains live in the sans-IO engine; this
+//!   module only moves bytes and reads the clock. Each iteration starts at a random
+//!   request-id, so late answers to an earlier iteration are counted and dropped.
+//! * ICMP errors (ECONNREFUSED after a port unreachable on loopback, EHOSTUNREACH, ...)
+//!   on these unconnected sockets are counted in [`SnmpIterationReport::socket_errors`]
+//!   and otherwise ignored: the host simply times out, once.
+//! * Learned OIDs-per-request limits ([`snmp::HostMemory`]) persist across iterations.
+//! * Communities are secrets: nothing here logs or formats them.
+//! * Must be used inside a tokio runtime with I/O and time enabled; the sockets are
+//!   registered with the runtime of the first `run_iteration` call.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hasher};
+use std::io;
+use std::mem::size_of;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use snmp::{Event, HostMemory, ItemFailure, Iteration, IterationOptions};
+use socket2::{Domain, Protocol, Socket, Type};
+use tokio::net::UdpSocket;
+
+use crate::value::{ErrorReason, ItemError};
+
+pub use snmp::{HostJob as SnmpHostJob, Stats as SnmpStats};
+
+/// Linux `SO_RCVBUFFORCE`: ignores `rmem_max`, needs `CAP_NET_ADMIN`.
+const SO_RCVBUFFORCE: libc::c_int = 33;
+/// Most datagrams read in one receive turn before the loop sends again.
+pub const RECV_TURN: usize = 4096;
+/// Most datagrams sent in one send turn before the loop receives again.
+pub const SEND_TURN: usize = 256;
+
+/// Options of [`SnmpDriver::open`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnmpDriverOptions {
+    /// IPv4 sockets to spread hosts over. Default 4.
+    pub sockets: usize,
+    /// Receive buffer to request per socket, bytes. Default 8 MiB.
+    pub rcvbuf: usize,
+    /// Global send rate, datagrams per second (retries included); 0 = unpaced.
+    /// Default 50,000.
+    pub max_pps: u32,
+    /// Requests in flight over all hosts. Default 10,000.
+    pub max_inflight_total: usize,
+}
+
+impl Default for SnmpDriverOptions {
+    fn default() -> Self {
+        SnmpDriverOptions {
+            sockets: 4,
+            rcvbuf: 8 << 20,
+            max_pps: 50_000,
+            max_inflight_total: 10_000,
+        }
+    }
+}
+
+/// What one iteration did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnmpIterationReport {
+    /// Engine counters: requests, retries, timeouts, hosts_timed_out, malformed, stale,
+    /// unknown request-id, wrong community / source / version, tooBig, items ok / failed.
+    pub stats: SnmpStats,
+    /// Receive / send errors reported by the sockets (ICMP errors included).
+    pub socket_errors: u64,
+    /// Datagrams received (matched or not).
+    pub datagrams: u64,
+    /// Times the send turn stopped because the socket buffer was full.
+    pub would_block: u64,
+    pub wall: Duration,
+}
+
+/// Long-lived SNMP poller: sockets plus per-host learned limits. See the module docs.
+#[derive(Debug)]
+pub struct SnmpDriver {
+    opts: SnmpDriverOptions,
+    v4: Vec<Slot>,
+    v6: Option<Slot>,
+    memory: HostMemory,
+}
+
+#[derive(Debug)]
+enum Slot {
+    Std(std::net::UdpSocket),
+    Tokio(UdpSocket),
+    Empty,
+}
+
+impl Slot {
+    fn register(&mut self) -> io::Result<()> {
+        if let Slot::Std(_) = self {
+            let Slot::Std(s) = std::mem::replace(self, Slot::Empty) else {
+                return Ok(());
+            };
+            *self = Slot::Tokio(UdpSocket::from_std(s)?);
+        }
+        Ok(())
+    }
+
+    fn get(&self) -> Option<&UdpSocket> {
+        match self {
+            Slot::Tokio(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+fn random_u32() -> u32 {
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(0x736e_6d70);
+    h.finish() as u32
+}
+
+fn open_udp(v6: bool, rcvbuf: usize) -> io::Result<std::net::UdpSocket> {
+    let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
+    let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
+    if v6 {
+        sock.set_only_v6(true)?;
+    }
+    sock.set_nonblocking(true)?;
+    let want = libc::c_int::try_from(rcvbuf).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `want` is a live c_int and we pass its exact size; the fd is open.
+    let forced = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_RCVBUFFORCE,
+            (&want as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    } == 0;
+    if !forced {
+        // Unprivileged: capped at net.core.rmem_max, not fatal.
+        sock.set_recv_buffer_size(rcvbuf)?;
+    }
+    let bind: SocketAddr = if v6 {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    sock.bind(&bind.into())?;
+    Ok(sock.into())
+}
+
+/// Maps an engine failure to the item error the sink and metrics understand.
+pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
+    match f {
+        ItemFailure::Timeout => ItemError::new(
+            ErrorReason::Timeout,
+            format!(
+                "no SNMP response from {} after {} attempt(s)",
+                job.addr,
+                job.retries + 1
+            ),
+        ),
+        ItemFailure::ErrorStatus(s) => {
+            ItemError::new(ErrorReason::Unsupported, format!("SNMP error-status {s}"))
+        }
+        ItemFailure::WrongOid { .. } | ItemFailure::EmptyResponse => {
+            ItemError::new(ErrorReason::Decode, f.to_string())
+        }
+        ItemFailure::Send(text) => ItemError::new(ErrorReason::Send, text.clone()),
+    }
+}
+
+impl SnmpDriver {
+    /// Opens the sockets. Fails only when no IPv4 socket can be opened; a missing IPv6
+    /// stack only makes IPv6 jobs fail with a send error.
+    pub fn open(opts: SnmpDriverOptions) -> io::Result<Self> {
+        let v4 = (0..opts.sockets.max(1))
+            .map(|_| open_udp(false, opts.rcvbuf).map(Slot::Std))
+            .collect::<io::Result<Vec<_>>>()?;
+        let v6 = open_udp(true, opts.rcvbuf).ok().map(Slot::Std);
+        Ok(SnmpDriver {
+            opts,
+            v4,
+            v6,
+            memory: HostMemory::default(),
+        })
+    }
+
+    pub fn options(&self) -> SnmpDriverOptions {
+        self.opts
+    }
+
+    /// Learned per-host limits (tooBig / short answers), kept across iterations.
+    pub fn memory(&self) -> &HostMemory {
+        &self.memory
+    }
+
+    pub fn memory_mut(&mut self) -> &mut HostMemory {
+        &mut self.memory
+    }
+
+    /// Local addresses of the sockets (IPv4 ones first).
+    pub fn local_addrs(&self) -> Vec<SocketAddr> {
+        self.v4
+            .iter()
+            .chain(self.v6.iter())
+            .filter_map(|s| match s {
+                Slot::Std(s) => s.local_addr().ok(),
+                Slot::Tokio(s) => s.local_addr().ok(),
+                Slot::Empty => None,
+            })
+            .collect()
+    }
+
+    /// Polls every OID of every job once. `on_result(job index, oid index, result)` is
+    /// called as results arrive (exceptions such as noSuchInstance arrive as `Ok`
+    /// values; convert them with [`crate::snmp_convert`]). Returns when every item has
+    /// been reported: at the latest one `timeout × (retries + 1)` after a host's last
+    /// answered request.
+    pub async fn run_iteration<F>(
+        &mut self,
+        jobs: &[SnmpHostJob],
+        mut on_result: F,
+    ) -> SnmpIterationReport
+    where
+        F: FnMut(usize, usize, Result<snmp::VarValue, ItemError>),
+    {
+        let start = Instant::now();
+        let mut report = SnmpIterationReport::default();
+        let mut reg_error = None;
+        for s in self.v4.iter_mut().chain(self.v6.iter_mut()) {
+            if let Err(e) = s.register() {
+                reg_error = Some(e);
+            }
+        }
+        let v4: Vec<&UdpSocket> = self.v4.iter().filter_map(Slot::get).collect();
+        let v6 = self.v6.as_ref().and_then(Slot::get);
+        let opts = IterationOptions {
+            first_request_id: random_u32(),
+            deadline: None,
+            max_inflight_total: self.opts.max_inflight_total,
+        };
+        let mut it = Iteration::new(jobs, &self.memory, opts);
+        if v4.is_empty() {
+            // Cannot happen after a successful open unless tokio refused the sockets.
+            let text = format!(
+                "no usable socket: {}",
+                reg_error.map(|e| e.to_string()).unwrap_or_default()
+            );
+            let mut buf = Vec::new();
+            while let Some(t) = it.poll_transmit(Instant::now(), &mut buf) {
+                it.handle_send_error(t.request_id, &text);
+            }
+        }
+        let all: Vec<&UdpSocket> = v4.iter().copied().chain(v6).collect();
+        let mut buf = Vec::with_capacity(1500);
+        let mut rbuf = vec![0u8; 65_536];
+        let mut pacer = Pacer::new(self.opts.max_pps, start);
+        // A datagram the socket refused with WouldBlock, sent first next turn.
+        let mut pending: Option<(snmp::Transmit, Vec<u8>)> = None;
+
+        loop {
+            // Receive turn: drain every socket (bounded).
+            let now = Instant::now();
+            let mut budget = RECV_TURN;
+            for s in &all {
+                while budget > 0 {
+                    match s.try_recv_from(&mut rbuf) {
+                        Ok((n, src)) => {
+                            budget -= 1;
+                            report.datagrams += 1;
+                            it.handle_datagram(normalize(src), &rbuf[..n], now);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            // ECONNREFUSED and friends: an ICMP error for some earlier
+                            // datagram; the engine's timeout handles that host.
+                            report.socket_errors += 1;
+                        }
+                    }
+                }
+            }
+            let now = Instant::now();
+            it.handle_timeout(now);
+            Self::drain_events(&mut it, jobs, &mut on_result);
+            if it.is_done() {
+                break;
+            }
+
+            // Send turn (bounded, paced).
+            let mut sent = 0;
+            let mut blocked = false;
+            while sent < SEND_TURN && pacer.take(now) {
+                let (t, bytes) = match pending.take() {
+                    Some(p) => p,
+                    None => match it.poll_transmit(now, &mut buf) {
+                        Some(t) => (t, std::mem::take(&mut buf)),
+                        None => {
+                            pacer.give_back();
+                            break;
+                        }
+                    },
+                };
+                let sock = if t.dst.is_ipv4() {
+                    v4.get(t.host % v4.len().max(1)).copied()
+                } else {
+                    v6
+                };
+                let Some(sock) = sock else {
+                    it.handle_send_error(t.request_id, "no socket for this address family");
+                    buf = bytes;
+                    continue;
+                };
+                match sock.try_send_to(&bytes, t.dst) {
+                    Ok(_) => sent += 1,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        report.would_block += 1;
+                        pacer.give_back();
+                        pending = Some((t, bytes));
+                        blocked = true;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                        // A pending ICMP error surfaced on this send; the datagram itself
+                        // was not sent. Count it and try again next turn.
+                        report.socket_errors += 1;
+                        pending = Some((t, bytes));
+                        break;
+                    }
+                    Err(e) => {
+                        report.socket_errors += 1;
+                        it.handle_send_error(t.request_id, &e.to_string());
+                    }
+                }
+                if pending.is_none() {
+                    buf = bytes;
+                }
+            }
+            Self::drain_events(&mut it, jobs, &mut on_result);
+            if it.is_done() {
+                break;
+            }
+            if sent == SEND_TURN {
+                // More to send right away: yield to let other tasks run, then go on.
+                tokio::task::yield_now().await;
+                continue;
+            }
+
+            // Wait for a datagram, a timer, the pacer or (when blocked) writability.
+            let more_to_send = pending.is_some() || it.has_sendable();
+            let mut wake = it.poll_timeout();
+            if more_to_send && !blocked {
+                let p = pacer.next_token_at();
+                wake = Some(wake.map_or(p, |w| w.min(p)));
+            }
+            let wake = wake.unwrap_or_else(|| Instant::now() + Duration::from_millis(100));
+            let readable = std::future::poll_fn(|cx| {
+                for s in &all {
+                    if s.poll_recv_ready(cx).is_ready() {
+                        return Poll::Ready(());
+                    }
+                }
+                Poll::Pending
+            });
+            let writable = async {
+                match (&pending, blocked) {
+                    (Some((t, _)), true) => {
+                        let s = if t.dst.is_ipv4() {
+                            v4.get(t.host % v4.len().max(1)).copied()
+                        } else {
+                            v6
+                        };
+                        match s {
+                            Some(s) => {
+                                let _ = s.writable().await;
+                            }
+                            None => std::future::pending::<()>().await,
+                        }
+                    }
+                    _ => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = readable => {}
+                _ = writable => {}
+                _ = tokio::time::sleep_until(wake.into()) => {}
+            }
+        }
+        it.save_learned(&mut self.memory);
+        report.stats = *it.stats();
+        report.wall = start.elapsed();
+        report
+    }
+
+    fn drain_events<F>(it: &mut Iteration<'_>, jobs: &[SnmpHostJob], on_result: &mut F)
+    where
+        F: FnMut(usize, usize, Result<snmp::VarValue, ItemError>),
+    {
+        while let Some(e) = it.poll_event() {
+            if let Event::Item { host, item, result } = e {
+                on_result(host, item, result.map_err(|f| item_error(&jobs[host], &f)));
+            }
+        }
+    }
+}
+
+/// IPv4-mapped IPv6 sources (never expected, as the v6 socket is v6-only) back to v4,
+/// so a reply is compared with the address the request went to.
+fn normalize(src: SocketAddr) -> SocketAddr {
+    match src {
+        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::from((v4, a.port())),
+            None => src,
+        },
+        v4 => v4,
+    }
+}
+
+/// Token bucket: `pps` tokens per second, bursts of up to 10 ms worth (at least 1).
+struct Pacer {
+    pps: u32,
+    tokens: f64,
+    burst: f64,
+    last: Instant,
+}
+
+impl Pacer {
+    fn new(pps: u32, now: Instant) -> Pacer {
+        let burst = (pps as f64 / 100.0).max(1.0);
+        Pacer {
+            pps,
+            tokens: burst,
+            burst,
+            last: now,
+        }
+    }
+
+    fn take(&mut self, now: Instant) -> bool {
+        if self.pps == 0 {
+            return true;
+        }
+        let dt = now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now.max(self.last);
+        self.tokens = (self.tokens + dt * self.pps as f64).min(self.burst);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn give_back(&mut self) {
+        if self.pps != 0 {
+            self.tokens += 1.0;
+        }
+    }
+
+    fn next_token_at(&self) -> Instant {
+        if self.pps == 0 || self.tokens >= 1.0 {
+            return self.last;
+        }
+        self.last + Duration::from_secs_f64((1.0 - self.tokens) / self.pps as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pacer_limits_rate() {
+        let t0 = Instant::now();
+        let mut p = Pacer::new(1000, t0);
+        let burst = (0..100).take_while(|_| p.take(t0)).count();
+        assert_eq!(burst, 10, "10 ms worth of burst");
+        assert!(!p.take(t0));
+        let next = p.next_token_at();
+        assert!(next > t0 && next <= t0 + Duration::from_millis(1));
+        assert!(p.take(t0 + Duration::from_millis(1)));
+        // One second later: at most one burst, not a second's worth.
+        let later = t0 + Duration::from_secs(1);
+        assert_eq!((0..2000).take_while(|_| p.take(later)).count(), 10);
+        let mut unpaced = Pacer::new(0, t0);
+        assert!((0..10_000).all(|_| unpaced.take(t0)));
+    }
+
+    #[test]
+    fn failures_map_to_item_errors_without_community() {
+        let job = SnmpHostJob::new(
+            "127.0.0.1:161".parse().unwrap(),
+            "s3cret-community".into(),
+            vec![],
+        );
+        let e = item_error(&job, &ItemFailure::Timeout);
+        assert_eq!(e.reason, ErrorReason::Timeout);
+        assert!(e.text.contains("127.0.0.1:161") && !e.text.contains("s3cret"));
+        let e = item_error(
+            &job,
+            &ItemFailure::ErrorStatus(snmp::ErrorStatus::NO_SUCH_NAME),
+        );
+        assert_eq!(
+            (e.reason, e.text.as_str()),
+            (ErrorReason::Unsupported, "SNMP error-status noSuchName(2)")
+        );
+        assert!(
+            !format!("{job:?}").contains("s3cret"),
+            "Debug must redact the community"
+        );
+    }
+}

@@ -1,0 +1,261 @@
+//! Subtree walk, sans-IO: GETBULK for v2c, GETNEXT for v1, one request at a time.
+//!
+//! Invariants: the walk only ever yields OIDs inside the root's subtree, in strictly
+//! increasing order; it stops at endOfMibView, at the first OID outside the subtree, at
+//! v1's noSuchName, or with [`WalkError::NotIncreasing`] when an agent loops (so a
+//! broken agent cannot keep it busy forever).
+
+use crate::message::{encode_request, ErrorStatus, Message, PduType, RequestKind, Version};
+use crate::oid::Oid;
+use crate::value::{ValueRef, VarValue};
+
+/// Why a walk ended early.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WalkError {
+    #[error("agent returned OID {got} which does not follow {after} (agent loops)")]
+    NotIncreasing { got: Oid, after: Oid },
+    #[error("agent returned error-status {status} (index {index})")]
+    ErrorStatus { status: ErrorStatus, index: u32 },
+    #[error("response is not a Response PDU or has the wrong request-id")]
+    Unexpected,
+}
+
+/// State of one walk.
+#[derive(Debug, Clone)]
+pub struct Walk {
+    root: Oid,
+    version: Version,
+    max_repetitions: u32,
+    last: Oid,
+    done: bool,
+    request_id: Option<i32>,
+}
+
+impl Walk {
+    /// `max_repetitions` is used for v2c GETBULK (net-snmp's default is 10).
+    pub fn new(root: Oid, version: Version, max_repetitions: u32) -> Walk {
+        Walk {
+            last: root.clone(),
+            root,
+            version,
+            max_repetitions: max_repetitions.max(1),
+            done: false,
+            request_id: None,
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Writes the next request (appending to `out`).
+    pub fn next_request(&mut self, out: &mut Vec<u8>, community: &[u8], request_id: i32) {
+        let kind = match self.version {
+            Version::V1 => RequestKind::GetNext,
+            Version::V2c => RequestKind::GetBulk {
+                non_repeaters: 0,
+                max_repetitions: self.max_repetitions,
+            },
+        };
+        self.request_id = Some(request_id);
+        encode_request(
+            out,
+            self.version,
+            community,
+            request_id,
+            kind,
+            std::iter::once(&self.last),
+        );
+    }
+
+    /// True when `msg` answers the outstanding request (caller checks the source).
+    pub fn matches(&self, msg: &Message<'_>) -> bool {
+        msg.pdu_type == PduType::Response && Some(msg.request_id) == self.request_id
+    }
+
+    /// Consumes a response; returns the varbinds inside the subtree, in order.
+    pub fn handle_response(
+        &mut self,
+        msg: &Message<'_>,
+    ) -> Result<Vec<(Oid, VarValue)>, WalkError> {
+        if !self.matches(msg) {
+            return Err(WalkError::Unexpected);
+        }
+        self.request_id = None;
+        if msg.error_status != ErrorStatus::NO_ERROR {
+            self.done = true;
+            if msg.error_status == ErrorStatus::NO_SUCH_NAME && self.version == Version::V1 {
+                return Ok(Vec::new()); // v1's end of MIB
+            }
+            return Err(WalkError::ErrorStatus {
+                status: msg.error_status,
+                index: msg.error_index,
+            });
+        }
+        let mut out = Vec::new();
+        for vb in msg.varbinds() {
+            if vb.value == ValueRef::EndOfMibView || !vb.oid.starts_with(&self.root) {
+                self.done = true;
+                return Ok(out);
+            }
+            let oid = vb.oid.to_owned();
+            if oid <= self.last {
+                self.done = true;
+                return Err(WalkError::NotIncreasing {
+                    got: oid,
+                    after: self.last.clone(),
+                });
+            }
+            self.last = oid.clone();
+            out.push((oid, vb.value.to_owned()));
+        }
+        if msg.varbind_count() == 0 {
+            self.done = true;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::encode_message;
+
+    fn respond(req: &[u8], vbs: &[(&str, VarValue)], status: u32) -> Vec<u8> {
+        let m = Message::decode(req).unwrap();
+        let vbs: Vec<(Oid, VarValue)> = vbs
+            .iter()
+            .map(|(o, v)| (o.parse().unwrap(), v.clone()))
+            .collect();
+        let mut out = Vec::new();
+        encode_message(
+            &mut out,
+            m.version,
+            m.community,
+            PduType::Response,
+            m.request_id,
+            status as i64,
+            1,
+            vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+        );
+        out
+    }
+
+    #[test]
+    fn bulk_walk_stops_at_subtree_end() {
+        let mut w = Walk::new("1.3.6.1.2.1.2.2.1.2".parse().unwrap(), Version::V2c, 3);
+        let mut req = Vec::new();
+        w.next_request(&mut req, b"public", 7);
+        let m = Message::decode(&req).unwrap();
+        assert_eq!(m.pdu_type, PduType::GetBulkRequest);
+        assert_eq!((m.error_status.0, m.error_index), (0, 3));
+        let resp = respond(
+            &req,
+            &[
+                (
+                    "1.3.6.1.2.1.2.2.1.2.1",
+                    VarValue::OctetString(b"lo".to_vec()),
+                ),
+                (
+                    "1.3.6.1.2.1.2.2.1.2.2",
+                    VarValue::OctetString(b"eth0".to_vec()),
+                ),
+                ("1.3.6.1.2.1.2.2.1.3.1", VarValue::Integer(24)),
+            ],
+            0,
+        );
+        let got = w.handle_response(&Message::decode(&resp).unwrap()).unwrap();
+        assert_eq!(got.len(), 2);
+        assert!(w.is_done());
+    }
+
+    #[test]
+    fn v1_next_walk_continues_then_ends_on_no_such_name() {
+        let mut w = Walk::new("1.3.6.1.2.1.1".parse().unwrap(), Version::V1, 10);
+        let mut req = Vec::new();
+        w.next_request(&mut req, b"public", 1);
+        assert_eq!(
+            Message::decode(&req).unwrap().pdu_type,
+            PduType::GetNextRequest
+        );
+        let resp = respond(
+            &req,
+            &[("1.3.6.1.2.1.1.1.0", VarValue::OctetString(b"x".to_vec()))],
+            0,
+        );
+        assert_eq!(
+            w.handle_response(&Message::decode(&resp).unwrap())
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(!w.is_done());
+        req.clear();
+        w.next_request(&mut req, b"public", 2);
+        let m = Message::decode(&req).unwrap();
+        assert_eq!(
+            m.varbinds().next().unwrap().oid.to_string(),
+            ".1.3.6.1.2.1.1.1.0"
+        );
+        let resp = respond(&req, &[("1.3.6.1.2.1.1.1.0", VarValue::Null)], 2);
+        assert_eq!(
+            w.handle_response(&Message::decode(&resp).unwrap()).unwrap(),
+            vec![]
+        );
+        assert!(w.is_done());
+    }
+
+    #[test]
+    fn looping_agent_is_an_error_and_stale_answers_are_rejected() {
+        let mut w = Walk::new("1.3.6.1.2.1.1".parse().unwrap(), Version::V2c, 2);
+        let mut req = Vec::new();
+        w.next_request(&mut req, b"public", 1);
+        let resp = respond(
+            &req,
+            &[
+                ("1.3.6.1.2.1.1.2.0", VarValue::Integer(1)),
+                ("1.3.6.1.2.1.1.1.0", VarValue::Integer(1)),
+            ],
+            0,
+        );
+        let m = Message::decode(&resp).unwrap();
+        assert!(matches!(
+            w.handle_response(&m),
+            Err(WalkError::NotIncreasing { .. })
+        ));
+        assert_eq!(
+            w.handle_response(&m),
+            Err(WalkError::Unexpected),
+            "answered already"
+        );
+        let mut w = Walk::new("1.3.6.1.2.1.1".parse().unwrap(), Version::V2c, 2);
+        w.next_request(&mut Vec::new(), b"public", 2);
+        assert_eq!(
+            w.handle_response(&m),
+            Err(WalkError::Unexpected),
+            "wrong request-id"
+        );
+    }
+
+    #[test]
+    fn end_of_mib_view_stops() {
+        let mut w = Walk::new("1.3.6.1.2.1.1".parse().unwrap(), Version::V2c, 2);
+        let mut req = Vec::new();
+        w.next_request(&mut req, b"public", 1);
+        let resp = respond(
+            &req,
+            &[
+                ("1.3.6.1.2.1.1.1.0", VarValue::Integer(1)),
+                ("1.3.6.1.2.1.1.1.0", VarValue::EndOfMibView),
+            ],
+            0,
+        );
+        assert_eq!(
+            w.handle_response(&Message::decode(&resp).unwrap())
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(w.is_done());
+    }
+}
