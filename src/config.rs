@@ -678,18 +678,6 @@ pub fn parse_shard(s: &str) -> Result<(u32, u32), String> {
     Ok((i, n))
 }
 
-/// Parse a numeric OID (`1.3.6.1...` or `.1.3.6.1...`).
-pub fn parse_oid(s: &str) -> Result<Arc<[u32]>, String> {
-    let t = s.trim().strip_prefix('.').unwrap_or(s.trim());
-    let parts: Result<Vec<u32>, _> = t.split('.').map(str::parse::<u32>).collect();
-    match parts {
-        Ok(p) if p.len() >= 2 && p[0] <= 2 && p.len() <= 128 && (p[0] == 2 || p[1] < 40) => {
-            Ok(p.into())
-        }
-        _ => Err(format!("{s:?} is not a numeric OID like 1.3.6.1.2.1.1.1.0")),
-    }
-}
-
 /// An item after template merge, before per-host resolution.
 #[derive(Clone)]
 struct ResolvedEntry {
@@ -795,10 +783,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
             });
         }
         let oid = match (&e.oid, inherited.map(|i| &i.kind)) {
-            (Some(o), _) => match parse_oid(o) {
+            (Some(o), _) => match o.trim().parse::<snmp::Oid>() {
                 Ok(o) => o,
                 Err(m) => {
-                    self.c.push(&at("oid"), m);
+                    self.c.push(&at("oid"), format!("{o:?} is not a numeric OID like 1.3.6.1.2.1.1.1.0: {m}"));
                     return None;
                 }
             },

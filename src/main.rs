@@ -24,8 +24,12 @@ struct Cli {
 enum Command {
     /// Check a configuration file: exit 0 when valid, 1 with every error listed.
     CheckConfig(cmd::check_config::Args),
+    /// Poll every item of a config once and print the results (no ClickHouse needed).
+    PollOnce(cmd::poll_once::Args),
     /// Ping addresses, CIDRs or @files once (fping-style summary, or --json).
     Sweep(cmd::sweep::Args),
+    /// One-shot SNMP queries: `snmp get TARGET OID...`, `snmp walk TARGET [OID]`.
+    Snmp(cmd::snmp::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -36,7 +40,9 @@ fn main() -> std::process::ExitCode {
     }
     let result = match cli.command {
         Command::CheckConfig(args) => cmd::check_config::run(args),
+        Command::PollOnce(args) => cmd::poll_once::run(args),
         Command::Sweep(args) => cmd::sweep::run(args),
+        Command::Snmp(args) => cmd::snmp::run(args),
     };
     match result {
         Ok(code) => code,

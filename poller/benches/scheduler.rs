@@ -39,7 +39,7 @@ static GLOBAL: Counting = Counting;
 const ITEMS: usize = 1_000_000;
 
 fn plan(items: usize) -> Plan {
-    let oid: Arc<[u32]> = Arc::from(vec![1, 3, 6, 1, 2, 1, 1, 3, 0]);
+    let oid = snmp::Oid::from_arcs(&[1, 3, 6, 1, 2, 1, 1, 3, 0]).unwrap();
     let key: Arc<str> = "sysUpTime".into();
     Plan::build(
         (0..items)

@@ -3,6 +3,7 @@
 //!
 //! This crate owns sockets, clocks and tasks; it knows nothing about ClickHouse.
 
+pub mod daemon;
 pub mod engine;
 pub mod icmp_driver;
 pub mod keys;

@@ -63,8 +63,8 @@ pub enum ItemKind {
         metric: IcmpMetric,
         probe: IcmpProbe,
     },
-    /// Numeric OID components (already validated).
-    Snmp { oid: Arc<[u32]> },
+    /// The OID, validated and BER-encoded once at load.
+    Snmp { oid: snmp::Oid },
 }
 
 /// One item as the config resolved it (input to [`Plan::build`]).

@@ -1,0 +1,784 @@
+//! The iteration loops: scheduler → socket drivers → samples.
+//!
+//! One loop per engine. Each turn it sleeps until the earliest due task, takes every
+//! task due now (up to the engine's batch limit), turns them into one iteration —
+//! one ICMP sweep or one SNMP iteration, each bounded by one deadline — and runs it on
+//! a free driver from the engine's pool, so several iterations can overlap when the
+//! load needs it. When an iteration ends, its tasks go back to the scheduler for their
+//! next slot.
+//!
+//! Invariants:
+//! * A task is in exactly one place: the scheduler's queue or one running iteration.
+//! * Samples stream out through the [`Emitter`] while the iteration runs; the engine
+//!   does not take new work while its emitter has parked samples (backpressure).
+//! * Shutdown: the loops stop taking work, running iterations end at their own
+//!   deadline, then the loops return (dropping their senders closes the channel).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::time::Instant;
+
+use crate::engine::{clock_now, icmp_value, Emitter, PipelineCounters, Sample};
+use crate::icmp_driver::{IcmpDriver, PingJob};
+use crate::metrics::{Counter, Exposition, Gauge, Histogram};
+use crate::plan::{Engine, ItemKind, Plan};
+use crate::scheduler::{Due, Rescheduled, Scheduler};
+use crate::snmp_driver::{SnmpDriver, SnmpHostJob};
+use crate::value::{ErrorReason, ItemError};
+
+/// Maps the tokio clock (pausable in tests) to Unix milliseconds, the scheduler's time.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    base: Instant,
+    base_unix_ms: u64,
+}
+
+impl Clock {
+    /// A clock reading Unix time now.
+    pub fn new() -> Self {
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Clock {
+            base: Instant::now(),
+            base_unix_ms: unix.as_millis() as u64,
+        }
+    }
+
+    /// A clock whose "now" is `unix_ms` (tests).
+    pub fn starting_at(unix_ms: u64) -> Self {
+        Clock {
+            base: Instant::now(),
+            base_unix_ms: unix_ms,
+        }
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        self.base_unix_ms + self.base.elapsed().as_millis() as u64
+    }
+
+    pub fn instant_of(&self, unix_ms: u64) -> Instant {
+        self.base + Duration::from_millis(unix_ms.saturating_sub(self.base_unix_ms))
+    }
+}
+
+impl Default for Clock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Per-engine counters exposed on `/metrics`.
+#[derive(Debug)]
+pub struct EngineMetrics {
+    pub iterations: Counter,
+    pub iteration_seconds: Histogram,
+    pub items: Counter,
+    pub values: Counter,
+    pub errors_timeout: Counter,
+    pub errors_unsupported: Counter,
+    pub errors_decode: Counter,
+    pub errors_send: Counter,
+    pub in_flight: Gauge,
+    pub lateness_seconds: Histogram,
+    pub late_iterations: Counter,
+    pub skipped_slots: Counter,
+    /// Replies that matched nothing in flight: stale, foreign, wrong community/source.
+    pub unmatched: Counter,
+    /// Replies that could not be decoded.
+    pub malformed: Counter,
+}
+
+impl Default for EngineMetrics {
+    fn default() -> Self {
+        EngineMetrics {
+            iterations: Counter::default(),
+            iteration_seconds: Histogram::seconds(),
+            items: Counter::default(),
+            values: Counter::default(),
+            errors_timeout: Counter::default(),
+            errors_unsupported: Counter::default(),
+            errors_decode: Counter::default(),
+            errors_send: Counter::default(),
+            in_flight: Gauge::default(),
+            lateness_seconds: Histogram::seconds(),
+            late_iterations: Counter::default(),
+            skipped_slots: Counter::default(),
+            unmatched: Counter::default(),
+            malformed: Counter::default(),
+        }
+    }
+}
+
+impl EngineMetrics {
+    fn error(&self, r: ErrorReason) -> &Counter {
+        match r {
+            ErrorReason::Timeout => &self.errors_timeout,
+            ErrorReason::Unsupported => &self.errors_unsupported,
+            ErrorReason::Decode => &self.errors_decode,
+            ErrorReason::Send => &self.errors_send,
+        }
+    }
+
+    /// Errors of one reason so far.
+    pub fn errors(&self, r: ErrorReason) -> u64 {
+        self.error(r).get()
+    }
+}
+
+/// State the engine loops, the reloader and the metrics endpoint share.
+pub struct Shared {
+    /// The plan and the scheduler change together under this lock: takers hold it for
+    /// reading, a reload for writing, so a task index always refers to the plan that
+    /// was current when it was taken.
+    plan: RwLock<Arc<Plan>>,
+    pub scheduler: Scheduler,
+    pub clock: Clock,
+    pub icmp: EngineMetrics,
+    pub snmp: EngineMetrics,
+    pub pipeline: Arc<PipelineCounters>,
+    pub reloads_ok: Counter,
+    pub reloads_failed: Counter,
+    /// Wakes the loops after a reload (new tasks may be due sooner).
+    wake: Notify,
+    /// Batch limits.
+    pub limits: Limits,
+}
+
+/// Sizes of one iteration.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Most hosts in one ICMP sweep (`daemon.icmp_batch_hosts`, default 4,096).
+    pub icmp_batch_hosts: u64,
+    /// Most OIDs in one SNMP iteration (`daemon.snmp_batch_requests`, default 8,000).
+    pub snmp_batch_requests: u64,
+    /// An iteration that starts this late is logged and counted as late.
+    pub late_after: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            icmp_batch_hosts: 4_096,
+            snmp_batch_requests: 8_000,
+            late_after: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Shared {
+    pub fn new(plan: Plan, shards: usize, clock: Clock, limits: Limits) -> Arc<Shared> {
+        let scheduler = Scheduler::new(&plan, shards, clock.now_ms());
+        Arc::new(Shared {
+            plan: RwLock::new(Arc::new(plan)),
+            scheduler,
+            clock,
+            icmp: EngineMetrics::default(),
+            snmp: EngineMetrics::default(),
+            pipeline: Arc::new(PipelineCounters::default()),
+            reloads_ok: Counter::default(),
+            reloads_failed: Counter::default(),
+            wake: Notify::new(),
+            limits,
+        })
+    }
+
+    /// The current plan.
+    pub fn plan(&self) -> Arc<Plan> {
+        self.plan.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Swap in a new plan: changed items take effect at their next slot.
+    pub fn reload(&self, plan: Plan) {
+        let mut guard = self.plan.write().unwrap_or_else(|e| e.into_inner());
+        self.scheduler.reload(&plan, self.clock.now_ms());
+        *guard = Arc::new(plan);
+        drop(guard);
+        self.reloads_ok.inc();
+        self.wake.notify_waiters();
+    }
+
+    pub fn metrics(&self, e: Engine) -> &EngineMetrics {
+        match e {
+            Engine::Icmp => &self.icmp,
+            Engine::Snmp => &self.snmp,
+        }
+    }
+
+    /// Take a batch for `engine`, with the plan it refers to.
+    fn take(&self, engine: Engine, now_ms: u64) -> (Arc<Plan>, Vec<Due>) {
+        let guard = self.plan.read().unwrap_or_else(|e| e.into_inner());
+        let plan = guard.clone();
+        let mut out = Vec::new();
+        match engine {
+            Engine::Icmp => {
+                self.scheduler.take_due(
+                    engine,
+                    now_ms,
+                    self.limits.icmp_batch_hosts,
+                    |_| 1,
+                    &mut out,
+                );
+            }
+            Engine::Snmp => {
+                self.scheduler.take_due(
+                    engine,
+                    now_ms,
+                    self.limits.snmp_batch_requests,
+                    |t| plan.tasks[t as usize].items.len() as u64,
+                    &mut out,
+                );
+            }
+        }
+        drop(guard);
+        (plan, out)
+    }
+
+    /// Render the engine, scheduler, pipeline and reload metrics.
+    pub fn render(&self, out: &mut Exposition) {
+        for e in Engine::ALL {
+            let m = self.metrics(e);
+            let l = [("engine", e.as_str())];
+            out.counter(
+                "netpoller_iterations_total",
+                "Iterations run.",
+                &l,
+                m.iterations.get(),
+            );
+            out.histogram(
+                "netpoller_iteration_duration_seconds",
+                "Wall time of one iteration.",
+                &l,
+                &m.iteration_seconds,
+            );
+            out.counter(
+                "netpoller_items_polled_total",
+                "Items polled (values + errors).",
+                &l,
+                m.items.get(),
+            );
+            out.counter(
+                "netpoller_values_total",
+                "Values obtained.",
+                &l,
+                m.values.get(),
+            );
+            for r in [
+                ErrorReason::Timeout,
+                ErrorReason::Unsupported,
+                ErrorReason::Decode,
+                ErrorReason::Send,
+            ] {
+                out.counter(
+                    "netpoller_item_errors_total",
+                    "Items that yielded no value, by reason.",
+                    &[("engine", e.as_str()), ("reason", r.as_str())],
+                    m.error(r).get(),
+                );
+            }
+            out.gauge(
+                "netpoller_inflight",
+                "Hosts (ICMP) or OIDs (SNMP) in running iterations.",
+                &l,
+                m.in_flight.get() as f64,
+            );
+            out.histogram(
+                "netpoller_lateness_seconds",
+                "How late iterations start after their earliest due slot.",
+                &l,
+                &m.lateness_seconds,
+            );
+            out.counter(
+                "netpoller_late_iterations_total",
+                "Iterations that started more than 1 s late.",
+                &l,
+                m.late_iterations.get(),
+            );
+            out.counter(
+                "netpoller_skipped_slots_total",
+                "Poll slots skipped to catch up after late polls.",
+                &l,
+                m.skipped_slots.get(),
+            );
+            out.counter(
+                "netpoller_unmatched_replies_total",
+                "Replies matching nothing in flight (stale, foreign, wrong community or source).",
+                &l,
+                m.unmatched.get(),
+            );
+            out.counter(
+                "netpoller_malformed_replies_total",
+                "Replies that could not be decoded.",
+                &l,
+                m.malformed.get(),
+            );
+            let now = self.clock.now_ms();
+            let queued = self.scheduler.queued(e);
+            let due = self.scheduler.due_counts(e, now);
+            for (i, (q, d)) in queued.iter().zip(&due).enumerate() {
+                let shard = i.to_string();
+                let l = [("engine", e.as_str()), ("shard", shard.as_str())];
+                out.gauge(
+                    "netpoller_scheduler_tasks",
+                    "Tasks queued per shard (not running).",
+                    &l,
+                    *q as f64,
+                );
+                out.gauge(
+                    "netpoller_scheduler_due",
+                    "Queued tasks due now per shard (overdue if it stays > 0).",
+                    &l,
+                    *d as f64,
+                );
+            }
+        }
+        let plan = self.plan();
+        out.gauge(
+            "netpoller_scheduler_items",
+            "Items scheduled.",
+            &[],
+            plan.items.len() as f64,
+        );
+        out.gauge(
+            "netpoller_scheduler_hosts",
+            "Hosts scheduled.",
+            &[],
+            plan.hosts.len() as f64,
+        );
+        out.counter(
+            "netpoller_backpressure_waits_total",
+            "Times an engine waited for the sink channel.",
+            &[],
+            self.pipeline.backpressure_waits.load(Ordering::Relaxed),
+        );
+        out.counter(
+            "netpoller_samples_total",
+            "Samples handed to the sink channel.",
+            &[],
+            self.pipeline.samples.load(Ordering::Relaxed),
+        );
+        out.counter(
+            "netpoller_config_reloads_total",
+            "Config reloads.",
+            &[("result", "ok")],
+            self.reloads_ok.get(),
+        );
+        out.counter(
+            "netpoller_config_reloads_total",
+            "Config reloads.",
+            &[("result", "failed")],
+            self.reloads_failed.get(),
+        );
+    }
+
+    /// `Err(reason)` when some engine is behind its schedule by more than `max_lag`.
+    pub fn health(&self, max_lag: Duration) -> Result<(), String> {
+        let now = self.clock.now_ms();
+        for e in Engine::ALL {
+            if let Some(due) = self.scheduler.next_due(e) {
+                let lag = now.saturating_sub(due);
+                if lag > max_lag.as_millis() as u64 {
+                    return Err(format!(
+                        "{} scheduler is {:.1} s behind",
+                        e.as_str(),
+                        lag as f64 / 1000.0
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Summary of one iteration, logged as one line.
+#[derive(Debug, Default, Clone)]
+pub struct IterationSummary {
+    pub hosts: usize,
+    pub items: usize,
+    pub values: usize,
+    pub errors: usize,
+    pub wall: Duration,
+    pub lateness: Duration,
+}
+
+/// Account one sample in the engine's metrics and hand it on.
+fn deliver(m: &EngineMetrics, sum: &mut IterationSummary, emitter: &mut Emitter, s: Sample) {
+    m.items.inc();
+    sum.items += 1;
+    match &s.result {
+        Ok(_) => {
+            m.values.inc();
+            sum.values += 1;
+        }
+        Err(e) => {
+            m.error(e.reason).inc();
+            sum.errors += 1;
+        }
+    }
+    emitter.emit(s);
+}
+
+/// Run one ICMP sweep over `dues` (tasks of `plan`), streaming samples.
+pub async fn icmp_iteration(
+    driver: &mut IcmpDriver,
+    plan: &Plan,
+    dues: &[Due],
+    metrics: &EngineMetrics,
+    emitter: &mut Emitter,
+) -> IterationSummary {
+    let mut sum = IterationSummary {
+        hosts: dues.len(),
+        ..Default::default()
+    };
+    let jobs: Vec<PingJob> = dues
+        .iter()
+        .map(|d| {
+            let task = &plan.tasks[d.task as usize];
+            let host = &plan.hosts[task.host as usize];
+            let ItemKind::Icmp { probe, .. } = plan.task_items(task)[0].kind else {
+                unreachable!("ICMP task with a non-ICMP item")
+            };
+            PingJob {
+                addr: probe.target.unwrap_or(host.ip),
+                packets: probe.packets,
+                interval: probe.interval,
+                size: probe.size as usize,
+                timeout: probe.timeout,
+            }
+        })
+        .collect();
+    metrics.in_flight.add(jobs.len() as i64);
+    let report = driver
+        .sweep(&jobs, |idx, stats| {
+            let (clock, ns) = clock_now();
+            let task = &plan.tasks[dues[idx].task as usize];
+            let host = &plan.hosts[task.host as usize];
+            for item in plan.task_items(task) {
+                let s = Sample {
+                    itemid: item.itemid,
+                    host: host.name.clone(),
+                    ip: host.ip,
+                    key: item.key.clone(),
+                    value_type: item.value_type,
+                    clock,
+                    ns,
+                    result: Ok(icmp_value(item, stats)),
+                };
+                deliver(metrics, &mut sum, emitter, s);
+            }
+        })
+        .await;
+    metrics.in_flight.add(-(jobs.len() as i64));
+    let c = report.counters;
+    metrics
+        .unmatched
+        .add(c.foreign + c.spoofed + c.stale + c.duplicate + c.late);
+    metrics.malformed.add(c.malformed);
+    sum
+}
+
+/// Run one SNMP iteration over `dues`, streaming samples. Tasks of one host are merged
+/// into one host job so that the host sees one request chain (hybrid async).
+pub async fn snmp_iteration(
+    driver: &mut SnmpDriver,
+    plan: &Plan,
+    dues: &[Due],
+    metrics: &EngineMetrics,
+    emitter: &mut Emitter,
+) -> IterationSummary {
+    let mut sum = IterationSummary::default();
+    let mut by_host: HashMap<u32, usize> = HashMap::new();
+    let mut jobs: Vec<SnmpHostJob> = Vec::new();
+    // (job, oid index) → item index in plan.items
+    let mut refs: Vec<Vec<u32>> = Vec::new();
+    // job → host index in plan.hosts
+    let mut job_host: Vec<u32> = Vec::new();
+    for d in dues {
+        let task = &plan.tasks[d.task as usize];
+        let host = &plan.hosts[task.host as usize];
+        let Some(params) = host.snmp.as_ref() else {
+            continue;
+        };
+        let j = *by_host.entry(task.host).or_insert_with(|| {
+            jobs.push(SnmpHostJob {
+                addr: SocketAddr::new(host.ip, params.port),
+                version: match params.version {
+                    crate::plan::SnmpVersion::V1 => snmp::Version::V1,
+                    crate::plan::SnmpVersion::V2c => snmp::Version::V2c,
+                },
+                community: params.community.clone(),
+                timeout: params.timeout,
+                retries: params.retries,
+                max_oids: params.max_oids_per_request,
+                max_inflight: params.max_inflight_per_host,
+                oids: Vec::new(),
+            });
+            refs.push(Vec::new());
+            job_host.push(task.host);
+            jobs.len() - 1
+        });
+        for idx in task.items.clone() {
+            let ItemKind::Snmp { oid } = &plan.items[idx as usize].kind else {
+                continue;
+            };
+            jobs[j].oids.push(oid.clone());
+            refs[j].push(idx);
+        }
+    }
+    sum.hosts = jobs.len();
+    let oids: usize = jobs.iter().map(|j| j.oids.len()).sum();
+    metrics.in_flight.add(oids as i64);
+    let report = driver
+        .run_iteration(&jobs, |j, o, result| {
+            let (clock, ns) = clock_now();
+            let item = &plan.items[refs[j][o] as usize];
+            let host = &plan.hosts[job_host[j] as usize];
+            let result = result.and_then(|v| crate::snmp_convert::convert(&v, item.value_type));
+            let s = Sample {
+                itemid: item.itemid,
+                host: host.name.clone(),
+                ip: host.ip,
+                key: item.key.clone(),
+                value_type: item.value_type,
+                clock,
+                ns,
+                result,
+            };
+            deliver(metrics, &mut sum, emitter, s);
+        })
+        .await;
+    metrics.in_flight.add(-(oids as i64));
+    let st = &report.stats;
+    metrics.unmatched.add(
+        st.unknown_request_id + st.stale + st.wrong_source + st.wrong_community + st.wrong_version,
+    );
+    metrics.malformed.add(st.malformed + st.not_response);
+    sum
+}
+
+/// The drivers an engine loop runs its iterations on: one iteration per driver at a
+/// time, so the pool size is how many iterations of the engine may overlap.
+pub enum Drivers {
+    Icmp(Vec<IcmpDriver>),
+    Snmp(Vec<SnmpDriver>),
+}
+
+enum Slot {
+    Icmp(IcmpDriver),
+    Snmp(SnmpDriver),
+}
+
+/// Run one engine's loop until `shutdown` turns true; returns after the running
+/// iterations ended.
+pub async fn run_engine(
+    shared: Arc<Shared>,
+    engine: Engine,
+    drivers: Drivers,
+    tx: mpsc::Sender<Sample>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let (pool_tx, mut pool_rx) = mpsc::unbounded_channel::<Slot>();
+    let slots = match drivers {
+        Drivers::Icmp(v) => v.into_iter().map(Slot::Icmp).collect::<Vec<_>>(),
+        Drivers::Snmp(v) => v.into_iter().map(Slot::Snmp).collect(),
+    };
+    let total_slots = slots.len();
+    for s in slots {
+        let _ = pool_tx.send(s);
+    }
+    let mut running = tokio::task::JoinSet::new();
+    let mut emitters: Vec<Emitter> = (0..total_slots)
+        .map(|_| Emitter::new(tx.clone(), shared.pipeline.clone()))
+        .collect();
+    drop(tx);
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        // Sleep until the earliest due slot (or a reload / shutdown).
+        let now = shared.clock.now_ms();
+        let wait = match shared.scheduler.next_due(engine) {
+            Some(due) if due <= now => Duration::ZERO,
+            Some(due) => Duration::from_millis(due - now),
+            None => Duration::from_secs(3600),
+        };
+        if !wait.is_zero() {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shared.wake.notified() => continue,
+                _ = shutdown.changed() => continue,
+                Some(r) = running.join_next(), if !running.is_empty() => { reap(r, &mut emitters); continue; }
+            }
+        }
+        // A free driver (iterations end within their deadline, so this is bounded).
+        let slot = loop {
+            tokio::select! {
+                s = pool_rx.recv() => break s,
+                Some(r) = running.join_next(), if !running.is_empty() => reap(r, &mut emitters),
+                _ = shutdown.changed() => if *shutdown.borrow() { break None },
+            }
+        };
+        let Some(slot) = slot else { break };
+        let Some(mut emitter) = emitters.pop() else {
+            let _ = pool_tx.send(slot);
+            continue;
+        };
+        // Backpressure: while the sink is behind, this engine takes no new work.
+        if emitter.parked() > 0 && !emitter.drain().await {
+            break;
+        }
+        let now = shared.clock.now_ms();
+        let (plan, dues) = shared.take(engine, now);
+        if dues.is_empty() {
+            let _ = pool_tx.send(slot);
+            emitters.push(emitter);
+            continue;
+        }
+        let shared2 = shared.clone();
+        let pool_tx2 = pool_tx.clone();
+        running.spawn(async move {
+            let m = shared2.metrics(engine);
+            let earliest = dues.iter().map(|d| d.due_ms).min().unwrap_or(now);
+            let lateness = Duration::from_millis(now.saturating_sub(earliest));
+            m.lateness_seconds.observe(lateness.as_secs_f64());
+            let started = Instant::now();
+            let (mut sum, slot) = match slot {
+                Slot::Icmp(mut d) => {
+                    let s = icmp_iteration(&mut d, &plan, &dues, m, &mut emitter).await;
+                    (s, Slot::Icmp(d))
+                }
+                Slot::Snmp(mut d) => {
+                    let s = snmp_iteration(&mut d, &plan, &dues, m, &mut emitter).await;
+                    (s, Slot::Snmp(d))
+                }
+            };
+            sum.wall = started.elapsed();
+            sum.lateness = lateness;
+            m.iterations.inc();
+            m.iteration_seconds.observe(sum.wall.as_secs_f64());
+            let done = shared2.clock.now_ms();
+            let mut skipped = 0;
+            for d in &dues {
+                if let Rescheduled::At { skipped: s, .. } = shared2.scheduler.complete(*d, done) {
+                    skipped += s;
+                }
+            }
+            m.skipped_slots.add(skipped);
+            let _ = pool_tx2.send(slot);
+            shared2.wake.notify_waiters();
+            if lateness > shared2.limits.late_after {
+                m.late_iterations.inc();
+                tracing::warn!(
+                    engine = engine.as_str(),
+                    hosts = sum.hosts,
+                    items = sum.items,
+                    lateness_s = lateness.as_secs_f64(),
+                    skipped_slots = skipped,
+                    "iteration started late: the poller is not keeping up with its schedule"
+                );
+            }
+            tracing::info!(
+                engine = engine.as_str(),
+                hosts = sum.hosts,
+                items = sum.items,
+                values = sum.values,
+                errors = sum.errors,
+                wall_s = format_args!("{:.3}", sum.wall.as_secs_f64()),
+                lateness_s = format_args!("{:.3}", lateness.as_secs_f64()),
+                "iteration"
+            );
+            emitter
+        });
+    }
+    // Shutdown: no new work; let running iterations reach their deadline and flush.
+    while let Some(r) = running.join_next().await {
+        reap(r, &mut emitters);
+    }
+    for mut e in emitters {
+        e.drain().await;
+    }
+}
+
+fn reap(r: Result<Emitter, tokio::task::JoinError>, emitters: &mut Vec<Emitter>) {
+    match r {
+        Ok(e) => emitters.push(e),
+        Err(e) => tracing::error!(error = %e, "iteration task failed"),
+    }
+}
+
+/// Counter of samples that reached the sink consumer (for shutdown accounting).
+#[derive(Debug, Default)]
+pub struct Delivered(pub AtomicU64);
+
+/// Poll every task of `plan` once (for `poll-once`): all ICMP tasks in sweeps of at
+/// most `limits.icmp_batch_hosts` hosts, all SNMP tasks in iterations of at most
+/// `limits.snmp_batch_requests` OIDs, the two engines side by side.
+pub async fn poll_once(
+    plan: Arc<Plan>,
+    icmp: Option<IcmpDriver>,
+    snmp: Option<SnmpDriver>,
+    limits: Limits,
+    tx: mpsc::Sender<Sample>,
+    counters: Arc<PipelineCounters>,
+) -> Result<(), ItemError> {
+    let icmp_metrics = EngineMetrics::default();
+    let snmp_metrics = EngineMetrics::default();
+    let all = |engine: Engine| -> Vec<Due> {
+        plan.tasks
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.engine == engine)
+            .map(|(i, _)| Scheduler::one_shot(i as u32))
+            .collect()
+    };
+    let icmp_dues = all(Engine::Icmp);
+    let snmp_dues = all(Engine::Snmp);
+    let mut e1 = Emitter::new(tx.clone(), counters.clone());
+    let mut e2 = Emitter::new(tx, counters);
+    let icmp_fut = async {
+        if icmp_dues.is_empty() {
+            return Ok(());
+        }
+        let Some(mut d) = icmp else {
+            return Err(ItemError::new(ErrorReason::Send, "no ICMP socket"));
+        };
+        for chunk in icmp_dues.chunks(limits.icmp_batch_hosts.max(1) as usize) {
+            icmp_iteration(&mut d, &plan, chunk, &icmp_metrics, &mut e1).await;
+            e1.drain().await;
+        }
+        Ok(())
+    };
+    let snmp_fut = async {
+        if snmp_dues.is_empty() {
+            return Ok(());
+        }
+        let Some(mut d) = snmp else {
+            return Err(ItemError::new(ErrorReason::Send, "no SNMP socket"));
+        };
+        let mut batch = Vec::new();
+        let mut cost = 0u64;
+        for due in &snmp_dues {
+            let c = plan.tasks[due.task as usize].items.len() as u64;
+            if !batch.is_empty() && cost + c > limits.snmp_batch_requests {
+                snmp_iteration(&mut d, &plan, &batch, &snmp_metrics, &mut e2).await;
+                e2.drain().await;
+                batch.clear();
+                cost = 0;
+            }
+            batch.push(*due);
+            cost += c;
+        }
+        if !batch.is_empty() {
+            snmp_iteration(&mut d, &plan, &batch, &snmp_metrics, &mut e2).await;
+            e2.drain().await;
+        }
+        Ok(())
+    };
+    let (a, b) = tokio::join!(icmp_fut, snmp_fut);
+    a.and(b)
+}
