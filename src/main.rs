@@ -5,6 +5,7 @@
 
 mod cmd;
 mod config;
+mod http;
 mod progress;
 mod telemetry;
 

@@ -1,0 +1,546 @@
+//! The daemon's tiny HTTP/1.1 endpoint: `GET /metrics` (Prometheus text) and
+//! `GET /healthz`, on `daemon.metrics_listen` (loopback by default).
+//!
+//! Deliberately minimal (no hyper, no TLS): one request per connection, then close.
+//!
+//! Invariants and limits:
+//! * A request head larger than [`MAX_REQUEST_BYTES`] (8 KiB) gets `431` and is closed; a
+//!   head not complete within [`READ_TIMEOUT`] (5 s, one deadline for the whole head, not
+//!   per read, so a slowloris client cannot stretch it) gets `408`. Writing the response
+//!   is bounded by the same timeout, so a client that stops reading cannot pin a task.
+//! * At most [`MAX_CONNECTIONS`] connections are served at once; beyond that a new
+//!   connection gets `503` at once and is closed, so a flood cannot exhaust memory or
+//!   descriptors, and a slow client never blocks others (each connection is its own task).
+//! * Only `GET` and `HEAD` (`405` otherwise). `/metrics` → `200 text/plain;
+//!   version=0.0.4` with the body of the render callback; `/healthz` → `200 "ok\n"` or
+//!   `503` with the reason from the health callback; anything else `404`. The query
+//!   string is ignored. `HEAD` sends the same headers (with `Content-Length`) and no body.
+//! * Stop: when the shutdown value becomes `true` (or its sender is dropped) the listener
+//!   is closed at once; connections in progress get [`SHUTDOWN_GRACE`] to finish and are
+//!   then aborted.
+//! * Callbacks run on the connection task and must be quick (render from atomics).
+
+use anyhow::Context as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+use tokio::time::{timeout, timeout_at, Instant};
+
+/// Largest accepted request head (request line + headers), bytes.
+pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// Deadline for receiving a complete request head, and for sending the response.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Connections served concurrently; more are answered `503` and closed.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Time connections in progress get to finish after shutdown.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
+
+/// Renders the `/metrics` body (Prometheus text format 0.0.4).
+pub type RenderFn = Arc<dyn Fn() -> String + Send + Sync>;
+/// Says whether the daemon is healthy; `Err(reason)` makes `/healthz` answer 503.
+pub type HealthFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+
+const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
+
+/// Binds the metrics listener on `addr` (`IP:port`, e.g. `127.0.0.1:9464`; IP literals
+/// only, so that a typo never resolves to some other interface). The error says what
+/// to do when the port is taken or privileged.
+pub async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
+    let sa: SocketAddr = addr.parse().with_context(|| {
+        format!("metrics_listen {addr:?}: expected IP:port, e.g. 127.0.0.1:9464 or [::1]:9464")
+    })?;
+    TcpListener::bind(sa).await.map_err(|e| {
+        let hint = match e.kind() {
+            std::io::ErrorKind::AddrInUse => {
+                ": address already in use (another netpoller or exporter on this port? \
+                 choose another daemon.metrics_listen)"
+            }
+            std::io::ErrorKind::PermissionDenied => {
+                ": permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)"
+            }
+            std::io::ErrorKind::AddrNotAvailable => {
+                ": address not available (not an address of this host)"
+            }
+            _ => "",
+        };
+        anyhow::Error::new(e).context(format!("cannot listen for metrics on {sa}{hint}"))
+    })
+}
+
+/// Serves `/metrics` and `/healthz` on `listener` until `shutdown` turns `true` (or its
+/// sender is dropped). See the module docs for limits.
+pub async fn serve(
+    listener: TcpListener,
+    render: RenderFn,
+    health: HealthFn,
+    shutdown: watch::Receiver<bool>,
+) {
+    serve_with(listener, render, health, shutdown, Limits::default()).await;
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    max_request: usize,
+    read_timeout: Duration,
+    max_connections: usize,
+    grace: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_request: MAX_REQUEST_BYTES,
+            read_timeout: READ_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
+            grace: SHUTDOWN_GRACE,
+        }
+    }
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    render: RenderFn,
+    health: HealthFn,
+    mut shutdown: watch::Receiver<bool>,
+    limits: Limits,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let mut conns = JoinSet::new();
+    let local = listener.local_addr().ok();
+    loop {
+        if *shutdown.borrow_and_update() {
+            break;
+        }
+        tokio::select! {
+            changed = shutdown.changed() => {
+                if changed.is_err() {
+                    break; // sender gone: nobody can ask us to keep running
+                }
+            }
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let permit = slots.clone().try_acquire_owned().ok();
+                    let (render, health) = (render.clone(), health.clone());
+                    conns.spawn(async move {
+                        match permit {
+                            Some(_permit) => handle(stream, &render, &health, limits).await,
+                            None => {
+                                tracing::debug!(%peer, "metrics endpoint busy: connection refused with 503");
+                                let resp = response(503, TEXT_CONTENT_TYPE, "too many connections\n", false);
+                                finish(stream, &resp, limits).await;
+                            }
+                        }
+                    });
+                }
+                Err(e) => {
+                    // EMFILE/ENFILE or a reset before accept: back off instead of spinning.
+                    tracing::warn!(error = %e, "metrics endpoint: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            // Reap finished connection tasks so the set does not grow.
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    let grace = Instant::now() + limits.grace;
+    while !conns.is_empty() {
+        if timeout_at(grace, conns.join_next()).await.is_err() {
+            conns.abort_all();
+            break;
+        }
+    }
+    tracing::debug!(addr = ?local, "metrics endpoint stopped");
+}
+
+async fn handle(mut stream: TcpStream, render: &RenderFn, health: &HealthFn, limits: Limits) {
+    let deadline = Instant::now() + limits.read_timeout;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    let head_len = loop {
+        if let Some(end) = head_end(&buf) {
+            break Some(end);
+        }
+        if buf.len() >= limits.max_request {
+            break None;
+        }
+        let want = chunk.len().min(limits.max_request - buf.len());
+        match timeout_at(deadline, stream.read(&mut chunk[..want])).await {
+            Err(_) => {
+                let resp = response(408, TEXT_CONTENT_TYPE, "request timeout\n", false);
+                return finish(stream, &resp, limits).await;
+            }
+            Ok(Ok(0)) | Ok(Err(_)) => return, // client went away
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let resp = match head_len {
+        None => response(431, TEXT_CONTENT_TYPE, "request too large\n", false),
+        Some(end) => route(&buf[..end], render, health),
+    };
+    finish(stream, &resp, limits).await;
+}
+
+/// Index just past the blank line ending the head (`\r\n\r\n`, or bare `\n\n`).
+fn head_end(buf: &[u8]) -> Option<usize> {
+    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
+    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
+    match (crlf, lf) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn route(head: &[u8], render: &RenderFn, health: &HealthFn) -> Vec<u8> {
+    let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    let line = std::str::from_utf8(line)
+        .unwrap_or("")
+        .trim_end_matches('\r');
+    let mut parts = line.split(' ');
+    let (method, target, version) = (parts.next(), parts.next(), parts.next());
+    let (Some(method), Some(target), Some(version)) = (method, target, version) else {
+        return response(400, TEXT_CONTENT_TYPE, "bad request\n", false);
+    };
+    if parts.next().is_some() || !version.starts_with("HTTP/1.") {
+        return response(400, TEXT_CONTENT_TYPE, "bad request\n", false);
+    }
+    let head_only = match method {
+        "GET" => false,
+        "HEAD" => true,
+        _ => return response(405, TEXT_CONTENT_TYPE, "method not allowed\n", false),
+    };
+    let path = target.split(['?', '#']).next().unwrap_or_default();
+    match path {
+        "/metrics" => response(200, METRICS_CONTENT_TYPE, &render(), head_only),
+        "/healthz" => match health() {
+            Ok(()) => response(200, TEXT_CONTENT_TYPE, "ok\n", head_only),
+            Err(reason) => {
+                let mut body = reason;
+                if !body.ends_with('\n') {
+                    body.push('\n');
+                }
+                response(503, TEXT_CONTENT_TYPE, &body, head_only)
+            }
+        },
+        _ => response(404, TEXT_CONTENT_TYPE, "not found\n", head_only),
+    }
+}
+
+fn response(status: u16, content_type: &str, body: &str, head_only: bool) -> Vec<u8> {
+    let reason = match status {
+        200 => "OK",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    };
+    let allow = if status == 405 {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Cache-Control: no-store\r\n{allow}Connection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if !head_only {
+        out.extend_from_slice(body.as_bytes());
+    }
+    out
+}
+
+/// Sends `resp`, half-closes, then drains what the client still sends for a moment:
+/// closing a socket with unread input makes the kernel send RST, which can destroy the
+/// response before the client reads it (e.g. after a 431 for an oversized request).
+async fn finish(mut stream: TcpStream, resp: &[u8], limits: Limits) {
+    let sent = timeout(limits.read_timeout, async {
+        stream.write_all(resp).await?;
+        stream.shutdown().await
+    })
+    .await;
+    if !matches!(sent, Ok(Ok(()))) {
+        return;
+    }
+    let linger = Instant::now() + Duration::from_millis(500);
+    let mut sink = [0u8; 4096];
+    let mut drained = 0usize;
+    while drained < 64 * 1024 {
+        match timeout_at(linger, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::time::Instant as StdInstant;
+
+    struct Server {
+        addr: SocketAddr,
+        stop: watch::Sender<bool>,
+        task: tokio::task::JoinHandle<()>,
+        health: Arc<Mutex<Result<(), String>>>,
+    }
+
+    async fn start(limits: Limits) -> Server {
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let health = Arc::new(Mutex::new(Ok(())));
+        let h = health.clone();
+        let (stop, rx) = watch::channel(false);
+        let render: RenderFn = Arc::new(|| "# TYPE up gauge\nup 1\n".to_string());
+        let task = tokio::spawn(serve_with(
+            listener,
+            render,
+            Arc::new(move || h.lock().unwrap().clone()),
+            rx,
+            limits,
+        ));
+        Server {
+            addr,
+            stop,
+            task,
+            health,
+        }
+    }
+
+    /// Sends `req` raw and reads until the server closes; returns (status, headers, body).
+    async fn request(addr: SocketAddr, req: &[u8]) -> (u16, String, String) {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(req).await.unwrap();
+        let mut resp = Vec::new();
+        timeout(Duration::from_secs(10), s.read_to_end(&mut resp))
+            .await
+            .expect("server closes")
+            .unwrap();
+        parse(&resp)
+    }
+
+    fn parse(resp: &[u8]) -> (u16, String, String) {
+        let text = String::from_utf8(resp.to_vec()).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").expect("complete response");
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, head.to_string(), body.to_string())
+    }
+
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+        request(
+            addr,
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes(),
+        )
+        .await
+    }
+
+    #[tokio::test]
+    async fn metrics_healthz_404_405_head() {
+        let srv = start(Limits::default()).await;
+        let (st, head, body) = get(srv.addr, "/metrics").await;
+        assert_eq!(st, 200);
+        assert!(
+            head.contains("Content-Type: text/plain; version=0.0.4"),
+            "{head}"
+        );
+        assert!(
+            head.contains("Content-Length: 21\r\n") && head.contains("Connection: close"),
+            "{head}"
+        );
+        assert_eq!(body, "# TYPE up gauge\nup 1\n");
+        assert_eq!(get(srv.addr, "/metrics?name[]=up").await.2, body);
+
+        let (st, head, body) = request(srv.addr, b"HEAD /metrics HTTP/1.0\r\n\r\n").await;
+        assert_eq!((st, body.as_str()), (200, ""));
+        assert!(head.contains("Content-Length: 21\r\n"), "{head}");
+
+        let (st, _, body) = get(srv.addr, "/healthz").await;
+        assert_eq!((st, body.as_str()), (200, "ok\n"));
+        *srv.health.lock().unwrap() = Err("scheduler 42 s behind".into());
+        let (st, _, body) = get(srv.addr, "/healthz").await;
+        assert_eq!((st, body.as_str()), (503, "scheduler 42 s behind\n"));
+        *srv.health.lock().unwrap() = Ok(());
+        assert_eq!(get(srv.addr, "/healthz").await.0, 200);
+
+        assert_eq!(get(srv.addr, "/").await.0, 404);
+        assert_eq!(get(srv.addr, "/metricsx").await.0, 404);
+        let (st, head, _) = request(
+            srv.addr,
+            b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+        )
+        .await;
+        assert_eq!(st, 405);
+        assert!(head.contains("Allow: GET, HEAD"));
+        assert_eq!(request(srv.addr, b"GARBAGE\r\n\r\n").await.0, 400);
+        // Bare-LF clients are tolerated.
+        assert_eq!(request(srv.addr, b"GET /healthz HTTP/1.1\n\n").await.0, 200);
+        srv.stop.send(true).unwrap();
+        srv.task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn oversized_request_is_rejected() {
+        let srv = start(Limits::default()).await;
+        let mut req = b"GET /metrics HTTP/1.1\r\n".to_vec();
+        while req.len() <= MAX_REQUEST_BYTES + 1024 {
+            req.extend_from_slice(
+                b"X-Filler: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n",
+            );
+        }
+        req.extend_from_slice(b"\r\n");
+        let (st, _, body) = request(srv.addr, &req).await;
+        assert_eq!((st, body.as_str()), (431, "request too large\n"));
+        // Just under the limit is fine.
+        let mut req = b"GET /metrics HTTP/1.1\r\n".to_vec();
+        while req.len() < MAX_REQUEST_BYTES - 200 {
+            req.extend_from_slice(b"X-Filler: aaaa\r\n");
+        }
+        req.extend_from_slice(b"\r\n");
+        assert_eq!(request(srv.addr, &req).await.0, 200);
+        srv.stop.send(true).unwrap();
+        srv.task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn slowloris_does_not_block_others_and_times_out() {
+        let limits = Limits {
+            read_timeout: Duration::from_millis(600),
+            ..Limits::default()
+        };
+        let srv = start(limits).await;
+        // Ten clients that send half a request line and then dribble, one byte at a time.
+        let mut slow = Vec::new();
+        for _ in 0..10 {
+            let mut s = TcpStream::connect(srv.addr).await.unwrap();
+            s.write_all(b"GET /met").await.unwrap();
+            slow.push(s);
+        }
+        let t = StdInstant::now();
+        for _ in 0..5 {
+            assert_eq!(get(srv.addr, "/metrics").await.0, 200);
+        }
+        // Served while the slow ones hang; well below their timeout.
+        assert!(t.elapsed() < limits.read_timeout, "{:?}", t.elapsed());
+        // Dribbling does not extend the deadline: the whole head has one.
+        let t = StdInstant::now();
+        let mut s = slow.pop().unwrap();
+        let mut resp = Vec::new();
+        let mut got = [0u8; 256];
+        for b in b"rics HTTP/1.1\r\nHost: x\r\n" {
+            if s.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            // Stop dribbling as soon as the server answered.
+            if let Ok(Ok(n)) = timeout(Duration::from_millis(100), s.read(&mut got)).await {
+                resp.extend_from_slice(&got[..n]);
+                break;
+            }
+        }
+        let _ = timeout(Duration::from_secs(5), s.read_to_end(&mut resp))
+            .await
+            .expect("closed by server");
+        assert_eq!(parse(&resp).0, 408);
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        for mut s in slow {
+            let mut resp = Vec::new();
+            let _ = timeout(Duration::from_secs(5), s.read_to_end(&mut resp))
+                .await
+                .expect("closed by server");
+            assert_eq!(parse(&resp).0, 408);
+        }
+        srv.stop.send(true).unwrap();
+        srv.task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn connection_limit_answers_503() {
+        let limits = Limits {
+            max_connections: 2,
+            read_timeout: Duration::from_secs(3),
+            ..Limits::default()
+        };
+        let srv = start(limits).await;
+        let mut held = Vec::new();
+        for _ in 0..2 {
+            held.push(TcpStream::connect(srv.addr).await.unwrap());
+        }
+        // Make sure the server has accepted both before the third arrives.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (st, _, body) = get(srv.addr, "/metrics").await;
+        assert_eq!((st, body.as_str()), (503, "too many connections\n"));
+        // Freed slots are reused.
+        for mut s in held.drain(..) {
+            s.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+            let mut resp = Vec::new();
+            s.read_to_end(&mut resp).await.unwrap();
+            assert_eq!(parse(&resp).0, 200);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(get(srv.addr, "/metrics").await.0, 200);
+        srv.stop.send(true).unwrap();
+        srv.task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn shutdown_stops_listening_and_bounds_open_connections() {
+        let limits = Limits {
+            grace: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let srv = start(limits).await;
+        assert_eq!(get(srv.addr, "/healthz").await.0, 200);
+        // An idle connection (would wait READ_TIMEOUT = 5 s) must not delay the stop
+        // beyond the grace period.
+        let _idle = TcpStream::connect(srv.addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t = StdInstant::now();
+        srv.stop.send(true).unwrap();
+        timeout(Duration::from_secs(3), srv.task)
+            .await
+            .expect("serve returns")
+            .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        let e = TcpStream::connect(srv.addr).await.unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    }
+
+    #[tokio::test]
+    async fn dropped_sender_stops_and_already_true_returns_at_once() {
+        let srv = start(Limits::default()).await;
+        drop(srv.stop);
+        timeout(Duration::from_secs(3), srv.task)
+            .await
+            .expect("serve returns")
+            .unwrap();
+
+        let listener = bind("127.0.0.1:0").await.unwrap();
+        let (_tx, rx) = watch::channel(true);
+        let render: RenderFn = Arc::new(String::new);
+        let health: HealthFn = Arc::new(|| Ok(()));
+        timeout(Duration::from_secs(3), serve(listener, render, health, rx))
+            .await
+            .expect("returns");
+    }
+
+    #[tokio::test]
+    async fn bind_errors_are_clear() {
+        let first = bind("127.0.0.1:0").await.unwrap();
+        let addr = first.local_addr().unwrap().to_string();
+        let e = format!("{:#}", bind(&addr).await.unwrap_err());
+        assert!(e.contains("already in use") && e.contains(&addr), "{e}");
+        let e = format!("{:#}", bind("localhost:9464").await.unwrap_err());
+        assert!(e.contains("expected IP:port"), "{e}");
+        let e = format!("{:#}", bind("192.0.2.1:9464").await.unwrap_err());
+        assert!(e.contains("not available"), "{e}");
+    }
+}
