@@ -36,8 +36,8 @@
 //! * Each sweep uses a new iteration number and identifier (raw) and a random sequence
 //!   start; late replies of earlier sweeps are recognised by the payload tag and counted
 //!   as stale, never matched.
-//! * Must be used from within a tokio runtime with I/O and time enabled; the sockets are
-//!   registered with the runtime of the first `sweep` call.
+//! * `sweep` must run within a tokio runtime with I/O and time enabled; the sockets are
+//!   registered with it for the duration of the call only, so any runtime will do.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -133,6 +133,9 @@ pub struct PingJob {
 pub struct SweepReport {
     /// Wall time of the whole iteration.
     pub wall: Duration,
+    /// From the start of the iteration until the last probe was handed to the kernel;
+    /// `wall` never exceeds this plus the largest timeout (plus timer slack).
+    pub send_time: Duration,
     /// Jobs given.
     pub hosts: usize,
     /// Jobs with at least one reply.
@@ -164,7 +167,6 @@ pub struct IcmpDriver {
 enum Slot {
     Closed(String),
     Open(Socket),
-    Registered(AsyncFd<Socket>),
 }
 
 impl Slot {
@@ -172,34 +174,35 @@ impl Slot {
         match self {
             Slot::Closed(_) => None,
             Slot::Open(s) => Some(s.as_raw_fd()),
-            Slot::Registered(a) => Some(a.get_ref().as_raw_fd()),
         }
     }
 
-    fn register(&mut self) -> io::Result<()> {
-        if let Slot::Open(_) = self {
-            let Slot::Open(s) = std::mem::replace(self, Slot::Closed(String::new())) else {
-                unreachable!()
-            };
-            // SAFETY: socket2::Socket owns its fd, which stays open and unchanged for as
-            // long as the AsyncFd owns the Socket.
-            match unsafe { AsyncFd::register(s) } {
-                Ok(a) => *self = Slot::Registered(a),
-                Err(e) => {
-                    let e: io::Error = e.into();
-                    *self = Slot::Closed(format!("registering with tokio: {e}"));
-                    return Err(e);
-                }
+    /// Registers the socket with the current runtime for the duration of one sweep.
+    /// Per-sweep registration keeps the driver usable from any runtime, and a cancelled
+    /// sweep only deregisters (the socket stays owned by the driver).
+    fn register(&self) -> Option<AsyncFd<FdRef>> {
+        let fd = self.fd()?;
+        // SAFETY: the fd belongs to a Socket owned by the driver, which the sweep future
+        // borrows for longer than this AsyncFd lives; it is neither closed nor replaced
+        // meanwhile.
+        match unsafe { AsyncFd::register(FdRef(fd)) } {
+            Ok(a) => Some(a),
+            Err(e) => {
+                let e: io::Error = e.into();
+                tracing::warn!(error = %e, "ICMP socket could not be registered with tokio");
+                None
             }
         }
-        Ok(())
     }
+}
 
-    fn async_fd(&self) -> Option<&AsyncFd<Socket>> {
-        match self {
-            Slot::Registered(a) => Some(a),
-            _ => None,
-        }
+/// A non-owning handle on a socket fd, for [`AsyncFd`] registration.
+#[derive(Debug)]
+struct FdRef(RawFd);
+
+impl AsRawFd for FdRef {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0
     }
 }
 
@@ -377,11 +380,8 @@ impl IcmpDriver {
         };
         self.iteration = self.iteration.wrapping_add(1);
         let ident = self.ident_base.wrapping_add(self.iteration as u16);
-        for slot in [&mut self.v4, &mut self.v6] {
-            if let Err(e) = slot.register() {
-                tracing::warn!(error = %e, "ICMP socket could not be registered with tokio");
-            }
-        }
+        let async_v4 = self.v4.register();
+        let async_v6 = self.v6.register();
 
         // Validate each job on its own so one bad job never sinks the iteration.
         let mut index = Vec::with_capacity(jobs.len());
@@ -437,6 +437,7 @@ impl IcmpDriver {
         let max_len = jobs.iter().map(|j| j.size).max().unwrap_or(0);
         let mut rx = RecvBuf::new(max_len + icmp::wire::HEADER_LEN + 60);
         let mut pending: Option<(SockAddr, Vec<u8>, icmp::ProbeToken)> = None;
+        let mut last_send = start;
 
         loop {
             // 1. Receive first: replies already queued must never wait for our sends.
@@ -457,7 +458,10 @@ impl IcmpDriver {
             let mut sent = 0;
             if let Some((addr, bytes, token)) = pending.take() {
                 match self.send(&addr, &bytes) {
-                    Ok(()) => sent += 1,
+                    Ok(()) => {
+                        sent += 1;
+                        last_send = Instant::now();
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         pending = Some((addr, bytes, token));
                         blocked = true;
@@ -482,7 +486,10 @@ impl IcmpDriver {
                     None => Err(io::Error::other("no socket for this address family")),
                 };
                 match res {
-                    Ok(()) => sent += 1,
+                    Ok(()) => {
+                        sent += 1;
+                        last_send = now;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         pending = Some((addr, tx.packet.to_vec(), token));
                         blocked = true;
@@ -505,8 +512,8 @@ impl IcmpDriver {
                 .poll_timeout()
                 .unwrap_or_else(|| Instant::now() + Duration::from_millis(1));
             let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
-            let v4 = self.v4.async_fd();
-            let v6 = self.v6.async_fd();
+            let v4 = async_v4.as_ref();
+            let v6 = async_v6.as_ref();
             let want_write = blocked;
             let pending_v6 = pending.as_ref().is_some_and(|p| p.0.is_ipv6());
             tokio::select! {
@@ -518,6 +525,7 @@ impl IcmpDriver {
             }
         }
         report.counters = sweep.counters();
+        report.send_time = last_send - start;
         report.wall = start.elapsed();
         report
     }
@@ -561,7 +569,7 @@ impl IcmpDriver {
     }
 }
 
-async fn readable(fd: Option<&AsyncFd<Socket>>) {
+async fn readable(fd: Option<&AsyncFd<FdRef>>) {
     match fd {
         Some(fd) => match fd.readable().await {
             // Readiness is cleared here and the queue drained right after, until EAGAIN:
@@ -573,7 +581,7 @@ async fn readable(fd: Option<&AsyncFd<Socket>>) {
     }
 }
 
-async fn writable(fd: Option<&AsyncFd<Socket>>) {
+async fn writable(fd: Option<&AsyncFd<FdRef>>) {
     match fd {
         Some(fd) => match fd.writable().await {
             Ok(mut guard) => guard.clear_ready(),

@@ -1,0 +1,416 @@
+//! ICMP sweeps over real sockets: raw sockets on loopback, with nft making a known quarter
+//! of 4,096 addresses silent, and network namespaces this test creates (and removes) for
+//! exact counts of stale/foreign replies and for the unprivileged datagram socket.
+//!
+//! Needs root (CAP_NET_RAW, CAP_NET_ADMIN for nft and `ip netns`). Traffic goes only to
+//! 127.77.0.0/16 and ::1 in the host namespace, and to 127.0.0.0/8 inside namespaces
+//! created here.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::net::{IpAddr, Ipv4Addr};
+use std::os::fd::AsRawFd;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use poller::icmp_driver::{IcmpDriver, IcmpOpenError, IcmpOptions, PingJob, PingStats, SocketKind};
+
+fn run(cmd: &str, args: &[&str]) {
+    let out = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// An nft table of our own; deleted on drop, also when the test fails.
+struct NftTable(String);
+
+impl NftTable {
+    fn create(ruleset: &str) -> Self {
+        let name = format!("netpoller_test_{}", std::process::id());
+        let script = format!("table inet {name} {{\n{ruleset}\n}}\n");
+        let guard = NftTable(name);
+        let mut child = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("nft");
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(script.as_bytes())
+            .unwrap();
+        assert!(
+            child.wait().unwrap().success(),
+            "nft -f failed for:\n{script}"
+        );
+        guard
+    }
+}
+
+impl Drop for NftTable {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.0])
+            .status();
+    }
+}
+
+/// A network namespace of our own with `lo` up; deleted on drop.
+struct Netns(String);
+
+impl Netns {
+    fn create() -> Self {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "np_icmp_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        run("ip", &["netns", "add", &name]);
+        let ns = Netns(name);
+        ns.exec(&["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+
+    fn exec(&self, args: &[&str]) {
+        let mut all = vec!["netns", "exec", &self.0];
+        all.extend_from_slice(args);
+        run("ip", &all);
+    }
+
+    /// Runs `f` on a thread that has entered this namespace (sockets it opens live there).
+    fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let path = format!("/var/run/netns/{}", self.0);
+        std::thread::spawn(move || {
+            let ns = File::open(&path).expect("open netns");
+            // SAFETY: plain syscall on a valid fd; affects only this thread.
+            let r = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", std::io::Error::last_os_error());
+            f()
+        })
+        .join()
+        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn job(addr: IpAddr, packets: u32, timeout_ms: u64) -> PingJob {
+    PingJob {
+        addr,
+        packets,
+        interval: Duration::from_millis(20),
+        size: 56,
+        timeout: Duration::from_millis(timeout_ms),
+    }
+}
+
+#[test]
+fn quarter_of_4096_loopback_hosts_silent() {
+    // 127.77.0.0/20; hosts with address ≡ 3 (mod 4) drop echo requests: 1,024 silent.
+    let _nft = NftTable::create(
+        "chain input {\n type filter hook input priority -10; policy accept;\n \
+         ip daddr 127.77.0.0/20 ip daddr & 0.0.0.3 == 0.0.0.3 icmp type echo-request drop\n}",
+    );
+    let addrs: Vec<IpAddr> = (0..4096u32)
+        .map(|i| IpAddr::V4(Ipv4Addr::from(0x7f4d_0000 + i)))
+        .collect();
+    let silent = |a: &IpAddr| matches!(a, IpAddr::V4(v) if v.octets()[3] % 4 == 3);
+    let timeout = Duration::from_secs(1);
+    let jobs: Vec<PingJob> = addrs.iter().map(|&a| job(a, 3, 1000)).collect();
+    let opts = IcmpOptions {
+        max_pps: 100_000,
+        ..IcmpOptions::default()
+    };
+    let mut driver = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
+    assert_eq!(driver.kind(), SocketKind::Raw);
+
+    let start = Instant::now();
+    let mut done: HashMap<usize, (PingStats, Duration)> = HashMap::new();
+    let report = rt().block_on(driver.sweep(&jobs, |i, st| {
+        assert!(
+            done.insert(i, (*st, start.elapsed())).is_none(),
+            "job {i} reported twice"
+        );
+    }));
+    let wall = start.elapsed();
+
+    assert_eq!(done.len(), 4096, "every job reported once");
+    let mut last_alive = Duration::ZERO;
+    let mut first_silent = Duration::MAX;
+    for (i, a) in addrs.iter().enumerate() {
+        let (st, at) = done[&i];
+        assert_eq!(st.sent, 3, "{a}");
+        if silent(a) {
+            assert!(!st.is_alive(), "{a} should be silent: {st:?}");
+            assert_eq!((st.received, st.loss_pct()), (0, 100.0), "{a}");
+            assert_eq!(st.rtt_seconds(icmp::RttMode::Avg), 0.0);
+            first_silent = first_silent.min(at);
+        } else {
+            assert!(st.is_alive(), "{a} should answer: {st:?}");
+            assert_eq!((st.received, st.loss_pct()), (3, 0.0), "{a}");
+            for mode in [icmp::RttMode::Min, icmp::RttMode::Avg, icmp::RttMode::Max] {
+                let s = st.rtt_seconds(mode);
+                assert!((0.0001..0.5).contains(&s), "{a} {mode:?} rtt {s}");
+            }
+            assert!(st.min <= st.avg().unwrap() && st.avg().unwrap() <= st.max);
+            last_alive = last_alive.max(at);
+        }
+    }
+    assert_eq!(report.alive, 3072);
+    assert_eq!(report.counters.sent, 4096 * 3);
+    assert_eq!(report.counters.received, 3072 * 3);
+    assert_eq!(
+        report.counters.late + report.counters.duplicate + report.counters.send_errors,
+        0
+    );
+    // Answering hosts stream out long before the deadline; silent ones at the deadline.
+    assert!(
+        last_alive < first_silent,
+        "alive {last_alive:?} vs silent {first_silent:?}"
+    );
+    assert!(
+        first_silent >= timeout,
+        "silent hosts completed before the timeout: {first_silent:?}"
+    );
+    // One deadline: last send + timeout (+ timer slack), however many hosts are silent.
+    let bound = report.send_time + timeout + Duration::from_millis(100);
+    assert!(
+        report.wall >= timeout && report.wall <= bound,
+        "wall {:?} > {bound:?}",
+        report.wall
+    );
+    // Sending 12,288 probes at 100k pps takes ~125 ms (+ 2 intervals); allow a slow debug
+    // build on a loaded machine, but not a stall.
+    assert!(
+        report.send_time < Duration::from_millis(800),
+        "send time {:?}",
+        report.send_time
+    );
+    assert!(report.wall <= wall);
+}
+
+/// Reads everything queued on raw socket `fd`: (type, ident, seq, dst-less ICMP bytes, src).
+fn drain_raw(fd: i32) -> Vec<(u8, u16, Vec<u8>, Ipv4Addr)> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 2048];
+    loop {
+        // SAFETY: buf is valid for writes of its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n <= 0 {
+            return out;
+        }
+        let pkt = &buf[..n as usize];
+        let ihl = usize::from(pkt[0] & 0x0f) * 4;
+        let icmp = pkt[ihl..].to_vec();
+        let dst = Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
+        out.push((icmp[0], u16::from_be_bytes([icmp[4], icmp[5]]), icmp, dst));
+    }
+}
+
+fn raw_icmp_socket() -> i32 {
+    // SAFETY: plain socket(2).
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP) };
+    assert!(fd >= 0, "raw socket: {}", std::io::Error::last_os_error());
+    fd
+}
+
+fn send_raw(fd: i32, icmp: &[u8], dst: Ipv4Addr) {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(dst).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: valid buffer and sockaddr of the stated sizes.
+    let r = unsafe {
+        libc::sendto(
+            fd,
+            icmp.as_ptr().cast(),
+            icmp.len(),
+            0,
+            (&sin as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(
+        r,
+        icmp.len() as isize,
+        "sendto: {}",
+        std::io::Error::last_os_error()
+    );
+}
+
+fn checksum(data: &[u8]) -> u16 {
+    let mut sum: u32 = data
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[test]
+fn stale_and_foreign_replies_are_counted_and_ignored() {
+    // Own namespace: nobody else's ICMP there, so every count is exact.
+    let ns = Netns::create();
+    ns.run(|| {
+        let sniffer = raw_icmp_socket();
+        let targets: Vec<IpAddr> = (1..=8)
+            .map(|i| IpAddr::V4(Ipv4Addr::new(127, 0, 0, i)))
+            .collect();
+        let mut driver = IcmpDriver::open(IcmpOptions::default()).unwrap();
+        let rt = rt();
+
+        // Iteration 1: record its requests as they cross loopback.
+        let jobs1: Vec<PingJob> = targets.iter().map(|&a| job(a, 1, 200)).collect();
+        let r1 = rt.block_on(driver.sweep(&jobs1, |_, _| {}));
+        assert_eq!(r1.alive, 8);
+        let old_requests: Vec<_> = drain_raw(sniffer)
+            .into_iter()
+            .filter(|p| p.0 == 8)
+            .collect();
+        assert_eq!(old_requests.len(), 8, "sniffer saw iteration 1's requests");
+        let old_ident = old_requests[0].1;
+
+        // Iteration 2, while a second socket (a) replays iteration 1's requests, so their
+        // replies arrive late, during iteration 2, and (b) pings with its own identifier.
+        let foreign_ident = old_ident ^ 0x5555;
+        let jobs2: Vec<PingJob> = targets.iter().map(|&a| job(a, 2, 500)).collect();
+        let mut stats = vec![PingStats::default(); 8];
+        let r2 = rt.block_on(async {
+            let inject = async {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                for (_, _, icmp, dst) in &old_requests {
+                    send_raw(sniffer, icmp, *dst);
+                }
+                for seq in 0..5u16 {
+                    let mut icmp = vec![8, 0, 0, 0];
+                    icmp.extend_from_slice(&foreign_ident.to_be_bytes());
+                    icmp.extend_from_slice(&seq.to_be_bytes());
+                    icmp.extend_from_slice(&[0xab; 32]);
+                    let c = checksum(&icmp);
+                    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+                    send_raw(sniffer, &icmp, Ipv4Addr::new(127, 0, 0, 1));
+                }
+            };
+            let (report, ()) = tokio::join!(driver.sweep(&jobs2, |i, st| stats[i] = *st), inject);
+            report
+        });
+        // SAFETY: closing our own fd.
+        unsafe { libc::close(sniffer) };
+
+        let c = r2.counters;
+        assert_eq!(c.stale, 8, "iteration 1's replies: {c:?}");
+        assert_eq!(c.foreign + c.spoofed, 5, "other identifier: {c:?}");
+        assert_eq!(
+            c.not_echo_reply, 0,
+            "the kernel filter keeps requests out: {c:?}"
+        );
+        assert_eq!(
+            (c.sent, c.received, c.malformed, c.duplicate),
+            (16, 16, 0, 0),
+            "{c:?}"
+        );
+        assert_eq!(r2.alive, 8);
+        assert!(
+            stats.iter().all(|s| s.sent == 2 && s.received == 2),
+            "{stats:?}"
+        );
+    });
+}
+
+#[test]
+fn datagram_socket_fallback_and_privilege_error() {
+    let ns = Netns::create();
+    // Unprivileged ping sockets disabled (kernel default "1 0"): clear error naming both fixes.
+    ns.exec(&["sysctl", "-q", "-w", "net.ipv4.ping_group_range=1 0"]);
+    let err =
+        ns.run(|| IcmpDriver::open_kind(IcmpOptions::default(), SocketKind::Datagram).unwrap_err());
+    let msg = err.to_string();
+    assert!(matches!(err, IcmpOpenError::NoPermission { .. }));
+    assert!(
+        msg.contains("CAP_NET_RAW") && msg.contains("ping_group_range"),
+        "{msg}"
+    );
+
+    // Allowed for our group: the datagram socket sweeps like the raw one.
+    ns.exec(&[
+        "sysctl",
+        "-q",
+        "-w",
+        "net.ipv4.ping_group_range=0 2147483647",
+    ]);
+    let (kind, report, stats) = ns.run(|| {
+        let mut d = IcmpDriver::open_kind(IcmpOptions::default(), SocketKind::Datagram).unwrap();
+        let jobs: Vec<PingJob> = (1..=64)
+            .map(|i| job(IpAddr::V4(Ipv4Addr::new(127, 0, 1, i)), 3, 500))
+            .collect();
+        let mut stats = vec![PingStats::default(); jobs.len()];
+        let report = rt().block_on(d.sweep(&jobs, |i, st| stats[i] = *st));
+        // A second iteration on the same socket (same kernel identifier) still matches.
+        let again = rt().block_on(d.sweep(&jobs[..4], |_, _| {}));
+        assert_eq!((again.alive, again.counters.received), (4, 12));
+        (d.kind(), report, stats)
+    });
+    assert_eq!(kind, SocketKind::Datagram);
+    assert_eq!(report.alive, 64);
+    assert_eq!(report.counters.received, 192);
+    assert!(stats.iter().all(|s| s.received == 3 && s.loss_pct() == 0.0));
+}
+
+#[test]
+fn ipv6_loopback_and_rejected_jobs() {
+    let mut d = IcmpDriver::open(IcmpOptions::default()).unwrap();
+    d.ipv6().expect("ICMPv6 socket");
+    let jobs = vec![
+        job("::1".parse().unwrap(), 2, 500),
+        PingJob {
+            size: 4,
+            ..job(IpAddr::V4(Ipv4Addr::new(127, 77, 64, 1)), 1, 500)
+        },
+        job(IpAddr::V4(Ipv4Addr::new(127, 77, 64, 2)), 1, 500),
+    ];
+    let mut stats = [None; 3];
+    let report = rt().block_on(d.sweep(&jobs, |i, st| stats[i] = Some(*st)));
+    let v6 = stats[0].expect("::1 reported");
+    assert_eq!((v6.sent, v6.received), (2, 2));
+    assert_eq!(
+        stats[1],
+        Some(PingStats::default()),
+        "invalid job reported with zero stats"
+    );
+    assert_eq!(stats[2].map(|s| s.received), Some(1));
+    assert_eq!(report.rejected.len(), 1);
+    assert_eq!(report.rejected[0].0, 1);
+    assert!(
+        report.rejected[0].1.contains("size 4"),
+        "{:?}",
+        report.rejected
+    );
+    assert_eq!(report.alive, 2);
+}
