@@ -6,6 +6,7 @@
 mod cmd;
 mod config;
 mod http;
+mod privdrop;
 mod progress;
 mod telemetry;
 

@@ -69,9 +69,10 @@ impl Progress {
     fn inc_at(&mut self, n: u64, now: Instant) {
         let Some(p) = self.inner.as_mut() else { return };
         p.done = p.done.saturating_add(n);
-        let due = p.last_draw.map_or(true, |t| {
-            now.saturating_duration_since(t) >= REDRAW_INTERVAL
-        });
+        let due = match p.last_draw {
+            None => true,
+            Some(t) => now.saturating_duration_since(t) >= REDRAW_INTERVAL,
+        };
         let reached = p.total != 0 && p.done >= p.total && p.done - n < p.total;
         if due || reached {
             p.draw(now);

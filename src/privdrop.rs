@@ -1,0 +1,631 @@
+//! Dropping root after the raw ICMP sockets are open: switch to an unprivileged user and
+//! keep at most CAP_NET_RAW.
+//!
+//! Order of operations (each step checked, the first failure is returned by name):
+//! 1. look the user up (`getpwnam_r`);
+//! 2. `prctl(PR_SET_KEEPCAPS, 1)` so that the uid change does not clear the permitted set;
+//! 3. shrink the bounding set to what is kept (best effort: needs CAP_SETPCAP);
+//! 4. `setgroups([])`, `setresgid(gid)`, `setresuid(uid)` (all of real/effective/saved, so
+//!    root cannot be regained), skipped when the process already runs as that user
+//!    (e.g. systemd `User=` + `AmbientCapabilities=CAP_NET_RAW`);
+//! 5. `capset`: effective = permitted = {CAP_NET_RAW} or {}, inheritable = {}; the
+//!    ambient set is cleared (the daemon never executes programs, and children must not
+//!    inherit raw-socket rights);
+//! 6. `prctl(PR_SET_KEEPCAPS, 0)`;
+//! 7. verify from `/proc/thread-self/status` (uids, gids, groups, CapEff, CapPrm, CapAmb)
+//!    and that `setuid(0)` now fails.
+//!
+//! **Threads.** Capabilities are per thread. glibc's `setgroups`/`setresgid`/`setresuid`
+//! apply the ids to every thread of the process, but `capset` and `PR_SET_KEEPCAPS`
+//! affect only the calling thread: other threads end up as the new user with *no*
+//! capabilities. So call [`drop_privileges`] from `main` **before** building the tokio
+//! runtime or spawning any thread (and after opening the raw sockets, which stay usable:
+//! a descriptor keeps the rights it was opened with). Verification reads the calling
+//! thread's status, which in a single-threaded process is the process's.
+//!
+//! Opening sockets is not done here (plain socket2 in the caller); [`raw_socket_hint`]
+//! turns a failure to open one into an actionable message.
+
+use anyhow::{bail, Context as _};
+use std::ffi::CString;
+use std::io;
+
+/// Capability number of CAP_NET_RAW (`linux/capability.h`).
+pub const CAP_NET_RAW: u32 = 13;
+const CAP_SETPCAP: u32 = 8;
+
+/// Identity and capability sets of the calling thread (from `/proc/thread-self/status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caps {
+    /// Real, effective, saved and filesystem uid.
+    pub uids: [u32; 4],
+    /// Real, effective, saved and filesystem gid.
+    pub gids: [u32; 4],
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+    /// `CapInh`, bit `n` = capability `n`.
+    pub inheritable: u64,
+    /// `CapPrm`.
+    pub permitted: u64,
+    /// `CapEff`.
+    pub effective: u64,
+    /// `CapBnd`.
+    pub bounding: u64,
+    /// `CapAmb` (0 on kernels before 4.3, which lack the line).
+    pub ambient: u64,
+}
+
+impl Caps {
+    /// Whether capability `cap` is effective.
+    pub fn has_effective(&self, cap: u32) -> bool {
+        self.effective & (1u64 << cap) != 0
+    }
+
+    fn parse(status: &str) -> anyhow::Result<Caps> {
+        fn field<'a>(status: &'a str, name: &str) -> Option<&'a str> {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                .map(str::trim)
+        }
+        fn ids(status: &str, name: &str) -> anyhow::Result<[u32; 4]> {
+            let v = field(status, name).with_context(|| format!("no {name} line"))?;
+            let parsed: Vec<u32> = v
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()?;
+            parsed
+                .try_into()
+                .map_err(|v| anyhow::anyhow!("{name}: expected 4 ids, got {v:?}"))
+        }
+        fn mask(status: &str, name: &str, required: bool) -> anyhow::Result<u64> {
+            match field(status, name) {
+                Some(v) => u64::from_str_radix(v, 16).with_context(|| format!("{name}: {v:?}")),
+                None if !required => Ok(0),
+                None => bail!("no {name} line"),
+            }
+        }
+        let groups = field(status, "Groups").unwrap_or("");
+        Ok(Caps {
+            uids: ids(status, "Uid")?,
+            gids: ids(status, "Gid")?,
+            groups: groups
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()?,
+            inheritable: mask(status, "CapInh", true)?,
+            permitted: mask(status, "CapPrm", true)?,
+            effective: mask(status, "CapEff", true)?,
+            bounding: mask(status, "CapBnd", true)?,
+            ambient: mask(status, "CapAmb", false)?,
+        })
+    }
+}
+
+/// Reads the calling thread's ids and capability sets. In a single-threaded process
+/// (where [`drop_privileges`] belongs) this is the process's state.
+pub fn current_caps() -> anyhow::Result<Caps> {
+    let text = std::fs::read_to_string("/proc/thread-self/status")
+        .or_else(|_| std::fs::read_to_string("/proc/self/status")) // kernels before 3.17
+        .context("reading /proc/thread-self/status")?;
+    Caps::parse(&text).context("parsing /proc/thread-self/status")
+}
+
+/// Switches the process to `user` (its primary group, no supplementary groups) keeping
+/// only CAP_NET_RAW when `keep_net_raw`, otherwise no capability at all. Sockets opened
+/// before stay usable. Must run before any other thread exists (see the module docs).
+/// Errors name the step that failed; the process should then exit.
+pub fn drop_privileges(user: &str, keep_net_raw: bool) -> anyhow::Result<()> {
+    let (uid, gid) = lookup_user(user)?;
+    let keep: u64 = if keep_net_raw { 1 << CAP_NET_RAW } else { 0 };
+    let before = current_caps()?;
+    if let Ok(threads) = thread_count() {
+        if threads > 1 {
+            tracing::warn!(
+                threads,
+                "dropping privileges in a multi-threaded process: only this thread keeps \
+                 CAP_NET_RAW (call it before starting the runtime)"
+            );
+        }
+    }
+    if keep_net_raw && before.permitted & keep == 0 {
+        bail!(
+            "cannot keep CAP_NET_RAW: the process does not have it (CapPrm={:016x}); run as root, \
+             give the binary `setcap cap_net_raw+ep`, or use systemd AmbientCapabilities=CAP_NET_RAW",
+            before.permitted
+        );
+    }
+    let switch = before.uids != [uid; 4] || before.gids != [gid; 4] || !before.groups.is_empty();
+
+    // SAFETY (all blocks below): plain syscalls on integers / valid pointers to locals.
+    prctl(libc::PR_SET_KEEPCAPS, 1).context("prctl(PR_SET_KEEPCAPS, 1)")?;
+    let result = (|| {
+        if before.has_effective(CAP_SETPCAP) {
+            let last = last_cap();
+            for cap in 0..=last {
+                if keep & (1 << cap) == 0 && before.bounding & (1 << cap) != 0 {
+                    prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong)
+                        .with_context(|| format!("prctl(PR_CAPBSET_DROP, {cap})"))?;
+                }
+            }
+        }
+        if switch {
+            if unsafe { libc::setgroups(0, std::ptr::null()) } != 0 {
+                return Err(with_hint(
+                    io::Error::last_os_error(),
+                    "setgroups([])",
+                    "CAP_SETGID",
+                ));
+            }
+            if unsafe { libc::setresgid(gid, gid, gid) } != 0 {
+                return Err(with_hint(
+                    io::Error::last_os_error(),
+                    &format!("setresgid({gid})"),
+                    "CAP_SETGID",
+                ));
+            }
+            if unsafe { libc::setresuid(uid, uid, uid) } != 0 {
+                return Err(with_hint(
+                    io::Error::last_os_error(),
+                    &format!("setresuid({uid})"),
+                    "CAP_SETUID",
+                ));
+            }
+        }
+        capset(keep, keep, 0).with_context(|| format!("capset(effective=permitted={keep:#x})"))?;
+        // Ambient capabilities exist since Linux 4.3; EINVAL before that means "none".
+        if let Err(e) = prctl4(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+        ) {
+            if e.raw_os_error() != Some(libc::EINVAL) {
+                return Err(anyhow::Error::new(e).context("prctl(PR_CAP_AMBIENT_CLEAR_ALL)"));
+            }
+        }
+        Ok(())
+    })();
+    // Always reset: a later exec or uid change must not keep capabilities silently.
+    let reset = prctl(libc::PR_SET_KEEPCAPS, 0).context("prctl(PR_SET_KEEPCAPS, 0)");
+    result
+        .with_context(|| format!("dropping privileges to user {user:?} (uid {uid}, gid {gid})"))?;
+    reset?;
+    verify(uid, gid, keep).with_context(|| format!("verifying the switch to user {user:?}"))
+}
+
+fn verify(uid: u32, gid: u32, keep: u64) -> anyhow::Result<()> {
+    let now = current_caps()?;
+    if now.uids != [uid; 4] {
+        bail!("uids are {:?}, expected {uid}", now.uids);
+    }
+    if now.gids != [gid; 4] {
+        bail!("gids are {:?}, expected {gid}", now.gids);
+    }
+    if !now.groups.is_empty() {
+        bail!("supplementary groups {:?} remain", now.groups);
+    }
+    if now.effective != keep || now.permitted != keep {
+        bail!(
+            "CapEff={:016x} CapPrm={:016x}, expected {keep:016x}",
+            now.effective,
+            now.permitted
+        );
+    }
+    if now.ambient != 0 || now.inheritable != 0 {
+        bail!(
+            "CapAmb={:016x} CapInh={:016x}, expected 0",
+            now.ambient,
+            now.inheritable
+        );
+    }
+    if uid != 0 {
+        // SAFETY: a failing setuid changes nothing; success would be the bug we check for.
+        if unsafe { libc::setuid(0) } == 0 {
+            bail!("setuid(0) succeeded after the drop: root can be regained");
+        }
+    }
+    Ok(())
+}
+
+/// An explanation to append to a failure to open a raw ICMP socket: what the process
+/// has and the ways to grant it.
+#[allow(dead_code)] // for the raw-socket openers in cmd (sweep, run)
+pub fn raw_socket_hint(err: &io::Error) -> String {
+    let caps = current_caps().ok();
+    let ping_range =
+        std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").unwrap_or_default();
+    let mut s = format!("cannot open a raw ICMP socket: {err}");
+    if err.kind() == io::ErrorKind::PermissionDenied {
+        if let Some(c) = &caps {
+            s.push_str(&format!(
+                " (uid {}, CapEff={:016x}, no CAP_NET_RAW)",
+                c.uids[1], c.effective
+            ));
+        }
+        s.push_str(
+            "; run as root (netpoller drops to --user after opening it), or \
+             `setcap cap_net_raw+ep` on the binary, or systemd AmbientCapabilities=CAP_NET_RAW",
+        );
+        let range = ping_range.split_whitespace().collect::<Vec<_>>().join(" ");
+        if !range.is_empty() {
+            s.push_str(&format!(
+                "; unprivileged ICMP (ping) sockets need the process's gid within \
+                 net.ipv4.ping_group_range (now \"{range}\")"
+            ));
+        }
+    }
+    s
+}
+
+/// `(uid, primary gid)` of `user`, via `getpwnam_r` (NSS: files, LDAP, systemd's dynamic
+/// users).
+fn lookup_user(user: &str) -> anyhow::Result<(u32, u32)> {
+    let name = CString::new(user).with_context(|| format!("user name {user:?} contains NUL"))?;
+    let mut buf = vec![0 as libc::c_char; 1024];
+    loop {
+        // SAFETY: zeroed passwd is a valid out-parameter; buf outlives the call and its
+        // length is passed; result points into pwd or is null.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = unsafe {
+            libc::getpwnam_r(
+                name.as_ptr(),
+                &mut pwd,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if rc != 0 {
+            return Err(io::Error::from_raw_os_error(rc))
+                .with_context(|| format!("looking up user {user:?}"));
+        }
+        if result.is_null() {
+            bail!("no such user {user:?} (see getent passwd {user})");
+        }
+        return Ok((pwd.pw_uid, pwd.pw_gid));
+    }
+}
+
+fn thread_count() -> anyhow::Result<u32> {
+    let text = std::fs::read_to_string("/proc/self/status")?;
+    let v = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .context("no Threads line")?;
+    Ok(v.trim().parse()?)
+}
+
+fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(40)
+        .min(63)
+}
+
+fn with_hint(e: io::Error, what: &str, cap: &str) -> anyhow::Error {
+    let hint = if e.raw_os_error() == Some(libc::EPERM) {
+        format!(" (needs {cap}: start as root to use --user, or run as the target user directly)")
+    } else {
+        String::new()
+    };
+    anyhow::Error::new(e).context(format!("{what} failed{hint}"))
+}
+
+fn prctl(option: libc::c_int, arg: libc::c_ulong) -> io::Result<()> {
+    prctl4(option, arg)
+}
+
+fn prctl4(option: libc::c_int, arg: libc::c_ulong) -> io::Result<()> {
+    // SAFETY: the options used here take integer arguments only.
+    if unsafe {
+        libc::prctl(
+            option,
+            arg,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    } == 0
+    {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `capset(2)` for the calling thread, 64-bit masks (`_LINUX_CAPABILITY_VERSION_3`).
+fn capset(effective: u64, permitted: u64, inheritable: u64) -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let split = |m: u64| (m as u32, (m >> 32) as u32);
+    let (e, p, i) = (split(effective), split(permitted), split(inheritable));
+    let data = [
+        Data {
+            effective: e.0,
+            permitted: p.0,
+            inheritable: i.0,
+        },
+        Data {
+            effective: e.1,
+            permitted: p.1,
+            inheritable: i.1,
+        },
+    ];
+    // SAFETY: header and two data structs as the v3 ABI requires, alive for the call.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+    use std::mem::MaybeUninit;
+    use std::net::{Ipv4Addr, SocketAddrV4};
+    use std::time::{Duration, Instant};
+
+    const CHILD_ENV: &str = "NETPOLLER_PRIVDROP_TEST_CHILD";
+    const CHILD_OK: &str = "PRIVDROP-CHILD-OK";
+
+    const STATUS: &str = "Name:\tnetpoller\nUmask:\t0022\nState:\tR (running)\nTgid:\t7\n\
+        Uid:\t65534\t65534\t65534\t65534\nGid:\t65533\t65533\t65533\t65533\nFDSize:\t64\nGroups:\t\n\
+        Threads:\t1\nCapInh:\t0000000000000000\nCapPrm:\t0000000000002000\nCapEff:\t0000000000002000\n\
+        CapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000000\nNoNewPrivs:\t0\n";
+
+    #[test]
+    fn parses_proc_status() {
+        let c = Caps::parse(STATUS).unwrap();
+        assert_eq!(c.uids, [65534; 4]);
+        assert_eq!(c.gids, [65533; 4]);
+        assert!(c.groups.is_empty());
+        assert_eq!(
+            (c.effective, c.permitted, c.inheritable, c.ambient),
+            (1 << 13, 1 << 13, 0, 0)
+        );
+        assert_eq!(c.bounding, 0x1ff_ffff_ffff);
+        assert!(c.has_effective(CAP_NET_RAW) && !c.has_effective(CAP_SETPCAP));
+        let with_groups = STATUS
+            .replace("Groups:\t\n", "Groups:\t4 24 27 \n")
+            .replace("CapAmb:\t0000000000000000\n", "");
+        let c = Caps::parse(&with_groups).unwrap();
+        assert_eq!(c.groups, [4, 24, 27]);
+        assert_eq!(c.ambient, 0); // old kernels without the line
+        assert!(Caps::parse(&STATUS.replace("CapEff", "CapXXX")).is_err());
+        assert!(Caps::parse(&STATUS.replace("Uid:\t65534\t", "Uid:\t")).is_err());
+    }
+
+    #[test]
+    fn current_caps_reads_this_process() {
+        let c = current_caps().unwrap();
+        // SAFETY: getters without side effects.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        assert_eq!((c.uids[1], c.gids[1]), (uid, gid));
+        assert_eq!(
+            c.effective & !c.permitted,
+            0,
+            "effective is a subset of permitted"
+        );
+    }
+
+    #[test]
+    fn looks_up_users_and_rejects_unknown_ones_before_changing_anything() {
+        assert_eq!(lookup_user("root").unwrap(), (0, 0));
+        let before = current_caps().unwrap();
+        let e = format!(
+            "{:#}",
+            drop_privileges("no-such-user-netpoller", true).unwrap_err()
+        );
+        assert!(e.contains("no such user \"no-such-user-netpoller\""), "{e}");
+        assert!(format!("{:#}", lookup_user("a\0b").unwrap_err()).contains("NUL"));
+        assert_eq!(current_caps().unwrap(), before);
+    }
+
+    #[test]
+    fn raw_socket_hint_explains_permission_errors() {
+        let h = raw_socket_hint(&io::Error::from_raw_os_error(libc::EPERM));
+        assert!(
+            h.contains("setcap cap_net_raw+ep") && h.contains("AmbientCapabilities=CAP_NET_RAW"),
+            "{h}"
+        );
+        let h = raw_socket_hint(&io::Error::from_raw_os_error(libc::EMFILE));
+        assert!(!h.contains("setcap"), "{h}");
+    }
+
+    /// Runs this test's body in a fresh copy of the test binary (the drop is
+    /// irreversible), as root. Returns true in the child, which then does the work.
+    fn in_child(test: &str, mode: &str) -> bool {
+        if let Ok(m) = std::env::var(CHILD_ENV) {
+            assert_eq!(m, mode, "child started for another mode");
+            return true;
+        }
+        // SAFETY: getter.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipping {test}: needs root to drop privileges (run the suite as root)");
+            return false;
+        }
+        // libtest names tests without the crate: `privdrop::tests::name`.
+        let module = module_path!()
+            .split_once("::")
+            .map_or(module_path!(), |(_, m)| m);
+        let name = format!("{module}::{test}");
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, mode)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "child failed: {}\n{stdout}\n{stderr}",
+            out.status
+        );
+        assert!(
+            stdout.contains(CHILD_OK) || stderr.contains(CHILD_OK),
+            "child did not run {name}: {stdout}\n{stderr}"
+        );
+        false
+    }
+
+    fn raw_icmp() -> io::Result<Socket> {
+        Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4))
+    }
+
+    fn checksum(b: &[u8]) -> u16 {
+        let mut sum = 0u32;
+        for c in b.chunks(2) {
+            sum += u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)]));
+        }
+        while sum >> 16 != 0 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        !(sum as u16)
+    }
+
+    /// Sends one echo request to 127.0.0.1 on `sock` and waits (bounded) for its reply.
+    fn echo_loopback(sock: &Socket, ident: u16) {
+        let mut pkt = vec![8u8, 0, 0, 0];
+        pkt.extend_from_slice(&ident.to_be_bytes());
+        pkt.extend_from_slice(&1u16.to_be_bytes());
+        pkt.extend_from_slice(b"netpoller-privdrop-test");
+        let c = checksum(&pkt);
+        pkt[2..4].copy_from_slice(&c.to_be_bytes());
+        let dst = SockAddr::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+        sock.send_to(&pkt, &dst)
+            .expect("send echo request on the kept raw socket");
+        sock.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut buf = [MaybeUninit::<u8>::uninit(); 1500];
+        while Instant::now() < deadline {
+            let Ok(n) = sock.recv(&mut buf) else { continue };
+            // SAFETY: recv initialised the first n bytes.
+            let b: Vec<u8> = buf[..n]
+                .iter()
+                .map(|x| unsafe { x.assume_init() })
+                .collect();
+            let ihl = usize::from(b[0] & 0x0f) * 4;
+            let icmp = &b[ihl..];
+            if icmp.len() >= 8 && icmp[0] == 0 && icmp[4..6] == ident.to_be_bytes() {
+                return;
+            }
+        }
+        panic!("no echo reply from 127.0.0.1 within 3 s");
+    }
+
+    fn expected_nobody() -> (u32, u32) {
+        lookup_user("nobody").expect("user nobody exists")
+    }
+
+    #[test]
+    fn drop_to_nobody_keeping_net_raw() {
+        if !in_child("drop_to_nobody_keeping_net_raw", "keep") {
+            return;
+        }
+        let opened = raw_icmp().expect("raw socket as root");
+        drop_privileges("nobody", true).unwrap();
+        let (uid, gid) = expected_nobody();
+        let c = current_caps().unwrap();
+        assert_eq!(c.uids, [uid; 4]);
+        assert_eq!(c.gids, [gid; 4]);
+        assert!(c.groups.is_empty(), "{:?}", c.groups);
+        assert_eq!(c.effective, 1 << 13, "CapEff");
+        assert_eq!(c.permitted, 1 << 13, "CapPrm");
+        assert_eq!((c.inheritable, c.ambient), (0, 0));
+        assert_eq!(
+            c.bounding & !(1 << 13),
+            0,
+            "bounding set reduced too: {:x}",
+            c.bounding
+        );
+        // The socket opened before still works ...
+        echo_loopback(&opened, 0x5e01);
+        // ... and a new one can be opened: CAP_NET_RAW is kept.
+        let fresh = raw_icmp().expect("new raw socket with CAP_NET_RAW kept");
+        echo_loopback(&fresh, 0x5e02);
+        // Everything else is gone: privileged port, root, chown.
+        let port80 = std::net::TcpListener::bind("127.0.0.1:80");
+        assert_eq!(port80.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
+        // SAFETY: failing calls change nothing.
+        assert_eq!(unsafe { libc::setuid(0) }, -1);
+        assert_eq!(unsafe { libc::setgid(0) }, -1);
+        println!("{CHILD_OK}");
+    }
+
+    #[test]
+    fn drop_to_nobody_without_capabilities() {
+        if !in_child("drop_to_nobody_without_capabilities", "none") {
+            return;
+        }
+        let opened = raw_icmp().expect("raw socket as root");
+        drop_privileges("nobody", false).unwrap();
+        let (uid, _) = expected_nobody();
+        let c = current_caps().unwrap();
+        assert_eq!(c.uids, [uid; 4]);
+        assert_eq!((c.effective, c.permitted, c.ambient), (0, 0, 0));
+        // No new raw socket ...
+        assert_eq!(raw_icmp().unwrap_err().raw_os_error(), Some(libc::EPERM));
+        // ... but the descriptor opened while privileged keeps working.
+        echo_loopback(&opened, 0x5e03);
+        let h = raw_socket_hint(&raw_icmp().unwrap_err());
+        assert!(
+            h.contains(&format!("uid {uid}")) && h.contains("no CAP_NET_RAW"),
+            "{h}"
+        );
+        println!("{CHILD_OK}");
+    }
+
+    #[test]
+    fn already_unprivileged_user_keeps_net_raw_without_setuid() {
+        // Like systemd `User=nobody` + `AmbientCapabilities=CAP_NET_RAW`: the process is
+        // already the target user with CAP_NET_RAW (and nothing to switch).
+        if !in_child(
+            "already_unprivileged_user_keeps_net_raw_without_setuid",
+            "already",
+        ) {
+            return;
+        }
+        let (uid, _) = expected_nobody();
+        // Become nobody while keeping CAP_NET_RAW + CAP_SETPCAP, the state systemd sets up.
+        drop_privileges("nobody", true).unwrap();
+        let c = current_caps().unwrap();
+        assert_eq!(c.uids, [uid; 4]);
+        // A second call is a no-op switch and still verifies.
+        drop_privileges("nobody", true).unwrap();
+        assert_eq!(current_caps().unwrap().effective, 1 << 13);
+        // Dropping the last capability works without CAP_SETUID/SETGID.
+        drop_privileges("nobody", false).unwrap();
+        assert_eq!(current_caps().unwrap().effective, 0);
+        // Asking to keep what is gone fails with an explanation, not silently.
+        let e = format!("{:#}", drop_privileges("nobody", true).unwrap_err());
+        assert!(e.contains("cannot keep CAP_NET_RAW"), "{e}");
+        // Switching to another user is now impossible and says why.
+        let e = format!("{:#}", drop_privileges("root", false).unwrap_err());
+        assert!(e.contains("failed") && e.contains("needs CAP_SET"), "{e}");
+        println!("{CHILD_OK}");
+    }
+}
