@@ -294,7 +294,19 @@ impl Batcher {
         } else if self.queue.len() < 2 * self.max_tasks {
             self.queue.push_back(batch);
         } else {
-            spool_batch(&self.shared, batch, "insert backlog").await;
+            // Everything busy: wait up to one flush interval for an INSERT to finish
+            // (short bursts become backpressure on the channel), then spill to the
+            // spool (ClickHouse slower than the input for a sustained time).
+            if let Ok(Some(_)) = tokio::time::timeout(self.limits.age, self.tasks.join_next()).await
+            {
+                self.pump().await;
+            }
+            if self.queue.len() < 2 * self.max_tasks && self.shared.ok() {
+                self.queue.push_back(batch);
+                self.pump().await;
+            } else {
+                spool_batch(&self.shared, batch, "insert backlog").await;
+            }
         }
     }
 

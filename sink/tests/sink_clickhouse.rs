@@ -1,0 +1,451 @@
+//! Against the real ClickHouse server (scripts/services.sh): every value type column by
+//! column, Glaber's read queries, schema verification, rejected data, round-robin.
+
+mod common;
+
+use common::{ch_url, q, PrivateServer, TestDb};
+use sink::{
+    schema, ClickHouseConfig, Compression, Row, RowValue, Sink, SinkMetrics, SpoolConfig, Table,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+fn cfg(url: &str, db: &str, compression: Compression) -> ClickHouseConfig {
+    ClickHouseConfig {
+        url: Some(url.to_string()),
+        database: db.to_string(),
+        batch_rows: 7, // several batches per table
+        flush_interval: Duration::from_millis(100),
+        compression,
+        max_attempts: 2,
+        retry_backoff: Duration::from_millis(50),
+        retry_backoff_max: Duration::from_millis(500),
+        ..ClickHouseConfig::default()
+    }
+}
+
+fn strings() -> Vec<String> {
+    vec![
+        String::new(),
+        "plain".into(),
+        "single ' quote and double \" quote".into(),
+        "tab\there".into(),
+        "new\nline\r\n".into(),
+        "back\\slash \\t not a tab".into(),
+        "UTF-8: ünïcödé, 日本語, emoji 🚀".into(),
+        "nul \0 byte".into(),
+        "x".repeat(1000),
+    ]
+}
+
+fn floats() -> Vec<f64> {
+    vec![
+        0.0,
+        -0.0,
+        -1.5,
+        0.1,
+        f64::MAX,
+        f64::MIN,
+        f64::MIN_POSITIVE,
+        1e-300,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ]
+}
+
+fn uints() -> Vec<u64> {
+    vec![
+        0,
+        1,
+        255,
+        65_536,
+        u64::from(u32::MAX) + 1,
+        1 << 63,
+        u64::MAX - 1,
+        u64::MAX,
+    ]
+}
+
+/// Rows for every table; itemid encodes (table, index).
+fn rows() -> Vec<(Table, Row)> {
+    let clock0 = 1_700_000_000u32;
+    let mut out = Vec::new();
+    let mut push = |table: Table, i: usize, value: RowValue| {
+        let host = strings()[i % strings().len()].clone();
+        out.push((
+            table,
+            Row {
+                itemid: (table.code() as u64) << 32 | i as u64,
+                clock: clock0 + i as u32 * 3600,
+                ns: 999_999_999 - i as u32,
+                hostname: format!("host «{host}»").into(),
+                itemname: format!("icmppingsec[,3,,,,avg]\t{i}").into(),
+                value,
+            },
+        ));
+    };
+    for (i, v) in floats().into_iter().enumerate() {
+        push(Table::Dbl, i, RowValue::Float(v));
+    }
+    for (i, v) in uints().into_iter().enumerate() {
+        push(Table::Uint, i, RowValue::Uint(v));
+    }
+    for (i, v) in strings().into_iter().enumerate() {
+        push(Table::Str, i, RowValue::Str(v.clone()));
+        push(Table::Log, i, RowValue::Str(v));
+    }
+    out
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02X}")).collect()
+}
+
+async fn write_all(
+    cfg: ClickHouseConfig,
+    rows: &[(Table, Row)],
+) -> (sink::ShutdownReport, Arc<SinkMetrics>) {
+    let spool = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, handle) = Sink::start(Some(cfg), SpoolConfig::new(spool.path()), metrics.clone())
+        .await
+        .unwrap();
+    for (t, r) in rows {
+        handle.send(r.clone(), *t).await.unwrap();
+    }
+    drop(handle);
+    let report = sink.shutdown().await.unwrap();
+    (report, metrics)
+}
+
+fn check_columns(url: &str, db: &str, rows: &[(Table, Row)]) {
+    for table in Table::ALL {
+        let value_expr = match table {
+            Table::Dbl => "toString(value)",
+            Table::Uint => "toString(value)",
+            Table::Str | Table::Log => "hex(value)",
+        };
+        let body = q(
+            url,
+            &format!(
+                "SELECT itemid, toUInt32(clock), ns, toUInt16(day), hex(hostname), hex(itemname), {value_expr} \
+                 FROM {db}.{} ORDER BY itemid FORMAT TSV",
+                table.name()
+            ),
+        );
+        let got: Vec<Vec<&str>> = body.lines().map(|l| l.split('\t').collect()).collect();
+        let want: Vec<&Row> = rows
+            .iter()
+            .filter(|(t, _)| *t == table)
+            .map(|(_, r)| r)
+            .collect();
+        assert_eq!(got.len(), want.len(), "{table}: row count");
+        for (g, w) in got.iter().zip(&want) {
+            assert_eq!(g[0], w.itemid.to_string(), "{table} itemid");
+            assert_eq!(g[1], w.clock.to_string(), "{table} clock");
+            assert_eq!(g[2], w.ns.to_string(), "{table} ns");
+            assert_eq!(g[3], (w.clock / 86_400).to_string(), "{table} day");
+            assert_eq!(g[4], hex(&w.hostname), "{table} hostname");
+            assert_eq!(g[5], hex(&w.itemname), "{table} itemname");
+            match &w.value {
+                RowValue::Float(v) => {
+                    let parsed: f64 = g[6].parse().unwrap_or_else(|_| panic!("float {:?}", g[6]));
+                    if v.is_nan() {
+                        assert!(parsed.is_nan(), "{table} {} NaN", w.itemid);
+                    } else {
+                        assert_eq!(
+                            parsed.to_bits(),
+                            v.to_bits(),
+                            "{table} {} float {} vs {}",
+                            w.itemid,
+                            g[6],
+                            v
+                        );
+                    }
+                }
+                RowValue::Uint(v) => assert_eq!(g[6], v.to_string(), "{table} uint"),
+                RowValue::Str(s) => assert_eq!(g[6], hex(s), "{table} string {s:?}"),
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_value_type_column_by_column_both_compressions() {
+    let url = ch_url();
+    for compression in [Compression::None, Compression::Lz4] {
+        let db = TestDb::new(&url);
+        let c = cfg(&url, &db.name, compression);
+        let applied = schema::apply(&c).await.unwrap();
+        assert_eq!(applied[0].created.len(), 4);
+        let rows = rows();
+        let (report, metrics) = write_all(c.clone(), &rows).await;
+        assert_eq!(report.rows_written, rows.len() as u64, "{report:?}");
+        assert_eq!(report.rows_spooled, 0);
+        assert_eq!(report.rows_dropped, 0);
+        // batch_rows = 7: more than one INSERT per table.
+        assert!(metrics.inserts(Table::Str) >= 2);
+        check_columns(&url, &db.name, &rows);
+        // Re-applying creates nothing and verifies clean.
+        assert!(schema::apply(&c).await.unwrap()[0].created.is_empty());
+        schema::verify(&c).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn glaber_read_queries_work_unchanged() {
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let c = cfg(&url, &db.name, Compression::Lz4);
+    schema::apply(&c).await.unwrap();
+    let t0 = 1_750_000_000u32;
+    let mut rows = Vec::new();
+    for i in 0..15u32 {
+        for (t, v) in [
+            (Table::Dbl, RowValue::Float(f64::from(i) * 0.5)),
+            (Table::Uint, RowValue::Uint(u64::from(i) * 10)),
+        ] {
+            rows.push((
+                t,
+                Row {
+                    itemid: 4242,
+                    clock: t0 + i * 60,
+                    ns: 0,
+                    hostname: "r1".into(),
+                    itemname: "k".into(),
+                    value: v,
+                },
+            ));
+        }
+    }
+    // A different item that must not show up.
+    rows.push((
+        Table::Dbl,
+        Row {
+            itemid: 4243,
+            clock: t0 + 999,
+            ns: 0,
+            hostname: "r1".into(),
+            itemname: "k".into(),
+            value: RowValue::Float(1.0),
+        },
+    ));
+    write_all(c, &rows).await;
+    let db = &db.name;
+    let body = q(
+        &url,
+        &format!(
+            "SELECT toUInt32(clock) clock, value FROM {db}.history_dbl WHERE itemid=4242 AND clock > {} ORDER BY clock DESC LIMIT 10 FORMAT JSON",
+            t0 + 2 * 60
+        ),
+    );
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let data = j["data"].as_array().unwrap();
+    assert_eq!(data.len(), 10);
+    assert_eq!(j["rows"], 10);
+    assert_eq!(data[0]["clock"], u64::from(t0 + 14 * 60));
+    assert_eq!(data[0]["value"], 7.0);
+    assert_eq!(data[9]["clock"], u64::from(t0 + 5 * 60));
+    assert_eq!(data[9]["value"], 2.5);
+    // history_uint: 64-bit integers are quoted in ClickHouse JSON.
+    let body = q(
+        &url,
+        &format!("SELECT toUInt32(clock) clock, value FROM {db}.history_uint WHERE itemid=4242 AND clock > {t0} ORDER BY clock DESC LIMIT 10 FORMAT JSON"),
+    );
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(j["data"][0]["value"], "140");
+    assert_eq!(j["data"].as_array().unwrap().len(), 10);
+    // Glaber's range query for graphs.
+    let body = q(
+        &url,
+        &format!(
+            "SELECT itemid, toUInt32(clock) clock, value FROM {db}.history_dbl WHERE itemid IN (4242,4243) AND clock BETWEEN {t0} AND {} ORDER BY clock FORMAT TSV",
+            t0 + 10_000
+        ),
+    );
+    assert_eq!(body.lines().count(), 16);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_column_type_is_reported_not_overwritten() {
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let name = &db.name;
+    q(&url, &format!("CREATE DATABASE {name}"));
+    q(
+        &url,
+        &format!(
+            "CREATE TABLE {name}.history_dbl (day Date, itemid UInt64, clock DateTime, hostname String, itemname String, ns UInt32, value Float32) \
+             ENGINE = MergeTree() PARTITION BY toYYYYMM(day) ORDER BY (itemid, clock)"
+        ),
+    );
+    q(
+        &url,
+        &format!(
+            "CREATE TABLE {name}.history_uint (day Date, itemid UInt64, clock DateTime, hostname String, itemname String, value UInt64) \
+             ENGINE = MergeTree() PARTITION BY toYYYYMM(day) ORDER BY (itemid, clock)"
+        ),
+    );
+    let c = cfg(&url, name, Compression::None);
+    let err = schema::apply(&c).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&format!(
+            "table {name}.history_dbl: column `value` has type Float32, expected Float64"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "table {name}.history_uint: column `ns` (UInt32) is missing"
+        )),
+        "{text}"
+    );
+    match &err {
+        schema::SchemaError::Incompatible { problems, .. } => {
+            assert_eq!(problems.len(), 2, "{problems:?}")
+        }
+        e => panic!("{e}"),
+    }
+    // Not overwritten: still Float32; the missing tables were created.
+    let ty = q(&url, &format!("SELECT type FROM system.columns WHERE database='{name}' AND table='history_dbl' AND name='value'"));
+    assert_eq!(ty.trim(), "Float32");
+    assert_eq!(
+        q(
+            &url,
+            &format!("SELECT count() FROM system.tables WHERE database='{name}'")
+        )
+        .trim(),
+        "4"
+    );
+    assert!(schema::verify(&c).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_errors_are_not_retried_and_go_to_the_reject_spool() {
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let c = cfg(&url, &db.name, Compression::Lz4);
+    schema::apply(&c).await.unwrap();
+    // A record whose payload is cut inside a row: checksum fine, RowBinary bad.
+    let dir = tempfile::tempdir().unwrap();
+    let spool_cfg = SpoolConfig::new(dir.path());
+    {
+        let mut bytes = bytes::BytesMut::new();
+        let row = Row {
+            itemid: 1,
+            clock: 1_700_000_000,
+            ns: 0,
+            hostname: "h".into(),
+            itemname: "k".into(),
+            value: RowValue::Uint(5),
+        };
+        sink::rowbinary::encode_row(&mut bytes, &row);
+        let good = bytes.clone().freeze();
+        let bad = bytes.freeze().slice(..20);
+        let mut sp =
+            sink::spool::Spool::open(&spool_cfg, Arc::new(SinkMetrics::default())).unwrap();
+        sp.append(&sink::Batch {
+            table: Table::Uint,
+            rows: 1,
+            first_clock: 0,
+            data: bad,
+        })
+        .unwrap();
+        sp.append(&sink::Batch {
+            table: Table::Uint,
+            rows: 1,
+            first_clock: 0,
+            data: good,
+        })
+        .unwrap();
+        sp.close();
+    }
+    let w = sink::writer::Writer::new(&c);
+    let report = sink::replay_spool(&c, &spool_cfg).await.unwrap();
+    assert_eq!(
+        (report.rows, report.rejected_rows, report.segments),
+        (1, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(
+        q(
+            &url,
+            &format!("SELECT count() FROM {}.history_uint", db.name)
+        )
+        .trim(),
+        "1"
+    );
+    // The bad batch is kept under rejected/, readable by `spool dump`.
+    let mut out = Vec::new();
+    let dump = sink::dump_tsv(&dir.path().join("rejected"), &mut out).unwrap();
+    assert_eq!(dump.segments, 1);
+    assert_eq!(
+        dump.corrupt_records, 1,
+        "the payload itself does not decode"
+    );
+    assert!(
+        sink::spool::list_segments(dir.path()).unwrap().is_empty(),
+        "replayed segment deleted"
+    );
+    // The writer classifies it as a data error directly too.
+    let bad = sink::Batch {
+        table: Table::Dbl,
+        rows: 1,
+        first_clock: 0,
+        data: bytes::Bytes::from_static(&[1, 2, 3]),
+    };
+    let e = w.insert(&bad).await.unwrap_err();
+    assert_eq!(e.class, sink::ErrorClass::Data, "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_urls_round_robin_over_nodes() {
+    common::init_logs();
+    let shared = ch_url();
+    let mut other = PrivateServer::new();
+    other.start();
+    let db = TestDb::new(&shared);
+    let c = ClickHouseConfig {
+        url: None,
+        urls: vec![shared.clone(), other.url()],
+        max_inflight_inserts: 1,
+        ..cfg(&shared, &db.name, Compression::Lz4)
+    };
+    let applied = schema::apply(&c).await.unwrap();
+    assert_eq!(applied.len(), 2);
+    let rows: Vec<_> = (0..70u64)
+        .map(|i| {
+            (
+                Table::Uint,
+                Row {
+                    itemid: i,
+                    clock: 1_700_000_000,
+                    ns: 0,
+                    hostname: "h".into(),
+                    itemname: "k".into(),
+                    value: RowValue::Uint(i),
+                },
+            )
+        })
+        .collect();
+    let (report, _) = write_all(c, &rows).await;
+    assert_eq!(report.rows_written, 70, "{report:?}");
+    let a: u64 = q(
+        &shared,
+        &format!("SELECT count() FROM {}.history_uint", db.name),
+    )
+    .trim()
+    .parse()
+    .unwrap();
+    let b: u64 = q(
+        &other.url(),
+        &format!("SELECT count() FROM {}.history_uint", db.name),
+    )
+    .trim()
+    .parse()
+    .unwrap();
+    assert_eq!(a + b, 70);
+    assert!(a >= 7 && b >= 7, "both nodes got batches: {a} / {b}");
+}

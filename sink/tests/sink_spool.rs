@@ -1,0 +1,234 @@
+//! Spool files against the real server: file sink (no `[clickhouse]`) + dump + replay,
+//! and corrupted records (flipped byte, truncated tail) skipped with a log line and a
+//! counter while the rest is replayed.
+
+mod common;
+
+use common::{ch_url, q, TestDb};
+use sink::{schema, ClickHouseConfig, Row, RowValue, Sink, SinkMetrics, SpoolConfig, Table};
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+/// Captures every log line of this test binary.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs() -> Captured {
+    static LOGS: std::sync::OnceLock<Captured> = std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let c = Captured::default();
+        let w = c.clone();
+        tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || w.clone())
+            .with_max_level(tracing::Level::INFO)
+            .init();
+        c
+    })
+    .clone()
+}
+
+fn row(i: u64, s: &str) -> Row {
+    Row {
+        itemid: i,
+        clock: 1_730_000_000 + i as u32,
+        ns: 1,
+        hostname: "h\tx".into(),
+        itemname: "sysDescr".into(),
+        value: RowValue::Str(s.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sink_dump_and_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(None, SpoolConfig::new(dir.path()), metrics.clone())
+        .await
+        .unwrap();
+    assert!(matches!(sink.health(), sink::Health::Spooling { .. }));
+    h.send(row(1, "a\tb\nc\\d"), Table::Str).await.unwrap();
+    h.send(
+        Row {
+            value: RowValue::Float(f64::NAN),
+            ..row(2, "")
+        },
+        Table::Dbl,
+    )
+    .await
+    .unwrap();
+    h.send(
+        Row {
+            value: RowValue::Uint(u64::MAX),
+            ..row(3, "")
+        },
+        Table::Uint,
+    )
+    .await
+    .unwrap();
+    h.send(
+        Row {
+            value: RowValue::Uint(1),
+            ..row(4, "")
+        },
+        Table::Dbl,
+    )
+    .await
+    .unwrap(); // wrong table
+    drop(h);
+    let report = sink.shutdown().await.unwrap();
+    assert_eq!(
+        (
+            report.rows_spooled,
+            report.rows_written,
+            report.rows_dropped
+        ),
+        (3, 0, 1)
+    );
+    assert_eq!(metrics.dropped_rows(sink::DropReason::WrongType), 1);
+
+    let mut out = Vec::new();
+    let d = sink::dump_tsv(dir.path(), &mut out).unwrap();
+    assert_eq!(d.rows, 3);
+    let mut lines: Vec<_> = String::from_utf8(out)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        vec![
+            "history_dbl\t2\t1730000002\t1\th\\tx\tsysDescr\tnan",
+            "history_str\t1\t1730000001\t1\th\\tx\tsysDescr\ta\\tb\\nc\\\\d",
+            "history_uint\t3\t1730000003\t1\th\\tx\tsysDescr\t18446744073709551615",
+        ]
+    );
+
+    // The same files load into ClickHouse.
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let cfg = ClickHouseConfig {
+        url: Some(url.clone()),
+        database: db.name.clone(),
+        ..ClickHouseConfig::default()
+    };
+    schema::apply(&cfg).await.unwrap();
+    let r = sink::replay_spool(&cfg, &SpoolConfig::new(dir.path()))
+        .await
+        .unwrap();
+    assert_eq!(r.rows, 3);
+    assert_eq!(
+        q(
+            &url,
+            &format!("SELECT value FROM {}.history_str FORMAT TSV", db.name)
+        ),
+        "a\\tb\\nc\\\\d\n"
+    );
+    assert_eq!(
+        q(
+            &url,
+            &format!(
+                "SELECT toString(value) FROM {}.history_uint FORMAT TSV",
+                db.name
+            )
+        )
+        .trim(),
+        u64::MAX.to_string()
+    );
+    assert!(sink::spool::list_segments(dir.path()).unwrap().is_empty());
+    // A second replay has nothing to do (no duplicates).
+    assert_eq!(
+        sink::replay_spool(&cfg, &SpoolConfig::new(dir.path()))
+            .await
+            .unwrap()
+            .rows,
+        0
+    );
+    assert_eq!(
+        q(
+            &url,
+            &format!("SELECT count() FROM merge('{}', '^history_')", db.name)
+        )
+        .trim(),
+        "3"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupted_records_are_skipped_logged_counted_rest_replayed() {
+    let logs = logs();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg_spool = SpoolConfig::new(dir.path());
+    // Six records of 10 rows each in one segment.
+    let mut starts = Vec::new();
+    {
+        let mut sp =
+            sink::spool::Spool::open(&cfg_spool, Arc::new(SinkMetrics::default())).unwrap();
+        let mut offset = 0;
+        for r in 0..6u64 {
+            let mut buf = bytes::BytesMut::new();
+            for i in 0..10 {
+                sink::rowbinary::encode_row(
+                    &mut buf,
+                    &row(r * 10 + i, &format!("rec {r} row {i}")),
+                );
+            }
+            let batch = sink::Batch {
+                table: Table::Str,
+                rows: 10,
+                first_clock: 0,
+                data: buf.freeze(),
+            };
+            starts.push(offset);
+            offset += sink::record::encode(&batch).len();
+            sp.append(&batch).unwrap();
+        }
+        sp.close();
+    }
+    let seg = sink::spool::list_segments(dir.path()).unwrap().remove(0);
+    let mut bytes = std::fs::read(&seg.path).unwrap();
+    bytes[starts[1] + 40] ^= 0x01; // flip one payload bit of record 2
+    bytes.truncate(starts[5] + 30); // crash in the middle of appending record 6
+    std::fs::write(&seg.path, &bytes).unwrap();
+
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let cfg = ClickHouseConfig {
+        url: Some(url.clone()),
+        database: db.name.clone(),
+        ..ClickHouseConfig::default()
+    };
+    schema::apply(&cfg).await.unwrap();
+    let r = sink::replay_spool(&cfg, &cfg_spool).await.unwrap();
+    assert_eq!((r.rows, r.corrupt_records, r.segments), (40, 2, 1), "{r:?}");
+    let got = q(&url, &format!("SELECT intDiv(itemid, 10) r, count() FROM {}.history_str GROUP BY r ORDER BY r FORMAT TSV", db.name));
+    assert_eq!(got, "0\t10\n2\t10\n3\t10\n4\t10\n");
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let skipped: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("skipping corrupted record"))
+        .collect();
+    assert_eq!(skipped.len(), 2, "{text}");
+    assert!(
+        skipped[0].contains(&format!("offset={}", starts[1])) && skipped[0].contains("Checksum"),
+        "{}",
+        skipped[0]
+    );
+    assert!(
+        skipped[1].contains(&format!("offset={}", starts[5])) && skipped[1].contains("Truncated"),
+        "{}",
+        skipped[1]
+    );
+    assert!(skipped[0].contains(&seg.path.display().to_string()));
+}
