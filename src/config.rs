@@ -55,6 +55,11 @@ pub struct DaemonSection {
     pub icmp_batch_hosts: usize,
     /// Most SNMP OIDs requested in one SNMP iteration. Default 8,000.
     pub snmp_batch_requests: usize,
+    /// An iteration takes every task due within this window (polling it up to this
+    /// much early), so sweeps are large and the engines start about one iteration per
+    /// window. Default `1s`; at most `10s`.
+    #[serde(with = "humantime_serde")]
+    pub batch_window: Duration,
     /// ICMP sweeps that may run at once (each on its own socket). Default 4.
     pub icmp_concurrent_sweeps: usize,
     /// SNMP iterations that may run at once. Default 2.
@@ -75,6 +80,7 @@ impl Default for DaemonSection {
             channel_capacity: 65_536,
             icmp_batch_hosts: 4_096,
             snmp_batch_requests: 8_000,
+            batch_window: Duration::from_secs(1),
             icmp_concurrent_sweeps: 4,
             snmp_concurrent_iterations: 2,
             user: None,
@@ -622,6 +628,9 @@ fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
             c.push(&p("shard"), e);
         }
     }
+    if d.batch_window > Duration::from_secs(10) {
+        c.push(&p("batch_window"), "must be at most 10s");
+    }
     if !d.metrics_listen.is_empty() && d.metrics_listen.parse::<SocketAddr>().is_err() {
         c.push(
             &p("metrics_listen"),
@@ -786,7 +795,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
             (Some(o), _) => match o.trim().parse::<snmp::Oid>() {
                 Ok(o) => o,
                 Err(m) => {
-                    self.c.push(&at("oid"), format!("{o:?} is not a numeric OID like 1.3.6.1.2.1.1.1.0: {m}"));
+                    self.c.push(
+                        &at("oid"),
+                        format!("{o:?} is not a numeric OID like 1.3.6.1.2.1.1.1.0: {m}"),
+                    );
                     return None;
                 }
             },

@@ -24,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the daemon: poll on schedule, write history to ClickHouse (or the spool).
+    Run(cmd::run::Args),
     /// Check a configuration file: exit 0 when valid, 1 with every error listed.
     CheckConfig(cmd::check_config::Args),
     /// Poll every item of a config once and print the results (no ClickHouse needed).
@@ -32,6 +34,10 @@ enum Command {
     Sweep(cmd::sweep::Args),
     /// One-shot SNMP queries: `snmp get TARGET OID...`, `snmp walk TARGET [OID]`.
     Snmp(cmd::snmp::Args),
+    /// Print the ClickHouse history DDL, or create (--apply) / verify (--check) it.
+    Schema(cmd::schema::Args),
+    /// Disk spool: `spool dump` (TSV), `spool replay` (load into ClickHouse).
+    Spool(cmd::spool::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -41,10 +47,13 @@ fn main() -> std::process::ExitCode {
         return std::process::ExitCode::from(2);
     }
     let result = match cli.command {
+        Command::Run(args) => cmd::run::run(args),
         Command::CheckConfig(args) => cmd::check_config::run(args),
         Command::PollOnce(args) => cmd::poll_once::run(args),
         Command::Sweep(args) => cmd::sweep::run(args),
         Command::Snmp(args) => cmd::snmp::run(args),
+        Command::Schema(args) => cmd::schema::run(args),
+        Command::Spool(args) => cmd::spool::run(args),
     };
     match result {
         Ok(code) => code,

@@ -159,6 +159,13 @@ pub struct Limits {
     pub snmp_batch_requests: u64,
     /// An iteration that starts this late is logged and counted as late.
     pub late_after: Duration,
+    /// An iteration takes every task due within this window from now
+    /// (`daemon.batch_window`, default 1 s). Slots are spread over each interval, so
+    /// without a window every iteration would hold a single host; with it, a sweep
+    /// holds a window's worth of hosts (up to the batch limit) and the engine starts
+    /// about one iteration per window, each bounded by one timeout. A task is polled
+    /// at most this much before its slot, never after it because of batching.
+    pub batch_window: Duration,
 }
 
 impl Default for Limits {
@@ -167,6 +174,7 @@ impl Default for Limits {
             icmp_batch_hosts: 4_096,
             snmp_batch_requests: 8_000,
             late_after: Duration::from_secs(1),
+            batch_window: Duration::from_secs(1),
         }
     }
 }
@@ -633,7 +641,8 @@ pub async fn run_engine(
             break;
         }
         let now = shared.clock.now_ms();
-        let (plan, dues) = shared.take(engine, now);
+        let horizon = now + shared.limits.batch_window.as_millis() as u64;
+        let (plan, dues) = shared.take(engine, horizon);
         if dues.is_empty() {
             let _ = pool_tx.send(slot);
             emitters.push(emitter);

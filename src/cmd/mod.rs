@@ -2,7 +2,10 @@
 
 pub mod check_config;
 pub mod poll_once;
+pub mod run;
+pub mod schema;
 pub mod snmp;
+pub mod spool;
 pub mod sweep;
 
 use crate::config::{self, Config};
@@ -22,6 +25,7 @@ pub fn limits(cfg: &Config) -> Limits {
     Limits {
         icmp_batch_hosts: cfg.daemon.icmp_batch_hosts as u64,
         snmp_batch_requests: cfg.daemon.snmp_batch_requests as u64,
+        batch_window: cfg.daemon.batch_window,
         ..Limits::default()
     }
 }

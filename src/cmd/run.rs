@@ -1,0 +1,252 @@
+//! `netpoller run`: the daemon.
+//!
+//! Start-up order matters: the config is loaded and the raw ICMP sockets are opened
+//! while the process is still single-threaded and privileged; then privileges are
+//! dropped (`--user`), and only then is the tokio runtime (its threads) started — so
+//! the capability change applies to every thread the daemon will ever run.
+//!
+//! Signals: SIGTERM / SIGINT stop taking new work, let running iterations end at their
+//! deadline, flush the sink (insert or spool) and exit 0. SIGHUP reloads the config:
+//! a valid new config takes effect at each item's next slot; an invalid one is logged
+//! with all its errors and the old one keeps running.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use poller::daemon::{run_engine, Clock, Drivers, Shared};
+use poller::engine::Sample;
+use poller::plan::{Engine, Plan};
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{self, Config};
+
+/// Arguments of `netpoller run`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Configuration file (TOML).
+    #[arg(short, long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Poll only the hosts of shard I of N (stable hash of the host name), e.g. `0/2`.
+    /// Overrides `daemon.shard`.
+    #[arg(long, value_name = "I/N", value_parser = super::parse_shard_arg)]
+    pub shard: Option<(u32, u32)>,
+    /// After opening the raw ICMP sockets, switch to this user (keeping only
+    /// CAP_NET_RAW). Overrides `daemon.user`.
+    #[arg(long, value_name = "NAME")]
+    pub user: Option<String>,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let cfg = match config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprint!("{e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let plan = super::build_plan(&cfg, args.shard);
+    let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
+    // Raw sockets first, while privileged and single-threaded.
+    let icmp_drivers =
+        crate::cmd::open_icmp_drivers(&cfg, cfg.daemon.icmp_concurrent_sweeps, has_icmp)?;
+    let user = args.user.clone().or_else(|| cfg.daemon.user.clone());
+    if let Some(user) = &user {
+        crate::privdrop::drop_privileges(user, true)
+            .with_context(|| format!("dropping privileges to {user:?}"))?;
+        tracing::info!(user = %user, "dropped privileges (keeping CAP_NET_RAW only)");
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("netpoller")
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(daemon(args, cfg, plan, icmp_drivers))
+}
+
+async fn daemon(
+    args: Args,
+    cfg: Config,
+    plan: Plan,
+    icmp_drivers: Vec<poller::icmp_driver::IcmpDriver>,
+) -> anyhow::Result<ExitCode> {
+    let (hosts, items) = (plan.hosts.len(), plan.items.len());
+    let sink_metrics = Arc::new(sink::SinkMetrics::default());
+    if let Some(ch) = &cfg.clickhouse {
+        // Create what is missing, verify what exists. A schema that does not match is
+        // worth stopping for; an unreachable server is not: values go to the spool
+        // until it answers.
+        match sink::schema::apply(ch).await {
+            Ok(_) => tracing::info!("ClickHouse schema verified"),
+            Err(e @ sink::SchemaError::Query { .. }) => {
+                tracing::warn!(error = %e, "ClickHouse schema could not be checked at start; spooling until it answers")
+            }
+            Err(e) => {
+                return Err(e).context("ClickHouse schema check (see `netpoller schema -c FILE`)")
+            }
+        }
+    }
+    let (sink, sink_handle) = sink::Sink::start(
+        cfg.clickhouse.clone(),
+        crate::cmd::spool_config(&cfg),
+        sink_metrics.clone(),
+    )
+    .await
+    .context("starting the sink")?;
+    let sink = Arc::new(sink);
+    let snmp = (0..cfg.daemon.snmp_concurrent_iterations)
+        .map(|_| crate::cmd::open_snmp_driver(&cfg))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let shared = Shared::new(plan, cfg.daemon.shards, Clock::new(), super::limits(&cfg));
+    tracing::info!(
+        hosts,
+        items,
+        shards = cfg.daemon.shards,
+        icmp_sockets = icmp_drivers.len(),
+        clickhouse = cfg.clickhouse.is_some(),
+        "netpoller {} started",
+        env!("CARGO_PKG_VERSION")
+    );
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (tx, rx) = mpsc::channel::<Sample>(cfg.daemon.channel_capacity);
+
+    // Sink consumer: values to rows; errors were counted by the engines already.
+    let consumer = tokio::spawn(consume(rx, sink_handle));
+
+    // Metrics endpoint.
+    let http = if cfg.daemon.metrics_listen.is_empty() {
+        None
+    } else {
+        let listener = crate::http::bind(&cfg.daemon.metrics_listen).await?;
+        let (s1, s2, sm) = (shared.clone(), shared.clone(), sink_metrics.clone());
+        let sink2 = sink.clone();
+        let render = Arc::new(move || {
+            let mut out = poller::metrics::Exposition::new();
+            out.gauge(
+                "netpoller_build_info",
+                "Build information.",
+                &[("version", env!("CARGO_PKG_VERSION"))],
+                1.0,
+            );
+            s1.render(&mut out);
+            let mut text = out.finish();
+            sm.render_prometheus(&mut text);
+            text
+        });
+        let health = Arc::new(move || {
+            s2.health(Duration::from_secs(30))?;
+            match sink2.health() {
+                sink::Health::Failing { reason } => Err(format!("sink failing: {reason}")),
+                _ => Ok(()),
+            }
+        });
+        Some(tokio::spawn(crate::http::serve(
+            listener,
+            render,
+            health,
+            shutdown_rx.clone(),
+        )))
+    };
+
+    let mut engines = tokio::task::JoinSet::new();
+    if !icmp_drivers.is_empty() {
+        engines.spawn(run_engine(
+            shared.clone(),
+            Engine::Icmp,
+            Drivers::Icmp(icmp_drivers),
+            tx.clone(),
+            shutdown_rx.clone(),
+        ));
+    }
+    engines.spawn(run_engine(
+        shared.clone(),
+        Engine::Snmp,
+        Drivers::Snmp(snmp),
+        tx.clone(),
+        shutdown_rx.clone(),
+    ));
+    drop(tx);
+
+    // Signals.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
+            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = hup.recv() => reload(&args, &shared),
+        }
+    }
+    let _ = shutdown_tx.send(true);
+    // Engines end once their running iterations reached their deadline.
+    while let Some(r) = engines.join_next().await {
+        if let Err(e) = r {
+            tracing::error!(error = %e, "engine task failed");
+        }
+    }
+    let delivered = consumer.await.context("sink consumer")?;
+    if let Some(h) = http {
+        let _ = h.await;
+    }
+    let sink =
+        Arc::try_unwrap(sink).map_err(|_| anyhow::anyhow!("sink still shared at shutdown"))?;
+    let report = sink.shutdown().await.context("flushing the sink")?;
+    tracing::info!(values = delivered, report = ?report, "netpoller stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+fn reload(args: &Args, shared: &Shared) {
+    match config::load(&args.config) {
+        Ok(cfg) => {
+            let plan = super::build_plan(&cfg, args.shard);
+            let (h, i) = (plan.hosts.len(), plan.items.len());
+            shared.reload(plan);
+            tracing::info!(hosts = h, items = i, "SIGHUP: configuration reloaded");
+        }
+        Err(e) => {
+            shared.reloads_failed.inc();
+            tracing::error!("SIGHUP: new configuration rejected, the old one keeps running:\n{e}");
+        }
+    }
+}
+
+/// Sample → history row; only values become rows.
+pub fn to_row(s: Sample) -> Option<(sink::Table, sink::Row)> {
+    use poller::value::Value;
+    let (table, value) = match s.result.ok()? {
+        Value::Float(f) => (sink::Table::Dbl, sink::RowValue::Float(f)),
+        Value::Uint(u) => (sink::Table::Uint, sink::RowValue::Uint(u)),
+        Value::Str(t) => (sink::Table::Str, sink::RowValue::Str(t)),
+    };
+    Some((
+        table,
+        sink::Row {
+            itemid: s.itemid,
+            clock: s.clock,
+            ns: s.ns,
+            hostname: s.host,
+            itemname: s.key,
+            value,
+        },
+    ))
+}
+
+async fn consume(mut rx: mpsc::Receiver<Sample>, sink: sink::SinkHandle) -> u64 {
+    let mut n = 0;
+    while let Some(s) = rx.recv().await {
+        if let Some((table, row)) = to_row(s) {
+            if sink.send(row, table).await.is_err() {
+                tracing::error!("sink stopped while values were still arriving");
+                break;
+            }
+            n += 1;
+        }
+    }
+    n
+}

@@ -1,0 +1,136 @@
+//! Helpers shared by the integration tests: service addresses, ClickHouse over HTTP,
+//! and running the `netpoller` binary as a child process.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A variable written by `scripts/services.sh up`, or a failure saying how to get it.
+/// Never a skip: a silent skip would let CI pass without a real server.
+pub fn service_env(name: &str) -> String {
+    match std::env::var(name) {
+        Ok(v) if !v.is_empty() => v,
+        _ => panic!(
+            "{name} is not set: start the services and load their addresses first:\n  \
+             scripts/services.sh up && . .services/env\n(scripts/test.sh does both)"
+        ),
+    }
+}
+
+/// ClickHouse HTTP address from `NETPOLLER_CH_URL`.
+pub fn clickhouse_addr() -> SocketAddr {
+    let url = service_env("NETPOLLER_CH_URL");
+    let addr: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("NETPOLLER_CH_URL must be http://IP:PORT");
+    assert!(addr.ip().is_loopback(), "test services must be on loopback");
+    addr
+}
+
+/// POST `query`; returns the body, panicking on a non-200 answer.
+pub fn ch(query: &str) -> String {
+    let addr = clickhouse_addr();
+    let mut s =
+        TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect ClickHouse");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let req = format!(
+        "POST / HTTP/1.0\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n{query}",
+        query.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let resp = String::from_utf8_lossy(&resp).into_owned();
+    let (head, body) = resp.split_once("\r\n\r\n").expect("HTTP response");
+    assert!(
+        head.lines().next().unwrap_or("").contains(" 200 "),
+        "ClickHouse said {head}\n{body}\nfor {query}"
+    );
+    body.to_string()
+}
+
+/// A fresh scratch directory under the target dir (kept on failure for inspection).
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn netpoller() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_netpoller"))
+}
+
+/// A running `netpoller run`, killed on drop; stderr goes to a log file.
+pub struct Daemon {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(config: &Path, extra: &[&str], log: PathBuf) -> Daemon {
+        let err = std::fs::File::create(&log).unwrap();
+        let child = netpoller()
+            .args(["--log-level", "info", "run", "-c"])
+            .arg(config)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(err)
+            .spawn()
+            .expect("spawn netpoller run");
+        Daemon { child, log }
+    }
+
+    pub fn signal(&self, sig: libc::c_int) {
+        // SAFETY: plain kill(2) on our own child's pid.
+        assert_eq!(
+            unsafe { libc::kill(self.child.id() as libc::pid_t, sig) },
+            0
+        );
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Wait until the log contains `needle` (bounded).
+    pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+        let t = Instant::now();
+        while t.elapsed() < timeout {
+            if self.log_text().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
+    /// SIGTERM and wait (bounded) for the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        let t = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "netpoller did not stop within 30 s:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,253 @@
+//! `netpoller run` end to end against the real services: loopback hosts (ICMP), the
+//! local snmpd agents (SNMP) and the local ClickHouse server; SIGHUP reloads, SIGTERM
+//! flushes; `--shard i/N` splits hosts with no overlap and no gap.
+//!
+//! Traffic goes only to 127.0.0.0/8.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use common::{ch, netpoller, scratch, service_env, Daemon};
+
+fn snmpd_addrs() -> Vec<String> {
+    service_env("NETPOLLER_SNMPD_ADDRS")
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
+/// A config polling `icmp_hosts` loopback addresses (ICMP, every 2 s) and the first
+/// three snmpd agents (SNMP, every 2 s), into database `db`.
+fn config(db: &str, spool: &std::path::Path, icmp_hosts: &[&str], extra: &str) -> String {
+    let ch_url = service_env("NETPOLLER_CH_URL");
+    let agents = snmpd_addrs();
+    let mut s = format!(
+        r#"
+[daemon]
+metrics_listen = ""
+spool_dir = "{spool}"
+
+[clickhouse]
+url = "{ch_url}"
+database = "{db}"
+flush_interval = "500ms"
+compression = "none"
+
+[icmp]
+timeout = "500ms"
+
+[snmp]
+timeout = "1s"
+
+[[templates]]
+name = "icmp"
+items = [
+  {{ key = "icmpping", interval = "2s" }},
+  {{ key = "icmppingloss", interval = "2s" }},
+  {{ key = "icmppingsec", interval = "2s" }},
+]
+
+[[templates]]
+name = "snmp"
+items = [
+  {{ key = "sysUpTime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "2s" }},
+  {{ key = "sysDescr", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "2s" }},
+  {{ key = "missing", oid = "1.3.6.1.2.1.1.99.0", type = "uint", interval = "2s" }},
+]
+"#,
+        spool = spool.display()
+    );
+    for (i, a) in agents.iter().take(3).enumerate() {
+        s += &format!("\n[[hosts]]\nname = \"agent-{i}\"\nip = \"{a}\"\ntemplates = [\"snmp\"]\n");
+    }
+    for (i, ip) in icmp_hosts.iter().enumerate() {
+        s += &format!("\n[[hosts]]\nname = \"ping-{i}\"\nip = \"{ip}\"\ntemplates = [\"icmp\"]\n");
+    }
+    s + extra
+}
+
+/// Rows per hostname in every history table of `db`.
+fn rows_by_host(db: &str) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for t in ["history_dbl", "history_uint", "history_str"] {
+        let body = ch(&format!(
+            "SELECT hostname, count() FROM {db}.{t} GROUP BY hostname FORMAT TSV"
+        ));
+        for line in body.lines() {
+            let (h, n) = line.split_once('\t').unwrap();
+            *out.entry(h.to_string()).or_default() += n.parse::<u64>().unwrap();
+        }
+    }
+    out
+}
+
+fn values_in_log(log: &str) -> u64 {
+    log.lines()
+        .filter(|l| l.contains(" iteration") && l.contains("values="))
+        .map(|l| {
+            let v = l.split("values=").nth(1).unwrap();
+            v.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum()
+}
+
+#[test]
+fn run_polls_reloads_and_flushes_on_sigterm() {
+    let dir = scratch("daemon-run");
+    let db = format!("nptest_run_{}", std::process::id());
+    let cfg_path = dir.join("netpoller.toml");
+    std::fs::write(
+        &cfg_path,
+        config(&db, &dir.join("spool"), &["127.0.70.1", "127.0.70.2"], ""),
+    )
+    .unwrap();
+
+    let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
+    assert!(
+        d.wait_log("started", Duration::from_secs(20)),
+        "no start line:\n{}",
+        d.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(5));
+
+    // SIGHUP with a valid config that adds a host.
+    std::fs::write(
+        &cfg_path,
+        config(
+            &db,
+            &dir.join("spool"),
+            &["127.0.70.1", "127.0.70.2", "127.0.70.3"],
+            "",
+        ),
+    )
+    .unwrap();
+    d.signal(libc::SIGHUP);
+    assert!(
+        d.wait_log("configuration reloaded", Duration::from_secs(10)),
+        "{}",
+        d.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(5));
+
+    // SIGHUP with an invalid config: rejected, the old one keeps running.
+    std::fs::write(&cfg_path, "[daemon]\nshardz = 1\n").unwrap();
+    d.signal(libc::SIGHUP);
+    assert!(
+        d.wait_log("new configuration rejected", Duration::from_secs(10)),
+        "{}",
+        d.log_text()
+    );
+    assert!(
+        d.log_text().contains("shardz"),
+        "the rejection names the problem:\n{}",
+        d.log_text()
+    );
+    let before_invalid = values_in_log(&d.log_text());
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        values_in_log(&d.log_text()) > before_invalid,
+        "polling stopped after an invalid reload"
+    );
+
+    let log_path = d.log.clone();
+    let status = d.stop();
+    assert!(status.success(), "exit status {status:?}");
+    let log = std::fs::read_to_string(log_path).unwrap();
+    assert!(log.contains("netpoller stopped"), "{log}");
+
+    // Everything polled before SIGTERM is in ClickHouse: rows == values logged.
+    let rows = rows_by_host(&db);
+    let total: u64 = rows.values().sum();
+    let polled = values_in_log(&log);
+    assert_eq!(
+        total, polled,
+        "rows in ClickHouse vs values polled (log):\n{log}"
+    );
+
+    // Every host was polled on schedule: 2 s interval over ~14 s.
+    for h in ["agent-0", "agent-1", "agent-2", "ping-0", "ping-1"] {
+        let n = rows.get(h).copied().unwrap_or(0);
+        // ICMP hosts: 3 items; agents: 2 values (the third item is unsupported).
+        let per = if h.starts_with("ping") { 3 } else { 2 };
+        assert!(
+            n >= per * 5 && n <= per * 9,
+            "{h}: {n} rows in ~14 s at 2 s ({rows:?})"
+        );
+    }
+    // The host added by the reload got polled, but only after it.
+    let added = rows.get("ping-2").copied().unwrap_or(0);
+    assert!(
+        added >= 3 * 3 && added < rows["ping-0"],
+        "ping-2: {added} ({rows:?})"
+    );
+
+    // Unsupported SNMP items produce no row, never a fake 0.
+    let missing = ch(&format!(
+        "SELECT count() FROM {db}.history_uint WHERE itemname = 'missing' FORMAT TSV"
+    ));
+    assert_eq!(missing.trim(), "0");
+    // Values are what the agents hold.
+    let descr = ch(&format!(
+        "SELECT any(value) FROM {db}.history_str WHERE itemname = 'sysDescr' FORMAT TSV"
+    ));
+    assert!(descr.contains("netpoller test agent"), "sysDescr {descr:?}");
+    // No (itemid, clock, ns) twice.
+    let dups = ch(&format!(
+        "SELECT count() FROM (SELECT itemid, clock, ns, count() c FROM {db}.history_dbl GROUP BY itemid, clock, ns HAVING c > 1) FORMAT TSV"
+    ));
+    assert_eq!(dups.trim(), "0");
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}
+
+#[test]
+fn process_shards_poll_every_host_exactly_once() {
+    let dir = scratch("daemon-shards");
+    let cfg_path = dir.join("shards.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[daemon]\nspool_dir = \"{}\"\n[icmp]\ntimeout = \"300ms\"\npackets = 1\n[[templates]]\nname = \"icmp\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n[[host_ranges]]\ncidr = \"127.0.71.0/26\"\nname = \"cpe-{{ip}}\"\ntemplates = [\"icmp\"]\n",
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    let mut seen: Vec<HashSet<String>> = Vec::new();
+    for shard in ["0/2", "1/2"] {
+        let out = netpoller()
+            .args(["poll-once", "--json", "--quiet", "--shard", shard, "-c"])
+            .arg(&cfg_path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let hosts: HashSet<String> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                assert_eq!(v["value"], 1, "loopback answers: {l}");
+                v["host"].as_str().unwrap().to_string()
+            })
+            .collect();
+        assert!(!hosts.is_empty(), "shard {shard} polled nothing");
+        seen.push(hosts);
+    }
+    assert!(
+        seen[0].is_disjoint(&seen[1]),
+        "a host was polled by both shards"
+    );
+    assert_eq!(
+        seen[0].len() + seen[1].len(),
+        62,
+        "a /26 has 62 host addresses"
+    );
+}
