@@ -1,0 +1,239 @@
+//! `netpoller schema` and `netpoller spool` against the real ClickHouse server
+//! (scripts/services.sh; `NETPOLLER_CH_URL` or `.services/env`).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+fn ch_url() -> String {
+    if let Ok(u) = std::env::var("NETPOLLER_CH_URL") {
+        return u;
+    }
+    let env = Path::new(env!("CARGO_MANIFEST_DIR")).join(".services/env");
+    let text = std::fs::read_to_string(&env)
+        .expect("no ClickHouse: run scripts/services.sh or set NETPOLLER_CH_URL");
+    text.lines()
+        .find_map(|l| {
+            l.trim()
+                .trim_start_matches("export ")
+                .strip_prefix("NETPOLLER_CH_URL=")
+                .map(|v| v.trim_matches('"').to_string())
+        })
+        .expect("NETPOLLER_CH_URL in .services/env")
+}
+
+/// POSTs `sql`; returns the body, panicking on a non-200 answer.
+fn q(url: &str, sql: &str) -> String {
+    let hostport = url.trim_start_matches("http://").trim_end_matches('/');
+    let mut s = TcpStream::connect(hostport).unwrap();
+    write!(
+        s,
+        "POST / HTTP/1.0\r\nHost: {hostport}\r\nContent-Length: {}\r\n\r\n{sql}",
+        sql.len()
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{sql}: {raw}"
+    );
+    body.to_string()
+}
+
+struct Db(String, String);
+impl Drop for Db {
+    fn drop(&mut self) {
+        let _ =
+            std::panic::catch_unwind(|| q(&self.0, &format!("DROP DATABASE IF EXISTS {}", self.1)));
+    }
+}
+
+fn netpoller(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_netpoller"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn config(dir: &Path, url: &str, db: &str) -> std::path::PathBuf {
+    let p = dir.join("np.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "[daemon]\nspool_dir = \"{}\"\n\n[clickhouse]\nurl = \"{url}\"\ndatabase = \"{db}\"\nretention = \"30days\"\n",
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn schema_prints_ddl_by_server_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), "http://127.0.0.1:1", "glaber");
+    let old = netpoller(&[
+        "schema",
+        "-c",
+        cfg.to_str().unwrap(),
+        "--server-version",
+        "18.16",
+    ]);
+    assert!(old.status.success());
+    let old = String::from_utf8(old.stdout).unwrap();
+    assert_eq!(
+        old.matches("CREATE TABLE IF NOT EXISTS glaber.history_")
+            .count(),
+        4
+    );
+    assert!(!old.contains("TTL"));
+    let new = netpoller(&[
+        "schema",
+        "-c",
+        cfg.to_str().unwrap(),
+        "--server-version",
+        "25.8",
+    ]);
+    let new = String::from_utf8(new.stdout).unwrap();
+    assert_eq!(
+        new.matches("TTL day + INTERVAL 30 DAY\nSETTINGS ttl_only_drop_parts = 1;")
+            .count(),
+        4,
+        "{new}"
+    );
+    // Unreachable server without --server-version: a clear error, not a guess.
+    let e = netpoller(&["schema", "-c", cfg.to_str().unwrap()]);
+    assert!(!e.status.success());
+    assert!(String::from_utf8_lossy(&e.stderr).contains("--server-version"));
+}
+
+#[test]
+fn schema_apply_creates_then_reports_wrong_types() {
+    let url = ch_url();
+    let name = format!("nptest_{:016x}", fastrand_u64());
+    let _db = Db(url.clone(), name.clone());
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), &url, &name);
+    let out = netpoller(&["schema", "-c", cfg.to_str().unwrap(), "--apply"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("created {name}.history_dbl")));
+    assert!(
+        netpoller(&["schema", "-c", cfg.to_str().unwrap(), "--check"])
+            .status
+            .success()
+    );
+    // Break one table: recreate history_log with a numeric value column.
+    q(&url, &format!("DROP TABLE {name}.history_log"));
+    q(
+        &url,
+        &format!(
+            "CREATE TABLE {name}.history_log (day Date, itemid UInt64, clock DateTime, hostname String, itemname String, ns UInt32, value UInt8) \
+             ENGINE = MergeTree() PARTITION BY toYYYYMM(day) ORDER BY (itemid, clock)"
+        ),
+    );
+    for flag in ["--apply", "--check"] {
+        let out = netpoller(&["schema", "-c", cfg.to_str().unwrap(), flag]);
+        assert_eq!(out.status.code(), Some(1), "{flag}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "table {name}.history_log: column `value` has type UInt8, expected String"
+            )),
+            "{err}"
+        );
+    }
+    let ty = q(&url, &format!("SELECT type FROM system.columns WHERE database='{name}' AND table='history_log' AND name='value'"));
+    assert_eq!(ty.trim(), "UInt8", "not overwritten");
+}
+
+fn fastrand_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos(),
+    );
+    h.finish()
+}
+
+#[test]
+fn spool_dump_and_replay() {
+    let url = ch_url();
+    let name = format!("nptest_{:016x}", fastrand_u64());
+    let _db = Db(url.clone(), name.clone());
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), &url, &name);
+    // A file-sink run (no [clickhouse]) leaves spool segments.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (s, h) = sink::Sink::start(
+            None,
+            sink::SpoolConfig::new(tmp.path().join("spool")),
+            Arc::new(sink::SinkMetrics::default()),
+        )
+        .await
+        .unwrap();
+        for i in 0..3u64 {
+            let row = sink::Row {
+                itemid: 10 + i,
+                clock: 1_700_000_000 + i as u32,
+                ns: 5,
+                hostname: "core\t1".into(),
+                itemname: "ifAlias[2]".into(),
+                value: sink::RowValue::Str(format!("uplink \"{i}\"\n")),
+            };
+            h.send(row, sink::Table::Str).await.unwrap();
+        }
+        drop(h);
+        s.shutdown().await.unwrap();
+    });
+    let out = netpoller(&["spool", "dump", "-c", cfg.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "history_str\t10\t1700000000\t5\tcore\\t1\tifAlias[2]\tuplink \"0\"\\n\n\
+         history_str\t11\t1700000001\t5\tcore\\t1\tifAlias[2]\tuplink \"1\"\\n\n\
+         history_str\t12\t1700000002\t5\tcore\\t1\tifAlias[2]\tuplink \"2\"\\n\n"
+    );
+    assert!(
+        netpoller(&["schema", "-c", cfg.to_str().unwrap(), "--apply"])
+            .status
+            .success()
+    );
+    let out = netpoller(&["spool", "replay", "-c", cfg.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("replayed 3 row(s) from 1 segment(s)"));
+    assert_eq!(
+        q(
+            &url,
+            &format!("SELECT itemid, value FROM {name}.history_str ORDER BY itemid FORMAT TSV")
+        ),
+        "10\tuplink \"0\"\\n\n11\tuplink \"1\"\\n\n12\tuplink \"2\"\\n\n"
+    );
+    // Nothing left: dump prints nothing, replay again loads nothing.
+    assert!(netpoller(&[
+        "spool",
+        "dump",
+        "--dir",
+        tmp.path().join("spool").to_str().unwrap()
+    ])
+    .stdout
+    .is_empty());
+}
