@@ -24,6 +24,9 @@ pub enum WalkError {
 #[derive(Debug, Clone)]
 pub struct Walk {
     root: Oid,
+    /// Set for a single-arc root such as `.1` (an OID needs two arcs on the wire): the
+    /// walk starts at `<arc>.0` and the subtree test compares the first arc only.
+    top_arc: Option<u32>,
     version: Version,
     max_repetitions: u32,
     last: Oid,
@@ -37,10 +40,27 @@ impl Walk {
         Walk {
             last: root.clone(),
             root,
+            top_arc: None,
             version,
             max_repetitions: max_repetitions.max(1),
             done: false,
             request_id: None,
+        }
+    }
+
+    /// A walk of everything under a single top arc (`.1` walks the whole MIB), which
+    /// [`Oid`] cannot hold. `arc` must be 0, 1 or 2.
+    pub fn new_top(arc: u32, version: Version, max_repetitions: u32) -> Option<Walk> {
+        let start = Oid::from_arcs(&[arc, 0]).ok()?;
+        let mut w = Walk::new(start, version, max_repetitions);
+        w.top_arc = Some(arc);
+        Some(w)
+    }
+
+    fn in_subtree(&self, oid: &crate::oid::OidRef<'_>) -> bool {
+        match self.top_arc {
+            Some(a) => oid.arcs().next() == Some(a),
+            None => oid.starts_with(&self.root),
         }
     }
 
@@ -94,7 +114,7 @@ impl Walk {
         }
         let mut out = Vec::new();
         for vb in msg.varbinds() {
-            if vb.value == ValueRef::EndOfMibView || !vb.oid.starts_with(&self.root) {
+            if vb.value == ValueRef::EndOfMibView || !self.in_subtree(&vb.oid) {
                 self.done = true;
                 return Ok(out);
             }
@@ -235,6 +255,31 @@ mod tests {
             Err(WalkError::Unexpected),
             "wrong request-id"
         );
+    }
+
+    #[test]
+    fn top_arc_walk() {
+        let mut w = Walk::new_top(1, Version::V2c, 2).unwrap();
+        let mut req = Vec::new();
+        w.next_request(&mut req, b"public", 1);
+        let m = Message::decode(&req).unwrap();
+        assert_eq!(m.varbinds().next().unwrap().oid.to_string(), ".1.0");
+        let resp = respond(
+            &req,
+            &[
+                ("1.0.8802.1.1.2.1.1.1.0", VarValue::Integer(30)),
+                ("2.5.4", VarValue::Integer(1)),
+            ],
+            0,
+        );
+        assert_eq!(
+            w.handle_response(&Message::decode(&resp).unwrap())
+                .unwrap()
+                .len(),
+            1
+        );
+        assert!(w.is_done());
+        assert!(Walk::new_top(3, Version::V2c, 2).is_none());
     }
 
     #[test]

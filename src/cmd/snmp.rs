@@ -1,0 +1,310 @@
+//! `netpoller snmp get|walk`: one-shot SNMP queries printed like net-snmp's `snmpget -On`
+//! / `snmpbulkwalk -On` (or JSON lines with `--json`).
+//!
+//! `get` runs through the daemon's own path (`poller::snmp_driver`), so it is also a
+//! quick way to check what the daemon would read. `walk` uses GETBULK (v2c) or GETNEXT
+//! (v1) one request at a time over a connected UDP socket.
+//!
+//! The community is a secret: it is never printed, logged, or shown in `--help` (no
+//! default or environment value is displayed).
+
+use std::io::Write;
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use poller::snmp_driver::{SnmpDriver, SnmpDriverOptions, SnmpHostJob};
+use snmp::{Message, Oid, VarValue, Version, Walk};
+
+/// Arguments of `netpoller snmp`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub cmd: SnmpCmd,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SnmpCmd {
+    /// GET the OIDs from TARGET and print `OID = TYPE: VALUE` lines.
+    Get(GetArgs),
+    /// Walk the subtree under OID with GETBULK (GETNEXT for v1).
+    Walk(WalkArgs),
+}
+
+/// Options shared by `get` and `walk`.
+#[derive(clap::Args, Debug)]
+pub struct Common {
+    /// SNMP version: 1 or 2c.
+    #[arg(
+        short = 'v',
+        long = "version",
+        value_name = "1|2c",
+        default_value = "2c"
+    )]
+    pub version: Version,
+    /// Community string [default: public, or $NETPOLLER_SNMP_COMMUNITY].
+    #[arg(
+        short = 'c',
+        long,
+        value_name = "C",
+        env = "NETPOLLER_SNMP_COMMUNITY",
+        hide_env_values = true,
+        default_value = "public",
+        hide_default_value = true
+    )]
+    pub community: String,
+    /// UDP port (used when TARGET has none).
+    #[arg(short = 'p', long, default_value_t = 161)]
+    pub port: u16,
+    /// Timeout per attempt, e.g. 1s or 500ms.
+    #[arg(short = 't', long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    /// Retries after the first attempt.
+    #[arg(short = 'r', long, default_value_t = 5)]
+    pub retries: u32,
+    /// Print one JSON object per line: {"oid","type","value"} or {"oid","error"}.
+    #[arg(long)]
+    pub json: bool,
+    /// Agent address: IP, IP:PORT or [IPv6]:PORT.
+    #[arg(value_name = "TARGET")]
+    pub target: String,
+}
+
+impl Common {
+    fn addr(&self) -> anyhow::Result<SocketAddr> {
+        if let Ok(a) = self.target.parse::<SocketAddr>() {
+            return Ok(a);
+        }
+        let host = self.target.trim_start_matches('[').trim_end_matches(']');
+        (host, self.port)
+            .to_socket_addrs()
+            .with_context(|| format!("cannot resolve target {:?}", self.target))?
+            .next()
+            .with_context(|| format!("no address for target {:?}", self.target))
+    }
+}
+
+#[derive(clap::Args, Debug)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Most OIDs per request (split further on tooBig).
+    #[arg(long, default_value_t = 64)]
+    pub max_oids: usize,
+    /// OIDs, numeric: .1.3.6.1.2.1.1.1.0 or 1.3.6.1.2.1.1.1.0.
+    #[arg(value_name = "OID", required = true)]
+    pub oids: Vec<Oid>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct WalkArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// GETBULK max-repetitions (v2c).
+    #[arg(long, default_value_t = 10)]
+    pub max_repetitions: u32,
+    /// Subtree root (`.1` walks everything); default .1.3.6.1.2.1 (mib-2), like net-snmp.
+    #[arg(value_name = "OID", default_value = ".1.3.6.1.2.1")]
+    pub oid: String,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.cmd {
+        SnmpCmd::Get(a) => get(a),
+        SnmpCmd::Walk(a) => walk(a),
+    }
+}
+
+/// One output line (text or JSON).
+fn print_value(out: &mut impl Write, json: bool, oid: &str, v: &VarValue) -> std::io::Result<()> {
+    if !json {
+        return writeln!(out, "{oid} = {v}");
+    }
+    let obj = match v.exception_name() {
+        Some(name) => serde_json::json!({ "oid": oid, "error": name }),
+        None => {
+            let value = match v {
+                VarValue::Integer(i) => serde_json::json!(i),
+                VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => {
+                    serde_json::json!(n)
+                }
+                VarValue::Counter64(n) => serde_json::json!(n),
+                VarValue::OctetString(s) if snmp::is_net_snmp_printable(s) => {
+                    serde_json::json!(String::from_utf8_lossy(s.strip_suffix(&[0]).unwrap_or(s)))
+                }
+                VarValue::OctetString(s) | VarValue::Opaque(s) => {
+                    serde_json::json!(snmp::hex_string(s))
+                }
+                VarValue::Null => serde_json::Value::Null,
+                VarValue::Oid(o) => serde_json::json!(o.to_string()),
+                VarValue::IpAddress(a) => serde_json::json!(a.to_string()),
+                _ => serde_json::Value::Null,
+            };
+            serde_json::json!({ "oid": oid, "type": v.net_snmp_type().unwrap_or("NULL"), "value": value })
+        }
+    };
+    writeln!(out, "{obj}")
+}
+
+fn print_error(out: &mut impl Write, json: bool, oid: &str, err: &str) -> std::io::Result<()> {
+    if json {
+        writeln!(out, "{}", serde_json::json!({ "oid": oid, "error": err }))
+    } else {
+        eprintln!("{oid}: {err}");
+        Ok(())
+    }
+}
+
+fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
+    let c = &a.common;
+    let addr = c.addr()?;
+    let job = SnmpHostJob {
+        addr,
+        version: c.version,
+        community: Arc::from(c.community.as_str()),
+        timeout: c.timeout,
+        retries: c.retries,
+        max_oids: a.max_oids.max(1),
+        max_inflight: 1,
+        oids: a.oids.clone(),
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut results: Vec<Option<Result<VarValue, poller::value::ItemError>>> =
+        vec![None; a.oids.len()];
+    let report = rt.block_on(async {
+        let opts = SnmpDriverOptions {
+            sockets: 1,
+            rcvbuf: 1 << 20,
+            ..Default::default()
+        };
+        let mut driver = SnmpDriver::open(opts).context("opening a UDP socket")?;
+        let jobs = [job];
+        anyhow::Ok(
+            driver
+                .run_iteration(&jobs, |_, i, r| results[i] = Some(r))
+                .await,
+        )
+    })?;
+    tracing::debug!(?report, "snmp get done");
+    let mut out = std::io::stdout().lock();
+    let mut failed = false;
+    for (oid, r) in a.oids.iter().zip(results) {
+        let oid = oid.to_string();
+        match r {
+            Some(Ok(v)) => print_value(&mut out, c.json, &oid, &v)?,
+            Some(Err(e)) => {
+                failed = true;
+                print_error(&mut out, c.json, &oid, &e.to_string())?;
+            }
+            None => {
+                failed = true;
+                print_error(&mut out, c.json, &oid, "no result")?;
+            }
+        }
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn random_id() -> i32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    (h.finish() as i32) & 0x7fff_ffff
+}
+
+fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
+    let c = &a.common;
+    let addr = c.addr()?;
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
+    let sock = UdpSocket::bind(bind).context("binding a UDP socket")?;
+    // Connected: the kernel drops datagrams from any other source.
+    sock.connect(addr)
+        .with_context(|| format!("connecting to {addr}"))?;
+    let root = a.oid.strip_prefix('.').unwrap_or(&a.oid);
+    let mut w = match root.parse::<u32>() {
+        Ok(arc) => Walk::new_top(arc, c.version, a.max_repetitions),
+        Err(_) => Some(Walk::new(
+            a.oid
+                .parse::<Oid>()
+                .with_context(|| format!("OID {:?}", a.oid))?,
+            c.version,
+            a.max_repetitions,
+        )),
+    }
+    .with_context(|| format!("OID {:?}: the first arc must be 0, 1 or 2", a.oid))?;
+    let mut out = std::io::stdout().lock();
+    let mut id = random_id();
+    let (mut req, mut rbuf) = (Vec::with_capacity(1500), vec![0u8; 65_536]);
+    let mut count = 0usize;
+    // Bound the walk (an agent could serve an endless table); 10 million OIDs is plenty.
+    while !w.is_done() && count < 10_000_000 {
+        id = id.wrapping_add(1) & 0x7fff_ffff;
+        req.clear();
+        w.next_request(&mut req, c.community.as_bytes(), id);
+        let mut answered = None;
+        'attempts: for _ in 0..=c.retries {
+            sock.send(&req)
+                .with_context(|| format!("sending to {addr}"))?;
+            let deadline = Instant::now() + c.timeout;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                sock.set_read_timeout(Some(left))?;
+                let n = match sock.recv(&mut rbuf) {
+                    Ok(n) => n,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        break
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                        bail!("{addr}: port unreachable (nothing listens there)")
+                    }
+                    Err(e) => return Err(e).context("receiving"),
+                };
+                // Foreign or stale datagrams are skipped, not fatal.
+                if let Ok(m) = Message::decode(&rbuf[..n]) {
+                    if w.matches(&m) && m.community == c.community.as_bytes() {
+                        answered = Some(w.handle_response(&m));
+                        break 'attempts;
+                    }
+                }
+            }
+        }
+        match answered {
+            None => bail!("timeout: no response from {addr}"),
+            Some(Err(e)) => bail!("{addr}: {e}"),
+            Some(Ok(vbs)) => {
+                for (oid, v) in vbs {
+                    count += 1;
+                    print_value(&mut out, c.json, &oid.to_string(), &v)?;
+                }
+            }
+        }
+    }
+    if count == 0 && !c.json {
+        writeln!(
+            out,
+            "{} = No Such Object available on this agent at this OID",
+            a.oid
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,585 @@
+//! The SNMP driver against real agents on loopback: the net-snmp `snmpd` agents and the
+//! snmpsim recordings started by `scripts/services.sh up` (addresses in .services/env),
+//! plus agents and firewall rules this file starts itself (removed on drop).
+//!
+//! Values are compared with what net-snmp's own `snmpget -On -Oe` prints for the same
+//! OIDs at the same moment (OIDs whose value changes between two snmpget runs, such as
+//! sysUpTime, are compared by type only).
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::service_env;
+use poller::snmp_driver::{SnmpDriver, SnmpDriverOptions, SnmpHostJob, SnmpIterationReport};
+use poller::value::{ErrorReason, ItemError};
+use snmp::{Oid, VarValue, Version};
+
+/// The snmpd agents: (address, community).
+fn snmpd_agents() -> Vec<(SocketAddr, String)> {
+    let addrs = service_env("NETPOLLER_SNMPD_ADDRS");
+    let port: u16 = service_env("NETPOLLER_SNMPD_PORT").parse().unwrap();
+    let comms = service_env("NETPOLLER_SNMPD_COMMUNITIES");
+    let agents: Vec<(SocketAddr, String)> = addrs
+        .split(',')
+        .zip(comms.split(','))
+        .map(|(a, c)| (SocketAddr::new(a.parse().unwrap(), port), c.to_string()))
+        .collect();
+    assert!(agents.len() >= 2 && agents.iter().all(|(a, _)| a.ip().is_loopback()));
+    agents
+}
+
+fn snmpsim_addr() -> SocketAddr {
+    let a: SocketAddr = service_env("NETPOLLER_SNMPSIM_ADDR").parse().unwrap();
+    assert!(a.ip().is_loopback());
+    a
+}
+
+/// Runs net-snmp's snmpget (numeric output, no MIBs) and parses `OID = VALUE` records
+/// (values may span lines: Hex-STRING wraps after 16 octets).
+fn net_snmp_get(
+    addr: SocketAddr,
+    community: &str,
+    version: Version,
+    oids: &[Oid],
+) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for chunk in oids.chunks(20) {
+        let o = Command::new("snmpget")
+            .args([
+                "-m",
+                "",
+                "-On",
+                "-Oe",
+                "-t",
+                "2",
+                "-r",
+                "1",
+                "-v",
+                version.as_str(),
+                "-c",
+                community,
+            ])
+            .arg(addr.to_string())
+            .args(chunk.iter().map(|o| o.to_string()))
+            .output()
+            .expect("run snmpget (apt-get install snmp)");
+        assert!(
+            o.status.success(),
+            "snmpget failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        parse_records(&String::from_utf8_lossy(&o.stdout), &mut out);
+    }
+    out
+}
+
+fn parse_records(text: &str, out: &mut BTreeMap<String, String>) {
+    let mut last: Option<String> = None;
+    for line in text.split_inclusive('\n') {
+        let is_record = line.starts_with('.') && line.contains(" = ");
+        if is_record {
+            let (oid, val) = line.split_once(" = ").unwrap();
+            out.insert(oid.to_string(), val.trim_end_matches('\n').to_string());
+            last = Some(oid.to_string());
+        } else if let Some(k) = &last {
+            let v = out.get_mut(k).unwrap();
+            v.push('\n');
+            v.push_str(line.trim_end_matches('\n'));
+        }
+    }
+}
+
+/// All OIDs a walk of `root` returns (net-snmp's snmpbulkwalk).
+fn net_snmp_walk_oids(addr: SocketAddr, community: &str, root: &str) -> Vec<Oid> {
+    let o = Command::new("snmpbulkwalk")
+        .args([
+            "-m", "", "-On", "-Oe", "-t", "3", "-r", "1", "-v2c", "-c", community,
+        ])
+        .arg(addr.to_string())
+        .arg(root)
+        .output()
+        .expect("run snmpbulkwalk");
+    assert!(
+        o.status.success(),
+        "snmpbulkwalk failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut m = BTreeMap::new();
+    parse_records(&String::from_utf8_lossy(&o.stdout), &mut m);
+    let mut v: Vec<Oid> = m.keys().map(|k| k.parse().unwrap()).collect();
+    v.sort();
+    v
+}
+
+fn job(addr: SocketAddr, community: &str, oids: Vec<Oid>) -> SnmpHostJob {
+    let mut j = SnmpHostJob::new(addr, Arc::from(community), oids);
+    j.timeout = Duration::from_secs(2);
+    j.retries = 1;
+    j
+}
+
+type Results = Vec<BTreeMap<usize, Result<VarValue, ItemError>>>;
+
+async fn run(driver: &mut SnmpDriver, jobs: &[SnmpHostJob]) -> (Results, SnmpIterationReport) {
+    let mut res: Results = vec![BTreeMap::new(); jobs.len()];
+    let report = driver
+        .run_iteration(jobs, |j, i, r| {
+            assert!(res[j].insert(i, r).is_none(), "item {j}/{i} reported twice");
+        })
+        .await;
+    for (j, r) in res.iter().enumerate() {
+        assert_eq!(r.len(), jobs[j].oids.len(), "job {j}: every item reported");
+    }
+    (res, report)
+}
+
+/// Compares our results with snmpget's output taken just `before` and `after` our
+/// iteration; returns how many were compared exactly.
+fn compare_with_net_snmp(
+    job: &SnmpHostJob,
+    before: &BTreeMap<String, String>,
+    after: &BTreeMap<String, String>,
+    ours: &BTreeMap<usize, Result<VarValue, ItemError>>,
+) -> usize {
+    let first = before;
+    let volatile: HashSet<&String> = first
+        .keys()
+        .filter(|k| first.get(*k) != after.get(*k))
+        .collect();
+    let mut exact = 0;
+    for (i, oid) in job.oids.iter().enumerate() {
+        let key = oid.to_string();
+        let theirs = first
+            .get(&key)
+            .unwrap_or_else(|| panic!("snmpget printed nothing for {key}"));
+        let v = match &ours[&i] {
+            Ok(v) => v,
+            Err(e) => panic!("{key}: we got {e}, net-snmp got {theirs}"),
+        };
+        let mine = v.to_string();
+        if volatile.contains(&key) {
+            let ty = |s: &str| s.split(':').next().unwrap_or("").to_string();
+            assert_eq!(ty(&mine), ty(theirs), "{key}: type differs");
+        } else {
+            assert_eq!(&mine, theirs, "{key}: value differs from net-snmp's");
+            exact += 1;
+        }
+    }
+    exact
+}
+
+const PLAYPEN: &str = "1.3.6.1.4.1.8072.9999.9999";
+
+fn agent_oids() -> Vec<Oid> {
+    let mut v: Vec<Oid> = [
+        "1.3.6.1.2.1.1.1.0",
+        "1.3.6.1.2.1.1.2.0",
+        "1.3.6.1.2.1.1.3.0",
+        "1.3.6.1.2.1.1.4.0",
+        "1.3.6.1.2.1.1.5.0",
+        "1.3.6.1.2.1.1.6.0",
+        "1.3.6.1.2.1.1.7.0",
+        "1.3.6.1.2.1.2.1.0",
+        "1.3.6.1.2.1.2.2.1.2.1",
+        "1.3.6.1.2.1.2.2.1.6.1",
+        "1.3.6.1.2.1.2.2.1.10.1",
+        "1.3.6.1.2.1.31.1.1.1.6.1",
+        "1.3.6.1.2.1.4.20.1.1.127.0.0.1",
+        "1.3.6.1.2.1.1.9.1.2.1",
+        "1.3.6.1.2.1.1.99.0",
+    ]
+    .iter()
+    .map(|s| s.parse().unwrap())
+    .collect();
+    for i in 1..=7 {
+        v.push(format!("{PLAYPEN}.{i}.0").parse().unwrap());
+    }
+    v
+}
+
+/// Polls `jobs` once between two snmpget snapshots and compares every value.
+async fn poll_and_compare(
+    driver: &mut SnmpDriver,
+    jobs: &[SnmpHostJob],
+    communities: &[String],
+) -> (Results, SnmpIterationReport, usize) {
+    let before: Vec<_> = jobs
+        .iter()
+        .zip(communities)
+        .map(|(j, c)| net_snmp_get(j.addr, c, j.version, &j.oids))
+        .collect();
+    let (res, report) = run(driver, jobs).await;
+    let after: Vec<_> = jobs
+        .iter()
+        .zip(communities)
+        .map(|(j, c)| net_snmp_get(j.addr, c, j.version, &j.oids))
+        .collect();
+    let mut exact = 0;
+    for (k, j) in jobs.iter().enumerate() {
+        exact += compare_with_net_snmp(j, &before[k], &after[k], &res[k]);
+    }
+    (res, report, exact)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn snmpd_values_equal_net_snmp_v2c_and_v1() {
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let agents = snmpd_agents();
+    let communities: Vec<String> = agents.iter().map(|(_, c)| c.clone()).collect();
+    let mut jobs: Vec<SnmpHostJob> = agents
+        .iter()
+        .map(|(a, c)| job(*a, c, agent_oids()))
+        .collect();
+    // Several requests per host: exercises chains.
+    for j in &mut jobs {
+        j.max_oids = 4;
+    }
+    let (res, report, exact) = poll_and_compare(&mut driver, &jobs, &communities).await;
+    assert_eq!(report.stats.hosts_timed_out, 0, "{report:?}");
+    assert!(
+        exact >= 15 * jobs.len(),
+        "most values compare exactly ({exact})"
+    );
+    // Typed fixtures of agent 1, explicitly.
+    let r = &res[0];
+    let base = agent_oids()
+        .iter()
+        .position(|o| o.to_string() == format!(".{PLAYPEN}.1.0"))
+        .unwrap();
+    assert_eq!(r[&base], Ok(VarValue::Integer(-42)));
+    assert_eq!(r[&(base + 1)], Ok(VarValue::Gauge32(4_000_000_000)));
+    assert_eq!(r[&(base + 2)], Ok(VarValue::Counter32(123_456)));
+    assert_eq!(
+        r[&(base + 3)],
+        Ok(VarValue::OctetString(b"fixture agent 1".to_vec()))
+    );
+    assert_eq!(
+        r[&(base + 4)],
+        Ok(VarValue::Oid(".1.3.6.1.4.1.8072.3.2.10".parse().unwrap()))
+    );
+    assert_eq!(r[&(base + 6)], Ok(VarValue::NoSuchObject));
+
+    // v1: OIDs that are exceptions in v2c, and Counter64 values (v1 has no such type),
+    // make a v1 agent answer noSuchName; exactly those items fail, the rest is asked
+    // again and equals net-snmp's.
+    let missing: Vec<usize> = r
+        .iter()
+        .filter(
+            |(_, v)| matches!(v, Ok(v) if v.is_exception() || matches!(v, VarValue::Counter64(_))),
+        )
+        .map(|(i, _)| *i)
+        .collect();
+    assert!(missing.len() >= 3, "{missing:?}");
+    let (addr, community) = agents[0].clone();
+    let all = agent_oids();
+    let mut v1 = job(addr, &community, all.clone());
+    v1.version = Version::V1;
+    let (res, report) = run(&mut driver, std::slice::from_ref(&v1)).await;
+    for (i, r) in &res[0] {
+        if missing.contains(i) {
+            let e = r.clone().unwrap_err();
+            assert_eq!(e.reason, ErrorReason::Unsupported);
+            assert!(e.text.contains("noSuchName"), "{}", e.text);
+        } else {
+            assert!(r.is_ok(), "v1 item {i}: {r:?}");
+        }
+    }
+    assert!(
+        report.stats.requests > missing.len() as u64,
+        "the rest was re-sent: {report:?}"
+    );
+    let present: Vec<Oid> = all
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !missing.contains(i))
+        .map(|(_, o)| o.clone())
+        .collect();
+    let mut v1ok = job(addr, &community, present);
+    v1ok.version = Version::V1;
+    let (_, _, exact) =
+        poll_and_compare(&mut driver, std::slice::from_ref(&v1ok), &[community]).await;
+    assert!(exact >= 15);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn wrong_community_is_a_timeout_not_a_value() {
+    let agents = snmpd_agents();
+    let (addr, community) = agents
+        .iter()
+        .find(|(_, c)| c != "public")
+        .cloned()
+        .expect("one agent with another community");
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let mut wrong = job(addr, "public", vec!["1.3.6.1.2.1.1.5.0".parse().unwrap()]);
+    wrong.timeout = Duration::from_millis(300);
+    let right = job(addr, &community, vec!["1.3.6.1.2.1.1.5.0".parse().unwrap()]);
+    let (res, _) = run(&mut driver, &[wrong, right]).await;
+    assert_eq!(res[0][&0].clone().unwrap_err().reason, ErrorReason::Timeout);
+    assert!(matches!(res[1][&0], Ok(VarValue::OctetString(_))));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn snmpsim_recordings_equal_net_snmp() {
+    let addr = snmpsim_addr();
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    // community = recording name; cisco's private subtree has wrapped Hex-STRINGs.
+    let plan = [
+        ("public", ".1"),
+        ("hp_perf", ".1"),
+        ("bgp", ".1"),
+        ("cisco_16_switch", ".1.3.6.1.4.1.9.5.1.3"),
+    ];
+    let mut jobs = Vec::new();
+    let communities: Vec<String> = plan.iter().map(|(c, _)| c.to_string()).collect();
+    for (community, root) in plan {
+        let oids = net_snmp_walk_oids(addr, community, root);
+        assert!(oids.len() >= 10, "{community}: recording has data");
+        let mut j = job(addr, community, oids);
+        j.max_oids = 10;
+        jobs.push(j);
+    }
+    let (_, report, exact) = poll_and_compare(&mut driver, &jobs, &communities).await;
+    assert_eq!(report.stats.hosts_timed_out, 0, "{report:?}");
+    assert!(exact > 1000, "compared {exact} values exactly");
+}
+
+/// nft table dropping UDP to a /24 on loopback: a true black hole (no ICMP back).
+struct BlackHole {
+    table: String,
+}
+
+impl BlackHole {
+    fn new(table: &str, net: &str) -> BlackHole {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "ip", table])
+            .status();
+        // Dropped on the input hook: the datagram leaves our socket (an output-hook drop
+        // would fail sendto with EPERM instead) and nothing ever comes back.
+        let script = format!(
+            "table ip {table} {{\n chain in {{\n  type filter hook input priority 0; policy accept;\n  ip daddr {net} udp dport 161 drop\n }}\n}}\n"
+        );
+        let st = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(script.as_bytes())?;
+                c.wait()
+            });
+        assert!(
+            matches!(st, Ok(s) if s.success()),
+            "nft failed (run as root with nftables installed)"
+        );
+        BlackHole {
+            table: table.to_string(),
+        }
+    }
+}
+
+impl Drop for BlackHole {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "ip", &self.table])
+            .status();
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn silent_hosts_cost_one_timeout_and_are_reported_once() {
+    let _hole = BlackHole::new("netpoller_snmp_test_blackhole", "127.0.23.0/24");
+    let agents = snmpd_agents();
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let timeout = Duration::from_millis(400);
+    let retries = 1;
+    let oids: Vec<Oid> = (1..=6)
+        .map(|i| format!("{PLAYPEN}.{i}.0").parse().unwrap())
+        .collect();
+    let mut jobs = Vec::new();
+    for (a, c) in &agents {
+        jobs.push(job(*a, c, oids.clone()));
+    }
+    // Nothing listens: ICMP port unreachable comes back (ECONNREFUSED territory).
+    for i in 1..=10u8 {
+        jobs.push(job(
+            SocketAddr::from(([127, 0, 22, i], 161)),
+            "public",
+            oids.clone(),
+        ));
+    }
+    // Black-holed: no answer of any kind.
+    for i in 1..=10u8 {
+        jobs.push(job(
+            SocketAddr::from(([127, 0, 23, i], 161)),
+            "public",
+            oids.clone(),
+        ));
+    }
+    for j in &mut jobs {
+        j.timeout = timeout;
+        j.retries = retries;
+        j.max_oids = 1; // 6 requests per live host, but a dead host only ever costs one
+    }
+    let live = agents.len();
+    let t0 = Instant::now();
+    let (res, report) = run(&mut driver, &jobs).await;
+    let wall = t0.elapsed();
+    let bound = timeout * (retries + 1);
+    assert!(
+        wall >= bound,
+        "dead hosts waited their full timeout: {wall:?}"
+    );
+    assert!(
+        wall <= bound + bound / 10 + Duration::from_millis(100),
+        "iteration took {wall:?}, bound {bound:?}"
+    );
+    for (j, r) in res.iter().enumerate() {
+        for (i, v) in r {
+            if j < live {
+                assert!(v.is_ok(), "live host {j} item {i}: {v:?}");
+            } else {
+                assert_eq!(
+                    v.as_ref().unwrap_err().reason,
+                    ErrorReason::Timeout,
+                    "dead host {j}"
+                );
+            }
+        }
+    }
+    assert_eq!(report.stats.hosts_timed_out, 20);
+    // One request per dead host, plus its retry: not one per item.
+    assert_eq!(report.stats.requests, (live * 6 + 20) as u64, "{report:?}");
+    assert_eq!(report.stats.retries, 20);
+}
+
+/// A real snmpd whose `pass` script sleeps before answering: a slow device.
+struct SlowAgent {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl SlowAgent {
+    fn start(addr: SocketAddr, delay: &str) -> SlowAgent {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("slow-snmpd-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let script = dir.join("slow.sh");
+        std::fs::write(
+            &script,
+            format!("#!/bin/sh\nsleep {delay}\necho \"$2\"\necho integer\necho 7\n"),
+        )
+        .unwrap();
+        Command::new("chmod")
+            .arg("755")
+            .arg(&script)
+            .status()
+            .unwrap();
+        let conf = dir.join("snmpd.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "rocommunity public 127.0.0.0/8\nmaster no\npass .1.3.6.1.4.1.8072.9999.8888 {}\n",
+                script.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("/usr/sbin/snmpd")
+            .args(["-f", "-Lf"])
+            .arg(dir.join("snmpd.log"))
+            .args(["-C", "-c"])
+            .arg(&conf)
+            .args(["-p"])
+            .arg(dir.join("snmpd.pid"))
+            .arg(format!("udp:{addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start snmpd");
+        let agent = SlowAgent { child, dir };
+        // Ready when it answers a plain GET (bounded wait).
+        let t = Instant::now();
+        loop {
+            let ok = Command::new("snmpget")
+                .args(["-m", "", "-t", "0.3", "-r", "0", "-v2c", "-c", "public"])
+                .arg(addr.to_string())
+                .arg(".1.3.6.1.2.1.1.3.0")
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false);
+            if ok {
+                break;
+            }
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "slow snmpd did not start"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        agent
+    }
+}
+
+impl Drop for SlowAgent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn one_slow_host_does_not_delay_the_others() {
+    let slow_addr = SocketAddr::from(([127, 0, 24, 1], 16161));
+    let _slow = SlowAgent::start(slow_addr, "1");
+    let agents = snmpd_agents();
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let mut jobs = vec![job(
+        slow_addr,
+        "public",
+        vec!["1.3.6.1.4.1.8072.9999.8888.1.0".parse().unwrap()],
+    )];
+    jobs[0].timeout = Duration::from_secs(3);
+    let fast_oids: Vec<Oid> = (1..=6)
+        .map(|i| format!("{PLAYPEN}.{i}.0").parse().unwrap())
+        .collect();
+    for (a, c) in &agents {
+        let mut j = job(*a, c, fast_oids.clone());
+        j.max_oids = 1; // a chain of 6 sequential requests per fast host
+        jobs.push(j);
+    }
+    let t0 = Instant::now();
+    let mut arrival: HashMap<(usize, usize), Duration> = HashMap::new();
+    let mut slow_value = None;
+    let report = driver
+        .run_iteration(&jobs, |j, i, r| {
+            arrival.insert((j, i), t0.elapsed());
+            if j == 0 {
+                slow_value = Some(r);
+            }
+        })
+        .await;
+    assert_eq!(slow_value, Some(Ok(VarValue::Integer(7))), "{report:?}");
+    let slow_at = arrival[&(0, 0)];
+    assert!(
+        slow_at >= Duration::from_millis(900),
+        "slow agent answered after its sleep: {slow_at:?}"
+    );
+    let last_fast = arrival
+        .iter()
+        .filter(|((j, _), _)| *j != 0)
+        .map(|(_, t)| *t)
+        .max()
+        .unwrap();
+    assert_eq!(arrival.len(), 1 + 6 * agents.len());
+    assert!(
+        last_fast < slow_at,
+        "all fast chains ({last_fast:?}) finished before the slow host ({slow_at:?})"
+    );
+}

@@ -1,0 +1,224 @@
+//! `netpoller snmp get|walk` against the real agents (scripts/services.sh): output equal
+//! to net-snmp's `snmpget -On -Oe` / `snmpbulkwalk -On -Oe`, JSON lines, and the
+//! community never shown.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::process::{Command, Output};
+
+use common::{netpoller, service_env};
+
+fn first_agent() -> (String, String) {
+    let addr = service_env("NETPOLLER_SNMPD_ADDRS")
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string();
+    let port = service_env("NETPOLLER_SNMPD_PORT");
+    let community = service_env("NETPOLLER_SNMPD_COMMUNITIES")
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string();
+    let a: SocketAddr = format!("{addr}:{port}").parse().unwrap();
+    assert!(a.ip().is_loopback());
+    (a.to_string(), community)
+}
+
+fn text(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn net_snmp(tool: &str, args: &[&str]) -> String {
+    let o = Command::new(tool)
+        .args(["-m", "", "-On", "-Oe"])
+        .args(args)
+        .output()
+        .expect("net-snmp tools installed");
+    assert!(
+        o.status.success(),
+        "{tool}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    text(&o)
+}
+
+const STATIC_OIDS: [&str; 9] = [
+    ".1.3.6.1.2.1.1.1.0",
+    ".1.3.6.1.2.1.1.2.0",
+    ".1.3.6.1.2.1.1.5.0",
+    ".1.3.6.1.2.1.2.2.1.6.1",
+    ".1.3.6.1.4.1.8072.9999.9999.1.0",
+    ".1.3.6.1.4.1.8072.9999.9999.2.0",
+    ".1.3.6.1.4.1.8072.9999.9999.3.0",
+    ".1.3.6.1.4.1.8072.9999.9999.5.0",
+    ".1.3.6.1.4.1.8072.9999.9999.7.0",
+];
+
+#[test]
+fn get_prints_what_snmpget_prints() {
+    let (addr, community) = first_agent();
+    for version in ["2c", "1"] {
+        let oids: Vec<&str> = if version == "1" {
+            STATIC_OIDS[..8].to_vec()
+        } else {
+            STATIC_OIDS.to_vec()
+        };
+        let o = netpoller()
+            .args(["snmp", "get", "-v", version, "-c", &community, &addr])
+            .args(&oids)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut args = vec!["-v", version, "-c", &community, &addr];
+        args.extend(&oids);
+        assert_eq!(text(&o), net_snmp("snmpget", &args), "v{version}");
+    }
+}
+
+#[test]
+fn get_json_lines() {
+    let (addr, community) = first_agent();
+    let o = netpoller()
+        .args([
+            "snmp",
+            "get",
+            "--json",
+            "-c",
+            &community,
+            &addr,
+            ".1.3.6.1.4.1.8072.9999.9999.1.0",
+            "1.3.6.1.4.1.8072.9999.9999.4.0",
+            ".1.3.6.1.4.1.8072.9999.9999.7.0",
+        ])
+        .output()
+        .unwrap();
+    let lines: Vec<serde_json::Value> = text(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        lines[0],
+        serde_json::json!({"oid": ".1.3.6.1.4.1.8072.9999.9999.1.0", "type": "INTEGER", "value": -42})
+    );
+    assert_eq!(
+        lines[1],
+        serde_json::json!({"oid": ".1.3.6.1.4.1.8072.9999.9999.4.0", "type": "STRING", "value": "fixture agent 1"})
+    );
+    assert_eq!(
+        lines[2],
+        serde_json::json!({"oid": ".1.3.6.1.4.1.8072.9999.9999.7.0", "error": "noSuchObject"})
+    );
+}
+
+#[test]
+fn walk_prints_what_snmpbulkwalk_prints() {
+    let sim: SocketAddr = service_env("NETPOLLER_SNMPSIM_ADDR").parse().unwrap();
+    assert!(sim.ip().is_loopback());
+    let sim = sim.to_string();
+    // snmpsim recordings: cisco's subtree has Hex-STRINGs wrapped over several lines.
+    for (community, root) in [
+        ("cisco_16_switch", ".1.3.6.1.4.1.9.5.1.3"),
+        ("bgp", ".1"),
+        ("hp_perf", ".1"),
+    ] {
+        let o = netpoller()
+            .args(["snmp", "walk", "-c", community, &sim, root])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let ours = text(&o);
+        assert!(ours.lines().count() > 10, "{community}");
+        // At the very end of an agent's MIB, snmpbulkwalk also prints the endOfMibView
+        // varbinds of the last GETBULK; we stop at the first one and print none.
+        let theirs: String = net_snmp("snmpbulkwalk", &["-v2c", "-c", community, &sim, root])
+            .split_inclusive('\n')
+            .filter(|l| !l.contains(" = No more variables left in this MIB View"))
+            .collect();
+        assert_eq!(ours, theirs, "{community} {root}");
+    }
+    // v1 GETNEXT walk of a real snmpd, minus the ticking sysUpTime.
+    let (addr, community) = first_agent();
+    let strip = |s: String| {
+        s.lines()
+            .filter(|l| !l.starts_with(".1.3.6.1.2.1.1.3.0 "))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    };
+    let o = netpoller()
+        .args([
+            "snmp",
+            "walk",
+            "-v",
+            "1",
+            "-c",
+            &community,
+            &addr,
+            ".1.3.6.1.2.1.1",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        strip(text(&o)),
+        strip(net_snmp(
+            "snmpwalk",
+            &["-v1", "-c", &community, &addr, ".1.3.6.1.2.1.1"]
+        ))
+    );
+}
+
+#[test]
+fn community_never_shown() {
+    let secret = "Sup3r-S3cret-c0mmunity";
+    let o = netpoller()
+        .env("NETPOLLER_SNMP_COMMUNITY", secret)
+        .args(["snmp", "get", "--help"])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(text(&o).contains("--community"));
+    assert!(!text(&o).contains(secret), "--help shows the community");
+    // Silent address (nothing listens), most verbose logging: not in errors or logs.
+    for args in [
+        vec![
+            "--log-level",
+            "trace",
+            "snmp",
+            "get",
+            "-t",
+            "200ms",
+            "-r",
+            "0",
+            "127.0.22.9",
+            ".1.3.6.1.2.1.1.1.0",
+        ],
+        vec![
+            "--log-level",
+            "trace",
+            "snmp",
+            "walk",
+            "-t",
+            "200ms",
+            "-r",
+            "0",
+            "127.0.22.9",
+            ".1.3.6.1.2.1.1",
+        ],
+        vec!["snmp", "get", "127.0.22.9", "not-an-oid"],
+    ] {
+        let o = netpoller()
+            .env("NETPOLLER_SNMP_COMMUNITY", secret)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?} must fail");
+        let all = format!("{}{}", text(&o), String::from_utf8_lossy(&o.stderr));
+        assert!(!all.is_empty());
+        assert!(
+            !all.contains(secret),
+            "{args:?} printed the community:\n{all}"
+        );
+    }
+}
