@@ -1,0 +1,273 @@
+//! `netpoller run --user nobody` started as root: after start the process (every thread
+//! of it) runs as `nobody` with only CAP_NET_RAW, and its raw ICMP socket still works
+//! (values for 127.0.0.1 keep coming, scraped from `/metrics`). Also: the SNMP community
+//! never shows up in logs or metrics, and an unknown user is a clear startup error.
+//!
+//! Needs root (skipped otherwise, with a message). Traffic: ICMP echo to 127.0.0.1 only.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const COMMUNITY: &str = "privdrop-s3cret-community-7f3a";
+
+fn is_root() -> bool {
+    // SAFETY: getter without side effects.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// uid and gid of `nobody`, from the passwd database.
+fn nobody() -> (u32, u32) {
+    let name = std::ffi::CString::new("nobody").unwrap();
+    // SAFETY: getpwnam returns a pointer to static storage or null; read at once.
+    unsafe {
+        let p = libc::getpwnam(name.as_ptr());
+        assert!(!p.is_null(), "user nobody exists");
+        ((*p).pw_uid, (*p).pw_gid)
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).ok()?;
+    let (head, body) = resp.split_once("\r\n\r\n")?;
+    Some((head.split(' ').nth(1)?.parse().ok()?, body.to_string()))
+}
+
+fn metric(body: &str, series: &str) -> Option<f64> {
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// Fields of /proc/<pid>/task/<tid>/status for every thread.
+fn thread_statuses(pid: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        if let Ok(s) = std::fs::read_to_string(t.unwrap().path().join("status")) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+fn field<'a>(status: &'a str, name: &str) -> &'a str {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {name} in status"))
+        .trim()
+}
+
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // Only our own child, by pid; harmless if it already exited.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn write_config(dir: &Path, port: u16) -> std::path::PathBuf {
+    let spool = dir.join("spool");
+    std::fs::create_dir(&spool).unwrap();
+    let (uid, gid) = nobody();
+    let c = std::ffi::CString::new(spool.to_str().unwrap()).unwrap();
+    // SAFETY: chown on a path we just created.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), uid, gid) }, 0);
+    // tempfile makes 0700 directories: nobody must reach the spool inside.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cfg = dir.join("netpoller.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[daemon]
+metrics_listen = "127.0.0.1:{port}"
+spool_dir = "{}"
+
+[icmp]
+timeout = "500ms"
+
+[snmp]
+community = "{COMMUNITY}"
+
+[[templates]]
+name = "icmp"
+items = [ {{ key = "icmpping", interval = "1s" }} ]
+
+[[hosts]]
+name = "loopback"
+ip = "127.0.0.1"
+templates = ["icmp"]
+"#,
+            spool.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+#[test]
+fn run_as_root_with_user_drops_to_net_raw_only() {
+    if !is_root() {
+        eprintln!("skipping: needs root to start the daemon privileged");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = write_config(dir.path(), port);
+    let (stdout_path, stderr_path) = (dir.path().join("stdout"), dir.path().join("stderr"));
+    let child = Command::new(env!("CARGO_BIN_EXE_netpoller"))
+        .args([
+            "run",
+            "-c",
+            cfg.to_str().unwrap(),
+            "--user",
+            "nobody",
+            "--log-format",
+            "json",
+        ])
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&stdout_path).unwrap())
+        .stderr(std::fs::File::create(&stderr_path).unwrap())
+        .spawn()
+        .unwrap();
+    let mut daemon = Daemon(child);
+    let pid = daemon.0.id();
+
+    // Values for 127.0.0.1 prove the raw socket works after the drop.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let body = loop {
+        if let Some(status) = daemon.0.try_wait().unwrap() {
+            panic!(
+                "daemon exited early ({status}): {}",
+                std::fs::read_to_string(&stderr_path).unwrap()
+            );
+        }
+        if let Some((200, body)) = http_get(port, "/metrics") {
+            if metric(&body, "netpoller_values_total{engine=\"icmp\"}").unwrap_or(0.0) >= 2.0 {
+                break body;
+            }
+        }
+        assert!(Instant::now() < deadline, "no ICMP values within 20 s");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        metric(
+            &body,
+            "netpoller_item_errors_total{engine=\"icmp\",reason=\"send\"}"
+        ),
+        Some(0.0)
+    );
+
+    let (uid, gid) = nobody();
+    let statuses = thread_statuses(pid);
+    assert!(statuses.len() > 1, "the runtime's threads exist");
+    for s in &statuses {
+        let ids = |name| {
+            field(s, name)
+                .split_whitespace()
+                .map(|v| v.parse::<u32>().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids("Uid"), [uid; 4], "{s}");
+        assert_eq!(ids("Gid"), [gid; 4], "{s}");
+        assert_eq!(field(s, "Groups"), "", "no supplementary groups");
+        assert_eq!(
+            field(s, "CapEff"),
+            "0000000000002000",
+            "only CAP_NET_RAW effective"
+        );
+        assert_eq!(
+            field(s, "CapPrm"),
+            "0000000000002000",
+            "only CAP_NET_RAW permitted"
+        );
+        assert_eq!(field(s, "CapInh"), "0000000000000000");
+        assert_eq!(field(s, "CapAmb"), "0000000000000000");
+    }
+
+    let (st, body_h) = http_get(port, "/healthz").expect("healthz answers");
+    assert_eq!((st, body_h.as_str()), (200, "ok\n"));
+
+    // SAFETY: signalling our own child by pid.
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = daemon.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "daemon did not stop within 30 s of SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    let stdout = std::fs::read_to_string(&stdout_path).unwrap();
+    assert!(status.success(), "exit {status}: {stderr}");
+
+    // JSON logs: every line an object with level and message; the drop is logged.
+    let mut dropped = false;
+    for line in stderr.lines() {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+        dropped |= v["message"]
+            .as_str()
+            .unwrap()
+            .contains("dropped privileges")
+            && v["user"] == "nobody";
+    }
+    assert!(dropped, "privilege drop not logged: {stderr}");
+    for (what, text) in [
+        ("stderr", &stderr),
+        ("stdout", &stdout),
+        ("/metrics", &body),
+    ] {
+        assert!(!text.contains(COMMUNITY), "community leaked to {what}");
+    }
+}
+
+#[test]
+fn unknown_user_is_a_clear_startup_error() {
+    if !is_root() {
+        eprintln!("skipping: needs root to start the daemon privileged");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), free_port());
+    let out = Command::new(env!("CARGO_BIN_EXE_netpoller"))
+        .args([
+            "run",
+            "-c",
+            cfg.to_str().unwrap(),
+            "--user",
+            "no-such-user-np",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("no such user \"no-such-user-np\""),
+        "{stderr}"
+    );
+    assert!(!stderr.contains(COMMUNITY));
+}
