@@ -8,6 +8,8 @@
 //! * `table=dbl|uint|str|mixed` (default mixed), `base_clock=UNIX` (default now)
 //! * `batch_rows=N`, `batch_bytes=N`, `flush_ms=N`, `compression=none|lz4`, `inflight=N`,
 //!   `attempts=N`, `backoff_ms=N`, `backoff_max_ms=N`
+//! * `items=K` — itemid `i % K`, clock `base_clock + i / K` (one row per item and
+//!   second, as a poller writes) instead of the default below
 //! * `drain=1` — before exiting, wait until the spool is empty (replayed)
 //! * `hold_ms=N` — keep running N ms after the last row before shutdown
 //!
@@ -79,6 +81,7 @@ fn main() -> std::process::ExitCode {
     ) as u32;
     let table = get("table").unwrap_or_else(|| "mixed".into());
     let drain = num("drain", 0) == 1;
+    let items = num("items", 0);
     let hold = Duration::from_millis(num("hold_ms", 0));
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -138,11 +141,16 @@ fn main() -> std::process::ExitCode {
                     Table::Uint => RowValue::Uint(j),
                     Table::Str | Table::Log => RowValue::Str(format!("value {j}")),
                 };
+                let (itemid, clock) = if items > 0 {
+                    (j % items, base_clock + (j / items) as u32)
+                } else {
+                    (j, base_clock + (j / 1000) as u32)
+                };
                 v.push((
                     t,
                     Row {
-                        itemid: j,
-                        clock: base_clock + (j / 1000) as u32,
+                        itemid,
+                        clock,
                         ns: (j % 1000) as u32,
                         hostname: hosts[(j % 1000) as usize].clone(),
                         itemname: keys[t.index()].clone(),
