@@ -1,0 +1,469 @@
+//! Operating `netpoller run`: `/metrics` counts what happened, `/healthz` follows the
+//! sink, secrets never leak into any output, `--user` drops privileges.
+//!
+//! Traffic goes only to 127.0.0.0/8.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{ch, netpoller, scratch, service_env, Daemon};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `path` from the metrics endpoint: (status code, body). `None` if not listening yet.
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let (head, body) = buf.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// Parse Prometheus text into `name{labels}` → value.
+fn parse_metrics(text: &str) -> HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}
+
+fn metric(m: &HashMap<String, f64>, key: &str) -> f64 {
+    *m.get(key).unwrap_or_else(|| panic!("metric {key} missing"))
+}
+
+fn sum_prefix(m: &HashMap<String, f64>, prefix: &str) -> f64 {
+    m.iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let t = Instant::now();
+    while t.elapsed() < timeout {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    false
+}
+
+/// Every item of this config is due within the first batch window (interval 10 s =
+/// window 10 s), so the first round of iterations polls each item exactly once and the
+/// counters settle at known values.
+fn one_round_config(
+    db: &str,
+    port: u16,
+    spool: &Path,
+    ch_url: &str,
+    password: &str,
+    community: &str,
+) -> String {
+    let agent = service_env("NETPOLLER_SNMPD_ADDRS")
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string();
+    format!(
+        r#"
+[daemon]
+metrics_listen = "127.0.0.1:{port}"
+spool_dir = "{spool}"
+batch_window = "10s"
+
+[clickhouse]
+url = "{ch_url}"
+database = "{db}"
+password = "{password}"
+flush_interval = "200ms"
+compression = "none"
+
+[icmp]
+timeout = "300ms"
+
+[snmp]
+timeout = "500ms"
+retries = 0
+community = "{community}"
+
+[[templates]]
+name = "icmp"
+items = [ {{ key = "icmpping", interval = "10s" }}, {{ key = "icmppingsec", interval = "10s" }} ]
+
+[[templates]]
+name = "snmp"
+items = [
+  {{ key = "sysUpTime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "10s" }},
+  {{ key = "missing", oid = "1.3.6.1.2.1.1.99.0", type = "uint", interval = "10s" }},
+]
+
+[[hosts]]
+name = "agent"
+ip = "{agent}"
+templates = ["snmp"]
+snmp = {{ community = "public" }}
+
+[[hosts]]
+name = "dead-agent"          # nothing listens there: a forced timeout
+ip = "127.0.73.1"
+templates = ["snmp"]
+
+[[host_ranges]]
+cidr = "127.0.74.0/29"
+name = "cpe-{{ip}}"
+templates = ["icmp"]
+"#,
+        spool = spool.display()
+    )
+}
+
+#[test]
+fn metrics_count_what_happened() {
+    let dir = scratch("ops-metrics");
+    let db = format!("nptest_ops_{}", std::process::id());
+    let port = free_port();
+    let cfg = dir.join("c.toml");
+    std::fs::write(
+        &cfg,
+        one_round_config(
+            &db,
+            port,
+            &dir.join("spool"),
+            &service_env("NETPOLLER_CH_URL"),
+            "",
+            "public",
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    // 6 CPEs × 2 ICMP items, agent: 1 value + 1 unsupported, dead agent: 2 timeouts.
+    let mut m = HashMap::new();
+    let settled = wait_until(Duration::from_secs(20), || {
+        let Some((200, body)) = get(port, "/metrics") else {
+            return false;
+        };
+        m = parse_metrics(&body);
+        m.get("netpoller_items_polled_total{engine=\"snmp\"}") == Some(&4.0)
+            && m.get("netpoller_items_polled_total{engine=\"icmp\"}") == Some(&12.0)
+            && sum_prefix(&m, "netpoller_sink_rows_written_total") == 13.0
+    });
+    assert!(settled, "counters did not settle: {m:#?}\n{}", d.log_text());
+    assert_eq!(metric(&m, "netpoller_values_total{engine=\"icmp\"}"), 12.0);
+    assert_eq!(metric(&m, "netpoller_values_total{engine=\"snmp\"}"), 1.0);
+    assert_eq!(
+        metric(
+            &m,
+            "netpoller_item_errors_total{engine=\"snmp\",reason=\"timeout\"}"
+        ),
+        2.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "netpoller_item_errors_total{engine=\"snmp\",reason=\"unsupported\"}"
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &m,
+            "netpoller_item_errors_total{engine=\"icmp\",reason=\"timeout\"}"
+        ),
+        0.0
+    );
+    assert_eq!(metric(&m, "netpoller_scheduler_items"), 16.0);
+    assert!(metric(&m, "netpoller_iterations_total{engine=\"icmp\"}") >= 1.0);
+    assert_eq!(metric(&m, "netpoller_build_info{version=\"0.1.0\"}"), 1.0);
+    // What the sink says it wrote is what ClickHouse holds.
+    let rows: u64 = ["history_uint", "history_dbl"]
+        .iter()
+        .map(|t| {
+            ch(&format!("SELECT count() FROM {db}.{t} FORMAT TSV"))
+                .trim()
+                .parse::<u64>()
+                .unwrap()
+        })
+        .sum();
+    assert_eq!(rows, 13);
+    let (code, body) = get(port, "/healthz").unwrap();
+    assert_eq!(code, 200, "{body}");
+    assert!(d.stop().success());
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}
+
+/// A small tmpfs as the spool folder, removed on drop.
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount tmpfs (tests run as root)");
+        Tmpfs(dir.to_path_buf())
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn healthz_turns_503_without_clickhouse_and_spool_space_and_back() {
+    let dir = scratch("ops-health");
+    let spool = dir.join("spool");
+    let _fs = Tmpfs::mount(&spool, "256k");
+    let port = free_port();
+    // ClickHouse "stopped": nothing listens on this port.
+    let dead_ch = format!("http://127.0.0.1:{}", free_port());
+    let cfg = dir.join("c.toml");
+    let text = one_round_config("glaber", port, &spool, &dead_ch, "", "public")
+        .replace("batch_window = \"10s\"", "batch_window = \"1s\"")
+        .replace("interval = \"10s\"", "interval = \"1s\"")
+        .replace("127.0.74.0/29", "127.0.74.0/24");
+    std::fs::write(&cfg, text).unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    // ClickHouse down but the spool has room: spooling as designed, healthy.
+    assert!(
+        wait_until(Duration::from_secs(20), || matches!(
+            get(port, "/healthz"),
+            Some((200, _))
+        )),
+        "{}",
+        d.log_text()
+    );
+    // Fill the spool's file system.
+    let filler = spool.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 4096];
+    while f.write_all(&chunk).is_ok() {}
+    drop(f);
+    let mut reason = String::new();
+    assert!(
+        wait_until(Duration::from_secs(30), || match get(port, "/healthz") {
+            Some((503, body)) => {
+                reason = body;
+                true
+            }
+            _ => false,
+        }),
+        "never turned 503:\n{}",
+        d.log_text()
+    );
+    assert!(
+        reason.contains("spool"),
+        "503 reason names the spool: {reason:?}"
+    );
+    let (_, metrics) = get(port, "/metrics").unwrap();
+    let m = parse_metrics(&metrics);
+    assert!(
+        sum_prefix(&m, "netpoller_sink_dropped_rows_total") > 0.0,
+        "the loss is counted"
+    );
+    // Space again: back to 200.
+    std::fs::remove_file(&filler).unwrap();
+    assert!(
+        wait_until(Duration::from_secs(30), || matches!(
+            get(port, "/healthz"),
+            Some((200, _))
+        )),
+        "never recovered:\n{}",
+        d.log_text()
+    );
+    assert!(d.stop().success());
+}
+
+#[test]
+fn secrets_never_appear_in_any_output() {
+    const COMMUNITY: &str = "C0mmunityS3cretXyz";
+    const PASSWORD: &str = "Passw0rdS3cretXyz";
+    let dir = scratch("ops-secrets");
+    let port = free_port();
+    let cfg = dir.join("c.toml");
+    // A wrong ClickHouse password: the server refuses, and the errors must not echo it.
+    std::fs::write(
+        &cfg,
+        one_round_config(
+            "glaber",
+            port,
+            &dir.join("spool"),
+            &service_env("NETPOLLER_CH_URL"),
+            PASSWORD,
+            COMMUNITY,
+        )
+        .replace("snmp = { community = \"public\" }", ""),
+    )
+    .unwrap();
+    let mut outputs = Vec::new();
+    for args in [
+        vec!["--help"],
+        vec!["run", "--help"],
+        vec!["snmp", "get", "--help"],
+        vec!["check-config", "-c"],
+        vec![
+            "--log-level",
+            "debug",
+            "poll-once",
+            "--json",
+            "--quiet",
+            "-c",
+        ],
+    ] {
+        let mut c = netpoller();
+        c.args(&args);
+        if args.last() == Some(&"-c") {
+            c.arg(&cfg);
+        }
+        let o = c.output().unwrap();
+        outputs.push(String::from_utf8_lossy(&o.stdout).into_owned());
+        outputs.push(String::from_utf8_lossy(&o.stderr).into_owned());
+    }
+    // `snmp get` with the community on the command line, against a silent address.
+    let o = netpoller()
+        .args([
+            "--log-level",
+            "debug",
+            "snmp",
+            "get",
+            "--timeout",
+            "300ms",
+            "--retries",
+            "0",
+            "--community",
+            COMMUNITY,
+            "127.0.73.2",
+            "1.3.6.1.2.1.1.1.0",
+        ])
+        .output()
+        .unwrap();
+    outputs.push(String::from_utf8_lossy(&o.stdout).into_owned());
+    outputs.push(String::from_utf8_lossy(&o.stderr).into_owned());
+    // The daemon at debug level, with /metrics scraped while it runs.
+    let d = Daemon::start(&cfg, &["--log-format", "json"], dir.join("run.log"));
+    let mut scraped = String::new();
+    assert!(wait_until(Duration::from_secs(20), || {
+        if let Some((200, body)) = get(port, "/metrics") {
+            scraped = body;
+            return parse_metrics(&scraped).get("netpoller_items_polled_total{engine=\"snmp\"}")
+                == Some(&4.0);
+        }
+        false
+    }));
+    // Give the sink time to fail its INSERTs with the wrong password.
+    std::thread::sleep(Duration::from_secs(2));
+    let log_path = d.log.clone();
+    assert!(d.stop().success());
+    outputs.push(scraped);
+    outputs.push(std::fs::read_to_string(log_path).unwrap());
+    let all = outputs.join("\n");
+    // The secret-bearing paths really ran: the server refused the password, the agent
+    // never answered the wrong community.
+    assert!(
+        all.contains("Wrong password"),
+        "the INSERT error path was not exercised:\n{all}"
+    );
+    assert!(
+        all.contains("\"reason\":\"timeout\"") || all.contains("timeout"),
+        "{all}"
+    );
+    for secret in [COMMUNITY, PASSWORD] {
+        assert!(
+            !all.contains(secret),
+            "secret {secret} leaked:\n{}",
+            all.lines()
+                .filter(|l| l.contains(secret))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
+}
+
+#[test]
+fn run_user_drops_to_net_raw_only() {
+    let dir = scratch("ops-user");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let port = free_port();
+    let cfg = dir.join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\nspool_dir = \"{}\"\n[[templates]]\nname = \"icmp\"\nitems = [ {{ key = \"icmpping\", interval = \"1s\" }} ]\n[[hosts]]\nname = \"h\"\nip = \"127.0.75.1\"\ntemplates = [\"icmp\"]\n",
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&cfg, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let d = Daemon::start(&cfg, &["--user", "nobody"], dir.join("run.log"));
+    assert!(
+        wait_until(Duration::from_secs(15), || {
+            get(port, "/metrics")
+                .map(|(_, b)| {
+                    parse_metrics(&b)
+                        .get("netpoller_values_total{engine=\"icmp\"}")
+                        .copied()
+                        .unwrap_or(0.0)
+                        >= 2.0
+                })
+                .unwrap_or(false)
+        }),
+        "the dropped daemon keeps pinging:\n{}",
+        d.log_text()
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+    };
+    let nobody = std::process::Command::new("id")
+        .args(["-u", "nobody"])
+        .output()
+        .unwrap();
+    let nobody = String::from_utf8(nobody.stdout).unwrap().trim().to_string();
+    assert!(field("Uid:").iter().all(|u| *u == nobody), "{status}");
+    assert_eq!(
+        u64::from_str_radix(field("CapEff:")[0], 16).unwrap(),
+        1 << 13,
+        "only CAP_NET_RAW: {status}"
+    );
+    assert_eq!(
+        u64::from_str_radix(field("CapPrm:")[0], 16).unwrap(),
+        1 << 13,
+        "{status}"
+    );
+    assert!(d.stop().success());
+}
