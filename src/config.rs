@@ -1090,7 +1090,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 kind: it.kind,
             });
         }
-        ok.then(|| HostSpec {
+        ok.then_some(HostSpec {
             name,
             ip,
             snmp: if has_snmp { snmp } else { None },

@@ -12,9 +12,22 @@ mod telemetry;
 
 use clap::{Parser, Subcommand};
 
+const EXAMPLES: &str = "\
+Examples:
+  netpoller check-config -c /etc/netpoller/netpoller.toml   validate, list every error with its line
+  netpoller poll-once -c netpoller.toml --json             poll each item once, print JSON lines
+  netpoller run -c netpoller.toml --user netpoller         the daemon (SIGHUP reloads, SIGTERM flushes)
+  netpoller run -c netpoller.toml --shard 0/2              this process polls half of the hosts
+  netpoller sweep 192.0.2.0/24 --count 3 --timeout 1s      fping-style sweep of a prefix
+  netpoller snmp get 192.0.2.1 1.3.6.1.2.1.1.3.0           like net-snmp's snmpget (-c public -v 2c)
+  netpoller schema -c netpoller.toml --apply               create / verify the ClickHouse tables
+  netpoller spool dump -c netpoller.toml                   spooled values as TSV
+
+Docs: README.md (configuration reference), docs/production.md, BENCHMARKS.md";
+
 /// ICMP and SNMP poller that writes Zabbix (Glaber) history into ClickHouse.
 #[derive(Parser, Debug)]
-#[command(name = "netpoller", version, about, long_about = None)]
+#[command(name = "netpoller", version, about, long_about = None, after_help = EXAMPLES)]
 struct Cli {
     #[command(flatten)]
     global: telemetry::GlobalArgs,
