@@ -1,0 +1,196 @@
+#!/usr/bin/env bash
+# ICMP sweep benchmark: `netpoller sweep` vs fping vs nmap on 4,096 and 65,536 hosts,
+# 25% silent (nft drops echo requests to every address ≡ 3 mod 4).
+#
+# Two environments, both inside network namespaces this script creates and removes:
+#   lo   — one namespace; targets are 127.78.0.0/20 and /16 on its own loopback.
+#          (nmap is skipped here: it reports loopback addresses up without probing.)
+#   veth — a sender namespace and a target namespace joined by a veth pair. The target
+#          namespace answers for 198.19.0.0/16 (RFC 2544 benchmark range) through a
+#          `local` route; the sender namespace has no other interface and no default
+#          route, so no packet can leave the machine.
+#
+# Usage: sudo benches/icmp_sweep.sh [--quick]     (--quick: 4,096 hosts only)
+# Env:   TIMEOUT_MS (default 1000), NETPOLLER (default target/release/netpoller, built
+#        with `cargo build --release` when missing), NMAP_LIMIT_S (default 300).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+TIMEOUT_MS=${TIMEOUT_MS:-1000}
+NMAP_LIMIT_S=${NMAP_LIMIT_S:-300}
+NETPOLLER=${NETPOLLER:-$PWD/target/release/netpoller}
+QUICK=0
+[[ ${1:-} == --quick ]] && QUICK=1
+
+[[ $(id -u) == 0 ]] || { echo "run as root (namespaces, nft, raw sockets)" >&2; exit 1; }
+for t in fping nmap nft ip /usr/bin/time; do
+    command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 1; }
+done
+if [[ ! -x $NETPOLLER ]]; then
+    cargo build --release --bin netpoller
+fi
+
+ID=$$
+NS_LO=npb_lo_$ID
+NS_SRC=npb_src_$ID
+NS_DST=npb_dst_$ID
+WORK=$(mktemp -d)
+cleanup() {
+    for ns in "$NS_LO" "$NS_SRC" "$NS_DST"; do
+        ip netns del "$ns" 2>/dev/null || true
+    done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT INT TERM
+
+silence_quarter() { # netns prefix
+    ip netns exec "$1" nft -f - <<EOF
+table inet netpoller_bench {
+  chain input {
+    type filter hook input priority -10; policy accept;
+    ip daddr $2 ip daddr & 0.0.0.3 == 0.0.0.3 icmp type echo-request drop
+  }
+}
+EOF
+}
+
+# --- namespaces -------------------------------------------------------------------------
+ip netns add "$NS_LO"
+ip -n "$NS_LO" link set lo up
+silence_quarter "$NS_LO" 127.78.0.0/16
+
+ip netns add "$NS_SRC"
+ip netns add "$NS_DST"
+ip -n "$NS_SRC" link set lo up
+ip -n "$NS_DST" link set lo up
+ip link add "npb_a_$ID" netns "$NS_SRC" type veth peer name "npb_b_$ID" netns "$NS_DST"
+ip -n "$NS_SRC" addr add 198.18.0.1/30 dev "npb_a_$ID"
+ip -n "$NS_DST" addr add 198.18.0.2/30 dev "npb_b_$ID"
+ip -n "$NS_SRC" link set "npb_a_$ID" up
+ip -n "$NS_DST" link set "npb_b_$ID" up
+ip -n "$NS_SRC" route add 198.19.0.0/16 via 198.18.0.2
+ip -n "$NS_DST" route add local 198.19.0.0/16 dev lo
+silence_quarter "$NS_DST" 198.19.0.0/16
+# Safety: the sender namespace must route nowhere but the veth.
+if ip -n "$NS_SRC" route show default | grep -q .; then
+    echo "sender namespace has a default route; refusing to run" >&2
+    exit 1
+fi
+
+# --- target lists -----------------------------------------------------------------------
+# list FILE PREFIX3 COUNT: PREFIX3 like 127.78 (two octets), COUNT 4096 or 65536.
+list() {
+    local file=$1 p=$2 n=$3
+    python3 - "$p" "$n" >"$file" <<'EOF'
+import sys
+p, n = sys.argv[1], int(sys.argv[2])
+for i in range(n):
+    print(f"{p}.{i >> 8}.{i & 255}")
+EOF
+}
+
+# --- measurement ------------------------------------------------------------------------
+printf "%-6s %-6s %-34s %8s %8s %8s %8s %10s\n" env hosts tool wall_s cpu_s alive expect cpu_us/host | tee "$WORK/table"
+RESULTS=()
+
+measure() { # env hosts label expect ns cmd...
+    local env=$1 hosts=$2 label=$3 expect=$4 ns=$5
+    shift 5
+    local out="$WORK/out" err="$WORK/err" tm="$WORK/time"
+    if ! /usr/bin/time -o "$tm" -f "%e %U %S" timeout "$NMAP_LIMIT_S" ip netns exec "$ns" "$@" >"$out" 2>"$err"; then
+        if [[ ! -s $tm ]] || grep -q "Command exited with non-zero status 124" "$tm"; then
+            printf "%-6s %-6s %-34s %8s\n" "$env" "$hosts" "$label" "timeout>${NMAP_LIMIT_S}s" | tee -a "$WORK/table"
+            return
+        fi
+    fi
+    local wall user sys alive
+    read -r wall user sys < <(tail -1 "$tm")
+    case $label in
+        netpoller*) alive=$(grep -oE '[0-9]+ alive' "$err" | tail -1 | cut -d' ' -f1) ;;
+        "fping -c1"*) alive=$(grep -cE 'xmt/rcv/%loss = [0-9]+/[1-9]' "$err" || true) ;;
+        "fping -C3"*) alive=$(grep -E ' : ' "$err" | grep -cE ' [0-9]+\.[0-9]+' || true) ;;
+        nmap*) alive=$(grep -oE '\([0-9]+ hosts? up\)' "$out" | grep -oE '[0-9]+' || echo 0) ;;
+    esac
+    local cpu
+    cpu=$(echo "$user + $sys" | bc -l)
+    local per
+    per=$(echo "$cpu * 1000000 / $hosts" | bc -l)
+    printf "%-6s %-6s %-34s %8.3f %8.3f %8s %8s %10.2f\n" "$env" "$hosts" "$label" "$wall" "$cpu" "$alive" "$expect" "$per" | tee -a "$WORK/table"
+    RESULTS+=("$env|$hosts|$label|$wall|$cpu|$alive")
+    grep -E '^ignored replies' "$err" | sed 's/^/         /' || true
+}
+
+T=$TIMEOUT_MS
+TS=$(echo "$T / 1000" | bc -l | sed 's/^\./0./;s/0*$//;s/\.$//')
+SIZES=(4096 65536)
+((QUICK)) && SIZES=(4096)
+
+for env in lo veth; do
+    if [[ $env == lo ]]; then ns=$NS_LO pfx=127.78; else ns=$NS_SRC pfx=198.19; fi
+    for n in "${SIZES[@]}"; do
+        expect=$((n * 3 / 4))
+        f="$WORK/${env}_$n.txt"
+        list "$f" "$pfx" "$n"
+        cidr="$pfx.0.0/$([[ $n == 4096 ]] && echo 20 || echo 16)"
+        measure "$env" "$n" "netpoller -c1 (100k pps)" "$expect" "$ns" \
+            "$NETPOLLER" --quiet sweep -c1 -t "${TS}s" "$cidr"
+        if [[ $n -le 32768 ]]; then
+            measure "$env" "$n" "fping -c1 -r0 -i0" "$expect" "$ns" \
+                fping -q -c1 -t"$T" -r0 -i0 -f "$f"
+        else
+            # fping aborts with ~65k probes in flight: split into two parallel processes.
+            split -n l/2 "$f" "$f.part."
+            measure "$env" "$n" "fping -c1 -r0 -i0 (2 processes)" "$expect" "$ns" \
+                sh -c "fping -q -c1 -t$T -r0 -i0 -f $f.part.aa & fping -q -c1 -t$T -r0 -i0 -f $f.part.ab & wait"
+        fi
+        if [[ $n == 4096 ]]; then
+            measure "$env" "$n" "netpoller -c3 -i20ms (100k pps)" "$expect" "$ns" \
+                "$NETPOLLER" --quiet sweep -c3 -i 20ms -t "${TS}s" "$cidr"
+            measure "$env" "$n" "netpoller -c3 -i20ms (unpaced)" "$expect" "$ns" \
+                "$NETPOLLER" --quiet sweep -c3 -i 20ms -t "${TS}s" --max-pps 0 "$cidr"
+            measure "$env" "$n" "fping -C3 -p20 -r0 -i0" "$expect" "$ns" \
+                fping -q -C3 -p20 -t"$T" -r0 -i0 -f "$f"
+        fi
+        if [[ $env == veth ]]; then
+            measure "$env" "$n" "nmap -sn -PE -n" "$expect" "$ns" \
+                nmap -sn -PE -n -iL "$f"
+        fi
+    done
+done
+
+# --- ratios -----------------------------------------------------------------------------
+echo
+echo "ratios (netpoller / peer, same run; < 1 = netpoller better):"
+get() { # env hosts label-prefix field(4 wall,5 cpu,6 alive)
+    for r in "${RESULTS[@]}"; do
+        IFS='|' read -r e h l w c a <<<"$r"
+        if [[ $e == "$1" && $h == "$2" && $l == "$3"* ]]; then
+            case $4 in 4) echo "$w" ;; 5) echo "$c" ;; 6) echo "$a" ;; esac
+            return
+        fi
+    done
+}
+for env in lo veth; do
+    for n in "${SIZES[@]}"; do
+        for peer in "fping -c1" "nmap"; do
+            [[ $peer == nmap && $env == lo ]] && continue
+            pw=$(get "$env" "$n" "$peer" 4); pc=$(get "$env" "$n" "$peer" 5)
+            nw=$(get "$env" "$n" "netpoller -c1" 4); nc=$(get "$env" "$n" "netpoller -c1" 5)
+            [[ -z $pw || -z $nw ]] && continue
+            printf "  %-5s %-6s -c1 vs %-9s wall %.2f  cpu %s\n" "$env" "$n" "$peer" \
+                "$(echo "$nw / $pw" | bc -l)" \
+                "$(if [[ $(echo "$pc > 0" | bc) == 1 ]]; then printf %.2f "$(echo "$nc / $pc" | bc -l)"; else echo n/a; fi)"
+        done
+        pw=$(get "$env" "$n" "fping -C3" 4); pc=$(get "$env" "$n" "fping -C3" 5)
+        nw=$(get "$env" "$n" "netpoller -c3 -i20ms (100k" 4); nc=$(get "$env" "$n" "netpoller -c3 -i20ms (100k" 5)
+        if [[ -n $pw && -n $nw ]]; then
+            printf "  %-5s %-6s -c3 vs fping -C3  wall %.2f  cpu %s\n" "$env" "$n" \
+                "$(echo "$nw / $pw" | bc -l)" \
+                "$(if [[ $(echo "$pc > 0" | bc) == 1 ]]; then printf %.2f "$(echo "$nc / $pc" | bc -l)"; else echo n/a; fi)"
+        fi
+    done
+done
+echo
+echo "targets (timeout ${T} ms): 4,096 hosts wall <= 1.05 x timeout; 65,536 hosts all" \
+     "$((65536 * 3 / 4)) alive in <= 65536/max_pps + timeout + 5%; CPU/host <= fping/2;" \
+     "-c3 -i20ms wall <= (timeout + 40 ms) x 1.05"
