@@ -162,12 +162,9 @@ async fn handle(mut stream: TcpStream, render: &RenderFn, health: &HealthFn, lim
     let deadline = Instant::now() + limits.read_timeout;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
-    let head_len = loop {
-        if let Some(end) = head_end(&buf) {
-            break Some(end);
-        }
-        if buf.len() >= limits.max_request {
-            break None;
+    let resp = loop {
+        if let Some(resp) = respond(&buf, limits.max_request, render, health) {
+            break resp;
         }
         let want = chunk.len().min(limits.max_request - buf.len());
         match timeout_at(deadline, stream.read(&mut chunk[..want])).await {
@@ -179,11 +176,34 @@ async fn handle(mut stream: TcpStream, render: &RenderFn, health: &HealthFn, lim
             Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
         }
     };
-    let resp = match head_len {
-        None => response(431, TEXT_CONTENT_TYPE, "request too large\n", false),
-        Some(end) => route(&buf[..end], render, health),
-    };
     finish(stream, &resp, limits).await;
+}
+
+/// The complete response to the bytes received so far, or `None` while the head is
+/// incomplete and shorter than `max_request` (read more). Pure: the fuzz target
+/// (`fuzz/fuzz_targets/http_request.rs`) drives it with arbitrary bytes.
+pub(crate) fn respond(
+    buf: &[u8],
+    max_request: usize,
+    render: &RenderFn,
+    health: &HealthFn,
+) -> Option<Vec<u8>> {
+    match head_end(buf) {
+        Some(end) if end <= max_request => Some(route(&buf[..end], render, health)),
+        Some(_) => Some(response(
+            431,
+            TEXT_CONTENT_TYPE,
+            "request too large\n",
+            false,
+        )),
+        None if buf.len() >= max_request => Some(response(
+            431,
+            TEXT_CONTENT_TYPE,
+            "request too large\n",
+            false,
+        )),
+        None => None,
+    }
 }
 
 /// Index just past the blank line ending the head (`\r\n\r\n`, or bare `\n\n`).
