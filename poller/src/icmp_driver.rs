@@ -31,8 +31,8 @@
 //! * One iteration = [`IcmpDriver::sweep`]: every probe is sent at its due time, paced by
 //!   `max_pps`; replies are collected until the single deadline = latest send + that
 //!   probe's timeout (≤ last send + max timeout). Nothing waits per host. The loop drains
-//!   the receive queue (in `recvmmsg` batches) before every send burst and bounds each
-//!   burst, so sending can never starve receiving.
+//!   the receive queue (in `recvmmsg` batches) before every send burst (in `sendmmsg`
+//!   batches) and bounds both turns, so sending can never starve receiving.
 //! * Each sweep uses a new iteration number and identifier (raw) and a random sequence
 //!   start; late replies of earlier sweeps are recognised by the payload tag and counted
 //!   as stale, never matched.
@@ -64,6 +64,8 @@ const ICMP6_FILTER: libc::c_int = 1;
 const RECV_BATCH: usize = 64;
 /// Most datagrams read before the loop sends again (bounds one receive turn).
 const RECV_TURN: usize = 4096;
+/// Probes per `sendmmsg` call.
+const SEND_BATCH: usize = 64;
 /// Most probes sent before the loop drains the receive queue again.
 const SEND_TURN: usize = 512;
 
@@ -436,7 +438,7 @@ impl IcmpDriver {
         };
         let max_len = jobs.iter().map(|j| j.size).max().unwrap_or(0);
         let mut rx = RecvBuf::new(max_len + icmp::wire::HEADER_LEN + 60);
-        let mut pending: Option<(SockAddr, Vec<u8>, icmp::ProbeToken)> = None;
+        let mut batch = SendBatch::default();
         let mut last_send = start;
 
         loop {
@@ -453,49 +455,28 @@ impl IcmpDriver {
             if sweep.is_finished() {
                 break;
             }
-            // 2. One bounded send burst.
-            let mut blocked = false;
-            let mut sent = 0;
-            if let Some((addr, bytes, token)) = pending.take() {
-                match self.send(&addr, &bytes) {
-                    Ok(()) => {
-                        sent += 1;
-                        last_send = Instant::now();
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        pending = Some((addr, bytes, token));
-                        blocked = true;
-                    }
-                    Err(e) => self.send_failed(&mut sweep, token, &addr, e),
-                }
-            }
+            // 2. One bounded send burst, in sendmmsg batches; leftovers first.
+            let (v4fd, v6fd) = (self.v4.fd(), self.v6.fd());
+            let (mut sent, mut blocked) = batch.flush(v4fd, v6fd, &mut sweep);
             while !blocked && sent < SEND_TURN {
                 let now = Instant::now();
-                let Some(tx) = sweep.poll_transmit(now) else {
-                    break;
-                };
-                let addr = SockAddr::from(SocketAddr::new(tx.addr, 0));
-                let token = tx.token;
-                let fd = if tx.addr.is_ipv6() {
-                    self.v6.fd()
-                } else {
-                    self.v4.fd()
-                };
-                let res = match fd {
-                    Some(fd) => send_to(fd, tx.packet, &addr),
-                    None => Err(io::Error::other("no socket for this address family")),
-                };
-                match res {
-                    Ok(()) => {
-                        sent += 1;
-                        last_send = now;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        pending = Some((addr, tx.packet.to_vec(), token));
-                        blocked = true;
-                    }
-                    Err(e) => self.send_failed(&mut sweep, token, &addr, e),
+                let mut filled = 0;
+                while filled < SEND_BATCH {
+                    let Some(tx) = sweep.poll_transmit(now) else {
+                        break;
+                    };
+                    batch.push(&tx);
+                    filled += 1;
                 }
+                if filled == 0 {
+                    break;
+                }
+                let (n, b) = batch.flush(v4fd, v6fd, &mut sweep);
+                if n > 0 {
+                    last_send = Instant::now();
+                }
+                sent += n;
+                blocked = b;
             }
             emit(&mut sweep, &index, &mut on_host_done, &mut report.alive);
             if sweep.is_finished() {
@@ -515,7 +496,7 @@ impl IcmpDriver {
             let v4 = async_v4.as_ref();
             let v6 = async_v6.as_ref();
             let want_write = blocked;
-            let pending_v6 = pending.as_ref().is_some_and(|p| p.0.is_ipv6());
+            let pending_v6 = batch.front_is_v6();
             tokio::select! {
                 biased;
                 r = readable(v4) => r,
@@ -544,29 +525,6 @@ impl IcmpDriver {
             key: self.key,
         }
     }
-
-    fn send(&self, addr: &SockAddr, bytes: &[u8]) -> io::Result<()> {
-        let fd = if addr.is_ipv6() {
-            self.v6.fd()
-        } else {
-            self.v4.fd()
-        };
-        match fd {
-            Some(fd) => send_to(fd, bytes, addr),
-            None => Err(io::Error::other("no socket for this address family")),
-        }
-    }
-
-    fn send_failed(
-        &self,
-        sweep: &mut Sweep,
-        token: icmp::ProbeToken,
-        addr: &SockAddr,
-        e: io::Error,
-    ) {
-        tracing::debug!(target = ?addr.as_socket().map(|s| s.ip()), error = %e, "ICMP send failed");
-        sweep.on_send_error(token);
-    }
 }
 
 async fn readable(fd: Option<&AsyncFd<FdRef>>) {
@@ -591,22 +549,93 @@ async fn writable(fd: Option<&AsyncFd<FdRef>>) {
     }
 }
 
-fn send_to(fd: RawFd, bytes: &[u8], addr: &SockAddr) -> io::Result<()> {
-    // SAFETY: bytes and addr are valid for the lengths given.
-    let r = unsafe {
-        libc::sendto(
-            fd,
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            libc::MSG_DONTWAIT,
-            addr.as_ptr().cast(),
-            addr.len(),
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
+/// Probes handed out by the sweep (already in flight there) and not yet accepted by the
+/// kernel; sent with `sendmmsg`, one call per run of same-family probes.
+#[derive(Default)]
+struct SendBatch {
+    data: Vec<u8>,
+    items: Vec<(usize, usize, SockAddr, icmp::ProbeToken)>,
+    head: usize,
+}
+
+impl SendBatch {
+    fn push(&mut self, tx: &icmp::Transmit<'_>) {
+        let off = self.data.len();
+        self.data.extend_from_slice(tx.packet);
+        let addr = SockAddr::from(SocketAddr::new(tx.addr, 0));
+        self.items.push((off, tx.packet.len(), addr, tx.token));
+    }
+
+    fn front_is_v6(&self) -> bool {
+        self.items.get(self.head).is_some_and(|i| i.2.is_ipv6())
+    }
+
+    /// Sends what is queued. Returns (probes accepted, blocked on a full socket buffer).
+    /// A probe the kernel refuses for any other reason is reported to the sweep as a
+    /// send error (it counts as sent and lost).
+    fn flush(&mut self, v4: Option<RawFd>, v6: Option<RawFd>, sweep: &mut Sweep) -> (usize, bool) {
+        let mut sent = 0;
+        let mut blocked = false;
+        while self.head < self.items.len() {
+            let is6 = self.items[self.head].2.is_ipv6();
+            let Some(fd) = (if is6 { v6 } else { v4 }) else {
+                sweep.on_send_error(self.items[self.head].3);
+                self.head += 1;
+                continue;
+            };
+            let run = self.items[self.head..]
+                .iter()
+                .take(SEND_BATCH)
+                .take_while(|i| i.2.is_ipv6() == is6)
+                .count();
+            // SAFETY: iovec and mmsghdr are plain C structs; all-zero is a valid value.
+            let mut iovs: [libc::iovec; SEND_BATCH] = unsafe { std::mem::zeroed() };
+            let mut msgs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+            for k in 0..run {
+                let (off, len, addr, _) = &self.items[self.head + k];
+                iovs[k].iov_base = self.data[*off..*off + *len].as_ptr() as *mut libc::c_void;
+                iovs[k].iov_len = *len;
+                msgs[k].msg_hdr.msg_name = addr.as_ptr() as *mut libc::c_void;
+                msgs[k].msg_hdr.msg_namelen = addr.len();
+                msgs[k].msg_hdr.msg_iov = &mut iovs[k];
+                msgs[k].msg_hdr.msg_iovlen = 1;
+            }
+            // SAFETY: msgs[..run] point into self.data and self.items, alive and unmoved
+            // for the duration of the call; the kernel only reads them.
+            let r = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    msgs.as_mut_ptr(),
+                    run as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if r > 0 {
+                self.head += r as usize;
+                sent += r as usize;
+                continue;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => {
+                    blocked = true;
+                    break;
+                }
+                io::ErrorKind::Interrupted => {}
+                _ => {
+                    let (_, _, addr, token) = &self.items[self.head];
+                    tracing::debug!(target = ?addr.as_socket().map(|s| s.ip()), error = %e, "ICMP send failed");
+                    sweep.on_send_error(*token);
+                    self.head += 1;
+                }
+            }
+        }
+        if self.head == self.items.len() {
+            self.items.clear();
+            self.data.clear();
+            self.head = 0;
+        }
+        (sent, blocked)
     }
 }
 
