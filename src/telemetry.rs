@@ -39,7 +39,8 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
     pub log_format: LogFormat,
 
-    /// No progress lines on the terminal; default log level `warn` instead of `info`.
+    /// Less output: no progress line, default log level `warn` instead of `info`, and
+    /// commands print less (e.g. `sweep`: no per-host lines).
     #[arg(short, long, global = true)]
     pub quiet: bool,
 }
@@ -285,5 +286,27 @@ mod tests {
         assert_eq!(cli.global.log_format, LogFormat::Human);
         assert!(!cli.global.quiet);
         assert!(Cli::try_parse_from(["netpoller", "--log-format", "xml", "sweep"]).is_err());
+        // Subcommands that declare their own `--quiet` (sweep, poll-once) share the value.
+        #[derive(Parser)]
+        struct Cli2 {
+            #[command(flatten)]
+            global: GlobalArgs,
+            #[command(subcommand)]
+            cmd: Cmd2,
+        }
+        #[derive(Subcommand)]
+        enum Cmd2 {
+            Sweep {
+                #[arg(short, long)]
+                quiet: bool,
+            },
+        }
+        use clap::CommandFactory;
+        Cli2::command().debug_assert();
+        for argv in [["netpoller", "sweep", "-q"], ["netpoller", "-q", "sweep"]] {
+            let cli = Cli2::try_parse_from(argv).unwrap();
+            let Cmd2::Sweep { quiet } = cli.cmd;
+            assert!(quiet && cli.global.quiet, "{argv:?}");
+        }
     }
 }
