@@ -23,8 +23,8 @@
 //! a descriptor keeps the rights it was opened with). Verification reads the calling
 //! thread's status, which in a single-threaded process is the process's.
 //!
-//! Opening sockets is not done here (plain socket2 in the caller); [`raw_socket_hint`]
-//! turns a failure to open one into an actionable message.
+//! Opening sockets is not done here: the caller opens them (poller's ICMP driver, whose
+//! error already explains how to grant CAP_NET_RAW) before calling [`drop_privileges`].
 
 use anyhow::{bail, Context as _};
 use std::ffi::CString;
@@ -226,36 +226,6 @@ fn verify(uid: u32, gid: u32, keep: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An explanation to append to a failure to open a raw ICMP socket: what the process
-/// has and the ways to grant it.
-#[allow(dead_code)] // for the raw-socket openers in cmd (sweep, run)
-pub fn raw_socket_hint(err: &io::Error) -> String {
-    let caps = current_caps().ok();
-    let ping_range =
-        std::fs::read_to_string("/proc/sys/net/ipv4/ping_group_range").unwrap_or_default();
-    let mut s = format!("cannot open a raw ICMP socket: {err}");
-    if err.kind() == io::ErrorKind::PermissionDenied {
-        if let Some(c) = &caps {
-            s.push_str(&format!(
-                " (uid {}, CapEff={:016x}, no CAP_NET_RAW)",
-                c.uids[1], c.effective
-            ));
-        }
-        s.push_str(
-            "; run as root (netpoller drops to --user after opening it), or \
-             `setcap cap_net_raw+ep` on the binary, or systemd AmbientCapabilities=CAP_NET_RAW",
-        );
-        let range = ping_range.split_whitespace().collect::<Vec<_>>().join(" ");
-        if !range.is_empty() {
-            s.push_str(&format!(
-                "; unprivileged ICMP (ping) sockets need the process's gid within \
-                 net.ipv4.ping_group_range (now \"{range}\")"
-            ));
-        }
-    }
-    s
-}
-
 /// `(uid, primary gid)` of `user`, via `getpwnam_r` (NSS: files, LDAP, systemd's dynamic
 /// users).
 fn lookup_user(user: &str) -> anyhow::Result<(u32, u32)> {
@@ -444,17 +414,6 @@ mod tests {
         assert_eq!(current_caps().unwrap(), before);
     }
 
-    #[test]
-    fn raw_socket_hint_explains_permission_errors() {
-        let h = raw_socket_hint(&io::Error::from_raw_os_error(libc::EPERM));
-        assert!(
-            h.contains("setcap cap_net_raw+ep") && h.contains("AmbientCapabilities=CAP_NET_RAW"),
-            "{h}"
-        );
-        let h = raw_socket_hint(&io::Error::from_raw_os_error(libc::EMFILE));
-        assert!(!h.contains("setcap"), "{h}");
-    }
-
     /// Runs this test's body in a fresh copy of the test binary (the drop is
     /// irreversible), as root. Returns true in the child, which then does the work.
     fn in_child(test: &str, mode: &str) -> bool {
@@ -591,11 +550,6 @@ mod tests {
         assert_eq!(raw_icmp().unwrap_err().raw_os_error(), Some(libc::EPERM));
         // ... but the descriptor opened while privileged keeps working.
         echo_loopback(&opened, 0x5e03);
-        let h = raw_socket_hint(&raw_icmp().unwrap_err());
-        assert!(
-            h.contains(&format!("uid {uid}")) && h.contains("no CAP_NET_RAW"),
-            "{h}"
-        );
         println!("{CHILD_OK}");
     }
 
