@@ -78,7 +78,16 @@ fn cycle(s: &Scheduler, now: &mut u64) -> usize {
 }
 
 fn bench(c: &mut Criterion) {
+    let before = ALLOCATED.load(Ordering::Relaxed);
     let p = plan(ITEMS);
+    let plan_bytes = ALLOCATED.load(Ordering::Relaxed) - before;
+    eprintln!(
+        "plan memory: {} bytes for {} items on {} hosts = {:.1} bytes/item",
+        plan_bytes,
+        ITEMS,
+        p.hosts.len(),
+        plan_bytes as f64 / ITEMS as f64
+    );
     let before = ALLOCATED.load(Ordering::Relaxed);
     let s = Scheduler::new(&p, 4, 0);
     let sched_bytes = ALLOCATED.load(Ordering::Relaxed) - before;

@@ -454,9 +454,9 @@ pub async fn icmp_iteration(
             PingJob {
                 addr: probe.target.unwrap_or(host.ip),
                 packets: probe.packets,
-                interval: probe.interval,
+                interval: probe.interval(),
                 size: probe.size as usize,
-                timeout: probe.timeout,
+                timeout: probe.timeout(),
             }
         })
         .collect();

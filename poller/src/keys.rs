@@ -148,18 +148,36 @@ pub enum IcmpMetric {
 pub use icmp::RttMode;
 
 /// Probe parameters: items of one host with equal `IcmpProbe` share the same probes.
+/// Times are whole milliseconds (as Zabbix writes them) in 32 bits: every ICMP item
+/// carries one, so it is kept small (36 bytes instead of 64 with `Duration`s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct IcmpProbe {
     /// Explicit target from the key's first parameter; `None` = the host's address.
     pub target: Option<IpAddr>,
     /// Number of echo requests, 1..=10000.
     pub packets: u32,
-    /// Spacing between a host's packets, ≥ 20 ms.
-    pub interval: Duration,
+    /// Spacing between a host's packets in ms, ≥ 20.
+    pub interval_ms: u32,
     /// ICMP payload size in bytes, 24..=65507.
     pub size: u32,
-    /// How long to wait for replies after the last send, ≥ 50 ms.
-    pub timeout: Duration,
+    /// How long to wait for replies after the last send in ms, ≥ 50.
+    pub timeout_ms: u32,
+}
+
+impl IcmpProbe {
+    /// Spacing between a host's packets.
+    pub fn interval(&self) -> Duration {
+        Duration::from_millis(self.interval_ms.into())
+    }
+
+    /// Wait for replies after the last send.
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.into())
+    }
+}
+
+fn ms_u32(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }
 
 /// Defaults for parameters a key leaves empty (the `[icmp]` config section).
@@ -309,9 +327,9 @@ impl IcmpKey {
             probe: IcmpProbe {
                 target,
                 packets,
-                interval,
+                interval_ms: ms_u32(interval),
                 size,
-                timeout,
+                timeout_ms: ms_u32(timeout),
             },
         })
     }
@@ -348,14 +366,14 @@ mod tests {
         let k = icmp("icmpping").unwrap();
         assert_eq!(k.metric, IcmpMetric::Ping);
         assert_eq!(k.probe.packets, 3);
-        assert_eq!(k.probe.timeout, Duration::from_secs(1));
+        assert_eq!(k.probe.timeout(), Duration::from_secs(1));
         let k = icmp("icmppingloss[127.0.0.9,5,100,32,500]").unwrap();
         assert_eq!(k.metric, IcmpMetric::Loss);
         assert_eq!(k.probe.target, Some("127.0.0.9".parse().unwrap()));
         assert_eq!(k.probe.packets, 5);
-        assert_eq!(k.probe.interval, Duration::from_millis(100));
+        assert_eq!(k.probe.interval(), Duration::from_millis(100));
         assert_eq!(k.probe.size, 32);
-        assert_eq!(k.probe.timeout, Duration::from_millis(500));
+        assert_eq!(k.probe.timeout(), Duration::from_millis(500));
         assert_eq!(
             icmp("icmppingsec[,,,,,max]").unwrap().metric,
             IcmpMetric::Sec(RttMode::Max)

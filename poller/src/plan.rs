@@ -187,7 +187,12 @@ impl Plan {
     /// and itemids); the order of `hosts` and of their items does not change the result's
     /// schedule (phases depend only on names and parameters).
     pub fn build(hosts: Vec<HostSpec>) -> Plan {
-        let mut plan = Plan::default();
+        let n_items: usize = hosts.iter().map(|h| h.items.len()).sum();
+        let mut plan = Plan {
+            hosts: Vec::with_capacity(hosts.len()),
+            items: Vec::with_capacity(n_items),
+            tasks: Vec::new(),
+        };
         let mut groups: HashMap<(Engine, u64, Option<IcmpProbe>), Vec<ItemSpec>> = HashMap::new();
         for (hidx, host) in hosts.into_iter().enumerate() {
             let hash = stable_hash(&[host.name.as_bytes()]);
@@ -211,7 +216,7 @@ impl Plan {
                 (
                     *e,
                     *i,
-                    p.map(|p| (p.packets, p.interval, p.size, p.timeout)),
+                    p.map(|p| (p.packets, p.interval_ms, p.size, p.timeout_ms)),
                 )
             });
             for gk in keys {
@@ -230,7 +235,7 @@ impl Plan {
                     .map(|p| {
                         format!(
                             "{:?}/{}/{:?}/{}/{:?}",
-                            p.target, p.packets, p.interval, p.size, p.timeout
+                            p.target, p.packets, p.interval_ms, p.size, p.timeout_ms
                         )
                     })
                     .unwrap_or_default();
@@ -250,6 +255,8 @@ impl Plan {
                 });
             }
         }
+        // Tasks are counted only now; the plan lives for the process: no slack.
+        plan.tasks.shrink_to_fit();
         plan
     }
 
