@@ -228,7 +228,13 @@ pub(crate) async fn run_batcher(
             },
             _ = fsync_tick.tick() => {
                 let sh = b.shared.clone();
-                let _ = tokio::task::spawn_blocking(move || lock(&sh.spool).sync_if_due()).await;
+                let _ = tokio::task::spawn_blocking(move || {
+                    lock(&sh.spool).sync_if_due();
+                    if let Some(r) = &sh.rejects {
+                        lock(r).sync_if_due();
+                    }
+                })
+                .await;
             }
         }
     }
