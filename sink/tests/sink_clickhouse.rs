@@ -449,3 +449,61 @@ async fn several_urls_round_robin_over_nodes() {
     assert_eq!(a + b, 70);
     assert!(a >= 7 && b >= 7, "both nodes got batches: {a} / {b}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_password_spools_and_never_shows_the_password() {
+    let url = ch_url();
+    let secret = "hunter2-Secret-9f3a";
+    let c = ClickHouseConfig {
+        password: secret.into(),
+        max_attempts: 1,
+        ..cfg(&url, "glaber_nonexistent_db", Compression::Lz4)
+    };
+    assert!(!format!("{c:?}").contains(secret));
+    let spool = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(
+        Some(c.clone()),
+        SpoolConfig::new(spool.path()),
+        metrics.clone(),
+    )
+    .await
+    .unwrap();
+    let row = Row {
+        itemid: 1,
+        clock: 1_700_000_000,
+        ns: 0,
+        hostname: "h".into(),
+        itemname: "k".into(),
+        value: RowValue::Uint(1),
+    };
+    h.send(row, Table::Uint).await.unwrap();
+    let t0 = std::time::Instant::now();
+    while metrics.spooled_rows() == 0 && t0.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let health = sink.health();
+    let sink::Health::Spooling { reason } = &health else {
+        panic!("{health:?}")
+    };
+    assert!(
+        reason.contains("193") || reason.to_lowercase().contains("password"),
+        "{reason}"
+    );
+    assert!(!reason.contains(secret), "{reason}");
+    // An authentication failure is not the data's fault: retried class, batch kept.
+    assert!(metrics.insert_errors(sink::ErrorClass::Server) >= 1);
+    assert_eq!(metrics.insert_errors(sink::ErrorClass::Data), 0);
+    let err = schema::verify(&c).await.unwrap_err().to_string();
+    assert!(!err.contains(secret), "{err}");
+    drop(h);
+    let report = sink.shutdown().await.unwrap();
+    assert_eq!(
+        (
+            report.rows_spooled,
+            report.rows_written,
+            report.rows_dropped
+        ),
+        (1, 0, 0)
+    );
+}
