@@ -1,0 +1,928 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark of `netpoller run` into ClickHouse, with peers.
+
+Driven by benches/e2e.sh, which owns the environment (services, release build, the
+nft table that silences a quarter of the ICMP hosts, cleanup on exit). This helper:
+
+  oids      walk the local agents once, keep OIDs that exist on every agent and whose
+            values are of a stable numeric or text type, verify them with
+            `netpoller poll-once`, write target/e2e/oids-{agent,sim}.txt
+  run WL    one measured run of workload WL: fresh database, `netpoller run` for
+            WARMUP + DURATION seconds, SIGTERM, count rows in ClickHouse, append one
+            JSON line to target/e2e/results.jsonl
+  peers WL  fping (ICMP) / snmpget sequential + parallel / prometheus-snmp-exporter
+            (SNMP) over the same hosts and OIDs as workload WL, one JSON line each
+  summary   medians per workload and peer: text table on stdout, results.tsv and
+            summary.json in target/e2e/
+
+Every address polled is in 127.0.0.0/8. Every process started here is stopped by pid
+(and its pid is listed in target/e2e/pids so the shell trap can stop it too). Every
+loop is bounded in count and time.
+"""
+
+import argparse
+import ipaddress
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+OUT = os.path.join(ROOT, "target", "e2e")
+NP = os.environ.get("NETPOLLER", os.path.join(ROOT, "target", "release", "netpoller"))
+CH_URL = os.environ.get("NETPOLLER_CH_URL", "http://127.0.0.1:8123")
+DB = os.environ.get("E2E_DATABASE", "bench_e2e")
+METRICS_ADDR = os.environ.get("E2E_METRICS", "127.0.0.1:19464")
+EXPORTER_ADDR = os.environ.get("E2E_EXPORTER", "127.0.0.1:19116")
+CH_PIDFILE = os.environ.get("E2E_CH_PIDFILE", os.path.join(ROOT, ".services", "clickhouse.pid"))
+PIDS = os.path.join(OUT, "pids")
+TICK = os.sysconf("SC_CLK_TCK")
+
+# ICMP hosts live in 127.64.0.0/10; benches/e2e.sh drops echo requests to every
+# address there that is 3 mod 4 (25% silent).
+ICMP_BASE = ipaddress.IPv4Address("127.64.0.0")
+ICMP_EXTRA_BASE = ipaddress.IPv4Address("127.120.0.0")
+SILENT = ipaddress.IPv4Network("127.64.0.0/10")
+
+# Agents: the four snmpd of scripts/services.sh, snmpsimd, and (for the 10x workloads)
+# extra snmpd instances that benches/e2e.sh starts on 127.0.22.N.
+SVC_AGENTS = [("127.0.20.1", "public"), ("127.0.20.2", "public"),
+              ("127.0.20.3", "public"), ("127.0.20.4", "s3cret")]
+SIM = ("127.0.21.1", "public")
+EXTRA_AGENT_NET = "127.0.22."
+
+# Workloads. icmp: hosts x 3 items (icmpping, icmppingloss, icmppingsec) every
+# icmp_interval s; snmp: agents x oids_per_agent + sim_oids OIDs every 10 s.
+WORKLOADS = {
+    "icmp": dict(icmp_hosts=4096, icmp_interval=10),
+    "snmp": dict(snmp_agents=4, oids_per_agent=1960, sim_oids=160),
+    "both": dict(icmp_hosts=4096, icmp_interval=10, snmp_agents=4, oids_per_agent=1960,
+                 sim_oids=160),
+    "scale10": dict(icmp_hosts=40960, icmp_interval=10, snmp_agents=40, oids_per_agent=1996,
+                    sim_oids=160),
+    # The issue's big target: >= 100k NVPS.
+    "big": dict(icmp_hosts=262144, icmp_interval=8, snmp_agents=40, oids_per_agent=1996,
+                sim_oids=160,
+                daemon=dict(icmp_batch_hosts=16384, icmp_concurrent_sweeps=8,
+                            channel_capacity=262144, snmp_concurrent_iterations=4),
+                clickhouse=dict(batch_rows=200000, max_inflight_inserts=4),
+                icmp_max_pps=400000),
+}
+SNMP_INTERVAL = 10
+
+
+def log(*a):
+    print("e2e:", *a, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ small helpers
+
+def ch(query, timeout=60):
+    req = urllib.request.Request(CH_URL + "/", data=query.encode(), method="POST")
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def proc_cpu(pid):
+    """utime + stime of every thread of pid, in seconds (None if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            s = f.read()
+    except OSError:
+        return None
+    fields = s[s.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def proc_status(pid, key):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def register_pid(pid):
+    os.makedirs(OUT, exist_ok=True)
+    with open(PIDS, "a") as f:
+        f.write(f"{pid}\n")
+
+
+def stop(p, sig=signal.SIGTERM, wait_s=60):
+    """Stop a Popen child: sig, bounded wait, then KILL. Returns the exit code."""
+    if p.poll() is None:
+        p.send_signal(sig)
+        try:
+            p.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            log(f"pid {p.pid} ignored {sig!r} for {wait_s}s: KILL")
+            p.kill()
+            p.wait(timeout=30)
+    return p.returncode
+
+
+def scrape(url, timeout=10):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def parse_prom(text):
+    """Prometheus text -> {(name, labels-string): float}."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        try:
+            key, val = line.rsplit(" ", 1)
+            v = float(val)
+        except ValueError:
+            continue
+        if "{" in key:
+            name, labels = key.split("{", 1)
+            labels = "{" + labels
+        else:
+            name, labels = key, ""
+        out[(name, labels)] = v
+    return out
+
+
+def msum(m, name, **want):
+    """Sum of samples of `name` whose labels contain every k="v" of want."""
+    tot = 0.0
+    for (n, labels), v in m.items():
+        if n != name:
+            continue
+        if all(f'{k}="{v2}"' in labels for k, v2 in want.items()):
+            tot += v
+    return tot
+
+
+def hist_delta(a, b, name, engine):
+    """Bucket counts (le -> count) of histogram `name` for engine, b - a."""
+    out = {}
+    for (n, labels), v in b.items():
+        if n != name + "_bucket" or f'engine="{engine}"' not in labels:
+            continue
+        le = labels.split('le="')[1].split('"')[0]
+        out[float(le) if le != "+Inf" else float("inf")] = v - a.get((n, labels), 0.0)
+    return dict(sorted(out.items()))
+
+
+def hist_quantile(buckets, q):
+    """Upper bound of the bucket holding quantile q (None if empty)."""
+    if not buckets:
+        return None
+    total = max(buckets.values())
+    if total <= 0:
+        return None
+    for le, c in buckets.items():
+        if c >= q * total:
+            return le
+    return float("inf")
+
+
+def hist_max(buckets):
+    """Upper bound of the highest non-empty bucket."""
+    prev = 0.0
+    top = None
+    for le, c in buckets.items():
+        if c > prev:
+            top = le
+        prev = c
+    return top
+
+
+# ------------------------------------------------------------------ hosts and OIDs
+
+def icmp_layout(n):
+    """Cover n hosts with /20 ranges (4,094 hosts each) plus explicit extra hosts.
+
+    Returns (cidrs, extra_ips, all_ips)."""
+    blocks, rest = divmod(n, 4096)
+    cidrs, ips = [], []
+    for b in range(blocks):
+        net = ipaddress.IPv4Network((int(ICMP_BASE) + b * 4096, 20))
+        cidrs.append(str(net))
+        ips.extend(str(h) for h in net.hosts())
+    need = n - len(ips)
+    extra = [str(ICMP_EXTRA_BASE + 1 + i) for i in range(need)]
+    ips.extend(extra)
+    assert len(ips) == n
+    return cidrs, extra, ips
+
+
+def is_silent(ip):
+    a = ipaddress.IPv4Address(ip)
+    return a in SILENT and int(a) % 4 == 3
+
+
+STABLE_PREFIXES = [
+    # Order = preference: interface counters first (what SNMP polling mostly is).
+    ".1.3.6.1.2.1.2.", ".1.3.6.1.2.1.31.", ".1.3.6.1.2.1.4.", ".1.3.6.1.2.1.5.",
+    ".1.3.6.1.2.1.6.", ".1.3.6.1.2.1.7.", ".1.3.6.1.2.1.11.", ".1.3.6.1.4.1.2021.",
+    ".1.3.6.1.2.1.25.1.", ".1.3.6.1.2.1.25.2.", ".1.3.6.1.2.1.25.3.", ".1.3.6.1.2.1.1.",
+    ".1.3.6.1.2.1.25.6.",
+]
+# Tables whose rows come and go with processes, sockets and neighbours.
+VOLATILE_PREFIXES = [
+    ".1.3.6.1.2.1.25.4.", ".1.3.6.1.2.1.25.5.", ".1.3.6.1.2.1.6.13.", ".1.3.6.1.2.1.6.19.",
+    ".1.3.6.1.2.1.6.20.", ".1.3.6.1.2.1.7.5.", ".1.3.6.1.2.1.7.7.", ".1.3.6.1.2.1.4.22.",
+    ".1.3.6.1.2.1.4.35.", ".1.3.6.1.2.1.3.", ".1.3.6.1.2.1.4.20.", ".1.3.6.1.2.1.4.34.",
+    ".1.3.6.1.2.1.4.24.", ".1.3.6.1.2.1.4.21.", ".1.3.6.1.2.1.4.32.", ".1.3.6.1.2.1.4.37.",
+    # nsModuleTable: snmpd 5.9 walks it but answers noSuchInstance to many of its rows
+    # in a multi-varbind GET (snmpget of the same OIDs one by one works).
+    ".1.3.6.1.4.1.8072.1.2.",
+    # CPU statistics: a freshly started snmpd answers noSuchInstance for a minute.
+    ".1.3.6.1.4.1.2021.11.", ".1.3.6.1.2.1.25.3.3.",
+]
+TYPE_MAP = {"Counter32": "uint", "Counter64": "uint", "Gauge32": "uint", "Timeticks": "uint",
+            "INTEGER": "float", "STRING": "str"}
+
+
+def walk(addr, community):
+    r = subprocess.run([NP, "-q", "snmp", "walk", addr, ".1", "--json", "-c", community,
+                        "-t", "2s", "-r", "2"], capture_output=True, text=True, timeout=300)
+    rows = []
+    for line in r.stdout.splitlines():
+        try:
+            o = json.loads(line)
+        except ValueError:
+            continue
+        if "type" in o:
+            rows.append(o)
+    return rows
+
+
+def select(rows, n):
+    ok = [o for o in rows if o["type"] in TYPE_MAP
+          and not any(o["oid"].startswith(p) for p in VOLATILE_PREFIXES)]
+    chosen = []
+    for p in STABLE_PREFIXES:
+        chosen.extend(o for o in ok if o["oid"].startswith(p))
+    rest = [o for o in ok if o not in chosen]
+    chosen.extend(rest)
+    return [(o["oid"], TYPE_MAP[o["type"]]) for o in chosen[:n]]
+
+
+def oid_key(oid):
+    return "snmp.oid" + oid  # e.g. snmp.oid.1.3.6.1.2.1.2.2.1.10.1
+
+
+def cmd_oids(args):
+    os.makedirs(OUT, exist_ok=True)
+    agent_rows = walk(*SVC_AGENTS[0])
+    sim_rows = walk(*SIM)
+    log(f"walked {len(agent_rows)} OIDs on {SVC_AGENTS[0][0]}, {len(sim_rows)} on {SIM[0]}")
+    cand_agent = select(agent_rows, args.agent + 400)
+    cand_sim = select(sim_rows, len(sim_rows))
+    # Verify with netpoller itself on every service agent and the simulator: keep what
+    # answers with a value everywhere, twice.
+    bad = set()
+    for attempt in range(2):
+        cfg = os.path.join(OUT, "verify.toml")
+        with open(cfg, "w") as f:
+            f.write(config_text(dict(), agent_oids=[c for c in cand_agent if c[0] not in bad],
+                                sim_oids=[c for c in cand_sim if c[0] not in bad],
+                                agents=SVC_AGENTS, with_clickhouse=False))
+        r = subprocess.run([NP, "-q", "poll-once", "-c", cfg, "--json"], capture_output=True,
+                           text=True, timeout=300)
+        if r.returncode != 0:
+            sys.exit(f"poll-once failed: {r.stderr}")
+        for line in r.stdout.splitlines():
+            o = json.loads(line)
+            if "error" in o:
+                bad.add(o["key"][len("snmp.oid"):])
+        log(f"verify pass {attempt + 1}: {len(bad)} OIDs unusable so far")
+    good_agent = [c for c in cand_agent if c[0] not in bad][:args.agent]
+    good_sim = [c for c in cand_sim if c[0] not in bad][:args.sim]
+    if len(good_agent) < args.agent or len(good_sim) < args.sim:
+        sys.exit(f"only {len(good_agent)} agent / {len(good_sim)} sim OIDs usable")
+    for name, lst in (("oids-agent.txt", good_agent), ("oids-sim.txt", good_sim)):
+        with open(os.path.join(OUT, name), "w") as f:
+            f.writelines(f"{o} {t}\n" for o, t in lst)
+    log(f"kept {len(good_agent)} agent OIDs and {len(good_sim)} simulator OIDs")
+
+
+def read_oids(name, n):
+    with open(os.path.join(OUT, name)) as f:
+        lst = [tuple(line.split()) for line in f if line.strip()]
+    if len(lst) < n:
+        sys.exit(f"{name} holds {len(lst)} OIDs, workload needs {n}: rerun `oids`")
+    return lst[:n]
+
+
+def agents_of(wl):
+    n = wl.get("snmp_agents", 0)
+    agents = list(SVC_AGENTS[:min(n, 4)])
+    agents += [(f"{EXTRA_AGENT_NET}{i}", "public") for i in range(1, max(0, n - 4) + 1)]
+    return agents
+
+
+# ------------------------------------------------------------------ config
+
+def toml_str(s):
+    return json.dumps(s)
+
+
+def config_text(wl, agent_oids=(), sim_oids=(), agents=(), with_clickhouse=True,
+                spool_dir=None):
+    d = dict(shards=4, metrics_listen=METRICS_ADDR,
+             spool_dir=spool_dir or os.path.join(OUT, "spool"),
+             batch_window="1s")
+    d.update(wl.get("daemon", {}))
+    out = ["# Generated by benches/e2e/e2e.py: every address is in 127.0.0.0/8.", "[daemon]"]
+    for k, v in d.items():
+        out.append(f"{k} = {toml_str(v)}")
+    if with_clickhouse:
+        c = dict(url=CH_URL, database=DB, batch_rows=50000, flush_interval="1s",
+                 compression="none")
+        c.update(wl.get("clickhouse", {}))
+        out.append("[clickhouse]")
+        for k, v in c.items():
+            out.append(f"{k} = {toml_str(v)}")
+    out += ["[icmp]", 'timeout = "1s"', "packets = 3", 'interval = "20ms"', "size = 68",
+            f"max_pps = {wl.get('icmp_max_pps', 100000)}",
+            "[snmp]", 'version = "2c"', 'community = "public"', "port = 161",
+            'timeout = "2s"', "retries = 1", "max_oids_per_request = 32",
+            "max_inflight_per_host = 1"]
+    iv = wl.get("icmp_interval", 10)
+    out += ["[[templates]]", 'name = "icmp"', "items = [",
+            f'  {{ key = "icmpping", interval = "{iv}s" }},',
+            f'  {{ key = "icmppingloss[,3]", interval = "{iv}s" }},',
+            f'  {{ key = "icmppingsec[,3,,,,avg]", interval = "{iv}s" }},', "]"]
+    for tname, oids in (("snmp-agent", agent_oids), ("snmp-sim", sim_oids)):
+        if not oids:
+            continue
+        out += ["[[templates]]", f'name = "{tname}"', "items = ["]
+        out += [f'  {{ key = "{oid_key(o)}", oid = "{o}", type = "{t}", '
+                f'interval = "{SNMP_INTERVAL}s" }},' for o, t in oids]
+        out.append("]")
+    nh = wl.get("icmp_hosts", 0)
+    if nh:
+        cidrs, extra, _ = icmp_layout(nh)
+        for c in cidrs:
+            out += ["[[host_ranges]]", f'cidr = "{c}"', 'name = "{ip}"', 'templates = ["icmp"]']
+        for ip in extra:
+            out += ["[[hosts]]", f'name = "{ip}"', f'ip = "{ip}"', 'templates = ["icmp"]']
+    if agent_oids:
+        for ip, comm in agents:
+            out += ["[[hosts]]", f'name = "snmp-{ip}"', f'ip = "{ip}"',
+                    'templates = ["snmp-agent"]', f"snmp = {{ community = {toml_str(comm)} }}"]
+    if sim_oids:
+        out += ["[[hosts]]", f'name = "snmpsim-{SIM[0]}"', f'ip = "{SIM[0]}"',
+                'templates = ["snmp-sim"]', f"snmp = {{ community = {toml_str(SIM[1])} }}"]
+    return "\n".join(out) + "\n"
+
+
+def workload_files(name):
+    wl = json.loads(json.dumps(WORKLOADS[name]))
+    # E2E_OVERRIDE='{"daemon": {"icmp_concurrent_sweeps": 2}}' explores settings.
+    for k, v in json.loads(os.environ.get("E2E_OVERRIDE") or "{}").items():
+        if isinstance(v, dict):
+            wl.setdefault(k, {}).update(v)
+        else:
+            wl[k] = v
+    d = os.path.join(OUT, name)
+    os.makedirs(d, exist_ok=True)
+    agent_oids = read_oids("oids-agent.txt", wl["oids_per_agent"]) if wl.get("snmp_agents") else []
+    sim_oids = read_oids("oids-sim.txt", wl["sim_oids"]) if wl.get("sim_oids") else []
+    agents = agents_of(wl)
+    cfg = os.path.join(d, "netpoller.toml")
+    with open(cfg, "w") as f:
+        f.write(config_text(wl, agent_oids, sim_oids, agents,
+                            spool_dir=os.path.join(d, "spool")))
+    icmp_ips = icmp_layout(wl["icmp_hosts"])[2] if wl.get("icmp_hosts") else []
+    return wl, cfg, agent_oids, sim_oids, agents, icmp_ips
+
+
+def expected(wl, agent_oids, sim_oids, agents, icmp_ips):
+    icmp_items = 3 * len(icmp_ips)
+    snmp_items = len(agent_oids) * len(agents) + len(sim_oids)
+    nvps = icmp_items / wl.get("icmp_interval", 10) + snmp_items / SNMP_INTERVAL
+    alive = sum(1 for ip in icmp_ips if not is_silent(ip))
+    return dict(icmp_hosts=len(icmp_ips), icmp_items=icmp_items, snmp_items=snmp_items,
+                items=icmp_items + snmp_items, expected_nvps=nvps, expected_alive=alive)
+
+
+# ------------------------------------------------------------------ one run
+
+def machine_busy():
+    """(busy, total) jiffies of all CPUs from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + v[4]
+    return sum(v) - idle, sum(v)
+
+
+def thread_cpu(pid):
+    """{thread name: utime+stime seconds} summed by name."""
+    out = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                s = f.read()
+        except OSError:
+            continue
+        name = s[s.index("(") + 1:s.rindex(")")]
+        fields = s[s.rindex(")") + 2:].split()
+        out[f"{name}/{tid}"] = (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
+def snapshot(pid, ch_pid):
+    return dict(t=time.time(), np_cpu=proc_cpu(pid), ch_cpu=proc_cpu(ch_pid) if ch_pid else None,
+                machine=machine_busy(), threads=thread_cpu(pid),
+                metrics=parse_prom(scrape(f"http://{METRICS_ADDR}/metrics")))
+
+
+def cmd_run(args):
+    name = args.workload
+    wl, cfg, agent_oids, sim_oids, agents, icmp_ips = workload_files(name)
+    exp = expected(wl, agent_oids, sim_oids, agents, icmp_ips)
+    ch_pid = None
+    if os.path.exists(CH_PIDFILE):
+        ch_pid = int(open(CH_PIDFILE).read().strip() or 0) or None
+    ch(f"DROP DATABASE IF EXISTS {DB}")
+    r = subprocess.run([NP, "-q", "schema", "-c", cfg, "--apply"], capture_output=True,
+                       text=True, timeout=120)
+    if r.returncode != 0:
+        sys.exit(f"schema --apply failed: {r.stdout}{r.stderr}")
+    logf = os.path.join(OUT, name, f"run{args.index}.log")
+    spool = os.path.join(OUT, name, "spool")
+    subprocess.run(["rm", "-rf", spool], check=True)
+    log(f"{name} run {args.index}: {exp['items']} items, expect {exp['expected_nvps']:.0f} NVPS;"
+        f" warm-up {args.warmup}s, window {args.duration}s")
+    t_start = time.time()
+    with open(logf, "w") as lf:
+        nice = int(os.environ.get("E2E_NICE") or 0)
+        # E2E_NICE=-10 emulates a dedicated machine on a shared one (builds of others).
+        p = subprocess.Popen(["nice", "-n", str(nice), NP, "--log-format", "json", "run", "-c",
+                              cfg], stdout=lf,
+                             stderr=subprocess.STDOUT, cwd=os.path.join(OUT, name))
+    register_pid(p.pid)
+    try:
+        # Up = the metrics endpoint answers (config loaded, sockets open, schema checked).
+        deadline = time.time() + 180
+        while True:
+            if p.poll() is not None:
+                sys.exit(f"netpoller run exited with {p.returncode}; see {logf}")
+            try:
+                scrape(f"http://{METRICS_ADDR}/metrics", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline:
+                    sys.exit(f"netpoller metrics endpoint not up after 180 s; see {logf}")
+                time.sleep(0.2)
+        startup_s = time.time() - t_start
+        start_cpu = proc_cpu(p.pid)
+        time.sleep(args.warmup)
+        a = snapshot(p.pid, ch_pid)
+        perf = None
+        if os.environ.get("E2E_PERF") == "1":
+            # Profile part of the window (call graphs), for BENCHMARKS.md's hot spots.
+            perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(p.pid),
+                                     "-o", os.path.join(OUT, name, f"perf{args.index}.data"),
+                                     "--", "sleep", str(min(args.duration, 20))],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            register_pid(perf.pid)
+        time.sleep(args.duration)
+        b = snapshot(p.pid, ch_pid)
+        if perf is not None:
+            stop(perf, signal.SIGINT, wait_s=60)
+        hwm = proc_status(p.pid, "VmHWM")
+        rss = proc_status(p.pid, "VmRSS")
+        threads = len(os.listdir(f"/proc/{p.pid}/task"))
+    finally:
+        t_term = time.time()
+        rc = stop(p, signal.SIGTERM, wait_s=90)
+    stop_s = time.time() - t_term
+    # Window in whole seconds of `clock`: [lo, hi).
+    lo, hi = int(a["t"]) + 1, int(b["t"])
+    win = hi - lo
+    tables = ["history_dbl", "history_uint", "history_str"]
+    icmp_like = "itemname LIKE 'icmpping%'"
+    q = " UNION ALL ".join(
+        f"SELECT countIf({icmp_like}) AS i, countIf(NOT {icmp_like}) AS s FROM {DB}.{t} "
+        f"WHERE clock >= {lo} AND clock < {hi}" for t in tables)
+    rows_icmp = rows_snmp = 0
+    for line in ch(f"SELECT sum(i), sum(s) FROM ({q}) FORMAT TSV").split("\n"):
+        if line.strip():
+            rows_icmp, rows_snmp = (int(x) for x in line.split("\t"))
+    total_rows = sum(int(ch(f"SELECT count() FROM {DB}.{t} FORMAT TSV")) for t in tables)
+    acc = {}
+    if icmp_ips:
+        # icmpping rows in the window: how many said up / down, and whether an address
+        # answered that the nft rule silences or was down although it answers.
+        silent = ("(bitAnd(IPv4StringToNum(hostname), 3) = 3 AND "
+                  f"IPv4StringToNum(hostname) >= {int(SILENT.network_address)} AND "
+                  f"IPv4StringToNum(hostname) <= {int(SILENT.broadcast_address)})")
+        r = ch(f"SELECT count(), sum(value), countIf(value = 0 AND NOT {silent}), "
+               f"countIf(value = 1 AND {silent}) FROM {DB}.history_uint "
+               f"WHERE itemname = 'icmpping' AND clock >= {lo} AND clock < {hi} FORMAT TSV")
+        n, up, false_down, false_up = (int(float(x)) for x in r.split())
+        acc = dict(icmpping_rows=n, alive_fraction=up / n if n else None,
+                   expected_alive_fraction=exp["expected_alive"] / exp["icmp_hosts"],
+                   false_down=false_down, false_up=false_up)
+    ma, mb = a["metrics"], b["metrics"]
+
+    def d(name, **kw):
+        return msum(mb, name, **kw) - msum(ma, name, **kw)
+
+    values = d("netpoller_values_total")
+    np_cpu = b["np_cpu"] - a["np_cpu"]
+    ch_cpu = (b["ch_cpu"] - a["ch_cpu"]) if ch_pid and b["ch_cpu"] is not None else None
+    rows = rows_icmp + rows_snmp
+    span = b["t"] - a["t"]
+    busy = (b["machine"][0] - a["machine"][0]) / max(1, b["machine"][1] - a["machine"][1])
+    tcpu = {k: round((v - a["threads"].get(k, 0.0)) / span, 3) for k, v in b["threads"].items()}
+    tcpu = dict(sorted(((k, v) for k, v in tcpu.items() if v >= 0.01), key=lambda kv: -kv[1]))
+    res = dict(kind="netpoller", workload=name, run=args.index, **exp,
+               override=os.environ.get("E2E_OVERRIDE") or None,
+               startup_s=round(startup_s, 2), startup_cpu_s=start_cpu,
+               window_s=win, rows_in_window=rows, rows_icmp=rows_icmp, rows_snmp=rows_snmp,
+               nvps=rows / win, values_metric=values, total_rows=total_rows,
+               np_cpu_s=np_cpu, np_cpu_per_1k=np_cpu / (rows / 1000) if rows else None,
+               np_us_per_value=np_cpu / rows * 1e6 if rows else None,
+               np_cpu_util=np_cpu / (b["t"] - a["t"]),
+               ch_cpu_s=ch_cpu,
+               ch_cpu_per_1k=ch_cpu / (rows / 1000) if rows and ch_cpu is not None else None,
+               ch_cpu_util=ch_cpu / (b["t"] - a["t"]) if ch_cpu is not None else None,
+               vm_hwm=hwm, vm_rss=rss, hwm_bytes_per_item=hwm / exp["items"] if hwm else None,
+               threads=threads, thread_cores=tcpu, machine_busy=busy,
+               others_cores=busy * os.cpu_count() - np_cpu / span - ((ch_cpu or 0) / span),
+               nice=int(os.environ.get("E2E_NICE") or 0), exit_code=rc, stop_s=round(stop_s, 2), **acc)
+    for eng in ("icmp", "snmp"):
+        lat = hist_delta(ma, mb, "netpoller_lateness_seconds", eng)
+        dur = hist_delta(ma, mb, "netpoller_iteration_duration_seconds", eng)
+        res[f"{eng}_iterations"] = d("netpoller_iterations_total", engine=eng)
+        res[f"{eng}_values"] = d("netpoller_values_total", engine=eng)
+        res[f"{eng}_lateness_p50_le"] = hist_quantile(lat, 0.5)
+        res[f"{eng}_lateness_p99_le"] = hist_quantile(lat, 0.99)
+        res[f"{eng}_lateness_max_le"] = hist_max(lat)
+        res[f"{eng}_iteration_p50_le"] = hist_quantile(dur, 0.5)
+        res[f"{eng}_iteration_max_le"] = hist_max(dur)
+        res[f"{eng}_late_iterations"] = d("netpoller_late_iterations_total", engine=eng)
+        res[f"{eng}_skipped_slots"] = d("netpoller_skipped_slots_total", engine=eng)
+        res[f"{eng}_late_iterations_total"] = msum(mb, "netpoller_late_iterations_total",
+                                                   engine=eng)
+        res[f"{eng}_skipped_slots_total"] = msum(mb, "netpoller_skipped_slots_total", engine=eng)
+        for reason in ("timeout", "unsupported", "decode", "send"):
+            res[f"{eng}_errors_{reason}"] = d("netpoller_item_errors_total", engine=eng,
+                                              reason=reason)
+        res[f"{eng}_unmatched"] = d("netpoller_unmatched_replies_total", engine=eng)
+    # Losses are cumulative since start (a drop during warm-up counts too).
+    res["sink_dropped_rows"] = msum(mb, "netpoller_sink_dropped_rows_total")
+    res["sink_spooled_rows"] = msum(mb, "netpoller_sink_spooled_rows_total")
+    res["sink_rejected_rows"] = msum(mb, "netpoller_sink_rejected_rows_total")
+    res["sink_insert_errors"] = msum(mb, "netpoller_sink_insert_errors_total")
+    res["sink_inserts"] = d("netpoller_sink_inserts_total")
+    res["backpressure_waits"] = msum(mb, "netpoller_backpressure_waits_total")
+    res["drops"] = res["sink_dropped_rows"] + res["sink_rejected_rows"]
+    with open(os.path.join(OUT, "results.jsonl"), "a") as f:
+        f.write(json.dumps(res) + "\n")
+    log(f"{name} run {args.index}: {res['nvps']:.0f} NVPS in ClickHouse "
+        f"(expected {exp['expected_nvps']:.0f}), netpoller {res['np_us_per_value'] or 0:.2f} us/value "
+        f"({res['np_cpu_util'] * 100:.0f}% of a core), ClickHouse "
+        f"{(res['ch_cpu_per_1k'] or 0) * 1000:.2f} ms/1k values, VmHWM {(hwm or 0) >> 20} MiB, "
+        f"late iterations {res['icmp_late_iterations'] + res['snmp_late_iterations']:.0f}, "
+        f"drops {res['drops']:.0f}, spooled {res['sink_spooled_rows']:.0f}, "
+        f"backpressure waits {res['backpressure_waits']:.0f}, machine busy {busy * 100:.0f}%, "
+        f"threads (cores) {tcpu}, exit {rc}")
+
+
+# ------------------------------------------------------------------ peers
+
+def timed(cmd, stdout=None, stderr=None, input_path=None, env=None, timeout=600):
+    """Run cmd under /usr/bin/time; returns (wall, cpu, rc)."""
+    tf = os.path.join(OUT, "time.out")
+    full = ["/usr/bin/time", "-o", tf, "-f", "%e %U %S"] + cmd
+    stdin = open(input_path) if input_path else subprocess.DEVNULL
+    try:
+        r = subprocess.run(full, stdout=stdout, stderr=stderr, stdin=stdin, env=env,
+                           timeout=timeout)
+    finally:
+        if input_path:
+            stdin.close()
+    with open(tf) as f:
+        line = f.read().strip().splitlines()[-1]
+    e, u, s = (float(x) for x in line.split())
+    return e, u + s, r.returncode
+
+
+def peers_icmp(name, icmp_ips, results):
+    hosts = os.path.join(OUT, name, "icmp-hosts.txt")
+    with open(hosts, "w") as f:
+        f.writelines(ip + "\n" for ip in icmp_ips)
+    alive_exp = sum(1 for ip in icmp_ips if not is_silent(ip))
+    if len(icmp_ips) > 60000:
+        log(f"fping skipped for {len(icmp_ips)} hosts: one fping process aborts near 65k")
+        return
+    # fping's default -i 10 ms between any two packets would take 3 x hosts x 10 ms;
+    # -i 0 sends as fast as it can, like netpoller's paced sweep.
+    errf = os.path.join(OUT, name, "fping.err")
+    with open(errf, "w") as ef:
+        wall, cpu, rc = timed(["fping", "-q", "-C", "3", "-p", "20", "-t", "1000", "-r", "0",
+                               "-i", "0", "-f", hosts], stdout=subprocess.DEVNULL, stderr=ef)
+    alive = 0
+    with open(errf) as f:
+        for line in f:
+            if " : " in line:
+                if any(x != "-" for x in line.split(" : ", 1)[1].split()):
+                    alive += 1
+    results.append(dict(kind="peer", peer="fping -C3 -p20 -t1000 -r0 -i0", workload=name,
+                        hosts=len(icmp_ips), wall_s=wall, cpu_s=cpu,
+                        cpu_us_per_value=cpu / (3 * len(icmp_ips)) * 1e6,
+                        alive=alive, expected_alive=alive_exp, equal=alive == alive_exp, rc=rc))
+
+
+def snmpget_lines(agent_oids, sim_oids, agents, per=32):
+    lines = []
+    for ip, comm in agents:
+        for i in range(0, len(agent_oids), per):
+            lines.append(["-c", comm, ip] + [o for o, _ in agent_oids[i:i + per]])
+    for i in range(0, len(sim_oids), per):
+        lines.append(["-c", SIM[1], SIM[0]] + [o for o, _ in sim_oids[i:i + per]])
+    return lines
+
+
+def parse_snmpget(path):
+    vals, errs = {}, 0
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if not line.startswith("."):
+                continue
+            oid, _, v = line.partition(" ")
+            if v.startswith("No Such") or v.startswith("No more"):
+                errs += 1
+            else:
+                vals[oid] = v
+    return vals, errs
+
+
+def peers_snmp(name, agent_oids, sim_oids, agents, results):
+    d = os.path.join(OUT, name)
+    lines = snmpget_lines(agent_oids, sim_oids, agents)
+    argf = os.path.join(d, "snmpget.args")
+    with open(argf, "w") as f:
+        f.writelines(" ".join(x) + "\n" for x in lines)
+    n_oids = len(agent_oids) * len(agents) + len(sim_oids)
+    env = dict(os.environ, MIBS="")
+    for par in (1, 8):
+        outf = os.path.join(d, f"snmpget-P{par}.out")
+        with open(outf, "w") as of:
+            wall, cpu, rc = timed(["xargs", "-P", str(par), "-L", "1", "snmpget", "-v2c", "-On",
+                                   "-Oq", "-t", "2", "-r", "1"], stdout=of,
+                                  stderr=subprocess.DEVNULL, input_path=argf, env=env)
+        # -Oq output has no host, so count per line; values of the same OID on several
+        # agents are counted once each by line.
+        answered = 0
+        with open(outf) as f:
+            for line in f:
+                if line.startswith(".") and " No Such" not in line:
+                    answered += 1
+        results.append(dict(kind="peer", peer=f"snmpget x{len(lines)} (32 OIDs each) -P{par}",
+                            workload=name, oids=n_oids, wall_s=wall, cpu_s=cpu,
+                            cpu_per_1k=cpu / (n_oids / 1000), requests_per_s=n_oids / wall,
+                            answered=answered, equal=answered == n_oids, rc=rc))
+        log(f"snmpget -P{par}: {n_oids} OIDs in {wall:.2f}s wall, {cpu:.2f}s CPU, "
+            f"{answered} answered")
+    exporter_peer(name, agent_oids, sim_oids, agents, results)
+
+
+def exporter_yml(agent_oids, sim_oids, communities):
+    def module(oids, comm):
+        lines = ["  get:"] + [f"  - {o[1:]}" for o, _ in oids] + ["  metrics:"]
+        for o, t in oids:
+            lines += [f"  - name: e2e{o.replace('.', '_')}", f"    oid: {o[1:]}",
+                      f"    type: {'DisplayString' if t == 'str' else 'gauge'}",
+                      "    help: e2e"]
+        lines += ["  version: 2", "  max_repetitions: 25", "  retries: 1", "  timeout: 2s",
+                  "  auth:", f"    community: {comm}"]
+        return lines
+    out = []
+    for comm in sorted(communities):
+        out += [f"e2e_{comm}:"] + module(agent_oids, comm)
+    out += ["e2e_sim:"] + module(sim_oids, SIM[1])
+    return "\n".join(out) + "\n"
+
+
+def exporter_peer(name, agent_oids, sim_oids, agents, results):
+    exe = "/usr/bin/prometheus-snmp-exporter"
+    if not os.path.exists(exe):
+        log("prometheus-snmp-exporter missing: skipped")
+        return
+    d = os.path.join(OUT, name)
+    yml = os.path.join(d, "snmp.yml")
+    with open(yml, "w") as f:
+        f.write(exporter_yml(agent_oids, sim_oids, {c for _, c in agents}))
+    with open(os.path.join(d, "exporter.log"), "w") as lf:
+        p = subprocess.Popen([exe, f"--config.file={yml}", f"--web.listen-address={EXPORTER_ADDR}",
+                              "--log.level=warn"], stdout=lf, stderr=subprocess.STDOUT)
+    register_pid(p.pid)
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                scrape(f"http://{EXPORTER_ADDR}/", timeout=2)
+                break
+            except OSError:
+                if p.poll() is not None or time.time() > deadline:
+                    log(f"exporter did not start (see {d}/exporter.log)")
+                    return
+                time.sleep(0.2)
+        targets = [(ip, f"e2e_{c}") for ip, c in agents] + [(SIM[0], "e2e_sim")]
+        n_oids = len(agent_oids) * len(agents) + len(sim_oids)
+        rounds, walls, samples = 3, [], []
+        cpu0 = proc_cpu(p.pid)
+        t0 = time.time()
+        for _ in range(rounds):
+            # One round = every target scraped at once, as Prometheus does per interval.
+            rs = time.time()
+            procs = []
+            for ip, mod in targets:
+                url = f"http://{EXPORTER_ADDR}/snmp?" + urllib.parse.urlencode(
+                    dict(target=ip, module=mod))
+                procs.append(subprocess.Popen(["curl", "-s", "-m", "60", url],
+                                              stdout=subprocess.PIPE, text=True))
+            n = 0
+            for pr in procs:
+                out, _ = pr.communicate(timeout=90)
+                n += sum(1 for line in out.splitlines() if line.startswith("e2e_"))
+            walls.append(time.time() - rs)
+            samples.append(n)
+        cpu = proc_cpu(p.pid) - cpu0
+        total_wall = time.time() - t0
+    finally:
+        stop(p, signal.SIGTERM, wait_s=20)
+    results.append(dict(kind="peer", peer="prometheus-snmp-exporter 0.21 (curl, all targets at once)",
+                        workload=name, oids=n_oids, rounds=rounds,
+                        wall_s=statistics.median(walls), cpu_s=cpu / rounds,
+                        cpu_per_1k=cpu / rounds / (n_oids / 1000),
+                        requests_per_s=n_oids * rounds / total_wall,
+                        answered=min(samples), equal=min(samples) == n_oids))
+    log(f"exporter: {n_oids} OIDs per round, median round {statistics.median(walls):.2f}s, "
+        f"{cpu / rounds:.2f}s CPU per round, samples {samples}")
+
+
+def cmd_peers(args):
+    wl, cfg, agent_oids, sim_oids, agents, icmp_ips = workload_files(args.workload)
+    results = []
+    if icmp_ips:
+        peers_icmp(args.workload, icmp_ips, results)
+    if agent_oids:
+        peers_snmp(args.workload, agent_oids, sim_oids, agents, results)
+    with open(os.path.join(OUT, "results.jsonl"), "a") as f:
+        for r in results:
+            r["run"] = args.index
+            f.write(json.dumps(r) + "\n")
+            log(json.dumps(r))
+
+
+# ------------------------------------------------------------------ summary
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def fmt(x, nd=2):
+    if x is None:
+        return "-"
+    if isinstance(x, float) and x == float("inf"):
+        return "inf"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.{nd}f}"
+
+
+def cmd_summary(args):
+    path = os.path.join(OUT, "results.jsonl")
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    np_rows = [r for r in rows if r["kind"] == "netpoller"]
+    peers = [r for r in rows if r["kind"] == "peer"]
+    order = [w for w in WORKLOADS if any(r["workload"] == w for r in np_rows)]
+    summary = dict(workloads={}, peers=[])
+    cols = ["runs", "items", "expected_nvps", "nvps", "np_us_per_value", "np_cpu_per_1k",
+            "np_cpu_util", "ch_cpu_per_1k", "ch_cpu_util", "vm_hwm_mib", "hwm_bytes_per_item",
+            "icmp_lateness_p99_le", "icmp_lateness_max_le", "snmp_lateness_max_le",
+            "late_iterations", "skipped_slots", "drops", "spooled", "backpressure_waits",
+            "errors", "false_down", "false_up"]
+    tsv = ["\t".join(["workload"] + cols)]
+    for w in order:
+        rs = [r for r in np_rows if r["workload"] == w]
+        s = dict(runs=len(rs), items=rs[0]["items"], expected_nvps=rs[0]["expected_nvps"])
+        for k in ("nvps", "np_us_per_value", "np_cpu_per_1k", "np_cpu_util", "ch_cpu_per_1k",
+                  "ch_cpu_util", "hwm_bytes_per_item", "icmp_lateness_p99_le",
+                  "icmp_lateness_max_le", "snmp_lateness_max_le", "backpressure_waits",
+                  "false_down", "false_up"):
+            s[k] = med([r.get(k) for r in rs])
+        s["vm_hwm_mib"] = med([(r["vm_hwm"] or 0) / 2**20 for r in rs])
+        s["late_iterations"] = max(r["icmp_late_iterations"] + r["snmp_late_iterations"] for r in rs)
+        s["skipped_slots"] = max(r["icmp_skipped_slots"] + r["snmp_skipped_slots"] for r in rs)
+        s["drops"] = max(r["drops"] for r in rs)
+        s["spooled"] = max(r["sink_spooled_rows"] for r in rs)
+        s["errors"] = max(sum(r[f"{e}_errors_{x}"] for e in ("icmp", "snmp")
+                              for x in ("timeout", "unsupported", "decode", "send")) for r in rs)
+        s["nvps_runs"] = [round(r["nvps"]) for r in rs]
+        summary["workloads"][w] = s
+        tsv.append("\t".join([w] + [str(s.get(c)) for c in cols]))
+    # Scale ratio: cost per value at 10x vs 1x (both workloads).
+    if "both" in summary["workloads"] and "scale10" in summary["workloads"]:
+        a, b = summary["workloads"]["both"], summary["workloads"]["scale10"]
+        summary["scale_ratio"] = dict(
+            items=b["items"] / a["items"], nvps=b["nvps"] / a["nvps"],
+            np_cpu_per_value=(b["np_us_per_value"] / a["np_us_per_value"]
+                              if a["np_us_per_value"] else None),
+            ch_cpu_per_value=(b["ch_cpu_per_1k"] / a["ch_cpu_per_1k"]
+                              if a["ch_cpu_per_1k"] else None),
+            rss=b["vm_hwm_mib"] / a["vm_hwm_mib"])
+    pkeys = sorted({(r["workload"], r["peer"]) for r in peers},
+                   key=lambda k: (list(WORKLOADS).index(k[0]), k[1]))
+    for w, p in pkeys:
+        rs = [r for r in peers if r["workload"] == w and r["peer"] == p]
+        s = dict(workload=w, peer=p, runs=len(rs))
+        for k in ("wall_s", "cpu_s", "cpu_us_per_value", "cpu_per_1k", "requests_per_s",
+                  "alive", "answered"):
+            s[k] = med([r.get(k) for r in rs])
+        s["equal"] = all(r.get("equal") for r in rs)
+        summary["peers"].append(s)
+    with open(os.path.join(OUT, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    with open(os.path.join(OUT, "results.tsv"), "w") as f:
+        f.write("\n".join(tsv) + "\n")
+    # Text table.
+    print(f"{'workload':9} {'runs':>4} {'items':>8} {'exp NVPS':>9} {'NVPS':>9} "
+          f"{'np us/val':>9} {'np core':>7} {'CH ms/1k':>8} {'CH core':>7} {'HWM MiB':>8} "
+          f"{'B/item':>7} {'lat p99':>7} {'late':>5} {'skip':>5} {'drops':>5} {'spool':>5} "
+          f"{'bp':>5} {'errs':>5}")
+    for w, s in summary["workloads"].items():
+        print(f"{w:9} {s['runs']:>4} {s['items']:>8,} {s['expected_nvps']:>9,.0f} "
+              f"{s['nvps']:>9,.0f} {fmt(s['np_us_per_value']):>9} {fmt(s['np_cpu_util']):>7} "
+              f"{fmt((s['ch_cpu_per_1k'] or 0) * 1000):>8} {fmt(s['ch_cpu_util']):>7} "
+              f"{fmt(s['vm_hwm_mib'], 0):>8} {fmt(s['hwm_bytes_per_item'], 0):>7} "
+              f"{fmt(s['icmp_lateness_p99_le']):>7} {s['late_iterations']:>5.0f} "
+              f"{s['skipped_slots']:>5.0f} {s['drops']:>5.0f} {s['spooled']:>5.0f} "
+              f"{s['backpressure_waits']:>5.0f} {s['errors']:>5.0f}")
+    if "scale_ratio" in summary:
+        r = summary["scale_ratio"]
+        print(f"scale10 / both: items x{r['items']:.1f}, NVPS x{r['nvps']:.1f}, netpoller CPU "
+              f"per value x{fmt(r['np_cpu_per_value'])}, ClickHouse CPU per value "
+              f"x{fmt(r['ch_cpu_per_value'])}, peak RSS x{r['rss']:.2f}")
+    print()
+    print(f"{'workload':9} {'peer':58} {'runs':>4} {'wall s':>7} {'CPU s':>7} {'us/val':>7} "
+          f"{'CPU s/1k':>8} {'req/s':>8} {'result':>8} equal")
+    for s in summary["peers"]:
+        res = s["alive"] if s["alive"] is not None else s["answered"]
+        print(f"{s['workload']:9} {s['peer'][:58]:58} {s['runs']:>4} {fmt(s['wall_s']):>7} "
+              f"{fmt(s['cpu_s'], 3):>7} {fmt(s['cpu_us_per_value']):>7} "
+              f"{fmt(s['cpu_per_1k'], 4):>8} {fmt(s['requests_per_s'], 0):>8} "
+              f"{fmt(res, 0):>8} {s['equal']}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("oids")
+    o.add_argument("--agent", type=int, default=2000)
+    o.add_argument("--sim", type=int, default=180)
+    r = sub.add_parser("run")
+    r.add_argument("workload", choices=list(WORKLOADS))
+    r.add_argument("--index", type=int, default=1)
+    r.add_argument("--warmup", type=float, default=25)
+    r.add_argument("--duration", type=float, default=90)
+    p = sub.add_parser("peers")
+    p.add_argument("workload", choices=list(WORKLOADS))
+    p.add_argument("--index", type=int, default=1)
+    c = sub.add_parser("config")
+    c.add_argument("workload", choices=list(WORKLOADS))
+    sub.add_parser("summary")
+    sub.add_parser("agents-needed")
+    a = ap.parse_args()
+    if a.cmd == "oids":
+        cmd_oids(a)
+    elif a.cmd == "run":
+        cmd_run(a)
+    elif a.cmd == "peers":
+        cmd_peers(a)
+    elif a.cmd == "config":
+        print(workload_files(a.workload)[1])
+    elif a.cmd == "summary":
+        cmd_summary(a)
+
+
+if __name__ == "__main__":
+    main()
