@@ -1,5 +1,5 @@
 //! Operating `netpoller run`: `/metrics` counts what happened, `/healthz` follows the
-//! sink, secrets never leak into any output, `--user` drops privileges.
+//! sink, secrets never leak into any output (`run --user` is tested in tests/privdrop.rs).
 //!
 //! Traffic goes only to 127.0.0.0/8.
 
@@ -406,64 +406,4 @@ fn secrets_never_appear_in_any_output() {
                 .join("\n")
         );
     }
-}
-
-#[test]
-fn run_user_drops_to_net_raw_only() {
-    let dir = scratch("ops-user");
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
-    let port = free_port();
-    let cfg = dir.join("c.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\nspool_dir = \"{}\"\n[[templates]]\nname = \"icmp\"\nitems = [ {{ key = \"icmpping\", interval = \"1s\" }} ]\n[[hosts]]\nname = \"h\"\nip = \"127.0.75.1\"\ntemplates = [\"icmp\"]\n",
-            dir.join("spool").display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&cfg, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
-    let d = Daemon::start(&cfg, &["--user", "nobody"], dir.join("run.log"));
-    assert!(
-        wait_until(Duration::from_secs(15), || {
-            get(port, "/metrics")
-                .map(|(_, b)| {
-                    parse_metrics(&b)
-                        .get("netpoller_values_total{engine=\"icmp\"}")
-                        .copied()
-                        .unwrap_or(0.0)
-                        >= 2.0
-                })
-                .unwrap_or(false)
-        }),
-        "the dropped daemon keeps pinging:\n{}",
-        d.log_text()
-    );
-    let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .unwrap()
-            .split_whitespace()
-            .skip(1)
-            .collect::<Vec<_>>()
-    };
-    let nobody = std::process::Command::new("id")
-        .args(["-u", "nobody"])
-        .output()
-        .unwrap();
-    let nobody = String::from_utf8(nobody.stdout).unwrap().trim().to_string();
-    assert!(field("Uid:").iter().all(|u| *u == nobody), "{status}");
-    assert_eq!(
-        u64::from_str_radix(field("CapEff:")[0], 16).unwrap(),
-        1 << 13,
-        "only CAP_NET_RAW: {status}"
-    );
-    assert_eq!(
-        u64::from_str_radix(field("CapPrm:")[0], 16).unwrap(),
-        1 << 13,
-        "{status}"
-    );
-    assert!(d.stop().success());
 }

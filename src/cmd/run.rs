@@ -54,7 +54,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         crate::cmd::open_icmp_drivers(&cfg, cfg.daemon.icmp_concurrent_sweeps, has_icmp)?;
     let user = args.user.clone().or_else(|| cfg.daemon.user.clone());
     if let Some(user) = &user {
-        crate::privdrop::drop_privileges(user, true)
+        // Raw sockets are open already; CAP_NET_RAW is kept so that the process could
+        // open them again, and is not needed at all with unprivileged ping sockets.
+        let keep_net_raw = icmp_drivers
+            .iter()
+            .any(|d| d.kind() == poller::icmp_driver::SocketKind::Raw);
+        crate::privdrop::drop_privileges(user, keep_net_raw)
             .with_context(|| format!("dropping privileges to {user:?}"))?;
         tracing::info!(user = %user, "dropped privileges (keeping CAP_NET_RAW only)");
     }
