@@ -305,7 +305,7 @@ impl<'a> Message<'a> {
         let mut count = 0;
         let mut vr = Reader::new(varbinds);
         while !vr.is_empty() {
-            decode_varbind(&mut vr)?;
+            decode_varbind(&mut vr, false)?;
             count += 1;
         }
         Ok(Message {
@@ -333,9 +333,15 @@ impl<'a> Message<'a> {
     }
 }
 
-fn decode_varbind<'a>(r: &mut Reader<'a>) -> Result<VarBind<'a>, DecodeError> {
+fn decode_varbind<'a>(r: &mut Reader<'a>, validated: bool) -> Result<VarBind<'a>, DecodeError> {
     let mut vb = Reader::new(r.read_expect(TAG_SEQUENCE)?);
-    let oid = OidRef::from_ber(vb.read_expect(TAG_OID)?)?;
+    let raw = vb.read_expect(TAG_OID)?;
+    // The second pass over a validated message need not re-check OID octets.
+    let oid = if validated {
+        OidRef::from_validated(raw)
+    } else {
+        OidRef::from_ber(raw)?
+    };
     let (tag, c) = vb.read_tlv()?;
     let value = ValueRef::decode(tag, c)?;
     if !vb.is_empty() {
@@ -358,7 +364,7 @@ impl<'a> Iterator for VarBinds<'a> {
             return None;
         }
         // Validated by Message::decode; on the impossible error stop rather than panic.
-        decode_varbind(&mut self.r).ok()
+        decode_varbind(&mut self.r, true).ok()
     }
 }
 

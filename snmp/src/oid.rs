@@ -110,6 +110,14 @@ impl<'a> OidRef<'a> {
         if ber.is_empty() {
             return Err(DecodeError::BadOid);
         }
+        // Fast path: every sub-identifier is one octet (the common case on the wire).
+        if ber.iter().all(|&b| b < 0x80) {
+            return if ber.len() < MAX_ARCS {
+                Ok(OidRef { ber })
+            } else {
+                Err(DecodeError::BadOid)
+            };
+        }
         let mut subids = 0usize;
         let mut acc: u64 = 0;
         let mut start = true;
@@ -140,6 +148,12 @@ impl<'a> OidRef<'a> {
 
     pub fn as_ber(&self) -> &'a [u8] {
         self.ber
+    }
+
+    /// For octets that [`OidRef::from_ber`] already accepted (re-reading a validated
+    /// message): skips the validation.
+    pub(crate) fn from_validated(ber: &'a [u8]) -> OidRef<'a> {
+        OidRef { ber }
     }
 
     pub fn to_owned(&self) -> Oid {

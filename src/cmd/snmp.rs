@@ -31,6 +31,36 @@ pub enum SnmpCmd {
     Get(GetArgs),
     /// Walk the subtree under OID with GETBULK (GETNEXT for v1).
     Walk(WalkArgs),
+    /// Load generator for benchmarks (benches/snmp_get.sh): poll every target of a file
+    /// N times through the daemon's SNMP driver and print one JSON line per iteration.
+    #[command(hide = true)]
+    Load(LoadArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct LoadArgs {
+    /// One host per line: `IP[:PORT] COMMUNITY OID [OID...]` (# comments).
+    #[arg(long, value_name = "FILE")]
+    pub targets: std::path::PathBuf,
+    #[arg(long, default_value_t = 1)]
+    pub iterations: u32,
+    /// Timeout per attempt.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub timeout: Duration,
+    #[arg(long, default_value_t = 1)]
+    pub retries: u32,
+    /// OIDs per request.
+    #[arg(long, default_value_t = 1)]
+    pub max_oids: usize,
+    /// Requests in flight per host.
+    #[arg(long, default_value_t = 1)]
+    pub max_inflight: usize,
+    /// Global send rate (datagrams/s); default: the driver's.
+    #[arg(long)]
+    pub max_pps: Option<u32>,
+    /// Pause between iterations.
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    pub pause: Duration,
 }
 
 /// Options shared by `get` and `walk`.
@@ -114,6 +144,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.cmd {
         SnmpCmd::Get(a) => get(a),
         SnmpCmd::Walk(a) => walk(a),
+        SnmpCmd::Load(a) => load(a),
     }
 }
 
@@ -306,5 +337,120 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
             a.oid
         )?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// User + system CPU time of this process.
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is always valid.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// Resident set size in KiB (from /proc/self/statm).
+fn rss_kib() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(0);
+    pages * 4
+}
+
+fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&a.targets)
+        .with_context(|| format!("reading {}", a.targets.display()))?;
+    let mut jobs = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut f = line.split_whitespace();
+        let (Some(addr), Some(community)) = (f.next(), f.next()) else {
+            bail!(
+                "{}:{}: expected `IP[:PORT] COMMUNITY OID...`",
+                a.targets.display(),
+                n + 1
+            );
+        };
+        let addr: SocketAddr = addr
+            .parse()
+            .or_else(|_| {
+                addr.parse::<std::net::IpAddr>()
+                    .map(|ip| SocketAddr::new(ip, 161))
+            })
+            .with_context(|| format!("{}:{}: bad address", a.targets.display(), n + 1))?;
+        let oids = f
+            .map(|o| {
+                o.parse::<Oid>()
+                    .with_context(|| format!("{}:{}: OID {o:?}", a.targets.display(), n + 1))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let mut job = SnmpHostJob::new(addr, Arc::from(community), oids);
+        job.timeout = a.timeout;
+        job.retries = a.retries;
+        job.max_oids = a.max_oids.max(1);
+        job.max_inflight = a.max_inflight.max(1);
+        jobs.push(job);
+    }
+    let items: usize = jobs.iter().map(|j| j.oids.len()).sum();
+    let mut opts = SnmpDriverOptions::default();
+    if let Some(pps) = a.max_pps {
+        opts.max_pps = pps;
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut out = std::io::stdout().lock();
+    let mut driver = SnmpDriver::open(opts).context("opening UDP sockets")?;
+    let (mut total_cpu, mut total_wall, mut total_req) = (Duration::ZERO, Duration::ZERO, 0u64);
+    for i in 1..=a.iterations {
+        let cpu0 = cpu_time();
+        let (mut ok, mut failed) = (0u64, 0u64);
+        let report = rt.block_on(driver.run_iteration(&jobs, |_, _, r| {
+            if r.is_ok() {
+                ok += 1;
+            } else {
+                failed += 1;
+            }
+        }));
+        let cpu = cpu_time() - cpu0;
+        let s = report.stats;
+        total_cpu += cpu;
+        total_wall += report.wall;
+        total_req += s.requests;
+        let line = serde_json::json!({
+            "iteration": i, "hosts": jobs.len(), "items": items, "ok": ok, "failed": failed,
+            "wall_s": report.wall.as_secs_f64(), "cpu_s": cpu.as_secs_f64(),
+            "requests": s.requests, "retries": s.retries, "timeouts": s.timeouts,
+            "hosts_timed_out": s.hosts_timed_out, "responses": s.responses,
+            "malformed": s.malformed, "stale": s.stale, "unknown_request_id": s.unknown_request_id,
+            "wrong_source": s.wrong_source, "wrong_community": s.wrong_community,
+            "too_big": s.too_big, "socket_errors": report.socket_errors,
+            "would_block": report.would_block, "rss_kib": rss_kib(),
+        });
+        writeln!(out, "{line}")?;
+        if !a.pause.is_zero() {
+            std::thread::sleep(a.pause);
+        }
+    }
+    let per_k = |d: Duration| {
+        if total_req == 0 {
+            0.0
+        } else {
+            d.as_secs_f64() * 1000.0 / total_req as f64
+        }
+    };
+    let summary = serde_json::json!({
+        "summary": true, "iterations": a.iterations, "requests": total_req,
+        "req_per_s": total_req as f64 / total_wall.as_secs_f64().max(1e-9),
+        "cpu_s_per_1000_requests": per_k(total_cpu), "wall_s_total": total_wall.as_secs_f64(),
+        "cpu_us_per_request": per_k(total_cpu) * 1000.0, "rss_kib": rss_kib(),
+    });
+    writeln!(out, "{summary}")?;
     Ok(ExitCode::SUCCESS)
 }
