@@ -394,8 +394,11 @@ fn ipv6_loopback_and_rejected_jobs() {
             ..job(IpAddr::V4(Ipv4Addr::new(127, 77, 64, 1)), 1, 500)
         },
         job(IpAddr::V4(Ipv4Addr::new(127, 77, 64, 2)), 1, 500),
+        // Together more than 65,536 probes to one address: both refused, nothing sent.
+        job(IpAddr::V4(Ipv4Addr::new(127, 77, 64, 3)), 40_000, 500),
+        job(IpAddr::V4(Ipv4Addr::new(127, 77, 64, 3)), 30_000, 500),
     ];
-    let mut stats = [None; 3];
+    let mut stats = [None; 5];
     let report = rt().block_on(d.sweep(&jobs, |i, st| stats[i] = Some(*st)));
     let v6 = stats[0].expect("::1 reported");
     assert_eq!((v6.sent, v6.received), (2, 2));
@@ -405,12 +408,21 @@ fn ipv6_loopback_and_rejected_jobs() {
         "invalid job reported with zero stats"
     );
     assert_eq!(stats[2].map(|s| s.received), Some(1));
-    assert_eq!(report.rejected.len(), 1);
-    assert_eq!(report.rejected[0].0, 1);
-    assert!(
-        report.rejected[0].1.contains("size 4"),
-        "{:?}",
-        report.rejected
+    let mut rejected = report.rejected.clone();
+    rejected.sort();
+    assert_eq!(
+        rejected.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![1, 3, 4]
     );
+    assert!(rejected[0].1.contains("size 4"), "{rejected:?}");
+    assert!(
+        rejected[1].1.contains("at most 65536 per address"),
+        "{rejected:?}"
+    );
+    assert_eq!(
+        (stats[3], stats[4]),
+        (Some(PingStats::default()), Some(PingStats::default()))
+    );
+    assert_eq!(report.counters.sent, 3);
     assert_eq!(report.alive, 2);
 }

@@ -12,6 +12,8 @@
 //!   address from `SweepConfig::seq_start`, so they are unique per address across the
 //!   whole sweep (at most 65,536 probes per address); the identifier is one per sweep
 //!   (raw sockets) or ignored (datagram sockets, whose identifier the kernel rewrites).
+//!   The table itself is flat: address → job (a map built once), sequence − job's base
+//!   → packet, and one send-instant slot per probe; O(1) per probe and per reply.
 //! * Every reply is also checked against the payload tag ([`crate::tag`]); a reply that
 //!   matches nothing is counted by reason in [`SweepCounters`], never silently dropped.
 //! * Pacing: the long-run send rate never exceeds `max_pps`; after an idle or late
@@ -23,8 +25,7 @@
 //! * A reply arriving later than its job's `timeout` after its probe is `Late`, not
 //!   received (Zabbix/fping semantics: the timeout is per probe).
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -193,12 +194,11 @@ pub struct Transmit<'a> {
     pub token: ProbeToken,
 }
 
-/// Identifies one in-flight probe: its table key.
+/// Identifies one in-flight probe (job index and packet number).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ProbeToken {
-    addr: IpAddr,
-    ident: u16,
-    seq: u16,
+    job: u32,
+    packet: u32,
 }
 
 /// Output of a sweep.
@@ -295,23 +295,68 @@ struct JobState {
     resolved: u32,
     seq_base: u16,
     done: bool,
+    /// Index of this job's first probe in `Sweep::sent_at`.
+    probe_base: u32,
+    /// Next job with the same address (duplicates), `u32::MAX` for none.
+    next_same_addr: u32,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Probe {
-    job: u32,
-    sent_at: Instant,
+/// Fast non-keyed hash for the address map. Safe against hash flooding here because the
+/// map is filled from our own job list and only consulted for replies whose keyed tag
+/// verified already.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.write_u64(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        // murmur3 fmix64: the multiply above only carries low bits upwards, and
+        // hashbrown indexes buckets by the low bits.
+        let mut h = self.0;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
 }
+
+type AddrMap = HashMap<IpAddr, u32, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// One sweep iteration. See the module docs for the protocol and invariants.
 #[derive(Debug)]
 pub struct Sweep {
     cfg: SweepConfig,
     jobs: Vec<JobState>,
-    /// (due instant, FIFO order, job) of each job's next probe.
-    queue: BinaryHeap<Reverse<(Instant, u64, u32)>>,
-    order: u64,
-    inflight: HashMap<ProbeToken, Probe>,
+    /// Jobs `first_round..` have not sent their first probe; all were due at creation.
+    first_round: u32,
+    created: Instant,
+    /// Later probes, one FIFO per distinct interval: a probe is due at its predecessor's
+    /// send instant + interval, and send instants only grow, so each FIFO stays sorted.
+    later: Vec<(Duration, VecDeque<(Instant, u32)>)>,
+    /// In-flight table: send instant of every probe, `None` when not sent or resolved.
+    /// Keyed by `(address → job, sequence → packet)`, see `lookup`.
+    sent_at: Vec<Option<Instant>>,
+    in_flight: usize,
+    by_addr: AddrMap,
     next_slot: Instant,
     gap: Duration,
     deadline: Option<Instant>,
@@ -325,21 +370,34 @@ pub struct Sweep {
 impl Sweep {
     /// Creates a sweep whose first probes are due at `now`.
     pub fn new(jobs: Vec<Job>, cfg: SweepConfig, now: Instant) -> Result<Self, SweepError> {
-        let mut per_addr: HashMap<IpAddr, u64> = HashMap::with_capacity(jobs.len());
-        let mut states = Vec::with_capacity(jobs.len());
+        let mut by_addr = AddrMap::with_capacity_and_hasher(jobs.len(), Default::default());
+        let mut states: Vec<JobState> = Vec::with_capacity(jobs.len());
         let mut total: u64 = 0;
         for (i, job) in jobs.into_iter().enumerate() {
             job.validate(i)?;
-            let used = per_addr.entry(job.addr).or_insert(0);
-            let base = *used;
-            *used += u64::from(job.packets);
-            if *used > 65_536 {
+            let mut base = 0u64;
+            let mut next_same_addr = u32::MAX;
+            if let Some(&first) = by_addr.get(&job.addr) {
+                // Duplicate address: sequence numbers continue after all earlier jobs.
+                let mut k = first;
+                while k != u32::MAX {
+                    let st = &states[k as usize];
+                    base = base.max(
+                        u64::from(st.seq_base.wrapping_sub(cfg.seq_start))
+                            + u64::from(st.job.packets),
+                    );
+                    k = st.next_same_addr;
+                }
+                next_same_addr = first;
+            }
+            let used = base + u64::from(job.packets);
+            if used > 65_536 {
                 return Err(SweepError::TooManyProbes {
                     addr: job.addr,
-                    probes: *used,
+                    probes: used,
                 });
             }
-            total += u64::from(job.packets);
+            by_addr.insert(job.addr, i as u32);
             states.push(JobState {
                 job,
                 stats: PingStats::default(),
@@ -347,11 +405,17 @@ impl Sweep {
                 resolved: 0,
                 seq_base: cfg.seq_start.wrapping_add(base as u16),
                 done: false,
+                probe_base: total as u32,
+                next_same_addr,
             });
+            total += u64::from(job.packets);
+            if total > u64::from(u32::MAX) {
+                return Err(SweepError::TooManyProbes {
+                    addr: job.addr,
+                    probes: total,
+                });
+            }
         }
-        let queue: BinaryHeap<_> = (0..states.len())
-            .map(|i| Reverse((now, i as u64, i as u32)))
-            .collect();
         let gap = if cfg.max_pps == 0 {
             Duration::ZERO
         } else {
@@ -360,10 +424,13 @@ impl Sweep {
         let remaining = states.len();
         Ok(Sweep {
             cfg,
-            order: states.len() as u64,
             jobs: states,
-            queue,
-            inflight: HashMap::with_capacity(total.min(1 << 20) as usize),
+            first_round: 0,
+            created: now,
+            later: Vec::new(),
+            sent_at: vec![None; total as usize],
+            in_flight: 0,
+            by_addr,
             next_slot: now,
             gap,
             deadline: None,
@@ -407,17 +474,34 @@ impl Sweep {
 
     /// Probes currently in flight.
     pub fn in_flight(&self) -> usize {
-        self.inflight.len()
+        self.in_flight
     }
 
     /// Whether every probe has been handed out.
     pub fn all_sent(&self) -> bool {
-        self.queue.is_empty()
+        self.first_round as usize >= self.jobs.len() && self.later.iter().all(|(_, q)| q.is_empty())
     }
 
     /// Whether every job is complete (events may still wait in [`Self::poll_event`]).
     pub fn is_finished(&self) -> bool {
         self.remaining == 0
+    }
+
+    /// The earliest queued probe: (due, which queue: `None` = first round, else index).
+    fn peek(&self) -> Option<(Instant, Option<usize>)> {
+        if (self.first_round as usize) < self.jobs.len() {
+            // First-round probes were due at creation, before anything in `later`.
+            return Some((self.created, None));
+        }
+        let mut best: Option<(Instant, Option<usize>)> = None;
+        for (qi, (_, q)) in self.later.iter().enumerate() {
+            if let Some(&(due, _)) = q.front() {
+                if best.is_none_or(|(b, _)| due < b) {
+                    best = Some((due, Some(qi)));
+                }
+            }
+        }
+        best
     }
 
     /// When the next probe may leave: its host's due time, delayed by pacing.
@@ -426,8 +510,8 @@ impl Sweep {
         if self.is_finished() {
             return None;
         }
-        let Reverse((due, _, _)) = self.queue.peek()?;
-        Some((*due).max(self.next_slot))
+        let (due, _) = self.peek()?;
+        Some(due.max(self.next_slot))
     }
 
     /// The final deadline (latest send + timeout), known once every probe was sent;
@@ -451,37 +535,35 @@ impl Sweep {
         if self.is_finished() || self.expired {
             return None;
         }
-        let &Reverse((due, _, j)) = self.queue.peek()?;
+        let (due, queue) = self.peek()?;
         if due > now || (!self.gap.is_zero() && self.next_slot > now) {
             return None;
         }
-        self.queue.pop();
+        let j = match queue {
+            None => {
+                self.first_round += 1;
+                self.first_round - 1
+            }
+            Some(qi) => self.later[qi].1.pop_front()?.1,
+        };
         let st = &mut self.jobs[j as usize];
         let job = st.job;
-        let seq = st.seq_base.wrapping_add(st.next_packet as u16);
+        let k = st.next_packet;
+        let seq = st.seq_base.wrapping_add(k as u16);
         let ident = self.cfg.ident;
-        let token = ProbeToken {
-            addr: job.addr,
-            ident: match self.cfg.socket {
-                SocketKind::Raw => ident,
-                SocketKind::Datagram => 0,
-            },
-            seq,
-        };
-        let prev = self.inflight.insert(
-            token,
-            Probe {
-                job: j,
-                sent_at: now,
-            },
-        );
-        debug_assert!(prev.is_none(), "sequence numbers are unique per address");
+        let token = ProbeToken { job: j, packet: k };
+        let slot = &mut self.sent_at[(st.probe_base + k) as usize];
+        debug_assert!(slot.is_none(), "each probe is sent once");
+        *slot = Some(now);
+        self.in_flight += 1;
         st.stats.sent += 1;
         st.next_packet += 1;
         if st.next_packet < job.packets {
-            self.queue
-                .push(Reverse((now + job.interval, self.order, j)));
-            self.order += 1;
+            let due = now + job.interval;
+            match self.later.iter_mut().find(|(iv, _)| *iv == job.interval) {
+                Some((_, q)) => q.push_back((due, j)),
+                None => self.later.push((job.interval, VecDeque::from([(due, j)]))),
+            }
         }
         let expiry = now + job.timeout;
         self.deadline = Some(self.deadline.map_or(expiry, |d| d.max(expiry)));
@@ -517,11 +599,36 @@ impl Sweep {
         })
     }
 
+    /// Takes probe `packet` of job `j` out of flight, returning its send instant.
+    fn take(&mut self, j: u32, packet: u32) -> Option<Instant> {
+        let st = self.jobs.get(j as usize)?;
+        let sent = self
+            .sent_at
+            .get_mut((st.probe_base + packet) as usize)?
+            .take()?;
+        self.in_flight -= 1;
+        Some(sent)
+    }
+
+    /// Finds the probe `(addr, seq)` answers: (job, packet number).
+    fn lookup(&self, addr: IpAddr, seq: u16) -> Option<(u32, u32)> {
+        let mut j = *self.by_addr.get(&addr)?;
+        while j != u32::MAX {
+            let st = &self.jobs[j as usize];
+            let k = u32::from(seq.wrapping_sub(st.seq_base));
+            if k < st.job.packets {
+                return Some((j, k));
+            }
+            j = st.next_same_addr;
+        }
+        None
+    }
+
     /// Reports that the probe `token` could not be sent: it counts as sent and lost.
     pub fn on_send_error(&mut self, token: ProbeToken) {
-        if let Some(p) = self.inflight.remove(&token) {
+        if self.take(token.job, token.packet).is_some() {
             self.counters.send_errors += 1;
-            self.resolve(p.job as usize);
+            self.resolve(token.job as usize);
         }
     }
 
@@ -569,19 +676,16 @@ impl Sweep {
             TagCheck::Valid { .. } if !ident_ours => return self.ignore(IgnoreReason::Spoofed),
             TagCheck::Valid { .. } => {}
         }
-        let token = ProbeToken {
-            addr: rx.src,
-            ident: match self.cfg.socket {
-                SocketKind::Raw => rx.echo.ident,
-                SocketKind::Datagram => 0,
-            },
-            seq: rx.echo.seq,
-        };
-        let Some(probe) = self.inflight.remove(&token) else {
+        let Some((j, k)) = self.lookup(rx.src, rx.echo.seq) else {
+            // A valid tag names a probe of this iteration, so the address and sequence
+            // are ours; only a reply after the table was emptied gets here.
             return self.ignore(IgnoreReason::Duplicate);
         };
-        let j = probe.job as usize;
-        let rtt = now.saturating_duration_since(probe.sent_at);
+        let Some(sent_at) = self.take(j, k) else {
+            return self.ignore(IgnoreReason::Duplicate);
+        };
+        let j = j as usize;
+        let rtt = now.saturating_duration_since(sent_at);
         let outcome = if rtt > self.jobs[j].job.timeout {
             self.counters.count(IgnoreReason::Late);
             ReplyOutcome::Ignored(IgnoreReason::Late)
@@ -604,7 +708,8 @@ impl Sweep {
             return;
         }
         self.expired = true;
-        self.inflight.clear();
+        self.sent_at.fill(None);
+        self.in_flight = 0;
         for (j, st) in self.jobs.iter_mut().enumerate() {
             if !st.done {
                 st.done = true;

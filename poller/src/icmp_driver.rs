@@ -388,7 +388,6 @@ impl IcmpDriver {
         // Validate each job on its own so one bad job never sinks the iteration.
         let mut index = Vec::with_capacity(jobs.len());
         let mut valid = Vec::with_capacity(jobs.len());
-        let mut probes_per_addr = std::collections::HashMap::<IpAddr, u64>::new();
         for (i, j) in jobs.iter().enumerate() {
             let job = Job {
                 addr: j.addr,
@@ -401,17 +400,7 @@ impl IcmpDriver {
             let why = match (job.validate(i), slot) {
                 (Err(e), _) => Some(e.to_string()),
                 (Ok(_), Slot::Closed(why)) => Some(format!("{}: {why}", j.addr)),
-                (Ok(_), _) => {
-                    let n = probes_per_addr.entry(j.addr).or_default();
-                    *n += u64::from(j.packets);
-                    (*n > 65_536).then(|| {
-                        SweepError::TooManyProbes {
-                            addr: j.addr,
-                            probes: *n,
-                        }
-                        .to_string()
-                    })
-                }
+                (Ok(_), _) => None,
             };
             match why {
                 Some(why) => {
@@ -424,16 +413,28 @@ impl IcmpDriver {
                 }
             }
         }
-        let mut sweep = match Sweep::new(valid, self.config(ident), Instant::now()) {
-            Ok(s) => s,
-            Err(e) => {
-                // Unreachable after the checks above; never panic in the daemon.
-                for &i in &index {
-                    on_host_done(i, &PingStats::default());
-                    report.rejected.push((i, e.to_string()));
+        // Only a whole-sweep limit can still fail: more than 65,536 probes to one address
+        // (its sequence numbers would repeat). Reject that address's jobs and retry.
+        let mut sweep = loop {
+            match Sweep::new(valid.clone(), self.config(ident), Instant::now()) {
+                Ok(s) => break s,
+                Err(e) => {
+                    let bad = match e {
+                        SweepError::TooManyProbes { addr, .. } => Some(addr),
+                        _ => None, // unreachable: each job was validated above
+                    };
+                    let mut k = 0;
+                    while k < valid.len() {
+                        if bad.is_none() || Some(valid[k].addr) == bad {
+                            on_host_done(index[k], &PingStats::default());
+                            report.rejected.push((index[k], e.to_string()));
+                            valid.swap_remove(k);
+                            index.swap_remove(k);
+                        } else {
+                            k += 1;
+                        }
+                    }
                 }
-                report.wall = start.elapsed();
-                return report;
             }
         };
         let max_len = jobs.iter().map(|j| j.size).max().unwrap_or(0);

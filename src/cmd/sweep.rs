@@ -278,6 +278,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             c.stale, c.foreign, c.spoofed, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors
         );
     }
+    tracing::info!(
+        sent = c.sent,
+        received = c.received,
+        send_time_s = report.send_time.as_secs_f64(),
+        wall_s = report.wall.as_secs_f64(),
+        "sweep done"
+    );
     eprintln!(
         "{} hosts, {} alive, {} unreachable in {:.3} s",
         report.hosts,
