@@ -150,8 +150,9 @@ run_netpoller() { # name targets iterations max_oids
         --retries "$RETRIES" --max-oids "$max_oids")
     a1=$(agent_cpu)
     u1=$(udp_rcvbuf_errors)
-    echo "$out" >"$WORK/$name.jsonl"
-    python3 - "$WORK/$name.jsonl" "$((a1 - a0))" "$TCK" "$((u1 - u0))" "$name" <<'PY'
+    local file="$WORK/run_${name//[^A-Za-z0-9]/_}.jsonl"
+    echo "$out" >"$file"
+    python3 - "$file" "$((a1 - a0))" "$TCK" "$((u1 - u0))" "$name" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
 its = [l for l in lines if "iteration" in l]
@@ -165,9 +166,11 @@ print("%s|%d|%.0f|%.4f|%.2f|%.3f|%.3f|%s" % (
     sys.argv[5], its[0]["requests"], s["req_per_s"], s["cpu_s_per_1000_requests"],
     s["cpu_us_per_request"], walls[len(walls) // 2], agent_s * 1000 / req, sys.argv[4]))
 print("  %s: %d iterations, median wall %.3f s (min %.3f, max %.3f), item failures %d, "
-      "retries %d, hosts timed out %d, RSS KiB after iter 1/10/last: %s" % (
+      "retries %d, hosts timed out %d, CPU us/req user %.2f + sys %.2f, "
+      "RSS KiB after iter 1/10/last: %s" % (
     sys.argv[5], len(its), walls[len(walls) // 2], walls[0], walls[-1], fails,
-    sum(i["retries"] for i in its), sum(i["hosts_timed_out"] for i in its), rss), file=sys.stderr)
+    sum(i["retries"] for i in its), sum(i["hosts_timed_out"] for i in its),
+    s["user_us_per_request"], s["sys_us_per_request"], rss), file=sys.stderr)
 PY
 }
 

@@ -340,13 +340,13 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// User + system CPU time of this process.
-fn cpu_time() -> Duration {
+/// (user, system) CPU time of this process.
+fn cpu_times() -> (Duration, Duration) {
     // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF is always valid.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    (tv(ru.ru_utime), tv(ru.ru_stime))
 }
 
 /// Resident set size in KiB (from /proc/self/statm).
@@ -408,8 +408,10 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let mut driver = SnmpDriver::open(opts).context("opening UDP sockets")?;
     let (mut total_cpu, mut total_wall, mut total_req) = (Duration::ZERO, Duration::ZERO, 0u64);
+    let (user0, sys0) = cpu_times();
     for i in 1..=a.iterations {
-        let cpu0 = cpu_time();
+        let (u, s) = cpu_times();
+        let cpu0 = u + s;
         let (mut ok, mut failed) = (0u64, 0u64);
         let report = rt.block_on(driver.run_iteration(&jobs, |_, _, r| {
             if r.is_ok() {
@@ -418,7 +420,8 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
                 failed += 1;
             }
         }));
-        let cpu = cpu_time() - cpu0;
+        let (u, s) = cpu_times();
+        let cpu = u + s - cpu0;
         let s = report.stats;
         total_cpu += cpu;
         total_wall += report.wall;
@@ -438,6 +441,7 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
             std::thread::sleep(a.pause);
         }
     }
+    let (user1, sys1) = cpu_times();
     let per_k = |d: Duration| {
         if total_req == 0 {
             0.0
@@ -449,7 +453,9 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
         "summary": true, "iterations": a.iterations, "requests": total_req,
         "req_per_s": total_req as f64 / total_wall.as_secs_f64().max(1e-9),
         "cpu_s_per_1000_requests": per_k(total_cpu), "wall_s_total": total_wall.as_secs_f64(),
-        "cpu_us_per_request": per_k(total_cpu) * 1000.0, "rss_kib": rss_kib(),
+        "cpu_us_per_request": per_k(total_cpu) * 1000.0,
+        "user_us_per_request": per_k(user1 - user0) * 1000.0, "sys_us_per_request": per_k(sys1 - sys0) * 1000.0,
+        "rss_kib": rss_kib(),
     });
     writeln!(out, "{summary}")?;
     Ok(ExitCode::SUCCESS)
