@@ -90,7 +90,7 @@ EOF
 }
 
 # --- measurement ------------------------------------------------------------------------
-printf "%-6s %-6s %-34s %8s %8s %8s %8s %10s\n" env hosts tool wall_s cpu_s alive expect cpu_us/host | tee "$WORK/table"
+printf "%-6s %-6s %-34s %8s %8s %8s %8s %10s %8s\n" env hosts tool wall_s cpu_s alive expect cpu_us/host own_s | tee "$WORK/table"
 RESULTS=()
 
 measure() { # env hosts label expect ns cmd...
@@ -103,8 +103,12 @@ measure() { # env hosts label expect ns cmd...
             return
         fi
     fi
-    local wall user sys alive
+    local wall user sys alive own=-
     read -r wall user sys < <(tail -1 "$tm")
+    # netpoller's own iteration time (first probe to deadline, without process start-up)
+    if [[ $label == netpoller* ]]; then
+        own=$(grep -oE 'unreachable in [0-9.]+ s' "$err" | tail -1 | grep -oE '[0-9.]+ s' | cut -d' ' -f1)
+    fi
     case $label in
         netpoller*) alive=$(grep -oE '[0-9]+ alive' "$err" | tail -1 | cut -d' ' -f1) ;;
         "fping -c1"*) alive=$(grep -cE 'xmt/rcv/%loss = [0-9]+/[1-9]' "$err" || true) ;;
@@ -115,7 +119,7 @@ measure() { # env hosts label expect ns cmd...
     cpu=$(echo "$user + $sys" | bc -l)
     local per
     per=$(echo "$cpu * 1000000 / $hosts" | bc -l)
-    printf "%-6s %-6s %-34s %8.3f %8.3f %8s %8s %10.2f\n" "$env" "$hosts" "$label" "$wall" "$cpu" "$alive" "$expect" "$per" | tee -a "$WORK/table"
+    printf "%-6s %-6s %-34s %8.3f %8.3f %8s %8s %10.2f %8s\n" "$env" "$hosts" "$label" "$wall" "$cpu" "$alive" "$expect" "$per" "$own" | tee -a "$WORK/table"
     RESULTS+=("$env|$hosts|$label|$wall|$cpu|$alive")
     grep -E '^ignored replies' "$err" | sed 's/^/         /' || true
 }

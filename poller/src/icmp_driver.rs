@@ -519,7 +519,9 @@ impl IcmpDriver {
                 SocketKind::Datagram => Kind::Datagram,
             },
             max_pps: self.opts.max_pps,
-            burst: Duration::from_millis(2),
+            // Catch up at most 5 ms of sending after a late wake-up (timer granularity is
+            // 1 ms; a loaded machine deschedules us for longer): ≤ 500 probes at 100k pps.
+            burst: Duration::from_millis(5),
             ident,
             seq_start: (self.iteration as u16).wrapping_mul(7919),
             iteration: self.iteration,
