@@ -2,7 +2,7 @@
 # SNMP GET benchmark: 8,000 GETs per iteration across many agents, netpoller vs net-snmp.
 #
 # Agents: AGENTS net-snmp snmpd processes started here, each answering on
-# HOSTS_PER_AGENT loopback addresses (127.0.30+k.1..), i.e. AGENTS*HOSTS_PER_AGENT
+# HOSTS_PER_AGENT loopback addresses (127.0.130+k.1..), i.e. AGENTS*HOSTS_PER_AGENT
 # "devices" with OIDS_PER_HOST items each (defaults 4 x 50 x 40 = 8,000 GETs). Hybrid
 # async means one request in flight per device, so each agent has at most
 # HOSTS_PER_AGENT requests queued (below the ~185 at which a net-snmp agent starts to
@@ -74,7 +74,7 @@ echo "starting $AGENTS snmpd agents x $HOSTS_PER_AGENT addresses" >&2
 for ((k = 0; k < AGENTS; k++)); do
     listen=()
     for ((i = 1; i <= HOSTS_PER_AGENT; i++)); do
-        a=127.0.$((30 + k)).$i
+        a=127.0.$((130 + k)).$i
         listen+=("udp:$a:161")
         line="$a public"
         for ((j = 0; j < OIDS_PER_HOST; j++)); do line+=" ${OIDS[$(( (i + j) % ${#OIDS[@]} ))]}"; done
@@ -101,7 +101,7 @@ EOF
 done
 for ((k = 0; k < AGENTS; k++)); do
     for ((t = 0; t < 50; t++)); do
-        snmpget -m '' -t 0.2 -r 0 -v2c -c public "127.0.$((30 + k)).$HOSTS_PER_AGENT" .1.3.6.1.2.1.1.5.0 \
+        snmpget -m '' -t 0.2 -r 0 -v2c -c public "127.0.$((130 + k)).$HOSTS_PER_AGENT" .1.3.6.1.2.1.1.5.0 \
             >/dev/null 2>&1 && break
         sleep 0.2
     done
@@ -111,7 +111,7 @@ done
 SILENT=$(( (AGENTS * HOSTS_PER_AGENT + 9) / 10 ))
 cp "$WORK/targets" "$WORK/targets_silent"
 for ((i = 1; i <= SILENT; i++)); do
-    a=127.0.$((39 + i / 250)).$((i % 250 + 1))
+    a=127.0.$((139 + i / 250)).$((i % 250 + 1))
     line="$a public"
     for ((j = 0; j < OIDS_PER_HOST; j++)); do line+=" ${OIDS[$((j % ${#OIDS[@]}))]}"; done
     echo "$line" >>"$WORK/targets_silent"
@@ -120,8 +120,8 @@ nft -f - <<EOF
 table ip $NFT_TABLE {
   chain in {
     type filter hook input priority 0; policy accept;
-    ip daddr 127.0.39.0/24 udp dport 161 drop
-    ip daddr 127.0.40.0/24 udp dport 161 drop
+    ip daddr 127.0.139.0/24 udp dport 161 drop
+    ip daddr 127.0.140.0/24 udp dport 161 drop
   }
 }
 EOF

@@ -393,7 +393,7 @@ impl Drop for BlackHole {
 
 #[tokio::test(flavor = "current_thread")]
 async fn silent_hosts_cost_one_timeout_and_are_reported_once() {
-    let _hole = BlackHole::new("netpoller_snmp_test_blackhole", "127.0.23.0/24");
+    let _hole = BlackHole::new("netpoller_snmp_test_blackhole", "127.0.123.0/24");
     let agents = snmpd_agents();
     let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
     let timeout = Duration::from_millis(400);
@@ -408,7 +408,7 @@ async fn silent_hosts_cost_one_timeout_and_are_reported_once() {
     // Nothing listens: ICMP port unreachable comes back (ECONNREFUSED territory).
     for i in 1..=10u8 {
         jobs.push(job(
-            SocketAddr::from(([127, 0, 22, i], 161)),
+            SocketAddr::from(([127, 0, 122, i], 161)),
             "public",
             oids.clone(),
         ));
@@ -416,7 +416,7 @@ async fn silent_hosts_cost_one_timeout_and_are_reported_once() {
     // Black-holed: no answer of any kind.
     for i in 1..=10u8 {
         jobs.push(job(
-            SocketAddr::from(([127, 0, 23, i], 161)),
+            SocketAddr::from(([127, 0, 123, i], 161)),
             "public",
             oids.clone(),
         ));
@@ -536,7 +536,7 @@ impl Drop for SlowAgent {
 
 #[tokio::test(flavor = "current_thread")]
 async fn one_slow_host_does_not_delay_the_others() {
-    let slow_addr = SocketAddr::from(([127, 0, 24, 1], 16161));
+    let slow_addr = SocketAddr::from(([127, 0, 124, 1], 16161));
     let _slow = SlowAgent::start(slow_addr, "1");
     let agents = snmpd_agents();
     let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();

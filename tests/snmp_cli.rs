@@ -191,7 +191,7 @@ fn community_never_shown() {
             "200ms",
             "-r",
             "0",
-            "127.0.22.9",
+            "127.0.122.9",
             ".1.3.6.1.2.1.1.1.0",
         ],
         vec![
@@ -203,10 +203,10 @@ fn community_never_shown() {
             "200ms",
             "-r",
             "0",
-            "127.0.22.9",
+            "127.0.122.9",
             ".1.3.6.1.2.1.1",
         ],
-        vec!["snmp", "get", "127.0.22.9", "not-an-oid"],
+        vec!["snmp", "get", "127.0.122.9", "not-an-oid"],
     ] {
         let o = netpoller()
             .env("NETPOLLER_SNMP_COMMUNITY", secret)

@@ -48,7 +48,8 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use snmp::{Event, HostMemory, ItemFailure, Iteration, IterationOptions};
-use socket2::{Domain, Protocol, Socket, Type};
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
 use crate::value::{ErrorReason, ItemError};
@@ -99,6 +100,8 @@ pub struct SnmpIterationReport {
     pub datagrams: u64,
     /// Times the send turn stopped because the socket buffer was full.
     pub would_block: u64,
+    /// Datagrams longer than the receive buffer (dropped; cannot happen for UDP).
+    pub truncated: u64,
     pub wall: Duration,
 }
 
@@ -109,6 +112,9 @@ pub struct SnmpDriver {
     v4: Vec<Slot>,
     v6: Option<Slot>,
     memory: HostMemory,
+    /// recvmmsg buffers (2 MiB of address space, only touched pages count), kept
+    /// across iterations.
+    recv: Option<Box<RecvBatch>>,
 }
 
 #[derive(Debug)]
@@ -208,6 +214,7 @@ impl SnmpDriver {
             v4,
             v6,
             memory: HostMemory::default(),
+            recv: None,
         })
     }
 
@@ -278,23 +285,46 @@ impl SnmpDriver {
             }
         }
         let all: Vec<&UdpSocket> = v4.iter().copied().chain(v6).collect();
-        let mut buf = Vec::with_capacity(1500);
-        let mut rbuf = vec![0u8; 65_536];
+        let v6_index = v6.map(|_| all.len() - 1);
+        let sock_of = |t: &snmp::Transmit| -> Option<usize> {
+            if t.dst.is_ipv4() {
+                (!v4.is_empty()).then(|| t.host % v4.len())
+            } else {
+                v6_index
+            }
+        };
+        let mut rb = self
+            .recv
+            .take()
+            .unwrap_or_else(|| Box::new(RecvBatch::new()));
+        let mut pool: Vec<Vec<u8>> = Vec::new();
         let mut pacer = Pacer::new(self.opts.max_pps, start);
-        // A datagram the socket refused with WouldBlock, sent first next turn.
-        let mut pending: Option<(snmp::Transmit, Vec<u8>)> = None;
+        // Per socket: datagrams collected in this send turn (flushed with sendmmsg);
+        // what a full socket buffer refused stays there for the next turn.
+        let mut outq: Vec<Vec<Out>> = all.iter().map(|_| Vec::with_capacity(SEND_BATCH)).collect();
+        let mut blocked: Option<usize> = None;
 
         loop {
-            // Receive turn: drain every socket (bounded).
+            // Receive turn: drain every socket (bounded), recvmmsg batches.
             let now = Instant::now();
             let mut budget = RECV_TURN;
             for s in &all {
                 while budget > 0 {
-                    match s.try_recv_from(&mut rbuf) {
-                        Ok((n, src)) => {
-                            budget -= 1;
-                            report.datagrams += 1;
-                            it.handle_datagram(normalize(src), &rbuf[..n], now);
+                    match rb.recv(s) {
+                        Ok(n) => {
+                            budget = budget.saturating_sub(n);
+                            report.datagrams += n as u64;
+                            for i in 0..n {
+                                match rb.get(i) {
+                                    Some((src, bytes)) => {
+                                        it.handle_datagram(normalize(src), bytes, now);
+                                    }
+                                    None => report.truncated += 1,
+                                }
+                            }
+                            if n < RECV_BATCH {
+                                break;
+                            }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(_) => {
@@ -312,69 +342,74 @@ impl SnmpDriver {
                 break;
             }
 
-            // Send turn (bounded, paced).
+            // Send turn (bounded, paced): left-overs first, then new datagrams.
+            let mut queued: usize = outq.iter().map(Vec::len).sum();
+            if blocked.is_none() {
+                while queued < SEND_TURN && pacer.take(now) {
+                    let mut buf = pool.pop().unwrap_or_else(|| Vec::with_capacity(256));
+                    let Some(t) = it.poll_transmit(now, &mut buf) else {
+                        pacer.give_back();
+                        pool.push(buf);
+                        break;
+                    };
+                    let Some(k) = sock_of(&t) else {
+                        it.handle_send_error(t.request_id, "no socket for this address family");
+                        pool.push(buf);
+                        continue;
+                    };
+                    outq[k].push(Out {
+                        dst: SockAddr::from(t.dst),
+                        request_id: t.request_id,
+                        bytes: buf,
+                    });
+                    queued += 1;
+                }
+            }
             let mut sent = 0;
-            let mut blocked = false;
-            while sent < SEND_TURN && pacer.take(now) {
-                let (t, bytes) = match pending.take() {
-                    Some(p) => p,
-                    None => match it.poll_transmit(now, &mut buf) {
-                        Some(t) => (t, std::mem::take(&mut buf)),
-                        None => {
-                            pacer.give_back();
+            blocked = None;
+            for (k, q) in outq.iter_mut().enumerate() {
+                let mut refused = 0;
+                while !q.is_empty() {
+                    match send_batch(all[k], q) {
+                        Ok(n) => {
+                            sent += n;
+                            pool.extend(q.drain(..n).map(|o| o.bytes));
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            report.would_block += 1;
+                            blocked = Some(k);
                             break;
                         }
-                    },
-                };
-                let sock = if t.dst.is_ipv4() {
-                    v4.get(t.host % v4.len().max(1)).copied()
-                } else {
-                    v6
-                };
-                let Some(sock) = sock else {
-                    it.handle_send_error(t.request_id, "no socket for this address family");
-                    buf = bytes;
-                    continue;
-                };
-                match sock.try_send_to(&bytes, t.dst) {
-                    Ok(_) => sent += 1,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        report.would_block += 1;
-                        pacer.give_back();
-                        pending = Some((t, bytes));
-                        blocked = true;
-                        break;
+                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && refused < 4 => {
+                            // A pending ICMP error surfaced on this send (and is now
+                            // consumed); nothing was sent: try again.
+                            report.socket_errors += 1;
+                            refused += 1;
+                        }
+                        Err(e) => {
+                            // The first datagram failed; the others may still go.
+                            report.socket_errors += 1;
+                            let o = q.remove(0);
+                            it.handle_send_error(o.request_id, &e.to_string());
+                            pool.push(o.bytes);
+                        }
                     }
-                    Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                        // A pending ICMP error surfaced on this send; the datagram itself
-                        // was not sent. Count it and try again next turn.
-                        report.socket_errors += 1;
-                        pending = Some((t, bytes));
-                        break;
-                    }
-                    Err(e) => {
-                        report.socket_errors += 1;
-                        it.handle_send_error(t.request_id, &e.to_string());
-                    }
-                }
-                if pending.is_none() {
-                    buf = bytes;
                 }
             }
             Self::drain_events(&mut it, jobs, &mut on_result);
             if it.is_done() {
                 break;
             }
-            if sent == SEND_TURN {
+            if sent >= SEND_TURN {
                 // More to send right away: yield to let other tasks run, then go on.
                 tokio::task::yield_now().await;
                 continue;
             }
 
             // Wait for a datagram, a timer, the pacer or (when blocked) writability.
-            let more_to_send = pending.is_some() || it.has_sendable();
+            let more_to_send = it.has_sendable();
             let mut wake = it.poll_timeout();
-            if more_to_send && !blocked {
+            if more_to_send && blocked.is_none() {
                 let p = pacer.next_token_at();
                 wake = Some(wake.map_or(p, |w| w.min(p)));
             }
@@ -388,21 +423,11 @@ impl SnmpDriver {
                 Poll::Pending
             });
             let writable = async {
-                match (&pending, blocked) {
-                    (Some((t, _)), true) => {
-                        let s = if t.dst.is_ipv4() {
-                            v4.get(t.host % v4.len().max(1)).copied()
-                        } else {
-                            v6
-                        };
-                        match s {
-                            Some(s) => {
-                                let _ = s.writable().await;
-                            }
-                            None => std::future::pending::<()>().await,
-                        }
+                match blocked {
+                    Some(k) => {
+                        let _ = all[k].writable().await;
                     }
-                    _ => std::future::pending::<()>().await,
+                    None => std::future::pending::<()>().await,
                 }
             };
             tokio::select! {
@@ -411,6 +436,9 @@ impl SnmpDriver {
                 _ = tokio::time::sleep_until(wake.into()) => {}
             }
         }
+        // Datagrams never sent (the iteration ended): nothing to do, their requests
+        // were failed by the engine already.
+        self.recv = Some(rb);
         it.save_learned(&mut self.memory);
         report.stats = *it.stats();
         report.wall = start.elapsed();
@@ -486,6 +514,153 @@ impl Pacer {
             return self.last;
         }
         self.last + Duration::from_secs_f64((1.0 - self.tokens) / self.pps as f64)
+    }
+}
+
+/// Datagrams per `recvmmsg` call.
+const RECV_BATCH: usize = 32;
+/// Buffer per received datagram: the largest UDP payload, so big answers are never cut.
+const RECV_BUF: usize = 65_536;
+/// Datagrams per `sendmmsg` call.
+const SEND_BATCH: usize = 64;
+
+/// One datagram waiting for `sendmmsg`.
+struct Out {
+    dst: SockAddr,
+    request_id: i32,
+    bytes: Vec<u8>,
+}
+
+/// Sends up to [`SEND_BATCH`] datagrams of `q` with one `sendmmsg`; returns how many
+/// left (always the first ones, in order).
+fn send_batch(sock: &UdpSocket, q: &[Out]) -> io::Result<usize> {
+    let n = q.len().min(SEND_BATCH);
+    sock.try_io(Interest::WRITABLE, || {
+        // SAFETY: iovec and mmsghdr are plain C structs for which all-zero is valid.
+        let mut iov: [libc::iovec; SEND_BATCH] = unsafe { std::mem::zeroed() };
+        let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
+        for (i, o) in q[..n].iter().enumerate() {
+            iov[i].iov_base = o.bytes.as_ptr() as *mut libc::c_void;
+            iov[i].iov_len = o.bytes.len();
+            hdrs[i].msg_hdr.msg_name = o.dst.as_ptr() as *mut libc::c_void;
+            hdrs[i].msg_hdr.msg_namelen = o.dst.len();
+            hdrs[i].msg_hdr.msg_iov = &mut iov[i];
+            hdrs[i].msg_hdr.msg_iovlen = 1;
+        }
+        // SAFETY: the first `n` headers point at live buffers, addresses and iovecs that
+        // outlive the call; the kernel only reads them (and writes msg_len).
+        let r = unsafe {
+            libc::sendmmsg(
+                sock.as_raw_fd(),
+                hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    })
+}
+
+/// Buffers for `recvmmsg`, reused across calls and iterations of one driver run.
+struct RecvBatch {
+    bufs: Vec<u8>,
+    addrs: Vec<libc::sockaddr_storage>,
+    lens: [usize; RECV_BATCH],
+    truncated: [bool; RECV_BATCH],
+}
+
+impl std::fmt::Debug for RecvBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecvBatch")
+    }
+}
+
+impl RecvBatch {
+    fn new() -> RecvBatch {
+        RecvBatch {
+            bufs: vec![0u8; RECV_BATCH * RECV_BUF],
+            // SAFETY: sockaddr_storage is a plain C struct; all-zero is valid.
+            addrs: vec![unsafe { std::mem::zeroed() }; RECV_BATCH],
+            lens: [0; RECV_BATCH],
+            truncated: [false; RECV_BATCH],
+        }
+    }
+
+    /// Reads up to [`RECV_BATCH`] datagrams with one `recvmmsg`.
+    fn recv(&mut self, sock: &UdpSocket) -> io::Result<usize> {
+        let (bufs, addrs) = (&mut self.bufs, &mut self.addrs);
+        let (lens, truncated) = (&mut self.lens, &mut self.truncated);
+        sock.try_io(Interest::READABLE, || {
+            // SAFETY: iovec and mmsghdr are plain C structs for which all-zero is valid.
+            let mut iov: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
+            let mut hdrs: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
+            for (i, (chunk, addr)) in bufs
+                .chunks_exact_mut(RECV_BUF)
+                .zip(addrs.iter_mut())
+                .enumerate()
+            {
+                iov[i].iov_base = chunk.as_mut_ptr() as *mut libc::c_void;
+                iov[i].iov_len = RECV_BUF;
+                hdrs[i].msg_hdr.msg_name = addr as *mut libc::sockaddr_storage as *mut libc::c_void;
+                hdrs[i].msg_hdr.msg_namelen =
+                    size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+                hdrs[i].msg_hdr.msg_iov = &mut iov[i];
+                hdrs[i].msg_hdr.msg_iovlen = 1;
+            }
+            // SAFETY: every header points at a live, writable buffer of the stated size
+            // and at a sockaddr_storage; all outlive the call.
+            let r = unsafe {
+                libc::recvmmsg(
+                    sock.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    RECV_BATCH as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let n = r as usize;
+            for i in 0..n {
+                lens[i] = (hdrs[i].msg_len as usize).min(RECV_BUF);
+                truncated[i] = hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+            }
+            Ok(n)
+        })
+    }
+
+    /// Datagram `i` of the last batch (None when truncated or from an unknown family).
+    fn get(&self, i: usize) -> Option<(SocketAddr, &[u8])> {
+        if self.truncated[i] {
+            return None;
+        }
+        let src = sockaddr_to_std(&self.addrs[i])?;
+        Some((src, &self.bufs[i * RECV_BUF..i * RECV_BUF + self.lens[i]]))
+    }
+}
+
+fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match ss.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says this storage holds a sockaddr_in, which fits.
+            let sin =
+                unsafe { &*(ss as *const libc::sockaddr_storage as *const libc::sockaddr_in) };
+            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this storage holds a sockaddr_in6, which fits.
+            let sin6 =
+                unsafe { &*(ss as *const libc::sockaddr_storage as *const libc::sockaddr_in6) };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
+        }
+        _ => None,
     }
 }
 
