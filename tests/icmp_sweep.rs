@@ -397,8 +397,13 @@ fn ipv6_loopback_and_rejected_jobs() {
         // Together more than 65,536 probes to one address: both refused, nothing sent.
         job(IpAddr::V4(Ipv4Addr::new(127, 77, 64, 3)), 40_000, 500),
         job(IpAddr::V4(Ipv4Addr::new(127, 77, 64, 3)), 30_000, 500),
+        // Absurd size: rejected, and no receive buffer is sized after it.
+        PingJob {
+            size: 1 << 40,
+            ..job(IpAddr::V4(Ipv4Addr::new(127, 77, 64, 4)), 1, 500)
+        },
     ];
-    let mut stats = [None; 5];
+    let mut stats = [None; 6];
     let report = rt().block_on(d.sweep(&jobs, |i, st| stats[i] = Some(*st)));
     let v6 = stats[0].expect("::1 reported");
     assert_eq!((v6.sent, v6.received), (2, 2));

@@ -437,7 +437,8 @@ impl IcmpDriver {
                 }
             }
         };
-        let max_len = jobs.iter().map(|j| j.size).max().unwrap_or(0);
+        // Validated sizes only: a rejected job may ask for any size.
+        let max_len = valid.iter().map(|j| j.size).max().unwrap_or(0);
         let mut rx = RecvBuf::new(max_len + icmp::wire::HEADER_LEN + 60);
         let mut batch = SendBatch::default();
         let mut last_send = start;
