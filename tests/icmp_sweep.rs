@@ -200,10 +200,10 @@ fn quarter_of_4096_loopback_hosts_silent() {
         "wall {:?} > {bound:?}",
         report.wall
     );
-    // Sending 12,288 probes at 100k pps takes ~125 ms (+ 2 intervals); allow a slow debug
-    // build on a loaded machine, but not a stall.
+    // Sending 12,288 probes at 100k pps takes ~125 ms in release; a debug build on a
+    // loaded machine is far slower, so this only guards against a stall.
     assert!(
-        report.send_time < Duration::from_millis(800),
+        report.send_time < Duration::from_secs(5),
         "send time {:?}",
         report.send_time
     );
@@ -417,7 +417,7 @@ fn ipv6_loopback_and_rejected_jobs() {
     rejected.sort();
     assert_eq!(
         rejected.iter().map(|r| r.0).collect::<Vec<_>>(),
-        vec![1, 3, 4]
+        vec![1, 3, 4, 5]
     );
     assert!(rejected[0].1.contains("size 4"), "{rejected:?}");
     assert!(
