@@ -367,9 +367,12 @@ fn datagram_socket_fallback_and_privilege_error() {
     ]);
     let (kind, report, stats) = ns.run(|| {
         let mut d = IcmpDriver::open_kind(IcmpOptions::default(), SocketKind::Datagram).unwrap();
-        let jobs: Vec<PingJob> = (1..=64)
+        let mut jobs: Vec<PingJob> = (1..=63)
             .map(|i| job(IpAddr::V4(Ipv4Addr::new(127, 0, 1, i)), 3, 500))
             .collect();
+        // ICMPv6 ping socket as well (same sysctl governs it).
+        d.ipv6().expect("ICMPv6 datagram socket");
+        jobs.push(job("::1".parse().unwrap(), 3, 500));
         let mut stats = vec![PingStats::default(); jobs.len()];
         let report = rt().block_on(d.sweep(&jobs, |i, st| stats[i] = *st));
         // A second iteration on the same socket (same kernel identifier) still matches.

@@ -752,3 +752,13 @@ fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> us
     }
     total
 }
+
+/// Compile-time check: a sweep can run in a spawned task of a multi-threaded runtime.
+const _: fn() = || {
+    fn assert_send<T: Send>(_: &T) {}
+    fn check(d: &mut IcmpDriver, jobs: &[PingJob]) {
+        let fut = d.sweep(jobs, |_, _| {});
+        assert_send(&fut);
+    }
+    let _ = check;
+};
