@@ -7,7 +7,8 @@
 //!
 //! Invariants:
 //! * A probe is registered in the in-flight table *before* its bytes are handed out;
-//!   it leaves the table on its reply, on [`Sweep::on_send_error`], or at the deadline.
+//!   it leaves the table on its reply, on [`Sweep::on_send_error`], or when its timeout
+//!   expires.
 //! * Keys are `(address, identifier, sequence)`. Sequence numbers are allocated per
 //!   address from `SweepConfig::seq_start`, so they are unique per address across the
 //!   whole sweep (at most 65,536 probes per address); the identifier is one per sweep
@@ -20,8 +21,10 @@
 //!   wake-up at most `burst` worth of probes go out back to back. Probe `k + 1` of a
 //!   host leaves no earlier than `interval` after probe `k` actually left.
 //! * The deadline is the latest `send instant + job timeout` over all probes; it is
-//!   final once every probe has been sent. Hosts complete as soon as every probe of
-//!   theirs is resolved (replied or failed); the rest complete at the deadline.
+//!   final once every probe has been sent. A host completes as soon as every probe of
+//!   its is resolved: replied, failed to send, or expired (`send + timeout` passed, as
+//!   seen by [`Sweep::handle_timeout`]); so silent hosts stream out in send order too,
+//!   and everything is complete at the deadline.
 //! * A reply arriving later than its job's `timeout` after its probe is `Late`, not
 //!   received (Zabbix/fping semantics: the timeout is per probe).
 
@@ -339,6 +342,9 @@ impl std::hash::Hasher for FxHasher {
     }
 }
 
+/// (send + timeout, probe index, job) of a sent probe.
+type Expiry = (Instant, u32, u32);
+
 type AddrMap = HashMap<IpAddr, u32, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// One sweep iteration. See the module docs for the protocol and invariants.
@@ -355,6 +361,11 @@ pub struct Sweep {
     /// In-flight table: send instant of every probe, `None` when not sent or resolved.
     /// Keyed by `(address → job, sequence → packet)`, see `lookup`.
     sent_at: Vec<Option<Instant>>,
+    /// Probes that expired unanswered (a reply after that is `Late`, not `Duplicate`).
+    lost: Vec<bool>,
+    /// Expiry of every sent probe, one FIFO per distinct timeout (sorted, as above):
+    /// (send + timeout, probe index, job).
+    expiries: Vec<(Duration, VecDeque<Expiry>)>,
     in_flight: usize,
     by_addr: AddrMap,
     next_slot: Instant,
@@ -429,6 +440,8 @@ impl Sweep {
             created: now,
             later: Vec::new(),
             sent_at: vec![None; total as usize],
+            lost: vec![false; total as usize],
+            expiries: Vec::new(),
             in_flight: 0,
             by_addr,
             next_slot: now,
@@ -523,10 +536,26 @@ impl Sweep {
         self.deadline
     }
 
-    /// When the caller must call back without input: the next send time, else the
-    /// deadline. `None` once finished.
+    /// Earliest expiry of a probe still queued for expiry.
+    fn next_expiry(&self) -> Option<Instant> {
+        self.expiries
+            .iter()
+            .filter_map(|(_, q)| q.front().map(|e| e.0))
+            .min()
+    }
+
+    /// When the caller must call back without input: the earlier of the next send time
+    /// and the next probe expiry (hosts whose probes all expired complete then), else
+    /// the deadline. `None` once finished.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.next_send_time().or_else(|| self.deadline())
+        if self.is_finished() {
+            return None;
+        }
+        let t = match (self.next_send_time(), self.next_expiry()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        t.or_else(|| self.deadline())
     }
 
     /// Hands out the next due probe, registering it in flight first; `None` when none is
@@ -552,7 +581,8 @@ impl Sweep {
         let seq = st.seq_base.wrapping_add(k as u16);
         let ident = self.cfg.ident;
         let token = ProbeToken { job: j, packet: k };
-        let slot = &mut self.sent_at[(st.probe_base + k) as usize];
+        let probe = st.probe_base + k;
+        let slot = &mut self.sent_at[probe as usize];
         debug_assert!(slot.is_none(), "each probe is sent once");
         *slot = Some(now);
         self.in_flight += 1;
@@ -567,6 +597,12 @@ impl Sweep {
         }
         let expiry = now + job.timeout;
         self.deadline = Some(self.deadline.map_or(expiry, |d| d.max(expiry)));
+        match self.expiries.iter_mut().find(|(t, _)| *t == job.timeout) {
+            Some((_, q)) => q.push_back((expiry, probe, j)),
+            None => self
+                .expiries
+                .push((job.timeout, VecDeque::from([(expiry, probe, j)]))),
+        }
         if !self.gap.is_zero() {
             let floor = now.checked_sub(self.cfg.burst).unwrap_or(now);
             self.next_slot = self.next_slot.max(floor) + self.gap;
@@ -682,6 +718,10 @@ impl Sweep {
             return self.ignore(IgnoreReason::Duplicate);
         };
         let Some(sent_at) = self.take(j, k) else {
+            let p = self.jobs[j as usize].probe_base + k;
+            if self.lost.get(p as usize).copied().unwrap_or(false) {
+                return self.ignore(IgnoreReason::Late);
+            }
             return self.ignore(IgnoreReason::Duplicate);
         };
         let j = j as usize;
@@ -698,9 +738,25 @@ impl Sweep {
         outcome
     }
 
-    /// Advances time: at or after the deadline every job not yet complete completes
-    /// (in job order) and the in-flight table is emptied.
+    /// Advances time: probes whose timeout passed are lost (a host whose probes are all
+    /// resolved completes now); at or after the deadline every job not yet complete
+    /// completes (in job order) and the in-flight table is emptied.
     pub fn handle_timeout(&mut self, now: Instant) {
+        for qi in 0..self.expiries.len() {
+            while let Some(&(expiry, probe, j)) = self.expiries[qi].1.front() {
+                if expiry > now {
+                    break;
+                }
+                self.expiries[qi].1.pop_front();
+                if let Some(slot) = self.sent_at.get_mut(probe as usize) {
+                    if slot.take().is_some() {
+                        self.in_flight -= 1;
+                        self.lost[probe as usize] = true;
+                        self.resolve(j as usize);
+                    }
+                }
+            }
+        }
         let Some(deadline) = self.deadline() else {
             return;
         };

@@ -436,3 +436,65 @@ proptest! {
         prop_assert_eq!(s.in_flight(), 4);
     }
 }
+
+#[test]
+fn silent_hosts_complete_as_their_probes_expire() {
+    // 1000 pps: host i's only probe leaves at i ms and expires at i ms + 100 ms, so silent
+    // hosts stream out one by one instead of all waiting for the last host's deadline.
+    let base = Instant::now();
+    let jobs: Vec<Job> = (0..5)
+        .map(|i| Job {
+            timeout: ms(100),
+            ..job(i, 1)
+        })
+        .collect();
+    let mut s = Sweep::new(jobs, cfg(1000), base).unwrap();
+    let mut sent = Vec::new();
+    while let Some(t) = s.next_send_time() {
+        sent.extend(drain_sends(&mut s, t));
+    }
+    assert_eq!(s.deadline(), Some(base + ms(104)));
+    // Host 1 answers in time; host 3 answers after its own expiry.
+    let (a1, r1) = &sent[1];
+    assert!(matches!(
+        s.handle_reply(&raw_reply_for(*a1, r1), *a1, base + ms(5)),
+        ReplyOutcome::Matched { job: 1, .. }
+    ));
+    assert_eq!(
+        s.poll_timeout(),
+        Some(base + ms(100)),
+        "next expiry, not the deadline"
+    );
+    s.handle_timeout(base + ms(102));
+    let ev = done_events(&mut s);
+    assert_eq!(ev.iter().map(|e| e.0).collect::<Vec<_>>(), vec![1, 0, 2]);
+    assert!(!s.is_finished());
+    assert_eq!(s.poll_timeout(), Some(base + ms(103)));
+    // Host 0 answers after handle_timeout declared its probe lost: late, not a duplicate.
+    let (a0, r0) = &sent[0];
+    assert_eq!(
+        s.handle_reply(&raw_reply_for(*a0, r0), *a0, base + ms(102)),
+        ReplyOutcome::Ignored(IgnoreReason::Late)
+    );
+    // Host 3's reply is read after its timeout but before handle_timeout ran: late too.
+    let (a3, r3) = &sent[3];
+    assert_eq!(
+        s.handle_reply(
+            &raw_reply_for(*a3, r3),
+            *a3,
+            base + ms(103) + Duration::from_micros(1)
+        ),
+        ReplyOutcome::Ignored(IgnoreReason::Late)
+    );
+    s.handle_timeout(base + ms(104));
+    let ev = done_events(&mut s);
+    assert_eq!(
+        ev.iter().map(|e| (e.0, e.1.received)).collect::<Vec<_>>(),
+        vec![(3, 0), (4, 0)]
+    );
+    assert!(s.is_finished());
+    assert_eq!(
+        (s.counters().late, s.counters().received, s.in_flight()),
+        (2, 1, 0)
+    );
+}

@@ -368,7 +368,8 @@ impl IcmpDriver {
     /// Runs one iteration over `jobs` and returns when every job is complete.
     ///
     /// `on_host_done(job_index, stats)` is called exactly once per job, as soon as that
-    /// job has all its replies, or at the iteration deadline (latest send + timeout).
+    /// job has all its replies or its last unanswered probe timed out (send + timeout),
+    /// and at the latest at the iteration deadline (latest send + timeout).
     /// Rejected jobs (see [`SweepReport::rejected`]) are reported first, with zero stats.
     pub async fn sweep<F: FnMut(usize, &PingStats)>(
         &mut self,
