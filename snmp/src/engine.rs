@@ -115,18 +115,35 @@ impl Default for IterationOptions {
     }
 }
 
+/// Clean iterations after which a learned limit grows by one OID (see [`HostMemory`]).
+pub const GROW_AFTER: u32 = 10;
+
 /// Learned OIDs-per-request limits, keyed by host address; kept by the driver across
 /// iterations (Zabbix does the same) so a host that once said tooBig is not asked the
 /// big size again every iteration.
+///
+/// A limit is lowered on tooBig or a short answer and remembers the smallest request
+/// size that failed. After [`GROW_AFTER`] iterations in which the host answered
+/// everything without trouble, it grows by one, but never up to a size that failed:
+/// a transient problem does not cap a host forever, and a real limit costs no retries.
 #[derive(Debug, Clone, Default)]
 pub struct HostMemory {
-    max_oids: HashMap<SocketAddr, usize>,
+    max_oids: HashMap<SocketAddr, Learned>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Learned {
+    max_oids: usize,
+    /// Smallest request size that failed.
+    failed_at: usize,
+    /// Clean iterations since the last change.
+    clean: u32,
 }
 
 impl HostMemory {
     /// The learned limit for `addr`, if any.
     pub fn max_oids(&self, addr: &SocketAddr) -> Option<usize> {
-        self.max_oids.get(addr).copied()
+        self.max_oids.get(addr).map(|l| l.max_oids)
     }
 
     pub fn forget(&mut self, addr: &SocketAddr) {
@@ -241,7 +258,9 @@ struct HostState {
     requeue: VecDeque<u32>,
     max_oids: usize,
     /// Set when the limit was lowered by a tooBig / short answer: saved to HostMemory.
-    learned: bool,
+    /// Smallest request size that failed (tooBig / short answer) in this iteration.
+    failed_at: Option<usize>,
+    timed_out: bool,
     inflight: Vec<i32>,
     queued: bool,
     finished: bool,
@@ -302,7 +321,8 @@ impl<'j> Iteration<'j> {
                 next: 0,
                 requeue: VecDeque::new(),
                 max_oids,
-                learned: false,
+                failed_at: None,
+                timed_out: false,
                 inflight: Vec::new(),
                 queued: !empty,
                 finished: empty,
@@ -558,11 +578,28 @@ impl<'j> Iteration<'j> {
         self.events.pop_front()
     }
 
-    /// Stores the limits this iteration learned (tooBig / short answers) into `memory`.
+    /// Stores what this iteration learned (tooBig / short answers, or clean runs that
+    /// let a limit grow again) into `memory`. Call once, after the iteration is done.
     pub fn save_learned(&self, memory: &mut HostMemory) {
         for (st, job) in self.hosts.iter().zip(self.jobs) {
-            if st.learned {
-                memory.max_oids.insert(job.addr, st.max_oids);
+            match (st.failed_at, memory.max_oids.get_mut(&job.addr)) {
+                (Some(failed), entry) => {
+                    let failed_at = entry.map_or(failed, |l| l.failed_at.min(failed));
+                    let learned = Learned {
+                        max_oids: st.max_oids,
+                        failed_at,
+                        clean: 0,
+                    };
+                    memory.max_oids.insert(job.addr, learned);
+                }
+                (None, Some(l)) if st.finished && !st.timed_out && !job.oids.is_empty() => {
+                    l.clean += 1;
+                    if l.clean >= GROW_AFTER && l.max_oids + 1 < l.failed_at {
+                        l.max_oids += 1;
+                        l.clean = 0;
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -591,7 +628,7 @@ impl<'j> Iteration<'j> {
                 } else {
                     // The agent returned what fits: ask for the rest with that size.
                     let size = if count > 0 { count } else { n / 2 };
-                    self.shrink(host, size);
+                    self.shrink(host, n, size);
                     self.requeue_front(host, &items[count..]);
                 }
             }
@@ -600,7 +637,7 @@ impl<'j> Iteration<'j> {
         if status == ErrorStatus::TOO_BIG {
             self.stats.too_big += 1;
             if n > 1 {
-                self.shrink(host, n / 2);
+                self.shrink(host, n, n / 2);
                 self.requeue_front(host, items);
             } else {
                 self.fail(host, items[0] as usize, ItemFailure::ErrorStatus(status));
@@ -634,12 +671,13 @@ impl<'j> Iteration<'j> {
         }
     }
 
-    fn shrink(&mut self, host: usize, size: usize) {
+    /// A request of `failed` OIDs was too big: use `size` from now on.
+    fn shrink(&mut self, host: usize, failed: usize, size: usize) {
         let st = &mut self.hosts[host];
+        st.failed_at = Some(st.failed_at.map_or(failed, |f| f.min(failed)));
         let size = size.max(1);
         if size < st.max_oids {
             st.max_oids = size;
-            st.learned = true;
         }
     }
 

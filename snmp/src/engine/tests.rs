@@ -402,6 +402,36 @@ fn too_big_halves_and_is_remembered() {
 }
 
 #[test]
+fn learned_limit_grows_back_but_never_to_a_size_that_failed() {
+    let (mut a, oids) = agent_with(10);
+    a.too_big_over = 3; // 4 OIDs and more: tooBig
+    let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    let jobs = [job(1, &refs)];
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let t0 = Instant::now();
+    let mut memory = HostMemory::default();
+    let mut limits = Vec::new();
+    let mut too_big = Vec::new();
+    for _ in 0..(4 * GROW_AFTER) {
+        let out = simulate(&jobs, &mut agents, memory, IterationOptions::default(), t0);
+        assert_eq!(items_of(&out.events, 0).len(), 10);
+        too_big.push(out.stats.too_big);
+        memory = out.memory;
+        limits.push(memory.max_oids(&addr(1)).unwrap());
+    }
+    // 10 and 5 fail -> 2; grows to 3 after GROW_AFTER clean runs, then tries 4 once
+    // (tooBig: back to 2, and 4 is now known to fail), grows to 3 and stays there.
+    let g = GROW_AFTER as usize;
+    assert_eq!(limits[0], 2);
+    assert_eq!(limits[g], 3);
+    assert_eq!(too_big.iter().sum::<u64>(), 3, "{too_big:?}");
+    assert_eq!(*limits.last().unwrap(), 3);
+    // 4 was offered exactly once (the limit stored before that iteration tried it).
+    assert_eq!(limits.iter().filter(|&&l| l == 4).count(), 1, "{limits:?}");
+    assert!(limits.iter().all(|&l| l <= 4));
+}
+
+#[test]
 fn short_response_asks_for_the_rest_with_the_size_that_worked() {
     let (mut a, oids) = agent_with(7);
     a.truncate_to = 3;
