@@ -358,6 +358,7 @@ impl BlackHole {
     fn new(table: &str, net: &str) -> BlackHole {
         let _ = Command::new("nft")
             .args(["delete", "table", "ip", table])
+            .stderr(Stdio::null())
             .status();
         // Dropped on the input hook: the datagram leaves our socket (an output-hook drop
         // would fail sendto with EPERM instead) and nothing ever comes back.
@@ -458,7 +459,8 @@ async fn silent_hosts_cost_one_timeout_and_are_reported_once() {
     assert_eq!(report.stats.retries, 20);
 }
 
-/// A real snmpd whose `pass` script sleeps before answering: a slow device.
+/// A real snmpd started by the test (v4 or v6 address) whose `pass` script under
+/// .1.3.6.1.4.1.8072.9999.8888 sleeps before answering: a slow device.
 struct SlowAgent {
     child: Child,
     dir: PathBuf,
@@ -466,8 +468,11 @@ struct SlowAgent {
 
 impl SlowAgent {
     fn start(addr: SocketAddr, delay: &str) -> SlowAgent {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("slow-snmpd-{}", std::process::id()));
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "own-snmpd-{}-{}",
+            std::process::id(),
+            addr.port()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let script = dir.join("slow.sh");
@@ -485,7 +490,8 @@ impl SlowAgent {
         std::fs::write(
             &conf,
             format!(
-                "rocommunity public 127.0.0.0/8\nmaster no\npass .1.3.6.1.4.1.8072.9999.8888 {}\n",
+                "rocommunity public 127.0.0.0/8\nrocommunity6 public ::1/128\nmaster no\n\
+                 pass .1.3.6.1.4.1.8072.9999.8888 {}\n",
                 script.display()
             ),
         )
@@ -497,7 +503,11 @@ impl SlowAgent {
             .arg(&conf)
             .args(["-p"])
             .arg(dir.join("snmpd.pid"))
-            .arg(format!("udp:{addr}"))
+            .arg(if addr.is_ipv6() {
+                format!("udp6:{addr}")
+            } else {
+                format!("udp:{addr}")
+            })
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -508,7 +518,11 @@ impl SlowAgent {
         loop {
             let ok = Command::new("snmpget")
                 .args(["-m", "", "-t", "0.3", "-r", "0", "-v2c", "-c", "public"])
-                .arg(addr.to_string())
+                .arg(if addr.is_ipv6() {
+                    format!("udp6:{addr}")
+                } else {
+                    addr.to_string()
+                })
                 .arg(".1.3.6.1.2.1.1.3.0")
                 .output()
                 .map(|o| o.status.success())
@@ -518,7 +532,7 @@ impl SlowAgent {
             }
             assert!(
                 t.elapsed() < Duration::from_secs(10),
-                "slow snmpd did not start"
+                "own snmpd on {addr} did not start"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -582,4 +596,47 @@ async fn one_slow_host_does_not_delay_the_others() {
         last_fast < slow_at,
         "all fast chains ({last_fast:?}) finished before the slow host ({slow_at:?})"
     );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn ipv6_agent_through_the_v6_socket() {
+    let v6: SocketAddr = "[::1]:16163".parse().unwrap();
+    let _agent = SlowAgent::start(v6, "0");
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    assert!(
+        driver.local_addrs().iter().any(|a| a.is_ipv6()),
+        "a v6 socket is open"
+    );
+    let oids: Vec<Oid> = vec![
+        "1.3.6.1.2.1.1.5.0".parse().unwrap(),
+        "1.3.6.1.4.1.8072.9999.8888.1.0".parse().unwrap(),
+    ];
+    let jobs = [job(v6, "public", oids)];
+    let before = net_snmp_get_v6(v6, &jobs[0].oids);
+    let (res, report) = run(&mut driver, &jobs).await;
+    assert_eq!(report.stats.hosts_timed_out, 0, "{report:?}");
+    assert_eq!(res[0][&1], Ok(VarValue::Integer(7)));
+    assert_eq!(
+        format!("{}", res[0][&0].clone().unwrap()),
+        before[".1.3.6.1.2.1.1.5.0"]
+    );
+}
+
+fn net_snmp_get_v6(addr: SocketAddr, oids: &[Oid]) -> BTreeMap<String, String> {
+    let o = Command::new("snmpget")
+        .args([
+            "-m", "", "-On", "-Oe", "-t", "2", "-r", "1", "-v2c", "-c", "public",
+        ])
+        .arg(format!("udp6:{addr}"))
+        .args(oids.iter().map(|o| o.to_string()))
+        .output()
+        .expect("run snmpget");
+    assert!(
+        o.status.success(),
+        "snmpget failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let mut out = BTreeMap::new();
+    parse_records(&String::from_utf8_lossy(&o.stdout), &mut out);
+    out
 }
