@@ -23,10 +23,12 @@
 //!   not 8,000 file descriptors. A host always uses the same socket (job index modulo).
 //! * Receive buffers are enlarged to [`SnmpDriverOptions::rcvbuf`] (`SO_RCVBUFFORCE`
 //!   when privileged, else `SO_RCVBUF`, capped by `net.core.rmem_max`).
-//! * The loop alternates a bounded receive turn (drains every socket, at most
-//!   [`RECV_TURN`] datagrams) and a bounded send turn (at most [`SEND_TURN`] datagrams,
-//!   paced by a token bucket at [`SnmpDriverOptions::max_pps`]), so sending can never
-//!   starve receiving and replies are read while requests are still going out.
+//! * The loop alternates a bounded receive turn (drains every socket in `recvmmsg`
+//!   batches, at most [`RECV_TURN`] datagrams) and a bounded send turn (at most
+//!   [`SEND_TURN`] datagrams in `sendmmsg` batches, paced by a token bucket at
+//!   [`SnmpDriverOptions::max_pps`]), so sending can never starve receiving and replies
+//!   are read while requests are still going out. A datagram the kernel refuses
+//!   (full send buffer) is kept and sent first once the socket is writable.
 //! * Request matching, retries and per-host chains live in the sans-IO engine; this
 //!   module only moves bytes and reads the clock. Each iteration starts at a random
 //!   request-id, so late answers to an earlier iteration are counted and dropped.

@@ -15,7 +15,8 @@
 //!   counted in [`Stats`], never matched to the wrong item.
 //! * Hybrid async: at most `max_inflight` requests per host (default 1) while all hosts
 //!   proceed at once; at most `max_oids` OIDs per PDU, lowered on tooBig or on a response
-//!   with missing varbinds, and remembered per host address in [`HostMemory`].
+//!   with missing varbinds, and remembered per host address in [`HostMemory`] (which
+//!   lets a limit grow back slowly, never to a size that failed).
 //! * Retries resend the same bytes with the same request-id (a late answer to the first
 //!   attempt still counts). A request that exhausts its retries kills its host for this
 //!   iteration: all of the host's remaining items fail with [`ItemFailure::Timeout`] at

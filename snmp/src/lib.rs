@@ -10,11 +10,17 @@
 //! * [`engine::Iteration`] runs one polling iteration over many hosts: hybrid async
 //!   (bounded requests in flight per host, hosts in parallel), retries, tooBig splitting
 //!   remembered across iterations in [`engine::HostMemory`].
+//! * [`Walk`] walks a subtree (GETBULK, or GETNEXT for v1).
 //!
 //! Why our own codec rather than snmp2 or async-snmp: snmp2's request builders are
-//! private and its decoder is lazy (varbind errors surface while iterating, after the
-//! request was matched); async-snmp brings its own tokio transport, which does not fit a
-//! sans-IO engine. The subset SNMP v1/v2c needs is ~500 lines, fuzzed and fixture-tested.
+//! private and its decoder is lazy (a malformed varbind silently ends the iteration,
+//! after the request was already matched); async-snmp brings its own tokio transport and
+//! session, which does not fit a sans-IO engine driven over shared sockets. The subset
+//! v1/v2c needs is ~1,100 lines without tests (BER, OID, values, messages), checked and
+//! zero-copy on decode, fuzzed, and fixture-tested against net-snmp. Measured with
+//! `cargo bench -p snmp --bench codec`: decoding net-snmp's 12-varbind response takes
+//! about the time snmp2's `Pdu::from_bytes` takes, while validating every varbind first;
+//! encoding a GET is ~0.1 µs; the whole engine costs ~1.1 µs per request.
 
 mod ber;
 pub mod engine;
