@@ -397,7 +397,7 @@ async fn silent_hosts_cost_one_timeout_and_are_reported_once() {
     let _hole = BlackHole::new("netpoller_snmp_test_blackhole", "127.0.123.0/24");
     let agents = snmpd_agents();
     let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
-    let timeout = Duration::from_millis(400);
+    let timeout = Duration::from_millis(1000);
     let retries = 1;
     let oids: Vec<Oid> = (1..=6)
         .map(|i| format!("{PLAYPEN}.{i}.0").parse().unwrap())
@@ -437,7 +437,7 @@ async fn silent_hosts_cost_one_timeout_and_are_reported_once() {
         "dead hosts waited their full timeout: {wall:?}"
     );
     assert!(
-        wall <= bound + bound / 10 + Duration::from_millis(100),
+        wall <= bound + bound / 10 + Duration::from_millis(250),
         "iteration took {wall:?}, bound {bound:?}"
     );
     for (j, r) in res.iter().enumerate() {
