@@ -7,6 +7,7 @@
 #
 #   benches/sink_throughput.sh                # throughput table + insert rate
 #   ROWS=2000000 benches/sink_throughput.sh   # more rows per run
+#   REPS=3 benches/sink_throughput.sh         # best of 3 per line (shared, noisy machine)
 #   benches/sink_throughput.sh outage 600     # 10-minute outage at 100k rows/s, RSS samples
 #
 # Needs: NETPOLLER_CH_URL (or .services/env), curl, a release build (done here).
@@ -15,6 +16,7 @@ cd "$(dirname "$0")/.."
 [ -f .services/env ] && . .services/env
 CH=${NETPOLLER_CH_URL:-http://127.0.0.1:8123}
 ROWS=${ROWS:-1000000}
+REPS=${REPS:-1}
 MODE=${1:-throughput}
 
 cargo build --release -q -p sink --bin sink_load
@@ -59,11 +61,16 @@ echo "rows per run: $ROWS (table history_uint, one table), server $(chq 'SELECT 
 printf "%-10s %-6s %12s %10s %14s %8s\n" batch comp rows_per_s seconds cpu_s_per_1M inserts
 for batch in 1000 10000 100000; do
     for comp in none lz4; do
-        schema
-        out=$($BIN url=$CH database=$DB spool="$TMP/spool_${batch}_$comp" rows=$ROWS table=uint items=100000 \
-            batch_rows=$batch flush_ms=1000 inflight=4 compression=$comp | grep '^result')
-        n=$(chq "SELECT count() FROM $DB.history_uint")
-        [ "$n" = "$ROWS" ] || { echo "row count $n != $ROWS"; exit 1; }
+        out=; best=0
+        for rep in $(seq $REPS); do
+            schema
+            o=$($BIN url=$CH database=$DB spool="$TMP/spool_${batch}_${comp}_$rep" rows=$ROWS table=uint items=100000 \
+                batch_rows=$batch flush_ms=1000 inflight=4 compression=$comp | grep '^result')
+            n=$(chq "SELECT count() FROM $DB.history_uint")
+            [ "$n" = "$ROWS" ] || { echo "row count $n != $ROWS"; exit 1; }
+            r=$(echo "$o" | field rows_per_s)
+            if [ "$r" -gt "$best" ]; then best=$r; out=$o; fi
+        done
         printf "%-10s %-6s %12s %10s %14s %8s\n" $batch $comp "$(echo "$out" | field rows_per_s)" \
             "$(echo "$out" | field seconds)" "$(echo "$out" | field cpu_s_per_million)" "$(echo "$out" | field inserts)"
     done
@@ -78,13 +85,20 @@ for k in $(seq 0 $((NB - 1))); do
          concat('host-', toString(number % 1000), '.example'), 'ifHCInOctets[Gi0/1]', toUInt32(number % 1000), number
          FROM numbers($((k * 100000)), 100000) FORMAT RowBinary" >"$TMP/peer_$k.rb"
 done
-t0=$(date +%s.%N)
-for k in $(seq 0 $((NB - 1))); do
-    curl -sS --fail-with-body "$CH/?query=INSERT%20INTO%20$DB.history_uint%20FORMAT%20RowBinary" --data-binary @"$TMP/peer_$k.rb" >/dev/null
+bestp=999999
+for rep in $(seq $REPS); do
+    schema
+    t0=$(date +%s.%N)
+    for k in $(seq 0 $((NB - 1))); do
+        curl -sS --fail-with-body "$CH/?query=INSERT%20INTO%20$DB.history_uint%20FORMAT%20RowBinary" --data-binary @"$TMP/peer_$k.rb" >/dev/null
+    done
+    t1=$(date +%s.%N)
+    n=$(chq "SELECT count() FROM $DB.history_uint")
+    [ "$n" = "$((NB * 100000))" ] || { echo "peer row count $n"; exit 1; }
+    d=$(echo "$t1 - $t0" | bc -l)
+    if [ "$(echo "$d < $bestp" | bc -l)" = 1 ]; then bestp=$d; fi
 done
-t1=$(date +%s.%N)
-n=$(chq "SELECT count() FROM $DB.history_uint")
-echo "peer curl RowBinary 100k/request: $(echo "$n / ($t1 - $t0)" | bc -l | xargs printf '%.0f') rows/s ($n rows, $(echo "$t1 - $t0" | bc -l | xargs printf '%.3f') s)"
+echo "peer curl RowBinary 100k/request, sequential: $(echo "$n / $bestp" | bc -l | xargs printf '%.0f') rows/s ($n rows, $(printf '%.3f' "$bestp") s)"
 
 # Insert rate at 100k values/s of input, three tables, default batching (50k rows / 1 s).
 schema
