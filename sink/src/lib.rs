@@ -55,7 +55,7 @@ pub use spool::SpoolError;
 use pipeline::{Msg, Shared};
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinHandle;
@@ -382,7 +382,6 @@ pub async fn replay_spool(
             }
         }
     }
-    let _ = shared.ch_ok.load(Ordering::Relaxed);
     Ok(ReplayReport {
         segments,
         rows: metrics.replayed_rows(),
