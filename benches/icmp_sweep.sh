@@ -21,6 +21,8 @@ cd "$(dirname "$0")/.."
 TIMEOUT_MS=${TIMEOUT_MS:-1000}
 NMAP_LIMIT_S=${NMAP_LIMIT_S:-300}
 NICE=${NICE:--10}
+HAVE_PERF=0
+perf stat -x, -e task-clock -o /dev/null true 2>/dev/null && HAVE_PERF=1
 NETPOLLER=${NETPOLLER:-$PWD/target/release/netpoller}
 QUICK=0
 [[ ${1:-} == --quick ]] && QUICK=1
@@ -93,24 +95,30 @@ EOF
 }
 
 # --- measurement ------------------------------------------------------------------------
-printf "%-6s %-6s %-34s %8s %8s %8s %8s %10s %8s\n" env hosts tool wall_s cpu_s alive expect cpu_us/host own_s | tee "$WORK/table"
+printf "%-6s %-6s %-34s %8s %8s %8s %8s %10s %8s %8s\n" env hosts tool wall_s cpu_s alive expect cpu_us/host own_s send_s | tee "$WORK/table"
 RESULTS=()
 
 measure() { # env hosts label expect ns cmd...
     local env=$1 hosts=$2 label=$3 expect=$4 ns=$5
     shift 5
     local out="$WORK/out" err="$WORK/err" tm="$WORK/time"
-    if ! /usr/bin/time -o "$tm" -f "%e %U %S" nice -n "$NICE" timeout "$NMAP_LIMIT_S" ip netns exec "$ns" "$@" >"$out" 2>"$err"; then
+    local ps="$WORK/perfstat" perf=()
+    rm -f "$ps"
+    # CPU time: perf's task-clock (µs resolution, follows child processes) when perf
+    # works, else user+sys from /usr/bin/time (10 ms resolution).
+    if ((HAVE_PERF)); then perf=(perf stat -x, -e task-clock -o "$ps"); fi
+    if ! /usr/bin/time -o "$tm" -f "%e %U %S" "${perf[@]}" nice -n "$NICE" timeout "$NMAP_LIMIT_S" ip netns exec "$ns" "$@" >"$out" 2>"$err"; then
         if [[ ! -s $tm ]] || grep -q "Command exited with non-zero status 124" "$tm"; then
             printf "%-6s %-6s %-34s %8s\n" "$env" "$hosts" "$label" "timeout>${NMAP_LIMIT_S}s" | tee -a "$WORK/table"
             return
         fi
     fi
-    local wall user sys alive own=-
+    local wall user sys alive own=- send=-
     read -r wall user sys < <(tail -1 "$tm")
     # netpoller's own iteration time (first probe to deadline, without process start-up)
     if [[ $label == netpoller* ]]; then
         own=$(grep -oE 'unreachable in [0-9.]+ s' "$err" | tail -1 | grep -oE '[0-9.]+ s' | cut -d' ' -f1)
+        send=$(grep -oE 'send_time_s=[0-9.]+' "$err" | tail -1 | cut -d= -f2 | cut -c1-5)
     fi
     case $label in
         netpoller*) alive=$(grep -oE '[0-9]+ alive' "$err" | tail -1 | cut -d' ' -f1) ;;
@@ -120,9 +128,12 @@ measure() { # env hosts label expect ns cmd...
     esac
     local cpu
     cpu=$(echo "$user + $sys" | bc -l)
+    if [[ -s $ps ]] && grep -q task-clock "$ps"; then
+        cpu=$(grep task-clock "$ps" | cut -d, -f1 | awk '{printf "%.4f", $1 / 1000}')
+    fi
     local per
     per=$(echo "$cpu * 1000000 / $hosts" | bc -l)
-    printf "%-6s %-6s %-34s %8.3f %8.3f %8s %8s %10.2f %8s\n" "$env" "$hosts" "$label" "$wall" "$cpu" "$alive" "$expect" "$per" "$own" | tee -a "$WORK/table"
+    printf "%-6s %-6s %-34s %8.3f %8.3f %8s %8s %10.2f %8s %8s\n" "$env" "$hosts" "$label" "$wall" "$cpu" "$alive" "$expect" "$per" "$own" "$send" | tee -a "$WORK/table"
     RESULTS+=("$env|$hosts|$label|$wall|$cpu|$alive")
     grep -E '^ignored replies' "$err" | sed 's/^/         /' || true
 }
@@ -140,7 +151,7 @@ for env in lo veth; do
         list "$f" "$pfx" "$n"
         cidr="$pfx.0.0/$([[ $n == 4096 ]] && echo 20 || echo 16)"
         measure "$env" "$n" "netpoller -c1 (100k pps)" "$expect" "$ns" \
-            "$NETPOLLER" --quiet sweep -c1 -t "${TS}s" "$cidr"
+            "$NETPOLLER" --quiet --log-level info sweep -c1 -t "${TS}s" "$cidr"
         if [[ $n -le 32768 ]]; then
             measure "$env" "$n" "fping -c1 -r0 -i0" "$expect" "$ns" \
                 fping -q -c1 -t"$T" -r0 -i0 -f "$f"
@@ -152,9 +163,9 @@ for env in lo veth; do
         fi
         if [[ $n == 4096 ]]; then
             measure "$env" "$n" "netpoller -c3 -i20ms (100k pps)" "$expect" "$ns" \
-                "$NETPOLLER" --quiet sweep -c3 -i 20ms -t "${TS}s" "$cidr"
+                "$NETPOLLER" --quiet --log-level info sweep -c3 -i 20ms -t "${TS}s" "$cidr"
             measure "$env" "$n" "netpoller -c3 -i20ms (unpaced)" "$expect" "$ns" \
-                "$NETPOLLER" --quiet sweep -c3 -i 20ms -t "${TS}s" --max-pps 0 "$cidr"
+                "$NETPOLLER" --quiet --log-level info sweep -c3 -i 20ms -t "${TS}s" --max-pps 0 "$cidr"
             measure "$env" "$n" "fping -C3 -p20 -r0 -i0" "$expect" "$ns" \
                 fping -q -C3 -p20 -t"$T" -r0 -i0 -f "$f"
         fi
