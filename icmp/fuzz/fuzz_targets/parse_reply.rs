@@ -7,17 +7,23 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use icmp::wire::{parse_reply, EchoPacket, EchoRepr, Family, Framing};
-use icmp::{Job, ReplyOutcome, Sweep, SweepConfig, SocketKind, TagKey};
+use icmp::{Job, ReplyOutcome, SocketKind, Sweep, SweepConfig, TagKey};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let v4 = IpAddr::V4(Ipv4Addr::new(127, 77, 0, 1));
     let v6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
-    for (framing, from) in [(Framing::Ipv4Header, v4), (Framing::IcmpOnly, v4), (Framing::IcmpOnly, v6)] {
+    for (framing, from) in [
+        (Framing::Ipv4Header, v4),
+        (Framing::IcmpOnly, v4),
+        (Framing::IcmpOnly, v6),
+    ] {
         if let Ok(rx) = parse_reply(data, framing, from) {
             // Whatever parses must re-emit to a buffer of the announced length.
             let mut buf = vec![0u8; rx.echo.buffer_len()];
-            rx.echo.emit(&mut EchoPacket::new_unchecked(&mut buf[..])).unwrap();
+            rx.echo
+                .emit(&mut EchoPacket::new_unchecked(&mut buf[..]))
+                .unwrap();
             let view = EchoPacket::new_checked(&buf[..]).unwrap();
             let again = EchoRepr::parse(&view, rx.echo.family, true).unwrap();
             assert_eq!(again, rx.echo);
@@ -27,7 +33,12 @@ fuzz_target!(|data: &[u8]| {
 
     let base = Instant::now();
     for socket in [SocketKind::Raw, SocketKind::Datagram] {
-        let cfg = SweepConfig { socket, max_pps: 0, ident: 0x4242, ..SweepConfig::new(TagKey([7, 9])) };
+        let cfg = SweepConfig {
+            socket,
+            max_pps: 0,
+            ident: 0x4242,
+            ..SweepConfig::new(TagKey([7, 9]))
+        };
         let jobs = (0..4u8)
             .map(|i| Job {
                 addr: IpAddr::V4(Ipv4Addr::new(127, 77, 0, i)),
@@ -48,7 +59,10 @@ fuzz_target!(|data: &[u8]| {
         while s.poll_transmit(base).is_some() {}
         for from in [v4, v6] {
             let out = s.handle_reply(data, from, base + Duration::from_millis(1));
-            assert!(matches!(out, ReplyOutcome::Ignored(_)), "hostile bytes matched: {out:?}");
+            assert!(
+                matches!(out, ReplyOutcome::Ignored(_)),
+                "hostile bytes matched: {out:?}"
+            );
         }
     }
 });
