@@ -492,13 +492,15 @@ impl IcmpDriver {
                 continue;
             }
             // 3. Wait for a reply, the next send slot or the deadline.
-            let wake = sweep
-                .poll_timeout()
-                .unwrap_or_else(|| Instant::now() + Duration::from_millis(1));
+            let retry = Instant::now() + Duration::from_millis(1);
+            let mut wake = sweep.poll_timeout().unwrap_or(retry);
+            if batch.nobufs {
+                wake = wake.min(retry);
+            }
             let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
             let v4 = async_v4.as_ref();
             let v6 = async_v6.as_ref();
-            let want_write = blocked;
+            let want_write = blocked && !batch.nobufs;
             let pending_v6 = batch.front_is_v6();
             tokio::select! {
                 biased;
@@ -561,6 +563,8 @@ struct SendBatch {
     data: Vec<u8>,
     items: Vec<(usize, usize, SockAddr, icmp::ProbeToken)>,
     head: usize,
+    /// The last flush stopped on ENOBUFS.
+    nobufs: bool,
 }
 
 impl SendBatch {
@@ -575,12 +579,14 @@ impl SendBatch {
         self.items.get(self.head).is_some_and(|i| i.2.is_ipv6())
     }
 
-    /// Sends what is queued. Returns (probes accepted, blocked on a full socket buffer).
+    /// Sends what is queued. Returns (probes accepted, blocked on a full socket buffer or,
+    /// with `nobufs` set, a full device queue).
     /// A probe the kernel refuses for any other reason is reported to the sweep as a
     /// send error (it counts as sent and lost).
     fn flush(&mut self, v4: Option<RawFd>, v6: Option<RawFd>, sweep: &mut Sweep) -> (usize, bool) {
         let mut sent = 0;
         let mut blocked = false;
+        self.nobufs = false;
         while self.head < self.items.len() {
             let is6 = self.items[self.head].2.is_ipv6();
             let Some(fd) = (if is6 { v6 } else { v4 }) else {
@@ -621,6 +627,13 @@ impl SendBatch {
                 continue;
             }
             let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ENOBUFS) {
+                // A full device queue, not a bad probe: retry after a short pause
+                // (the socket does not become "writable" for this).
+                self.nobufs = true;
+                blocked = true;
+                break;
+            }
             match e.kind() {
                 io::ErrorKind::WouldBlock => {
                     blocked = true;
