@@ -5,6 +5,7 @@
 #   scripts/test.sh                 tests (unit, integration, doc)
 #   NETPOLLER_LINT=1 scripts/test.sh  also rustfmt --check and clippy -D warnings (CI)
 #   scripts/test.sh -- <filter>     extra arguments go to the test runner
+#   KEEP_SERVICES=1 scripts/test.sh   leave the services running afterwards
 #
 # Tests run as root: the ICMP integration tests open raw sockets and create network
 # namespaces. Services that were already up when this script started are left running
@@ -45,13 +46,14 @@ if [[ ${NETPOLLER_LINT:-0} == 1 ]] && command -v rustup >/dev/null; then
 fi
 
 # Services: start them unless they already run; stop on exit only what we started.
-STARTED_SERVICES=0
+# KEEP_SERVICES=1 leaves them running in any case.
 if scripts/services.sh status >/dev/null 2>&1; then
     echo "test.sh: services already up; leaving them running afterwards" >&2
 else
     log "scripts/services.sh up"
-    STARTED_SERVICES=1
-    trap 'log "scripts/services.sh down"; scripts/services.sh down || true' EXIT
+    if [[ ${KEEP_SERVICES:-0} != 1 ]]; then
+        trap 'log "scripts/services.sh down"; scripts/services.sh down || true' EXIT
+    fi
     scripts/services.sh up
 fi
 # shellcheck disable=SC1091
