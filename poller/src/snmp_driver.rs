@@ -305,6 +305,10 @@ impl SnmpDriver {
         // what a full socket buffer refused stays there for the next turn.
         let mut outq: Vec<Vec<Out>> = all.iter().map(|_| Vec::with_capacity(SEND_BATCH)).collect();
         let mut blocked: Option<usize> = None;
+        // One timer, reset each wait (creating a new one per wait costs a timer-wheel
+        // registration every loop).
+        let sleep = tokio::time::sleep_until(start.into());
+        tokio::pin!(sleep);
 
         loop {
             // Receive turn: drain every socket (bounded), recvmmsg batches.
@@ -416,6 +420,7 @@ impl SnmpDriver {
                 wake = Some(wake.map_or(p, |w| w.min(p)));
             }
             let wake = wake.unwrap_or_else(|| Instant::now() + Duration::from_millis(100));
+            sleep.as_mut().reset(wake.into());
             let readable = std::future::poll_fn(|cx| {
                 for s in &all {
                     if s.poll_recv_ready(cx).is_ready() {
@@ -435,7 +440,7 @@ impl SnmpDriver {
             tokio::select! {
                 _ = readable => {}
                 _ = writable => {}
-                _ = tokio::time::sleep_until(wake.into()) => {}
+                _ = &mut sleep => {}
             }
         }
         // Datagrams never sent (the iteration ended): nothing to do, their requests
