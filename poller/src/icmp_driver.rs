@@ -26,6 +26,8 @@
 //!   [`SweepReport::rejected`]) and IPv4 works as usual.
 //! * Raw sockets get a kernel `ICMP_FILTER`/`ICMP6_FILTER` passing echo replies only, so
 //!   the flood of our own requests on loopback and unrelated ICMP never reach user space.
+//! * RTTs use kernel receive timestamps (`SO_TIMESTAMPNS`) when available, so a busy
+//!   loop does not inflate them or turn timely replies into late ones.
 //! * Receive buffers are enlarged to [`IcmpOptions::rcvbuf`] (with `SO_RCVBUFFORCE` when
 //!   privileged, else capped by `net.core.rmem_max`).
 //! * One iteration = [`IcmpDriver::sweep`]: every probe is sent at its due time, paced by
@@ -45,7 +47,7 @@ use std::io;
 use std::mem::{size_of, MaybeUninit};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use icmp::{Event, Job, SocketKind as Kind, Sweep, SweepConfig, SweepCounters, SweepError, TagKey};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -247,6 +249,10 @@ fn configure(
         // Unprivileged: the kernel caps this at net.core.rmem_max; not fatal.
         sock.set_recv_buffer_size(rcvbuf)
             .map_err(setup("SO_RCVBUF"))?;
+    }
+    // Kernel receive timestamps make RTTs independent of how busy the loop is.
+    if let Err(e) = setsockopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPNS, &1 as &libc::c_int) {
+        tracing::debug!(error = %e, "SO_TIMESTAMPNS unavailable; RTTs use read time");
     }
     if kind == SocketKind::Raw {
         if v6 {
@@ -706,6 +712,36 @@ fn sockaddr_ip(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
     }
 }
 
+/// Linux `SO_TIMESTAMPNS` (= `SCM_TIMESTAMPNS`; asm-generic value, also x86 and arm).
+const SO_TIMESTAMPNS: libc::c_int = 35;
+/// Control buffer per message: room for one `SCM_TIMESTAMPNS` (a `timespec`) and slack.
+const CMSG_LEN: usize = 64;
+
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct CmsgBuf([u8; CMSG_LEN]);
+
+/// The `SCM_TIMESTAMPNS` of a received message, as time since the Unix epoch.
+fn rx_timestamp(hdr: &libc::msghdr) -> Option<Duration> {
+    // SAFETY: hdr's control buffer was filled by recvmmsg and msg_controllen says how
+    // much of it is valid; the CMSG_* macros stay within it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(hdr);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                let secs = u64::try_from(ts.tv_sec).ok()?;
+                let nanos = u32::try_from(ts.tv_nsec)
+                    .ok()
+                    .filter(|n| *n < 1_000_000_000)?;
+                return Some(Duration::new(secs, nanos));
+            }
+            c = libc::CMSG_NXTHDR(hdr, c);
+        }
+    }
+    None
+}
+
 /// Reads up to `RECV_TURN` datagrams from `fd` into `sweep`; returns how many.
 fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> usize {
     let mut total = 0;
@@ -715,6 +751,7 @@ fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> us
         // SAFETY: iovec and mmsghdr are plain C structs; all-zero is a valid value.
         let mut iovs: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
         let mut msgs: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
+        let mut cmsgs = [CmsgBuf([0; CMSG_LEN]); RECV_BATCH];
         let base = rx.data.as_mut_ptr();
         for i in 0..RECV_BATCH {
             // SAFETY: slot i lies within rx.data (RECV_BATCH * slot bytes).
@@ -724,6 +761,8 @@ fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> us
             msgs[i].msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
             msgs[i].msg_hdr.msg_iov = &mut iovs[i];
             msgs[i].msg_hdr.msg_iovlen = 1;
+            msgs[i].msg_hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
+            msgs[i].msg_hdr.msg_controllen = CMSG_LEN as _;
         }
         // SAFETY: every pointer in msgs refers to live buffers of the stated sizes.
         let n = unsafe {
@@ -748,8 +787,23 @@ fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> us
             break;
         }
         let now = Instant::now();
+        let wall_now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
         let n = n as usize;
         for i in 0..n {
+            // Kernel receive time when SO_TIMESTAMPNS is on: the packet's age on the wall
+            // clock, taken from `now`, so a busy loop does not inflate RTTs. Ages above
+            // 10 s mean a clock step: fall back to `now`.
+            let at = match rx_timestamp(&msgs[i].msg_hdr) {
+                Some(ts) => match wall_now.checked_sub(ts) {
+                    Some(age) if age < Duration::from_secs(10) => {
+                        now.checked_sub(age).unwrap_or(now)
+                    }
+                    _ => now,
+                },
+                None => now,
+            };
             let len = (msgs[i].msg_len as usize).min(rx.slot);
             // SAFETY: the kernel initialised the sockaddr (zeroed before, so valid either way).
             let ss = unsafe { addrs[i].assume_init_ref() };
@@ -757,7 +811,7 @@ fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> us
                 continue;
             };
             let bytes = &rx.data[i * rx.slot..i * rx.slot + len];
-            sweep.handle_reply(bytes, from, now);
+            sweep.handle_reply(bytes, from, at);
         }
         total += n;
         if n < RECV_BATCH {
