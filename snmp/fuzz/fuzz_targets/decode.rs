@@ -8,13 +8,18 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
-use snmp::{encode_message, HostJob, HostMemory, Iteration, IterationOptions, Message, Oid, Version, Walk};
+use snmp::{
+    encode_message, HostJob, HostMemory, Iteration, IterationOptions, Message, Oid, Version, Walk,
+};
 
 fuzz_target!(|data: &[u8]| {
     let _ = snmp::peek_request_id(data);
     if let Ok(m) = Message::decode(data) {
         assert_eq!(m.varbinds().count(), m.varbind_count());
-        let vbs: Vec<(Oid, snmp::VarValue)> = m.varbinds().map(|vb| (vb.oid.to_owned(), vb.value.to_owned())).collect();
+        let vbs: Vec<(Oid, snmp::VarValue)> = m
+            .varbinds()
+            .map(|vb| (vb.oid.to_owned(), vb.value.to_owned()))
+            .collect();
         for (o, v) in &vbs {
             let _ = format!("{o} = {v}");
             // Display output parses back to the same OID.
@@ -34,7 +39,10 @@ fuzz_target!(|data: &[u8]| {
         let again = Message::decode(&out).expect("re-encoded message decodes");
         assert_eq!(again.request_id, m.request_id);
         assert_eq!(again.community, m.community);
-        let vbs2: Vec<(Oid, snmp::VarValue)> = again.varbinds().map(|vb| (vb.oid.to_owned(), vb.value.to_owned())).collect();
+        let vbs2: Vec<(Oid, snmp::VarValue)> = again
+            .varbinds()
+            .map(|vb| (vb.oid.to_owned(), vb.value.to_owned()))
+            .collect();
         assert_eq!(vbs, vbs2);
 
         let mut w = Walk::new("1.3.6.1.2.1".parse().unwrap(), m.version, 10);
@@ -44,15 +52,29 @@ fuzz_target!(|data: &[u8]| {
     // The engine with one request in flight: a fuzzed datagram may match only if it
     // carries that request-id, community and source.
     let src: SocketAddr = "127.0.0.1:161".parse().unwrap();
-    let jobs = [HostJob::new(src, Arc::from("public"), vec!["1.3.6.1.2.1.1.3.0".parse().unwrap()])];
-    let mut it = Iteration::new(&jobs, &HostMemory::default(), IterationOptions { first_request_id: 1, ..Default::default() });
+    let jobs = [HostJob::new(
+        src,
+        Arc::from("public"),
+        vec!["1.3.6.1.2.1.1.3.0".parse().unwrap()],
+    )];
+    let mut it = Iteration::new(
+        &jobs,
+        &HostMemory::default(),
+        IterationOptions {
+            first_request_id: 1,
+            ..Default::default()
+        },
+    );
     let now = Instant::now();
     let mut buf = Vec::new();
     it.poll_transmit(now, &mut buf).unwrap();
     let r = it.handle_datagram(src, data, now);
     if r == snmp::engine::Received::Matched {
         let m = Message::decode(data).unwrap();
-        assert_eq!((m.request_id, m.community, m.version), (1, &b"public"[..], Version::V2c));
+        assert_eq!(
+            (m.request_id, m.community, m.version),
+            (1, &b"public"[..], Version::V2c)
+        );
     }
     while it.poll_event().is_some() {}
 });
