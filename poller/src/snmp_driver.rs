@@ -311,7 +311,8 @@ impl SnmpDriver {
         tokio::pin!(sleep);
 
         loop {
-            // Receive turn: drain every socket (bounded), recvmmsg batches.
+            // Receive turn: drain every socket (bounded), recvmmsg batches, until the
+            // kernel says WouldBlock (which also clears tokio's readiness flag).
             let now = Instant::now();
             let mut budget = RECV_TURN;
             for s in &all {
@@ -328,15 +329,14 @@ impl SnmpDriver {
                                     None => report.truncated += 1,
                                 }
                             }
-                            if n < RECV_BATCH {
-                                break;
-                            }
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(_) => {
                             // ECONNREFUSED and friends: an ICMP error for some earlier
-                            // datagram; the engine's timeout handles that host.
+                            // datagram; the engine's timeout handles that host. Counted
+                            // against the budget so a persistent error cannot spin here.
                             report.socket_errors += 1;
+                            budget -= 1;
                         }
                     }
                 }
