@@ -3,7 +3,7 @@
 # agents into the local ClickHouse, measured from the outside, next to fping, net-snmp
 # snmpget and prometheus-snmp-exporter on the same hosts and OIDs. Issue 8.
 #
-#   sudo benches/e2e.sh                      every workload, 3 runs each (big: 1), ~45 min
+#   sudo benches/e2e.sh                      every workload, 3 runs each (big, mem1m: 1), ~50 min
 #   sudo DURATION=20 WARMUP=12 RUNS=1 benches/e2e.sh icmp snmp     smoke run
 #
 # Workloads (benches/e2e/e2e.py WORKLOADS):
@@ -12,6 +12,7 @@
 #   both     icmp + snmp in one daemon
 #   scale10  10x both: 40,960 ICMP hosts + 80,000 OIDs on 40 snmpd agents + snmpsimd
 #   big      262,144 ICMP hosts every 8 s + the scale10 SNMP load (the >= 100k NVPS target)
+#   mem1m    335,872 ICMP hosts x 3 items (1.0M items) polled hourly: memory per item
 #
 # Per run: fresh database bench_e2e (schema applied by `netpoller schema --apply`),
 # `netpoller run` for WARMUP + DURATION s, then SIGTERM. Reported over the DURATION
@@ -26,13 +27,14 @@
 # the services' ClickHouse instead of a private one), E2E_NICE=-10 (run netpoller and
 # the private ClickHouse at that niceness: a dedicated machine on a shared one),
 # E2E_PERF=1 (perf record -g 20 s of each window into target/e2e/<wl>/perf<N>.data),
+# E2E_WCHAN=1 (sample state and wait channel of netpoller threads for 20 s),
 # E2E_OVERRIDE='{"daemon": {...}}' (explore settings; recorded with the results).
 #
 # Network safety: every address polled is in 127.0.0.0/8. The script adds its own nft
 # table `inet netpoller_e2e` (drops echo requests to 127.64.0.0/10 addresses = 3 mod 4)
 # and, for scale10/big, 36 extra snmpd on 127.0.22.1-36; both are removed on exit, the
 # snmpd by pid. Results: target/e2e/results.jsonl (one line per run), summary.json,
-# results.tsv; netpoller logs in target/e2e/<workload>/run<N>.log.
+# results.tsv; netpoller logs in target/e2e/<workload>/run<N>-<time>.log.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -48,7 +50,7 @@ PY="python3 $ROOT/benches/e2e/e2e.py"
 NFT_TABLE=netpoller_e2e
 EXTRA_SNMPD=36
 WORKLOADS=("$@")
-[[ ${#WORKLOADS[@]} -gt 0 ]] || WORKLOADS=(icmp snmp both scale10 big)
+[[ ${#WORKLOADS[@]} -gt 0 ]] || WORKLOADS=(icmp snmp both scale10 big mem1m)
 
 log() { printf '\n==> %s\n' "$*" >&2; }
 die() {
@@ -61,7 +63,7 @@ for t in nft fping snmpget snmpd python3 curl xargs /usr/bin/time; do
     command -v "$t" >/dev/null || die "missing $t"
 done
 for w in "${WORKLOADS[@]}"; do
-    case $w in icmp | snmp | both | scale10 | big) ;; *) die "unknown workload $w" ;; esac
+    case $w in icmp | snmp | both | scale10 | big | mem1m) ;; *) die "unknown workload $w" ;; esac
 done
 
 mkdir -p "$OUT"
@@ -214,12 +216,12 @@ cat "$OUT/machine.txt" >&2
 
 for w in "${WORKLOADS[@]}"; do
     n=$RUNS
-    [[ $w == big ]] && n=$BIG_RUNS
+    [[ $w == big || $w == mem1m ]] && n=$BIG_RUNS
     for ((r = 1; r <= n; r++)); do
         log "workload $w, run $r/$n"
         $PY run "$w" --index "$r" --warmup "$WARMUP" --duration "$DURATION"
         # Peers right after each run (same machine state); big has none that fit.
-        if [[ ${NO_PEERS:-0} != 1 && $w != big && $w != both ]]; then
+        if [[ ${NO_PEERS:-0} != 1 && $w != big && $w != both && $w != mem1m ]]; then
             $PY peers "$w" --index "$r"
         fi
     done

@@ -73,6 +73,9 @@ WORKLOADS = {
                 clickhouse=dict(batch_rows=200000, max_inflight_inserts=4),
                 icmp_max_pps=400000),
 }
+# Memory per configured item: ~1M ICMP items polled hourly, so the figure is the plan
+# and the scheduler rather than values in flight.
+WORKLOADS["mem1m"] = dict(icmp_hosts=82 * 4096, icmp_interval=3600)
 SNMP_INTERVAL = 10
 
 
@@ -165,11 +168,11 @@ def msum(m, name, **want):
     return tot
 
 
-def hist_delta(a, b, name, engine):
-    """Bucket counts (le -> count) of histogram `name` for engine, b - a."""
+def hist_delta(a, b, name, engine=None):
+    """Bucket counts (le -> count) of histogram `name` (for engine, if given), b - a."""
     out = {}
     for (n, labels), v in b.items():
-        if n != name + "_bucket" or f'engine="{engine}"' not in labels:
+        if n != name + "_bucket" or (engine and f'engine="{engine}"' not in labels):
             continue
         le = labels.split('le="')[1].split('"')[0]
         out[float(le) if le != "+Inf" else float("inf")] = v - a.get((n, labels), 0.0)
@@ -441,8 +444,26 @@ def thread_cpu(pid):
     return out
 
 
+def ksoftirqd_cpu():
+    """CPU seconds of the kernel's ksoftirqd threads: network work deferred from the
+    sender's context lands there (and not on netpoller) when softirq load is high."""
+    tot = 0.0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if not f.read().startswith("ksoftirqd"):
+                    continue
+        except OSError:
+            continue
+        tot += proc_cpu(pid) or 0.0
+    return tot
+
+
 def snapshot(pid, ch_pid):
     return dict(t=time.time(), np_cpu=proc_cpu(pid), ch_cpu=proc_cpu(ch_pid) if ch_pid else None,
+                softirqd=ksoftirqd_cpu(),
                 machine=machine_busy(), threads=thread_cpu(pid),
                 metrics=parse_prom(scrape(f"http://{METRICS_ADDR}/metrics")))
 
@@ -459,7 +480,8 @@ def cmd_run(args):
                        text=True, timeout=120)
     if r.returncode != 0:
         sys.exit(f"schema --apply failed: {r.stdout}{r.stderr}")
-    logf = os.path.join(OUT, name, f"run{args.index}.log")
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    logf = os.path.join(OUT, name, f"run{args.index}-{stamp}.log")
     spool = os.path.join(OUT, name, "spool")
     subprocess.run(["rm", "-rf", spool], check=True)
     log(f"{name} run {args.index}: {exp['items']} items, expect {exp['expected_nvps']:.0f} NVPS;"
@@ -493,11 +515,35 @@ def cmd_run(args):
         if os.environ.get("E2E_PERF") == "1":
             # Profile part of the window (call graphs), for BENCHMARKS.md's hot spots.
             perf = subprocess.Popen(["perf", "record", "-F", "499", "-g", "-p", str(p.pid),
-                                     "-o", os.path.join(OUT, name, f"perf{args.index}.data"),
+                                     "-o", os.path.join(OUT, name, f"perf{args.index}-{stamp}.data"),
                                      "--", "sleep", str(min(args.duration, 20))],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             register_pid(perf.pid)
-        time.sleep(args.duration)
+        if os.environ.get("E2E_WCHAN") == "1":
+            # Off-CPU view: where netpoller's threads wait, sampled every 50 ms for
+            # 20 s (state and kernel wait channel per thread).
+            counts = {}
+            t_end = time.time() + min(args.duration, 20)
+            while time.time() < t_end:
+                for tid in os.listdir(f"/proc/{p.pid}/task"):
+                    try:
+                        with open(f"/proc/{p.pid}/task/{tid}/stat") as f:
+                            st = f.read()
+                        with open(f"/proc/{p.pid}/task/{tid}/wchan") as f:
+                            wc = f.read().strip() or "-"
+                    except OSError:
+                        continue
+                    tname = st[st.index("(") + 1:st.rindex(")")]
+                    state = st[st.rindex(")") + 2]
+                    k = f"{tname} {state} {wc if state != 'R' else 'running'}"
+                    counts[k] = counts.get(k, 0) + 1
+                time.sleep(0.05)
+            with open(os.path.join(OUT, name, f"wchan{args.index}-{stamp}.txt"), "w") as f:
+                for k, v in sorted(counts.items(), key=lambda kv: -kv[1]):
+                    f.write(f"{v:6d} {k}\n")
+            time.sleep(max(0.0, args.duration - min(args.duration, 20)))
+        else:
+            time.sleep(args.duration)
         b = snapshot(p.pid, ch_pid)
         if perf is not None:
             stop(perf, signal.SIGINT, wait_s=60)
@@ -548,7 +594,7 @@ def cmd_run(args):
     busy = (b["machine"][0] - a["machine"][0]) / max(1, b["machine"][1] - a["machine"][1])
     tcpu = {k: round((v - a["threads"].get(k, 0.0)) / span, 3) for k, v in b["threads"].items()}
     tcpu = dict(sorted(((k, v) for k, v in tcpu.items() if v >= 0.01), key=lambda kv: -kv[1]))
-    res = dict(kind="netpoller", workload=name, run=args.index, **exp,
+    res = dict(kind="netpoller", workload=name, run=args.index, log=logf, **exp,
                override=os.environ.get("E2E_OVERRIDE") or None,
                startup_s=round(startup_s, 2), startup_cpu_s=start_cpu,
                window_s=win, rows_in_window=rows, rows_icmp=rows_icmp, rows_snmp=rows_snmp,
@@ -583,6 +629,10 @@ def cmd_run(args):
                                               reason=reason)
         res[f"{eng}_unmatched"] = d("netpoller_unmatched_replies_total", engine=eng)
     # Losses are cumulative since start (a drop during warm-up counts too).
+    ins = hist_delta(ma, mb, "netpoller_sink_insert_seconds")
+    res["sink_insert_p50_le"] = hist_quantile(ins, 0.5)
+    res["sink_insert_max_le"] = hist_max(ins)
+    res["ksoftirqd_cores"] = (b["softirqd"] - a["softirqd"]) / span
     res["sink_dropped_rows"] = msum(mb, "netpoller_sink_dropped_rows_total")
     res["sink_spooled_rows"] = msum(mb, "netpoller_sink_spooled_rows_total")
     res["sink_rejected_rows"] = msum(mb, "netpoller_sink_rejected_rows_total")
@@ -630,18 +680,32 @@ def peers_icmp(name, icmp_ips, results):
         log(f"fping skipped for {len(icmp_ips)} hosts: one fping process aborts near 65k")
         return
     # fping's default -i 10 ms between any two packets would take 3 x hosts x 10 ms;
-    # -i 0 sends as fast as it can, like netpoller's paced sweep.
+    # -i 0 sends as fast as it can, like netpoller's paced sweep. One fping keeps at most
+    # 65,535 probes in flight ("not enough sequence numbers"), so with -C 3 larger sets
+    # run as parallel fping processes of 16,384 hosts each (as several pingers would).
     errf = os.path.join(OUT, name, "fping.err")
+    chunk = 16384
+    files = []
+    for i in range(0, len(icmp_ips), chunk):
+        fn = os.path.join(OUT, name, f"icmp-hosts.{i // chunk}.txt")
+        with open(fn, "w") as f:
+            f.writelines(ip + "\n" for ip in icmp_ips[i:i + chunk])
+        files.append(fn)
+    fp = "fping -q -C 3 -p 20 -t 1000 -r 0 -i 0"
+    script = " ".join(f"{fp} -f {fn} 2>{errf}.{k} &" for k, fn in enumerate(files)) + " wait"
+    wall, cpu, rc = timed(["bash", "-c", script], stdout=subprocess.DEVNULL)
     with open(errf, "w") as ef:
-        wall, cpu, rc = timed(["fping", "-q", "-C", "3", "-p", "20", "-t", "1000", "-r", "0",
-                               "-i", "0", "-f", hosts], stdout=subprocess.DEVNULL, stderr=ef)
+        for k in range(len(files)):
+            with open(f"{errf}.{k}") as f:
+                ef.write(f.read())
     alive = 0
     with open(errf) as f:
         for line in f:
             if " : " in line:
                 if any(x != "-" for x in line.split(" : ", 1)[1].split()):
                     alive += 1
-    results.append(dict(kind="peer", peer="fping -C3 -p20 -t1000 -r0 -i0", workload=name,
+    results.append(dict(kind="peer", peer=f"fping -C3 -p20 -t1000 -r0 -i0 ({len(files)} proc)",
+                        workload=name,
                         hosts=len(icmp_ips), wall_s=wall, cpu_s=cpu,
                         cpu_us_per_value=cpu / (3 * len(icmp_ips)) * 1e6,
                         alive=alive, expected_alive=alive_exp, equal=alive == alive_exp, rc=rc))
@@ -809,12 +873,24 @@ def fmt(x, nd=2):
 
 
 def cmd_summary(args):
-    path = os.path.join(OUT, "results.jsonl")
-    rows = [json.loads(line) for line in open(path) if line.strip()]
+    rows = []
+    for path in args.input or [os.path.join(OUT, "results.jsonl")]:
+        rows += [json.loads(line) for line in open(path) if line.strip()]
+    # Runs with E2E_OVERRIDE / E2E_NICE are variants of their workload: own rows.
+    variants = []
+    for r in rows:
+        tag = " ".join(x for x in (r.get("override") or "",
+                                   f"nice {r['nice']}" if r.get("nice") else "") if x)
+        if r["kind"] == "netpoller" and tag:
+            if (r["workload"], tag) not in variants:
+                variants.append((r["workload"], tag))
+            r["workload"] = f"{r['workload']}~{variants.index((r['workload'], tag)) + 1}"
     np_rows = [r for r in rows if r["kind"] == "netpoller"]
     peers = [r for r in rows if r["kind"] == "peer"]
     order = [w for w in WORKLOADS if any(r["workload"] == w for r in np_rows)]
-    summary = dict(workloads={}, peers=[])
+    order += [f"{w}~{i + 1}" for i, (w, _) in enumerate(variants)]
+    summary = dict(workloads={}, peers=[],
+                   variants={f"{w}~{i + 1}": t for i, (w, t) in enumerate(variants)})
     cols = ["runs", "items", "expected_nvps", "nvps", "np_us_per_value", "np_cpu_per_1k",
             "np_cpu_util", "ch_cpu_per_1k", "ch_cpu_util", "vm_hwm_mib", "hwm_bytes_per_item",
             "icmp_lateness_p99_le", "icmp_lateness_max_le", "snmp_lateness_max_le",
@@ -824,6 +900,8 @@ def cmd_summary(args):
     for w in order:
         rs = [r for r in np_rows if r["workload"] == w]
         s = dict(runs=len(rs), items=rs[0]["items"], expected_nvps=rs[0]["expected_nvps"])
+        for k in ("ksoftirqd_cores", "others_cores", "machine_busy", "sink_insert_max_le"):
+            s[k] = med([r.get(k) for r in rs])
         for k in ("nvps", "np_us_per_value", "np_cpu_per_1k", "np_cpu_util", "ch_cpu_per_1k",
                   "ch_cpu_util", "hwm_bytes_per_item", "icmp_lateness_p99_le",
                   "icmp_lateness_max_le", "snmp_lateness_max_le", "backpressure_waits",
@@ -876,6 +954,8 @@ def cmd_summary(args):
               f"{fmt(s['icmp_lateness_p99_le']):>7} {s['late_iterations']:>5.0f} "
               f"{s['skipped_slots']:>5.0f} {s['drops']:>5.0f} {s['spooled']:>5.0f} "
               f"{s['backpressure_waits']:>5.0f} {s['errors']:>5.0f}")
+    for k, t in summary["variants"].items():
+        print(f"  {k}: {t}")
     if "scale_ratio" in summary:
         r = summary["scale_ratio"]
         print(f"scale10 / both: items x{r['items']:.1f}, NVPS x{r['nvps']:.1f}, netpoller CPU "
@@ -909,7 +989,8 @@ def main():
     p.add_argument("--index", type=int, default=1)
     c = sub.add_parser("config")
     c.add_argument("workload", choices=list(WORKLOADS))
-    sub.add_parser("summary")
+    sm = sub.add_parser("summary")
+    sm.add_argument("input", nargs="*", help="results files (default target/e2e/results.jsonl)")
     sub.add_parser("agents-needed")
     a = ap.parse_args()
     if a.cmd == "oids":
