@@ -89,7 +89,7 @@ pub struct ClickHouseConfig {
     #[serde(default = "default_batch_rows")]
     pub batch_rows: usize,
     /// Flush a table's batch when its encoded size reaches this many bytes.
-    /// Default 16 MiB.
+    /// Default 16 MiB; at most 1 GiB.
     #[serde(default = "default_batch_bytes")]
     pub batch_bytes: usize,
     /// Flush a table's batch this long after its first row arrived. Default `"1s"`,
@@ -268,8 +268,12 @@ impl ClickHouseConfig {
         if self.batch_rows == 0 {
             p.push(("batch_rows", "must be at least 1".to_string()));
         }
-        if self.batch_bytes < 1024 {
-            p.push(("batch_bytes", "must be at least 1024".to_string()));
+        if !(1024..=1 << 30).contains(&self.batch_bytes) {
+            // Spool records carry a u32 length; ClickHouse reads strings up to 1 GiB.
+            p.push((
+                "batch_bytes",
+                "must be between 1024 and 1073741824 (1 GiB)".to_string(),
+            ));
         }
         if self.flush_interval.is_zero() {
             p.push(("flush_interval", "must be greater than 0".to_string()));
@@ -394,6 +398,7 @@ mod tests {
         let c = ClickHouseConfig {
             database: "glaber; DROP".into(),
             batch_rows: 0,
+            batch_bytes: 2 << 30,
             urls: vec!["http://u:pw@127.0.0.1:8123".into()],
             ..ClickHouseConfig::default()
         };
