@@ -1111,13 +1111,13 @@ impl Config {
         .unwrap_or((0, 1))
     }
 
-    /// Hosts this process polls.
-    pub fn hosts_for_shard(&self, (i, n): (u32, u32)) -> Vec<HostSpec> {
-        self.hosts
-            .iter()
-            .filter(|h| host_in_process_shard(&h.name, i, n))
-            .cloned()
-            .collect()
+    /// Move out the hosts this process polls (the rest are dropped): the plan is built
+    /// from them and the config keeps no second copy of every item for the daemon's
+    /// lifetime.
+    pub fn take_hosts_for_shard(&mut self, (i, n): (u32, u32)) -> Vec<HostSpec> {
+        let mut hosts = std::mem::take(&mut self.hosts);
+        hosts.retain(|h| host_in_process_shard(&h.name, i, n));
+        hosts
     }
 
     /// Total items over all hosts.

@@ -17,8 +17,9 @@ pub fn parse_shard_arg(s: &str) -> Result<(u32, u32), String> {
 }
 
 /// Plan for this process: the config's hosts of our shard.
-pub fn build_plan(cfg: &Config, shard: Option<(u32, u32)>) -> Plan {
-    Plan::build(cfg.hosts_for_shard(cfg.process_shard(shard)))
+pub fn build_plan(cfg: &mut Config, shard: Option<(u32, u32)>) -> Plan {
+    let shard = cfg.process_shard(shard);
+    Plan::build(cfg.take_hosts_for_shard(shard))
 }
 
 pub fn limits(cfg: &Config) -> Limits {

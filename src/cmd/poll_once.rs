@@ -73,14 +73,14 @@ fn text_line(s: &Sample) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cfg = match config::load(&args.config) {
+    let mut cfg = match config::load(&args.config) {
         Ok(c) => c,
         Err(e) => {
             eprint!("{e}");
             return Ok(ExitCode::from(1));
         }
     };
-    let plan = Arc::new(super::build_plan(&cfg, args.shard));
+    let plan = Arc::new(super::build_plan(&mut cfg, args.shard));
     let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
     let has_snmp = plan.tasks.iter().any(|t| t.engine == Engine::Snmp);
     let mut icmp = super::open_icmp_drivers(&cfg, 1, has_icmp)?;

@@ -40,14 +40,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cfg = match config::load(&args.config) {
+    let mut cfg = match config::load(&args.config) {
         Ok(c) => c,
         Err(e) => {
             eprint!("{e}");
             return Ok(ExitCode::from(1));
         }
     };
-    let plan = super::build_plan(&cfg, args.shard);
+    let plan = super::build_plan(&mut cfg, args.shard);
     let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
     // Raw sockets first, while privileged and single-threaded.
     let icmp_drivers =
@@ -208,8 +208,8 @@ async fn daemon(
 
 fn reload(args: &Args, shared: &Shared) {
     match config::load(&args.config) {
-        Ok(cfg) => {
-            let plan = super::build_plan(&cfg, args.shard);
+        Ok(mut cfg) => {
+            let plan = super::build_plan(&mut cfg, args.shard);
             let (h, i) = (plan.hosts.len(), plan.items.len());
             shared.reload(plan);
             tracing::info!(hosts = h, items = i, "SIGHUP: configuration reloaded");
