@@ -86,6 +86,14 @@ else
         cargo test --workspace --locked --no-fail-fast "${RUNNER_ARGS[@]}"
 fi
 
+# The other end of the ClickHouse range: a current engine (chDB, in-process) runs the
+# DDL `schema` prints for current servers and loads this build's RowBinary batches.
+if ! python3 -c 'import chdb' 2>/dev/null; then
+    log "pip install chdb-core"
+    python3 -m pip install --quiet --disable-pip-version-check chdb-core || FAILED+=("pip-chdb")
+fi
+run chdb bash -c 'cargo build --locked --bins -p netpoller -p sink && python3 tests/chdb_current.py'
+
 if [[ ${#FAILED[@]} -gt 0 ]]; then
     printf '\ntest.sh: FAILED: %s\n' "${FAILED[*]}" >&2
     exit 1
