@@ -88,11 +88,33 @@ fi
 
 # The other end of the ClickHouse range: a current engine (chDB, in-process) runs the
 # DDL `schema` prints for current servers and loads this build's RowBinary batches.
-if ! python3 -c 'import chdb' 2>/dev/null; then
-    log "pip install chdb-core"
-    python3 -m pip install --quiet --disable-pip-version-check chdb-core || FAILED+=("pip-chdb")
+# Debian's own python3 is "externally managed" (PEP 668): pip refuses to install into
+# it, so chDB goes into a venv of the project's (.services/chdb-venv) unless the python3
+# on PATH already has it.
+chdb_python() {
+    local venv="$ROOT/.services/chdb-venv"
+    if python3 -c 'import chdb' 2>/dev/null; then
+        CHDB_PYTHON=python3
+        return 0
+    fi
+    CHDB_PYTHON="$venv/bin/python"
+    "$CHDB_PYTHON" -c 'import chdb' 2>/dev/null && return 0
+    if ! python3 -c 'import ensurepip' 2>/dev/null; then
+        log "apt-get install python3-venv"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q python3-venv >/dev/null ||
+            { apt-get update -q >/dev/null && apt-get install -y -q python3-venv >/dev/null; } ||
+            return 1
+    fi
+    log "pip install chdb-core (into $venv)"
+    python3 -m venv "$venv" &&
+        "$CHDB_PYTHON" -m pip install --quiet --disable-pip-version-check chdb-core
+}
+if chdb_python; then
+    run chdb bash -c 'cargo build --locked --bins -p netpoller -p sink && "$0" tests/chdb_current.py' "$CHDB_PYTHON"
+else
+    FAILED+=("chdb-install")
 fi
-run chdb bash -c 'cargo build --locked --bins -p netpoller -p sink && python3 tests/chdb_current.py'
 
 if [[ ${#FAILED[@]} -gt 0 ]]; then
     printf '\ntest.sh: FAILED: %s\n' "${FAILED[*]}" >&2
