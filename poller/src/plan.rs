@@ -197,7 +197,10 @@ impl Plan {
         for (hidx, host) in hosts.into_iter().enumerate() {
             let hash = stable_hash(&[host.name.as_bytes()]);
             plan.hosts.push(PlanHost {
-                name: host.name.clone(),
+                // A fresh allocation next to the plan's other data: the config's copy is
+                // freed with the rest of the resolved config, which lets the allocator
+                // return those pages instead of keeping them pinned by live names.
+                name: Arc::from(&*host.name),
                 ip: host.ip,
                 snmp: host.snmp,
                 hash,

@@ -40,7 +40,15 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut cfg = match config::load(&args.config) {
+    // Load and resolve on a short-lived thread: its allocations land in that thread's
+    // malloc arena, which is freed whole once the plan (built here, in the main arena)
+    // has taken what it keeps. Loading in place interleaves the plan's long-lived
+    // allocations with the resolver's garbage and pins those pages (measured: ~2x RSS).
+    let path = args.config.clone();
+    let loaded = std::thread::spawn(move || config::load(&path))
+        .join()
+        .map_err(|_| anyhow::anyhow!("config loader panicked"))?;
+    let mut cfg = match loaded {
         Ok(c) => c,
         Err(e) => {
             eprint!("{e}");
@@ -48,6 +56,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let plan = super::build_plan(&mut cfg, args.shard);
+    // The resolved hosts were freed into the allocator; hand the pages back so the
+    // daemon's resident size is the plan's, not the config loader's peak.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free heap memory; no pointer is invalidated.
+    unsafe {
+        libc::malloc_trim(0);
+    }
     let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
     // Raw sockets first, while privileged and single-threaded.
     let icmp_drivers =
