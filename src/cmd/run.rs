@@ -182,13 +182,28 @@ async fn daemon(
             shutdown_rx.clone(),
         ));
     }
-    engines.spawn(run_engine(
-        shared.clone(),
-        Engine::Snmp,
-        Drivers::Snmp(snmp),
-        tx.clone(),
-        shutdown_rx.clone(),
-    ));
+    // SNMP runs on a thread and runtime of its own: when the ICMP sweeps saturate the
+    // shared workers (long send bursts), the cheap SNMP iterations are not queued behind
+    // them (BENCHMARKS.md, problem 4: SNMP started up to 21 s late on shared workers).
+    let snmp_engine = {
+        let (shared, tx, shutdown) = (shared.clone(), tx.clone(), shutdown_rx.clone());
+        std::thread::Builder::new()
+            .name("netpoller-snmp".into())
+            .spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                rt.block_on(run_engine(
+                    shared,
+                    Engine::Snmp,
+                    Drivers::Snmp(snmp),
+                    tx,
+                    shutdown,
+                ));
+                Ok::<(), std::io::Error>(())
+            })
+            .context("starting the SNMP engine thread")?
+    };
     drop(tx);
 
     // Signals.
@@ -209,6 +224,11 @@ async fn daemon(
         if let Err(e) = r {
             tracing::error!(error = %e, "engine task failed");
         }
+    }
+    match tokio::task::spawn_blocking(move || snmp_engine.join()).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::error!(error = %e, "SNMP engine runtime failed"),
+        _ => tracing::error!("SNMP engine thread panicked"),
     }
     let delivered = consumer.await.context("sink consumer")?;
     if let Some(h) = http {
