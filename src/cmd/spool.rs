@@ -96,7 +96,31 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            let report = rt.block_on(sink::replay_spool(&ch, &spool))?;
+            // Progress = spool bytes gone (segments are deleted once ClickHouse
+            // confirmed them), sampled while the replay runs.
+            let total = dir_bytes(&spool.dir);
+            let mut progress = crate::progress::Progress::new(
+                total,
+                "replaying spool bytes",
+                crate::telemetry::quiet(),
+            );
+            let report = rt.block_on(async {
+                let replay = sink::replay_spool(&ch, &spool);
+                tokio::pin!(replay);
+                let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+                let mut done = 0;
+                loop {
+                    tokio::select! {
+                        r = &mut replay => break r,
+                        _ = tick.tick() => {
+                            let now_done = total.saturating_sub(dir_bytes(&spool.dir));
+                            progress.inc(now_done.saturating_sub(done));
+                            done = done.max(now_done);
+                        }
+                    }
+                }
+            })?;
+            progress.finish();
             println!(
                 "{}: replayed {} row(s) from {} segment(s); {} row(s) rejected (see --rejected), {} corrupted record(s) skipped",
                 spool.dir.display(),
@@ -108,4 +132,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// Bytes of the spool's segment files (not descending into `rejected/`).
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|it| {
+            it.filter_map(Result::ok)
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }

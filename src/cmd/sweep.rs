@@ -247,7 +247,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut write_err = None;
+    let mut progress = crate::progress::Progress::new(jobs.len() as u64, "sweeping", quiet);
     let report = rt.block_on(driver.sweep(&jobs, |i, stats| {
+        progress.inc(1);
         if quiet || write_err.is_some() {
             return;
         }
@@ -267,6 +269,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     out.flush().ok();
     drop(out);
+    progress.finish();
     for (i, why) in &report.rejected {
         eprintln!("netpoller: {} not probed: {why}", addrs[*i]);
     }
