@@ -434,3 +434,48 @@ fn ipv6_loopback_and_rejected_jobs() {
     assert_eq!(report.counters.sent, 3);
     assert_eq!(report.alive, 2);
 }
+
+/// Two drivers in one process sweeping at the same time (the daemon with
+/// `icmp_concurrent_sweeps = 2`): with the identifier filter neither socket sees the
+/// other's replies; without it each reads and discards all of them (counted foreign).
+#[test]
+fn concurrent_sweeps_with_ident_filter_do_not_read_each_others_replies() {
+    let run_pair = |ident_filter: bool| {
+        let opts = IcmpOptions {
+            ident_filter,
+            ..IcmpOptions::default()
+        };
+        let mut a = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
+        let mut b = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
+        assert_eq!(a.kind(), SocketKind::Raw);
+        let jobs_a: Vec<PingJob> = (0..256u32)
+            .map(|i| job(IpAddr::V4(Ipv4Addr::from(0x7f4e_0000 + i)), 3, 300))
+            .collect();
+        let jobs_b: Vec<PingJob> = (0..256u32)
+            .map(|i| job(IpAddr::V4(Ipv4Addr::from(0x7f4e_1000 + i)), 3, 300))
+            .collect();
+        let (ra, rb) = rt().block_on(async {
+            tokio::join!(a.sweep(&jobs_a, |_, _| {}), b.sweep(&jobs_b, |_, _| {}))
+        });
+        (ra, rb)
+    };
+    let (ra, rb) = run_pair(true);
+    for r in [&ra, &rb] {
+        assert_eq!((r.alive, r.counters.received), (256, 768), "{r:?}");
+        assert_eq!(
+            r.counters.foreign + r.counters.spoofed + r.counters.stale,
+            0,
+            "{:?}",
+            r.counters
+        );
+    }
+    // The same without the filter: each socket reads the other's 768 replies too.
+    let (ra, rb) = run_pair(false);
+    assert_eq!((ra.alive, rb.alive), (256, 256));
+    assert!(
+        ra.counters.foreign + rb.counters.foreign > 0,
+        "{:?} {:?}",
+        ra.counters,
+        rb.counters
+    );
+}

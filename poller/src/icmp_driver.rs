@@ -78,6 +78,14 @@ pub struct IcmpOptions {
     pub max_pps: u32,
     /// Receive buffer to request per socket, bytes. Default 16 MiB.
     pub rcvbuf: usize,
+    /// Attach a kernel (classic BPF) filter to the raw sockets that passes only echo
+    /// replies carrying the running sweep's identifier. Every raw ICMP socket receives
+    /// every echo reply on the machine, so with several drivers in one process (the
+    /// daemon's `icmp_concurrent_sweeps` > 1) each would read and discard the others'
+    /// replies. The price: replies to earlier sweeps and to other programs' pings are
+    /// dropped by the kernel instead of being counted as stale / foreign. Datagram
+    /// sockets need no filter (the kernel demultiplexes them). Default false.
+    pub ident_filter: bool,
 }
 
 impl Default for IcmpOptions {
@@ -85,8 +93,36 @@ impl Default for IcmpOptions {
         IcmpOptions {
             max_pps: 100_000,
             rcvbuf: 16 << 20,
+            ident_filter: false,
         }
     }
+}
+
+/// `SO_ATTACH_FILTER` program passing only echo replies with identifier `ident`.
+/// Raw IPv4 sockets see the IP header first (its length is loaded with `BPF_MSH`, as
+/// iputils' ping does); raw ICMPv6 sockets start at the ICMPv6 header.
+fn attach_ident_filter(fd: RawFd, v6: bool, ident: u16) -> io::Result<()> {
+    const LDX_B_MSH: u16 = 0xb1; // X = 4 * (pkt[k] & 0xf)
+    const LD_H_IND: u16 = 0x48; // A = pkt[X + k] (16 bits)
+    const LD_H_ABS: u16 = 0x28; // A = pkt[k] (16 bits)
+    const JEQ_K: u16 = 0x15;
+    const RET_K: u16 = 0x06;
+    let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    let mut prog = Vec::with_capacity(5);
+    if v6 {
+        prog.push(ins(LD_H_ABS, 0, 0, 4));
+    } else {
+        prog.push(ins(LDX_B_MSH, 0, 0, 0));
+        prog.push(ins(LD_H_IND, 0, 0, 4));
+    }
+    prog.push(ins(JEQ_K, 0, 1, u32::from(ident)));
+    prog.push(ins(RET_K, 0, 0, u32::MAX));
+    prog.push(ins(RET_K, 0, 0, 0));
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
 }
 
 /// Why the driver could not open its socket.
@@ -323,7 +359,7 @@ impl IcmpDriver {
             Err(e) => Slot::Closed(format!("cannot open an ICMPv6 {kind:?} socket: {e}")),
         };
         let r = random_u64();
-        Ok(IcmpDriver {
+        let driver = IcmpDriver {
             kind,
             opts,
             v4: Slot::Open(v4),
@@ -331,7 +367,32 @@ impl IcmpDriver {
             key: TagKey([random_u64(), random_u64()]),
             iteration: r as u32,
             ident_base: (r >> 32) as u16,
-        })
+        };
+        // Armed from the start: replies to other drivers must not queue up on this
+        // socket before its first sweep.
+        driver.arm_ident_filter(driver.next_ident());
+        Ok(driver)
+    }
+
+    /// Identifier of the next sweep.
+    fn next_ident(&self) -> u16 {
+        self.ident_base
+            .wrapping_add(self.iteration.wrapping_add(1) as u16)
+    }
+
+    /// With [`IcmpOptions::ident_filter`] on raw sockets: let only replies carrying
+    /// `ident` through.
+    fn arm_ident_filter(&self, ident: u16) {
+        if !(self.opts.ident_filter && self.kind == SocketKind::Raw) {
+            return;
+        }
+        for (slot, v6) in [(&self.v4, false), (&self.v6, true)] {
+            if let Some(fd) = slot.fd() {
+                if let Err(e) = attach_ident_filter(fd, v6, ident) {
+                    tracing::warn!(error = %e, "cannot attach the ICMP identifier filter");
+                }
+            }
+        }
     }
 
     /// Kind of socket in use.
@@ -389,6 +450,7 @@ impl IcmpDriver {
         };
         self.iteration = self.iteration.wrapping_add(1);
         let ident = self.ident_base.wrapping_add(self.iteration as u16);
+        self.arm_ident_filter(ident);
         let async_v4 = self.v4.register();
         let async_v6 = self.v6.register();
 
@@ -519,6 +581,8 @@ impl IcmpDriver {
         report.counters = sweep.counters();
         report.send_time = last_send - start;
         report.wall = start.elapsed();
+        // Between sweeps, let nothing but the next sweep's replies queue up.
+        self.arm_ident_filter(self.next_ident());
         report
     }
 

@@ -50,6 +50,7 @@ pub fn open_icmp_drivers(
 ) -> anyhow::Result<Vec<poller::icmp_driver::IcmpDriver>> {
     let opts = poller::icmp_driver::IcmpOptions {
         max_pps: cfg.icmp.max_pps.div_ceil(count.max(1) as u32),
+        ident_filter: count > 1,
         ..Default::default()
     };
     let mut out = Vec::with_capacity(count);

@@ -220,6 +220,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let opts = IcmpOptions {
         max_pps: args.max_pps,
         rcvbuf: args.rcvbuf,
+        ident_filter: false,
     };
     let mut driver = IcmpDriver::open(opts)?;
     if addrs.iter().any(IpAddr::is_ipv6) {
