@@ -305,7 +305,7 @@ mod tests {
         assert_ne!(a, derive_itemid("sw-core-1", "icmppingloss"));
         // (host, key) is not ambiguous across the separator.
         assert_ne!(derive_itemid("ab", "c"), derive_itemid("a", "bc"));
-        assert!(a >= 1 << 62 && a < 1 << 63);
+        assert!((1 << 62..1 << 63).contains(&a));
         // Pinned value: a change here renumbers every deployed item. Never change it.
         assert_eq!(
             derive_itemid("sw-core-1", "icmpping"),
