@@ -16,7 +16,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 
 use crate::keys::IcmpMetric;
-use crate::plan::{ItemKind, PlanItem};
+use crate::plan::{ItemKind, PlanHost, PlanItem};
 use crate::value::{ItemError, Value, ValueType};
 
 /// One polled item's outcome.
@@ -32,6 +32,23 @@ pub struct Sample {
     /// Nanoseconds within `clock`.
     pub ns: u32,
     pub result: Result<Value, ItemError>,
+}
+
+impl Sample {
+    /// The outcome of `item` of `host`, stamped with the current time.
+    pub fn now(host: &PlanHost, item: &PlanItem, result: Result<Value, ItemError>) -> Sample {
+        let (clock, ns) = clock_now();
+        Sample {
+            itemid: item.itemid,
+            host: host.name.clone(),
+            ip: host.ip,
+            key: item.key.clone(),
+            value_type: item.value_type,
+            clock,
+            ns,
+            result,
+        }
+    }
 }
 
 /// Current wall-clock time as (Unix seconds, nanoseconds).

@@ -140,6 +140,28 @@ async fn reject(shared: &Arc<Shared>, batch: Batch, err: &InsertError) {
     }
 }
 
+/// One INSERT under the in-flight limit, counted in the metrics either way (the one
+/// place where an attempt's outcome is recorded, for new and replayed batches alike).
+async fn insert_once(shared: &Shared, w: &Writer, batch: &Batch) -> Result<(), InsertError> {
+    let permit = shared.inflight.acquire().await;
+    let t0 = std::time::Instant::now();
+    let res = w.insert(batch).await;
+    drop(permit);
+    match &res {
+        Ok(()) => {
+            shared.metrics.insert_ok(
+                batch.table,
+                u64::from(batch.rows),
+                batch.data.len() as u64,
+                t0.elapsed(),
+            );
+            shared.set_ok();
+        }
+        Err(e) => shared.metrics.insert_error(e.class),
+    }
+    res
+}
+
 /// Direct INSERT of a new batch with up to `max_attempts` attempts; spools it if every
 /// attempt fails (or one fails while the sink is unhealthy or shutting down).
 async fn insert_task(shared: Arc<Shared>, batch: Batch) {
@@ -150,23 +172,9 @@ async fn insert_task(shared: Arc<Shared>, batch: Batch) {
     let cfg = w.config();
     let mut attempt = 1;
     loop {
-        let permit = shared.inflight.acquire().await;
-        let t0 = std::time::Instant::now();
-        let res = w.insert(&batch).await;
-        drop(permit);
-        match res {
-            Ok(()) => {
-                shared.metrics.insert_ok(
-                    batch.table,
-                    u64::from(batch.rows),
-                    batch.data.len() as u64,
-                    t0.elapsed(),
-                );
-                shared.set_ok();
-                return;
-            }
+        match insert_once(&shared, w, &batch).await {
+            Ok(()) => return,
             Err(e) => {
-                shared.metrics.insert_error(e.class);
                 if !e.class.is_retryable() {
                     reject(&shared, batch, &e).await;
                     return;
@@ -372,31 +380,18 @@ pub(crate) async fn replay_segment(
             if *shutdown.borrow() {
                 return Ok(Replayed::Stopped(None));
             }
-            let permit = shared.inflight.acquire().await;
-            let t0 = std::time::Instant::now();
-            let res = w.insert(&batch).await;
-            drop(permit);
-            match res {
+            match insert_once(shared, w, &batch).await {
                 Ok(()) => {
-                    shared.metrics.insert_ok(
-                        batch.table,
-                        u64::from(batch.rows),
-                        batch.data.len() as u64,
-                        t0.elapsed(),
-                    );
                     shared.metrics.replayed(u64::from(batch.rows));
-                    shared.set_ok();
                     spool::ack(seg, rec.offset)?;
                     break;
                 }
                 Err(e) if !e.class.is_retryable() => {
-                    shared.metrics.insert_error(e.class);
                     reject(shared, batch, &e).await;
                     spool::ack(seg, rec.offset)?;
                     break;
                 }
                 Err(e) => {
-                    shared.metrics.insert_error(e.class);
                     shared.set_unhealthy(&e);
                     attempt += 1;
                     if max_attempts.is_some_and(|m| attempt >= m) {
