@@ -277,16 +277,20 @@ pub fn to_row(s: Sample) -> Option<(sink::Table, sink::Row)> {
     ))
 }
 
+/// Move values from the engines' channel into the sink, up to 1,024 per message
+/// (one channel hop per batch instead of per value). Returns the values delivered.
 async fn consume(mut rx: mpsc::Receiver<Sample>, sink: sink::SinkHandle) -> u64 {
+    const CHUNK: usize = 1024;
     let mut n = 0;
-    while let Some(s) = rx.recv().await {
-        if let Some((table, row)) = to_row(s) {
-            if sink.send(row, table).await.is_err() {
-                tracing::error!("sink stopped while values were still arriving");
-                break;
-            }
-            n += 1;
+    let mut samples = Vec::with_capacity(CHUNK);
+    while rx.recv_many(&mut samples, CHUNK).await > 0 {
+        let rows: Vec<_> = samples.drain(..).filter_map(to_row).collect();
+        let len = rows.len() as u64;
+        if sink.send_many(rows).await.is_err() {
+            tracing::error!("sink stopped while values were still arriving");
+            break;
         }
+        n += len;
     }
     n
 }
