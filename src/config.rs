@@ -60,10 +60,12 @@ pub struct DaemonSection {
     /// window. Default `1s`; at most `10s`.
     #[serde(with = "humantime_serde")]
     pub batch_window: Duration,
-    /// ICMP sweeps that may run at once, each on its own socket. Default 1: every raw
-    /// ICMP socket receives every echo reply on the machine, so each extra socket reads
-    /// and discards the others' replies (measured: 18% more CPU per value at 4 than at
-    /// 1, see BENCHMARKS.md); raise `icmp_batch_hosts` first to poll more hosts.
+    /// ICMP sweeps that may run at once, each on its own socket. Default 1. Every raw
+    /// ICMP socket receives every echo reply on the machine; with more than one, each
+    /// socket gets a kernel filter on its sweep's identifier so none reads the others'
+    /// replies (replies to other programs' pings are then dropped by the kernel rather
+    /// than counted), and `icmp.max_pps` is split between them. Raise
+    /// `icmp_batch_hosts` first to poll more hosts.
     pub icmp_concurrent_sweeps: usize,
     /// SNMP iterations that may run at once. Default 2.
     pub snmp_concurrent_iterations: usize,
