@@ -6,36 +6,11 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{ch, netpoller, scratch, service_env, Daemon};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// GET `path` from the metrics endpoint: (status code, body). `None` if not listening yet.
-fn get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    let (head, body) = buf.split_once("\r\n\r\n")?;
-    let code = head.split_whitespace().nth(1)?.parse().ok()?;
-    Some((code, body.to_string()))
-}
+use common::{ch, free_port, http_get as get, netpoller, scratch, service_env, Daemon};
 
 /// Parse Prometheus text into `name{labels}` → value.
 fn parse_metrics(text: &str) -> HashMap<String, f64> {

@@ -5,8 +5,9 @@
 //!
 //! Needs root (skipped otherwise, with a message). Traffic: ICMP echo to 127.0.0.1 only.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use common::{free_port, http_get};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -28,24 +29,6 @@ fn nobody() -> (u32, u32) {
         assert!(!p.is_null(), "user nobody exists");
         ((*p).pw_uid, (*p).pw_gid)
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).ok()?;
-    let (head, body) = resp.split_once("\r\n\r\n")?;
-    Some((head.split(' ').nth(1)?.parse().ok()?, body.to_string()))
 }
 
 fn metric(body: &str, series: &str) -> Option<f64> {

@@ -169,15 +169,7 @@ impl Sink {
         metrics: Arc<SinkMetrics>,
     ) -> Result<(Sink, SinkHandle), SinkError> {
         if let Some(c) = &ch {
-            let problems = c.validate();
-            if !problems.is_empty() {
-                let text = problems
-                    .iter()
-                    .map(|(k, m)| format!("clickhouse.{k}: {m}"))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                return Err(SinkError::Config(text));
-            }
+            check_config(c)?;
         }
         let spool_cfg = spool.clone();
         let m = metrics.clone();
@@ -330,15 +322,7 @@ pub async fn replay_spool(
     ch: &ClickHouseConfig,
     spool: &SpoolConfig,
 ) -> Result<ReplayReport, SinkError> {
-    let problems = ch.validate();
-    if !problems.is_empty() {
-        let text = problems
-            .iter()
-            .map(|(k, m)| format!("clickhouse.{k}: {m}"))
-            .collect::<Vec<_>>()
-            .join("; ");
-        return Err(SinkError::Config(text));
-    }
+    check_config(ch)?;
     let metrics = Arc::new(SinkMetrics::default());
     let cfg = spool.clone();
     let m = metrics.clone();
@@ -465,4 +449,18 @@ pub fn dump_tsv(dir: &Path, out: &mut dyn Write) -> Result<DumpReport, SpoolErro
     }
     report.corrupt_records += metrics.corrupt_records();
     Ok(report)
+}
+
+/// Every problem of `[clickhouse]` as one configuration error.
+fn check_config(ch: &ClickHouseConfig) -> Result<(), SinkError> {
+    let problems = ch.validate();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let text = problems
+        .iter()
+        .map(|(k, m)| format!("clickhouse.{k}: {m}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(SinkError::Config(text))
 }
