@@ -9,6 +9,8 @@ mod http;
 mod privdrop;
 mod progress;
 mod telemetry;
+#[cfg(test)]
+mod test_util;
 
 use clap::{Parser, Subcommand};
 

@@ -124,26 +124,8 @@ fn is_tty(fd: libc::c_int) -> bool {
 mod tests {
     use super::*;
     use std::os::fd::AsRawFd;
-    use std::sync::{Arc, Mutex};
 
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-
-    impl Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    impl Buf {
-        fn text(&self) -> String {
-            String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
-        }
-    }
+    use crate::test_util::SharedBuf as Buf;
 
     fn frames(s: &str) -> Vec<&str> {
         s.split("\r\x1b[K").filter(|f| !f.is_empty()).collect()

@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
-use crate::engine::{icmp_value, Emitter, PipelineCounters, Sample};
+use crate::engine::{clock_now, icmp_value, Emitter, PipelineCounters, Sample};
 use crate::icmp_driver::{IcmpDriver, PingJob};
 use crate::metrics::{Counter, Exposition, Gauge, Histogram};
 use crate::plan::{Engine, ItemKind, Plan};
@@ -463,10 +463,11 @@ pub async fn icmp_iteration(
     metrics.in_flight.add(jobs.len() as i64);
     let report = driver
         .sweep(&jobs, |idx, stats| {
+            let stamp = clock_now();
             let task = &plan.tasks[dues[idx].task as usize];
             let host = &plan.hosts[task.host as usize];
             for item in plan.task_items(task) {
-                let s = Sample::now(host, item, Ok(icmp_value(item, stats)));
+                let s = Sample::new(host, item, stamp, Ok(icmp_value(item, stats)));
                 deliver(metrics, &mut sum, emitter, s);
             }
         })
@@ -536,7 +537,12 @@ pub async fn snmp_iteration(
             let item = &plan.items[refs[j][o] as usize];
             let host = &plan.hosts[job_host[j] as usize];
             let result = result.and_then(|v| crate::snmp_convert::convert(&v, item.value_type));
-            deliver(metrics, &mut sum, emitter, Sample::now(host, item, result));
+            deliver(
+                metrics,
+                &mut sum,
+                emitter,
+                Sample::new(host, item, clock_now(), result),
+            );
         })
         .await;
     metrics.in_flight.add(-(oids as i64));

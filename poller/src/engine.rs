@@ -35,9 +35,14 @@ pub struct Sample {
 }
 
 impl Sample {
-    /// The outcome of `item` of `host`, stamped with the current time.
-    pub fn now(host: &PlanHost, item: &PlanItem, result: Result<Value, ItemError>) -> Sample {
-        let (clock, ns) = clock_now();
+    /// The outcome of `item` of `host`, obtained at `(clock, ns)` (see [`clock_now`]:
+    /// read once per host for ICMP, so a host's items share one timestamp).
+    pub fn new(
+        host: &PlanHost,
+        item: &PlanItem,
+        (clock, ns): (u32, u32),
+        result: Result<Value, ItemError>,
+    ) -> Sample {
         Sample {
             itemid: item.itemid,
             host: host.name.clone(),

@@ -4,7 +4,6 @@
 //! schedule, the same engines and value conversion as the daemon.
 
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -15,17 +14,11 @@ use poller::plan::Engine;
 use poller::value::Value;
 use tokio::sync::mpsc;
 
-use crate::config;
-
 /// Arguments of `netpoller poll-once`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Configuration file (TOML).
-    #[arg(short, long, value_name = "FILE")]
-    pub config: PathBuf,
-    /// Only the hosts of shard I of N, as `run --shard` would poll them.
-    #[arg(long, value_name = "I/N", value_parser = super::parse_shard_arg)]
-    pub shard: Option<(u32, u32)>,
+    #[command(flatten)]
+    pub plan: super::PlanArgs,
     /// One JSON object per line (default: aligned text).
     #[arg(long)]
     pub json: bool,
@@ -73,14 +66,14 @@ fn text_line(s: &Sample) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut cfg = match config::load(&args.config) {
-        Ok(c) => c,
+    let (cfg, plan) = match args.plan.load()? {
+        Ok(loaded) => loaded,
         Err(e) => {
             eprint!("{e}");
             return Ok(ExitCode::from(1));
         }
     };
-    let plan = Arc::new(super::build_plan(&mut cfg, args.shard));
+    let plan = Arc::new(plan);
     let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
     let has_snmp = plan.tasks.iter().any(|t| t.engine == Engine::Snmp);
     let mut icmp = super::open_icmp_drivers(&cfg, 1, has_icmp)?;

@@ -10,7 +10,6 @@
 //! a valid new config takes effect at each item's next slot; an invalid one is logged
 //! with all its errors and the old one keeps running.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,18 +20,13 @@ use poller::engine::Sample;
 use poller::plan::{Engine, Plan};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::{self, Config};
+use crate::config::Config;
 
 /// Arguments of `netpoller run`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Configuration file (TOML).
-    #[arg(short, long, value_name = "FILE")]
-    pub config: PathBuf,
-    /// Poll only the hosts of shard I of N (stable hash of the host name), e.g. `0/2`.
-    /// Overrides `daemon.shard`.
-    #[arg(long, value_name = "I/N", value_parser = super::parse_shard_arg)]
-    pub shard: Option<(u32, u32)>,
+    #[command(flatten)]
+    pub plan: super::PlanArgs,
     /// After opening the raw ICMP sockets, switch to this user (keeping only
     /// CAP_NET_RAW). Overrides `daemon.user`.
     #[arg(long, value_name = "NAME")]
@@ -40,29 +34,13 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // Load and resolve on a short-lived thread: its allocations land in that thread's
-    // malloc arena, which is freed whole once the plan (built here, in the main arena)
-    // has taken what it keeps. Loading in place interleaves the plan's long-lived
-    // allocations with the resolver's garbage and pins those pages (measured: ~2x RSS).
-    let path = args.config.clone();
-    let loaded = std::thread::spawn(move || config::load(&path))
-        .join()
-        .map_err(|_| anyhow::anyhow!("config loader panicked"))?;
-    let mut cfg = match loaded {
-        Ok(c) => c,
+    let (cfg, plan) = match args.plan.load()? {
+        Ok(loaded) => loaded,
         Err(e) => {
             eprint!("{e}");
             return Ok(ExitCode::from(1));
         }
     };
-    let plan = super::build_plan(&mut cfg, args.shard);
-    // The resolved hosts were freed into the allocator; hand the pages back so the
-    // daemon's resident size is the plan's, not the config loader's peak.
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only releases free heap memory; no pointer is invalidated.
-    unsafe {
-        libc::malloc_trim(0);
-    }
     let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
     // Raw sockets first, while privileged and single-threaded.
     let icmp_drivers =
@@ -242,16 +220,19 @@ async fn daemon(
 }
 
 fn reload(args: &Args, shared: &Shared) {
-    match config::load(&args.config) {
-        Ok(mut cfg) => {
-            let plan = super::build_plan(&mut cfg, args.shard);
+    match args.plan.load() {
+        Ok(Ok((_, plan))) => {
             let (h, i) = (plan.hosts.len(), plan.items.len());
             shared.reload(plan);
             tracing::info!(hosts = h, items = i, "SIGHUP: configuration reloaded");
         }
-        Err(e) => {
+        Ok(Err(e)) => {
             shared.reloads_failed.inc();
             tracing::error!("SIGHUP: new configuration rejected, the old one keeps running:\n{e}");
+        }
+        Err(e) => {
+            shared.reloads_failed.inc();
+            tracing::error!(error = %e, "SIGHUP: reload failed, the old configuration keeps running");
         }
     }
 }
