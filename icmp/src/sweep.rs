@@ -20,6 +20,14 @@
 //! * Pacing: the long-run send rate never exceeds `max_pps`; after an idle or late
 //!   wake-up at most `burst` worth of probes go out back to back. Probe `k + 1` of a
 //!   host leaves no earlier than `interval` after probe `k` actually left.
+//! * Order among due probes: first-round probes (nothing is known of their hosts yet),
+//!   then later probes of hosts with an unanswered probe, then later probes of hosts
+//!   that answered every probe so far. The iteration lasts until the last probe that
+//!   goes unanswered times out, and a host that answered is unlikely to stop answering
+//!   within one sweep, so the probes that may set the deadline leave first: with 3
+//!   packets to 4,096 hosts at 100k pps the last silent host's third probe leaves at
+//!   first round + 2 intervals (~81 ms) instead of after all 12,288 probes (~123 ms).
+//!   Deferring a due probe only delays it; it never leaves before its due time.
 //! * The deadline is the latest `send instant + job timeout` over all probes; it is
 //!   final once every probe has been sent. A host completes as soon as every probe of
 //!   its is resolved: replied, failed to send, or expired (`send + timeout` passed, as
@@ -358,6 +366,9 @@ pub struct Sweep {
     /// Later probes, one FIFO per distinct interval: a probe is due at its predecessor's
     /// send instant + interval, and send instants only grow, so each FIFO stays sorted.
     later: Vec<(Duration, VecDeque<(Instant, u32)>)>,
+    /// Due later probes of hosts that answered every probe so far, taken out of `later`
+    /// in due order and sent when no other probe is due (see the module docs).
+    answered: VecDeque<(Instant, u32)>,
     /// In-flight table: send instant of every probe, `None` when not sent or resolved.
     /// Keyed by `(address → job, sequence → packet)`, see `lookup`.
     sent_at: Vec<Option<Instant>>,
@@ -439,6 +450,7 @@ impl Sweep {
             first_round: 0,
             created: now,
             later: Vec::new(),
+            answered: VecDeque::new(),
             sent_at: vec![None; total as usize],
             lost: vec![false; total as usize],
             expiries: Vec::new(),
@@ -492,7 +504,9 @@ impl Sweep {
 
     /// Whether every probe has been handed out.
     pub fn all_sent(&self) -> bool {
-        self.first_round as usize >= self.jobs.len() && self.later.iter().all(|(_, q)| q.is_empty())
+        self.first_round as usize >= self.jobs.len()
+            && self.answered.is_empty()
+            && self.later.iter().all(|(_, q)| q.is_empty())
     }
 
     /// Whether every job is complete (events may still wait in [`Self::poll_event`]).
@@ -500,21 +514,51 @@ impl Sweep {
         self.remaining == 0
     }
 
-    /// The earliest queued probe: (due, which queue: `None` = first round, else index).
-    fn peek(&self) -> Option<(Instant, Option<usize>)> {
+    /// The earliest queued probe's due time; `None` when every probe was handed out.
+    fn peek(&self) -> Option<Instant> {
         if (self.first_round as usize) < self.jobs.len() {
-            // First-round probes were due at creation, before anything in `later`.
-            return Some((self.created, None));
+            // First-round probes were due at creation, before anything else.
+            return Some(self.created);
         }
-        let mut best: Option<(Instant, Option<usize>)> = None;
+        let later = self
+            .later
+            .iter()
+            .filter_map(|(_, q)| q.front().map(|e| e.0));
+        later.chain(self.answered.front().map(|e| e.0)).min()
+    }
+
+    /// The `later` queue whose front is due earliest, if that is due at `now`.
+    fn due_later(&self, now: Instant) -> Option<usize> {
+        let mut best: Option<(Instant, usize)> = None;
         for (qi, (_, q)) in self.later.iter().enumerate() {
             if let Some(&(due, _)) = q.front() {
-                if best.is_none_or(|(b, _)| due < b) {
-                    best = Some((due, Some(qi)));
+                if due <= now && best.is_none_or(|(b, _)| due < b) {
+                    best = Some((due, qi));
                 }
             }
         }
-        best
+        best.map(|(_, qi)| qi)
+    }
+
+    /// The job whose probe leaves next at `now`, in the order of the module docs.
+    fn take_due(&mut self, now: Instant) -> Option<u32> {
+        if (self.first_round as usize) < self.jobs.len() {
+            self.first_round += 1;
+            return Some(self.first_round - 1);
+        }
+        while let Some(qi) = self.due_later(now) {
+            let (due, j) = self.later[qi].1.pop_front()?;
+            let st = &self.jobs[j as usize];
+            if st.stats.received < st.next_packet {
+                return Some(j);
+            }
+            // Each entry moves at most once, so this loop is bounded by the queue length.
+            self.answered.push_back((due, j));
+        }
+        match self.answered.front() {
+            Some(&(due, _)) if due <= now => self.answered.pop_front().map(|e| e.1),
+            _ => None,
+        }
     }
 
     /// When the next probe may leave: its host's due time, delayed by pacing.
@@ -523,7 +567,7 @@ impl Sweep {
         if self.is_finished() {
             return None;
         }
-        let (due, _) = self.peek()?;
+        let due = self.peek()?;
         Some(due.max(self.next_slot))
     }
 
@@ -564,17 +608,11 @@ impl Sweep {
         if self.is_finished() || self.expired {
             return None;
         }
-        let (due, queue) = self.peek()?;
+        let due = self.peek()?;
         if due > now || (!self.gap.is_zero() && self.next_slot > now) {
             return None;
         }
-        let j = match queue {
-            None => {
-                self.first_round += 1;
-                self.first_round - 1
-            }
-            Some(qi) => self.later[qi].1.pop_front()?.1,
-        };
+        let j = self.take_due(now)?;
         let st = &mut self.jobs[j as usize];
         let job = st.job;
         let k = st.next_packet;

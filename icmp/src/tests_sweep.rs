@@ -161,6 +161,57 @@ fn pacing_never_compresses_host_interval() {
 }
 
 #[test]
+fn probes_of_unanswered_hosts_leave_before_those_of_answering_hosts() {
+    // Unpaced, 8 hosts × 2 probes; the even hosts answer probe 1. When every second
+    // probe is due at once, the silent hosts' go first, each group in due order.
+    let base = Instant::now();
+    let mut s = Sweep::new((0..8).map(|i| job(i, 2)).collect(), cfg(0), base).unwrap();
+    for (a, req) in drain_sends(&mut s, base) {
+        if a == addr(0) || a == addr(2) || a == addr(4) || a == addr(6) {
+            s.handle_reply(&raw_reply_for(a, &req), a, base + ms(1));
+        }
+    }
+    let order: Vec<IpAddr> = drain_sends(&mut s, base + ms(30))
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect();
+    let want: Vec<IpAddr> = [1, 3, 5, 7, 0, 2, 4, 6].into_iter().map(addr).collect();
+    assert_eq!(order, want);
+    assert!(s.all_sent());
+}
+
+#[test]
+fn silent_hosts_set_an_early_deadline_when_sends_are_paced() {
+    // 100 hosts × 3 probes, 20 ms apart, at 1,000 pps: sending all 300 probes takes
+    // 300 ms, but the probes that can go unanswered (every fourth host is silent) leave
+    // by first round (100 ms) + 2 intervals + queueing; answering hosts' probes after.
+    let base = Instant::now();
+    let mut s = Sweep::new((0..100).map(|i| job(i, 3)).collect(), cfg(1000), base).unwrap();
+    let silent = |a: IpAddr| (0..100).filter(|i| i % 4 == 3).any(|i| addr(i) == a);
+    let (mut last_silent, mut last_any, mut sends) = (base, base, 0);
+    while let Some(t) = s.next_send_time() {
+        for (a, req) in drain_sends(&mut s, t) {
+            sends += 1;
+            last_any = t;
+            if silent(a) {
+                last_silent = t;
+            } else {
+                s.handle_reply(&raw_reply_for(a, &req), a, t);
+            }
+        }
+    }
+    assert_eq!(sends, 300);
+    assert_eq!(last_any - base, ms(299));
+    assert!(last_silent - base <= ms(150), "{:?}", last_silent - base);
+    // The sweep ends when the last silent host's last probe expires.
+    s.handle_timeout(last_silent + ms(999));
+    assert!(!s.is_finished());
+    s.handle_timeout(last_silent + ms(1000));
+    assert!(s.is_finished());
+    assert_eq!(done_events(&mut s).len(), 100);
+}
+
+#[test]
 fn replies_complete_hosts_early_and_silent_hosts_at_deadline() {
     let base = Instant::now();
     let mut s = Sweep::new((0..4).map(|i| job(i, 1)).collect(), cfg(0), base).unwrap();
