@@ -66,33 +66,66 @@ pub enum Rescheduled {
 /// binary heap managed ~0.6 M take+complete cycles/s on one core; see BENCHMARKS.md).
 const BUCKET_SHIFT: u32 = 4;
 
-/// One engine's due-queue in one shard: a calendar of 16 ms buckets.
+/// Width of a far bucket in ms (2^14 = 16.4 s). Fine 16 ms buckets are dense for short
+/// intervals but nearly empty for long ones (an hourly task alone in its bucket paid for
+/// a map slot and a `Vec` allocation: ~116 bytes per task at 1 M items instead of 24), so
+/// entries due beyond the current far window wait in coarse buckets and move into fine
+/// ones, once each, when their window starts.
+const FAR_SHIFT: u32 = 14;
+
+/// One engine's due-queue in one shard: a calendar of 16 ms buckets for the current
+/// 16.4 s window and 16.4 s buckets beyond it.
+///
+/// Invariant: every entry with `due < horizon` is in `near`, every other one in `far`;
+/// `take` first moves the far buckets that `now` has reached into `near`, so all due
+/// entries are in `near` when it scans.
 #[derive(Default)]
 struct DueQueue {
-    buckets: BTreeMap<u64, Vec<Entry>>,
+    near: BTreeMap<u64, Vec<Entry>>,
+    far: BTreeMap<u64, Vec<Entry>>,
+    /// End (exclusive, ms) of the window `near` covers.
+    horizon: u64,
     len: usize,
 }
 
 impl DueQueue {
     fn push(&mut self, e: Entry) {
-        self.buckets
-            .entry(e.due >> BUCKET_SHIFT)
-            .or_default()
-            .push(e);
+        let (map, key) = if e.due < self.horizon {
+            (&mut self.near, e.due >> BUCKET_SHIFT)
+        } else {
+            (&mut self.far, e.due >> FAR_SHIFT)
+        };
+        map.entry(key).or_default().push(e);
         self.len += 1;
     }
 
-    /// Earliest due time (scans one bucket).
+    /// Move the far buckets that `now_ms` has reached into `near`.
+    fn advance(&mut self, now_ms: u64) {
+        while let Some(first) = self.far.first_entry() {
+            if *first.key() > now_ms >> FAR_SHIFT {
+                break;
+            }
+            self.horizon = self.horizon.max((*first.key() + 1) << FAR_SHIFT);
+            for e in first.remove() {
+                self.near.entry(e.due >> BUCKET_SHIFT).or_default().push(e);
+            }
+        }
+    }
+
+    /// Earliest due time (scans one bucket: `near`'s entries all precede `far`'s).
     fn next_due(&self) -> Option<u64> {
-        self.buckets
+        let (_, v) = self
+            .near
             .first_key_value()
-            .and_then(|(_, v)| v.iter().map(|e| e.due).min())
+            .or_else(|| self.far.first_key_value())?;
+        v.iter().map(|e| e.due).min()
     }
 
     /// Remove entries due at `now_ms` while `accept` says yes (it sees each entry once;
     /// returning false stops the scan and keeps that entry).
     fn take(&mut self, now_ms: u64, mut accept: impl FnMut(&Entry) -> bool) -> bool {
-        while let Some(mut first) = self.buckets.first_entry() {
+        self.advance(now_ms);
+        while let Some(mut first) = self.near.first_entry() {
             if *first.key() > now_ms >> BUCKET_SHIFT {
                 return true;
             }
@@ -120,8 +153,9 @@ impl DueQueue {
     }
 
     fn due_count(&self, now_ms: u64) -> usize {
-        self.buckets
-            .range(..=now_ms >> BUCKET_SHIFT)
+        let near = self.near.range(..=now_ms >> BUCKET_SHIFT);
+        let far = self.far.range(..=now_ms >> FAR_SHIFT);
+        near.chain(far)
             .map(|(_, v)| v.iter().filter(|e| e.due <= now_ms).count())
             .sum()
     }
@@ -385,6 +419,46 @@ mod tests {
                 })
                 .collect(),
         )
+    }
+
+    #[test]
+    fn long_intervals_use_coarse_buckets_and_still_fire_on_their_slots() {
+        // 5,000 hourly tasks: one 16 ms bucket each would be ~5,000 buckets; far buckets
+        // of 16.4 s hold them in at most 3,600 / 16.4 + 2.
+        let p = plan(5_000, &[3600]);
+        let t0 = 1_000_000_000;
+        let s = Scheduler::new(&p, 1, t0);
+        let buckets = |s: &Scheduler| {
+            let q = s.shards[0].queues[Engine::Snmp as usize].lock().unwrap();
+            (q.near.len(), q.far.len())
+        };
+        let (near, far) = buckets(&s);
+        assert!(near + far <= 222, "{near} + {far} buckets");
+        assert_eq!(s.queued(Engine::Snmp), vec![5_000]);
+        // Counting and taking cross the far windows: every task fires once, on its slot.
+        let mut out = Vec::new();
+        let mut now = t0;
+        let mut fired = 0;
+        while now < t0 + 3_600_000 {
+            now += 1_000;
+            let counted = s.due_counts(Engine::Snmp, now)[0];
+            out.clear();
+            s.take_due(Engine::Snmp, now, u64::MAX, |_| 1, &mut out);
+            assert_eq!(out.len(), counted);
+            for d in &out {
+                assert!(d.due_ms <= now && now - d.due_ms < 1_000);
+                assert_eq!(p.tasks[d.task as usize].phase_ms, d.due_ms % 3_600_000);
+                s.complete(*d, now);
+            }
+            fired += out.len();
+            let (near, _) = buckets(&s);
+            // Only the current window is kept in fine buckets (≤ 16.4 s / 16 ms + 1).
+            assert!(near <= 1_025, "{near} fine buckets");
+        }
+        assert_eq!(fired, 5_000);
+        assert_eq!(s.queued(Engine::Snmp), vec![5_000]);
+        let (near, far) = buckets(&s);
+        assert!(near + far <= 222, "{near} + {far} buckets after an hour");
     }
 
     #[test]
