@@ -692,6 +692,26 @@ pub fn parse_shard(s: &str) -> Result<(u32, u32), String> {
     Ok((i, n))
 }
 
+/// Where a host name was first defined (for the duplicate message).
+#[derive(Clone, Copy)]
+enum Origin {
+    Host(usize),
+    Range(usize),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Host(i) => write!(f, "hosts[{i}]"),
+            Origin::Range(i) => write!(f, "host_ranges[{i}]"),
+        }
+    }
+}
+
+/// Itemid → (index of its host among the resolved hosts, index of the item there).
+#[derive(Default)]
+struct ItemIds(HashMap<u64, (u32, u32)>);
+
 /// An item after template merge, before per-host resolution.
 #[derive(Clone)]
 struct ResolvedEntry {
@@ -880,8 +900,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
         }
 
         let mut out = Vec::new();
-        let mut names: HashMap<String, String> = HashMap::new();
-        let mut itemids: HashMap<u64, String> = HashMap::new();
+        // Duplicate checks keep indices, not strings: at 1 M items a "host/key" String
+        // per item and two per host were most of the loader's peak memory.
+        let mut names: HashMap<Arc<str>, Origin> = HashMap::new();
+        let mut itemids = ItemIds::default();
         for (i, h) in hosts {
             let hp = [Seg::Key("hosts"), Seg::Index(*i)];
             let ip = match h.ip.trim().parse::<IpAddr>() {
@@ -894,8 +916,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     None
                 }
             };
-            let origin = format!("hosts[{i}]");
-            if let Some(prev) = names.insert(h.name.clone(), origin.clone()) {
+            let name: Arc<str> = h.name.as_str().into();
+            if let Some(prev) = names.insert(name.clone(), Origin::Host(*i)) {
                 self.c.push(
                     &[hp[0].clone(), hp[1].clone(), Seg::Key("name")],
                     format!("duplicate host name {:?} (also {prev})", h.name),
@@ -904,8 +926,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let base = self.host_items(&hp, &h.templates, &h.items, true);
             let snmp = self.snmp_params(&hp, h.snmp.as_ref());
             if let (Some(ip), Some(items), Some(snmp)) = (ip, base, snmp) {
-                if let Some(spec) =
-                    self.finish_host(&hp, h.name.as_str().into(), ip, items, snmp, &mut itemids)
+                if let Some(spec) = self.finish_host(&hp, name, ip, items, snmp, &out, &mut itemids)
                 {
                     out.push(spec);
                 }
@@ -959,8 +980,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let before = self.c.errors.len();
             for ip in net.hosts() {
                 let ip_s = ip.to_string();
-                let name = r.name.replace("{ip}", &ip_s);
-                if let Some(prev) = names.insert(name.clone(), format!("host_ranges[{i}]")) {
+                let name: Arc<str> = r.name.replace("{ip}", &ip_s).into();
+                if let Some(prev) = names.insert(name.clone(), Origin::Range(*i)) {
                     self.c.push(
                         &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
                         format!("host name {name:?} repeats {prev}"),
@@ -969,10 +990,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 }
                 if let Some(spec) = self.finish_host(
                     &rp,
-                    name.into(),
+                    name,
                     ip,
                     items.clone(),
                     snmp.clone(),
+                    &out,
                     &mut itemids,
                 ) {
                     out.push(spec);
@@ -1061,6 +1083,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         (self.c.errors.len() == before).then_some(merged)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn finish_host(
         &mut self,
         path: &[Seg<'_>],
@@ -1068,20 +1091,27 @@ impl<'c, 'a> Resolver<'c, 'a> {
         ip: IpAddr,
         items: Vec<ResolvedEntry>,
         snmp: Option<Arc<SnmpParams>>,
-        itemids: &mut HashMap<u64, String>,
+        done: &[HostSpec],
+        itemids: &mut ItemIds,
     ) -> Option<HostSpec> {
         let has_snmp = items
             .iter()
             .any(|i| matches!(i.kind, ItemKind::Snmp { .. }));
-        let mut specs = Vec::with_capacity(items.len());
+        let mut specs: Vec<ItemSpec> = Vec::with_capacity(items.len());
         let mut ok = true;
         for it in items {
             let itemid = it.itemid.unwrap_or_else(|| derive_itemid(&name, &it.key));
-            if let Some(prev) = itemids.insert(itemid, format!("{name}/{}", it.key)) {
+            let at = (done.len() as u32, specs.len() as u32);
+            if let Some((h, j)) = itemids.0.insert(itemid, at) {
+                // The earlier user is a finished host, or an item of this one.
+                let (prev_host, prev_key) = match done.get(h as usize) {
+                    Some(d) => (&*d.name, &*d.items[j as usize].key),
+                    None => (&*name, &*specs[j as usize].key),
+                };
                 self.c.push(
                     path,
                     format!(
-                        "itemid {itemid} of {name}/{} is also used by {prev}",
+                        "itemid {itemid} of {name}/{} is also used by {prev_host}/{prev_key}",
                         it.key
                     ),
                 );
@@ -1094,6 +1124,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 interval: it.interval,
                 kind: it.kind,
             });
+        }
+        if !ok {
+            // This host is not kept: its entries must not name it in later messages.
+            for (j, sp) in specs.iter().enumerate() {
+                if itemids.0.get(&sp.itemid) == Some(&(done.len() as u32, j as u32)) {
+                    itemids.0.remove(&sp.itemid);
+                }
+            }
         }
         ok.then_some(HostSpec {
             name,

@@ -479,3 +479,49 @@ fn concurrent_sweeps_with_ident_filter_do_not_read_each_others_replies() {
         rb.counters
     );
 }
+
+/// (DF set, IP ID) of every echo request to `dst` read from raw socket `fd`.
+fn requests_to(fd: i32, dst: Ipv4Addr) -> Vec<(bool, u16)> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: buf is valid for writes of its length.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n <= 0 {
+            return out;
+        }
+        let pkt = &buf[..n as usize];
+        let ihl = usize::from(pkt[0] & 0x0f) * 4;
+        if Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]) == dst && pkt[ihl] == 8 {
+            out.push((pkt[6] & 0x40 != 0, u16::from_be_bytes([pkt[4], pkt[5]])));
+        }
+    }
+}
+
+/// Probes that fit a 576-byte datagram leave with DF and IP ID 0 (the kernel skips its
+/// keyed ID generator); larger ones keep the default, fragmentable, with an ID.
+#[test]
+fn small_probes_leave_with_df_and_no_ip_id() {
+    let sniff = raw_icmp_socket();
+    let mut d = IcmpDriver::open(IcmpOptions::default()).unwrap();
+    let rt = rt();
+    let mut sweep = |dst: Ipv4Addr, size: usize| {
+        let mut j = job(IpAddr::V4(dst), 2, 200);
+        j.size = size;
+        let report = rt.block_on(d.sweep(&[j], |_, _| {}));
+        assert_eq!(report.alive, 1);
+        requests_to(sniff, dst)
+    };
+    let small = sweep(Ipv4Addr::new(127, 77, 9, 1), 56);
+    assert_eq!(small, vec![(true, 0), (true, 0)]);
+    let large = sweep(Ipv4Addr::new(127, 77, 9, 2), 1000);
+    assert_eq!(large.len(), 2);
+    assert!(large.iter().any(|&(_, id)| id != 0), "{large:?}");
+    // And back: the setting follows each sweep's largest probe.
+    assert_eq!(
+        sweep(Ipv4Addr::new(127, 77, 9, 3), 548),
+        vec![(true, 0), (true, 0)]
+    );
+    // SAFETY: closing our own fd.
+    unsafe { libc::close(sniff) };
+}

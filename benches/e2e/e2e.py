@@ -68,7 +68,7 @@ WORKLOADS = {
     # The issue's big target: >= 100k NVPS.
     "big": dict(icmp_hosts=262144, icmp_interval=8, snmp_agents=40, oids_per_agent=1996,
                 sim_oids=160,
-                daemon=dict(icmp_batch_hosts=16384, icmp_concurrent_sweeps=8,
+                daemon=dict(icmp_batch_hosts=16384, icmp_concurrent_sweeps=4,
                             channel_capacity=262144, snmp_concurrent_iterations=4),
                 clickhouse=dict(batch_rows=200000, max_inflight_inserts=4),
                 icmp_max_pps=400000),
@@ -91,15 +91,21 @@ def ch(query, timeout=60):
         return r.read().decode()
 
 
-def proc_cpu(pid):
-    """utime + stime of every thread of pid, in seconds (None if gone)."""
+def proc_cpu_split(pid):
+    """(utime, stime) of every thread of pid, in seconds (None if gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             s = f.read()
     except OSError:
         return None
     fields = s[s.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / TICK
+    return int(fields[11]) / TICK, int(fields[12]) / TICK
+
+
+def proc_cpu(pid):
+    """utime + stime of every thread of pid, in seconds (None if gone)."""
+    split = proc_cpu_split(pid)
+    return None if split is None else split[0] + split[1]
 
 
 def proc_status(pid, key):
@@ -462,7 +468,7 @@ def ksoftirqd_cpu():
 
 
 def snapshot(pid, ch_pid):
-    return dict(t=time.time(), np_cpu=proc_cpu(pid), ch_cpu=proc_cpu(ch_pid) if ch_pid else None,
+    return dict(t=time.time(), np_cpu=proc_cpu(pid), np_split=proc_cpu_split(pid), ch_cpu=proc_cpu(ch_pid) if ch_pid else None,
                 softirqd=ksoftirqd_cpu(),
                 machine=machine_busy(), threads=thread_cpu(pid),
                 metrics=parse_prom(scrape(f"http://{METRICS_ADDR}/metrics")))
@@ -601,6 +607,12 @@ def cmd_run(args):
                nvps=rows / win, values_metric=values, total_rows=total_rows,
                np_cpu_s=np_cpu, np_cpu_per_1k=np_cpu / (rows / 1000) if rows else None,
                np_us_per_value=np_cpu / rows * 1e6 if rows else None,
+               # User space vs kernel: on loopback the kernel part includes answering
+               # our own pings (the target's work on a real network).
+               np_user_us_per_value=(b["np_split"][0] - a["np_split"][0]) / rows * 1e6
+               if rows and a["np_split"] and b["np_split"] else None,
+               np_sys_us_per_value=(b["np_split"][1] - a["np_split"][1]) / rows * 1e6
+               if rows and a["np_split"] and b["np_split"] else None,
                np_cpu_util=np_cpu / (b["t"] - a["t"]),
                ch_cpu_s=ch_cpu,
                ch_cpu_per_1k=ch_cpu / (rows / 1000) if rows and ch_cpu is not None else None,
@@ -644,7 +656,8 @@ def cmd_run(args):
         f.write(json.dumps(res) + "\n")
     log(f"{name} run {args.index}: {res['nvps']:.0f} NVPS in ClickHouse "
         f"(expected {exp['expected_nvps']:.0f}), netpoller {res['np_us_per_value'] or 0:.2f} us/value "
-        f"({res['np_cpu_util'] * 100:.0f}% of a core), ClickHouse "
+        f"(user {res['np_user_us_per_value'] or 0:.2f} + sys {res['np_sys_us_per_value'] or 0:.2f}; "
+        f"{res['np_cpu_util'] * 100:.0f}% of a core), ClickHouse "
         f"{(res['ch_cpu_per_1k'] or 0) * 1000:.2f} ms/1k values, VmHWM {(hwm or 0) >> 20} MiB, "
         f"late iterations {res['icmp_late_iterations'] + res['snmp_late_iterations']:.0f}, "
         f"drops {res['drops']:.0f}, spooled {res['sink_spooled_rows']:.0f}, "
@@ -654,8 +667,12 @@ def cmd_run(args):
 
 # ------------------------------------------------------------------ peers
 
+TIMED_SPLIT = [0.0, 0.0]
+
+
 def timed(cmd, stdout=None, stderr=None, input_path=None, env=None, timeout=600):
-    """Run cmd under /usr/bin/time; returns (wall, cpu, rc)."""
+    """Run cmd under /usr/bin/time; returns (wall, cpu, rc); user and sys of the last
+    call are left in TIMED_SPLIT."""
     tf = os.path.join(OUT, "time.out")
     full = ["/usr/bin/time", "-o", tf, "-f", "%e %U %S"] + cmd
     stdin = open(input_path) if input_path else subprocess.DEVNULL
@@ -668,6 +685,7 @@ def timed(cmd, stdout=None, stderr=None, input_path=None, env=None, timeout=600)
     with open(tf) as f:
         line = f.read().strip().splitlines()[-1]
     e, u, s = (float(x) for x in line.split())
+    TIMED_SPLIT[:] = [u, s]
     return e, u + s, r.returncode
 
 
@@ -708,6 +726,8 @@ def peers_icmp(name, icmp_ips, results):
                         workload=name,
                         hosts=len(icmp_ips), wall_s=wall, cpu_s=cpu,
                         cpu_us_per_value=cpu / (3 * len(icmp_ips)) * 1e6,
+                        user_us_per_value=TIMED_SPLIT[0] / (3 * len(icmp_ips)) * 1e6,
+                        sys_us_per_value=TIMED_SPLIT[1] / (3 * len(icmp_ips)) * 1e6,
                         alive=alive, expected_alive=alive_exp, equal=alive == alive_exp, rc=rc))
 
 

@@ -478,6 +478,7 @@ pub async fn icmp_iteration(
         .unmatched
         .add(c.foreign + c.spoofed + c.stale + c.duplicate + c.late);
     metrics.malformed.add(c.malformed);
+    emitter.flush();
     sum
 }
 
@@ -551,6 +552,7 @@ pub async fn snmp_iteration(
         st.unknown_request_id + st.stale + st.wrong_source + st.wrong_community + st.wrong_version,
     );
     metrics.malformed.add(st.malformed + st.not_response);
+    emitter.flush();
     sum
 }
 

@@ -3,11 +3,14 @@
 //! Every polled item yields one [`Sample`]: a value in the item's type or an
 //! [`ItemError`]. Samples are streamed as they are produced — an ICMP host's values as
 //! soon as its probes are settled, an SNMP item's as soon as its response arrives — into
-//! a bounded channel. The socket drivers call back synchronously from their receive
-//! loops, which must never block (a blocked receive loop loses replies), so the
-//! [`Emitter`] uses `try_send`; when the channel is full it parks samples in a local
-//! overflow, counts one backpressure event, and [`Emitter::drain`] awaits channel space
-//! before the engine takes its next batch. The engine waits; nothing is dropped.
+//! a bounded channel, in groups of [`EMIT_BATCH`] (and whatever is left at the end of an
+//! iteration, see [`Emitter::flush`]): handing samples over one by one woke the consumer
+//! task on the other worker thread for nearly every host. The socket drivers call back
+//! synchronously from their receive loops, which must never block (a blocked receive
+//! loop loses replies), so the [`Emitter`] uses `try_send`; when the channel is full it
+//! parks samples in a local overflow, counts one backpressure event, and
+//! [`Emitter::drain`] awaits channel space before the engine takes its next batch. The
+//! engine waits; nothing is dropped.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -73,9 +76,14 @@ pub struct PipelineCounters {
     pub samples: AtomicU64,
 }
 
+/// Samples an [`Emitter`] collects before handing them to the channel together.
+pub const EMIT_BATCH: usize = 256;
+
 /// Non-blocking producer side of the sample channel (see the module docs).
 pub struct Emitter {
     tx: mpsc::Sender<Sample>,
+    /// Not yet offered to the channel (fewer than [`EMIT_BATCH`]).
+    pending: Vec<Sample>,
     overflow: Vec<Sample>,
     counters: Arc<PipelineCounters>,
     blocked: bool,
@@ -85,37 +93,59 @@ impl Emitter {
     pub fn new(tx: mpsc::Sender<Sample>, counters: Arc<PipelineCounters>) -> Self {
         Emitter {
             tx,
+            pending: Vec::with_capacity(EMIT_BATCH),
             overflow: Vec::new(),
             counters,
             blocked: false,
         }
     }
 
-    /// Hand a sample on without blocking. Order is kept: once something is parked, later
-    /// samples are parked behind it.
+    /// Hand a sample on without blocking: collected, and offered to the channel with the
+    /// rest of its batch. Order is kept: once something is parked, later samples are
+    /// parked behind it.
     pub fn emit(&mut self, s: Sample) {
-        self.counters.samples.fetch_add(1, Ordering::Relaxed);
-        if self.overflow.is_empty() {
-            match self.tx.try_send(s) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Full(s))
-                | Err(mpsc::error::TrySendError::Closed(s)) => self.overflow.push(s),
+        self.pending.push(s);
+        if self.pending.len() >= EMIT_BATCH {
+            self.flush();
+        }
+    }
+
+    /// Offer every collected sample to the channel now, without blocking (what does not
+    /// fit is parked). Engines call it when an iteration ends.
+    pub fn flush(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let mut batch = std::mem::take(&mut self.pending);
+        self.counters
+            .samples
+            .fetch_add(batch.len() as u64, Ordering::Relaxed);
+        for s in batch.drain(..) {
+            if self.overflow.is_empty() {
+                match self.tx.try_send(s) {
+                    Ok(()) => continue,
+                    Err(mpsc::error::TrySendError::Full(s))
+                    | Err(mpsc::error::TrySendError::Closed(s)) => self.overflow.push(s),
+                }
+            } else {
+                self.overflow.push(s);
             }
-        } else {
-            self.overflow.push(s);
+            if !self.blocked {
+                self.blocked = true;
+                self.counters
+                    .backpressure_waits
+                    .fetch_add(1, Ordering::Relaxed);
+            }
         }
-        if !self.blocked {
-            self.blocked = true;
-            self.counters
-                .backpressure_waits
-                .fetch_add(1, Ordering::Relaxed);
-        }
+        // Keep the allocation for the next batch.
+        self.pending = batch;
     }
 
     /// Wait until everything parked is in the channel. Returns `false` when the receiver
     /// is gone (shutdown), in which case the parked samples are returned to the caller's
     /// accounting as undeliverable.
     pub async fn drain(&mut self) -> bool {
+        self.flush();
         self.blocked = false;
         for s in self.overflow.drain(..) {
             if self.tx.send(s).await.is_err() {
@@ -125,7 +155,7 @@ impl Emitter {
         true
     }
 
-    /// Samples parked right now.
+    /// Samples parked right now (offered to a full channel; see [`Self::flush`]).
     pub fn parked(&self) -> usize {
         self.overflow.len()
     }
@@ -180,6 +210,9 @@ mod tests {
         for i in 0..5 {
             em.emit(sample(i));
         }
+        // Collected, not yet offered: nothing is parked and the channel is empty.
+        assert_eq!(em.parked(), 0);
+        em.flush();
         assert_eq!(em.parked(), 3);
         assert_eq!(counters.backpressure_waits.load(Ordering::Relaxed), 1);
         let reader = tokio::spawn(async move {
@@ -192,6 +225,34 @@ mod tests {
         assert!(em.drain().await);
         drop(em);
         assert_eq!(reader.await.unwrap(), vec![0, 1, 2, 3, 4]);
+    }
+
+    #[tokio::test]
+    async fn emitter_hands_over_full_batches_without_a_flush() {
+        let (tx, mut rx) = mpsc::channel(2 * EMIT_BATCH);
+        let counters = Arc::new(PipelineCounters::default());
+        let mut em = Emitter::new(tx, counters.clone());
+        for i in 0..(EMIT_BATCH + 3) as u64 {
+            em.emit(sample(i));
+        }
+        let mut got = Vec::new();
+        rx.recv_many(&mut got, 4 * EMIT_BATCH).await;
+        assert_eq!(
+            got.len(),
+            EMIT_BATCH,
+            "one whole batch, the rest still collected"
+        );
+        em.flush();
+        got.clear();
+        rx.recv_many(&mut got, 4 * EMIT_BATCH).await;
+        assert_eq!(
+            got.iter().map(|s| s.itemid).collect::<Vec<_>>(),
+            vec![256, 257, 258]
+        );
+        assert_eq!(
+            counters.samples.load(Ordering::Relaxed),
+            EMIT_BATCH as u64 + 3
+        );
     }
 
     #[test]

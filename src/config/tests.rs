@@ -211,7 +211,18 @@ fn duplicate_itemids_and_keys() {
     let e = one_err(&format!(
         "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\nitems = [{{ key = \"icmpping\", itemid = 7 }}]\n[[hosts]]\nname = \"b\"\nip = \"127.0.0.6\"\ntemplates = [\"icmp\"]\nitems = [{{ key = \"icmpping\", itemid = 7 }}]\n"
     ));
-    assert!(e.message.contains("itemid 7"), "{e}");
+    assert!(
+        e.message
+            .contains("itemid 7 of b/icmpping is also used by a/icmpping"),
+        "{e}"
+    );
+    // Within one host: two explicit items with the same itemid.
+    let e = one_err("[[hosts]]\nname = \"c\"\nip = \"127.0.0.7\"\nitems = [{ key = \"icmpping\", itemid = 9, interval = \"10s\" }, { key = \"icmppingloss\", itemid = 9, interval = \"10s\" }]\n");
+    assert!(
+        e.message
+            .contains("itemid 9 of c/icmppingloss is also used by c/icmpping"),
+        "{e}"
+    );
     let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping\", interval = \"10s\" }, { key = \"icmpping\", interval = \"20s\" } ]\n");
     assert!(e.message.contains("duplicate key"), "{e}");
     let e = one_err(&format!("{TEMPLATE}{TEMPLATE}"));
