@@ -60,12 +60,14 @@ pub struct DaemonSection {
     /// window. Default `1s`; at most `10s`.
     #[serde(with = "humantime_serde")]
     pub batch_window: Duration,
-    /// ICMP sweeps that may run at once, each on its own socket. Default 1. Every raw
-    /// ICMP socket receives every echo reply on the machine; with more than one, each
-    /// socket gets a kernel filter on its sweep's identifier so none reads the others'
-    /// replies (replies to other programs' pings are then dropped by the kernel rather
-    /// than counted), and `icmp.max_pps` is split between them. Raise
-    /// `icmp_batch_hosts` first to poll more hosts.
+    /// ICMP sweeps that may run at once, each on its own socket. Default 2: a sweep lasts
+    /// at least its timeout, so with one sweep at a time and 1 s timeouts the tasks that
+    /// come due every `batch_window` wait for the previous sweep and start late (measured:
+    /// 40,960 hosts every 10 s ran ~1.2 s late with 1, on time with 2+). Every raw ICMP
+    /// socket receives every echo reply on the machine; with more than one, each socket
+    /// gets a kernel filter on its sweep's identifier so none reads the others' replies
+    /// (replies to other programs' pings are then dropped by the kernel rather than
+    /// counted), and `icmp.max_pps` is split between them.
     pub icmp_concurrent_sweeps: usize,
     /// SNMP iterations that may run at once. Default 2.
     pub snmp_concurrent_iterations: usize,
@@ -86,7 +88,7 @@ impl Default for DaemonSection {
             icmp_batch_hosts: 4_096,
             snmp_batch_requests: 8_000,
             batch_window: Duration::from_secs(1),
-            icmp_concurrent_sweeps: 1,
+            icmp_concurrent_sweeps: 2,
             snmp_concurrent_iterations: 2,
             user: None,
         }
