@@ -210,22 +210,31 @@ fn quarter_of_4096_loopback_hosts_silent() {
     assert!(report.wall <= wall);
 }
 
-/// Reads everything queued on raw socket `fd`: (type, ident, seq, dst-less ICMP bytes, src).
-fn drain_raw(fd: i32) -> Vec<(u8, u16, Vec<u8>, Ipv4Addr)> {
+/// Every IPv4 datagram (IP header included) queued on raw socket `fd`.
+fn recv_all(fd: i32) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
-    let mut buf = [0u8; 2048];
+    let mut buf = [0u8; 4096];
     loop {
         // SAFETY: buf is valid for writes of its length.
         let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
         if n <= 0 {
             return out;
         }
-        let pkt = &buf[..n as usize];
-        let ihl = usize::from(pkt[0] & 0x0f) * 4;
-        let icmp = pkt[ihl..].to_vec();
-        let dst = Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
-        out.push((icmp[0], u16::from_be_bytes([icmp[4], icmp[5]]), icmp, dst));
+        out.push(buf[..n as usize].to_vec());
     }
+}
+
+/// Reads everything queued on raw socket `fd`: (type, ident, ICMP bytes, destination).
+fn drain_raw(fd: i32) -> Vec<(u8, u16, Vec<u8>, Ipv4Addr)> {
+    recv_all(fd)
+        .into_iter()
+        .map(|pkt| {
+            let ihl = usize::from(pkt[0] & 0x0f) * 4;
+            let icmp = pkt[ihl..].to_vec();
+            let dst = Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]);
+            (icmp[0], u16::from_be_bytes([icmp[4], icmp[5]]), icmp, dst)
+        })
+        .collect()
 }
 
 fn raw_icmp_socket() -> i32 {
@@ -482,20 +491,14 @@ fn concurrent_sweeps_with_ident_filter_do_not_read_each_others_replies() {
 
 /// (DF set, IP ID) of every echo request to `dst` read from raw socket `fd`.
 fn requests_to(fd: i32, dst: Ipv4Addr) -> Vec<(bool, u16)> {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        // SAFETY: buf is valid for writes of its length.
-        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
-        if n <= 0 {
-            return out;
-        }
-        let pkt = &buf[..n as usize];
-        let ihl = usize::from(pkt[0] & 0x0f) * 4;
-        if Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]) == dst && pkt[ihl] == 8 {
-            out.push((pkt[6] & 0x40 != 0, u16::from_be_bytes([pkt[4], pkt[5]])));
-        }
-    }
+    recv_all(fd)
+        .into_iter()
+        .filter(|pkt| {
+            let ihl = usize::from(pkt[0] & 0x0f) * 4;
+            Ipv4Addr::new(pkt[16], pkt[17], pkt[18], pkt[19]) == dst && pkt[ihl] == 8
+        })
+        .map(|pkt| (pkt[6] & 0x40 != 0, u16::from_be_bytes([pkt[4], pkt[5]])))
+        .collect()
 }
 
 /// Probes that fit a 576-byte datagram leave with DF and IP ID 0 (the kernel skips its
