@@ -76,6 +76,17 @@ install_missing() {
 
 # ---------------------------------------------------------------- pid helpers
 
+# pid_running PIDFILE: the process in the pid file exists and has not exited, whatever it
+# runs. For start-up loops: until a starting subshell has exec'd the server, its command
+# line is this script's, so pid_alive would call a healthy start dead.
+pid_running() {
+    local pid
+    [[ -s $1 ]] || return 1
+    pid=$(tr -dc '0-9' <"$1")
+    [[ -n $pid && -d /proc/$pid ]] || return 1
+    [[ $(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null) != Z ]]
+}
+
 # pid_alive PIDFILE BINARY: true if the pid file names a running process of BINARY.
 pid_alive() {
     local pidfile=$1 bin=$2 pid exe
@@ -253,7 +264,7 @@ start_clickhouse() {
             log "clickhouse up: version $(ch_query 'SELECT version()')"
             return 0
         fi
-        if ! pid_alive "$CH_PID" "$CH_BIN"; then
+        if ! pid_running "$CH_PID"; then
             break
         fi
         sleep 0.2
@@ -380,7 +391,8 @@ start_snmpsim() {
             log "snmpsimd up on $SNMPSIM_ADDR (pid $(pid_of "$SNMPSIM_PID"), communities: $(cd "$SNMPSIM_DIR/data" && ls *.snmprec | sed 's/\.snmprec$//' | tr '\n' ' '))"
             return 0
         fi
-        pid_alive "$SNMPSIM_PID" "$SNMPSIM_BIN" || break
+        # Not pid_alive (see pid_running): that race failed a CI run.
+        pid_running "$SNMPSIM_PID" || break
         sleep 0.1
     done
     tail -n 30 "$SNMPSIM_DIR/snmpsimd.log" >&2 2>/dev/null || true
