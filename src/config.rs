@@ -67,7 +67,7 @@ pub struct DaemonSection {
     /// socket receives every echo reply on the machine; with more than one, each socket
     /// gets a kernel filter on its sweep's identifier so none reads the others' replies
     /// (replies to other programs' pings are then dropped by the kernel rather than
-    /// counted), and `icmp.max_pps` is split between them.
+    /// counted); they share `icmp.max_pps` (a sweep running alone gets all of it).
     pub icmp_concurrent_sweeps: usize,
     /// SNMP iterations that may run at once. Default 2.
     pub snmp_concurrent_iterations: usize,

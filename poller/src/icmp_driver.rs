@@ -31,7 +31,8 @@
 //! * Receive buffers are enlarged to [`IcmpOptions::rcvbuf`] (with `SO_RCVBUFFORCE` when
 //!   privileged, else capped by `net.core.rmem_max`).
 //! * One iteration = [`IcmpDriver::sweep`]: every probe is sent at its due time, paced by
-//!   `max_pps`; replies are collected until the single deadline = latest send + that
+//!   `max_pps`, or by a [`SharedPacer`] that several drivers share (slots are taken
+//!   before a probe is handed out, so its send instant stays exact); replies are collected until the single deadline = latest send + that
 //!   probe's timeout (≤ last send + max timeout). Nothing waits per host. The loop drains
 //!   the receive queue (in `recvmmsg` batches) before every send burst (in `sendmmsg`
 //!   batches) and bounds both turns, so sending can never starve receiving.
@@ -70,6 +71,84 @@ const RECV_TURN: usize = 4096;
 const SEND_BATCH: usize = 64;
 /// Most probes sent before the loop drains the receive queue again.
 const SEND_TURN: usize = 512;
+
+/// Most sending caught up at once after a late wake-up (timer granularity is 1 ms; a
+/// loaded machine deschedules us for longer): ≤ 500 probes at 100k pps.
+pub const SEND_BURST: Duration = Duration::from_millis(5);
+
+/// A send rate shared by several drivers: one `max_pps` for the whole process however
+/// many sweeps run at once, so a sweep running alone gets all of it (splitting the rate
+/// statically left each of two sockets at half the rate even when the other was idle).
+/// Slots are handed out before probes leave the sweep (a probe's send instant is taken
+/// when it is handed out), at most `burst` worth at once after an idle spell.
+#[derive(Debug)]
+pub struct SharedPacer {
+    base: Instant,
+    gap_ns: u64,
+    burst_ns: u64,
+    /// Next free slot, ns since `base`.
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl SharedPacer {
+    /// `max_pps` probes per second in total (> 0), bursts of at most `burst`.
+    pub fn new(max_pps: u32, burst: Duration) -> Self {
+        SharedPacer {
+            base: Instant::now(),
+            gap_ns: 1_000_000_000 / u64::from(max_pps.max(1)),
+            burst_ns: burst.as_nanos() as u64,
+            next: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    fn ns(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.base).as_nanos() as u64
+    }
+
+    /// Takes up to `want` slots due at `now`.
+    pub fn take(&self, now: Instant, want: usize) -> Slots {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        let t = self.ns(now);
+        let mut next = self.next.load(Acquire);
+        loop {
+            let start = next.max(t.saturating_sub(self.burst_ns));
+            if start > t || want == 0 {
+                return Slots { n: 0, end: next };
+            }
+            let n = (((t - start) / self.gap_ns + 1) as usize).min(want);
+            let end = start + n as u64 * self.gap_ns;
+            match self.next.compare_exchange_weak(next, end, AcqRel, Acquire) {
+                Ok(_) => return Slots { n, end },
+                Err(cur) => next = cur,
+            }
+        }
+    }
+
+    /// Returns the slots of `taken` beyond the first `used`, unless another driver took
+    /// slots after them (then they stay spent: the rate is never exceeded).
+    pub fn give_back(&self, taken: Slots, used: usize) {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire};
+        let unused = taken.n.saturating_sub(used) as u64;
+        if unused > 0 {
+            let back = taken.end - unused * self.gap_ns;
+            let _ = self.next.compare_exchange(taken.end, back, AcqRel, Acquire);
+        }
+    }
+
+    /// When the next slot is free.
+    pub fn next_slot(&self) -> Instant {
+        self.base + Duration::from_nanos(self.next.load(std::sync::atomic::Ordering::Acquire))
+    }
+}
+
+/// Slots granted by [`SharedPacer::take`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slots {
+    /// How many.
+    pub n: usize,
+    /// End of the granted run (ns since the pacer's base).
+    end: u64,
+}
 
 /// Options of [`IcmpDriver::open`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +282,8 @@ pub struct IcmpDriver {
     ident_base: u16,
     /// Whether IPv4 probes currently go out with DF (see `set_dont_fragment`).
     df: Option<bool>,
+    /// Rate shared with other drivers; replaces the sweep's own pacing when set.
+    pacer: Option<std::sync::Arc<SharedPacer>>,
 }
 
 #[derive(Debug)]
@@ -373,6 +454,7 @@ impl IcmpDriver {
             iteration: r as u32,
             ident_base: (r >> 32) as u16,
             df: None,
+            pacer: None,
         };
         // Armed from the start: replies to other drivers must not queue up on this
         // socket before its first sweep.
@@ -421,6 +503,12 @@ impl IcmpDriver {
                 }
             }
         }
+    }
+
+    /// Share `max_pps` with other drivers: sweeps of this driver then send only on
+    /// slots taken from `pacer` (and [`IcmpOptions::max_pps`] no longer applies).
+    pub fn share_pacer(&mut self, pacer: std::sync::Arc<SharedPacer>) {
+        self.pacer = Some(pacer);
     }
 
     /// Kind of socket in use.
@@ -560,13 +648,27 @@ impl IcmpDriver {
             let (mut sent, mut blocked) = batch.flush(v4fd, v6fd, &mut sweep);
             while !blocked && sent < SEND_TURN {
                 let now = Instant::now();
+                // Slots first: a probe's send instant is taken when it is handed out.
+                let due = sweep.next_send_time().is_some_and(|t| t <= now);
+                let slots = match &self.pacer {
+                    Some(p) if due => Some(p.take(now, SEND_BATCH)),
+                    _ => None,
+                };
+                let budget = match (&self.pacer, slots) {
+                    (Some(_), Some(sl)) => sl.n,
+                    (Some(_), None) => 0,
+                    (None, _) => SEND_BATCH,
+                };
                 let mut filled = 0;
-                while filled < SEND_BATCH {
+                while filled < budget {
                     let Some(tx) = sweep.poll_transmit(now) else {
                         break;
                     };
                     batch.push(&tx);
                     filled += 1;
+                }
+                if let (Some(p), Some(sl)) = (&self.pacer, slots) {
+                    p.give_back(sl, filled);
                 }
                 if filled == 0 {
                     break;
@@ -589,8 +691,15 @@ impl IcmpDriver {
                 continue;
             }
             // 3. Wait for a reply, the next send slot or the deadline.
-            let retry = Instant::now() + Duration::from_millis(1);
+            let now = Instant::now();
+            let retry = now + Duration::from_millis(1);
             let mut wake = sweep.poll_timeout().unwrap_or(retry);
+            if let (Some(p), Some(t)) = (&self.pacer, sweep.next_send_time()) {
+                if t <= now {
+                    // Probes are due but the shared rate has no slot yet.
+                    wake = wake.max(p.next_slot()).max(now + Duration::from_micros(50));
+                }
+            }
             if blocked {
                 // Full socket buffer or device queue: try again shortly.
                 wake = wake.min(retry);
@@ -619,10 +728,13 @@ impl IcmpDriver {
                 SocketKind::Raw => Kind::Raw,
                 SocketKind::Datagram => Kind::Datagram,
             },
-            max_pps: self.opts.max_pps,
-            // Catch up at most 5 ms of sending after a late wake-up (timer granularity is
-            // 1 ms; a loaded machine deschedules us for longer): ≤ 500 probes at 100k pps.
-            burst: Duration::from_millis(5),
+            // A shared pacer does the pacing (see the send loop).
+            max_pps: if self.pacer.is_some() {
+                0
+            } else {
+                self.opts.max_pps
+            },
+            burst: SEND_BURST,
             ident,
             seq_start: (self.iteration as u16).wrapping_mul(7919),
             iteration: self.iteration,
@@ -902,3 +1014,50 @@ const _: fn() = || {
     }
     let _ = check;
 };
+
+#[cfg(test)]
+mod pacer_tests {
+    use super::*;
+
+    #[test]
+    fn a_lone_taker_gets_the_whole_rate_in_bounded_bursts() {
+        let p = SharedPacer::new(1000, Duration::from_millis(5)); // 1 slot per ms
+        let t0 = p.base;
+        assert_eq!(p.take(t0, 100).n, 1, "no credit before the start");
+        // After an idle spell: the burst (5 ms) plus the current slot, not more.
+        assert_eq!(p.take(t0 + Duration::from_millis(50), 100).n, 6);
+        // Then the rate: 1,000 more slots in the next second, taken every 3 ms.
+        let mut got = 0;
+        for k in 1..=334u64 {
+            got += p.take(t0 + Duration::from_millis(50 + 3 * k), 100).n;
+        }
+        assert!((1000..=1003).contains(&got), "{got}");
+    }
+
+    #[test]
+    fn two_takers_share_the_rate_and_unused_slots_come_back() {
+        let p = SharedPacer::new(1000, Duration::from_millis(5));
+        let t0 = p.base;
+        let (mut a, mut b) = (0, 0);
+        for ms in 0..1000u64 {
+            let now = t0 + Duration::from_millis(ms);
+            a += p.take(now, 64).n;
+            b += p.take(now, 64).n;
+        }
+        assert!(a + b <= 1000, "{a} + {b}");
+        assert!(a + b >= 995, "{a} + {b}");
+        // Giving back unused slots makes them available again at once...
+        let now = t0 + Duration::from_millis(2000);
+        let s = p.take(now, 10);
+        assert_eq!(s.n, 6);
+        p.give_back(s, 2);
+        assert_eq!(p.take(now, 10).n, 4);
+        // ...unless someone took slots after them: then they stay spent.
+        let now = t0 + Duration::from_millis(3000);
+        let s1 = p.take(now, 3);
+        let s2 = p.take(now, 3);
+        assert_eq!((s1.n, s2.n), (3, 3));
+        p.give_back(s1, 0);
+        assert_eq!(p.take(now, 10).n, 0, "the rate is never exceeded");
+    }
+}

@@ -83,14 +83,26 @@ pub fn open_icmp_drivers(
     required: bool,
 ) -> anyhow::Result<Vec<poller::icmp_driver::IcmpDriver>> {
     let opts = poller::icmp_driver::IcmpOptions {
-        max_pps: cfg.icmp.max_pps.div_ceil(count.max(1) as u32),
+        max_pps: cfg.icmp.max_pps,
         ident_filter: count > 1,
         ..Default::default()
     };
+    // Several sockets share one `max_pps`: a sweep running alone gets all of it.
+    let pacer = (count > 1 && cfg.icmp.max_pps > 0).then(|| {
+        std::sync::Arc::new(poller::icmp_driver::SharedPacer::new(
+            cfg.icmp.max_pps,
+            poller::icmp_driver::SEND_BURST,
+        ))
+    });
     let mut out = Vec::with_capacity(count);
     for _ in 0..count.max(1) {
         match poller::icmp_driver::IcmpDriver::open(opts) {
-            Ok(d) => out.push(d),
+            Ok(mut d) => {
+                if let Some(p) = &pacer {
+                    d.share_pacer(p.clone());
+                }
+                out.push(d)
+            }
             Err(e) if required => {
                 return Err(anyhow::Error::new(e).context("opening the ICMP socket"))
             }
