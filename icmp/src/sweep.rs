@@ -306,7 +306,7 @@ struct JobState {
     resolved: u32,
     seq_base: u16,
     done: bool,
-    /// Index of this job's first probe in `Sweep::sent_at`.
+    /// Index of this job's first probe in `Sweep::probes`.
     probe_base: u32,
     /// Next job with the same address (duplicates), `u32::MAX` for none.
     next_same_addr: u32,
@@ -353,6 +353,26 @@ impl std::hash::Hasher for FxHasher {
 /// (send + timeout, probe index, job) of a sent probe.
 type Expiry = (Instant, u32, u32);
 
+/// One probe's state in the in-flight table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Probe {
+    /// Not sent yet, answered, or failed to send.
+    Idle,
+    /// Sent at this instant; waiting for its reply.
+    InFlight(Instant),
+    /// Expired unanswered: a reply now is `Late`, not `Duplicate`.
+    Lost,
+}
+
+/// Appends `item` to the FIFO for `key` (one FIFO per distinct interval or timeout; each
+/// stays sorted because its entries are send instants + the same duration).
+fn push_keyed<T>(fifos: &mut Vec<(Duration, VecDeque<T>)>, key: Duration, item: T) {
+    match fifos.iter_mut().find(|(k, _)| *k == key) {
+        Some((_, q)) => q.push_back(item),
+        None => fifos.push((key, VecDeque::from([item]))),
+    }
+}
+
 type AddrMap = HashMap<IpAddr, u32, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// One sweep iteration. See the module docs for the protocol and invariants.
@@ -369,11 +389,9 @@ pub struct Sweep {
     /// Due later probes of hosts that answered every probe so far, taken out of `later`
     /// in due order and sent when no other probe is due (see the module docs).
     answered: VecDeque<(Instant, u32)>,
-    /// In-flight table: send instant of every probe, `None` when not sent or resolved.
-    /// Keyed by `(address → job, sequence → packet)`, see `lookup`.
-    sent_at: Vec<Option<Instant>>,
-    /// Probes that expired unanswered (a reply after that is `Late`, not `Duplicate`).
-    lost: Vec<bool>,
+    /// In-flight table: the state of every probe, keyed by
+    /// `(address → job, sequence → packet)`, see `lookup`.
+    probes: Vec<Probe>,
     /// Expiry of every sent probe, one FIFO per distinct timeout (sorted, as above):
     /// (send + timeout, probe index, job).
     expiries: Vec<(Duration, VecDeque<Expiry>)>,
@@ -451,8 +469,7 @@ impl Sweep {
             created: now,
             later: Vec::new(),
             answered: VecDeque::new(),
-            sent_at: vec![None; total as usize],
-            lost: vec![false; total as usize],
+            probes: vec![Probe::Idle; total as usize],
             expiries: Vec::new(),
             in_flight: 0,
             by_addr,
@@ -620,27 +637,19 @@ impl Sweep {
         let ident = self.cfg.ident;
         let token = ProbeToken { job: j, packet: k };
         let probe = st.probe_base + k;
-        let slot = &mut self.sent_at[probe as usize];
-        debug_assert!(slot.is_none(), "each probe is sent once");
-        *slot = Some(now);
+        let slot = &mut self.probes[probe as usize];
+        debug_assert!(*slot == Probe::Idle, "each probe is sent once");
+        *slot = Probe::InFlight(now);
         self.in_flight += 1;
         st.stats.sent += 1;
         st.next_packet += 1;
         if st.next_packet < job.packets {
             let due = now + job.interval;
-            match self.later.iter_mut().find(|(iv, _)| *iv == job.interval) {
-                Some((_, q)) => q.push_back((due, j)),
-                None => self.later.push((job.interval, VecDeque::from([(due, j)]))),
-            }
+            push_keyed(&mut self.later, job.interval, (due, j));
         }
         let expiry = now + job.timeout;
         self.deadline = Some(self.deadline.map_or(expiry, |d| d.max(expiry)));
-        match self.expiries.iter_mut().find(|(t, _)| *t == job.timeout) {
-            Some((_, q)) => q.push_back((expiry, probe, j)),
-            None => self
-                .expiries
-                .push((job.timeout, VecDeque::from([(expiry, probe, j)]))),
-        }
+        push_keyed(&mut self.expiries, job.timeout, (expiry, probe, j));
         if !self.gap.is_zero() {
             let floor = now.checked_sub(self.cfg.burst).unwrap_or(now);
             self.next_slot = self.next_slot.max(floor) + self.gap;
@@ -676,10 +685,11 @@ impl Sweep {
     /// Takes probe `packet` of job `j` out of flight, returning its send instant.
     fn take(&mut self, j: u32, packet: u32) -> Option<Instant> {
         let st = self.jobs.get(j as usize)?;
-        let sent = self
-            .sent_at
-            .get_mut((st.probe_base + packet) as usize)?
-            .take()?;
+        let slot = self.probes.get_mut((st.probe_base + packet) as usize)?;
+        let Probe::InFlight(sent) = *slot else {
+            return None;
+        };
+        *slot = Probe::Idle;
         self.in_flight -= 1;
         Some(sent)
     }
@@ -757,7 +767,7 @@ impl Sweep {
         };
         let Some(sent_at) = self.take(j, k) else {
             let p = self.jobs[j as usize].probe_base + k;
-            if self.lost.get(p as usize).copied().unwrap_or(false) {
+            if self.probes.get(p as usize) == Some(&Probe::Lost) {
                 return self.ignore(IgnoreReason::Late);
             }
             return self.ignore(IgnoreReason::Duplicate);
@@ -786,12 +796,10 @@ impl Sweep {
                     break;
                 }
                 self.expiries[qi].1.pop_front();
-                if let Some(slot) = self.sent_at.get_mut(probe as usize) {
-                    if slot.take().is_some() {
-                        self.in_flight -= 1;
-                        self.lost[probe as usize] = true;
-                        self.resolve(j as usize);
-                    }
+                if let Some(slot @ Probe::InFlight(_)) = self.probes.get_mut(probe as usize) {
+                    *slot = Probe::Lost;
+                    self.in_flight -= 1;
+                    self.resolve(j as usize);
                 }
             }
         }
@@ -802,7 +810,9 @@ impl Sweep {
             return;
         }
         self.expired = true;
-        self.sent_at.fill(None);
+        // Every sent probe expired by now (the deadline is the latest expiry), so none is
+        // still in flight.
+        debug_assert_eq!(self.in_flight, 0);
         self.in_flight = 0;
         for (j, st) in self.jobs.iter_mut().enumerate() {
             if !st.done {
