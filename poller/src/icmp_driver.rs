@@ -31,9 +31,9 @@
 //! * Receive buffers are enlarged to [`IcmpOptions::rcvbuf`] (with `SO_RCVBUFFORCE` when
 //!   privileged, else capped by `net.core.rmem_max`).
 //! * One iteration = [`IcmpDriver::sweep`]: every probe is sent at its due time, paced by
-//!   `max_pps`, or by a [`SharedPacer`] that several drivers share (slots are taken
-//!   before a probe is handed out, so its send instant stays exact); replies are collected until the single deadline = latest send + that
-//!   probe's timeout (≤ last send + max timeout). Nothing waits per host. The loop drains
+//!   the driver's [`SharedPacer`] (its own, or one several drivers share; slots are taken
+//!   before a probe is handed out, so its send instant stays exact); replies are
+//!   collected until the single deadline = latest send + that probe's timeout (≤ last send + max timeout). Nothing waits per host. The loop drains
 //!   the receive queue (in `recvmmsg` batches) before every send burst (in `sendmmsg`
 //!   batches) and bounds both turns, so sending can never starve receiving.
 //! * Each sweep uses a new iteration number and identifier (raw) and a random sequence
@@ -282,7 +282,8 @@ pub struct IcmpDriver {
     ident_base: u16,
     /// Whether IPv4 probes currently go out with DF (see `set_dont_fragment`).
     df: Option<bool>,
-    /// Rate shared with other drivers; replaces the sweep's own pacing when set.
+    /// The send rate (`None` = unpaced): this driver's own, or one shared with other
+    /// drivers (see [`Self::share_pacer`]). Sweeps themselves run unpaced.
     pacer: Option<std::sync::Arc<SharedPacer>>,
 }
 
@@ -454,7 +455,8 @@ impl IcmpDriver {
             iteration: r as u32,
             ident_base: (r >> 32) as u16,
             df: None,
-            pacer: None,
+            pacer: (opts.max_pps > 0)
+                .then(|| std::sync::Arc::new(SharedPacer::new(opts.max_pps, SEND_BURST))),
         };
         // Armed from the start: replies to other drivers must not queue up on this
         // socket before its first sweep.
@@ -654,10 +656,10 @@ impl IcmpDriver {
                     Some(p) if due => Some(p.take(now, SEND_BATCH)),
                     _ => None,
                 };
-                let budget = match (&self.pacer, slots) {
-                    (Some(_), Some(sl)) => sl.n,
-                    (Some(_), None) => 0,
-                    (None, _) => SEND_BATCH,
+                let budget = match slots {
+                    Some(sl) => sl.n,
+                    None if due => SEND_BATCH,
+                    None => 0,
                 };
                 let mut filled = 0;
                 while filled < budget {
@@ -728,12 +730,8 @@ impl IcmpDriver {
                 SocketKind::Raw => Kind::Raw,
                 SocketKind::Datagram => Kind::Datagram,
             },
-            // A shared pacer does the pacing (see the send loop).
-            max_pps: if self.pacer.is_some() {
-                0
-            } else {
-                self.opts.max_pps
-            },
+            // The driver's pacer does the pacing (see the send loop).
+            max_pps: 0,
             burst: SEND_BURST,
             ident,
             seq_start: (self.iteration as u16).wrapping_mul(7919),
