@@ -12,13 +12,20 @@
 #   On both, the target's echo processing runs inside the sender's send calls and is
 #   charged to it (fping and netpoller alike). Steering it to the other CPU with RPS was
 #   tried: the target's 1,000-packet backlog then overflows and both tools lose replies.
+#   tun  — one namespace whose route to 198.19.0.0/16 is a TUN device; the targets are
+#          `tun_echo` (examples/tun_echo.rs), a process that reads the requests and
+#          writes the replies (25% silent by address, like nft elsewhere). The sender's
+#          kernel path ends at the device queue, as at a NIC's ring, and the target's
+#          work (and the reply's receive path) is charged to tun_echo: the figure closest
+#          to polling real hosts.
 #
 # Usage: sudo benches/icmp_sweep.sh [--quick]     (--quick: 4,096 hosts only)
 # Env:   TIMEOUT_MS (default 1000), NETPOLLER (default target/release/netpoller, built
 #        with `cargo build --release` when missing), NMAP_LIMIT_S (default 300),
 #        NICE (default -10: every measured tool runs at this niceness, so that unrelated
 #        load on a shared machine disturbs all of them less; the same for every tool),
-#        REPS (default 3: every figure is the median of that many runs; nmap runs once).
+#        REPS (default 3: every figure is the median of that many runs; nmap runs once),
+#        ENVS (default "lo veth tun": which environments to measure).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -29,6 +36,7 @@ REPS=${REPS:-3}
 HAVE_PERF=0
 perf stat -x, -e task-clock -o /dev/null true 2>/dev/null && HAVE_PERF=1
 NETPOLLER=${NETPOLLER:-$PWD/target/release/netpoller}
+TUN_ECHO=${TUN_ECHO:-$PWD/target/release/examples/tun_echo}
 QUICK=0
 [[ ${1:-} == --quick ]] && QUICK=1
 
@@ -39,13 +47,20 @@ done
 if [[ ! -x $NETPOLLER ]]; then
     cargo build --release --bin netpoller
 fi
+if [[ ! -x $TUN_ECHO ]]; then
+    cargo build --release --example tun_echo
+fi
 
 ID=$$
 NS_LO=npb_lo_$ID
 NS_SRC=npb_src_$ID
 NS_DST=npb_dst_$ID
+NS_TUN=npb_tun_$ID
+# shellcheck source=benches/tun_rig.sh
+. benches/tun_rig.sh
 WORK=$(mktemp -d)
 cleanup() {
+    tun_rig_down "$NS_TUN" >/dev/null
     for ns in "$NS_LO" "$NS_SRC" "$NS_DST"; do
         ip netns del "$ns" 2>/dev/null || true
     done
@@ -81,7 +96,9 @@ ip -n "$NS_DST" link set "npb_b_$ID" up
 ip -n "$NS_SRC" route add 198.19.0.0/16 via 198.18.0.2
 ip -n "$NS_DST" route add local 198.19.0.0/16 dev lo
 silence_quarter "$NS_DST" 198.19.0.0/16
-# Safety: the sender namespace must route nowhere but the veth.
+
+tun_rig_up "$NS_TUN" npbt0 198.19.0.0/16 "$WORK/tun_echo.log" || exit 1
+# Safety: the sender namespace must route nowhere but the veth (tun_rig_up checks its own).
 if ip -n "$NS_SRC" route show default | grep -q .; then
     echo "sender namespace has a default route; refusing to run" >&2
     exit 1
@@ -197,9 +214,13 @@ TS=$(echo "$T / 1000" | bc -l | sed 's/^\./0./;s/0*$//;s/\.$//')
 SIZES=(4096 65536)
 ((QUICK)) && SIZES=(4096)
 
-ENVS=(lo veth)
+read -ra ENVS <<<"${ENVS:-lo veth tun}"
 for env in "${ENVS[@]}"; do
-    if [[ $env == lo ]]; then ns=$NS_LO pfx=127.78; else ns=$NS_SRC pfx=198.19; fi
+    case $env in
+    lo) ns=$NS_LO pfx=127.78 ;;
+    veth) ns=$NS_SRC pfx=198.19 ;;
+    tun) ns=$NS_TUN pfx=198.19 ;;
+    esac
     for n in "${SIZES[@]}"; do
         expect=$((n * 3 / 4))
         f="$WORK/${env}_$n.txt"
@@ -263,6 +284,7 @@ for env in "${ENVS[@]}"; do
         fi
     done
 done
+tun_rig_down "$NS_TUN" npbt0 "$WORK/tun_echo.log"
 echo
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores; niceness $NICE"
 echo "targets (timeout ${T} ms): 4,096 hosts wall <= 1.05 x timeout; 65,536 hosts all" \
