@@ -519,6 +519,41 @@ fn drivers_sharing_a_pacer_keep_the_total_rate() {
     );
 }
 
+#[test]
+fn a_paced_sweep_wakes_at_most_once_per_tick() {
+    // 2,000 loopback hosts at 20,000 probes/s: 100 ms of paced sending. Waking for each
+    // free pacing slot (or each reply) would wake ~2,000 times; the sweep may wake once
+    // per WAKE_TICK (1 ms) of its wall time.
+    use poller::icmp_driver::WAKE_TICK;
+    let opts = IcmpOptions {
+        max_pps: 20_000,
+        ..IcmpOptions::default()
+    };
+    let mut d = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
+    let jobs: Vec<PingJob> = (0..2_000u32)
+        .map(|i| job(IpAddr::V4(Ipv4Addr::from(0x7f4e_4000 + i)), 1, 500))
+        .collect();
+    let r = rt().block_on(d.sweep(&jobs, |_, _| {}));
+    assert_eq!(r.alive, 2_000);
+    assert!(
+        r.send_time >= Duration::from_millis(90),
+        "paced: {:?}",
+        r.send_time
+    );
+    let ticks = (r.wall.as_nanos() / WAKE_TICK.as_nanos()) as u64;
+    assert!(
+        r.wakeups <= ticks + 2,
+        "{} wake-ups in {:?} ({ticks} ticks)",
+        r.wakeups,
+        r.wall
+    );
+    assert!(
+        r.wakeups >= 10,
+        "{} wake-ups: the sweep did wait",
+        r.wakeups
+    );
+}
+
 /// (DF set, IP ID) of every echo request to `dst` read from raw socket `fd`.
 fn requests_to(fd: i32, dst: Ipv4Addr) -> Vec<(bool, u16)> {
     recv_all(fd)

@@ -35,7 +35,9 @@
 //!   before a probe is handed out, so its send instant stays exact); replies are
 //!   collected until the single deadline = latest send + that probe's timeout (≤ last send + max timeout). Nothing waits per host. The loop drains
 //!   the receive queue (in `recvmmsg` batches) before every send burst (in `sendmmsg`
-//!   batches) and bounds both turns, so sending can never starve receiving.
+//!   batches) and bounds both turns, so sending can never starve receiving. A sweep
+//!   wakes at most once per [`WAKE_TICK`] (1 ms): replies are read with their kernel
+//!   timestamps, so reading them later changes no RTT, and each wake-up serves many.
 //! * Each sweep uses a new iteration number and identifier (raw) and a random sequence
 //!   start; late replies of earlier sweeps are recognised by the payload tag and counted
 //!   as stale, never matched.
@@ -71,6 +73,9 @@ const RECV_TURN: usize = 4096;
 const SEND_BATCH: usize = 64;
 /// Most probes sent before the loop drains the receive queue again.
 const SEND_TURN: usize = 512;
+
+/// Shortest time between two wake-ups of a sweep (see step 3 of the sweep loop).
+pub const WAKE_TICK: Duration = Duration::from_millis(1);
 
 /// Most sending caught up at once after a late wake-up (timer granularity is 1 ms; a
 /// loaded machine deschedules us for longer): ≤ 500 probes at 100k pps.
@@ -265,6 +270,9 @@ pub struct SweepReport {
     pub counters: SweepCounters,
     /// `recvmmsg` failures other than "would block".
     pub recv_errors: u64,
+    /// Times the sweep slept and was woken (by a reply, a timer or a full send buffer);
+    /// at most one per [`WAKE_TICK`] of `wall`.
+    pub wakeups: u64,
     /// Jobs that were not probed, with the reason (invalid parameters, no IPv6 socket);
     /// `on_host_done` still got them, with all-zero stats.
     pub rejected: Vec<(usize, String)>,
@@ -632,6 +640,7 @@ impl IcmpDriver {
         let mut last_send = start;
 
         loop {
+            let woke = Instant::now();
             // 1. Receive first: replies already queued must never wait for our sends.
             let mut got = 0;
             for slot in [&self.v4, &self.v6] {
@@ -692,14 +701,23 @@ impl IcmpDriver {
                 tokio::task::yield_now().await;
                 continue;
             }
-            // 3. Wait for a reply, the next send slot or the deadline.
+            // 3. Wait for a reply, the next send slot or the deadline, but wake at most
+            // once per WAKE_TICK. Replies carry kernel timestamps and are drained before
+            // any expiry, so reading them up to a tick late changes no RTT and loses no
+            // reply; waking for each arrival or each free pacing slot (every few probes
+            // at 100k pps) cost more CPU than the probes themselves. Like a NIC's
+            // interrupt coalescing: one wake-up then serves ~100 probes and replies.
+            let tick = woke + WAKE_TICK;
+            if Instant::now() < tick {
+                tokio::time::sleep_until(tokio::time::Instant::from_std(tick)).await;
+            }
             let now = Instant::now();
             let retry = now + Duration::from_millis(1);
             let mut wake = sweep.poll_timeout().unwrap_or(retry);
             if let (Some(p), Some(t)) = (&self.pacer, sweep.next_send_time()) {
                 if t <= now {
                     // Probes are due but the shared rate has no slot yet.
-                    wake = wake.max(p.next_slot()).max(now + Duration::from_micros(50));
+                    wake = wake.max(p.next_slot());
                 }
             }
             if blocked {
@@ -707,6 +725,7 @@ impl IcmpDriver {
                 wake = wake.min(retry);
             }
             let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
+            report.wakeups += 1;
             let v4 = async_v4.as_ref();
             let v6 = async_v6.as_ref();
             tokio::select! {
