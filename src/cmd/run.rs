@@ -150,38 +150,39 @@ async fn daemon(
         )))
     };
 
-    let mut engines = tokio::task::JoinSet::new();
-    if !icmp_drivers.is_empty() {
-        engines.spawn(run_engine(
-            shared.clone(),
-            Engine::Icmp,
-            Drivers::Icmp(icmp_drivers),
-            tx.clone(),
-            shutdown_rx.clone(),
-        ));
+    // The engines run on threads with single-threaded runtimes of their own. SNMP: when
+    // the ICMP sweeps saturate a shared runtime (long send bursts), the cheap SNMP
+    // iterations are not queued behind them (BENCHMARKS.md, problem 4: SNMP started up
+    // to 21 s late on shared workers). ICMP: a sweep wakes up to ~1,000 times a second;
+    // on a work-stealing runtime those wake-ups hopped between workers (futex wake-ups,
+    // context switches: 12% more CPU per value). One ICMP thread per core, at most one
+    // per sweep socket, each taking due hosts from the same scheduler, so that the
+    // kernel's send path (most of a sweep's CPU) can use every core.
+    let mut engines = Vec::new();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let icmp_threads = icmp_drivers.len().min(cores);
+    let mut groups: Vec<Vec<_>> = (0..icmp_threads).map(|_| Vec::new()).collect();
+    for (i, d) in icmp_drivers.into_iter().enumerate() {
+        groups[i % icmp_threads].push(d);
     }
-    // SNMP runs on a thread and runtime of its own: when the ICMP sweeps saturate the
-    // shared workers (long send bursts), the cheap SNMP iterations are not queued behind
-    // them (BENCHMARKS.md, problem 4: SNMP started up to 21 s late on shared workers).
-    let snmp_engine = {
-        let (shared, tx, shutdown) = (shared.clone(), tx.clone(), shutdown_rx.clone());
-        std::thread::Builder::new()
-            .name("netpoller-snmp".into())
-            .spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()?;
-                rt.block_on(run_engine(
-                    shared,
-                    Engine::Snmp,
-                    Drivers::Snmp(snmp),
-                    tx,
-                    shutdown,
-                ));
-                Ok::<(), std::io::Error>(())
-            })
-            .context("starting the SNMP engine thread")?
-    };
+    for (i, group) in groups.into_iter().enumerate() {
+        engines.push(engine_thread(
+            format!("netpoller-icmp{i}"),
+            Engine::Icmp,
+            Drivers::Icmp(group),
+            &shared,
+            &tx,
+            &shutdown_rx,
+        )?);
+    }
+    engines.push(engine_thread(
+        "netpoller-snmp".into(),
+        Engine::Snmp,
+        Drivers::Snmp(snmp),
+        &shared,
+        &tx,
+        &shutdown_rx,
+    )?);
     drop(tx);
 
     // Signals.
@@ -198,15 +199,14 @@ async fn daemon(
     }
     let _ = shutdown_tx.send(true);
     // Engines end once their running iterations reached their deadline.
-    while let Some(r) = engines.join_next().await {
-        if let Err(e) = r {
-            tracing::error!(error = %e, "engine task failed");
+    for (engine, thread) in engines {
+        match tokio::task::spawn_blocking(move || thread.join()).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => {
+                tracing::error!(engine = engine.as_str(), error = %e, "engine runtime failed")
+            }
+            _ => tracing::error!(engine = engine.as_str(), "engine thread panicked"),
         }
-    }
-    match tokio::task::spawn_blocking(move || snmp_engine.join()).await {
-        Ok(Ok(Ok(()))) => {}
-        Ok(Ok(Err(e))) => tracing::error!(error = %e, "SNMP engine runtime failed"),
-        _ => tracing::error!("SNMP engine thread panicked"),
     }
     let delivered = consumer.await.context("sink consumer")?;
     if let Some(h) = http {
@@ -260,11 +260,26 @@ pub fn to_row(s: Sample) -> Option<(sink::Table, sink::Row)> {
 
 /// Move values from the engines' channel into the sink, up to 1,024 per message
 /// (one channel hop per batch instead of per value). Returns the values delivered.
+/// How long the sink consumer lets samples accumulate after the first one wakes it.
+const CONSUME_COALESCE: Duration = Duration::from_millis(1);
+
 async fn consume(mut rx: mpsc::Receiver<Sample>, sink: sink::SinkHandle) -> u64 {
     const CHUNK: usize = 1024;
     let mut n = 0;
     let mut samples = Vec::with_capacity(CHUNK);
     while rx.recv_many(&mut samples, CHUNK).await > 0 {
+        // Engines hand a batch over one `try_send` at a time and the first one wakes us:
+        // taking what is there at once woke this task (and its worker thread) every few
+        // samples, ~5,000 times a second at 100k values/s. Let the rest land first.
+        if samples.len() < CHUNK {
+            tokio::time::sleep(CONSUME_COALESCE).await;
+            while samples.len() < CHUNK {
+                match rx.try_recv() {
+                    Ok(s) => samples.push(s),
+                    Err(_) => break,
+                }
+            }
+        }
         let rows: Vec<_> = samples.drain(..).filter_map(to_row).collect();
         let len = rows.len() as u64;
         if sink.send_many(rows).await.is_err() {
@@ -274,4 +289,29 @@ async fn consume(mut rx: mpsc::Receiver<Sample>, sink: sink::SinkHandle) -> u64 
         n += len;
     }
     n
+}
+
+/// Starts `engine` (with `drivers`) on a thread with a single-threaded runtime of its
+/// own; several may run for one engine, sharing its scheduler. The thread ends when the
+/// engine does (after shutdown, once its iterations have finished).
+fn engine_thread(
+    name: String,
+    engine: Engine,
+    drivers: Drivers,
+    shared: &Arc<Shared>,
+    tx: &mpsc::Sender<Sample>,
+    shutdown: &watch::Receiver<bool>,
+) -> anyhow::Result<(Engine, std::thread::JoinHandle<std::io::Result<()>>)> {
+    let (shared, tx, shutdown) = (shared.clone(), tx.clone(), shutdown.clone());
+    let thread = std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            rt.block_on(run_engine(shared, engine, drivers, tx, shutdown));
+            Ok(())
+        })
+        .with_context(|| format!("starting the {} engine thread", engine.as_str()))?;
+    Ok((engine, thread))
 }
