@@ -12,6 +12,7 @@
 #   both     icmp + snmp in one daemon
 #   scale10  10x both: 40,960 ICMP hosts + 80,000 OIDs on 40 snmpd agents + snmpsimd
 #   big      262,144 ICMP hosts every 8 s + the scale10 SNMP load (the >= 100k NVPS target)
+#   icmpbig  big's ICMP load alone (~98k NVPS): CPU per ICMP value at scale
 #   mem1m    335,872 ICMP hosts x 3 items (1.0M items) polled hourly: memory per item
 #
 # Per run: fresh database bench_e2e (schema applied by `netpoller schema --apply`),
@@ -26,11 +27,23 @@
 # KEEP_SERVICES=1 (leave services started by this script running), SHARED_CH=1 (use
 # the services' ClickHouse instead of a private one), E2E_NICE=-10 (run netpoller and
 # the private ClickHouse at that niceness: a dedicated machine on a shared one),
-# E2E_PERF=1 (perf record -g 20 s of each window into target/e2e/<wl>/perf<N>.data),
+# E2E_PERF=1 (perf record -g 20 s of each window into target/e2e/<wl>/perf<N>.data;
+# E2E_PERF_FREQ=Hz, default 499),
 # E2E_WCHAN=1 (sample state and wait channel of netpoller threads for 20 s),
-# E2E_OVERRIDE='{"daemon": {...}}' (explore settings; recorded with the results).
+# E2E_OVERRIDE='{"daemon": {...}}' (explore settings; recorded with the results),
+# E2E_RIG=lo|tun (where the ICMP hosts are, below).
 #
-# Network safety: every address polled is in 127.0.0.0/8. The script adds its own nft
+# Rigs (E2E_RIG). lo (default): the ICMP hosts are 127.64.0.0/10 on loopback, where the
+# kernel answers each echo request inside the sender's own send call, so the CPU
+# measured for netpoller and fping includes the targets' work. tun: everything (the
+# private ClickHouse, netpoller, fping, e2e.py) runs in a network namespace made for
+# the run, whose route to 100.64.0.0/10 is a TUN device answered by tun_echo
+# (examples/tun_echo.rs) in its own process: the pinger's kernel path ends at the device
+# queue as at a NIC, and the targets' work is charged to tun_echo. ICMP workloads only
+# (icmp, icmpbig, mem1m); the namespace has no other interface and no default route.
+#
+# Network safety: every address polled is in 127.0.0.0/8 or, with E2E_RIG=tun, in the
+# rig's own namespace. The script adds its own nft
 # table `inet netpoller_e2e` (drops echo requests to 127.64.0.0/10 addresses = 3 mod 4)
 # and, for scale10/big, 36 extra snmpd on 127.0.22.1-36; both are removed on exit, the
 # snmpd by pid. Results: target/e2e/results.jsonl (one line per run), summary.json,
@@ -47,6 +60,8 @@ RUNS=${RUNS:-3}
 BIG_RUNS=${BIG_RUNS:-1}
 OUT=$ROOT/target/e2e
 PY="python3 $ROOT/benches/e2e/e2e.py"
+# shellcheck source=benches/tun_rig.sh
+. "$ROOT/benches/tun_rig.sh"
 NFT_TABLE=netpoller_e2e
 EXTRA_SNMPD=36
 WORKLOADS=("$@")
@@ -62,14 +77,24 @@ die() {
 for t in nft fping snmpget snmpd python3 curl xargs /usr/bin/time; do
     command -v "$t" >/dev/null || die "missing $t"
 done
+RIG=${E2E_RIG:-lo}
 for w in "${WORKLOADS[@]}"; do
-    case $w in icmp | snmp | both | scale10 | big | mem1m) ;; *) die "unknown workload $w" ;; esac
+    case $w in icmp | snmp | both | scale10 | big | icmpbig | mem1m) ;; *) die "unknown workload $w" ;; esac
+    case $RIG:$w in
+    lo:* | tun:icmp | tun:icmpbig | tun:mem1m) ;;
+    tun:*) die "workload $w polls SNMP agents, which E2E_RIG=tun cannot reach" ;;
+    *) die "unknown E2E_RIG $RIG (lo or tun)" ;;
+    esac
 done
 
 mkdir -p "$OUT"
 : >"$OUT/pids"
 started_services=0
 snmpd_pids=()
+RIG_NS=
+# In the tun rig every process that talks to netpoller, ClickHouse or the hosts runs in
+# the rig's namespace.
+IN_RIG=()
 
 cleanup() {
     local rc=$? pid
@@ -94,6 +119,7 @@ cleanup() {
         for _ in $(seq 150); do [[ -d /proc/$ch_pid ]] || break; sleep 0.2; done
         kill -KILL "$ch_pid" 2>/dev/null
     fi
+    [[ -n $RIG_NS ]] && tun_rig_down "$RIG_NS" >/dev/null
     if [[ $started_services == 1 && ${KEEP_SERVICES:-0} != 1 ]]; then
         scripts/services.sh down
     fi
@@ -111,11 +137,22 @@ fi
 . .services/env
 
 if [[ ${NO_BUILD:-0} != 1 ]]; then
-    log "cargo build --release --bin netpoller"
-    cargo build --release --bin netpoller
+    log "cargo build --release --bin netpoller --example tun_echo"
+    cargo build --release --bin netpoller --example tun_echo
 fi
 export NETPOLLER=$ROOT/target/release/netpoller
 [[ -x $NETPOLLER ]] || die "no $NETPOLLER"
+
+# ---------------------------------------------------------------- tun rig
+if [[ $RIG == tun ]]; then
+    RIG_NS=npe2e_$$
+    TUN_ECHO=$ROOT/target/release/examples/tun_echo
+    tun_rig_up "$RIG_NS" npe0 100.64.0.0/10 "$OUT/tun_echo.log" || die "tun rig"
+    IN_RIG=(ip netns exec "$RIG_NS")
+    export E2E_RIG=tun E2E_ICMP_NET=100.64.0.0/10
+    PY="${IN_RIG[*]} $PY"
+    [[ ${SHARED_CH:-0} != 1 ]] || die "SHARED_CH=1 cannot be reached from the tun rig"
+fi
 
 # ---------------------------------------------------------------- private ClickHouse
 # The services' ClickHouse is shared with everyone's integration tests, so its CPU time
@@ -133,29 +170,30 @@ if [[ ${SHARED_CH:-0} != 1 ]]; then
         -e "s#<tcp_port>[0-9]*<#<tcp_port>$E2E_CH_TCP_PORT<#" \
         .services/clickhouse/config.xml >"$chd/config.xml"
     cp .services/clickhouse/users.xml "$chd/users.xml"
-    if ss -Hltn "sport = :$E2E_CH_HTTP_PORT" | grep -q .; then
+    if "${IN_RIG[@]}" ss -Hltn "sport = :$E2E_CH_HTTP_PORT" | grep -q .; then
         die "tcp port $E2E_CH_HTTP_PORT is taken (set E2E_CH_HTTP_PORT)"
     fi
-    (cd "$chd" && exec /usr/sbin/clickhouse-server --config-file="$chd/config.xml" \
+    (cd "$chd" && exec "${IN_RIG[@]}" /usr/sbin/clickhouse-server --config-file="$chd/config.xml" \
         </dev/null >>"$chd/log/stdout.log" 2>&1) &
     ch_pid=$!
     echo "$ch_pid" >"$OUT/clickhouse.pid"
     export NETPOLLER_CH_URL=http://127.0.0.1:$E2E_CH_HTTP_PORT
     export E2E_CH_PIDFILE=$OUT/clickhouse.pid
     for _ in $(seq 300); do
-        [[ $(curl -s "$NETPOLLER_CH_URL/?query=SELECT%201") == 1 ]] && break
+        [[ $("${IN_RIG[@]}" curl -s "$NETPOLLER_CH_URL/?query=SELECT%201") == 1 ]] && break
         [[ -d /proc/$ch_pid ]] || die "private clickhouse exited; see $chd/log"
         sleep 0.2
     done
-    [[ $(curl -s "$NETPOLLER_CH_URL/?query=SELECT%201") == 1 ]] || die "private clickhouse not up"
+    [[ $("${IN_RIG[@]}" curl -s "$NETPOLLER_CH_URL/?query=SELECT%201") == 1 ]] || die "private clickhouse not up"
     if [[ -n ${E2E_NICE:-} ]]; then
         renice -n "$E2E_NICE" -p "$ch_pid" >/dev/null
     fi
 fi
 
 # ---------------------------------------------------------------- 25% silent ICMP hosts
+# (in the tun rig, tun_echo --silent-mask 3 does this)
 nft delete table inet "$NFT_TABLE" 2>/dev/null || true
-nft -f - <<EOF
+[[ $RIG == tun ]] || nft -f - <<EOF
 table inet $NFT_TABLE {
   chain input {
     type filter hook input priority -10; policy accept;
@@ -194,7 +232,9 @@ if [[ $need_extra == 1 ]]; then
 fi
 
 # ---------------------------------------------------------------- OIDs, runs, peers
-if [[ ! -s $OUT/oids-agent.txt || ! -s $OUT/oids-sim.txt || ${REFRESH_OIDS:-0} == 1 ]]; then
+need_oids=0
+for w in "${WORKLOADS[@]}"; do [[ $w == icmp || $w == icmpbig || $w == mem1m ]] || need_oids=1; done
+if [[ $need_oids == 1 ]] && [[ ! -s $OUT/oids-agent.txt || ! -s $OUT/oids-sim.txt || ${REFRESH_OIDS:-0} == 1 ]]; then
     log "selecting OIDs (walk + verify with netpoller poll-once)"
     $PY oids
 fi
@@ -207,16 +247,16 @@ fi
     echo "kernel: $(uname -r)"
     echo "cpu: $(nproc) x $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
     echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-    echo "clickhouse: $(curl -s "$NETPOLLER_CH_URL/?query=SELECT%20version()")"
+    echo "clickhouse: $("${IN_RIG[@]}" curl -s "$NETPOLLER_CH_URL/?query=SELECT%20version()")"
     echo "fping: $(fping -v 2>&1 | head -1)"
     echo "net-snmp: $(snmpget -V 2>&1 | head -1)"
-    echo "settings: DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS BIG_RUNS=$BIG_RUNS"
+    echo "settings: DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS BIG_RUNS=$BIG_RUNS RIG=$RIG"
 } >"$OUT/machine.txt"
 cat "$OUT/machine.txt" >&2
 
 for w in "${WORKLOADS[@]}"; do
     n=$RUNS
-    [[ $w == big || $w == mem1m ]] && n=$BIG_RUNS
+    [[ $w == big || $w == icmpbig || $w == mem1m ]] && n=$BIG_RUNS
     for ((r = 1; r <= n; r++)); do
         log "workload $w, run $r/$n"
         $PY run "$w" --index "$r" --warmup "$WARMUP" --duration "$DURATION"
@@ -227,5 +267,9 @@ for w in "${WORKLOADS[@]}"; do
     done
 done
 
+if [[ -n $RIG_NS ]]; then
+    log "$(tun_rig_down "$RIG_NS" npe0 "$OUT/tun_echo.log")"
+    RIG_NS=
+fi
 log "summary (target/e2e/summary.json, results.tsv)"
 $PY summary | tee "$OUT/summary.txt"
