@@ -60,6 +60,7 @@ RUNS=${RUNS:-3}
 BIG_RUNS=${BIG_RUNS:-1}
 OUT=$ROOT/target/e2e
 PY="python3 $ROOT/benches/e2e/e2e.py"
+PY_HOST=$PY # the summary runs after the tun rig is gone
 # shellcheck source=benches/tun_rig.sh
 . "$ROOT/benches/tun_rig.sh"
 NFT_TABLE=netpoller_e2e
@@ -272,4 +273,4 @@ if [[ -n $RIG_NS ]]; then
     RIG_NS=
 fi
 log "summary (target/e2e/summary.json, results.tsv)"
-$PY summary | tee "$OUT/summary.txt"
+$PY_HOST summary | tee "$OUT/summary.txt"
