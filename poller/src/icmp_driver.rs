@@ -270,7 +270,7 @@ pub struct SweepReport {
     pub counters: SweepCounters,
     /// `recvmmsg` failures other than "would block".
     pub recv_errors: u64,
-    /// Times the sweep slept and was woken (by a reply, a timer or a full send buffer);
+    /// Times the sweep waited (for a reply, a timer or room in a full send buffer);
     /// at most one per [`WAKE_TICK`] of `wall`.
     pub wakeups: u64,
     /// Jobs that were not probed, with the reason (invalid parameters, no IPv6 socket);
@@ -705,8 +705,9 @@ impl IcmpDriver {
             // once per WAKE_TICK. Replies carry kernel timestamps and are drained before
             // any expiry, so reading them up to a tick late changes no RTT and loses no
             // reply; waking for each arrival or each free pacing slot (every few probes
-            // at 100k pps) cost more CPU than the probes themselves. Like a NIC's
-            // interrupt coalescing: one wake-up then serves ~100 probes and replies.
+            // at 100k pps) made wake-ups a cost of every few probes (a context switch is
+            // dear on a VM). Like a NIC's interrupt coalescing: one wake-up then serves
+            // ~100 probes and replies at 100k pps.
             let tick = woke + WAKE_TICK;
             if Instant::now() < tick {
                 tokio::time::sleep_until(tokio::time::Instant::from_std(tick)).await;
