@@ -554,6 +554,69 @@ fn a_paced_sweep_wakes_at_most_once_per_tick() {
     );
 }
 
+#[test]
+fn sweep_through_a_tun_device_answered_by_another_thread() {
+    // A namespace whose route to 198.19.0.0/24 is a TUN device; the hosts behind it are a
+    // thread of this test (poller::tun_echo), as the benchmarks' tun rig: replies come in
+    // through a device, from another CPU, in bursts (the responder naps 2 ms when idle),
+    // not from inside our own send call as on loopback. Addresses ≡ 3 mod 4 are silent.
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    let ns = Netns::create();
+    ns.exec(&["ip", "tuntap", "add", "dev", "npt0", "mode", "tun"]);
+    ns.exec(&["ip", "link", "set", "npt0", "up"]);
+    ns.exec(&["ip", "addr", "add", "198.18.0.1/30", "dev", "npt0"]);
+    ns.exec(&["ip", "route", "add", "198.19.0.0/24", "dev", "npt0"]);
+    let (report, stats, counts) = ns.run(|| {
+        let tun = poller::tun_echo::open("npt0").expect("attach npt0");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        // Threads started here inherit this thread's namespace.
+        let responder = std::thread::spawn(move || {
+            poller::tun_echo::serve(
+                &tun,
+                3,
+                Duration::from_millis(2),
+                &stop2,
+                Duration::from_secs(30),
+            )
+        });
+        let mut d =
+            IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+        let jobs: Vec<PingJob> = (1..=64u32)
+            .map(|i| job(IpAddr::V4(Ipv4Addr::new(198, 19, 0, i as u8)), 2, 300))
+            .collect();
+        let mut stats = vec![PingStats::default(); jobs.len()];
+        let report = rt().block_on(d.sweep(&jobs, |i, s| stats[i] = *s));
+        stop.store(true, Ordering::Relaxed);
+        let counts = responder.join().unwrap().expect("responder");
+        (report, stats, counts)
+    });
+    // 16 of 1..=64 are ≡ 3 mod 4.
+    assert_eq!(report.alive, 48);
+    assert_eq!(counts.answered, 48 * 2);
+    assert_eq!(counts.silenced, 16 * 2);
+    assert_eq!(report.counters.received, 96, "{:?}", report.counters);
+    for (i, st) in stats.iter().enumerate() {
+        let silent = (i + 1) % 4 == 3;
+        assert_eq!(st.is_alive(), !silent, "198.19.0.{}: {st:?}", i + 1);
+        if !silent {
+            let avg = st.avg().expect("an RTT");
+            assert!(
+                avg < Duration::from_millis(300),
+                "198.19.0.{}: {avg:?}",
+                i + 1
+            );
+        }
+    }
+    // One deadline: last send + timeout (two probes 20 ms apart), not a wait per host.
+    assert!(
+        report.wall < Duration::from_millis(600),
+        "{:?}",
+        report.wall
+    );
+}
+
 /// (DF set, IP ID) of every echo request to `dst` read from raw socket `fd`.
 fn requests_to(fd: i32, dst: Ipv4Addr) -> Vec<(bool, u16)> {
     recv_all(fd)

@@ -12,4 +12,5 @@ pub mod plan;
 pub mod scheduler;
 pub mod snmp_convert;
 pub mod snmp_driver;
+pub mod tun_echo;
 pub mod value;
