@@ -220,4 +220,35 @@ mod tests {
         assert_eq!(answer(&mut [0x45; 10], 0), None, "truncated");
         assert_eq!(answer(&mut [], 0), None, "empty");
     }
+
+    proptest::proptest! {
+        // Whatever a device carries: no panic; an answer is a valid echo reply from the
+        // request's destination to its source, the same length, the payload unchanged.
+        #[test]
+        fn any_packet_is_answered_validly_or_not_at_all(
+            mut pkt in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..128),
+            prefix in proptest::prelude::any::<bool>(),
+            mask in 0u32..8,
+        ) {
+            if prefix && pkt.len() >= 28 {
+                // Make a plausible request often enough to reach the rewrite.
+                pkt[0] = 0x45;
+                pkt[9] = 1;
+                pkt[20] = 8;
+                pkt[21] = 0;
+            }
+            let before = pkt.clone();
+            if answer(&mut pkt, mask) == Some(true) {
+                let ihl = usize::from(before[0] & 0x0f) * 4;
+                proptest::prop_assert_eq!(&pkt[12..16], &before[16..20]);
+                proptest::prop_assert_eq!(&pkt[16..20], &before[12..16]);
+                let e = EchoPacket::new_checked(&pkt[ihl..]).unwrap();
+                proptest::prop_assert_eq!(e.msg_type(), 0);
+                proptest::prop_assert!(e.verify_checksum_v4());
+                proptest::prop_assert_eq!(&pkt[ihl + 4..], &before[ihl + 4..]);
+            } else {
+                proptest::prop_assert_eq!(pkt, before);
+            }
+        }
+    }
 }
