@@ -79,13 +79,14 @@ for t in nft fping snmpget snmpd python3 curl xargs /usr/bin/time; do
     command -v "$t" >/dev/null || die "missing $t"
 done
 RIG=${E2E_RIG:-lo}
+[[ $RIG == lo || $RIG == tun ]] || die "unknown E2E_RIG $RIG (lo or tun)"
+icmp_only() { [[ $1 == icmp || $1 == icmpbig || $1 == mem1m ]]; }
+need_oids=0
 for w in "${WORKLOADS[@]}"; do
     case $w in icmp | snmp | both | scale10 | big | icmpbig | mem1m) ;; *) die "unknown workload $w" ;; esac
-    case $RIG:$w in
-    lo:* | tun:icmp | tun:icmpbig | tun:mem1m) ;;
-    tun:*) die "workload $w polls SNMP agents, which E2E_RIG=tun cannot reach" ;;
-    *) die "unknown E2E_RIG $RIG (lo or tun)" ;;
-    esac
+    icmp_only "$w" && continue
+    need_oids=1
+    [[ $RIG == lo ]] || die "workload $w polls SNMP agents, which E2E_RIG=tun cannot reach"
 done
 
 mkdir -p "$OUT"
@@ -96,6 +97,7 @@ RIG_NS=
 # In the tun rig every process that talks to netpoller, ClickHouse or the hosts runs in
 # the rig's namespace.
 IN_RIG=()
+ch_get() { "${IN_RIG[@]}" curl -s "$NETPOLLER_CH_URL/?query=$1"; }
 
 cleanup() {
     local rc=$? pid
@@ -181,11 +183,11 @@ if [[ ${SHARED_CH:-0} != 1 ]]; then
     export NETPOLLER_CH_URL=http://127.0.0.1:$E2E_CH_HTTP_PORT
     export E2E_CH_PIDFILE=$OUT/clickhouse.pid
     for _ in $(seq 300); do
-        [[ $("${IN_RIG[@]}" curl -s "$NETPOLLER_CH_URL/?query=SELECT%201") == 1 ]] && break
+        [[ $(ch_get "SELECT%201") == 1 ]] && break
         [[ -d /proc/$ch_pid ]] || die "private clickhouse exited; see $chd/log"
         sleep 0.2
     done
-    [[ $("${IN_RIG[@]}" curl -s "$NETPOLLER_CH_URL/?query=SELECT%201") == 1 ]] || die "private clickhouse not up"
+    [[ $(ch_get "SELECT%201") == 1 ]] || die "private clickhouse not up"
     if [[ -n ${E2E_NICE:-} ]]; then
         renice -n "$E2E_NICE" -p "$ch_pid" >/dev/null
     fi
@@ -233,8 +235,6 @@ if [[ $need_extra == 1 ]]; then
 fi
 
 # ---------------------------------------------------------------- OIDs, runs, peers
-need_oids=0
-for w in "${WORKLOADS[@]}"; do [[ $w == icmp || $w == icmpbig || $w == mem1m ]] || need_oids=1; done
 if [[ $need_oids == 1 ]] && [[ ! -s $OUT/oids-agent.txt || ! -s $OUT/oids-sim.txt || ${REFRESH_OIDS:-0} == 1 ]]; then
     log "selecting OIDs (walk + verify with netpoller poll-once)"
     $PY oids
@@ -248,7 +248,7 @@ fi
     echo "kernel: $(uname -r)"
     echo "cpu: $(nproc) x $(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)"
     echo "memory: $(awk '/MemTotal/ {printf "%.1f GiB", $2/1048576}' /proc/meminfo)"
-    echo "clickhouse: $("${IN_RIG[@]}" curl -s "$NETPOLLER_CH_URL/?query=SELECT%20version()")"
+    echo "clickhouse: $(ch_get "SELECT%20version()")"
     echo "fping: $(fping -v 2>&1 | head -1)"
     echo "net-snmp: $(snmpget -V 2>&1 | head -1)"
     echo "settings: DURATION=$DURATION WARMUP=$WARMUP RUNS=$RUNS BIG_RUNS=$BIG_RUNS RIG=$RIG"

@@ -82,23 +82,19 @@ install_missing() {
 pid_running() {
     local pid
     [[ -s $1 ]] || return 1
-    pid=$(tr -dc '0-9' <"$1")
+    pid=$(pid_of "$1")
     [[ -n $pid && -d /proc/$pid ]] || return 1
+    # A zombie (exited, not yet reaped by whoever inherited it) is not running.
     [[ $(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null) != Z ]]
 }
 
 # pid_alive PIDFILE BINARY: true if the pid file names a running process of BINARY.
 pid_alive() {
-    local pidfile=$1 bin=$2 pid exe
-    [[ -s $pidfile ]] || return 1
-    pid=$(tr -dc '0-9' <"$pidfile")
-    [[ -n $pid ]] || return 1
-    [[ -d /proc/$pid ]] || return 1
-    # A zombie (exited, not yet reaped by whoever inherited it) is not running.
-    [[ $(awk '/^State:/ {print $2}' "/proc/$pid/status" 2>/dev/null) != Z ]] || return 1
+    local cmd
+    pid_running "$1" || return 1
     # snmpsimd is a python script: match the command line, not /proc/pid/exe.
-    exe=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)
-    [[ $exe == *"$(basename "$bin")"* ]]
+    cmd=$(tr '\0' ' ' <"/proc/$(pid_of "$1")/cmdline" 2>/dev/null || true)
+    [[ $cmd == *"$(basename "$2")"* ]]
 }
 
 pid_of() { tr -dc '0-9' <"$1"; }

@@ -711,8 +711,7 @@ impl fmt::Display for Origin {
 }
 
 /// Itemid → (index of its host among the resolved hosts, index of the item there).
-#[derive(Default)]
-struct ItemIds(HashMap<u64, (u32, u32)>);
+type ItemIds = HashMap<u64, (u32, u32)>;
 
 /// An item after template merge, before per-host resolution.
 #[derive(Clone)]
@@ -905,7 +904,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         // Duplicate checks keep indices, not strings: at 1 M items a "host/key" String
         // per item and two per host were most of the loader's peak memory.
         let mut names: HashMap<Arc<str>, Origin> = HashMap::new();
-        let mut itemids = ItemIds::default();
+        let mut itemids = ItemIds::new();
         for (i, h) in hosts {
             let hp = [Seg::Key("hosts"), Seg::Index(*i)];
             let ip = match h.ip.trim().parse::<IpAddr>() {
@@ -1104,7 +1103,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         for it in items {
             let itemid = it.itemid.unwrap_or_else(|| derive_itemid(&name, &it.key));
             let at = (done.len() as u32, specs.len() as u32);
-            if let Some((h, j)) = itemids.0.insert(itemid, at) {
+            if let Some((h, j)) = itemids.insert(itemid, at) {
                 // The earlier user is a finished host, or an item of this one.
                 let (prev_host, prev_key) = match done.get(h as usize) {
                     Some(d) => (&*d.name, &*d.items[j as usize].key),
@@ -1130,8 +1129,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if !ok {
             // This host is not kept: its entries must not name it in later messages.
             for (j, sp) in specs.iter().enumerate() {
-                if itemids.0.get(&sp.itemid) == Some(&(done.len() as u32, j as u32)) {
-                    itemids.0.remove(&sp.itemid);
+                if itemids.get(&sp.itemid) == Some(&(done.len() as u32, j as u32)) {
+                    itemids.remove(&sp.itemid);
                 }
             }
         }
