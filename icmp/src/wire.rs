@@ -327,6 +327,13 @@ pub struct ReceivedEcho<'a> {
 /// Linux hands raw sockets the header as on the wire; the total length field may be
 /// smaller than the buffer (padding) but never larger.
 pub fn strip_ipv4_header(buf: &[u8]) -> Result<(Ipv4Addr, &[u8]), WireError> {
+    let (src, icmp) = ipv4_icmp_range(buf)?;
+    Ok((src, &buf[icmp]))
+}
+
+/// [`strip_ipv4_header`] as a range of `buf`, for callers that rewrite the datagram in
+/// place (the test rig's echo responder).
+pub fn ipv4_icmp_range(buf: &[u8]) -> Result<(Ipv4Addr, std::ops::Range<usize>), WireError> {
     let ip = Ipv4Packet::new(buf).ok_or(WireError::Truncated {
         len: buf.len(),
         need: Ipv4Packet::minimum_packet_size(),
@@ -349,11 +356,7 @@ pub fn strip_ipv4_header(buf: &[u8]) -> Result<(Ipv4Addr, &[u8]), WireError> {
     if proto != IPPROTO_ICMP {
         return Err(WireError::NotIcmp(proto));
     }
-    let src = ip.get_source();
-    let icmp = buf
-        .get(header_len..total_len)
-        .ok_or(WireError::BadIpHeader)?;
-    Ok((src, icmp))
+    Ok((ip.get_source(), header_len..total_len))
 }
 
 /// Parses what a socket returned into an echo message.

@@ -11,8 +11,9 @@
 //! as it would in a NIC's interrupt.
 //!
 //! Invariants:
-//! * Only IPv4 echo requests (type 8, code 0, valid ICMP framing) are answered; anything
-//!   else that the device carries (IPv6, router solicitations) is counted and dropped.
+//! * Only IPv4 echo requests (type 8, code 0, a header that `icmp::wire` accepts) are
+//!   answered; anything else that the device carries (IPv6, router solicitations) is
+//!   counted and dropped.
 //! * An address is silent when `dst & silent_mask == silent_mask` (mask 0: none): its
 //!   requests are read and dropped, like a host that is down.
 //! * The reply is the request with type 0, a new ICMP checksum and source and destination
@@ -25,7 +26,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use icmp::wire::EchoPacket;
+use icmp::wire::{self, EchoKind, EchoPacket, Family};
 
 /// `struct ifreq` as `TUNSETIFF` reads it: the name, then the flags.
 #[repr(C)]
@@ -93,23 +94,20 @@ pub struct Counts {
 /// Turns an IPv4 echo request in `pkt` into its reply in place. `None` for anything else,
 /// `Some(false)` for a request to a silent address (see the module docs).
 pub fn answer(pkt: &mut [u8], silent_mask: u32) -> Option<bool> {
-    let ihl = usize::from(*pkt.first()? & 0x0f) * 4;
-    if pkt[0] >> 4 != 4 || ihl < 20 || pkt.len() < ihl + 8 || pkt[9] != 1 {
-        return None;
-    }
+    let (_, icmp) = wire::ipv4_icmp_range(pkt).ok()?;
     let dst = u32::from_be_bytes(pkt[16..20].try_into().ok()?);
-    let (head, icmp) = pkt.split_at_mut(ihl);
-    let mut echo = EchoPacket::new_checked(icmp).ok()?;
-    if echo.msg_type() != 8 || echo.code() != 0 {
+    let ihl = icmp.start;
+    let mut echo = EchoPacket::new_checked(&mut pkt[icmp]).ok()?;
+    if Family::V4.kind_of(echo.msg_type()) != Some(EchoKind::Request) || echo.code() != 0 {
         return None;
     }
     if silent_mask != 0 && dst & silent_mask == silent_mask {
         return Some(false);
     }
-    echo.set_msg_type(0);
+    echo.set_msg_type(Family::V4.type_of(EchoKind::Reply));
     echo.fill_checksum_v4();
-    let (src, dst) = head[12..20].split_at_mut(4);
-    src.swap_with_slice(dst);
+    let (src, dst) = pkt[12..ihl].split_at_mut(4);
+    src.swap_with_slice(&mut dst[..4]);
     Some(true)
 }
 
@@ -185,6 +183,7 @@ mod tests {
     fn request(dst: [u8; 4]) -> Vec<u8> {
         let mut p = vec![0u8; 20 + 8 + 9];
         p[0] = 0x45;
+        p[3] = p.len() as u8; // total length
         p[9] = 1;
         p[12..16].copy_from_slice(&[10, 0, 0, 1]);
         p[16..20].copy_from_slice(&dst);
@@ -233,6 +232,8 @@ mod tests {
             if prefix && pkt.len() >= 28 {
                 // Make a plausible request often enough to reach the rewrite.
                 pkt[0] = 0x45;
+                let len = pkt.len() as u16;
+                pkt[2..4].copy_from_slice(&len.to_be_bytes());
                 pkt[9] = 1;
                 pkt[20] = 8;
                 pkt[21] = 0;
