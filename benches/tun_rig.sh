@@ -28,6 +28,15 @@ tun_rig_up() {
     fi
     ip netns exec "$ns" "$bin" "$dev" --silent-mask 3 --max-seconds 7200 2>"$log" &
     TUN_RIG_PID=$!
+    # tun_echo attaching turns the carrier on; the kernel activates the device's queue a
+    # little later (link watch), and drops what is sent before: wait for "state UP".
+    local i
+    for ((i = 0; i < 500; i++)); do
+        ip -n "$ns" link show "$dev" | grep -q " state UP " && return 0
+        sleep 0.01
+    done
+    echo "$dev in $ns did not come up" >&2
+    return 1
 }
 
 # Prints tun_echo's report and the device's drop count, then stops both.

@@ -569,6 +569,21 @@ fn sweep_through_a_tun_device_answered_by_another_thread() {
     ns.exec(&["ip", "route", "add", "198.19.0.0/24", "dev", "npt0"]);
     let (report, stats, counts) = ns.run(|| {
         let tun = poller::tun_echo::open("npt0").expect("attach npt0");
+        // Attaching turns the carrier on, but the kernel activates the device's queue
+        // later (link watch, asynchronously): probes sent before that are dropped.
+        let t0 = Instant::now();
+        while !String::from_utf8_lossy(
+            &Command::new("ip")
+                .args(["link", "show", "npt0"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .contains(" state UP ")
+        {
+            assert!(t0.elapsed() < Duration::from_secs(5), "npt0 never came up");
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         // Threads started here inherit this thread's namespace.
