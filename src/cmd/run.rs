@@ -263,7 +263,6 @@ const CONSUME_COALESCE: Duration = Duration::from_millis(1);
 
 /// Move values from the engines' channel into the sink, up to 1,024 per message
 /// (one channel hop per batch instead of per value). Returns the values delivered.
-
 async fn consume(mut rx: mpsc::Receiver<Sample>, sink: sink::SinkHandle) -> u64 {
     const CHUNK: usize = 1024;
     let mut n = 0;
