@@ -494,7 +494,7 @@ fn concurrent_sweeps_with_ident_filter_do_not_read_each_others_replies() {
 #[test]
 fn drivers_sharing_a_pacer_keep_the_total_rate() {
     use poller::icmp_driver::{SharedPacer, SEND_BURST};
-    let pacer = std::sync::Arc::new(SharedPacer::new(2_000, SEND_BURST));
+    let pacer = std::sync::Arc::new(SharedPacer::new(2_000, SEND_BURST, Instant::now()));
     let opts = IcmpOptions {
         ident_filter: true,
         ..IcmpOptions::default()

@@ -10,13 +10,17 @@
 //! * [`sweep`]: the per-iteration state machine: in-flight table keyed by
 //!   (address, identifier, sequence), pacing, per-host spacing, one deadline,
 //!   per-host completion events, counters of everything ignored.
+//! * [`pace`]: the send-rate token bucket a sweep paces itself with, also shared by
+//!   several sweeps' sockets.
 //! * [`stats`]: per-host [`PingStats`] with Zabbix `icmpping*` semantics.
 
+pub mod pace;
 pub mod stats;
 pub mod sweep;
 pub mod tag;
 pub mod wire;
 
+pub use pace::{SharedPacer, Slots};
 pub use stats::{PingStats, RttMode, MIN_RTT_SECONDS};
 pub use sweep::{
     Event, IgnoreReason, Job, ProbeToken, ReplyOutcome, SocketKind, Sweep, SweepConfig,

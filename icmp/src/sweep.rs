@@ -40,6 +40,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use crate::pace::SharedPacer;
 use crate::stats::PingStats;
 use crate::tag::{self, TagCheck, TagKey, TAG_LEN};
 use crate::wire::{self, EchoKind, EchoPacket, Family, Framing, WireError, HEADER_LEN};
@@ -397,8 +398,8 @@ pub struct Sweep {
     expiries: Vec<(Duration, VecDeque<Expiry>)>,
     in_flight: usize,
     by_addr: AddrMap,
-    next_slot: Instant,
-    gap: Duration,
+    /// `max_pps` pacing (`None` when unpaced).
+    pacer: Option<SharedPacer>,
     deadline: Option<Instant>,
     events: VecDeque<Event>,
     remaining: usize,
@@ -456,11 +457,7 @@ impl Sweep {
                 });
             }
         }
-        let gap = if cfg.max_pps == 0 {
-            Duration::ZERO
-        } else {
-            Duration::from_nanos(1_000_000_000 / u64::from(cfg.max_pps))
-        };
+        let pacer = (cfg.max_pps > 0).then(|| SharedPacer::new(cfg.max_pps, cfg.burst, now));
         let remaining = states.len();
         Ok(Sweep {
             cfg,
@@ -473,8 +470,7 @@ impl Sweep {
             expiries: Vec::new(),
             in_flight: 0,
             by_addr,
-            next_slot: now,
-            gap,
+            pacer,
             deadline: None,
             events: VecDeque::new(),
             remaining,
@@ -585,7 +581,10 @@ impl Sweep {
             return None;
         }
         let due = self.peek()?;
-        Some(due.max(self.next_slot))
+        Some(match &self.pacer {
+            Some(p) => due.max(p.next_slot()),
+            None => due,
+        })
     }
 
     /// The final deadline (latest send + timeout), known once every probe was sent;
@@ -626,10 +625,23 @@ impl Sweep {
             return None;
         }
         let due = self.peek()?;
-        if due > now || (!self.gap.is_zero() && self.next_slot > now) {
+        if due > now {
             return None;
         }
-        let j = self.take_due(now)?;
+        // The probe's slot is taken before it is handed out, at `now`.
+        let slot = match &self.pacer {
+            Some(p) => match p.take(now, 1) {
+                s if s.n == 0 => return None,
+                s => Some(s),
+            },
+            None => None,
+        };
+        let Some(j) = self.take_due(now) else {
+            if let (Some(p), Some(s)) = (&self.pacer, slot) {
+                p.give_back(s, 0);
+            }
+            return None;
+        };
         let st = &mut self.jobs[j as usize];
         let job = st.job;
         let k = st.next_packet;
@@ -650,10 +662,6 @@ impl Sweep {
         let expiry = now + job.timeout;
         self.deadline = Some(self.deadline.map_or(expiry, |d| d.max(expiry)));
         push_keyed(&mut self.expiries, job.timeout, (expiry, probe, j));
-        if !self.gap.is_zero() {
-            let floor = now.checked_sub(self.cfg.burst).unwrap_or(now);
-            self.next_slot = self.next_slot.max(floor) + self.gap;
-        }
         self.counters.sent += 1;
 
         let family = Family::of(job.addr);

@@ -92,6 +92,7 @@ pub fn open_icmp_drivers(
         std::sync::Arc::new(poller::icmp_driver::SharedPacer::new(
             cfg.icmp.max_pps,
             poller::icmp_driver::SEND_BURST,
+            std::time::Instant::now(),
         ))
     });
     let mut out = Vec::with_capacity(count);
