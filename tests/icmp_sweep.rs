@@ -458,8 +458,9 @@ fn ipv6_loopback_and_rejected_jobs() {
 }
 
 /// Two drivers in one process sweeping at the same time (the daemon with
-/// `icmp_concurrent_sweeps = 2`): with the identifier filter neither socket sees the
-/// other's replies; without it each reads and discards all of them (counted foreign).
+/// `icmp_concurrent_sweeps = 2`), twice (the second sweep finds its filter armed by the
+/// first one's end): with the identifier filter neither socket sees the other's replies;
+/// without it each reads and discards all of them (counted foreign).
 #[test]
 fn concurrent_sweeps_with_ident_filter_do_not_read_each_others_replies() {
     let run_pair = |ident_filter: bool| {
@@ -476,13 +477,13 @@ fn concurrent_sweeps_with_ident_filter_do_not_read_each_others_replies() {
         let jobs_b: Vec<PingJob> = (0..256u32)
             .map(|i| job(IpAddr::V4(Ipv4Addr::from(0x7f4e_1000 + i)), 3, 300))
             .collect();
-        let (ra, rb) = rt().block_on(async {
-            tokio::join!(a.sweep(&jobs_a, |_, _| {}), b.sweep(&jobs_b, |_, _| {}))
-        });
-        (ra, rb)
+        rt().block_on(async {
+            let first = tokio::join!(a.sweep(&jobs_a, |_, _| {}), b.sweep(&jobs_b, |_, _| {}));
+            let second = tokio::join!(a.sweep(&jobs_a, |_, _| {}), b.sweep(&jobs_b, |_, _| {}));
+            [first.0, first.1, second.0, second.1]
+        })
     };
-    let (ra, rb) = run_pair(true);
-    for r in [&ra, &rb] {
+    for r in &run_pair(true) {
         assert_eq!((r.alive, r.counters.received), (256, 768), "{r:?}");
         assert_eq!(
             r.counters.foreign + r.counters.spoofed + r.counters.stale,
@@ -492,7 +493,7 @@ fn concurrent_sweeps_with_ident_filter_do_not_read_each_others_replies() {
         );
     }
     // The same without the filter: each socket reads the other's 768 replies too.
-    let (ra, rb) = run_pair(false);
+    let [ra, rb, ..] = run_pair(false);
     assert_eq!((ra.alive, rb.alive), (256, 256));
     assert!(
         ra.counters.foreign + rb.counters.foreign > 0,

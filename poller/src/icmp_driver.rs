@@ -216,6 +216,8 @@ pub struct IcmpDriver {
     ident_base: u16,
     /// Whether IPv4 probes currently go out with DF (see `set_dont_fragment`).
     df: Option<bool>,
+    /// Identifier the sockets' filter passes (see `arm_ident_filter`).
+    armed: Option<u16>,
     /// The send rate (`None` = unpaced): this driver's own, or one shared with other
     /// drivers (see [`Self::share_pacer`]). Sweeps themselves run unpaced.
     pacer: Option<std::sync::Arc<SharedPacer>>,
@@ -380,7 +382,7 @@ impl IcmpDriver {
             Err(e) => Slot::Closed(format!("cannot open an ICMPv6 {kind:?} socket: {e}")),
         };
         let r = random_u64();
-        let driver = IcmpDriver {
+        let mut driver = IcmpDriver {
             kind,
             opts,
             v4: Slot::Open(v4),
@@ -389,6 +391,7 @@ impl IcmpDriver {
             iteration: r as u32,
             ident_base: (r >> 32) as u16,
             df: None,
+            armed: None,
             pacer: (opts.max_pps > 0).then(|| {
                 std::sync::Arc::new(SharedPacer::new(opts.max_pps, SEND_BURST, Instant::now()))
             }),
@@ -429,14 +432,19 @@ impl IcmpDriver {
 
     /// With [`IcmpOptions::ident_filter`] on raw sockets: let only replies carrying
     /// `ident` through.
-    fn arm_ident_filter(&self, ident: u16) {
-        if !(self.opts.ident_filter && self.kind == SocketKind::Raw) {
+    /// A sweep arms the next sweep's identifier as it ends, so the next one usually finds
+    /// its filter in place: attaching compiles a BPF program (a vmalloc and a JIT run,
+    /// ~2% of the engine's CPU at one small sweep a second when done twice per sweep).
+    fn arm_ident_filter(&mut self, ident: u16) {
+        if !(self.opts.ident_filter && self.kind == SocketKind::Raw) || self.armed == Some(ident) {
             return;
         }
+        self.armed = Some(ident);
         for (slot, v6) in [(&self.v4, false), (&self.v6, true)] {
             if let Some(fd) = slot.fd() {
                 if let Err(e) = attach_ident_filter(fd, v6, ident) {
                     tracing::warn!(error = %e, "cannot attach the ICMP identifier filter");
+                    self.armed = None;
                 }
             }
         }
