@@ -626,6 +626,15 @@ def cmd_run(args):
     span = b["t"] - a["t"]
     busy = (b["machine"][0] - a["machine"][0]) / max(1, b["machine"][1] - a["machine"][1])
     tcpu = {k: round((v - a["threads"].get(k, 0.0)) / span, 3) for k, v in b["threads"].items()}
+    # CPU per value by thread group: the ICMP engine's threads (sending, receiving and
+    # the ping statistics, per ICMP row: what fping does), the SNMP engine's thread (per
+    # SNMP row), and the rest (scheduler, sink, ClickHouse client, HTTP), per row.
+    groups = {"icmp": 0.0, "snmp": 0.0, "rest": 0.0}
+    for k, v in b["threads"].items():
+        g = next((g for g in ("icmp", "snmp") if k.startswith(f"netpoller-{g}")), "rest")
+        groups[g] += v - a["threads"].get(k, 0.0)
+    per = {"icmp": rows_icmp, "snmp": rows_snmp, "rest": rows_icmp + rows_snmp}
+    group_us = {g: round(v / per[g] * 1e6, 3) for g, v in groups.items() if per[g]}
     tcpu = dict(sorted(((k, v) for k, v in tcpu.items() if v >= 0.01), key=lambda kv: -kv[1]))
     res = dict(kind="netpoller", workload=name, rig=RIG, run=args.index, log=logf, **exp,
                override=os.environ.get("E2E_OVERRIDE") or None,
@@ -645,7 +654,8 @@ def cmd_run(args):
                ch_cpu_per_1k=ch_cpu / (rows / 1000) if rows and ch_cpu is not None else None,
                ch_cpu_util=ch_cpu / (b["t"] - a["t"]) if ch_cpu is not None else None,
                vm_hwm=hwm, vm_rss=rss, hwm_bytes_per_item=hwm / exp["items"] if hwm else None,
-               threads=threads, thread_cores=tcpu, machine_busy=busy,
+               threads=threads, thread_cores=tcpu, thread_group_us_per_value=group_us,
+               machine_busy=busy,
                others_cores=busy * os.cpu_count() - np_cpu / span - ((ch_cpu or 0) / span),
                nice=int(os.environ.get("E2E_NICE") or 0), exit_code=rc, stop_s=round(stop_s, 2), **acc)
     for eng in ("icmp", "snmp"):
@@ -695,7 +705,7 @@ def cmd_run(args):
         f"backpressure waits {res['backpressure_waits']:.0f}, machine busy {busy * 100:.0f}%, "
         f"context switches {res['np_ctxt_switches_per_s']:.0f}/s "
         f"{res['thread_ctxt_switches_per_s']}, "
-        f"threads (cores) {tcpu}, exit {rc}")
+        f"threads (cores) {tcpu}, us/value by thread group {group_us}, exit {rc}")
 
 
 # ------------------------------------------------------------------ peers
@@ -974,6 +984,9 @@ def cmd_summary(args):
                   "icmp_lateness_max_le", "snmp_lateness_max_le", "backpressure_waits",
                   "false_down", "false_up"):
             s[k] = med([r.get(k) for r in rs])
+        for g in ("icmp", "snmp", "rest"):
+            s[f"{g}_threads_us_per_value"] = med(
+                [(r.get("thread_group_us_per_value") or {}).get(g) for r in rs])
         s["vm_hwm_mib"] = med([(r["vm_hwm"] or 0) / 2**20 for r in rs])
         s["late_iterations"] = max(r["icmp_late_iterations"] + r["snmp_late_iterations"] for r in rs)
         s["skipped_slots"] = max(r["icmp_skipped_slots"] + r["snmp_skipped_slots"] for r in rs)
@@ -1025,6 +1038,13 @@ def cmd_summary(args):
               f"{s['backpressure_waits']:>5.0f} {s['errors']:>5.0f}")
     for k, t in summary["variants"].items():
         print(f"  {k}: {t}")
+    for w, s in summary["workloads"].items():
+        g = {k: s.get(f"{k}_threads_us_per_value") for k in ("icmp", "snmp", "rest")}
+        if any(v is not None for v in g.values()):
+            parts = [f"{label} {fmt(g[k])} ({per})" for k, label, per in (
+                ("icmp", "ICMP engine", "per ICMP value"), ("snmp", "SNMP engine", "per SNMP value"),
+                ("rest", "rest", "scheduler, sink, HTTP; per value")) if g[k] is not None]
+            print(f"  {w}: CPU us/value by thread: {', '.join(parts)}")
     if "scale_ratio" in summary:
         r = summary["scale_ratio"]
         print(f"scale10 / both: items x{r['items']:.1f}, NVPS x{r['nvps']:.1f}, netpoller CPU "
@@ -1039,6 +1059,20 @@ def cmd_summary(args):
               f"{fmt(s['cpu_s'], 3):>7} {fmt(s['cpu_us_per_value']):>7} "
               f"{fmt(s['cpu_per_1k'], 4):>8} {fmt(s['requests_per_s'], 0):>8} "
               f"{fmt(res, 0):>8} {s['equal']}")
+    # netpoller ÷ fping, ratio of the medians: the whole daemon, and its ICMP engine's
+    # threads alone (what fping does: send, receive, statistics; no scheduler or sink).
+    for s in summary["peers"]:
+        if not s["peer"].startswith("fping") or not s["cpu_us_per_value"]:
+            continue
+        key = s["workload"] + next((f"~{i + 1}" for i, (w, t) in enumerate(variants)
+                                    if w == s["workload"] and s["peer"].endswith(f"[{t}]")), "")
+        n = summary["workloads"].get(key)
+        if not n:
+            continue
+        eng = n.get("icmp_threads_us_per_value")
+        print(f"{key} / {s['peer']}: netpoller daemon "
+              f"{fmt(n['np_us_per_value'] / s['cpu_us_per_value'])}x, ICMP engine threads "
+              f"{fmt(eng / s['cpu_us_per_value']) if eng else '-'}x fping's CPU per value")
 
 
 def main():

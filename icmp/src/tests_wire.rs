@@ -56,6 +56,27 @@ fn construct_request_fixture() {
 }
 
 #[test]
+fn fill_checksum_ignores_a_stale_checksum_field() {
+    let mut buf = REQUEST;
+    buf[2..4].copy_from_slice(&[0xde, 0xad]);
+    EchoPacket::new_unchecked(&mut buf[..]).fill_checksum_v4();
+    assert_eq!(buf, REQUEST);
+}
+
+#[test]
+fn internet_checksum_of_an_ipv4_header() {
+    // The worked example of RFC 1071 style header checksums: 45 00 00 73 00 00 40 00 40 11
+    // 00 00 c0 a8 00 01 c0 a8 00 c7 sums to 0xb861.
+    let h = [
+        0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0x00, 0x00, 0xc0, 0xa8, 0x00,
+        0x01, 0xc0, 0xa8, 0x00, 0xc7,
+    ];
+    assert_eq!(internet_checksum(&h), 0xb861);
+    // An odd length pads with a zero byte.
+    assert_eq!(internet_checksum(&[0x01]), !0x0100);
+}
+
+#[test]
 fn parse_repr_fixture() {
     let p = EchoPacket::new_checked(&REPLY[..]).unwrap();
     let r = EchoRepr::parse(&p, Family::V4, true).unwrap();
