@@ -18,7 +18,9 @@
 //! Probes are paced at ≤ 128k per second so that the device's queue never overflows (a
 //! dropped packet is cheaper than a delivered one). The figure is this thread's CPU time
 //! (`/proc/thread-self/schedstat`) over the send loop, divided by COUNT, printed as one
-//! JSON line (user vs system split by the tick-sampled ratio). Refuses to run where a default route exists: nothing may leave the machine.
+//! JSON line (user vs system split by the tick-sampled ratio). Refuses to run unless DEV
+//! is a TUN device holding the route to 100.64.0.0/10 in a namespace without a default
+//! route: nothing may leave the machine.
 
 use std::io;
 use std::mem::size_of;
@@ -56,15 +58,7 @@ fn main() -> Result<()> {
         _ => bail!("unknown mode {mode:?}\n{USAGE}"),
     };
     let count: usize = count.parse().context(USAGE)?;
-    let routes = std::fs::read_to_string("/proc/net/route").context("reading /proc/net/route")?;
-    // Columns: Iface Destination Gateway ...; a default route has destination 00000000.
-    ensure!(
-        !routes
-            .lines()
-            .skip(1)
-            .any(|l| l.split_whitespace().nth(1) == Some("00000000")),
-        "this network namespace has a default route; run send_cost in the tun rig's namespace"
-    );
+    check_rig(dev)?;
     let name = std::ffi::CString::new(dev.as_str())?;
     // SAFETY: name is a valid NUL-terminated string.
     let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
@@ -153,6 +147,49 @@ fn main() -> Result<()> {
         per(cpu),
         per(cpu * user / (user + sys).max(1e-9)),
         per(cpu * sys / (user + sys).max(1e-9))
+    );
+    Ok(())
+}
+
+/// Where the probes may go: only into a TUN device (a local process reads them) that
+/// holds this namespace's route to 100.64.0.0/10, in a namespace without a default
+/// route. Then neither the IP stack (`raw`, `hdrincl`) nor the packet socket (`packet`,
+/// which skips routing) can put a probe on a wire.
+fn check_rig(dev: &str) -> Result<()> {
+    const ARPHRD_NONE: &str = "65534";
+    let ty = std::fs::read_to_string(format!("/sys/class/net/{dev}/type"))
+        .with_context(|| format!("no device {dev} in this namespace"))?;
+    ensure!(
+        ty.trim() == ARPHRD_NONE,
+        "{dev} is not a TUN device (type {})",
+        ty.trim()
+    );
+    let routes = std::fs::read_to_string("/proc/net/route").context("reading /proc/net/route")?;
+    // Columns: Iface Destination Gateway Flags RefCnt Use Metric Mask ...; addresses
+    // are hex of the address's bytes read as a native u32.
+    let addr = |hex: &str| {
+        u32::from_str_radix(hex, 16)
+            .ok()
+            .map(|v| Ipv4Addr::from(v.to_ne_bytes()))
+    };
+    let mut ours = false;
+    for l in routes.lines().skip(1) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let (Some(iface), Some(dst), Some(mask)) = (f.first(), f.get(1), f.get(7)) else {
+            continue;
+        };
+        let (dst, mask) = (addr(dst), addr(mask));
+        ensure!(
+            dst != Some(Ipv4Addr::UNSPECIFIED),
+            "this network namespace has a default route; run send_cost in the tun rig's namespace"
+        );
+        ours |= *iface == dev
+            && dst == Some(Ipv4Addr::from(PREFIX))
+            && mask == Some(Ipv4Addr::new(255, 192, 0, 0));
+    }
+    ensure!(
+        ours,
+        "no route 100.64.0.0/10 via {dev}: run send_cost in the tun rig's namespace"
     );
     Ok(())
 }
