@@ -271,6 +271,21 @@ impl Plan {
         plan
     }
 
+    /// Echo requests per second the ICMP tasks ask for: Σ packets / interval (a task's
+    /// probe is its first item's, as the ICMP engine sends it).
+    pub fn icmp_probe_rate(&self) -> f64 {
+        self.tasks
+            .iter()
+            .filter(|t| t.engine == Engine::Icmp && t.interval_ms > 0)
+            .filter_map(|t| match &self.task_items(t).first()?.kind {
+                ItemKind::Icmp { probe, .. } => {
+                    Some(f64::from(probe.packets) * 1000.0 / t.interval_ms as f64)
+                }
+                ItemKind::Snmp { .. } => None,
+            })
+            .sum()
+    }
+
     /// Items of a task.
     pub fn task_items(&self, task: &Task) -> &[PlanItem] {
         &self.items[task.items.start as usize..task.items.end as usize]
@@ -346,6 +361,9 @@ mod tests {
         for t in &plan.tasks {
             assert!(t.phase_ms < t.interval_ms);
         }
+        // 3 packets / 10 s (the shared task) + 5 / 10 s + 3 / 60 s.
+        let rate = plan.icmp_probe_rate();
+        assert!((rate - 0.85).abs() < 1e-9, "{rate}");
     }
 
     #[test]

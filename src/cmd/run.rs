@@ -72,6 +72,7 @@ async fn daemon(
     icmp_drivers: Vec<poller::icmp_driver::IcmpDriver>,
 ) -> anyhow::Result<ExitCode> {
     let (hosts, items) = (plan.hosts.len(), plan.items.len());
+    let probe_rate = plan.icmp_probe_rate();
     let sink_metrics = Arc::new(sink::SinkMetrics::default());
     if let Some(ch) = &cfg.clickhouse {
         // Create what is missing, verify what exists. A schema that does not match is
@@ -157,10 +158,17 @@ async fn daemon(
     // on a work-stealing runtime those wake-ups hopped between workers (futex wake-ups,
     // context switches: 12% more CPU per value). One ICMP thread per core, at most one
     // per sweep socket, each taking due hosts from the same scheduler, so that the
-    // kernel's send path (most of a sweep's CPU) can use every core.
+    // kernel's send path (most of a sweep's CPU) can use every core — but only as many as
+    // the configured rate needs (see `icmp_thread_count`).
     let mut engines = Vec::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let icmp_threads = icmp_drivers.len().min(cores);
+    let icmp_sockets = icmp_drivers.len();
+    let icmp_threads = icmp_thread_count(probe_rate, icmp_sockets, cores);
+    tracing::info!(
+        icmp_threads,
+        probes_per_second = probe_rate.round(),
+        "ICMP engine: one thread per {PROBES_PER_ICMP_THREAD} probes/s configured, up to one per core and socket"
+    );
     let mut groups: Vec<Vec<_>> = (0..icmp_threads).map(|_| Vec::new()).collect();
     for (i, d) in icmp_drivers.into_iter().enumerate() {
         groups[i % icmp_threads].push(d);
@@ -194,7 +202,10 @@ async fn daemon(
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
-            _ = hup.recv() => reload(&args, &shared),
+            _ = hup.recv() => {
+                let wanted = |rate| icmp_thread_count(rate, icmp_sockets, cores);
+                reload(&args, &shared, icmp_threads, wanted)
+            }
         }
     }
     let _ = shutdown_tx.send(true);
@@ -219,10 +230,36 @@ async fn daemon(
     Ok(ExitCode::SUCCESS)
 }
 
-fn reload(args: &Args, shared: &Shared) {
+/// Echo requests per second one ICMP engine thread is given before another is started.
+/// At ~7–10 µs of CPU per probe (BENCHMARKS.md) that is 0.15–0.2 of a core: far from
+/// saturating one thread, which at ~100k probes/s fell behind on a 2-core VM, while
+/// at low rates one thread was ~15% cheaper per value than two (A/B, 4,096 hosts every
+/// 10 s: each thread pays its own wake-ups and cold caches for small sweeps).
+const PROBES_PER_ICMP_THREAD: f64 = 20_000.0;
+
+/// ICMP engine threads for `probe_rate` echo requests per second over `sockets` sweep
+/// sockets: one per [`PROBES_PER_ICMP_THREAD`], at least one, at most one per core and
+/// per socket (a socket's sweeps run on one thread); none without sockets.
+fn icmp_thread_count(probe_rate: f64, sockets: usize, cores: usize) -> usize {
+    let want = (probe_rate / PROBES_PER_ICMP_THREAD).ceil().max(1.0) as usize;
+    want.min(sockets).min(cores.max(1))
+}
+
+/// Loads the config again and swaps the plan in; the ICMP thread count stays (threads
+/// are started once): `wanted(rate)` says how many the new rate would have started.
+fn reload(args: &Args, shared: &Shared, icmp_threads: usize, wanted: impl Fn(f64) -> usize) {
     match args.plan.load() {
         Ok(Ok((_, plan))) => {
             let (h, i) = (plan.hosts.len(), plan.items.len());
+            let rate = plan.icmp_probe_rate();
+            if wanted(rate) > icmp_threads {
+                tracing::warn!(
+                    icmp_threads,
+                    wanted = wanted(rate),
+                    probes_per_second = rate.round(),
+                    "SIGHUP: the new configuration asks for more ICMP threads than were started; restart to use them"
+                );
+            }
             shared.reload(plan);
             tracing::info!(hosts = h, items = i, "SIGHUP: configuration reloaded");
         }
@@ -314,4 +351,24 @@ fn engine_thread(
         })
         .with_context(|| format!("starting the {} engine thread", engine.as_str()))?;
     Ok((engine, thread))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::icmp_thread_count;
+
+    #[test]
+    fn icmp_threads_follow_the_configured_rate() {
+        // 4,096 hosts × 3 packets every 10 s: one thread, however many cores and sockets.
+        assert_eq!(icmp_thread_count(1_229.0, 2, 2), 1);
+        assert_eq!(icmp_thread_count(0.0, 4, 8), 1);
+        // 262,144 hosts × 3 packets every 8 s (98k/s): every core, but not more than sockets.
+        assert_eq!(icmp_thread_count(98_304.0, 4, 2), 2);
+        assert_eq!(icmp_thread_count(98_304.0, 2, 16), 2);
+        assert_eq!(icmp_thread_count(98_304.0, 8, 16), 5);
+        // Just over one thread's share: two.
+        assert_eq!(icmp_thread_count(20_001.0, 4, 4), 2);
+        // No ICMP sockets (no ICMP items): no thread.
+        assert_eq!(icmp_thread_count(5_000.0, 0, 2), 0);
+    }
 }
