@@ -1070,8 +1070,12 @@ def cmd_summary(args):
         if not n:
             continue
         eng = n.get("icmp_threads_us_per_value")
-        print(f"{key} / {s['peer']}: netpoller daemon "
-              f"{fmt(n['np_us_per_value'] / s['cpu_us_per_value'])}x, ICMP engine threads "
+        # With SNMP in the mix the daemon's CPU per value averages both kinds of value:
+        # only the ICMP engine's threads compare with fping there.
+        mixed = n.get("snmp_threads_us_per_value") is not None
+        daemon = ("- (ICMP and SNMP mixed)" if mixed
+                  else f"{fmt(n['np_us_per_value'] / s['cpu_us_per_value'])}x")
+        print(f"{key} / {s['peer']}: netpoller daemon {daemon}, ICMP engine threads "
               f"{fmt(eng / s['cpu_us_per_value']) if eng else '-'}x fping's CPU per value")
 
 
