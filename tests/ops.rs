@@ -382,3 +382,51 @@ fn secrets_never_appear_in_any_output() {
         );
     }
 }
+
+/// `check-config` states the load the file asks for: the figure sizing goes by.
+#[test]
+fn check_config_states_the_load() {
+    let dir = scratch("ops-load");
+    let cfg = dir.join("c.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+[[templates]]
+name = "icmp"
+items = [ { key = "icmpping", interval = "10s" }, { key = "icmppingsec", interval = "10s" } ]
+
+[[templates]]
+name = "snmp"
+items = [ { key = "sysUpTime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "60s" } ]
+
+[[hosts]]
+name = "agent"
+ip = "127.0.75.1"
+templates = ["snmp"]
+snmp = { community = "public" }
+
+[[host_ranges]]
+cidr = "127.0.74.0/29"
+name = "cpe-{ip}"
+templates = ["icmp"]
+"#,
+    )
+    .unwrap();
+    let o = netpoller()
+        .args(["check-config", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // 6 hosts in the /29 × 2 ICMP items every 10 s = 1.2 values/s; the two items share one
+    // probe of 3 packets per host: 1.8 requests/s; 1 SNMP item every 60 s.
+    assert!(
+        out.contains("load: 1.2 values/s (ICMP 1.2, SNMP 0.02); 1.8 ICMP echo requests/s"),
+        "{out}"
+    );
+}

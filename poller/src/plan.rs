@@ -271,6 +271,15 @@ impl Plan {
         plan
     }
 
+    /// Values per second `engine`'s items produce: Σ over its items of 1 / interval.
+    pub fn values_per_second(&self, engine: Engine) -> f64 {
+        self.tasks
+            .iter()
+            .filter(|t| t.engine == engine && t.interval_ms > 0)
+            .map(|t| t.items.len() as f64 * 1000.0 / t.interval_ms as f64)
+            .sum()
+    }
+
     /// Echo requests per second the ICMP tasks ask for: Σ packets / interval (a task's
     /// probe is its first item's, as the ICMP engine sends it).
     pub fn icmp_probe_rate(&self) -> f64 {
@@ -364,6 +373,10 @@ mod tests {
         // 3 packets / 10 s (the shared task) + 5 / 10 s + 3 / 60 s.
         let rate = plan.icmp_probe_rate();
         assert!((rate - 0.85).abs() < 1e-9, "{rate}");
+        // Values: 4 items every 10 s + 1 every 60 s; no SNMP.
+        let v = plan.values_per_second(Engine::Icmp);
+        assert!((v - (0.4 + 1.0 / 60.0)).abs() < 1e-9, "{v}");
+        assert_eq!(plan.values_per_second(Engine::Snmp), 0.0);
     }
 
     #[test]

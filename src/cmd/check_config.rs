@@ -3,6 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use poller::plan::{Engine, Plan};
+
 /// Arguments of `netpoller check-config`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -13,7 +15,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match crate::config::load(&args.config) {
-        Ok(cfg) => {
+        Ok(mut cfg) => {
             let snmp_hosts = cfg.hosts.iter().filter(|h| h.snmp.is_some()).count();
             println!(
                 "{}: OK: {} hosts ({} with SNMP), {} items, clickhouse: {}",
@@ -27,11 +29,35 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "none (values go to the spool)"
                 }
             );
+            // The load this process would carry (its `daemon.shard` only), for sizing
+            // (docs/production.md): rates, not item counts, decide the CPU.
+            let shard = cfg.process_shard(None);
+            let plan = Plan::build(cfg.take_hosts_for_shard(shard));
+            let (icmp, snmp) = (
+                plan.values_per_second(Engine::Icmp),
+                plan.values_per_second(Engine::Snmp),
+            );
+            println!(
+                "load: {} values/s (ICMP {}, SNMP {}); {} ICMP echo requests/s",
+                rate(icmp + snmp),
+                rate(icmp),
+                rate(snmp),
+                rate(plan.icmp_probe_rate())
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
             eprint!("{e}");
             Ok(ExitCode::from(1))
         }
+    }
+}
+
+/// A rate for people: whole numbers from 10 up, one decimal below, two below 1.
+fn rate(r: f64) -> String {
+    match r {
+        r if r >= 10.0 => format!("{r:.0}"),
+        r if r >= 1.0 => format!("{r:.1}"),
+        r => format!("{r:.2}"),
     }
 }
