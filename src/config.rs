@@ -1164,6 +1164,13 @@ impl Config {
         hosts
     }
 
+    /// The plan of this process's shard (`cli` overrides `daemon.shard`), built from the
+    /// hosts moved out of the config (see [`Self::take_hosts_for_shard`]).
+    pub fn take_plan(&mut self, cli: Option<(u32, u32)>) -> poller::plan::Plan {
+        let shard = self.process_shard(cli);
+        poller::plan::Plan::build(self.take_hosts_for_shard(shard))
+    }
+
     /// Total items over all hosts.
     pub fn item_count(&self) -> usize {
         self.hosts.iter().map(|h| h.items.len()).sum()

@@ -228,14 +228,14 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EchoPacket<T> {
 
     /// Computes and stores the ICMPv4 checksum over the whole buffer.
     pub fn fill_checksum_v4(&mut self) {
-        self.set_checksum(0);
-        let sum = internet_checksum(self.buffer.as_ref());
+        // Per probe: sum around the field (word 1) instead of zeroing it first.
+        let sum = pnet_packet::util::checksum(self.buffer.as_ref(), 1);
         self.set_checksum(sum);
     }
 }
 
 /// The Internet checksum (RFC 1071) of `data` whose checksum field is zero, as it goes
-/// into that field: ICMPv4 messages and IPv4 headers carry it.
+/// into that field (an IPv4 header's, say; echo messages use `fill_checksum_v4`).
 pub fn internet_checksum(data: &[u8]) -> u16 {
     // pnet skips one 16-bit word (the field); ours is zero, so skip none.
     pnet_packet::util::checksum(data, usize::MAX)

@@ -448,9 +448,9 @@ pub async fn icmp_iteration(
         .map(|d| {
             let task = &plan.tasks[d.task as usize];
             let host = &plan.hosts[task.host as usize];
-            let ItemKind::Icmp { probe, .. } = plan.task_items(task)[0].kind else {
-                unreachable!("ICMP task with a non-ICMP item")
-            };
+            let probe = plan
+                .task_probe(task)
+                .expect("ICMP task with a non-ICMP item");
             PingJob {
                 addr: probe.target.unwrap_or(host.ip),
                 packets: probe.packets,

@@ -273,26 +273,32 @@ impl Plan {
 
     /// Values per second `engine`'s items produce: Σ over its items of 1 / interval.
     pub fn values_per_second(&self, engine: Engine) -> f64 {
+        self.per_second(engine, |t| t.items.len() as f64)
+    }
+
+    /// Echo requests per second the ICMP tasks ask for: Σ packets / interval.
+    pub fn icmp_probe_rate(&self) -> f64 {
+        self.per_second(Engine::Icmp, |t| {
+            self.task_probe(t).map_or(0.0, |p| f64::from(p.packets))
+        })
+    }
+
+    /// Σ over `engine`'s tasks of `per_run(task)` / interval, per second.
+    fn per_second(&self, engine: Engine, per_run: impl Fn(&Task) -> f64) -> f64 {
         self.tasks
             .iter()
             .filter(|t| t.engine == engine && t.interval_ms > 0)
-            .map(|t| t.items.len() as f64 * 1000.0 / t.interval_ms as f64)
+            .map(|t| per_run(t) * 1000.0 / t.interval_ms as f64)
             .sum()
     }
 
-    /// Echo requests per second the ICMP tasks ask for: Σ packets / interval (a task's
-    /// probe is its first item's, as the ICMP engine sends it).
-    pub fn icmp_probe_rate(&self) -> f64 {
-        self.tasks
-            .iter()
-            .filter(|t| t.engine == Engine::Icmp && t.interval_ms > 0)
-            .filter_map(|t| match &self.task_items(t).first()?.kind {
-                ItemKind::Icmp { probe, .. } => {
-                    Some(f64::from(probe.packets) * 1000.0 / t.interval_ms as f64)
-                }
-                ItemKind::Snmp { .. } => None,
-            })
-            .sum()
+    /// The probe an ICMP task sends: its items share one (that is what makes them one
+    /// task), so the first item's. `None` for SNMP tasks.
+    pub fn task_probe(&self, task: &Task) -> Option<IcmpProbe> {
+        match self.task_items(task).first()?.kind {
+            ItemKind::Icmp { probe, .. } => Some(probe),
+            ItemKind::Snmp { .. } => None,
+        }
     }
 
     /// Items of a task.

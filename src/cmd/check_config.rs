@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use poller::plan::{Engine, Plan};
+use poller::plan::Engine;
 
 /// Arguments of `netpoller check-config`.
 #[derive(clap::Args, Debug)]
@@ -31,8 +31,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
             // The load this process would carry (its `daemon.shard` only), for sizing
             // (docs/production.md): rates, not item counts, decide the CPU.
-            let shard = cfg.process_shard(None);
-            let plan = Plan::build(cfg.take_hosts_for_shard(shard));
+            let plan = cfg.take_plan(None);
             let (icmp, snmp) = (
                 plan.values_per_second(Engine::Icmp),
                 plan.values_per_second(Engine::Snmp),

@@ -45,8 +45,7 @@ impl PlanArgs {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let shard = cfg.process_shard(self.shard);
-        let plan = Plan::build(cfg.take_hosts_for_shard(shard));
+        let plan = cfg.take_plan(self.shard);
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
         // SAFETY: malloc_trim only releases free heap memory; no pointer is invalidated.
         unsafe {

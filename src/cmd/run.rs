@@ -252,10 +252,11 @@ fn reload(args: &Args, shared: &Shared, icmp_threads: usize, wanted: impl Fn(f64
         Ok(Ok((_, plan))) => {
             let (h, i) = (plan.hosts.len(), plan.items.len());
             let rate = plan.icmp_probe_rate();
-            if wanted(rate) > icmp_threads {
+            let wanted = wanted(rate);
+            if wanted > icmp_threads {
                 tracing::warn!(
                     icmp_threads,
-                    wanted = wanted(rate),
+                    wanted,
                     probes_per_second = rate.round(),
                     "SIGHUP: the new configuration asks for more ICMP threads than were started; restart to use them"
                 );
