@@ -24,11 +24,13 @@
 
 use std::io;
 use std::mem::size_of;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use icmp::wire::{EchoKind, EchoPacket, EchoRepr, Family, HEADER_LEN, IPPROTO_ICMP};
+use socket2::SockAddr;
 
 const USAGE: &str = "usage: send_cost raw|hdrincl|packet DEV COUNT";
 const BATCH: usize = 64;
@@ -72,7 +74,7 @@ fn main() -> Result<()> {
     let start = Instant::now();
     let (cpu0, split0) = (run_time()?, thread_cpu());
     let mut frames = vec![[0u8; IP_LEN + HEADER_LEN + DATA]; BATCH];
-    let mut dests: Vec<libc::sockaddr_in> = vec![sockaddr_in(Ipv4Addr::UNSPECIFIED); BATCH];
+    let mut dests: Vec<SockAddr> = Vec::with_capacity(BATCH);
     // SAFETY: an all-zero sockaddr_ll is valid.
     let mut ll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     ll.sll_family = libc::AF_PACKET as u16;
@@ -86,14 +88,15 @@ fn main() -> Result<()> {
         let n = BATCH.min(count - sent);
         iov.clear();
         msgs.clear();
-        for i in 0..n {
+        dests.clear();
+        for frame in frames.iter_mut().take(n) {
             seq = seq.wrapping_add(1);
             // ≡ 3 mod 4: silent on the rig.
             let dst = Ipv4Addr::from(PREFIX | ((seq << 2) & 0x003f_ffff) | 3);
-            let len = build(mode, &mut frames[i], dst, seq as u16)?;
-            dests[i] = sockaddr_in(dst);
+            let len = build(mode, frame, dst, seq as u16)?;
+            dests.push(SockAddr::from(SocketAddrV4::new(dst, 0)));
             iov.push(libc::iovec {
-                iov_base: frames[i].as_mut_ptr().cast(),
+                iov_base: frame.as_mut_ptr().cast(),
                 iov_len: len,
             });
         }
@@ -106,16 +109,22 @@ fn main() -> Result<()> {
                 m.msg_hdr.msg_name = (&mut ll as *mut libc::sockaddr_ll).cast();
                 m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_ll>() as u32;
             } else {
-                m.msg_hdr.msg_name = (&mut dests[i] as *mut libc::sockaddr_in).cast();
-                m.msg_hdr.msg_namelen = size_of::<libc::sockaddr_in>() as u32;
+                m.msg_hdr.msg_name = dests[i].as_ptr() as *mut libc::c_void;
+                m.msg_hdr.msg_namelen = dests[i].len();
             }
             msgs.push(m);
         }
         let mut done = 0;
         while done < n {
             // SAFETY: msgs[done..n] are initialised and point at live buffers.
-            let r =
-                unsafe { libc::sendmmsg(fd.0, msgs[done..].as_mut_ptr(), (n - done) as u32, 0) };
+            let r = unsafe {
+                libc::sendmmsg(
+                    fd.as_raw_fd(),
+                    msgs[done..].as_mut_ptr(),
+                    (n - done) as u32,
+                    0,
+                )
+            };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::ENOBUFS) {
@@ -194,16 +203,7 @@ fn check_rig(dev: &str) -> Result<()> {
     Ok(())
 }
 
-struct Fd(libc::c_int);
-
-impl Drop for Fd {
-    fn drop(&mut self) {
-        // SAFETY: we own the descriptor.
-        unsafe { libc::close(self.0) };
-    }
-}
-
-fn open(mode: Mode) -> Result<Fd> {
+fn open(mode: Mode) -> Result<OwnedFd> {
     let (domain, ty, proto) = match mode {
         Mode::Raw => (libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
         Mode::HdrIncl => (libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW),
@@ -220,11 +220,19 @@ fn open(mode: Mode) -> Result<Fd> {
         "socket: {} (needs root)",
         io::Error::last_os_error()
     );
-    let fd = Fd(fd);
+    // SAFETY: socket(2) just returned this descriptor; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let set = |level, name, v: libc::c_int| {
         // SAFETY: v is a valid c_int for the call's duration.
-        let r =
-            unsafe { libc::setsockopt(fd.0, level, name, (&v as *const libc::c_int).cast(), 4) };
+        let r = unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                level,
+                name,
+                (&v as *const libc::c_int).cast(),
+                4,
+            )
+        };
         if r == 0 {
             Ok(())
         } else {
@@ -277,17 +285,6 @@ fn build(mode: Mode, buf: &mut [u8], dst: Ipv4Addr, seq: u16) -> Result<usize> {
         h[10..12].copy_from_slice(&sum.to_be_bytes());
     }
     Ok(ip + repr.buffer_len())
-}
-
-fn sockaddr_in(a: Ipv4Addr) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as u16,
-        sin_port: 0,
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(a).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
 }
 
 /// CPU seconds the calling thread has run, to the nanosecond (the scheduler's own count;

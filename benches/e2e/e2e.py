@@ -625,14 +625,14 @@ def cmd_run(args):
     rows = rows_icmp + rows_snmp
     span = b["t"] - a["t"]
     busy = (b["machine"][0] - a["machine"][0]) / max(1, b["machine"][1] - a["machine"][1])
-    tcpu = {k: round((v - a["threads"].get(k, 0.0)) / span, 3) for k, v in b["threads"].items()}
+    tsec = {k: v - a["threads"].get(k, 0.0) for k, v in b["threads"].items()}
+    tcpu = {k: round(v / span, 3) for k, v in tsec.items()}
     # CPU per value by thread group: the ICMP engine's threads (sending, receiving and
     # the ping statistics, per ICMP row: what fping does), the SNMP engine's thread (per
     # SNMP row), and the rest (scheduler, sink, ClickHouse client, HTTP), per row.
     groups = {"icmp": 0.0, "snmp": 0.0, "rest": 0.0}
-    for k, v in b["threads"].items():
-        g = next((g for g in ("icmp", "snmp") if k.startswith(f"netpoller-{g}")), "rest")
-        groups[g] += v - a["threads"].get(k, 0.0)
+    for k, v in tsec.items():
+        groups[next((g for g in ("icmp", "snmp") if k.startswith(f"netpoller-{g}")), "rest")] += v
     per = {"icmp": rows_icmp, "snmp": rows_snmp, "rest": rows_icmp + rows_snmp}
     group_us = {g: round(v / per[g] * 1e6, 3) for g, v in groups.items() if per[g]}
     tcpu = dict(sorted(((k, v) for k, v in tcpu.items() if v >= 0.01), key=lambda kv: -kv[1]))
