@@ -28,12 +28,18 @@ fn run(cmd: &str, args: &[&str]) {
     );
 }
 
-/// An nft table of our own; deleted on drop, also when the test fails.
+/// An nft table of our own (one per call: `cargo test` runs tests as threads of one
+/// process); deleted on drop, also when the test fails.
 struct NftTable(String);
 
 impl NftTable {
     fn create(ruleset: &str) -> Self {
-        let name = format!("netpoller_test_{}", std::process::id());
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "netpoller_test_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
         let script = format!("table inet {name} {{\n{ruleset}\n}}\n");
         let guard = NftTable(name);
         let mut child = Command::new("nft")
@@ -569,19 +575,63 @@ fn a_paced_sweep_wakes_at_most_once_per_tick() {
 }
 
 #[test]
-fn sweep_through_a_tun_device_answered_by_another_thread() {
-    // A namespace whose route to 198.19.0.0/24 is a TUN device; the hosts behind it are a
-    // thread of this test (poller::tun_echo), as the benchmarks' tun rig: replies come in
-    // through a device, from another CPU, in bursts (the responder naps 2 ms when idle),
-    // not from inside our own send call as on loopback. Addresses ≡ 3 mod 4 are silent.
+fn expiries_of_silent_hosts_are_served_in_batches() {
+    // 200 silent hosts (nft drops their echo requests), one probe each, all sent at once,
+    // with timeouts from 300 to 400 ms: their probes expire one by one over 100 ms.
+    // Waking for each expiry took a wake-up per timer tick (~50–100); expiries wait for
+    // the receive tick instead (up to RX_TICK_MAX), while the deadline keeps its time.
+    use poller::icmp_driver::RX_TICK_MAX;
+    let _nft = NftTable::create(
+        "chain input {\n type filter hook input priority -10; policy accept;\n \
+         ip daddr 127.77.96.0/24 icmp type echo-request drop\n}",
+    );
+    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+    let jobs: Vec<PingJob> = (0..200u32)
+        .map(|i| {
+            job(
+                IpAddr::V4(Ipv4Addr::from(0x7f4d_6000 + i)),
+                1,
+                300 + u64::from(i) / 2,
+            )
+        })
+        .collect();
+    let mut done = 0;
+    let r = rt().block_on(d.sweep(&jobs, |_, st| {
+        assert_eq!((st.sent, st.received), (1, 0), "{st:?}");
+        done += 1;
+    }));
+    assert_eq!((done, r.alive, r.counters.sent), (200, 0, 200));
+    // The deadline (latest send + its timeout) is served on time, not a tick late.
+    let bound = r.send_time + Duration::from_millis(400 + 15);
+    assert!(r.wall <= bound, "wall {:?} > {bound:?}", r.wall);
+    let expiry_ticks = (Duration::from_millis(100).as_nanos() / RX_TICK_MAX.as_nanos()) as u64;
+    assert!(
+        r.wakeups <= expiry_ticks + 8,
+        "{} wake-ups for 100 ms of expiries (wall {:?}, sending {:?})",
+        r.wakeups,
+        r.wall,
+        r.send_time
+    );
+}
+
+/// Runs `f` in a network namespace of its own whose route to 198.19.0.0/23 is a TUN
+/// device, behind which the hosts are a thread of this test (poller::tun_echo, as the
+/// benchmarks' tun rig): addresses matching `silent_mask` stay silent, and the responder
+/// naps `coalesce` when the device's queue is empty. Returns what `f` returned and what
+/// the responder answered.
+fn behind_tun<T: Send + 'static>(
+    silent_mask: u32,
+    coalesce: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, poller::tun_echo::Counts) {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     let ns = Netns::create();
     ns.exec(&["ip", "tuntap", "add", "dev", "npt0", "mode", "tun"]);
     ns.exec(&["ip", "link", "set", "npt0", "up"]);
     ns.exec(&["ip", "addr", "add", "198.18.0.1/30", "dev", "npt0"]);
-    ns.exec(&["ip", "route", "add", "198.19.0.0/24", "dev", "npt0"]);
-    let (report, stats, counts) = ns.run(|| {
+    ns.exec(&["ip", "route", "add", "198.19.0.0/23", "dev", "npt0"]);
+    ns.run(move || {
         let tun = poller::tun_echo::open("npt0").expect("attach npt0");
         // Attaching turns the carrier on, but the kernel activates the device's queue
         // later (link watch, asynchronously): probes sent before that are dropped.
@@ -602,14 +652,20 @@ fn sweep_through_a_tun_device_answered_by_another_thread() {
         let stop2 = stop.clone();
         // Threads started here inherit this thread's namespace.
         let responder = std::thread::spawn(move || {
-            poller::tun_echo::serve(
-                &tun,
-                3,
-                Duration::from_millis(2),
-                &stop2,
-                Duration::from_secs(30),
-            )
+            poller::tun_echo::serve(&tun, silent_mask, coalesce, &stop2, Duration::from_secs(30))
         });
+        let out = f();
+        stop.store(true, Ordering::Relaxed);
+        (out, responder.join().unwrap().expect("responder"))
+    })
+}
+
+#[test]
+fn sweep_through_a_tun_device_answered_by_another_thread() {
+    // Replies come in through a device, from another CPU, in bursts (the responder naps
+    // 2 ms when idle), not from inside our own send call as on loopback. Addresses ≡ 3
+    // mod 4 are silent.
+    let ((report, stats), counts) = behind_tun(3, Duration::from_millis(2), || {
         let mut d =
             IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
         let jobs: Vec<PingJob> = (1..=64u32)
@@ -617,9 +673,7 @@ fn sweep_through_a_tun_device_answered_by_another_thread() {
             .collect();
         let mut stats = vec![PingStats::default(); jobs.len()];
         let report = rt().block_on(d.sweep(&jobs, |i, s| stats[i] = *s));
-        stop.store(true, Ordering::Relaxed);
-        let counts = responder.join().unwrap().expect("responder");
-        (report, stats, counts)
+        (report, stats)
     });
     // 16 of 1..=64 are ≡ 3 mod 4.
     assert_eq!(report.alive, 48);
@@ -643,6 +697,41 @@ fn sweep_through_a_tun_device_answered_by_another_thread() {
         report.wall < Duration::from_millis(600),
         "{:?}",
         report.wall
+    );
+}
+
+#[test]
+fn replies_arriving_between_wake_ups_do_not_wake_the_sweep() {
+    // 256 hosts behind a TUN device answered by another thread, 3 probes 30 ms apart:
+    // replies arrive in bursts while the sweep sleeps until its next send or receive
+    // tick. The sweep's thread may block once for each time the sweep goes to sleep
+    // (`wakeups`): a socket registered with the runtime all along would also wake it for
+    // every burst the sweep is not waiting for (14–20 blocks for 9–10 sleeps).
+    fn voluntary_switches() -> i64 {
+        // SAFETY: getrusage writes the struct it is given.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut ru) }, 0);
+        ru.ru_nvcsw
+    }
+    let ((report, switches), _) = behind_tun(0, Duration::from_millis(1), || {
+        let mut d =
+            IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+        let jobs: Vec<PingJob> = (0..256u32)
+            .map(|i| PingJob {
+                interval: Duration::from_millis(30),
+                ..job(IpAddr::V4(Ipv4Addr::from(0xc613_0001 + i)), 3, 300)
+            })
+            .collect();
+        let rt = rt();
+        let before = voluntary_switches();
+        let report = rt.block_on(d.sweep(&jobs, |_, _| {}));
+        (report, voluntary_switches() - before)
+    });
+    assert_eq!(report.alive, 256, "{:?}", report.counters);
+    assert!(
+        switches <= report.wakeups as i64 + 1,
+        "the sweep's thread blocked {switches} times for {} waits",
+        report.wakeups
     );
 }
 

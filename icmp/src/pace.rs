@@ -71,6 +71,11 @@ impl SharedPacer {
         }
     }
 
+    /// The rate, probes per second.
+    pub fn max_pps(&self) -> u64 {
+        1_000_000_000 / self.gap_ns
+    }
+
     /// When the next slot is free.
     pub fn next_slot(&self) -> Instant {
         self.base + Duration::from_nanos(self.next.load(std::sync::atomic::Ordering::Acquire))

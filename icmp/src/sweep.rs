@@ -596,8 +596,11 @@ impl Sweep {
         self.deadline
     }
 
-    /// Earliest expiry of a probe still queued for expiry.
-    fn next_expiry(&self) -> Option<Instant> {
+    /// Earliest expiry of a probe still queued for expiry. Handling an expiry late only
+    /// completes its host later: whether a reply counts is judged by its own RTT, not by
+    /// when the expiry was handled, so a caller may batch expiries (see
+    /// [`Self::poll_timeout`] for the exact next event).
+    pub fn next_expiry(&self) -> Option<Instant> {
         self.expiries
             .iter()
             .filter_map(|(_, q)| q.front().map(|e| e.0))

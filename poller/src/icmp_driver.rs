@@ -33,11 +33,15 @@
 //! * One iteration = [`IcmpDriver::sweep`]: every probe is sent at its due time, paced by
 //!   the driver's [`SharedPacer`] (its own, or one several drivers share; slots are taken
 //!   before a probe is handed out, so its send instant stays exact); replies are
-//!   collected until the single deadline = latest send + that probe's timeout (≤ last send + max timeout). Nothing waits per host. The loop drains
-//!   the receive queue (in `recvmmsg` batches) before every send burst (in `sendmmsg`
-//!   batches) and bounds both turns, so sending can never starve receiving. A sweep
-//!   wakes at most once per [`WAKE_TICK`] (1 ms): replies are read with their kernel
-//!   timestamps, so reading them later changes no RTT, and each wake-up serves many.
+//!   collected until the single deadline = latest send + that probe's timeout (≤ last
+//!   send + max timeout). Nothing waits per host. The loop drains the receive queue (in
+//!   `recvmmsg` batches) before every send burst (in `sendmmsg` batches) and bounds both
+//!   turns, so sending can never starve receiving. A sweep wakes at most once per
+//!   [`WAKE_TICK`] (1 ms) for sends and the deadline, and for replies and per-probe
+//!   expiries at most once per receive tick (≤ [`RX_TICK_MAX`], short enough that a
+//!   tick's replies at the send rate fit in half the receive buffer): replies are read
+//!   with their kernel timestamps and judged by their own RTT, so reading them later
+//!   changes no result, and each wake-up serves many.
 //! * Each sweep uses a new iteration number and identifier (raw) and a random sequence
 //!   start; late replies of earlier sweeps are recognised by the payload tag and counted
 //!   as stale, never matched.
@@ -76,6 +80,15 @@ const SEND_TURN: usize = 512;
 
 /// Shortest time between two wake-ups of a sweep (see step 3 of the sweep loop).
 pub const WAKE_TICK: Duration = Duration::from_millis(1);
+
+/// Longest a reply waits in the receive queue, or an expired probe for its expiry to be
+/// handled, before the sweep wakes for them (see [`IcmpDriver::sweep`], step 3):
+/// bounds how late a host's values go out, never what they are.
+pub const RX_TICK_MAX: Duration = Duration::from_millis(20);
+
+/// Receive-buffer bytes a queued reply takes besides its payload (socket buffer
+/// bookkeeping, headers): ~830 for a 68-byte echo reply measured on loopback, rounded up.
+const REPLY_OVERHEAD: usize = 1024;
 
 /// Most sending caught up at once after a late wake-up (timer granularity is 1 ms; a
 /// loaded machine deschedules us for longer): ≤ 500 probes at 100k pps.
@@ -196,8 +209,8 @@ pub struct SweepReport {
     pub counters: SweepCounters,
     /// `recvmmsg` failures other than "would block".
     pub recv_errors: u64,
-    /// Times the sweep waited (for a reply, a timer or room in a full send buffer);
-    /// at most one per [`WAKE_TICK`] of `wall`.
+    /// Times the sweep went to sleep (until its next tick, a timer, a reply or room in a
+    /// full send buffer): the most its thread blocks for it.
     pub wakeups: u64,
     /// Jobs that were not probed, with the reason (invalid parameters, no IPv6 socket);
     /// `on_host_done` still got them, with all-zero stats.
@@ -236,25 +249,27 @@ impl Slot {
             Slot::Open(s) => Some(s.as_raw_fd()),
         }
     }
+}
 
-    /// Registers the socket with the current runtime for the duration of one sweep.
-    /// Per-sweep registration keeps the driver usable from any runtime, and a cancelled
-    /// sweep only deregisters (the socket stays owned by the driver).
-    fn register(&self) -> Option<AsyncFd<FdRef>> {
-        let fd = self.fd()?;
-        // SAFETY: the fd belongs to a Socket owned by the driver, which the sweep future
-        // borrows for longer than this AsyncFd lives; it is neither closed nor replaced
-        // meanwhile.
-        // Readable only: with write interest too, every sent probe's skb release
-        // (sock_wfree → write space) ran the epoll callback (~3% of a sweep's CPU).
-        // A full send buffer is rare and is retried on a 1 ms timer instead.
-        match unsafe { AsyncFd::register_with_interest(FdRef(fd), tokio::io::Interest::READABLE) } {
-            Ok(a) => Some(a),
-            Err(e) => {
-                let e: io::Error = e.into();
-                tracing::warn!(error = %e, "ICMP socket could not be registered with tokio");
-                None
-            }
+/// Registers socket `fd` (one the driver owns) with the current runtime for one long
+/// wait of a sweep (see step 3 of [`IcmpDriver::sweep`]). Registering per wait keeps the
+/// driver usable from any runtime, a cancelled sweep only deregisters (the socket stays
+/// owned by the driver), and while a sweep is not waiting for replies their arrival does
+/// not wake its thread.
+fn register(fd: Option<RawFd>) -> Option<AsyncFd<FdRef>> {
+    let fd = fd?;
+    // SAFETY: the fd belongs to a Socket owned by the driver, which the sweep future
+    // borrows for longer than this AsyncFd lives; it is neither closed nor replaced
+    // meanwhile.
+    // Readable only: with write interest too, every sent probe's skb release
+    // (sock_wfree → write space) ran the epoll callback (~3% of a sweep's CPU).
+    // A full send buffer is rare and is retried on a 1 ms timer instead.
+    match unsafe { AsyncFd::register_with_interest(FdRef(fd), tokio::io::Interest::READABLE) } {
+        Ok(a) => Some(a),
+        Err(e) => {
+            let e: io::Error = e.into();
+            tracing::warn!(error = %e, "ICMP socket could not be registered with tokio");
+            None
         }
     }
 }
@@ -512,8 +527,6 @@ impl IcmpDriver {
         self.iteration = self.iteration.wrapping_add(1);
         let ident = self.ident_base.wrapping_add(self.iteration as u16);
         self.arm_ident_filter(ident);
-        let async_v4 = self.v4.register();
-        let async_v6 = self.v6.register();
 
         // Validate each job on its own so one bad job never sinks the iteration.
         let mut index = Vec::with_capacity(jobs.len());
@@ -573,15 +586,21 @@ impl IcmpDriver {
         let mut rx = RecvBuf::new(max_len + icmp::wire::HEADER_LEN + 60);
         let mut batch = SendBatch::default();
         let mut last_send = start;
+        let rx_tick = self.rx_tick(max_len);
+        // The sockets of the families this sweep probes: the only ones it reads and waits
+        // on (an empty read is a syscall per wake-up for nothing).
+        let has = |v6: bool| valid.iter().any(|j| j.addr.is_ipv6() == v6);
+        let rx_fds = [
+            self.v4.fd().filter(|_| has(false)),
+            self.v6.fd().filter(|_| has(true)),
+        ];
 
         loop {
             let woke = Instant::now();
             // 1. Receive first: replies already queued must never wait for our sends.
             let mut got = 0;
-            for slot in [&self.v4, &self.v6] {
-                if let Some(fd) = slot.fd() {
-                    got += drain(fd, &mut rx, &mut sweep, &mut report.recv_errors);
-                }
+            for fd in rx_fds.into_iter().flatten() {
+                got += drain(fd, &mut rx, &mut sweep, &mut report.recv_errors);
             }
             let now = Instant::now();
             sweep.handle_timeout(now);
@@ -636,38 +655,50 @@ impl IcmpDriver {
                 tokio::task::yield_now().await;
                 continue;
             }
-            // 3. Wait for a reply, the next send slot or the deadline, but wake at most
-            // once per WAKE_TICK. Replies carry kernel timestamps and are drained before
-            // any expiry, so reading them up to a tick late changes no RTT and loses no
-            // reply; waking for each arrival or each free pacing slot (every few probes
-            // at 100k pps) made wake-ups a cost of every few probes (a context switch is
-            // dear on a VM). Like a NIC's interrupt coalescing: one wake-up then serves
-            // ~100 probes and replies at 100k pps.
-            let tick = woke + WAKE_TICK;
-            if Instant::now() < tick {
+            // 3. Wait. Sends (at their pacing slot) and the deadline keep their time, but
+            // the sweep wakes at most once per WAKE_TICK. Replies and per-probe expiries
+            // wait for the receive tick: replies carry kernel timestamps and a reply's fate
+            // is judged by its own RTT, so reading them or expiring probes later changes
+            // no result, only when a host's values go out. Waking for each arrival, each
+            // free pacing slot or each probe's expiry made wake-ups a cost of every few
+            // probes (a context switch is dear on a VM); like a NIC's interrupt
+            // coalescing, one wake-up now serves a tick's worth of probes and replies.
+            let now = Instant::now();
+            let rx_at = woke + rx_tick;
+            let exact = self.next_exact_event(&sweep, now);
+            let tick = exact.map_or(rx_at, |t| t.min(rx_at)).max(woke + WAKE_TICK);
+            if now < tick {
+                report.wakeups += 1;
                 tokio::time::sleep_until(tokio::time::Instant::from_std(tick)).await;
             }
             let now = Instant::now();
-            let retry = now + Duration::from_millis(1);
-            let mut wake = sweep.poll_timeout().unwrap_or(retry);
-            if let (Some(p), Some(t)) = (&self.pacer, sweep.next_send_time()) {
-                if t <= now {
-                    // Probes are due but the shared rate has no slot yet.
-                    wake = wake.max(p.next_slot());
-                }
-            }
+            let expiry = sweep.next_expiry().map(|t| t.max(rx_at));
+            let mut wake = match (self.next_exact_event(&sweep, now), expiry) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b).unwrap_or(now + WAKE_TICK),
+            };
             if blocked {
                 // Full socket buffer or device queue: try again shortly.
-                wake = wake.min(retry);
+                wake = wake.min(now + WAKE_TICK);
             }
-            let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
+            if wake <= now {
+                continue;
+            }
             report.wakeups += 1;
-            let v4 = async_v4.as_ref();
-            let v6 = async_v6.as_ref();
+            let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
+            if wake <= now + WAKE_TICK {
+                // A short wait: replies arriving meanwhile are read right after it.
+                sleep.await;
+                continue;
+            }
+            // A long wait: a reply ends it. The sockets are registered for this wait only:
+            // registered all along, every burst of replies arriving while the sweep sleeps
+            // through a tick woke the thread for nothing (and ran the epoll callback).
+            let (v4, v6) = (register(rx_fds[0]), register(rx_fds[1]));
             tokio::select! {
                 biased;
-                r = readable(v4) => r,
-                r = readable(v6) => r,
+                r = readable(v4.as_ref()) => r,
+                r = readable(v6.as_ref()) => r,
                 _ = sleep => {},
             }
         }
@@ -677,6 +708,32 @@ impl IcmpDriver {
         // Between sweeps, let nothing but the next sweep's replies queue up.
         self.arm_ident_filter(self.next_ident());
         report
+    }
+
+    /// The next event of `sweep` that must be served on time: its next send (at the
+    /// shared rate's next free slot when probes are due but the rate has none) or its
+    /// deadline.
+    fn next_exact_event(&self, sweep: &Sweep, now: Instant) -> Option<Instant> {
+        let send = sweep.next_send_time().map(|t| match &self.pacer {
+            Some(p) if t <= now => t.max(p.next_slot()),
+            _ => t,
+        });
+        match (send, sweep.deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// How long replies may wait in the receive queue: at the send rate, a tick's
+    /// replies must fit in half the receive buffer (a reply of `payload` bytes takes
+    /// about `payload` + [`REPLY_OVERHEAD`] of it), and results should not wait longer
+    /// than [`RX_TICK_MAX`]. Unpaced sweeps have no rate to go by: [`WAKE_TICK`].
+    fn rx_tick(&self, payload: usize) -> Duration {
+        let (Some(buf), Some(p)) = (self.rcvbuf(), &self.pacer) else {
+            return WAKE_TICK;
+        };
+        let replies = buf / 2 / (payload + REPLY_OVERHEAD);
+        Duration::from_secs_f64(replies as f64 / p.max_pps() as f64).clamp(WAKE_TICK, RX_TICK_MAX)
     }
 
     fn config(&self, ident: u16) -> SweepConfig {
