@@ -49,7 +49,8 @@ pub struct DaemonSection {
     /// How often spool files are fsynced: the most a crash can lose. Default `1s`.
     #[serde(with = "humantime_serde")]
     pub spool_fsync_interval: Duration,
-    /// Values buffered between the engines and the sink. Default 65,536.
+    /// Values buffered between the engines and the sink (the channel holds
+    /// `channel_capacity / 256` batches of up to 256). Default 65,536.
     pub channel_capacity: usize,
     /// Most hosts in one ICMP sweep. Default 4,096.
     pub icmp_batch_hosts: usize,

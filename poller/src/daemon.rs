@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
 
-use crate::engine::{clock_now, icmp_value, Emitter, PipelineCounters, Sample};
+use crate::engine::{clock_now, icmp_value, Emitter, PipelineCounters, Sample, Samples};
 use crate::icmp_driver::{IcmpDriver, PingJob};
 use crate::metrics::{Counter, Exposition, Gauge, Histogram};
 use crate::plan::{Engine, ItemKind, Plan};
@@ -574,7 +574,7 @@ pub async fn run_engine(
     shared: Arc<Shared>,
     engine: Engine,
     drivers: Drivers,
-    tx: mpsc::Sender<Sample>,
+    tx: mpsc::Sender<Samples>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let (pool_tx, mut pool_rx) = mpsc::unbounded_channel::<Slot>();
@@ -719,7 +719,7 @@ pub async fn poll_once(
     icmp: Option<IcmpDriver>,
     snmp: Option<SnmpDriver>,
     limits: Limits,
-    tx: mpsc::Sender<Sample>,
+    tx: mpsc::Sender<Samples>,
     counters: Arc<PipelineCounters>,
 ) -> Result<(), ItemError> {
     let icmp_metrics = EngineMetrics::default();

@@ -12,6 +12,7 @@
 //! [`Emitter::drain`] awaits channel space before the engine takes its next batch. The
 //! engine waits; nothing is dropped.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -79,29 +80,44 @@ pub struct PipelineCounters {
 /// Samples an [`Emitter`] collects before handing them to the channel together.
 pub const EMIT_BATCH: usize = 256;
 
+/// Samples handed over together: what the channel carries (at most [`EMIT_BATCH`]).
+pub type Samples = Vec<Sample>;
+
+/// The engines' channel to the consumer, for about `values` samples: it holds
+/// `values / EMIT_BATCH` batches (at least one). Whole batches go through it, one
+/// hand-over and at most one wake-up of the consumer per batch: sent one by one, the
+/// first sample of a batch woke the consumer, which then had to wait for the rest.
+pub fn channel(values: usize) -> (mpsc::Sender<Samples>, mpsc::Receiver<Samples>) {
+    mpsc::channel((values / EMIT_BATCH).max(1))
+}
+
 /// Non-blocking producer side of the sample channel (see the module docs).
 pub struct Emitter {
-    tx: mpsc::Sender<Sample>,
+    tx: mpsc::Sender<Samples>,
     /// Not yet offered to the channel (fewer than [`EMIT_BATCH`]).
-    pending: Vec<Sample>,
-    overflow: Vec<Sample>,
+    pending: Samples,
+    /// Batches offered to a full channel, oldest first.
+    overflow: VecDeque<Samples>,
+    /// Samples in `overflow`.
+    parked: usize,
     counters: Arc<PipelineCounters>,
     blocked: bool,
 }
 
 impl Emitter {
-    pub fn new(tx: mpsc::Sender<Sample>, counters: Arc<PipelineCounters>) -> Self {
+    pub fn new(tx: mpsc::Sender<Samples>, counters: Arc<PipelineCounters>) -> Self {
         Emitter {
             tx,
             pending: Vec::with_capacity(EMIT_BATCH),
-            overflow: Vec::new(),
+            overflow: VecDeque::new(),
+            parked: 0,
             counters,
             blocked: false,
         }
     }
 
     /// Hand a sample on without blocking: collected, and offered to the channel with the
-    /// rest of its batch. Order is kept: once something is parked, later samples are
+    /// rest of its batch. Order is kept: once a batch is parked, later batches are
     /// parked behind it.
     pub fn emit(&mut self, s: Sample) {
         self.pending.push(s);
@@ -110,35 +126,33 @@ impl Emitter {
         }
     }
 
-    /// Offer every collected sample to the channel now, without blocking (what does not
-    /// fit is parked). Engines call it when an iteration ends.
+    /// Offer the collected samples to the channel now, as one batch, without blocking
+    /// (parked when the channel is full). Engines call it when an iteration ends.
     pub fn flush(&mut self) {
         if self.pending.is_empty() {
             return;
         }
-        let mut batch = std::mem::take(&mut self.pending);
+        let batch = std::mem::replace(&mut self.pending, Vec::with_capacity(EMIT_BATCH));
         self.counters
             .samples
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
-        for s in batch.drain(..) {
-            if self.overflow.is_empty() {
-                match self.tx.try_send(s) {
-                    Ok(()) => continue,
-                    Err(mpsc::error::TrySendError::Full(s))
-                    | Err(mpsc::error::TrySendError::Closed(s)) => self.overflow.push(s),
-                }
-            } else {
-                self.overflow.push(s);
+        let batch = if self.overflow.is_empty() {
+            match self.tx.try_send(batch) {
+                Ok(()) => return,
+                Err(mpsc::error::TrySendError::Full(b))
+                | Err(mpsc::error::TrySendError::Closed(b)) => b,
             }
-            if !self.blocked {
-                self.blocked = true;
-                self.counters
-                    .backpressure_waits
-                    .fetch_add(1, Ordering::Relaxed);
-            }
+        } else {
+            batch
+        };
+        self.parked += batch.len();
+        self.overflow.push_back(batch);
+        if !self.blocked {
+            self.blocked = true;
+            self.counters
+                .backpressure_waits
+                .fetch_add(1, Ordering::Relaxed);
         }
-        // Keep the allocation for the next batch.
-        self.pending = batch;
     }
 
     /// Wait until everything parked is in the channel. Returns `false` when the receiver
@@ -147,8 +161,9 @@ impl Emitter {
     pub async fn drain(&mut self) -> bool {
         self.flush();
         self.blocked = false;
-        for s in self.overflow.drain(..) {
-            if self.tx.send(s).await.is_err() {
+        while let Some(batch) = self.overflow.pop_front() {
+            self.parked -= batch.len();
+            if self.tx.send(batch).await.is_err() {
                 return false;
             }
         }
@@ -157,7 +172,7 @@ impl Emitter {
 
     /// Samples parked right now (offered to a full channel; see [`Self::flush`]).
     pub fn parked(&self) -> usize {
-        self.overflow.len()
+        self.parked
     }
 }
 
@@ -204,55 +219,62 @@ mod tests {
 
     #[tokio::test]
     async fn emitter_parks_when_full_and_keeps_order() {
-        let (tx, mut rx) = mpsc::channel(2);
+        let (tx, mut rx) = mpsc::channel(1); // room for one batch
         let counters = Arc::new(PipelineCounters::default());
         let mut em = Emitter::new(tx, counters.clone());
-        for i in 0..5 {
+        for i in 0..2 {
             em.emit(sample(i));
         }
         // Collected, not yet offered: nothing is parked and the channel is empty.
         assert_eq!(em.parked(), 0);
+        assert!(rx.try_recv().is_err());
+        em.flush(); // fills the channel
+        for i in 2..5 {
+            em.emit(sample(i));
+        }
         em.flush();
         assert_eq!(em.parked(), 3);
         assert_eq!(counters.backpressure_waits.load(Ordering::Relaxed), 1);
         let reader = tokio::spawn(async move {
             let mut got = Vec::new();
-            while let Some(s) = rx.recv().await {
-                got.push(s.itemid);
+            while let Some(batch) = rx.recv().await {
+                got.push(batch.iter().map(|s| s.itemid).collect::<Vec<_>>());
             }
             got
         });
         assert!(em.drain().await);
+        assert_eq!(em.parked(), 0);
         drop(em);
-        assert_eq!(reader.await.unwrap(), vec![0, 1, 2, 3, 4]);
+        assert_eq!(reader.await.unwrap(), vec![vec![0, 1], vec![2, 3, 4]]);
     }
 
     #[tokio::test]
     async fn emitter_hands_over_full_batches_without_a_flush() {
-        let (tx, mut rx) = mpsc::channel(2 * EMIT_BATCH);
+        let (tx, mut rx) = channel(4 * EMIT_BATCH);
         let counters = Arc::new(PipelineCounters::default());
         let mut em = Emitter::new(tx, counters.clone());
         for i in 0..(EMIT_BATCH + 3) as u64 {
             em.emit(sample(i));
         }
-        let mut got = Vec::new();
-        rx.recv_many(&mut got, 4 * EMIT_BATCH).await;
-        assert_eq!(
-            got.len(),
-            EMIT_BATCH,
-            "one whole batch, the rest still collected"
-        );
+        let first = rx.try_recv().expect("one whole batch");
+        assert_eq!(first.len(), EMIT_BATCH);
+        assert!(rx.try_recv().is_err(), "the rest still collected");
         em.flush();
-        got.clear();
-        rx.recv_many(&mut got, 4 * EMIT_BATCH).await;
+        let rest = rx.try_recv().expect("the rest, on flush");
         assert_eq!(
-            got.iter().map(|s| s.itemid).collect::<Vec<_>>(),
+            rest.iter().map(|s| s.itemid).collect::<Vec<_>>(),
             vec![256, 257, 258]
         );
         assert_eq!(
             counters.samples.load(Ordering::Relaxed),
             EMIT_BATCH as u64 + 3
         );
+    }
+
+    #[test]
+    fn the_channel_holds_values_in_whole_batches() {
+        assert_eq!(channel(65_536).0.max_capacity(), 256);
+        assert_eq!(channel(100).0.max_capacity(), 1, "at least one batch");
     }
 
     #[test]

@@ -235,7 +235,13 @@ pub(crate) async fn run_batcher(
                 None => break,
             },
             _ = fsync_tick.tick() => {
+                // Only a spool with data to fsync needs the blocking pool: handing it
+                // every tick to a pool thread woke that thread once a second for nothing.
+                let due = |m: &Mutex<Spool>| m.try_lock().map_or(true, |s| s.sync_due());
                 let sh = b.shared.clone();
+                if !(due(&sh.spool) || sh.rejects.as_ref().is_some_and(due)) {
+                    continue;
+                }
                 let _ = tokio::task::spawn_blocking(move || {
                     lock(&sh.spool).sync_if_due();
                     if let Some(r) = &sh.rejects {

@@ -314,9 +314,15 @@ impl Spool {
     /// fsyncs the active segment if it has unsynced data older than `fsync_interval`.
     /// Call periodically (the sink does, every `fsync_interval`).
     pub fn sync_if_due(&mut self) {
-        if self.dirty && self.last_sync.elapsed() >= self.cfg.fsync_interval {
+        if self.sync_due() {
             self.sync();
         }
+    }
+
+    /// Whether [`Self::sync_if_due`] would fsync now: unsynced data older than
+    /// `fsync_interval`.
+    pub fn sync_due(&self) -> bool {
+        self.dirty && self.last_sync.elapsed() >= self.cfg.fsync_interval
     }
 
     /// fsyncs the active segment now.
@@ -435,6 +441,27 @@ mod tests {
             max_bytes: max,
             fsync_interval: Duration::from_millis(10),
         }
+    }
+
+    #[test]
+    fn an_fsync_is_due_only_for_unsynced_data_older_than_the_interval() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let c = SpoolConfig {
+            fsync_interval: Duration::from_millis(200),
+            ..cfg(tmp.path(), 1 << 30)
+        };
+        let mut s = Spool::open(&c, m).unwrap();
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(!s.sync_due(), "nothing written: nothing to fsync");
+        s.append(&batch(1, 100)).unwrap(); // fsynced at once: the last fsync is old
+        assert!(!s.sync_due(), "fsynced by the append");
+        s.append(&batch(2, 100)).unwrap();
+        assert!(!s.sync_due(), "unsynced, but younger than the interval");
+        std::thread::sleep(Duration::from_millis(250));
+        assert!(s.sync_due(), "unsynced and older than the interval");
+        s.sync_if_due();
+        assert!(!s.sync_due());
     }
 
     #[test]

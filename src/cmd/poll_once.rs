@@ -12,7 +12,6 @@ use anyhow::Context as _;
 use poller::engine::{PipelineCounters, Sample};
 use poller::plan::Engine;
 use poller::value::Value;
-use tokio::sync::mpsc;
 
 /// Arguments of `netpoller poll-once`.
 #[derive(clap::Args, Debug)]
@@ -89,7 +88,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         };
         let total = plan.items.len();
         let started = Instant::now();
-        let (tx, mut rx) = mpsc::channel::<Sample>(4096);
+        let (tx, mut rx) = poller::engine::channel(4096);
         let limits = super::limits(&cfg);
         let counters = Arc::new(PipelineCounters::default());
         let poll = tokio::spawn(poller::daemon::poll_once(
@@ -104,18 +103,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (mut values, mut errors) = (0usize, 0usize);
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
-        while let Some(s) = rx.recv().await {
-            match s.result {
-                Ok(_) => values += 1,
-                Err(_) => errors += 1,
+        while let Some(batch) = rx.recv().await {
+            for s in batch {
+                match s.result {
+                    Ok(_) => values += 1,
+                    Err(_) => errors += 1,
+                }
+                let line = if args.json {
+                    json_line(&s)
+                } else {
+                    text_line(&s)
+                };
+                writeln!(out, "{line}")?;
+                progress.inc(1);
             }
-            let line = if args.json {
-                json_line(&s)
-            } else {
-                text_line(&s)
-            };
-            writeln!(out, "{line}")?;
-            progress.inc(1);
         }
         out.flush()?;
         progress.finish();

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use poller::daemon::{run_engine, Clock, Drivers, Shared};
-use poller::engine::Sample;
+use poller::engine::{Sample, Samples};
 use poller::plan::{Engine, Plan};
 use tokio::sync::{mpsc, watch};
 
@@ -56,8 +56,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .with_context(|| format!("dropping privileges to {user:?}"))?;
         tracing::info!(user = %user, "dropped privileges (keeping CAP_NET_RAW only)");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    // The engines run on threads of their own (engine_thread); what is left here (the
+    // sink, its ClickHouse client, the HTTP endpoint, signals) takes ~4% of a core at
+    // 100k values/s, and one thread spares the hand-overs between worker threads, which
+    // were most of its wake-ups.
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .thread_name("netpoller")
         .build()
@@ -111,7 +114,7 @@ async fn daemon(
     );
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let (tx, rx) = mpsc::channel::<Sample>(cfg.daemon.channel_capacity);
+    let (tx, rx) = poller::engine::channel(cfg.daemon.channel_capacity);
 
     // Sink consumer: values to rows; errors were counted by the engines already.
     let consumer = tokio::spawn(consume(rx, sink_handle));
@@ -296,29 +299,14 @@ pub fn to_row(s: Sample) -> Option<(sink::Table, sink::Row)> {
     ))
 }
 
-/// How long the sink consumer lets samples accumulate after the first one wakes it.
-const CONSUME_COALESCE: Duration = Duration::from_millis(1);
-
-/// Move values from the engines' channel into the sink, up to 1,024 per message
-/// (one channel hop per batch instead of per value). Returns the values delivered.
-async fn consume(mut rx: mpsc::Receiver<Sample>, sink: sink::SinkHandle) -> u64 {
-    const CHUNK: usize = 1024;
+/// Move values from the engines' channel into the sink, up to 16 of the engines'
+/// batches (4,096 values) per message. Returns the values delivered.
+async fn consume(mut rx: mpsc::Receiver<Samples>, sink: sink::SinkHandle) -> u64 {
+    const BATCHES: usize = 16;
     let mut n = 0;
-    let mut samples = Vec::with_capacity(CHUNK);
-    while rx.recv_many(&mut samples, CHUNK).await > 0 {
-        // Engines hand a batch over one `try_send` at a time and the first one wakes us:
-        // taking what is there at once woke this task (and its worker thread) every few
-        // samples, ~5,000 times a second at 100k values/s. Let the rest land first.
-        if samples.len() < CHUNK {
-            tokio::time::sleep(CONSUME_COALESCE).await;
-            while samples.len() < CHUNK {
-                match rx.try_recv() {
-                    Ok(s) => samples.push(s),
-                    Err(_) => break,
-                }
-            }
-        }
-        let rows: Vec<_> = samples.drain(..).filter_map(to_row).collect();
+    let mut batches = Vec::with_capacity(BATCHES);
+    while rx.recv_many(&mut batches, BATCHES).await > 0 {
+        let rows: Vec<_> = batches.drain(..).flatten().filter_map(to_row).collect();
         let len = rows.len() as u64;
         if sink.send_many(rows).await.is_err() {
             tracing::error!("sink stopped while values were still arriving");
@@ -337,7 +325,7 @@ fn engine_thread(
     engine: Engine,
     drivers: Drivers,
     shared: &Arc<Shared>,
-    tx: &mpsc::Sender<Sample>,
+    tx: &mpsc::Sender<Samples>,
     shutdown: &watch::Receiver<bool>,
 ) -> anyhow::Result<(Engine, std::thread::JoinHandle<std::io::Result<()>>)> {
     let (shared, tx, shutdown) = (shared.clone(), tx.clone(), shutdown.clone());
