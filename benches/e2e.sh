@@ -31,6 +31,9 @@
 # E2E_PERF_FREQ=Hz, default 499),
 # E2E_WCHAN=1 (sample state and wait channel of netpoller threads for 20 s),
 # E2E_OVERRIDE='{"daemon": {...}}' (explore settings; recorded with the results),
+# E2E_BIN=path E2E_BUILD=label (A/B of builds: run this netpoller binary instead of
+# target/release/netpoller, implies NO_BUILD=1; the label is recorded with the results
+# and makes the runs a variant of their own in the summary),
 # E2E_RIG=lo|tun (where the ICMP hosts are, below).
 #
 # Rigs (E2E_RIG). lo (default): the ICMP hosts are 127.64.0.0/10 on loopback, where the
@@ -75,7 +78,7 @@ die() {
 }
 
 [[ $(id -u) == 0 ]] || die "run as root (raw ICMP sockets, nft)"
-for t in nft fping snmpget snmpd python3 curl xargs /usr/bin/time; do
+for t in nft fping snmpget snmpd python3 curl xargs; do
     command -v "$t" >/dev/null || die "missing $t"
 done
 RIG=${E2E_RIG:-lo}
@@ -139,11 +142,11 @@ fi
 # shellcheck disable=SC1091
 . .services/env
 
-if [[ ${NO_BUILD:-0} != 1 ]]; then
+if [[ ${NO_BUILD:-0} != 1 && -z ${E2E_BIN:-} ]]; then
     log "cargo build --release --bin netpoller --example tun_echo"
     cargo build --release --bin netpoller --example tun_echo
 fi
-export NETPOLLER=$ROOT/target/release/netpoller
+export NETPOLLER=${E2E_BIN:-$ROOT/target/release/netpoller}
 [[ -x $NETPOLLER ]] || die "no $NETPOLLER"
 
 # ---------------------------------------------------------------- tun rig
