@@ -3,14 +3,15 @@
 //! Every polled item yields one [`Sample`]: a value in the item's type or an
 //! [`ItemError`]. Samples are streamed as they are produced — an ICMP host's values as
 //! soon as its probes are settled, an SNMP item's as soon as its response arrives — into
-//! a bounded channel, in groups of [`EMIT_BATCH`] (and whatever is left at the end of an
-//! iteration, see [`Emitter::flush`]): handing samples over one by one woke the consumer
-//! task on the other worker thread for nearly every host. The socket drivers call back
-//! synchronously from their receive loops, which must never block (a blocked receive
-//! loop loses replies), so the [`Emitter`] uses `try_send`; when the channel is full it
-//! parks samples in a local overflow, counts one backpressure event, and
-//! [`Emitter::drain`] awaits channel space before the engine takes its next batch. The
-//! engine waits; nothing is dropped.
+//! a bounded channel ([`channel`]) that carries them as batches of up to [`EMIT_BATCH`]
+//! (whatever is left at the end of an iteration goes as a smaller one, see
+//! [`Emitter::flush`]): handed over one by one, samples woke the consumer's thread for
+//! nearly every host. The socket drivers call back synchronously from their receive
+//! loops, which must never block (a blocked receive loop loses replies), so the
+//! [`Emitter`] uses `try_send`; when the channel is full it parks the batch in a local
+//! overflow, counts one backpressure event, and [`Emitter::drain`] awaits channel space
+//! before the engine takes its next batch. The engine waits; nothing is dropped, and
+//! order is kept.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
