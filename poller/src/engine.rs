@@ -99,8 +99,6 @@ pub struct Emitter {
     pending: Samples,
     /// Batches offered to a full channel, oldest first.
     overflow: VecDeque<Samples>,
-    /// Samples in `overflow`.
-    parked: usize,
     counters: Arc<PipelineCounters>,
     blocked: bool,
 }
@@ -111,7 +109,6 @@ impl Emitter {
             tx,
             pending: Vec::with_capacity(EMIT_BATCH),
             overflow: VecDeque::new(),
-            parked: 0,
             counters,
             blocked: false,
         }
@@ -146,7 +143,6 @@ impl Emitter {
         } else {
             batch
         };
-        self.parked += batch.len();
         self.overflow.push_back(batch);
         if !self.blocked {
             self.blocked = true;
@@ -163,7 +159,6 @@ impl Emitter {
         self.flush();
         self.blocked = false;
         while let Some(batch) = self.overflow.pop_front() {
-            self.parked -= batch.len();
             if self.tx.send(batch).await.is_err() {
                 return false;
             }
@@ -173,7 +168,7 @@ impl Emitter {
 
     /// Samples parked right now (offered to a full channel; see [`Self::flush`]).
     pub fn parked(&self) -> usize {
-        self.parked
+        self.overflow.iter().map(Vec::len).sum()
     }
 }
 
