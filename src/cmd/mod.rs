@@ -31,16 +31,15 @@ impl PlanArgs {
     /// Load and validate the config and build this process's plan from the hosts of
     /// its shard (moved out of the config, which keeps no second copy).
     ///
-    /// Loading runs on a short-lived thread: its allocations land in that thread's
-    /// malloc arena, freed whole once the plan (built here) has taken what it keeps;
-    /// loading in place interleaves the plan's long-lived allocations with the
-    /// resolver's garbage and pins those pages (measured: ~2x RSS at 1 M items). The
-    /// heap is then trimmed so the resident size is the plan's, not the loader's peak.
+    /// Loading runs on the calling thread, so the loader's garbage is in the arena that
+    /// `malloc_trim` returns to the system: the heap is trimmed once the plan is built,
+    /// and the resident size is the plan's, not the loader's peak. (On a thread of its
+    /// own, the loader's ~100 MB at 1 M items went to a glibc arena of that thread,
+    /// whose free top `malloc_trim` never returns: 170 MiB resident in some starts
+    /// against 131 MiB in place; BENCHMARKS.md, run 9.)
     pub fn load(&self) -> anyhow::Result<Result<(Config, Plan), ConfigErrors>> {
         let path = self.config.clone();
-        let loaded = std::thread::spawn(move || config::load(&path))
-            .join()
-            .map_err(|_| anyhow::anyhow!("config loader panicked"))?;
+        let loaded = config::load(&path);
         let mut cfg = match loaded {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
