@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end benchmark: `netpoller run` polling loopback hosts and the local snmpd
-# agents into the local ClickHouse, measured from the outside, next to fping, net-snmp
-# snmpget and prometheus-snmp-exporter on the same hosts and OIDs. Issue 8.
+# agents into the local ClickHouse, measured from the outside, next to fping, nmap (tun rig),
+# net-snmp snmpget and snmpbulkget and prometheus-snmp-exporter on the same hosts and
+# OIDs. Issue 8.
 #
 #   sudo benches/e2e.sh                      every workload, 3 runs each (big, mem1m: 1), ~50 min
 #   sudo DURATION=20 WARMUP=12 RUNS=1 benches/e2e.sh icmp snmp     smoke run
@@ -78,7 +79,7 @@ die() {
 }
 
 [[ $(id -u) == 0 ]] || die "run as root (raw ICMP sockets, nft)"
-for t in nft fping snmpget snmpd python3 curl xargs; do
+for t in nft fping nmap snmpget snmpbulkget snmpd python3 curl xargs; do
     command -v "$t" >/dev/null || die "missing $t"
 done
 RIG=${E2E_RIG:-lo}

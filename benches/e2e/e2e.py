@@ -10,8 +10,9 @@ nft table that silences a quarter of the ICMP hosts, cleanup on exit). This help
   run WL    one measured run of workload WL: fresh database, `netpoller run` for
             WARMUP + DURATION seconds, SIGTERM, count rows in ClickHouse, append one
             JSON line to target/e2e/results.jsonl
-  peers WL  fping (ICMP) / snmpget sequential + parallel / prometheus-snmp-exporter
-            (SNMP) over the same hosts and OIDs as workload WL, one JSON line each
+  peers WL  fping, nmap on the tun rig (ICMP) / snmpget and snmpbulkget, sequential and
+            parallel, prometheus-snmp-exporter (SNMP), over the same hosts and OIDs as
+            workload WL, one JSON line each
   summary   medians per workload and peer: text table on stdout, results.tsv and
             summary.json in target/e2e/
 
@@ -85,6 +86,7 @@ WORKLOADS["icmpbig"] = dict((k, v) for k, v in WORKLOADS["big"].items()
 WORKLOADS["mem1m"] = dict(icmp_hosts=82 * 4096, icmp_interval=3600)
 SNMP_INTERVAL = 10
 FPING_PARALLEL = 1
+NMAP_MAX_HOSTS = 65536
 
 
 def log(*a):
@@ -790,6 +792,32 @@ def peers_icmp(name, icmp_ips, results):
                         user_us_per_value=TIMED_SPLIT[0] / (3 * len(icmp_ips)) * 1e6,
                         sys_us_per_value=TIMED_SPLIT[1] / (3 * len(icmp_ips)) * 1e6,
                         alive=alive, expected_alive=alive_exp, equal=alive == alive_exp, rc=rc))
+    nmap_peer(name, hosts, icmp_ips, alive_exp, results)
+
+
+def nmap_peer(name, hosts, icmp_ips, alive_exp, results):
+    """nmap's ping sweep (`-sn -PE`: ICMP echo only, one probe per host, no retries as
+    fping's -r 0) over the same hosts. Only on the tun rig: nmap reports addresses of
+    the machine's own (all of 127.0.0.0/8) up without probing them. Its CPU is per
+    probe (one per host), as netpoller's per value is (3 probes, 3 values per host)."""
+    if RIG != "tun":
+        log("nmap: skipped on the lo rig (it reports local addresses up without probing)")
+        return
+    if len(icmp_ips) > NMAP_MAX_HOSTS:
+        log(f"nmap: skipped above {NMAP_MAX_HOSTS} hosts (it needs ~0.6 ms of wall per host)")
+        return
+    out = os.path.join(OUT, name, "nmap.gnmap")
+    wall, cpu, rc = timed(["nmap", "-sn", "-PE", "-n", "--max-retries", "0", "-iL", hosts,
+                           "-oG", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    alive = 0
+    with open(out) as f:
+        alive = sum(1 for line in f if line.startswith("Host: ") and "Status: Up" in line)
+    results.append(dict(kind="peer", peer="nmap -sn -PE -n --max-retries 0 (1 probe/host)",
+                        workload=name, hosts=len(icmp_ips), wall_s=wall, cpu_s=cpu,
+                        cpu_us_per_value=cpu / len(icmp_ips) * 1e6,
+                        user_us_per_value=TIMED_SPLIT[0] / len(icmp_ips) * 1e6,
+                        sys_us_per_value=TIMED_SPLIT[1] / len(icmp_ips) * 1e6,
+                        alive=alive, expected_alive=alive_exp, equal=alive == alive_exp, rc=rc))
 
 
 def snmpget_lines(agent_oids, sim_oids, agents, per=32):
@@ -802,48 +830,78 @@ def snmpget_lines(agent_oids, sim_oids, agents, per=32):
     return lines
 
 
-def parse_snmpget(path):
-    vals, errs = {}, 0
-    with open(path) as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if not line.startswith("."):
-                continue
-            oid, _, v = line.partition(" ")
-            if v.startswith("No Such") or v.startswith("No more"):
-                errs += 1
-            else:
-                vals[oid] = v
-    return vals, errs
+def bulk_spans(wanted, order, per=32):
+    """GETBULK requests (previous OID, max-repetitions) that return every OID of
+    `wanted`, given `order`, the agent's walk: a request asks for the OIDs after the one
+    before a wanted OID, up to `per` of them, so it may carry unwanted OIDs in between
+    (what a bulk poller fetching table columns pays). A span never crosses a volatile
+    table, whose rows differ between agents and from one second to the next."""
+    pos = {o: i for i, o in enumerate(order)}
+    idx = sorted(pos[o] for o in wanted)
+    volatile = [any(o.startswith(p) for p in VOLATILE_PREFIXES) for o in order]
+    spans, i = [], 0
+    while i < len(idx):
+        first, j = idx[i], i
+        while (j + 1 < len(idx) and idx[j + 1] - first < per
+               and not any(volatile[idx[j] + 1:idx[j + 1]])):
+            j += 1
+        # The OID before the first wanted one; for the walk's first OID, its parent.
+        prev = order[first - 1] if first > 0 else order[first].rsplit(".", 1)[0]
+        spans.append((prev, idx[j] - first + 1))
+        i = j + 1
+    return spans
+
+
+def snmpbulk_lines(agent_oids, sim_oids, agents):
+    """snmpbulkget arguments for every agent: spans of the agent OIDs in agent 0's walk
+    (all service agents run the same snmpd), of the simulator's in its own."""
+    agent_order = [o["oid"] for o in walk(*SVC_AGENTS[0])]
+    sim_order = [o["oid"] for o in walk(*SIM)]
+    lines = []
+    for ip, comm in agents:
+        for prev, n in bulk_spans([o for o, _ in agent_oids], agent_order):
+            lines.append([f"-Cr{n}", "-c", comm, ip, prev])
+    for prev, n in bulk_spans([o for o, _ in sim_oids], sim_order):
+        lines.append([f"-Cr{n}", "-c", SIM[1], SIM[0], prev])
+    return lines
 
 
 def peers_snmp(name, agent_oids, sim_oids, agents, results):
     d = os.path.join(OUT, name)
-    lines = snmpget_lines(agent_oids, sim_oids, agents)
-    argf = os.path.join(d, "snmpget.args")
-    with open(argf, "w") as f:
-        f.writelines(" ".join(x) + "\n" for x in lines)
     n_oids = len(agent_oids) * len(agents) + len(sim_oids)
+    wanted = {o for o, _ in agent_oids} | {o for o, _ in sim_oids}
     env = dict(os.environ, MIBS="")
-    for par in (1, 8):
-        outf = os.path.join(d, f"snmpget-P{par}.out")
-        with open(outf, "w") as of:
-            wall, cpu, rc = timed(["xargs", "-P", str(par), "-L", "1", "snmpget", "-v2c", "-On",
-                                   "-Oq", "-t", "2", "-r", "1"], stdout=of,
-                                  stderr=subprocess.DEVNULL, input_path=argf, env=env)
-        # -Oq output has no host, so count per line; values of the same OID on several
-        # agents are counted once each by line.
-        answered = 0
-        with open(outf) as f:
-            for line in f:
-                if line.startswith(".") and " No Such" not in line:
-                    answered += 1
-        results.append(dict(kind="peer", peer=f"snmpget x{len(lines)} (32 OIDs each) -P{par}",
-                            workload=name, oids=n_oids, wall_s=wall, cpu_s=cpu,
-                            cpu_per_1k=cpu / (n_oids / 1000), requests_per_s=n_oids / wall,
-                            answered=answered, equal=answered == n_oids, rc=rc))
-        log(f"snmpget -P{par}: {n_oids} OIDs in {wall:.2f}s wall, {cpu:.2f}s CPU, "
-            f"{answered} answered")
+    tools = [("snmpget", [], snmpget_lines(agent_oids, sim_oids, agents), "32 OIDs each"),
+             ("snmpbulkget", ["-Cn0"], snmpbulk_lines(agent_oids, sim_oids, agents),
+              "GETBULK spans of <= 32")]
+    for tool, fixed, lines, what in tools:
+        argf = os.path.join(d, f"{tool}.args")
+        with open(argf, "w") as f:
+            f.writelines(" ".join(x) + "\n" for x in lines)
+        for par in (1, 8):
+            outf = os.path.join(d, f"{tool}-P{par}.out")
+            with open(outf, "w") as of:
+                wall, cpu, rc = timed(["xargs", "-P", str(par), "-L", "1", tool, "-v2c"] + fixed
+                                      + ["-On", "-Oq", "-t", "2", "-r", "1"], stdout=of,
+                                      stderr=subprocess.DEVNULL, input_path=argf, env=env)
+            # -Oq output has no host: the service agents share their OIDs, so each line
+            # of a wanted OID with a value counts once; a bulk span's other OIDs are
+            # counted apart (fetched, not wanted).
+            answered = fetched = 0
+            with open(outf) as f:
+                for line in f:
+                    oid, _, v = line.rstrip("\n").partition(" ")
+                    if not oid.startswith(".") or v.startswith(("No Such", "No more")):
+                        continue
+                    fetched += 1
+                    answered += oid in wanted
+            results.append(dict(kind="peer", peer=f"{tool} x{len(lines)} ({what}) -P{par}",
+                                workload=name, oids=n_oids, wall_s=wall, cpu_s=cpu,
+                                cpu_per_1k=cpu / (n_oids / 1000), requests_per_s=n_oids / wall,
+                                answered=answered, fetched=fetched,
+                                equal=answered == n_oids, rc=rc))
+            log(f"{tool} -P{par}: {n_oids} OIDs in {len(lines)} requests, {wall:.2f}s wall, "
+                f"{cpu:.2f}s CPU, {answered} answered, {fetched} fetched")
     exporter_peer(name, agent_oids, sim_oids, agents, results)
 
 
@@ -1025,7 +1083,7 @@ def cmd_summary(args):
         rs = [r for r in peers if r["workload"] == w and r["peer"] == p]
         s = dict(workload=w, peer=p, runs=len(rs))
         for k in ("wall_s", "cpu_s", "cpu_us_per_value", "cpu_per_1k", "requests_per_s",
-                  "alive", "answered"):
+                  "alive", "answered", "fetched"):
             s[k] = med([r.get(k) for r in rs])
         s["equal"] = all(r.get("equal") for r in rs)
         summary["peers"].append(s)
@@ -1071,10 +1129,11 @@ def cmd_summary(args):
               f"{fmt(s['cpu_s'], 3):>7} {fmt(s['cpu_us_per_value']):>7} "
               f"{fmt(s['cpu_per_1k'], 4):>8} {fmt(s['requests_per_s'], 0):>8} "
               f"{fmt(res, 0):>8} {s['equal']}")
-    # netpoller ÷ fping, ratio of the medians: the whole daemon, and its ICMP engine's
-    # threads alone (what fping does: send, receive, statistics; no scheduler or sink).
+    # netpoller ÷ fping (per value) and ÷ nmap (per probe), ratio of the medians: the
+    # whole daemon, and its ICMP engine's threads alone (what fping does: send, receive,
+    # statistics; no scheduler or sink).
     for s in summary["peers"]:
-        if not s["peer"].startswith("fping") or not s["cpu_us_per_value"]:
+        if not s["peer"].startswith(("fping", "nmap")) or not s["cpu_us_per_value"]:
             continue
         key = s["workload"] + next((f"~{i + 1}" for i, (w, t) in enumerate(variants)
                                     if w == s["workload"] and s["peer"].endswith(f"[{t}]")), "")
@@ -1087,8 +1146,21 @@ def cmd_summary(args):
         mixed = n.get("snmp_threads_us_per_value") is not None
         daemon = ("- (ICMP and SNMP mixed)" if mixed
                   else f"{fmt(n['np_us_per_value'] / s['cpu_us_per_value'])}x")
+        tool = s["peer"].split()[0]
         print(f"{key} / {s['peer']}: netpoller daemon {daemon}, ICMP engine threads "
-              f"{fmt(eng / s['cpu_us_per_value']) if eng else '-'}x fping's CPU per value")
+              f"{fmt(eng / s['cpu_us_per_value']) if eng else '-'}x {tool}'s CPU per "
+              f"{'value' if tool == 'fping' else 'probe'}")
+    # SNMP peers: CPU per value against the daemon's (SNMP workload only) and the SNMP
+    # engine's thread.
+    for s in summary["peers"]:
+        n = summary["workloads"].get(s["workload"])
+        if not s["cpu_per_1k"] or not n or n.get("icmp_threads_us_per_value") is not None:
+            continue
+        peer_us = s["cpu_per_1k"] * 1000
+        eng = n.get("snmp_threads_us_per_value")
+        print(f"{s['workload']} / {s['peer']}: {fmt(peer_us)} us per value; netpoller daemon "
+              f"{fmt(n['np_us_per_value'] / peer_us, 3)}x, SNMP engine thread "
+              f"{fmt(eng / peer_us, 3) if eng else '-'}x")
 
 
 def main():
