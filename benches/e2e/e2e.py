@@ -845,8 +845,12 @@ def bulk_spans(wanted, order, per=32):
         while (j + 1 < len(idx) and idx[j + 1] - first < per
                and not any(volatile[idx[j] + 1:idx[j + 1]])):
             j += 1
-        # The OID before the first wanted one; for the walk's first OID, its parent.
-        prev = order[first - 1] if first > 0 else order[first].rsplit(".", 1)[0]
+        # The OID before the first wanted one, unless that is the walk's start or a row
+        # of a volatile table (a process started since the walk would slip in before
+        # the span and push its last OID out): then the first one's parent, which
+        # precedes it with nothing of the walk in between.
+        prev = (order[first - 1] if first > 0 and not volatile[first - 1]
+                else order[first].rsplit(".", 1)[0])
         spans.append((prev, idx[j] - first + 1))
         i = j + 1
     return spans
