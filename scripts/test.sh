@@ -3,7 +3,7 @@
 # them, stops the services it started. Exit status is non-zero if anything failed.
 #
 #   scripts/test.sh                 tests (unit, integration, doc)
-#   NETPOLLER_LINT=1 scripts/test.sh  also rustfmt --check and clippy -D warnings (CI)
+#   NETPOLLER_LINT=1 scripts/test.sh  also rustfmt --check, clippy and rustdoc -D warnings (CI)
 #   scripts/test.sh -- <filter>     extra arguments go to the test runner
 #   KEEP_SERVICES=1 scripts/test.sh   leave the services running afterwards
 #
@@ -72,6 +72,8 @@ run() {
 if [[ ${NETPOLLER_LINT:-0} == 1 ]]; then
     run fmt cargo fmt --all -- --check
     run clippy cargo clippy --workspace --all-targets --locked -- -D warnings
+    # Broken intra-doc links are documentation that points nowhere.
+    run rustdoc env RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked
 fi
 
 # A hung test must not hang CI: the whole run is bounded (default 15 min).

@@ -97,7 +97,7 @@ pub struct Common {
     /// Print one JSON object per line: {"oid","type","value"} or {"oid","error"}.
     #[arg(long)]
     pub json: bool,
-    /// Agent address: IP, IP:PORT or [IPv6]:PORT.
+    /// Agent address: IP, IP:PORT or `[IPv6]:PORT`.
     #[arg(value_name = "TARGET")]
     pub target: String,
 }
