@@ -29,6 +29,11 @@ use serde::Deserialize;
 /// Most addresses `host_ranges` may expand to in one file (1,048,576).
 pub const MAX_RANGE_HOSTS: usize = 1 << 20;
 
+/// Hosts between two releases of memory while the plan is built: ~10 MB of resolved
+/// config at 3 ICMP items per host, and ~10 releases (`malloc_trim`, a few ms each)
+/// at 1 M items.
+pub const PLAN_RELEASE_HOSTS: usize = 32_768;
+
 /// `[daemon]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -1166,10 +1171,18 @@ impl Config {
     }
 
     /// The plan of this process's shard (`cli` overrides `daemon.shard`), built from the
-    /// hosts moved out of the config (see [`Self::take_hosts_for_shard`]).
-    pub fn take_plan(&mut self, cli: Option<(u32, u32)>) -> poller::plan::Plan {
+    /// hosts moved out of the config (see [`Self::take_hosts_for_shard`]), which are
+    /// dropped as the plan takes them: `release()` runs after every
+    /// [`PLAN_RELEASE_HOSTS`] hosts to hand their memory back
+    /// ([`poller::plan::Plan::build_releasing`]).
+    pub fn take_plan(
+        &mut self,
+        cli: Option<(u32, u32)>,
+        release: impl FnMut(),
+    ) -> poller::plan::Plan {
         let shard = self.process_shard(cli);
-        poller::plan::Plan::build(self.take_hosts_for_shard(shard))
+        let hosts = self.take_hosts_for_shard(shard);
+        poller::plan::Plan::build_releasing(hosts, PLAN_RELEASE_HOSTS, release)
     }
 
     /// Total items over all hosts.

@@ -31,7 +31,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
             // The load this process would carry (its `daemon.shard` only), for sizing
             // (docs/production.md): rates, not item counts, decide the CPU.
-            let plan = cfg.take_plan(None);
+            let plan = cfg.take_plan(None, super::trim_heap);
             let (icmp, snmp) = (
                 plan.values_per_second(Engine::Icmp),
                 plan.values_per_second(Engine::Snmp),

@@ -32,25 +32,29 @@ impl PlanArgs {
     /// its shard (moved out of the config, which keeps no second copy).
     ///
     /// Loading runs on the calling thread, so the loader's garbage is in the arena that
-    /// `malloc_trim` returns to the system: the heap is trimmed once the plan is built,
-    /// and the resident size is the plan's, not the loader's peak. (On a thread of its
+    /// `malloc_trim` returns to the system: the heap is trimmed as the plan takes the
+    /// hosts (every [`config::PLAN_RELEASE_HOSTS`]) and once it is built, so the resident
+    /// size is the plan's, and the peak is not config + plan. (On a thread of its
     /// own, the loader's ~100 MB at 1 M items went to a glibc arena of that thread,
     /// whose free top `malloc_trim` never returns: 170 MiB resident in some starts
     /// against 131 MiB in place; BENCHMARKS.md, run 9.)
     pub fn load(&self) -> anyhow::Result<Result<(Config, Plan), ConfigErrors>> {
-        let path = self.config.clone();
-        let loaded = config::load(&path);
-        let mut cfg = match loaded {
+        let mut cfg = match config::load(&self.config) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
-        let plan = cfg.take_plan(self.shard);
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only releases free heap memory; no pointer is invalidated.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        let plan = cfg.take_plan(self.shard, trim_heap);
+        trim_heap();
         Ok(Ok((cfg, plan)))
+    }
+}
+
+/// Hands the heap's free pages back to the system (glibc; elsewhere nothing).
+pub fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free heap memory; no pointer is invalidated.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
