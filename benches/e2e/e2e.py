@@ -785,14 +785,19 @@ def peers_icmp(name, icmp_ips, results):
             if " : " in line:
                 if any(x != "-" for x in line.split(" : ", 1)[1].split()):
                     alive += 1
-    results.append(dict(kind="peer", peer=f"fping -C3 -p20 -t1000 -r0 -i0 ({len(files)} proc)",
-                        workload=name,
-                        hosts=len(icmp_ips), wall_s=wall, cpu_s=cpu,
-                        cpu_us_per_value=cpu / (3 * len(icmp_ips)) * 1e6,
-                        user_us_per_value=TIMED_SPLIT[0] / (3 * len(icmp_ips)) * 1e6,
-                        sys_us_per_value=TIMED_SPLIT[1] / (3 * len(icmp_ips)) * 1e6,
-                        alive=alive, expected_alive=alive_exp, equal=alive == alive_exp, rc=rc))
+    results.append(icmp_peer_result(f"fping -C3 -p20 -t1000 -r0 -i0 ({len(files)} proc)",
+                                    name, len(icmp_ips), 3, wall, cpu, rc, alive, alive_exp))
     nmap_peer(name, hosts, icmp_ips, alive_exp, results)
+
+
+def icmp_peer_result(peer, name, hosts, probes, wall, cpu, rc, alive, alive_exp):
+    """An ICMP peer's result line; CPU per probe sent (`probes` per host), which is per
+    value for netpoller (one probe per value). User and sys from `timed`'s last call."""
+    per = hosts * probes / 1e6
+    return dict(kind="peer", peer=peer, workload=name, hosts=hosts, wall_s=wall, cpu_s=cpu,
+                cpu_us_per_value=cpu / per, user_us_per_value=TIMED_SPLIT[0] / per,
+                sys_us_per_value=TIMED_SPLIT[1] / per,
+                alive=alive, expected_alive=alive_exp, equal=alive == alive_exp, rc=rc)
 
 
 def nmap_peer(name, hosts, icmp_ips, alive_exp, results):
@@ -809,15 +814,10 @@ def nmap_peer(name, hosts, icmp_ips, alive_exp, results):
     out = os.path.join(OUT, name, "nmap.gnmap")
     wall, cpu, rc = timed(["nmap", "-sn", "-PE", "-n", "--max-retries", "0", "-iL", hosts,
                            "-oG", out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    alive = 0
     with open(out) as f:
         alive = sum(1 for line in f if line.startswith("Host: ") and "Status: Up" in line)
-    results.append(dict(kind="peer", peer="nmap -sn -PE -n --max-retries 0 (1 probe/host)",
-                        workload=name, hosts=len(icmp_ips), wall_s=wall, cpu_s=cpu,
-                        cpu_us_per_value=cpu / len(icmp_ips) * 1e6,
-                        user_us_per_value=TIMED_SPLIT[0] / len(icmp_ips) * 1e6,
-                        sys_us_per_value=TIMED_SPLIT[1] / len(icmp_ips) * 1e6,
-                        alive=alive, expected_alive=alive_exp, equal=alive == alive_exp, rc=rc))
+    results.append(icmp_peer_result("nmap -sn -PE -n --max-retries 0 (1 probe/host)", name,
+                                    len(icmp_ips), 1, wall, cpu, rc, alive, alive_exp))
 
 
 def snmpget_lines(agent_oids, sim_oids, agents, per=32):
