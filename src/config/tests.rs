@@ -223,6 +223,38 @@ fn duplicate_itemids_and_keys() {
             .contains("itemid 9 of c/icmppingloss is also used by c/icmpping"),
         "{e}"
     );
+    // A third user is reported against the first, whose claim a rejected second user
+    // must not erase.
+    let e = errs(&format!(
+        "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\nitems = [{{ key = \"icmpping\", itemid = 7, interval = \"10s\" }}]\n[[hosts]]\nname = \"b\"\nip = \"127.0.0.6\"\nitems = [{{ key = \"icmpping\", itemid = 7, interval = \"10s\" }}]\n[[hosts]]\nname = \"c\"\nip = \"127.0.0.8\"\nitems = [{{ key = \"icmpping\", itemid = 7, interval = \"10s\" }}]\n"
+    ));
+    let got: Vec<(&str, &str)> = e.iter().map(|e| (&*e.path, &*e.message)).collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "hosts[1]",
+                "itemid 7 of b/icmpping is also used by a/icmpping"
+            ),
+            (
+                "hosts[2]",
+                "itemid 7 of c/icmpping is also used by a/icmpping"
+            ),
+        ],
+        "{e:#?}"
+    );
+    // A range's derived itemid taken by a listed host: the message points at the range.
+    let taken = derive_itemid("cpe-127.1.0.2", "icmpping");
+    let e = one_err(&format!(
+        "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\nitems = [{{ key = \"icmpping\", itemid = {taken}, interval = \"10s\" }}]\n[[host_ranges]]\ncidr = \"127.1.0.0/29\"\nname = \"cpe-{{ip}}\"\ntemplates = [\"icmp\"]\n"
+    ));
+    assert_eq!(e.path, "host_ranges[0]", "{e}");
+    assert!(
+        e.message.contains(&format!(
+            "itemid {taken} of cpe-127.1.0.2/icmpping is also used by a/icmpping"
+        )),
+        "{e}"
+    );
     let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping\", interval = \"10s\" }, { key = \"icmpping\", interval = \"20s\" } ]\n");
     assert!(e.message.contains("duplicate key"), "{e}");
     let e = one_err(&format!("{TEMPLATE}{TEMPLATE}"));
