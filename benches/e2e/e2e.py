@@ -363,7 +363,7 @@ def config_text(wl, agent_oids=(), sim_oids=(), agents=(), with_clickhouse=True,
     for k, v in d.items():
         out.append(f"{k} = {toml_str(v)}")
     if with_clickhouse:
-        c = dict(url=CH_URL, database=DB, batch_rows=50000, flush_interval="1s",
+        c = dict(url=CH_URL, database=DB, batch_rows=50000,
                  compression="none")
         c.update(wl.get("clickhouse", {}))
         out.append("[clickhouse]")

@@ -92,8 +92,12 @@ pub struct ClickHouseConfig {
     /// Default 16 MiB; at most 1 GiB.
     #[serde(default = "default_batch_bytes")]
     pub batch_bytes: usize,
-    /// Flush a table's batch this long after its first row arrived. Default `"1s"`,
-    /// which keeps ClickHouse at about one INSERT per second per table.
+    /// Flush a table's batch this long after its first row arrived. Default `"5s"`:
+    /// ClickHouse wants about one INSERT per second for the whole server, of 1,000 rows
+    /// or more (each makes a part to merge), and a daemon writes 2 to 5 tables; below
+    /// `batch_rows / flush_interval` rows per second per table this decides, above it
+    /// `batch_rows` does. The price: rows reach ClickHouse up to this much later, and a
+    /// `kill -9` loses up to this much (a clean stop flushes everything).
     #[serde(default = "default_flush_interval", with = "duration_str")]
     pub flush_interval: Duration,
     /// INSERTs in flight at once, over all tables, urls and spool replay. Default 4.
@@ -136,7 +140,7 @@ fn default_batch_bytes() -> usize {
     16 << 20
 }
 fn default_flush_interval() -> Duration {
-    Duration::from_secs(1)
+    Duration::from_secs(5)
 }
 fn default_inflight() -> usize {
     4
@@ -376,6 +380,9 @@ mod tests {
         assert_eq!(c.database, "glaber");
         assert_eq!(c.batch_rows, 50_000);
         assert_eq!(c.flush_interval, Duration::from_millis(250));
+        // About one INSERT per second over the 2 to 5 tables at low rates, not per table.
+        let bare: Wrap = toml::from_str("[clickhouse]\nurl = \"http://127.0.0.1:8123\"\n").unwrap();
+        assert_eq!(bare.clickhouse.flush_interval, Duration::from_secs(5));
         assert_eq!(c.retention_days(), Some(90));
         assert_eq!(c.compression, Compression::Lz4);
         assert!(c.validate().is_empty(), "{:?}", c.validate());
