@@ -86,6 +86,10 @@ WORKLOADS["icmpbig"] = dict((k, v) for k, v in WORKLOADS["big"].items()
 WORKLOADS["mem1m"] = dict(icmp_hosts=82 * 4096, icmp_interval=3600)
 SNMP_INTERVAL = 10
 FPING_PARALLEL = 1
+# Zabbix 6.0's MAX_PINGER_ITEMS (include/common.h): items one pinger takes at a time.
+ZABBIX_PINGER_ITEMS = 128
+ZABBIX_PINGERS = 12
+ZABBIX_PEER_MAX_HOSTS = 16384
 NMAP_MAX_HOSTS = 65536
 
 
@@ -762,8 +766,24 @@ def peers_icmp(name, icmp_ips, results):
     # raw ICMP socket receives every echo reply, so parallel fpings parse each other's
     # replies and overflow their receive buffers (icmpbig: 4 at once lost 4% of the
     # answers). One at a time is fping's best case.
-    errf = os.path.join(OUT, name, "fping.err")
-    chunk = 16384
+    fping_peer(name, icmp_ips, alive_exp, results, 16384, FPING_PARALLEL, "bash",
+               "fping -C3 -p20 -t1000 -r0 -i0 ({procs} proc)")
+    # fping as a Zabbix 6.0 pinger runs it: a pinger takes up to MAX_PINGER_ITEMS (128)
+    # due items, and items of the same probe parameters share one fping, started with
+    # popen ("sh -c"); here 3 items per host, so 42 hosts per fping. Each call lasts
+    # about the 1 s timeout, so keeping 4,096 hosts every 10 s needs ~10 pingers at once.
+    if len(icmp_ips) <= ZABBIX_PEER_MAX_HOSTS:
+        fping_peer(name, icmp_ips, alive_exp, results, ZABBIX_PINGER_ITEMS // 3,
+                   ZABBIX_PINGERS, "sh",
+                   f"fping as Zabbix 6.0's pingers ({{procs}} proc, {ZABBIX_PINGERS} at once)")
+    nmap_peer(name, hosts, icmp_ips, alive_exp, results)
+
+
+def fping_peer(name, icmp_ips, alive_exp, results, chunk, parallel, shell, label):
+    """fping over `icmp_ips` in processes of `chunk` hosts, `parallel` at a time, each
+    started by `shell -c`; CPU of them all (and of the shells). `label` names the peer;
+    `{procs}` in it becomes the number of fping processes."""
+    errf = os.path.join(OUT, name, f"fping-{chunk}.err")
     files = []
     for i in range(0, len(icmp_ips), chunk):
         fn = os.path.join(OUT, name, f"icmp-hosts.{i // chunk}.txt")
@@ -772,22 +792,21 @@ def peers_icmp(name, icmp_ips, results):
         files.append(fn)
     fp = "fping -q -C 3 -p 20 -t 1000 -r 0 -i 0"
     script = "\n".join(f"{fp} -f {fn} 2>{errf}.{k}" for k, fn in enumerate(files))
-    wall, cpu, rc = timed(["xargs", "-P", str(FPING_PARALLEL), "-d", "\n", "-n", "1",
-                           "bash", "-c"], stdout=subprocess.DEVNULL,
+    wall, cpu, rc = timed(["xargs", "-P", str(parallel), "-d", "\n", "-n", "1",
+                           shell, "-c"], stdout=subprocess.DEVNULL,
                           input_text=script + "\n")
-    with open(errf, "w") as ef:
-        for k in range(len(files)):
-            with open(f"{errf}.{k}") as f:
-                ef.write(f.read())
     alive = 0
-    with open(errf) as f:
-        for line in f:
-            if " : " in line:
-                if any(x != "-" for x in line.split(" : ", 1)[1].split()):
-                    alive += 1
-    results.append(icmp_peer_result(f"fping -C3 -p20 -t1000 -r0 -i0 ({len(files)} proc)",
-                                    name, len(icmp_ips), 3, wall, cpu, rc, alive, alive_exp))
-    nmap_peer(name, hosts, icmp_ips, alive_exp, results)
+    with open(errf, "w") as ef:
+        for k, fn in enumerate(files):
+            with open(f"{errf}.{k}") as f:
+                for line in f:
+                    ef.write(line)
+                    if " : " in line and any(x != "-" for x in line.split(" : ", 1)[1].split()):
+                        alive += 1
+            os.unlink(f"{errf}.{k}")
+            os.unlink(fn)
+    results.append(icmp_peer_result(label.format(procs=len(files)), name, len(icmp_ips), 3,
+                                    wall, cpu, rc, alive, alive_exp))
 
 
 def icmp_peer_result(peer, name, hosts, probes, wall, cpu, rc, alive, alive_exp):
@@ -1016,6 +1035,20 @@ def fmt(x, nd=2):
     return f"{x:.{nd}f}"
 
 
+
+def print_icmp_ratio(key, s, n):
+    """netpoller's workload `key` (summary `n`) against ICMP peer `s`."""
+    eng = n.get("icmp_threads_us_per_value")
+    # With SNMP in the mix the daemon's CPU per value averages both kinds of value:
+    # only the ICMP engine's threads compare with fping there.
+    mixed = n.get("snmp_threads_us_per_value") is not None
+    daemon = ("- (ICMP and SNMP mixed)" if mixed
+              else f"{fmt(n['np_us_per_value'] / s['cpu_us_per_value'])}x")
+    tool = s["peer"].split()[0]
+    print(f"{key} / {s['peer']}: netpoller daemon {daemon}, ICMP engine threads "
+          f"{fmt(eng / s['cpu_us_per_value']) if eng else '-'}x {tool}'s CPU per "
+          f"{'value' if tool == 'fping' else 'probe'}")
+
 def cmd_summary(args):
     rows = []
     for path in args.input or [os.path.join(OUT, "results.jsonl")]:
@@ -1139,21 +1172,14 @@ def cmd_summary(args):
     for s in summary["peers"]:
         if not s["peer"].startswith(("fping", "nmap")) or not s["cpu_us_per_value"]:
             continue
-        key = s["workload"] + next((f"~{i + 1}" for i, (w, t) in enumerate(variants)
-                                    if w == s["workload"] and s["peer"].endswith(f"[{t}]")), "")
-        n = summary["workloads"].get(key)
-        if not n:
-            continue
-        eng = n.get("icmp_threads_us_per_value")
-        # With SNMP in the mix the daemon's CPU per value averages both kinds of value:
-        # only the ICMP engine's threads compare with fping there.
-        mixed = n.get("snmp_threads_us_per_value") is not None
-        daemon = ("- (ICMP and SNMP mixed)" if mixed
-                  else f"{fmt(n['np_us_per_value'] / s['cpu_us_per_value'])}x")
-        tool = s["peer"].split()[0]
-        print(f"{key} / {s['peer']}: netpoller daemon {daemon}, ICMP engine threads "
-              f"{fmt(eng / s['cpu_us_per_value']) if eng else '-'}x {tool}'s CPU per "
-              f"{'value' if tool == 'fping' else 'probe'}")
+        # Every variant of the workload on the peer's rig (peers run with each).
+        tun = s["peer"].endswith("[rig tun]")
+        keys = [s["workload"]] + [f"{w}~{i + 1}" for i, (w, t) in enumerate(variants)
+                                  if w == s["workload"] and t.endswith("rig tun") == tun]
+        for key in keys:
+            n = summary["workloads"].get(key)
+            if n:
+                print_icmp_ratio(key, s, n)
     # SNMP peers: CPU per value against the daemon's (SNMP workload only) and the SNMP
     # engine's thread.
     for s in summary["peers"]:
