@@ -1146,7 +1146,8 @@ fn host_spec(
         itemid: it.itemid.unwrap_or_else(|| derive_itemid(&name, &it.key)),
         key: it.key,
         value_type: it.value_type,
-        interval: it.interval,
+        // Validated to at most a day: fits.
+        interval_ms: u32::try_from(it.interval.as_millis()).unwrap_or(u32::MAX),
         kind: it.kind,
     }));
     HostSpec {

@@ -51,7 +51,7 @@ fn plan(items: usize) -> Plan {
                     itemid: h as u64,
                     key: key.clone(),
                     value_type: ValueType::Uint,
-                    interval: Duration::from_secs(10),
+                    interval_ms: 10_000,
                     kind: ItemKind::Snmp { oid: oid.clone() },
                 }],
             })

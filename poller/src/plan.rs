@@ -74,7 +74,10 @@ pub struct ItemSpec {
     pub itemid: u64,
     pub key: Arc<str>,
     pub value_type: ValueType,
-    pub interval: Duration,
+    /// Polling interval in ms (the config allows 1 s to 1 day). Not a `Duration`: one
+    /// `ItemSpec` per item is alive at the config load's peak, and this makes it 72
+    /// bytes instead of 88 (16 MB at 1 M items).
+    pub interval_ms: u32,
     pub kind: ItemKind,
 }
 
@@ -227,7 +230,7 @@ impl Plan {
             }
             groups.clear();
             for (i, item) in host.items.iter().enumerate() {
-                let interval_ms = item.interval.as_millis().max(1) as u64;
+                let interval_ms = u64::from(item.interval_ms.max(1));
                 let gk = match &item.kind {
                     ItemKind::Icmp { probe, .. } => (Engine::Icmp, interval_ms, Some(*probe)),
                     ItemKind::Snmp { .. } => (Engine::Snmp, interval_ms, None),
@@ -343,7 +346,7 @@ mod tests {
             itemid: derive_itemid(host, key),
             key: key.into(),
             value_type: ValueType::Float,
-            interval: Duration::from_secs(interval_s),
+            interval_ms: interval_s as u32 * 1000,
             kind: ItemKind::Icmp {
                 metric: k.metric,
                 probe: k.probe,

@@ -409,7 +409,7 @@ mod tests {
                                 itemid: (h * 100 + i) as u64,
                                 key: format!("k{i}").into(),
                                 value_type: ValueType::Uint,
-                                interval: Duration::from_secs(iv),
+                                interval_ms: iv as u32 * 1000,
                                 kind: ItemKind::Snmp {
                                     oid: snmp::Oid::from_arcs(&[1, 3, 6, i as u32]).unwrap(),
                                 },

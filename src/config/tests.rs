@@ -36,8 +36,7 @@ fn the_lab_example_is_valid() {
         "explicit itemid overrides the template's"
     );
     assert_eq!(
-        ping.interval,
-        Duration::from_secs(10),
+        ping.interval_ms, 10_000,
         "interval inherited from the template"
     );
     assert_eq!(ping.value_type, ValueType::Uint);
