@@ -1045,7 +1045,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 }
             }
             if !keep[h] {
-                seen.retain(|_, &mut (ph, _)| ph != h as u32);
+                // Only this host's own entries: a scan of the whole map per rejected host
+                // would be quadratic when one itemid is pasted onto thousands of hosts.
+                for (j, it) in host.items.iter().enumerate() {
+                    if seen.get(&it.itemid) == Some(&at(j)) {
+                        seen.remove(&it.itemid);
+                    }
+                }
             }
         }
         let mut k = keep.into_iter();
