@@ -1158,11 +1158,11 @@ def cmd_summary(args):
               f"per value x{fmt(r['np_cpu_per_value'])}, ClickHouse CPU per value "
               f"x{fmt(r['ch_cpu_per_value'])}, peak RSS x{r['rss']:.2f}")
     print()
-    print(f"{'workload':9} {'peer':58} {'runs':>4} {'wall s':>7} {'CPU s':>7} {'us/val':>7} "
+    print(f"{'workload':9} {'peer':62} {'runs':>4} {'wall s':>7} {'CPU s':>7} {'us/val':>7} "
           f"{'CPU s/1k':>8} {'req/s':>8} {'result':>8} equal")
     for s in summary["peers"]:
         res = s["alive"] if s["alive"] is not None else s["answered"]
-        print(f"{s['workload']:9} {s['peer'][:58]:58} {s['runs']:>4} {fmt(s['wall_s']):>7} "
+        print(f"{s['workload']:9} {s['peer'][:62]:62} {s['runs']:>4} {fmt(s['wall_s']):>7} "
               f"{fmt(s['cpu_s'], 3):>7} {fmt(s['cpu_us_per_value']):>7} "
               f"{fmt(s['cpu_per_1k'], 4):>8} {fmt(s['requests_per_s'], 0):>8} "
               f"{fmt(res, 0):>8} {s['equal']}")
