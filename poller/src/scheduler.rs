@@ -391,7 +391,6 @@ mod tests {
     use crate::value::ValueType;
     use std::collections::HashMap;
     use std::sync::Arc;
-    use std::time::Duration;
 
     fn plan(hosts: usize, intervals: &[u64]) -> Plan {
         Plan::build(
