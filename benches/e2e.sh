@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end benchmark: `netpoller run` polling loopback hosts and the local snmpd
-# agents into the local ClickHouse, measured from the outside, next to fping, nmap (tun rig),
+# agents into the local ClickHouse, measured from the outside, next to fping (also as
+# Zabbix's pingers run it), nmap (tun rig),
 # net-snmp snmpget and snmpbulkget and prometheus-snmp-exporter on the same hosts and
 # OIDs. Issue 8.
 #

@@ -10,7 +10,8 @@ nft table that silences a quarter of the ICMP hosts, cleanup on exit). This help
   run WL    one measured run of workload WL: fresh database, `netpoller run` for
             WARMUP + DURATION seconds, SIGTERM, count rows in ClickHouse, append one
             JSON line to target/e2e/results.jsonl
-  peers WL  fping, nmap on the tun rig (ICMP) / snmpget and snmpbulkget, sequential and
+  peers WL  fping (one process per 16,384 hosts, and as Zabbix 6.0's pingers run it up to
+            16,384 hosts), nmap on the tun rig (ICMP) / snmpget and snmpbulkget, sequential and
             parallel, prometheus-snmp-exporter (SNMP), over the same hosts and OIDs as
             workload WL, one JSON line each
   summary   medians per workload and peer: text table on stdout, results.tsv and
