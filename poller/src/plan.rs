@@ -307,7 +307,8 @@ impl Plan {
             .iter()
             .filter(|t| t.engine == engine && t.interval_ms > 0)
             .map(|t| per_run(t) * 1000.0 / t.interval_ms as f64)
-            .sum()
+            // Not `sum()`: the float sum of nothing is -0.0, which prints as "-0.00".
+            .fold(0.0, |a, b| a + b)
     }
 
     /// The probe an ICMP task sends: its items share one (that is what makes them one
@@ -352,6 +353,25 @@ mod tests {
                 probe: k.probe,
             },
         }
+    }
+
+    #[test]
+    fn rates_of_an_engine_without_tasks_are_plain_zero() {
+        let plan = Plan::build(vec![HostSpec {
+            name: "cpe-1".into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            snmp: None,
+            items: vec![icmp_item("cpe-1", "icmpping", 10)],
+        }]);
+        assert_eq!(
+            format!("{:.2}", plan.values_per_second(Engine::Icmp)),
+            "0.10"
+        );
+        // check-config printed "SNMP -0.00" for a config without SNMP.
+        assert_eq!(
+            format!("{:.2}", plan.values_per_second(Engine::Snmp)),
+            "0.00"
+        );
     }
 
     #[test]
