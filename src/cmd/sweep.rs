@@ -302,8 +302,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         "sweep done"
     );
     eprintln!(
-        "{} hosts, {} alive, {} unreachable in {:.3} s",
+        "{} host{}, {} alive, {} unreachable in {:.3} s",
         report.hosts,
+        if report.hosts == 1 { "" } else { "s" },
         report.alive,
         report.hosts - report.alive,
         report.wall.as_secs_f64()
