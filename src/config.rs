@@ -718,10 +718,7 @@ impl Origin {
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Origin::Host(i) => write!(f, "hosts[{i}]"),
-            Origin::Range(i) => write!(f, "host_ranges[{i}]"),
-        }
+        f.write_str(&render_path(&self.path()))
     }
 }
 
@@ -919,7 +916,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
         // per item and two per host were most of the loader's peak memory.
         let mut names: HashMap<Arc<str>, Origin> = HashMap::new();
         for (i, h) in hosts {
-            let hp = [Seg::Key("hosts"), Seg::Index(*i)];
+            let origin = Origin::Host(*i as u32);
+            let hp = origin.path();
             let ip = match h.ip.trim().parse::<IpAddr>() {
                 Ok(ip) => Some(ip),
                 Err(_) => {
@@ -931,7 +929,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 }
             };
             let name: Arc<str> = h.name.as_str().into();
-            if let Some(prev) = names.insert(name.clone(), Origin::Host(*i as u32)) {
+            if let Some(prev) = names.insert(name.clone(), origin) {
                 self.c.push(
                     &[hp[0].clone(), hp[1].clone(), Seg::Key("name")],
                     format!("duplicate host name {:?} (also {prev})", h.name),
@@ -941,12 +939,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let snmp = self.snmp_params(&hp, h.snmp.as_ref());
             if let (Some(ip), Some(items), Some(snmp)) = (ip, base, snmp) {
                 out.push(host_spec(name, ip, items, snmp));
-                origins.push(Origin::Host(*i as u32));
+                origins.push(origin);
             }
         }
         let mut budget = MAX_RANGE_HOSTS;
         for (i, r) in ranges {
-            let rp = [Seg::Key("host_ranges"), Seg::Index(*i)];
+            let origin = Origin::Range(*i as u32);
+            let rp = origin.path();
             let net = match r.cidr.trim().parse::<ipnet::IpNet>() {
                 Ok(n) => n,
                 Err(_) => {
@@ -989,11 +988,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let Some(snmp) = self.snmp_params(&rp, r.snmp.as_ref()) else {
                 continue;
             };
-            let before = self.c.errors.len();
             for ip in net.hosts() {
                 let ip_s = ip.to_string();
                 let name: Arc<str> = r.name.replace("{ip}", &ip_s).into();
-                if let Some(prev) = names.insert(name.clone(), Origin::Range(*i as u32)) {
+                if let Some(prev) = names.insert(name.clone(), origin) {
                     self.c.push(
                         &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
                         format!("host name {name:?} repeats {prev}"),
@@ -1001,10 +999,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     break;
                 }
                 out.push(host_spec(name, ip, items.clone(), snmp.clone()));
-                origins.push(Origin::Range(*i as u32));
-                if self.c.errors.len() > before {
-                    break;
-                }
+                origins.push(origin);
             }
         }
         drop(names);

@@ -1036,7 +1036,6 @@ def fmt(x, nd=2):
     return f"{x:.{nd}f}"
 
 
-
 def print_icmp_ratio(key, s, n):
     """netpoller's workload `key` (summary `n`) against ICMP peer `s`."""
     eng = n.get("icmp_threads_us_per_value")
@@ -1049,6 +1048,7 @@ def print_icmp_ratio(key, s, n):
     print(f"{key} / {s['peer']}: netpoller daemon {daemon}, ICMP engine threads "
           f"{fmt(eng / s['cpu_us_per_value']) if eng else '-'}x {tool}'s CPU per "
           f"{'value' if tool == 'fping' else 'probe'}")
+
 
 def cmd_summary(args):
     rows = []
