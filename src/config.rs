@@ -433,27 +433,10 @@ struct Collector<'a> {
 
 impl Collector<'_> {
     fn push(&mut self, path: &[Seg<'_>], message: impl Into<String>) {
-        let message = message.into();
-        let mut full: Vec<Seg<'_>> = path.to_vec();
-        // serde names the offending field; point at it when it exists in the file.
-        let field = message
-            .strip_prefix("unknown field `")
-            .or_else(|| message.strip_prefix("invalid type"))
-            .and_then(|m| m.split('`').next())
-            .map(str::to_string);
-        let field_line = field.as_deref().and_then(|f| {
-            let mut p = full.clone();
-            p.push(Seg::Key(f));
-            self.loc.line(&p)
-        });
-        let line = field_line.or_else(|| self.loc.line(&full));
-        if let (Some(f), Some(_)) = (&field, field_line) {
-            full.push(Seg::Key(f));
-        }
         self.errors.push(ConfigError {
-            path: render_path(&full),
-            line,
-            message,
+            path: render_path(path),
+            line: self.loc.line(path),
+            message: message.into(),
         });
     }
 
@@ -463,10 +446,22 @@ impl Collector<'_> {
         path: &[Seg<'_>],
         v: toml::Value,
     ) -> Option<T> {
-        match T::deserialize(v) {
+        match serde_path_to_error::deserialize::<_, T>(v) {
             Ok(t) => Some(t),
             Err(e) => {
-                self.push(path, e.message().to_string());
+                // Where inside the piece the value was refused: `daemon.icmp_phases` on
+                // its own line, not `daemon` at the section's header.
+                let mut full = path.to_vec();
+                for seg in e.path().iter() {
+                    match seg {
+                        serde_path_to_error::Segment::Map { key } => full.push(Seg::Key(key)),
+                        serde_path_to_error::Segment::Seq { index } => {
+                            full.push(Seg::Index(*index))
+                        }
+                        _ => {}
+                    }
+                }
+                self.push(&full, e.inner().message().to_string());
                 None
             }
         }

@@ -267,8 +267,18 @@ fn unknown_sections_and_syntax_errors() {
     assert!(e.message.contains("unknown section `deamon`"));
     let e = one_err("[daemon]\nshards = \n");
     assert_eq!(e.line, Some(2));
-    let e = one_err("[snmp]\nversion = \"3\"\n");
+    // A refused value is reported at its own key and line, not at its section's.
+    let e = one_err("[snmp]\n\nversion = \"3\"\n");
     assert!(e.message.contains("unknown variant `3`"), "{e}");
+    assert_eq!((e.path.as_str(), e.line), ("snmp.version", Some(3)));
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [\n  { key = \"icmpping\" },\n  { key = \"icmpping\", interval = 5 },\n]\n");
+    assert!(e.message.starts_with("invalid type: integer `5`"), "{e}");
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("templates[0].items[1].interval", Some(5))
+    );
+    let e = one_err("[daemon]\nshardz = 3\n");
+    assert_eq!((e.path.as_str(), e.line), ("daemon.shardz", Some(2)));
     let e = one_err("[snmp]\nmax_oids_per_request = 0\n");
     assert_eq!(e.path, "snmp.max_oids_per_request");
     let e = one_err("[daemon]\nshard = \"2/2\"\n");
