@@ -66,6 +66,8 @@ pub struct DaemonSection {
     /// window. Default `1s`; at most `10s`.
     #[serde(with = "humantime_serde")]
     pub batch_window: Duration,
+    /// How the ICMP tasks of one interval are placed in it. Default `"grouped"`.
+    pub icmp_phases: IcmpPhases,
     /// ICMP sweeps that may run at once, each on its own socket. Default 2: a sweep lasts
     /// at least its timeout, so with one sweep at a time and 1 s timeouts the tasks that
     /// come due every `batch_window` wait for the previous sweep and start late (measured:
@@ -94,11 +96,25 @@ impl Default for DaemonSection {
             icmp_batch_hosts: 4_096,
             snmp_batch_requests: 8_000,
             batch_window: Duration::from_secs(1),
+            icmp_phases: IcmpPhases::Grouped,
             icmp_concurrent_sweeps: 2,
             snmp_concurrent_iterations: 2,
             user: None,
         }
     }
+}
+
+/// `daemon.icmp_phases`: when in its interval each ICMP host is polled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IcmpPhases {
+    /// The hosts of an interval are polled together, in as few sweeps as
+    /// `icmp_batch_hosts` allows, spaced evenly over the interval
+    /// ([`poller::plan::Plan::group_icmp_phases`]): the cheapest per probe.
+    Grouped,
+    /// Every host on its own hashed offset in the interval, as Zabbix spreads items:
+    /// an even load, swept as many small batches (one per `batch_window`).
+    Spread,
 }
 
 /// `[icmp]`: defaults for ICMP keys that leave a parameter empty.
@@ -1175,7 +1191,8 @@ impl Config {
         hosts
     }
 
-    /// The plan of this process's shard (`cli` overrides `daemon.shard`), built from the
+    /// The plan of this process's shard (`cli` overrides `daemon.shard`), with its ICMP
+    /// phases as `daemon.icmp_phases` asks, built from the
     /// hosts moved out of the config (see [`Self::take_hosts_for_shard`]), which are
     /// dropped as the plan takes them: `release()` runs after every
     /// [`PLAN_RELEASE_HOSTS`] hosts to hand their memory back
@@ -1187,7 +1204,11 @@ impl Config {
     ) -> poller::plan::Plan {
         let shard = self.process_shard(cli);
         let hosts = self.take_hosts_for_shard(shard);
-        poller::plan::Plan::build_releasing(hosts, PLAN_RELEASE_HOSTS, release)
+        let mut plan = poller::plan::Plan::build_releasing(hosts, PLAN_RELEASE_HOSTS, release);
+        if self.daemon.icmp_phases == IcmpPhases::Grouped {
+            plan.group_icmp_phases(self.daemon.icmp_batch_hosts);
+        }
+        plan
     }
 
     /// Total items over all hosts.

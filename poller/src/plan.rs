@@ -134,7 +134,9 @@ pub struct Task {
     pub host: u32,
     pub interval_ms: u64,
     /// Offset of this task's slots within its interval: slots are at
-    /// `phase_ms + k * interval_ms` milliseconds of Unix time.
+    /// `phase_ms + k * interval_ms` milliseconds of Unix time. [`Plan::build`] spreads
+    /// the tasks of an interval over it by a stable hash; [`Plan::group_icmp_phases`]
+    /// then gathers ICMP tasks onto the phases of their sweeps.
     pub phase_ms: u64,
     /// This task's items in [`Plan::items`].
     pub items: Range<u32>,
@@ -289,6 +291,37 @@ impl Plan {
         plan
     }
 
+    /// Puts the ICMP tasks of each interval on as few phases as sweeps of `batch_hosts`
+    /// hosts need (`daemon.icmp_phases = "grouped"`, the default): the `n` tasks of an
+    /// interval `I` form `ceil(n / batch_hosts)` groups whose phases are `I / groups`
+    /// apart, so 4,096 hosts every 10 s are one sweep every 10 s instead of ten sweeps of
+    /// ~410 (what spreading every task over its interval plus `batch_window = 1s` gives).
+    /// A sweep's sends and reads run on caches gone cold since the last one, so larger
+    /// sweeps cost less per probe (BENCHMARKS.md, run 17). SNMP tasks stay spread: a
+    /// device answers one request at a time, and its iterations are agent-bound.
+    ///
+    /// Invariants: a task's group is its spread phase's position in the interval (`phase
+    /// × groups / I`), so groups are even in expectation and a task only changes group
+    /// when its interval's group count does; every phase stays below its interval; the
+    /// groups of an interval start at an offset hashed from the interval, so daemons
+    /// and intervals do not all fire at second 0 of Unix time.
+    pub fn group_icmp_phases(&mut self, batch_hosts: usize) {
+        let batch = (batch_hosts as u64).max(1);
+        let mut counts: HashMap<u64, u64> = HashMap::new();
+        for t in self.tasks.iter().filter(|t| t.engine == Engine::Icmp) {
+            *counts.entry(t.interval_ms).or_default() += 1;
+        }
+        for t in self.tasks.iter_mut().filter(|t| t.engine == Engine::Icmp) {
+            let interval = t.interval_ms.max(1);
+            // At most one group per millisecond of the interval.
+            let groups = counts[&t.interval_ms].div_ceil(batch).min(interval);
+            // phase < interval ≤ a day and groups ≤ interval: the product fits in u64.
+            let group = t.phase_ms * groups / interval;
+            let offset = stable_hash(&[b"icmp-group", &interval.to_le_bytes()]) % interval;
+            t.phase_ms = (group * interval / groups + offset) % interval;
+        }
+    }
+
     /// Values per second `engine`'s items produce: Σ over its items of 1 / interval.
     pub fn values_per_second(&self, engine: Engine) -> f64 {
         self.per_second(engine, |t| t.items.len() as f64)
@@ -323,16 +356,6 @@ impl Plan {
     /// Items of a task.
     pub fn task_items(&self, task: &Task) -> &[PlanItem] {
         &self.items[task.items.start as usize..task.items.end as usize]
-    }
-
-    /// A stable identity for a task across reloads (engine, host name, interval, probe).
-    pub fn task_identity(&self, task: &Task) -> u64 {
-        stable_hash(&[
-            self.hosts[task.host as usize].name.as_bytes(),
-            &[task.engine as u8],
-            &task.interval_ms.to_le_bytes(),
-            &task.phase_ms.to_le_bytes(),
-        ])
     }
 }
 
@@ -372,6 +395,99 @@ mod tests {
             format!("{:.2}", plan.values_per_second(Engine::Snmp)),
             "0.00"
         );
+    }
+
+    /// `hosts` hosts named `cpe-{i}`, each with an ICMP task every `icmp_s` seconds
+    /// and an SNMP task every 10 s.
+    fn icmp_and_snmp_hosts(hosts: usize, icmp_s: u64) -> Plan {
+        Plan::build(
+            (0..hosts)
+                .map(|i| {
+                    let name = format!("cpe-{i}");
+                    let snmp = ItemSpec {
+                        itemid: derive_itemid(&name, "ifInOctets.1"),
+                        key: "ifInOctets.1".into(),
+                        value_type: ValueType::Uint,
+                        interval_ms: 10_000,
+                        kind: ItemKind::Snmp {
+                            oid: snmp::Oid::from_arcs(&[1, 3, 6, 1, 2, 1, 2, 2, 1, 10, 1]).unwrap(),
+                        },
+                    };
+                    HostSpec {
+                        items: vec![icmp_item(&name, "icmpping", icmp_s), snmp],
+                        name: name.into(),
+                        ip: "127.0.0.1".parse().unwrap(),
+                        snmp: None,
+                    }
+                })
+                .collect(),
+        )
+    }
+
+    /// Distinct phases of `engine`'s tasks, with how many tasks each.
+    fn phases(plan: &Plan, engine: Engine) -> HashMap<(u64, u64), usize> {
+        let mut m = HashMap::new();
+        for t in plan.tasks.iter().filter(|t| t.engine == engine) {
+            assert!(t.phase_ms < t.interval_ms);
+            *m.entry((t.interval_ms, t.phase_ms)).or_default() += 1;
+        }
+        m
+    }
+
+    #[test]
+    fn icmp_tasks_of_an_interval_share_as_few_phases_as_sweeps_need() {
+        let spread = icmp_and_snmp_hosts(4_096, 10);
+        assert!(phases(&spread, Engine::Icmp).len() > 3_000);
+        let snmp_before = phases(&spread, Engine::Snmp);
+
+        // 4,096 hosts in sweeps of 4,096: one phase, one sweep per interval.
+        let mut one = icmp_and_snmp_hosts(4_096, 10);
+        one.group_icmp_phases(4_096);
+        assert_eq!(phases(&one, Engine::Icmp).len(), 1);
+        // SNMP keeps its spread phases.
+        assert_eq!(phases(&one, Engine::Snmp), snmp_before);
+
+        // One more host: two groups, half an interval apart, of about half each.
+        let mut two = icmp_and_snmp_hosts(4_097, 10);
+        two.group_icmp_phases(4_096);
+        let p = phases(&two, Engine::Icmp);
+        let mut groups: Vec<_> = p.into_iter().collect();
+        groups.sort();
+        assert_eq!(groups.len(), 2, "{groups:?}");
+        assert_eq!(groups[1].0 .1 - groups[0].0 .1, 5_000, "{groups:?}");
+        for (_, n) in &groups {
+            assert!((1_850..2_250).contains(n), "{groups:?}");
+        }
+
+        // Smaller sweeps: 10 groups a second apart, each within its sweep's size
+        // give or take the hash's spread.
+        let mut ten = icmp_and_snmp_hosts(4_096, 10);
+        ten.group_icmp_phases(410);
+        let p = phases(&ten, Engine::Icmp);
+        assert_eq!(p.len(), 10, "{p:?}");
+        let mut at: Vec<u64> = p.keys().map(|&(_, ph)| ph).collect();
+        at.sort();
+        assert!(at.windows(2).all(|w| w[1] - w[0] == 1_000), "{at:?}");
+        assert!(p.values().all(|&n| (300..520).contains(&n)), "{p:?}");
+    }
+
+    #[test]
+    fn icmp_groups_are_stable_while_their_count_is() {
+        // Intervals keep separate groups, each at its own offset.
+        let mut a = icmp_and_snmp_hosts(1_000, 10);
+        a.group_icmp_phases(4_096);
+        let mut b = icmp_and_snmp_hosts(1_001, 10);
+        b.group_icmp_phases(4_096);
+        let mut c = icmp_and_snmp_hosts(1_000, 60);
+        c.group_icmp_phases(4_096);
+        let phase = |p: &Plan| {
+            let ph = phases(p, Engine::Icmp);
+            assert_eq!(ph.len(), 1, "{ph:?}");
+            *ph.keys().next().unwrap()
+        };
+        // A host added to a group leaves everyone's phase where it was.
+        assert_eq!(phase(&a), phase(&b));
+        assert_ne!(phase(&a).1 % 10_000, phase(&c).1 % 10_000);
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! * Slots are `phase + k * interval` (ms of Unix time). The phase is a stable hash of
 //!   the task (host, engine, interval, probe), so a restart or a reload keeps every
 //!   unchanged task on exactly the same slots, and tasks of one interval are spread over
-//!   the whole interval rather than fired together at second 0.
+//!   the whole interval rather than fired together at second 0; ICMP tasks are then
+//!   gathered onto one phase per sweep ([`Plan::group_icmp_phases`]; a reload that
+//!   changes how many sweeps an interval needs moves them).
 //! * A task that completes late is put on its first slot after `now`, never on a slot in
 //!   the past: the schedule catches up by skipping (and counting) missed slots, without a
 //!   burst of back-to-back polls.

@@ -61,6 +61,40 @@ fn the_lab_example_is_valid() {
 }
 
 #[test]
+fn the_production_example_is_valid_and_sets_every_daemon_key() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/production.toml"
+    ))
+    .unwrap();
+    let cfg = parse(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert!(cfg.clickhouse.is_some());
+    assert!(cfg.hosts.iter().any(|h| h.snmp.is_some()));
+    // The example documents the [daemon] section: every key the daemon takes is in it.
+    let table: toml::Table = text.parse().unwrap();
+    let daemon = table["daemon"].as_table().unwrap();
+    // serde's own list of the section's keys, from its unknown-field error.
+    let e = one_err("[daemon]\nno_such_key = 1\n");
+    let keys: Vec<&str> = e
+        .message
+        .split_once("expected one of ")
+        .unwrap()
+        .1
+        .split(", ")
+        .map(|k| k.trim_matches('`'))
+        .collect();
+    assert!(keys.len() > 10 && keys.contains(&"icmp_phases"), "{keys:?}");
+    let missing: Vec<&&str> = keys
+        .iter()
+        .filter(|k| !daemon.contains_key(**k) && !text.contains(&format!("# {k} =")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "not in examples/production.toml: {missing:?}"
+    );
+}
+
+#[test]
 fn defaults_apply_without_sections() {
     let cfg = parse(&format!(
         "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\n"
@@ -313,4 +347,29 @@ fn shard_selection_splits_hosts() {
     assert_eq!(parse_shard("1/3"), Ok((1, 3)));
     assert!(parse_shard("3/3").is_err());
     assert!(parse_shard("x").is_err());
+}
+
+#[test]
+fn icmp_phases_group_hosts_unless_spread_is_asked_for() {
+    let hosts =
+        "[[host_ranges]]\ncidr = \"127.1.0.0/26\"\nname = \"cpe-{ip}\"\ntemplates = [\"icmp\"]\n";
+    let phases = |daemon: &str| {
+        let mut cfg = parse(&format!("{daemon}\n{TEMPLATE}\n{hosts}")).unwrap();
+        let plan = cfg.take_plan(None, || {});
+        assert_eq!(plan.tasks.len(), 62);
+        let mut p: Vec<u64> = plan.tasks.iter().map(|t| t.phase_ms).collect();
+        p.sort();
+        p.dedup();
+        p.len()
+    };
+    // Default: 62 hosts fit one sweep, so one phase.
+    assert_eq!(phases(""), 1);
+    assert_eq!(phases("[daemon]\nicmp_phases = \"grouped\""), 1);
+    // Sweeps of at most 16 hosts: 4 groups.
+    assert_eq!(phases("[daemon]\nicmp_batch_hosts = 16"), 4);
+    // Zabbix's way: every host on its own offset.
+    assert!(phases("[daemon]\nicmp_phases = \"spread\"") > 50);
+    let e = one_err("[daemon]\nicmp_phases = \"even\"\n");
+    assert_eq!((e.path.as_str(), e.line), ("daemon.icmp_phases", Some(2)));
+    assert!(e.message.contains("unknown variant `even`"), "{e}");
 }
