@@ -26,6 +26,7 @@
 #
 # Env: DURATION (s, default 90), WARMUP (s, default 25), RUNS (default 3), BIG_RUNS
 # (default 1), NO_BUILD=1 (use the existing target/release/netpoller), NO_PEERS=1,
+# FPING_REPEAT (passes of the one-process fping per run, median kept; default 3),
 # KEEP_SERVICES=1 (leave services started by this script running), SHARED_CH=1 (use
 # the services' ClickHouse instead of a private one), E2E_NICE=-10 (run netpoller and
 # the private ClickHouse at that niceness: a dedicated machine on a shared one),
