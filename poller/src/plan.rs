@@ -150,6 +150,19 @@ pub struct Plan {
     pub tasks: Vec<Task>,
 }
 
+/// How many phase groups `tasks` ICMP tasks of one interval form with sweeps of at most
+/// `batch` hosts: one if they fit one sweep; otherwise enough that a group, whose size
+/// varies with the hash (binomially, ±√size), stays within a sweep: a group that
+/// overflowed would leave its last hosts to a sweep of their own or to the next group's.
+fn icmp_groups(tasks: u64, batch: u64) -> u64 {
+    if tasks <= batch {
+        return 1;
+    }
+    // Three standard deviations of headroom, at most a quarter of the sweep.
+    let headroom = ((3.0 * (batch as f64).sqrt()) as u64).min(batch / 4);
+    tasks.div_ceil(batch - headroom)
+}
+
 /// Stable 64-bit hash (FNV-1a over the parts with a separator, then a splitmix64 finaliser
 /// so that `% n` is well spread).
 pub fn stable_hash(parts: &[&[u8]]) -> u64 {
@@ -293,7 +306,8 @@ impl Plan {
 
     /// Puts the ICMP tasks of each interval on as few phases as sweeps of `batch_hosts`
     /// hosts need (`daemon.icmp_phases = "grouped"`, the default): the `n` tasks of an
-    /// interval `I` form `ceil(n / batch_hosts)` groups whose phases are `I / groups`
+    /// interval `I` form one group if `n ≤ batch_hosts`, else about `n / batch_hosts`
+    /// groups with room for the hash's spread of their sizes, phases `I / groups`
     /// apart, so 4,096 hosts every 10 s are one sweep every 10 s instead of ten sweeps of
     /// ~410 (what spreading every task over its interval plus `batch_window = 1s` gives).
     /// A sweep's sends and reads run on caches gone cold since the last one, so larger
@@ -314,7 +328,7 @@ impl Plan {
         for t in self.tasks.iter_mut().filter(|t| t.engine == Engine::Icmp) {
             let interval = t.interval_ms.max(1);
             // At most one group per millisecond of the interval.
-            let groups = counts[&t.interval_ms].div_ceil(batch).min(interval);
+            let groups = icmp_groups(counts[&t.interval_ms], batch).min(interval);
             // phase < interval ≤ a day and groups ≤ interval: the product fits in u64.
             let group = t.phase_ms * groups / interval;
             let offset = stable_hash(&[b"icmp-group", &interval.to_le_bytes()]) % interval;
@@ -459,16 +473,32 @@ mod tests {
             assert!((1_850..2_250).contains(n), "{groups:?}");
         }
 
-        // Smaller sweeps: 10 groups a second apart, each within its sweep's size
-        // give or take the hash's spread.
+        // Sweeps of 512: 10 groups of ~410 a second apart (8 would fill them to the
+        // brim and some would overflow), each within its sweep.
         let mut ten = icmp_and_snmp_hosts(4_096, 10);
-        ten.group_icmp_phases(410);
+        ten.group_icmp_phases(512);
         let p = phases(&ten, Engine::Icmp);
         assert_eq!(p.len(), 10, "{p:?}");
         let mut at: Vec<u64> = p.keys().map(|&(_, ph)| ph).collect();
         at.sort();
         assert!(at.windows(2).all(|w| w[1] - w[0] == 1_000), "{at:?}");
-        assert!(p.values().all(|&n| (300..520).contains(&n)), "{p:?}");
+        assert!(p.values().all(|&n| (300..=512).contains(&n)), "{p:?}");
+    }
+
+    #[test]
+    fn icmp_groups_fit_their_sweeps_at_scale() {
+        // 262,144 hosts in sweeps of 16,384: 16 groups of exactly 16,384 would overflow
+        // in about half of them (±128); 17 leave room.
+        assert_eq!(icmp_groups(262_144, 16_384), 17);
+        assert_eq!(icmp_groups(16_384, 16_384), 1);
+        assert_eq!(icmp_groups(16_385, 16_384), 2);
+        assert_eq!(icmp_groups(5, 1), 5);
+        let mut p = icmp_and_snmp_hosts(262_144, 8);
+        p.group_icmp_phases(16_384);
+        let g = phases(&p, Engine::Icmp);
+        assert_eq!(g.len(), 17);
+        let max = g.values().max().unwrap();
+        assert!(*max <= 16_384, "largest group {max}");
     }
 
     #[test]
