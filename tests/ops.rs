@@ -383,7 +383,8 @@ fn secrets_never_appear_in_any_output() {
     }
 }
 
-/// `check-config` states the load the file asks for: the figure sizing goes by.
+/// `check-config` states the load the file asks for, the figure sizing goes by, and how
+/// the ICMP targets are swept.
 #[test]
 fn check_config_states_the_load() {
     let dir = scratch("ops-load");
@@ -412,21 +413,40 @@ templates = ["icmp"]
 "#,
     )
     .unwrap();
-    let o = netpoller()
-        .args(["check-config", "-c"])
-        .arg(&cfg)
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let check = || {
+        let o = netpoller()
+            .args(["check-config", "-c"])
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    let out = check();
     // 6 hosts in the /29 × 2 ICMP items every 10 s = 1.2 values/s; the two items share one
     // probe of 3 packets per host: 1.8 requests/s; 1 SNMP item every 60 s.
     assert!(
         out.contains("load: 1.2 values/s (ICMP 1.2, SNMP 0.02); 1.8 ICMP echo requests/s"),
+        "{out}"
+    );
+    // And how they are swept: the 6 targets share one phase (grouped, the default) ...
+    assert!(
+        out.contains("ICMP every 10s: 6 targets in 1 sweep per interval"),
+        "{out}"
+    );
+    // ... or each has its own, swept as they come due.
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    std::fs::write(&cfg, format!("[daemon]\nicmp_phases = \"spread\"\n{text}")).unwrap();
+    let out = check();
+    assert!(
+        out.contains(
+            "ICMP every 10s: 6 targets spread over the interval, swept every 1s (icmp_phases = \"spread\")"
+        ),
         "{out}"
     );
 }

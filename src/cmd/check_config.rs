@@ -1,9 +1,13 @@
 //! `netpoller check-config`: validate a file the way `run` would, and say what it holds.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
-use poller::plan::Engine;
+use poller::plan::{Engine, Plan};
+
+use crate::config::{DaemonSection, IcmpPhases};
 
 /// Arguments of `netpoller check-config`.
 #[derive(clap::Args, Debug)]
@@ -43,6 +47,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 rate(snmp),
                 rate(plan.icmp_probe_rate())
             );
+            for line in icmp_sweeps(&plan, &cfg.daemon) {
+                println!("{line}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -50,6 +57,37 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// How the ICMP targets of each interval are swept (`daemon.icmp_phases`): with grouped
+/// phases the number of sweeps per interval, which sizing and `icmp_batch_hosts` go by.
+fn icmp_sweeps(plan: &Plan, daemon: &DaemonSection) -> Vec<String> {
+    let mut by_interval: BTreeMap<u64, (usize, BTreeSet<u64>)> = BTreeMap::new();
+    for t in plan.tasks.iter().filter(|t| t.engine == Engine::Icmp) {
+        let e = by_interval.entry(t.interval_ms).or_default();
+        e.0 += 1;
+        e.1.insert(t.phase_ms);
+    }
+    by_interval
+        .into_iter()
+        .map(|(interval, (targets, phases))| {
+            let every = humantime::format_duration(Duration::from_millis(interval));
+            match daemon.icmp_phases {
+                IcmpPhases::Grouped => {
+                    let sweeps = phases.len();
+                    let s = if sweeps == 1 { "" } else { "s" };
+                    format!(
+                        "ICMP every {every}: {targets} targets in {sweeps} sweep{s} per interval"
+                    )
+                }
+                IcmpPhases::Spread => format!(
+                    "ICMP every {every}: {targets} targets spread over the interval, \
+                     swept every {} (icmp_phases = \"spread\")",
+                    humantime::format_duration(daemon.batch_window)
+                ),
+            }
+        })
+        .collect()
 }
 
 /// A rate for people: whole numbers from 10 up, one decimal below, two below 1.
