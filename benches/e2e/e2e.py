@@ -655,8 +655,7 @@ def cmd_run(args):
     # (icmp_phases = "grouped") fall in or out of it whole (±1 burst of 8: ±12%).
     # Rows in ClickHouse still give NVPS and the results' checks.
     per = {"icmp": d("netpoller_values_total", engine="icmp"),
-           "snmp": d("netpoller_values_total", engine="snmp")}
-    per["rest"] = per["icmp"] + per["snmp"]
+           "snmp": d("netpoller_values_total", engine="snmp"), "rest": values}
     group_us = {g: round(v / per[g] * 1e6, 3) for g, v in groups.items() if per[g]}
     tcpu = dict(sorted(((k, v) for k, v in tcpu.items() if v >= 0.01), key=lambda kv: -kv[1]))
     res = dict(kind="netpoller", workload=name, rig=RIG, run=args.index, log=logf, **exp,
@@ -833,8 +832,8 @@ def fping_peer(name, icmp_ips, alive_exp, results, chunk, parallel, shell, label
         os.unlink(fn)
     # The median pass by CPU; its user/sys split goes into the result. Results are equal
     # only if every pass found the expected hosts alive.
-    cpu, wall, rc, TIMED_SPLIT[:], alive = sorted(passes)[len(passes) // 2]
-    rc = max((p[2] for p in passes), key=abs)
+    cpu, wall, _, TIMED_SPLIT[:], alive = sorted(passes)[len(passes) // 2]
+    rc = max((p[2] for p in passes), key=abs)  # any failing pass fails the peer
     res = icmp_peer_result(label.format(procs=len(files)), name, len(icmp_ips), 3,
                            wall, cpu, rc, alive, alive_exp)
     res["cpu_s_passes"] = [p[0] for p in passes]

@@ -13,7 +13,7 @@
 //! * Hashes used for shards, spreading and derived itemids are FNV-1a + a fixed mixer:
 //!   stable across releases, platforms and restarts (never `std`'s random hasher).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::net::IpAddr;
 use std::ops::Range;
@@ -148,6 +148,15 @@ pub struct Plan {
     pub hosts: Vec<PlanHost>,
     pub items: Vec<PlanItem>,
     pub tasks: Vec<Task>,
+}
+
+/// The ICMP tasks of one interval and how many phase groups (sweeps per interval, with
+/// grouped phases) they form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IcmpInterval {
+    pub interval_ms: u64,
+    pub tasks: u64,
+    pub groups: u64,
 }
 
 /// How many phase groups `tasks` ICMP tasks of one interval form with sweeps of at most
@@ -320,20 +329,47 @@ impl Plan {
     /// groups of an interval start at an offset hashed from the interval, so daemons
     /// and intervals do not all fire at second 0 of Unix time.
     pub fn group_icmp_phases(&mut self, batch_hosts: usize) {
-        let batch = (batch_hosts as u64).max(1);
-        let mut counts: HashMap<u64, u64> = HashMap::new();
-        for t in self.tasks.iter().filter(|t| t.engine == Engine::Icmp) {
-            *counts.entry(t.interval_ms).or_default() += 1;
-        }
+        // Per interval, once: its group count and its groups' offset.
+        let layout: HashMap<u64, (u64, u64)> = self
+            .icmp_intervals(batch_hosts)
+            .into_iter()
+            .map(|g| {
+                let i = g.interval_ms;
+                (
+                    i,
+                    (
+                        g.groups,
+                        stable_hash(&[b"icmp-group", &i.to_le_bytes()]) % i,
+                    ),
+                )
+            })
+            .collect();
         for t in self.tasks.iter_mut().filter(|t| t.engine == Engine::Icmp) {
-            let interval = t.interval_ms.max(1);
-            // At most one group per millisecond of the interval.
-            let groups = icmp_groups(counts[&t.interval_ms], batch).min(interval);
+            let (groups, offset) = layout[&t.interval_ms];
+            let interval = t.interval_ms;
             // phase < interval ≤ a day and groups ≤ interval: the product fits in u64.
             let group = t.phase_ms * groups / interval;
-            let offset = stable_hash(&[b"icmp-group", &interval.to_le_bytes()]) % interval;
             t.phase_ms = (group * interval / groups + offset) % interval;
         }
+    }
+
+    /// The ICMP tasks of each interval (ascending) and the phase groups they form with
+    /// sweeps of `batch_hosts` ([`Plan::group_icmp_phases`]; `check-config` shows it).
+    pub fn icmp_intervals(&self, batch_hosts: usize) -> Vec<IcmpInterval> {
+        let batch = (batch_hosts as u64).max(1);
+        let mut tasks: BTreeMap<u64, u64> = BTreeMap::new();
+        for t in self.tasks.iter().filter(|t| t.engine == Engine::Icmp) {
+            *tasks.entry(t.interval_ms).or_default() += 1;
+        }
+        tasks
+            .into_iter()
+            .map(|(interval_ms, tasks)| IcmpInterval {
+                interval_ms,
+                tasks,
+                // At most one group per millisecond of the interval (≥ 1 ms, see build).
+                groups: icmp_groups(tasks, batch).min(interval_ms),
+            })
+            .collect()
     }
 
     /// Values per second `engine`'s items produce: Σ over its items of 1 / interval.

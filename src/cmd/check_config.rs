@@ -1,6 +1,5 @@
 //! `netpoller check-config`: validate a file the way `run` would, and say what it holds.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -62,22 +61,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// How the ICMP targets of each interval are swept (`daemon.icmp_phases`): with grouped
 /// phases the number of sweeps per interval, which sizing and `icmp_batch_hosts` go by.
 fn icmp_sweeps(plan: &Plan, daemon: &DaemonSection) -> Vec<String> {
-    let mut by_interval: BTreeMap<u64, (usize, BTreeSet<u64>)> = BTreeMap::new();
-    for t in plan.tasks.iter().filter(|t| t.engine == Engine::Icmp) {
-        let e = by_interval.entry(t.interval_ms).or_default();
-        e.0 += 1;
-        e.1.insert(t.phase_ms);
-    }
-    by_interval
+    plan.icmp_intervals(daemon.icmp_batch_hosts)
         .into_iter()
-        .map(|(interval, (targets, phases))| {
-            let every = humantime::format_duration(Duration::from_millis(interval));
+        .map(|g| {
+            let (every, targets) = (
+                humantime::format_duration(Duration::from_millis(g.interval_ms)),
+                g.tasks,
+            );
             match daemon.icmp_phases {
                 IcmpPhases::Grouped => {
-                    let sweeps = phases.len();
-                    let s = if sweeps == 1 { "" } else { "s" };
+                    let s = if g.groups == 1 { "" } else { "s" };
                     format!(
-                        "ICMP every {every}: {targets} targets in {sweeps} sweep{s} per interval"
+                        "ICMP every {every}: {targets} targets in {} sweep{s} per interval",
+                        g.groups
                     )
                 }
                 IcmpPhases::Spread => format!(
