@@ -159,13 +159,15 @@ impl IcmpSection {
     }
 }
 
-/// SNMP version as written in the config: `"1"` or `"2c"`.
+/// SNMP version as written in the config: `"1"`, `"2c"` or `"3"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 pub enum VersionName {
     #[serde(rename = "1")]
     V1,
     #[serde(rename = "2c")]
     V2c,
+    #[serde(rename = "3")]
+    V3,
 }
 
 impl From<VersionName> for SnmpVersion {
@@ -173,6 +175,7 @@ impl From<VersionName> for SnmpVersion {
         match v {
             VersionName::V1 => SnmpVersion::V1,
             VersionName::V2c => SnmpVersion::V2c,
+            VersionName::V3 => SnmpVersion::V3,
         }
     }
 }
@@ -181,10 +184,25 @@ impl From<VersionName> for SnmpVersion {
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SnmpSection {
-    /// `"1"` or `"2c"`. Default `"2c"`.
+    /// `"1"`, `"2c"` or `"3"`. Default `"2c"`.
     pub version: VersionName,
-    /// Community. Default `"public"`. Never logged.
+    /// Community (v1, v2c). Default `"public"`. Never logged.
     pub community: String,
+    /// SNMPv3: the USM user (net-snmp's `-u`).
+    pub security_name: Option<String>,
+    /// SNMPv3: `noAuthNoPriv`, `authNoPriv` or `authPriv`; by default what the
+    /// passphrases given imply.
+    pub security_level: Option<String>,
+    /// SNMPv3: `MD5`, `SHA` (SHA-1), `SHA-224`, `SHA-256`, `SHA-384`, `SHA-512`.
+    pub auth_protocol: Option<String>,
+    /// SNMPv3, secret: never logged or printed.
+    pub auth_passphrase: Option<String>,
+    /// SNMPv3: `DES` or `AES` (AES-128).
+    pub priv_protocol: Option<String>,
+    /// SNMPv3, secret: never logged or printed.
+    pub priv_passphrase: Option<String>,
+    /// SNMPv3: default empty, the agent's default context.
+    pub context_name: Option<String>,
     /// Agent UDP port. Default 161.
     pub port: u16,
     /// Wait for one response. Default `2s`.
@@ -205,6 +223,13 @@ impl Default for SnmpSection {
         SnmpSection {
             version: VersionName::V2c,
             community: "public".into(),
+            security_name: None,
+            security_level: None,
+            auth_protocol: None,
+            auth_passphrase: None,
+            priv_protocol: None,
+            priv_passphrase: None,
+            context_name: None,
             port: 161,
             timeout: Duration::from_secs(2),
             retries: 1,
@@ -227,12 +252,144 @@ impl fmt::Debug for SnmpSection {
     }
 }
 
+/// The SNMPv3 keys of `[snmp]`, of a host's `snmp = { ... }` (Zabbix's names for the
+/// fields of an SNMPv3 interface) or of `netpoller snmp`'s options, gathered by
+/// [`usm_of!`]; [`UsmSection::user`] is the one place they are checked.
+#[derive(Clone, Default)]
+pub(crate) struct UsmSection {
+    pub(crate) security_name: Option<String>,
+    pub(crate) security_level: Option<String>,
+    pub(crate) auth_protocol: Option<String>,
+    pub(crate) auth_passphrase: Option<String>,
+    pub(crate) priv_protocol: Option<String>,
+    pub(crate) priv_passphrase: Option<String>,
+    pub(crate) context_name: Option<String>,
+}
+
+/// The SNMPv3 fields of a [`SnmpSection`] or a [`SnmpOverride`] (serde's `flatten`
+/// would share them, but cannot be combined with `deny_unknown_fields`).
+macro_rules! usm_of {
+    ($s:expr) => {
+        $crate::config::UsmSection {
+            security_name: $s.security_name.clone(),
+            security_level: $s.security_level.clone(),
+            auth_protocol: $s.auth_protocol.clone(),
+            auth_passphrase: $s.auth_passphrase.clone(),
+            priv_protocol: $s.priv_protocol.clone(),
+            priv_passphrase: $s.priv_passphrase.clone(),
+            context_name: $s.context_name.clone(),
+        }
+    };
+}
+pub(crate) use usm_of;
+
+impl UsmSection {
+    /// `self`'s fields, each falling back to `d`'s.
+    fn or(&self, d: &UsmSection) -> UsmSection {
+        let pick = |a: &Option<String>, b: &Option<String>| a.clone().or_else(|| b.clone());
+        UsmSection {
+            security_name: pick(&self.security_name, &d.security_name),
+            security_level: pick(&self.security_level, &d.security_level),
+            auth_protocol: pick(&self.auth_protocol, &d.auth_protocol),
+            auth_passphrase: pick(&self.auth_passphrase, &d.auth_passphrase),
+            priv_protocol: pick(&self.priv_protocol, &d.priv_protocol),
+            priv_passphrase: pick(&self.priv_passphrase, &d.priv_passphrase),
+            context_name: pick(&self.context_name, &d.context_name),
+        }
+    }
+
+    /// What identifies the user (passphrases included): equal keys share one user.
+    fn key(&self) -> [Option<String>; 7] {
+        [
+            self.security_name.clone(),
+            self.security_level.clone(),
+            self.auth_protocol.clone(),
+            self.auth_passphrase.clone(),
+            self.priv_protocol.clone(),
+            self.priv_passphrase.clone(),
+            self.context_name.clone(),
+        ]
+    }
+
+    /// The user these fields describe, or the field at fault and why (passphrases never
+    /// appear in the message).
+    pub(crate) fn user(&self) -> Result<snmp::v3::UsmUser, (&'static str, String)> {
+        use snmp::usm::{AuthProtocol, PrivProtocol};
+        use snmp::v3::{SecurityLevel, UsmUser, MIN_PASSPHRASE_LEN};
+        fn given(s: &Option<String>) -> Option<&str> {
+            s.as_deref().filter(|s| !s.is_empty())
+        }
+        let name = given(&self.security_name).ok_or((
+            "security_name",
+            "SNMPv3 needs a security_name (the USM user)".to_string(),
+        ))?;
+        let level = match &self.security_level {
+            Some(l) => l.parse().map_err(|e| ("security_level", e))?,
+            None if given(&self.priv_passphrase).is_some() => SecurityLevel::AuthPriv,
+            None if given(&self.auth_passphrase).is_some() => SecurityLevel::AuthNoPriv,
+            None => SecurityLevel::NoAuthNoPriv,
+        };
+        let needs = |field: &'static str, what: &str| {
+            (
+                field,
+                format!("security level {} needs {field} ({what})", level.as_str()),
+            )
+        };
+        let passphrase = |field: &'static str, value: Option<&str>| {
+            let p = value.ok_or_else(|| needs(field, "the passphrase"))?;
+            if p.chars().count() < MIN_PASSPHRASE_LEN {
+                return Err((
+                    field,
+                    format!("must have at least {MIN_PASSPHRASE_LEN} characters (RFC 3414)"),
+                ));
+            }
+            Ok(())
+        };
+        let auth = if level == SecurityLevel::NoAuthNoPriv {
+            None
+        } else {
+            let proto: AuthProtocol = given(&self.auth_protocol)
+                .ok_or_else(|| {
+                    needs(
+                        "auth_protocol",
+                        "MD5, SHA, SHA-224, SHA-256, SHA-384 or SHA-512",
+                    )
+                })?
+                .parse()
+                .map_err(|e| ("auth_protocol", e))?;
+            let pass = given(&self.auth_passphrase);
+            passphrase("auth_passphrase", pass)?;
+            Some((proto, pass.unwrap_or_default()))
+        };
+        let privacy = if level == SecurityLevel::AuthPriv {
+            let proto: PrivProtocol = given(&self.priv_protocol)
+                .ok_or_else(|| needs("priv_protocol", "DES or AES"))?
+                .parse()
+                .map_err(|e| ("priv_protocol", e))?;
+            let pass = given(&self.priv_passphrase);
+            passphrase("priv_passphrase", pass)?;
+            Some((proto, pass.unwrap_or_default()))
+        } else {
+            None
+        };
+        let user = UsmUser::new(name, auth, privacy).map_err(|e| ("security_name", e))?;
+        Ok(user.with_context(self.context_name.as_deref().unwrap_or("")))
+    }
+}
+
 /// A host's `snmp = { ... }`: any field overrides `[snmp]`.
 #[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SnmpOverride {
     pub version: Option<VersionName>,
     pub community: Option<String>,
+    pub security_name: Option<String>,
+    pub security_level: Option<String>,
+    pub auth_protocol: Option<String>,
+    pub auth_passphrase: Option<String>,
+    pub priv_protocol: Option<String>,
+    pub priv_passphrase: Option<String>,
+    pub context_name: Option<String>,
     pub port: Option<u16>,
     #[serde(default, with = "humantime_serde")]
     pub timeout: Option<Duration>,
@@ -743,12 +900,21 @@ struct ResolvedEntry {
     kind: ItemKind,
 }
 
+fn polls_snmp(items: &[ResolvedEntry]) -> bool {
+    items
+        .iter()
+        .any(|e| matches!(e.kind, ItemKind::Snmp { .. }))
+}
+
 struct Resolver<'c, 'a> {
     c: &'c mut Collector<'a>,
     icmp: &'c IcmpSection,
     snmp: &'c SnmpSection,
     /// Template name → resolved items (keys interned once per template item).
     templates: HashMap<String, Vec<ResolvedEntry>>,
+    /// SNMPv3 users by their fields: a passphrase is hashed into a key (~1 MiB of
+    /// hashing) once, not once per host; `None` for fields already reported wrong.
+    users: HashMap<[Option<String>; 7], Option<Arc<snmp::v3::UsmUser>>>,
 }
 
 impl<'c, 'a> Resolver<'c, 'a> {
@@ -758,7 +924,32 @@ impl<'c, 'a> Resolver<'c, 'a> {
             icmp,
             snmp,
             templates: HashMap::new(),
+            users: HashMap::new(),
         }
+    }
+
+    /// The SNMPv3 user of `fields`, made once per distinct fields; an error is reported
+    /// once, at `path` (the `snmp` table that first used them).
+    fn usm_user(
+        &mut self,
+        path: &[Seg<'_>],
+        fields: &UsmSection,
+    ) -> Option<Arc<snmp::v3::UsmUser>> {
+        let key = fields.key();
+        if let Some(u) = self.users.get(&key) {
+            return u.clone();
+        }
+        let user = match fields.user() {
+            Ok(u) => Some(Arc::new(u)),
+            Err((field, msg)) => {
+                let mut p = path.to_vec();
+                p.push(Seg::Key(field));
+                self.c.push(&p, msg);
+                None
+            }
+        };
+        self.users.insert(key, user.clone());
+        user
     }
 
     /// Check one item entry; `inherited` is the template item with the same key, if any.
@@ -947,7 +1138,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 );
             }
             let base = self.host_items(&hp, &h.templates, &h.items, true);
-            let snmp = self.snmp_params(&hp, h.snmp.as_ref());
+            let polls_snmp = base.as_ref().is_some_and(|b| polls_snmp(b));
+            let snmp = self.snmp_params(&hp, h.snmp.as_ref(), polls_snmp);
             if let (Some(ip), Some(items), Some(snmp)) = (ip, base, snmp) {
                 out.push(host_spec(name, ip, items, snmp));
                 origins.push(origin);
@@ -996,7 +1188,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let Some(items) = self.host_items(&rp, &r.templates, &r.items, false) else {
                 continue;
             };
-            let Some(snmp) = self.snmp_params(&rp, r.snmp.as_ref()) else {
+            let Some(snmp) = self.snmp_params(&rp, r.snmp.as_ref(), polls_snmp(&items)) else {
                 continue;
             };
             for ip in net.hosts() {
@@ -1064,16 +1256,36 @@ impl<'c, 'a> Resolver<'c, 'a> {
         out.retain(|_| k.next().unwrap_or(true));
     }
 
+    /// A host's SNMP parameters. `polls_snmp`: the host has SNMP items, so a v3 user
+    /// must resolve (an ICMP-only host under a broken `[snmp]` is not its fault).
     fn snmp_params(
         &mut self,
         path: &[Seg<'_>],
         o: Option<&SnmpOverride>,
+        polls_snmp: bool,
     ) -> Option<Option<Arc<SnmpParams>>> {
         let d = self.snmp;
         let o = o.cloned().unwrap_or_default();
+        let version: SnmpVersion = o.version.unwrap_or(d.version).into();
+        let mut sp = path.to_vec();
+        sp.push(Seg::Key("snmp"));
+        let usm = if version == SnmpVersion::V3 && polls_snmp {
+            // Reported where the fields are: the host's own table if it has SNMPv3
+            // fields, else `[snmp]`.
+            let fields = usm_of!(o);
+            let at = if fields.key().iter().any(Option::is_some) {
+                &sp[..]
+            } else {
+                &[Seg::Key("snmp")][..]
+            };
+            Some(self.usm_user(at, &fields.or(&usm_of!(d)))?)
+        } else {
+            None
+        };
         let p = SnmpParams {
-            version: o.version.unwrap_or(d.version).into(),
+            version,
             community: o.community.as_deref().unwrap_or(&d.community).into(),
+            usm,
             port: o.port.unwrap_or(d.port),
             timeout: o.timeout.unwrap_or(d.timeout),
             retries: o.retries.unwrap_or(d.retries),
@@ -1081,8 +1293,6 @@ impl<'c, 'a> Resolver<'c, 'a> {
             max_inflight_per_host: o.max_inflight_per_host.unwrap_or(d.max_inflight_per_host),
         };
         let before = self.c.errors.len();
-        let mut sp = path.to_vec();
-        sp.push(Seg::Key("snmp"));
         check_snmp_limits(self.c, &sp, p.max_oids_per_request, p.max_inflight_per_host);
         (self.c.errors.len() == before).then(|| Some(Arc::new(p)))
     }

@@ -40,31 +40,22 @@ fn snmpsim_addr() -> SocketAddr {
     a
 }
 
-/// Runs net-snmp's snmpget (numeric output, no MIBs) and parses `OID = VALUE` records
-/// (values may span lines: Hex-STRING wraps after 16 octets).
-fn net_snmp_get(
-    addr: SocketAddr,
-    community: &str,
-    version: Version,
-    oids: &[Oid],
-) -> BTreeMap<String, String> {
+/// net-snmp's options for a v1/v2c community.
+fn community_args(version: Version, community: &str) -> Vec<String> {
+    ["-v", version.as_str(), "-c", community]
+        .map(String::from)
+        .to_vec()
+}
+
+/// Runs net-snmp's snmpget (numeric output, no MIBs) with `security` (its `-v`, `-c`
+/// or `-u -l -a -A -x -X` options) and parses `OID = VALUE` records (values may span
+/// lines: Hex-STRING wraps after 16 octets).
+fn net_snmp_get(addr: SocketAddr, security: &[String], oids: &[Oid]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for chunk in oids.chunks(20) {
         let o = Command::new("snmpget")
-            .args([
-                "-m",
-                "",
-                "-On",
-                "-Oe",
-                "-t",
-                "2",
-                "-r",
-                "1",
-                "-v",
-                version.as_str(),
-                "-c",
-                community,
-            ])
+            .args(["-m", "", "-On", "-Oe", "-t", "2", "-r", "1"])
+            .args(security)
             .arg(addr.to_string())
             .args(chunk.iter().map(|o| o.to_string()))
             .output()
@@ -203,23 +194,22 @@ fn agent_oids() -> Vec<Oid> {
     v
 }
 
-/// Polls `jobs` once between two snmpget snapshots and compares every value.
+/// Polls `jobs` once between two snmpget snapshots (each job's net-snmp `security`
+/// options) and compares every value.
 async fn poll_and_compare(
     driver: &mut SnmpDriver,
     jobs: &[SnmpHostJob],
-    communities: &[String],
+    security: &[Vec<String>],
 ) -> (Results, SnmpIterationReport, usize) {
-    let before: Vec<_> = jobs
-        .iter()
-        .zip(communities)
-        .map(|(j, c)| net_snmp_get(j.addr, c, j.version, &j.oids))
-        .collect();
+    let snapshot = || -> Vec<_> {
+        jobs.iter()
+            .zip(security)
+            .map(|(j, s)| net_snmp_get(j.addr, s, &j.oids))
+            .collect()
+    };
+    let before = snapshot();
     let (res, report) = run(driver, jobs).await;
-    let after: Vec<_> = jobs
-        .iter()
-        .zip(communities)
-        .map(|(j, c)| net_snmp_get(j.addr, c, j.version, &j.oids))
-        .collect();
+    let after = snapshot();
     let mut exact = 0;
     for (k, j) in jobs.iter().enumerate() {
         exact += compare_with_net_snmp(j, &before[k], &after[k], &res[k]);
@@ -231,7 +221,10 @@ async fn poll_and_compare(
 async fn snmpd_values_equal_net_snmp_v2c_and_v1() {
     let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
     let agents = snmpd_agents();
-    let communities: Vec<String> = agents.iter().map(|(_, c)| c.clone()).collect();
+    let communities: Vec<Vec<String>> = agents
+        .iter()
+        .map(|(_, c)| community_args(Version::V2c, c))
+        .collect();
     let mut jobs: Vec<SnmpHostJob> = agents
         .iter()
         .map(|(a, c)| job(*a, c, agent_oids()))
@@ -302,8 +295,12 @@ async fn snmpd_values_equal_net_snmp_v2c_and_v1() {
         .collect();
     let mut v1ok = job(addr, &community, present);
     v1ok.version = Version::V1;
-    let (_, _, exact) =
-        poll_and_compare(&mut driver, std::slice::from_ref(&v1ok), &[community]).await;
+    let (_, _, exact) = poll_and_compare(
+        &mut driver,
+        std::slice::from_ref(&v1ok),
+        &[community_args(Version::V1, &community)],
+    )
+    .await;
     assert!(exact >= 15);
 }
 
@@ -336,7 +333,10 @@ async fn snmpsim_recordings_equal_net_snmp() {
         ("cisco_16_switch", ".1.3.6.1.4.1.9.5.1.3"),
     ];
     let mut jobs = Vec::new();
-    let communities: Vec<String> = plan.iter().map(|(c, _)| c.to_string()).collect();
+    let communities: Vec<Vec<String>> = plan
+        .iter()
+        .map(|(c, _)| community_args(Version::V2c, c))
+        .collect();
     for (community, root) in plan {
         let oids = net_snmp_walk_oids(addr, community, root);
         assert!(oids.len() >= 10, "{community}: recording has data");
@@ -639,4 +639,135 @@ fn net_snmp_get_v6(addr: SocketAddr, oids: &[Oid]) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     parse_records(&String::from_utf8_lossy(&o.stdout), &mut out);
     out
+}
+
+/// The SNMPv3 users of examples/snmpd/agent.conf.in (every agent has them):
+/// (name, authentication, privacy), protocols as net-snmp spells them.
+const V3_USERS: [(&str, Option<&str>, Option<&str>); 6] = [
+    ("np-noauth", None, None),
+    ("np-sha", Some("SHA"), None),
+    ("np-md5des", Some("MD5"), Some("DES")),
+    ("np-shaaes", Some("SHA"), Some("AES")),
+    ("np-sha256", Some("SHA-256"), Some("AES")),
+    ("np-sha512", Some("SHA-512"), Some("AES")),
+];
+const V3_AUTH_PASS: &str = "np-auth-pass";
+const V3_PRIV_PASS: &str = "np-priv-pass";
+
+/// A v3 job for `name`, with net-snmp's options for the same user.
+fn v3_job(
+    addr: SocketAddr,
+    (name, auth, privacy): (&str, Option<&str>, Option<&str>),
+    auth_pass: &str,
+    oids: Vec<Oid>,
+) -> (SnmpHostJob, Vec<String>) {
+    let user = snmp::v3::UsmUser::new(
+        name,
+        auth.map(|a| (a.parse().unwrap(), auth_pass)),
+        privacy.map(|p| (p.parse().unwrap(), V3_PRIV_PASS)),
+    )
+    .unwrap();
+    let mut j = SnmpHostJob::new_v3(addr, Arc::new(user.clone()), oids);
+    j.timeout = Duration::from_secs(2);
+    j.retries = 1;
+    let mut args: Vec<String> = vec!["-v3".into(), "-u".into(), name.into()];
+    args.extend(["-l".into(), user.level().as_str().into()]);
+    if let Some(a) = auth {
+        args.extend(["-a".into(), a.into(), "-A".into(), auth_pass.into()]);
+    }
+    if let Some(p) = privacy {
+        args.extend(["-x".into(), p.into(), "-X".into(), V3_PRIV_PASS.into()]);
+    }
+    (j, args)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn snmpv3_at_every_level_and_protocol_equals_net_snmp() {
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let agents = snmpd_agents();
+    // Every user on its own agent (the daemon polls a host as one user), round robin.
+    let (jobs, security): (Vec<SnmpHostJob>, Vec<Vec<String>>) = V3_USERS
+        .iter()
+        .enumerate()
+        .map(|(i, u)| {
+            let (mut j, s) = v3_job(agents[i % agents.len()].0, *u, V3_AUTH_PASS, agent_oids());
+            j.max_oids = 4;
+            (j, s)
+        })
+        .unzip();
+    let (res, report, exact) = poll_and_compare(&mut driver, &jobs, &security).await;
+    let st = &report.stats;
+    assert_eq!((st.hosts_timed_out, st.not_authentic), (0, 0), "{report:?}");
+    assert!(
+        exact >= 15 * jobs.len(),
+        "most values compare exactly ({exact})"
+    );
+    for (k, r) in res.iter().enumerate() {
+        let fixture = format!("fixture agent {}", k % agents.len() + 1);
+        assert!(
+            r.values()
+                .any(|v| v == &Ok(VarValue::OctetString(fixture.clone().into_bytes()))),
+            "{}: {r:?}",
+            V3_USERS[k].0
+        );
+    }
+    // One discovery per agent's engine, then the requests (several per host).
+    assert_eq!(st.discoveries, jobs.len() as u64);
+    assert!(st.requests >= 6 * jobs.len() as u64, "{report:?}");
+    for j in &jobs {
+        let e = driver.memory().engine(&j.addr).expect("engine kept");
+        let n = agents.iter().position(|(a, _)| *a == j.addr).unwrap() + 1;
+        let mut want = b"\x80\x00\x1f\x88\x04".to_vec();
+        want.extend(format!("netpoller-agent-{n}").bytes());
+        assert_eq!(
+            e.id(),
+            &want[..],
+            "net-snmp's engine ID for `engineID netpoller-agent-{n}`"
+        );
+    }
+    // The next iteration needs no discovery: the engines and clocks were kept.
+    let (res2, report2) = run(&mut driver, &jobs).await;
+    assert_eq!(report2.stats.discoveries, 0, "{report2:?}");
+    for (first, again) in res.iter().zip(&res2) {
+        let ok = |r: &BTreeMap<usize, Result<VarValue, ItemError>>| {
+            r.iter().map(|(i, v)| (*i, v.is_ok())).collect::<Vec<_>>()
+        };
+        assert_eq!(ok(first), ok(again));
+    }
+    assert_eq!(report2.stats.hosts_timed_out, 0);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn snmpv3_refusals_fail_the_items_with_the_agents_reason_without_waiting() {
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let addr = snmpd_agents()[0].0;
+    let oids = || agent_oids()[..6].to_vec();
+    let (wrong_key, _) = v3_job(addr, V3_USERS[3], "not-the-auth-pass", oids());
+    let (unknown, _) = v3_job(addr, ("np-nobody", Some("SHA"), None), V3_AUTH_PASS, oids());
+    // np-sha has no privacy key on the agent: asked at authPriv, it refuses the level.
+    let (too_high, _) = v3_job(
+        addr,
+        ("np-sha", Some("SHA"), Some("AES")),
+        V3_AUTH_PASS,
+        oids(),
+    );
+    let jobs = [wrong_key, unknown, too_high];
+    let t = Instant::now();
+    let (res, report) = run(&mut driver, &jobs).await;
+    let counters = [
+        "usmStatsWrongDigests",
+        "usmStatsUnknownUserNames",
+        "usmStatsUnsupportedSecLevels",
+    ];
+    for (r, counter) in res.iter().zip(counters) {
+        for v in r.values() {
+            let e = v.clone().unwrap_err();
+            assert_eq!(e.reason, ErrorReason::Unsupported);
+            assert!(e.text.contains(counter), "{counter}: {}", e.text);
+            assert!(!e.text.contains("pass"), "no secret in {}", e.text);
+        }
+    }
+    assert_eq!(report.stats.hosts_timed_out, 0, "{report:?}");
+    // The agent's report ends the host: no timeout (2 s) is waited for.
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 }

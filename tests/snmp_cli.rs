@@ -222,3 +222,262 @@ fn community_never_shown() {
         );
     }
 }
+
+/// net-snmp's options for the SNMPv3 users of examples/snmpd/agent.conf.in.
+const V3_OPTIONS: [&[&str]; 4] = [
+    &[
+        "-u",
+        "np-shaaes",
+        "-l",
+        "authPriv",
+        "-a",
+        "SHA",
+        "-A",
+        "np-auth-pass",
+        "-x",
+        "AES",
+        "-X",
+        "np-priv-pass",
+    ],
+    &[
+        "-u",
+        "np-md5des",
+        "-l",
+        "authPriv",
+        "-a",
+        "MD5",
+        "-A",
+        "np-auth-pass",
+        "-x",
+        "DES",
+        "-X",
+        "np-priv-pass",
+    ],
+    &[
+        "-u",
+        "np-sha512",
+        "-l",
+        "authPriv",
+        "-a",
+        "SHA-512",
+        "-A",
+        "np-auth-pass",
+        "-x",
+        "AES",
+        "-X",
+        "np-priv-pass",
+    ],
+    &[
+        "-u",
+        "np-sha",
+        "-l",
+        "authNoPriv",
+        "-a",
+        "SHA",
+        "-A",
+        "np-auth-pass",
+    ],
+];
+
+#[test]
+fn snmpv3_get_and_walk_print_what_net_snmp_prints() {
+    let (addr, _) = first_agent();
+    for opts in V3_OPTIONS {
+        let o = netpoller()
+            .args(["snmp", "get", "-v", "3"])
+            .args(opts)
+            .arg(&addr)
+            .args(STATIC_OIDS)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{opts:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let mut args = vec!["-v3"];
+        args.extend(opts);
+        args.push(&addr);
+        let theirs = net_snmp("snmpget", &[&args[..], &STATIC_OIDS[..]].concat());
+        assert_eq!(text(&o), theirs, "{opts:?}");
+
+        let root = ".1.3.6.1.2.1.2";
+        let o = netpoller()
+            .args(["snmp", "walk", "-v", "3"])
+            .args(opts)
+            .args([&addr, root])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{opts:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // Interface counters tick between the two walks: compare the OIDs and types.
+        let shape = |s: &str| -> Vec<String> {
+            s.lines()
+                .filter_map(|l| l.split_once(": ").map(|(head, _)| head.to_string()))
+                .collect()
+        };
+        let theirs = net_snmp("snmpbulkwalk", &[&args[..], &[root][..]].concat());
+        assert!(shape(&theirs).len() > 20, "{theirs}");
+        assert_eq!(shape(&text(&o)), shape(&theirs), "{opts:?}");
+    }
+}
+
+#[test]
+fn snmpv3_passphrases_are_checked_and_never_shown() {
+    let (addr, _) = first_agent();
+    let auth = "Auth-S3cret-passphrase";
+    let o = netpoller()
+        .env("NETPOLLER_SNMP_AUTH_PASSPHRASE", auth)
+        .args(["snmp", "get", "--help"])
+        .output()
+        .unwrap();
+    assert!(text(&o).contains("--auth-passphrase") && !text(&o).contains(auth));
+    // A wrong passphrase: the agent's report, at once, without the passphrase.
+    let o = netpoller()
+        .args([
+            "--log-level",
+            "trace",
+            "snmp",
+            "get",
+            "-v",
+            "3",
+            "-u",
+            "np-sha256",
+        ])
+        .args(["-a", "SHA-256", "-A", auth, &addr, ".1.3.6.1.2.1.1.5.0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("usmStatsWrongDigests"), "{err}");
+    assert!(!err.contains(auth) && !text(&o).contains(auth), "{err}");
+    // Checked before anything is sent, as the config is.
+    let o = netpoller()
+        .args([
+            "snmp",
+            "get",
+            "-v",
+            "3",
+            "-u",
+            "np-sha256",
+            "-l",
+            "authNoPriv",
+            "-A",
+            "short",
+        ])
+        .args([&addr, ".1.3.6.1.2.1.1.5.0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("-a (auth protocol)"), "{err}");
+    let o = netpoller()
+        .args([
+            "snmp",
+            "get",
+            "-v",
+            "3",
+            "-u",
+            "np-sha256",
+            "-a",
+            "SHA",
+            "-A",
+            "short",
+        ])
+        .args([&addr, ".1.3.6.1.2.1.1.5.0"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("at least 8 characters") && !err.contains("short"),
+        "{err}"
+    );
+}
+
+#[test]
+fn poll_once_polls_snmpv3_hosts_of_a_config() {
+    let (addr, _) = first_agent();
+    let sa: SocketAddr = addr.parse().unwrap();
+    let dir = std::env::temp_dir().join(format!("netpoller-v3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("v3.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"[snmp]
+version = "3"
+port = {port}
+security_name = "np-shaaes"
+auth_protocol = "SHA"
+auth_passphrase = "np-auth-pass"
+priv_protocol = "AES"
+priv_passphrase = "np-priv-pass"
+timeout = "1s"
+
+[[templates]]
+name = "sys"
+items = [
+  {{ key = "sysName", oid = ".1.3.6.1.2.1.1.5.0", type = "str", interval = "1m" }},
+  {{ key = "fixture", oid = ".1.3.6.1.4.1.8072.9999.9999.3.0", type = "uint", interval = "1m" }},
+]
+
+[[hosts]]
+name = "v3-host"
+ip = "{ip}"
+templates = ["sys"]
+
+[[hosts]]
+name = "v3-md5des"
+ip = "{ip}"
+templates = ["sys"]
+snmp = {{ security_name = "np-md5des", auth_protocol = "MD5", priv_protocol = "DES" }}
+
+[[hosts]]
+name = "v3-wrong-key"
+ip = "{ip}"
+templates = ["sys"]
+snmp = {{ auth_passphrase = "not-the-passphrase" }}
+"#,
+            port = sa.port(),
+            ip = sa.ip()
+        ),
+    )
+    .unwrap();
+    let o = netpoller()
+        .args(["--log-level", "debug", "poll-once", "--json", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let out = text(&o);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 6, "{out}");
+    let get = |host: &str, key: &str| {
+        lines
+            .iter()
+            .find(|l| l["host"] == host && l["key"] == key)
+            .unwrap_or_else(|| panic!("{host} {key}: {out}"))
+            .clone()
+    };
+    for host in ["v3-host", "v3-md5des"] {
+        assert_eq!(get(host, "sysName")["value"], "agent1", "{out}");
+        assert_eq!(get(host, "fixture")["value"], 123456, "{out}");
+    }
+    let e = get("v3-wrong-key", "sysName");
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("usmStatsWrongDigests"),
+        "{e}"
+    );
+    let all = format!("{out}{}", String::from_utf8_lossy(&o.stderr));
+    for secret in ["np-auth-pass", "np-priv-pass", "not-the-passphrase"] {
+        assert!(!all.contains(secret), "{secret} shown:\n{all}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -507,11 +507,9 @@ pub async fn snmp_iteration(
         let j = *by_host.entry(task.host).or_insert_with(|| {
             jobs.push(SnmpHostJob {
                 addr: SocketAddr::new(host.ip, params.port),
-                version: match params.version {
-                    crate::plan::SnmpVersion::V1 => snmp::Version::V1,
-                    crate::plan::SnmpVersion::V2c => snmp::Version::V2c,
-                },
+                version: params.version.wire(),
                 community: params.community.clone(),
+                usm: params.usm.clone(),
                 timeout: params.timeout,
                 retries: params.retries,
                 max_oids: params.max_oids_per_request,
@@ -549,7 +547,12 @@ pub async fn snmp_iteration(
     metrics.in_flight.add(-(oids as i64));
     let st = &report.stats;
     metrics.unmatched.add(
-        st.unknown_request_id + st.stale + st.wrong_source + st.wrong_community + st.wrong_version,
+        st.unknown_request_id
+            + st.stale
+            + st.wrong_source
+            + st.wrong_community
+            + st.wrong_version
+            + st.not_authentic,
     );
     metrics.malformed.add(st.malformed + st.not_response);
     emitter.flush();

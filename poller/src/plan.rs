@@ -28,6 +28,18 @@ use crate::value::ValueType;
 pub enum SnmpVersion {
     V1,
     V2c,
+    /// With the USM user in [`SnmpParams::usm`].
+    V3,
+}
+
+impl SnmpVersion {
+    pub fn wire(self) -> snmp::Version {
+        match self {
+            SnmpVersion::V1 => snmp::Version::V1,
+            SnmpVersion::V2c => snmp::Version::V2c,
+            SnmpVersion::V3 => snmp::Version::V3,
+        }
+    }
 }
 
 /// SNMP parameters of one host (the `[snmp]` defaults merged with the host's `snmp = {}`).
@@ -36,6 +48,9 @@ pub struct SnmpParams {
     pub version: SnmpVersion,
     /// Community string: a secret, never logged (see the redacting `Debug`).
     pub community: Arc<str>,
+    /// The SNMPv3 user (keys derived once, shared by every host that uses it); `Some`
+    /// exactly when `version` is v3. Its `Debug` shows no key.
+    pub usm: Option<Arc<snmp::v3::UsmUser>>,
     pub port: u16,
     pub timeout: Duration,
     pub retries: u32,
@@ -48,6 +63,7 @@ impl std::fmt::Debug for SnmpParams {
         f.debug_struct("SnmpParams")
             .field("version", &self.version)
             .field("community", &"<redacted>")
+            .field("usm", &self.usm)
             .field("port", &self.port)
             .field("timeout", &self.timeout)
             .field("retries", &self.retries)
@@ -611,6 +627,7 @@ mod tests {
         let snmp = Arc::new(SnmpParams {
             version: SnmpVersion::V2c,
             community: "public".into(),
+            usm: None,
             port: 161,
             timeout: Duration::from_secs(1),
             retries: 1,

@@ -94,7 +94,8 @@ impl Default for SnmpDriverOptions {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SnmpIterationReport {
     /// Engine counters: requests, retries, timeouts, hosts_timed_out, malformed, stale,
-    /// unknown request-id, wrong community / source / version, tooBig, items ok / failed.
+    /// unknown request-id, wrong community / source / version, not authentic (v3),
+    /// reports (v3), tooBig, items ok / failed.
     pub stats: SnmpStats,
     /// Receive / send errors reported by the sockets (ICMP errors included).
     pub socket_errors: u64,
@@ -145,10 +146,10 @@ impl Slot {
     }
 }
 
-fn random_u32() -> u32 {
+fn random_u64() -> u64 {
     let mut h = RandomState::new().build_hasher();
     h.write_u64(0x736e_6d70);
-    h.finish() as u32
+    h.finish()
 }
 
 fn open_udp(v6: bool, rcvbuf: usize) -> io::Result<std::net::UdpSocket> {
@@ -200,6 +201,12 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
             ItemError::new(ErrorReason::Decode, f.to_string())
         }
         ItemFailure::Send(text) => ItemError::new(ErrorReason::Send, text.clone()),
+        // Zabbix too makes the items of a host whose USM user the agent refuses
+        // unsupported, with the agent's reason.
+        ItemFailure::Report(kind) => ItemError::new(
+            ErrorReason::Unsupported,
+            format!("SNMPv3 agent {} refused the request: {kind}", job.addr),
+        ),
     }
 }
 
@@ -270,7 +277,8 @@ impl SnmpDriver {
         let v4: Vec<&UdpSocket> = self.v4.iter().filter_map(Slot::get).collect();
         let v6 = self.v6.as_ref().and_then(Slot::get);
         let opts = IterationOptions {
-            first_request_id: random_u32(),
+            first_request_id: random_u64() as u32,
+            salt_seed: random_u64(),
             deadline: None,
             max_inflight_total: self.opts.max_inflight_total,
         };

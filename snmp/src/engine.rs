@@ -17,6 +17,15 @@
 //!   proceed at once; at most `max_oids` OIDs per PDU, lowered on tooBig or on a response
 //!   with missing varbinds, and remembered per host address in [`HostMemory`] (which
 //!   lets a limit grow back slowly, never to a size that failed).
+//! * SNMPv3 ([`crate::v3`]): a host whose agent's engine is not known yet first gets a
+//!   discovery request (one more round trip, once per driver: the engine is kept in
+//!   [`HostMemory`]); a response counts only if it authenticates with the host's user's
+//!   key for that engine and carries at least the user's security level, so a forged
+//!   or mangled answer is dropped like a foreign one. Reports (unknown user, wrong
+//!   digest, ...) fail the host's items with [`ItemFailure::Report`]; a report that the
+//!   clock is out of the time window (authenticated) or that the engine ID is unknown
+//!   (the agent was replaced) resynchronizes and resends, at most twice per host and
+//!   iteration.
 //! * Retries resend the same bytes with the same request-id (a late answer to the first
 //!   attempt still counts). A request that exhausts its retries kills its host for this
 //!   iteration: all of the host's remaining items fail with [`ItemFailure::Timeout`] at
@@ -30,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use crate::message::{encode_request, ErrorStatus, Message, PduType, RequestKind, Version};
 use crate::oid::Oid;
+use crate::v3::{self, Engine, ReportKind, UsmUser, V3Message};
 use crate::value::VarValue;
 
 /// Default per-attempt timeout (Zabbix's default `Timeout=3`).
@@ -48,8 +58,10 @@ pub struct HostJob {
     pub addr: SocketAddr,
     /// Default [`Version::V2c`].
     pub version: Version,
-    /// Secret: never log or print it.
+    /// Secret: never log or print it. Unused by v3.
     pub community: Arc<str>,
+    /// The SNMPv3 user; required when `version` is [`Version::V3`].
+    pub usm: Option<Arc<UsmUser>>,
     /// Per attempt; default [`DEFAULT_TIMEOUT`].
     pub timeout: Duration,
     /// Attempts after the first; default [`DEFAULT_RETRIES`].
@@ -67,6 +79,7 @@ impl std::fmt::Debug for HostJob {
             .field("addr", &self.addr)
             .field("version", &self.version)
             .field("community", &"<redacted>")
+            .field("usm", &self.usm)
             .field("timeout", &self.timeout)
             .field("retries", &self.retries)
             .field("max_oids", &self.max_oids)
@@ -83,11 +96,21 @@ impl HostJob {
             addr,
             version: Version::V2c,
             community,
+            usm: None,
             timeout: DEFAULT_TIMEOUT,
             retries: DEFAULT_RETRIES,
             max_oids: DEFAULT_MAX_OIDS,
             max_inflight: DEFAULT_MAX_INFLIGHT,
             oids,
+        }
+    }
+
+    /// A v3 job for `user` with the defaults above.
+    pub fn new_v3(addr: SocketAddr, user: Arc<UsmUser>, oids: Vec<Oid>) -> HostJob {
+        HostJob {
+            version: Version::V3,
+            usm: Some(user),
+            ..HostJob::new(addr, Arc::from(""), oids)
         }
     }
 }
@@ -104,6 +127,9 @@ pub struct IterationOptions {
     pub deadline: Option<Instant>,
     /// Requests in flight over all hosts. Default 10,000.
     pub max_inflight_total: usize,
+    /// Seeds the encryption salts of SNMPv3 engines discovered in this iteration; the
+    /// caller should randomize it (two pollers must not share salts). Default 0.
+    pub salt_seed: u64,
 }
 
 impl Default for IterationOptions {
@@ -112,6 +138,7 @@ impl Default for IterationOptions {
             first_request_id: 1,
             deadline: None,
             max_inflight_total: 10_000,
+            salt_seed: 0,
         }
     }
 }
@@ -127,9 +154,12 @@ pub const GROW_AFTER: u32 = 10;
 /// size that failed. After [`GROW_AFTER`] iterations in which the host answered
 /// everything without trouble, it grows by one, but never up to a size that failed:
 /// a transient problem does not cap a host forever, and a real limit costs no retries.
+///
+/// It also keeps the SNMPv3 engines discovered per address, with their clocks.
 #[derive(Debug, Clone, Default)]
 pub struct HostMemory {
     max_oids: HashMap<SocketAddr, Learned>,
+    engines: HashMap<SocketAddr, Engine>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -147,8 +177,20 @@ impl HostMemory {
         self.max_oids.get(addr).map(|l| l.max_oids)
     }
 
+    /// The SNMPv3 engine discovered at `addr`, if any.
+    pub fn engine(&self, addr: &SocketAddr) -> Option<&Engine> {
+        self.engines.get(addr)
+    }
+
+    /// Remembers `engine` for `addr`, as a discovery would (requests to `addr` then go
+    /// out without one).
+    pub fn remember_engine(&mut self, addr: SocketAddr, engine: Engine) {
+        self.engines.insert(addr, engine);
+    }
+
     pub fn forget(&mut self, addr: &SocketAddr) {
         self.max_oids.remove(addr);
+        self.engines.remove(addr);
     }
 
     pub fn len(&self) -> usize {
@@ -179,6 +221,9 @@ pub enum ItemFailure {
     /// The request could not be sent (the driver reported an I/O error).
     #[error("send failed: {0}")]
     Send(String),
+    /// The SNMPv3 agent answered with a Report: the user, key or level is wrong.
+    #[error("SNMPv3 {0}")]
+    Report(ReportKind),
 }
 
 /// Output of the iteration, in order.
@@ -218,6 +263,10 @@ pub enum Received {
     WrongSource,
     WrongCommunity,
     WrongVersion,
+    /// SNMPv3: not authentic (wrong user, engine, level or MAC) or not decryptable.
+    NotAuthentic,
+    /// SNMPv3: a Report PDU (discovery, resync or a failure of the host's items).
+    Report,
 }
 
 /// Counters of one iteration.
@@ -248,6 +297,12 @@ pub struct Stats {
     /// Responses missing some of the requested varbinds.
     pub short_responses: u64,
     pub send_errors: u64,
+    /// SNMPv3 messages dropped as not authentic or not decryptable.
+    pub not_authentic: u64,
+    /// SNMPv3 discovery requests sent (first attempts).
+    pub discoveries: u64,
+    /// SNMPv3 Reports received (discovery answers included).
+    pub reports: u64,
     pub items_ok: u64,
     pub items_failed: u64,
 }
@@ -265,7 +320,23 @@ struct HostState {
     inflight: Vec<i32>,
     queued: bool,
     finished: bool,
+    /// SNMPv3 only.
+    usm: Option<Box<UsmHost>>,
 }
+
+/// What an SNMPv3 host's state adds.
+struct UsmHost {
+    /// The agent's engine: `None` until discovered.
+    engine: Option<Engine>,
+    /// A discovery request is in flight.
+    discovering: bool,
+    /// Resynchronizations (time window, engine ID) left in this iteration.
+    resyncs_left: u8,
+}
+
+/// Resynchronizations allowed per host and iteration: an agent that keeps saying its
+/// clock or engine changed fails its items instead of looping.
+const MAX_RESYNCS: u8 = 2;
 
 struct InFlight {
     host: u32,
@@ -274,6 +345,8 @@ struct InFlight {
     /// None while queued for retransmission.
     deadline: Option<Instant>,
     attempts: u32,
+    /// An SNMPv3 discovery request (no items).
+    discovery: bool,
 }
 
 const ID_MASK: u32 = 0x7fff_ffff;
@@ -289,6 +362,8 @@ pub struct Iteration<'j> {
     retransmit: VecDeque<i32>,
     events: VecDeque<Event>,
     pool: Vec<(Vec<u32>, Vec<u8>)>,
+    /// SNMPv3: the copy of a datagram whose MAC is checked, and a decrypted PDU.
+    scratch: (Vec<u8>, Vec<u8>),
     issued: u32,
     open_hosts: usize,
     stats: Stats,
@@ -308,6 +383,7 @@ impl<'j> Iteration<'j> {
             retransmit: VecDeque::new(),
             events: VecDeque::new(),
             pool: Vec::new(),
+            scratch: Default::default(),
             issued: 0,
             open_hosts: 0,
             stats: Stats::default(),
@@ -318,6 +394,14 @@ impl<'j> Iteration<'j> {
                 max_oids = max_oids.min(m.max(1));
             }
             let empty = job.oids.is_empty();
+            let usm = match (job.version, &job.usm) {
+                (Version::V3, Some(user)) => Some(Box::new(UsmHost {
+                    engine: memory.engines.get(&job.addr).map(|e| e.for_user(user)),
+                    discovering: false,
+                    resyncs_left: MAX_RESYNCS,
+                })),
+                _ => None,
+            };
             it.hosts.push(HostState {
                 next: 0,
                 requeue: VecDeque::new(),
@@ -327,6 +411,7 @@ impl<'j> Iteration<'j> {
                 inflight: Vec::new(),
                 queued: !empty,
                 finished: empty,
+                usm,
             });
             if empty {
                 it.events.push_back(Event::HostDone {
@@ -336,6 +421,11 @@ impl<'j> Iteration<'j> {
             } else {
                 it.open_hosts += 1;
                 it.ready.push_back(i as u32);
+            }
+        }
+        for (i, job) in jobs.iter().enumerate() {
+            if job.version == Version::V3 && job.usm.is_none() && !job.oids.is_empty() {
+                it.kill_host(i, ItemFailure::Send("SNMPv3 host without a user".into()));
             }
         }
         it
@@ -399,9 +489,24 @@ impl<'j> Iteration<'j> {
             if st.finished || unsent == 0 || st.inflight.len() >= job.max_inflight.max(1) {
                 continue;
             }
+            let id = ((self.opts.first_request_id.wrapping_add(self.issued)) & ID_MASK) as i32;
             let (mut items, mut bytes) = self.pool.pop().unwrap_or_default();
             items.clear();
             bytes.clear();
+            if let Some(u) = st.usm.as_deref_mut() {
+                if u.discovering {
+                    // Re-queued by the discovery's answer or death.
+                    self.pool.push((items, bytes));
+                    continue;
+                }
+                if u.engine.is_none() {
+                    u.discovering = true;
+                    self.issued += 1;
+                    self.stats.discoveries += 1;
+                    v3::encode_discovery(&mut bytes, id);
+                    return Some(self.launch(buf, h, id, items, bytes, now, true));
+                }
+            }
             while items.len() < st.max_oids {
                 if let Some(i) = st.requeue.pop_front() {
                     items.push(i);
@@ -412,45 +517,70 @@ impl<'j> Iteration<'j> {
                     break;
                 }
             }
-            let id = ((self.opts.first_request_id.wrapping_add(self.issued)) & ID_MASK) as i32;
             self.issued += 1;
-            encode_request(
-                &mut bytes,
-                job.version,
-                job.community.as_bytes(),
-                id,
-                RequestKind::Get,
-                items.iter().map(|&i| &job.oids[i as usize]),
-            );
-            buf.extend_from_slice(&bytes);
-            let deadline = now + job.timeout;
-            st.inflight.push(id);
-            let more = st.inflight.len() < job.max_inflight.max(1)
+            let oids = items.iter().map(|&i| &job.oids[i as usize]);
+            match st.usm.as_deref_mut().and_then(|u| u.engine.as_mut()) {
+                Some(engine) => {
+                    // Keys localized by `Engine` always fit their cipher.
+                    let _ = v3::encode_request(&mut bytes, engine, now, id, RequestKind::Get, oids);
+                }
+                None => {
+                    encode_request(
+                        &mut bytes,
+                        job.version,
+                        job.community.as_bytes(),
+                        id,
+                        RequestKind::Get,
+                        oids,
+                    );
+                }
+            }
+            let more = st.inflight.len() + 1 < job.max_inflight.max(1)
                 && st.requeue.len() + (job.oids.len() - st.next as usize) > 0;
             if more {
                 st.queued = true;
                 self.ready.push_back(h);
             }
-            self.table.insert(
-                id,
-                InFlight {
-                    host: h,
-                    items,
-                    bytes,
-                    deadline: Some(deadline),
-                    attempts: 1,
-                },
-            );
-            self.timers.push(Reverse((deadline, id)));
             self.stats.requests += 1;
-            return Some(Transmit {
-                dst: job.addr,
-                host: hu,
-                request_id: id,
-                retry: false,
-            });
+            return Some(self.launch(buf, h, id, items, bytes, now, false));
         }
         None
+    }
+
+    /// Registers request `id` of host `h` in flight and hands its bytes out.
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        &mut self,
+        buf: &mut Vec<u8>,
+        h: u32,
+        id: i32,
+        items: Vec<u32>,
+        bytes: Vec<u8>,
+        now: Instant,
+        discovery: bool,
+    ) -> Transmit {
+        let job = &self.jobs[h as usize];
+        buf.extend_from_slice(&bytes);
+        let deadline = now + job.timeout;
+        self.hosts[h as usize].inflight.push(id);
+        self.table.insert(
+            id,
+            InFlight {
+                host: h,
+                items,
+                bytes,
+                deadline: Some(deadline),
+                attempts: 1,
+                discovery,
+            },
+        );
+        self.timers.push(Reverse((deadline, id)));
+        Transmit {
+            dst: job.addr,
+            host: h as usize,
+            request_id: id,
+            retry: false,
+        }
     }
 
     /// The next instant [`Self::handle_timeout`] has work, if any.
@@ -519,6 +649,12 @@ impl<'j> Iteration<'j> {
         self.stats.send_errors += 1;
         let host = e.host as usize;
         self.hosts[host].inflight.retain(|&x| x != request_id);
+        if e.discovery {
+            // Without the agent's engine nothing else of the host can be sent.
+            self.recycle(e);
+            self.kill_host(host, ItemFailure::Send(text.to_string()));
+            return;
+        }
         for &i in &e.items {
             self.fail(host, i as usize, ItemFailure::Send(text.to_string()));
         }
@@ -527,7 +663,10 @@ impl<'j> Iteration<'j> {
     }
 
     /// Feeds one received datagram.
-    pub fn handle_datagram(&mut self, src: SocketAddr, bytes: &[u8], _now: Instant) -> Received {
+    pub fn handle_datagram(&mut self, src: SocketAddr, bytes: &[u8], now: Instant) -> Received {
+        if v3::peek_version(bytes) == Some(Version::V3.wire()) {
+            return self.handle_v3(src, bytes, now);
+        }
         let msg = match Message::decode(bytes) {
             Ok(m) => m,
             Err(_) => {
@@ -540,21 +679,11 @@ impl<'j> Iteration<'j> {
             return Received::NotResponse;
         }
         let id = msg.request_id;
-        let Some(e) = self.table.get(&id) else {
-            let off = (id as u32).wrapping_sub(self.opts.first_request_id) & ID_MASK;
-            if id >= 0 && off < self.issued {
-                self.stats.stale += 1;
-                return Received::Stale;
-            }
-            self.stats.unknown_request_id += 1;
-            return Received::UnknownRequestId;
+        let host = match self.match_request(id, src) {
+            Ok(h) => h,
+            Err(r) => return r,
         };
-        let host = e.host as usize;
         let job = &self.jobs[host];
-        if src != job.addr {
-            self.stats.wrong_source += 1;
-            return Received::WrongSource;
-        }
         if msg.community != job.community.as_bytes() {
             self.stats.wrong_community += 1;
             return Received::WrongCommunity;
@@ -563,15 +692,199 @@ impl<'j> Iteration<'j> {
             self.stats.wrong_version += 1;
             return Received::WrongVersion;
         }
+        self.complete(id, &msg)
+    }
+
+    /// The host of in-flight request `id`, if `src` is where it went.
+    fn match_request(&mut self, id: i32, src: SocketAddr) -> Result<usize, Received> {
+        let Some(e) = self.table.get(&id) else {
+            let off = (id as u32).wrapping_sub(self.opts.first_request_id) & ID_MASK;
+            if id >= 0 && off < self.issued {
+                self.stats.stale += 1;
+                return Err(Received::Stale);
+            }
+            self.stats.unknown_request_id += 1;
+            return Err(Received::UnknownRequestId);
+        };
+        let host = e.host as usize;
+        if src != self.jobs[host].addr {
+            self.stats.wrong_source += 1;
+            return Err(Received::WrongSource);
+        }
+        Ok(host)
+    }
+
+    /// Request `id` was answered by `msg`, an accepted Response.
+    fn complete(&mut self, id: i32, msg: &Message<'_>) -> Received {
         let Some(e) = self.table.remove(&id) else {
             return Received::Stale;
         };
+        let host = e.host as usize;
         self.stats.responses += 1;
         self.hosts[host].inflight.retain(|&x| x != id);
-        self.process_response(host, &e.items, &msg);
+        self.process_response(host, &e.items, msg);
         self.recycle(e);
         self.after_progress(host);
         Received::Matched
+    }
+
+    /// An SNMPv3 datagram: matched by msgID (our request-id too), then authenticated
+    /// and decrypted with the keys of the host's user for its agent's engine.
+    fn handle_v3(&mut self, src: SocketAddr, bytes: &[u8], now: Instant) -> Received {
+        let msg = match V3Message::decode(bytes) {
+            Ok(m) => m,
+            Err(_) => {
+                self.stats.malformed += 1;
+                return Received::Malformed;
+            }
+        };
+        let id = msg.msg_id;
+        let host = match self.match_request(id, src) {
+            Ok(h) => h,
+            Err(r) => return r,
+        };
+        let Some(u) = self.hosts[host].usm.as_deref() else {
+            self.stats.wrong_version += 1;
+            return Received::WrongVersion;
+        };
+        let (mut mac_buf, mut plain) = std::mem::take(&mut self.scratch);
+        let engine = u.engine.as_ref();
+        let authentic = engine.is_some_and(|e| msg.verify(bytes, e, &mut mac_buf));
+        let r = if msg.flags & v3::FLAG_AUTH != 0 && !authentic {
+            // Claims authentication it does not have: forged, mangled or another key.
+            self.stats.not_authentic += 1;
+            Received::NotAuthentic
+        } else {
+            match msg.scoped_pdu(engine, &mut plain) {
+                Err(v3::V3Error::Decode(_)) => {
+                    self.stats.malformed += 1;
+                    Received::Malformed
+                }
+                Err(_) => {
+                    self.stats.not_authentic += 1;
+                    Received::NotAuthentic
+                }
+                Ok(scoped) => self.accept_v3(host, id, &msg, authentic, &scoped.pdu, now),
+            }
+        };
+        self.scratch = (mac_buf, plain);
+        r
+    }
+
+    fn accept_v3(
+        &mut self,
+        host: usize,
+        id: i32,
+        msg: &V3Message<'_>,
+        authentic: bool,
+        pdu: &Message<'_>,
+        now: Instant,
+    ) -> Received {
+        let Some(user) = self.jobs[host].usm.clone() else {
+            return Received::WrongVersion;
+        };
+        let discovery = self.table.get(&id).is_some_and(|e| e.discovery);
+        match pdu.pdu_type {
+            PduType::Report => {
+                self.stats.reports += 1;
+                let kind = ReportKind::of(pdu);
+                self.on_report(host, id, kind, msg, authentic, discovery, &user, now);
+                Received::Report
+            }
+            PduType::Response if !discovery => {
+                // Only a response at the user's level, from the user, counts (RFC 3414
+                // §3.2): an unauthenticated answer to an authenticated request is
+                // dropped, whatever it says.
+                if msg.level() != user.level()
+                    || msg.user_name != user.name()
+                    || pdu.request_id != id
+                {
+                    self.stats.not_authentic += 1;
+                    return Received::NotAuthentic;
+                }
+                if authentic {
+                    if let Some(e) = self.engine_mut(host) {
+                        e.update_clock(msg.boots, msg.time, now);
+                    }
+                }
+                self.complete(id, pdu)
+            }
+            _ => {
+                self.stats.not_response += 1;
+                Received::NotResponse
+            }
+        }
+    }
+
+    fn engine_mut(&mut self, host: usize) -> Option<&mut Engine> {
+        self.hosts[host].usm.as_deref_mut()?.engine.as_mut()
+    }
+
+    /// A Report answered request `id` of `host`.
+    #[allow(clippy::too_many_arguments)]
+    fn on_report(
+        &mut self,
+        host: usize,
+        id: i32,
+        kind: ReportKind,
+        msg: &V3Message<'_>,
+        authentic: bool,
+        discovery: bool,
+        user: &Arc<UsmUser>,
+        now: Instant,
+    ) {
+        let Some(e) = self.table.remove(&id) else {
+            return;
+        };
+        self.hosts[host].inflight.retain(|&x| x != id);
+        let items = e.items.clone();
+        self.recycle(e);
+        let seed = self.opts.salt_seed;
+        let Some(u) = self.hosts[host].usm.as_deref_mut() else {
+            return;
+        };
+        if discovery {
+            u.discovering = false;
+            if msg.engine_id.is_empty() {
+                self.kill_host(host, ItemFailure::Report(kind));
+            } else {
+                // Each engine's salts start somewhere else: two engines, or two pollers
+                // of one agent, never count through the same values.
+                let salt = splitmix(seed ^ (host as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                let engine =
+                    Engine::new(user.clone(), msg.engine_id, msg.boots, msg.time, now, salt);
+                u.engine = Some(engine);
+                self.after_progress(host);
+            }
+            return;
+        }
+        let resync = match kind {
+            // Authenticated: the engine tells us its clock (our estimate drifted, or it
+            // rebooted). Unauthenticated, it could be anyone's word.
+            ReportKind::NotInTimeWindow if authentic => {
+                if let Some(e) = u.engine.as_mut() {
+                    e.set_clock(msg.boots, msg.time, now);
+                }
+                true
+            }
+            // The agent has another engine now (replaced, or its engine ID reset).
+            ReportKind::UnknownEngineId => {
+                u.engine = None;
+                true
+            }
+            _ => false,
+        };
+        let again = resync && u.resyncs_left > 0;
+        if again {
+            u.resyncs_left -= 1;
+        }
+        self.requeue_front(host, &items);
+        if again {
+            self.after_progress(host);
+        } else {
+            // Wrong user, key or level: every request of this host would get the same.
+            self.kill_host(host, ItemFailure::Report(kind));
+        }
     }
 
     /// Next event, in order of occurrence.
@@ -583,6 +896,16 @@ impl<'j> Iteration<'j> {
     /// let a limit grow again) into `memory`. Call once, after the iteration is done.
     pub fn save_learned(&self, memory: &mut HostMemory) {
         for (st, job) in self.hosts.iter().zip(self.jobs) {
+            if let Some(u) = &st.usm {
+                match &u.engine {
+                    Some(e) => {
+                        memory.engines.insert(job.addr, e.clone());
+                    }
+                    None => {
+                        memory.engines.remove(&job.addr);
+                    }
+                }
+            }
             match (st.failed_at, memory.max_oids.get_mut(&job.addr)) {
                 (Some(failed), entry) => {
                     let failed_at = entry.map_or(failed, |l| l.failed_at.min(failed));
@@ -724,7 +1047,10 @@ impl<'j> Iteration<'j> {
     }
 
     fn kill_host(&mut self, host: usize, f: ItemFailure) {
-        self.stats.hosts_timed_out += 1;
+        let timed_out = f == ItemFailure::Timeout;
+        if timed_out {
+            self.stats.hosts_timed_out += 1;
+        }
         let ids = std::mem::take(&mut self.hosts[host].inflight);
         for id in ids {
             if let Some(e) = self.table.remove(&id) {
@@ -745,10 +1071,7 @@ impl<'j> Iteration<'j> {
         }
         self.hosts[host].finished = true;
         self.open_hosts -= 1;
-        self.events.push_back(Event::HostDone {
-            host,
-            timed_out: true,
-        });
+        self.events.push_back(Event::HostDone { host, timed_out });
     }
 
     fn recycle(&mut self, e: InFlight) {
@@ -756,6 +1079,14 @@ impl<'j> Iteration<'j> {
             self.pool.push((e.items, e.bytes));
         }
     }
+}
+
+/// SplitMix64's finalizer: spreads a seed over all 64 bits.
+fn splitmix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]

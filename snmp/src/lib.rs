@@ -1,4 +1,5 @@
-//! Sans-IO SNMP v1/v2c client: BER codec, request-id matching, per-host chains.
+//! Sans-IO SNMP v1/v2c/v3 client: BER codec, USM security, request-id matching,
+//! per-host chains.
 //!
 //! Nothing here opens a socket or reads a clock: bytes and `now` go in, datagrams to send
 //! and per-item results come out (see [`engine`]). The poller crate owns the sockets.
@@ -11,6 +12,10 @@
 //!   (bounded requests in flight per host, hosts in parallel), retries, tooBig splitting
 //!   remembered across iterations in [`engine::HostMemory`].
 //! * [`Walk`] walks a subtree (GETBULK, or GETNEXT for v1).
+//! * [`v3`]: SNMPv3 messages with the User-based Security Model (MD5, SHA-1 and SHA-2
+//!   authentication, DES and AES-128 privacy; the cryptography is in [`usm`]); the
+//!   engine discovers each agent's engine ID and clock once and keeps them in
+//!   [`engine::HostMemory`].
 //!
 //! Why our own codec rather than snmp2 or async-snmp: snmp2's request builders are
 //! private and its decoder is lazy (a malformed varbind silently ends the iteration,
@@ -26,6 +31,8 @@ mod ber;
 pub mod engine;
 mod message;
 mod oid;
+pub mod usm;
+pub mod v3;
 mod value;
 pub mod walk;
 
@@ -60,4 +67,8 @@ pub enum DecodeError {
     UnsupportedPdu { found: u8 },
     #[error("trailing bytes after BER element")]
     TrailingBytes,
+    #[error("unsupported SNMPv3 security model {model} (only USM, 3)")]
+    UnsupportedSecurityModel { model: i64 },
+    #[error("invalid SNMPv3 msgFlags 0x{flags:02x} (privacy without authentication)")]
+    BadFlags { flags: u8 },
 }

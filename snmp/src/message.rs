@@ -9,7 +9,8 @@
 //!
 //! [`Message::decode`] validates the whole datagram, every varbind included, before it
 //! returns; afterwards iterating the varbinds cannot fail. Trap-v1 PDUs (a different
-//! layout) and SNMPv3 are rejected with a typed error.
+//! layout) are rejected with a typed error, and so is SNMPv3 here: [`crate::v3`] decodes
+//! its envelope and hands the (decrypted) PDU to the same validation.
 
 use std::fmt;
 
@@ -18,13 +19,15 @@ use crate::oid::{Oid, OidRef};
 use crate::value::ValueRef;
 use crate::DecodeError;
 
-/// SNMP protocol version (the `version` field: 0 for v1, 1 for v2c).
+/// SNMP protocol version (the `version` field: 0 for v1, 1 for v2c, 3 for v3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Version {
     V1,
     /// Default: what every device deployed in the last 20 years speaks.
     #[default]
     V2c,
+    /// SNMPv3 with the User-based Security Model ([`crate::v3`]); its PDUs are v2c's.
+    V3,
 }
 
 impl Version {
@@ -32,14 +35,16 @@ impl Version {
         match self {
             Version::V1 => 0,
             Version::V2c => 1,
+            Version::V3 => 3,
         }
     }
 
-    /// "1" or "2c", as net-snmp's `-v` spells them.
+    /// "1", "2c" or "3", as net-snmp's `-v` spells them.
     pub fn as_str(self) -> &'static str {
         match self {
             Version::V1 => "1",
             Version::V2c => "2c",
+            Version::V3 => "3",
         }
     }
 }
@@ -51,7 +56,10 @@ impl std::str::FromStr for Version {
         match s {
             "1" | "v1" => Ok(Version::V1),
             "2c" | "v2c" | "2" => Ok(Version::V2c),
-            other => Err(format!("unsupported SNMP version {other:?} (use 1 or 2c)")),
+            "3" | "v3" => Ok(Version::V3),
+            other => Err(format!(
+                "unsupported SNMP version {other:?} (use 1, 2c or 3)"
+            )),
         }
     }
 }
@@ -170,18 +178,7 @@ pub fn encode_request<'o, I>(
 where
     I: Iterator<Item = &'o Oid> + Clone,
 {
-    let (pdu, f1, f2) = match kind {
-        RequestKind::Get => (PduType::GetRequest, 0, 0),
-        RequestKind::GetNext => (PduType::GetNextRequest, 0, 0),
-        RequestKind::GetBulk {
-            non_repeaters,
-            max_repetitions,
-        } => (
-            PduType::GetBulkRequest,
-            non_repeaters as i64,
-            max_repetitions as i64,
-        ),
-    };
+    let (pdu, f1, f2) = request_fields(kind);
     encode_message(
         out,
         version,
@@ -194,7 +191,7 @@ where
     )
 }
 
-/// Encodes any message (responses too: agents in tests use this).
+/// Encodes any v1/v2c message (responses too: agents in tests use this).
 #[allow(clippy::too_many_arguments)]
 pub fn encode_message<'v, I>(
     out: &mut Vec<u8>,
@@ -210,40 +207,101 @@ where
     I: Iterator<Item = (OidRef<'v>, ValueRef<'v>)> + Clone,
 {
     let start = out.len();
-    let vb_len: usize = varbinds
-        .clone()
-        .map(|(o, v)| tlv_len(tlv_len(o.as_ber().len()) + v.encoded_len()))
-        .sum();
-    let pdu_len = 2
-        + int_len(request_id as i64)
-        + 2
-        + int_len(field1)
-        + 2
-        + int_len(field2)
-        + tlv_len(vb_len);
-    let msg_len = 3 + tlv_len(community.len()) + tlv_len(pdu_len);
+    let body = PduBody::new(pdu, request_id, field1, field2, varbinds);
+    let msg_len = 3 + tlv_len(community.len()) + body.encoded_len();
     out.reserve(tlv_len(msg_len));
     write_header(out, TAG_SEQUENCE, msg_len);
     write_int(out, TAG_INTEGER, version.wire());
     write_header(out, TAG_OCTET_STRING, community.len());
     out.extend_from_slice(community);
-    write_header(out, pdu.tag(), pdu_len);
-    write_int(out, TAG_INTEGER, request_id as i64);
-    write_int(out, TAG_INTEGER, field1);
-    write_int(out, TAG_INTEGER, field2);
-    write_header(out, TAG_SEQUENCE, vb_len);
-    for (o, v) in varbinds {
-        write_header(
-            out,
-            TAG_SEQUENCE,
-            tlv_len(o.as_ber().len()) + v.encoded_len(),
-        );
-        write_header(out, TAG_OID, o.as_ber().len());
-        out.extend_from_slice(o.as_ber());
-        v.write(out);
-    }
+    body.write(out);
     debug_assert_eq!(out.len() - start, tlv_len(msg_len));
     out.len() - start
+}
+
+/// The fields of a request's PDU: `kind` as the PDU tag and its two integer fields.
+pub(crate) fn request_fields(kind: RequestKind) -> (PduType, i64, i64) {
+    match kind {
+        RequestKind::Get => (PduType::GetRequest, 0, 0),
+        RequestKind::GetNext => (PduType::GetNextRequest, 0, 0),
+        RequestKind::GetBulk {
+            non_repeaters,
+            max_repetitions,
+        } => (
+            PduType::GetBulkRequest,
+            non_repeaters as i64,
+            max_repetitions as i64,
+        ),
+    }
+}
+
+/// A PDU about to be written: its sizes are computed once, for the enclosing headers
+/// (a v1/v2c message, or a v3 scopedPDU).
+pub(crate) struct PduBody<I> {
+    pdu: PduType,
+    request_id: i32,
+    field1: i64,
+    field2: i64,
+    varbinds: I,
+    vb_len: usize,
+    pdu_len: usize,
+}
+
+impl<'v, I> PduBody<I>
+where
+    I: Iterator<Item = (OidRef<'v>, ValueRef<'v>)> + Clone,
+{
+    pub(crate) fn new(
+        pdu: PduType,
+        request_id: i32,
+        field1: i64,
+        field2: i64,
+        varbinds: I,
+    ) -> PduBody<I> {
+        let vb_len: usize = varbinds
+            .clone()
+            .map(|(o, v)| tlv_len(tlv_len(o.as_ber().len()) + v.encoded_len()))
+            .sum();
+        let pdu_len = 2
+            + int_len(request_id as i64)
+            + 2
+            + int_len(field1)
+            + 2
+            + int_len(field2)
+            + tlv_len(vb_len);
+        PduBody {
+            pdu,
+            request_id,
+            field1,
+            field2,
+            varbinds,
+            vb_len,
+            pdu_len,
+        }
+    }
+
+    /// Bytes [`Self::write`] appends (tag and length included).
+    pub(crate) fn encoded_len(&self) -> usize {
+        tlv_len(self.pdu_len)
+    }
+
+    pub(crate) fn write(self, out: &mut Vec<u8>) {
+        write_header(out, self.pdu.tag(), self.pdu_len);
+        write_int(out, TAG_INTEGER, self.request_id as i64);
+        write_int(out, TAG_INTEGER, self.field1);
+        write_int(out, TAG_INTEGER, self.field2);
+        write_header(out, TAG_SEQUENCE, self.vb_len);
+        for (o, v) in self.varbinds {
+            write_header(
+                out,
+                TAG_SEQUENCE,
+                tlv_len(o.as_ber().len()) + v.encoded_len(),
+            );
+            write_header(out, TAG_OID, o.as_ber().len());
+            out.extend_from_slice(o.as_ber());
+            v.write(out);
+        }
+    }
 }
 
 /// A decoded, fully validated v1/v2c message borrowing from the datagram.
@@ -285,10 +343,21 @@ impl<'a> Message<'a> {
         };
         let community = r.read_expect(TAG_OCTET_STRING)?;
         let (tag, pdu) = r.read_tlv()?;
-        let pdu_type = PduType::from_tag(tag)?;
         if !r.is_empty() {
             return Err(DecodeError::TrailingBytes);
         }
+        Message::from_pdu(version, community, tag, pdu)
+    }
+
+    /// Decodes and validates a PDU (`tag` and contents), as carried by a v1/v2c message
+    /// or a v3 scopedPDU; `community` is empty for v3.
+    pub(crate) fn from_pdu(
+        version: Version,
+        community: &'a [u8],
+        tag: u8,
+        pdu: &'a [u8],
+    ) -> Result<Message<'a>, DecodeError> {
+        let pdu_type = PduType::from_tag(tag)?;
         let mut p = Reader::new(pdu);
         let request_id = p.read_i32()?;
         let error_status = p.read_i64()?;

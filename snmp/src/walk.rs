@@ -68,16 +68,21 @@ impl Walk {
         self.done
     }
 
-    /// Writes the next request (appending to `out`).
-    pub fn next_request(&mut self, out: &mut Vec<u8>, community: &[u8], request_id: i32) {
-        let kind = match self.version {
+    /// The next request's kind, now outstanding as `request_id`.
+    fn next_kind(&mut self, request_id: i32) -> RequestKind {
+        self.request_id = Some(request_id);
+        match self.version {
             Version::V1 => RequestKind::GetNext,
-            Version::V2c => RequestKind::GetBulk {
+            Version::V2c | Version::V3 => RequestKind::GetBulk {
                 non_repeaters: 0,
                 max_repetitions: self.max_repetitions,
             },
-        };
-        self.request_id = Some(request_id);
+        }
+    }
+
+    /// Writes the next v1/v2c request (appending to `out`).
+    pub fn next_request(&mut self, out: &mut Vec<u8>, community: &[u8], request_id: i32) {
+        let kind = self.next_kind(request_id);
         encode_request(
             out,
             self.version,
@@ -86,6 +91,26 @@ impl Walk {
             kind,
             std::iter::once(&self.last),
         );
+    }
+
+    /// Writes the next SNMPv3 request to `engine` (appending to `out`); `None` only if
+    /// the engine's privacy key does not fit its cipher.
+    pub fn next_request_v3(
+        &mut self,
+        out: &mut Vec<u8>,
+        engine: &mut crate::v3::Engine,
+        now: std::time::Instant,
+        request_id: i32,
+    ) -> Option<usize> {
+        let kind = self.next_kind(request_id);
+        crate::v3::encode_request(
+            out,
+            engine,
+            now,
+            request_id,
+            kind,
+            std::iter::once(&self.last),
+        )
     }
 
     /// True when `msg` answers the outstanding request (caller checks the source).

@@ -2,11 +2,13 @@
 //! / `snmpbulkwalk -On` (or JSON lines with `--json`).
 //!
 //! `get` runs through the daemon's own path (`poller::snmp_driver`), so it is also a
-//! quick way to check what the daemon would read. `walk` uses GETBULK (v2c) or GETNEXT
-//! (v1) one request at a time over a connected UDP socket.
+//! quick way to check what the daemon would read. `walk` uses GETBULK (v2c, v3) or
+//! GETNEXT (v1) one request at a time over a connected UDP socket; for v3 it discovers
+//! the agent's engine first.
 //!
-//! The community is a secret: it is never printed, logged, or shown in `--help` (no
-//! default or environment value is displayed).
+//! The community and the SNMPv3 passphrases are secrets: never printed, logged, or shown
+//! in `--help` (no default or environment value is displayed). SNMPv3 options are
+//! net-snmp's (`-u -l -a -A -x -X -n`) and checked like the config's.
 
 use std::io::Write;
 use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
@@ -16,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use poller::snmp_driver::{SnmpDriver, SnmpDriverOptions, SnmpHostJob};
-use snmp::{Message, Oid, VarValue, Version, Walk};
+use snmp::v3::{Engine, ReportKind, UsmUser, V3Message};
+use snmp::{Message, Oid, PduType, VarValue, Version, Walk};
 
 /// Arguments of `netpoller snmp`.
 #[derive(clap::Args, Debug)]
@@ -66,14 +69,48 @@ pub struct LoadArgs {
 /// Options shared by `get` and `walk`.
 #[derive(clap::Args, Debug)]
 pub struct Common {
-    /// SNMP version: 1 or 2c.
+    /// SNMP version: 1, 2c or 3.
     #[arg(
         short = 'v',
         long = "version",
-        value_name = "1|2c",
+        value_name = "1|2c|3",
         default_value = "2c"
     )]
     pub version: Version,
+    /// SNMPv3 security name (the USM user).
+    #[arg(short = 'u', long = "security-name", value_name = "USER")]
+    pub security_name: Option<String>,
+    /// SNMPv3 security level: noAuthNoPriv, authNoPriv or authPriv [default: what the
+    /// passphrases given imply].
+    #[arg(short = 'l', long = "security-level", value_name = "LEVEL")]
+    pub security_level: Option<String>,
+    /// SNMPv3 authentication protocol: MD5, SHA, SHA-224, SHA-256, SHA-384, SHA-512.
+    #[arg(short = 'a', long = "auth-protocol", value_name = "PROTO")]
+    pub auth_protocol: Option<String>,
+    /// SNMPv3 authentication passphrase [or $NETPOLLER_SNMP_AUTH_PASSPHRASE].
+    #[arg(
+        short = 'A',
+        long = "auth-passphrase",
+        value_name = "PASS",
+        env = "NETPOLLER_SNMP_AUTH_PASSPHRASE",
+        hide_env_values = true
+    )]
+    pub auth_passphrase: Option<String>,
+    /// SNMPv3 privacy protocol: DES or AES (AES-128).
+    #[arg(short = 'x', long = "priv-protocol", value_name = "PROTO")]
+    pub priv_protocol: Option<String>,
+    /// SNMPv3 privacy passphrase [or $NETPOLLER_SNMP_PRIV_PASSPHRASE].
+    #[arg(
+        short = 'X',
+        long = "priv-passphrase",
+        value_name = "PASS",
+        env = "NETPOLLER_SNMP_PRIV_PASSPHRASE",
+        hide_env_values = true
+    )]
+    pub priv_passphrase: Option<String>,
+    /// SNMPv3 context name [default: the agent's default context].
+    #[arg(short = 'n', long = "context", value_name = "NAME")]
+    pub context_name: Option<String>,
     /// Community string [default: public, or $NETPOLLER_SNMP_COMMUNITY].
     #[arg(
         short = 'c',
@@ -103,6 +140,27 @@ pub struct Common {
 }
 
 impl Common {
+    /// The SNMPv3 user of `-u -l -a -A -x -X -n` (for `-v 3`), checked as the config's.
+    fn usm_user(&self) -> anyhow::Result<Option<Arc<UsmUser>>> {
+        if self.version != Version::V3 {
+            return Ok(None);
+        }
+        let user = crate::config::usm_of!(self)
+            .user()
+            .map_err(|(field, msg)| {
+                let flag = match field {
+                    "security_name" => "-u",
+                    "security_level" => "-l",
+                    "auth_protocol" => "-a",
+                    "auth_passphrase" => "-A",
+                    "priv_protocol" => "-x",
+                    _ => "-X",
+                };
+                anyhow::anyhow!("{flag} ({}): {msg}", field.replace('_', " "))
+            })?;
+        Ok(Some(Arc::new(user)))
+    }
+
     fn addr(&self) -> anyhow::Result<SocketAddr> {
         if let Ok(a) = self.target.parse::<SocketAddr>() {
             return Ok(a);
@@ -195,6 +253,7 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
         addr,
         version: c.version,
         community: Arc::from(c.community.as_str()),
+        usm: c.usm_user()?,
         timeout: c.timeout,
         retries: c.retries,
         max_oids: a.max_oids.max(1),
@@ -278,47 +337,48 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let mut id = random_id();
     let (mut req, mut rbuf) = (Vec::with_capacity(1500), vec![0u8; 65_536]);
+    let (mut mac, mut plain) = (Vec::new(), Vec::new());
+    let mut engine = match c.usm_user()? {
+        Some(user) => {
+            id = id.wrapping_add(1) & 0x7fff_ffff;
+            snmp::v3::encode_discovery(&mut req, id);
+            let found = exchange(&sock, &req, c, &mut rbuf, |bytes| {
+                let m = V3Message::decode(bytes).ok()?;
+                (m.msg_id == id && !m.engine_id.is_empty())
+                    .then(|| (m.engine_id.to_vec(), m.boots, m.time))
+            })?;
+            let (eid, boots, time) =
+                found.with_context(|| format!("timeout: no response from {addr}"))?;
+            let salt = random_id() as u64 ^ (u64::from(std::process::id()) << 32);
+            Some(Engine::new(user, &eid, boots, time, Instant::now(), salt))
+        }
+        None => None,
+    };
     let mut count = 0usize;
     // Bound the walk (an agent could serve an endless table); 10 million OIDs is plenty.
     while !w.is_done() && count < 10_000_000 {
         id = id.wrapping_add(1) & 0x7fff_ffff;
         req.clear();
-        w.next_request(&mut req, c.community.as_bytes(), id);
-        let mut answered = None;
-        'attempts: for _ in 0..=c.retries {
-            sock.send(&req)
-                .with_context(|| format!("sending to {addr}"))?;
-            let deadline = Instant::now() + c.timeout;
-            loop {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                sock.set_read_timeout(Some(left))?;
-                let n = match sock.recv(&mut rbuf) {
-                    Ok(n) => n,
-                    Err(e)
-                        if matches!(
-                            e.kind(),
-                            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                        ) =>
-                    {
-                        break
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                        bail!("{addr}: port unreachable (nothing listens there)")
-                    }
-                    Err(e) => return Err(e).context("receiving"),
-                };
-                // Foreign or stale datagrams are skipped, not fatal.
-                if let Ok(m) = Message::decode(&rbuf[..n]) {
-                    if w.matches(&m) && m.community == c.community.as_bytes() {
-                        answered = Some(w.handle_response(&m));
-                        break 'attempts;
-                    }
-                }
+        match engine.as_mut() {
+            Some(e) => {
+                w.next_request_v3(&mut req, e, Instant::now(), id)
+                    .context("the privacy key does not fit its cipher")?;
             }
+            None => w.next_request(&mut req, c.community.as_bytes(), id),
         }
+        let answered = exchange(&sock, &req, c, &mut rbuf, |bytes| {
+            // Foreign, stale or forged datagrams are skipped, not fatal.
+            let Some(e) = engine.as_mut() else {
+                let m = Message::decode(bytes).ok()?;
+                return (w.matches(&m) && m.community == c.community.as_bytes())
+                    .then(|| w.handle_response(&m).map_err(|e| e.to_string()));
+            };
+            match v3_pdu(bytes, e, id, &mut mac, &mut plain)? {
+                Ok(m) if w.matches(&m) => Some(w.handle_response(&m).map_err(|e| e.to_string())),
+                Ok(_) => None,
+                Err(kind) => Some(Err(format!("SNMPv3 {kind}"))),
+            }
+        })?;
         match answered {
             None => bail!("timeout: no response from {addr}"),
             Some(Err(e)) => bail!("{addr}: {e}"),
@@ -338,6 +398,78 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Sends `req` and waits for a datagram `accept` takes, resending after each timeout
+/// (`-t`, `-r`); `None` when every attempt timed out.
+fn exchange<T>(
+    sock: &UdpSocket,
+    req: &[u8],
+    c: &Common,
+    rbuf: &mut [u8],
+    mut accept: impl FnMut(&[u8]) -> Option<T>,
+) -> anyhow::Result<Option<T>> {
+    let addr = sock.peer_addr()?;
+    for _ in 0..=c.retries {
+        sock.send(req)
+            .with_context(|| format!("sending to {addr}"))?;
+        let deadline = Instant::now() + c.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            sock.set_read_timeout(Some(left))?;
+            let n = match sock.recv(rbuf) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    bail!("{addr}: port unreachable (nothing listens there)")
+                }
+                Err(e) => return Err(e).context("receiving"),
+            };
+            if let Some(t) = accept(&rbuf[..n]) {
+                return Ok(Some(t));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The PDU of an SNMPv3 answer to request `id` from `engine`: a Response at the user's
+/// level that authenticates (the engine's clock then follows it), or the kind of a
+/// Report. `None` for anything else (skipped, as a foreign datagram is).
+fn v3_pdu<'b>(
+    bytes: &'b [u8],
+    engine: &mut Engine,
+    id: i32,
+    mac: &mut Vec<u8>,
+    plain: &'b mut Vec<u8>,
+) -> Option<Result<Message<'b>, ReportKind>> {
+    let m = V3Message::decode(bytes).ok()?;
+    let user = engine.user().clone();
+    let authentic = m.verify(bytes, engine, mac);
+    if m.msg_id != id || (m.flags & snmp::v3::FLAG_AUTH != 0 && !authentic) {
+        return None;
+    }
+    let pdu = m.scoped_pdu(Some(engine), plain).ok()?.pdu;
+    if pdu.pdu_type == PduType::Report {
+        return Some(Err(ReportKind::of(&pdu)));
+    }
+    if m.level() != user.level() || pdu.pdu_type != PduType::Response {
+        return None;
+    }
+    if authentic {
+        engine.update_clock(m.boots, m.time, Instant::now());
+    }
+    Some(Ok(pdu))
 }
 
 /// (user, system) CPU time of this process.

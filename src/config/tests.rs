@@ -302,8 +302,8 @@ fn unknown_sections_and_syntax_errors() {
     let e = one_err("[daemon]\nshards = \n");
     assert_eq!(e.line, Some(2));
     // A refused value is reported at its own key and line, not at its section's.
-    let e = one_err("[snmp]\n\nversion = \"3\"\n");
-    assert!(e.message.contains("unknown variant `3`"), "{e}");
+    let e = one_err("[snmp]\n\nversion = \"2\"\n");
+    assert!(e.message.contains("unknown variant `2`"), "{e}");
     assert_eq!((e.path.as_str(), e.line), ("snmp.version", Some(3)));
     let e = one_err("[[templates]]\nname = \"t\"\nitems = [\n  { key = \"icmpping\" },\n  { key = \"icmpping\", interval = 5 },\n]\n");
     assert!(e.message.starts_with("invalid type: integer `5`"), "{e}");
@@ -372,4 +372,102 @@ fn icmp_phases_group_hosts_unless_spread_is_asked_for() {
     let e = one_err("[daemon]\nicmp_phases = \"even\"\n");
     assert_eq!((e.path.as_str(), e.line), ("daemon.icmp_phases", Some(2)));
     assert!(e.message.contains("unknown variant `even`"), "{e}");
+}
+
+const V3_HOSTS: &str = r#"
+[[templates]]
+name = "sys"
+items = [ { key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval = "1m" } ]
+[[hosts]]
+name = "a"
+ip = "127.0.20.1"
+templates = ["sys"]
+[[hosts]]
+name = "b"
+ip = "127.0.20.2"
+templates = ["sys"]
+[[hosts]]
+name = "c"
+ip = "127.0.20.3"
+templates = ["sys"]
+snmp = { security_name = "other", auth_protocol = "MD5", auth_passphrase = "other-secret-1", priv_protocol = "DES", priv_passphrase = "other-secret-2" }
+[[hosts]]
+name = "d"
+ip = "127.0.20.4"
+templates = ["sys"]
+snmp = { version = "2c", community = "s3cret" }
+"#;
+
+#[test]
+fn snmpv3_users_resolve_once_and_their_secrets_stay_out_of_debug() {
+    let text = format!(
+        "[snmp]\nversion = \"3\"\nsecurity_name = \"np-shaaes\"\nauth_protocol = \"sha\"\nauth_passphrase = \"topsecret-auth\"\npriv_protocol = \"AES\"\npriv_passphrase = \"topsecret-priv\"\ncontext_name = \"ctx\"\n{V3_HOSTS}"
+    );
+    let cfg = parse(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+    let p: Vec<_> = cfg.hosts.iter().map(|h| h.snmp.clone().unwrap()).collect();
+    let user = |i: usize| p[i].usm.clone();
+    let (a, b, c) = (user(0).unwrap(), user(1).unwrap(), user(2).unwrap());
+    // Same fields, one user (its keys derived once); the level follows the passphrases.
+    assert!(Arc::ptr_eq(&a, &b));
+    assert_eq!(a.level(), snmp::v3::SecurityLevel::AuthPriv);
+    assert_eq!(a.auth_protocol(), Some(snmp::usm::AuthProtocol::Sha1));
+    assert_eq!((a.name(), a.context()), (&b"np-shaaes"[..], &b"ctx"[..]));
+    // A host's own fields override [snmp]'s one by one (context_name is inherited).
+    assert_eq!(c.name(), b"other");
+    assert_eq!(c.priv_protocol(), Some(snmp::usm::PrivProtocol::Des));
+    assert_eq!(c.context(), b"ctx");
+    assert_eq!(p[2].version, SnmpVersion::V3);
+    // A v2c host under a v3 [snmp] has no user.
+    assert_eq!((p[3].version, p[3].usm.is_none()), (SnmpVersion::V2c, true));
+    let dbg = format!("{cfg:?}");
+    assert!(
+        !dbg.contains("topsecret") && !dbg.contains("other-secret"),
+        "secret in Debug: {dbg}"
+    );
+    // No passphrase: noAuthNoPriv.
+    let cfg = parse(&format!(
+        "[snmp]\nversion = \"3\"\nsecurity_name = \"np-noauth\"\n{V3_HOSTS}"
+    ))
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    let u = cfg.hosts[0].snmp.as_ref().unwrap().usm.clone().unwrap();
+    assert_eq!(u.level(), snmp::v3::SecurityLevel::NoAuthNoPriv);
+}
+
+#[test]
+fn snmpv3_mistakes_are_reported_once_at_their_key_without_secrets() {
+    // Missing user: once, at [snmp] (all four SNMP hosts inherit it), not per host; host
+    // c's own fields are reported at its own table; the ICMP-only host is not at fault.
+    let text = format!(
+        "[snmp]\nversion = \"3\"\n{V3_HOSTS}{TEMPLATE}\n[[hosts]]\nname = \"pingonly\"\nip = \"127.0.20.9\"\ntemplates = [\"icmp\"]\n"
+    );
+    let e = errs(&text.replace(
+        "security_name = \"other\", ",
+        "security_name = \"other\", security_level = \"authPriv\", ",
+    ));
+    let paths: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(paths, ["snmp.security_name"], "{e:#?}");
+    assert!(e[0].message.contains("needs a security_name"), "{}", e[0]);
+    assert_eq!(e[0].line, Some(1), "the [snmp] header: the key is missing");
+
+    let cases = [
+        ("security_level = \"authPriv\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"secret-aa\"", "snmp.priv_protocol", "needs priv_protocol (DES or AES)"),
+        ("auth_passphrase = \"secret-aa\"", "snmp.auth_protocol", "authNoPriv needs auth_protocol"),
+        ("auth_protocol = \"SHA-1024\"\nauth_passphrase = \"secret-aa\"", "snmp.auth_protocol", "SHA-256"),
+        ("auth_protocol = \"MD5\"\nauth_passphrase = \"short\"", "snmp.auth_passphrase", "at least 8 characters"),
+        ("security_level = \"private\"", "snmp.security_level", "noAuthNoPriv, authNoPriv or authPriv"),
+        ("auth_protocol = \"MD5\"\nauth_passphrase = \"secret-aa\"\npriv_protocol = \"3DES\"\npriv_passphrase = \"secret-bb\"", "snmp.priv_protocol", "DES"),
+    ];
+    for (fields, path, msg) in cases {
+        let text = format!(
+            "[snmp]\nversion = \"3\"\nsecurity_name = \"u\"\n{fields}\n{}",
+            &V3_HOSTS[..V3_HOSTS.find("[[hosts]]\nname = \"c\"").unwrap()]
+        );
+        let e = one_err(&text);
+        assert_eq!(e.path, path, "{fields}: {e}");
+        assert!(e.message.contains(msg), "{fields}: {e}");
+        assert!(
+            !e.message.contains("secret-") && !e.message.contains("short"),
+            "secret in {e}"
+        );
+    }
 }

@@ -10,6 +10,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::message::encode_message;
+use crate::v3::{Engine, V3Message};
 
 fn addr(i: u8) -> SocketAddr {
     SocketAddr::from(([127, 0, 9, i], 161))
@@ -33,6 +34,16 @@ struct Agent {
     silent: bool,
     latency: Duration,
     received: usize,
+    /// SNMPv3: the agent's engine and user.
+    usm: Option<AgentUsm>,
+}
+
+/// The agent side of SNMPv3: its engine (the user's keys localized to it, its clock).
+#[derive(Clone)]
+struct AgentUsm {
+    engine: Engine,
+    /// Answer with an unauthenticated response, whatever the request's level.
+    forge: bool,
 }
 
 impl Agent {
@@ -46,13 +57,26 @@ impl Agent {
             silent: false,
             latency: Duration::from_millis(1),
             received: 0,
+            usm: None,
         }
     }
 
-    fn answer(&mut self, req: &[u8]) -> Option<Vec<u8>> {
+    /// An SNMPv3 agent whose engine `id` booted `boots` times, its clock at 0 at `t0`.
+    fn v3(mut self, user: &Arc<UsmUser>, id: &[u8], boots: u32, t0: Instant) -> Agent {
+        self.usm = Some(AgentUsm {
+            engine: Engine::new(user.clone(), id, boots, 0, t0, 7),
+            forge: false,
+        });
+        self
+    }
+
+    fn answer(&mut self, req: &[u8], now: Instant) -> Option<Vec<u8>> {
         self.received += 1;
         if self.silent || self.received <= self.drop_first {
             return None;
+        }
+        if self.usm.is_some() {
+            return self.answer_v3(req, now);
         }
         let m = Message::decode(req).ok()?;
         if m.community != self.community.as_bytes() {
@@ -109,6 +133,85 @@ impl Agent {
     }
 }
 
+impl Agent {
+    /// RFC 3414's checks, as an agent makes them: engine ID (else discovery's report),
+    /// user, MAC, time window (150 s), then the PDU.
+    fn answer_v3(&mut self, req: &[u8], now: Instant) -> Option<Vec<u8>> {
+        let u = self.usm.as_ref()?;
+        let m = V3Message::decode(req).ok()?;
+        let user = u.engine.user().clone();
+        let report = |kind_arc: u8, authenticated: bool| -> Vec<u8> {
+            let mut o = u.engine.outgoing(m.msg_id, false, now);
+            o.privacy = None;
+            if !authenticated {
+                o.auth = None;
+                o.user_name = m.user_name;
+            }
+            let counter: Oid = format!("1.3.6.1.6.3.15.1.1.{kind_arc}.0").parse().unwrap();
+            let mut out = Vec::new();
+            v3::encode_message(
+                &mut out,
+                &o,
+                PduType::Report,
+                0,
+                0,
+                0,
+                std::iter::once((counter.as_ref(), crate::ValueRef::Counter32(1))),
+            )
+            .unwrap();
+            out
+        };
+        if m.engine_id != u.engine.id() {
+            return Some(report(4, false));
+        }
+        if m.user_name != user.name() {
+            return Some(report(3, false));
+        }
+        if m.level() != user.level() {
+            return Some(report(1, false));
+        }
+        if user.level() != v3::SecurityLevel::NoAuthNoPriv {
+            if !m.verify(req, &u.engine, &mut Vec::new()) {
+                return Some(report(5, false));
+            }
+            let (boots, time) = u.engine.clock(now);
+            if m.boots != boots || m.time.abs_diff(time) > 150 {
+                return Some(report(2, true));
+            }
+        }
+        let mut plain = Vec::new();
+        let scoped = m.scoped_pdu(Some(&u.engine), &mut plain).ok()?;
+        let vals: Vec<(Oid, VarValue)> = scoped
+            .pdu
+            .varbinds()
+            .map(|vb| {
+                let o = vb.oid.to_owned();
+                let v = self
+                    .values
+                    .get(&o)
+                    .cloned()
+                    .unwrap_or(VarValue::NoSuchObject);
+                (o, v)
+            })
+            .collect();
+        let mut o = u.engine.outgoing(m.msg_id, false, now);
+        if u.forge {
+            (o.auth, o.privacy) = (None, None);
+        }
+        let mut out = Vec::new();
+        v3::encode_message(
+            &mut out,
+            &o,
+            PduType::Response,
+            scoped.pdu.request_id,
+            0,
+            0,
+            vals.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+        )?;
+        Some(out)
+    }
+}
+
 fn job(i: u8, oids: &[&str]) -> HostJob {
     let mut j = HostJob::new(
         addr(i),
@@ -154,7 +257,7 @@ fn simulate(
         while let Some(t) = it.poll_transmit(now, &mut buf) {
             out.sent.push((now - t0, t, buf.clone()));
             if let Some(agent) = agents.get_mut(&t.dst) {
-                if let Some(resp) = agent.answer(&buf) {
+                if let Some(resp) = agent.answer(&buf, now) {
                     deliveries.push((now + agent.latency, t.dst, resp));
                 }
             }
@@ -526,7 +629,7 @@ fn foreign_datagrams_are_dropped_and_counted() {
         it.poll_transmit(now, &mut buf.clone()).is_none(),
         "one in flight per host"
     );
-    let good = a.answer(&buf).unwrap();
+    let good = a.answer(&buf, Instant::now()).unwrap();
 
     assert_eq!(
         it.handle_datagram(addr(1), b"\x30\x03garbage", now),
@@ -553,7 +656,7 @@ fn foreign_datagrams_are_dropped_and_counted() {
         RequestKind::Get,
         jobs[0].oids.iter(),
     );
-    let wrong_comm = a.answer(&req).unwrap();
+    let wrong_comm = a.answer(&req, Instant::now()).unwrap();
     assert_eq!(
         it.handle_datagram(addr(1), &wrong_comm, now),
         Received::WrongCommunity
@@ -568,7 +671,7 @@ fn foreign_datagrams_are_dropped_and_counted() {
         RequestKind::Get,
         jobs[0].oids.iter(),
     );
-    let unknown = a.answer(&req).unwrap();
+    let unknown = a.answer(&req, Instant::now()).unwrap();
     assert_eq!(
         it.handle_datagram(addr(1), &unknown, now),
         Received::UnknownRequestId
@@ -782,4 +885,205 @@ proptest! {
         }
         prop_assert_eq!(out.stats.items_ok + out.stats.items_failed, jobs.iter().map(|j| j.oids.len() as u64).sum::<u64>());
     }
+}
+
+// ---------------------------------------------------------------- SNMPv3
+
+const ENGINE_A: &[u8] = b"\x80\x00\x1f\x88\x04engine-a";
+
+fn shaaes(auth_pass: &str) -> Arc<UsmUser> {
+    let user = UsmUser::new(
+        "np-shaaes",
+        Some((crate::usm::AuthProtocol::Sha1, auth_pass)),
+        Some((crate::usm::PrivProtocol::Aes128, "np-priv-pass")),
+    )
+    .unwrap();
+    Arc::new(user)
+}
+
+fn v3_job(user: &Arc<UsmUser>, oids: &[String]) -> HostJob {
+    let mut j = HostJob::new_v3(addr(1), user.clone(), oids.iter().map(|s| oid(s)).collect());
+    j.timeout = Duration::from_secs(1);
+    j.max_oids = 4;
+    j
+}
+
+fn v3_setup(agent_user: &Arc<UsmUser>, t0: Instant) -> (HashMap<SocketAddr, Agent>, Vec<String>) {
+    let (agent, oids) = agent_with(10);
+    let agents = HashMap::from([(addr(1), agent.v3(agent_user, ENGINE_A, 3, t0))]);
+    (agents, oids)
+}
+
+fn all_ok(out: &Outcome, n: usize) {
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.len(), n);
+    for (i, r) in &items {
+        assert_eq!(r, &Ok(VarValue::Counter32(*i as u32 * 100)), "item {i}");
+    }
+}
+
+#[test]
+fn v3_discovers_the_engine_once_then_polls_authenticated_and_encrypted() {
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let (mut agents, oids) = v3_setup(&user, t0);
+    let jobs = [v3_job(&user, &oids)];
+    let opts = || IterationOptions {
+        salt_seed: 42,
+        ..Default::default()
+    };
+    let out = simulate(&jobs, &mut agents, HostMemory::default(), opts(), t0);
+    all_ok(&out, 10);
+    assert_eq!(out.stats.discoveries, 1);
+    assert_eq!(out.stats.reports, 1);
+    // The discovery first (no engine, no user), then 3 requests of ≤ 4 OIDs, each
+    // authenticated and encrypted with its own salt.
+    let first = V3Message::decode(&out.sent[0].2).unwrap();
+    assert!(first.engine_id.is_empty() && first.user_name.is_empty());
+    let mut salts = std::collections::HashSet::new();
+    for (_, _, bytes) in &out.sent[1..] {
+        let m = V3Message::decode(bytes).unwrap();
+        assert_eq!(m.level(), v3::SecurityLevel::AuthPriv);
+        assert_eq!((m.engine_id, m.user_name), (ENGINE_A, &b"np-shaaes"[..]));
+        assert!(salts.insert(m.priv_params.to_vec()), "salt repeated");
+    }
+    assert_eq!(out.sent.len(), 4);
+    let engine = out.memory.engine(&addr(1)).expect("engine remembered");
+    assert_eq!(engine.id(), ENGINE_A);
+
+    // The next iteration goes straight to the requests, salts counting on.
+    // (Discovery's report came 1 ms after t0: the clock counts from there.)
+    let later = t0 + Duration::from_millis(60_001);
+    let out2 = simulate(&jobs, &mut agents, out.memory, opts(), later);
+    all_ok(&out2, 10);
+    assert_eq!((out2.stats.discoveries, out2.sent.len()), (0, 3));
+    for (_, _, bytes) in &out2.sent {
+        let m = V3Message::decode(bytes).unwrap();
+        assert!(salts.insert(m.priv_params.to_vec()), "salt repeated");
+        // The engine's clock, counted on from discovery: 60 s later.
+        assert_eq!((m.boots, m.time), (3, 60));
+    }
+}
+
+#[test]
+fn v3_a_wrong_key_fails_the_items_with_the_agents_report_at_once() {
+    let t0 = Instant::now();
+    let (mut agents, oids) = v3_setup(&shaaes("np-auth-pass"), t0);
+    let jobs = [v3_job(&shaaes("not-the-pass"), &oids)];
+    let out = simulate(
+        &jobs,
+        &mut agents,
+        HostMemory::default(),
+        Default::default(),
+        t0,
+    );
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.len(), 10);
+    assert!(items
+        .values()
+        .all(|r| r == &Err(ItemFailure::Report(ReportKind::WrongDigest))));
+    assert!(out.events.contains(&Event::HostDone {
+        host: 0,
+        timed_out: false
+    }));
+    // Two round trips, no timeout waited for.
+    assert!(out.elapsed < Duration::from_millis(10), "{:?}", out.elapsed);
+    assert_eq!(
+        ItemFailure::Report(ReportKind::WrongDigest).to_string(),
+        "SNMPv3 wrong digest (authentication failure) (usmStatsWrongDigests)"
+    );
+}
+
+#[test]
+fn v3_unauthenticated_answers_to_authenticated_requests_are_dropped() {
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let (mut agents, oids) = v3_setup(&user, t0);
+    agents
+        .get_mut(&addr(1))
+        .unwrap()
+        .usm
+        .as_mut()
+        .unwrap()
+        .forge = true;
+    let jobs = [v3_job(&user, &oids)];
+    let out = simulate(
+        &jobs,
+        &mut agents,
+        HostMemory::default(),
+        Default::default(),
+        t0,
+    );
+    let items = items_of(&out.events, 0);
+    assert!(items.values().all(|r| r == &Err(ItemFailure::Timeout)));
+    // The first request and its retry were answered, forged: both dropped.
+    assert_eq!(out.stats.not_authentic, 2);
+    assert_eq!(out.stats.items_ok, 0);
+}
+
+#[test]
+fn v3_resynchronizes_after_a_reboot_or_a_new_engine_id() {
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let (mut agents, oids) = v3_setup(&user, t0);
+    let jobs = [v3_job(&user, &oids)];
+    let out = simulate(
+        &jobs,
+        &mut agents,
+        HostMemory::default(),
+        Default::default(),
+        t0,
+    );
+    all_ok(&out, 10);
+
+    // The agent rebooted: boots 4, clock from 0. Our first request is out of its time
+    // window; its authenticated report sets our clock and the request goes again.
+    let t1 = t0 + Duration::from_secs(600);
+    let agent = agents.get_mut(&addr(1)).unwrap();
+    agent.usm.as_mut().unwrap().engine = Engine::new(user.clone(), ENGINE_A, 4, 0, t1, 9);
+    let out = simulate(
+        &jobs,
+        &mut agents,
+        out.memory,
+        Default::default(),
+        t1 + Duration::from_secs(5),
+    );
+    all_ok(&out, 10);
+    assert_eq!((out.stats.reports, out.stats.discoveries), (1, 0));
+    let m = V3Message::decode(&out.sent.last().unwrap().2).unwrap();
+    assert_eq!((m.boots, m.time), (4, 5));
+
+    // The device was replaced: another engine ID. Its report sends us to discovery.
+    let agent = agents.get_mut(&addr(1)).unwrap();
+    agent.usm.as_mut().unwrap().engine = Engine::new(user.clone(), b"engine-b", 1, 0, t1, 9);
+    let out = simulate(
+        &jobs,
+        &mut agents,
+        out.memory,
+        Default::default(),
+        t1 + Duration::from_secs(9),
+    );
+    all_ok(&out, 10);
+    assert_eq!((out.stats.reports, out.stats.discoveries), (2, 1));
+    assert_eq!(out.memory.engine(&addr(1)).unwrap().id(), b"engine-b");
+}
+
+#[test]
+fn v3_job_without_a_user_fails_its_items_without_sending() {
+    let mut j = job(1, &["1.3.6.1.2.1.1.5.0"]);
+    j.version = Version::V3;
+    let mut it = Iteration::new(
+        std::slice::from_ref(&j),
+        &HostMemory::default(),
+        Default::default(),
+    );
+    assert!(it.poll_transmit(Instant::now(), &mut Vec::new()).is_none());
+    assert!(it.is_done());
+    assert!(matches!(
+        it.poll_event(),
+        Some(Event::Item {
+            result: Err(ItemFailure::Send(_)),
+            ..
+        })
+    ));
 }
