@@ -402,9 +402,14 @@ def config_text(wl, agent_oids=(), sim_oids=(), agents=(), with_clickhouse=True,
         for ip in extra:
             out += ["[[hosts]]", f'name = "{ip}"', f'ip = "{ip}"', 'templates = ["icmp"]']
     if agent_oids:
+        # E2E_OVERRIDE='{"snmp_agent": {"version": "3", "security_name": ...}}' polls the
+        # snmpd agents (not snmpsimd) with other settings, e.g. as an SNMPv3 user of
+        # examples/snmpd/agent.conf.in.
         for ip, comm in agents:
+            fields = {"community": comm, **wl.get("snmp_agent", {})}
+            table = ", ".join(f"{k} = {toml_str(v)}" for k, v in fields.items())
             out += ["[[hosts]]", f'name = "snmp-{ip}"', f'ip = "{ip}"',
-                    'templates = ["snmp-agent"]', f"snmp = {{ community = {toml_str(comm)} }}"]
+                    'templates = ["snmp-agent"]', f"snmp = {{ {table} }}"]
     if sim_oids:
         out += ["[[hosts]]", f'name = "snmpsim-{SIM[0]}"', f'ip = "{SIM[0]}"',
                 'templates = ["snmp-sim"]', f"snmp = {{ community = {toml_str(SIM[1])} }}"]

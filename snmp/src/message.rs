@@ -111,7 +111,7 @@ impl PduType {
 pub enum RequestKind {
     Get,
     GetNext,
-    /// v2c only. `max_repetitions` is how many successors of each repeater to return.
+    /// v2c and v3. `max_repetitions` is how many successors of each repeater to return.
     GetBulk {
         non_repeaters: u32,
         max_repetitions: u32,
@@ -304,7 +304,8 @@ where
     }
 }
 
-/// A decoded, fully validated v1/v2c message borrowing from the datagram.
+/// A decoded, fully validated v1/v2c message borrowing from the datagram, or the PDU of
+/// a v3 scopedPDU ([`crate::v3::ScopedPdu`]: `version` v3, `community` empty).
 #[derive(Debug, Clone)]
 pub struct Message<'a> {
     pub version: Version,
