@@ -35,8 +35,11 @@
 //! * ICMP errors (ECONNREFUSED after a port unreachable on loopback, EHOSTUNREACH, ...)
 //!   on these unconnected sockets are counted in [`SnmpIterationReport::socket_errors`]
 //!   and otherwise ignored: the host simply times out, once.
-//! * Learned OIDs-per-request limits ([`snmp::HostMemory`]) persist across iterations.
-//! * Communities are secrets: nothing here logs or formats them.
+//! * Learned OIDs-per-request limits and discovered SNMPv3 engines (ID, clock, salt
+//!   counter: [`snmp::HostMemory`]) persist across iterations, so an agent's engine is
+//!   discovered once per driver. Each iteration gets a random salt seed: two drivers
+//!   polling one agent with one user never encrypt under the same IV.
+//! * Communities and SNMPv3 keys are secrets: nothing here logs or formats them.
 //! * Must be used inside a tokio runtime with I/O and time enabled; the sockets are
 //!   registered with the runtime of the first `run_iteration` call.
 
