@@ -197,7 +197,7 @@ pub struct SnmpSection {
     pub auth_protocol: Option<String>,
     /// SNMPv3, secret: never logged or printed.
     pub auth_passphrase: Option<String>,
-    /// SNMPv3: `DES` or `AES` (AES-128).
+    /// SNMPv3: `DES`, `AES` (AES-128), `AES-192`, `AES-256`, `AES-192-C`, `AES-256-C`.
     pub priv_protocol: Option<String>,
     /// SNMPv3, secret: never logged or printed.
     pub priv_passphrase: Option<String>,
@@ -363,7 +363,12 @@ impl UsmSection {
         };
         let privacy = if level == SecurityLevel::AuthPriv {
             let proto: PrivProtocol = given(&self.priv_protocol)
-                .ok_or_else(|| needs("priv_protocol", "DES or AES"))?
+                .ok_or_else(|| {
+                    needs(
+                        "priv_protocol",
+                        "DES, AES, AES-192, AES-256, AES-192-C or AES-256-C",
+                    )
+                })?
                 .parse()
                 .map_err(|e| ("priv_protocol", e))?;
             let pass = given(&self.priv_passphrase);

@@ -643,13 +643,15 @@ fn net_snmp_get_v6(addr: SocketAddr, oids: &[Oid]) -> BTreeMap<String, String> {
 
 /// The SNMPv3 users of examples/snmpd/agent.conf.in (every agent has them):
 /// (name, authentication, privacy), protocols as net-snmp spells them.
-const V3_USERS: [(&str, Option<&str>, Option<&str>); 6] = [
+const V3_USERS: [(&str, Option<&str>, Option<&str>); 8] = [
     ("np-noauth", None, None),
     ("np-sha", Some("SHA"), None),
     ("np-md5des", Some("MD5"), Some("DES")),
     ("np-shaaes", Some("SHA"), Some("AES")),
     ("np-sha256", Some("SHA-256"), Some("AES")),
     ("np-sha512", Some("SHA-512"), Some("AES")),
+    ("np-aes192", Some("SHA"), Some("AES-192")),
+    ("np-aes256", Some("MD5"), Some("AES-256")),
 ];
 const V3_AUTH_PASS: &str = "np-auth-pass";
 const V3_PRIV_PASS: &str = "np-priv-pass";

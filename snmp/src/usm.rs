@@ -99,14 +99,56 @@ pub enum PrivProtocol {
     Des,
     /// CFB128-AES-128 (RFC 3826).
     Aes128,
+    /// CFB128-AES-192 with draft-blumenthal-aes-usm-04's key extension: net-snmp's
+    /// `AES-192`, Zabbix's `AES192`.
+    Aes192,
+    /// CFB128-AES-256, Blumenthal key extension: net-snmp's `AES-256`, Zabbix's `AES256`.
+    Aes256,
+    /// CFB128-AES-192 with the key extension of draft-reeder-snmpv3-usm-3desede, which
+    /// Cisco (and others) use: Zabbix's `AES192C`.
+    Aes192C,
+    /// CFB128-AES-256, Reeder key extension (Cisco's): Zabbix's `AES256C`.
+    Aes256C,
+}
+
+/// How a localized privacy key shorter than the cipher's key is extended (the two
+/// drafts devices follow; no RFC settled it, so a user must say which its agent uses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyExtension {
+    /// Append H(key so far) (draft-blumenthal-aes-usm-04 §3.1.2.1).
+    Blumenthal,
+    /// Append the key localized from the key so far taken as a passphrase
+    /// (draft-reeder-snmpv3-usm-3desede §2.1).
+    Reeder,
 }
 
 impl PrivProtocol {
-    /// net-snmp's spelling (`snmpget -x`): "DES", "AES".
+    /// net-snmp's spelling (`snmpget -x`): "DES", "AES", "AES-192", "AES-256", and
+    /// "AES-192-C" / "AES-256-C" for the Reeder (Cisco) variants net-snmp lacks.
     pub fn as_str(self) -> &'static str {
         match self {
             PrivProtocol::Des => "DES",
             PrivProtocol::Aes128 => "AES",
+            PrivProtocol::Aes192 => "AES-192",
+            PrivProtocol::Aes256 => "AES-256",
+            PrivProtocol::Aes192C => "AES-192-C",
+            PrivProtocol::Aes256C => "AES-256-C",
+        }
+    }
+
+    /// Bytes of localized privacy key the protocol uses (DES: key and pre-IV).
+    pub fn key_len(self) -> usize {
+        match self {
+            PrivProtocol::Des | PrivProtocol::Aes128 => 16,
+            PrivProtocol::Aes192 | PrivProtocol::Aes192C => 24,
+            PrivProtocol::Aes256 | PrivProtocol::Aes256C => 32,
+        }
+    }
+
+    fn extension(self) -> KeyExtension {
+        match self {
+            PrivProtocol::Aes192C | PrivProtocol::Aes256C => KeyExtension::Reeder,
+            _ => KeyExtension::Blumenthal,
         }
     }
 }
@@ -114,13 +156,19 @@ impl PrivProtocol {
 impl FromStr for PrivProtocol {
     type Err = String;
 
-    /// Case-insensitive: "des", "aes", "aes128", "aes-128".
+    /// Case-insensitive: "des", "aes", "aes128", "aes-128", "aes192", "aes-192",
+    /// "aes256", "aes-256", "aes192c", "aes-192-c", "aes256c", "aes-256-c".
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().as_str() {
             "des" => Ok(PrivProtocol::Des),
             "aes" | "aes128" | "aes-128" => Ok(PrivProtocol::Aes128),
+            "aes192" | "aes-192" => Ok(PrivProtocol::Aes192),
+            "aes256" | "aes-256" => Ok(PrivProtocol::Aes256),
+            "aes192c" | "aes-192-c" => Ok(PrivProtocol::Aes192C),
+            "aes256c" | "aes-256-c" => Ok(PrivProtocol::Aes256C),
             _ => Err(format!(
-                "unknown SNMPv3 privacy protocol {s:?}: expected one of DES, AES (AES-128)"
+                "unknown SNMPv3 privacy protocol {s:?}: expected one of DES, AES (AES-128), \
+                 AES-192, AES-256, AES-192-C, AES-256-C (-C: Cisco's key extension)"
             )),
         }
     }
@@ -199,6 +247,29 @@ pub fn localize_key(proto: AuthProtocol, ku: &[u8], engine_id: &[u8]) -> Vec<u8>
         .to_vec())
 }
 
+/// The privacy key of `privacy` for one engine: `ku` (the privacy passphrase's key,
+/// hashed with the *authentication* protocol, RFC 3414 §2.6) localized to `engine_id`,
+/// extended as the protocol's draft says when the hash is shorter than the cipher's
+/// key, and cut to [`PrivProtocol::key_len`]. A Reeder extension hashes 1 MiB: this
+/// runs once per discovered engine, never per message.
+pub fn localize_priv_key(
+    auth: AuthProtocol,
+    privacy: PrivProtocol,
+    ku: &[u8],
+    engine_id: &[u8],
+) -> Vec<u8> {
+    let mut key = localize_key(auth, ku, engine_id);
+    while key.len() < privacy.key_len() {
+        let more = match privacy.extension() {
+            KeyExtension::Blumenthal => with_digest!(auth, D => D::digest(&key).to_vec()),
+            KeyExtension::Reeder => localize_key(auth, &password_to_key(auth, &key), engine_id),
+        };
+        key.extend_from_slice(&more);
+    }
+    key.truncate(privacy.key_len());
+    key
+}
+
 /// HMAC over `msg` (the whole message with msgAuthenticationParameters set to
 /// [`AuthProtocol::mac_len`] zero bytes), truncated to `mac_len`: the value to put into
 /// msgAuthenticationParameters (RFC 3414 6.3.1, RFC 7860 4.2.1).
@@ -264,11 +335,11 @@ pub fn encrypt(
             data.resize(padded, (padded - plaintext.len()) as u8);
             des_cbc(&key, &iv, &mut data, Direction::Encrypt);
         }
-        PrivProtocol::Aes128 => {
+        aes => {
             priv_params = salt.to_be_bytes();
-            let key = aes_key(kul_priv)?;
+            let key = kul_priv.get(..aes.key_len())?;
             let iv = aes_iv(engine_boots, engine_time, &priv_params);
-            aes128_cfb(&key, &iv, &mut data, Direction::Encrypt);
+            aes_cfb(key, &iv, &mut data, Direction::Encrypt)?;
         }
     }
     Some((data, priv_params))
@@ -300,10 +371,12 @@ pub fn decrypt(
             let (key, iv) = des_key_iv(kul_priv, priv_params).ok_or(UsmCryptoError::KeyTooShort)?;
             des_cbc(&key, &iv, &mut data, Direction::Decrypt);
         }
-        PrivProtocol::Aes128 => {
-            let key = aes_key(kul_priv).ok_or(UsmCryptoError::KeyTooShort)?;
+        aes => {
+            let key = kul_priv
+                .get(..aes.key_len())
+                .ok_or(UsmCryptoError::KeyTooShort)?;
             let iv = aes_iv(engine_boots, engine_time, priv_params);
-            aes128_cfb(&key, &iv, &mut data, Direction::Decrypt);
+            aes_cfb(key, &iv, &mut data, Direction::Decrypt).ok_or(UsmCryptoError::KeyTooShort)?;
         }
     }
     Ok(data)
@@ -352,11 +425,6 @@ fn des_key_iv(kul_priv: &[u8], priv_params: &[u8; 8]) -> Option<([u8; 8], [u8; 8
     Some((key, iv))
 }
 
-/// AES-128 key: the first 16 bytes of the privacy key (RFC 3826 3.1.2.1).
-fn aes_key(kul_priv: &[u8]) -> Option<[u8; 16]> {
-    kul_priv.get(..16)?.try_into().ok()
-}
-
 /// AES IV (RFC 3826 3.1.2.1): engineBoots || engineTime || the 64-bit salt sent as
 /// msgPrivacyParameters; the receiver rebuilds it from the message header.
 fn aes_iv(engine_boots: u32, engine_time: u32, priv_params: &[u8; 8]) -> [u8; 16] {
@@ -386,12 +454,30 @@ fn des_cbc(key: &[u8; 8], iv: &[u8; 8], data: &mut [u8], dir: Direction) {
     }
 }
 
-/// AES-128 in CFB mode with 128-bit segments, in place, any length (no padding).
-fn aes128_cfb(key: &[u8; 16], iv: &[u8; 16], data: &mut [u8], dir: Direction) {
-    let (key, iv) = (GenericArray::from_slice(key), GenericArray::from_slice(iv));
-    match dir {
-        Direction::Encrypt => cfb_mode::Encryptor::<aes::Aes128>::new(key, iv).encrypt(data),
-        Direction::Decrypt => cfb_mode::Decryptor::<aes::Aes128>::new(key, iv).decrypt(data),
+/// AES in CFB mode with 128-bit segments, in place, any length (no padding); the key
+/// length (16, 24 or 32 bytes) picks AES-128, -192 or -256. `None` for another length.
+fn aes_cfb(key: &[u8], iv: &[u8; 16], data: &mut [u8], dir: Direction) -> Option<()> {
+    fn run<C>(key: &[u8], iv: &[u8; 16], data: &mut [u8], dir: Direction) -> Option<()>
+    where
+        C: aes::cipher::BlockEncryptMut + aes::cipher::BlockCipher + aes::cipher::KeyInit,
+        cfb_mode::Encryptor<C>: aes::cipher::KeyIvInit,
+        cfb_mode::Decryptor<C>: aes::cipher::KeyIvInit,
+    {
+        match dir {
+            Direction::Encrypt => cfb_mode::Encryptor::<C>::new_from_slices(key, iv)
+                .ok()?
+                .encrypt(data),
+            Direction::Decrypt => cfb_mode::Decryptor::<C>::new_from_slices(key, iv)
+                .ok()?
+                .decrypt(data),
+        }
+        Some(())
+    }
+    match key.len() {
+        16 => run::<aes::Aes128>(key, iv, data, dir),
+        24 => run::<aes::Aes192>(key, iv, data, dir),
+        32 => run::<aes::Aes256>(key, iv, data, dir),
+        _ => None,
     }
 }
 
@@ -788,14 +874,94 @@ mod tests {
              26751f67a3cbb140b1808cf187a4f4df c04b05357c5d1c0eeac4c66f9ff7f2e6",
         );
         let mut data = plain.clone();
-        aes128_cfb(&key, &iv, &mut data, Direction::Encrypt);
+        aes_cfb(&key, &iv, &mut data, Direction::Encrypt).unwrap();
         assert_eq!(data, cipher);
-        aes128_cfb(&key, &iv, &mut data, Direction::Decrypt);
+        aes_cfb(&key, &iv, &mut data, Direction::Decrypt).unwrap();
         assert_eq!(data, plain);
         // A partial last segment (no padding in RFC 3826): CFB's output is a prefix.
         let mut partial = plain[..21].to_vec();
-        aes128_cfb(&key, &iv, &mut partial, Direction::Encrypt);
+        aes_cfb(&key, &iv, &mut partial, Direction::Encrypt).unwrap();
         assert_eq!(partial, cipher[..21]);
+        // F.3.15 (CFB128-AES192.Encrypt) and F.3.17 (CFB128-AES256.Encrypt): the key's
+        // length picks the cipher; any other length is refused.
+        for (key, want) in [
+            (
+                "8e73b0f7da0e6452c810f32b809079e562f8ead2522c6b7b",
+                "cdc80d6fddf18cab34c25909c99a4174 67ce7f7f81173621961a2b70171d3d7a
+                 2e1e8a1dd59b88b1c8e60fed1efac4c9 c05f9f9ca9834fa042ae8fba584b09ff",
+            ),
+            (
+                "603deb1015ca71be2b73aef0857d77811f352c073b6108d72d9810a30914dff4",
+                "dc7e84bfda79164b7ecd8486985d3860 39ffed143b28b1c832113c6331e5407b
+                 df10132415e54b92a13ed0a8267ae2f9 75a385741ab9cef82031623d55b1e471",
+            ),
+        ] {
+            let mut data = plain.clone();
+            aes_cfb(&unhex(key), &iv, &mut data, Direction::Encrypt).unwrap();
+            assert_eq!(data, unhex(want));
+        }
+        assert!(aes_cfb(&[0; 20], &iv, &mut data, Direction::Encrypt).is_none());
+    }
+
+    /// Key extension for AES-192/256, "maplesyrup" on engine 00..02 (RFC 3414 A.3's
+    /// Kul). Reeder with MD5 is draft-reeder-snmpv3-usm-3desede's own example (its 3DES
+    /// key is these 32 bytes); the others were computed with Python's hashlib following
+    /// each draft (`k += H(k)` for Blumenthal; `k += localize(password_to_key(k))` for
+    /// Reeder): an independent implementation, not ours.
+    #[test]
+    fn privacy_keys_extend_as_the_drafts_say() {
+        let eid = unhex("000000000000000000000002");
+        let cases = [
+            (
+                AuthProtocol::Md5,
+                PrivProtocol::Aes256C,
+                "526f5eed9fcce26f8964c2930787d82b79eff44a90650ee0a3a40abfac5acc12",
+            ),
+            (
+                AuthProtocol::Md5,
+                PrivProtocol::Aes192C,
+                "526f5eed9fcce26f8964c2930787d82b79eff44a90650ee0",
+            ),
+            (
+                AuthProtocol::Md5,
+                PrivProtocol::Aes256,
+                "526f5eed9fcce26f8964c2930787d82bfa24a92467426c2f4b09192be10dfaec",
+            ),
+            (
+                AuthProtocol::Sha1,
+                PrivProtocol::Aes256,
+                "6695febc9288e36282235fc7151f128497b38f3f505e07eb9af25568fa1f5dbe",
+            ),
+            (
+                AuthProtocol::Sha1,
+                PrivProtocol::Aes192,
+                "6695febc9288e36282235fc7151f128497b38f3f505e07eb",
+            ),
+            (
+                AuthProtocol::Sha1,
+                PrivProtocol::Aes256C,
+                "6695febc9288e36282235fc7151f128497b38f3f9b8b6d78936ba6e7d19dfd9c",
+            ),
+            // No extension needed: the localized key cut to the cipher's length.
+            (
+                AuthProtocol::Sha1,
+                PrivProtocol::Aes128,
+                "6695febc9288e36282235fc7151f1284",
+            ),
+            (
+                AuthProtocol::Md5,
+                PrivProtocol::Des,
+                "526f5eed9fcce26f8964c2930787d82b",
+            ),
+        ];
+        for (auth, privacy, want) in cases {
+            let ku = password_to_key(auth, b"maplesyrup");
+            assert_eq!(
+                localize_priv_key(auth, privacy, &ku, &eid),
+                unhex(want),
+                "{auth:?} {privacy:?}"
+            );
+        }
     }
 
     /// The classic single-block DES example (J. Orlin Grabbe, "The DES Algorithm
@@ -822,12 +988,13 @@ mod tests {
         // The IV is exactly boots || time || salt.
         let mut by_hand = plain.clone();
         let iv = unhex("00000007 000004d2 0102030405060708");
-        aes128_cfb(
-            &key[..16].try_into().unwrap(),
+        aes_cfb(
+            &key[..16],
             &iv.try_into().unwrap(),
             &mut by_hand,
             Direction::Encrypt,
-        );
+        )
+        .unwrap();
         assert_eq!(ct, by_hand);
         let dec =
             |boots, time| decrypt(PrivProtocol::Aes128, &key, boots, time, &params, &ct).unwrap();
@@ -929,12 +1096,16 @@ mod tests {
             ("AES", PrivProtocol::Aes128),
             ("aes128", PrivProtocol::Aes128),
             ("AES-128", PrivProtocol::Aes128),
+            ("aes192", PrivProtocol::Aes192),
+            ("AES-256", PrivProtocol::Aes256),
+            ("AES192C", PrivProtocol::Aes192C),
+            ("aes-256-c", PrivProtocol::Aes256C),
         ] {
             assert_eq!(name.parse::<PrivProtocol>(), Ok(proto), "{name}");
             assert_eq!(proto.as_str().parse::<PrivProtocol>(), Ok(proto));
         }
-        let err = "aes256".parse::<PrivProtocol>().unwrap_err();
-        assert!(err.contains("DES") && err.contains("AES"), "{err}");
+        let err = "3des".parse::<PrivProtocol>().unwrap_err();
+        assert!(err.contains("DES") && err.contains("AES-256-C"), "{err}");
     }
 
     proptest! {
@@ -942,17 +1113,24 @@ mod tests {
         /// length, never a panic.
         #[test]
         fn decrypt_never_panics(
-            des in any::<bool>(),
+            which in 0usize..6,
             key in proptest::collection::vec(any::<u8>(), 0..40),
             boots in any::<u32>(),
             time in any::<u32>(),
             params in proptest::collection::vec(any::<u8>(), 0..12),
             ciphertext in proptest::collection::vec(any::<u8>(), 0..100),
         ) {
-            let proto = if des { PrivProtocol::Des } else { PrivProtocol::Aes128 };
+            let proto = [
+                PrivProtocol::Des,
+                PrivProtocol::Aes128,
+                PrivProtocol::Aes192,
+                PrivProtocol::Aes256,
+                PrivProtocol::Aes192C,
+                PrivProtocol::Aes256C,
+            ][which];
             if let Ok(plain) = decrypt(proto, &key, boots, time, &params, &ciphertext) {
                 prop_assert_eq!(plain.len(), ciphertext.len());
-                prop_assert!(params.len() == 8 && key.len() >= 16);
+                prop_assert!(params.len() == 8 && key.len() >= proto.key_len());
             }
         }
     }

@@ -1,5 +1,5 @@
 //! SNMPv3 messages (RFC 3412) with the User-based Security Model (RFC 3414; AES from
-//! RFC 3826, SHA-2 from RFC 7860): users, discovered engines, encoding and checked
+//! RFC 3826, SHA-2 from RFC 7860, AES-192/256 from the Blumenthal and Reeder drafts): users, discovered engines, encoding and checked
 //! decoding. The PDUs inside are v2c's ([`crate::Message`]).
 //!
 //! ```text
@@ -237,13 +237,12 @@ impl Engine {
         at: Instant,
         salt: u64,
     ) -> Engine {
-        let localize = |proto: AuthProtocol, ku: &[u8]| -> Box<[u8]> {
-            usm::localize_key(proto, ku, id).into()
-        };
-        let (auth_key, priv_key) = match (&user.auth, &user.privacy) {
+        let (auth_key, priv_key): (Box<[u8]>, Box<[u8]>) = match (&user.auth, &user.privacy) {
             (Some((a, ku)), p) => (
-                localize(*a, ku),
-                p.as_ref().map(|(_, k)| localize(*a, k)).unwrap_or_default(),
+                usm::localize_key(*a, ku, id).into(),
+                p.as_ref()
+                    .map(|(p, k)| usm::localize_priv_key(*a, *p, k, id).into())
+                    .unwrap_or_default(),
             ),
             (None, _) => Default::default(),
         };

@@ -96,7 +96,8 @@ pub struct Common {
         hide_env_values = true
     )]
     pub auth_passphrase: Option<String>,
-    /// SNMPv3 privacy protocol: DES or AES (AES-128).
+    /// SNMPv3 privacy protocol: DES, AES (AES-128), AES-192, AES-256, or AES-192-C /
+    /// AES-256-C (Cisco's key extension).
     #[arg(short = 'x', long = "priv-protocol", value_name = "PROTO")]
     pub priv_protocol: Option<String>,
     /// SNMPv3 privacy passphrase [or $NETPOLLER_SNMP_PRIV_PASSPHRASE].

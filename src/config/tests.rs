@@ -450,7 +450,7 @@ fn snmpv3_mistakes_are_reported_once_at_their_key_without_secrets() {
     assert_eq!(e[0].line, Some(1), "the [snmp] header: the key is missing");
 
     let cases = [
-        ("security_level = \"authPriv\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"secret-aa\"", "snmp.priv_protocol", "needs priv_protocol (DES or AES)"),
+        ("security_level = \"authPriv\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"secret-aa\"", "snmp.priv_protocol", "needs priv_protocol (DES, AES, AES-192"),
         ("auth_passphrase = \"secret-aa\"", "snmp.auth_protocol", "authNoPriv needs auth_protocol"),
         ("auth_protocol = \"SHA-1024\"\nauth_passphrase = \"secret-aa\"", "snmp.auth_protocol", "SHA-256"),
         ("auth_protocol = \"MD5\"\nauth_passphrase = \"short\"", "snmp.auth_passphrase", "at least 8 characters"),
