@@ -450,3 +450,92 @@ templates = ["icmp"]
         "{out}"
     );
 }
+
+#[test]
+fn snmpv3_discoveries_and_refusals_are_metrics() {
+    let dir = scratch("ops-snmpv3");
+    let port = free_port();
+    let agents: Vec<String> = service_env("NETPOLLER_SNMPD_ADDRS")
+        .split(',')
+        .map(String::from)
+        .collect();
+    let cfg = dir.join("c.toml");
+    // Two agents polled as np-shaaes (examples/snmpd/agent.conf.in), the second with a
+    // wrong authentication passphrase; no ClickHouse: values go to the spool.
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[daemon]
+metrics_listen = "127.0.0.1:{port}"
+spool_dir = "{spool}"
+batch_window = "10s"
+
+[snmp]
+version = "3"
+security_name = "np-shaaes"
+auth_protocol = "SHA"
+auth_passphrase = "np-auth-pass"
+priv_protocol = "AES"
+priv_passphrase = "np-priv-pass"
+timeout = "500ms"
+retries = 0
+
+[[templates]]
+name = "snmp"
+items = [
+  {{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval = "10s" }},
+  {{ key = "fixture", oid = "1.3.6.1.4.1.8072.9999.9999.3.0", type = "uint", interval = "10s" }},
+]
+
+[[hosts]]
+name = "v3-ok"
+ip = "{a}"
+templates = ["snmp"]
+
+[[hosts]]
+name = "v3-wrong-key"
+ip = "{b}"
+templates = ["snmp"]
+snmp = {{ auth_passphrase = "not-the-auth-pass" }}
+"#,
+            spool = dir.join("spool").display(),
+            a = agents[0],
+            b = agents[1],
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    let mut m = HashMap::new();
+    let settled = wait_until(Duration::from_secs(20), || {
+        let Some((200, body)) = get(port, "/metrics") else {
+            return false;
+        };
+        m = parse_metrics(&body);
+        m.get("netpoller_items_polled_total{engine=\"snmp\"}") == Some(&4.0)
+    });
+    assert!(settled, "counters did not settle: {m:#?}\n{}", d.log_text());
+    assert_eq!(metric(&m, "netpoller_values_total{engine=\"snmp\"}"), 2.0);
+    assert_eq!(
+        metric(
+            &m,
+            "netpoller_item_errors_total{engine=\"snmp\",reason=\"unsupported\"}"
+        ),
+        2.0
+    );
+    assert_eq!(metric(&m, "netpoller_snmpv3_discoveries_total"), 2.0);
+    assert_eq!(
+        metric(
+            &m,
+            "netpoller_snmpv3_reports_total{counter=\"usmStatsWrongDigests\"}"
+        ),
+        1.0
+    );
+    assert_eq!(sum_prefix(&m, "netpoller_snmpv3_reports_total"), 1.0);
+    let log = d.log_text();
+    assert!(
+        !log.contains("np-auth-pass") && !log.contains("not-the-auth-pass"),
+        "{log}"
+    );
+    assert!(d.stop().success());
+}

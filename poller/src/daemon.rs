@@ -92,6 +92,10 @@ pub struct EngineMetrics {
     pub unmatched: Counter,
     /// Replies that could not be decoded.
     pub malformed: Counter,
+    /// SNMP only: SNMPv3 engine discoveries sent, and Reports to requests by kind
+    /// ([`snmp::v3::ReportKind::index`]).
+    pub snmpv3_discoveries: Counter,
+    pub snmpv3_reports: [Counter; snmp::v3::ReportKind::ALL.len()],
 }
 
 impl Default for EngineMetrics {
@@ -111,6 +115,8 @@ impl Default for EngineMetrics {
             skipped_slots: Counter::default(),
             unmatched: Counter::default(),
             malformed: Counter::default(),
+            snmpv3_discoveries: Counter::default(),
+            snmpv3_reports: Default::default(),
         }
     }
 }
@@ -325,6 +331,22 @@ impl Shared {
                 &l,
                 m.malformed.get(),
             );
+            if e == Engine::Snmp {
+                out.counter(
+                    "netpoller_snmpv3_discoveries_total",
+                    "SNMPv3 engine discoveries (one per agent and poller, then after a reboot or replacement).",
+                    &[],
+                    m.snmpv3_discoveries.get(),
+                );
+                for k in snmp::v3::ReportKind::ALL {
+                    out.counter(
+                        "netpoller_snmpv3_reports_total",
+                        "SNMPv3 Reports to requests, by the agent's counter: refused users, keys or levels, and resynchronizations.",
+                        &[("counter", k.counter())],
+                        m.snmpv3_reports[k.index()].get(),
+                    );
+                }
+            }
             let now = self.clock.now_ms();
             let queued = self.scheduler.queued(e);
             let due = self.scheduler.due_counts(e, now);
@@ -555,6 +577,10 @@ pub async fn snmp_iteration(
             + st.not_authentic,
     );
     metrics.malformed.add(st.malformed + st.not_response);
+    metrics.snmpv3_discoveries.add(st.discoveries);
+    for (c, n) in metrics.snmpv3_reports.iter().zip(st.refusals) {
+        c.add(n);
+    }
     emitter.flush();
     sum
 }

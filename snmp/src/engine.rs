@@ -303,6 +303,9 @@ pub struct Stats {
     pub discoveries: u64,
     /// SNMPv3 Reports received (discovery answers included).
     pub reports: u64,
+    /// SNMPv3 Reports to requests (not to discoveries), by [`ReportKind::index`]: what
+    /// agents refused (wrong digest, unknown user, ...) or resynchronized.
+    pub refusals: [u64; ReportKind::ALL.len()],
     pub items_ok: u64,
     pub items_failed: u64,
 }
@@ -836,6 +839,9 @@ impl<'j> Iteration<'j> {
         let Some(e) = self.table.remove(&id) else {
             return;
         };
+        if !discovery {
+            self.stats.refusals[kind.index()] += 1;
+        }
         self.hosts[host].inflight.retain(|&x| x != id);
         let items = e.items.clone();
         self.recycle(e);

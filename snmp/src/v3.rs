@@ -759,6 +759,22 @@ pub enum ReportKind {
 const USM_STATS: &[u8] = &[0x2b, 6, 1, 6, 3, 15, 1, 1];
 
 impl ReportKind {
+    /// Every kind, in [`Self::index`] order.
+    pub const ALL: [ReportKind; 7] = [
+        ReportKind::UnsupportedSecLevel,
+        ReportKind::NotInTimeWindow,
+        ReportKind::UnknownUserName,
+        ReportKind::UnknownEngineId,
+        ReportKind::WrongDigest,
+        ReportKind::DecryptionError,
+        ReportKind::Other,
+    ];
+
+    /// Position in [`Self::ALL`] (for counters kept in arrays).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The kind of a Report PDU, from its first varbind.
     pub fn of(report: &Message<'_>) -> ReportKind {
         let Some(vb) = report.varbinds().next() else {

@@ -986,6 +986,12 @@ fn v3_a_wrong_key_fails_the_items_with_the_agents_report_at_once() {
         host: 0,
         timed_out: false
     }));
+    assert_eq!(out.stats.refusals[ReportKind::WrongDigest.index()], 1);
+    assert_eq!(
+        out.stats.refusals.iter().sum::<u64>(),
+        1,
+        "discovery's not counted"
+    );
     // Two round trips, no timeout waited for.
     assert!(out.elapsed < Duration::from_millis(10), "{:?}", out.elapsed);
     assert_eq!(
