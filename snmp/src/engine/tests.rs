@@ -181,19 +181,26 @@ impl Agent {
         }
         let mut plain = Vec::new();
         let scoped = m.scoped_pdu(Some(&u.engine), &mut plain).ok()?;
-        let vals: Vec<(Oid, VarValue)> = scoped
-            .pdu
-            .varbinds()
-            .map(|vb| {
-                let o = vb.oid.to_owned();
-                let v = self
-                    .values
-                    .get(&o)
-                    .cloned()
-                    .unwrap_or(VarValue::NoSuchObject);
-                (o, v)
-            })
-            .collect();
+        let asked: Vec<Oid> = scoped.pdu.varbinds().map(|vb| vb.oid.to_owned()).collect();
+        // tooBig echoes the request with NULLs, as v2c's answer does; a short answer
+        // carries the first `truncate_to` values.
+        let (status, vals): (i64, Vec<(Oid, VarValue)>) = if asked.len() > self.too_big_over {
+            (1, asked.into_iter().map(|o| (o, VarValue::Null)).collect())
+        } else {
+            let vals = asked
+                .into_iter()
+                .take(self.truncate_to)
+                .map(|o| {
+                    let v = self
+                        .values
+                        .get(&o)
+                        .cloned()
+                        .unwrap_or(VarValue::NoSuchObject);
+                    (o, v)
+                })
+                .collect();
+            (0, vals)
+        };
         let mut o = u.engine.outgoing(m.msg_id, false, now);
         if u.forge {
             (o.auth, o.privacy) = (None, None);
@@ -204,7 +211,7 @@ impl Agent {
             &o,
             PduType::Response,
             scoped.pdu.request_id,
-            0,
+            status,
             0,
             vals.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
         )?;
@@ -846,15 +853,31 @@ proptest! {
         hosts in proptest::collection::vec(
             (1usize..12, 1usize..5, 1usize..3, 0u32..3, 0usize..4, 1usize..12, 1usize..12, any::<bool>(), 0u64..50),
             1..12,
-        )
+        ),
+        // Per host: 0 v2c; SNMPv3 with 1 the agent's key, 2 a wrong key (Reports),
+        // 3 forged unauthenticated answers, 4 an agent that rebooted since its engine
+        // was remembered (time window resync), 5 an agent replaced since (new engine ID).
+        modes in proptest::collection::vec(0u8..6, 12),
     ) {
         let t0 = Instant::now();
         let (base, oids) = agent_with(12);
         let mut jobs = Vec::new();
         let mut agents = HashMap::new();
+        let mut memory = HostMemory::default();
+        let (good, wrong) = users();
         for (i, &(n, max_oids, inflight, retries, drop_first, too_big, trunc, silent, lat)) in hosts.iter().enumerate() {
             let refs: Vec<&str> = oids.iter().take(n).map(|s| s.as_str()).collect();
             let mut j = job(i as u8 + 1, &refs);
+            let mode = modes[i];
+            if mode > 0 {
+                j.version = Version::V3;
+                j.usm = Some(if mode == 2 { wrong.clone() } else { good.clone() });
+            }
+            if mode >= 4 {
+                // Remembered from an earlier iteration: boots 1 of engine A.
+                let old = Engine::new(good.clone(), ENGINE_A, 1, 0, t0, 5);
+                memory.remember_engine(addr(i as u8 + 1), old);
+            }
             j.max_oids = max_oids;
             j.max_inflight = inflight;
             j.retries = retries;
@@ -865,9 +888,18 @@ proptest! {
             a.truncate_to = trunc;
             a.silent = silent;
             a.latency = Duration::from_millis(lat);
+            if mode > 0 {
+                let (id, boots): (&[u8], u32) = match mode {
+                    4 => (ENGINE_A, 2),
+                    5 => (b"engine-b", 1),
+                    _ => (ENGINE_A, 1),
+                };
+                a = a.v3(good, id, boots, t0);
+                a.usm.as_mut().unwrap().forge = mode == 3;
+            }
             agents.insert(addr(i as u8 + 1), a);
         }
-        let out = simulate(&jobs, &mut agents, HostMemory::default(), IterationOptions::default(), t0);
+        let out = simulate(&jobs, &mut agents, memory, IterationOptions::default(), t0);
         for (h, j) in jobs.iter().enumerate() {
             let items = items_of(&out.events, h);
             prop_assert_eq!(items.len(), j.oids.len());
@@ -882,6 +914,10 @@ proptest! {
                     prop_assert_eq!(v, &VarValue::Counter32(*i as u32 * 100));
                 }
             }
+            if matches!(modes[h], 2 | 3) {
+                // A wrong key, or forged answers: never a value.
+                prop_assert!(items.values().all(|r| r.is_err()));
+            }
         }
         prop_assert_eq!(out.stats.items_ok + out.stats.items_failed, jobs.iter().map(|j| j.oids.len() as u64).sum::<u64>());
     }
@@ -890,6 +926,13 @@ proptest! {
 // ---------------------------------------------------------------- SNMPv3
 
 const ENGINE_A: &[u8] = b"\x80\x00\x1f\x88\x04engine-a";
+
+/// The proptest's users, derived once (each passphrase costs 1 MiB of hashing): the
+/// agents' user, and the same user with another authentication passphrase.
+fn users() -> &'static (Arc<UsmUser>, Arc<UsmUser>) {
+    static USERS: std::sync::OnceLock<(Arc<UsmUser>, Arc<UsmUser>)> = std::sync::OnceLock::new();
+    USERS.get_or_init(|| (shaaes("np-auth-pass"), shaaes("not-the-pass")))
+}
 
 fn shaaes(auth_pass: &str) -> Arc<UsmUser> {
     let user = UsmUser::new(
