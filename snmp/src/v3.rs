@@ -289,11 +289,13 @@ impl Engine {
         (self.boots, time)
     }
 
-    /// Takes the clock of an authentic message from the engine (RFC 3414 §3.2 step 7b:
-    /// only forward, unless the engine rebooted).
+    /// Takes the clock of an authentic message from the engine (RFC 3414 §3.2 step 7b):
+    /// when it rebooted since, or its time is later than the latest one received. The
+    /// comparison is with what the engine last said, not with our estimate, so an agent
+    /// whose clock runs slower than ours pulls the estimate back with every answer
+    /// instead of drifting out of the 150 s window.
     pub fn update_clock(&mut self, boots: u32, time: u32, now: Instant) {
-        let (b, t) = self.clock(now);
-        if boots > b || (boots == b && time > t) {
+        if boots > self.boots || (boots == self.boots && time > self.time) {
             self.boots = boots;
             self.time = time;
             self.at = now;

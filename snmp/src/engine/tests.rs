@@ -1136,3 +1136,20 @@ fn v3_job_without_a_user_fails_its_items_without_sending() {
         })
     ));
 }
+
+#[test]
+fn v3_clock_follows_the_engines_latest_authentic_time() {
+    let t0 = Instant::now();
+    let mut e = Engine::new(shaaes("np-auth-pass"), ENGINE_A, 3, 100, t0, 0);
+    // 60 s later by our clock; the agent's runs slow and says 150: it wins (RFC 3414
+    // §3.2 7b compares with the latest time received, not with our estimate of 160).
+    let t1 = t0 + Duration::from_secs(60);
+    e.update_clock(3, 150, t1);
+    assert_eq!(e.clock(t1), (3, 150));
+    // An older time or an older boots is ignored; a reboot is taken.
+    e.update_clock(3, 120, t1);
+    e.update_clock(2, 999, t1);
+    assert_eq!(e.clock(t1 + Duration::from_secs(10)), (3, 160));
+    e.update_clock(4, 5, t1);
+    assert_eq!(e.clock(t1), (4, 5));
+}
