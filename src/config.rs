@@ -299,7 +299,7 @@ impl UsmSection {
     }
 
     /// What identifies the user (passphrases included): equal keys share one user.
-    fn key(&self) -> [Option<String>; 7] {
+    pub(crate) fn key(&self) -> [Option<String>; 7] {
         [
             self.security_name.clone(),
             self.security_level.clone(),
@@ -329,6 +329,28 @@ impl UsmSection {
             None if given(&self.auth_passphrase).is_some() => SecurityLevel::AuthNoPriv,
             None => SecurityLevel::NoAuthNoPriv,
         };
+        // A protocol without its passphrase, or passphrases under a lower level, is a
+        // half-written user: polling at a lower level than meant would fail or, worse,
+        // succeed without privacy. Say so instead of guessing.
+        let unused = |field: &'static str, what: &str| {
+            Err((
+                field,
+                format!(
+                    "{what} is set, but the security level is {} (an empty value drops an inherited one)",
+                    level.as_str()
+                ),
+            ))
+        };
+        if level == SecurityLevel::NoAuthNoPriv
+            && (given(&self.auth_protocol).is_some() || given(&self.auth_passphrase).is_some())
+        {
+            return unused("auth_passphrase", "authentication");
+        }
+        if level != SecurityLevel::AuthPriv
+            && (given(&self.priv_protocol).is_some() || given(&self.priv_passphrase).is_some())
+        {
+            return unused("priv_passphrase", "privacy");
+        }
         let needs = |field: &'static str, what: &str| {
             (
                 field,

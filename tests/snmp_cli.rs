@@ -394,6 +394,20 @@ fn snmpv3_passphrases_are_checked_and_never_shown() {
         err.contains("at least 8 characters") && !err.contains("short"),
         "{err}"
     );
+    // v3 options without -v 3 are a mistake, not a v2c "public" poll.
+    let o = netpoller()
+        .args([
+            "snmp",
+            "get",
+            "-u",
+            "np-sha256",
+            &addr,
+            ".1.3.6.1.2.1.1.5.0",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("need -v 3"), "{err}");
 }
 
 #[test]

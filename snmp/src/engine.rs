@@ -335,6 +335,11 @@ struct UsmHost {
     discovering: bool,
     /// Resynchronizations (time window, engine ID) left in this iteration.
     resyncs_left: u8,
+    /// Bumped whenever the engine or its clock changes. A Report to a request encoded
+    /// under an older generation only sends its items again: every request in flight
+    /// during one reboot or replacement gets the same Report, and only the first may
+    /// resynchronize (or a late one would undo a rediscovery).
+    generation: u32,
 }
 
 /// Resynchronizations allowed per host and iteration: an agent that keeps saying its
@@ -350,6 +355,8 @@ struct InFlight {
     attempts: u32,
     /// An SNMPv3 discovery request (no items).
     discovery: bool,
+    /// The host's [`UsmHost::generation`] when the request was encoded (0 for v1/v2c).
+    generation: u32,
 }
 
 const ID_MASK: u32 = 0x7fff_ffff;
@@ -367,6 +374,10 @@ pub struct Iteration<'j> {
     pool: Vec<(Vec<u32>, Vec<u8>)>,
     /// SNMPv3: the copy of a datagram whose MAC is checked, and a decrypted PDU.
     scratch: (Vec<u8>, Vec<u8>),
+    /// SNMPv3: the next encryption salt per agent address, shared by every job polling
+    /// that address (several users or contexts of one agent, a rediscovered engine): a
+    /// salt is never used twice under one key, whatever the jobs.
+    salts: HashMap<SocketAddr, u64>,
     issued: u32,
     open_hosts: usize,
     stats: Stats,
@@ -387,6 +398,7 @@ impl<'j> Iteration<'j> {
             events: VecDeque::new(),
             pool: Vec::new(),
             scratch: Default::default(),
+            salts: HashMap::new(),
             issued: 0,
             open_hosts: 0,
             stats: Stats::default(),
@@ -398,11 +410,18 @@ impl<'j> Iteration<'j> {
             }
             let empty = job.oids.is_empty();
             let usm = match (job.version, &job.usm) {
-                (Version::V3, Some(user)) => Some(Box::new(UsmHost {
-                    engine: memory.engines.get(&job.addr).map(|e| e.for_user(user)),
-                    discovering: false,
-                    resyncs_left: MAX_RESYNCS,
-                })),
+                (Version::V3, Some(user)) => {
+                    let engine = memory.engines.get(&job.addr).map(|e| e.for_user(user));
+                    if let Some(e) = &engine {
+                        it.salts.entry(job.addr).or_insert(e.salt());
+                    }
+                    Some(Box::new(UsmHost {
+                        engine,
+                        discovering: false,
+                        resyncs_left: MAX_RESYNCS,
+                        generation: 0,
+                    }))
+                }
                 _ => None,
             };
             it.hosts.push(HostState {
@@ -524,8 +543,11 @@ impl<'j> Iteration<'j> {
             let oids = items.iter().map(|&i| &job.oids[i as usize]);
             match st.usm.as_deref_mut().and_then(|u| u.engine.as_mut()) {
                 Some(engine) => {
+                    let salt = self.salts.entry(job.addr).or_insert(engine.salt());
+                    engine.set_salt(*salt);
                     // Keys localized by `Engine` always fit their cipher.
                     let _ = v3::encode_request(&mut bytes, engine, now, id, RequestKind::Get, oids);
+                    *salt = engine.salt();
                 }
                 None => {
                     encode_request(
@@ -565,6 +587,10 @@ impl<'j> Iteration<'j> {
         let job = &self.jobs[h as usize];
         buf.extend_from_slice(&bytes);
         let deadline = now + job.timeout;
+        let generation = self.hosts[h as usize]
+            .usm
+            .as_ref()
+            .map_or(0, |u| u.generation);
         self.hosts[h as usize].inflight.push(id);
         self.table.insert(
             id,
@@ -575,6 +601,7 @@ impl<'j> Iteration<'j> {
                 deadline: Some(deadline),
                 attempts: 1,
                 discovery,
+                generation,
             },
         );
         self.timers.push(Reverse((deadline, id)));
@@ -806,9 +833,16 @@ impl<'j> Iteration<'j> {
                     return Received::NotAuthentic;
                 }
                 if authentic {
-                    if let Some(e) = self.engine_mut(host) {
-                        e.update_clock(msg.boots, msg.time, now);
+                    let Some(e) = self.engine_mut(host) else {
+                        return Received::NotAuthentic;
+                    };
+                    if !e.is_timely(msg.boots, msg.time) {
+                        // RFC 3414 §3.2 step 7b: older than the engine's clock allows
+                        // (a replay, or a very late copy): not taken.
+                        self.stats.not_authentic += 1;
+                        return Received::NotAuthentic;
                     }
+                    e.update_clock(msg.boots, msg.time, now);
                 }
                 self.complete(id, pdu)
             }
@@ -843,9 +877,16 @@ impl<'j> Iteration<'j> {
             self.stats.refusals[kind.index()] += 1;
         }
         self.hosts[host].inflight.retain(|&x| x != id);
-        let items = e.items.clone();
+        let (items, generation) = (e.items.clone(), e.generation);
         self.recycle(e);
+        let addr = self.jobs[host].addr;
+        // A new agent's salts start at a random place (two pollers of one agent never
+        // count through the same values); a known address's counter goes on.
         let seed = self.opts.salt_seed;
+        let salt = *self
+            .salts
+            .entry(addr)
+            .or_insert_with(|| splitmix(seed ^ (host as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
         let Some(u) = self.hosts[host].usm.as_deref_mut() else {
             return;
         };
@@ -854,14 +895,18 @@ impl<'j> Iteration<'j> {
             if msg.engine_id.is_empty() {
                 self.kill_host(host, ItemFailure::Report(kind));
             } else {
-                // Each engine's salts start somewhere else: two engines, or two pollers
-                // of one agent, never count through the same values.
-                let salt = splitmix(seed ^ (host as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
                 let engine =
                     Engine::new(user.clone(), msg.engine_id, msg.boots, msg.time, now, salt);
                 u.engine = Some(engine);
+                u.generation += 1;
                 self.after_progress(host);
             }
+            return;
+        }
+        if generation != u.generation {
+            // Sent before the engine or its clock changed: the change is made, go again.
+            self.requeue_front(host, &items);
+            self.after_progress(host);
             return;
         }
         let resync = match kind {
@@ -871,11 +916,13 @@ impl<'j> Iteration<'j> {
                 if let Some(e) = u.engine.as_mut() {
                     e.set_clock(msg.boots, msg.time, now);
                 }
+                u.generation += 1;
                 true
             }
             // The agent has another engine now (replaced, or its engine ID reset).
             ReportKind::UnknownEngineId => {
                 u.engine = None;
+                u.generation += 1;
                 true
             }
             _ => false,
@@ -905,7 +952,11 @@ impl<'j> Iteration<'j> {
             if let Some(u) = &st.usm {
                 match &u.engine {
                     Some(e) => {
-                        memory.engines.insert(job.addr, e.clone());
+                        let mut e = e.clone();
+                        if let Some(&salt) = self.salts.get(&job.addr) {
+                            e.set_salt(salt);
+                        }
+                        memory.engines.insert(job.addr, e);
                     }
                     None => {
                         memory.engines.remove(&job.addr);

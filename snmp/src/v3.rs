@@ -44,6 +44,8 @@ pub const FLAG_REPORTABLE: u8 = 0x04;
 const SECURITY_MODEL_USM: i64 = 3;
 /// The msgMaxSize we announce: the largest UDP payload over IPv4.
 pub const MAX_MESSAGE_SIZE: i64 = 65507;
+/// RFC 3414's time window (§2.2.3): 150 s either side.
+pub const TIME_WINDOW: u32 = 150;
 /// RFC 3414 asks for passphrases of at least 8 characters (net-snmp refuses shorter).
 pub const MIN_PASSPHRASE_LEN: usize = 8;
 
@@ -302,6 +304,27 @@ impl Engine {
         }
     }
 
+    /// RFC 3414 §3.2 step 7b for a non-authoritative receiver: an authentic message is
+    /// outside the time window if the engine's boots are at their maximum (2^31 - 1),
+    /// older than the latest received, or equal with a time more than 150 s before the
+    /// latest received.
+    pub fn is_timely(&self, boots: u32, time: u32) -> bool {
+        boots < i32::MAX as u32
+            && (boots > self.boots
+                || (boots == self.boots && time.saturating_add(TIME_WINDOW) >= self.time))
+    }
+
+    /// The next encryption salt.
+    pub fn salt(&self) -> u64 {
+        self.salt
+    }
+
+    /// Continues the salts from `salt` (a counter shared with other copies of this
+    /// engine: see [`crate::engine`]).
+    pub fn set_salt(&mut self, salt: u64) {
+        self.salt = salt;
+    }
+
     /// Sets the clock whatever it was: a `notInTimeWindow` report that authenticated is
     /// the engine saying what its clock is.
     pub fn set_clock(&mut self, boots: u32, time: u32, now: Instant) {
@@ -342,8 +365,8 @@ impl Engine {
     }
 }
 
-/// Everything of an outgoing v3 message but its PDU.
-#[derive(Debug, Clone, Copy)]
+/// Everything of an outgoing v3 message but its PDU. `Debug` shows no key.
+#[derive(Clone, Copy)]
 pub struct Outgoing<'a> {
     pub msg_id: i32,
     /// Ask for a Report on errors (requests: yes; responses and reports: no).
@@ -360,6 +383,20 @@ pub struct Outgoing<'a> {
     pub salt: u64,
     pub context_engine_id: &'a [u8],
     pub context_name: &'a [u8],
+}
+
+impl fmt::Debug for Outgoing<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Outgoing")
+            .field("msg_id", &self.msg_id)
+            .field("engine_id", &crate::value::hex_string(self.engine_id))
+            .field("boots", &self.boots)
+            .field("time", &self.time)
+            .field("user_name", &String::from_utf8_lossy(self.user_name))
+            .field("auth", &self.auth.map(|a| a.0))
+            .field("privacy", &self.privacy.map(|p| p.0))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Outgoing<'static> {

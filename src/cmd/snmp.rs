@@ -144,6 +144,15 @@ impl Common {
     /// The SNMPv3 user of `-u -l -a -A -x -X -n` (for `-v 3`), checked as the config's.
     fn usm_user(&self) -> anyhow::Result<Option<Arc<UsmUser>>> {
         if self.version != Version::V3 {
+            // net-snmp takes -u/-A as a request for v3; polling v2c "public" instead
+            // would answer a different question.
+            if crate::config::usm_of!(self)
+                .key()
+                .iter()
+                .any(Option::is_some)
+            {
+                bail!("SNMPv3 options (-u -l -a -A -x -X -n) need -v 3");
+            }
             return Ok(None);
         }
         let user = crate::config::usm_of!(self)
@@ -468,6 +477,9 @@ fn v3_pdu<'b>(
         return None;
     }
     if authentic {
+        if !engine.is_timely(m.boots, m.time) {
+            return None;
+        }
         engine.update_clock(m.boots, m.time, Instant::now());
     }
     Some(Ok(pdu))

@@ -455,6 +455,8 @@ fn snmpv3_mistakes_are_reported_once_at_their_key_without_secrets() {
         ("auth_protocol = \"SHA-1024\"\nauth_passphrase = \"secret-aa\"", "snmp.auth_protocol", "SHA-256"),
         ("auth_protocol = \"MD5\"\nauth_passphrase = \"short\"", "snmp.auth_passphrase", "at least 8 characters"),
         ("security_level = \"private\"", "snmp.security_level", "noAuthNoPriv, authNoPriv or authPriv"),
+        ("auth_protocol = \"SHA\"", "snmp.auth_passphrase", "authentication is set, but the security level is noAuthNoPriv"),
+        ("security_level = \"authNoPriv\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"secret-aa\"\npriv_protocol = \"AES\"", "snmp.priv_passphrase", "privacy is set, but the security level is authNoPriv"),
         ("auth_protocol = \"MD5\"\nauth_passphrase = \"secret-aa\"\npriv_protocol = \"3DES\"\npriv_passphrase = \"secret-bb\"", "snmp.priv_protocol", "DES"),
     ];
     for (fields, path, msg) in cases {

@@ -851,7 +851,7 @@ proptest! {
     #[test]
     fn every_item_exactly_once(
         hosts in proptest::collection::vec(
-            (1usize..12, 1usize..5, 1usize..3, 0u32..3, 0usize..4, 1usize..12, 1usize..12, any::<bool>(), 0u64..50),
+            (1usize..12, 1usize..5, 1usize..5, 0u32..3, 0usize..4, 1usize..12, 1usize..12, any::<bool>(), 0u64..50),
             1..12,
         ),
         // Per host: 0 v2c; SNMPv3 with 1 the agent's key, 2 a wrong key (Reports),
@@ -917,6 +917,21 @@ proptest! {
             if matches!(modes[h], 2 | 3) {
                 // A wrong key, or forged answers: never a value.
                 prop_assert!(items.values().all(|r| r.is_err()));
+            }
+            let (drops, retries, silent) = (hosts[h].4, hosts[h].3, hosts[h].7);
+            if matches!(modes[h], 1 | 4 | 5) && !silent && drops as u32 <= retries {
+                // The right key: discovery, a reboot or a replacement cost round trips,
+                // never values, however many requests were in flight.
+                prop_assert!(items.values().all(|r| r.is_ok()), "host {}: {:?}", h, items);
+            }
+        }
+        // No salt twice under one engine's key (retransmissions resend the same bytes).
+        let mut salts = std::collections::HashSet::new();
+        for (_, t, bytes) in out.sent.iter().filter(|(_, t, _)| !t.retry) {
+            if let Ok(m) = V3Message::decode(bytes) {
+                if m.level() == v3::SecurityLevel::AuthPriv {
+                    prop_assert!(salts.insert((t.dst, m.engine_id.to_vec(), m.priv_params.to_vec())), "salt repeated");
+                }
             }
         }
         prop_assert_eq!(out.stats.items_ok + out.stats.items_failed, jobs.iter().map(|j| j.oids.len() as u64).sum::<u64>());
@@ -1152,4 +1167,42 @@ fn v3_clock_follows_the_engines_latest_authentic_time() {
     assert_eq!(e.clock(t1 + Duration::from_secs(10)), (3, 160));
     e.update_clock(4, 5, t1);
     assert_eq!(e.clock(t1), (4, 5));
+}
+
+#[test]
+fn v3_jobs_sharing_an_agent_never_share_a_salt() {
+    // Two jobs polling one agent as one user (two contexts, say), with the engine
+    // remembered: their requests share the address's salt counter.
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let (mut agents, oids) = v3_setup(&user, t0);
+    let jobs = [v3_job(&user, &oids), v3_job(&user, &oids)];
+    let first = simulate(
+        &jobs[..1],
+        &mut agents,
+        HostMemory::default(),
+        Default::default(),
+        t0,
+    );
+    let out = simulate(&jobs, &mut agents, first.memory, Default::default(), t0);
+    all_ok(&out, 10);
+    let params: Vec<Vec<u8>> = out
+        .sent
+        .iter()
+        .map(|(_, _, b)| V3Message::decode(b).unwrap().priv_params.to_vec())
+        .collect();
+    let unique: std::collections::HashSet<_> = params.iter().collect();
+    assert_eq!((params.len(), unique.len()), (6, 6), "{params:?}");
+}
+
+#[test]
+fn v3_replayed_or_stale_clocks_are_not_timely() {
+    let e = Engine::new(shaaes("np-auth-pass"), ENGINE_A, 3, 1000, Instant::now(), 0);
+    assert!(e.is_timely(3, 1000) && e.is_timely(3, 850) && e.is_timely(4, 0));
+    assert!(
+        !e.is_timely(3, 849),
+        "more than 150 s before the latest time"
+    );
+    assert!(!e.is_timely(2, 5000), "an older boot");
+    assert!(!e.is_timely(i32::MAX as u32, 0), "boots at their maximum");
 }
