@@ -359,7 +359,7 @@ impl UsmSection {
         };
         let passphrase = |field: &'static str, value: Option<&str>| {
             let p = value.ok_or_else(|| needs(field, "the passphrase"))?;
-            if p.chars().count() < MIN_PASSPHRASE_LEN {
+            if p.len() < MIN_PASSPHRASE_LEN {
                 return Err((
                     field,
                     format!("must have at least {MIN_PASSPHRASE_LEN} characters (RFC 3414)"),

@@ -82,10 +82,11 @@ impl FromStr for AuthProtocol {
             "sha384" | "sha-384" => AuthProtocol::Sha384,
             "sha512" | "sha-512" => AuthProtocol::Sha512,
             _ => {
-                return Err(format!(
-                    "unknown SNMPv3 authentication protocol {s:?}: expected one of MD5, SHA \
+                return Err(
+                    "unknown SNMPv3 authentication protocol: expected one of MD5, SHA \
                      (SHA-1), SHA-224, SHA-256, SHA-384, SHA-512"
-                ))
+                        .to_string(),
+                )
             }
         };
         Ok(proto)
@@ -166,10 +167,11 @@ impl FromStr for PrivProtocol {
             "aes256" | "aes-256" => Ok(PrivProtocol::Aes256),
             "aes192c" | "aes-192-c" => Ok(PrivProtocol::Aes192C),
             "aes256c" | "aes-256-c" => Ok(PrivProtocol::Aes256C),
-            _ => Err(format!(
-                "unknown SNMPv3 privacy protocol {s:?}: expected one of DES, AES (AES-128), \
+            _ => Err(
+                "unknown SNMPv3 privacy protocol: expected one of DES, AES (AES-128), \
                  AES-192, AES-256, AES-192-C, AES-256-C (-C: Cisco's key extension)"
-            )),
+                    .to_string(),
+            ),
         }
     }
 }
@@ -1106,6 +1108,11 @@ mod tests {
         }
         let err = "3des".parse::<PrivProtocol>().unwrap_err();
         assert!(err.contains("DES") && err.contains("AES-256-C"), "{err}");
+        // A passphrase typed into the protocol's field never reaches a log.
+        let err = "np-auth-pass".parse::<AuthProtocol>().unwrap_err();
+        assert!(!err.contains("np-auth-pass"), "{err}");
+        let err = "np-priv-pass".parse::<PrivProtocol>().unwrap_err();
+        assert!(!err.contains("np-priv-pass"), "{err}");
     }
 
     proptest! {

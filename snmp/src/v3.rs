@@ -87,9 +87,9 @@ impl std::str::FromStr for SecurityLevel {
             "noauthnopriv" | "noauth" => Ok(SecurityLevel::NoAuthNoPriv),
             "authnopriv" | "auth" => Ok(SecurityLevel::AuthNoPriv),
             "authpriv" | "priv" => Ok(SecurityLevel::AuthPriv),
-            _ => Err(format!(
-                "unknown security level {s:?} (use noAuthNoPriv, authNoPriv or authPriv)"
-            )),
+            _ => {
+                Err("unknown security level (use noAuthNoPriv, authNoPriv or authPriv)".to_string())
+            }
         }
     }
 }
@@ -134,7 +134,7 @@ impl UsmUser {
             ));
         }
         let short = |what: &str, p: &str| {
-            (p.chars().count() < MIN_PASSPHRASE_LEN).then(|| {
+            (p.len() < MIN_PASSPHRASE_LEN).then(|| {
                 format!("the {what} passphrase must have at least {MIN_PASSPHRASE_LEN} characters")
             })
         };

@@ -66,8 +66,8 @@ pub struct LoadArgs {
     pub pause: Duration,
 }
 
-/// Options shared by `get` and `walk`.
-#[derive(clap::Args, Debug)]
+/// Options shared by `get` and `walk`. `Debug` shows no community or passphrase.
+#[derive(clap::Args)]
 pub struct Common {
     /// SNMP version: 1, 2c or 3.
     #[arg(
@@ -138,6 +138,17 @@ pub struct Common {
     /// Agent address: IP, IP:PORT or `[IPv6]:PORT`.
     #[arg(value_name = "TARGET")]
     pub target: String,
+}
+
+impl std::fmt::Debug for Common {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Common")
+            .field("version", &self.version)
+            .field("security_name", &self.security_name)
+            .field("security_level", &self.security_level)
+            .field("target", &self.target)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Common {
@@ -367,28 +378,39 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     let mut count = 0usize;
     // Bound the walk (an agent could serve an endless table); 10 million OIDs is plenty.
     while !w.is_done() && count < 10_000_000 {
-        id = id.wrapping_add(1) & 0x7fff_ffff;
-        req.clear();
-        match engine.as_mut() {
-            Some(e) => {
-                w.next_request_v3(&mut req, e, Instant::now(), id)
-                    .context("the privacy key does not fit its cipher")?;
+        // One resend after the agent's clock report (it rebooted, or its discovery
+        // report had no clock): v3_pdu has taken the clock the report authenticated.
+        let mut resynced = false;
+        let answered = loop {
+            id = id.wrapping_add(1) & 0x7fff_ffff;
+            req.clear();
+            match engine.as_mut() {
+                Some(e) => {
+                    w.next_request_v3(&mut req, e, Instant::now(), id)
+                        .context("the privacy key does not fit its cipher")?;
+                }
+                None => w.next_request(&mut req, c.community.as_bytes(), id),
             }
-            None => w.next_request(&mut req, c.community.as_bytes(), id),
-        }
-        let answered = exchange(&sock, &req, c, &mut rbuf, |bytes| {
-            // Foreign, stale or forged datagrams are skipped, not fatal.
-            let Some(e) = engine.as_mut() else {
-                let m = Message::decode(bytes).ok()?;
-                return (w.matches(&m) && m.community == c.community.as_bytes())
-                    .then(|| w.handle_response(&m).map_err(|e| e.to_string()));
-            };
-            match v3_pdu(bytes, e, id, &mut mac, &mut plain)? {
-                Ok(m) if w.matches(&m) => Some(w.handle_response(&m).map_err(|e| e.to_string())),
-                Ok(_) => None,
-                Err(kind) => Some(Err(format!("SNMPv3 {kind}"))),
+            let answered = exchange(&sock, &req, c, &mut rbuf, |bytes| {
+                // Foreign, stale or forged datagrams are skipped, not fatal.
+                let Some(e) = engine.as_mut() else {
+                    let m = Message::decode(bytes).ok()?;
+                    return (w.matches(&m) && m.community == c.community.as_bytes())
+                        .then(|| w.handle_response(&m).map_err(|e| (e.to_string(), None)));
+                };
+                match v3_pdu(bytes, e, id, &mut mac, &mut plain)? {
+                    Ok(m) if w.matches(&m) => {
+                        Some(w.handle_response(&m).map_err(|e| (e.to_string(), None)))
+                    }
+                    Ok(_) => None,
+                    Err(kind) => Some(Err((format!("SNMPv3 {kind}"), Some(kind)))),
+                }
+            })?;
+            match answered {
+                Some(Err((_, Some(ReportKind::NotInTimeWindow)))) if !resynced => resynced = true,
+                other => break other.map(|r| r.map_err(|(text, _)| text)),
             }
-        })?;
+        };
         match answered {
             None => bail!("timeout: no response from {addr}"),
             Some(Err(e)) => bail!("{addr}: {e}"),
@@ -471,7 +493,12 @@ fn v3_pdu<'b>(
     }
     let pdu = m.scoped_pdu(Some(engine), plain).ok()?.pdu;
     if pdu.pdu_type == PduType::Report {
-        return Some(Err(ReportKind::of(&pdu)));
+        let kind = ReportKind::of(&pdu);
+        if kind == ReportKind::NotInTimeWindow && authentic {
+            // The engine's own word on its clock (RFC 3414 §4's second step).
+            engine.set_clock(m.boots, m.time, Instant::now());
+        }
+        return Some(Err(kind));
     }
     if m.level() != user.level() || pdu.pdu_type != PduType::Response {
         return None;
