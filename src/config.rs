@@ -255,7 +255,8 @@ impl fmt::Debug for SnmpSection {
 /// The SNMPv3 keys of `[snmp]`, of a host's `snmp = { ... }` (Zabbix's names for the
 /// fields of an SNMPv3 interface) or of `netpoller snmp`'s options, gathered by
 /// [`usm_of!`]; [`UsmSection::user`] is the one place they are checked.
-#[derive(Clone, Default)]
+/// Equal sections (passphrases included) describe one user.
+#[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub(crate) struct UsmSection {
     pub(crate) security_name: Option<String>,
     pub(crate) security_level: Option<String>,
@@ -298,17 +299,9 @@ impl UsmSection {
         }
     }
 
-    /// What identifies the user (passphrases included): equal keys share one user.
-    pub(crate) fn key(&self) -> [Option<String>; 7] {
-        [
-            self.security_name.clone(),
-            self.security_level.clone(),
-            self.auth_protocol.clone(),
-            self.auth_passphrase.clone(),
-            self.priv_protocol.clone(),
-            self.priv_passphrase.clone(),
-            self.context_name.clone(),
-        ]
+    /// No SNMPv3 field is given.
+    pub(crate) fn is_empty(&self) -> bool {
+        *self == UsmSection::default()
     }
 
     /// The user these fields describe, or the field at fault and why (passphrases never
@@ -941,7 +934,9 @@ struct Resolver<'c, 'a> {
     templates: HashMap<String, Vec<ResolvedEntry>>,
     /// SNMPv3 users by their fields: a passphrase is hashed into a key (~1 MiB of
     /// hashing) once, not once per host; `None` for fields already reported wrong.
-    users: HashMap<[Option<String>; 7], Option<Arc<snmp::v3::UsmUser>>>,
+    users: HashMap<UsmSection, Option<Arc<snmp::v3::UsmUser>>>,
+    /// `[snmp]`'s SNMPv3 fields, the defaults of every host's.
+    snmp_usm: UsmSection,
 }
 
 impl<'c, 'a> Resolver<'c, 'a> {
@@ -952,18 +947,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
             snmp,
             templates: HashMap::new(),
             users: HashMap::new(),
+            snmp_usm: usm_of!(snmp),
         }
     }
 
     /// The SNMPv3 user of `fields`, made once per distinct fields; an error is reported
     /// once, at `path` (the `snmp` table that first used them).
-    fn usm_user(
-        &mut self,
-        path: &[Seg<'_>],
-        fields: &UsmSection,
-    ) -> Option<Arc<snmp::v3::UsmUser>> {
-        let key = fields.key();
-        if let Some(u) = self.users.get(&key) {
+    fn usm_user(&mut self, path: &[Seg<'_>], fields: UsmSection) -> Option<Arc<snmp::v3::UsmUser>> {
+        if let Some(u) = self.users.get(&fields) {
             return u.clone();
         }
         let user = match fields.user() {
@@ -975,7 +966,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 None
             }
         };
-        self.users.insert(key, user.clone());
+        self.users.insert(fields, user.clone());
         user
     }
 
@@ -1300,12 +1291,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
             // Reported where the fields are: the host's own table if it has SNMPv3
             // fields, else `[snmp]`.
             let fields = usm_of!(o);
-            let at = if fields.key().iter().any(Option::is_some) {
+            let at = if !fields.is_empty() {
                 &sp[..]
             } else {
                 &[Seg::Key("snmp")][..]
             };
-            Some(self.usm_user(at, &fields.or(&usm_of!(d)))?)
+            let fields = fields.or(&self.snmp_usm);
+            Some(self.usm_user(at, fields)?)
         } else {
             None
         };

@@ -529,7 +529,7 @@ pub async fn snmp_iteration(
         let j = *by_host.entry(task.host).or_insert_with(|| {
             jobs.push(SnmpHostJob {
                 addr: SocketAddr::new(host.ip, params.port),
-                version: params.version.wire(),
+                version: params.version,
                 community: params.community.clone(),
                 usm: params.usm.clone(),
                 timeout: params.timeout,

@@ -23,24 +23,9 @@ use std::time::Duration;
 use crate::keys::{IcmpMetric, IcmpProbe};
 use crate::value::ValueType;
 
-/// SNMP protocol version of a host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SnmpVersion {
-    V1,
-    V2c,
-    /// With the USM user in [`SnmpParams::usm`].
-    V3,
-}
-
-impl SnmpVersion {
-    pub fn wire(self) -> snmp::Version {
-        match self {
-            SnmpVersion::V1 => snmp::Version::V1,
-            SnmpVersion::V2c => snmp::Version::V2c,
-            SnmpVersion::V3 => snmp::Version::V3,
-        }
-    }
-}
+/// SNMP protocol version of a host: the codec's own (v3's user is in
+/// [`SnmpParams::usm`]).
+pub use snmp::Version as SnmpVersion;
 
 /// SNMP parameters of one host (the `[snmp]` defaults merged with the host's `snmp = {}`).
 #[derive(Clone, PartialEq, Eq, Hash)]

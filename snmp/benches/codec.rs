@@ -164,7 +164,7 @@ fn v3(c: &mut Criterion) {
             a.map(|a| (a, "np-auth-pass")),
             p.map(|p| (p, "np-priv-pass")),
         );
-        Engine::new(Arc::new(u.unwrap()), engine_id, 1, 18, Instant::now(), 0)
+        Engine::new(Arc::new(u.unwrap()), engine_id, 1, 18, Instant::now())
     };
     let ten: Vec<Oid> = (1..=10)
         .map(|i| format!("1.3.6.1.2.1.2.2.1.10.{i}").parse().unwrap())
@@ -180,14 +180,15 @@ fn v3(c: &mut Criterion) {
         ),
         ("md5_des", Some(AuthProtocol::Md5), Some(PrivProtocol::Des)),
     ] {
-        let mut e = user("np-user", a, p);
-        let now = Instant::now();
+        let e = user("np-user", a, p);
+        let (now, mut salt) = (Instant::now(), 0);
         g.bench_function(format!("encode_get_10oids/{label}"), |b| {
             b.iter(|| {
                 buf.clear();
                 encode_v3(
                     &mut buf,
-                    &mut e,
+                    &e,
+                    &mut salt,
                     now,
                     black_box(12345),
                     RequestKind::Get,

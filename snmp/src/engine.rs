@@ -41,6 +41,7 @@ use crate::message::{encode_request, ErrorStatus, Message, PduType, RequestKind,
 use crate::oid::Oid;
 use crate::v3::{self, Engine, ReportKind, UsmUser, V3Message};
 use crate::value::VarValue;
+use crate::DecodeError;
 
 /// Default per-attempt timeout (Zabbix's default `Timeout=3`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -155,11 +156,13 @@ pub const GROW_AFTER: u32 = 10;
 /// everything without trouble, it grows by one, but never up to a size that failed:
 /// a transient problem does not cap a host forever, and a real limit costs no retries.
 ///
-/// It also keeps the SNMPv3 engines discovered per address, with their clocks.
+/// It also keeps the SNMPv3 engines discovered per address, with their clocks, and
+/// each address's encryption salt counter (which outlives a rediscovered engine).
 #[derive(Debug, Clone, Default)]
 pub struct HostMemory {
     max_oids: HashMap<SocketAddr, Learned>,
     engines: HashMap<SocketAddr, Engine>,
+    salts: HashMap<SocketAddr, u64>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -191,6 +194,7 @@ impl HostMemory {
     pub fn forget(&mut self, addr: &SocketAddr) {
         self.max_oids.remove(addr);
         self.engines.remove(addr);
+        self.salts.remove(addr);
     }
 
     pub fn len(&self) -> usize {
@@ -411,12 +415,11 @@ impl<'j> Iteration<'j> {
             let empty = job.oids.is_empty();
             let usm = match (job.version, &job.usm) {
                 (Version::V3, Some(user)) => {
-                    let engine = memory.engines.get(&job.addr).map(|e| e.for_user(user));
-                    if let Some(e) = &engine {
-                        it.salts.entry(job.addr).or_insert(e.salt());
+                    if let Some(&salt) = memory.salts.get(&job.addr) {
+                        it.salts.insert(job.addr, salt);
                     }
                     Some(Box::new(UsmHost {
-                        engine,
+                        engine: memory.engines.get(&job.addr).map(|e| e.for_user(user)),
                         discovering: false,
                         resyncs_left: MAX_RESYNCS,
                         generation: 0,
@@ -541,13 +544,22 @@ impl<'j> Iteration<'j> {
             }
             self.issued += 1;
             let oids = items.iter().map(|&i| &job.oids[i as usize]);
-            match st.usm.as_deref_mut().and_then(|u| u.engine.as_mut()) {
+            match st.usm.as_deref().and_then(|u| u.engine.as_ref()) {
                 Some(engine) => {
-                    let salt = self.salts.entry(job.addr).or_insert(engine.salt());
-                    engine.set_salt(*salt);
+                    let salt = self
+                        .salts
+                        .entry(job.addr)
+                        .or_insert_with(|| first_salt(self.opts.salt_seed, hu));
                     // Keys localized by `Engine` always fit their cipher.
-                    let _ = v3::encode_request(&mut bytes, engine, now, id, RequestKind::Get, oids);
-                    *salt = engine.salt();
+                    let _ = v3::encode_request(
+                        &mut bytes,
+                        engine,
+                        salt,
+                        now,
+                        id,
+                        RequestKind::Get,
+                        oids,
+                    );
                 }
                 None => {
                     encode_request(
@@ -694,11 +706,13 @@ impl<'j> Iteration<'j> {
 
     /// Feeds one received datagram.
     pub fn handle_datagram(&mut self, src: SocketAddr, bytes: &[u8], now: Instant) -> Received {
-        if v3::peek_version(bytes) == Some(Version::V3.wire()) {
-            return self.handle_v3(src, bytes, now);
-        }
+        // v1/v2c first: the v2c hot path parses its header once; only the decoder's
+        // "version 3" refusal sends a datagram to the v3 path.
         let msg = match Message::decode(bytes) {
             Ok(m) => m,
+            Err(DecodeError::UnsupportedVersion { version: 3 }) => {
+                return self.handle_v3(src, bytes, now);
+            }
             Err(_) => {
                 self.stats.malformed += 1;
                 return Received::Malformed;
@@ -822,27 +836,11 @@ impl<'j> Iteration<'j> {
                 Received::Report
             }
             PduType::Response if !discovery => {
-                // Only a response at the user's level, from the user, counts (RFC 3414
-                // §3.2): an unauthenticated answer to an authenticated request is
-                // dropped, whatever it says.
-                if msg.level() != user.level()
-                    || msg.user_name != user.name()
-                    || pdu.request_id != id
+                if pdu.request_id != id
+                    || !v3::accept_response(&user, self.engine_mut(host), msg, authentic, now)
                 {
                     self.stats.not_authentic += 1;
                     return Received::NotAuthentic;
-                }
-                if authentic {
-                    let Some(e) = self.engine_mut(host) else {
-                        return Received::NotAuthentic;
-                    };
-                    if !e.is_timely(msg.boots, msg.time) {
-                        // RFC 3414 §3.2 step 7b: older than the engine's clock allows
-                        // (a replay, or a very late copy): not taken.
-                        self.stats.not_authentic += 1;
-                        return Received::NotAuthentic;
-                    }
-                    e.update_clock(msg.boots, msg.time, now);
                 }
                 self.complete(id, pdu)
             }
@@ -879,14 +877,6 @@ impl<'j> Iteration<'j> {
         self.hosts[host].inflight.retain(|&x| x != id);
         let (items, generation) = (e.items.clone(), e.generation);
         self.recycle(e);
-        let addr = self.jobs[host].addr;
-        // A new agent's salts start at a random place (two pollers of one agent never
-        // count through the same values); a known address's counter goes on.
-        let seed = self.opts.salt_seed;
-        let salt = *self
-            .salts
-            .entry(addr)
-            .or_insert_with(|| splitmix(seed ^ (host as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)));
         let Some(u) = self.hosts[host].usm.as_deref_mut() else {
             return;
         };
@@ -895,8 +885,7 @@ impl<'j> Iteration<'j> {
             if msg.engine_id.is_empty() {
                 self.kill_host(host, ItemFailure::Report(kind));
             } else {
-                let engine =
-                    Engine::new(user.clone(), msg.engine_id, msg.boots, msg.time, now, salt);
+                let engine = Engine::new(user.clone(), msg.engine_id, msg.boots, msg.time, now);
                 u.engine = Some(engine);
                 u.generation += 1;
                 self.after_progress(host);
@@ -952,16 +941,15 @@ impl<'j> Iteration<'j> {
             if let Some(u) = &st.usm {
                 match &u.engine {
                     Some(e) => {
-                        let mut e = e.clone();
-                        if let Some(&salt) = self.salts.get(&job.addr) {
-                            e.set_salt(salt);
-                        }
-                        memory.engines.insert(job.addr, e);
+                        memory.engines.insert(job.addr, e.clone());
                     }
                     None => {
                         memory.engines.remove(&job.addr);
                     }
                 }
+            }
+            if let Some(&salt) = self.salts.get(&job.addr) {
+                memory.salts.insert(job.addr, salt);
             }
             match (st.failed_at, memory.max_oids.get_mut(&job.addr)) {
                 (Some(failed), entry) => {
@@ -1136,6 +1124,13 @@ impl<'j> Iteration<'j> {
             self.pool.push((e.items, e.bytes));
         }
     }
+}
+
+/// Where a new agent address's salts start: at a random place (the iteration's seed
+/// mixed with the host), so two pollers of one agent never count through the same
+/// values; a known address's counter just goes on.
+fn first_salt(seed: u64, host: usize) -> u64 {
+    splitmix(seed ^ (host as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15))
 }
 
 /// SplitMix64's finalizer: spreads a seed over all 64 bits.

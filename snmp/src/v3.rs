@@ -22,8 +22,9 @@
 //! * Passphrases are turned into keys (Ku, ~1 MiB of hashing) once per [`UsmUser`];
 //!   keys are localized to an agent's engine once per discovery ([`Engine`]). No key or
 //!   passphrase is ever printed (`Debug` redacts them).
-//! * Every encrypted message gets a fresh salt from its [`Engine`]'s counter (starting
-//!   from a random value the caller supplies), so no IV repeats under one key.
+//! * Every encrypted message takes a fresh salt from a counter the caller keeps per
+//!   agent ([`encode_request`]; the engine's is per address, starting at a random
+//!   value), so no IV repeats under one key.
 
 use std::fmt;
 use std::sync::Arc;
@@ -203,7 +204,7 @@ impl UsmUser {
 }
 
 /// An agent's SNMP engine as discovered (RFC 3414 §4), with one user's keys localized
-/// to it, the engine's clock as last seen, and the salt counter for encryption.
+/// to it and the engine's clock as last seen.
 #[derive(Clone)]
 pub struct Engine {
     id: Box<[u8]>,
@@ -213,7 +214,6 @@ pub struct Engine {
     user: Arc<UsmUser>,
     auth_key: Box<[u8]>,
     priv_key: Box<[u8]>,
-    salt: u64,
 }
 
 impl fmt::Debug for Engine {
@@ -229,16 +229,8 @@ impl fmt::Debug for Engine {
 
 impl Engine {
     /// The engine `id` whose clock read `boots` / `time` at `at`; `user`'s keys are
-    /// localized to it. `salt` seeds the encryption salts: give each new engine a random
-    /// one (two pollers with the same user and agent must not share IVs).
-    pub fn new(
-        user: Arc<UsmUser>,
-        id: &[u8],
-        boots: u32,
-        time: u32,
-        at: Instant,
-        salt: u64,
-    ) -> Engine {
+    /// localized to it.
+    pub fn new(user: Arc<UsmUser>, id: &[u8], boots: u32, time: u32, at: Instant) -> Engine {
         let (auth_key, priv_key): (Box<[u8]>, Box<[u8]>) = match (&user.auth, &user.privacy) {
             (Some((a, ku)), p) => (
                 usm::localize_key(*a, ku, id).into(),
@@ -256,7 +248,6 @@ impl Engine {
             user,
             auth_key,
             priv_key,
-            salt,
         }
     }
 
@@ -265,14 +256,7 @@ impl Engine {
         if self.user == *user {
             return self.clone();
         }
-        Engine::new(
-            user.clone(),
-            &self.id,
-            self.boots,
-            self.time,
-            self.at,
-            self.salt,
-        )
+        Engine::new(user.clone(), &self.id, self.boots, self.time, self.at)
     }
 
     pub fn id(&self) -> &[u8] {
@@ -314,17 +298,6 @@ impl Engine {
                 || (boots == self.boots && time.saturating_add(TIME_WINDOW) >= self.time))
     }
 
-    /// The next encryption salt.
-    pub fn salt(&self) -> u64 {
-        self.salt
-    }
-
-    /// Continues the salts from `salt` (a counter shared with other copies of this
-    /// engine: see [`crate::engine`]).
-    pub fn set_salt(&mut self, salt: u64) {
-        self.salt = salt;
-    }
-
     /// Sets the clock whatever it was: a `notInTimeWindow` report that authenticated is
     /// the engine saying what its clock is.
     pub fn set_clock(&mut self, boots: u32, time: u32, now: Instant) {
@@ -333,10 +306,10 @@ impl Engine {
         self.at = now;
     }
 
-    /// A message of this engine's user about this engine at `now`, with the engine's
-    /// current salt (requests take a fresh one through [`encode_request`]; agents in
-    /// tests answer with this).
-    pub fn outgoing(&self, msg_id: i32, reportable: bool, now: Instant) -> Outgoing<'_> {
+    /// A message of this engine's user about this engine at `now`, encrypted (if the
+    /// user has privacy) with `salt` (requests take a fresh one through
+    /// [`encode_request`]; agents in tests answer with this).
+    pub fn outgoing(&self, msg_id: i32, reportable: bool, salt: u64, now: Instant) -> Outgoing<'_> {
         let (boots, time) = self.clock(now);
         Outgoing {
             msg_id,
@@ -347,7 +320,7 @@ impl Engine {
             user_name: &self.user.name,
             auth: self.auth(),
             privacy: self.privacy(),
-            salt: self.salt,
+            salt,
             context_engine_id: &self.id,
             context_name: &self.user.context,
         }
@@ -536,10 +509,11 @@ pub fn encode_discovery(out: &mut Vec<u8>, msg_id: i32) -> usize {
 }
 
 /// A request from `engine`'s user to `engine` (msgID and request-id both `msg_id`), at
-/// the user's level; takes a fresh salt when it encrypts.
+/// the user's level; takes a fresh salt from `salt` when it encrypts.
 pub fn encode_request<'o, I>(
     out: &mut Vec<u8>,
-    engine: &mut Engine,
+    engine: &Engine,
+    salt: &mut u64,
     now: Instant,
     msg_id: i32,
     kind: RequestKind,
@@ -549,7 +523,7 @@ where
     I: Iterator<Item = &'o Oid> + Clone,
 {
     let (pdu, f1, f2) = request_fields(kind);
-    let o = engine.outgoing(msg_id, true, now);
+    let o = engine.outgoing(msg_id, true, *salt, now);
     encode_message(
         out,
         &o,
@@ -561,7 +535,7 @@ where
     )
     .inspect(|_| {
         if engine.user.privacy.is_some() {
-            engine.salt = engine.salt.wrapping_add(1);
+            *salt = salt.wrapping_add(1);
         }
     })
 }
@@ -745,6 +719,34 @@ impl<'a> V3Message<'a> {
         .map_err(|_| V3Error::Decrypt)?;
         *scratch = plain;
         Ok(decode_scoped_pdu(scratch)?)
+    }
+}
+
+/// RFC 3414 §3.2's rule for a Response to `user`'s request, the one place both the
+/// engine and the CLI apply it: the message is at the user's level and from the user
+/// (an unauthenticated answer to an authenticated request is dropped, whatever it
+/// says), and, authenticated, inside the time window of `engine`, whose clock then
+/// follows it (step 7b). `authentic` is [`V3Message::verify`]'s verdict, which needs
+/// the engine: with `engine` `None` only a noAuthNoPriv exchange can pass.
+pub fn accept_response(
+    user: &UsmUser,
+    engine: Option<&mut Engine>,
+    msg: &V3Message<'_>,
+    authentic: bool,
+    now: Instant,
+) -> bool {
+    if msg.level() != user.level() || msg.user_name != user.name() {
+        return false;
+    }
+    match engine {
+        Some(e) if authentic => {
+            if !e.is_timely(msg.boots, msg.time) {
+                return false;
+            }
+            e.update_clock(msg.boots, msg.time, now);
+            true
+        }
+        _ => !authentic,
     }
 }
 

@@ -98,7 +98,8 @@ impl Walk {
     pub fn next_request_v3(
         &mut self,
         out: &mut Vec<u8>,
-        engine: &mut crate::v3::Engine,
+        engine: &crate::v3::Engine,
+        salt: &mut u64,
         now: std::time::Instant,
         request_id: i32,
     ) -> Option<usize> {
@@ -106,6 +107,7 @@ impl Walk {
         crate::v3::encode_request(
             out,
             engine,
+            salt,
             now,
             request_id,
             kind,

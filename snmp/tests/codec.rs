@@ -415,8 +415,8 @@ fn v3_user(name: &str) -> Arc<UsmUser> {
 }
 
 /// The engine as net-snmp's request saw it (boots 1, time 18), for `user`.
-fn agent1(user: Arc<UsmUser>, salt: u64) -> Engine {
-    Engine::new(user, AGENT1_ENGINE, 1, 18, Instant::now(), salt)
+fn agent1(user: Arc<UsmUser>) -> Engine {
+    Engine::new(user, AGENT1_ENGINE, 1, 18, Instant::now())
 }
 
 #[test]
@@ -466,7 +466,7 @@ fn v3_exchange(user: &str, request: &str, response: &str, salt_of: fn(&[u8]) -> 
     assert_eq!(m.level(), SecurityLevel::AuthPriv);
     assert_eq!(m.flags & v3::FLAG_REPORTABLE, v3::FLAG_REPORTABLE);
     let salt = salt_of(m.priv_params);
-    let engine = agent1(user.clone(), salt);
+    let engine = agent1(user.clone());
     let mut mac = Vec::new();
     assert!(m.verify(&req, &engine, &mut mac), "request MAC");
     let mut plain = Vec::new();
@@ -476,7 +476,7 @@ fn v3_exchange(user: &str, request: &str, response: &str, salt_of: fn(&[u8]) -> 
     assert_eq!(vbs, [SYS_NAME]);
     let oid: Oid = SYS_NAME.parse().unwrap();
     let mut ours = Vec::new();
-    let mut o = engine.outgoing(m.msg_id, true, Instant::now());
+    let mut o = engine.outgoing(m.msg_id, true, salt, Instant::now());
     (o.boots, o.time) = (m.boots, m.time);
     v3::encode_message(
         &mut ours,
@@ -523,7 +523,7 @@ fn v3_exchange(user: &str, request: &str, response: &str, salt_of: fn(&[u8]) -> 
         user.priv_protocol().map(|p| (p, "np-priv-pass")),
     )
     .unwrap();
-    assert!(!r.verify(&resp, &agent1(Arc::new(other), 0), &mut mac));
+    assert!(!r.verify(&resp, &agent1(Arc::new(other)), &mut mac));
 }
 
 #[test]
@@ -553,7 +553,7 @@ fn v3_no_auth_exchange_is_plaintext() {
     let r = V3Message::decode(&resp).unwrap();
     assert_eq!(r.level(), SecurityLevel::NoAuthNoPriv);
     assert_eq!(r.user_name, b"np-noauth");
-    let engine = agent1(v3_user("np-noauth"), 0);
+    let engine = agent1(v3_user("np-noauth"));
     assert!(
         !r.verify(&resp, &engine, &mut Vec::new()),
         "nothing to verify"
@@ -611,7 +611,7 @@ proptest! {
         let n = bytes.len();
         bytes.truncate(n - cut % 8);
         let user = v3_user(["np-noauth", "np-shaaes", "np-md5des", "np-noauth"][which]);
-        let engine = agent1(user, 0);
+        let engine = agent1(user);
         if let Ok(m) = V3Message::decode(&bytes) {
             let _ = m.verify(&bytes, &engine, &mut Vec::new());
             let _ = m.scoped_pdu(Some(&engine), &mut Vec::new());

@@ -157,11 +157,7 @@ impl Common {
         if self.version != Version::V3 {
             // net-snmp takes -u/-A as a request for v3; polling v2c "public" instead
             // would answer a different question.
-            if crate::config::usm_of!(self)
-                .key()
-                .iter()
-                .any(Option::is_some)
-            {
+            if !crate::config::usm_of!(self).is_empty() {
                 bail!("SNMPv3 options (-u -l -a -A -x -X -n) need -v 3");
             }
             return Ok(None);
@@ -359,6 +355,8 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     let mut id = random_id();
     let (mut req, mut rbuf) = (Vec::with_capacity(1500), vec![0u8; 65_536]);
     let (mut mac, mut plain) = (Vec::new(), Vec::new());
+    // SNMPv3 encryption salts: a random start, one up per request.
+    let mut salt = random_id() as u64 ^ (u64::from(std::process::id()) << 32);
     let mut engine = match c.usm_user()? {
         Some(user) => {
             id = id.wrapping_add(1) & 0x7fff_ffff;
@@ -370,8 +368,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
             })?;
             let (eid, boots, time) =
                 found.with_context(|| format!("timeout: no response from {addr}"))?;
-            let salt = random_id() as u64 ^ (u64::from(std::process::id()) << 32);
-            Some(Engine::new(user, &eid, boots, time, Instant::now(), salt))
+            Some(Engine::new(user, &eid, boots, time, Instant::now()))
         }
         None => None,
     };
@@ -386,7 +383,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
             req.clear();
             match engine.as_mut() {
                 Some(e) => {
-                    w.next_request_v3(&mut req, e, Instant::now(), id)
+                    w.next_request_v3(&mut req, e, &mut salt, Instant::now(), id)
                         .context("the privacy key does not fit its cipher")?;
                 }
                 None => w.next_request(&mut req, c.community.as_bytes(), id),
@@ -500,16 +497,9 @@ fn v3_pdu<'b>(
         }
         return Some(Err(kind));
     }
-    if m.level() != user.level() || pdu.pdu_type != PduType::Response {
-        return None;
-    }
-    if authentic {
-        if !engine.is_timely(m.boots, m.time) {
-            return None;
-        }
-        engine.update_clock(m.boots, m.time, Instant::now());
-    }
-    Some(Ok(pdu))
+    let taken = pdu.pdu_type == PduType::Response
+        && snmp::v3::accept_response(&user, Some(engine), &m, authentic, Instant::now());
+    taken.then_some(Ok(pdu))
 }
 
 /// (user, system) CPU time of this process.

@@ -21,7 +21,7 @@ fn engines() -> &'static [Engine; 3] {
     ENGINES.get_or_init(|| {
         let engine = |name, a, p| {
             let user = UsmUser::new(name, Some((a, "np-auth-pass")), Some((p, "np-priv-pass")));
-            Engine::new(Arc::new(user.unwrap()), ENGINE_ID, 1, 18, Instant::now(), 0)
+            Engine::new(Arc::new(user.unwrap()), ENGINE_ID, 1, 18, Instant::now())
         };
         [
             engine("np-shaaes", AuthProtocol::Sha1, PrivProtocol::Aes128),

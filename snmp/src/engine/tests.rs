@@ -64,7 +64,7 @@ impl Agent {
     /// An SNMPv3 agent whose engine `id` booted `boots` times, its clock at 0 at `t0`.
     fn v3(mut self, user: &Arc<UsmUser>, id: &[u8], boots: u32, t0: Instant) -> Agent {
         self.usm = Some(AgentUsm {
-            engine: Engine::new(user.clone(), id, boots, 0, t0, 7),
+            engine: Engine::new(user.clone(), id, boots, 0, t0),
             forge: false,
         });
         self
@@ -141,7 +141,7 @@ impl Agent {
         let m = V3Message::decode(req).ok()?;
         let user = u.engine.user().clone();
         let report = |kind_arc: u8, authenticated: bool| -> Vec<u8> {
-            let mut o = u.engine.outgoing(m.msg_id, false, now);
+            let mut o = u.engine.outgoing(m.msg_id, false, m.msg_id as u64, now);
             o.privacy = None;
             if !authenticated {
                 o.auth = None;
@@ -201,7 +201,7 @@ impl Agent {
                 .collect();
             (0, vals)
         };
-        let mut o = u.engine.outgoing(m.msg_id, false, now);
+        let mut o = u.engine.outgoing(m.msg_id, false, m.msg_id as u64, now);
         if u.forge {
             (o.auth, o.privacy) = (None, None);
         }
@@ -875,7 +875,7 @@ proptest! {
             }
             if mode >= 4 {
                 // Remembered from an earlier iteration: boots 1 of engine A.
-                let old = Engine::new(good.clone(), ENGINE_A, 1, 0, t0, 5);
+                let old = Engine::new(good.clone(), ENGINE_A, 1, 0, t0);
                 memory.remember_engine(addr(i as u8 + 1), old);
             }
             j.max_oids = max_oids;
@@ -1104,7 +1104,7 @@ fn v3_resynchronizes_after_a_reboot_or_a_new_engine_id() {
     // window; its authenticated report sets our clock and the request goes again.
     let t1 = t0 + Duration::from_secs(600);
     let agent = agents.get_mut(&addr(1)).unwrap();
-    agent.usm.as_mut().unwrap().engine = Engine::new(user.clone(), ENGINE_A, 4, 0, t1, 9);
+    agent.usm.as_mut().unwrap().engine = Engine::new(user.clone(), ENGINE_A, 4, 0, t1);
     let out = simulate(
         &jobs,
         &mut agents,
@@ -1119,7 +1119,7 @@ fn v3_resynchronizes_after_a_reboot_or_a_new_engine_id() {
 
     // The device was replaced: another engine ID. Its report sends us to discovery.
     let agent = agents.get_mut(&addr(1)).unwrap();
-    agent.usm.as_mut().unwrap().engine = Engine::new(user.clone(), b"engine-b", 1, 0, t1, 9);
+    agent.usm.as_mut().unwrap().engine = Engine::new(user.clone(), b"engine-b", 1, 0, t1);
     let out = simulate(
         &jobs,
         &mut agents,
@@ -1155,7 +1155,7 @@ fn v3_job_without_a_user_fails_its_items_without_sending() {
 #[test]
 fn v3_clock_follows_the_engines_latest_authentic_time() {
     let t0 = Instant::now();
-    let mut e = Engine::new(shaaes("np-auth-pass"), ENGINE_A, 3, 100, t0, 0);
+    let mut e = Engine::new(shaaes("np-auth-pass"), ENGINE_A, 3, 100, t0);
     // 60 s later by our clock; the agent's runs slow and says 150: it wins (RFC 3414
     // §3.2 7b compares with the latest time received, not with our estimate of 160).
     let t1 = t0 + Duration::from_secs(60);
@@ -1197,7 +1197,7 @@ fn v3_jobs_sharing_an_agent_never_share_a_salt() {
 
 #[test]
 fn v3_replayed_or_stale_clocks_are_not_timely() {
-    let e = Engine::new(shaaes("np-auth-pass"), ENGINE_A, 3, 1000, Instant::now(), 0);
+    let e = Engine::new(shaaes("np-auth-pass"), ENGINE_A, 3, 1000, Instant::now());
     assert!(e.is_timely(3, 1000) && e.is_timely(3, 850) && e.is_timely(4, 0));
     assert!(
         !e.is_timely(3, 849),
