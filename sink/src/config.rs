@@ -65,7 +65,7 @@ pub enum Compression {
 }
 
 /// The `[clickhouse]` section.
-#[derive(Clone, Deserialize, Serialize)]
+#[derive(Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClickHouseConfig {
     /// One HTTP endpoint, e.g. `"http://127.0.0.1:8123"`. Default: none. At least one of

@@ -63,6 +63,12 @@ use tokio::task::JoinHandle;
 /// Messages the input channel holds before `send` waits (backpressure).
 pub const CHANNEL_CAPACITY: usize = 4096;
 
+/// How long [`Sink::shutdown`] waits for ClickHouse to confirm the INSERTs in flight
+/// (and the final batches) before spooling them instead: a stalled server must not
+/// hold the daemon past its service manager's stop timeout (systemd's default 90 s,
+/// 30 s in the unit we ship), when unspooled batches would be lost to SIGKILL.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// State of the sink, for logs, `/metrics` and health checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Health {
@@ -171,27 +177,8 @@ impl Sink {
         if let Some(c) = &ch {
             check_config(c)?;
         }
-        let spool_cfg = spool.clone();
-        let m = metrics.clone();
-        let sp = tokio::task::spawn_blocking(move || spool::Spool::open(&spool_cfg, m))
-            .await
-            .map_err(|e| SinkError::Task(e.to_string()))??;
-        let rejects = match &ch {
-            Some(_) => {
-                let rc = SpoolConfig {
-                    dir: spool.dir.join("rejected"),
-                    ..spool.clone()
-                };
-                // Rejected batches do not count toward the spool gauges.
-                let m = Arc::new(SinkMetrics::default());
-                Some(Mutex::new(
-                    tokio::task::spawn_blocking(move || spool::Spool::open(&rc, m))
-                        .await
-                        .map_err(|e| SinkError::Task(e.to_string()))??,
-                ))
-            }
-            None => None,
-        };
+        let (sp, rejects) = open_spools(&spool, ch.is_some(), &metrics).await?;
+        let rejects = rejects.map(Mutex::new);
         let limits = match &ch {
             Some(c) => batch::Limits {
                 rows: c.batch_rows,
@@ -223,6 +210,7 @@ impl Sink {
             inflight: Semaphore::new(max_tasks),
             spool_notify: Notify::new(),
             shutting_down: AtomicBool::new(false),
+            give_up: watch::channel(false).0,
         });
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let (stx, srx) = watch::channel(false);
@@ -262,13 +250,34 @@ impl Sink {
     /// attempt each) or spooled; the replay task stops after its current INSERT; the
     /// spool is fsynced. Rows sent after this starts are refused.
     pub async fn shutdown(self) -> Result<ShutdownReport, SinkError> {
-        let _ = self.shutdown.send(true);
-        let r1 = self.batcher.await;
-        let r2 = match self.replayer {
-            Some(h) => h.await,
-            None => Ok(()),
+        let Sink {
+            shared,
+            shutdown,
+            batcher,
+            replayer,
+        } = self;
+        let _ = shutdown.send(true);
+        let tasks = async move {
+            let r1 = batcher.await;
+            let r2 = match replayer {
+                Some(h) => h.await,
+                None => Ok(()),
+            };
+            (r1, r2)
         };
-        let sh = self.shared.clone();
+        tokio::pin!(tasks);
+        let (r1, r2) = match tokio::time::timeout(SHUTDOWN_GRACE, &mut tasks).await {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::warn!(
+                    grace_s = SHUTDOWN_GRACE.as_secs(),
+                    "sink: INSERTs still unconfirmed at shutdown; their batches go to the spool (stored twice if ClickHouse did store them)"
+                );
+                let _ = shared.give_up.send(true);
+                tasks.await
+            }
+        };
+        let sh = shared.clone();
         let _ = tokio::task::spawn_blocking(move || {
             pipeline_lock(&sh.spool).close();
             if let Some(r) = &sh.rejects {
@@ -278,22 +287,39 @@ impl Sink {
         .await;
         r1.map_err(|e| SinkError::Task(e.to_string()))?;
         r2.map_err(|e| SinkError::Task(e.to_string()))?;
-        let m = &self.shared.metrics;
+        let m = &shared.metrics;
         Ok(ShutdownReport {
             rows_written: Table::ALL.iter().map(|t| m.rows_written(*t)).sum(),
             rows_spooled: m.spooled_rows(),
-            rows_dropped: [
-                DropReason::SpoolCap,
-                DropReason::SpoolWrite,
-                DropReason::Corrupt,
-                DropReason::WrongType,
-            ]
-            .iter()
-            .map(|r| m.dropped_rows(*r))
-            .sum(),
+            rows_dropped: DropReason::ALL.iter().map(|r| m.dropped_rows(*r)).sum(),
             spool_bytes: m.spool_bytes(),
         })
     }
+}
+
+/// The spool of `spool.dir` and, when there is a ClickHouse to refuse data, the reject
+/// spool under `rejected/` (both locked, opened off the runtime).
+async fn open_spools(
+    spool: &SpoolConfig,
+    with_rejects: bool,
+    metrics: &Arc<SinkMetrics>,
+) -> Result<(spool::Spool, Option<spool::Spool>), SinkError> {
+    let (m, spool) = (metrics.clone(), spool.clone());
+    tokio::task::spawn_blocking(move || {
+        let main = spool::Spool::open(&spool, m.clone())?;
+        let rejects = with_rejects
+            .then(|| {
+                let rc = SpoolConfig {
+                    dir: spool.dir.join("rejected"),
+                    ..spool.clone()
+                };
+                spool::Spool::open_rejects(&rc, m)
+            })
+            .transpose()?;
+        Ok::<_, SinkError>((main, rejects))
+    })
+    .await
+    .map_err(|e| SinkError::Task(e.to_string()))?
 }
 
 fn pipeline_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -324,29 +350,18 @@ pub async fn replay_spool(
 ) -> Result<ReplayReport, SinkError> {
     check_config(ch)?;
     let metrics = Arc::new(SinkMetrics::default());
-    let cfg = spool.clone();
-    let m = metrics.clone();
-    let sp = tokio::task::spawn_blocking(move || spool::Spool::open(&cfg, m))
-        .await
-        .map_err(|e| SinkError::Task(e.to_string()))??;
-    let rc = SpoolConfig {
-        dir: spool.dir.join("rejected"),
-        ..spool.clone()
-    };
-    let rm = Arc::new(SinkMetrics::default());
-    let rejects = tokio::task::spawn_blocking(move || spool::Spool::open(&rc, rm))
-        .await
-        .map_err(|e| SinkError::Task(e.to_string()))??;
+    let (sp, rejects) = open_spools(spool, true, &metrics).await?;
     let shared = Arc::new(Shared {
         writer: Some(writer::Writer::new(ch)),
         spool: Mutex::new(sp),
-        rejects: Some(Mutex::new(rejects)),
+        rejects: rejects.map(Mutex::new),
         metrics: metrics.clone(),
         health: Mutex::new(Health::Writing),
         ch_ok: AtomicBool::new(true),
         inflight: Semaphore::new(1),
         spool_notify: Notify::new(),
         shutting_down: AtomicBool::new(false),
+        give_up: watch::channel(false).0,
     });
     let (_stx, mut srx) = watch::channel(false);
     let mut segments = 0;

@@ -61,14 +61,18 @@ pub enum DropReason {
     Corrupt,
     /// A row's value does not fit the table it was sent to (caller bug).
     WrongType,
+    /// The reject spool (`rejected/`, batches ClickHouse refused as bad data) exceeded
+    /// `spool_max_bytes`: its oldest segment was deleted.
+    RejectSpoolCap,
 }
 
 impl DropReason {
-    const ALL: [DropReason; 4] = [
+    pub(crate) const ALL: [DropReason; 5] = [
         DropReason::SpoolCap,
         DropReason::SpoolWrite,
         DropReason::Corrupt,
         DropReason::WrongType,
+        DropReason::RejectSpoolCap,
     ];
 
     /// Label value.
@@ -78,6 +82,7 @@ impl DropReason {
             DropReason::SpoolWrite => "spool_write",
             DropReason::Corrupt => "corrupt",
             DropReason::WrongType => "wrong_type",
+            DropReason::RejectSpoolCap => "reject_spool_cap",
         }
     }
 }
@@ -139,7 +144,8 @@ pub struct SinkMetrics {
     replayed_rows: AtomicU64,
     rejected_rows: AtomicU64,
     corrupt_records: AtomicU64,
-    dropped_rows: [AtomicU64; 4],
+    dropped_rows: [AtomicU64; 5],
+    reject_spool_bytes: AtomicU64,
 }
 
 impl SinkMetrics {
@@ -180,6 +186,9 @@ impl SinkMetrics {
     pub(crate) fn set_spool(&self, bytes: u64, files: u64) {
         self.spool_bytes.store(bytes, Relaxed);
         self.spool_files.store(files, Relaxed);
+    }
+    pub(crate) fn set_reject_spool(&self, bytes: u64) {
+        self.reject_spool_bytes.store(bytes, Relaxed);
     }
     pub(crate) fn replayed(&self, rows: u64) {
         self.replayed_rows.fetch_add(rows, Relaxed);
@@ -345,6 +354,12 @@ impl SinkMetrics {
             "Rows refused by ClickHouse as bad data, kept in the reject file.",
             "counter",
             vec![(String::new(), self.rejected_rows.load(Relaxed))],
+        );
+        counter(
+            "reject_spool_bytes",
+            "Current size of the reject spool (rejected/: batches refused as bad data, kept for inspection; capped at spool_max_bytes of its own).",
+            "gauge",
+            vec![(String::new(), self.reject_spool_bytes.load(Relaxed))],
         );
         counter(
             "spool_corrupt_records_total",

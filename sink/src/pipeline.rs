@@ -44,6 +44,9 @@ pub(crate) struct Shared {
     pub inflight: Semaphore,
     pub spool_notify: Notify,
     pub shutting_down: AtomicBool,
+    /// Set by [`crate::Sink::shutdown`] once its grace is over: INSERTs still waiting
+    /// for ClickHouse stop waiting (their batches are spooled or stay spooled).
+    pub give_up: watch::Sender<bool>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -162,8 +165,24 @@ async fn insert_once(shared: &Shared, w: &Writer, batch: &Batch) -> Result<(), I
     res
 }
 
+/// [`insert_once`], unless the shutdown grace ends first (`None`: the attempt was
+/// abandoned, ClickHouse may or may not have stored the batch).
+async fn insert_before_giving_up(
+    shared: &Shared,
+    w: &Writer,
+    batch: &Batch,
+) -> Option<Result<(), InsertError>> {
+    let mut give_up = shared.give_up.subscribe();
+    tokio::select! {
+        biased;
+        _ = give_up.wait_for(|g| *g) => None,
+        r = insert_once(shared, w, batch) => Some(r),
+    }
+}
+
 /// Direct INSERT of a new batch with up to `max_attempts` attempts; spools it if every
-/// attempt fails (or one fails while the sink is unhealthy or shutting down).
+/// attempt fails (or one fails while the sink is unhealthy or shutting down, or the
+/// shutdown grace ends before ClickHouse answers).
 async fn insert_task(shared: Arc<Shared>, batch: Batch) {
     let Some(w) = shared.writer.as_ref() else {
         spool_batch(&shared, batch, "no clickhouse").await;
@@ -172,7 +191,11 @@ async fn insert_task(shared: Arc<Shared>, batch: Batch) {
     let cfg = w.config();
     let mut attempt = 1;
     loop {
-        match insert_once(&shared, w, &batch).await {
+        let Some(res) = insert_before_giving_up(&shared, w, &batch).await else {
+            spool_batch(&shared, batch, "unconfirmed at shutdown").await;
+            return;
+        };
+        match res {
             Ok(()) => return,
             Err(e) => {
                 if !e.class.is_retryable() {
@@ -386,7 +409,11 @@ pub(crate) async fn replay_segment(
             if *shutdown.borrow() {
                 return Ok(Replayed::Stopped(None));
             }
-            match insert_once(shared, w, &batch).await {
+            // Abandoned at the end of the shutdown grace: the record stays spooled.
+            let Some(res) = insert_before_giving_up(shared, w, &batch).await else {
+                return Ok(Replayed::Stopped(None));
+            };
+            match res {
                 Ok(()) => {
                     shared.metrics.replayed(u64::from(batch.rows));
                     spool::ack(seg, rec.offset)?;

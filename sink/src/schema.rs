@@ -317,42 +317,48 @@ pub async fn apply(cfg: &ClickHouseConfig) -> Result<Vec<Applied>, SchemaError> 
     }
     let mut out = Vec::new();
     for url in &eps {
-        let version = server_version(cfg, url).await?;
-        let client = query_client(cfg, url);
-        let existing: Vec<String> = client
-            .query("SELECT name FROM system.tables WHERE database = ?")
-            .bind(cfg.database.as_str())
-            .fetch_all()
-            .await
-            .map_err(qerr(url, "reading system.tables"))?;
-        let mut created = Vec::new();
-        for (i, stmt) in ddl(cfg, version).into_iter().enumerate() {
-            client
-                .query(&stmt)
-                .execute()
-                .await
-                .map_err(qerr(url, stmt.lines().next().unwrap_or("DDL").to_string()))?;
-            if i > 0 {
-                let t = Table::ALL[i - 1].name();
-                if !existing.iter().any(|e| e == t) {
-                    created.push(format!("{}.{t}", cfg.database));
-                }
-            }
-        }
-        let problems = problems_at(cfg, url).await?;
-        if !problems.is_empty() {
-            return Err(SchemaError::Incompatible {
-                url: redact_url(url),
-                problems,
-            });
-        }
-        out.push(Applied {
-            url: redact_url(url),
-            version,
-            created,
-        });
+        out.push(apply_at(cfg, url).await?);
     }
     Ok(out)
+}
+
+/// [`apply`] on one endpoint: also what the sink runs when an INSERT finds the
+/// database or a table missing (a server that was down at start, or wiped since).
+pub async fn apply_at(cfg: &ClickHouseConfig, url: &str) -> Result<Applied, SchemaError> {
+    let version = server_version(cfg, url).await?;
+    let client = query_client(cfg, url);
+    let existing: Vec<String> = client
+        .query("SELECT name FROM system.tables WHERE database = ?")
+        .bind(cfg.database.as_str())
+        .fetch_all()
+        .await
+        .map_err(qerr(url, "reading system.tables"))?;
+    let mut created = Vec::new();
+    for (i, stmt) in ddl(cfg, version).into_iter().enumerate() {
+        client
+            .query(&stmt)
+            .execute()
+            .await
+            .map_err(qerr(url, stmt.lines().next().unwrap_or("DDL").to_string()))?;
+        if i > 0 {
+            let t = Table::ALL[i - 1].name();
+            if !existing.iter().any(|e| e == t) {
+                created.push(format!("{}.{t}", cfg.database));
+            }
+        }
+    }
+    let problems = problems_at(cfg, url).await?;
+    if !problems.is_empty() {
+        return Err(SchemaError::Incompatible {
+            url: redact_url(url),
+            problems,
+        });
+    }
+    Ok(Applied {
+        url: redact_url(url),
+        version,
+        created,
+    })
 }
 
 #[cfg(test)]

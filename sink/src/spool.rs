@@ -89,6 +89,15 @@ pub struct Spool {
     last_sync: Instant,
     dirty: bool,
     metrics: Arc<SinkMetrics>,
+    kind: Kind,
+}
+
+/// Which spool: their metrics differ (rejected batches were counted as rejected, not
+/// spooled, and are never replayed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Data,
+    Rejects,
 }
 
 /// Segment files of `dir`, oldest first (for read-only tools such as `spool dump`).
@@ -176,6 +185,20 @@ impl Spool {
     /// Opens (creating if needed) the spool directory and locks it. Existing segments
     /// are kept for replay.
     pub fn open(cfg: &SpoolConfig, metrics: Arc<SinkMetrics>) -> Result<Spool, SpoolError> {
+        Spool::open_kind(cfg, metrics, Kind::Data)
+    }
+
+    /// Opens the reject spool (`rejected/`): batches ClickHouse refused as bad data,
+    /// kept for inspection; its size and cap drops have metrics of their own.
+    pub fn open_rejects(cfg: &SpoolConfig, metrics: Arc<SinkMetrics>) -> Result<Spool, SpoolError> {
+        Spool::open_kind(cfg, metrics, Kind::Rejects)
+    }
+
+    fn open_kind(
+        cfg: &SpoolConfig,
+        metrics: Arc<SinkMetrics>,
+        kind: Kind,
+    ) -> Result<Spool, SpoolError> {
         fs::create_dir_all(&cfg.dir).map_err(ioe(&cfg.dir, "creating directory"))?;
         let lock_path = cfg.dir.join("spool.lock");
         let lock = OpenOptions::new()
@@ -214,6 +237,7 @@ impl Spool {
             last_sync: Instant::now(),
             dirty: false,
             metrics,
+            kind,
         };
         s.publish();
         if !s.sealed.is_empty() {
@@ -240,7 +264,10 @@ impl Spool {
 
     fn publish(&self) {
         let files = self.sealed.len() + usize::from(self.active.is_some());
-        self.metrics.set_spool(self.total_bytes(), files as u64);
+        match self.kind {
+            Kind::Data => self.metrics.set_spool(self.total_bytes(), files as u64),
+            Kind::Rejects => self.metrics.set_reject_spool(self.total_bytes()),
+        }
     }
 
     /// Appends `batch` as one record (one `write`). Rotates and enforces the size cap.
@@ -260,8 +287,10 @@ impl Spool {
         a.seg.bytes += rec.len() as u64;
         a.seg.rows = Some(a.seg.rows.unwrap_or(0) + u64::from(batch.rows));
         self.dirty = true;
-        self.metrics
-            .spooled(u64::from(batch.rows), rec.len() as u64);
+        if self.kind == Kind::Data {
+            self.metrics
+                .spooled(u64::from(batch.rows), rec.len() as u64);
+        }
         if a.seg.bytes >= self.segment_target {
             self.seal_active();
         }
@@ -373,7 +402,11 @@ impl Spool {
                 max_bytes = self.cfg.max_bytes,
                 "spool: over spool_max_bytes, dropped the oldest segment"
             );
-            self.metrics.dropped(DropReason::SpoolCap, rows);
+            let reason = match self.kind {
+                Kind::Data => DropReason::SpoolCap,
+                Kind::Rejects => DropReason::RejectSpoolCap,
+            };
+            self.metrics.dropped(reason, rows);
         }
     }
 
@@ -617,5 +650,26 @@ mod tests {
             12
         );
         assert!(dropped > 0);
+    }
+
+    #[test]
+    fn the_reject_spool_has_metrics_of_its_own() {
+        // Rejected batches were counted as rejected already: filling the reject spool
+        // must not count them as spooled, nor show in the spool gauge, and its cap
+        // drops must be visible under their own reason.
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let mut s = Spool::open_rejects(&cfg(tmp.path(), 200 << 10), m.clone()).unwrap();
+        for i in 1..=12 {
+            s.append(&batch(i, 40 << 10)).unwrap();
+        }
+        assert!(m.dropped_rows(DropReason::RejectSpoolCap) > 0);
+        assert_eq!(m.dropped_rows(DropReason::SpoolCap), 0);
+        assert_eq!((m.spooled_rows(), m.spool_bytes()), (0, 0));
+        let mut text = String::new();
+        m.render_prometheus(&mut text);
+        let gauge = format!("netpoller_sink_reject_spool_bytes {}", s.total_bytes());
+        assert!(s.total_bytes() > 0 && text.contains(&gauge), "{text}");
+        assert!(text.contains("netpoller_sink_dropped_rows_total{reason=\"reject_spool_cap\"}"));
     }
 }

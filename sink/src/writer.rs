@@ -74,21 +74,41 @@ pub struct InsertError {
 /// Sends batches to ClickHouse.
 pub struct Writer {
     cfg: ClickHouseConfig,
-    clients: Vec<(String, clickhouse::Client)>,
+    endpoints: Vec<Endpoint>,
     next: AtomicUsize,
 }
+
+struct Endpoint {
+    /// As configured (credentials included): for schema repair.
+    url: String,
+    /// Redacted, for errors and logs.
+    shown: String,
+    client: clickhouse::Client,
+    /// One schema repair at a time per endpoint: concurrent INSERTs that all find the
+    /// table missing wait for the first one's DDL instead of repeating it.
+    repair: tokio::sync::Mutex<()>,
+}
+
+/// ClickHouse's `UNKNOWN_TABLE` and `UNKNOWN_DATABASE`: the schema is missing on that
+/// server (it was unreachable when the daemon started, or was replaced or wiped since).
+const MISSING_SCHEMA_CODES: &[u32] = &[60, 81];
 
 impl Writer {
     /// A writer for every endpoint of `cfg` (which must have at least one).
     pub fn new(cfg: &ClickHouseConfig) -> Writer {
-        let clients = cfg
+        let endpoints = cfg
             .endpoints()
             .into_iter()
-            .map(|u| (redact_url(&u), insert_client(cfg, &u)))
+            .map(|u| Endpoint {
+                shown: redact_url(&u),
+                client: insert_client(cfg, &u),
+                url: u,
+                repair: tokio::sync::Mutex::new(()),
+            })
             .collect();
         Writer {
             cfg: cfg.clone(),
-            clients,
+            endpoints,
             next: AtomicUsize::new(0),
         }
     }
@@ -100,9 +120,23 @@ impl Writer {
 
     /// One attempt to insert `batch` on the next endpoint (round-robin). Success means
     /// ClickHouse answered 200 to the INSERT: the rows are stored.
+    ///
+    /// When that server has no such database or table, the missing schema is created
+    /// there ([`crate::schema::apply_at`], `IF NOT EXISTS`, existing tables untouched) and the
+    /// INSERT sent once more: a server that was down when the daemon started, or came
+    /// back empty, would otherwise refuse every batch until the spool overflowed.
     pub async fn insert(&self, batch: &Batch) -> Result<(), InsertError> {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len();
-        let (url, client) = &self.clients[i];
+        let ep = &self.endpoints[self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len()];
+        match self.insert_at(ep, batch).await {
+            Err(e) if e.schema_missing() => {
+                self.repair_schema(ep, &e).await?;
+                self.insert_at(ep, batch).await
+            }
+            r => r,
+        }
+    }
+
+    async fn insert_at(&self, ep: &Endpoint, batch: &Batch) -> Result<(), InsertError> {
         let sql = format!(
             "INSERT INTO {}.{} ({COLUMNS}) FORMAT RowBinary",
             self.cfg.database,
@@ -110,7 +144,8 @@ impl Writer {
         );
         let timeout = self.cfg.request_timeout;
         let attempt = async {
-            let mut ins = client
+            let mut ins = ep
+                .client
                 .insert_formatted_with(sql)
                 .with_timeouts(Some(timeout), Some(timeout));
             let mut off = 0;
@@ -128,19 +163,41 @@ impl Writer {
             Err(_) => Err(clickhouse::error::Error::TimedOut),
         };
         res.map_err(|e| InsertError {
-            url: url.clone(),
+            url: ep.shown.clone(),
             table: batch.table.name(),
             class: classify(&e),
             message: e.to_string(),
         })
     }
 
+    /// Creates what `missing` says is missing on `ep`; an error says why it could not
+    /// (retryable: the batch is kept and retried like any other server error).
+    async fn repair_schema(&self, ep: &Endpoint, missing: &InsertError) -> Result<(), InsertError> {
+        let _one = ep.repair.lock().await;
+        match crate::schema::apply_at(&self.cfg, &ep.url).await {
+            Ok(applied) => {
+                tracing::warn!(
+                    url = %ep.shown,
+                    created = ?applied.created,
+                    error = %missing.message,
+                    "sink: ClickHouse lacked the schema; created what was missing"
+                );
+                Ok(())
+            }
+            Err(e) => Err(InsertError {
+                url: ep.shown.clone(),
+                table: missing.table,
+                class: ErrorClass::Server,
+                message: format!("{}; creating the schema failed: {e}", missing.message),
+            }),
+        }
+    }
+
     /// `SELECT 1` on the next endpoint: used to probe an unreachable server when no
     /// spooled batch is available to probe with.
     pub async fn ping(&self) -> bool {
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.clients.len();
-        let url = &self.cfg.endpoints()[i];
-        let c = query_client(&self.cfg, url);
+        let ep = &self.endpoints[self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len()];
+        let c = query_client(&self.cfg, &ep.url);
         matches!(
             tokio::time::timeout(
                 self.cfg.request_timeout,
@@ -149,6 +206,14 @@ impl Writer {
             .await,
             Ok(Ok(1))
         )
+    }
+}
+
+impl InsertError {
+    /// The server has no such database or table.
+    fn schema_missing(&self) -> bool {
+        self.class == ErrorClass::Server
+            && exception_code(&self.message).is_some_and(|c| MISSING_SCHEMA_CODES.contains(&c))
     }
 }
 
@@ -278,6 +343,25 @@ mod tests {
         );
         assert!(!ErrorClass::Data.is_retryable());
         assert!(ErrorClass::Server.is_retryable());
+    }
+
+    #[test]
+    fn missing_database_or_table_is_recognised_from_old_and_new_servers() {
+        let e = |class, message: &str| InsertError {
+            url: "http://127.0.0.1:8123".into(),
+            table: "history_uint",
+            class,
+            message: message.into(),
+        };
+        let old_table = "bad response: Code: 60, e.displayText() = DB::Exception: Table glaber.history_uint doesn't exist., e.what() = DB::Exception";
+        let old_db = "bad response: Code: 81, e.displayText() = DB::Exception: Database glaber doesn't exist, e.what() = DB::Exception";
+        let new_db = "bad response: Code: 81. DB::Exception: Database glaber does not exist. (UNKNOWN_DATABASE) (version 25.8.1.1)";
+        for m in [old_table, old_db, new_db] {
+            assert!(e(ErrorClass::Server, m).schema_missing(), "{m}");
+        }
+        assert!(!e(ErrorClass::Server, "Code: 252. Too many parts").schema_missing());
+        assert!(!e(ErrorClass::Server, "503 Service Unavailable").schema_missing());
+        assert!(!e(ErrorClass::Network, "connection refused").schema_missing());
     }
 
     #[test]

@@ -30,6 +30,47 @@ fn written(m: &SinkMetrics) -> u64 {
     Table::ALL.iter().map(|t| m.rows_written(*t)).sum()
 }
 
+/// Small batches and quick retries, so that an outage shows within a second.
+fn quick_retries(url: &str, database: &str) -> ClickHouseConfig {
+    ClickHouseConfig {
+        url: Some(url.to_string()),
+        database: database.into(),
+        batch_rows: 1000,
+        flush_interval: Duration::from_millis(200),
+        max_attempts: 2,
+        retry_backoff: Duration::from_millis(50),
+        retry_backoff_max: Duration::from_millis(400),
+        request_timeout: Duration::from_secs(5),
+        ..ClickHouseConfig::default()
+    }
+}
+
+/// A sink on `cfg` with a spool in a fresh temp dir (kept alive by the returned guard).
+async fn start_sink(
+    cfg: ClickHouseConfig,
+) -> (Sink, sink::SinkHandle, Arc<SinkMetrics>, tempfile::TempDir) {
+    let spool = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(spool.path()), metrics.clone())
+        .await
+        .unwrap();
+    (sink, h, metrics, spool)
+}
+
+/// Waits (at most 60 s) until `total` rows are confirmed and the spool is empty.
+fn assert_all_written(m: &SinkMetrics, total: u64, sink: &Sink) {
+    let ok = wait_until(Duration::from_secs(60), || {
+        written(m) >= total && m.spool_bytes() == 0
+    });
+    assert!(
+        ok,
+        "written {} of {total}, spool {} bytes, health {:?}",
+        written(m),
+        m.spool_bytes(),
+        sink.health()
+    );
+}
+
 /// Sends rows `from..` at ~`rate`/s for `secs`; returns the next index.
 async fn send_for(h: &sink::SinkHandle, from: u64, rate: u64, secs: f64) -> u64 {
     let t0 = Instant::now();
@@ -51,23 +92,11 @@ async fn outage_loses_nothing_and_duplicates_nothing() {
     server.start();
     let url = server.url();
     let cfg = ClickHouseConfig {
-        url: Some(url.clone()),
-        database: "glaber".into(),
-        batch_rows: 1000,
-        flush_interval: Duration::from_millis(200),
         compression: Compression::Lz4,
-        max_attempts: 2,
-        retry_backoff: Duration::from_millis(50),
-        retry_backoff_max: Duration::from_millis(400),
-        request_timeout: Duration::from_secs(5),
-        ..ClickHouseConfig::default()
+        ..quick_retries(&url, "glaber")
     };
     schema::apply(&cfg).await.unwrap();
-    let spool = tempfile::tempdir().unwrap();
-    let metrics = Arc::new(SinkMetrics::default());
-    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(spool.path()), metrics.clone())
-        .await
-        .unwrap();
+    let (sink, h, metrics, _spool) = start_sink(cfg).await;
 
     // Phase A: healthy. Wait until everything is confirmed, so the kill below cannot
     // hit an INSERT in flight (the only documented source of duplicates).
@@ -93,15 +122,7 @@ async fn outage_loses_nothing_and_duplicates_nothing() {
     server.start();
     next = send_for(&h, next, 2000, 1.0).await;
     let total = next;
-    let ok = wait_until(Duration::from_secs(60), || {
-        written(&metrics) >= total && metrics.spool_bytes() == 0
-    });
-    assert!(
-        ok,
-        "written {} of {total}, spool {} bytes",
-        written(&metrics),
-        metrics.spool_bytes()
-    );
+    assert_all_written(&metrics, total, &sink);
     assert_eq!(sink.health(), Health::Writing);
     drop(h);
     let report = sink.shutdown().await.unwrap();
@@ -114,6 +135,106 @@ async fn outage_loses_nothing_and_duplicates_nothing() {
         format!("{total}\t{total}\t0\t{}\t0", total - 1),
         "count, distinct, min, max, bad values"
     );
+}
+
+/// A server that is down when the sink starts and comes up empty (a first deployment,
+/// or a node rebuilt from scratch): nothing created the schema at start, so every
+/// INSERT finds the database missing. The writer creates it, and every row lands once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_down_at_start_and_empty_gets_the_schema_and_every_row() {
+    common::init_logs();
+    let mut server = PrivateServer::new();
+    let url = server.url();
+    let cfg = quick_retries(&url, "glaber_late");
+    let (sink, h, metrics, _spool) = start_sink(cfg).await;
+    let mut next = send_for(&h, 0, 2000, 1.0).await;
+    assert!(
+        metrics.spooled_rows() > 0,
+        "the server is down: rows are spooled"
+    );
+
+    server.start();
+    next = send_for(&h, next, 2000, 1.0).await;
+    let total = next;
+    assert_all_written(&metrics, total, &sink);
+    drop(h);
+    let report = sink.shutdown().await.unwrap();
+    assert_eq!(report.rows_dropped, 0);
+    assert_eq!(metrics.rejected_rows(), 0);
+    let got = q(&url, "SELECT count(), uniqExact(itemid, clock, ns), countIf(value != itemid) FROM glaber_late.history_uint FORMAT TSV");
+    assert_eq!(
+        got.trim(),
+        format!("{total}\t{total}\t0"),
+        "count, distinct, bad values"
+    );
+    // The whole schema, not only the table that was written.
+    let tables = q(
+        &url,
+        "SELECT name FROM system.tables WHERE database = 'glaber_late' ORDER BY name FORMAT TSV",
+    );
+    assert_eq!(
+        tables.split_whitespace().collect::<Vec<_>>(),
+        ["history_dbl", "history_log", "history_str", "history_uint"]
+    );
+}
+
+/// A ClickHouse that accepts connections and never answers (a hung server, a stalled
+/// load balancer): with a 120 s `request_timeout`, stopping would wait for the INSERTs
+/// in flight until systemd's SIGKILL lost them. The sink waits `SHUTDOWN_GRACE`, then
+/// spools what is unconfirmed, and every row is in the spool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_cannot_hold_the_shutdown_past_the_grace() {
+    common::init_logs();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    // Accept and hold every connection, reading nothing back.
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h2 = held.clone();
+    std::thread::spawn(move || {
+        for c in listener.incoming().flatten() {
+            h2.lock().unwrap().push(c);
+        }
+    });
+    let cfg = ClickHouseConfig {
+        url: Some(url),
+        batch_rows: 500,
+        flush_interval: Duration::from_millis(100),
+        request_timeout: Duration::from_secs(120),
+        ..ClickHouseConfig::default()
+    };
+    let (sink, h, metrics, spool) = start_sink(cfg).await;
+    let total = send_for(&h, 0, 4000, 0.5).await;
+    assert!(
+        wait_until(Duration::from_secs(10), || !held.lock().unwrap().is_empty()),
+        "no INSERT reached the server"
+    );
+    drop(h);
+    let t0 = Instant::now();
+    let report = tokio::time::timeout(Duration::from_secs(60), sink.shutdown())
+        .await
+        .expect("shutdown waited for the hung server")
+        .unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took >= sink::SHUTDOWN_GRACE && took < sink::SHUTDOWN_GRACE + Duration::from_secs(10),
+        "shutdown took {took:?}"
+    );
+    assert_eq!(written(&metrics), 0);
+    assert_eq!(report.rows_dropped, 0);
+    assert_eq!(
+        report.rows_spooled, total,
+        "every row unconfirmed is spooled"
+    );
+    let segs = sink::spool::list_segments(spool.path()).unwrap();
+    let mut spooled = 0;
+    for seg in &segs {
+        let bytes = sink::spool::read_segment(seg).unwrap();
+        spooled += sink::spool::scan_logged(seg, &bytes, &SinkMetrics::default())
+            .iter()
+            .map(|r| u64::from(r.rows))
+            .sum::<u64>();
+    }
+    assert_eq!(spooled, total, "rows on disk");
 }
 
 fn sink_load() -> Command {
