@@ -116,22 +116,31 @@ fn run_polls_reloads_and_flushes_on_sigterm() {
     );
     std::thread::sleep(Duration::from_secs(5));
 
-    // SIGHUP with a valid config that adds a host.
-    std::fs::write(
-        &cfg_path,
-        config(
-            &db,
-            &dir.join("spool"),
-            &["127.0.70.1", "127.0.70.2", "127.0.70.3"],
-            "",
-        ),
+    // SIGHUP with a valid config that adds a host, and changes two settings that only
+    // apply at start: the hosts are reloaded, and the log says what was not.
+    let changed = config(
+        &db,
+        &dir.join("spool"),
+        &["127.0.70.1", "127.0.70.2", "127.0.70.3"],
+        "",
     )
-    .unwrap();
+    .replace("flush_interval = \"500ms\"", "flush_interval = \"700ms\"")
+    .replace("[icmp]\n", "[icmp]\nmax_pps = 5000\n");
+    std::fs::write(&cfg_path, changed).unwrap();
     d.signal(libc::SIGHUP);
     assert!(
         d.wait_log("configuration reloaded", Duration::from_secs(10)),
         "{}",
         d.log_text()
+    );
+    let log = d.log_text();
+    let warned = log
+        .lines()
+        .find(|l| l.contains("apply only at start"))
+        .unwrap_or_else(|| panic!("no warning about restart-only settings:\n{log}"));
+    assert!(
+        warned.contains("[clickhouse], icmp.max_pps") && !warned.contains("daemon."),
+        "{warned}"
     );
     std::thread::sleep(Duration::from_secs(5));
 
@@ -250,4 +259,58 @@ fn process_shards_poll_every_host_exactly_once() {
         62,
         "a /26 has 62 host addresses"
     );
+}
+
+#[test]
+fn hosts_the_driver_cannot_probe_get_unsupported_items_not_zeros() {
+    // One sweep can hold at most 65,536 probes to one address (their sequence numbers
+    // would repeat): seven 10,000-packet tasks to 127.0.71.200 cannot be probed at all,
+    // while the host beside it is. Its items are "not supported" with the reason, as
+    // Zabbix reports an item it cannot check, never icmpping 0 with 0% loss.
+    let dir = scratch("daemon-unprobed");
+    let cfg_path = dir.join("c.toml");
+    let mut items: Vec<String> = (24..31)
+        .map(|size| format!("{{ key = \"icmpping[,10000,,{size},100]\", interval = \"1h\" }}"))
+        .collect();
+    items.push("{ key = \"icmppingloss[,10000,,24,100]\", interval = \"1h\" }".into());
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[daemon]\nspool_dir = \"{}\"\n[icmp]\ntimeout = \"300ms\"\n[[templates]]\nname = \"many\"\nitems = [ {} ]\n[[templates]]\nname = \"one\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n[[hosts]]\nname = \"flooded\"\nip = \"127.0.71.200\"\ntemplates = [\"many\"]\n[[hosts]]\nname = \"normal\"\nip = \"127.0.71.201\"\ntemplates = [\"one\"]\n",
+            dir.join("spool").display(),
+            items.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = netpoller()
+        .args(["poll-once", "--json", "--quiet", "-c"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let flooded: Vec<_> = lines.iter().filter(|v| v["host"] == "flooded").collect();
+    assert_eq!(flooded.len(), 8, "{lines:#?}");
+    for v in flooded {
+        assert!(
+            v.get("value").is_none(),
+            "a value for a host never probed: {v}"
+        );
+        let e = v["error"].as_str().unwrap();
+        assert!(
+            e.contains("not probed") && e.contains("127.0.71.200"),
+            "{e}"
+        );
+    }
+    let normal: Vec<_> = lines.iter().filter(|v| v["host"] == "normal").collect();
+    assert_eq!(normal.len(), 1);
+    assert_eq!(normal[0]["value"], 1, "{}", normal[0]);
 }

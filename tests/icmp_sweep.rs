@@ -14,6 +14,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::NftTable;
 use poller::icmp_driver::{IcmpDriver, IcmpOpenError, IcmpOptions, PingJob, PingStats, SocketKind};
 
 fn run(cmd: &str, args: &[&str]) {
@@ -26,48 +29,6 @@ fn run(cmd: &str, args: &[&str]) {
         "{cmd} {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// An nft table of our own (one per call: `cargo test` runs tests as threads of one
-/// process); deleted on drop, also when the test fails.
-struct NftTable(String);
-
-impl NftTable {
-    fn create(ruleset: &str) -> Self {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let name = format!(
-            "netpoller_test_{}_{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        );
-        let script = format!("table inet {name} {{\n{ruleset}\n}}\n");
-        let guard = NftTable(name);
-        let mut child = Command::new("nft")
-            .args(["-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .expect("nft");
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(script.as_bytes())
-            .unwrap();
-        assert!(
-            child.wait().unwrap().success(),
-            "nft -f failed for:\n{script}"
-        );
-        guard
-    }
-}
-
-impl Drop for NftTable {
-    fn drop(&mut self) {
-        let _ = Command::new("nft")
-            .args(["delete", "table", "inet", &self.0])
-            .status();
-    }
 }
 
 /// A network namespace of our own with `lo` up; deleted on drop.
@@ -129,6 +90,36 @@ fn job(addr: IpAddr, packets: u32, timeout_ms: u64) -> PingJob {
         size: 56,
         timeout: Duration::from_millis(timeout_ms),
     }
+}
+
+#[test]
+fn probes_the_kernel_refuses_count_as_lost_and_are_reported() {
+    // A local firewall rule on OUTPUT: the kernel refuses the probes to 127.77.97.1 with
+    // EPERM (a missing route gives ENETUNREACH the same way). As fping counts them: sent
+    // and lost; the report names the first refusal so the daemon can say so.
+    let _nft = NftTable::create(
+        "chain output {\n type filter hook output priority -10; policy accept;\n \
+         ip daddr 127.77.97.1 icmp type echo-request drop\n}",
+    );
+    let refused: IpAddr = "127.77.97.1".parse().unwrap();
+    let fine: IpAddr = "127.77.97.2".parse().unwrap();
+    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+    let mut stats = [PingStats::default(); 2];
+    let jobs = [job(refused, 3, 300), job(fine, 3, 300)];
+    let r = rt().block_on(d.sweep(&jobs, |i, st| stats[i] = *st));
+    assert_eq!((stats[0].sent, stats[0].received), (3, 0), "{:?}", stats[0]);
+    assert_eq!(stats[0].loss_pct(), 100.0);
+    assert_eq!((stats[1].sent, stats[1].received), (3, 3), "{:?}", stats[1]);
+    assert_eq!(r.counters.send_errors, 3);
+    let (target, error) = r.first_send_error.expect("the refusal is reported");
+    assert_eq!(target, refused);
+    assert!(error.contains("not permitted"), "{error}");
+    // The next sweep starts clean.
+    let again = rt().block_on(d.sweep(&jobs[1..], |_, _| {}));
+    assert_eq!(
+        (again.counters.send_errors, again.first_send_error),
+        (0, None)
+    );
 }
 
 #[test]

@@ -12,6 +12,23 @@ use std::time::{Duration, Instant};
 
 use common::{ch, free_port, http_get as get, netpoller, scratch, service_env, Daemon};
 
+/// Scrapes `/metrics` on 127.0.0.1:`port` until `done` holds (at most 20 s): whether it
+/// did, and the last scrape.
+fn scrape_until(
+    port: u16,
+    mut done: impl FnMut(&HashMap<String, f64>) -> bool,
+) -> (bool, HashMap<String, f64>) {
+    let mut m = HashMap::new();
+    let settled = wait_until(Duration::from_secs(20), || {
+        let Some((200, body)) = get(port, "/metrics") else {
+            return false;
+        };
+        m = parse_metrics(&body);
+        done(&m)
+    });
+    (settled, m)
+}
+
 /// Parse Prometheus text into `name{labels}` → value.
 fn parse_metrics(text: &str) -> HashMap<String, f64> {
     text.lines()
@@ -134,15 +151,10 @@ fn metrics_count_what_happened() {
     .unwrap();
     let d = Daemon::start(&cfg, &[], dir.join("run.log"));
     // 6 CPEs × 2 ICMP items, agent: 1 value + 1 unsupported, dead agent: 2 timeouts.
-    let mut m = HashMap::new();
-    let settled = wait_until(Duration::from_secs(20), || {
-        let Some((200, body)) = get(port, "/metrics") else {
-            return false;
-        };
-        m = parse_metrics(&body);
+    let (settled, m) = scrape_until(port, |m| {
         m.get("netpoller_items_polled_total{engine=\"snmp\"}") == Some(&4.0)
             && m.get("netpoller_items_polled_total{engine=\"icmp\"}") == Some(&12.0)
-            && sum_prefix(&m, "netpoller_sink_rows_written_total") == 13.0
+            && sum_prefix(m, "netpoller_sink_rows_written_total") == 13.0
     });
     assert!(settled, "counters did not settle: {m:#?}\n{}", d.log_text());
     assert_eq!(metric(&m, "netpoller_values_total{engine=\"icmp\"}"), 12.0);
@@ -506,12 +518,7 @@ snmp = {{ auth_passphrase = "not-the-auth-pass" }}
     )
     .unwrap();
     let d = Daemon::start(&cfg, &[], dir.join("run.log"));
-    let mut m = HashMap::new();
-    let settled = wait_until(Duration::from_secs(20), || {
-        let Some((200, body)) = get(port, "/metrics") else {
-            return false;
-        };
-        m = parse_metrics(&body);
+    let (settled, m) = scrape_until(port, |m| {
         m.get("netpoller_items_polled_total{engine=\"snmp\"}") == Some(&4.0)
     });
     assert!(settled, "counters did not settle: {m:#?}\n{}", d.log_text());
@@ -538,4 +545,85 @@ snmp = {{ auth_passphrase = "not-the-auth-pass" }}
         "{log}"
     );
     assert!(d.stop().success());
+}
+
+#[test]
+fn icmp_probes_the_kernel_refuses_are_counted_logged_and_lost() {
+    // A local firewall rule refuses every echo request to 127.0.75.1 (EPERM at send).
+    // Like fping, the probes count as lost (icmpping 0): the host is unreachable from
+    // here. Unlike a host that went down, the metric and the log say why.
+    let _nft = common::NftTable::create(
+        "chain output {\n type filter hook output priority -10; policy accept;\n \
+         ip daddr 127.0.75.1 icmp type echo-request drop\n}",
+    );
+    let dir = scratch("ops-icmp-send");
+    let port = free_port();
+    let cfg = dir.join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"[daemon]
+spool_dir = "{spool}"
+metrics_listen = "127.0.0.1:{port}"
+
+[icmp]
+timeout = "300ms"
+
+[[templates]]
+name = "icmp"
+items = [ {{ key = "icmpping", interval = "10s" }}, {{ key = "icmppingloss", interval = "10s" }} ]
+
+[[host_ranges]]
+cidr = "127.0.75.0/30"
+name = "cpe-{{ip}}"
+templates = ["icmp"]
+"#,
+            spool = dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    let (settled, m) = scrape_until(port, |m| {
+        m.get("netpoller_values_total{engine=\"icmp\"}") == Some(&4.0)
+    });
+    assert!(settled, "no values: {m:#?}\n{}", d.log_text());
+    assert_eq!(
+        metric(&m, "netpoller_icmp_send_errors_total"),
+        3.0,
+        "3 packets refused"
+    );
+    assert!(
+        d.wait_log("the kernel refused to send probes", Duration::from_secs(5)),
+        "{}",
+        d.log_text()
+    );
+    let log = d.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("the kernel refused to send probes"))
+        .unwrap();
+    assert!(
+        line.contains("127.0.75.1") && line.contains("not permitted"),
+        "{line}"
+    );
+    assert!(d.stop().success());
+    // The values as Zabbix's fping pinger reports them: down, 100% loss.
+    let dump = netpoller()
+        .args(["spool", "dump", "--dir"])
+        .arg(dir.join("spool"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&dump.stdout);
+    let value = |host: &str, key: &str| {
+        text.lines()
+            .find(|l| l.contains(host) && l.split('\t').any(|f| f == key))
+            .unwrap_or_else(|| panic!("no {host} {key} in:\n{text}"))
+            .rsplit('\t')
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(value("cpe-127.0.75.1", "icmpping"), "0");
+    assert_eq!(value("cpe-127.0.75.1", "icmppingloss"), "100");
+    assert_eq!(value("cpe-127.0.75.2", "icmpping"), "1");
 }

@@ -349,52 +349,14 @@ async fn snmpsim_recordings_equal_net_snmp() {
     assert!(exact > 1000, "compared {exact} values exactly");
 }
 
-/// nft table dropping UDP to a /24 on loopback: a true black hole (no ICMP back).
-struct BlackHole {
-    table: String,
-}
-
-impl BlackHole {
-    fn new(table: &str, net: &str) -> BlackHole {
-        let _ = Command::new("nft")
-            .args(["delete", "table", "ip", table])
-            .stderr(Stdio::null())
-            .status();
-        // Dropped on the input hook: the datagram leaves our socket (an output-hook drop
-        // would fail sendto with EPERM instead) and nothing ever comes back.
-        let script = format!(
-            "table ip {table} {{\n chain in {{\n  type filter hook input priority 0; policy accept;\n  ip daddr {net} udp dport 161 drop\n }}\n}}\n"
-        );
-        let st = Command::new("nft")
-            .args(["-f", "-"])
-            .stdin(Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write;
-                c.stdin.take().unwrap().write_all(script.as_bytes())?;
-                c.wait()
-            });
-        assert!(
-            matches!(st, Ok(s) if s.success()),
-            "nft failed (run as root with nftables installed)"
-        );
-        BlackHole {
-            table: table.to_string(),
-        }
-    }
-}
-
-impl Drop for BlackHole {
-    fn drop(&mut self) {
-        let _ = Command::new("nft")
-            .args(["delete", "table", "ip", &self.table])
-            .status();
-    }
-}
-
 #[tokio::test(flavor = "current_thread")]
 async fn silent_hosts_cost_one_timeout_and_are_reported_once() {
-    let _hole = BlackHole::new("netpoller_snmp_test_blackhole", "127.0.123.0/24");
+    // Dropped on the input hook: the datagram leaves our socket (an output-hook drop
+    // would fail sendto with EPERM instead) and nothing ever comes back.
+    let _hole = common::NftTable::create(
+        "chain in {\n type filter hook input priority 0; policy accept;\n \
+         ip daddr 127.0.123.0/24 udp dport 161 drop\n}",
+    );
     let agents = snmpd_agents();
     let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
     let timeout = Duration::from_millis(1000);

@@ -26,10 +26,10 @@ use tokio::time::Instant;
 use crate::engine::{clock_now, icmp_value, Emitter, PipelineCounters, Sample, Samples};
 use crate::icmp_driver::{IcmpDriver, PingJob};
 use crate::metrics::{Counter, Exposition, Gauge, Histogram};
-use crate::plan::{Engine, ItemKind, Plan};
+use crate::plan::{Engine, ItemKind, Plan, PlanItem};
 use crate::scheduler::{Due, Rescheduled, Scheduler};
 use crate::snmp_driver::{SnmpDriver, SnmpHostJob};
-use crate::value::{ErrorReason, ItemError};
+use crate::value::{ErrorReason, ItemError, Value};
 
 /// Maps the tokio clock (pausable in tests) to Unix milliseconds, the scheduler's time.
 #[derive(Debug, Clone, Copy)]
@@ -92,6 +92,10 @@ pub struct EngineMetrics {
     pub unmatched: Counter,
     /// Replies that could not be decoded.
     pub malformed: Counter,
+    /// ICMP only: probes the kernel refused to send (no route, a local firewall rule,
+    /// ...): counted as sent and lost, as fping counts them, and counted here so that a
+    /// local fault is not mistaken for hosts going down.
+    pub icmp_send_errors: Counter,
     /// SNMP only: SNMPv3 engine discoveries sent, and Reports to requests by kind
     /// ([`snmp::v3::ReportKind::index`]).
     pub snmpv3_discoveries: Counter,
@@ -115,6 +119,7 @@ impl Default for EngineMetrics {
             skipped_slots: Counter::default(),
             unmatched: Counter::default(),
             malformed: Counter::default(),
+            icmp_send_errors: Counter::default(),
             snmpv3_discoveries: Counter::default(),
             snmpv3_reports: Default::default(),
         }
@@ -331,6 +336,14 @@ impl Shared {
                 &l,
                 m.malformed.get(),
             );
+            if e == Engine::Icmp {
+                out.counter(
+                    "netpoller_icmp_send_errors_total",
+                    "Echo requests the kernel refused to send (no route, local firewall, ...); they count as lost.",
+                    &[],
+                    m.icmp_send_errors.get(),
+                );
+            }
             if e == Engine::Snmp {
                 out.counter(
                     "netpoller_snmpv3_discoveries_total",
@@ -483,23 +496,44 @@ pub async fn icmp_iteration(
         })
         .collect();
     metrics.in_flight.add(jobs.len() as i64);
+    let mut deliver_task = |idx: usize, result: &dyn Fn(&PlanItem) -> Result<Value, ItemError>| {
+        let stamp = clock_now();
+        let task = &plan.tasks[dues[idx].task as usize];
+        let host = &plan.hosts[task.host as usize];
+        for item in plan.task_items(task) {
+            let s = Sample::new(host, item, stamp, result(item));
+            deliver(metrics, &mut sum, emitter, s);
+        }
+    };
     let report = driver
         .sweep(&jobs, |idx, stats| {
-            let stamp = clock_now();
-            let task = &plan.tasks[dues[idx].task as usize];
-            let host = &plan.hosts[task.host as usize];
-            for item in plan.task_items(task) {
-                let s = Sample::new(host, item, stamp, Ok(icmp_value(item, stats)));
-                deliver(metrics, &mut sum, emitter, s);
+            // Nothing sent: a job the driver could not probe (reported below with why).
+            if stats.sent > 0 {
+                deliver_task(idx, &|item| Ok(icmp_value(item, stats)));
             }
         })
         .await;
+    // Never probed (no IPv6 socket, ...): not a host that failed to answer, so no 0 and
+    // no 0% loss, but Zabbix's "not supported" with the reason.
+    for (idx, why) in &report.rejected {
+        let err = ItemError::new(ErrorReason::Unsupported, format!("not probed: {why}"));
+        deliver_task(*idx, &|_| Err(err.clone()));
+    }
     metrics.in_flight.add(-(jobs.len() as i64));
     let c = report.counters;
     metrics
         .unmatched
         .add(c.foreign + c.spoofed + c.stale + c.duplicate + c.late);
     metrics.malformed.add(c.malformed);
+    metrics.icmp_send_errors.add(c.send_errors);
+    if let Some((target, error)) = &report.first_send_error {
+        tracing::warn!(
+            probes = c.send_errors,
+            first_target = %target,
+            error = %error,
+            "ICMP: the kernel refused to send probes; they count as lost (hosts read as down)"
+        );
+    }
     emitter.flush();
     sum
 }

@@ -215,6 +215,9 @@ pub struct SweepReport {
     /// Jobs that were not probed, with the reason (invalid parameters, no IPv6 socket);
     /// `on_host_done` still got them, with all-zero stats.
     pub rejected: Vec<(usize, String)>,
+    /// The first probe the kernel refused to send (`counters.send_errors` counts them
+    /// all): target and error. Such probes count as sent and lost, as fping counts them.
+    pub first_send_error: Option<(IpAddr, String)>,
 }
 
 /// Long-lived ICMP driver; reuse it across iterations (one per process is enough).
@@ -703,6 +706,7 @@ impl IcmpDriver {
             }
         }
         report.counters = sweep.counters();
+        report.first_send_error = batch.first_error.take();
         report.send_time = last_send - start;
         report.wall = start.elapsed();
         // Between sweeps, let nothing but the next sweep's replies queue up.
@@ -772,6 +776,7 @@ struct SendBatch {
     data: Vec<u8>,
     items: Vec<(usize, usize, SockAddr, icmp::ProbeToken)>,
     head: usize,
+    first_error: Option<(IpAddr, String)>,
 }
 
 impl SendBatch {
@@ -842,7 +847,11 @@ impl SendBatch {
                 io::ErrorKind::Interrupted => {}
                 _ => {
                     let (_, _, addr, token) = &self.items[self.head];
-                    tracing::debug!(target = ?addr.as_socket().map(|s| s.ip()), error = %e, "ICMP send failed");
+                    let target = addr.as_socket().map(|s| s.ip());
+                    tracing::debug!(target = ?target, error = %e, "ICMP send failed");
+                    if let (None, Some(ip)) = (&self.first_error, target) {
+                        self.first_error = Some((ip, e.to_string()));
+                    }
                     sweep.on_send_error(*token);
                     self.head += 1;
                 }

@@ -207,7 +207,7 @@ async fn daemon(
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 let wanted = |rate| icmp_thread_count(rate, icmp_sockets, cores);
-                reload(&args, &shared, icmp_threads, wanted)
+                reload(&args, &cfg, &shared, icmp_threads, wanted)
             }
         }
     }
@@ -250,9 +250,22 @@ fn icmp_thread_count(probe_rate: f64, sockets: usize, cores: usize) -> usize {
 
 /// Loads the config again and swaps the plan in; the ICMP thread count stays (threads
 /// are started once): `wanted(rate)` says how many the new rate would have started.
-fn reload(args: &Args, shared: &Shared, icmp_threads: usize, wanted: impl Fn(f64) -> usize) {
+fn reload(
+    args: &Args,
+    running: &Config,
+    shared: &Shared,
+    icmp_threads: usize,
+    wanted: impl Fn(f64) -> usize,
+) {
     match args.plan.load() {
-        Ok(Ok((_, plan))) => {
+        Ok(Ok((cfg, plan))) => {
+            let fixed = restart_only_changes(running, &cfg);
+            if !fixed.is_empty() {
+                tracing::warn!(
+                    keys = %fixed.join(", "),
+                    "SIGHUP: these settings changed but apply only at start; restart to use them (hosts and items are reloaded)"
+                );
+            }
             let (h, i) = (plan.hosts.len(), plan.items.len());
             let rate = plan.icmp_probe_rate();
             let wanted = wanted(rate);
@@ -276,6 +289,72 @@ fn reload(args: &Args, shared: &Shared, icmp_threads: usize, wanted: impl Fn(f64
             tracing::error!(error = %e, "SIGHUP: reload failed, the old configuration keeps running");
         }
     }
+}
+
+/// The keys whose value differs between `running` and `new` but that only take effect at
+/// start: the sockets, threads, scheduler shards, sink and HTTP endpoint are built once.
+/// (Hosts, items, `[icmp]`/`[snmp]` key defaults, `daemon.shard` and
+/// `daemon.icmp_phases` are reloaded.)
+fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
+    // Destructured so that a new `[daemon]` key cannot be left out of this list.
+    let crate::config::DaemonSection {
+        shards,
+        shard: _,
+        metrics_listen,
+        spool_dir,
+        spool_max_bytes,
+        spool_fsync_interval,
+        channel_capacity,
+        icmp_batch_hosts,
+        snmp_batch_requests,
+        batch_window,
+        icmp_phases: _,
+        icmp_concurrent_sweeps,
+        snmp_concurrent_iterations,
+        user,
+    } = &running.daemon;
+    let n = &new.daemon;
+    [
+        ("daemon.shards", *shards != n.shards),
+        ("daemon.metrics_listen", *metrics_listen != n.metrics_listen),
+        ("daemon.spool_dir", *spool_dir != n.spool_dir),
+        (
+            "daemon.spool_max_bytes",
+            *spool_max_bytes != n.spool_max_bytes,
+        ),
+        (
+            "daemon.spool_fsync_interval",
+            *spool_fsync_interval != n.spool_fsync_interval,
+        ),
+        (
+            "daemon.channel_capacity",
+            *channel_capacity != n.channel_capacity,
+        ),
+        (
+            "daemon.icmp_batch_hosts",
+            *icmp_batch_hosts != n.icmp_batch_hosts,
+        ),
+        (
+            "daemon.snmp_batch_requests",
+            *snmp_batch_requests != n.snmp_batch_requests,
+        ),
+        ("daemon.batch_window", *batch_window != n.batch_window),
+        (
+            "daemon.icmp_concurrent_sweeps",
+            *icmp_concurrent_sweeps != n.icmp_concurrent_sweeps,
+        ),
+        (
+            "daemon.snmp_concurrent_iterations",
+            *snmp_concurrent_iterations != n.snmp_concurrent_iterations,
+        ),
+        ("daemon.user", *user != n.user),
+        ("[clickhouse]", running.clickhouse != new.clickhouse),
+        ("icmp.max_pps", running.icmp.max_pps != new.icmp.max_pps),
+        ("snmp.max_pps", running.snmp.max_pps != new.snmp.max_pps),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect()
 }
 
 /// Sample → history row; only values become rows.

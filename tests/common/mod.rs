@@ -159,3 +159,42 @@ pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     let code = head.split_whitespace().nth(1)?.parse().ok()?;
     Some((code, body.to_string()))
 }
+
+/// An nft table of the test's own (`inet netpoller_test_<pid>_<n>`) holding `ruleset`
+/// (its chains), deleted on drop. Needs root and nftables.
+pub struct NftTable(String);
+
+impl NftTable {
+    pub fn create(ruleset: &str) -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "netpoller_test_{}_{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        let script = format!("table inet {name} {{\n{ruleset}\n}}\n");
+        let guard = NftTable(name);
+        let st = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                c.stdin.take().unwrap().write_all(script.as_bytes())?;
+                c.wait()
+            });
+        assert!(
+            matches!(st, Ok(s) if s.success()),
+            "nft -f failed (run as root with nftables installed) for:\n{script}"
+        );
+        guard
+    }
+}
+
+impl Drop for NftTable {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.0])
+            .status();
+    }
+}
