@@ -155,8 +155,36 @@ fn metrics_count_what_happened() {
         m.get("netpoller_items_polled_total{engine=\"snmp\"}") == Some(&4.0)
             && m.get("netpoller_items_polled_total{engine=\"icmp\"}") == Some(&12.0)
             && sum_prefix(m, "netpoller_sink_rows_written_total") == 13.0
+            && sum_prefix(m, "netpoller_items_failing") == 3.0
     });
     assert!(settled, "counters did not settle: {m:#?}\n{}", d.log_text());
+    // The items failing now, by reason, and the log says which and why, once per host.
+    assert_eq!(
+        metric(&m, "netpoller_items_failing{reason=\"timeout\"}"),
+        2.0
+    );
+    assert_eq!(
+        metric(&m, "netpoller_items_failing{reason=\"unsupported\"}"),
+        1.0
+    );
+    let log = d.log_text();
+    let changes: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("items not supported"))
+        .collect();
+    assert_eq!(changes.len(), 2, "{log}");
+    assert!(
+        changes.iter().any(|l| l.contains("host=dead-agent")
+            && l.contains("items=2")
+            && l.contains("reason=\"timeout\"")),
+        "{changes:#?}"
+    );
+    assert!(
+        changes
+            .iter()
+            .any(|l| l.contains("host=agent") && l.contains("key=missing") && l.contains("noSuch")),
+        "{changes:#?}"
+    );
     assert_eq!(metric(&m, "netpoller_values_total{engine=\"icmp\"}"), 12.0);
     assert_eq!(metric(&m, "netpoller_values_total{engine=\"snmp\"}"), 1.0);
     assert_eq!(

@@ -155,6 +155,11 @@ pub struct Shared {
     pub pipeline: Arc<PipelineCounters>,
     pub reloads_ok: Counter,
     pub reloads_failed: Counter,
+    /// Items whose latest sample was an error, by reason (kept by the sample consumer's
+    /// [`crate::states::ItemStates`]).
+    pub failing: Arc<crate::states::FailingGauges>,
+    /// Plans swapped in since start: the consumer prunes removed items when it changes.
+    generation: AtomicU64,
     /// Wakes the loops after a reload (new tasks may be due sooner).
     wake: Notify,
     /// Batch limits.
@@ -202,6 +207,8 @@ impl Shared {
             pipeline: Arc::new(PipelineCounters::default()),
             reloads_ok: Counter::default(),
             reloads_failed: Counter::default(),
+            failing: Arc::default(),
+            generation: AtomicU64::new(0),
             wake: Notify::new(),
             limits,
         })
@@ -217,9 +224,15 @@ impl Shared {
         let mut guard = self.plan.write().unwrap_or_else(|e| e.into_inner());
         self.scheduler.reload(&plan, self.clock.now_ms());
         *guard = Arc::new(plan);
+        self.generation.fetch_add(1, Ordering::Relaxed);
         drop(guard);
         self.reloads_ok.inc();
         self.wake.notify_waiters();
+    }
+
+    /// Changes at each [`Shared::reload`].
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
     }
 
     pub fn metrics(&self, e: Engine) -> &EngineMetrics {
@@ -417,6 +430,14 @@ impl Shared {
             &[("result", "failed")],
             self.reloads_failed.get(),
         );
+        for r in crate::states::REASONS {
+            out.gauge(
+                "netpoller_items_failing",
+                "Items whose latest poll yielded no value, by reason (Zabbix: not supported / unreachable).",
+                &[("reason", r.as_str())],
+                self.failing.get(r) as f64,
+            );
+        }
     }
 
     /// `Err(reason)` when some engine is behind its schedule by more than `max_lag`.

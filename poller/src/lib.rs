@@ -12,5 +12,6 @@ pub mod plan;
 pub mod scheduler;
 pub mod snmp_convert;
 pub mod snmp_driver;
+pub mod states;
 pub mod tun_echo;
 pub mod value;

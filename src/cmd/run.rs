@@ -116,8 +116,9 @@ async fn daemon(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (tx, rx) = poller::engine::channel(cfg.daemon.channel_capacity);
 
-    // Sink consumer: values to rows; errors were counted by the engines already.
-    let consumer = tokio::spawn(consume(rx, sink_handle));
+    // Sink consumer: values to rows; errors were counted by the engines already, and
+    // change the items' states (logged, and a gauge).
+    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone()));
 
     // Metrics endpoint.
     let http = if cfg.daemon.metrics_listen.is_empty() {
@@ -380,11 +381,22 @@ pub fn to_row(s: Sample) -> Option<(sink::Table, sink::Row)> {
 
 /// Move values from the engines' channel into the sink, up to 16 of the engines'
 /// batches (4,096 values) per message. Returns the values delivered.
-async fn consume(mut rx: mpsc::Receiver<Samples>, sink: sink::SinkHandle) -> u64 {
+async fn consume(
+    mut rx: mpsc::Receiver<Samples>,
+    sink: sink::SinkHandle,
+    shared: Arc<Shared>,
+) -> u64 {
     const BATCHES: usize = 16;
     let mut n = 0;
     let mut batches = Vec::with_capacity(BATCHES);
+    let mut states = poller::states::ItemStates::new(shared.failing.clone());
+    let mut generation = shared.generation();
     while rx.recv_many(&mut batches, BATCHES).await > 0 {
+        if shared.generation() != generation {
+            generation = shared.generation();
+            states.retain(shared.plan().items.iter().map(|i| i.itemid));
+        }
+        states.observe(batches.iter().flatten());
         let rows: Vec<_> = batches.drain(..).flatten().filter_map(to_row).collect();
         let len = rows.len() as u64;
         if sink.send_many(rows).await.is_err() {
