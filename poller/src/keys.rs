@@ -261,12 +261,31 @@ impl IcmpKey {
         matches!(name, "icmpping" | "icmppingloss" | "icmppingsec")
     }
 
-    /// Parse `icmpping[<target>,<packets>,<interval>,<size>,<timeout>]` (and `icmppingsec`'s
-    /// extra `<mode>`), filling empty parameters from `defaults`. Interval and timeout are
-    /// in milliseconds, as in Zabbix. The target must be an IP literal: the poller never
-    /// resolves names.
+    /// Parse `icmpping[<target>,<packets>,<interval>,<size>,<timeout>,<options>]` (and
+    /// `icmppingsec`'s `<mode>` before `<options>`), filling empty parameters from
+    /// `defaults`. Interval and timeout are in milliseconds, as in Zabbix. The target must
+    /// be an IP literal: the poller never resolves names. `<options>` (Zabbix 7.0) may be
+    /// empty, Zabbix's default: a reply from another address than the target's does not
+    /// count. `allow_redirect` is refused: a probe's tag binds it to the target's address
+    /// (what rejects forged replies), so a redirected reply cannot be told from a forgery.
     pub fn parse(key: &ItemKey, defaults: &IcmpDefaults) -> Result<IcmpKey, KeyError> {
-        let max_params = if key.name == "icmppingsec" { 6 } else { 5 };
+        let options = if key.name == "icmppingsec" { 6 } else { 5 };
+        match key.param(options) {
+            None => {}
+            Some("allow_redirect") => {
+                return err(format!(
+                    "{}: option allow_redirect is not supported: only replies from the probed address count (Zabbix's default)",
+                    key.name
+                ))
+            }
+            Some(o) => {
+                return err(format!(
+                    "{}: unknown option {o:?} (Zabbix knows allow_redirect; empty is the default)",
+                    key.name
+                ))
+            }
+        }
+        let max_params = options + 1;
         if key.params.len() > max_params {
             return err(format!(
                 "{} takes at most {max_params} parameters, got {}",
@@ -418,5 +437,35 @@ mod tests {
             "mode only exists for icmppingsec"
         );
         assert!(icmp("icmpping[,x]").is_err());
+    }
+
+    #[test]
+    fn icmp_options_parameter_of_zabbix_7() {
+        // Empty <options> is Zabbix's default and the same probe as no parameter.
+        let plain = icmp("icmpping[,3]").unwrap();
+        assert_eq!(icmp("icmpping[,3,,,,]").unwrap(), plain);
+        assert_eq!(
+            icmp("icmppingloss[,3,,,,]").unwrap().probe,
+            icmp("icmppingloss[,3]").unwrap().probe
+        );
+        assert_eq!(
+            icmp("icmppingsec[,3,,,,max,]").unwrap(),
+            icmp("icmppingsec[,3,,,,max]").unwrap()
+        );
+        for key in [
+            "icmpping[,3,,,,allow_redirect]",
+            "icmppingsec[,3,,,,,allow_redirect]",
+        ] {
+            let e = icmp(key).unwrap_err().0;
+            assert!(e.contains("allow_redirect is not supported"), "{key}: {e}");
+        }
+        assert!(icmp("icmpping[,3,,,,redirect]")
+            .unwrap_err()
+            .0
+            .contains("unknown option"));
+        assert!(icmp("icmpping[,3,,,,,]")
+            .unwrap_err()
+            .0
+            .contains("at most 6 parameters"));
     }
 }
