@@ -443,6 +443,21 @@ pub struct ItemEntry {
     pub interval: Option<Duration>,
     /// Zabbix itemid; default: derived from (host name, key), stable across restarts.
     pub itemid: Option<u64>,
+    /// Zabbix preprocessing steps, in order, as Zabbix exports them:
+    /// `[{ type = "CHANGE_PER_SECOND" }, { type = "MULTIPLIER", parameters = ["8"] }]`.
+    /// Absent: the template item's; `[]`: none.
+    pub preprocessing: Option<Vec<PreprocessingEntry>>,
+}
+
+/// One preprocessing step of an item.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreprocessingEntry {
+    /// `SIMPLE_CHANGE`, `CHANGE_PER_SECOND` or `MULTIPLIER` (any case).
+    #[serde(rename = "type")]
+    pub kind: String,
+    #[serde(default)]
+    pub parameters: Vec<String>,
 }
 
 /// `[[templates]]`.
@@ -918,6 +933,7 @@ struct ResolvedEntry {
     value_type: ValueType,
     interval: Duration,
     kind: ItemKind,
+    pre: Option<Arc<poller::preprocess::Steps>>,
 }
 
 fn polls_snmp(items: &[ResolvedEntry]) -> bool {
@@ -937,6 +953,8 @@ struct Resolver<'c, 'a> {
     users: HashMap<UsmSection, Option<Arc<snmp::v3::UsmUser>>>,
     /// `[snmp]`'s SNMPv3 fields, the defaults of every host's.
     snmp_usm: UsmSection,
+    /// Preprocessing pipelines by their text: items with the same steps share one.
+    pipelines: HashMap<String, Arc<poller::preprocess::Steps>>,
 }
 
 impl<'c, 'a> Resolver<'c, 'a> {
@@ -948,6 +966,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             templates: HashMap::new(),
             users: HashMap::new(),
             snmp_usm: usm_of!(snmp),
+            pipelines: HashMap::new(),
         }
     }
 
@@ -968,6 +987,67 @@ impl<'c, 'a> Resolver<'c, 'a> {
         };
         self.users.insert(fields, user.clone());
         user
+    }
+
+    /// The steps of `e` (or of the template item it overrides), checked against the
+    /// item's type; errors at `path.preprocessing[i]`. `Err(())`: reported.
+    fn preprocessing(
+        &mut self,
+        path: &[Seg<'_>],
+        e: &ItemEntry,
+        inherited: Option<&ResolvedEntry>,
+        value_type: ValueType,
+    ) -> Result<Option<Arc<poller::preprocess::Steps>>, ()> {
+        use poller::preprocess::{Step, Steps};
+        let Some(entries) = &e.preprocessing else {
+            return Ok(inherited.and_then(|i| i.pre.clone()));
+        };
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let at = |i: usize, k: &'static str| {
+            let mut p = path.to_vec();
+            p.extend([Seg::Key("preprocessing"), Seg::Index(i), Seg::Key(k)]);
+            p
+        };
+        let mut steps = Vec::with_capacity(entries.len());
+        for (i, st) in entries.iter().enumerate() {
+            match Step::parse(&st.kind, &st.parameters) {
+                Ok(s) => steps.push(s),
+                Err(m) => {
+                    self.c.push(&at(i, "type"), m);
+                    return Err(());
+                }
+            }
+        }
+        if value_type == ValueType::Str {
+            self.c.push(
+                &at(0, "type"),
+                format!("item {:?} is of type str: these steps need numbers", e.key),
+            );
+            return Err(());
+        }
+        let text = steps
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        if let Some(p) = self.pipelines.get(&text) {
+            return Ok(Some(p.clone()));
+        }
+        match Steps::new(steps) {
+            Ok(p) => {
+                let p = Arc::new(p);
+                self.pipelines.insert(text, p.clone());
+                Ok(Some(p))
+            }
+            Err(m) => {
+                let mut p = path.to_vec();
+                p.push(Seg::Key("preprocessing"));
+                self.c.push(&p, m);
+                Err(())
+            }
+        }
     }
 
     /// Check one item entry; `inherited` is the template item with the same key, if any.
@@ -1033,6 +1113,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     return None;
                 }
             }
+            let pre = self.preprocessing(path, e, inherited, natural).ok()?;
             return Some(ResolvedEntry {
                 key: inherited
                     .map(|i| i.key.clone())
@@ -1044,6 +1125,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     metric: k.metric,
                     probe: k.probe,
                 },
+                pre,
             });
         }
         let oid = match (&e.oid, inherited.map(|i| &i.kind)) {
@@ -1076,6 +1158,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             );
             return None;
         };
+        let pre = self.preprocessing(path, e, inherited, value_type).ok()?;
         Some(ResolvedEntry {
             key: inherited
                 .map(|i| i.key.clone())
@@ -1084,6 +1167,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             value_type,
             interval,
             kind: ItemKind::Snmp { oid },
+            pre,
         })
     }
 
@@ -1390,6 +1474,7 @@ fn host_spec(
         // Validated to at most a day: fits.
         interval_ms: u32::try_from(it.interval.as_millis()).unwrap_or(u32::MAX),
         kind: it.kind,
+        pre: it.pre,
     }));
     HostSpec {
         name,

@@ -314,3 +314,118 @@ fn hosts_the_driver_cannot_probe_get_unsupported_items_not_zeros() {
     assert_eq!(normal.len(), 1);
     assert_eq!(normal[0]["value"], 1, "{}", normal[0]);
 }
+
+#[test]
+fn preprocessing_turns_a_counter_into_a_rate_in_clickhouse() {
+    // sysUpTime counts hundredths of a second: CHANGE_PER_SECOND gives ~100 per second,
+    // and a MULTIPLIER of 0.01 ~1.0. The first poll gives the change step nothing to
+    // compare with: no row, counted as discarded; every later poll one row.
+    let dir = scratch("daemon-preprocessing");
+    let db = format!("nptest_pre_{}", std::process::id());
+    let port = common::free_port();
+    let agent = &snmpd_addrs()[0];
+    let cfg_path = dir.join("c.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            r#"[daemon]
+metrics_listen = "127.0.0.1:{port}"
+spool_dir = "{spool}"
+
+[clickhouse]
+url = "{ch_url}"
+database = "{db}"
+flush_interval = "500ms"
+compression = "none"
+
+[[hosts]]
+name = "agent"
+ip = "{agent}"
+snmp = {{ community = "public" }}
+items = [
+  {{ key = "uptime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1s" }},
+  {{ key = "uptime.rate", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1s",
+     preprocessing = [{{ type = "CHANGE_PER_SECOND" }}] }},
+  {{ key = "uptime.seconds_per_second", oid = "1.3.6.1.2.1.1.3.0", type = "float", interval = "1s",
+     preprocessing = [{{ type = "CHANGE_PER_SECOND" }}, {{ type = "MULTIPLIER", parameters = ["0.01"] }}] }},
+  {{ key = "uptime.seconds", oid = "1.3.6.1.2.1.1.3.0", type = "float", interval = "1s",
+     preprocessing = [{{ type = "MULTIPLIER", parameters = ["0.01"] }}] }},
+]
+"#,
+            spool = dir.join("spool").display(),
+            ch_url = service_env("NETPOLLER_CH_URL"),
+        ),
+    )
+    .unwrap();
+    // poll-once shows what would be stored: the multiplied value, and the change steps'
+    // first values as polled, marked as not stored.
+    let out = netpoller()
+        .args(["poll-once", "--json", "--quiet", "-c"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let by_key = |k: &str| lines.iter().find(|v| v["key"] == k).unwrap().clone();
+    let ticks = by_key("uptime")["value"].as_f64().unwrap();
+    let seconds = by_key("uptime.seconds")["value"].as_f64().unwrap();
+    assert!(
+        (seconds - ticks / 100.0).abs() < 2.0,
+        "{ticks} ticks, {seconds} s"
+    );
+    assert!(by_key("uptime.seconds").get("preprocessing").is_none());
+    for k in ["uptime.rate", "uptime.seconds_per_second"] {
+        let v = by_key(k);
+        assert!(
+            v["preprocessing"].as_str().unwrap().contains("two polls"),
+            "{v}"
+        );
+        assert!(v["value"].as_f64().unwrap() >= ticks, "as polled: {v}");
+    }
+
+    let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
+    std::thread::sleep(Duration::from_secs(7));
+    let metrics = common::http_get(port, "/metrics")
+        .map(|r| r.1)
+        .unwrap_or_default();
+    assert!(d.stop().success());
+    assert!(
+        metrics.contains("netpoller_preprocessing_discarded_total 2"),
+        "one first value per item with a change step:\n{metrics}"
+    );
+    let rows = |key: &str| -> Vec<f64> {
+        let table = if key.ends_with("second") {
+            "history_dbl"
+        } else {
+            "history_uint"
+        };
+        ch(&format!(
+            "SELECT value FROM {db}.{table} WHERE itemname = '{key}' ORDER BY clock, ns FORMAT TSV"
+        ))
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
+    };
+    let raw = rows("uptime");
+    let rate = rows("uptime.rate");
+    let sps = rows("uptime.seconds_per_second");
+    assert!(raw.len() >= 4, "raw {raw:?}");
+    assert_eq!(rate.len(), raw.len() - 1, "raw {raw:?} rate {rate:?}");
+    assert_eq!(sps.len(), raw.len() - 1, "raw {raw:?} per second {sps:?}");
+    for r in &rate {
+        assert!((80.0..=120.0).contains(r), "ticks per second {rate:?}");
+        assert_eq!(r.fract(), 0.0, "a uint item keeps the integer part");
+    }
+    for s in &sps {
+        assert!((0.8..=1.2).contains(s), "seconds per second {sps:?}");
+    }
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}

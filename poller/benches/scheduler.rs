@@ -52,6 +52,7 @@ fn plan(items: usize) -> Plan {
                     value_type: ValueType::Uint,
                     interval_ms: 10_000,
                     kind: ItemKind::Snmp { oid: oid.clone() },
+                    pre: None,
                 }],
             })
             .collect(),

@@ -419,6 +419,14 @@ impl Shared {
             self.pipeline.samples.load(Ordering::Relaxed),
         );
         out.counter(
+            "netpoller_preprocessing_discarded_total",
+            "Values a change step kept no value for (an item's first, or a counter reset).",
+            &[],
+            self.pipeline
+                .preprocessing_discarded
+                .load(Ordering::Relaxed),
+        );
+        out.counter(
             "netpoller_config_reloads_total",
             "Config reloads.",
             &[("result", "ok")],

@@ -37,6 +37,8 @@ pub struct Sample {
     /// Nanoseconds within `clock`.
     pub ns: u32,
     pub result: Result<Value, ItemError>,
+    /// The item's preprocessing steps, run by the consumer ([`crate::preprocess`]).
+    pub pre: Option<Arc<crate::preprocess::Steps>>,
 }
 
 impl Sample {
@@ -57,6 +59,7 @@ impl Sample {
             clock,
             ns,
             result,
+            pre: item.pre.clone(),
         }
     }
 }
@@ -76,6 +79,8 @@ pub struct PipelineCounters {
     pub backpressure_waits: AtomicU64,
     /// Samples sent into the channel.
     pub samples: AtomicU64,
+    /// Values a preprocessing change step kept no value for (see [`crate::preprocess`]).
+    pub preprocessing_discarded: AtomicU64,
 }
 
 /// Samples an [`Emitter`] collects before handing them to the channel together.
@@ -210,6 +215,7 @@ mod tests {
             clock: 0,
             ns: 0,
             result: Ok(Value::Uint(i)),
+            pre: None,
         }
     }
 
@@ -286,6 +292,7 @@ mod tests {
                     metric: k.metric,
                     probe: k.probe,
                 },
+                pre: None,
             }
         };
         let mut st = icmp::PingStats {

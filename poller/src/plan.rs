@@ -76,10 +76,12 @@ pub struct ItemSpec {
     pub key: Arc<str>,
     pub value_type: ValueType,
     /// Polling interval in ms (the config allows 1 s to 1 day). Not a `Duration`: one
-    /// `ItemSpec` per item is alive at the config load's peak, and this makes it 72
-    /// bytes instead of 88 (16 MB at 1 M items).
+    /// `ItemSpec` per item is alive at the config load's peak, and this makes it 80
+    /// bytes instead of 96 (16 MB at 1 M items).
     pub interval_ms: u32,
     pub kind: ItemKind,
+    /// Preprocessing steps, shared by the items that have the same ones.
+    pub pre: Option<Arc<crate::preprocess::Steps>>,
 }
 
 /// One host as the config resolved it (input to [`Plan::build`]).
@@ -126,6 +128,7 @@ pub struct PlanItem {
     pub key: Arc<str>,
     pub value_type: ValueType,
     pub kind: ItemKind,
+    pub pre: Option<Arc<crate::preprocess::Steps>>,
 }
 
 /// A unit of scheduling: items of one host and engine polled together.
@@ -281,6 +284,7 @@ impl Plan {
                         key: it.key.clone(),
                         value_type: it.value_type,
                         kind: it.kind.clone(),
+                        pre: it.pre.clone(),
                     });
                 }
                 // One reused buffer: a String per task would be a garbage allocation
@@ -426,6 +430,7 @@ mod tests {
                 metric: k.metric,
                 probe: k.probe,
             },
+            pre: None,
         }
     }
 
@@ -463,6 +468,7 @@ mod tests {
                         kind: ItemKind::Snmp {
                             oid: snmp::Oid::from_arcs(&[1, 3, 6, 1, 2, 1, 2, 2, 1, 10, 1]).unwrap(),
                         },
+                        pre: None,
                     };
                     HostSpec {
                         items: vec![icmp_item(&name, "icmpping", icmp_s), snmp],

@@ -414,6 +414,7 @@ mod tests {
                                 kind: ItemKind::Snmp {
                                     oid: snmp::Oid::from_arcs(&[1, 3, 6, i as u32]).unwrap(),
                                 },
+                                pre: None,
                             })
                             .collect(),
                     }

@@ -177,6 +177,7 @@ mod tests {
             clock: 0,
             ns: 0,
             result,
+            pre: None,
         }
     }
 

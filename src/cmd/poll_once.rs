@@ -1,7 +1,9 @@
 //! `netpoller poll-once`: poll every item of a config exactly once and print the results.
 //!
 //! This is how an engineer tests a config before deploying it: no ClickHouse, no
-//! schedule, the same engines and value conversion as the daemon.
+//! schedule, the same engines, value conversion and preprocessing as the daemon (an
+//! item with a change step shows its value as polled, marked: one poll gives a change
+//! step nothing to compare with).
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -11,6 +13,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use poller::engine::{PipelineCounters, Sample};
 use poller::plan::Engine;
+use poller::preprocess::{Outcome, Preprocessor};
 use poller::value::Value;
 
 /// Arguments of `netpoller poll-once`.
@@ -26,8 +29,12 @@ pub struct Args {
     pub quiet: bool,
 }
 
+/// What a change step makes of an item's first value: nothing to store yet.
+const FIRST_OF_CHANGE: &str = "not stored: a change step needs two polls (the value as polled)";
+
 /// One result as a JSON line: `{"host","ip","itemid","key","clock","ns","type","value"}`
-/// or with `"error"` instead of `"value"`.
+/// or with `"error"` instead of `"value"`; a value a change step would not store also
+/// has `"preprocessing"` saying so.
 pub fn json_line(s: &Sample) -> String {
     let mut o = serde_json::json!({
         "host": &*s.host,
@@ -45,6 +52,16 @@ pub fn json_line(s: &Sample) -> String {
         Err(e) => o["error"] = serde_json::json!(e.to_string()),
     }
     o.to_string()
+}
+
+/// The sample after its item's preprocessing, and whether a change step kept it back
+/// (then the sample is the value as polled).
+fn preprocessed(pre: &mut Preprocessor, s: Sample) -> (Sample, bool) {
+    let raw = s.pre.is_some().then(|| s.clone());
+    match pre.apply(s) {
+        Outcome::Keep(s) => (s, false),
+        Outcome::Discarded => (raw.expect("only samples with steps are discarded"), true),
+    }
 }
 
 fn text_line(s: &Sample) -> String {
@@ -103,16 +120,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (mut values, mut errors) = (0usize, 0usize);
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
+        let mut pre = Preprocessor::default();
         while let Some(batch) = rx.recv().await {
             for s in batch {
+                let (s, first_of_change) = preprocessed(&mut pre, s);
                 match s.result {
                     Ok(_) => values += 1,
                     Err(_) => errors += 1,
                 }
-                let line = if args.json {
-                    json_line(&s)
-                } else {
-                    text_line(&s)
+                let line = match (args.json, first_of_change) {
+                    (true, false) => json_line(&s),
+                    (true, true) => {
+                        let mut o: serde_json::Value = serde_json::from_str(&json_line(&s))?;
+                        o["preprocessing"] = serde_json::json!(FIRST_OF_CHANGE);
+                        o.to_string()
+                    }
+                    (false, false) => text_line(&s),
+                    (false, true) => format!("{}  ({FIRST_OF_CHANGE})", text_line(&s)),
                 };
                 writeln!(out, "{line}")?;
                 progress.inc(1);

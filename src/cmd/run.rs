@@ -18,6 +18,7 @@ use anyhow::Context as _;
 use poller::daemon::{run_engine, Clock, Drivers, Shared};
 use poller::engine::{Sample, Samples};
 use poller::plan::{Engine, Plan};
+use poller::preprocess::{Outcome, Preprocessor};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
@@ -116,8 +117,9 @@ async fn daemon(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (tx, rx) = poller::engine::channel(cfg.daemon.channel_capacity);
 
-    // Sink consumer: values to rows; errors were counted by the engines already, and
-    // change the items' states (logged, and a gauge).
+    // Sink consumer: runs the items' preprocessing, follows their states (logged, and a
+    // gauge; errors were counted by the engines already), and hands values as rows to
+    // the sink.
     let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone()));
 
     // Metrics endpoint.
@@ -390,14 +392,33 @@ async fn consume(
     let mut n = 0;
     let mut batches = Vec::with_capacity(BATCHES);
     let mut states = poller::states::ItemStates::new(shared.failing.clone());
+    let mut pre = Preprocessor::default();
     let mut generation = shared.generation();
     while rx.recv_many(&mut batches, BATCHES).await > 0 {
         if shared.generation() != generation {
             generation = shared.generation();
-            states.retain(shared.plan().items.iter().map(|i| i.itemid));
+            let plan = shared.plan();
+            states.retain(plan.items.iter().map(|i| i.itemid));
+            pre.retain(plan.items.iter().map(|i| (i.itemid, i.pre.as_ref())));
         }
-        states.observe(batches.iter().flatten());
-        let rows: Vec<_> = batches.drain(..).flatten().filter_map(to_row).collect();
+        let mut discarded = 0;
+        let samples: Vec<Sample> = batches
+            .drain(..)
+            .flatten()
+            .filter_map(|s| match pre.apply(s) {
+                Outcome::Keep(s) => Some(s),
+                Outcome::Discarded => {
+                    discarded += 1;
+                    None
+                }
+            })
+            .collect();
+        if discarded > 0 {
+            let c = &shared.pipeline.preprocessing_discarded;
+            c.fetch_add(discarded, std::sync::atomic::Ordering::Relaxed);
+        }
+        states.observe(&samples);
+        let rows: Vec<_> = samples.into_iter().filter_map(to_row).collect();
         let len = rows.len() as u64;
         if sink.send_many(rows).await.is_err() {
             tracing::error!("sink stopped while values were still arriving");

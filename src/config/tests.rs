@@ -473,3 +473,83 @@ fn snmpv3_mistakes_are_reported_once_at_their_key_without_secrets() {
         );
     }
 }
+
+#[test]
+fn preprocessing_steps_are_inherited_overridden_shared_and_checked() {
+    use poller::preprocess::Step;
+    let text = r#"
+[[templates]]
+name = "if"
+items = [
+  { key = "ifHCInOctets.1", oid = "1.3.6.1.2.1.31.1.1.1.6.1", type = "uint", interval = "1m",
+    preprocessing = [{ type = "CHANGE_PER_SECOND" }, { type = "MULTIPLIER", parameters = ["8"] }] },
+  { key = "ifHCOutOctets.1", oid = "1.3.6.1.2.1.31.1.1.1.10.1", type = "uint", interval = "1m",
+    preprocessing = [{ type = "change_per_second" }, { type = "multiplier", parameters = ["8"] }] },
+  { key = "icmppingsec", interval = "1m", preprocessing = [{ type = "MULTIPLIER", parameters = ["1000"] }] },
+]
+
+[[hosts]]
+name = "a"
+ip = "127.0.20.1"
+templates = ["if"]
+
+[[hosts]]
+name = "b"
+ip = "127.0.20.2"
+templates = ["if"]
+items = [ { key = "ifHCInOctets.1", preprocessing = [] } ]
+"#;
+    let cfg = parse(text).unwrap_or_else(|e| panic!("{e:#?}"));
+    let item = |h: usize, key: &str| {
+        cfg.hosts[h]
+            .items
+            .iter()
+            .find(|i| &*i.key == key)
+            .unwrap()
+            .pre
+            .clone()
+    };
+    let a_in = item(0, "ifHCInOctets.1").unwrap();
+    assert_eq!(
+        a_in.as_slice(),
+        [Step::ChangePerSecond, Step::Multiplier(8.0)]
+    );
+    // Same steps (whatever the case): one shared pipeline, inherited by every host.
+    assert!(Arc::ptr_eq(&a_in, &item(0, "ifHCOutOctets.1").unwrap()));
+    assert!(Arc::ptr_eq(&a_in, &item(1, "ifHCOutOctets.1").unwrap()));
+    assert_eq!(
+        item(0, "icmppingsec").unwrap().as_slice(),
+        [Step::Multiplier(1000.0)]
+    );
+    // `preprocessing = []` on the host: none for that item only.
+    assert!(item(1, "ifHCInOctets.1").is_none());
+
+    let bad = |items: &str| {
+        one_err(&format!(
+            "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ {items} ]\n"
+        ))
+    };
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m", preprocessing = [{ type = "MULTIPLIER" }, { type = "JAVASCRIPT" }] }"#,
+    );
+    assert_eq!(e.path, "hosts[0].items[0].preprocessing[0].type");
+    assert!(e.message.contains("one parameter"), "{e}");
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m", preprocessing = [{ type = "JAVASCRIPT" }] }"#,
+    );
+    assert!(
+        e.message
+            .contains("unknown preprocessing type \"JAVASCRIPT\""),
+        "{e}"
+    );
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "SIMPLE_CHANGE" }] }"#,
+    );
+    assert!(e.message.contains("type str"), "{e}");
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m", preprocessing = [{ type = "SIMPLE_CHANGE" }, { type = "CHANGE_PER_SECOND" }] }"#,
+    );
+    assert_eq!(e.path, "hosts[0].items[0].preprocessing");
+    assert!(e.message.contains("at most one"), "{e}");
+    assert!(e.line.is_some());
+}

@@ -1,0 +1,384 @@
+//! Zabbix item value preprocessing for numeric items: "Simple change", "Change per
+//! second" and "Custom multiplier", the steps Zabbix's network templates put on
+//! interface counters (`ifHCInOctets` → bits per second). netpoller writes history
+//! itself, past the Zabbix server that would otherwise run them, so it runs them too.
+//!
+//! Semantics (Zabbix's):
+//! * Steps run in order on the value converted to the item's type; the result is
+//!   stored in the item's type, a `uint` item keeping the integer part of a fractional
+//!   result ("trimmed", as Zabbix stores it).
+//! * A change step remembers the value that reached it and when it was obtained: the
+//!   first value of an item (after a start, or after its steps changed) and a value
+//!   smaller than the previous one (a counter that wrapped or was reset) yield no value;
+//!   the next one does. Change per second divides by the time between the two polls.
+//! * A step that cannot compute (a text value, a result that does not fit a `uint`)
+//!   makes the item unsupported for that poll, with the reason.
+//!
+//! Invariants: at most one change step per item (the config refuses more, as Zabbix
+//! does), so the memory is one [`Previous`] per item that has one.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::engine::Sample;
+use crate::value::{ErrorReason, ItemError, Value, ValueType};
+
+/// One preprocessing step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// `value - previous`.
+    SimpleChange,
+    /// `(value - previous) / (time - previous time)`, per second.
+    ChangePerSecond,
+    /// `value × factor`.
+    Multiplier(f64),
+}
+
+impl Step {
+    fn is_change(self) -> bool {
+        matches!(self, Step::SimpleChange | Step::ChangePerSecond)
+    }
+
+    /// Parses Zabbix's export name (`CHANGE_PER_SECOND`, `SIMPLE_CHANGE`, `MULTIPLIER`,
+    /// any case) and its parameters.
+    pub fn parse(kind: &str, params: &[String]) -> Result<Step, String> {
+        let no_params = |s: Step| {
+            if params.is_empty() {
+                Ok(s)
+            } else {
+                Err(format!("{kind} takes no parameters"))
+            }
+        };
+        match kind.to_ascii_uppercase().as_str() {
+            "SIMPLE_CHANGE" => no_params(Step::SimpleChange),
+            "CHANGE_PER_SECOND" => no_params(Step::ChangePerSecond),
+            "MULTIPLIER" => match params {
+                [f] => match f.trim().parse::<f64>() {
+                    Ok(x) if x.is_finite() => Ok(Step::Multiplier(x)),
+                    _ => Err(format!("MULTIPLIER: {f:?} is not a number")),
+                },
+                _ => Err("MULTIPLIER takes one parameter, the factor (parameters = [\"8\"])".into()),
+            },
+            _ => Err(format!(
+                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND and MULTIPLIER"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Step {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Step::SimpleChange => f.write_str("SIMPLE_CHANGE"),
+            Step::ChangePerSecond => f.write_str("CHANGE_PER_SECOND"),
+            Step::Multiplier(x) => write!(f, "MULTIPLIER({x})"),
+        }
+    }
+}
+
+/// An item's steps, shared by every item with the same ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Steps(Box<[Step]>);
+
+impl Steps {
+    /// Checks Zabbix's rule: at most one change step.
+    pub fn new(steps: Vec<Step>) -> Result<Steps, String> {
+        if steps.iter().filter(|s| s.is_change()).count() > 1 {
+            return Err("at most one of SIMPLE_CHANGE and CHANGE_PER_SECOND per item".into());
+        }
+        Ok(Steps(steps.into_boxed_slice()))
+    }
+
+    pub fn as_slice(&self) -> &[Step] {
+        &self.0
+    }
+
+    fn has_change(&self) -> bool {
+        self.0.iter().any(|s| s.is_change())
+    }
+}
+
+/// A number between steps: integers stay exact (Counter64 deltas) until a step makes
+/// them fractional.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Num {
+    U(u64),
+    F(f64),
+}
+
+impl Num {
+    fn f(self) -> f64 {
+        match self {
+            Num::U(u) => u as f64,
+            Num::F(f) => f,
+        }
+    }
+}
+
+/// What a change step saw last.
+#[derive(Debug, Clone, Copy)]
+struct Previous {
+    value: Num,
+    /// Nanoseconds since the epoch.
+    at: u128,
+}
+
+/// What [`Preprocessor::apply`] did.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The sample as it is to be stored (a value, or the error that replaced it).
+    Keep(Sample),
+    /// No value this time (an item's first, or after a counter reset).
+    Discarded,
+}
+
+/// The previous values of the change steps (see the module docs).
+#[derive(Debug, Default)]
+pub struct Preprocessor {
+    previous: HashMap<u64, Previous>,
+}
+
+fn unsupported(text: String) -> ItemError {
+    ItemError::new(ErrorReason::Unsupported, format!("preprocessing: {text}"))
+}
+
+impl Preprocessor {
+    /// Items whose change step holds a previous value.
+    pub fn remembered(&self) -> usize {
+        self.previous.len()
+    }
+
+    /// Runs `sample`'s steps (none: unchanged). An error sample passes unchanged.
+    pub fn apply(&mut self, mut sample: Sample) -> Outcome {
+        let Some(steps) = sample.pre.clone() else {
+            return Outcome::Keep(sample);
+        };
+        let Ok(value) = &sample.result else {
+            return Outcome::Keep(sample);
+        };
+        let mut n = match *value {
+            Value::Uint(u) => Num::U(u),
+            Value::Float(f) => Num::F(f),
+            Value::Str(_) => {
+                sample.result = Err(unsupported(format!(
+                    "{} needs a number, got text",
+                    steps.as_slice()[0]
+                )));
+                return Outcome::Keep(sample);
+            }
+        };
+        let at = u128::from(sample.clock) * 1_000_000_000 + u128::from(sample.ns);
+        for step in steps.as_slice() {
+            n = match *step {
+                Step::Multiplier(x) => match n {
+                    Num::U(u)
+                        if x.fract() == 0.0 && (0.0..18_446_744_073_709_551_616.0).contains(&x) =>
+                    {
+                        match u.checked_mul(x as u64) {
+                            Some(v) => Num::U(v),
+                            None => Num::F(u as f64 * x),
+                        }
+                    }
+                    _ => Num::F(n.f() * x),
+                },
+                Step::SimpleChange | Step::ChangePerSecond => {
+                    let prev = self
+                        .previous
+                        .insert(sample.itemid, Previous { value: n, at });
+                    let Some(prev) = prev else {
+                        return Outcome::Discarded;
+                    };
+                    let delta = match (n, prev.value) {
+                        (Num::U(a), Num::U(b)) if a >= b => Num::U(a - b),
+                        (Num::U(_), Num::U(_)) => return Outcome::Discarded,
+                        (a, b) if a.f() >= b.f() => Num::F(a.f() - b.f()),
+                        _ => return Outcome::Discarded,
+                    };
+                    if *step == Step::SimpleChange {
+                        delta
+                    } else {
+                        let secs = at.saturating_sub(prev.at) as f64 / 1e9;
+                        if secs <= 0.0 {
+                            // Two values with one timestamp: no rate to compute.
+                            return Outcome::Discarded;
+                        }
+                        Num::F(delta.f() / secs)
+                    }
+                }
+            };
+        }
+        sample.result = match (sample.value_type, n) {
+            (ValueType::Float, n) => Ok(Value::Float(n.f())),
+            (ValueType::Uint, Num::U(u)) => Ok(Value::Uint(u)),
+            (ValueType::Uint, Num::F(f)) if (0.0..18_446_744_073_709_551_616.0).contains(&f) => {
+                Ok(Value::Uint(f.trunc() as u64))
+            }
+            (ValueType::Uint, Num::F(f)) => Err(unsupported(format!(
+                "result {f} does not fit an unsigned item"
+            ))),
+            (ValueType::Str, n) => Ok(Value::Str(match n {
+                Num::U(u) => u.to_string(),
+                Num::F(f) => f.to_string(),
+            })),
+        };
+        Outcome::Keep(sample)
+    }
+
+    /// Forgets items that are not in `current` or whose steps no longer include a
+    /// change (a reload): Zabbix, too, restarts a change step whose item changed.
+    pub fn retain<'a>(&mut self, current: impl IntoIterator<Item = (u64, Option<&'a Arc<Steps>>)>) {
+        if self.previous.is_empty() {
+            return;
+        }
+        let keep: std::collections::HashSet<u64> = current
+            .into_iter()
+            .filter(|(id, s)| self.previous.contains_key(id) && s.is_some_and(|s| s.has_change()))
+            .map(|(id, _)| id)
+            .collect();
+        self.previous.retain(|id, _| keep.contains(id));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(itemid: u64, vt: ValueType, clock: u32, v: Value, steps: &[Step]) -> Sample {
+        Sample {
+            itemid,
+            host: "h".into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            key: "k".into(),
+            value_type: vt,
+            clock,
+            ns: 0,
+            result: Ok(v),
+            pre: Some(Arc::new(Steps::new(steps.to_vec()).unwrap())),
+        }
+    }
+
+    fn value(o: Outcome) -> Option<Result<Value, ItemError>> {
+        match o {
+            Outcome::Keep(s) => Some(s.result),
+            Outcome::Discarded => None,
+        }
+    }
+
+    #[test]
+    fn interface_counter_to_bits_per_second_as_zabbix_templates_do() {
+        // ifHCInOctets, uint, CHANGE_PER_SECOND then MULTIPLIER 8: 1,000 octets in 10 s
+        // are 800 bps; the first poll yields nothing; a wrap yields nothing and restarts.
+        let steps = [Step::ChangePerSecond, Step::Multiplier(8.0)];
+        let mut p = Preprocessor::default();
+        let mut at =
+            |clock, v| value(p.apply(sample(1, ValueType::Uint, clock, Value::Uint(v), &steps)));
+        assert_eq!(at(100, 5_000), None);
+        assert_eq!(at(110, 6_000), Some(Ok(Value::Uint(800))));
+        // 1,001 octets in 10 s: 800.8 bps, trimmed as Zabbix trims unsigned results.
+        assert_eq!(at(120, 7_001), Some(Ok(Value::Uint(800))));
+        assert_eq!(at(130, 10), None, "counter reset");
+        assert_eq!(at(140, 1_010), Some(Ok(Value::Uint(800))));
+    }
+
+    #[test]
+    fn simple_change_is_exact_on_counter64_and_float_items_keep_fractions() {
+        let mut p = Preprocessor::default();
+        let big = u64::MAX - 10;
+        let s = |clock, v| {
+            sample(
+                2,
+                ValueType::Uint,
+                clock,
+                Value::Uint(v),
+                &[Step::SimpleChange],
+            )
+        };
+        assert_eq!(value(p.apply(s(1, big - 7))), None);
+        assert_eq!(value(p.apply(s(2, big))), Some(Ok(Value::Uint(7))));
+        let f = |clock, v| {
+            sample(
+                3,
+                ValueType::Float,
+                clock,
+                Value::Float(v),
+                &[Step::ChangePerSecond],
+            )
+        };
+        assert_eq!(value(p.apply(f(10, 1.0))), None);
+        assert_eq!(value(p.apply(f(14, 3.0))), Some(Ok(Value::Float(0.5))));
+        assert_eq!(p.remembered(), 2);
+    }
+
+    #[test]
+    fn multiplier_and_errors() {
+        let mut p = Preprocessor::default();
+        let m = |vt, v, x| sample(4, vt, 0, v, &[Step::Multiplier(x)]);
+        assert_eq!(
+            value(p.apply(m(ValueType::Uint, Value::Uint(3), 8.0))),
+            Some(Ok(Value::Uint(24)))
+        );
+        assert_eq!(
+            value(p.apply(m(ValueType::Float, Value::Float(0.25), 1000.0))),
+            Some(Ok(Value::Float(250.0)))
+        );
+        assert_eq!(
+            value(p.apply(m(ValueType::Uint, Value::Uint(7), 0.5))),
+            Some(Ok(Value::Uint(3)))
+        );
+        for bad in [
+            m(ValueType::Uint, Value::Uint(u64::MAX), 2.0),
+            m(ValueType::Uint, Value::Uint(1), -1.0),
+            m(ValueType::Uint, Value::Str("x".into()), 2.0),
+        ] {
+            let e = value(p.apply(bad)).unwrap().unwrap_err();
+            assert_eq!(e.reason, ErrorReason::Unsupported);
+            assert!(e.text.starts_with("preprocessing: "), "{e}");
+        }
+        // No steps, or an error: untouched.
+        let mut plain = m(ValueType::Uint, Value::Uint(5), 2.0);
+        plain.pre = None;
+        assert_eq!(value(p.apply(plain)), Some(Ok(Value::Uint(5))));
+        let mut failed = m(ValueType::Uint, Value::Uint(5), 2.0);
+        failed.result = Err(ItemError::new(ErrorReason::Timeout, "t"));
+        assert_eq!(
+            value(p.apply(failed)).unwrap().unwrap_err().reason,
+            ErrorReason::Timeout
+        );
+    }
+
+    #[test]
+    fn parse_and_rules() {
+        let p = |k: &str, ps: &[&str]| {
+            Step::parse(k, &ps.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(p("CHANGE_PER_SECOND", &[]), Ok(Step::ChangePerSecond));
+        assert_eq!(p("simple_change", &[]), Ok(Step::SimpleChange));
+        assert_eq!(p("MULTIPLIER", &["8"]), Ok(Step::Multiplier(8.0)));
+        assert_eq!(p("MULTIPLIER", &["0.001"]), Ok(Step::Multiplier(0.001)));
+        assert!(p("MULTIPLIER", &[]).unwrap_err().contains("one parameter"));
+        assert!(p("MULTIPLIER", &["{$X}"])
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(p("SIMPLE_CHANGE", &["1"])
+            .unwrap_err()
+            .contains("no parameters"));
+        assert!(p("JAVASCRIPT", &[])
+            .unwrap_err()
+            .contains("unknown preprocessing type"));
+        assert!(Steps::new(vec![Step::SimpleChange, Step::ChangePerSecond]).is_err());
+    }
+
+    #[test]
+    fn a_reload_forgets_removed_items_and_dropped_change_steps() {
+        let mut p = Preprocessor::default();
+        let steps = [Step::SimpleChange];
+        for id in [1, 2, 3] {
+            p.apply(sample(id, ValueType::Uint, 0, Value::Uint(1), &steps));
+        }
+        let change = Arc::new(Steps::new(vec![Step::SimpleChange]).unwrap());
+        let mult = Arc::new(Steps::new(vec![Step::Multiplier(2.0)]).unwrap());
+        p.retain([(1, Some(&change)), (2, Some(&mult)), (4, Some(&change))]);
+        assert_eq!(p.remembered(), 1);
+    }
+}
