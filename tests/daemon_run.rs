@@ -83,6 +83,25 @@ fn rows_by_host(db: &str) -> BTreeMap<String, u64> {
     out
 }
 
+/// `netpoller poll-once --json` of `cfg`: its lines, parsed.
+fn poll_once_json(cfg: &std::path::Path) -> Vec<serde_json::Value> {
+    let out = netpoller()
+        .args(["poll-once", "--json", "--quiet", "-c"])
+        .arg(cfg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 fn values_in_log(log: &str) -> u64 {
     log.lines()
         .filter(|l| l.contains(" iteration") && l.contains("values="))
@@ -282,21 +301,7 @@ fn hosts_the_driver_cannot_probe_get_unsupported_items_not_zeros() {
         ),
     )
     .unwrap();
-    let out = netpoller()
-        .args(["poll-once", "--json", "--quiet", "-c"])
-        .arg(&cfg_path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = poll_once_json(&cfg_path);
     let flooded: Vec<_> = lines.iter().filter(|v| v["host"] == "flooded").collect();
     assert_eq!(flooded.len(), 8, "{lines:#?}");
     for v in flooded {
@@ -359,21 +364,7 @@ items = [
     .unwrap();
     // poll-once shows what would be stored: the multiplied value, and the change steps'
     // first values as polled, marked as not stored.
-    let out = netpoller()
-        .args(["poll-once", "--json", "--quiet", "-c"])
-        .arg(&cfg_path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = poll_once_json(&cfg_path);
     let by_key = |k: &str| lines.iter().find(|v| v["key"] == k).unwrap().clone();
     let ticks = by_key("uptime")["value"].as_f64().unwrap();
     let seconds = by_key("uptime.seconds")["value"].as_f64().unwrap();
