@@ -220,12 +220,20 @@ impl Shared {
     }
 
     /// Swap in a new plan: changed items take effect at their next slot.
+    ///
+    /// The engines take work under the plan's read lock (queues and plan must agree),
+    /// so the write lock covers only pointer swaps: the new queues are built before it
+    /// and the old plan is freed after it (at a million items either takes tens of ms,
+    /// during which no engine could start an iteration).
     pub fn reload(&self, plan: Plan) {
+        let prepared = self.scheduler.prepare(&plan, self.clock.now_ms());
+        let plan = Arc::new(plan);
         let mut guard = self.plan.write().unwrap_or_else(|e| e.into_inner());
-        self.scheduler.reload(&plan, self.clock.now_ms());
-        *guard = Arc::new(plan);
+        self.scheduler.install(prepared, self.clock.now_ms());
+        let old = std::mem::replace(&mut *guard, plan);
         self.generation.fetch_add(1, Ordering::Relaxed);
         drop(guard);
+        drop(old);
         self.reloads_ok.inc();
         self.wake.notify_waiters();
     }

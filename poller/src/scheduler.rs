@@ -167,6 +167,13 @@ struct Shard {
     queues: [Mutex<DueQueue>; 2],
 }
 
+/// Queues for a new plan, built by [`Scheduler::prepare`] outside any lock.
+pub struct Prepared {
+    queues: Vec<[DueQueue; 2]>,
+    /// The `now_ms` they were prepared for: every entry is due after it.
+    at: u64,
+}
+
 /// See the module docs.
 pub struct Scheduler {
     shards: Box<[Shard]>,
@@ -218,6 +225,12 @@ impl Scheduler {
     }
 
     fn load(&self, plan: &Plan, now_ms: u64) {
+        self.install(self.prepare(plan, now_ms), now_ms);
+    }
+
+    /// The queues of `plan` as of `now_ms`, built without touching the live ones (the
+    /// slow part of a reload: one entry per task), to be swapped in by [`Self::install`].
+    pub fn prepare(&self, plan: &Plan, now_ms: u64) -> Prepared {
         let n = self.shards.len() as u64;
         let mut fresh: Vec<[DueQueue; 2]> = (0..n)
             .map(|_| [DueQueue::default(), DueQueue::default()])
@@ -235,18 +248,54 @@ impl Scheduler {
                 phase_ms: t.phase_ms as u32,
             });
         }
+        Prepared {
+            queues: fresh,
+            at: now_ms,
+        }
+    }
+
+    /// Swaps in queues made by [`Self::prepare`] on this scheduler, as of `now_ms`: the
+    /// few entries whose slot passed since `prepare` (the old queues served those slots
+    /// meanwhile) move to their next slot, so every task's first slot is after `now_ms`
+    /// as with [`Self::reload`] and none is polled twice. Cheap enough for the caller to
+    /// hold its plan lock across it.
+    pub fn install(&self, mut prepared: Prepared, now_ms: u64) {
+        assert_eq!(
+            prepared.queues.len(),
+            self.shards.len(),
+            "prepared by another scheduler"
+        );
+        if now_ms > prepared.at {
+            for q in prepared.queues.iter_mut().flatten() {
+                let mut passed = Vec::new();
+                q.take(now_ms, |e| {
+                    passed.push(*e);
+                    true
+                });
+                for mut e in passed {
+                    let (iv, ph) = (u64::from(e.interval_ms), u64::from(e.phase_ms));
+                    e.due = next_slot_after(now_ms, iv, ph);
+                    q.push(e);
+                }
+            }
+        }
         // The generation moves first, then each queue is replaced under its own lock: a
         // completion of an older generation either sees the new generation (and is
         // dropped) or lands in a queue about to be replaced.
-        let _one_reload_at_a_time = self.reload.lock().unwrap_or_else(|e| e.into_inner());
+        let one_reload_at_a_time = self.reload.lock().unwrap_or_else(|e| e.into_inner());
         self.generation.fetch_add(1, Ordering::AcqRel);
-        for (shard, qs) in self.shards.iter().zip(fresh) {
+        let mut old = Vec::with_capacity(prepared.queues.len() * 2);
+        for (shard, qs) in self.shards.iter().zip(prepared.queues) {
             for (e, q) in Engine::ALL.into_iter().zip(qs) {
-                *shard.queues[e as usize]
+                let mut live = shard.queues[e as usize]
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner()) = q;
+                    .unwrap_or_else(|e| e.into_inner());
+                old.push(std::mem::replace(&mut *live, q));
             }
         }
+        drop(one_reload_at_a_time);
+        // The old queues are freed here, outside every lock.
+        drop(old);
     }
 
     /// Replace the plan: every task of the new plan is queued at its first slot after
@@ -634,6 +683,42 @@ mod tests {
         let p3 = plan(10, &[10]);
         s.reload(&p3, 70_000);
         assert_eq!(s.queued(Engine::Snmp).iter().sum::<usize>(), 10);
+    }
+
+    #[test]
+    fn a_reload_prepared_earlier_polls_no_slot_twice() {
+        // The queues are prepared at 5 s; before they are installed at 8 s the old
+        // queues serve every slot in (5 s, 8 s]. Installing must move those tasks to
+        // their next slot after 8 s, or each would be polled twice for one slot.
+        let p = plan(200, &[10]);
+        let s = Scheduler::new(&p, 4, 0);
+        let mut out = Vec::new();
+        s.take_due(Engine::Snmp, 5_000, u64::MAX, |_| 1, &mut out);
+        let prepared = s.prepare(&p, 5_000);
+        out.clear();
+        s.take_due(Engine::Snmp, 8_000, u64::MAX, |_| 1, &mut out);
+        let served: std::collections::HashSet<u32> = out.iter().map(|d| d.task).collect();
+        assert!(!served.is_empty());
+        s.install(prepared, 8_000);
+        assert_eq!(s.queued(Engine::Snmp).iter().sum::<usize>(), p.tasks.len());
+        out.clear();
+        s.take_due(Engine::Snmp, 8_000, u64::MAX, |_| 1, &mut out);
+        assert!(
+            out.is_empty(),
+            "slots before the install handed out again: {out:?}"
+        );
+        // Each of them comes back one interval later, exactly on its slot.
+        for now in (8_050..=18_000).step_by(50) {
+            out.clear();
+            s.take_due(Engine::Snmp, now, u64::MAX, |_| 1, &mut out);
+            for d in &out {
+                let t = &p.tasks[d.task as usize];
+                assert!(d.due_ms > 8_000 && d.due_ms % t.interval_ms == t.phase_ms);
+                if served.contains(&d.task) {
+                    assert!(d.due_ms > 15_000, "task {} at {}", d.task, d.due_ms);
+                }
+            }
+        }
     }
 
     #[test]
