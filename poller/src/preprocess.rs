@@ -15,7 +15,7 @@
 //!   makes the item unsupported for that poll, with the reason.
 //!
 //! Invariants: at most one change step per item (the config refuses more, as Zabbix
-//! does), so the memory is one [`Previous`] per item that has one.
+//! does), so the memory is one previous value per item that has one.
 
 use std::collections::HashMap;
 use std::fmt;
