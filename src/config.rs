@@ -999,8 +999,25 @@ impl<'c, 'a> Resolver<'c, 'a> {
         value_type: ValueType,
     ) -> Result<Option<Arc<poller::preprocess::Steps>>, ()> {
         use poller::preprocess::{Step, Steps};
+        let str_item = |c: &mut Collector<'_>, at: &[Seg<'_>]| {
+            c.push(
+                at,
+                format!(
+                    "item {:?} is of type str: preprocessing steps need numbers",
+                    e.key
+                ),
+            );
+        };
         let Some(entries) = &e.preprocessing else {
-            return Ok(inherited.and_then(|i| i.pre.clone()));
+            let pre = inherited.and_then(|i| i.pre.clone());
+            if pre.is_some() && value_type == ValueType::Str {
+                // The template item is numeric; this one made it text.
+                let mut p = path.to_vec();
+                p.push(Seg::Key("type"));
+                str_item(self.c, &p);
+                return Err(());
+            }
+            return Ok(pre);
         };
         if entries.is_empty() {
             return Ok(None);
@@ -1021,10 +1038,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         }
         if value_type == ValueType::Str {
-            self.c.push(
-                &at(0, "type"),
-                format!("item {:?} is of type str: these steps need numbers", e.key),
-            );
+            str_item(self.c, &at(0, "type"));
             return Err(());
         }
         let text = steps

@@ -435,6 +435,12 @@ impl Shared {
                 .load(Ordering::Relaxed),
         );
         out.counter(
+            "netpoller_preprocessing_errors_total",
+            "Values preprocessing made errors of (the item is unsupported for that poll).",
+            &[],
+            self.pipeline.preprocessing_errors.load(Ordering::Relaxed),
+        );
+        out.counter(
             "netpoller_config_reloads_total",
             "Config reloads.",
             &[("result", "ok")],
@@ -564,12 +570,23 @@ pub async fn icmp_iteration(
     metrics.malformed.add(c.malformed);
     metrics.icmp_send_errors.add(c.send_errors);
     if let Some((target, error)) = &report.first_send_error {
-        tracing::warn!(
-            probes = c.send_errors,
-            first_target = %target,
-            error = %error,
-            "ICMP: the kernel refused to send probes; they count as lost (hosts read as down)"
-        );
+        // At most one warning a minute: a target that is never routable would
+        // otherwise log at every sweep (the metric counts every refusal).
+        static LAST_WARNING: AtomicU64 = AtomicU64::new(0);
+        let now = u64::from(clock_now().0);
+        let last = LAST_WARNING.load(Ordering::Relaxed);
+        if now >= last + 60
+            && LAST_WARNING
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                probes = c.send_errors,
+                first_target = %target,
+                error = %error,
+                "ICMP: the kernel refused to send probes; they count as lost (hosts read as down); next warning in a minute at the earliest"
+            );
+        }
     }
     emitter.flush();
     sum

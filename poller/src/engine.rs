@@ -81,6 +81,8 @@ pub struct PipelineCounters {
     pub samples: AtomicU64,
     /// Values a preprocessing change step kept no value for (see [`crate::preprocess`]).
     pub preprocessing_discarded: AtomicU64,
+    /// Values preprocessing turned into errors (text, or a result that does not fit).
+    pub preprocessing_errors: AtomicU64,
 }
 
 /// Samples an [`Emitter`] collects before handing them to the channel together.

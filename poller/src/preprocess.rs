@@ -82,8 +82,11 @@ impl fmt::Display for Step {
 pub struct Steps(Box<[Step]>);
 
 impl Steps {
-    /// Checks Zabbix's rule: at most one change step.
+    /// Checks Zabbix's rule: at most one change step (and at least one step).
     pub fn new(steps: Vec<Step>) -> Result<Steps, String> {
+        if steps.is_empty() {
+            return Err("no steps".into());
+        }
         if steps.iter().filter(|s| s.is_change()).count() > 1 {
             return Err("at most one of SIMPLE_CHANGE and CHANGE_PER_SECOND per item".into());
         }
@@ -116,12 +119,14 @@ impl Num {
     }
 }
 
-/// What a change step saw last.
-#[derive(Debug, Clone, Copy)]
+/// What a change step saw last, and under which steps.
+#[derive(Debug, Clone)]
 struct Previous {
     value: Num,
     /// Nanoseconds since the epoch.
     at: u128,
+    /// A value that went through other steps (a reload changed them) is not comparable.
+    steps: Arc<Steps>,
 }
 
 /// What [`Preprocessor::apply`] did.
@@ -183,10 +188,15 @@ impl Preprocessor {
                     _ => Num::F(n.f() * x),
                 },
                 Step::SimpleChange | Step::ChangePerSecond => {
-                    let prev = self
-                        .previous
-                        .insert(sample.itemid, Previous { value: n, at });
-                    let Some(prev) = prev else {
+                    let now = Previous {
+                        value: n,
+                        at,
+                        steps: steps.clone(),
+                    };
+                    let prev = self.previous.insert(sample.itemid, now);
+                    let Some(prev) =
+                        prev.filter(|p| Arc::ptr_eq(&p.steps, &steps) || *p.steps == *steps)
+                    else {
                         return Outcome::Discarded;
                     };
                     let delta = match (n, prev.value) {
@@ -203,7 +213,13 @@ impl Preprocessor {
                             // Two values with one timestamp: no rate to compute.
                             return Outcome::Discarded;
                         }
-                        Num::F(delta.f() / secs)
+                        match delta {
+                            // Zabbix keeps an integer rate of integer values (its
+                            // uint64 delta), so a MULTIPLIER after it scales the
+                            // truncated rate: trunc(rate) × 8 for interface bits.
+                            Num::U(d) => Num::U((d as f64 / secs) as u64),
+                            Num::F(d) => Num::F(d / secs),
+                        }
                     }
                 }
             };
@@ -269,16 +285,47 @@ mod tests {
     fn interface_counter_to_bits_per_second_as_zabbix_templates_do() {
         // ifHCInOctets, uint, CHANGE_PER_SECOND then MULTIPLIER 8: 1,000 octets in 10 s
         // are 800 bps; the first poll yields nothing; a wrap yields nothing and restarts.
+        // As Zabbix's uint64 delta, the rate is an integer before the multiplier: 1,009
+        // octets in 10 s are trunc(100.9) × 8 = 800, not trunc(807.2).
         let steps = [Step::ChangePerSecond, Step::Multiplier(8.0)];
         let mut p = Preprocessor::default();
         let mut at =
             |clock, v| value(p.apply(sample(1, ValueType::Uint, clock, Value::Uint(v), &steps)));
         assert_eq!(at(100, 5_000), None);
         assert_eq!(at(110, 6_000), Some(Ok(Value::Uint(800))));
-        // 1,001 octets in 10 s: 800.8 bps, trimmed as Zabbix trims unsigned results.
-        assert_eq!(at(120, 7_001), Some(Ok(Value::Uint(800))));
+        assert_eq!(at(120, 7_009), Some(Ok(Value::Uint(800))));
         assert_eq!(at(130, 10), None, "counter reset");
         assert_eq!(at(140, 1_010), Some(Ok(Value::Uint(800))));
+        // A multiplier alone keeps fractions until the item's type trims them.
+        let half = [Step::Multiplier(0.5)];
+        let one = p.apply(sample(9, ValueType::Uint, 0, Value::Uint(7), &half));
+        assert_eq!(value(one), Some(Ok(Value::Uint(3))));
+    }
+
+    #[test]
+    fn new_steps_after_a_reload_start_the_change_afresh() {
+        // [CHANGE_PER_SECOND] becomes [MULTIPLIER 8, CHANGE_PER_SECOND]: the remembered
+        // value is unscaled, so the first value under the new steps has nothing to
+        // compare with (else one spike of 7x the traffic).
+        let mut p = Preprocessor::default();
+        let before = [Step::ChangePerSecond];
+        let after = [Step::Multiplier(8.0), Step::ChangePerSecond];
+        let s = |clock, v, st: &[Step]| sample(1, ValueType::Uint, clock, Value::Uint(v), st);
+        assert_eq!(value(p.apply(s(0, 1_000, &before))), None);
+        assert_eq!(
+            value(p.apply(s(10, 2_000, &before))),
+            Some(Ok(Value::Uint(100)))
+        );
+        assert_eq!(value(p.apply(s(20, 3_000, &after))), None);
+        assert_eq!(
+            value(p.apply(s(30, 4_000, &after))),
+            Some(Ok(Value::Uint(800)))
+        );
+        // Equal steps from another config load (another Arc) are the same steps.
+        assert_eq!(
+            value(p.apply(s(40, 5_000, &after))),
+            Some(Ok(Value::Uint(800)))
+        );
     }
 
     #[test]
@@ -367,6 +414,7 @@ mod tests {
             .unwrap_err()
             .contains("unknown preprocessing type"));
         assert!(Steps::new(vec![Step::SimpleChange, Step::ChangePerSecond]).is_err());
+        assert!(Steps::new(Vec::new()).is_err());
     }
 
     #[test]

@@ -212,7 +212,12 @@ async fn insert_task(shared: Arc<Shared>, batch: Batch) {
                 }
                 tracing::debug!(error = %e, attempt, "sink: insert failed, retrying");
                 shared.metrics.retry();
-                sleep(backoff(attempt, cfg.retry_backoff, cfg.retry_backoff_max)).await;
+                let mut give_up = shared.give_up.subscribe();
+                tokio::select! {
+                    _ = sleep(backoff(attempt, cfg.retry_backoff, cfg.retry_backoff_max)) => {}
+                    // The next attempt sees the grace is over and spools the batch.
+                    _ = give_up.wait_for(|g| *g) => {}
+                }
                 attempt += 1;
             }
         }
@@ -502,7 +507,12 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                     _ = shutdown.changed() => return,
                     _ = shared.spool_notify.notified() => continue,
                 }
-                if w.ping().await {
+                let mut give_up = shared.give_up.subscribe();
+                let answered = tokio::select! {
+                    ok = w.ping() => ok,
+                    _ = give_up.wait_for(|g| *g) => return,
+                };
+                if answered {
                     probes = 0;
                     shared.set_ok();
                 }

@@ -15,7 +15,7 @@ use crate::batch::Batch;
 use crate::config::{redact_url, ClickHouseConfig, Compression};
 use crate::metrics::ErrorClass;
 use crate::rowbinary::COLUMNS;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Data chunk per `send` (each becomes one LZ4 block when compressing).
@@ -84,9 +84,11 @@ struct Endpoint {
     /// Redacted, for errors and logs.
     shown: String,
     client: clickhouse::Client,
-    /// One schema repair at a time per endpoint: concurrent INSERTs that all find the
-    /// table missing wait for the first one's DDL instead of repeating it.
-    repair: tokio::sync::Mutex<()>,
+    /// Schema repairs done on this endpoint; `repair_lock` runs one at a time, and
+    /// concurrent INSERTs that all found the table missing wait for the first one's
+    /// DDL, see the count moved, and only resend.
+    repairs: AtomicU64,
+    repair_lock: tokio::sync::Mutex<()>,
 }
 
 /// ClickHouse's `UNKNOWN_TABLE` and `UNKNOWN_DATABASE`: the schema is missing on that
@@ -103,7 +105,8 @@ impl Writer {
                 shown: redact_url(&u),
                 client: insert_client(cfg, &u),
                 url: u,
-                repair: tokio::sync::Mutex::new(()),
+                repairs: AtomicU64::new(0),
+                repair_lock: tokio::sync::Mutex::new(()),
             })
             .collect();
         Writer {
@@ -127,9 +130,10 @@ impl Writer {
     /// back empty, would otherwise refuse every batch until the spool overflowed.
     pub async fn insert(&self, batch: &Batch) -> Result<(), InsertError> {
         let ep = &self.endpoints[self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len()];
+        let repairs_before = ep.repairs.load(Ordering::Acquire);
         match self.insert_at(ep, batch).await {
             Err(e) if e.schema_missing() => {
-                self.repair_schema(ep, &e).await?;
+                self.repair_schema(ep, &e, repairs_before).await?;
                 self.insert_at(ep, batch).await
             }
             r => r,
@@ -170,12 +174,36 @@ impl Writer {
         })
     }
 
-    /// Creates what `missing` says is missing on `ep`; an error says why it could not
-    /// (retryable: the batch is kept and retried like any other server error).
-    async fn repair_schema(&self, ep: &Endpoint, missing: &InsertError) -> Result<(), InsertError> {
-        let _one = ep.repair.lock().await;
-        match crate::schema::apply_at(&self.cfg, &ep.url).await {
-            Ok(applied) => {
+    /// Creates what `missing` says is missing on `ep`, unless another INSERT did since
+    /// this one started (`repairs_before`); an error says why it could not (retryable:
+    /// the batch is kept and retried like any other server error). Bounded like an
+    /// INSERT: a server that stops answering mid-repair must not hold the endpoint.
+    async fn repair_schema(
+        &self,
+        ep: &Endpoint,
+        missing: &InsertError,
+        repairs_before: u64,
+    ) -> Result<(), InsertError> {
+        let _one_at_a_time = ep.repair_lock.lock().await;
+        if ep.repairs.load(Ordering::Acquire) != repairs_before {
+            return Ok(());
+        }
+        let limit = 2 * self.cfg.request_timeout + Duration::from_secs(1);
+        let applied = tokio::time::timeout(limit, crate::schema::apply_at(&self.cfg, &ep.url));
+        let fail = |class, why: String| InsertError {
+            url: ep.shown.clone(),
+            table: missing.table,
+            class,
+            message: format!("{}; creating the schema failed: {why}", missing.message),
+        };
+        match applied.await {
+            Err(_) => Err(fail(
+                ErrorClass::Timeout,
+                format!("no answer within {limit:?}"),
+            )),
+            Ok(Err(e)) => Err(fail(ErrorClass::Server, e.to_string())),
+            Ok(Ok(applied)) => {
+                ep.repairs.fetch_add(1, Ordering::Release);
                 tracing::warn!(
                     url = %ep.shown,
                     created = ?applied.created,
@@ -184,12 +212,6 @@ impl Writer {
                 );
                 Ok(())
             }
-            Err(e) => Err(InsertError {
-                url: ep.shown.clone(),
-                table: missing.table,
-                class: ErrorClass::Server,
-                message: format!("{}; creating the schema failed: {e}", missing.message),
-            }),
         }
     }
 

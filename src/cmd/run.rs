@@ -19,6 +19,7 @@ use poller::daemon::{run_engine, Clock, Drivers, Shared};
 use poller::engine::{Sample, Samples};
 use poller::plan::{Engine, Plan};
 use poller::preprocess::{Outcome, Preprocessor};
+use poller::states::ItemStates;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
@@ -117,9 +118,9 @@ async fn daemon(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (tx, rx) = poller::engine::channel(cfg.daemon.channel_capacity);
 
-    // Sink consumer: runs the items' preprocessing, follows their states (logged, and a
-    // gauge; errors were counted by the engines already), and hands values as rows to
-    // the sink.
+    // Sink consumer: runs the items' preprocessing (counting what it keeps back or
+    // fails), follows the items' states (logged, and a gauge), and hands values as rows
+    // to the sink.
     let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone()));
 
     // Metrics endpoint.
@@ -360,6 +361,17 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
     .collect()
 }
 
+/// How long after a reload the consumer forgets removed items a second time: longer
+/// than an iteration started on the old plan can run (each is bounded by its timeouts).
+const PRUNE_AGAIN_AFTER: Duration = Duration::from_secs(60);
+
+/// Forgets the states and previous values of items the current plan does not have.
+fn forget_removed(shared: &Shared, states: &mut ItemStates, pre: &mut Preprocessor) {
+    let plan = shared.plan();
+    states.retain(plan.items.iter().map(|i| i.itemid));
+    pre.retain(plan.items.iter().map(|i| (i.itemid, i.pre.as_ref())));
+}
+
 /// Sample → history row; only values become rows.
 pub fn to_row(s: Sample) -> Option<(sink::Table, sink::Row)> {
     use poller::value::Value;
@@ -391,31 +403,45 @@ async fn consume(
     const BATCHES: usize = 16;
     let mut n = 0;
     let mut batches = Vec::with_capacity(BATCHES);
-    let mut states = poller::states::ItemStates::new(shared.failing.clone());
+    let mut states = ItemStates::new(shared.failing.clone());
     let mut pre = Preprocessor::default();
     let mut generation = shared.generation();
+    // Iterations that started on the old plan still deliver after a reload, and may
+    // bring back items it removed: forget them again once those have ended.
+    let mut prune_again: Option<tokio::time::Instant> = None;
     while rx.recv_many(&mut batches, BATCHES).await > 0 {
+        let now = tokio::time::Instant::now();
         if shared.generation() != generation {
             generation = shared.generation();
-            let plan = shared.plan();
-            states.retain(plan.items.iter().map(|i| i.itemid));
-            pre.retain(plan.items.iter().map(|i| (i.itemid, i.pre.as_ref())));
+            prune_again = Some(now + PRUNE_AGAIN_AFTER);
+            forget_removed(&shared, &mut states, &mut pre);
+        } else if prune_again.is_some_and(|t| now >= t) {
+            prune_again = None;
+            forget_removed(&shared, &mut states, &mut pre);
         }
-        let mut discarded = 0;
+        let (mut discarded, mut failed) = (0, 0);
         let samples: Vec<Sample> = batches
             .drain(..)
             .flatten()
-            .filter_map(|s| match pre.apply(s) {
-                Outcome::Keep(s) => Some(s),
-                Outcome::Discarded => {
-                    discarded += 1;
-                    None
+            .filter_map(|s| {
+                let had_value = s.pre.is_some() && s.result.is_ok();
+                match pre.apply(s) {
+                    Outcome::Keep(s) => {
+                        failed += u64::from(had_value && s.result.is_err());
+                        Some(s)
+                    }
+                    Outcome::Discarded => {
+                        discarded += 1;
+                        None
+                    }
                 }
             })
             .collect();
-        if discarded > 0 {
-            let c = &shared.pipeline.preprocessing_discarded;
-            c.fetch_add(discarded, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering::Relaxed;
+        if discarded + failed > 0 {
+            let c = &shared.pipeline;
+            c.preprocessing_discarded.fetch_add(discarded, Relaxed);
+            c.preprocessing_errors.fetch_add(failed, Relaxed);
         }
         states.observe(&samples);
         let rows: Vec<_> = samples.into_iter().filter_map(to_row).collect();

@@ -546,6 +546,21 @@ items = [ { key = "ifHCInOctets.1", preprocessing = [] } ]
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "SIMPLE_CHANGE" }] }"#,
     );
     assert!(e.message.contains("type str"), "{e}");
+    // A host item that makes the template's numeric item text cannot keep its steps.
+    let e = one_err(
+        r#"
+[[templates]]
+name = "t"
+items = [ { key = "x", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m", preprocessing = [{ type = "SIMPLE_CHANGE" }] } ]
+[[hosts]]
+name = "h"
+ip = "127.0.20.1"
+templates = ["t"]
+items = [ { key = "x", type = "str" } ]
+"#,
+    );
+    assert_eq!(e.path, "hosts[0].items[0].type");
+    assert!(e.message.contains("type str"), "{e}");
     let e = bad(
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m", preprocessing = [{ type = "SIMPLE_CHANGE" }, { type = "CHANGE_PER_SECOND" }] }"#,
     );
