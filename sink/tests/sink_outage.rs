@@ -185,16 +185,7 @@ async fn server_down_at_start_and_empty_gets_the_schema_and_every_row() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_server_cannot_hold_the_shutdown_past_the_grace() {
     common::init_logs();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    // Accept and hold every connection, reading nothing back.
-    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let h2 = held.clone();
-    std::thread::spawn(move || {
-        for c in listener.incoming().flatten() {
-            h2.lock().unwrap().push(c);
-        }
-    });
+    let (url, held) = fake_node(|_| None);
     let cfg = ClickHouseConfig {
         url: Some(url),
         batch_rows: 500,
@@ -316,4 +307,113 @@ async fn kill_9_while_spooling_then_restart_replays() {
     assert_eq!(f[0], f[1], "duplicates: {got}");
     assert_eq!((f[2], f[3]), (0, f[0] - 1), "{got}");
     assert!(sink::spool::list_segments(spool.path()).unwrap().is_empty());
+}
+
+/// A fake ClickHouse node on a loopback port: connection `n` gets `answer(n)` as a
+/// ClickHouse exception (HTTP 500 with that text) once its request is read, or, for
+/// `None`, is held open and never answered. Returns its URL and the held connections.
+fn fake_node(
+    answer: impl Fn(usize) -> Option<&'static str> + Send + 'static,
+) -> (String, Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let h2 = held.clone();
+    std::thread::spawn(move || {
+        for (n, c) in listener.incoming().enumerate() {
+            let Ok(mut c) = c else { continue };
+            let Some(body) = answer(n) else {
+                h2.lock().unwrap().push(c);
+                continue;
+            };
+            // Read the request to its last chunk (or a pause), then answer and close.
+            c.set_read_timeout(Some(Duration::from_millis(300)))
+                .unwrap();
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !req.ends_with(b"0\r\n\r\n") {
+                match c.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => req.extend_from_slice(&buf[..k]),
+                }
+            }
+            let _ = write!(
+                c,
+                "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (url, held)
+}
+
+/// A node that says the table is missing, then stops answering while the writer
+/// creates it (a partition mid-repair): the repair must end like a timed-out INSERT, or
+/// it would hold the node and an INSERT slot for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_repair_on_a_node_that_stops_answering_is_bounded() {
+    let missing = "Code: 60, e.displayText() = DB::Exception: Table glaber.history_uint doesn't exist., e.what() = DB::Exception\n";
+    let (url, held) = fake_node(move |n| (n == 0).then_some(missing));
+    let cfg = ClickHouseConfig {
+        url: Some(url),
+        request_timeout: Duration::from_secs(1),
+        ..ClickHouseConfig::default()
+    };
+    let w = sink::writer::Writer::new(&cfg);
+    let batch = sink::Batch {
+        table: Table::Uint,
+        rows: 1,
+        first_clock: BASE,
+        data: bytes::Bytes::from_static(&[0; 16]),
+    };
+    let t0 = Instant::now();
+    let e = tokio::time::timeout(Duration::from_secs(30), w.insert(&batch))
+        .await
+        .expect("the schema repair waited for the silent node")
+        .unwrap_err();
+    assert_eq!(e.class, sink::ErrorClass::Timeout, "{e}");
+    assert!(e.message.contains("creating the schema failed"), "{e}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert!(
+        !held.lock().unwrap().is_empty(),
+        "the repair reached the node"
+    );
+}
+
+/// A node that refuses every INSERT at once (overloaded) while the sink waits a long
+/// backoff before its next attempt: stopping must not wait that backoff out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stop_grace_also_ends_a_retry_backoff() {
+    let (url, _held) = fake_node(|_| Some("Code: 252. DB::Exception: Too many parts (300)\n"));
+    let cfg = ClickHouseConfig {
+        url: Some(url),
+        batch_rows: 100,
+        flush_interval: Duration::from_millis(100),
+        max_attempts: 10,
+        retry_backoff: Duration::from_secs(60),
+        retry_backoff_max: Duration::from_secs(60),
+        request_timeout: Duration::from_secs(5),
+        ..ClickHouseConfig::default()
+    };
+    let (sink, h, metrics, _spool) = start_sink(cfg).await;
+    let total = send_for(&h, 0, 1000, 0.3).await;
+    assert!(
+        wait_until(Duration::from_secs(10), || {
+            metrics.insert_errors(sink::ErrorClass::Server) > 0
+        }),
+        "no INSERT was refused"
+    );
+    drop(h);
+    let t0 = Instant::now();
+    let report = tokio::time::timeout(Duration::from_secs(60), sink.shutdown())
+        .await
+        .expect("shutdown waited out the backoff")
+        .unwrap();
+    let took = t0.elapsed();
+    assert!(
+        took < sink::SHUTDOWN_GRACE + Duration::from_secs(5),
+        "{took:?}"
+    );
+    assert_eq!((report.rows_spooled, report.rows_dropped), (total, 0));
 }
