@@ -40,10 +40,22 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the daemon: poll on schedule, write history to ClickHouse (or the spool).
+    ///
+    /// Signals: SIGHUP reloads hosts, templates, items and their key defaults (an invalid
+    /// file is rejected with every error and the running config stays; settings that
+    /// apply only at start, such as [clickhouse] or max_pps, are named in a warning).
+    /// SIGTERM/SIGINT: running iterations end, ClickHouse gets at most 10 s for what is
+    /// in flight, the rest goes to the spool, exit 0. /metrics and /healthz on
+    /// daemon.metrics_listen.
     Run(cmd::run::Args),
     /// Check a configuration file: exit 0 when valid, 1 with every error listed.
     CheckConfig(cmd::check_config::Args),
     /// Poll every item of a config once and print the results (no ClickHouse needed).
+    ///
+    /// The same engines, value conversion and preprocessing as the daemon: what would
+    /// be stored, or the error that makes an item unsupported. An item with a change
+    /// step (SIMPLE_CHANGE, CHANGE_PER_SECOND) shows its value as polled, marked: one
+    /// poll gives the step nothing to compare with.
     PollOnce(cmd::poll_once::Args),
     /// Ping addresses, CIDRs or @files once (fping-style summary, or --json).
     Sweep(cmd::sweep::Args),
