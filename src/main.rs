@@ -43,7 +43,7 @@ enum Command {
     ///
     /// Signals: SIGHUP reloads hosts, templates, items and their key defaults (an invalid
     /// file is rejected with every error and the running config stays; settings that
-    /// apply only at start, such as [clickhouse] or max_pps, are named in a warning).
+    /// apply only at start, such as `[clickhouse]` or `max_pps`, are named in a warning).
     /// SIGTERM/SIGINT: running iterations end, ClickHouse gets at most 10 s for what is
     /// in flight, the rest goes to the spool, exit 0. /metrics and /healthz on
     /// daemon.metrics_listen.
