@@ -587,6 +587,13 @@ enum Seg<'s> {
     Index(usize),
 }
 
+/// `path` followed by `more`.
+fn under<'s>(path: &[Seg<'s>], more: impl IntoIterator<Item = Seg<'s>>) -> Vec<Seg<'s>> {
+    let mut p = path.to_vec();
+    p.extend(more);
+    p
+}
+
 impl<'a> Locator<'a> {
     fn new(text: &'a str) -> Self {
         Locator {
@@ -873,13 +880,11 @@ fn check_snmp_limits(
     max_inflight: usize,
 ) {
     if !(1..=256).contains(&max_oids) {
-        let mut p = path.to_vec();
-        p.push(Seg::Key("max_oids_per_request"));
+        let p = under(path, [Seg::Key("max_oids_per_request")]);
         c.push(&p, format!("{max_oids} is outside 1..256"));
     }
     if !(1..=64).contains(&max_inflight) {
-        let mut p = path.to_vec();
-        p.push(Seg::Key("max_inflight_per_host"));
+        let p = under(path, [Seg::Key("max_inflight_per_host")]);
         c.push(&p, format!("{max_inflight} is outside 1..64"));
     }
 }
@@ -953,8 +958,8 @@ struct Resolver<'c, 'a> {
     users: HashMap<UsmSection, Option<Arc<snmp::v3::UsmUser>>>,
     /// `[snmp]`'s SNMPv3 fields, the defaults of every host's.
     snmp_usm: UsmSection,
-    /// Preprocessing pipelines by their text: items with the same steps share one.
-    pipelines: HashMap<String, Arc<poller::preprocess::Steps>>,
+    /// Preprocessing pipelines: items with the same steps share one.
+    pipelines: Vec<Arc<poller::preprocess::Steps>>,
 }
 
 impl<'c, 'a> Resolver<'c, 'a> {
@@ -966,7 +971,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             templates: HashMap::new(),
             users: HashMap::new(),
             snmp_usm: usm_of!(snmp),
-            pipelines: HashMap::new(),
+            pipelines: Vec::new(),
         }
     }
 
@@ -979,8 +984,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         let user = match fields.user() {
             Ok(u) => Some(Arc::new(u)),
             Err((field, msg)) => {
-                let mut p = path.to_vec();
-                p.push(Seg::Key(field));
+                let p = under(path, [Seg::Key(field)]);
                 self.c.push(&p, msg);
                 None
             }
@@ -999,66 +1003,57 @@ impl<'c, 'a> Resolver<'c, 'a> {
         value_type: ValueType,
     ) -> Result<Option<Arc<poller::preprocess::Steps>>, ()> {
         use poller::preprocess::{Step, Steps};
-        let str_item = |c: &mut Collector<'_>, at: &[Seg<'_>]| {
-            c.push(
-                at,
-                format!(
-                    "item {:?} is of type str: preprocessing steps need numbers",
-                    e.key
-                ),
-            );
-        };
-        let Some(entries) = &e.preprocessing else {
-            let pre = inherited.and_then(|i| i.pre.clone());
-            if pre.is_some() && value_type == ValueType::Str {
-                // The template item is numeric; this one made it text.
-                let mut p = path.to_vec();
-                p.push(Seg::Key("type"));
-                str_item(self.c, &p);
-                return Err(());
+        let (at, steps) = match &e.preprocessing {
+            // The template item's steps: its type was numeric; this item may be text.
+            None => (under(path, [Seg::Key("type")]), None),
+            Some(entries) => {
+                let at = |i, k| {
+                    under(
+                        path,
+                        [Seg::Key("preprocessing"), Seg::Index(i), Seg::Key(k)],
+                    )
+                };
+                let mut steps = Vec::with_capacity(entries.len());
+                for (i, st) in entries.iter().enumerate() {
+                    match Step::parse(&st.kind, &st.parameters) {
+                        Ok(s) => steps.push(s),
+                        Err(m) => {
+                            self.c.push(&at(i, "type"), m);
+                            return Err(());
+                        }
+                    }
+                }
+                (at(0, "type"), Some(steps))
             }
-            return Ok(pre);
         };
-        if entries.is_empty() {
+        let inherited = inherited.and_then(|i| i.pre.clone());
+        let none = steps.as_ref().map_or(inherited.is_none(), Vec::is_empty);
+        if none {
             return Ok(None);
         }
-        let at = |i: usize, k: &'static str| {
-            let mut p = path.to_vec();
-            p.extend([Seg::Key("preprocessing"), Seg::Index(i), Seg::Key(k)]);
-            p
-        };
-        let mut steps = Vec::with_capacity(entries.len());
-        for (i, st) in entries.iter().enumerate() {
-            match Step::parse(&st.kind, &st.parameters) {
-                Ok(s) => steps.push(s),
-                Err(m) => {
-                    self.c.push(&at(i, "type"), m);
-                    return Err(());
-                }
-            }
-        }
         if value_type == ValueType::Str {
-            str_item(self.c, &at(0, "type"));
+            let m = format!(
+                "item {:?} is of type str: preprocessing steps need numbers",
+                e.key
+            );
+            self.c.push(&at, m);
             return Err(());
         }
-        let text = steps
-            .iter()
-            .map(ToString::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        if let Some(p) = self.pipelines.get(&text) {
+        let Some(steps) = steps else {
+            return Ok(inherited);
+        };
+        // Few distinct pipelines: a search beats building a key for every item.
+        if let Some(p) = self.pipelines.iter().find(|p| p.as_slice() == steps) {
             return Ok(Some(p.clone()));
         }
         match Steps::new(steps) {
             Ok(p) => {
                 let p = Arc::new(p);
-                self.pipelines.insert(text, p.clone());
+                self.pipelines.push(p.clone());
                 Ok(Some(p))
             }
             Err(m) => {
-                let mut p = path.to_vec();
-                p.push(Seg::Key("preprocessing"));
-                self.c.push(&p, m);
+                self.c.push(&under(path, [Seg::Key("preprocessing")]), m);
                 Err(())
             }
         }
@@ -1071,11 +1066,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         e: &ItemEntry,
         inherited: Option<&ResolvedEntry>,
     ) -> Option<ResolvedEntry> {
-        let at = |k: &'static str| {
-            let mut p = path.to_vec();
-            p.push(Seg::Key(k));
-            p
-        };
+        let at = |k: &'static str| under(path, [Seg::Key(k)]);
         let key = match ItemKey::parse(&e.key) {
             Ok(k) => k,
             Err(err) => {
@@ -1383,8 +1374,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         let d = self.snmp;
         let o = o.cloned().unwrap_or_default();
         let version: SnmpVersion = o.version.unwrap_or(d.version).into();
-        let mut sp = path.to_vec();
-        sp.push(Seg::Key("snmp"));
+        let sp = under(path, [Seg::Key("snmp")]);
         let usm = if version == SnmpVersion::V3 && polls_snmp {
             // Reported where the fields are: the host's own table if it has SNMPv3
             // fields, else `[snmp]`.
@@ -1425,8 +1415,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         let before = self.c.errors.len();
         let mut merged: Vec<ResolvedEntry> = Vec::new();
         for (j, t) in templates.iter().enumerate() {
-            let mut p = path.to_vec();
-            p.extend([Seg::Key("templates"), Seg::Index(j)]);
+            let p = under(path, [Seg::Key("templates"), Seg::Index(j)]);
             match self.templates.get(t) {
                 None => {
                     let known: Vec<&String> = self.templates.keys().collect();
@@ -1447,8 +1436,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         }
         let mut own = HashSet::new();
         for (j, e) in items.iter().enumerate() {
-            let mut p = path.to_vec();
-            p.extend([Seg::Key("items"), Seg::Index(j)]);
+            let p = under(path, [Seg::Key("items"), Seg::Index(j)]);
             if !allow_itemid && e.itemid.is_some() {
                 continue;
             }

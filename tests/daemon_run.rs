@@ -18,15 +18,13 @@ fn snmpd_addrs() -> Vec<String> {
         .collect()
 }
 
-/// A config polling `icmp_hosts` loopback addresses (ICMP, every 2 s) and the first
-/// three snmpd agents (SNMP, every 2 s), into database `db`.
-fn config(db: &str, spool: &std::path::Path, icmp_hosts: &[&str], extra: &str) -> String {
-    let ch_url = service_env("NETPOLLER_CH_URL");
-    let agents = snmpd_addrs();
-    let mut s = format!(
+/// `[daemon]` (spool in `spool`, metrics on `metrics_listen`, `""`: none) and
+/// `[clickhouse]` (the services' server, database `db`, quick flushes).
+fn daemon_and_clickhouse(db: &str, spool: &std::path::Path, metrics_listen: &str) -> String {
+    format!(
         r#"
 [daemon]
-metrics_listen = ""
+metrics_listen = "{metrics_listen}"
 spool_dir = "{spool}"
 
 [clickhouse]
@@ -34,7 +32,18 @@ url = "{ch_url}"
 database = "{db}"
 flush_interval = "500ms"
 compression = "none"
+"#,
+        spool = spool.display(),
+        ch_url = service_env("NETPOLLER_CH_URL"),
+    )
+}
 
+/// A config polling `icmp_hosts` loopback addresses (ICMP, every 2 s) and the first
+/// three snmpd agents (SNMP, every 2 s), into database `db`.
+fn config(db: &str, spool: &std::path::Path, icmp_hosts: &[&str], extra: &str) -> String {
+    let agents = snmpd_addrs();
+    let mut s = daemon_and_clickhouse(db, spool, "")
+        + r#"
 [icmp]
 timeout = "500ms"
 
@@ -44,21 +53,19 @@ timeout = "1s"
 [[templates]]
 name = "icmp"
 items = [
-  {{ key = "icmpping", interval = "2s" }},
-  {{ key = "icmppingloss", interval = "2s" }},
-  {{ key = "icmppingsec", interval = "2s" }},
+  { key = "icmpping", interval = "2s" },
+  { key = "icmppingloss", interval = "2s" },
+  { key = "icmppingsec", interval = "2s" },
 ]
 
 [[templates]]
 name = "snmp"
 items = [
-  {{ key = "sysUpTime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "2s" }},
-  {{ key = "sysDescr", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "2s" }},
-  {{ key = "missing", oid = "1.3.6.1.2.1.1.99.0", type = "uint", interval = "2s" }},
+  { key = "sysUpTime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "2s" },
+  { key = "sysDescr", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "2s" },
+  { key = "missing", oid = "1.3.6.1.2.1.1.99.0", type = "uint", interval = "2s" },
 ]
-"#,
-        spool = spool.display()
-    );
+"#;
     for (i, a) in agents.iter().take(3).enumerate() {
         s += &format!("\n[[hosts]]\nname = \"agent-{i}\"\nip = \"{a}\"\ntemplates = [\"snmp\"]\n");
     }
@@ -332,17 +339,9 @@ fn preprocessing_turns_a_counter_into_a_rate_in_clickhouse() {
     let cfg_path = dir.join("c.toml");
     std::fs::write(
         &cfg_path,
-        format!(
-            r#"[daemon]
-metrics_listen = "127.0.0.1:{port}"
-spool_dir = "{spool}"
-
-[clickhouse]
-url = "{ch_url}"
-database = "{db}"
-flush_interval = "500ms"
-compression = "none"
-
+        daemon_and_clickhouse(&db, &dir.join("spool"), &format!("127.0.0.1:{port}"))
+            + &format!(
+                r#"
 [[hosts]]
 name = "agent"
 ip = "{agent}"
@@ -356,10 +355,8 @@ items = [
   {{ key = "uptime.seconds", oid = "1.3.6.1.2.1.1.3.0", type = "float", interval = "1s",
      preprocessing = [{{ type = "MULTIPLIER", parameters = ["0.01"] }}] }},
 ]
-"#,
-            spool = dir.join("spool").display(),
-            ch_url = service_env("NETPOLLER_CH_URL"),
-        ),
+"#
+            ),
     )
     .unwrap();
     // poll-once shows what would be stored: the multiplied value, and the change steps'

@@ -26,10 +26,10 @@ use tokio::time::Instant;
 use crate::engine::{clock_now, icmp_value, Emitter, PipelineCounters, Sample, Samples};
 use crate::icmp_driver::{IcmpDriver, PingJob};
 use crate::metrics::{Counter, Exposition, Gauge, Histogram};
-use crate::plan::{Engine, ItemKind, Plan, PlanItem};
+use crate::plan::{Engine, ItemKind, Plan};
 use crate::scheduler::{Due, Rescheduled, Scheduler};
 use crate::snmp_driver::{SnmpDriver, SnmpHostJob};
-use crate::value::{ErrorReason, ItemError, Value};
+use crate::value::{ErrorReason, ItemError};
 
 /// Maps the tokio clock (pausable in tests) to Unix milliseconds, the scheduler's time.
 #[derive(Debug, Clone, Copy)]
@@ -308,12 +308,7 @@ impl Shared {
                 &l,
                 m.values.get(),
             );
-            for r in [
-                ErrorReason::Timeout,
-                ErrorReason::Unsupported,
-                ErrorReason::Decode,
-                ErrorReason::Send,
-            ] {
+            for r in ErrorReason::ALL {
                 out.counter(
                     "netpoller_item_errors_total",
                     "Items that yielded no value, by reason.",
@@ -452,7 +447,7 @@ impl Shared {
             &[("result", "failed")],
             self.reloads_failed.get(),
         );
-        for r in crate::states::REASONS {
+        for r in ErrorReason::ALL {
             out.gauge(
                 "netpoller_items_failing",
                 "Items whose latest poll yielded no value, by reason (Zabbix: not supported / unreachable).",
@@ -539,20 +534,29 @@ pub async fn icmp_iteration(
         })
         .collect();
     metrics.in_flight.add(jobs.len() as i64);
-    let mut deliver_task = |idx: usize, result: &dyn Fn(&PlanItem) -> Result<Value, ItemError>| {
+    // A task's items, from its host's probe results or from why it was not probed.
+    let mut deliver_task = |idx: usize, outcome: Result<&icmp::PingStats, &ItemError>| {
         let stamp = clock_now();
         let task = &plan.tasks[dues[idx].task as usize];
         let host = &plan.hosts[task.host as usize];
         for item in plan.task_items(task) {
-            let s = Sample::new(host, item, stamp, result(item));
-            deliver(metrics, &mut sum, emitter, s);
+            let result = match outcome {
+                Ok(stats) => Ok(icmp_value(item, stats)),
+                Err(e) => Err(e.clone()),
+            };
+            deliver(
+                metrics,
+                &mut sum,
+                emitter,
+                Sample::new(host, item, stamp, result),
+            );
         }
     };
     let report = driver
         .sweep(&jobs, |idx, stats| {
             // Nothing sent: a job the driver could not probe (reported below with why).
             if stats.sent > 0 {
-                deliver_task(idx, &|item| Ok(icmp_value(item, stats)));
+                deliver_task(idx, Ok(stats));
             }
         })
         .await;
@@ -560,7 +564,7 @@ pub async fn icmp_iteration(
     // no 0% loss, but Zabbix's "not supported" with the reason.
     for (idx, why) in &report.rejected {
         let err = ItemError::new(ErrorReason::Unsupported, format!("not probed: {why}"));
-        deliver_task(*idx, &|_| Err(err.clone()));
+        deliver_task(*idx, Err(&err));
     }
     metrics.in_flight.add(-(jobs.len() as i64));
     let c = report.counters;

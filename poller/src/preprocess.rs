@@ -149,14 +149,17 @@ fn unsupported(text: String) -> ItemError {
 }
 
 impl Preprocessor {
-    /// Items whose change step holds a previous value.
-    pub fn remembered(&self) -> usize {
+    /// (Tests) Items whose change step holds a previous value.
+    #[cfg(test)]
+    fn remembered(&self) -> usize {
         self.previous.len()
     }
 
-    /// Runs `sample`'s steps (none: unchanged). An error sample passes unchanged.
+    /// Runs `sample`'s steps (none: unchanged). An error sample passes unchanged. The
+    /// sample comes back without its steps: they have run.
     pub fn apply(&mut self, mut sample: Sample) -> Outcome {
-        let Some(steps) = sample.pre.clone() else {
+        // Taken, not cloned: the stored sample needs its steps no more.
+        let Some(steps) = sample.pre.take() else {
             return Outcome::Keep(sample);
         };
         let Ok(value) = &sample.result else {
@@ -244,15 +247,11 @@ impl Preprocessor {
     /// Forgets items that are not in `current` or whose steps no longer include a
     /// change (a reload): Zabbix, too, restarts a change step whose item changed.
     pub fn retain<'a>(&mut self, current: impl IntoIterator<Item = (u64, Option<&'a Arc<Steps>>)>) {
-        if self.previous.is_empty() {
-            return;
-        }
-        let keep: std::collections::HashSet<u64> = current
+        let changing = current
             .into_iter()
-            .filter(|(id, s)| self.previous.contains_key(id) && s.is_some_and(|s| s.has_change()))
-            .map(|(id, _)| id)
-            .collect();
-        self.previous.retain(|id, _| keep.contains(id));
+            .filter(|(_, s)| s.is_some_and(|s| s.has_change()))
+            .map(|(id, _)| id);
+        crate::states::retain_ids(&mut self.previous, changing, |_| {});
     }
 }
 

@@ -18,29 +18,14 @@ use std::sync::Arc;
 use crate::engine::Sample;
 use crate::value::{ErrorReason, ItemError};
 
-/// The reasons, in the order of [`FailingGauges`]' counters.
-pub const REASONS: [ErrorReason; 4] = [
-    ErrorReason::Timeout,
-    ErrorReason::Unsupported,
-    ErrorReason::Decode,
-    ErrorReason::Send,
-];
-
-fn slot(r: ErrorReason) -> usize {
-    REASONS
-        .iter()
-        .position(|x| *x == r)
-        .expect("every reason has a gauge")
-}
-
 /// Items whose latest sample was an error, by reason: shared with the metrics endpoint.
 #[derive(Debug, Default)]
-pub struct FailingGauges([AtomicU64; 4]);
+pub struct FailingGauges([AtomicU64; ErrorReason::ALL.len()]);
 
 impl FailingGauges {
     /// Items failing now with `reason`.
     pub fn get(&self, reason: ErrorReason) -> u64 {
-        self.0[slot(reason)].load(Ordering::Relaxed)
+        self.0[reason as usize].load(Ordering::Relaxed)
     }
 }
 
@@ -53,17 +38,47 @@ struct HostChanges {
     recovered: usize,
 }
 
-/// `host`'s changes in `hosts`, added at the end if new. Samples of one host arrive
-/// together, so the search from the end nearly always stops at once.
-fn entry<'h>(hosts: &'h mut Vec<(Arc<str>, HostChanges)>, host: &Arc<str>) -> &'h mut HostChanges {
-    let i = match hosts.iter().rposition(|(h, _)| h == host) {
-        Some(i) => i,
-        None => {
-            hosts.push((host.clone(), HostChanges::default()));
-            hosts.len() - 1
+/// The state changes of one batch of samples, per host in order of first change, until
+/// [`ItemStates::report`] logs them.
+#[derive(Debug, Default)]
+pub struct Changes(Vec<(Arc<str>, HostChanges)>);
+
+impl Changes {
+    /// `host`'s changes, added at the end if new. Samples of one host arrive together,
+    /// so the search from the end nearly always stops at once.
+    fn of(&mut self, host: &Arc<str>) -> &mut HostChanges {
+        let i = match self.0.iter().rposition(|(h, _)| h == host) {
+            Some(i) => i,
+            None => {
+                self.0.push((host.clone(), HostChanges::default()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i].1
+    }
+}
+
+/// Drops the entries of `map` whose id is not in `current` (the items of a new plan),
+/// calling `dropped` for each: the one pruning of per-item memory after a reload.
+pub fn retain_ids<V>(
+    map: &mut HashMap<u64, V>,
+    current: impl IntoIterator<Item = u64>,
+    mut dropped: impl FnMut(&V),
+) {
+    if map.is_empty() {
+        return;
+    }
+    let keep: HashSet<u64> = current
+        .into_iter()
+        .filter(|id| map.contains_key(id))
+        .collect();
+    map.retain(|id, v| {
+        let k = keep.contains(id);
+        if !k {
+            dropped(v);
         }
-    };
-    &mut hosts[i].1
+        k
+    });
 }
 
 /// The failing items (see the module docs).
@@ -81,16 +96,54 @@ impl ItemStates {
         }
     }
 
-    /// Items failing now.
-    pub fn failing(&self) -> usize {
+    #[cfg(test)]
+    /// (Tests) Items failing now.
+    fn failing(&self) -> usize {
         self.failing.len()
     }
 
-    /// Follows `samples` (in the order they were obtained) and logs what changed:
-    /// `warn` for items that began to fail (or fail for another reason), `info` for
-    /// items that have a value again.
-    pub fn observe<'a>(&mut self, samples: impl IntoIterator<Item = &'a Sample>) {
-        for (host, c) in self.update(samples) {
+    #[cfg(test)]
+    /// (Tests) Follows `samples` (in the order they were obtained) and logs what changed.
+    fn observe<'a>(&mut self, samples: impl IntoIterator<Item = &'a Sample>) {
+        let mut changes = Changes::default();
+        for s in samples {
+            self.record(s, &mut changes);
+        }
+        Self::report(changes);
+    }
+
+    /// Follows one sample; what changed goes to `changes`.
+    pub fn record(&mut self, s: &Sample, changes: &mut Changes) {
+        match &s.result {
+            Ok(_) => {
+                if self.failing.is_empty() {
+                    return;
+                }
+                if let Some(r) = self.failing.remove(&s.itemid) {
+                    self.gauges.0[r as usize].fetch_sub(1, Ordering::Relaxed);
+                    changes.of(&s.host).recovered += 1;
+                }
+            }
+            Err(e) => {
+                let before = self.failing.insert(s.itemid, e.reason);
+                if before == Some(e.reason) {
+                    return;
+                }
+                if let Some(r) = before {
+                    self.gauges.0[r as usize].fetch_sub(1, Ordering::Relaxed);
+                }
+                self.gauges.0[e.reason as usize].fetch_add(1, Ordering::Relaxed);
+                let c = changes.of(&s.host);
+                c.failed += 1;
+                c.first.get_or_insert_with(|| (s.key.clone(), e.clone()));
+            }
+        }
+    }
+
+    /// Logs `changes`: `warn` for items that began to fail (or fail for another
+    /// reason), `info` for items that have a value again, one line per host each.
+    pub fn report(changes: Changes) {
+        for (host, c) in changes.0 {
             if let Some((key, e)) = &c.first {
                 tracing::warn!(
                     host = %host,
@@ -107,57 +160,11 @@ impl ItemStates {
         }
     }
 
-    /// The state changes of `samples`, per host in order of first change.
-    fn update<'a>(
-        &mut self,
-        samples: impl IntoIterator<Item = &'a Sample>,
-    ) -> Vec<(Arc<str>, HostChanges)> {
-        let mut hosts: Vec<(Arc<str>, HostChanges)> = Vec::new();
-        for s in samples {
-            match &s.result {
-                Ok(_) => {
-                    if self.failing.is_empty() {
-                        continue;
-                    }
-                    if let Some(r) = self.failing.remove(&s.itemid) {
-                        self.gauges.0[slot(r)].fetch_sub(1, Ordering::Relaxed);
-                        entry(&mut hosts, &s.host).recovered += 1;
-                    }
-                }
-                Err(e) => {
-                    let before = self.failing.insert(s.itemid, e.reason);
-                    if before == Some(e.reason) {
-                        continue;
-                    }
-                    if let Some(r) = before {
-                        self.gauges.0[slot(r)].fetch_sub(1, Ordering::Relaxed);
-                    }
-                    self.gauges.0[slot(e.reason)].fetch_add(1, Ordering::Relaxed);
-                    let c = entry(&mut hosts, &s.host);
-                    c.failed += 1;
-                    c.first.get_or_insert_with(|| (s.key.clone(), e.clone()));
-                }
-            }
-        }
-        hosts
-    }
-
     /// Forgets failing items that are not in `current` (removed by a reload).
     pub fn retain(&mut self, current: impl IntoIterator<Item = u64>) {
-        if self.failing.is_empty() {
-            return;
-        }
-        let keep: HashSet<u64> = current
-            .into_iter()
-            .filter(|id| self.failing.contains_key(id))
-            .collect();
         let gauges = &self.gauges;
-        self.failing.retain(|id, r| {
-            let k = keep.contains(id);
-            if !k {
-                gauges.0[slot(*r)].fetch_sub(1, Ordering::Relaxed);
-            }
-            k
+        retain_ids(&mut self.failing, current, |r| {
+            gauges.0[*r as usize].fetch_sub(1, Ordering::Relaxed);
         });
     }
 }
@@ -213,7 +220,7 @@ mod tests {
             sample("a", 2, Ok(Value::Uint(1))),
         ]);
         assert_eq!(st.failing(), 1);
-        assert_eq!(REASONS.iter().map(|r| g.get(*r)).sum::<u64>(), 1);
+        assert_eq!(ErrorReason::ALL.iter().map(|r| g.get(*r)).sum::<u64>(), 1);
         // A reload that removed item 3 forgets it.
         st.retain([1, 2, 4]);
         assert_eq!((st.failing(), g.get(ErrorReason::Unsupported)), (0, 0));
@@ -232,7 +239,11 @@ mod tests {
                 sample("back", 7, Ok(Value::Uint(1))),
             ])
             .collect();
-        let got = st.update(&batch);
+        let mut got = Changes::default();
+        for s in &batch {
+            st.record(s, &mut got);
+        }
+        let got = got.0;
         let dead = HostChanges {
             failed: 3,
             first: Some(("k0".into(), ItemError::new(ErrorReason::Timeout, "boom"))),

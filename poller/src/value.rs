@@ -77,6 +77,14 @@ pub enum ErrorReason {
 }
 
 impl ErrorReason {
+    /// Every reason, in declaration order (`reason as usize` indexes it).
+    pub const ALL: [ErrorReason; 4] = [
+        ErrorReason::Timeout,
+        ErrorReason::Unsupported,
+        ErrorReason::Decode,
+        ErrorReason::Send,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ErrorReason::Timeout => "timeout",

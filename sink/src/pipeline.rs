@@ -81,6 +81,19 @@ impl Shared {
     fn ok(&self) -> bool {
         self.ch_ok.load(Ordering::SeqCst)
     }
+
+    /// `fut`'s output, or `None` once the shutdown grace is over (at once if it is):
+    /// every wait on ClickHouse (an INSERT, a retry's backoff, a probe) goes through
+    /// here, so none outlasts the grace. An abandoned INSERT may or may not have been
+    /// stored.
+    async fn unless_given_up<T>(&self, fut: impl std::future::Future<Output = T>) -> Option<T> {
+        let mut give_up = self.give_up.subscribe();
+        tokio::select! {
+            biased;
+            _ = give_up.wait_for(|g| *g) => None,
+            r = fut => Some(r),
+        }
+    }
 }
 
 /// Appends a batch to the spool; on failure the rows are dropped (logged, counted).
@@ -165,21 +178,6 @@ async fn insert_once(shared: &Shared, w: &Writer, batch: &Batch) -> Result<(), I
     res
 }
 
-/// [`insert_once`], unless the shutdown grace ends first (`None`: the attempt was
-/// abandoned, ClickHouse may or may not have stored the batch).
-async fn insert_before_giving_up(
-    shared: &Shared,
-    w: &Writer,
-    batch: &Batch,
-) -> Option<Result<(), InsertError>> {
-    let mut give_up = shared.give_up.subscribe();
-    tokio::select! {
-        biased;
-        _ = give_up.wait_for(|g| *g) => None,
-        r = insert_once(shared, w, batch) => Some(r),
-    }
-}
-
 /// Direct INSERT of a new batch with up to `max_attempts` attempts; spools it if every
 /// attempt fails (or one fails while the sink is unhealthy or shutting down, or the
 /// shutdown grace ends before ClickHouse answers).
@@ -191,7 +189,10 @@ async fn insert_task(shared: Arc<Shared>, batch: Batch) {
     let cfg = w.config();
     let mut attempt = 1;
     loop {
-        let Some(res) = insert_before_giving_up(&shared, w, &batch).await else {
+        let Some(res) = shared
+            .unless_given_up(insert_once(&shared, w, &batch))
+            .await
+        else {
             spool_batch(&shared, batch, "unconfirmed at shutdown").await;
             return;
         };
@@ -212,12 +213,9 @@ async fn insert_task(shared: Arc<Shared>, batch: Batch) {
                 }
                 tracing::debug!(error = %e, attempt, "sink: insert failed, retrying");
                 shared.metrics.retry();
-                let mut give_up = shared.give_up.subscribe();
-                tokio::select! {
-                    _ = sleep(backoff(attempt, cfg.retry_backoff, cfg.retry_backoff_max)) => {}
-                    // The next attempt sees the grace is over and spools the batch.
-                    _ = give_up.wait_for(|g| *g) => {}
-                }
+                // Cut short by the grace: the next attempt then spools the batch.
+                let wait = backoff(attempt, cfg.retry_backoff, cfg.retry_backoff_max);
+                let _ = shared.unless_given_up(sleep(wait)).await;
                 attempt += 1;
             }
         }
@@ -415,7 +413,7 @@ pub(crate) async fn replay_segment(
                 return Ok(Replayed::Stopped(None));
             }
             // Abandoned at the end of the shutdown grace: the record stays spooled.
-            let Some(res) = insert_before_giving_up(shared, w, &batch).await else {
+            let Some(res) = shared.unless_given_up(insert_once(shared, w, &batch)).await else {
                 return Ok(Replayed::Stopped(None));
             };
             match res {
@@ -507,10 +505,8 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                     _ = shutdown.changed() => return,
                     _ = shared.spool_notify.notified() => continue,
                 }
-                let mut give_up = shared.give_up.subscribe();
-                let answered = tokio::select! {
-                    ok = w.ping() => ok,
-                    _ = give_up.wait_for(|g| *g) => return,
+                let Some(answered) = shared.unless_given_up(w.ping()).await else {
+                    return;
                 };
                 if answered {
                     probes = 0;

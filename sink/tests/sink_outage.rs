@@ -57,6 +57,16 @@ async fn start_sink(
     (sink, h, metrics, spool)
 }
 
+/// Stops `sink` (failing if that takes a minute): its report and how long it took.
+async fn timed_shutdown(sink: Sink) -> (sink::ShutdownReport, Duration) {
+    let t0 = Instant::now();
+    let report = tokio::time::timeout(Duration::from_secs(60), sink.shutdown())
+        .await
+        .expect("shutdown waited past a minute")
+        .unwrap();
+    (report, t0.elapsed())
+}
+
 /// Waits (at most 60 s) until `total` rows are confirmed and the spool is empty.
 fn assert_all_written(m: &SinkMetrics, total: u64, sink: &Sink) {
     let ok = wait_until(Duration::from_secs(60), || {
@@ -200,12 +210,7 @@ async fn a_hung_server_cannot_hold_the_shutdown_past_the_grace() {
         "no INSERT reached the server"
     );
     drop(h);
-    let t0 = Instant::now();
-    let report = tokio::time::timeout(Duration::from_secs(60), sink.shutdown())
-        .await
-        .expect("shutdown waited for the hung server")
-        .unwrap();
-    let took = t0.elapsed();
+    let (report, took) = timed_shutdown(sink).await;
     assert!(
         took >= sink::SHUTDOWN_GRACE && took < sink::SHUTDOWN_GRACE + Duration::from_secs(10),
         "shutdown took {took:?}"
@@ -405,12 +410,7 @@ async fn the_stop_grace_also_ends_a_retry_backoff() {
         "no INSERT was refused"
     );
     drop(h);
-    let t0 = Instant::now();
-    let report = tokio::time::timeout(Duration::from_secs(60), sink.shutdown())
-        .await
-        .expect("shutdown waited out the backoff")
-        .unwrap();
-    let took = t0.elapsed();
+    let (report, took) = timed_shutdown(sink).await;
     assert!(
         took < sink::SHUTDOWN_GRACE + Duration::from_secs(5),
         "{took:?}"

@@ -32,10 +32,10 @@ pub struct Args {
 /// What a change step makes of an item's first value: nothing to store yet.
 const FIRST_OF_CHANGE: &str = "not stored: a change step needs two polls (the value as polled)";
 
-/// One result as a JSON line: `{"host","ip","itemid","key","clock","ns","type","value"}`
-/// or with `"error"` instead of `"value"`; a value a change step would not store also
-/// has `"preprocessing"` saying so.
-pub fn json_line(s: &Sample) -> String {
+/// One result as a JSON object (printed one per line):
+/// `{"host","ip","itemid","key","clock","ns","type","value"}` or with `"error"` instead of
+/// `"value"`; the caller adds `"preprocessing"` to a value a change step would not store.
+pub fn json_value(s: &Sample) -> serde_json::Value {
     let mut o = serde_json::json!({
         "host": &*s.host,
         "ip": s.ip.to_string(),
@@ -51,7 +51,7 @@ pub fn json_line(s: &Sample) -> String {
         Ok(Value::Str(t)) => o["value"] = serde_json::json!(t),
         Err(e) => o["error"] = serde_json::json!(e.to_string()),
     }
-    o.to_string()
+    o
 }
 
 /// The sample after its item's preprocessing, and whether a change step kept it back
@@ -129,9 +129,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     Err(_) => errors += 1,
                 }
                 let line = match (args.json, first_of_change) {
-                    (true, false) => json_line(&s),
+                    (true, false) => json_value(&s).to_string(),
                     (true, true) => {
-                        let mut o: serde_json::Value = serde_json::from_str(&json_line(&s))?;
+                        let mut o = json_value(&s);
                         o["preprocessing"] = serde_json::json!(FIRST_OF_CHANGE);
                         o.to_string()
                     }

@@ -19,7 +19,7 @@ use poller::daemon::{run_engine, Clock, Drivers, Shared};
 use poller::engine::{Sample, Samples};
 use poller::plan::{Engine, Plan};
 use poller::preprocess::{Outcome, Preprocessor};
-use poller::states::ItemStates;
+use poller::states::{Changes, ItemStates};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
@@ -419,8 +419,10 @@ async fn consume(
             prune_again = None;
             forget_removed(&shared, &mut states, &mut pre);
         }
+        // One pass per sample: preprocessing, its item's state, its row.
         let (mut discarded, mut failed) = (0, 0);
-        let samples: Vec<Sample> = batches
+        let mut changes = Changes::default();
+        let rows: Vec<_> = batches
             .drain(..)
             .flatten()
             .filter_map(|s| {
@@ -428,7 +430,8 @@ async fn consume(
                 match pre.apply(s) {
                     Outcome::Keep(s) => {
                         failed += u64::from(had_value && s.result.is_err());
-                        Some(s)
+                        states.record(&s, &mut changes);
+                        to_row(s)
                     }
                     Outcome::Discarded => {
                         discarded += 1;
@@ -437,14 +440,13 @@ async fn consume(
                 }
             })
             .collect();
+        ItemStates::report(changes);
         use std::sync::atomic::Ordering::Relaxed;
         if discarded + failed > 0 {
             let c = &shared.pipeline;
             c.preprocessing_discarded.fetch_add(discarded, Relaxed);
             c.preprocessing_errors.fetch_add(failed, Relaxed);
         }
-        states.observe(&samples);
-        let rows: Vec<_> = samples.into_iter().filter_map(to_row).collect();
         let len = rows.len() as u64;
         if sink.send_many(rows).await.is_err() {
             tracing::error!("sink stopped while values were still arriving");
