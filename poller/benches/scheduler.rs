@@ -147,6 +147,26 @@ fn bench(c: &mut Criterion) {
         });
     }
     g.finish();
+
+    // A reload: until 88fa7ab all of `reload` ran under the plan's write lock, during
+    // which no engine could take work; now only `install` does.
+    let mut g = c.benchmark_group("reload");
+    g.sample_size(10);
+    let s = Scheduler::new(&p, 4, 0);
+    g.bench_function("prepare (outside the plan lock)", |b| {
+        b.iter(|| s.prepare(&p, 5_000))
+    });
+    g.bench_function("install (under the plan lock)", |b| {
+        b.iter_batched(
+            || s.prepare(&p, 5_000),
+            |prepared| s.install(prepared, 5_000),
+            criterion::BatchSize::PerIteration,
+        )
+    });
+    g.bench_function("prepare + install (under the lock before)", |b| {
+        b.iter(|| s.reload(&p, 5_000))
+    });
+    g.finish();
 }
 
 criterion_group!(benches, bench);
