@@ -6,9 +6,10 @@ ClickHouse engine in-process, so this script proves the other end of the range:
 
 1. `netpoller schema --server-version <chDB's version>` prints the DDL for a current
    server (with TTL and ttl_only_drop_parts); every statement runs in chDB.
-2. The sink (sink_load, file-sink mode: no [clickhouse]) writes spool segments; this
-   script reads them independently (header, CRC-32), extracts each batch's RowBinary
-   payload to a file, and loads it with the `file()` table function.
+2. The sink (sink_load, file-sink mode: no [clickhouse]) writes spool segments of
+   history and of trends rows; this script reads them independently (header, CRC-32),
+   extracts each batch's RowBinary payload to a file, and loads it with the `file()`
+   table function, with the column list of each table as Glaber declares it.
 3. Glaber's read queries run unchanged and return the values the sink was given.
 
 Usage: python3 tests/chdb_current.py [--netpoller PATH] [--sink-load PATH]
@@ -33,7 +34,12 @@ except ImportError:
     sys.exit(2)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TABLES = {0: ("history_dbl", "Float64"), 1: ("history_uint", "UInt64"), 2: ("history_str", "String"), 3: ("history_log", "String")}
+TABLES = {0: ("history_dbl", "Float64"), 1: ("history_uint", "UInt64"), 2: ("history_str", "String"),
+          3: ("history_log", "String"), 4: ("trends_dbl", "Float64"), 5: ("trends_uint", "Int64")}
+HISTORY_COLUMNS = "day Date, itemid UInt64, clock DateTime, hostname String, itemname String, ns UInt32, value {}"
+TRENDS_COLUMNS = ("day Date, itemid UInt64, clock DateTime, value_min {0}, value_max {0}, value_avg {0}, count UInt32, "
+                  "hostname String, itemname String")
+TREND_ROWS = 200
 # Recent data: with `TTL day + INTERVAL 90 DAY` older rows are dropped as soon as
 # they are written, which this script also checks.
 BASE = int(time.time()) // 3600 * 3600 - 7200
@@ -82,18 +88,24 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         cfg = os.path.join(tmp, "np.toml")
         with open(cfg, "w") as f:
-            f.write(f'[daemon]\nspool_dir = "{tmp}/spool"\n\n[clickhouse]\nurl = "http://127.0.0.1:1"\nretention = "90days"\n')
+            f.write(f'[daemon]\nspool_dir = "{tmp}/spool"\n\n[clickhouse]\nurl = "http://127.0.0.1:1"\nretention = "90days"\n'
+                    'trends_retention = "730days"\n')
         ddl = subprocess.run([args.netpoller, "schema", "-c", cfg, "--server-version", version],
                              check=True, capture_output=True, text=True).stdout
         stmts = [s.strip() for s in ddl.split(";\n") if s.strip() and not s.strip().startswith("--")]
-        check("schema prints 5 statements", len(stmts) == 5, str(len(stmts)))
-        check("DDL has TTL + ttl_only_drop_parts", all("TTL day + INTERVAL 90 DAY" in s and "ttl_only_drop_parts = 1" in s for s in stmts[1:]))
+        check("schema prints 7 statements", len(stmts) == 7, str(len(stmts)))
+        check("DDL has TTL + ttl_only_drop_parts", all("TTL day + INTERVAL 90 DAY" in s and "ttl_only_drop_parts = 1" in s for s in stmts[1:5]))
+        check("trends DDL has its own TTL", all("TTL day + INTERVAL 730 DAY" in s and "trends_" in s for s in stmts[5:]), str(stmts[5:]))
 
         # The sink writes a spool (file sink: no [clickhouse] section given to sink_load).
         spool = os.path.join(tmp, "spool")
         out = subprocess.run([args.sink_load, f"spool={spool}", f"rows={ROWS}", f"items={ITEMS}", "table=mixed",
                               f"base_clock={BASE}"], check=True, capture_output=True, text=True).stdout
         check("sink wrote every row to the spool", f"spooled={ROWS}" in out, out[-300:])
+        tspool = os.path.join(tmp, "tspool")
+        out = subprocess.run([args.sink_load, f"spool={tspool}", f"rows={TREND_ROWS}", "items=10", "table=trends",
+                              f"base_clock={BASE}"], check=True, capture_output=True, text=True).stdout
+        check("sink wrote every trends row to the spool", f"spooled={TREND_ROWS}" in out, out[-300:])
 
         sess = chs.Session(os.path.join(tmp, "chdb"))
         for s in stmts:
@@ -103,17 +115,35 @@ def main():
         check("table created with ttl_only_drop_parts", "ttl_only_drop_parts = 1" in created, created)
 
         loaded = {}
-        for i, (code, rows, payload) in enumerate(read_spool(spool)):
+        batches = list(read_spool(spool)) + list(read_spool(tspool))
+        for i, (code, rows, payload) in enumerate(batches):
             table, vtype = TABLES[code]
             path = os.path.join(tmp, f"batch{i}.rowbinary")
             with open(path, "wb") as f:
                 f.write(payload)
-            structure = f"day Date, itemid UInt64, clock DateTime, hostname String, itemname String, ns UInt32, value {vtype}"
-            sess.query(f"INSERT INTO glaber.{table} (day, itemid, clock, hostname, itemname, ns, value) "
+            structure = (TRENDS_COLUMNS if code >= 4 else HISTORY_COLUMNS).format(vtype)
+            names = ", ".join(c.split()[0] for c in structure.split(", "))
+            sess.query(f"INSERT INTO glaber.{table} ({names}) "
                        f"SELECT * FROM file('{path}', 'RowBinary', '{structure}')")
             loaded[table] = loaded.get(table, 0) + rows
-        total = sum(int(sess.query(f"SELECT count() FROM glaber.{t}", "CSV").bytes()) for t, _ in TABLES.values())
+        count = lambda t: int(sess.query(f"SELECT count() FROM glaber.{t}", "CSV").bytes())
+        total = sum(count(t) for t, _ in list(TABLES.values())[:4])
         check("all rows loaded through file()", total == ROWS, f"{total} vs {ROWS}")
+        trends = count("trends_dbl") + count("trends_uint")
+        check("all trends rows loaded through file()", trends == TREND_ROWS, f"{trends} vs {TREND_ROWS}")
+        # sink_load trends: row j -> itemid j % 10, clock at whole hours; trends_uint
+        # rows (odd j) have value_min -j, value_max j, count j; trends_dbl (even j)
+        # value_min j/1000, value_avg j/1000 + 0.5.
+        last = TREND_ROWS - 1
+        got = sess.query("SELECT min(value_min), max(value_max), sum(count), countIf(clock % 3600 != 0) "
+                         "FROM glaber.trends_uint", "CSV").bytes().decode().strip()
+        want = f"-{last},{last},{sum(range(1, TREND_ROWS, 2))},0"
+        check("trends_uint values exact (Int64, negative)", got == want, f"{got} vs {want}")
+        got = json.loads(sess.query("SELECT value_min, value_avg, count FROM glaber.trends_dbl WHERE itemid = 8 "
+                                    "ORDER BY clock DESC LIMIT 1 FORMAT JSON", "JSON").bytes())["data"][0]
+        j = TREND_ROWS - 2
+        check("trends_dbl values exact", got["value_min"] == j * 0.001 and got["value_avg"] == j * 0.001 + 0.5
+              and got["count"] == j, str(got))
 
         # TTL is live: 200-day-old rows never show up.
         old = [r for r in read_spool(spool)][0]

@@ -417,3 +417,99 @@ items = [
     }
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
+
+/// Per item and UTC hour of `db`'s history table `t`, as the trends rows of that hour
+/// must add up: `itemid, hour, min, max, count, sum` (text, TSV order by item and hour).
+fn history_by_hour(db: &str, t: &str) -> Vec<Vec<String>> {
+    tsv(&format!(
+        "SELECT itemid, intDiv(toUInt32(clock), 3600) * 3600 h, hostname, itemname, \
+         toString(min(value)), toString(max(value)), count(), sum(value) \
+         FROM {db}.{t} GROUP BY itemid, h, hostname, itemname ORDER BY itemid, h FORMAT TSV"
+    ))
+}
+
+/// The same from the trends table `t`, several rows of one hour aggregated as readers do.
+fn trends_by_hour(db: &str, t: &str) -> Vec<Vec<String>> {
+    tsv(&format!(
+        "SELECT itemid, toUInt32(clock) h, hostname, itemname, \
+         toString(min(value_min)), toString(max(value_max)), sum(count), sum(value_avg * count) \
+         FROM {db}.{t} GROUP BY itemid, h, hostname, itemname ORDER BY itemid, h FORMAT TSV"
+    ))
+}
+
+fn tsv(query: &str) -> Vec<Vec<String>> {
+    ch(query)
+        .lines()
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+#[test]
+fn trends_add_up_to_history_per_item_and_hour() {
+    // The daemon polls ICMP and SNMP items for a few seconds, a reload drops the first
+    // ICMP host (its open hour is written, the others' items move in the plan), and the
+    // stop writes the open hours. For every numeric item and hour, the trends rows hold
+    // exactly history's min, max and count, and its sum (uint: minus the truncation of
+    // each row's average); text items have no trends.
+    let dir = scratch("daemon-trends");
+    let db = format!("nptest_trends_{}", std::process::id());
+    let cfg_path = dir.join("netpoller.toml");
+    // Named by address, so that the reload keeps the others' itemids.
+    let hosts: Vec<String> = (1..=3)
+        .map(|i| {
+            format!(
+                "\n[[hosts]]\nname = \"ping-{i}\"\nip = \"127.0.76.{i}\"\ntemplates = [\"icmp\"]\n"
+            )
+        })
+        .collect();
+    let write = |hosts: &[String]| {
+        let cfg = config(&db, &dir.join("spool"), &[], &hosts.concat());
+        std::fs::write(&cfg_path, cfg).unwrap();
+    };
+    write(&hosts);
+    let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
+    assert!(
+        d.wait_log("started", Duration::from_secs(20)),
+        "{}",
+        d.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    write(&hosts[1..]);
+    d.signal(libc::SIGHUP);
+    assert!(
+        d.wait_log("configuration reloaded", Duration::from_secs(10)),
+        "{}",
+        d.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    let log = d.log_text();
+    assert!(d.stop().success(), "{log}");
+
+    let history = history_by_hour(&db, "history_dbl");
+    let trends = trends_by_hour(&db, "trends_dbl");
+    // 3 hosts × icmppingloss, icmppingsec: 6 float items, in one or two hours each.
+    assert!(history.len() >= 6, "{history:?}");
+    assert_eq!(trends.len(), history.len(), "{trends:?}\nvs\n{history:?}");
+    for (t, h) in trends.iter().zip(&history) {
+        assert_eq!(t[..7], h[..7], "itemid, hour, names, min, max, count");
+        let (ts, hs): (f64, f64) = (t[7].parse().unwrap(), h[7].parse().unwrap());
+        assert!(
+            (ts - hs).abs() <= 1e-9 * hs.abs().max(1.0),
+            "sum {t:?} vs {h:?}"
+        );
+    }
+    let history = history_by_hour(&db, "history_uint");
+    let trends = trends_by_hour(&db, "trends_uint");
+    // 3 × icmpping + 3 agents' sysUpTime (`missing` has no values).
+    assert!(history.len() >= 6, "{history:?}");
+    assert_eq!(trends.len(), history.len(), "{trends:?}\nvs\n{history:?}");
+    for (t, h) in trends.iter().zip(&history) {
+        assert_eq!(t[..7], h[..7], "itemid, hour, names, min, max, count");
+        let (ts, hs): (u64, u64) = (t[7].parse().unwrap(), h[7].parse().unwrap());
+        let count: u64 = h[6].parse().unwrap();
+        assert!(ts <= hs && hs - ts < count, "sum {t:?} vs {h:?}");
+    }
+    // The dropped host's items were written at the reload, with what it polled before.
+    assert!(trends.iter().any(|t| t[2] == "ping-1"), "{trends:?}");
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}

@@ -596,9 +596,13 @@ fn expiries_of_silent_hosts_are_served_in_batches() {
     let bound = r.send_time + Duration::from_millis(400 + 15);
     assert!(r.wall <= bound, "wall {:?} > {bound:?}", r.wall);
     let expiry_ticks = (Duration::from_millis(100).as_nanos() / RX_TICK_MAX.as_nanos()) as u64;
+    // A raw socket also sees every other ICMP packet of the host (the tests running
+    // beside this one ping loopback): each may wake the sweep once.
+    let c = &r.counters;
+    let others = c.malformed + c.not_echo_reply + c.foreign + c.spoofed + c.stale + c.duplicate;
     assert!(
-        r.wakeups <= expiry_ticks + 8,
-        "{} wake-ups for 100 ms of expiries (wall {:?}, sending {:?})",
+        r.wakeups <= expiry_ticks + 8 + others,
+        "{} wake-ups for 100 ms of expiries, {others} packets of others (wall {:?}, sending {:?})",
         r.wakeups,
         r.wall,
         r.send_time

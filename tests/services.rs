@@ -107,11 +107,12 @@ fn snmpget(addr: &str, port: &str, community: &str, oid: &str) -> (bool, String)
         .env("MIBS", "")
         .output()
         .expect("run snmpget (Debian package `snmp`; scripts/services.sh up installs it)");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    // The value is stdout; stderr only explains a failure (a first run of the net-snmp
+    // tools on a machine also prints "Created directory: /var/lib/snmp/..." there).
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if !out.status.success() {
+        text += &String::from_utf8_lossy(&out.stderr);
+    }
     (out.status.success(), text)
 }
 

@@ -539,7 +539,7 @@ pub async fn icmp_iteration(
         let stamp = clock_now();
         let task = &plan.tasks[dues[idx].task as usize];
         let host = &plan.hosts[task.host as usize];
-        for item in plan.task_items(task) {
+        for (index, item) in task.items.clone().zip(plan.task_items(task)) {
             let result = match outcome {
                 Ok(stats) => Ok(icmp_value(item, stats)),
                 Err(e) => Err(e.clone()),
@@ -548,7 +548,7 @@ pub async fn icmp_iteration(
                 metrics,
                 &mut sum,
                 emitter,
-                Sample::new(host, item, stamp, result),
+                Sample::new(host, (index, item), stamp, result),
             );
         }
     };
@@ -647,14 +647,15 @@ pub async fn snmp_iteration(
     metrics.in_flight.add(oids as i64);
     let report = driver
         .run_iteration(&jobs, |j, o, result| {
-            let item = &plan.items[refs[j][o] as usize];
+            let index = refs[j][o];
+            let item = &plan.items[index as usize];
             let host = &plan.hosts[job_host[j] as usize];
             let result = result.and_then(|v| crate::snmp_convert::convert(&v, item.value_type));
             deliver(
                 metrics,
                 &mut sum,
                 emitter,
-                Sample::new(host, item, clock_now(), result),
+                Sample::new(host, (index, item), clock_now(), result),
             );
         })
         .await;

@@ -28,6 +28,9 @@ use crate::value::{ItemError, Value, ValueType};
 #[derive(Debug, Clone)]
 pub struct Sample {
     pub itemid: u64,
+    /// Index of the item in [`crate::plan::Plan::items`] of the plan it was polled
+    /// from (a reload may have replaced that plan since: check `itemid` there).
+    pub item: u32,
     pub host: Arc<str>,
     pub ip: std::net::IpAddr,
     pub key: Arc<str>,
@@ -46,12 +49,13 @@ impl Sample {
     /// read once per host for ICMP, so a host's items share one timestamp).
     pub fn new(
         host: &PlanHost,
-        item: &PlanItem,
+        (index, item): (u32, &PlanItem),
         (clock, ns): (u32, u32),
         result: Result<Value, ItemError>,
     ) -> Sample {
         Sample {
             itemid: item.itemid,
+            item: index,
             host: host.name.clone(),
             ip: host.ip,
             key: item.key.clone(),
@@ -210,6 +214,7 @@ mod tests {
     fn sample(i: u64) -> Sample {
         Sample {
             itemid: i,
+            item: 0,
             host: "h".into(),
             ip: "127.0.0.1".parse().unwrap(),
             key: "k".into(),

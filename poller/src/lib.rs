@@ -14,5 +14,6 @@ pub mod scheduler;
 pub mod snmp_convert;
 pub mod snmp_driver;
 pub mod states;
+pub mod trends;
 pub mod tun_echo;
 pub mod value;

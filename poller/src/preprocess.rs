@@ -262,6 +262,7 @@ mod tests {
     fn sample(itemid: u64, vt: ValueType, clock: u32, v: Value, steps: &[Step]) -> Sample {
         Sample {
             itemid,
+            item: 0,
             host: "h".into(),
             ip: "127.0.0.1".parse().unwrap(),
             key: "k".into(),

@@ -177,6 +177,7 @@ mod tests {
     fn sample(host: &str, itemid: u64, result: Result<Value, ItemError>) -> Sample {
         Sample {
             itemid,
+            item: 0,
             host: host.into(),
             ip: "127.0.0.1".parse().unwrap(),
             key: format!("k{itemid}").into(),

@@ -19,7 +19,7 @@ pub struct Batch {
     pub rows: u32,
     /// `clock` of the first row (for logs and ordering).
     pub first_clock: u32,
-    /// RowBinary of the rows, columns as in [`crate::rowbinary::COLUMNS`].
+    /// RowBinary of the rows, columns as in [`Table::column_list`].
     pub data: Bytes,
 }
 

@@ -5,6 +5,7 @@
 //! `humantime`. The password never appears in `Debug` output, logs or errors: `Debug` is
 //! written by hand and URLs are logged through [`redact_url`].
 
+use crate::row::Table;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::path::PathBuf;
@@ -111,6 +112,16 @@ pub struct ClickHouseConfig {
     /// that support TTL (19.6+).
     #[serde(default, with = "duration_str::option")]
     pub retention: Option<Duration>,
+    /// Write hourly trends (`trends_dbl`, `trends_uint`: min, max, average and count of
+    /// each numeric item's values per hour), which Zabbix's server computes from the
+    /// values it receives and never sees from this daemon. Default `true`; with `false`
+    /// the trends tables are neither created nor checked.
+    #[serde(default = "default_trends")]
+    pub trends: bool,
+    /// Trends kept by ClickHouse, like `retention` (usually longer: Glaber's default is
+    /// 24 months). Default: none (keep forever).
+    #[serde(default, with = "duration_str::option")]
+    pub trends_retention: Option<Duration>,
     /// Time allowed for one INSERT (send and answer). Default `"30s"`.
     #[serde(default = "default_request_timeout", with = "duration_str")]
     pub request_timeout: Duration,
@@ -145,6 +156,9 @@ fn default_flush_interval() -> Duration {
 fn default_inflight() -> usize {
     4
 }
+fn default_trends() -> bool {
+    true
+}
 fn default_request_timeout() -> Duration {
     Duration::from_secs(30)
 }
@@ -172,6 +186,8 @@ impl Default for ClickHouseConfig {
             max_inflight_inserts: default_inflight(),
             compression: Compression::default(),
             retention: None,
+            trends: default_trends(),
+            trends_retention: None,
             request_timeout: default_request_timeout(),
             max_attempts: default_max_attempts(),
             retry_backoff: default_backoff_initial(),
@@ -204,6 +220,8 @@ impl fmt::Debug for ClickHouseConfig {
             .field("max_inflight_inserts", &self.max_inflight_inserts)
             .field("compression", &self.compression)
             .field("retention", &self.retention)
+            .field("trends", &self.trends)
+            .field("trends_retention", &self.trends_retention)
             .field("request_timeout", &self.request_timeout)
             .field("max_attempts", &self.max_attempts)
             .field("retry_backoff", &self.retry_backoff)
@@ -225,9 +243,22 @@ impl ClickHouseConfig {
         out
     }
 
-    /// Retention in whole days (rounded up, at least 1), if configured.
-    pub fn retention_days(&self) -> Option<u64> {
-        self.retention.map(|d| d.as_secs().div_ceil(86_400).max(1))
+    /// Retention of `table` in whole days (rounded up, at least 1), if configured:
+    /// `trends_retention` for the trends tables, `retention` for the others.
+    pub fn retention_days(&self, table: Table) -> Option<u64> {
+        let r = if table.is_trends() {
+            self.trends_retention
+        } else {
+            self.retention
+        };
+        r.map(|d| d.as_secs().div_ceil(86_400).max(1))
+    }
+
+    /// The tables this configuration writes: the trends tables only with `trends`.
+    pub fn tables(&self) -> impl Iterator<Item = Table> + '_ {
+        Table::ALL
+            .into_iter()
+            .filter(|t| self.trends || !t.is_trends())
     }
 
     /// Every problem with this section, as `(key, message)`; empty when valid. Keys are
@@ -383,7 +414,17 @@ mod tests {
         // About one INSERT per second over the 2 to 5 tables at low rates, not per table.
         let bare: Wrap = toml::from_str("[clickhouse]\nurl = \"http://127.0.0.1:8123\"\n").unwrap();
         assert_eq!(bare.clickhouse.flush_interval, Duration::from_secs(5));
-        assert_eq!(c.retention_days(), Some(90));
+        assert_eq!(c.retention_days(Table::Uint), Some(90));
+        assert_eq!(c.retention_days(Table::TrendsUint), None);
+        assert!(c.trends);
+        assert_eq!(c.tables().count(), 6);
+        let off = ClickHouseConfig {
+            trends: false,
+            trends_retention: Some(Duration::from_secs(86_400 * 700 + 1)),
+            ..c.clone()
+        };
+        assert_eq!(off.tables().collect::<Vec<_>>(), Table::ALL[..4]);
+        assert_eq!(off.retention_days(Table::TrendsDbl), Some(701));
         assert_eq!(c.compression, Compression::Lz4);
         assert!(c.validate().is_empty(), "{:?}", c.validate());
         let dbg = format!("{c:?}");

@@ -48,7 +48,7 @@ pub mod writer;
 pub use batch::Batch;
 pub use config::{ClickHouseConfig, Compression, SpoolConfig};
 pub use metrics::{DropReason, ErrorClass, SinkMetrics};
-pub use row::{Row, RowValue, Table};
+pub use row::{Row, RowValue, Table, Trend};
 pub use schema::SchemaError;
 pub use spool::SpoolError;
 
@@ -415,7 +415,8 @@ pub fn tsv_escape(s: &str, out: &mut String) {
 }
 
 /// Writes every row of every segment in `dir` (oldest first) as TSV lines:
-/// `table, itemid, clock, ns, hostname, itemname, value` (`spool dump`). Read-only:
+/// `table, itemid, clock, ns, hostname, itemname, value` (`spool dump`; a trends row's
+/// value is `min=… max=… avg=… count=…`). Read-only:
 /// does not take the spool lock, so it works beside a running daemon (the active
 /// segment may end in a record being written, reported as truncated).
 pub fn dump_tsv(dir: &Path, out: &mut dyn Write) -> Result<DumpReport, SpoolError> {
@@ -451,6 +452,9 @@ pub fn dump_tsv(dir: &Path, out: &mut dyn Write) -> Result<DumpReport, SpoolErro
                     RowValue::Float(v) => line.push_str(&v.to_string()),
                     RowValue::Uint(v) => line.push_str(&v.to_string()),
                     RowValue::Str(s) => tsv_escape(s, &mut line),
+                    t @ (RowValue::FloatTrend(_) | RowValue::UintTrend(_)) => {
+                        line.push_str(&t.to_string())
+                    }
                 }
                 line.push('\n');
                 out.write_all(line.as_bytes()).map_err(|e| SpoolError::Io {

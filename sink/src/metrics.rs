@@ -127,16 +127,16 @@ pub const INSERT_SECONDS_BUCKETS: [f64; 12] = [
 /// `Sink::start`, and call [`SinkMetrics::render_prometheus`] from `/metrics`.
 #[derive(Debug, Default)]
 pub struct SinkMetrics {
-    rows_received: [AtomicU64; 4],
-    rows_written: [AtomicU64; 4],
-    bytes_written: [AtomicU64; 4],
-    inserts: [AtomicU64; 4],
-    insert_errors: [AtomicU64; 4],
+    rows_received: [AtomicU64; Table::COUNT],
+    rows_written: [AtomicU64; Table::COUNT],
+    bytes_written: [AtomicU64; Table::COUNT],
+    inserts: [AtomicU64; Table::COUNT],
+    insert_errors: [AtomicU64; Table::COUNT],
     retries: AtomicU64,
     insert_seconds_buckets: [AtomicU64; 12],
     insert_seconds_count: AtomicU64,
     insert_micros_sum: AtomicU64,
-    batches: [AtomicU64; 4],
+    batches: [AtomicU64; Table::COUNT],
     spooled_rows: AtomicU64,
     spooled_bytes: AtomicU64,
     spool_bytes: AtomicU64,
@@ -250,7 +250,7 @@ impl SinkMetrics {
                 let _ = writeln!(out, "netpoller_sink_{name}{labels} {v}");
             }
         };
-        let per_table = |a: &[AtomicU64; 4]| {
+        let per_table = |a: &[AtomicU64; Table::COUNT]| {
             Table::ALL
                 .iter()
                 .map(|t| {

@@ -301,7 +301,7 @@ pub(crate) async fn run_batcher(
 }
 
 struct Batcher {
-    pending: [Pending; 4],
+    pending: [Pending; Table::COUNT],
     tasks: JoinSet<()>,
     queue: VecDeque<Batch>,
     shared: Arc<Shared>,

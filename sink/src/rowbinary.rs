@@ -1,9 +1,11 @@
 //! RowBinary encoding of history rows, written by hand into a byte buffer.
 //!
-//! Column order on the wire is fixed and named in every INSERT ([`COLUMNS`]), so the
-//! physical column order of an existing table does not matter:
-//! `day Date, itemid UInt64, clock DateTime, hostname String, itemname String,
-//! ns UInt32, value <Float64|UInt64|String>`.
+//! Column order on the wire is fixed and named in every INSERT
+//! ([`Table::column_list`]), so the physical column order of an existing table does not
+//! matter. History: `day Date, itemid UInt64, clock DateTime, hostname String,
+//! itemname String, ns UInt32, value <Float64|UInt64|String>`; trends: `day, itemid,
+//! clock, value_min, value_max, value_avg <Float64|Int64>, count UInt32, hostname,
+//! itemname`.
 //!
 //! RowBinary: fixed-width integers little-endian, `Date` = u16 days since epoch,
 //! `DateTime` = u32 Unix seconds, `Float64` = IEEE-754 LE bits (NaN and infinities pass
@@ -14,12 +16,9 @@
 //! untrusted input (spool files on disk) and never panics: every length is checked
 //! against what is left.
 
-use crate::row::{day_of, Row, RowValue, Table};
+use crate::row::{day_of, Row, RowValue, Table, Trend};
 use bytes::{BufMut, BytesMut};
 use std::sync::Arc;
-
-/// Column list used in every INSERT, in wire order.
-pub const COLUMNS: &str = "day, itemid, clock, hostname, itemname, ns, value";
 
 /// Largest string accepted by the decoder (ClickHouse's own RowBinary limit is 1 GiB).
 const MAX_STRING: u64 = 1 << 30;
@@ -30,17 +29,39 @@ const MAX_STRING: u64 = 1 << 30;
 /// as its own type and ClickHouse rejects the batch (the batcher checks first).
 pub fn encode_row(buf: &mut BytesMut, row: &Row) -> usize {
     let start = buf.len();
-    buf.reserve(40 + row.hostname.len() + row.itemname.len());
+    buf.reserve(48 + row.hostname.len() + row.itemname.len());
     buf.put_u16_le(day_of(row.clock));
     buf.put_u64_le(row.itemid);
     buf.put_u32_le(row.clock);
-    put_string(buf, row.hostname.as_bytes());
-    put_string(buf, row.itemname.as_bytes());
-    buf.put_u32_le(row.ns);
+    let names = |buf: &mut BytesMut| {
+        put_string(buf, row.hostname.as_bytes());
+        put_string(buf, row.itemname.as_bytes());
+    };
+    // History rows: names, ns, value. Trends rows: the three values, count, names.
+    let history = |buf: &mut BytesMut| {
+        names(buf);
+        buf.put_u32_le(row.ns);
+    };
+    let trend = |buf: &mut BytesMut, values: [u64; 3], count: u32| {
+        values.iter().for_each(|v| buf.put_u64_le(*v));
+        buf.put_u32_le(count);
+        names(buf);
+    };
     match &row.value {
-        RowValue::Float(v) => buf.put_f64_le(*v),
-        RowValue::Uint(v) => buf.put_u64_le(*v),
-        RowValue::Str(s) => put_string(buf, s.as_bytes()),
+        RowValue::Float(v) => {
+            history(buf);
+            buf.put_f64_le(*v);
+        }
+        RowValue::Uint(v) => {
+            history(buf);
+            buf.put_u64_le(*v);
+        }
+        RowValue::Str(s) => {
+            history(buf);
+            put_string(buf, s.as_bytes());
+        }
+        RowValue::FloatTrend(t) => trend(buf, [t.min, t.max, t.avg].map(f64::to_bits), t.count),
+        RowValue::UintTrend(t) => trend(buf, [t.min, t.max, t.avg].map(|v| v as u64), t.count),
     }
     buf.len() - start
 }
@@ -142,6 +163,24 @@ impl Reader<'_> {
         })
     }
 
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    /// `value_min, value_max, value_avg` (each through `f`) and `count`.
+    fn trend<T>(&mut self, f: impl Fn(u64) -> T) -> Result<Trend<T>, DecodeError> {
+        Ok(Trend {
+            min: f(self.u64()?),
+            max: f(self.u64()?),
+            avg: f(self.u64()?),
+            count: self.u32()?,
+        })
+    }
+
     fn string(&mut self) -> Result<String, DecodeError> {
         let at = self.pos;
         let len = self.leb128()?;
@@ -172,15 +211,25 @@ pub fn decode_rows(table: Table, bytes: &[u8]) -> Result<Vec<DecodedRow>, Decode
     let mut out = Vec::new();
     while r.pos < bytes.len() {
         let day = u16::from_le_bytes(r.array()?);
-        let itemid = u64::from_le_bytes(r.array()?);
-        let clock = u32::from_le_bytes(r.array()?);
+        let itemid = r.u64()?;
+        let clock = r.u32()?;
+        let trend = match table {
+            Table::TrendsDbl => Some(RowValue::FloatTrend(r.trend(f64::from_bits)?)),
+            Table::TrendsUint => Some(RowValue::UintTrend(r.trend(|b| b as i64)?)),
+            _ => None,
+        };
         let hostname: Arc<str> = r.string()?.into();
         let itemname: Arc<str> = r.string()?.into();
-        let ns = u32::from_le_bytes(r.array()?);
-        let value = match table {
-            Table::Dbl => RowValue::Float(f64::from_le_bytes(r.array()?)),
-            Table::Uint => RowValue::Uint(u64::from_le_bytes(r.array()?)),
-            Table::Str | Table::Log => RowValue::Str(r.string()?),
+        let (ns, value) = match trend {
+            Some(t) => (0, t),
+            None => (
+                r.u32()?,
+                match table {
+                    Table::Dbl => RowValue::Float(f64::from_bits(r.u64()?)),
+                    Table::Uint => RowValue::Uint(r.u64()?),
+                    _ => RowValue::Str(r.string()?),
+                },
+            ),
         };
         out.push(DecodedRow {
             day,
@@ -242,6 +291,42 @@ mod tests {
     }
 
     #[test]
+    fn emit_fixture_trend_in_glaber_column_order() {
+        let mut buf = BytesMut::new();
+        let mut r = row(RowValue::UintTrend(Trend {
+            min: -1,
+            max: 2,
+            avg: 1,
+            count: 3,
+        }));
+        r.ns = 0;
+        encode_row(&mut buf, &r);
+        let expected: Vec<u8> = [
+            &[3u8, 0][..],
+            &[8, 7, 6, 5, 4, 3, 2, 1],
+            &(86_400u32 * 3 + 5).to_le_bytes(),
+            &[0xff; 8],                   // value_min -1
+            &2i64.to_le_bytes(),          // value_max
+            &1i64.to_le_bytes(),          // value_avg
+            &3u32.to_le_bytes(),          // count
+            &[1, b'h'],                   // hostname
+            &[4, b'k', b'[', b'1', b']'], // itemname
+        ]
+        .concat();
+        assert_eq!(&buf[..], &expected[..]);
+        let names: Vec<_> = Table::TrendsUint.columns().iter().map(|c| c.0).collect();
+        assert_eq!(
+            Table::TrendsUint.column_list(),
+            "day, itemid, clock, value_min, value_max, value_avg, count, hostname, itemname"
+        );
+        assert_eq!(names.len(), 9);
+        assert_eq!(
+            Table::Str.column_list(),
+            "day, itemid, clock, hostname, itemname, ns, value"
+        );
+    }
+
+    #[test]
     fn long_string_length_is_leb128() {
         let mut buf = BytesMut::new();
         put_string(&mut buf, &[b'x'; 300]);
@@ -257,10 +342,32 @@ mod tests {
             (Table::Uint, RowValue::Uint(0)),
             (Table::Str, RowValue::Str(String::new())),
             (Table::Log, RowValue::Str("«ünï» 'q' \"d\"\n\t\\".into())),
+            (
+                Table::TrendsDbl,
+                RowValue::FloatTrend(Trend {
+                    min: -1.5,
+                    max: f64::MAX,
+                    avg: 0.25,
+                    count: 7,
+                }),
+            ),
+            (
+                Table::TrendsUint,
+                RowValue::UintTrend(Trend {
+                    min: i64::MIN,
+                    max: i64::MAX,
+                    avg: -3,
+                    count: u32::MAX,
+                }),
+            ),
         ];
         for (table, value) in cases {
+            assert!(table.accepts(&value));
             let mut buf = BytesMut::new();
-            let r = row(value);
+            let mut r = row(value);
+            if table.is_trends() {
+                r.ns = 0;
+            }
             encode_row(&mut buf, &r);
             encode_row(&mut buf, &r);
             let rows = decode_rows(table, &buf).unwrap();

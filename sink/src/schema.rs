@@ -65,26 +65,15 @@ impl fmt::Display for ServerVersion {
     }
 }
 
-/// The columns of a history table in order: `(name, ClickHouse type)`.
-pub fn columns(table: Table) -> [(&'static str, &'static str); 7] {
-    [
-        ("day", "Date"),
-        ("itemid", "UInt64"),
-        ("clock", "DateTime"),
-        ("hostname", "String"),
-        ("itemname", "String"),
-        ("ns", "UInt32"),
-        ("value", table.value_type()),
-    ]
-}
-
-/// DDL statements (database, then the four history tables) for `cfg` on a server of
-/// `version`. Every statement is idempotent (`IF NOT EXISTS`).
+/// DDL statements (database, then the tables of [`ClickHouseConfig::tables`], in
+/// that order) for `cfg` on a server of `version`. Every statement is idempotent
+/// (`IF NOT EXISTS`).
 pub fn ddl(cfg: &ClickHouseConfig, version: ServerVersion) -> Vec<String> {
     let db = &cfg.database;
     let mut out = vec![format!("CREATE DATABASE IF NOT EXISTS {db}")];
-    for table in Table::ALL {
-        let cols = columns(table)
+    for table in cfg.tables() {
+        let cols = table
+            .columns()
             .iter()
             .map(|(n, t)| format!("    {n} {t}"))
             .collect::<Vec<_>>()
@@ -93,7 +82,7 @@ pub fn ddl(cfg: &ClickHouseConfig, version: ServerVersion) -> Vec<String> {
             "CREATE TABLE IF NOT EXISTS {db}.{name}\n(\n{cols}\n)\nENGINE = MergeTree()\nPARTITION BY toYYYYMM(day)\nORDER BY (itemid, clock)",
             name = table.name()
         );
-        if let (Some(days), true) = (cfg.retention_days(), version.supports_ttl()) {
+        if let (Some(days), true) = (cfg.retention_days(table), version.supports_ttl()) {
             s.push_str(&format!("\nTTL day + INTERVAL {days} DAY"));
             if version.supports_ttl_only_drop_parts() {
                 // Whole-part expiry: row-by-row TTL deletes caused daily CPU storms.
@@ -267,14 +256,14 @@ async fn problems_at(cfg: &ClickHouseConfig, url: &str) -> Result<Vec<SchemaProb
         .await
         .map_err(qerr(url, "reading system.columns"))?;
     let mut problems = Vec::new();
-    for table in Table::ALL {
+    for table in cfg.tables() {
         let full = format!("{}.{}", cfg.database, table.name());
         let have: Vec<_> = rows.iter().filter(|(t, _, _)| t == table.name()).collect();
         if have.is_empty() {
             problems.push(SchemaProblem::MissingTable { table: full });
             continue;
         }
-        for (column, expected) in columns(table) {
+        for (column, expected) in table.columns() {
             match have.iter().find(|(_, n, _)| n == column) {
                 None => problems.push(SchemaProblem::MissingColumn {
                     table: full.clone(),
@@ -334,6 +323,7 @@ pub async fn apply_at(cfg: &ClickHouseConfig, url: &str) -> Result<Applied, Sche
         .await
         .map_err(qerr(url, "reading system.tables"))?;
     let mut created = Vec::new();
+    let tables: Vec<Table> = cfg.tables().collect();
     for (i, stmt) in ddl(cfg, version).into_iter().enumerate() {
         client
             .query(&stmt)
@@ -341,7 +331,7 @@ pub async fn apply_at(cfg: &ClickHouseConfig, url: &str) -> Result<Applied, Sche
             .await
             .map_err(qerr(url, stmt.lines().next().unwrap_or("DDL").to_string()))?;
         if i > 0 {
-            let t = Table::ALL[i - 1].name();
+            let t = tables[i - 1].name();
             if !existing.iter().any(|e| e == t) {
                 created.push(format!("{}.{t}", cfg.database));
             }
@@ -387,7 +377,7 @@ mod tests {
             ..Default::default()
         };
         let old = ddl(&cfg, ServerVersion::parse("18.16.1").unwrap());
-        assert_eq!(old.len(), 5);
+        assert_eq!(old.len(), 7);
         assert_eq!(old[0], "CREATE DATABASE IF NOT EXISTS glaber");
         assert!(old[1].starts_with("CREATE TABLE IF NOT EXISTS glaber.history_dbl"));
         assert!(old[1].contains("    value Float64\n"));
@@ -402,6 +392,22 @@ mod tests {
         assert!(mid[1].ends_with("TTL day + INTERVAL 30 DAY"));
         let none = ddl(&ClickHouseConfig::default(), ServerVersion::CURRENT);
         assert!(none.iter().all(|s| !s.contains("TTL")));
+        // Trends: Glaber's columns and types, their own retention (none here).
+        assert!(old[5].starts_with("CREATE TABLE IF NOT EXISTS glaber.trends_dbl"));
+        assert!(old[6].contains(
+            "    clock DateTime,\n    value_min Int64,\n    value_max Int64,\n    value_avg Int64,\n    count UInt32,\n    hostname String"
+        ));
+        assert!(!new[5].contains("TTL") && !new[6].contains("TTL"));
+        let both = ClickHouseConfig {
+            trends_retention: Some(Duration::from_secs(86_400 * 730)),
+            ..cfg.clone()
+        };
+        assert!(ddl(&both, ServerVersion::CURRENT)[6].contains("TTL day + INTERVAL 730 DAY"));
+        let off = ClickHouseConfig {
+            trends: false,
+            ..cfg
+        };
+        assert_eq!(ddl(&off, ServerVersion::CURRENT).len(), 5);
     }
 
     #[test]

@@ -14,7 +14,6 @@
 use crate::batch::Batch;
 use crate::config::{redact_url, ClickHouseConfig, Compression};
 use crate::metrics::ErrorClass;
-use crate::rowbinary::COLUMNS;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -142,9 +141,10 @@ impl Writer {
 
     async fn insert_at(&self, ep: &Endpoint, batch: &Batch) -> Result<(), InsertError> {
         let sql = format!(
-            "INSERT INTO {}.{} ({COLUMNS}) FORMAT RowBinary",
+            "INSERT INTO {}.{} ({}) FORMAT RowBinary",
             self.cfg.database,
-            batch.table.name()
+            batch.table.name(),
+            batch.table.column_list()
         );
         let timeout = self.cfg.request_timeout;
         let attempt = async {

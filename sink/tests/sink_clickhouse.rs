@@ -6,6 +6,7 @@ mod common;
 use common::{ch_url, q, PrivateServer, TestDb};
 use sink::{
     schema, ClickHouseConfig, Compression, Row, RowValue, Sink, SinkMetrics, SpoolConfig, Table,
+    Trend,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,7 +79,11 @@ fn rows() -> Vec<(Table, Row)> {
             Row {
                 itemid: (table.code() as u64) << 32 | i as u64,
                 clock: clock0 + i as u32 * 3600,
-                ns: 999_999_999 - i as u32,
+                ns: if table.is_trends() {
+                    0
+                } else {
+                    999_999_999 - i as u32
+                },
                 hostname: format!("host «{host}»").into(),
                 itemname: format!("icmppingsec[,3,,,,avg]\t{i}").into(),
                 value,
@@ -95,7 +100,38 @@ fn rows() -> Vec<(Table, Row)> {
         push(Table::Str, i, RowValue::Str(v.clone()));
         push(Table::Log, i, RowValue::Str(v));
     }
+    for (i, v) in floats().into_iter().enumerate() {
+        let t = Trend {
+            min: v,
+            max: -v,
+            avg: v / 3.0,
+            count: i as u32 * 1000,
+        };
+        push(Table::TrendsDbl, i, RowValue::FloatTrend(t));
+    }
+    for (i, v) in uints().into_iter().enumerate() {
+        let v = v as i64;
+        let t = Trend {
+            min: v,
+            max: v.wrapping_neg(),
+            avg: v / 3,
+            count: u32::MAX - i as u32,
+        };
+        push(Table::TrendsUint, i, RowValue::UintTrend(t));
+    }
     out
+}
+
+/// `got` (ClickHouse's text of a Float64) is `want`, bit for bit (any NaN for NaN).
+fn same_float(got: &str, want: f64, what: &str) {
+    let parsed: f64 = got
+        .parse()
+        .unwrap_or_else(|_| panic!("{what}: float {got:?}"));
+    if want.is_nan() {
+        assert!(parsed.is_nan(), "{what}: NaN, got {got}");
+    } else {
+        assert_eq!(parsed.to_bits(), want.to_bits(), "{what}: {got} vs {want}");
+    }
 }
 
 fn hex(s: &str) -> String {
@@ -121,15 +157,18 @@ async fn write_all(
 
 fn check_columns(url: &str, db: &str, rows: &[(Table, Row)]) {
     for table in Table::ALL {
-        let value_expr = match table {
-            Table::Dbl => "toString(value)",
-            Table::Uint => "toString(value)",
-            Table::Str | Table::Log => "hex(value)",
+        let (ns, value_expr) = match table {
+            Table::Dbl | Table::Uint => ("ns", "toString(value)"),
+            Table::Str | Table::Log => ("ns", "hex(value)"),
+            Table::TrendsDbl | Table::TrendsUint => (
+                "0",
+                "toString(value_min), toString(value_max), toString(value_avg), count",
+            ),
         };
         let body = q(
             url,
             &format!(
-                "SELECT itemid, toUInt32(clock), ns, toUInt16(day), hex(hostname), hex(itemname), {value_expr} \
+                "SELECT itemid, toUInt32(clock), {ns}, toUInt16(day), hex(hostname), hex(itemname), {value_expr} \
                  FROM {db}.{} ORDER BY itemid FORMAT TSV",
                 table.name()
             ),
@@ -148,24 +187,22 @@ fn check_columns(url: &str, db: &str, rows: &[(Table, Row)]) {
             assert_eq!(g[3], (w.clock / 86_400).to_string(), "{table} day");
             assert_eq!(g[4], hex(&w.hostname), "{table} hostname");
             assert_eq!(g[5], hex(&w.itemname), "{table} itemname");
+            let what = format!("{table} {}", w.itemid);
             match &w.value {
-                RowValue::Float(v) => {
-                    let parsed: f64 = g[6].parse().unwrap_or_else(|_| panic!("float {:?}", g[6]));
-                    if v.is_nan() {
-                        assert!(parsed.is_nan(), "{table} {} NaN", w.itemid);
-                    } else {
-                        assert_eq!(
-                            parsed.to_bits(),
-                            v.to_bits(),
-                            "{table} {} float {} vs {}",
-                            w.itemid,
-                            g[6],
-                            v
-                        );
-                    }
-                }
+                RowValue::Float(v) => same_float(g[6], *v, &what),
                 RowValue::Uint(v) => assert_eq!(g[6], v.to_string(), "{table} uint"),
                 RowValue::Str(s) => assert_eq!(g[6], hex(s), "{table} string {s:?}"),
+                RowValue::FloatTrend(t) => {
+                    for (got, want) in g[6..9].iter().zip([t.min, t.max, t.avg]) {
+                        same_float(got, want, &what);
+                    }
+                    assert_eq!(g[9], t.count.to_string(), "{what} count");
+                }
+                RowValue::UintTrend(t) => {
+                    let want = [t.min, t.max, t.avg].map(|v| v.to_string());
+                    assert_eq!(g[6..9], want, "{what}");
+                    assert_eq!(g[9], t.count.to_string(), "{what} count");
+                }
             }
         }
     }
@@ -178,7 +215,7 @@ async fn every_value_type_column_by_column_both_compressions() {
         let db = TestDb::new(&url);
         let c = cfg(&url, &db.name, compression);
         let applied = schema::apply(&c).await.unwrap();
-        assert_eq!(applied[0].created.len(), 4);
+        assert_eq!(applied[0].created.len(), 6);
         let rows = rows();
         let (report, metrics) = write_all(c.clone(), &rows).await;
         assert_eq!(report.rows_written, rows.len() as u64, "{report:?}");
@@ -317,7 +354,7 @@ async fn wrong_column_type_is_reported_not_overwritten() {
             &format!("SELECT count() FROM system.tables WHERE database='{name}'")
         )
         .trim(),
-        "4"
+        "6"
     );
     assert!(schema::verify(&c).await.is_err());
 }

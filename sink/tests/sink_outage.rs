@@ -184,7 +184,14 @@ async fn server_down_at_start_and_empty_gets_the_schema_and_every_row() {
     );
     assert_eq!(
         tables.split_whitespace().collect::<Vec<_>>(),
-        ["history_dbl", "history_log", "history_str", "history_uint"]
+        [
+            "history_dbl",
+            "history_log",
+            "history_str",
+            "history_uint",
+            "trends_dbl",
+            "trends_uint"
+        ]
     );
 }
 

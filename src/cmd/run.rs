@@ -20,6 +20,7 @@ use poller::engine::{Sample, Samples};
 use poller::plan::{Engine, Plan};
 use poller::preprocess::{Outcome, Preprocessor};
 use poller::states::{Changes, ItemStates};
+use poller::trends::{TrendRow, TrendStats, Trends};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::Config;
@@ -121,7 +122,8 @@ async fn daemon(
     // Sink consumer: runs the items' preprocessing (counting what it keeps back or
     // fails), follows the items' states (logged, and a gauge), and hands values as rows
     // to the sink.
-    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone()));
+    let trends = cfg.clickhouse.as_ref().map_or(true, |c| c.trends);
+    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends));
 
     // Metrics endpoint.
     let http = if cfg.daemon.metrics_listen.is_empty() {
@@ -393,68 +395,177 @@ pub fn to_row(s: Sample) -> Option<(sink::Table, sink::Row)> {
     ))
 }
 
+/// Trend → trends row. `trends_uint` is `Int64` in Glaber's schema: unsigned values
+/// above `i64::MAX` are stored as `i64::MAX`.
+fn trend_row(t: TrendRow) -> (sink::Table, sink::Row) {
+    let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let (table, value) = match t.stats {
+        TrendStats::Float {
+            min,
+            max,
+            avg,
+            count,
+        } => (
+            sink::Table::TrendsDbl,
+            sink::RowValue::FloatTrend(sink::Trend {
+                min,
+                max,
+                avg,
+                count,
+            }),
+        ),
+        TrendStats::Uint {
+            min,
+            max,
+            avg,
+            count,
+        } => (
+            sink::Table::TrendsUint,
+            sink::RowValue::UintTrend(sink::Trend {
+                min: int(min),
+                max: int(max),
+                avg: int(avg),
+                count,
+            }),
+        ),
+    };
+    let row = sink::Row {
+        itemid: t.itemid,
+        clock: t.clock,
+        ns: 0,
+        hostname: t.host,
+        itemname: t.key,
+        value,
+    };
+    (table, row)
+}
+
+/// What woke the consumer.
+enum Wake {
+    /// This many batches arrived (0: every engine has stopped).
+    Batches(usize),
+    /// Time for the hourly trends sweep.
+    Sweep,
+}
+
+/// Unix seconds now.
+fn unix_now() -> u32 {
+    poller::engine::clock_now().0
+}
+
 /// Move values from the engines' channel into the sink, up to 16 of the engines'
-/// batches (4,096 values) per message. Returns the values delivered.
+/// batches (4,096 values) per message, with the trends rows they close (`trends`).
+/// Returns the values delivered.
 async fn consume(
     mut rx: mpsc::Receiver<Samples>,
     sink: sink::SinkHandle,
     shared: Arc<Shared>,
+    trends: bool,
 ) -> u64 {
     const BATCHES: usize = 16;
     let mut n = 0;
     let mut batches = Vec::with_capacity(BATCHES);
     let mut states = ItemStates::new(shared.failing.clone());
     let mut pre = Preprocessor::default();
+    let mut trends = trends.then(|| Trends::new(shared.plan()));
+    let mut closed = Vec::new();
+    let sweep_in = || Duration::from_secs(poller::trends::secs_to_sweep(unix_now()).into());
+    let mut sweep_at = tokio::time::Instant::now() + sweep_in();
     let mut generation = shared.generation();
     // Iterations that started on the old plan still deliver after a reload, and may
     // bring back items it removed: forget them again once those have ended.
     let mut prune_again: Option<tokio::time::Instant> = None;
-    while rx.recv_many(&mut batches, BATCHES).await > 0 {
+    loop {
+        let wake = tokio::select! {
+            got = rx.recv_many(&mut batches, BATCHES) => Wake::Batches(got),
+            _ = tokio::time::sleep_until(sweep_at), if trends.is_some() => Wake::Sweep,
+        };
         let now = tokio::time::Instant::now();
-        if shared.generation() != generation {
-            generation = shared.generation();
-            prune_again = Some(now + PRUNE_AGAIN_AFTER);
-            forget_removed(&shared, &mut states, &mut pre);
-        } else if prune_again.is_some_and(|t| now >= t) {
-            prune_again = None;
-            forget_removed(&shared, &mut states, &mut pre);
-        }
-        // One pass per sample: preprocessing, its item's state, its row.
-        let (mut discarded, mut failed) = (0, 0);
-        let mut changes = Changes::default();
-        let rows: Vec<_> = batches
-            .drain(..)
-            .flatten()
-            .filter_map(|s| {
-                let had_value = s.pre.is_some() && s.result.is_ok();
-                match pre.apply(s) {
-                    Outcome::Keep(s) => {
-                        failed += u64::from(had_value && s.result.is_err());
-                        states.record(&s, &mut changes);
-                        to_row(s)
+        let mut rows = Vec::new();
+        match wake {
+            Wake::Batches(0) => break,
+            Wake::Sweep => {
+                sweep_at = now + sweep_in();
+                if let Some(t) = &mut trends {
+                    t.close_before(unix_now() / 3600, &mut closed);
+                }
+            }
+            Wake::Batches(_) => {
+                if shared.generation() != generation {
+                    generation = shared.generation();
+                    prune_again = Some(now + PRUNE_AGAIN_AFTER);
+                    forget_removed(&shared, &mut states, &mut pre);
+                    if let Some(t) = &mut trends {
+                        t.rebase(shared.plan(), &mut closed);
                     }
-                    Outcome::Discarded => {
-                        discarded += 1;
-                        None
+                } else if prune_again.is_some_and(|t| now >= t) {
+                    prune_again = None;
+                    forget_removed(&shared, &mut states, &mut pre);
+                    if let Some(t) = &mut trends {
+                        t.forget_lookup();
                     }
                 }
-            })
-            .collect();
-        ItemStates::report(changes);
-        use std::sync::atomic::Ordering::Relaxed;
-        if discarded + failed > 0 {
-            let c = &shared.pipeline;
-            c.preprocessing_discarded.fetch_add(discarded, Relaxed);
-            c.preprocessing_errors.fetch_add(failed, Relaxed);
+                n += deliver(
+                    &mut batches,
+                    &mut pre,
+                    &mut states,
+                    trends.as_mut().map(|t| (t, &mut closed)),
+                    &shared,
+                    &mut rows,
+                );
+            }
         }
-        let len = rows.len() as u64;
-        if sink.send_many(rows).await.is_err() {
+        rows.extend(closed.drain(..).map(trend_row));
+        if !rows.is_empty() && sink.send_many(rows).await.is_err() {
             tracing::error!("sink stopped while values were still arriving");
-            break;
+            return n;
         }
-        n += len;
+    }
+    if let Some(t) = &mut trends {
+        // At stop, the open hours: a start within the same hour adds a second row.
+        t.drain(&mut closed);
+        let rows: Vec<_> = closed.drain(..).map(trend_row).collect();
+        if !rows.is_empty() && sink.send_many(rows).await.is_err() {
+            tracing::error!("sink stopped before the trends of the open hours were written");
+        }
     }
     n
+}
+
+/// One pass per sample of `batches`: preprocessing, its item's state, its trend, its
+/// history row (into `rows`). Returns the values that became rows.
+fn deliver(
+    batches: &mut Vec<Samples>,
+    pre: &mut Preprocessor,
+    states: &mut ItemStates,
+    mut trends: Option<(&mut Trends, &mut Vec<TrendRow>)>,
+    shared: &Shared,
+    rows: &mut Vec<(sink::Table, sink::Row)>,
+) -> u64 {
+    let (mut discarded, mut failed) = (0, 0);
+    let mut changes = Changes::default();
+    for s in batches.drain(..).flatten() {
+        let had_value = s.pre.is_some() && s.result.is_ok();
+        match pre.apply(s) {
+            Outcome::Keep(s) => {
+                failed += u64::from(had_value && s.result.is_err());
+                states.record(&s, &mut changes);
+                if let Some((t, closed)) = &mut trends {
+                    t.record(&s, closed);
+                }
+                rows.extend(to_row(s));
+            }
+            Outcome::Discarded => discarded += 1,
+        }
+    }
+    ItemStates::report(changes);
+    use std::sync::atomic::Ordering::Relaxed;
+    if discarded + failed > 0 {
+        let c = &shared.pipeline;
+        c.preprocessing_discarded.fetch_add(discarded, Relaxed);
+        c.preprocessing_errors.fetch_add(failed, Relaxed);
+    }
+    rows.len() as u64
 }
 
 /// Starts `engine` (with `drivers`) on a thread with a single-threaded runtime of its

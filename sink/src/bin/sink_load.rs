@@ -5,7 +5,8 @@
 //! * `url=http://127.0.0.1:8123` — ClickHouse (absent: file sink into `spool`)
 //! * `database=glaber`, `spool=DIR` (required), `spool_max_bytes=N`
 //! * `rows=N` (default 100000), `rate=R` rows/s (0 = as fast as possible, default)
-//! * `table=dbl|uint|str|mixed` (default mixed), `base_clock=UNIX` (default now)
+//! * `table=dbl|uint|str|mixed|trends` (default mixed; `trends` alternates the two
+//!   trends tables, rows at whole hours), `base_clock=UNIX` (default now)
 //! * `batch_rows=N`, `batch_bytes=N`, `flush_ms=N`, `compression=none|lz4`, `inflight=N`,
 //!   `attempts=N`, `backoff_ms=N`, `backoff_max_ms=N`
 //! * `items=K` — itemid `i % K`, clock `base_clock + i / K` (one row per item and
@@ -17,7 +18,9 @@
 //! check exactly which rows arrived. Prints `progress ...` lines every 100 ms and one
 //! `result ...` line with rows/s and CPU seconds per million rows.
 
-use sink::{ClickHouseConfig, Compression, Row, RowValue, Sink, SinkMetrics, SpoolConfig, Table};
+use sink::{
+    ClickHouseConfig, Compression, Row, RowValue, Sink, SinkMetrics, SpoolConfig, Table, Trend,
+};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,26 +137,43 @@ fn main() -> std::process::ExitCode {
                     "dbl" => Table::Dbl,
                     "uint" => Table::Uint,
                     "str" => Table::Str,
+                    "trends" => Table::ALL[4 + (j % 2) as usize],
                     _ => Table::ALL[(j % 3) as usize],
                 };
+                let x = j as f64 * 0.001;
                 let value = match t {
-                    Table::Dbl => RowValue::Float(j as f64 * 0.001),
+                    Table::Dbl => RowValue::Float(x),
                     Table::Uint => RowValue::Uint(j),
+                    Table::TrendsDbl => RowValue::FloatTrend(Trend {
+                        min: x,
+                        max: x + 1.0,
+                        avg: x + 0.5,
+                        count: j as u32,
+                    }),
+                    Table::TrendsUint => RowValue::UintTrend(Trend {
+                        min: -(j as i64),
+                        max: j as i64,
+                        avg: 0,
+                        count: j as u32,
+                    }),
                     Table::Str | Table::Log => RowValue::Str(format!("value {j}")),
                 };
-                let (itemid, clock) = if items > 0 {
+                let (itemid, mut clock) = if items > 0 {
                     (j % items, base_clock + (j / items) as u32)
                 } else {
                     (j, base_clock + (j / 1000) as u32)
                 };
+                if t.is_trends() {
+                    clock = base_clock / 3600 * 3600 + (clock - base_clock) * 3600;
+                }
                 v.push((
                     t,
                     Row {
                         itemid,
                         clock,
-                        ns: (j % 1000) as u32,
+                        ns: if t.is_trends() { 0 } else { (j % 1000) as u32 },
                         hostname: hosts[(j % 1000) as usize].clone(),
-                        itemname: keys[t.index()].clone(),
+                        itemname: keys[t.index() % keys.len()].clone(),
                         value,
                     },
                 ));

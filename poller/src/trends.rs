@@ -1,0 +1,550 @@
+//! Hourly trends: per numeric item and hour, the minimum, maximum, average and count of
+//! the values stored in history (Zabbix's `trends` and `trends_uint`, Glaber's
+//! `trends_dbl` and `trends_uint`).
+//!
+//! Zabbix's server computes trends from the values it receives; the values this daemon
+//! writes into history never pass through it, so the daemon computes them, in the
+//! consumer, from the values after preprocessing (what history stores).
+//!
+//! Invariants:
+//! * One 32-byte accumulator per item of the plan, in a dense vector indexed like
+//!   [`Plan::items`] ([`Sample::item`] says where): no hashing per value, and memory is
+//!   fixed by the plan, not by the values.
+//! * A trend row holds values of one item whose `clock` falls in one UTC hour
+//!   (`clock / 3600`); the row's `clock` is that hour's start. `count` is the number of
+//!   values folded in. Only finite values count: a NaN or an infinity is stored in history
+//!   and left out of the trend (it would make min, max and average meaningless), as
+//!   Zabbix refuses them as values at all.
+//! * Float averages are `sum / count` in `f64`; unsigned ones are the exact 80-bit sum
+//!   divided by the count, truncated, as Zabbix's 128-bit sum does.
+//! * An hour is written when the item's first value of another hour arrives, by the
+//!   sweep [`SWEEP_DELAY`] after the hour ends (items polled less often than hourly, or
+//!   no longer), when a reload removes the item or changes its value type, and at stop.
+//!   So one hour may have several rows for an item: after a stop and a start within the
+//!   hour, after 65,535 values in one hour (a 55 ms interval), or for a value that comes
+//!   later than the sweep. Readers therefore aggregate per hour: `min(value_min)`,
+//!   `max(value_max)`, `sum(value_avg * count) / sum(count)`, `sum(count)`.
+
+use crate::engine::Sample;
+use crate::plan::Plan;
+use crate::value::{Value, ValueType};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Seconds after an hour's end before the sweep writes the hours that no later value
+/// closed: values of that hour can still be on their way (an iteration started before
+/// the hour's end delivers up to its timeout later).
+pub const SWEEP_DELAY: u32 = 60;
+
+/// Largest count of one row; one more value starts a new row for the same hour.
+const MAX_COUNT: u16 = u16::MAX;
+
+/// One trend row, before the sink's encoding.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrendRow {
+    pub itemid: u64,
+    /// Start of the hour (Unix seconds, a multiple of 3600).
+    pub clock: u32,
+    pub host: Arc<str>,
+    pub key: Arc<str>,
+    pub stats: TrendStats,
+}
+
+/// The aggregate of one row, in the item's value type.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TrendStats {
+    Float {
+        min: f64,
+        max: f64,
+        avg: f64,
+        count: u32,
+    },
+    Uint {
+        min: u64,
+        max: u64,
+        avg: u64,
+        count: u32,
+    },
+}
+
+/// One item's running aggregate for one hour; `count == 0` is empty. The three value
+/// words are `f64` bits for float items; for unsigned items `sum` and `sum_hi` are the
+/// low 64 and high 16 bits of the sum (at most 65,535 values below 2^64 each: < 2^80).
+#[derive(Clone, Copy, Debug, Default)]
+struct Acc {
+    hour: u32,
+    count: u16,
+    sum_hi: u16,
+    min: u64,
+    max: u64,
+    sum: u64,
+}
+
+impl Acc {
+    fn start(hour: u32, v: &Value) -> Acc {
+        let (min, sum) = match *v {
+            Value::Float(f) => (f.to_bits(), f.to_bits()),
+            Value::Uint(u) => (u, u),
+            Value::Str(_) => (0, 0),
+        };
+        Acc {
+            hour,
+            count: 1,
+            sum_hi: 0,
+            min,
+            max: min,
+            sum,
+        }
+    }
+
+    fn add(&mut self, v: &Value) {
+        match *v {
+            Value::Float(f) => {
+                let (min, max) = (f64::from_bits(self.min), f64::from_bits(self.max));
+                self.min = min.min(f).to_bits();
+                self.max = max.max(f).to_bits();
+                self.sum = (f64::from_bits(self.sum) + f).to_bits();
+            }
+            Value::Uint(u) => {
+                self.min = self.min.min(u);
+                self.max = self.max.max(u);
+                let (sum, carry) = self.sum.overflowing_add(u);
+                self.sum = sum;
+                self.sum_hi += u16::from(carry);
+            }
+            Value::Str(_) => return,
+        }
+        self.count += 1;
+    }
+
+    fn stats(&self, vt: ValueType) -> Option<TrendStats> {
+        let count = u32::from(self.count);
+        match vt {
+            ValueType::Float => Some(TrendStats::Float {
+                min: f64::from_bits(self.min),
+                max: f64::from_bits(self.max),
+                avg: f64::from_bits(self.sum) / f64::from(count),
+                count,
+            }),
+            ValueType::Uint => {
+                let sum = u128::from(self.sum_hi) << 64 | u128::from(self.sum);
+                Some(TrendStats::Uint {
+                    min: self.min,
+                    max: self.max,
+                    // ≤ max, so it fits.
+                    avg: (sum / u128::from(count)) as u64,
+                    count,
+                })
+            }
+            ValueType::Str => None,
+        }
+    }
+}
+
+/// The value of `s` if it belongs in a trend: numeric, finite, of the item's type.
+fn trend_value(s: &Sample) -> Option<&Value> {
+    match s.result.as_ref().ok()? {
+        v @ Value::Float(f) if f.is_finite() && s.value_type == ValueType::Float => Some(v),
+        v @ Value::Uint(_) if s.value_type == ValueType::Uint => Some(v),
+        _ => None,
+    }
+}
+
+/// The trend accumulators of every item of one plan.
+pub struct Trends {
+    plan: Arc<Plan>,
+    accs: Vec<Acc>,
+    /// itemid → index in `plan`, kept after a reload for samples of iterations that
+    /// started on the old plan (their [`Sample::item`] points into that one); dropped
+    /// by [`Trends::forget_lookup`] once those have ended.
+    lookup: Option<HashMap<u64, u32>>,
+}
+
+impl Trends {
+    pub fn new(plan: Arc<Plan>) -> Trends {
+        Trends {
+            accs: vec![Acc::default(); plan.items.len()],
+            plan,
+            lookup: None,
+        }
+    }
+
+    /// Index of `s`'s item in the current plan, if it has one.
+    fn slot(&self, s: &Sample) -> Option<usize> {
+        let i = s.item as usize;
+        if self
+            .plan
+            .items
+            .get(i)
+            .is_some_and(|it| it.itemid == s.itemid)
+        {
+            return Some(i);
+        }
+        self.lookup.as_ref()?.get(&s.itemid).map(|&i| i as usize)
+    }
+
+    /// Folds the value of `s` (if it has a numeric one) into its item's hour; a row
+    /// that this closes is pushed to `out`.
+    pub fn record(&mut self, s: &Sample, out: &mut Vec<TrendRow>) {
+        let Some(v) = trend_value(s) else { return };
+        let Some(i) = self.slot(s) else { return };
+        if self.plan.items[i].value_type != s.value_type {
+            return;
+        }
+        let hour = s.clock / 3600;
+        let acc = &mut self.accs[i];
+        if acc.count > 0 && acc.hour == hour && acc.count < MAX_COUNT {
+            acc.add(v);
+            return;
+        }
+        if acc.count > 0 {
+            out.extend(row(acc, s.itemid, s.value_type, &s.host, &s.key));
+        }
+        *acc = Acc::start(hour, v);
+    }
+
+    /// Writes every hour before `hour` (Unix seconds / 3600) that is still open.
+    pub fn close_before(&mut self, hour: u32, out: &mut Vec<TrendRow>) {
+        flush(&self.plan, &mut self.accs, out, |acc, _| acc.hour < hour);
+    }
+
+    /// Writes every open hour (at stop).
+    pub fn drain(&mut self, out: &mut Vec<TrendRow>) {
+        self.close_before(u32::MAX, out);
+    }
+
+    /// Moves to a reloaded plan: items it keeps (same itemid and value type) keep their
+    /// open hour; the others' open hours are written to `out`.
+    pub fn rebase(&mut self, plan: Arc<Plan>, out: &mut Vec<TrendRow>) {
+        let lookup: HashMap<u64, u32> = plan
+            .items
+            .iter()
+            .enumerate()
+            .map(|(i, it)| (it.itemid, i as u32))
+            .collect();
+        let mut accs = vec![Acc::default(); plan.items.len()];
+        flush(&self.plan, &mut self.accs, out, |acc, item| {
+            let kept = lookup
+                .get(&item.itemid)
+                .filter(|&&j| plan.items[j as usize].value_type == item.value_type);
+            match kept {
+                Some(&j) => {
+                    accs[j as usize] = *acc;
+                    false
+                }
+                None => true,
+            }
+        });
+        self.plan = plan;
+        self.accs = accs;
+        self.lookup = Some(lookup);
+    }
+
+    /// Drops the itemid lookup of the last reload: samples of the plan before it have
+    /// all arrived.
+    pub fn forget_lookup(&mut self) {
+        self.lookup = None;
+    }
+}
+
+/// Seconds until the next sweep after `now` (Unix seconds): [`SWEEP_DELAY`] after the
+/// next hour's start, or after this hour's if that is still ahead.
+pub fn secs_to_sweep(now: u32) -> u32 {
+    let this = now / 3600 * 3600 + SWEEP_DELAY;
+    if now < this {
+        this - now
+    } else {
+        this + 3600 - now
+    }
+}
+
+/// Visits the open accumulators of `plan` (by task, for the host's name); those for
+/// which `close` says so are written to `out` and emptied.
+fn flush(
+    plan: &Plan,
+    accs: &mut [Acc],
+    out: &mut Vec<TrendRow>,
+    mut close: impl FnMut(&Acc, &crate::plan::PlanItem) -> bool,
+) {
+    for task in &plan.tasks {
+        let host = &plan.hosts[task.host as usize].name;
+        for i in task.items.clone() {
+            let (acc, item) = (&mut accs[i as usize], &plan.items[i as usize]);
+            if acc.count > 0 && close(acc, item) {
+                out.extend(row(acc, item.itemid, item.value_type, host, &item.key));
+                acc.count = 0;
+            }
+        }
+    }
+}
+
+fn row(acc: &Acc, itemid: u64, vt: ValueType, host: &Arc<str>, key: &Arc<str>) -> Option<TrendRow> {
+    Some(TrendRow {
+        itemid,
+        clock: acc.hour * 3600,
+        host: host.clone(),
+        key: key.clone(),
+        stats: acc.stats(vt)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::{derive_itemid, HostSpec, ItemKind, ItemSpec};
+
+    const H: u32 = 1_800_000_000 / 3600; // an hour of 2027
+
+    fn spec(host: &str, key: &str, vt: ValueType) -> ItemSpec {
+        ItemSpec {
+            itemid: derive_itemid(host, key),
+            key: key.into(),
+            value_type: vt,
+            interval_ms: 10_000,
+            kind: ItemKind::Snmp {
+                oid: snmp::Oid::from_arcs(&[1, 3, 6, 1, 2, 1, 1, 3, 0]).unwrap(),
+            },
+            pre: None,
+        }
+    }
+
+    /// Hosts of `(name, [(key, type)])`.
+    fn plan(hosts: &[(&str, &[(&str, ValueType)])]) -> Arc<Plan> {
+        Arc::new(Plan::build(
+            hosts
+                .iter()
+                .map(|(name, items)| HostSpec {
+                    name: (*name).into(),
+                    ip: "127.0.0.1".parse().unwrap(),
+                    snmp: None,
+                    items: items.iter().map(|(k, vt)| spec(name, k, *vt)).collect(),
+                })
+                .collect(),
+        ))
+    }
+
+    /// A sample of `key` of `host` as the engines make it (index from `plan`).
+    fn sample(plan: &Plan, host: &str, key: &str, clock: u32, v: Value) -> Sample {
+        let itemid = derive_itemid(host, key);
+        let item = plan.items.iter().position(|i| i.itemid == itemid).unwrap();
+        Sample {
+            itemid,
+            item: item as u32,
+            host: host.into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            key: key.into(),
+            value_type: plan.items[item].value_type,
+            clock,
+            ns: 0,
+            result: Ok(v),
+            pre: None,
+        }
+    }
+
+    fn stats(rows: &[TrendRow], key: &str) -> Vec<(u32, TrendStats)> {
+        rows.iter()
+            .filter(|r| &*r.key == key)
+            .map(|r| (r.clock, r.stats))
+            .collect()
+    }
+
+    #[test]
+    fn an_accumulator_is_32_bytes() {
+        // The memory budget per item (200 B at 1M items) counts on it.
+        assert_eq!(std::mem::size_of::<Acc>(), 32);
+    }
+
+    #[test]
+    fn hours_close_when_the_next_hour_starts_with_exact_aggregates() {
+        let p = plan(&[("r1", &[("f", ValueType::Float), ("u", ValueType::Uint)])]);
+        let mut t = Trends::new(p.clone());
+        let mut out = Vec::new();
+        let t0 = H * 3600;
+        for (dt, f, u) in [(0, 1.5, 7), (1200, -2.0, 8), (3599, 0.5, 10)] {
+            t.record(&sample(&p, "r1", "f", t0 + dt, Value::Float(f)), &mut out);
+            t.record(&sample(&p, "r1", "u", t0 + dt, Value::Uint(u)), &mut out);
+        }
+        assert!(out.is_empty(), "nothing closes inside the hour");
+        t.record(
+            &sample(&p, "r1", "f", t0 + 3600, Value::Float(9.0)),
+            &mut out,
+        );
+        let f = TrendStats::Float {
+            min: -2.0,
+            max: 1.5,
+            avg: 0.0,
+            count: 3,
+        };
+        assert_eq!(stats(&out, "f"), [(t0, f)]);
+        assert_eq!(&*out[0].host, "r1");
+        assert_eq!(out[0].itemid, derive_itemid("r1", "f"));
+        // The unsigned item's hour is still open until the sweep; its average truncates
+        // (25 / 3 = 8.33).
+        out.clear();
+        t.close_before(H + 1, &mut out);
+        let u = TrendStats::Uint {
+            min: 7,
+            max: 10,
+            avg: 8,
+            count: 3,
+        };
+        assert_eq!(stats(&out, "u"), [(t0, u)]);
+        assert_eq!(out.len(), 1, "the float item's new hour stays open");
+        out.clear();
+        t.drain(&mut out);
+        let nine = TrendStats::Float {
+            min: 9.0,
+            max: 9.0,
+            avg: 9.0,
+            count: 1,
+        };
+        assert_eq!(stats(&out, "f"), [(t0 + 3600, nine)]);
+        out.clear();
+        t.drain(&mut out);
+        assert!(out.is_empty(), "a written hour is not written again");
+    }
+
+    #[test]
+    fn unsigned_sums_are_exact_past_64_bits_and_text_errors_nan_do_not_count() {
+        let p = plan(&[(
+            "r1",
+            &[
+                ("u", ValueType::Uint),
+                ("f", ValueType::Float),
+                ("s", ValueType::Str),
+            ],
+        )]);
+        let mut t = Trends::new(p.clone());
+        let mut out = Vec::new();
+        let t0 = H * 3600;
+        // Three Counter64 readings near 2^64: the sum needs 66 bits.
+        let big = [u64::MAX, u64::MAX - 2, u64::MAX - 4];
+        for (i, v) in big.into_iter().enumerate() {
+            t.record(
+                &sample(&p, "r1", "u", t0 + i as u32, Value::Uint(v)),
+                &mut out,
+            );
+        }
+        for v in [f64::NAN, f64::INFINITY, 4.0] {
+            t.record(&sample(&p, "r1", "f", t0, Value::Float(v)), &mut out);
+        }
+        t.record(&sample(&p, "r1", "s", t0, Value::Str("x".into())), &mut out);
+        let mut failed = sample(&p, "r1", "f", t0, Value::Float(100.0));
+        failed.result = Err(crate::value::ItemError::new(
+            crate::value::ErrorReason::Timeout,
+            "timeout",
+        ));
+        t.record(&failed, &mut out);
+        t.drain(&mut out);
+        let u = TrendStats::Uint {
+            min: u64::MAX - 4,
+            max: u64::MAX,
+            avg: u64::MAX - 2,
+            count: 3,
+        };
+        let f = TrendStats::Float {
+            min: 4.0,
+            max: 4.0,
+            avg: 4.0,
+            count: 1,
+        };
+        assert_eq!(stats(&out, "u"), [(t0, u)]);
+        assert_eq!(stats(&out, "f"), [(t0, f)]);
+        assert_eq!(out.len(), 2, "no row for the text item");
+    }
+
+    #[test]
+    fn a_full_row_starts_another_for_the_same_hour() {
+        let p = plan(&[("r1", &[("u", ValueType::Uint)])]);
+        let mut t = Trends::new(p.clone());
+        let mut out = Vec::new();
+        for _ in 0..=u32::from(MAX_COUNT) {
+            t.record(&sample(&p, "r1", "u", H * 3600, Value::Uint(2)), &mut out);
+        }
+        t.drain(&mut out);
+        let counts: Vec<u32> = out
+            .iter()
+            .map(|r| match r.stats {
+                TrendStats::Uint { count, avg, .. } => {
+                    assert_eq!(avg, 2);
+                    count
+                }
+                TrendStats::Float { .. } => unreachable!(),
+            })
+            .collect();
+        assert_eq!(counts, [65_535, 1]);
+    }
+
+    #[test]
+    fn a_reload_keeps_open_hours_of_kept_items_and_writes_the_others() {
+        let old = plan(&[
+            (
+                "a",
+                &[("keep", ValueType::Float), ("gone", ValueType::Float)],
+            ),
+            ("b", &[("retyped", ValueType::Float)]),
+        ]);
+        let mut t = Trends::new(old.clone());
+        let mut out = Vec::new();
+        let t0 = H * 3600;
+        for (h, k) in [("a", "keep"), ("a", "gone"), ("b", "retyped")] {
+            t.record(&sample(&old, h, k, t0, Value::Float(1.0)), &mut out);
+        }
+        // The new plan puts another host first (indices move), drops a:gone and makes
+        // b:retyped unsigned.
+        let new = plan(&[
+            ("0-new", &[("x", ValueType::Uint)]),
+            ("a", &[("keep", ValueType::Float)]),
+            ("b", &[("retyped", ValueType::Uint)]),
+        ]);
+        let stale = sample(&old, "a", "keep", t0, Value::Float(0.0)).item;
+        assert_ne!(stale, sample(&new, "a", "keep", t0, Value::Float(0.0)).item);
+        t.rebase(new.clone(), &mut out);
+        let mut written: Vec<(&str, &str)> = out.iter().map(|r| (&*r.key, &*r.host)).collect();
+        written.sort_unstable();
+        assert_eq!(written, [("gone", "a"), ("retyped", "b")]);
+        out.clear();
+        // a:keep goes on in its hour, from a sample indexed in the new plan and from one
+        // of an iteration that started on the old plan (its index is stale).
+        t.record(
+            &sample(&new, "a", "keep", t0 + 5, Value::Float(3.0)),
+            &mut out,
+        );
+        t.record(
+            &sample(&old, "a", "keep", t0 + 6, Value::Float(5.0)),
+            &mut out,
+        );
+        // A stale float sample of the retyped item does not go into its unsigned hour.
+        t.record(
+            &sample(&old, "b", "retyped", t0 + 7, Value::Float(2.0)),
+            &mut out,
+        );
+        t.drain(&mut out);
+        let keep = TrendStats::Float {
+            min: 1.0,
+            max: 5.0,
+            avg: 3.0,
+            count: 3,
+        };
+        assert_eq!(stats(&out, "keep"), [(t0, keep)]);
+        assert_eq!(out.len(), 1);
+        // Once the lookup is gone, stale samples are left out rather than misplaced.
+        t.forget_lookup();
+        out.clear();
+        t.record(
+            &sample(&old, "a", "keep", t0 + 8, Value::Float(5.0)),
+            &mut out,
+        );
+        t.drain(&mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn the_sweep_runs_a_minute_after_each_hour() {
+        let t0 = H * 3600;
+        assert_eq!(secs_to_sweep(t0), 60);
+        assert_eq!(secs_to_sweep(t0 + 59), 1);
+        assert_eq!(secs_to_sweep(t0 + 60), 3600);
+        assert_eq!(secs_to_sweep(t0 + 3599), 61);
+    }
+}
