@@ -39,13 +39,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Run the daemon: poll on schedule, write history to ClickHouse (or the spool).
+    /// Run the daemon: poll on schedule, write history to ClickHouse (or the spool),
+    /// and hourly trends of numeric items (clickhouse.trends).
     ///
     /// Signals: SIGHUP reloads hosts, templates, items and their key defaults (an invalid
     /// file is rejected with every error and the running config stays; settings that
     /// apply only at start, such as `[clickhouse]` or `max_pps`, are named in a warning).
-    /// SIGTERM/SIGINT: running iterations end, ClickHouse gets at most 10 s for what is
-    /// in flight, the rest goes to the spool, exit 0. /metrics and /healthz on
+    /// SIGTERM/SIGINT: running iterations end, the open hours' trends are written,
+    /// ClickHouse gets at most 10 s for what is in flight, the rest goes to the spool,
+    /// exit 0. /metrics and /healthz on
     /// daemon.metrics_listen.
     Run(cmd::run::Args),
     /// Check a configuration file: exit 0 when valid, 1 with every error listed.
