@@ -453,7 +453,8 @@ pub struct ItemEntry {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreprocessingEntry {
-    /// `SIMPLE_CHANGE`, `CHANGE_PER_SECOND` or `MULTIPLIER` (any case).
+    /// `SIMPLE_CHANGE`, `CHANGE_PER_SECOND`, `MULTIPLIER`, `DISCARD_UNCHANGED` or
+    /// `DISCARD_UNCHANGED_HEARTBEAT` (any case).
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default)]
@@ -1031,9 +1032,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if none {
             return Ok(None);
         }
-        if value_type == ValueType::Str {
+        let numeric = match (&steps, &inherited) {
+            (Some(s), _) => s.iter().any(|s| s.needs_number()),
+            (None, Some(p)) => p.as_slice().iter().any(|s| s.needs_number()),
+            (None, None) => false,
+        };
+        if value_type == ValueType::Str && numeric {
             let m = format!(
-                "item {:?} is of type str: preprocessing steps need numbers",
+                "item {:?} is of type str: its preprocessing steps need numbers (a text item takes DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT only)",
                 e.key
             );
             self.c.push(&at, m);

@@ -90,6 +90,27 @@ fn rows_by_host(db: &str) -> BTreeMap<String, u64> {
     out
 }
 
+/// Writes `dir/c.toml`: `[daemon]`/`[clickhouse]` as [`daemon_and_clickhouse`] and one
+/// host, `agent`, the first snmpd, with `items` (the inside of `items = [ ... ]`).
+fn one_agent(
+    dir: &std::path::Path,
+    db: &str,
+    metrics_listen: &str,
+    items: &str,
+) -> std::path::PathBuf {
+    let agent = &snmpd_addrs()[0];
+    let path = dir.join("c.toml");
+    let host = format!(
+        "\n[[hosts]]\nname = \"agent\"\nip = \"{agent}\"\nsnmp = {{ community = \"public\" }}\nitems = [{items}]\n"
+    );
+    std::fs::write(
+        &path,
+        daemon_and_clickhouse(db, &dir.join("spool"), metrics_listen) + &host,
+    )
+    .unwrap();
+    path
+}
+
 /// `netpoller poll-once --json` of `cfg`: its lines, parsed.
 fn poll_once_json(cfg: &std::path::Path) -> Vec<serde_json::Value> {
     let out = netpoller()
@@ -335,30 +356,20 @@ fn preprocessing_turns_a_counter_into_a_rate_in_clickhouse() {
     let dir = scratch("daemon-preprocessing");
     let db = format!("nptest_pre_{}", std::process::id());
     let port = common::free_port();
-    let agent = &snmpd_addrs()[0];
-    let cfg_path = dir.join("c.toml");
-    std::fs::write(
-        &cfg_path,
-        daemon_and_clickhouse(&db, &dir.join("spool"), &format!("127.0.0.1:{port}"))
-            + &format!(
-                r#"
-[[hosts]]
-name = "agent"
-ip = "{agent}"
-snmp = {{ community = "public" }}
-items = [
-  {{ key = "uptime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1s" }},
-  {{ key = "uptime.rate", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1s",
-     preprocessing = [{{ type = "CHANGE_PER_SECOND" }}] }},
-  {{ key = "uptime.seconds_per_second", oid = "1.3.6.1.2.1.1.3.0", type = "float", interval = "1s",
-     preprocessing = [{{ type = "CHANGE_PER_SECOND" }}, {{ type = "MULTIPLIER", parameters = ["0.01"] }}] }},
-  {{ key = "uptime.seconds", oid = "1.3.6.1.2.1.1.3.0", type = "float", interval = "1s",
-     preprocessing = [{{ type = "MULTIPLIER", parameters = ["0.01"] }}] }},
-]
-"#
-            ),
-    )
-    .unwrap();
+    let cfg_path = one_agent(
+        &dir,
+        &db,
+        &format!("127.0.0.1:{port}"),
+        r#"
+  { key = "uptime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1s" },
+  { key = "uptime.rate", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1s",
+     preprocessing = [{ type = "CHANGE_PER_SECOND" }] },
+  { key = "uptime.seconds_per_second", oid = "1.3.6.1.2.1.1.3.0", type = "float", interval = "1s",
+     preprocessing = [{ type = "CHANGE_PER_SECOND" }, { type = "MULTIPLIER", parameters = ["0.01"] }] },
+  { key = "uptime.seconds", oid = "1.3.6.1.2.1.1.3.0", type = "float", interval = "1s",
+     preprocessing = [{ type = "MULTIPLIER", parameters = ["0.01"] }] },
+"#,
+    );
     // poll-once shows what would be stored: the multiplied value, and the change steps'
     // first values as polled, marked as not stored.
     let lines = poll_once_json(&cfg_path);
@@ -511,5 +522,53 @@ fn trends_add_up_to_history_per_item_and_hour() {
     }
     // The dropped host's items were written at the reload, with what it polled before.
     assert!(trends.iter().any(|t| t[2] == "ping-1"), "{trends:?}");
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}
+
+#[test]
+fn discard_unchanged_keeps_one_row_until_the_value_or_the_heartbeat_says_otherwise() {
+    // sysDescr every second: as polled (one row per poll), DISCARD_UNCHANGED (the first
+    // row only), and with a 3 s heartbeat (a row at least 3 s after the last one stored).
+    let dir = scratch("daemon-throttle");
+    let db = format!("nptest_throttle_{}", std::process::id());
+    let cfg_path = one_agent(
+        &dir,
+        &db,
+        "",
+        r#"
+  { key = "descr", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s" },
+  { key = "descr.unchanged", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s",
+     preprocessing = [{ type = "DISCARD_UNCHANGED" }] },
+  { key = "descr.heartbeat", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s",
+     preprocessing = [{ type = "DISCARD_UNCHANGED_HEARTBEAT", parameters = ["3s"] }] },
+"#,
+    );
+    let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
+    std::thread::sleep(Duration::from_secs(8));
+    assert!(d.stop().success());
+    let clocks = |key: &str| -> Vec<u32> {
+        ch(&format!(
+            "SELECT toUInt32(clock) FROM {db}.history_str WHERE itemname = '{key}' ORDER BY clock FORMAT TSV"
+        ))
+        .lines()
+        .map(|l| l.parse().unwrap())
+        .collect()
+    };
+    let raw = clocks("descr");
+    let unchanged = clocks("descr.unchanged");
+    let heartbeat = clocks("descr.heartbeat");
+    assert!(raw.len() >= 6, "as polled: {raw:?}");
+    assert_eq!(unchanged.len(), 1, "{unchanged:?} (as polled: {raw:?})");
+    assert_eq!(unchanged[0], raw[0], "the first value is stored");
+    assert!(
+        heartbeat.len() >= 2 && heartbeat.len() < raw.len(),
+        "{heartbeat:?} (as polled: {raw:?})"
+    );
+    for w in heartbeat.windows(2) {
+        assert!(
+            w[1] - w[0] >= 3,
+            "rows less than a heartbeat apart: {heartbeat:?}"
+        );
+    }
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }

@@ -423,7 +423,7 @@ impl Shared {
         );
         out.counter(
             "netpoller_preprocessing_discarded_total",
-            "Values a change step kept no value for (an item's first, or a counter reset).",
+            "Values preprocessing kept back: a change step's first or after a counter reset, a throttling step's unchanged ones.",
             &[],
             self.pipeline
                 .preprocessing_discarded

@@ -1,7 +1,9 @@
-//! Zabbix item value preprocessing for numeric items: "Simple change", "Change per
-//! second" and "Custom multiplier", the steps Zabbix's network templates put on
-//! interface counters (`ifHCInOctets` → bits per second). netpoller writes history
-//! itself, past the Zabbix server that would otherwise run them, so it runs them too.
+//! Zabbix item value preprocessing: "Simple change", "Change per second" and "Custom
+//! multiplier", the steps Zabbix's network templates put on interface counters
+//! (`ifHCInOctets` → bits per second), and the throttling steps "Discard unchanged" and
+//! "Discard unchanged with heartbeat" they put on slow-changing items (`ifAlias`,
+//! `ifOperStatus`, `sysDescr`). netpoller writes history itself, past the Zabbix server
+//! that would otherwise run them, so it runs them too.
 //!
 //! Semantics (Zabbix's):
 //! * Steps run in order on the value converted to the item's type; the result is
@@ -13,9 +15,17 @@
 //!   the next one does. Change per second divides by the time between the two polls.
 //! * A step that cannot compute (a text value, a result that does not fit a `uint`)
 //!   makes the item unsupported for that poll, with the reason.
+//! * A throttling step compares the value to be stored (numeric steps done, in the
+//!   item's type; text too) with the last one stored: "Discard unchanged" stores it only
+//!   when it differs, "with heartbeat" also when the heartbeat has passed since the last
+//!   one stored (so a graph or a nodata trigger still sees the item). After an error
+//!   (the poll's or a step's) the next value is stored, whatever it is: the recovery is
+//!   in history.
 //!
-//! Invariants: at most one change step per item (the config refuses more, as Zabbix
-//! does), so the memory is one previous value per item that has one.
+//! Invariants: at most one change step and at most one throttling step per item, the
+//! throttling step last (the config refuses others), so the memory is one previous
+//! value per item with a change step and one stored value per item with a throttling
+//! step.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -33,6 +43,32 @@ pub enum Step {
     ChangePerSecond,
     /// `value × factor`.
     Multiplier(f64),
+    /// No value when it equals the last one stored.
+    DiscardUnchanged,
+    /// No value when it equals the last one stored and that one is younger than this
+    /// many seconds.
+    DiscardUnchangedHeartbeat(u32),
+}
+
+/// Zabbix's largest heartbeat (25 years, in seconds).
+const MAX_HEARTBEAT: u64 = 788_400_000;
+
+/// Seconds of a Zabbix time parameter: `90`, `90s`, `15m`, `1h`, `1d`, `1w`.
+fn seconds(p: &str) -> Option<u64> {
+    let p = p.trim();
+    let (num, unit) = match p.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&p[..i], c),
+        _ => (p, 's'),
+    };
+    let mult = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3_600,
+        'd' => 86_400,
+        'w' => 604_800,
+        _ => return None,
+    };
+    num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
 impl Step {
@@ -40,8 +76,20 @@ impl Step {
         matches!(self, Step::SimpleChange | Step::ChangePerSecond)
     }
 
+    fn is_throttle(self) -> bool {
+        matches!(
+            self,
+            Step::DiscardUnchanged | Step::DiscardUnchangedHeartbeat(_)
+        )
+    }
+
+    /// Whether the step computes on numbers (a text item cannot have it).
+    pub fn needs_number(self) -> bool {
+        !self.is_throttle()
+    }
+
     /// Parses Zabbix's export name (`CHANGE_PER_SECOND`, `SIMPLE_CHANGE`, `MULTIPLIER`,
-    /// any case) and its parameters.
+    /// `DISCARD_UNCHANGED`, `DISCARD_UNCHANGED_HEARTBEAT`, any case) and its parameters.
     pub fn parse(kind: &str, params: &[String]) -> Result<Step, String> {
         let no_params = |s: Step| {
             if params.is_empty() {
@@ -60,8 +108,18 @@ impl Step {
                 },
                 _ => Err("MULTIPLIER takes one parameter, the factor (parameters = [\"8\"])".into()),
             },
+            "DISCARD_UNCHANGED" => no_params(Step::DiscardUnchanged),
+            "DISCARD_UNCHANGED_HEARTBEAT" => match params {
+                [p] => match seconds(p) {
+                    Some(s @ 1..=MAX_HEARTBEAT) => Ok(Step::DiscardUnchangedHeartbeat(s as u32)),
+                    _ => Err(format!(
+                        "DISCARD_UNCHANGED_HEARTBEAT: {p:?} is not a heartbeat between 1s and 25 years (\"3600\", \"1h\", \"1d\")"
+                    )),
+                },
+                _ => Err("DISCARD_UNCHANGED_HEARTBEAT takes one parameter, the heartbeat (parameters = [\"1h\"])".into()),
+            },
             _ => Err(format!(
-                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND and MULTIPLIER"
+                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
             )),
         }
     }
@@ -73,6 +131,8 @@ impl fmt::Display for Step {
             Step::SimpleChange => f.write_str("SIMPLE_CHANGE"),
             Step::ChangePerSecond => f.write_str("CHANGE_PER_SECOND"),
             Step::Multiplier(x) => write!(f, "MULTIPLIER({x})"),
+            Step::DiscardUnchanged => f.write_str("DISCARD_UNCHANGED"),
+            Step::DiscardUnchangedHeartbeat(s) => write!(f, "DISCARD_UNCHANGED_HEARTBEAT({s}s)"),
         }
     }
 }
@@ -82,13 +142,24 @@ impl fmt::Display for Step {
 pub struct Steps(Box<[Step]>);
 
 impl Steps {
-    /// Checks Zabbix's rule: at most one change step (and at least one step).
+    /// Checks Zabbix's rules: at most one change step, at most one throttling step (and
+    /// at least one step); netpoller's own: the throttling step last (where Zabbix's
+    /// templates put it: it decides what is stored).
     pub fn new(steps: Vec<Step>) -> Result<Steps, String> {
         if steps.is_empty() {
             return Err("no steps".into());
         }
         if steps.iter().filter(|s| s.is_change()).count() > 1 {
             return Err("at most one of SIMPLE_CHANGE and CHANGE_PER_SECOND per item".into());
+        }
+        let throttles = steps.iter().filter(|s| s.is_throttle()).count();
+        if throttles > 1 {
+            return Err(
+                "at most one of DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT per item".into(),
+            );
+        }
+        if throttles == 1 && !steps[steps.len() - 1].is_throttle() {
+            return Err("DISCARD_UNCHANGED(_HEARTBEAT) must be the last step".into());
         }
         Ok(Steps(steps.into_boxed_slice()))
     }
@@ -100,6 +171,23 @@ impl Steps {
     fn has_change(&self) -> bool {
         self.0.iter().any(|s| s.is_change())
     }
+
+    /// The throttling step, if any (always the last).
+    fn throttle(&self) -> Option<Step> {
+        self.0.last().copied().filter(|s| s.is_throttle())
+    }
+
+    /// The steps that compute on numbers (all but the throttling one).
+    fn numeric(&self) -> &[Step] {
+        let n = self.0.len() - usize::from(self.throttle().is_some());
+        &self.0[..n]
+    }
+}
+
+/// Whether state kept under `a` is comparable with a value that went through `b` (a
+/// reload may have changed an item's steps).
+fn same(a: &Arc<Steps>, b: &Arc<Steps>) -> bool {
+    Arc::ptr_eq(a, b) || **a == **b
 }
 
 /// A number between steps: integers stay exact (Counter64 deltas) until a step makes
@@ -129,19 +217,30 @@ struct Previous {
     steps: Arc<Steps>,
 }
 
+/// The last value a throttling step let through, and when it was obtained.
+#[derive(Debug, Clone)]
+struct Stored {
+    value: Value,
+    /// Unix seconds.
+    clock: u32,
+    steps: Arc<Steps>,
+}
+
 /// What [`Preprocessor::apply`] did.
 #[derive(Debug)]
 pub enum Outcome {
     /// The sample as it is to be stored (a value, or the error that replaced it).
     Keep(Sample),
-    /// No value this time (an item's first, or after a counter reset).
+    /// No value this time (an item's first, after a counter reset, or unchanged).
     Discarded,
 }
 
-/// The previous values of the change steps (see the module docs).
+/// The previous values of the change steps and the stored values of the throttling
+/// steps (see the module docs).
 #[derive(Debug, Default)]
 pub struct Preprocessor {
     previous: HashMap<u64, Previous>,
+    stored: HashMap<u64, Stored>,
 }
 
 fn unsupported(text: String) -> ItemError {
@@ -162,8 +261,23 @@ impl Preprocessor {
         let Some(steps) = sample.pre.take() else {
             return Outcome::Keep(sample);
         };
+        if sample.result.is_ok()
+            && !steps.numeric().is_empty()
+            && !self.numbers(&mut sample, &steps)
+        {
+            return Outcome::Discarded;
+        }
+        match steps.throttle() {
+            Some(step) => self.throttle(sample, step, steps),
+            None => Outcome::Keep(sample),
+        }
+    }
+
+    /// The numeric steps of `steps` on `sample`'s value, which becomes the result (or the
+    /// error that replaces it). `false`: no value this time.
+    fn numbers(&mut self, sample: &mut Sample, steps: &Arc<Steps>) -> bool {
         let Ok(value) = &sample.result else {
-            return Outcome::Keep(sample);
+            return true;
         };
         let mut n = match *value {
             Value::Uint(u) => Num::U(u),
@@ -173,11 +287,11 @@ impl Preprocessor {
                     "{} needs a number, got text",
                     steps.as_slice()[0]
                 )));
-                return Outcome::Keep(sample);
+                return true;
             }
         };
         let at = u128::from(sample.clock) * 1_000_000_000 + u128::from(sample.ns);
-        for step in steps.as_slice() {
+        for step in steps.numeric() {
             n = match *step {
                 Step::Multiplier(x) => match n {
                     Num::U(u)
@@ -197,16 +311,14 @@ impl Preprocessor {
                         steps: steps.clone(),
                     };
                     let prev = self.previous.insert(sample.itemid, now);
-                    let Some(prev) =
-                        prev.filter(|p| Arc::ptr_eq(&p.steps, &steps) || *p.steps == *steps)
-                    else {
-                        return Outcome::Discarded;
+                    let Some(prev) = prev.filter(|p| same(&p.steps, steps)) else {
+                        return false;
                     };
                     let delta = match (n, prev.value) {
                         (Num::U(a), Num::U(b)) if a >= b => Num::U(a - b),
-                        (Num::U(_), Num::U(_)) => return Outcome::Discarded,
+                        (Num::U(_), Num::U(_)) => return false,
                         (a, b) if a.f() >= b.f() => Num::F(a.f() - b.f()),
-                        _ => return Outcome::Discarded,
+                        _ => return false,
                     };
                     if *step == Step::SimpleChange {
                         delta
@@ -214,7 +326,7 @@ impl Preprocessor {
                         let secs = at.saturating_sub(prev.at) as f64 / 1e9;
                         if secs <= 0.0 {
                             // Two values with one timestamp: no rate to compute.
-                            return Outcome::Discarded;
+                            return false;
                         }
                         match delta {
                             // Zabbix keeps an integer rate of integer values (its
@@ -225,6 +337,8 @@ impl Preprocessor {
                         }
                     }
                 }
+                // Only the last step, which `numeric` leaves out.
+                Step::DiscardUnchanged | Step::DiscardUnchangedHeartbeat(_) => n,
             };
         }
         sample.result = match (sample.value_type, n) {
@@ -241,17 +355,57 @@ impl Preprocessor {
                 Num::F(f) => f.to_string(),
             })),
         };
+        true
+    }
+
+    /// The throttling `step` on the value to be stored.
+    fn throttle(&mut self, sample: Sample, step: Step, steps: Arc<Steps>) -> Outcome {
+        let Ok(value) = &sample.result else {
+            // The next value after an error is stored, even if unchanged.
+            self.stored.remove(&sample.itemid);
+            return Outcome::Keep(sample);
+        };
+        let fresh = |last: &Stored| match step {
+            Step::DiscardUnchangedHeartbeat(h) => sample.clock.saturating_sub(last.clock) >= h,
+            _ => false,
+        };
+        match self.stored.get_mut(&sample.itemid) {
+            Some(last) if same(&last.steps, &steps) && last.value == *value && !fresh(last) => {
+                return Outcome::Discarded;
+            }
+            Some(last) if same(&last.steps, &steps) => {
+                last.value = value.clone();
+                last.clock = sample.clock;
+            }
+            _ => {
+                let stored = Stored {
+                    value: value.clone(),
+                    clock: sample.clock,
+                    steps,
+                };
+                self.stored.insert(sample.itemid, stored);
+            }
+        }
         Outcome::Keep(sample)
     }
 
     /// Forgets items that are not in `current` or whose steps no longer include a
-    /// change (a reload): Zabbix, too, restarts a change step whose item changed.
-    pub fn retain<'a>(&mut self, current: impl IntoIterator<Item = (u64, Option<&'a Arc<Steps>>)>) {
-        let changing = current
-            .into_iter()
-            .filter(|(_, s)| s.is_some_and(|s| s.has_change()))
-            .map(|(id, _)| id);
-        crate::states::retain_ids(&mut self.previous, changing, |_| {});
+    /// change or a throttling step (a reload): Zabbix, too, restarts the steps of an
+    /// item that changed.
+    pub fn retain<'a>(
+        &mut self,
+        current: impl IntoIterator<Item = (u64, Option<&'a Arc<Steps>>)> + Clone,
+    ) {
+        let with = |keep: fn(&Steps) -> bool| {
+            current
+                .clone()
+                .into_iter()
+                .filter(move |(_, s)| s.is_some_and(|s| keep(s)))
+                .map(|(id, _)| id)
+        };
+        crate::states::retain_ids(&mut self.previous, with(Steps::has_change), |_| {});
+        let throttled = with(|s| s.throttle().is_some());
+        crate::states::retain_ids(&mut self.stored, throttled, |_| {});
     }
 }
 
@@ -415,6 +569,134 @@ mod tests {
             .contains("unknown preprocessing type"));
         assert!(Steps::new(vec![Step::SimpleChange, Step::ChangePerSecond]).is_err());
         assert!(Steps::new(Vec::new()).is_err());
+        // Throttling: Zabbix's time suffixes; one step, the last.
+        let hb = |s: &str| p("discard_unchanged_heartbeat", &[s]);
+        assert_eq!(hb("3600"), Ok(Step::DiscardUnchangedHeartbeat(3600)));
+        assert_eq!(hb("1h"), Ok(Step::DiscardUnchangedHeartbeat(3600)));
+        assert_eq!(hb(" 15m "), Ok(Step::DiscardUnchangedHeartbeat(900)));
+        assert_eq!(hb("1w"), Ok(Step::DiscardUnchangedHeartbeat(604_800)));
+        for bad in ["0", "", "1y", "h", "-5", "{$HB}", "26000w"] {
+            assert!(hb(bad).unwrap_err().contains("heartbeat"), "{bad:?}");
+        }
+        assert_eq!(p("DISCARD_UNCHANGED", &[]), Ok(Step::DiscardUnchanged));
+        let last = Steps::new(vec![Step::ChangePerSecond, Step::DiscardUnchanged]).unwrap();
+        assert_eq!(last.numeric(), [Step::ChangePerSecond]);
+        assert!(
+            Steps::new(vec![Step::DiscardUnchanged, Step::Multiplier(8.0)])
+                .unwrap_err()
+                .contains("last")
+        );
+        assert!(Steps::new(vec![
+            Step::DiscardUnchanged,
+            Step::DiscardUnchangedHeartbeat(60)
+        ])
+        .unwrap_err()
+        .contains("at most one"));
+    }
+
+    /// `values` of one item through `steps`, at the given clocks: what is stored.
+    fn stored(
+        p: &mut Preprocessor,
+        steps: &Arc<Steps>,
+        values: &[(u32, Result<Value, ItemError>)],
+    ) -> Vec<Option<Result<Value, ItemError>>> {
+        values
+            .iter()
+            .map(|(clock, v)| {
+                let mut s = sample(
+                    1,
+                    ValueType::Str,
+                    *clock,
+                    Value::Uint(0),
+                    &[Step::DiscardUnchanged],
+                );
+                s.value_type = match v {
+                    Ok(v) => v.value_type(),
+                    Err(_) => ValueType::Str,
+                };
+                s.result = v.clone();
+                s.pre = Some(steps.clone());
+                value(p.apply(s))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn discard_unchanged_stores_changes_and_the_value_after_an_error() {
+        let steps = Arc::new(Steps::new(vec![Step::DiscardUnchanged]).unwrap());
+        let text = |t: &str| Ok(Value::Str(t.into()));
+        let timeout = Err(ItemError::new(ErrorReason::Timeout, "timeout"));
+        let got = stored(
+            &mut Preprocessor::default(),
+            &steps,
+            &[
+                (0, text("uplink")),
+                (60, text("uplink")),
+                (120, text("uplink to core")),
+                (180, text("uplink to core")),
+                (240, timeout.clone()),
+                (300, text("uplink to core")),
+                (360, text("uplink to core")),
+                (420, text("uplink")),
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                Some(text("uplink")),
+                None,
+                Some(text("uplink to core")),
+                None,
+                Some(timeout),
+                Some(text("uplink to core")),
+                None,
+                Some(text("uplink")),
+            ]
+        );
+    }
+
+    #[test]
+    fn heartbeat_stores_an_unchanged_value_once_per_heartbeat() {
+        // ifOperStatus every 60 s with a 1 h heartbeat: one row an hour while up, and
+        // every change at once.
+        let steps = Arc::new(Steps::new(vec![Step::DiscardUnchangedHeartbeat(3600)]).unwrap());
+        let up = Ok(Value::Uint(1));
+        let values: Vec<_> = (0..=120u32)
+            .map(|m| (m * 60, up.clone()))
+            .chain([(7_230, Ok(Value::Uint(2)))])
+            .collect();
+        let mut p = Preprocessor::default();
+        let got = stored(&mut p, &steps, &values);
+        let kept: Vec<u32> = values
+            .iter()
+            .zip(&got)
+            .filter(|(_, g)| g.is_some())
+            .map(|((c, _), _)| *c)
+            .collect();
+        assert_eq!(kept, [0, 3600, 7200, 7230]);
+        // Other steps after a reload: the first value through them is stored.
+        let other = Arc::new(Steps::new(vec![Step::DiscardUnchangedHeartbeat(60)]).unwrap());
+        assert_eq!(
+            stored(&mut p, &other, &[(7_240, Ok(Value::Uint(2)))]),
+            [Some(Ok(Value::Uint(2)))]
+        );
+        // A reload that drops the step forgets the item.
+        let mult = Arc::new(Steps::new(vec![Step::Multiplier(2.0)]).unwrap());
+        p.retain([(1, Some(&mult))]);
+        assert!(p.stored.is_empty());
+    }
+
+    #[test]
+    fn throttling_compares_what_is_stored_after_the_numeric_steps() {
+        // A rate of 100/s twice in a row is discarded, though the counter moved.
+        let steps = [Step::ChangePerSecond, Step::DiscardUnchanged];
+        let mut p = Preprocessor::default();
+        let mut at =
+            |clock, v| value(p.apply(sample(1, ValueType::Uint, clock, Value::Uint(v), &steps)));
+        assert_eq!(at(0, 0), None, "first value of the change step");
+        assert_eq!(at(10, 1_000), Some(Ok(Value::Uint(100))));
+        assert_eq!(at(20, 2_000), None, "the same rate");
+        assert_eq!(at(30, 4_000), Some(Ok(Value::Uint(200))));
     }
 
     #[test]
@@ -428,5 +710,20 @@ mod tests {
         let mult = Arc::new(Steps::new(vec![Step::Multiplier(2.0)]).unwrap());
         p.retain([(1, Some(&change)), (2, Some(&mult)), (4, Some(&change))]);
         assert_eq!(p.remembered(), 1);
+        // The throttling step's stored values go the same way.
+        let discard = Arc::new(Steps::new(vec![Step::DiscardUnchanged]).unwrap());
+        for id in [5, 6] {
+            let mut s = sample(
+                id,
+                ValueType::Uint,
+                0,
+                Value::Uint(1),
+                &[Step::DiscardUnchanged],
+            );
+            s.pre = Some(discard.clone());
+            p.apply(s);
+        }
+        p.retain([(5, Some(&discard)), (6, Some(&change))]);
+        assert_eq!(p.stored.keys().collect::<Vec<_>>(), [&5]);
     }
 }

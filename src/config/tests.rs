@@ -486,6 +486,8 @@ items = [
   { key = "ifHCOutOctets.1", oid = "1.3.6.1.2.1.31.1.1.1.10.1", type = "uint", interval = "1m",
     preprocessing = [{ type = "change_per_second" }, { type = "multiplier", parameters = ["8"] }] },
   { key = "icmppingsec", interval = "1m", preprocessing = [{ type = "MULTIPLIER", parameters = ["1000"] }] },
+  { key = "ifAlias.1", oid = "1.3.6.1.2.1.31.1.1.1.18.1", type = "str", interval = "1m",
+    preprocessing = [{ type = "DISCARD_UNCHANGED_HEARTBEAT", parameters = ["1d"] }] },
 ]
 
 [[hosts]]
@@ -521,6 +523,11 @@ items = [ { key = "ifHCInOctets.1", preprocessing = [] } ]
         item(0, "icmppingsec").unwrap().as_slice(),
         [Step::Multiplier(1000.0)]
     );
+    // A text item takes the throttling steps (and only those).
+    assert_eq!(
+        item(1, "ifAlias.1").unwrap().as_slice(),
+        [Step::DiscardUnchangedHeartbeat(86_400)]
+    );
     // `preprocessing = []` on the host: none for that item only.
     assert!(item(1, "ifHCInOctets.1").is_none());
 
@@ -546,6 +553,17 @@ items = [ { key = "ifHCInOctets.1", preprocessing = [] } ]
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "SIMPLE_CHANGE" }] }"#,
     );
     assert!(e.message.contains("type str"), "{e}");
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "MULTIPLIER", parameters = ["2"] }, { type = "DISCARD_UNCHANGED" }] }"#,
+    );
+    assert!(
+        e.message.contains("DISCARD_UNCHANGED_HEARTBEAT only"),
+        "{e}"
+    );
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "DISCARD_UNCHANGED_HEARTBEAT", parameters = ["0"] }] }"#,
+    );
+    assert_eq!(e.path, "hosts[0].items[0].preprocessing[0].type");
     // A host item that makes the template's numeric item text cannot keep its steps.
     let e = one_err(
         r#"
