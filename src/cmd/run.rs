@@ -595,7 +595,80 @@ fn engine_thread(
 
 #[cfg(test)]
 mod tests {
-    use super::icmp_thread_count;
+    use super::*;
+    use poller::daemon::{Clock, Limits};
+    use poller::value::{ErrorReason, ItemError};
+
+    /// The plan of a config with SNMP hosts `names`, one item `k` each.
+    fn plan_of(names: &[&str]) -> Plan {
+        let mut text = String::new();
+        for (i, n) in names.iter().enumerate() {
+            text += &format!(
+                "[[hosts]]\nname = \"{n}\"\nip = \"127.0.20.{}\"\nsnmp = {{ community = \"public\" }}\nitems = [{{ key = \"k\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"10s\" }}]\n",
+                i + 1
+            );
+        }
+        crate::config::parse(&text)
+            .unwrap_or_else(|e| panic!("{e:?}"))
+            .take_plan(None, || {})
+    }
+
+    /// A timeout of `host`'s item `k`, indexed in `plan`.
+    fn timeout(plan: &Plan, host: &str) -> Samples {
+        let h = plan.hosts.iter().position(|h| &*h.name == host).unwrap();
+        let task = plan.tasks.iter().find(|t| t.host as usize == h).unwrap();
+        let index = task.items.start;
+        let item = &plan.items[index as usize];
+        let err = Err(ItemError::new(ErrorReason::Timeout, "timeout"));
+        vec![Sample::new(&plan.hosts[h], (index, item), (1, 0), err)]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_reloads_removed_items_are_forgotten_again_once_old_iterations_have_ended() {
+        // An iteration that started before a reload delivers a removed item's failure
+        // after the consumer forgot it: the "items failing" gauge counts it again until
+        // the second pruning, PRUNE_AGAIN_AFTER later, forgets it for good.
+        let before = plan_of(&["a", "b"]);
+        let stale = timeout(&before, "b");
+        let shared = Shared::new(before, 1, Clock::new(), Limits::default());
+        let spool = tempfile::tempdir().unwrap();
+        let (sink, handle) = sink::Sink::start(
+            None,
+            sink::SpoolConfig::new(spool.path()),
+            Arc::new(sink::SinkMetrics::default()),
+        )
+        .await
+        .unwrap();
+        let (tx, rx) = mpsc::channel(4);
+        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true));
+        let failing = || shared.failing.get(ErrorReason::Timeout);
+        let settle = || async {
+            for _ in 0..100 {
+                tokio::task::yield_now().await;
+            }
+        };
+        let plan = shared.plan();
+        tx.send([timeout(&plan, "a"), timeout(&plan, "b")].concat())
+            .await
+            .unwrap();
+        settle().await;
+        assert_eq!(failing(), 2);
+        shared.reload(plan_of(&["a"]));
+        tx.send(stale.clone()).await.unwrap();
+        settle().await;
+        assert_eq!(failing(), 2, "the stale sample brought b back");
+        tokio::time::advance(PRUNE_AGAIN_AFTER - Duration::from_secs(1)).await;
+        tx.send(timeout(&shared.plan(), "a")).await.unwrap();
+        settle().await;
+        assert_eq!(failing(), 2, "not yet");
+        tokio::time::advance(Duration::from_secs(2)).await;
+        tx.send(timeout(&shared.plan(), "a")).await.unwrap();
+        settle().await;
+        assert_eq!(failing(), 1, "b forgotten again");
+        drop(tx);
+        consumer.await.unwrap();
+        sink.shutdown().await.unwrap();
+    }
 
     #[test]
     fn icmp_threads_follow_the_configured_rate() {
