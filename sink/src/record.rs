@@ -5,8 +5,8 @@
 //! offset  size  field
 //! 0       4     magic "NPSR"
 //! 4       1     version (1)
-//! 5       1     table code (0 dbl, 1 uint, 2 str, 3 log)
-//! 6       2     reserved, 0
+//! 5       1     table code (0 dbl, 1 uint, 2 str, 3 log, 4 trends_dbl, 5 trends_uint)
+//! 6       2     reserved, 0 (a record with anything else is not one this version wrote)
 //! 8       4     rows (u32 LE)
 //! 12      4     first_clock (u32 LE)
 //! 16      4     payload length (u32 LE)
@@ -118,16 +118,22 @@ fn check(b: &[u8], pos: usize) -> Result<(Found, usize), (DamageKind, Option<u32
     let table = Table::from_code(rest[5]);
     let crc = u32_at(rest, HEADER + len);
     match table {
-        Some(table) if rest[4] == VERSION && crc32fast::hash(&rest[..HEADER + len]) == crc => Ok((
-            Found {
-                offset: pos as u64,
-                table,
-                rows,
-                first_clock: u32_at(rest, 12),
-                payload: pos + HEADER..pos + HEADER + len,
-            },
-            pos + total,
-        )),
+        Some(table)
+            if rest[4] == VERSION
+                && rest[6..8] == [0, 0]
+                && crc32fast::hash(&rest[..HEADER + len]) == crc =>
+        {
+            Ok((
+                Found {
+                    offset: pos as u64,
+                    table,
+                    rows,
+                    first_clock: u32_at(rest, 12),
+                    payload: pos + HEADER..pos + HEADER + len,
+                },
+                pos + total,
+            ))
+        }
         _ => Err((DamageKind::Checksum, Some(rows))),
     }
 }
@@ -229,6 +235,26 @@ mod tests {
         assert!(d.is_empty());
         assert_eq!(f[0].table, Table::Uint);
         assert_eq!(&r[f[0].payload.clone()], b"xy");
+    }
+
+    #[test]
+    fn a_record_with_reserved_bytes_set_is_damage_even_with_a_good_checksum() {
+        // Found by cargo fuzz (spool_segment): such a record was accepted, and writing
+        // it back (reserved 0) gave other bytes than were read.
+        let mut r = encode(&batch(2)).to_vec();
+        r[6] = 55;
+        let end = r.len() - 4;
+        let crc = crc32fast::hash(&r[..end]);
+        r[end..].copy_from_slice(&crc.to_le_bytes());
+        let (f, d) = scan(&r);
+        assert!(f.is_empty(), "{f:?}");
+        assert_eq!(d.iter().map(|d| d.len).sum::<u64>(), r.len() as u64);
+        // Trends tables have codes of their own.
+        let t = Batch {
+            table: Table::TrendsUint,
+            ..batch(1)
+        };
+        assert_eq!(scan(&encode(&t)).0[0].table, Table::TrendsUint);
     }
 
     #[test]
