@@ -1052,6 +1052,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if let Some(p) = self.pipelines.iter().find(|p| p.as_slice() == steps) {
             return Ok(Some(p.clone()));
         }
+        if self.pipelines.len() >= poller::plan::MAX_PIPELINES {
+            let m = format!(
+                "more than {} distinct preprocessing pipelines",
+                poller::plan::MAX_PIPELINES
+            );
+            self.c.push(&under(path, [Seg::Key("preprocessing")]), m);
+            return Err(());
+        }
         match Steps::new(steps) {
             Ok(p) => {
                 let p = Arc::new(p);

@@ -548,7 +548,7 @@ pub async fn icmp_iteration(
                 metrics,
                 &mut sum,
                 emitter,
-                Sample::new(host, (index, item), stamp, result),
+                Sample::new(plan, host, index, stamp, result),
             );
         }
     };
@@ -655,7 +655,7 @@ pub async fn snmp_iteration(
                 metrics,
                 &mut sum,
                 emitter,
-                Sample::new(host, (index, item), clock_now(), result),
+                Sample::new(plan, host, index, clock_now(), result),
             );
         })
         .await;

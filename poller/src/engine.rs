@@ -21,7 +21,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 
 use crate::keys::IcmpMetric;
-use crate::plan::{ItemKind, PlanHost, PlanItem};
+use crate::plan::{ItemKind, Plan, PlanHost, PlanItem};
 use crate::value::{ItemError, Value, ValueType};
 
 /// One polled item's outcome.
@@ -45,14 +45,17 @@ pub struct Sample {
 }
 
 impl Sample {
-    /// The outcome of `item` of `host`, obtained at `(clock, ns)` (see [`clock_now`]:
-    /// read once per host for ICMP, so a host's items share one timestamp).
+    /// The outcome of item `index` of `plan`, of `host`, obtained at `(clock, ns)` (see
+    /// [`clock_now`]: read once per host for ICMP, so a host's items share one
+    /// timestamp).
     pub fn new(
+        plan: &Plan,
         host: &PlanHost,
-        (index, item): (u32, &PlanItem),
+        index: u32,
         (clock, ns): (u32, u32),
         result: Result<Value, ItemError>,
     ) -> Sample {
+        let item = &plan.items[index as usize];
         Sample {
             itemid: item.itemid,
             item: index,
@@ -63,7 +66,7 @@ impl Sample {
             clock,
             ns,
             result,
-            pre: item.pre.clone(),
+            pre: plan.steps(item).cloned(),
         }
     }
 }
@@ -299,7 +302,7 @@ mod tests {
                     metric: k.metric,
                     probe: k.probe,
                 },
-                pre: None,
+                pre: 0,
             }
         };
         let mut st = icmp::PingStats {

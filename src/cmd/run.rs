@@ -371,7 +371,7 @@ const PRUNE_AGAIN_AFTER: Duration = Duration::from_secs(60);
 fn forget_removed(shared: &Shared, states: &mut ItemStates, pre: &mut Preprocessor) {
     let plan = shared.plan();
     states.retain(plan.items.iter().map(|i| i.itemid));
-    pre.retain(plan.items.iter().map(|i| (i.itemid, i.pre.as_ref())));
+    pre.retain(plan.items.iter().map(|i| (i.itemid, plan.steps(i))));
 }
 
 /// Sample → history row; only values become rows.
@@ -617,10 +617,14 @@ mod tests {
     fn timeout(plan: &Plan, host: &str) -> Samples {
         let h = plan.hosts.iter().position(|h| &*h.name == host).unwrap();
         let task = plan.tasks.iter().find(|t| t.host as usize == h).unwrap();
-        let index = task.items.start;
-        let item = &plan.items[index as usize];
         let err = Err(ItemError::new(ErrorReason::Timeout, "timeout"));
-        vec![Sample::new(&plan.hosts[h], (index, item), (1, 0), err)]
+        vec![Sample::new(
+            plan,
+            &plan.hosts[h],
+            task.items.start,
+            (1, 0),
+            err,
+        )]
     }
 
     #[tokio::test(start_paused = true)]
