@@ -735,3 +735,33 @@ async fn snmpv3_refusals_fail_the_items_with_the_agents_reason_without_waiting()
     // The agent's report ends the host: no timeout (2 s) is waited for.
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_wrong_privacy_passphrase_times_out_and_says_it_may_be_that() {
+    // snmpd drops a request it cannot decrypt, without a Report (net-snmp's snmpget
+    // shows "Timeout" too): the item's error names the likely cause.
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let addr = snmpd_agents()[0].0;
+    let (name, auth, privacy) = V3_USERS[3];
+    let user = snmp::v3::UsmUser::new(
+        name,
+        auth.map(|a| (a.parse().unwrap(), V3_AUTH_PASS)),
+        privacy.map(|p| (p.parse().unwrap(), "not-the-priv-pass")),
+    )
+    .unwrap();
+    let mut j = SnmpHostJob::new_v3(addr, Arc::new(user), agent_oids()[..2].to_vec());
+    j.timeout = Duration::from_millis(300);
+    j.retries = 0;
+    let (res, report) = run(&mut driver, &[j]).await;
+    assert_eq!(report.stats.hosts_timed_out, 1, "{report:?}");
+    for v in res[0].values() {
+        let e = v.clone().unwrap_err();
+        assert_eq!(e.reason, ErrorReason::Timeout);
+        assert!(e.text.contains("wrong privacy passphrase"), "{}", e.text);
+        assert!(
+            !e.text.contains("not-the-priv-pass"),
+            "no secret in {}",
+            e.text
+        );
+    }
+}

@@ -189,14 +189,27 @@ fn open_udp(v6: bool, rcvbuf: usize) -> io::Result<std::net::UdpSocket> {
 /// Maps an engine failure to the item error the sink and metrics understand.
 pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
     match f {
-        ItemFailure::Timeout => ItemError::new(
-            ErrorReason::Timeout,
-            format!(
-                "no SNMP response from {} after {} attempt(s)",
-                job.addr,
-                job.retries + 1
-            ),
-        ),
+        ItemFailure::Timeout => {
+            // Agents drop a request they cannot decrypt without a word (net-snmp's
+            // snmpget shows a timeout too), so this is all an operator gets.
+            let private = job
+                .usm
+                .as_ref()
+                .is_some_and(|u| u.level() == snmp::v3::SecurityLevel::AuthPriv);
+            let hint = if private {
+                " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)"
+            } else {
+                ""
+            };
+            ItemError::new(
+                ErrorReason::Timeout,
+                format!(
+                    "no SNMP response from {} after {} attempt(s){hint}",
+                    job.addr,
+                    job.retries + 1
+                ),
+            )
+        }
         ItemFailure::ErrorStatus(s) => {
             ItemError::new(ErrorReason::Unsupported, format!("SNMP error-status {s}"))
         }
