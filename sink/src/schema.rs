@@ -224,12 +224,15 @@ fn compatible(expected: &str, found: &str) -> bool {
         // RowBinary of LowCardinality(String) is plain String; DateTime may carry a zone.
         "String" => found == "LowCardinality(String)",
         "DateTime" => found.starts_with("DateTime(") && !found.starts_with("DateTime64"),
+        // trends_uint: Glaber declares Int64, other schemas UInt64; the values written
+        // are never negative (unsigned, clamped to i64::MAX), whose bytes are the same.
+        "Int64" => found == "UInt64",
         _ => false,
     }
 }
 
-/// Checks the four history tables on every endpoint; returns every problem of the first
-/// endpoint that has any.
+/// Checks the tables of [`ClickHouseConfig::tables`] on every endpoint; returns every
+/// problem of the first endpoint that has any.
 pub async fn verify(cfg: &ClickHouseConfig) -> Result<(), SchemaError> {
     let eps = cfg.endpoints();
     if eps.is_empty() {
@@ -417,5 +420,7 @@ mod tests {
         assert!(!compatible("DateTime", "DateTime64(3)"));
         assert!(!compatible("Float64", "Float32"));
         assert!(!compatible("UInt64", "Int64"));
+        assert!(compatible("Int64", "UInt64"), "trends_uint as other schemas have it");
+        assert!(!compatible("Int64", "Int32"));
     }
 }
