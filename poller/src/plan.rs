@@ -435,12 +435,12 @@ impl Plan {
         }
     }
 
-    /// Items of a task.
     /// The preprocessing steps of `item`, if it has any.
     pub fn steps(&self, item: &PlanItem) -> Option<&Arc<crate::preprocess::Steps>> {
         self.pipelines.get(usize::from(item.pre).checked_sub(1)?)
     }
 
+    /// Items of a task.
     pub fn task_items(&self, task: &Task) -> &[PlanItem] {
         &self.items[task.items.start as usize..task.items.end as usize]
     }

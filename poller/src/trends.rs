@@ -150,6 +150,16 @@ fn trend_value(s: &Sample) -> Option<&Value> {
     }
 }
 
+/// The open hour of an item the plan no longer has (a reload removed it or changed
+/// its value type), kept while samples of iterations that started before the reload
+/// can still arrive.
+struct Gone {
+    acc: Acc,
+    value_type: ValueType,
+    host: Arc<str>,
+    key: Arc<str>,
+}
+
 /// The trend accumulators of every item of one plan.
 pub struct Trends {
     plan: Arc<Plan>,
@@ -158,6 +168,21 @@ pub struct Trends {
     /// started on the old plan (their [`Sample::item`] points into that one); dropped
     /// by [`Trends::forget_lookup`] once those have ended.
     lookup: Option<HashMap<u64, u32>>,
+    /// While `lookup` is kept: the open hours of items the reload removed or retyped,
+    /// which late samples still fold into; written by [`Trends::forget_lookup`].
+    gone: HashMap<u64, Gone>,
+}
+
+/// Folds `v` of `hour` into `acc`; a row this closes goes to `emit` first.
+fn fold(acc: &mut Acc, hour: u32, v: &Value, emit: impl FnOnce(&Acc)) {
+    if acc.count > 0 && acc.hour == hour && acc.count < MAX_COUNT {
+        acc.add(v);
+        return;
+    }
+    if acc.count > 0 {
+        emit(acc);
+    }
+    *acc = Acc::start(hour, v);
 }
 
 impl Trends {
@@ -166,6 +191,7 @@ impl Trends {
             accs: vec![Acc::default(); plan.items.len()],
             plan,
             lookup: None,
+            gone: HashMap::new(),
         }
     }
 
@@ -187,25 +213,38 @@ impl Trends {
     /// that this closes is pushed to `out`.
     pub fn record(&mut self, s: &Sample, out: &mut Vec<TrendRow>) {
         let Some(v) = trend_value(s) else { return };
-        let Some(i) = self.slot(s) else { return };
-        if self.plan.items[i].value_type != s.value_type {
-            return;
-        }
         let hour = s.clock / 3600;
-        let acc = &mut self.accs[i];
-        if acc.count > 0 && acc.hour == hour && acc.count < MAX_COUNT {
-            acc.add(v);
-            return;
+        let emit = |acc: &Acc| out.extend(row(acc, s.itemid, s.value_type, &s.host, &s.key));
+        match self.slot(s) {
+            Some(i) if self.plan.items[i].value_type == s.value_type => {
+                fold(&mut self.accs[i], hour, v, emit);
+            }
+            // Not (or not so) in the plan: a sample of an iteration that started before
+            // the last reload, while those can still arrive.
+            _ if self.lookup.is_some() => {
+                let gone = self.gone.entry(s.itemid).or_insert_with(|| Gone {
+                    acc: Acc::default(),
+                    value_type: s.value_type,
+                    host: s.host.clone(),
+                    key: s.key.clone(),
+                });
+                if gone.value_type == s.value_type {
+                    fold(&mut gone.acc, hour, v, emit);
+                }
+            }
+            _ => {}
         }
-        if acc.count > 0 {
-            out.extend(row(acc, s.itemid, s.value_type, &s.host, &s.key));
-        }
-        *acc = Acc::start(hour, v);
     }
 
     /// Writes every hour before `hour` (Unix seconds / 3600) that is still open.
     pub fn close_before(&mut self, hour: u32, out: &mut Vec<TrendRow>) {
         flush(&self.plan, &mut self.accs, out, |acc, _| acc.hour < hour);
+        for (id, g) in self.gone.iter_mut() {
+            if g.acc.hour < hour {
+                out.extend(row(&g.acc, *id, g.value_type, &g.host, &g.key));
+                g.acc.count = 0;
+            }
+        }
     }
 
     /// Writes every open hour (at stop).
@@ -214,7 +253,8 @@ impl Trends {
     }
 
     /// Moves to a reloaded plan: items it keeps (same itemid and value type) keep their
-    /// open hour; the others' open hours are written to `out`.
+    /// open hour; the others' open hours wait, with the samples of iterations that
+    /// started before the reload, until [`Trends::forget_lookup`] writes them.
     pub fn rebase(&mut self, plan: Arc<Plan>, out: &mut Vec<TrendRow>) {
         let lookup: HashMap<u64, u32> = plan
             .items
@@ -223,27 +263,51 @@ impl Trends {
             .map(|(i, it)| (it.itemid, i as u32))
             .collect();
         let mut accs = vec![Acc::default(); plan.items.len()];
-        flush(&self.plan, &mut self.accs, out, |acc, item| {
-            let kept = lookup
-                .get(&item.itemid)
-                .filter(|&&j| plan.items[j as usize].value_type == item.value_type);
-            match kept {
-                Some(&j) => {
-                    accs[j as usize] = *acc;
-                    false
+        // Names by task: an item's host is its task's.
+        for task in &self.plan.tasks {
+            let host = &self.plan.hosts[task.host as usize].name;
+            for i in task.items.clone() {
+                let (acc, item) = (&self.accs[i as usize], &self.plan.items[i as usize]);
+                if acc.count == 0 {
+                    continue;
                 }
-                None => true,
+                let same = lookup
+                    .get(&item.itemid)
+                    .filter(|&&j| plan.items[j as usize].value_type == item.value_type);
+                if let Some(&j) = same {
+                    accs[j as usize] = *acc;
+                    continue;
+                }
+                let g = Gone {
+                    acc: *acc,
+                    value_type: item.value_type,
+                    host: host.clone(),
+                    key: item.key.clone(),
+                };
+                // An item gone twice (two reloads in a row) keeps both hours.
+                if let Some(old) = self.gone.insert(item.itemid, g) {
+                    out.extend(row(
+                        &old.acc,
+                        item.itemid,
+                        old.value_type,
+                        &old.host,
+                        &old.key,
+                    ));
+                }
             }
-        });
+        }
         self.plan = plan;
         self.accs = accs;
         self.lookup = Some(lookup);
     }
 
-    /// Drops the itemid lookup of the last reload: samples of the plan before it have
-    /// all arrived.
-    pub fn forget_lookup(&mut self) {
+    /// Drops the itemid lookup of the last reload and writes the open hours of the items
+    /// it removed: samples of the plan before it have all arrived.
+    pub fn forget_lookup(&mut self, out: &mut Vec<TrendRow>) {
         self.lookup = None;
+        for (id, g) in self.gone.drain() {
+            out.extend(row(&g.acc, id, g.value_type, &g.host, &g.key));
+        }
     }
 }
 
@@ -278,7 +342,11 @@ fn flush(
     }
 }
 
+/// The row of `acc`; none for an empty one (or a text item's).
 fn row(acc: &Acc, itemid: u64, vt: ValueType, host: &Arc<str>, key: &Arc<str>) -> Option<TrendRow> {
+    if acc.count == 0 {
+        return None;
+    }
     Some(TrendRow {
         itemid,
         clock: acc.hour * 3600,
@@ -476,7 +544,7 @@ mod tests {
     }
 
     #[test]
-    fn a_reload_keeps_open_hours_of_kept_items_and_writes_the_others() {
+    fn a_reload_keeps_open_hours_and_late_samples_of_old_iterations() {
         let old = plan(&[
             (
                 "a",
@@ -500,43 +568,66 @@ mod tests {
         let stale = sample(&old, "a", "keep", t0, Value::Float(0.0)).item;
         assert_ne!(stale, sample(&new, "a", "keep", t0, Value::Float(0.0)).item);
         t.rebase(new.clone(), &mut out);
-        let mut written: Vec<(&str, &str)> = out.iter().map(|r| (&*r.key, &*r.host)).collect();
-        written.sort_unstable();
-        assert_eq!(written, [("gone", "a"), ("retyped", "b")]);
-        out.clear();
+        assert!(
+            out.is_empty(),
+            "iterations of the old plan may still deliver"
+        );
+        let late = |k: &str, dt: u32, v: f64| {
+            sample(
+                &old,
+                if k == "retyped" { "b" } else { "a" },
+                k,
+                t0 + dt,
+                Value::Float(v),
+            )
+        };
         // a:keep goes on in its hour, from a sample indexed in the new plan and from one
-        // of an iteration that started on the old plan (its index is stale).
+        // of an iteration that started on the old plan (its index is stale); so do the
+        // removed item and the retyped item's float hour, with their late samples.
         t.record(
             &sample(&new, "a", "keep", t0 + 5, Value::Float(3.0)),
             &mut out,
         );
+        t.record(&late("keep", 6, 5.0), &mut out);
+        t.record(&late("gone", 6, 3.0), &mut out);
+        t.record(&late("retyped", 7, 2.0), &mut out);
         t.record(
-            &sample(&old, "a", "keep", t0 + 6, Value::Float(5.0)),
+            &sample(&new, "b", "retyped", t0 + 8, Value::Uint(4)),
             &mut out,
         );
-        // A stale float sample of the retyped item does not go into its unsigned hour.
-        t.record(
-            &sample(&old, "b", "retyped", t0 + 7, Value::Float(2.0)),
-            &mut out,
-        );
-        t.drain(&mut out);
-        let keep = TrendStats::Float {
-            min: 1.0,
-            max: 5.0,
-            avg: 3.0,
-            count: 3,
-        };
-        assert_eq!(stats(&out, "keep"), [(t0, keep)]);
-        assert_eq!(out.len(), 1);
-        // Once the lookup is gone, stale samples are left out rather than misplaced.
-        t.forget_lookup();
-        out.clear();
-        t.record(
-            &sample(&old, "a", "keep", t0 + 8, Value::Float(5.0)),
-            &mut out,
-        );
-        t.drain(&mut out);
         assert!(out.is_empty());
+        // Once the old plan's iterations have ended, the removed items' hours are written.
+        t.forget_lookup(&mut out);
+        let mut written: Vec<(&str, &str, TrendStats)> =
+            out.iter().map(|r| (&*r.key, &*r.host, r.stats)).collect();
+        written.sort_by(|a, b| a.0.cmp(b.0));
+        let float = |min, max, avg, count| TrendStats::Float {
+            min,
+            max,
+            avg,
+            count,
+        };
+        assert_eq!(
+            written,
+            [
+                ("gone", "a", float(1.0, 3.0, 2.0, 2)),
+                ("retyped", "b", float(1.0, 2.0, 1.5, 2)),
+            ]
+        );
+        out.clear();
+        // After that, stale samples are left out rather than misplaced.
+        t.record(&late("keep", 8, 5.0), &mut out);
+        t.record(&late("gone", 8, 5.0), &mut out);
+        t.drain(&mut out);
+        let uint = TrendStats::Uint {
+            min: 4,
+            max: 4,
+            avg: 4,
+            count: 1,
+        };
+        assert_eq!(stats(&out, "keep"), [(t0, float(1.0, 5.0, 3.0, 3))]);
+        assert_eq!(stats(&out, "retyped"), [(t0, uint)]);
+        assert_eq!(out.len(), 2);
     }
 
     #[test]
