@@ -80,22 +80,12 @@ async fn daemon(
     let (hosts, items) = (plan.hosts.len(), plan.items.len());
     let probe_rate = plan.icmp_probe_rate();
     let sink_metrics = Arc::new(sink::SinkMetrics::default());
-    if let Some(ch) = &cfg.clickhouse {
-        // Create what is missing, verify what exists. A schema that does not match is
-        // worth stopping for; an unreachable server is not: values go to the spool
-        // until it answers.
-        match sink::schema::apply(ch).await {
-            Ok(_) => tracing::info!("ClickHouse schema verified"),
-            Err(e @ sink::SchemaError::Query { .. }) => {
-                tracing::warn!(error = %e, "ClickHouse schema could not be checked at start; spooling until it answers")
-            }
-            Err(e) => {
-                return Err(e).context("ClickHouse schema check (see `netpoller schema -c FILE`)")
-            }
-        }
+    let mut clickhouse = cfg.clickhouse.clone();
+    if let Some(ch) = &mut clickhouse {
+        ch.trends &= schema_at_start(ch).await?;
     }
     let (sink, sink_handle) = sink::Sink::start(
-        cfg.clickhouse.clone(),
+        clickhouse.clone(),
         crate::cmd::spool_config(&cfg),
         sink_metrics.clone(),
     )
@@ -122,7 +112,7 @@ async fn daemon(
     // Sink consumer: runs the items' preprocessing (counting what it keeps back or
     // fails), follows the items' states (logged, and a gauge), and hands values as rows
     // to the sink.
-    let trends = cfg.clickhouse.as_ref().map_or(true, |c| c.trends);
+    let trends = clickhouse.as_ref().map_or(true, |c| c.trends);
     let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends));
 
     // Metrics endpoint.
@@ -245,6 +235,39 @@ async fn daemon(
 /// at low rates one thread was ~15% cheaper per value than two (A/B, 4,096 hosts every
 /// 10 s: each thread pays its own wake-ups and cold caches for small sweeps).
 const PROBES_PER_ICMP_THREAD: f64 = 20_000.0;
+
+/// Creates what is missing of the schema and verifies what exists. History that does
+/// not match is worth stopping for; an unreachable server is not (values go to the
+/// spool until it answers). The trends tables are checked after history: if they
+/// cannot be used on a server that took the history tables (a Glaber or Zabbix schema
+/// of its own, no right to create them), the daemon runs without trends and says so.
+/// Returns whether trends can be written.
+async fn schema_at_start(ch: &sink::ClickHouseConfig) -> anyhow::Result<bool> {
+    let history = sink::ClickHouseConfig {
+        trends: false,
+        ..ch.clone()
+    };
+    match sink::schema::apply(&history).await {
+        Ok(_) => tracing::info!("ClickHouse schema verified"),
+        Err(e @ sink::SchemaError::Query { .. }) => {
+            tracing::warn!(error = %e, "ClickHouse schema could not be checked at start; spooling until it answers");
+            return Ok(ch.trends);
+        }
+        Err(e) => {
+            return Err(e).context("ClickHouse schema check (see `netpoller schema -c FILE`)")
+        }
+    }
+    if !ch.trends {
+        return Ok(false);
+    }
+    match sink::schema::apply(ch).await {
+        Ok(_) => Ok(true),
+        Err(e) => {
+            tracing::warn!(error = %e, "trends are off: the trends tables cannot be used (fix them, or set clickhouse.trends = false to silence this)");
+            Ok(false)
+        }
+    }
+}
 
 /// ICMP engine threads for `probe_rate` echo requests per second over `sockets` sweep
 /// sockets: one per [`PROBES_PER_ICMP_THREAD`], at least one, at most one per core and
@@ -467,11 +490,12 @@ async fn consume(
     let mut batches = Vec::with_capacity(BATCHES);
     let mut states = ItemStates::new(shared.failing.clone());
     let mut pre = Preprocessor::default();
+    // The generation before the plan: a reload in between is then seen at once.
+    let mut generation = shared.generation();
     let mut trends = trends.then(|| Trends::new(shared.plan()));
     let mut closed = Vec::new();
     let sweep_in = || Duration::from_secs(poller::trends::secs_to_sweep(unix_now()).into());
     let mut sweep_at = tokio::time::Instant::now() + sweep_in();
-    let mut generation = shared.generation();
     // Iterations that started on the old plan still deliver after a reload, and may
     // bring back items it removed: forget them again once those have ended.
     let mut prune_again: Option<tokio::time::Instant> = None;
@@ -502,7 +526,7 @@ async fn consume(
                     prune_again = None;
                     forget_removed(&shared, &mut states, &mut pre);
                     if let Some(t) = &mut trends {
-                        t.forget_lookup();
+                        t.forget_lookup(&mut closed);
                     }
                 }
                 n += deliver(
@@ -515,8 +539,7 @@ async fn consume(
                 );
             }
         }
-        rows.extend(closed.drain(..).map(trend_row));
-        if !rows.is_empty() && sink.send_many(rows).await.is_err() {
+        if !send(&sink, rows, &mut closed).await {
             tracing::error!("sink stopped while values were still arriving");
             return n;
         }
@@ -524,12 +547,37 @@ async fn consume(
     if let Some(t) = &mut trends {
         // At stop, the open hours: a start within the same hour adds a second row.
         t.drain(&mut closed);
-        let rows: Vec<_> = closed.drain(..).map(trend_row).collect();
-        if !rows.is_empty() && sink.send_many(rows).await.is_err() {
+        if !send(&sink, Vec::new(), &mut closed).await {
             tracing::error!("sink stopped before the trends of the open hours were written");
         }
     }
     n
+}
+
+/// Most trends rows per message to the sink: the hourly sweep (or a stop) closes every
+/// item's hour at once, a million rows at a million items.
+const TREND_CHUNK: usize = 16_384;
+
+/// Sends `rows` and the trends rows of `closed` (emptied; its memory given back down to
+/// one chunk), at most [`TREND_CHUNK`] of them per message. `false`: the sink stopped.
+async fn send(
+    sink: &sink::SinkHandle,
+    mut rows: Vec<(sink::Table, sink::Row)>,
+    closed: &mut Vec<TrendRow>,
+) -> bool {
+    loop {
+        // From the back: a front drain would move the rest each time.
+        let n = closed.len().min(TREND_CHUNK);
+        rows.extend(closed.drain(closed.len() - n..).map(trend_row));
+        if !rows.is_empty() && sink.send_many(rows).await.is_err() {
+            return false;
+        }
+        if closed.is_empty() {
+            closed.shrink_to(TREND_CHUNK);
+            return true;
+        }
+        rows = Vec::with_capacity(TREND_CHUNK);
+    }
 }
 
 /// One pass per sample of `batches`: preprocessing, its item's state, its trend, its
