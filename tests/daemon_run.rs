@@ -572,3 +572,45 @@ fn discard_unchanged_keeps_one_row_until_the_value_or_the_heartbeat_says_otherwi
     }
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
+
+#[test]
+fn trends_tables_it_cannot_use_turn_trends_off_not_the_daemon() {
+    // A database whose trends_uint is not Glaber's (count as text): before trends, the
+    // daemon never looked at it; it must not refuse to start over it now.
+    let dir = scratch("daemon-trends-off");
+    let db = format!("nptest_trends_off_{}", std::process::id());
+    ch(&format!("CREATE DATABASE {db}"));
+    ch(&format!(
+        "CREATE TABLE {db}.trends_uint (day Date, itemid UInt64, clock DateTime, value_min Int64, \
+         value_max Int64, value_avg Int64, count String, hostname String, itemname String) \
+         ENGINE = MergeTree() PARTITION BY toYYYYMM(day) ORDER BY (itemid, clock)"
+    ));
+    let cfg_path = dir.join("netpoller.toml");
+    std::fs::write(
+        &cfg_path,
+        config(&db, &dir.join("spool"), &["127.0.78.1"], ""),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
+    assert!(
+        d.wait_log("trends are off", Duration::from_secs(20)),
+        "{}",
+        d.log_text()
+    );
+    assert!(
+        d.wait_log("started", Duration::from_secs(10)),
+        "{}",
+        d.log_text()
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let log = d.log_text();
+    assert!(d.stop().success(), "{log}");
+    assert!(
+        log.contains("column `count`"),
+        "the warning names the problem:\n{log}"
+    );
+    assert!(rows_by_host(&db).values().sum::<u64>() > 0, "history flows");
+    let trends = ch(&format!("SELECT count() FROM {db}.trends_uint FORMAT TSV"));
+    assert_eq!(trends.trim(), "0");
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}

@@ -132,8 +132,22 @@ impl Writer {
         let repairs_before = ep.repairs.load(Ordering::Acquire);
         match self.insert_at(ep, batch).await {
             Err(e) if e.schema_missing() => {
-                self.repair_schema(ep, &e, repairs_before).await?;
-                self.insert_at(ep, batch).await
+                let again = match self.repair_schema(ep, &e, repairs_before).await {
+                    Ok(()) => self.insert_at(ep, batch).await,
+                    Err(f) => Err(f),
+                };
+                match again {
+                    // A trends table the server answered it lacks and did not get (trends
+                    // off here, or no right to create it): retried, its batch would hold
+                    // up the history spooled behind it for good. Derived data goes to
+                    // the reject spool instead; history keeps being retried.
+                    Err(mut f) if batch.table.is_trends() && f.class == ErrorClass::Server => {
+                        f.class = ErrorClass::Data;
+                        f.message += " (trends rows set aside: create the table, or set clickhouse.trends = false)";
+                        Err(f)
+                    }
+                    r => r,
+                }
             }
             r => r,
         }

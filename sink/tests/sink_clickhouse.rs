@@ -544,3 +544,35 @@ async fn wrong_password_spools_and_never_shows_the_password() {
         (1, 0, 0)
     );
 }
+
+/// Trends rows for a database without trends tables that the sink must not create
+/// (`trends = false`, e.g. rows spooled before the switch): they go to the reject spool
+/// after one repair attempt, instead of being retried for good ahead of the history
+/// spooled behind them; history goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trends_rows_without_trends_tables_are_set_aside_and_history_flows() {
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let c = ClickHouseConfig {
+        trends: false,
+        ..cfg(&url, &db.name, Compression::Lz4)
+    };
+    assert_eq!(schema::apply(&c).await.unwrap()[0].created.len(), 4);
+    let rows: Vec<_> = rows()
+        .into_iter()
+        .filter(|(t, _)| matches!(t, Table::Uint | Table::TrendsDbl))
+        .collect();
+    let (report, metrics) = write_all(c, &rows).await;
+    assert_eq!(metrics.rows_written(Table::Uint), uints().len() as u64);
+    assert_eq!(metrics.rows_written(Table::TrendsDbl), 0);
+    assert_eq!(metrics.rejected_rows(), floats().len() as u64, "{report:?}");
+    assert_eq!((report.rows_spooled, report.rows_dropped), (0, 0));
+    let trends = q(
+        &url,
+        &format!(
+            "SELECT count() FROM system.tables WHERE database = '{}' AND name LIKE 'trends%'",
+            db.name
+        ),
+    );
+    assert_eq!(trends.trim(), "0", "trends = false creates no trends table");
+}
