@@ -454,32 +454,38 @@ fn ipv6_loopback_and_rejected_jobs() {
     assert_eq!(report.alive, 2);
 }
 
+/// Sweeps 256 loopback hosts with two drivers at once, twice; the four reports.
+fn run_pair_in_ns(ident_filter: bool) -> [poller::icmp_driver::SweepReport; 4] {
+    let opts = IcmpOptions {
+        ident_filter,
+        ..IcmpOptions::default()
+    };
+    let mut a = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
+    let mut b = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
+    assert_eq!(a.kind(), SocketKind::Raw);
+    let jobs_a: Vec<PingJob> = (0..256u32)
+        .map(|i| job(IpAddr::V4(Ipv4Addr::from(0x7f4e_0000 + i)), 3, 300))
+        .collect();
+    let jobs_b: Vec<PingJob> = (0..256u32)
+        .map(|i| job(IpAddr::V4(Ipv4Addr::from(0x7f4e_1000 + i)), 3, 300))
+        .collect();
+    rt().block_on(async {
+        let first = tokio::join!(a.sweep(&jobs_a, |_, _| {}), b.sweep(&jobs_b, |_, _| {}));
+        let second = tokio::join!(a.sweep(&jobs_a, |_, _| {}), b.sweep(&jobs_b, |_, _| {}));
+        [first.0, first.1, second.0, second.1]
+    })
+}
+
 /// Two drivers in one process sweeping at the same time (the daemon with
 /// `icmp_concurrent_sweeps = 2`), twice (the second sweep finds its filter armed by the
 /// first one's end): with the identifier filter neither socket sees the other's replies;
-/// without it each reads and discards all of them (counted foreign).
+/// without it each reads and discards all of them (counted foreign). In a namespace of
+/// its own: the other tests' sweeps on the host's loopback could use the same
+/// (random) identifier, and their replies would pass the filter.
 #[test]
 fn concurrent_sweeps_with_ident_filter_do_not_read_each_others_replies() {
-    let run_pair = |ident_filter: bool| {
-        let opts = IcmpOptions {
-            ident_filter,
-            ..IcmpOptions::default()
-        };
-        let mut a = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
-        let mut b = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
-        assert_eq!(a.kind(), SocketKind::Raw);
-        let jobs_a: Vec<PingJob> = (0..256u32)
-            .map(|i| job(IpAddr::V4(Ipv4Addr::from(0x7f4e_0000 + i)), 3, 300))
-            .collect();
-        let jobs_b: Vec<PingJob> = (0..256u32)
-            .map(|i| job(IpAddr::V4(Ipv4Addr::from(0x7f4e_1000 + i)), 3, 300))
-            .collect();
-        rt().block_on(async {
-            let first = tokio::join!(a.sweep(&jobs_a, |_, _| {}), b.sweep(&jobs_b, |_, _| {}));
-            let second = tokio::join!(a.sweep(&jobs_a, |_, _| {}), b.sweep(&jobs_b, |_, _| {}));
-            [first.0, first.1, second.0, second.1]
-        })
-    };
+    let ns = Netns::create();
+    let run_pair = |ident_filter: bool| ns.run(move || run_pair_in_ns(ident_filter));
     for r in &run_pair(true) {
         assert_eq!((r.alive, r.counters.received), (256, 768), "{r:?}");
         assert_eq!(

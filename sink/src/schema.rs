@@ -420,7 +420,10 @@ mod tests {
         assert!(!compatible("DateTime", "DateTime64(3)"));
         assert!(!compatible("Float64", "Float32"));
         assert!(!compatible("UInt64", "Int64"));
-        assert!(compatible("Int64", "UInt64"), "trends_uint as other schemas have it");
+        assert!(
+            compatible("Int64", "UInt64"),
+            "trends_uint as other schemas have it"
+        );
         assert!(!compatible("Int64", "Int32"));
     }
 }
