@@ -675,6 +675,68 @@ mod tests {
         )]
     }
 
+    /// Yields long enough for the consumer and the sink to handle what was sent.
+    async fn settle() {
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hourly_sweep_writes_the_hours_no_later_value_closed() {
+        // An item polled less often than hourly (here: once, two hours ago) has its hour
+        // written by the sweep a minute after the hour, not only at stop.
+        let plan = plan_of(&["a"]);
+        let host = &plan.hosts[0];
+        let two_hours_ago = (unix_now() - 7_200, 0);
+        let value = Sample::new(
+            &plan,
+            host,
+            0,
+            two_hours_ago,
+            Ok(poller::value::Value::Uint(5)),
+        );
+        let shared = Shared::new(plan_of(&["a"]), 1, Clock::new(), Limits::default());
+        let spool = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(sink::SinkMetrics::default());
+        let (sink, handle) =
+            sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
+                .await
+                .unwrap();
+        let (tx, rx) = mpsc::channel(4);
+        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true));
+        let trends_rows = || {
+            let mut text = String::new();
+            metrics.render_prometheus(&mut text);
+            text.lines()
+                .find(|l| {
+                    l.starts_with("netpoller_sink_rows_received_total{table=\"trends_uint\"}")
+                })
+                .map(|l| l.rsplit(' ').next().unwrap().to_string())
+        };
+        tx.send(vec![value]).await.unwrap();
+        settle().await;
+        assert_eq!(trends_rows().as_deref(), Some("0"), "the hour is open");
+        tokio::time::advance(Duration::from_secs(3_601)).await;
+        // The sink's spool writes run on blocking threads, in real time.
+        for _ in 0..5_000 {
+            if trends_rows().as_deref() == Some("1") {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(trends_rows().as_deref(), Some("1"), "the sweep wrote it");
+        drop(tx);
+        consumer.await.unwrap();
+        sink.shutdown().await.unwrap();
+        assert_eq!(
+            trends_rows().as_deref(),
+            Some("1"),
+            "and the stop not again"
+        );
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_reloads_removed_items_are_forgotten_again_once_old_iterations_have_ended() {
         // An iteration that started before a reload delivers a removed item's failure
@@ -694,11 +756,6 @@ mod tests {
         let (tx, rx) = mpsc::channel(4);
         let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true));
         let failing = || shared.failing.get(ErrorReason::Timeout);
-        let settle = || async {
-            for _ in 0..100 {
-                tokio::task::yield_now().await;
-            }
-        };
         let plan = shared.plan();
         tx.send([timeout(&plan, "a"), timeout(&plan, "b")].concat())
             .await
