@@ -53,18 +53,29 @@ pub struct TrendRow {
 /// The aggregate of one row, in the item's value type.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum TrendStats {
-    Float {
-        min: f64,
-        max: f64,
-        avg: f64,
-        count: u32,
-    },
-    Uint {
-        min: u64,
-        max: u64,
-        avg: u64,
-        count: u32,
-    },
+    Float(Stats<f64>),
+    Uint(Stats<u64>),
+}
+
+/// Minimum, maximum, average and count of one item's values in one hour.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stats<T> {
+    pub min: T,
+    pub max: T,
+    pub avg: T,
+    pub count: u32,
+}
+
+impl<T> Stats<T> {
+    /// The same count, `f` applied to the three values.
+    pub fn map<U>(self, f: impl Fn(T) -> U) -> Stats<U> {
+        Stats {
+            min: f(self.min),
+            max: f(self.max),
+            avg: f(self.avg),
+            count: self.count,
+        }
+    }
 }
 
 /// One item's running aggregate for one hour; `count == 0` is empty. The three value
@@ -81,18 +92,23 @@ struct Acc {
 }
 
 impl Acc {
-    fn start(hour: u32, v: &Value) -> Acc {
-        let (min, sum) = match *v {
-            Value::Float(f) => (f.to_bits(), f.to_bits()),
-            Value::Uint(u) => (u, u),
-            Value::Str(_) => (0, 0),
+    /// No value yet of `hour`, for values like `v`: every word holds its operation's
+    /// identity (a float sum starts at -0.0, so that -0.0 alone stays -0.0).
+    fn empty(hour: u32, v: &Value) -> Acc {
+        let (min, max, sum) = match v {
+            Value::Float(_) => (
+                f64::INFINITY.to_bits(),
+                f64::NEG_INFINITY.to_bits(),
+                (-0.0f64).to_bits(),
+            ),
+            _ => (u64::MAX, 0, 0),
         };
         Acc {
             hour,
-            count: 1,
+            count: 0,
             sum_hi: 0,
             min,
-            max: min,
+            max,
             sum,
         }
     }
@@ -119,22 +135,21 @@ impl Acc {
 
     fn stats(&self, vt: ValueType) -> Option<TrendStats> {
         let count = u32::from(self.count);
+        let words = |avg| Stats {
+            min: self.min,
+            max: self.max,
+            avg,
+            count,
+        };
         match vt {
-            ValueType::Float => Some(TrendStats::Float {
-                min: f64::from_bits(self.min),
-                max: f64::from_bits(self.max),
-                avg: f64::from_bits(self.sum) / f64::from(count),
-                count,
-            }),
+            ValueType::Float => {
+                let avg = f64::from_bits(self.sum) / f64::from(count);
+                Some(TrendStats::Float(words(avg.to_bits()).map(f64::from_bits)))
+            }
             ValueType::Uint => {
                 let sum = u128::from(self.sum_hi) << 64 | u128::from(self.sum);
-                Some(TrendStats::Uint {
-                    min: self.min,
-                    max: self.max,
-                    // ≤ max, so it fits.
-                    avg: (sum / u128::from(count)) as u64,
-                    count,
-                })
+                // ≤ max, so it fits.
+                Some(TrendStats::Uint(words((sum / u128::from(count)) as u64)))
             }
             ValueType::Str => None,
         }
@@ -160,6 +175,12 @@ struct Gone {
     key: Arc<str>,
 }
 
+impl Gone {
+    fn row(&self, itemid: u64) -> Option<TrendRow> {
+        row(&self.acc, itemid, self.value_type, &self.host, &self.key)
+    }
+}
+
 /// The trend accumulators of every item of one plan.
 pub struct Trends {
     plan: Arc<Plan>,
@@ -175,14 +196,13 @@ pub struct Trends {
 
 /// Folds `v` of `hour` into `acc`; a row this closes goes to `emit` first.
 fn fold(acc: &mut Acc, hour: u32, v: &Value, emit: impl FnOnce(&Acc)) {
-    if acc.count > 0 && acc.hour == hour && acc.count < MAX_COUNT {
-        acc.add(v);
-        return;
+    if acc.count == 0 || acc.hour != hour || acc.count == MAX_COUNT {
+        if acc.count > 0 {
+            emit(acc);
+        }
+        *acc = Acc::empty(hour, v);
     }
-    if acc.count > 0 {
-        emit(acc);
-    }
-    *acc = Acc::start(hour, v);
+    acc.add(v);
 }
 
 impl Trends {
@@ -238,10 +258,15 @@ impl Trends {
 
     /// Writes every hour before `hour` (Unix seconds / 3600) that is still open.
     pub fn close_before(&mut self, hour: u32, out: &mut Vec<TrendRow>) {
-        flush(&self.plan, &mut self.accs, out, |acc, _| acc.hour < hour);
+        open_hours(&self.plan, &mut self.accs, |acc, item, host| {
+            if acc.hour < hour {
+                out.extend(row(acc, item.itemid, item.value_type, host, &item.key));
+                acc.count = 0;
+            }
+        });
         for (id, g) in self.gone.iter_mut() {
             if g.acc.hour < hour {
-                out.extend(row(&g.acc, *id, g.value_type, &g.host, &g.key));
+                out.extend(g.row(*id));
                 g.acc.count = 0;
             }
         }
@@ -263,39 +288,26 @@ impl Trends {
             .map(|(i, it)| (it.itemid, i as u32))
             .collect();
         let mut accs = vec![Acc::default(); plan.items.len()];
-        // Names by task: an item's host is its task's.
-        for task in &self.plan.tasks {
-            let host = &self.plan.hosts[task.host as usize].name;
-            for i in task.items.clone() {
-                let (acc, item) = (&self.accs[i as usize], &self.plan.items[i as usize]);
-                if acc.count == 0 {
-                    continue;
-                }
-                let same = lookup
-                    .get(&item.itemid)
-                    .filter(|&&j| plan.items[j as usize].value_type == item.value_type);
-                if let Some(&j) = same {
-                    accs[j as usize] = *acc;
-                    continue;
-                }
-                let g = Gone {
-                    acc: *acc,
-                    value_type: item.value_type,
-                    host: host.clone(),
-                    key: item.key.clone(),
-                };
-                // An item gone twice (two reloads in a row) keeps both hours.
-                if let Some(old) = self.gone.insert(item.itemid, g) {
-                    out.extend(row(
-                        &old.acc,
-                        item.itemid,
-                        old.value_type,
-                        &old.host,
-                        &old.key,
-                    ));
-                }
+        let gone = &mut self.gone;
+        open_hours(&self.plan, &mut self.accs, |acc, item, host| {
+            let same = lookup
+                .get(&item.itemid)
+                .filter(|&&j| plan.items[j as usize].value_type == item.value_type);
+            if let Some(&j) = same {
+                accs[j as usize] = *acc;
+                return;
             }
-        }
+            let g = Gone {
+                acc: *acc,
+                value_type: item.value_type,
+                host: host.clone(),
+                key: item.key.clone(),
+            };
+            // An item gone twice (two reloads in a row) keeps both hours.
+            if let Some(old) = gone.insert(item.itemid, g) {
+                out.extend(old.row(item.itemid));
+            }
+        });
         self.plan = plan;
         self.accs = accs;
         self.lookup = Some(lookup);
@@ -305,9 +317,7 @@ impl Trends {
     /// it removed: samples of the plan before it have all arrived.
     pub fn forget_lookup(&mut self, out: &mut Vec<TrendRow>) {
         self.lookup = None;
-        for (id, g) in self.gone.drain() {
-            out.extend(row(&g.acc, id, g.value_type, &g.host, &g.key));
-        }
+        out.extend(self.gone.drain().filter_map(|(id, g)| g.row(id)));
     }
 }
 
@@ -322,21 +332,19 @@ pub fn secs_to_sweep(now: u32) -> u32 {
     }
 }
 
-/// Visits the open accumulators of `plan` (by task, for the host's name); those for
-/// which `close` says so are written to `out` and emptied.
-fn flush(
+/// Calls `f` with every open accumulator of `plan`, its item and the item's host name
+/// (an item's host is its task's).
+fn open_hours(
     plan: &Plan,
     accs: &mut [Acc],
-    out: &mut Vec<TrendRow>,
-    mut close: impl FnMut(&Acc, &crate::plan::PlanItem) -> bool,
+    mut f: impl FnMut(&mut Acc, &crate::plan::PlanItem, &Arc<str>),
 ) {
     for task in &plan.tasks {
         let host = &plan.hosts[task.host as usize].name;
         for i in task.items.clone() {
-            let (acc, item) = (&mut accs[i as usize], &plan.items[i as usize]);
-            if acc.count > 0 && close(acc, item) {
-                out.extend(row(acc, item.itemid, item.value_type, host, &item.key));
-                acc.count = 0;
+            let acc = &mut accs[i as usize];
+            if acc.count > 0 {
+                f(acc, &plan.items[i as usize], host);
             }
         }
     }
@@ -362,6 +370,24 @@ mod tests {
     use crate::plan::{derive_itemid, HostSpec, ItemKind, ItemSpec};
 
     const H: u32 = 1_800_000_000 / 3600; // an hour of 2027
+
+    fn float(min: f64, max: f64, avg: f64, count: u32) -> TrendStats {
+        TrendStats::Float(Stats {
+            min,
+            max,
+            avg,
+            count,
+        })
+    }
+
+    fn uint(min: u64, max: u64, avg: u64, count: u32) -> TrendStats {
+        TrendStats::Uint(Stats {
+            min,
+            max,
+            avg,
+            count,
+        })
+    }
 
     fn spec(host: &str, key: &str, vt: ValueType) -> ItemSpec {
         ItemSpec {
@@ -437,12 +463,7 @@ mod tests {
             &sample(&p, "r1", "f", t0 + 3600, Value::Float(9.0)),
             &mut out,
         );
-        let f = TrendStats::Float {
-            min: -2.0,
-            max: 1.5,
-            avg: 0.0,
-            count: 3,
-        };
+        let f = float(-2.0, 1.5, 0.0, 3);
         assert_eq!(stats(&out, "f"), [(t0, f)]);
         assert_eq!(&*out[0].host, "r1");
         assert_eq!(out[0].itemid, derive_itemid("r1", "f"));
@@ -450,22 +471,12 @@ mod tests {
         // (25 / 3 = 8.33).
         out.clear();
         t.close_before(H + 1, &mut out);
-        let u = TrendStats::Uint {
-            min: 7,
-            max: 10,
-            avg: 8,
-            count: 3,
-        };
+        let u = uint(7, 10, 8, 3);
         assert_eq!(stats(&out, "u"), [(t0, u)]);
         assert_eq!(out.len(), 1, "the float item's new hour stays open");
         out.clear();
         t.drain(&mut out);
-        let nine = TrendStats::Float {
-            min: 9.0,
-            max: 9.0,
-            avg: 9.0,
-            count: 1,
-        };
+        let nine = float(9.0, 9.0, 9.0, 1);
         assert_eq!(stats(&out, "f"), [(t0 + 3600, nine)]);
         out.clear();
         t.drain(&mut out);
@@ -504,18 +515,8 @@ mod tests {
         ));
         t.record(&failed, &mut out);
         t.drain(&mut out);
-        let u = TrendStats::Uint {
-            min: u64::MAX - 4,
-            max: u64::MAX,
-            avg: u64::MAX - 2,
-            count: 3,
-        };
-        let f = TrendStats::Float {
-            min: 4.0,
-            max: 4.0,
-            avg: 4.0,
-            count: 1,
-        };
+        let u = uint(u64::MAX - 4, u64::MAX, u64::MAX - 2, 3);
+        let f = float(4.0, 4.0, 4.0, 1);
         assert_eq!(stats(&out, "u"), [(t0, u)]);
         assert_eq!(stats(&out, "f"), [(t0, f)]);
         assert_eq!(out.len(), 2, "no row for the text item");
@@ -533,11 +534,11 @@ mod tests {
         let counts: Vec<u32> = out
             .iter()
             .map(|r| match r.stats {
-                TrendStats::Uint { count, avg, .. } => {
+                TrendStats::Uint(Stats { count, avg, .. }) => {
                     assert_eq!(avg, 2);
                     count
                 }
-                TrendStats::Float { .. } => unreachable!(),
+                TrendStats::Float(_) => unreachable!(),
             })
             .collect();
         assert_eq!(counts, [65_535, 1]);
@@ -601,12 +602,6 @@ mod tests {
         let mut written: Vec<(&str, &str, TrendStats)> =
             out.iter().map(|r| (&*r.key, &*r.host, r.stats)).collect();
         written.sort_by(|a, b| a.0.cmp(b.0));
-        let float = |min, max, avg, count| TrendStats::Float {
-            min,
-            max,
-            avg,
-            count,
-        };
         assert_eq!(
             written,
             [
@@ -619,14 +614,8 @@ mod tests {
         t.record(&late("keep", 8, 5.0), &mut out);
         t.record(&late("gone", 8, 5.0), &mut out);
         t.drain(&mut out);
-        let uint = TrendStats::Uint {
-            min: 4,
-            max: 4,
-            avg: 4,
-            count: 1,
-        };
         assert_eq!(stats(&out, "keep"), [(t0, float(1.0, 5.0, 3.0, 3))]);
-        assert_eq!(stats(&out, "retyped"), [(t0, uint)]);
+        assert_eq!(stats(&out, "retyped"), [(t0, uint(4, 4, 4, 1))]);
         assert_eq!(out.len(), 2);
     }
 

@@ -418,38 +418,28 @@ pub fn to_row(s: Sample) -> Option<(sink::Table, sink::Row)> {
     ))
 }
 
+/// The sink's form of the same aggregate.
+fn sink_trend<T>(s: poller::trends::Stats<T>) -> sink::Trend<T> {
+    sink::Trend {
+        min: s.min,
+        max: s.max,
+        avg: s.avg,
+        count: s.count,
+    }
+}
+
 /// Trend → trends row. `trends_uint` is `Int64` in Glaber's schema: unsigned values
 /// above `i64::MAX` are stored as `i64::MAX`.
 fn trend_row(t: TrendRow) -> (sink::Table, sink::Row) {
     let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let (table, value) = match t.stats {
-        TrendStats::Float {
-            min,
-            max,
-            avg,
-            count,
-        } => (
+        TrendStats::Float(s) => (
             sink::Table::TrendsDbl,
-            sink::RowValue::FloatTrend(sink::Trend {
-                min,
-                max,
-                avg,
-                count,
-            }),
+            sink::RowValue::FloatTrend(sink_trend(s)),
         ),
-        TrendStats::Uint {
-            min,
-            max,
-            avg,
-            count,
-        } => (
+        TrendStats::Uint(s) => (
             sink::Table::TrendsUint,
-            sink::RowValue::UintTrend(sink::Trend {
-                min: int(min),
-                max: int(max),
-                avg: int(avg),
-                count,
-            }),
+            sink::RowValue::UintTrend(sink_trend(s.map(int))),
         ),
     };
     let row = sink::Row {
