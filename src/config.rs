@@ -1032,11 +1032,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if none {
             return Ok(None);
         }
-        let numeric = match (&steps, &inherited) {
-            (Some(s), _) => s.iter().any(|s| s.needs_number()),
-            (None, Some(p)) => p.as_slice().iter().any(|s| s.needs_number()),
-            (None, None) => false,
-        };
+        let effective = steps
+            .as_deref()
+            .or(inherited.as_deref().map(|p| p.as_slice()));
+        let numeric = effective.is_some_and(|s| s.iter().any(|s| s.needs_number()));
         if value_type == ValueType::Str && numeric {
             let m = format!(
                 "item {:?} is of type str: its preprocessing steps need numbers (a text item takes DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT only)",

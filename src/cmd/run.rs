@@ -238,34 +238,37 @@ const PROBES_PER_ICMP_THREAD: f64 = 20_000.0;
 
 /// Creates what is missing of the schema and verifies what exists. History that does
 /// not match is worth stopping for; an unreachable server is not (values go to the
-/// spool until it answers). The trends tables are checked after history: if they
-/// cannot be used on a server that took the history tables (a Glaber or Zabbix schema
-/// of its own, no right to create them), the daemon runs without trends and says so.
-/// Returns whether trends can be written.
+/// spool until it answers). If the whole schema fails but the history tables alone do
+/// not (a trends table of another shape, no right to create one), the daemon runs
+/// without trends and says so. Returns whether trends can be written.
 async fn schema_at_start(ch: &sink::ClickHouseConfig) -> anyhow::Result<bool> {
+    let history_failed = |e: sink::SchemaError| match e {
+        sink::SchemaError::Query { .. } => {
+            tracing::warn!(error = %e, "ClickHouse schema could not be checked at start; spooling until it answers");
+            Ok(ch.trends)
+        }
+        e => Err(e).context("ClickHouse schema check (see `netpoller schema -c FILE`)"),
+    };
+    let with_trends = match sink::schema::apply(ch).await {
+        Ok(_) => {
+            tracing::info!("ClickHouse schema verified");
+            return Ok(ch.trends);
+        }
+        Err(e) if ch.trends => e,
+        Err(e) => return history_failed(e),
+    };
+    // Only when something failed: is it the history part?
     let history = sink::ClickHouseConfig {
         trends: false,
         ..ch.clone()
     };
     match sink::schema::apply(&history).await {
-        Ok(_) => tracing::info!("ClickHouse schema verified"),
-        Err(e @ sink::SchemaError::Query { .. }) => {
-            tracing::warn!(error = %e, "ClickHouse schema could not be checked at start; spooling until it answers");
-            return Ok(ch.trends);
-        }
-        Err(e) => {
-            return Err(e).context("ClickHouse schema check (see `netpoller schema -c FILE`)")
-        }
-    }
-    if !ch.trends {
-        return Ok(false);
-    }
-    match sink::schema::apply(ch).await {
-        Ok(_) => Ok(true),
-        Err(e) => {
-            tracing::warn!(error = %e, "trends are off: the trends tables cannot be used (fix them, or set clickhouse.trends = false to silence this)");
+        Ok(_) => {
+            tracing::info!("ClickHouse schema verified");
+            tracing::warn!(error = %with_trends, "trends are off: the trends tables cannot be used (fix them, or set clickhouse.trends = false to silence this)");
             Ok(false)
         }
+        Err(e) => history_failed(e),
     }
 }
 
