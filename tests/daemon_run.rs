@@ -156,11 +156,7 @@ fn run_polls_reloads_and_flushes_on_sigterm() {
     .unwrap();
 
     let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
-    assert!(
-        d.wait_log("started", Duration::from_secs(20)),
-        "no start line:\n{}",
-        d.log_text()
-    );
+    d.expect_log("started", Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(5));
 
     // SIGHUP with a valid config that adds a host, and changes two settings that only
@@ -175,11 +171,7 @@ fn run_polls_reloads_and_flushes_on_sigterm() {
     .replace("[icmp]\n", "[icmp]\nmax_pps = 5000\n");
     std::fs::write(&cfg_path, changed).unwrap();
     d.signal(libc::SIGHUP);
-    assert!(
-        d.wait_log("configuration reloaded", Duration::from_secs(10)),
-        "{}",
-        d.log_text()
-    );
+    d.expect_log("configuration reloaded", Duration::from_secs(10));
     let log = d.log_text();
     let warned = log
         .lines()
@@ -194,11 +186,7 @@ fn run_polls_reloads_and_flushes_on_sigterm() {
     // SIGHUP with an invalid config: rejected, the old one keeps running.
     std::fs::write(&cfg_path, "[daemon]\nshardz = 1\n").unwrap();
     d.signal(libc::SIGHUP);
-    assert!(
-        d.wait_log("new configuration rejected", Duration::from_secs(10)),
-        "{}",
-        d.log_text()
-    );
+    d.expect_log("new configuration rejected", Duration::from_secs(10));
     assert!(
         d.log_text().contains("shardz"),
         "the rejection names the problem:\n{}",
@@ -479,19 +467,11 @@ fn trends_add_up_to_history_per_item_and_hour() {
     };
     write(&hosts);
     let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
-    assert!(
-        d.wait_log("started", Duration::from_secs(20)),
-        "{}",
-        d.log_text()
-    );
+    d.expect_log("started", Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(5));
     write(&hosts[1..]);
     d.signal(libc::SIGHUP);
-    assert!(
-        d.wait_log("configuration reloaded", Duration::from_secs(10)),
-        "{}",
-        d.log_text()
-    );
+    d.expect_log("configuration reloaded", Duration::from_secs(10));
     std::thread::sleep(Duration::from_secs(5));
     let log = d.log_text();
     assert!(d.stop().success(), "{log}");
@@ -592,16 +572,8 @@ fn trends_tables_it_cannot_use_turn_trends_off_not_the_daemon() {
     )
     .unwrap();
     let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
-    assert!(
-        d.wait_log("trends are off", Duration::from_secs(20)),
-        "{}",
-        d.log_text()
-    );
-    assert!(
-        d.wait_log("started", Duration::from_secs(10)),
-        "{}",
-        d.log_text()
-    );
+    d.expect_log("trends are off", Duration::from_secs(20));
+    d.expect_log("started", Duration::from_secs(10));
     std::thread::sleep(Duration::from_secs(3));
     let log = d.log_text();
     assert!(d.stop().success(), "{log}");

@@ -620,11 +620,7 @@ templates = ["icmp"]
         3.0,
         "3 packets refused"
     );
-    assert!(
-        d.wait_log("the kernel refused to send probes", Duration::from_secs(5)),
-        "{}",
-        d.log_text()
-    );
+    d.expect_log("the kernel refused to send probes", Duration::from_secs(5));
     let log = d.log_text();
     let line = log
         .lines()

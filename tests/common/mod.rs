@@ -98,16 +98,20 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Wait until the log contains `needle` (bounded).
-    pub fn wait_log(&self, needle: &str, timeout: Duration) -> bool {
+    /// Waits until the log contains `needle`; fails the test with the log after
+    /// `timeout`.
+    pub fn expect_log(&self, needle: &str, timeout: Duration) {
         let t = Instant::now();
         while t.elapsed() < timeout {
             if self.log_text().contains(needle) {
-                return true;
+                return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        false
+        panic!(
+            "no {needle:?} in the log within {timeout:?}:\n{}",
+            self.log_text()
+        );
     }
 
     /// SIGTERM and wait (bounded) for the exit status.
