@@ -30,8 +30,9 @@
 # KEEP_SERVICES=1 (leave services started by this script running), SHARED_CH=1 (use
 # the services' ClickHouse instead of a private one), E2E_NICE=-10 (run netpoller and
 # the private ClickHouse at that niceness: a dedicated machine on a shared one),
-# E2E_PERF=1 (perf record -g 20 s of each window into target/e2e/<wl>/perf<N>.data;
-# E2E_PERF_FREQ=Hz, default 499),
+# E2E_PERF=1 (perf record 20 s of each window into target/e2e/<wl>/perf<N>.data;
+# E2E_PERF_FREQ=Hz, default 499; E2E_PERF_CALLGRAPH=fp|dwarf, default fp: dwarf
+# unwinds netpoller's own frames, which are built without frame pointers),
 # E2E_WCHAN=1 (sample state and wait channel of netpoller threads for 20 s),
 # E2E_OVERRIDE='{"daemon": {...}}' (explore settings; recorded with the results),
 # E2E_BIN=path E2E_BUILD=label (A/B of builds: run this netpoller binary instead of

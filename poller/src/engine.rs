@@ -92,8 +92,12 @@ pub struct PipelineCounters {
     pub preprocessing_errors: AtomicU64,
 }
 
-/// Samples an [`Emitter`] collects before handing them to the channel together.
-pub const EMIT_BATCH: usize = 256;
+/// Samples an [`Emitter`] collects before handing them to the channel together. One
+/// hand-over wakes the consumer's thread once: at 256 a sweep of 2,048 hosts (6,144
+/// values) woke it 24 times in ~100 ms, a wake-up every 4 ms that cost more CPU than
+/// the values it brought at 4,096 hosts every 10 s. Values wait for their batch at most
+/// until their iteration ends.
+pub const EMIT_BATCH: usize = 1024;
 
 /// Samples handed over together: what the channel carries (at most [`EMIT_BATCH`]).
 pub type Samples = Vec<Sample>;
@@ -275,7 +279,7 @@ mod tests {
         let rest = rx.try_recv().expect("the rest, on flush");
         assert_eq!(
             rest.iter().map(|s| s.itemid).collect::<Vec<_>>(),
-            vec![256, 257, 258]
+            (0..3).map(|i| EMIT_BATCH as u64 + i).collect::<Vec<_>>()
         );
         assert_eq!(
             counters.samples.load(Ordering::Relaxed),
@@ -285,7 +289,7 @@ mod tests {
 
     #[test]
     fn the_channel_holds_values_in_whole_batches() {
-        assert_eq!(channel(65_536).0.max_capacity(), 256);
+        assert_eq!(channel(65_536).0.max_capacity(), 65_536 / EMIT_BATCH);
         assert_eq!(channel(100).0.max_capacity(), 1, "at least one batch");
     }
 

@@ -55,9 +55,8 @@ pub use spool::SpoolError;
 use pipeline::{Msg, Shared};
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use tokio::sync::{mpsc, watch, Notify, Semaphore};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 /// Messages the input channel holds before `send` waits (backpressure).
@@ -178,7 +177,6 @@ impl Sink {
             check_config(c)?;
         }
         let (sp, rejects) = open_spools(&spool, ch.is_some(), &metrics).await?;
-        let rejects = rejects.map(Mutex::new);
         let limits = match &ch {
             Some(c) => batch::Limits {
                 rows: c.batch_rows,
@@ -200,18 +198,14 @@ impl Sink {
         } else {
             pipeline::file_only_health()
         };
-        let shared = Arc::new(Shared {
-            writer: ch.as_ref().map(writer::Writer::new),
-            spool: Mutex::new(sp),
+        let shared = Arc::new(Shared::new(
+            ch.as_ref().map(writer::Writer::new),
+            sp,
             rejects,
             metrics,
-            health: Mutex::new(health),
-            ch_ok: AtomicBool::new(true),
-            inflight: Semaphore::new(max_tasks),
-            spool_notify: Notify::new(),
-            shutting_down: AtomicBool::new(false),
-            give_up: watch::channel(false).0,
-        });
+            health,
+            max_tasks,
+        ));
         let (tx, rx) = mpsc::channel(CHANNEL_CAPACITY);
         let (stx, srx) = watch::channel(false);
         let batcher = tokio::spawn(pipeline::run_batcher(
@@ -351,18 +345,14 @@ pub async fn replay_spool(
     check_config(ch)?;
     let metrics = Arc::new(SinkMetrics::default());
     let (sp, rejects) = open_spools(spool, true, &metrics).await?;
-    let shared = Arc::new(Shared {
-        writer: Some(writer::Writer::new(ch)),
-        spool: Mutex::new(sp),
-        rejects: rejects.map(Mutex::new),
-        metrics: metrics.clone(),
-        health: Mutex::new(Health::Writing),
-        ch_ok: AtomicBool::new(true),
-        inflight: Semaphore::new(1),
-        spool_notify: Notify::new(),
-        shutting_down: AtomicBool::new(false),
-        give_up: watch::channel(false).0,
-    });
+    let shared = Arc::new(Shared::new(
+        Some(writer::Writer::new(ch)),
+        sp,
+        rejects,
+        metrics.clone(),
+        Health::Writing,
+        1,
+    ));
     let (_stx, mut srx) = watch::channel(false);
     let mut segments = 0;
     while let Some(seg) = pipeline::checkout(&shared).await {

@@ -42,7 +42,11 @@ pub(crate) struct Shared {
     pub health: Mutex<Health>,
     pub ch_ok: AtomicBool,
     pub inflight: Semaphore,
+    /// A batch went to the spool: the replayer has work.
     pub spool_notify: Notify,
+    /// A spool (data or rejects) was appended to: the batcher arms its fsync timer.
+    /// Nothing else wakes the daemon for fsyncs, so an idle daemon sleeps.
+    pub spool_written: Notify,
     pub shutting_down: AtomicBool,
     /// Set by [`crate::Sink::shutdown`] once its grace is over: INSERTs still waiting
     /// for ClickHouse stop waiting (their batches are spooled or stay spooled).
@@ -55,6 +59,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
+    pub fn new(
+        writer: Option<Writer>,
+        spool: Spool,
+        rejects: Option<Spool>,
+        metrics: Arc<SinkMetrics>,
+        health: Health,
+        max_inserts: usize,
+    ) -> Shared {
+        Shared {
+            writer,
+            spool: Mutex::new(spool),
+            rejects: rejects.map(Mutex::new),
+            metrics,
+            health: Mutex::new(health),
+            ch_ok: AtomicBool::new(true),
+            inflight: Semaphore::new(max_inserts),
+            spool_notify: Notify::new(),
+            spool_written: Notify::new(),
+            shutting_down: AtomicBool::new(false),
+            give_up: watch::channel(false).0,
+        }
+    }
+
     pub fn health(&self) -> Health {
         lock(&self.health).clone()
     }
@@ -115,6 +142,7 @@ pub(crate) async fn spool_batch(shared: &Arc<Shared>, batch: Batch, why: &'stati
             }
             drop(h);
             shared.spool_notify.notify_one();
+            shared.spool_written.notify_one();
             return;
         }
         Ok(Err(e)) => e.to_string(),
@@ -150,6 +178,7 @@ async fn reject(shared: &Arc<Shared>, batch: Batch, err: &InsertError) {
         None => Err("no reject spool".into()),
     })
     .await;
+    shared.spool_written.notify_one();
     if let Ok(Err(e)) | Err(e) = res.map_err(|e| e.to_string()) {
         tracing::error!(error = %e, rows, "sink: cannot write the reject spool, rows dropped");
         shared.metrics.dropped(DropReason::SpoolWrite, rows);
@@ -239,8 +268,10 @@ pub(crate) async fn run_batcher(
         limits,
         max_tasks,
     };
-    let mut fsync_tick = tokio::time::interval(fsync_every.max(Duration::from_millis(10)));
-    fsync_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let fsync_every = fsync_every.max(Duration::from_millis(10));
+    // When the spools' unsynced appends are due for their fsync; `None`: nothing was
+    // written since the last one (the usual state: no timer, no wake-up).
+    let mut fsync_at: Option<Instant> = None;
     loop {
         let deadline = b.pending.iter().filter_map(|p| p.deadline(&b.limits)).min();
         tokio::select! {
@@ -260,14 +291,14 @@ pub(crate) async fn run_batcher(
                 Some(Msg::Many(rows)) => for (t, row) in rows { b.add(t, row).await },
                 None => break,
             },
-            _ = fsync_tick.tick() => {
-                // Only a spool with data to fsync needs the blocking pool: handing it
-                // every tick to a pool thread woke that thread once a second for nothing.
-                let due = |m: &Mutex<Spool>| m.try_lock().map_or(true, |s| s.sync_due());
+            _ = b.shared.spool_written.notified(), if fsync_at.is_none() => {
+                fsync_at = Some(Instant::now() + fsync_every);
+            }
+            _ = sleep_until(fsync_at.unwrap_or_else(Instant::now)), if fsync_at.is_some() => {
+                fsync_at = None;
+                // An append since the last fsync that was not its own (appends fsync
+                // when the last one is `fsync_every` old) is at least that old now.
                 let sh = b.shared.clone();
-                if !(due(&sh.spool) || sh.rejects.as_ref().is_some_and(due)) {
-                    continue;
-                }
                 let _ = tokio::task::spawn_blocking(move || {
                     lock(&sh.spool).sync_if_due();
                     if let Some(r) = &sh.rejects {
@@ -515,12 +546,101 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
             }
             None => {
                 probes = 0;
+                // Every append notifies (a permit is kept if it comes while a replay
+                // runs): no polling, which woke a blocking-pool thread every second.
                 tokio::select! {
                     _ = shared.spool_notify.notified() => {}
-                    _ = sleep(Duration::from_secs(1)) => {}
                     _ = shutdown.changed() => return,
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{ClickHouseConfig, SpoolConfig};
+
+    fn batch(rows: u32) -> Batch {
+        Batch {
+            table: Table::Dbl,
+            rows,
+            first_clock: rows,
+            data: Bytes::from(vec![7u8; 64]),
+        }
+    }
+
+    fn spool_cfg(dir: &std::path::Path, fsync: Duration) -> SpoolConfig {
+        SpoolConfig {
+            fsync_interval: fsync,
+            ..SpoolConfig::new(dir)
+        }
+    }
+
+    /// Voluntary context switches of the calling thread so far: each time it slept
+    /// and was woken.
+    fn wake_ups() -> u64 {
+        let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("voluntary_ctxt_switches:"))
+            .unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_append_is_fsynced_within_the_interval_with_no_traffic_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fsync = Duration::from_millis(100);
+        let cfg = spool_cfg(dir.path(), fsync);
+        let metrics = Arc::new(SinkMetrics::default());
+        let sp = Spool::open(&cfg, metrics.clone()).unwrap();
+        let shared = Arc::new(Shared::new(None, sp, None, metrics, file_only_health(), 1));
+        let (_tx, rx) = mpsc::channel(1);
+        let (_stop, stop_rx) = watch::channel(false);
+        let limits = Limits {
+            rows: 1000,
+            bytes: 1 << 20,
+            age: Duration::from_secs(60),
+        };
+        tokio::spawn(run_batcher(shared.clone(), rx, limits, 1, fsync, stop_rx));
+        // The second append comes right after the first one's fsync (or the spool's
+        // opening): it waits for the batcher's timer.
+        spool_batch(&shared, batch(1), "test").await;
+        spool_batch(&shared, batch(2), "test").await;
+        assert!(lock(&shared.spool).unsynced());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while lock(&shared.spool).unsynced() {
+            assert!(Instant::now() < deadline, "the append was never fsynced");
+            sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_sink_does_not_wake_up() {
+        // Nothing is sent to this address: an idle sink does not contact ClickHouse.
+        let ch = ClickHouseConfig {
+            url: Some("http://127.0.0.1:9".into()),
+            ..ClickHouseConfig::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = spool_cfg(dir.path(), Duration::from_millis(100));
+        let metrics = Arc::new(SinkMetrics::default());
+        let (sink, _handle) = crate::Sink::start(Some(ch), cfg, metrics).await.unwrap();
+        // Let the tasks start and settle (the replayer's first look at the spool).
+        sleep(Duration::from_millis(300)).await;
+        let before = wake_ups();
+        sleep(Duration::from_millis(2500)).await;
+        // The sleep itself wakes this thread once. An fsync timer ticking with nothing
+        // to sync woke it every 100 ms here (every second with the defaults), and a
+        // replayer polling the spool twice a poll, every second (its look at the spool
+        // goes to a blocking-pool thread), for the life of the daemon.
+        let woken = wake_ups() - before;
+        assert!(
+            woken <= 2,
+            "an idle sink woke its thread {woken} times in 2.5 s"
+        );
+        sink.shutdown().await.unwrap();
     }
 }

@@ -354,6 +354,12 @@ impl Spool {
         self.dirty && self.last_sync.elapsed() >= self.cfg.fsync_interval
     }
 
+    /// Whether appends wait for their fsync.
+    #[cfg(test)]
+    pub(crate) fn unsynced(&self) -> bool {
+        self.dirty
+    }
+
     /// fsyncs the active segment now.
     pub fn sync(&mut self) {
         if let Some(a) = &self.active {

@@ -469,8 +469,8 @@ fn unix_now() -> u32 {
     poller::engine::clock_now().0
 }
 
-/// Move values from the engines' channel into the sink, up to 16 of the engines'
-/// batches (4,096 values) per message, with the trends rows they close (`trends`).
+/// Move values from the engines' channel into the sink, up to 4,096 values (whole
+/// batches of the engines) per message, with the trends rows they close (`trends`).
 /// Returns the values delivered.
 async fn consume(
     mut rx: mpsc::Receiver<Samples>,
@@ -478,7 +478,7 @@ async fn consume(
     shared: Arc<Shared>,
     trends: bool,
 ) -> u64 {
-    const BATCHES: usize = 16;
+    const BATCHES: usize = 4096 / poller::engine::EMIT_BATCH;
     let mut n = 0;
     let mut batches = Vec::with_capacity(BATCHES);
     let mut states = ItemStates::new(shared.failing.clone());
