@@ -453,8 +453,8 @@ pub struct ItemEntry {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreprocessingEntry {
-    /// `SIMPLE_CHANGE`, `CHANGE_PER_SECOND`, `MULTIPLIER`, `DISCARD_UNCHANGED` or
-    /// `DISCARD_UNCHANGED_HEARTBEAT` (any case).
+    /// `SIMPLE_CHANGE`, `CHANGE_PER_SECOND`, `MULTIPLIER`, `REGEX`, `TRIM`, `LTRIM`,
+    /// `RTRIM`, `DISCARD_UNCHANGED` or `DISCARD_UNCHANGED_HEARTBEAT` (any case).
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default)]
@@ -1035,13 +1035,18 @@ impl<'c, 'a> Resolver<'c, 'a> {
         let effective = steps
             .as_deref()
             .or(inherited.as_deref().map(|p| p.as_slice()));
-        let numeric = effective.is_some_and(|s| s.iter().any(|s| s.needs_number()));
-        if value_type == ValueType::Str && numeric {
-            let m = format!(
-                "item {:?} is of type str: its preprocessing steps need numbers (a text item takes DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT only)",
-                e.key
-            );
-            self.c.push(&at, m);
+        let needs = |f: fn(&Step) -> bool| effective.is_some_and(|s| s.iter().any(f));
+        let wrong = match value_type {
+            ValueType::Str if needs(Step::needs_number) => Some(
+                "is of type str: its preprocessing steps need numbers (a text item takes REGEX, TRIM, LTRIM, RTRIM, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT)",
+            ),
+            ValueType::Float | ValueType::Uint if needs(Step::needs_text) => Some(
+                "is numeric: REGEX and the TRIM steps work on text items (type = \"str\"); netpoller converts the answer to the item's type before its steps",
+            ),
+            _ => None,
+        };
+        if let Some(why) = wrong {
+            self.c.push(&at, format!("item {:?} {why}", e.key));
             return Err(());
         }
         let Some(steps) = steps else {

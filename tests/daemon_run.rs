@@ -506,22 +506,27 @@ fn trends_add_up_to_history_per_item_and_hour() {
 }
 
 #[test]
-fn discard_unchanged_keeps_one_row_until_the_value_or_the_heartbeat_says_otherwise() {
+fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() {
     // sysDescr every second: as polled (one row per poll), DISCARD_UNCHANGED (the first
-    // row only), and with a 3 s heartbeat (a row at least 3 s after the last one stored).
+    // row only), and with a 3 s heartbeat (a row at least 3 s after the last one stored);
+    // the agent's number taken out of it by REGEX (after a TRIM), and stored once.
     let dir = scratch("daemon-throttle");
     let db = format!("nptest_throttle_{}", std::process::id());
     let cfg_path = one_agent(
         &dir,
         &db,
         "",
-        r#"
+        r##"
   { key = "descr", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s" },
   { key = "descr.unchanged", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s",
      preprocessing = [{ type = "DISCARD_UNCHANGED" }] },
   { key = "descr.heartbeat", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s",
      preprocessing = [{ type = "DISCARD_UNCHANGED_HEARTBEAT", parameters = ["3s"] }] },
-"#,
+  { key = "descr.agent", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s",
+     preprocessing = [{ type = "RTRIM", parameters = [" \n"] },
+                      { type = "REGEX", parameters = ["agent ([0-9]+)$", "#\\1"] },
+                      { type = "DISCARD_UNCHANGED" }] },
+"##,
     );
     let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
     std::thread::sleep(Duration::from_secs(8));
@@ -550,6 +555,13 @@ fn discard_unchanged_keeps_one_row_until_the_value_or_the_heartbeat_says_otherwi
             "rows less than a heartbeat apart: {heartbeat:?}"
         );
     }
+    let agent = ch(&format!(
+        "SELECT value FROM {db}.history_str WHERE itemname = 'descr.agent' FORMAT TSV"
+    ));
+    assert_eq!(
+        agent, "#1\n",
+        "sysDescr \"netpoller test agent 1\" → \"#1\", once"
+    );
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 

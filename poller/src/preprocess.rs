@@ -2,8 +2,10 @@
 //! multiplier", the steps Zabbix's network templates put on interface counters
 //! (`ifHCInOctets` → bits per second), and the throttling steps "Discard unchanged" and
 //! "Discard unchanged with heartbeat" they put on slow-changing items (`ifAlias`,
-//! `ifOperStatus`, `sysDescr`). netpoller writes history itself, past the Zabbix server
-//! that would otherwise run them, so it runs them too.
+//! `ifOperStatus`, `sysDescr`), and on text items "Regular expression" and the trims,
+//! with which they extract a firmware version or a model from `sysDescr`. netpoller
+//! writes history itself, past the Zabbix server that would otherwise run them, so it
+//! runs them too.
 //!
 //! Semantics (Zabbix's):
 //! * Steps run in order on the value converted to the item's type; the result is
@@ -15,6 +17,9 @@
 //!   the next one does. Change per second divides by the time between the two polls.
 //! * A step that cannot compute (a text value, a result that does not fit a `uint`)
 //!   makes the item unsupported for that poll, with the reason.
+//! * A text step works on a text item's value: `REGEX` replaces it with its output
+//!   template filled from the pattern's first match (`\\0`..`\\9`), or, when nothing
+//!   matches, with an error; a trim strips the given characters from its ends.
 //! * A throttling step compares the value to be stored (numeric steps done, in the
 //!   item's type; text too) with the last one stored: "Discard unchanged" stores it only
 //!   when it differs, "with heartbeat" also when the heartbeat has passed since the last
@@ -23,9 +28,9 @@
 //!   in history.
 //!
 //! Invariants: at most one change step and at most one throttling step per item, the
-//! throttling step last (the config refuses others), so the memory is one previous
-//! value per item with a change step and one stored value per item with a throttling
-//! step.
+//! throttling step last, text and numeric steps never together (the config refuses
+//! others), so the memory is one previous value per item with a change step and one
+//! stored value per item with a throttling step; text steps keep nothing.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,7 +40,7 @@ use crate::engine::Sample;
 use crate::value::{ErrorReason, ItemError, Value, ValueType};
 
 /// One preprocessing step.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Step {
     /// `value - previous`.
     SimpleChange,
@@ -43,6 +48,10 @@ pub enum Step {
     ChangePerSecond,
     /// `value × factor`.
     Multiplier(f64),
+    /// The output template filled from the pattern's first match; no match: an error.
+    Regex(Arc<Extract>),
+    /// These characters stripped from the text's ends.
+    Trim(Ends, Arc<str>),
     /// No value when it equals the last one stored.
     DiscardUnchanged,
     /// No value when it equals the last one stored and that one is younger than this
@@ -71,12 +80,58 @@ fn seconds(p: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
+/// Which ends of the text a trim step strips (Zabbix's `TRIM`, `LTRIM`, `RTRIM`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ends {
+    Both,
+    Left,
+    Right,
+}
+
+/// A `REGEX` step: Zabbix's pattern and output template.
+#[derive(Debug, Clone)]
+pub struct Extract {
+    re: regex::Regex,
+    output: String,
+}
+
+impl PartialEq for Extract {
+    fn eq(&self, other: &Extract) -> bool {
+        self.re.as_str() == other.re.as_str() && self.output == other.output
+    }
+}
+
+impl Extract {
+    /// The output template for the first match of the pattern in `text`: `\0` is the
+    /// match, `\1`..`\9` its groups (empty when a group took no part, or does not
+    /// exist), everything else literal, as Zabbix fills it. `None`: no match.
+    fn apply(&self, text: &str) -> Option<String> {
+        let caps = self.re.captures(text)?;
+        let out = self.output.as_bytes();
+        let mut s = String::with_capacity(self.output.len());
+        let (mut i, mut literal) = (0, 0);
+        while i < out.len() {
+            match (out[i], out.get(i + 1)) {
+                (b'\\', Some(d @ b'0'..=b'9')) => {
+                    s.push_str(&self.output[literal..i]);
+                    s.push_str(caps.get(usize::from(d - b'0')).map_or("", |m| m.as_str()));
+                    i += 2;
+                    literal = i;
+                }
+                _ => i += 1,
+            }
+        }
+        s.push_str(&self.output[literal..]);
+        Some(s)
+    }
+}
+
 impl Step {
-    fn is_change(self) -> bool {
+    fn is_change(&self) -> bool {
         matches!(self, Step::SimpleChange | Step::ChangePerSecond)
     }
 
-    fn is_throttle(self) -> bool {
+    fn is_throttle(&self) -> bool {
         matches!(
             self,
             Step::DiscardUnchanged | Step::DiscardUnchangedHeartbeat(_)
@@ -84,13 +139,29 @@ impl Step {
     }
 
     /// Whether the step computes on numbers (a text item cannot have it).
-    pub fn needs_number(self) -> bool {
-        !self.is_throttle()
+    pub fn needs_number(&self) -> bool {
+        matches!(
+            self,
+            Step::SimpleChange | Step::ChangePerSecond | Step::Multiplier(_)
+        )
+    }
+
+    /// Whether the step works on text (a numeric item cannot have it: netpoller
+    /// converts what the device answers to the item's type before the steps).
+    pub fn needs_text(&self) -> bool {
+        matches!(self, Step::Regex(_) | Step::Trim(..))
     }
 
     /// Parses Zabbix's export name (`CHANGE_PER_SECOND`, `SIMPLE_CHANGE`, `MULTIPLIER`,
-    /// `DISCARD_UNCHANGED`, `DISCARD_UNCHANGED_HEARTBEAT`, any case) and its parameters.
+    /// `REGEX`, `TRIM`, `LTRIM`, `RTRIM`, `DISCARD_UNCHANGED`,
+    /// `DISCARD_UNCHANGED_HEARTBEAT`, any case) and its parameters.
     pub fn parse(kind: &str, params: &[String]) -> Result<Step, String> {
+        let trim = |ends| match params {
+            [chars] if !chars.is_empty() => Ok(Step::Trim(ends, chars.as_str().into())),
+            _ => Err(format!(
+                "{kind} takes one parameter, the characters to strip (parameters = [\" \\t\"])"
+            )),
+        };
         let no_params = |s: Step| {
             if params.is_empty() {
                 Ok(s)
@@ -108,6 +179,24 @@ impl Step {
                 },
                 _ => Err("MULTIPLIER takes one parameter, the factor (parameters = [\"8\"])".into()),
             },
+            "REGEX" => match params {
+                [pattern, output] => match regex::Regex::new(pattern) {
+                    Ok(re) => Ok(Step::Regex(Arc::new(Extract {
+                        re,
+                        output: output.clone(),
+                    }))),
+                    Err(e) => Err(format!(
+                        "REGEX: {pattern:?} is not a pattern netpoller can run (Rust's regex syntax: Perl's without look-around and back-references): {e}"
+                    )),
+                },
+                _ => Err(
+                    "REGEX takes two parameters, the pattern and the output (parameters = [\"Version ([0-9.]+)\", \"\\\\1\"])"
+                        .into(),
+                ),
+            },
+            "TRIM" => trim(Ends::Both),
+            "LTRIM" => trim(Ends::Left),
+            "RTRIM" => trim(Ends::Right),
             "DISCARD_UNCHANGED" => no_params(Step::DiscardUnchanged),
             "DISCARD_UNCHANGED_HEARTBEAT" => match params {
                 [p] => match seconds(p) {
@@ -119,7 +208,7 @@ impl Step {
                 _ => Err("DISCARD_UNCHANGED_HEARTBEAT takes one parameter, the heartbeat (parameters = [\"1h\"])".into()),
             },
             _ => Err(format!(
-                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
+                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, REGEX, TRIM, LTRIM, RTRIM, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
             )),
         }
     }
@@ -131,6 +220,15 @@ impl fmt::Display for Step {
             Step::SimpleChange => f.write_str("SIMPLE_CHANGE"),
             Step::ChangePerSecond => f.write_str("CHANGE_PER_SECOND"),
             Step::Multiplier(x) => write!(f, "MULTIPLIER({x})"),
+            Step::Regex(x) => write!(f, "REGEX({:?} → {:?})", x.re.as_str(), x.output),
+            Step::Trim(ends, chars) => {
+                let name = match ends {
+                    Ends::Both => "TRIM",
+                    Ends::Left => "LTRIM",
+                    Ends::Right => "RTRIM",
+                };
+                write!(f, "{name}({chars:?})")
+            }
             Step::DiscardUnchanged => f.write_str("DISCARD_UNCHANGED"),
             Step::DiscardUnchangedHeartbeat(s) => write!(f, "DISCARD_UNCHANGED_HEARTBEAT({s}s)"),
         }
@@ -161,6 +259,12 @@ impl Steps {
         if throttles == 1 && !steps[steps.len() - 1].is_throttle() {
             return Err("DISCARD_UNCHANGED(_HEARTBEAT) must be the last step".into());
         }
+        if steps.iter().any(Step::needs_text) && steps.iter().any(Step::needs_number) {
+            return Err(
+                "REGEX and the TRIM steps work on text, SIMPLE_CHANGE, CHANGE_PER_SECOND and MULTIPLIER on numbers: one item takes one kind"
+                    .into(),
+            );
+        }
         Ok(Steps(steps.into_boxed_slice()))
     }
 
@@ -173,12 +277,13 @@ impl Steps {
     }
 
     /// The throttling step, if any (always the last).
-    fn throttle(&self) -> Option<Step> {
-        self.0.last().copied().filter(|s| s.is_throttle())
+    fn throttle(&self) -> Option<&Step> {
+        self.0.last().filter(|s| s.is_throttle())
     }
 
-    /// The steps that compute on numbers (all but the throttling one).
-    fn numeric(&self) -> &[Step] {
+    /// The steps that compute the value (all but the throttling one): on numbers or,
+    /// all of them, on text.
+    fn body(&self) -> &[Step] {
         let n = self.0.len() - usize::from(self.throttle().is_some());
         &self.0[..n]
     }
@@ -243,6 +348,38 @@ pub struct Preprocessor {
     stored: HashMap<u64, Stored>,
 }
 
+/// The text steps `body` on `sample`'s value (a text item's: `Steps` and the config
+/// see to that), which becomes the result or the error that replaces it.
+fn text(sample: &mut Sample, body: &[Step]) {
+    let Ok(Value::Str(t)) = &mut sample.result else {
+        return;
+    };
+    for step in body {
+        match step {
+            Step::Regex(x) => match x.apply(t) {
+                Some(out) => *t = out,
+                None => {
+                    let m = format!("REGEX: pattern {:?} does not match", x.re.as_str());
+                    sample.result = Err(unsupported(m));
+                    return;
+                }
+            },
+            Step::Trim(ends, chars) => {
+                let strip = |c: char| chars.contains(c);
+                let kept = match ends {
+                    Ends::Both => t.trim_matches(strip),
+                    Ends::Left => t.trim_start_matches(strip),
+                    Ends::Right => t.trim_end_matches(strip),
+                };
+                if kept.len() != t.len() {
+                    *t = kept.to_owned();
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 fn unsupported(text: String) -> ItemError {
     ItemError::new(ErrorReason::Unsupported, format!("preprocessing: {text}"))
 }
@@ -261,14 +398,16 @@ impl Preprocessor {
         let Some(steps) = sample.pre.take() else {
             return Outcome::Keep(sample);
         };
-        if sample.result.is_ok()
-            && !steps.numeric().is_empty()
-            && !self.numbers(&mut sample, &steps)
-        {
-            return Outcome::Discarded;
+        match steps.body().first() {
+            Some(s) if s.needs_text() => text(&mut sample, steps.body()),
+            Some(_) if !self.numbers(&mut sample, &steps) => return Outcome::Discarded,
+            _ => {}
         }
         match steps.throttle() {
-            Some(step) => self.throttle(sample, step, steps),
+            Some(step) => {
+                let step = step.clone();
+                self.throttle(sample, &step, steps)
+            }
             None => Outcome::Keep(sample),
         }
     }
@@ -291,7 +430,7 @@ impl Preprocessor {
             }
         };
         let at = u128::from(sample.clock) * 1_000_000_000 + u128::from(sample.ns);
-        for step in steps.numeric() {
+        for step in steps.body() {
             n = match *step {
                 Step::Multiplier(x) => match n {
                     Num::U(u)
@@ -337,8 +476,12 @@ impl Preprocessor {
                         }
                     }
                 }
-                // Only the last step, which `numeric` leaves out.
-                Step::DiscardUnchanged | Step::DiscardUnchangedHeartbeat(_) => n,
+                // The last step, which `body` leaves out; text steps, which `Steps`
+                // does not mix with these.
+                Step::DiscardUnchanged
+                | Step::DiscardUnchangedHeartbeat(_)
+                | Step::Regex(_)
+                | Step::Trim(..) => n,
             };
         }
         sample.result = match (sample.value_type, n) {
@@ -359,14 +502,14 @@ impl Preprocessor {
     }
 
     /// The throttling `step` on the value to be stored.
-    fn throttle(&mut self, sample: Sample, step: Step, steps: Arc<Steps>) -> Outcome {
+    fn throttle(&mut self, sample: Sample, step: &Step, steps: Arc<Steps>) -> Outcome {
         let Ok(value) = &sample.result else {
             // The next value after an error is stored, even if unchanged.
             self.stored.remove(&sample.itemid);
             return Outcome::Keep(sample);
         };
         let fresh = |last: &Stored| match step {
-            Step::DiscardUnchangedHeartbeat(h) => sample.clock.saturating_sub(last.clock) >= h,
+            Step::DiscardUnchangedHeartbeat(h) => sample.clock.saturating_sub(last.clock) >= *h,
             _ => false,
         };
         match self.stored.get_mut(&sample.itemid) {
@@ -580,7 +723,7 @@ mod tests {
         }
         assert_eq!(p("DISCARD_UNCHANGED", &[]), Ok(Step::DiscardUnchanged));
         let last = Steps::new(vec![Step::ChangePerSecond, Step::DiscardUnchanged]).unwrap();
-        assert_eq!(last.numeric(), [Step::ChangePerSecond]);
+        assert_eq!(last.body(), [Step::ChangePerSecond]);
         assert!(
             Steps::new(vec![Step::DiscardUnchanged, Step::Multiplier(8.0)])
                 .unwrap_err()
@@ -592,6 +735,99 @@ mod tests {
         ])
         .unwrap_err()
         .contains("at most one"));
+    }
+
+    fn regex(pattern: &str, output: &str) -> Step {
+        Step::parse("REGEX", &[pattern.into(), output.into()]).unwrap()
+    }
+
+    fn text_through(steps: &[Step], v: &str) -> Option<Result<Value, ItemError>> {
+        let mut p = Preprocessor::default();
+        value(p.apply(sample(1, ValueType::Str, 0, Value::Str(v.into()), steps)))
+    }
+
+    #[test]
+    fn regex_fills_the_output_template_as_zabbix_templates_use_it() {
+        // "Cisco IOS by SNMP", Firmware version: sysDescr, REGEX "Version (.+), RELEASE"
+        // → "\1".
+        let descr = "Cisco IOS Software, C2960 Software (C2960-LANBASEK9-M), Version 15.0(2)SE4, RELEASE SOFTWARE (fc1)";
+        let firmware = [regex("Version (.+), RELEASE", "\\1")];
+        assert_eq!(
+            text_through(&firmware, descr),
+            Some(Ok(Value::Str("15.0(2)SE4".into())))
+        );
+        // \0 is the match; a group that took no part, or does not exist, is empty;
+        // a backslash before anything but a digit, and everything else, is literal.
+        let t = [regex(r"(\d+)\.(\d+)(x)?", r"v\1 r\2 [\3\9] all=\0 \n\\")];
+        assert_eq!(
+            text_through(&t, "build 12.4 final"),
+            Some(Ok(Value::Str(r"v12 r4 [] all=12.4 \n\\".into())))
+        );
+        // No match: the item is unsupported for this poll, with the reason.
+        let err = text_through(&firmware, "Linux 6.1").unwrap().unwrap_err();
+        assert_eq!(err.reason, ErrorReason::Unsupported);
+        assert!(err.text.contains("does not match"), "{err:?}");
+        // Steps run in order: trim, then extract, then throttle what is stored.
+        let steps = [
+            Step::parse("TRIM", &[" \"\n".into()]).unwrap(),
+            regex("^([^ ]+)", "\\1"),
+            Step::DiscardUnchanged,
+        ];
+        let mut p = Preprocessor::default();
+        let mut at = |clock, v: &str| {
+            value(p.apply(sample(
+                2,
+                ValueType::Str,
+                clock,
+                Value::Str(v.into()),
+                &steps,
+            )))
+        };
+        assert_eq!(
+            at(0, "\"RouterOS 7.1\"\n"),
+            Some(Ok(Value::Str("RouterOS".into())))
+        );
+        assert_eq!(at(60, " RouterOS 7.2 "), None, "unchanged once extracted");
+        assert_eq!(at(120, "Linux"), Some(Ok(Value::Str("Linux".into()))));
+    }
+
+    #[test]
+    fn trims_strip_the_given_characters_from_their_ends() {
+        let step = |k: &str| Step::parse(k, &[" \"".into()]).unwrap();
+        let through = |k: &str| match text_through(&[step(k)], " \"up\" ") {
+            Some(Ok(Value::Str(t))) => t,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(through("TRIM"), "up");
+        assert_eq!(through("ltrim"), "up\" ");
+        assert_eq!(through("RTRIM"), " \"up");
+        // Stripping everything leaves an empty value, as Zabbix's trim does.
+        assert_eq!(
+            text_through(&[step("TRIM")], "\" \""),
+            Some(Ok(Value::Str(String::new())))
+        );
+    }
+
+    #[test]
+    fn text_steps_are_parsed_and_checked() {
+        let p = |k: &str, ps: &[&str]| {
+            Step::parse(k, &ps.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        assert_eq!(p("regex", &["a+", "\\0"]), p("REGEX", &["a+", "\\0"]));
+        assert_ne!(p("REGEX", &["a+", "\\0"]), p("REGEX", &["a+", "x"]));
+        assert!(p("REGEX", &["a+"]).unwrap_err().contains("two parameters"));
+        let e = p("REGEX", &["(?<=a)b", "\\0"]).unwrap_err();
+        assert!(e.contains("look-around"), "{e}");
+        assert!(p("REGEX", &["(", "\\0"]).is_err());
+        assert!(p("TRIM", &[]).unwrap_err().contains("one parameter"));
+        assert!(p("RTRIM", &[""]).unwrap_err().contains("one parameter"));
+        let mixed = Steps::new(vec![p("TRIM", &[" "]).unwrap(), Step::Multiplier(2.0)]);
+        assert!(mixed.unwrap_err().contains("one kind"));
+        assert_eq!(p("LTRIM", &["0"]).unwrap().to_string(), "LTRIM(\"0\")");
+        assert_eq!(
+            p("REGEX", &["v(\\d)", "\\1"]).unwrap().to_string(),
+            r#"REGEX("v(\\d)" → "\\1")"#
+        );
     }
 
     /// `values` of one item through `steps`, at the given clocks: what is stored.

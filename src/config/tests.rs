@@ -556,10 +556,22 @@ items = [ { key = "ifHCInOctets.1", preprocessing = [] } ]
     let e = bad(
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "MULTIPLIER", parameters = ["2"] }, { type = "DISCARD_UNCHANGED" }] }"#,
     );
-    assert!(
-        e.message.contains("DISCARD_UNCHANGED_HEARTBEAT only"),
-        "{e}"
+    assert!(e.message.contains("a text item takes REGEX"), "{e}");
+    // Text steps: on text items only, never mixed with numeric ones, patterns checked.
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m", preprocessing = [{ type = "REGEX", parameters = ["([0-9]+)", "\\1"] }] }"#,
     );
+    assert_eq!(e.path, "hosts[0].items[0].preprocessing[0].type");
+    assert!(e.message.contains("is numeric"), "{e}");
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "REGEX", parameters = ["(?<=Version )\\S+", "\\0"] }] }"#,
+    );
+    assert_eq!(e.path, "hosts[0].items[0].preprocessing[0].type");
+    assert!(e.message.contains("look-around"), "{e}");
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "TRIM", parameters = [" "] }, { type = "SIMPLE_CHANGE" }] }"#,
+    );
+    assert!(e.message.contains("need numbers"), "{e}");
     let e = bad(
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "DISCARD_UNCHANGED_HEARTBEAT", parameters = ["0"] }] }"#,
     );
