@@ -229,6 +229,14 @@ impl Writer {
         }
     }
 
+    /// Schema repairs done so far, over every endpoint (each one a run of the DDL).
+    pub fn schema_repairs(&self) -> u64 {
+        self.endpoints
+            .iter()
+            .map(|ep| ep.repairs.load(Ordering::Acquire))
+            .sum()
+    }
+
     /// `SELECT 1` on the next endpoint: used to probe an unreachable server when no
     /// spooled batch is available to probe with.
     pub async fn ping(&self) -> bool {

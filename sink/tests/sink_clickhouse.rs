@@ -576,3 +576,52 @@ async fn trends_rows_without_trends_tables_are_set_aside_and_history_flows() {
     );
     assert_eq!(trends.trim(), "0", "trends = false creates no trends table");
 }
+
+/// A node that lost the schema while 8 INSERTs were in flight (wiped, or rebuilt from
+/// scratch): every one of them finds the database missing. One of them creates it; the
+/// others wait for that repair, see it done, and only resend: one DDL run, not eight
+/// (each of which checks and creates six tables on the node).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_inserts_that_find_the_schema_missing_repair_it_once() {
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let cfg = ClickHouseConfig {
+        url: Some(url.clone()),
+        database: db.name.clone(),
+        ..ClickHouseConfig::default()
+    };
+    let w = Arc::new(sink::writer::Writer::new(&cfg));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..8u64 {
+        let mut bytes = bytes::BytesMut::new();
+        let row = Row {
+            itemid: i,
+            clock: 1_700_000_000,
+            ns: 0,
+            hostname: "h".into(),
+            itemname: "k".into(),
+            value: RowValue::Uint(i),
+        };
+        sink::rowbinary::encode_row(&mut bytes, &row);
+        let batch = sink::Batch {
+            table: Table::Uint,
+            rows: 1,
+            first_clock: row.clock,
+            data: bytes.freeze(),
+        };
+        let w = w.clone();
+        tasks.spawn(async move { w.insert(&batch).await });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap().expect("every INSERT stored after the repair");
+    }
+    assert_eq!(w.schema_repairs(), 1, "one repair for eight INSERTs");
+    let got = q(
+        &url,
+        &format!(
+            "SELECT count(), sum(value) FROM {}.history_uint FORMAT TSV",
+            db.name
+        ),
+    );
+    assert_eq!(got.trim(), "8\t28");
+}
