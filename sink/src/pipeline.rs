@@ -96,6 +96,10 @@ impl Shared {
     fn set_unhealthy(&self, err: &InsertError) {
         if self.ch_ok.swap(false, Ordering::SeqCst) {
             tracing::warn!(error = %err, "sink: ClickHouse unavailable, spooling batches until it answers");
+            // The replayer probes an unhealthy server when the spool is empty, and an
+            // empty spool wakes it for nothing else: should the batch that failed not
+            // reach the spool either (a full or broken disk), nobody would probe.
+            self.spool_notify.notify_one();
         }
         let mut h = lock(&self.health);
         if !matches!(*h, Health::Failing { .. }) {
@@ -592,7 +596,7 @@ mod tests {
     #[tokio::test]
     async fn an_append_is_fsynced_within_the_interval_with_no_traffic_after_it() {
         let dir = tempfile::tempdir().unwrap();
-        let fsync = Duration::from_millis(100);
+        let fsync = Duration::from_secs(1);
         let cfg = spool_cfg(dir.path(), fsync);
         let metrics = Arc::new(SinkMetrics::default());
         let sp = Spool::open(&cfg, metrics.clone()).unwrap();
@@ -605,9 +609,10 @@ mod tests {
             age: Duration::from_secs(60),
         };
         tokio::spawn(run_batcher(shared.clone(), rx, limits, 1, fsync, stop_rx));
-        // The second append comes right after the first one's fsync (or the spool's
-        // opening): it waits for the batcher's timer.
+        // The second append comes right after an fsync: it waits for the batcher's
+        // timer (an append fsyncs itself only when the last fsync is 1 s old).
         spool_batch(&shared, batch(1), "test").await;
+        lock(&shared.spool).sync();
         spool_batch(&shared, batch(2), "test").await;
         assert!(lock(&shared.spool).unsynced());
         let deadline = Instant::now() + Duration::from_secs(5);
@@ -617,29 +622,72 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_idle_sink_does_not_wake_up() {
-        // Nothing is sent to this address: an idle sink does not contact ClickHouse.
+    /// A sink writing to `url`, its spool fsynced every `fsync`, started and settled
+    /// (the replayer's first look at the spool done).
+    async fn settled_sink(
+        url: String,
+        fsync: Duration,
+    ) -> (crate::Sink, crate::SinkHandle, tempfile::TempDir) {
         let ch = ClickHouseConfig {
-            url: Some("http://127.0.0.1:9".into()),
+            url: Some(url),
+            retry_backoff: Duration::from_millis(50),
             ..ClickHouseConfig::default()
         };
         let dir = tempfile::tempdir().unwrap();
-        let cfg = spool_cfg(dir.path(), Duration::from_millis(100));
+        let cfg = spool_cfg(dir.path(), fsync);
         let metrics = Arc::new(SinkMetrics::default());
-        let (sink, _handle) = crate::Sink::start(Some(ch), cfg, metrics).await.unwrap();
-        // Let the tasks start and settle (the replayer's first look at the spool).
+        let (sink, handle) = crate::Sink::start(Some(ch), cfg, metrics).await.unwrap();
         sleep(Duration::from_millis(300)).await;
+        (sink, handle, dir)
+    }
+
+    /// The services' ClickHouse (`scripts/services.sh up`).
+    fn services_ch() -> String {
+        std::env::var("NETPOLLER_CH_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".into())
+    }
+
+    #[tokio::test]
+    async fn an_unhealthy_sink_with_an_empty_spool_probes_until_clickhouse_answers() {
+        // An INSERT failed and its batch did not reach the spool (a full disk): the
+        // replayer, idle on an empty spool, must still find out that ClickHouse is
+        // back, or the sink stays "spooling" (and dropping) for good.
+        let (sink, _handle, _dir) = settled_sink(services_ch(), Duration::from_secs(1)).await;
+        let failed = InsertError {
+            url: "test".into(),
+            table: "history_uint",
+            class: crate::metrics::ErrorClass::Network,
+            message: "connection refused".into(),
+        };
+        sink.shared.set_unhealthy(&failed);
+        assert!(matches!(sink.health(), Health::Spooling { .. }));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !matches!(sink.health(), Health::Writing) {
+            assert!(
+                Instant::now() < deadline,
+                "never probed: {:?}",
+                sink.health()
+            );
+            sleep(Duration::from_millis(50)).await;
+        }
+        sink.shutdown().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_idle_sink_does_not_wake_up() {
+        // Nothing is sent to this address: an idle sink does not contact ClickHouse.
+        let url = "http://127.0.0.1:9".to_string();
+        let (sink, _handle, _dir) = settled_sink(url, Duration::from_millis(100)).await;
         let before = wake_ups();
-        sleep(Duration::from_millis(2500)).await;
-        // The sleep itself wakes this thread once. An fsync timer ticking with nothing
-        // to sync woke it every 100 ms here (every second with the defaults), and a
-        // replayer polling the spool twice a poll, every second (its look at the spool
-        // goes to a blocking-pool thread), for the life of the daemon.
+        sleep(Duration::from_secs(3)).await;
+        // The sleep itself wakes this thread once (a page fault might add one). An
+        // fsync timer ticking with nothing to sync woke it every 100 ms here (every
+        // second with the defaults), and a replayer polling the spool twice a poll,
+        // every second (its look at the spool goes to a blocking-pool thread), for the
+        // life of the daemon.
         let woken = wake_ups() - before;
         assert!(
-            woken <= 2,
-            "an idle sink woke its thread {woken} times in 2.5 s"
+            woken <= 3,
+            "an idle sink woke its thread {woken} times in 3 s"
         );
         sink.shutdown().await.unwrap();
     }

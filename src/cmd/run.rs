@@ -479,6 +479,8 @@ async fn consume(
     trends: bool,
 ) -> u64 {
     const BATCHES: usize = 4096 / poller::engine::EMIT_BATCH;
+    // `recv_many` with a limit of 0 returns 0, which means "every engine stopped".
+    const _: () = assert!(BATCHES > 0);
     let mut n = 0;
     let mut batches = Vec::with_capacity(BATCHES);
     let mut states = ItemStates::new(shared.failing.clone());
