@@ -459,6 +459,11 @@ pub struct PreprocessingEntry {
     pub kind: String,
     #[serde(default)]
     pub parameters: Vec<String>,
+    /// Zabbix's "Custom on fail": `ORIGINAL_ERROR` (default), `DISCARD_VALUE`,
+    /// `CUSTOM_VALUE` or `CUSTOM_ERROR` (any case).
+    pub error_handler: Option<String>,
+    /// The value of `CUSTOM_VALUE`, the message of `CUSTOM_ERROR`.
+    pub error_handler_params: Option<String>,
 }
 
 /// `[[templates]]`.
@@ -1003,7 +1008,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         inherited: Option<&ResolvedEntry>,
         value_type: ValueType,
     ) -> Result<Option<Arc<poller::preprocess::Steps>>, ()> {
-        use poller::preprocess::{Step, Steps};
+        use poller::preprocess::{OnFail, Step, Steps};
         let (at, steps) = match &e.preprocessing {
             // The template item's steps: its type was numeric; this item may be text.
             None => (under(path, [Seg::Key("type")]), None),
@@ -1016,10 +1021,23 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 };
                 let mut steps = Vec::with_capacity(entries.len());
                 for (i, st) in entries.iter().enumerate() {
-                    match Step::parse(&st.kind, &st.parameters) {
-                        Ok(s) => steps.push(s),
+                    let step = match Step::parse(&st.kind, &st.parameters) {
+                        Ok(s) => s,
                         Err(m) => {
                             self.c.push(&at(i, "type"), m);
+                            return Err(());
+                        }
+                    };
+                    let params = st.error_handler_params.as_deref();
+                    let on_fail = match (&st.error_handler, params) {
+                        (None, None) => Ok(OnFail::Error),
+                        (None, Some(_)) => Err("error_handler_params without error_handler".into()),
+                        (Some(h), p) => OnFail::parse(h, p),
+                    };
+                    match on_fail {
+                        Ok(f) => steps.push(step.on_fail(f)),
+                        Err(m) => {
+                            self.c.push(&at(i, "error_handler"), m);
                             return Err(());
                         }
                     }

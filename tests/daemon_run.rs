@@ -526,6 +526,10 @@ fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() 
      preprocessing = [{ type = "RTRIM", parameters = [" \n"] },
                       { type = "REGEX", parameters = ["agent ([0-9]+)$", "#\\1"] },
                       { type = "DISCARD_UNCHANGED" }] },
+  { key = "descr.version", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s",
+     preprocessing = [{ type = "REGEX", parameters = ["Version ([^,]+),", "\\1"],
+                        error_handler = "CUSTOM_VALUE", error_handler_params = "none" },
+                      { type = "DISCARD_UNCHANGED" }] },
 "##,
     );
     let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
@@ -561,6 +565,13 @@ fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() 
     assert_eq!(
         agent, "#1\n",
         "sysDescr \"netpoller test agent 1\" → \"#1\", once"
+    );
+    let version = ch(&format!(
+        "SELECT value FROM {db}.history_str WHERE itemname = 'descr.version' FORMAT TSV"
+    ));
+    assert_eq!(
+        version, "none\n",
+        "no version in sysDescr: the custom value, once"
     );
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }

@@ -80,6 +80,31 @@ fn seconds(p: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
+/// A trim step's characters as Zabbix reads them: `\s`, `\n`, `\r`, `\t` are a space, a
+/// newline, a carriage return and a tab (a template exported from Zabbix writes an
+/// `RTRIM` of newlines as `\n`); any other character, a backslash included, is itself.
+fn unescape_trim(chars: &str) -> String {
+    let mut out = String::with_capacity(chars.len());
+    let mut it = chars.chars().peekable();
+    while let Some(c) = it.next() {
+        let escaped = match (c, it.peek()) {
+            ('\\', Some('s')) => Some(' '),
+            ('\\', Some('n')) => Some('\n'),
+            ('\\', Some('r')) => Some('\r'),
+            ('\\', Some('t')) => Some('\t'),
+            _ => None,
+        };
+        match escaped {
+            Some(e) => {
+                it.next();
+                out.push(e);
+            }
+            None => out.push(c),
+        }
+    }
+    out
+}
+
 /// Which ends of the text a trim step strips (Zabbix's `TRIM`, `LTRIM`, `RTRIM`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ends {
@@ -88,23 +113,64 @@ pub enum Ends {
     Right,
 }
 
-/// A `REGEX` step: Zabbix's pattern and output template.
+/// What a step that fails does instead of making the item unsupported for that poll:
+/// Zabbix's "Custom on fail" (`error_handler`, `error_handler_params`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum OnFail {
+    /// `ORIGINAL_ERROR`: the item is unsupported, with the step's reason.
+    #[default]
+    Error,
+    /// `DISCARD_VALUE`: no value this time, the item stays supported.
+    Discard,
+    /// `CUSTOM_VALUE`: this value instead; the steps after this one run on it.
+    Value(String),
+    /// `CUSTOM_ERROR`: the item is unsupported with this message.
+    Message(String),
+}
+
+impl OnFail {
+    /// Parses Zabbix's export name (any case) and its parameter.
+    pub fn parse(handler: &str, param: Option<&str>) -> Result<OnFail, String> {
+        let h = handler.to_ascii_uppercase();
+        match (h.as_str(), param) {
+            ("ORIGINAL_ERROR", None) => Ok(OnFail::Error),
+            ("DISCARD_VALUE", None) => Ok(OnFail::Discard),
+            ("CUSTOM_VALUE", Some(v)) => Ok(OnFail::Value(v.to_owned())),
+            ("CUSTOM_ERROR", Some(m)) if !m.is_empty() => Ok(OnFail::Message(m.to_owned())),
+            ("ORIGINAL_ERROR" | "DISCARD_VALUE", Some(_)) => {
+                Err(format!("error_handler {handler} takes no error_handler_params"))
+            }
+            ("CUSTOM_VALUE" | "CUSTOM_ERROR", _) => Err(format!(
+                "error_handler {handler} needs error_handler_params (the value or the message)"
+            )),
+            _ => Err(format!(
+                "unknown error_handler {handler:?}: ORIGINAL_ERROR, DISCARD_VALUE, CUSTOM_VALUE or CUSTOM_ERROR"
+            )),
+        }
+    }
+}
+
+/// A `REGEX` step: Zabbix's pattern and output template, and what no match does.
 #[derive(Debug, Clone)]
 pub struct Extract {
     re: regex::Regex,
     output: String,
+    on_fail: OnFail,
 }
 
 impl PartialEq for Extract {
     fn eq(&self, other: &Extract) -> bool {
-        self.re.as_str() == other.re.as_str() && self.output == other.output
+        self.re.as_str() == other.re.as_str()
+            && self.output == other.output
+            && self.on_fail == other.on_fail
     }
 }
 
 impl Extract {
     /// The output template for the first match of the pattern in `text`: `\0` is the
     /// match, `\1`..`\9` its groups (empty when a group took no part, or does not
-    /// exist), everything else literal, as Zabbix fills it. `None`: no match.
+    /// exist), `\\` one backslash, everything else literal, as Zabbix fills it.
+    /// `None`: no match.
     fn apply(&self, text: &str) -> Option<String> {
         let caps = self.re.captures(text)?;
         let out = self.output.as_bytes();
@@ -115,6 +181,11 @@ impl Extract {
                 (b'\\', Some(d @ b'0'..=b'9')) => {
                     s.push_str(&self.output[literal..i]);
                     s.push_str(caps.get(usize::from(d - b'0')).map_or("", |m| m.as_str()));
+                    i += 2;
+                    literal = i;
+                }
+                (b'\\', Some(b'\\')) => {
+                    s.push_str(&self.output[literal..=i]);
                     i += 2;
                     literal = i;
                 }
@@ -157,7 +228,7 @@ impl Step {
     /// `DISCARD_UNCHANGED_HEARTBEAT`, any case) and its parameters.
     pub fn parse(kind: &str, params: &[String]) -> Result<Step, String> {
         let trim = |ends| match params {
-            [chars] if !chars.is_empty() => Ok(Step::Trim(ends, chars.as_str().into())),
+            [chars] if !chars.is_empty() => Ok(Step::Trim(ends, unescape_trim(chars).into())),
             _ => Err(format!(
                 "{kind} takes one parameter, the characters to strip (parameters = [\" \\t\"])"
             )),
@@ -180,10 +251,15 @@ impl Step {
                 _ => Err("MULTIPLIER takes one parameter, the factor (parameters = [\"8\"])".into()),
             },
             "REGEX" => match params {
+                [pattern, output] if pattern.is_empty() || output.is_empty() => Err(
+                    "REGEX: the pattern and the output must not be empty (as Zabbix requires)"
+                        .into(),
+                ),
                 [pattern, output] => match regex::Regex::new(pattern) {
                     Ok(re) => Ok(Step::Regex(Arc::new(Extract {
                         re,
                         output: output.clone(),
+                        on_fail: OnFail::Error,
                     }))),
                     Err(e) => Err(format!(
                         "REGEX: {pattern:?} is not a pattern netpoller can run (Rust's regex syntax: Perl's without look-around and back-references): {e}"
@@ -214,13 +290,37 @@ impl Step {
     }
 }
 
+impl Step {
+    /// This step with Zabbix's "Custom on fail". Only `REGEX` can fail here (no match):
+    /// netpoller converts the answer to the item's type before the steps, so the
+    /// numeric steps always get a number, and the others cannot fail; on them a
+    /// handler is accepted (a template exported from Zabbix loads) and never runs.
+    pub fn on_fail(self, on_fail: OnFail) -> Step {
+        match self {
+            Step::Regex(x) => Step::Regex(Arc::new(Extract {
+                on_fail,
+                ..(*x).clone()
+            })),
+            other => other,
+        }
+    }
+}
+
 impl fmt::Display for Step {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Step::SimpleChange => f.write_str("SIMPLE_CHANGE"),
             Step::ChangePerSecond => f.write_str("CHANGE_PER_SECOND"),
             Step::Multiplier(x) => write!(f, "MULTIPLIER({x})"),
-            Step::Regex(x) => write!(f, "REGEX({:?} → {:?})", x.re.as_str(), x.output),
+            Step::Regex(x) => {
+                write!(f, "REGEX({:?} → {:?}", x.re.as_str(), x.output)?;
+                match &x.on_fail {
+                    OnFail::Error => f.write_str(")"),
+                    OnFail::Discard => f.write_str(", on fail: discard)"),
+                    OnFail::Value(v) => write!(f, ", on fail: value {v:?})"),
+                    OnFail::Message(m) => write!(f, ", on fail: error {m:?})"),
+                }
+            }
             Step::Trim(ends, chars) => {
                 let name = match ends {
                     Ends::Both => "TRIM",
@@ -349,19 +449,26 @@ pub struct Preprocessor {
 }
 
 /// The text steps `body` on `sample`'s value (a text item's: `Steps` and the config
-/// see to that), which becomes the result or the error that replaces it.
-fn text(sample: &mut Sample, body: &[Step]) {
+/// see to that), which becomes the result or the error that replaces it. `false`: no
+/// value this time (a step failed and its handler discards).
+fn text(sample: &mut Sample, body: &[Step]) -> bool {
     let Ok(Value::Str(t)) = &mut sample.result else {
-        return;
+        return true;
     };
     for step in body {
         match step {
-            Step::Regex(x) => match x.apply(t) {
-                Some(out) => *t = out,
-                None => {
+            Step::Regex(x) => match (x.apply(t), &x.on_fail) {
+                (Some(out), _) => *t = out,
+                (None, OnFail::Value(v)) => v.clone_into(t),
+                (None, OnFail::Discard) => return false,
+                (None, OnFail::Message(m)) => {
+                    sample.result = Err(ItemError::new(ErrorReason::Unsupported, m.clone()));
+                    return true;
+                }
+                (None, OnFail::Error) => {
                     let m = format!("REGEX: pattern {:?} does not match", x.re.as_str());
                     sample.result = Err(unsupported(m));
-                    return;
+                    return true;
                 }
             },
             Step::Trim(ends, chars) => {
@@ -378,6 +485,7 @@ fn text(sample: &mut Sample, body: &[Step]) {
             _ => {}
         }
     }
+    true
 }
 
 fn unsupported(text: String) -> ItemError {
@@ -398,10 +506,13 @@ impl Preprocessor {
         let Some(steps) = sample.pre.take() else {
             return Outcome::Keep(sample);
         };
-        match steps.body().first() {
+        let kept = match steps.body().first() {
             Some(s) if s.needs_text() => text(&mut sample, steps.body()),
-            Some(_) if !self.numbers(&mut sample, &steps) => return Outcome::Discarded,
-            _ => {}
+            Some(_) => self.numbers(&mut sample, &steps),
+            None => true,
+        };
+        if !kept {
+            return Outcome::Discarded;
         }
         match steps.throttle() {
             Some(step) => {
@@ -757,11 +868,15 @@ mod tests {
             Some(Ok(Value::Str("15.0(2)SE4".into())))
         );
         // \0 is the match; a group that took no part, or does not exist, is empty;
-        // a backslash before anything but a digit, and everything else, is literal.
-        let t = [regex(r"(\d+)\.(\d+)(x)?", r"v\1 r\2 [\3\9] all=\0 \n\\")];
+        // \\ is one backslash (so \\1 is a backslash and a 1); a backslash before
+        // anything else, and everything else, is literal.
+        let t = [regex(
+            r"(\d+)\.(\d+)(x)?",
+            r"v\1 r\2 [\3\9] all=\0 \n \\1 \\",
+        )];
         assert_eq!(
             text_through(&t, "build 12.4 final"),
-            Some(Ok(Value::Str(r"v12 r4 [] all=12.4 \n\\".into())))
+            Some(Ok(Value::Str(r"v12 r4 [] all=12.4 \n \1 \".into())))
         );
         // No match: the item is unsupported for this poll, with the reason.
         let err = text_through(&firmware, "Linux 6.1").unwrap().unwrap_err();
@@ -792,6 +907,70 @@ mod tests {
     }
 
     #[test]
+    fn custom_on_fail_decides_what_a_regex_without_a_match_stores() {
+        let firmware = |f: OnFail| regex("Version ([^,]+),", "\\1").on_fail(f);
+        let linux = "Linux 6.1.0-13-amd64 #1 SMP";
+        // CUSTOM_VALUE: that value, and the steps after it run on it.
+        let steps = [
+            firmware(OnFail::Value(" n/a ".into())),
+            Step::parse("TRIM", &[" ".into()]).unwrap(),
+        ];
+        assert_eq!(
+            text_through(&steps, linux),
+            Some(Ok(Value::Str("n/a".into())))
+        );
+        // DISCARD_VALUE: nothing stored, no error.
+        assert_eq!(text_through(&[firmware(OnFail::Discard)], linux), None);
+        // CUSTOM_ERROR: unsupported with that message, as Zabbix shows it.
+        let e = text_through(&[firmware(OnFail::Message("no version".into()))], linux);
+        let e = e.unwrap().unwrap_err();
+        assert_eq!(
+            (e.reason, e.text.as_str()),
+            (ErrorReason::Unsupported, "no version")
+        );
+        // A match ignores the handler.
+        let ios = "Cisco IOS Software, Version 15.2(4)M7, RELEASE SOFTWARE";
+        assert_eq!(
+            text_through(&[firmware(OnFail::Discard)], ios),
+            Some(Ok(Value::Str("15.2(4)M7".into())))
+        );
+        // Steps that cannot fail keep no handler: equal pipelines stay equal (shared).
+        assert_eq!(
+            Step::DiscardUnchanged.on_fail(OnFail::Discard),
+            Step::DiscardUnchanged
+        );
+        assert_ne!(firmware(OnFail::Discard), firmware(OnFail::Error));
+        assert!(firmware(OnFail::Discard)
+            .to_string()
+            .ends_with("on fail: discard)"));
+    }
+
+    #[test]
+    fn error_handlers_are_parsed_as_zabbix_exports_them() {
+        assert_eq!(OnFail::parse("discard_value", None), Ok(OnFail::Discard));
+        assert_eq!(OnFail::parse("ORIGINAL_ERROR", None), Ok(OnFail::Error));
+        assert_eq!(
+            OnFail::parse("CUSTOM_VALUE", Some("")),
+            Ok(OnFail::Value(String::new())),
+            "an empty value is a value"
+        );
+        assert_eq!(
+            OnFail::parse("CUSTOM_ERROR", Some("bad")),
+            Ok(OnFail::Message("bad".into()))
+        );
+        assert!(OnFail::parse("CUSTOM_ERROR", Some("")).is_err());
+        assert!(OnFail::parse("CUSTOM_VALUE", None)
+            .unwrap_err()
+            .contains("needs error_handler_params"));
+        assert!(OnFail::parse("DISCARD_VALUE", Some("x"))
+            .unwrap_err()
+            .contains("takes no"));
+        assert!(OnFail::parse("IGNORE", None)
+            .unwrap_err()
+            .contains("unknown error_handler"));
+    }
+
+    #[test]
     fn trims_strip_the_given_characters_from_their_ends() {
         let step = |k: &str| Step::parse(k, &[" \"".into()]).unwrap();
         let through = |k: &str| match text_through(&[step(k)], " \"up\" ") {
@@ -816,6 +995,17 @@ mod tests {
         assert_eq!(p("regex", &["a+", "\\0"]), p("REGEX", &["a+", "\\0"]));
         assert_ne!(p("REGEX", &["a+", "\\0"]), p("REGEX", &["a+", "x"]));
         assert!(p("REGEX", &["a+"]).unwrap_err().contains("two parameters"));
+        assert!(p("REGEX", &["a+", ""])
+            .unwrap_err()
+            .contains("must not be empty"));
+        assert!(p("REGEX", &["", "\\0"])
+            .unwrap_err()
+            .contains("must not be empty"));
+        // Zabbix's escapes in a trim's characters (an exported `RTRIM` of `\n`).
+        assert_eq!(
+            p("RTRIM", &[r"\s\n\r\t\x"]),
+            Ok(Step::Trim(Ends::Right, " \n\r\t\\x".into()))
+        );
         let e = p("REGEX", &["(?<=a)b", "\\0"]).unwrap_err();
         assert!(e.contains("look-around"), "{e}");
         assert!(p("REGEX", &["(", "\\0"]).is_err());

@@ -572,6 +572,16 @@ items = [ { key = "ifHCInOctets.1", preprocessing = [] } ]
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "TRIM", parameters = [" "] }, { type = "SIMPLE_CHANGE" }] }"#,
     );
     assert!(e.message.contains("need numbers"), "{e}");
+    // Zabbix's "Custom on fail", as it exports it.
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "REGEX", parameters = ["a", "b"], error_handler = "CUSTOM_VALUE" }] }"#,
+    );
+    assert_eq!(e.path, "hosts[0].items[0].preprocessing[0].error_handler");
+    assert!(e.message.contains("needs error_handler_params"), "{e}");
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "REGEX", parameters = ["a", "b"], error_handler_params = "n/a" }] }"#,
+    );
+    assert!(e.message.contains("without error_handler"), "{e}");
     let e = bad(
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "DISCARD_UNCHANGED_HEARTBEAT", parameters = ["0"] }] }"#,
     );
