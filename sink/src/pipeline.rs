@@ -622,17 +622,21 @@ mod tests {
         }
     }
 
-    /// A sink writing to `url`, its spool fsynced every `fsync`, started and settled
-    /// (the replayer's first look at the spool done).
-    async fn settled_sink(
-        url: String,
-        fsync: Duration,
-    ) -> (crate::Sink, crate::SinkHandle, tempfile::TempDir) {
-        let ch = ClickHouseConfig {
-            url: Some(url),
+    /// ClickHouse at `url`, quick retries.
+    fn ch_at(url: &str) -> ClickHouseConfig {
+        ClickHouseConfig {
+            url: Some(url.into()),
             retry_backoff: Duration::from_millis(50),
             ..ClickHouseConfig::default()
-        };
+        }
+    }
+
+    /// A sink writing to `ch`, its spool fsynced every `fsync`, started and settled
+    /// (the replayer's first look at the spool done).
+    async fn settled_sink(
+        ch: ClickHouseConfig,
+        fsync: Duration,
+    ) -> (crate::Sink, crate::SinkHandle, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
         let cfg = spool_cfg(dir.path(), fsync);
         let metrics = Arc::new(SinkMetrics::default());
@@ -646,19 +650,57 @@ mod tests {
         std::env::var("NETPOLLER_CH_URL").unwrap_or_else(|_| "http://127.0.0.1:8123".into())
     }
 
+    fn refused() -> InsertError {
+        InsertError {
+            url: "test".into(),
+            table: "history_uint",
+            class: crate::metrics::ErrorClass::Network,
+            message: "connection refused".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stop_does_not_wait_for_a_probe_of_a_server_that_never_answers() {
+        // A server that accepts and never answers (hung, or a stalled load balancer),
+        // probed by the replayer with a 120 s request timeout: a stop waits the
+        // shutdown grace at most, not the probe's timeout (systemd's SIGKILL comes first).
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let h = held.clone();
+        std::thread::spawn(move || {
+            for c in listener.incoming().flatten() {
+                h.lock().unwrap().push(c);
+            }
+        });
+        let ch = ClickHouseConfig {
+            request_timeout: Duration::from_secs(120),
+            ..ch_at(&url)
+        };
+        let (sink, _handle, _dir) = settled_sink(ch, Duration::from_secs(1)).await;
+        sink.shared.set_unhealthy(&refused());
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while held.lock().unwrap().is_empty() {
+            assert!(Instant::now() < deadline, "the replayer never probed");
+            sleep(Duration::from_millis(20)).await;
+        }
+        let t0 = Instant::now();
+        let limit = crate::SHUTDOWN_GRACE + Duration::from_secs(10);
+        tokio::time::timeout(limit, sink.shutdown())
+            .await
+            .expect("the stop waited for the probe")
+            .unwrap();
+        assert!(t0.elapsed() >= crate::SHUTDOWN_GRACE - Duration::from_secs(1));
+    }
+
     #[tokio::test]
     async fn an_unhealthy_sink_with_an_empty_spool_probes_until_clickhouse_answers() {
         // An INSERT failed and its batch did not reach the spool (a full disk): the
         // replayer, idle on an empty spool, must still find out that ClickHouse is
         // back, or the sink stays "spooling" (and dropping) for good.
-        let (sink, _handle, _dir) = settled_sink(services_ch(), Duration::from_secs(1)).await;
-        let failed = InsertError {
-            url: "test".into(),
-            table: "history_uint",
-            class: crate::metrics::ErrorClass::Network,
-            message: "connection refused".into(),
-        };
-        sink.shared.set_unhealthy(&failed);
+        let ch = ch_at(&services_ch());
+        let (sink, _handle, _dir) = settled_sink(ch, Duration::from_secs(1)).await;
+        sink.shared.set_unhealthy(&refused());
         assert!(matches!(sink.health(), Health::Spooling { .. }));
         let deadline = Instant::now() + Duration::from_secs(10);
         while !matches!(sink.health(), Health::Writing) {
@@ -675,8 +717,8 @@ mod tests {
     #[tokio::test]
     async fn an_idle_sink_does_not_wake_up() {
         // Nothing is sent to this address: an idle sink does not contact ClickHouse.
-        let url = "http://127.0.0.1:9".to_string();
-        let (sink, _handle, _dir) = settled_sink(url, Duration::from_millis(100)).await;
+        let ch = ch_at("http://127.0.0.1:9");
+        let (sink, _handle, _dir) = settled_sink(ch, Duration::from_millis(100)).await;
         let before = wake_ups();
         sleep(Duration::from_secs(3)).await;
         // The sleep itself wakes this thread once (a page fault might add one). An
