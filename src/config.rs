@@ -1067,6 +1067,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
             self.c.push(&at, format!("item {:?} {why}", e.key));
             return Err(());
         }
+        let mismatch = effective
+            .into_iter()
+            .flatten()
+            .find_map(|s| s.check_type(value_type).err());
+        if let Some(why) = mismatch {
+            self.c.push(&at, format!("item {:?}: {why}", e.key));
+            return Err(());
+        }
         let Some(steps) = steps else {
             return Ok(inherited);
         };

@@ -530,6 +530,10 @@ fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() 
      preprocessing = [{ type = "REGEX", parameters = ["Version ([^,]+),", "\\1"],
                         error_handler = "CUSTOM_VALUE", error_handler_params = "none" },
                       { type = "DISCARD_UNCHANGED" }] },
+  { key = "absent", oid = "1.3.6.1.2.1.1.99.0", type = "uint", interval = "1s",
+     preprocessing = [{ type = "CHECK_NOT_SUPPORTED", error_handler = "CUSTOM_VALUE",
+                        error_handler_params = "7" },
+                      { type = "DISCARD_UNCHANGED" }] },
 "##,
     );
     let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
@@ -573,6 +577,10 @@ fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() 
         version, "none\n",
         "no version in sysDescr: the custom value, once"
     );
+    let absent = ch(&format!(
+        "SELECT value FROM {db}.history_uint WHERE itemname = 'absent' FORMAT TSV"
+    ));
+    assert_eq!(absent, "7\n", "noSuchObject: the custom value, once");
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 

@@ -20,6 +20,9 @@
 //! * A text step works on a text item's value: `REGEX` replaces it with its output
 //!   template filled from the pattern's first match (`\\0`..`\\9`), or, when nothing
 //!   matches, with an error; a trim strips the given characters from its ends.
+//! * `CHECK_NOT_SUPPORTED`, the first step if any, runs on errors only: an item the
+//!   device does not support this time gets the step's handler (discard, a custom
+//!   value the next steps run on, a custom error) instead of the error.
 //! * A throttling step compares the value to be stored (numeric steps done, in the
 //!   item's type; text too) with the last one stored: "Discard unchanged" stores it only
 //!   when it differs, "with heartbeat" also when the heartbeat has passed since the last
@@ -52,6 +55,10 @@ pub enum Step {
     Regex(Arc<Extract>),
     /// These characters stripped from the text's ends.
     Trim(Ends, Arc<str>),
+    /// Zabbix's "Check for not supported value": an item the device does not support
+    /// this time (noSuchObject, a value that does not fit...) gets this handler
+    /// instead; the first step, it runs on errors only.
+    CheckNotSupported(OnFail),
     /// No value when it equals the last one stored.
     DiscardUnchanged,
     /// No value when it equals the last one stored and that one is younger than this
@@ -217,6 +224,28 @@ impl Step {
         )
     }
 
+    /// The custom value this step puts in place of a failure, if any.
+    fn custom_value(&self) -> Option<&str> {
+        let on_fail = match self {
+            Step::Regex(x) => &x.on_fail,
+            Step::CheckNotSupported(f) => f,
+            _ => return None,
+        };
+        match on_fail {
+            OnFail::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Checks the step against its item's type: a custom value must be one of it (a
+    /// `CHECK_NOT_SUPPORTED` value on a `uint` item a whole number, ...).
+    pub fn check_type(&self, vt: ValueType) -> Result<(), String> {
+        match self.custom_value() {
+            Some(v) => custom(v, vt).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
     /// Whether the step works on text (a numeric item cannot have it: netpoller
     /// converts what the device answers to the item's type before the steps).
     pub fn needs_text(&self) -> bool {
@@ -273,6 +302,10 @@ impl Step {
             "TRIM" => trim(Ends::Both),
             "LTRIM" => trim(Ends::Left),
             "RTRIM" => trim(Ends::Right),
+            "CHECK_NOT_SUPPORTED" => match params {
+                [] => Ok(Step::CheckNotSupported(OnFail::Error)),
+                _ => Err("CHECK_NOT_SUPPORTED takes no parameters (it checks for any error of the item)".into()),
+            },
             "DISCARD_UNCHANGED" => no_params(Step::DiscardUnchanged),
             "DISCARD_UNCHANGED_HEARTBEAT" => match params {
                 [p] => match seconds(p) {
@@ -284,7 +317,7 @@ impl Step {
                 _ => Err("DISCARD_UNCHANGED_HEARTBEAT takes one parameter, the heartbeat (parameters = [\"1h\"])".into()),
             },
             _ => Err(format!(
-                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, REGEX, TRIM, LTRIM, RTRIM, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
+                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, REGEX, TRIM, LTRIM, RTRIM, CHECK_NOT_SUPPORTED, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
             )),
         }
     }
@@ -301,6 +334,7 @@ impl Step {
                 on_fail,
                 ..(*x).clone()
             })),
+            Step::CheckNotSupported(_) => Step::CheckNotSupported(on_fail),
             other => other,
         }
     }
@@ -321,6 +355,7 @@ impl fmt::Display for Step {
                     OnFail::Message(m) => write!(f, ", on fail: error {m:?})"),
                 }
             }
+            Step::CheckNotSupported(on_fail) => write!(f, "CHECK_NOT_SUPPORTED({on_fail:?})"),
             Step::Trim(ends, chars) => {
                 let name = match ends {
                     Ends::Both => "TRIM",
@@ -359,6 +394,10 @@ impl Steps {
         if throttles == 1 && !steps[steps.len() - 1].is_throttle() {
             return Err("DISCARD_UNCHANGED(_HEARTBEAT) must be the last step".into());
         }
+        let checks = |s: &Step| matches!(s, Step::CheckNotSupported(_));
+        if steps.iter().skip(1).any(checks) {
+            return Err("CHECK_NOT_SUPPORTED must be the first step (at most one)".into());
+        }
         if steps.iter().any(Step::needs_text) && steps.iter().any(Step::needs_number) {
             return Err(
                 "REGEX and the TRIM steps work on text, SIMPLE_CHANGE, CHANGE_PER_SECOND and MULTIPLIER on numbers: one item takes one kind"
@@ -381,11 +420,20 @@ impl Steps {
         self.0.last().filter(|s| s.is_throttle())
     }
 
-    /// The steps that compute the value (all but the throttling one): on numbers or,
-    /// all of them, on text.
+    /// The handler of a leading `CHECK_NOT_SUPPORTED`, if any.
+    fn check(&self) -> Option<&OnFail> {
+        match self.0.first() {
+            Some(Step::CheckNotSupported(f)) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The steps that compute the value (all but the check and the throttling step):
+    /// on numbers or, all of them, on text.
     fn body(&self) -> &[Step] {
+        let first = usize::from(self.check().is_some());
         let n = self.0.len() - usize::from(self.throttle().is_some());
-        &self.0[..n]
+        &self.0[first.min(n)..n]
     }
 }
 
@@ -488,6 +536,19 @@ fn text(sample: &mut Sample, body: &[Step]) -> bool {
     true
 }
 
+/// A custom value as a value of type `vt`.
+fn custom(v: &str, vt: ValueType) -> Result<Value, String> {
+    let bad = || format!("the custom value {v:?} is not a {vt} value");
+    match vt {
+        ValueType::Str => Ok(Value::Str(v.to_owned())),
+        ValueType::Uint => v.trim().parse().map(Value::Uint).map_err(|_| bad()),
+        ValueType::Float => match v.trim().parse::<f64>() {
+            Ok(f) if f.is_finite() => Ok(Value::Float(f)),
+            _ => Err(bad()),
+        },
+    }
+}
+
 fn unsupported(text: String) -> ItemError {
     ItemError::new(ErrorReason::Unsupported, format!("preprocessing: {text}"))
 }
@@ -506,6 +567,21 @@ impl Preprocessor {
         let Some(steps) = sample.pre.take() else {
             return Outcome::Keep(sample);
         };
+        if let (Some(on_fail), Err(e)) = (steps.check(), &sample.result) {
+            if e.reason == ErrorReason::Unsupported {
+                match on_fail {
+                    OnFail::Error => {}
+                    OnFail::Discard => return Outcome::Discarded,
+                    OnFail::Message(m) => {
+                        sample.result = Err(ItemError::new(ErrorReason::Unsupported, m.clone()))
+                    }
+                    // Checked against the item's type at load (`Step::check_type`).
+                    OnFail::Value(v) => {
+                        sample.result = custom(v, sample.value_type).map_err(unsupported)
+                    }
+                }
+            }
+        }
         let kept = match steps.body().first() {
             Some(s) if s.needs_text() => text(&mut sample, steps.body()),
             Some(_) => self.numbers(&mut sample, &steps),
@@ -535,7 +611,7 @@ impl Preprocessor {
             Value::Str(_) => {
                 sample.result = Err(unsupported(format!(
                     "{} needs a number, got text",
-                    steps.as_slice()[0]
+                    steps.body()[0]
                 )));
                 return true;
             }
@@ -591,6 +667,7 @@ impl Preprocessor {
                 // does not mix with these.
                 Step::DiscardUnchanged
                 | Step::DiscardUnchangedHeartbeat(_)
+                | Step::CheckNotSupported(_)
                 | Step::Regex(_)
                 | Step::Trim(..) => n,
             };
@@ -943,6 +1020,53 @@ mod tests {
         assert!(firmware(OnFail::Discard)
             .to_string()
             .ends_with("on fail: discard)"));
+    }
+
+    #[test]
+    fn check_not_supported_gives_an_unsupported_item_its_handler() {
+        let check = |f: OnFail| Step::parse("CHECK_NOT_SUPPORTED", &[]).unwrap().on_fail(f);
+        let failed = |reason, steps: &[Step]| {
+            let mut s = sample(3, ValueType::Uint, 0, Value::Uint(0), steps);
+            s.result = Err(ItemError::new(reason, "noSuchObject"));
+            let mut p = Preprocessor::default();
+            value(p.apply(s))
+        };
+        let nso = ErrorReason::Unsupported;
+        // CUSTOM_VALUE, in the item's type; the steps after it run on it.
+        let zero = [check(OnFail::Value("5".into())), Step::Multiplier(2.0)];
+        assert_eq!(failed(nso, &zero), Some(Ok(Value::Uint(10))));
+        // A value is left to the other steps; a timeout is not "not supported".
+        let ok = sample(3, ValueType::Uint, 0, Value::Uint(3), &zero);
+        assert_eq!(
+            value(Preprocessor::default().apply(ok)),
+            Some(Ok(Value::Uint(6)))
+        );
+        let timeout = failed(ErrorReason::Timeout, &zero).unwrap().unwrap_err();
+        assert_eq!(timeout.reason, ErrorReason::Timeout);
+        // DISCARD_VALUE, CUSTOM_ERROR, ORIGINAL_ERROR.
+        assert_eq!(failed(nso, &[check(OnFail::Discard)]), None);
+        let e = failed(nso, &[check(OnFail::Message("absent".into()))]);
+        assert_eq!(e.unwrap().unwrap_err().text, "absent");
+        let e = failed(nso, &[check(OnFail::Error)]);
+        assert_eq!(e.unwrap().unwrap_err().text, "noSuchObject");
+        // The first step only; a custom value of the item's type.
+        let late = Steps::new(vec![Step::Multiplier(2.0), check(OnFail::Discard)]);
+        assert!(late.unwrap_err().contains("first step"));
+        assert!(p_err("CHECK_NOT_SUPPORTED", &["-1"]).contains("no parameters"));
+        let v = |x: &str| check(OnFail::Value(x.into()));
+        assert!(v("n/a")
+            .check_type(ValueType::Uint)
+            .unwrap_err()
+            .contains("not a uint"));
+        assert!(v("-1").check_type(ValueType::Uint).is_err());
+        assert_eq!(v("-1.5").check_type(ValueType::Float), Ok(()));
+        assert_eq!(v("n/a").check_type(ValueType::Str), Ok(()));
+        assert_eq!(check(OnFail::Discard).check_type(ValueType::Uint), Ok(()));
+    }
+
+    fn p_err(kind: &str, params: &[&str]) -> String {
+        let params: Vec<String> = params.iter().map(|s| s.to_string()).collect();
+        Step::parse(kind, &params).unwrap_err()
     }
 
     #[test]
