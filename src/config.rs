@@ -453,8 +453,9 @@ pub struct ItemEntry {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreprocessingEntry {
-    /// `SIMPLE_CHANGE`, `CHANGE_PER_SECOND`, `MULTIPLIER`, `REGEX`, `TRIM`, `LTRIM`,
-    /// `RTRIM`, `DISCARD_UNCHANGED` or `DISCARD_UNCHANGED_HEARTBEAT` (any case).
+    /// `SIMPLE_CHANGE`, `CHANGE_PER_SECOND`, `MULTIPLIER`, `IN_RANGE`, `REGEX`, `TRIM`,
+    /// `LTRIM`, `RTRIM`, `MATCHES_REGEX`, `NOT_MATCHES_REGEX`, `CHECK_NOT_SUPPORTED`,
+    /// `DISCARD_UNCHANGED` or `DISCARD_UNCHANGED_HEARTBEAT` (any case).
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default)]
@@ -1034,13 +1035,25 @@ impl<'c, 'a> Resolver<'c, 'a> {
                         (None, Some(_)) => Err("error_handler_params without error_handler".into()),
                         (Some(h), p) => OnFail::parse(h, p),
                     };
-                    match on_fail {
-                        Ok(f) => steps.push(step.on_fail(f)),
+                    let on_fail = on_fail.and_then(|f| match (&step, f) {
+                        // Zabbix's form does not let this step go without a handler.
+                        (Step::CheckNotSupported(_), OnFail::Error) => Err(
+                            "CHECK_NOT_SUPPORTED needs error_handler DISCARD_VALUE, CUSTOM_VALUE or CUSTOM_ERROR".into(),
+                        ),
+                        (_, f) => Ok(f),
+                    });
+                    let step = match on_fail {
+                        Ok(f) => step.on_fail(f),
                         Err(m) => {
                             self.c.push(&at(i, "error_handler"), m);
                             return Err(());
                         }
+                    };
+                    if let Err(m) = step.check_type(value_type) {
+                        self.c.push(&at(i, "error_handler_params"), m);
+                        return Err(());
                     }
+                    steps.push(step);
                 }
                 (at(0, "type"), Some(steps))
             }
@@ -1056,10 +1069,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
         let needs = |f: fn(&Step) -> bool| effective.is_some_and(|s| s.iter().any(f));
         let wrong = match value_type {
             ValueType::Str if needs(Step::needs_number) => Some(
-                "is of type str: its preprocessing steps need numbers (a text item takes REGEX, TRIM, LTRIM, RTRIM, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT)",
+                "is of type str: its preprocessing steps need numbers (a text item takes REGEX, TRIM, LTRIM, RTRIM, MATCHES_REGEX, NOT_MATCHES_REGEX, CHECK_NOT_SUPPORTED, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT)",
             ),
             ValueType::Float | ValueType::Uint if needs(Step::needs_text) => Some(
-                "is numeric: REGEX and the TRIM steps work on text items (type = \"str\"); netpoller converts the answer to the item's type before its steps",
+                "is numeric: REGEX, the TRIM steps and the pattern checks work on text items (type = \"str\"); netpoller converts the answer to the item's type before its steps",
             ),
             _ => None,
         };

@@ -20,6 +20,11 @@
 //! * A text step works on a text item's value: `REGEX` replaces it with its output
 //!   template filled from the pattern's first match (`\\0`..`\\9`), or, when nothing
 //!   matches, with an error; a trim strips the given characters from its ends.
+//! * A validation step (`IN_RANGE` on numbers, `MATCHES_REGEX` / `NOT_MATCHES_REGEX`
+//!   on text) fails a value that does not pass; like a `REGEX` without a match, a
+//!   failing step makes the item unsupported for that poll unless its "Custom on fail"
+//!   handler discards the value, replaces it (the next steps run on the replacement)
+//!   or sets the error's text.
 //! * `CHECK_NOT_SUPPORTED`, the first step if any, runs on errors only: an item the
 //!   device does not support this time gets the step's handler (discard, a custom
 //!   value the next steps run on, a custom error) instead of the error.
@@ -55,6 +60,11 @@ pub enum Step {
     Regex(Arc<Extract>),
     /// These characters stripped from the text's ends.
     Trim(Ends, Arc<str>),
+    /// Zabbix's "In range": a value outside the bounds fails (its handler decides).
+    InRange(Arc<Bounds>),
+    /// Zabbix's "Matches regular expression" (`true`) and "Does not match" (`false`):
+    /// a text that does not pass fails (its handler decides).
+    Matches(Arc<Check>),
     /// Zabbix's "Check for not supported value": an item the device does not support
     /// this time (noSuchObject, a value that does not fit...) gets this handler
     /// instead; the first step, it runs on errors only.
@@ -135,6 +145,17 @@ pub enum OnFail {
     Message(String),
 }
 
+impl fmt::Display for OnFail {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OnFail::Error => f.write_str("on fail: error"),
+            OnFail::Discard => f.write_str("on fail: discard"),
+            OnFail::Value(v) => write!(f, "on fail: value {v:?}"),
+            OnFail::Message(m) => write!(f, "on fail: error {m:?}"),
+        }
+    }
+}
+
 impl OnFail {
     /// Parses Zabbix's export name (any case) and its parameter.
     pub fn parse(handler: &str, param: Option<&str>) -> Result<OnFail, String> {
@@ -157,20 +178,71 @@ impl OnFail {
     }
 }
 
-/// A `REGEX` step: Zabbix's pattern and output template, and what no match does.
-#[derive(Debug, Clone)]
-pub struct Extract {
-    re: regex::Regex,
-    output: String,
+/// An `IN_RANGE` step: inclusive bounds (`None`: open) and what a value outside does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bounds {
+    min: Option<f64>,
+    max: Option<f64>,
     on_fail: OnFail,
 }
 
-impl PartialEq for Extract {
-    fn eq(&self, other: &Extract) -> bool {
-        self.re.as_str() == other.re.as_str()
-            && self.output == other.output
-            && self.on_fail == other.on_fail
+impl Bounds {
+    fn contains(&self, v: f64) -> bool {
+        self.min.is_none_or(|m| v >= m) && self.max.is_none_or(|m| v <= m)
     }
+}
+
+impl fmt::Display for Bounds {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let end = |b: Option<f64>| b.map_or(String::new(), |b| b.to_string());
+        write!(f, "[{}, {}]", end(self.min), end(self.max))
+    }
+}
+
+/// A compiled pattern; equal to another with the same source (items share a pipeline
+/// when their steps are equal).
+#[derive(Debug, Clone)]
+pub struct Pattern(regex::Regex);
+
+impl PartialEq for Pattern {
+    fn eq(&self, other: &Pattern) -> bool {
+        self.0.as_str() == other.0.as_str()
+    }
+}
+
+impl Pattern {
+    /// `p` as Rust's regex crate compiles it, or why it cannot (for step `kind`).
+    fn new(kind: &str, p: &str) -> Result<Pattern, String> {
+        if p.is_empty() {
+            return Err(format!("{kind}: the pattern must not be empty"));
+        }
+        regex::Regex::new(p).map(Pattern).map_err(|e| {
+            format!(
+                "{kind}: {p:?} is not a pattern netpoller can run (Rust's regex syntax: Perl's without look-around and back-references): {e}"
+            )
+        })
+    }
+
+    fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+/// A `MATCHES_REGEX` / `NOT_MATCHES_REGEX` step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Check {
+    re: Pattern,
+    /// `true`: the text must match; `false`: it must not.
+    matches: bool,
+    on_fail: OnFail,
+}
+
+/// A `REGEX` step: Zabbix's pattern and output template, and what no match does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Extract {
+    re: Pattern,
+    output: String,
+    on_fail: OnFail,
 }
 
 impl Extract {
@@ -179,7 +251,7 @@ impl Extract {
     /// exist), `\\` one backslash, everything else literal, as Zabbix fills it.
     /// `None`: no match.
     fn apply(&self, text: &str) -> Option<String> {
-        let caps = self.re.captures(text)?;
+        let caps = self.re.0.captures(text)?;
         let out = self.output.as_bytes();
         let mut s = String::with_capacity(self.output.len());
         let (mut i, mut literal) = (0, 0);
@@ -220,7 +292,7 @@ impl Step {
     pub fn needs_number(&self) -> bool {
         matches!(
             self,
-            Step::SimpleChange | Step::ChangePerSecond | Step::Multiplier(_)
+            Step::SimpleChange | Step::ChangePerSecond | Step::Multiplier(_) | Step::InRange(_)
         )
     }
 
@@ -228,6 +300,8 @@ impl Step {
     fn custom_value(&self) -> Option<&str> {
         let on_fail = match self {
             Step::Regex(x) => &x.on_fail,
+            Step::InRange(b) => &b.on_fail,
+            Step::Matches(c) => &c.on_fail,
             Step::CheckNotSupported(f) => f,
             _ => return None,
         };
@@ -249,11 +323,12 @@ impl Step {
     /// Whether the step works on text (a numeric item cannot have it: netpoller
     /// converts what the device answers to the item's type before the steps).
     pub fn needs_text(&self) -> bool {
-        matches!(self, Step::Regex(_) | Step::Trim(..))
+        matches!(self, Step::Regex(_) | Step::Trim(..) | Step::Matches(_))
     }
 
     /// Parses Zabbix's export name (`CHANGE_PER_SECOND`, `SIMPLE_CHANGE`, `MULTIPLIER`,
-    /// `REGEX`, `TRIM`, `LTRIM`, `RTRIM`, `DISCARD_UNCHANGED`,
+    /// `IN_RANGE`, `REGEX`, `TRIM`, `LTRIM`, `RTRIM`, `MATCHES_REGEX`,
+    /// `NOT_MATCHES_REGEX`, `CHECK_NOT_SUPPORTED`, `DISCARD_UNCHANGED`,
     /// `DISCARD_UNCHANGED_HEARTBEAT`, any case) and its parameters.
     pub fn parse(kind: &str, params: &[String]) -> Result<Step, String> {
         let trim = |ends| match params {
@@ -262,8 +337,10 @@ impl Step {
                 "{kind} takes one parameter, the characters to strip (parameters = [\" \\t\"])"
             )),
         };
+        // Zabbix 6.0 exports a step without parameters as `parameters: ['']`.
+        let none = matches!(params, [] | [_]) && params.iter().all(|p| p.is_empty());
         let no_params = |s: Step| {
-            if params.is_empty() {
+            if none {
                 Ok(s)
             } else {
                 Err(format!("{kind} takes no parameters"))
@@ -280,20 +357,14 @@ impl Step {
                 _ => Err("MULTIPLIER takes one parameter, the factor (parameters = [\"8\"])".into()),
             },
             "REGEX" => match params {
-                [pattern, output] if pattern.is_empty() || output.is_empty() => Err(
-                    "REGEX: the pattern and the output must not be empty (as Zabbix requires)"
-                        .into(),
-                ),
-                [pattern, output] => match regex::Regex::new(pattern) {
-                    Ok(re) => Ok(Step::Regex(Arc::new(Extract {
-                        re,
-                        output: output.clone(),
-                        on_fail: OnFail::Error,
-                    }))),
-                    Err(e) => Err(format!(
-                        "REGEX: {pattern:?} is not a pattern netpoller can run (Rust's regex syntax: Perl's without look-around and back-references): {e}"
-                    )),
-                },
+                [_, output] if output.is_empty() => {
+                    Err("REGEX: the output must not be empty (as Zabbix requires)".into())
+                }
+                [p, output] => Ok(Step::Regex(Arc::new(Extract {
+                    re: Pattern::new("REGEX", p)?,
+                    output: output.clone(),
+                    on_fail: OnFail::Error,
+                }))),
                 _ => Err(
                     "REGEX takes two parameters, the pattern and the output (parameters = [\"Version ([0-9.]+)\", \"\\\\1\"])"
                         .into(),
@@ -302,9 +373,47 @@ impl Step {
             "TRIM" => trim(Ends::Both),
             "LTRIM" => trim(Ends::Left),
             "RTRIM" => trim(Ends::Right),
+            "IN_RANGE" => {
+                let bound = |b: &String| match b.trim() {
+                    "" => Ok(None),
+                    t => match t.parse::<f64>() {
+                        Ok(x) if x.is_finite() => Ok(Some(x)),
+                        _ => Err(format!("IN_RANGE: {b:?} is not a number")),
+                    },
+                };
+                match params {
+                    [min, max] => {
+                        let (min, max) = (bound(min)?, bound(max)?);
+                        match (min, max) {
+                            (None, None) => Err("IN_RANGE needs a minimum, a maximum or both".into()),
+                            (Some(a), Some(b)) if a > b => {
+                                Err(format!("IN_RANGE: the minimum {a} is above the maximum {b}"))
+                            }
+                            _ => Ok(Step::InRange(Arc::new(Bounds {
+                                min,
+                                max,
+                                on_fail: OnFail::Error,
+                            }))),
+                        }
+                    }
+                    _ => Err("IN_RANGE takes two parameters, the minimum and the maximum (parameters = [\"0\", \"100\"]; \"\" leaves one open)".into()),
+                }
+            }
+            "MATCHES_REGEX" | "NOT_MATCHES_REGEX" => match params {
+                [p] => Ok(Step::Matches(Arc::new(Check {
+                    re: Pattern::new(kind, p)?,
+                    matches: !kind.to_ascii_uppercase().starts_with("NOT"),
+                    on_fail: OnFail::Error,
+                }))),
+                _ => Err(format!("{kind} takes one parameter, the pattern")),
+            },
+            // Zabbix 7.0 exports `["-1"]` (any error), 6.0 `[""]`; `["0" | "1", pattern]`
+            // compares the error's text with a pattern, and netpoller's texts are not
+            // Zabbix's ("noSuchObject", not "No Such Object available on this agent").
             "CHECK_NOT_SUPPORTED" => match params {
                 [] => Ok(Step::CheckNotSupported(OnFail::Error)),
-                _ => Err("CHECK_NOT_SUPPORTED takes no parameters (it checks for any error of the item)".into()),
+                [p] if p.is_empty() || p.trim() == "-1" => Ok(Step::CheckNotSupported(OnFail::Error)),
+                _ => Err("CHECK_NOT_SUPPORTED: netpoller checks for any error only (parameters = [\"-1\"], or none): its error texts are not Zabbix's, so a pattern on them would not match as in Zabbix".into()),
             },
             "DISCARD_UNCHANGED" => no_params(Step::DiscardUnchanged),
             "DISCARD_UNCHANGED_HEARTBEAT" => match params {
@@ -317,17 +426,18 @@ impl Step {
                 _ => Err("DISCARD_UNCHANGED_HEARTBEAT takes one parameter, the heartbeat (parameters = [\"1h\"])".into()),
             },
             _ => Err(format!(
-                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, REGEX, TRIM, LTRIM, RTRIM, CHECK_NOT_SUPPORTED, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
+                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, IN_RANGE, REGEX, TRIM, LTRIM, RTRIM, MATCHES_REGEX, NOT_MATCHES_REGEX, CHECK_NOT_SUPPORTED, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
             )),
         }
     }
 }
 
 impl Step {
-    /// This step with Zabbix's "Custom on fail". Only `REGEX` can fail here (no match):
-    /// netpoller converts the answer to the item's type before the steps, so the
-    /// numeric steps always get a number, and the others cannot fail; on them a
-    /// handler is accepted (a template exported from Zabbix loads) and never runs.
+    /// This step with Zabbix's "Custom on fail". The steps that can fail here: `REGEX`
+    /// (no match), the validations and `CHECK_NOT_SUPPORTED`. netpoller converts the
+    /// answer to the item's type before the steps, so the numeric steps always get a
+    /// number, and the others cannot fail; on them a handler is accepted (a template
+    /// exported from Zabbix loads) and never runs.
     pub fn on_fail(self, on_fail: OnFail) -> Step {
         match self {
             Step::Regex(x) => Step::Regex(Arc::new(Extract {
@@ -335,6 +445,14 @@ impl Step {
                 ..(*x).clone()
             })),
             Step::CheckNotSupported(_) => Step::CheckNotSupported(on_fail),
+            Step::InRange(b) => Step::InRange(Arc::new(Bounds {
+                on_fail,
+                ..(*b).clone()
+            })),
+            Step::Matches(c) => Step::Matches(Arc::new(Check {
+                on_fail,
+                ..(*c).clone()
+            })),
             other => other,
         }
     }
@@ -346,16 +464,23 @@ impl fmt::Display for Step {
             Step::SimpleChange => f.write_str("SIMPLE_CHANGE"),
             Step::ChangePerSecond => f.write_str("CHANGE_PER_SECOND"),
             Step::Multiplier(x) => write!(f, "MULTIPLIER({x})"),
-            Step::Regex(x) => {
-                write!(f, "REGEX({:?} → {:?}", x.re.as_str(), x.output)?;
-                match &x.on_fail {
-                    OnFail::Error => f.write_str(")"),
-                    OnFail::Discard => f.write_str(", on fail: discard)"),
-                    OnFail::Value(v) => write!(f, ", on fail: value {v:?})"),
-                    OnFail::Message(m) => write!(f, ", on fail: error {m:?})"),
-                }
+            Step::Regex(x) => write!(
+                f,
+                "REGEX({:?} → {:?}, {})",
+                x.re.as_str(),
+                x.output,
+                x.on_fail
+            ),
+            Step::CheckNotSupported(on_fail) => write!(f, "CHECK_NOT_SUPPORTED({on_fail})"),
+            Step::InRange(b) => write!(f, "IN_RANGE({b}, {})", b.on_fail),
+            Step::Matches(c) => {
+                let name = if c.matches {
+                    "MATCHES_REGEX"
+                } else {
+                    "NOT_MATCHES_REGEX"
+                };
+                write!(f, "{name}({:?}, {})", c.re.as_str(), c.on_fail)
             }
-            Step::CheckNotSupported(on_fail) => write!(f, "CHECK_NOT_SUPPORTED({on_fail:?})"),
             Step::Trim(ends, chars) => {
                 let name = match ends {
                     Ends::Both => "TRIM",
@@ -484,8 +609,10 @@ struct Stored {
 pub enum Outcome {
     /// The sample as it is to be stored (a value, or the error that replaced it).
     Keep(Sample),
-    /// No value this time (an item's first, after a counter reset, or unchanged).
-    Discarded,
+    /// No value this time (an item's first, after a counter reset, unchanged, or a
+    /// failure its handler discards); the sample as it was, for the item's state: the
+    /// item answered, or its failure is handled.
+    Discarded(Sample),
 }
 
 /// The previous values of the change steps and the stored values of the throttling
@@ -515,6 +642,25 @@ fn text(sample: &mut Sample, body: &[Step]) -> bool {
                 }
                 (None, OnFail::Error) => {
                     let m = format!("REGEX: pattern {:?} does not match", x.re.as_str());
+                    sample.result = Err(unsupported(m));
+                    return true;
+                }
+            },
+            Step::Matches(c) if c.re.0.is_match(t) == c.matches => {}
+            Step::Matches(c) => match &c.on_fail {
+                OnFail::Value(v) => v.clone_into(t),
+                OnFail::Discard => return false,
+                OnFail::Message(m) => {
+                    sample.result = Err(ItemError::new(ErrorReason::Unsupported, m.clone()));
+                    return true;
+                }
+                OnFail::Error => {
+                    let does = if c.matches {
+                        "does not match"
+                    } else {
+                        "matches"
+                    };
+                    let m = format!("the value {does} the pattern {:?}", c.re.as_str());
                     sample.result = Err(unsupported(m));
                     return true;
                 }
@@ -571,7 +717,12 @@ impl Preprocessor {
             if e.reason == ErrorReason::Unsupported {
                 match on_fail {
                     OnFail::Error => {}
-                    OnFail::Discard => return Outcome::Discarded,
+                    OnFail::Discard => {
+                        // As Zabbix: the steps' memory starts over after the gap.
+                        self.previous.remove(&sample.itemid);
+                        self.stored.remove(&sample.itemid);
+                        return Outcome::Discarded(sample);
+                    }
                     OnFail::Message(m) => {
                         sample.result = Err(ItemError::new(ErrorReason::Unsupported, m.clone()))
                     }
@@ -588,7 +739,7 @@ impl Preprocessor {
             None => true,
         };
         if !kept {
-            return Outcome::Discarded;
+            return Outcome::Discarded(sample);
         }
         match steps.throttle() {
             Some(step) => {
@@ -665,9 +816,33 @@ impl Preprocessor {
                 }
                 // The last step, which `body` leaves out; text steps, which `Steps`
                 // does not mix with these.
+                Step::InRange(ref b) if b.contains(n.f()) => n,
+                Step::InRange(ref b) => match &b.on_fail {
+                    OnFail::Discard => return false,
+                    // Checked against the item's type at load (`Step::check_type`).
+                    OnFail::Value(v) => match custom(v, sample.value_type) {
+                        Ok(Value::Uint(u)) => Num::U(u),
+                        Ok(Value::Float(f)) => Num::F(f),
+                        other => {
+                            let why = other.map_or_else(|e| e, |_| "not a number".into());
+                            sample.result = Err(unsupported(why));
+                            return true;
+                        }
+                    },
+                    OnFail::Message(m) => {
+                        sample.result = Err(ItemError::new(ErrorReason::Unsupported, m.clone()));
+                        return true;
+                    }
+                    OnFail::Error => {
+                        let m = format!("IN_RANGE: {} is not within {b}", n.f());
+                        sample.result = Err(unsupported(m));
+                        return true;
+                    }
+                },
                 Step::DiscardUnchanged
                 | Step::DiscardUnchangedHeartbeat(_)
                 | Step::CheckNotSupported(_)
+                | Step::Matches(_)
                 | Step::Regex(_)
                 | Step::Trim(..) => n,
             };
@@ -702,7 +877,7 @@ impl Preprocessor {
         };
         match self.stored.get_mut(&sample.itemid) {
             Some(last) if same(&last.steps, &steps) && last.value == *value && !fresh(last) => {
-                return Outcome::Discarded;
+                return Outcome::Discarded(sample);
             }
             Some(last) if same(&last.steps, &steps) => {
                 last.value = value.clone();
@@ -762,7 +937,7 @@ mod tests {
     fn value(o: Outcome) -> Option<Result<Value, ItemError>> {
         match o {
             Outcome::Keep(s) => Some(s.result),
-            Outcome::Discarded => None,
+            Outcome::Discarded(_) => None,
         }
     }
 
@@ -1052,7 +1227,39 @@ mod tests {
         // The first step only; a custom value of the item's type.
         let late = Steps::new(vec![Step::Multiplier(2.0), check(OnFail::Discard)]);
         assert!(late.unwrap_err().contains("first step"));
-        assert!(p_err("CHECK_NOT_SUPPORTED", &["-1"]).contains("no parameters"));
+        // Any error, as Zabbix 7.0 (`-1`) and 6.0 (`""`) export it; not a pattern on
+        // the error's text (netpoller's texts are not Zabbix's).
+        for any in [&[][..], &[""], &["-1"]] {
+            let params: Vec<String> = any.iter().map(|s| s.to_string()).collect();
+            assert!(
+                Step::parse("CHECK_NOT_SUPPORTED", &params).is_ok(),
+                "{any:?}"
+            );
+        }
+        let e = p_err("CHECK_NOT_SUPPORTED", &["0", "No Such (Instance|Object)"]);
+        assert!(e.contains("any error only"), "{e}");
+        assert!(
+            Step::parse("SIMPLE_CHANGE", &["".into()]).is_ok(),
+            "6.0's ['']"
+        );
+        // A discarded failure starts the steps' memory over, as Zabbix's history of
+        // the steps that ran: no delta across the gap.
+        let steps = [check(OnFail::Discard), Step::SimpleChange];
+        let mut p = Preprocessor::default();
+        let ok = |clock, v| sample(5, ValueType::Uint, clock, Value::Uint(v), &steps);
+        assert!(
+            matches!(p.apply(ok(0, 10)), Outcome::Discarded(_)),
+            "first value"
+        );
+        assert_eq!(value(p.apply(ok(60, 15))), Some(Ok(Value::Uint(5))));
+        let mut gap = ok(120, 0);
+        gap.result = Err(ItemError::new(nso, "noSuchInstance"));
+        match p.apply(gap) {
+            Outcome::Discarded(s) => assert!(s.result.is_err(), "handed back as it was"),
+            Outcome::Keep(s) => panic!("{s:?}"),
+        }
+        assert_eq!(value(p.apply(ok(180, 40))), None, "no delta over the gap");
+        assert_eq!(value(p.apply(ok(240, 41))), Some(Ok(Value::Uint(1))));
         let v = |x: &str| check(OnFail::Value(x.into()));
         assert!(v("n/a")
             .check_type(ValueType::Uint)
@@ -1062,6 +1269,67 @@ mod tests {
         assert_eq!(v("-1.5").check_type(ValueType::Float), Ok(()));
         assert_eq!(v("n/a").check_type(ValueType::Str), Ok(()));
         assert_eq!(check(OnFail::Discard).check_type(ValueType::Uint), Ok(()));
+    }
+
+    #[test]
+    fn validation_steps_fail_into_their_handlers() {
+        let range = |min: &str, max: &str, f: OnFail| {
+            Step::parse("IN_RANGE", &[min.into(), max.into()])
+                .unwrap()
+                .on_fail(f)
+        };
+        let through = |vt, v: Value, steps: &[Step]| {
+            value(Preprocessor::default().apply(sample(4, vt, 0, v, steps)))
+        };
+        let temp =
+            |v: u64, f: OnFail| through(ValueType::Uint, Value::Uint(v), &[range("0", "150", f)]);
+        // A Cisco sensor that is absent reads 0 or a huge number: in range passes.
+        assert_eq!(temp(45, OnFail::Error), Some(Ok(Value::Uint(45))));
+        assert_eq!(
+            temp(150, OnFail::Error),
+            Some(Ok(Value::Uint(150))),
+            "inclusive"
+        );
+        assert_eq!(temp(65_535, OnFail::Discard), None);
+        assert_eq!(
+            temp(65_535, OnFail::Value("0".into())),
+            Some(Ok(Value::Uint(0)))
+        );
+        let e = temp(65_535, OnFail::Error).unwrap().unwrap_err();
+        assert!(
+            e.text.contains("IN_RANGE: 65535 is not within [0, 150]"),
+            "{e:?}"
+        );
+        // An open end; the check runs where it stands (after the multiplier here).
+        let steps = [Step::Multiplier(0.1), range("", "10", OnFail::Discard)];
+        let f = |v| through(ValueType::Float, Value::Float(v), &steps);
+        assert_eq!(f(-500.0), Some(Ok(Value::Float(-50.0))));
+        assert_eq!(f(101.0), None);
+        // Text: MATCHES_REGEX / NOT_MATCHES_REGEX.
+        let m = |k: &str, f: OnFail| Step::parse(k, &["^up".into()]).unwrap().on_fail(f);
+        let t = |v: &str, s: Step| through(ValueType::Str, Value::Str(v.into()), &[s]);
+        assert_eq!(
+            t("up(1)", m("MATCHES_REGEX", OnFail::Error)),
+            Some(Ok(Value::Str("up(1)".into())))
+        );
+        assert_eq!(t("down(2)", m("MATCHES_REGEX", OnFail::Discard)), None);
+        let e = t("up(1)", m("NOT_MATCHES_REGEX", OnFail::Error))
+            .unwrap()
+            .unwrap_err();
+        assert!(e.text.contains("matches the pattern"), "{e:?}");
+        let custom = m("NOT_MATCHES_REGEX", OnFail::Value("masked".into()));
+        assert_eq!(t("up(1)", custom), Some(Ok(Value::Str("masked".into()))));
+        // Parse errors and types.
+        assert!(p_err("IN_RANGE", &["", ""]).contains("a minimum, a maximum or both"));
+        assert!(p_err("IN_RANGE", &["10", "1"]).contains("above the maximum"));
+        assert!(p_err("IN_RANGE", &["x", "1"]).contains("not a number"));
+        assert!(p_err("IN_RANGE", &["1"]).contains("two parameters"));
+        assert!(p_err("MATCHES_REGEX", &["(?=a)"]).contains("look-around"));
+        assert!(range("0", "1", OnFail::Value("-1".into()))
+            .check_type(ValueType::Uint)
+            .is_err());
+        assert!(range("0", "1", OnFail::Error).needs_number());
+        assert!(m("MATCHES_REGEX", OnFail::Error).needs_text());
     }
 
     fn p_err(kind: &str, params: &[&str]) -> String {
@@ -1140,7 +1408,7 @@ mod tests {
         assert_eq!(p("LTRIM", &["0"]).unwrap().to_string(), "LTRIM(\"0\")");
         assert_eq!(
             p("REGEX", &["v(\\d)", "\\1"]).unwrap().to_string(),
-            r#"REGEX("v(\\d)" → "\\1")"#
+            r#"REGEX("v(\\d)" → "\\1", on fail: error)"#
         );
     }
 

@@ -115,15 +115,7 @@ impl ItemStates {
     /// Follows one sample; what changed goes to `changes`.
     pub fn record(&mut self, s: &Sample, changes: &mut Changes) {
         match &s.result {
-            Ok(_) => {
-                if self.failing.is_empty() {
-                    return;
-                }
-                if let Some(r) = self.failing.remove(&s.itemid) {
-                    self.gauges.0[r as usize].fetch_sub(1, Ordering::Relaxed);
-                    changes.of(&s.host).recovered += 1;
-                }
-            }
+            Ok(_) => self.answered(s, changes),
             Err(e) => {
                 let before = self.failing.insert(s.itemid, e.reason);
                 if before == Some(e.reason) {
@@ -137,6 +129,19 @@ impl ItemStates {
                 c.failed += 1;
                 c.first.get_or_insert_with(|| (s.key.clone(), e.clone()));
             }
+        }
+    }
+
+    /// `s`'s item is fine, with or without a value (preprocessing kept none, or a
+    /// "Custom on fail" handler discarded its failure, which Zabbix does not count as
+    /// one either).
+    pub fn answered(&mut self, s: &Sample, changes: &mut Changes) {
+        if self.failing.is_empty() {
+            return;
+        }
+        if let Some(r) = self.failing.remove(&s.itemid) {
+            self.gauges.0[r as usize].fetch_sub(1, Ordering::Relaxed);
+            changes.of(&s.host).recovered += 1;
         }
     }
 
@@ -222,6 +227,11 @@ mod tests {
         ]);
         assert_eq!(st.failing(), 1);
         assert_eq!(ErrorReason::ALL.iter().map(|r| g.get(*r)).sum::<u64>(), 1);
+        // A failure that preprocessing discarded (Custom on fail) is no failure.
+        let mut changes = Changes::default();
+        st.answered(&sample("b", 3, err(ErrorReason::Unsupported)), &mut changes);
+        assert_eq!((st.failing(), g.get(ErrorReason::Unsupported)), (0, 0));
+        st.observe(&[sample("b", 3, err(ErrorReason::Unsupported))]);
         // A reload that removed item 3 forgets it.
         st.retain([1, 2, 4]);
         assert_eq!((st.failing(), g.get(ErrorReason::Unsupported)), (0, 0));

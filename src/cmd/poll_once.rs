@@ -60,7 +60,7 @@ fn preprocessed(pre: &mut Preprocessor, s: Sample) -> (Sample, bool) {
     let raw = s.pre.is_some().then(|| s.clone());
     match pre.apply(s) {
         Outcome::Keep(s) => (s, false),
-        Outcome::Discarded => (raw.expect("only samples with steps are discarded"), true),
+        Outcome::Discarded(_) => (raw.expect("only samples with steps are discarded"), true),
     }
 }
 

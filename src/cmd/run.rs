@@ -598,7 +598,10 @@ fn deliver(
                 }
                 rows.extend(to_row(s));
             }
-            Outcome::Discarded => discarded += 1,
+            Outcome::Discarded(s) => {
+                discarded += 1;
+                states.answered(&s, &mut changes);
+            }
         }
     }
     ItemStates::report(changes);

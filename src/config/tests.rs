@@ -586,6 +586,14 @@ items = [ { key = "ifHCInOctets.1", preprocessing = [] } ]
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m", preprocessing = [{ type = "CHECK_NOT_SUPPORTED", error_handler = "CUSTOM_VALUE", error_handler_params = "n/a" }] }"#,
     );
     assert!(e.message.contains("is not a uint value"), "{e}");
+    assert_eq!(
+        e.path,
+        "hosts[0].items[0].preprocessing[0].error_handler_params"
+    );
+    let e = bad(
+        r#"{ key = "x", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m", preprocessing = [{ type = "CHECK_NOT_SUPPORTED" }] }"#,
+    );
+    assert!(e.message.contains("needs error_handler"), "{e}");
     let e = bad(
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1m", preprocessing = [{ type = "DISCARD_UNCHANGED_HEARTBEAT", parameters = ["0"] }] }"#,
     );
