@@ -1332,6 +1332,30 @@ mod tests {
         assert!(m("MATCHES_REGEX", OnFail::Error).needs_text());
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Device text and output templates of any content (multi-byte characters
+        /// after a backslash included): the template is filled without panicking, and
+        /// one without backslashes comes back as it is.
+        #[test]
+        fn any_text_and_template_fill_without_panic(
+            text in "\\PC{0,40}",
+            template in "[a-z\\\\0-9é€]{1,12}",
+        ) {
+            let x = match regex(".", &template) {
+                Step::Regex(x) => x,
+                _ => unreachable!(),
+            };
+            let out = x.apply(&text);
+            proptest::prop_assert_eq!(out.is_some(), !text.is_empty());
+            if let Some(out) = out {
+                if !template.contains('\\') {
+                    proptest::prop_assert_eq!(out, template);
+                }
+            }
+        }
+    }
+
     fn p_err(kind: &str, params: &[&str]) -> String {
         let params: Vec<String> = params.iter().map(|s| s.to_string()).collect();
         Step::parse(kind, &params).unwrap_err()
