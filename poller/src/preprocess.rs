@@ -156,7 +156,29 @@ impl fmt::Display for OnFail {
     }
 }
 
+/// What a failed step leaves, by its handler.
+enum Handled<'a> {
+    /// Go on with this custom value.
+    Value(&'a str),
+    /// No value this time.
+    Discard,
+    /// The item's error this time.
+    Error(ItemError),
+}
+
 impl OnFail {
+    /// This handler on a step that failed; `why` says how, for the default error.
+    fn handle(&self, why: impl FnOnce() -> String) -> Handled<'_> {
+        match self {
+            OnFail::Value(v) => Handled::Value(v),
+            OnFail::Discard => Handled::Discard,
+            OnFail::Message(m) => {
+                Handled::Error(ItemError::new(ErrorReason::Unsupported, m.clone()))
+            }
+            OnFail::Error => Handled::Error(unsupported(why())),
+        }
+    }
+
     /// Parses Zabbix's export name (any case) and its parameter.
     pub fn parse(handler: &str, param: Option<&str>) -> Result<OnFail, String> {
         let h = handler.to_ascii_uppercase();
@@ -631,40 +653,25 @@ fn text(sample: &mut Sample, body: &[Step]) -> bool {
         return true;
     };
     for step in body {
-        match step {
-            Step::Regex(x) => match (x.apply(t), &x.on_fail) {
-                (Some(out), _) => *t = out,
-                (None, OnFail::Value(v)) => v.clone_into(t),
-                (None, OnFail::Discard) => return false,
-                (None, OnFail::Message(m)) => {
-                    sample.result = Err(ItemError::new(ErrorReason::Unsupported, m.clone()));
-                    return true;
+        let failed = match step {
+            Step::Regex(x) => match x.apply(t) {
+                Some(out) => {
+                    *t = out;
+                    continue;
                 }
-                (None, OnFail::Error) => {
-                    let m = format!("REGEX: pattern {:?} does not match", x.re.as_str());
-                    sample.result = Err(unsupported(m));
-                    return true;
-                }
+                None => x
+                    .on_fail
+                    .handle(|| format!("REGEX: pattern {:?} does not match", x.re.as_str())),
             },
-            Step::Matches(c) if c.re.0.is_match(t) == c.matches => {}
-            Step::Matches(c) => match &c.on_fail {
-                OnFail::Value(v) => v.clone_into(t),
-                OnFail::Discard => return false,
-                OnFail::Message(m) => {
-                    sample.result = Err(ItemError::new(ErrorReason::Unsupported, m.clone()));
-                    return true;
-                }
-                OnFail::Error => {
-                    let does = if c.matches {
-                        "does not match"
-                    } else {
-                        "matches"
-                    };
-                    let m = format!("the value {does} the pattern {:?}", c.re.as_str());
-                    sample.result = Err(unsupported(m));
-                    return true;
-                }
-            },
+            Step::Matches(c) if c.re.0.is_match(t) == c.matches => continue,
+            Step::Matches(c) => c.on_fail.handle(|| {
+                let does = if c.matches {
+                    "does not match"
+                } else {
+                    "matches"
+                };
+                format!("the value {does} the pattern {:?}", c.re.as_str())
+            }),
             Step::Trim(ends, chars) => {
                 let strip = |c: char| chars.contains(c);
                 let kept = match ends {
@@ -675,8 +682,17 @@ fn text(sample: &mut Sample, body: &[Step]) -> bool {
                 if kept.len() != t.len() {
                     *t = kept.to_owned();
                 }
+                continue;
             }
-            _ => {}
+            _ => continue,
+        };
+        match failed {
+            Handled::Value(v) => v.clone_into(t),
+            Handled::Discard => return false,
+            Handled::Error(e) => {
+                sample.result = Err(e);
+                return true;
+            }
         }
     }
     true
@@ -714,20 +730,18 @@ impl Preprocessor {
             return Outcome::Keep(sample);
         };
         if let (Some(on_fail), Err(e)) = (steps.check(), &sample.result) {
-            if e.reason == ErrorReason::Unsupported {
-                match on_fail {
-                    OnFail::Error => {}
-                    OnFail::Discard => {
+            // ORIGINAL_ERROR: the error stands as it is.
+            if e.reason == ErrorReason::Unsupported && *on_fail != OnFail::Error {
+                match on_fail.handle(String::new) {
+                    Handled::Discard => {
                         // As Zabbix: the steps' memory starts over after the gap.
                         self.previous.remove(&sample.itemid);
                         self.stored.remove(&sample.itemid);
                         return Outcome::Discarded(sample);
                     }
-                    OnFail::Message(m) => {
-                        sample.result = Err(ItemError::new(ErrorReason::Unsupported, m.clone()))
-                    }
+                    Handled::Error(e) => sample.result = Err(e),
                     // Checked against the item's type at load (`Step::check_type`).
-                    OnFail::Value(v) => {
+                    Handled::Value(v) => {
                         sample.result = custom(v, sample.value_type).map_err(unsupported)
                     }
                 }
@@ -817,28 +831,26 @@ impl Preprocessor {
                 // The last step, which `body` leaves out; text steps, which `Steps`
                 // does not mix with these.
                 Step::InRange(ref b) if b.contains(n.f()) => n,
-                Step::InRange(ref b) => match &b.on_fail {
-                    OnFail::Discard => return false,
-                    // Checked against the item's type at load (`Step::check_type`).
-                    OnFail::Value(v) => match custom(v, sample.value_type) {
-                        Ok(Value::Uint(u)) => Num::U(u),
-                        Ok(Value::Float(f)) => Num::F(f),
-                        other => {
-                            let why = other.map_or_else(|e| e, |_| "not a number".into());
-                            sample.result = Err(unsupported(why));
+                Step::InRange(ref b) => {
+                    let why = || format!("IN_RANGE: {} is not within {b}", n.f());
+                    match b.on_fail.handle(why) {
+                        Handled::Discard => return false,
+                        // Checked against the item's type at load (`Step::check_type`).
+                        Handled::Value(v) => match custom(v, sample.value_type) {
+                            Ok(Value::Uint(u)) => Num::U(u),
+                            Ok(Value::Float(f)) => Num::F(f),
+                            other => {
+                                let why = other.map_or_else(|e| e, |_| "not a number".into());
+                                sample.result = Err(unsupported(why));
+                                return true;
+                            }
+                        },
+                        Handled::Error(e) => {
+                            sample.result = Err(e);
                             return true;
                         }
-                    },
-                    OnFail::Message(m) => {
-                        sample.result = Err(ItemError::new(ErrorReason::Unsupported, m.clone()));
-                        return true;
                     }
-                    OnFail::Error => {
-                        let m = format!("IN_RANGE: {} is not within {b}", n.f());
-                        sample.result = Err(unsupported(m));
-                        return true;
-                    }
-                },
+                }
                 Step::DiscardUnchanged
                 | Step::DiscardUnchangedHeartbeat(_)
                 | Step::CheckNotSupported(_)
