@@ -139,6 +139,10 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # ---------------------------------------------------------------- services and build
+if [[ ${NO_PEERS:-0} != 1 ]]; then
+    # The SNMP peer that scripts/services.sh does not need (fping and nmap it does).
+    scripts/services.sh install prometheus-snmp-exporter
+fi
 if ! scripts/services.sh status >/dev/null 2>&1; then
     scripts/services.sh up
     started_services=1

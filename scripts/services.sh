@@ -47,9 +47,12 @@ die() {
 
 # ---------------------------------------------------------------- install
 
+# install_missing [PACKAGE...]: the given Debian packages (default APT_PACKAGES) that are
+# not installed, installed without letting them start their system services.
 install_missing() {
-    local missing=() p
-    for p in "${APT_PACKAGES[@]}"; do
+    local missing=() p wanted=("$@")
+    [[ ${#wanted[@]} -gt 0 ]] || wanted=("${APT_PACKAGES[@]}")
+    for p in "${wanted[@]}"; do
         if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
             missing+=("$p")
         fi
@@ -480,8 +483,13 @@ case "${1:-}" in
 up) cmd_up ;;
 down) cmd_down ;;
 status) cmd_status ;;
+install) # install PACKAGE...: e.g. the benchmarks' peers
+    shift
+    [[ $# -gt 0 ]] || die "install: which packages?"
+    install_missing "$@"
+    ;;
 *)
-    echo "usage: $0 up|down|status" >&2
+    echo "usage: $0 up|down|status|install PACKAGE..." >&2
     exit 2
     ;;
 esac
