@@ -97,6 +97,11 @@ fn seconds(p: &str) -> Option<u64> {
     num.parse::<u64>().ok()?.checked_mul(mult)
 }
 
+/// A finite number written in a step's parameter (spaces around it allowed).
+fn number(s: &str) -> Option<f64> {
+    s.trim().parse::<f64>().ok().filter(|x| x.is_finite())
+}
+
 /// A trim step's characters as Zabbix reads them: `\s`, `\n`, `\r`, `\t` are a space, a
 /// newline, a carriage return and a tab (a template exported from Zabbix writes an
 /// `RTRIM` of newlines as `\n`); any other character, a backslash included, is itself.
@@ -310,6 +315,14 @@ impl Step {
         )
     }
 
+    /// A throttling step's heartbeat in seconds (`None`: stores changes only).
+    fn heartbeat(&self) -> Option<u32> {
+        match self {
+            Step::DiscardUnchangedHeartbeat(h) => Some(*h),
+            _ => None,
+        }
+    }
+
     /// Whether the step computes on numbers (a text item cannot have it).
     pub fn needs_number(&self) -> bool {
         matches!(
@@ -372,9 +385,9 @@ impl Step {
             "SIMPLE_CHANGE" => no_params(Step::SimpleChange),
             "CHANGE_PER_SECOND" => no_params(Step::ChangePerSecond),
             "MULTIPLIER" => match params {
-                [f] => match f.trim().parse::<f64>() {
-                    Ok(x) if x.is_finite() => Ok(Step::Multiplier(x)),
-                    _ => Err(format!("MULTIPLIER: {f:?} is not a number")),
+                [f] => match number(f) {
+                    Some(x) => Ok(Step::Multiplier(x)),
+                    None => Err(format!("MULTIPLIER: {f:?} is not a number")),
                 },
                 _ => Err("MULTIPLIER takes one parameter, the factor (parameters = [\"8\"])".into()),
             },
@@ -396,12 +409,10 @@ impl Step {
             "LTRIM" => trim(Ends::Left),
             "RTRIM" => trim(Ends::Right),
             "IN_RANGE" => {
-                let bound = |b: &String| match b.trim() {
-                    "" => Ok(None),
-                    t => match t.parse::<f64>() {
-                        Ok(x) if x.is_finite() => Ok(Some(x)),
-                        _ => Err(format!("IN_RANGE: {b:?} is not a number")),
-                    },
+                let bound = |b: &String| match (b.trim(), number(b)) {
+                    ("", _) => Ok(None),
+                    (_, Some(x)) => Ok(Some(x)),
+                    _ => Err(format!("IN_RANGE: {b:?} is not a number")),
                 };
                 match params {
                     [min, max] => {
@@ -547,7 +558,7 @@ impl Steps {
         }
         if steps.iter().any(Step::needs_text) && steps.iter().any(Step::needs_number) {
             return Err(
-                "REGEX and the TRIM steps work on text, SIMPLE_CHANGE, CHANGE_PER_SECOND and MULTIPLIER on numbers: one item takes one kind"
+                "REGEX, the TRIM steps and MATCHES_REGEX / NOT_MATCHES_REGEX work on text, SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER and IN_RANGE on numbers: one item takes one kind"
                     .into(),
             );
         }
@@ -599,6 +610,15 @@ enum Num {
 }
 
 impl Num {
+    /// A numeric value as a number between steps; `None` for text.
+    fn of(v: &Value) -> Option<Num> {
+        match *v {
+            Value::Uint(u) => Some(Num::U(u)),
+            Value::Float(f) => Some(Num::F(f)),
+            Value::Str(_) => None,
+        }
+    }
+
     fn f(self) -> f64 {
         match self {
             Num::U(u) => u as f64,
@@ -673,14 +693,13 @@ fn text(sample: &mut Sample, body: &[Step]) -> bool {
                 format!("the value {does} the pattern {:?}", c.re.as_str())
             }),
             Step::Trim(ends, chars) => {
+                // In place: no new string per value.
                 let strip = |c: char| chars.contains(c);
-                let kept = match ends {
-                    Ends::Both => t.trim_matches(strip),
-                    Ends::Left => t.trim_start_matches(strip),
-                    Ends::Right => t.trim_end_matches(strip),
-                };
-                if kept.len() != t.len() {
-                    *t = kept.to_owned();
+                if *ends != Ends::Left {
+                    t.truncate(t.trim_end_matches(strip).len());
+                }
+                if *ends != Ends::Right {
+                    t.drain(..t.len() - t.trim_start_matches(strip).len());
                 }
                 continue;
             }
@@ -704,10 +723,7 @@ fn custom(v: &str, vt: ValueType) -> Result<Value, String> {
     match vt {
         ValueType::Str => Ok(Value::Str(v.to_owned())),
         ValueType::Uint => v.trim().parse().map(Value::Uint).map_err(|_| bad()),
-        ValueType::Float => match v.trim().parse::<f64>() {
-            Ok(f) if f.is_finite() => Ok(Value::Float(f)),
-            _ => Err(bad()),
-        },
+        ValueType::Float => number(v).map(Value::Float).ok_or_else(bad),
     }
 }
 
@@ -755,11 +771,8 @@ impl Preprocessor {
         if !kept {
             return Outcome::Discarded(sample);
         }
-        match steps.throttle() {
-            Some(step) => {
-                let step = step.clone();
-                self.throttle(sample, &step, steps)
-            }
+        match steps.throttle().map(Step::heartbeat) {
+            Some(heartbeat) => self.throttle(sample, heartbeat, steps),
             None => Outcome::Keep(sample),
         }
     }
@@ -770,16 +783,12 @@ impl Preprocessor {
         let Ok(value) = &sample.result else {
             return true;
         };
-        let mut n = match *value {
-            Value::Uint(u) => Num::U(u),
-            Value::Float(f) => Num::F(f),
-            Value::Str(_) => {
-                sample.result = Err(unsupported(format!(
-                    "{} needs a number, got text",
-                    steps.body()[0]
-                )));
-                return true;
-            }
+        let Some(mut n) = Num::of(value) else {
+            sample.result = Err(unsupported(format!(
+                "{} needs a number, got text",
+                steps.body()[0]
+            )));
+            return true;
         };
         let at = u128::from(sample.clock) * 1_000_000_000 + u128::from(sample.ns);
         for step in steps.body() {
@@ -836,15 +845,16 @@ impl Preprocessor {
                     match b.on_fail.handle(why) {
                         Handled::Discard => return false,
                         // Checked against the item's type at load (`Step::check_type`).
-                        Handled::Value(v) => match custom(v, sample.value_type) {
-                            Ok(Value::Uint(u)) => Num::U(u),
-                            Ok(Value::Float(f)) => Num::F(f),
-                            other => {
-                                let why = other.map_or_else(|e| e, |_| "not a number".into());
-                                sample.result = Err(unsupported(why));
-                                return true;
+                        Handled::Value(v) => {
+                            match custom(v, sample.value_type).map(|v| Num::of(&v)) {
+                                Ok(Some(n)) => n,
+                                other => {
+                                    let why = other.map_or_else(|e| e, |_| "not a number".into());
+                                    sample.result = Err(unsupported(why));
+                                    return true;
+                                }
                             }
-                        },
+                        }
                         Handled::Error(e) => {
                             sample.result = Err(e);
                             return true;
@@ -876,17 +886,16 @@ impl Preprocessor {
         true
     }
 
-    /// The throttling `step` on the value to be stored.
-    fn throttle(&mut self, sample: Sample, step: &Step, steps: Arc<Steps>) -> Outcome {
+    /// The throttling step (with `heartbeat` seconds, if it has one) on the value to
+    /// be stored.
+    fn throttle(&mut self, sample: Sample, heartbeat: Option<u32>, steps: Arc<Steps>) -> Outcome {
         let Ok(value) = &sample.result else {
             // The next value after an error is stored, even if unchanged.
             self.stored.remove(&sample.itemid);
             return Outcome::Keep(sample);
         };
-        let fresh = |last: &Stored| match step {
-            Step::DiscardUnchangedHeartbeat(h) => sample.clock.saturating_sub(last.clock) >= *h,
-            _ => false,
-        };
+        let fresh =
+            |last: &Stored| heartbeat.is_some_and(|h| sample.clock.saturating_sub(last.clock) >= h);
         match self.stored.get_mut(&sample.itemid) {
             Some(last) if same(&last.steps, &steps) && last.value == *value && !fresh(last) => {
                 return Outcome::Discarded(sample);
