@@ -1080,10 +1080,16 @@ impl<'c, 'a> Resolver<'c, 'a> {
             self.c.push(&at, format!("item {:?} {why}", e.key));
             return Err(());
         }
-        let mismatch = effective
-            .into_iter()
-            .flatten()
-            .find_map(|s| s.check_type(value_type).err());
+        // The item's own steps were checked one by one above, where the error can name
+        // the parameter; inherited ones meet this item's type only here.
+        let mismatch = inherited
+            .as_deref()
+            .filter(|_| steps.is_none())
+            .and_then(|p| {
+                p.as_slice()
+                    .iter()
+                    .find_map(|s| s.check_type(value_type).err())
+            });
         if let Some(why) = mismatch {
             self.c.push(&at, format!("item {:?}: {why}", e.key));
             return Err(());
