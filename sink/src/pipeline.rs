@@ -42,8 +42,9 @@ pub(crate) struct Shared {
     pub health: Mutex<Health>,
     pub ch_ok: AtomicBool,
     pub inflight: Semaphore,
-    /// A batch went to the spool: the replayer has work.
-    pub spool_notify: Notify,
+    /// The replayer has work: a batch went to the spool, or ClickHouse stopped
+    /// answering (with an empty spool, the replayer is the one that probes it).
+    pub replayer_wake: Notify,
     /// A spool (data or rejects) was appended to: the batcher arms its fsync timer.
     /// Nothing else wakes the daemon for fsyncs, so an idle daemon sleeps.
     pub spool_written: Notify,
@@ -75,7 +76,7 @@ impl Shared {
             health: Mutex::new(health),
             ch_ok: AtomicBool::new(true),
             inflight: Semaphore::new(max_inserts),
-            spool_notify: Notify::new(),
+            replayer_wake: Notify::new(),
             spool_written: Notify::new(),
             shutting_down: AtomicBool::new(false),
             give_up: watch::channel(false).0,
@@ -99,7 +100,7 @@ impl Shared {
             // The replayer probes an unhealthy server when the spool is empty, and an
             // empty spool wakes it for nothing else: should the batch that failed not
             // reach the spool either (a full or broken disk), nobody would probe.
-            self.spool_notify.notify_one();
+            self.replayer_wake.notify_one();
         }
         let mut h = lock(&self.health);
         if !matches!(*h, Health::Failing { .. }) {
@@ -127,14 +128,32 @@ impl Shared {
     }
 }
 
+/// Appends `batch` to the data spool or the reject spool, off the runtime. The one place
+/// appends happen, so the one place that arms the batcher's fsync timer.
+async fn append(shared: &Arc<Shared>, rejects: bool, batch: Batch) -> Result<(), String> {
+    let sh = shared.clone();
+    let res = tokio::task::spawn_blocking(move || {
+        let spool = match &sh.rejects {
+            _ if !rejects => &sh.spool,
+            Some(r) => r,
+            None => return Err("no reject spool".to_string()),
+        };
+        lock(spool).append(&batch).map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("spool task failed: {e}")));
+    if res.is_ok() {
+        shared.spool_written.notify_one();
+    }
+    res
+}
+
 /// Appends a batch to the spool; on failure the rows are dropped (logged, counted).
 pub(crate) async fn spool_batch(shared: &Arc<Shared>, batch: Batch, why: &'static str) {
     let rows = u64::from(batch.rows);
     let table = batch.table;
-    let sh = shared.clone();
-    let res = tokio::task::spawn_blocking(move || lock(&sh.spool).append(&batch)).await;
-    let err = match res {
-        Ok(Ok(())) => {
+    let err = match append(shared, false, batch).await {
+        Ok(()) => {
             tracing::debug!(table = %table, rows, why, "sink: batch spooled");
             let mut h = lock(&shared.health);
             if let Health::Failing { .. } = *h {
@@ -145,12 +164,10 @@ pub(crate) async fn spool_batch(shared: &Arc<Shared>, batch: Batch, why: &'stati
                 };
             }
             drop(h);
-            shared.spool_notify.notify_one();
-            shared.spool_written.notify_one();
+            shared.replayer_wake.notify_one();
             return;
         }
-        Ok(Err(e)) => e.to_string(),
-        Err(e) => format!("spool task failed: {e}"),
+        Err(e) => e,
     };
     tracing::error!(table = %table, rows, error = %err, "sink: cannot write the spool, rows dropped");
     shared.metrics.dropped(DropReason::SpoolWrite, rows);
@@ -176,14 +193,7 @@ async fn reject(shared: &Arc<Shared>, batch: Batch, err: &InsertError) {
     );
     shared.metrics.rejected(u64::from(batch.rows));
     let rows = u64::from(batch.rows);
-    let sh = shared.clone();
-    let res = tokio::task::spawn_blocking(move || match &sh.rejects {
-        Some(r) => lock(r).append(&batch).map_err(|e| e.to_string()),
-        None => Err("no reject spool".into()),
-    })
-    .await;
-    shared.spool_written.notify_one();
-    if let Ok(Err(e)) | Err(e) = res.map_err(|e| e.to_string()) {
+    if let Err(e) = append(shared, true, batch).await {
         tracing::error!(error = %e, rows, "sink: cannot write the reject spool, rows dropped");
         shared.metrics.dropped(DropReason::SpoolWrite, rows);
     }
@@ -538,7 +548,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                 tokio::select! {
                     _ = sleep(backoff(probes, cfg.retry_backoff, cfg.retry_backoff_max)) => {}
                     _ = shutdown.changed() => return,
-                    _ = shared.spool_notify.notified() => continue,
+                    _ = shared.replayer_wake.notified() => continue,
                 }
                 let Some(answered) = shared.unless_given_up(w.ping()).await else {
                     return;
@@ -553,7 +563,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                 // Every append notifies (a permit is kept if it comes while a replay
                 // runs): no polling, which woke a blocking-pool thread every second.
                 tokio::select! {
-                    _ = shared.spool_notify.notified() => {}
+                    _ = shared.replayer_wake.notified() => {}
                     _ = shutdown.changed() => return,
                 }
             }
