@@ -25,6 +25,18 @@ fn cfg(url: &str, db: &str, compression: Compression) -> ClickHouseConfig {
     }
 }
 
+/// Item `itemid`'s value `v` at one fixed clock, host "h", key "k".
+fn uint_row(itemid: u64, v: u64) -> Row {
+    Row {
+        itemid,
+        clock: 1_700_000_000,
+        ns: 0,
+        hostname: "h".into(),
+        itemname: "k".into(),
+        value: RowValue::Uint(v),
+    }
+}
+
 fn strings() -> Vec<String> {
     vec![
         String::new(),
@@ -370,14 +382,7 @@ async fn data_errors_are_not_retried_and_go_to_the_reject_spool() {
     let spool_cfg = SpoolConfig::new(dir.path());
     {
         let mut bytes = bytes::BytesMut::new();
-        let row = Row {
-            itemid: 1,
-            clock: 1_700_000_000,
-            ns: 0,
-            hostname: "h".into(),
-            itemname: "k".into(),
-            value: RowValue::Uint(5),
-        };
+        let row = uint_row(1, 5);
         sink::rowbinary::encode_row(&mut bytes, &row);
         let good = bytes.clone().freeze();
         let bad = bytes.freeze().slice(..20);
@@ -452,21 +457,7 @@ async fn several_urls_round_robin_over_nodes() {
     };
     let applied = schema::apply(&c).await.unwrap();
     assert_eq!(applied.len(), 2);
-    let rows: Vec<_> = (0..70u64)
-        .map(|i| {
-            (
-                Table::Uint,
-                Row {
-                    itemid: i,
-                    clock: 1_700_000_000,
-                    ns: 0,
-                    hostname: "h".into(),
-                    itemname: "k".into(),
-                    value: RowValue::Uint(i),
-                },
-            )
-        })
-        .collect();
+    let rows: Vec<_> = (0..70u64).map(|i| (Table::Uint, uint_row(i, i))).collect();
     let (report, _) = write_all(c, &rows).await;
     assert_eq!(report.rows_written, 70, "{report:?}");
     let a: u64 = q(
@@ -506,14 +497,7 @@ async fn wrong_password_spools_and_never_shows_the_password() {
     )
     .await
     .unwrap();
-    let row = Row {
-        itemid: 1,
-        clock: 1_700_000_000,
-        ns: 0,
-        hostname: "h".into(),
-        itemname: "k".into(),
-        value: RowValue::Uint(1),
-    };
+    let row = uint_row(1, 1);
     h.send(row, Table::Uint).await.unwrap();
     let t0 = std::time::Instant::now();
     while metrics.spooled_rows() == 0 && t0.elapsed() < Duration::from_secs(20) {
@@ -585,23 +569,12 @@ async fn trends_rows_without_trends_tables_are_set_aside_and_history_flows() {
 async fn concurrent_inserts_that_find_the_schema_missing_repair_it_once() {
     let url = ch_url();
     let db = TestDb::new(&url);
-    let cfg = ClickHouseConfig {
-        url: Some(url.clone()),
-        database: db.name.clone(),
-        ..ClickHouseConfig::default()
-    };
+    let cfg = db.config();
     let w = Arc::new(sink::writer::Writer::new(&cfg));
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..8u64 {
         let mut bytes = bytes::BytesMut::new();
-        let row = Row {
-            itemid: i,
-            clock: 1_700_000_000,
-            ns: 0,
-            hostname: "h".into(),
-            itemname: "k".into(),
-            value: RowValue::Uint(i),
-        };
+        let row = uint_row(i, i);
         sink::rowbinary::encode_row(&mut bytes, &row);
         let batch = sink::Batch {
             table: Table::Uint,

@@ -248,11 +248,7 @@ fn sink_load() -> Command {
 async fn kill_9_while_spooling_then_restart_replays() {
     let url = ch_url();
     let db = TestDb::new(&url);
-    let cfg = ClickHouseConfig {
-        url: Some(url.clone()),
-        database: db.name.clone(),
-        ..ClickHouseConfig::default()
-    };
+    let cfg = db.config();
     schema::apply(&cfg).await.unwrap();
     let spool = tempfile::tempdir().unwrap();
     let dead = format!("http://127.0.0.1:{}", free_port());

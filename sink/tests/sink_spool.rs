@@ -5,7 +5,7 @@
 mod common;
 
 use common::{ch_url, q, TestDb};
-use sink::{schema, ClickHouseConfig, Row, RowValue, Sink, SinkMetrics, SpoolConfig, Table};
+use sink::{schema, Row, RowValue, Sink, SinkMetrics, SpoolConfig, Table};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
@@ -118,11 +118,7 @@ async fn file_sink_dump_and_replay() {
     // The same files load into ClickHouse.
     let url = ch_url();
     let db = TestDb::new(&url);
-    let cfg = ClickHouseConfig {
-        url: Some(url.clone()),
-        database: db.name.clone(),
-        ..ClickHouseConfig::default()
-    };
+    let cfg = db.config();
     schema::apply(&cfg).await.unwrap();
     let r = sink::replay_spool(&cfg, &SpoolConfig::new(dir.path()))
         .await
@@ -204,11 +200,7 @@ async fn corrupted_records_are_skipped_logged_counted_rest_replayed() {
 
     let url = ch_url();
     let db = TestDb::new(&url);
-    let cfg = ClickHouseConfig {
-        url: Some(url.clone()),
-        database: db.name.clone(),
-        ..ClickHouseConfig::default()
-    };
+    let cfg = db.config();
     schema::apply(&cfg).await.unwrap();
     let r = sink::replay_spool(&cfg, &cfg_spool).await.unwrap();
     assert_eq!((r.rows, r.corrupt_records, r.segments), (40, 2, 1), "{r:?}");

@@ -92,6 +92,15 @@ impl TestDb {
             name,
         }
     }
+
+    /// The sink's defaults, writing to this database.
+    pub fn config(&self) -> sink::ClickHouseConfig {
+        sink::ClickHouseConfig {
+            url: Some(self.url.clone()),
+            database: self.name.clone(),
+            ..sink::ClickHouseConfig::default()
+        }
+    }
 }
 
 impl Drop for TestDb {
