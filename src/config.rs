@@ -1063,23 +1063,6 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if none {
             return Ok(None);
         }
-        let effective = steps
-            .as_deref()
-            .or(inherited.as_deref().map(|p| p.as_slice()));
-        let needs = |f: fn(&Step) -> bool| effective.is_some_and(|s| s.iter().any(f));
-        let wrong = match value_type {
-            ValueType::Str if needs(Step::needs_number) => Some(
-                "is of type str: its preprocessing steps need numbers (a text item takes REGEX, TRIM, LTRIM, RTRIM, MATCHES_REGEX, NOT_MATCHES_REGEX, CHECK_NOT_SUPPORTED, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT)",
-            ),
-            ValueType::Float | ValueType::Uint if needs(Step::needs_text) => Some(
-                "is numeric: REGEX, the TRIM steps and the pattern checks work on text items (type = \"str\"); netpoller converts the answer to the item's type before its steps",
-            ),
-            _ => None,
-        };
-        if let Some(why) = wrong {
-            self.c.push(&at, format!("item {:?} {why}", e.key));
-            return Err(());
-        }
         // The item's own steps were checked one by one above, where the error can name
         // the parameter; inherited ones meet this item's type only here.
         let mismatch = inherited

@@ -509,7 +509,8 @@ fn trends_add_up_to_history_per_item_and_hour() {
 fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() {
     // sysDescr every second: as polled (one row per poll), DISCARD_UNCHANGED (the first
     // row only), and with a 3 s heartbeat (a row at least 3 s after the last one stored);
-    // the agent's number taken out of it by REGEX (after a TRIM), and stored once.
+    // the agent's number taken out of it by REGEX (after a TRIM), and stored once; the
+    // same number in a uint item, scaled by MULTIPLIER.
     let dir = scratch("daemon-throttle");
     let db = format!("nptest_throttle_{}", std::process::id());
     let cfg_path = one_agent(
@@ -529,6 +530,10 @@ fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() 
   { key = "descr.version", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s",
      preprocessing = [{ type = "REGEX", parameters = ["Version ([^,]+),", "\\1"],
                         error_handler = "CUSTOM_VALUE", error_handler_params = "none" },
+                      { type = "DISCARD_UNCHANGED" }] },
+  { key = "descr.agent.x10", oid = "1.3.6.1.2.1.1.1.0", type = "uint", interval = "1s",
+     preprocessing = [{ type = "REGEX", parameters = ["agent ([0-9]+)", "\\1"] },
+                      { type = "MULTIPLIER", parameters = ["10"] },
                       { type = "DISCARD_UNCHANGED" }] },
   { key = "absent", oid = "1.3.6.1.2.1.1.99.0", type = "uint", interval = "1s",
      preprocessing = [{ type = "CHECK_NOT_SUPPORTED", error_handler = "CUSTOM_VALUE",
@@ -581,6 +586,11 @@ fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() 
         "SELECT value FROM {db}.history_uint WHERE itemname = 'absent' FORMAT TSV"
     ));
     assert_eq!(absent, "7\n", "noSuchObject: the custom value, once");
+    // Zabbix's order: the steps on the text answer, the result in the uint item.
+    let number = ch(&format!(
+        "SELECT value FROM {db}.history_uint WHERE itemname = 'descr.agent.x10' FORMAT TSV"
+    ));
+    assert_eq!(number, "10\n", "\"agent 1\" → 1 × 10, once");
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 

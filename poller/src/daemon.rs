@@ -650,7 +650,15 @@ pub async fn snmp_iteration(
             let index = refs[j][o];
             let item = &plan.items[index as usize];
             let host = &plan.hosts[job_host[j] as usize];
-            let result = result.and_then(|v| crate::snmp_convert::convert(&v, item.value_type));
+            // An item with steps gets the answer in its own type: converted after them.
+            let raw = plan.steps(item).is_some();
+            let result = result.and_then(|v| {
+                let vt = match raw {
+                    true => crate::snmp_convert::natural_type(&v),
+                    false => item.value_type,
+                };
+                crate::snmp_convert::convert(&v, vt)
+            });
             deliver(
                 metrics,
                 &mut sum,

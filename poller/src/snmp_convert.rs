@@ -15,10 +15,13 @@
 //!   `AA BB CC` like net-snmp's Hex-STRING; OID as `.1.3.6…`; IpAddress as a dotted
 //!   quad; Opaque as hex.
 //! * NULL is an error for every type.
+//!
+//! An item with preprocessing steps gets the answer in its own type
+//! ([`natural_type`]); the steps' result takes the item's type after them.
 
 use snmp::VarValue;
 
-use crate::value::{ErrorReason, ItemError, Value, ValueType};
+use crate::value::{text_to_float, text_to_uint, ErrorReason, ItemError, Value, ValueType};
 
 fn unsupported(text: String) -> ItemError {
     ItemError::new(ErrorReason::Unsupported, text)
@@ -53,6 +56,25 @@ pub fn convert(v: &VarValue, vt: ValueType) -> Result<Value, ItemError> {
     }
 }
 
+/// The type a varbind's value has of its own, in which an item with preprocessing
+/// steps gets it: its steps run on what the device answered, and their result is
+/// converted to the item's type after them (Zabbix's order: a `REGEX` takes the number
+/// out of a text answer for a numeric item). Non-negative integers (counters, gauges,
+/// TimeTicks) are `uint`, a negative INTEGER and an Opaque float `float`, the rest text
+/// (OCTET STRING, OID, IpAddress, other Opaque).
+pub fn natural_type(v: &VarValue) -> ValueType {
+    match *v {
+        VarValue::Integer(i) if i < 0 => ValueType::Float,
+        VarValue::Integer(_)
+        | VarValue::Counter32(_)
+        | VarValue::Gauge32(_)
+        | VarValue::TimeTicks(_)
+        | VarValue::Counter64(_) => ValueType::Uint,
+        VarValue::Opaque(ref b) if opaque_float(b).is_some() => ValueType::Float,
+        _ => ValueType::Str,
+    }
+}
+
 fn to_uint(v: &VarValue) -> Result<u64, ItemError> {
     match *v {
         VarValue::Integer(i) => {
@@ -60,15 +82,8 @@ fn to_uint(v: &VarValue) -> Result<u64, ItemError> {
         }
         VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => Ok(n as u64),
         VarValue::Counter64(n) => Ok(n),
-        VarValue::OctetString(ref s) => {
-            let t = text_of(s).map(str::trim).unwrap_or_default();
-            if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
-                t.parse::<u64>()
-                    .map_err(|_| misfit(v, ValueType::Uint, "is out of range"))
-            } else {
-                Err(misfit(v, ValueType::Uint, "is not an unsigned integer"))
-            }
-        }
+        VarValue::OctetString(ref s) => text_to_uint(text_of(s).unwrap_or_default())
+            .map_err(|why| misfit(v, ValueType::Uint, why)),
         _ => Err(misfit(v, ValueType::Uint, "does not fit")),
     }
 }
@@ -78,17 +93,8 @@ fn to_float(v: &VarValue) -> Result<f64, ItemError> {
         VarValue::Integer(i) => i as f64,
         VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n as f64,
         VarValue::Counter64(n) => n as f64,
-        VarValue::OctetString(ref s) => {
-            let t = text_of(s).map(str::trim).unwrap_or_default();
-            // Only plain decimal notation: "inf", "nan", "0x1p3" are not numbers here.
-            let plain = !t.is_empty()
-                && t.bytes()
-                    .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E'));
-            match t.parse::<f64>() {
-                Ok(f) if plain => f,
-                _ => return Err(misfit(v, ValueType::Float, "is not a number")),
-            }
-        }
+        VarValue::OctetString(ref s) => text_to_float(text_of(s).unwrap_or_default())
+            .map_err(|why| misfit(v, ValueType::Float, why))?,
         VarValue::Opaque(ref b) => {
             opaque_float(b).ok_or_else(|| misfit(v, ValueType::Float, "is not an Opaque float"))?
         }
@@ -284,6 +290,42 @@ mod tests {
         assert_eq!(
             err(VarValue::Null, ValueType::Str).reason,
             ErrorReason::Unsupported
+        );
+    }
+
+    #[test]
+    fn an_answer_for_preprocessing_keeps_its_own_type() {
+        let own = |v: VarValue| convert(&v, natural_type(&v));
+        assert_eq!(
+            own(VarValue::Counter64(u64::MAX)),
+            Ok(Value::Uint(u64::MAX))
+        );
+        assert_eq!(own(VarValue::TimeTicks(4200)), Ok(Value::Uint(4200)));
+        assert_eq!(own(VarValue::Integer(-3)), Ok(Value::Float(-3.0)));
+        assert_eq!(own(VarValue::Integer(3)), Ok(Value::Uint(3)));
+        // Text stays text, even when it holds a number: the steps decide.
+        assert_eq!(
+            own(VarValue::OctetString(b"23.5 C".to_vec())),
+            Ok(Value::Str("23.5 C".into()))
+        );
+        assert_eq!(
+            own(VarValue::OctetString(b"42".to_vec())),
+            Ok(Value::Str("42".into()))
+        );
+        assert_eq!(
+            own(VarValue::IpAddress(Ipv4Addr::new(10, 0, 0, 1))),
+            Ok(Value::Str("10.0.0.1".into()))
+        );
+        let mut f = vec![0x9f, 0x78, 0x04];
+        f.extend(1.5f32.to_be_bytes());
+        assert_eq!(own(VarValue::Opaque(f)), Ok(Value::Float(1.5)));
+        assert_eq!(
+            own(VarValue::Opaque(vec![1, 2])),
+            Ok(Value::Str("01 02".into()))
+        );
+        assert_eq!(
+            own(VarValue::NoSuchObject).unwrap_err().text,
+            "noSuchObject"
         );
     }
 

@@ -54,6 +54,65 @@ impl Value {
     }
 }
 
+/// An unsigned integer written as text, as a `uint` item takes one: decimal digits,
+/// whitespace around them ignored. `Err`: why not, for an error text.
+pub fn text_to_uint(t: &str) -> Result<u64, &'static str> {
+    let t = t.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return Err("is not an unsigned integer");
+    }
+    t.parse().map_err(|_| "is out of range")
+}
+
+/// A number written as text, as a `float` item takes one: plain decimal notation
+/// ("0.15", "-3", "1e3"; never "inf", "nan" or hex), finite, whitespace around it
+/// ignored. `Err`: why not, for an error text.
+pub fn text_to_float(t: &str) -> Result<f64, &'static str> {
+    let t = t.trim();
+    let plain = !t.is_empty()
+        && t.bytes()
+            .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E'));
+    match t.parse::<f64>() {
+        Ok(f) if plain && f.is_finite() => Ok(f),
+        Ok(_) if plain => Err("is not finite"),
+        _ => Err("is not a number"),
+    }
+}
+
+impl Value {
+    /// The value as a value of type `vt` (Zabbix's conversion of a preprocessing
+    /// result to the item's type): text by [`text_to_uint`] / [`text_to_float`], a
+    /// fractional number in a `uint` item truncated (as Zabbix stores it), numbers as
+    /// decimal text. `Err`: why it does not fit, for an error text.
+    pub fn into_type(self, vt: ValueType) -> Result<Value, &'static str> {
+        match (self, vt) {
+            (v, vt) if v.value_type() == vt => Ok(v),
+            (Value::Uint(u), ValueType::Float) => Ok(Value::Float(u as f64)),
+            (Value::Float(f), ValueType::Uint)
+                if (0.0..18_446_744_073_709_551_616.0).contains(&f) =>
+            {
+                Ok(Value::Uint(f.trunc() as u64))
+            }
+            (Value::Float(f), ValueType::Uint) if f < 0.0 => Err("is negative"),
+            (Value::Float(_), ValueType::Uint) => Err("is out of range"),
+            (Value::Str(t), ValueType::Uint) => text_to_uint(&t).map(Value::Uint),
+            (Value::Str(t), ValueType::Float) => text_to_float(&t).map(Value::Float),
+            (v, _) => Ok(Value::Str(v.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    /// Numbers in decimal (a float in its shortest exact form: `0.1`, `2`), text as is.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Uint(u) => write!(f, "{u}"),
+            Value::Str(s) => f.write_str(s),
+        }
+    }
+}
+
 /// Why an item produced no value this time (Zabbix: the item becomes "not supported"
 /// or the host unreachable). The reason is what metrics count; the text is for people.
 #[derive(Debug, Clone, PartialEq, Eq)]

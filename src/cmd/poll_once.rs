@@ -66,9 +66,8 @@ fn preprocessed(pre: &mut Preprocessor, s: Sample) -> (Sample, bool) {
 
 fn text_line(s: &Sample) -> String {
     let v = match &s.result {
-        Ok(Value::Float(f)) => format!("{f}"),
-        Ok(Value::Uint(u)) => u.to_string(),
         Ok(Value::Str(t)) => format!("{t:?}"),
+        Ok(number) => number.to_string(),
         Err(e) => format!("ERROR {e}"),
     };
     format!(
