@@ -1037,7 +1037,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     };
                     let on_fail = on_fail.and_then(|f| match (&step, f) {
                         // Zabbix's form does not let this step go without a handler.
-                        (Step::CheckNotSupported(_), OnFail::Error) => Err(
+                        (Step::CheckNotSupported, OnFail::Error) => Err(
                             "CHECK_NOT_SUPPORTED needs error_handler DISCARD_VALUE, CUSTOM_VALUE or CUSTOM_ERROR".into(),
                         ),
                         (_, f) => Ok(f),

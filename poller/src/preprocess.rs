@@ -11,8 +11,8 @@
 //! * Steps run in order on the answer in its own type (an SNMP OCTET STRING is text, a
 //!   counter a number: [`crate::snmp_convert::natural_type`]); each converts the value
 //!   to what it needs: a text step a number to its decimal text, a numeric step text to
-//!   the number it holds (an unsigned integer stays exact; text that holds none makes
-//!   the item unsupported for that poll). The result is converted to the item's type
+//!   the number it holds (an unsigned integer stays exact; text that holds none fails
+//!   the step). The result is converted to the item's type
 //!   after the last step ([`Value::into_type`]), a `uint` item keeping the integer part
 //!   of a fractional result ("trimmed", as Zabbix stores it). So a `REGEX` takes a
 //!   number out of a text answer for a numeric item, and a `MULTIPLIER` after it scales
@@ -21,16 +21,15 @@
 //!   first value of an item (after a start, or after its steps changed) and a value
 //!   smaller than the previous one (a counter that wrapped or was reset) yield no value;
 //!   the next one does. Change per second divides by the time between the two polls.
-//! * A step that cannot compute (a text value, a result that does not fit a `uint`)
-//!   makes the item unsupported for that poll, with the reason.
-//! * A text step: `REGEX` replaces the text with its output
-//!   template filled from the pattern's first match (`\\0`..`\\9`), or, when nothing
-//!   matches, with an error; a trim strips the given characters from its ends.
+//! * A text step: `REGEX` replaces the text with its output template filled from the
+//!   pattern's first match (`\\0`..`\\9`), or fails when nothing matches; a trim strips
+//!   the given characters from its ends.
 //! * A validation step (`IN_RANGE` on numbers, `MATCHES_REGEX` / `NOT_MATCHES_REGEX`
-//!   on text) fails a value that does not pass; like a `REGEX` without a match, a
-//!   failing step makes the item unsupported for that poll unless its "Custom on fail"
-//!   handler discards the value, replaces it (the next steps run on the replacement)
-//!   or sets the error's text.
+//!   on text) fails a value that does not pass.
+//! * A failing step makes the item unsupported for that poll, with the reason, unless
+//!   its "Custom on fail" handler ([`Op`]) discards the value, replaces it (the next
+//!   steps run on the replacement) or sets the error's text. A result that does not fit
+//!   the item's type makes the item unsupported.
 //! * `CHECK_NOT_SUPPORTED`, the first step if any, runs on errors only: an item the
 //!   device does not support this time gets the step's handler (discard, a custom
 //!   value the next steps run on, a custom error) instead of the error.
@@ -66,15 +65,15 @@ pub enum Step {
     Regex(Arc<Extract>),
     /// These characters stripped from the text's ends.
     Trim(Ends, Arc<str>),
-    /// Zabbix's "In range": a value outside the bounds fails (its handler decides).
+    /// Zabbix's "In range": a value outside the bounds fails.
     InRange(Arc<Bounds>),
     /// Zabbix's "Matches regular expression" (`true`) and "Does not match" (`false`):
-    /// a text that does not pass fails (its handler decides).
+    /// a text that does not pass fails.
     Matches(Arc<Check>),
     /// Zabbix's "Check for not supported value": an item the device does not support
-    /// this time (noSuchObject, a value that does not fit...) gets this handler
-    /// instead; the first step, it runs on errors only.
-    CheckNotSupported(OnFail),
+    /// this time (noSuchObject, an error-status) gets this step's handler instead; the
+    /// first step, it runs on errors only.
+    CheckNotSupported,
     /// No value when it equals the last one stored.
     DiscardUnchanged,
     /// No value when it equals the last one stored and that one is younger than this
@@ -211,12 +210,11 @@ impl OnFail {
     }
 }
 
-/// An `IN_RANGE` step: inclusive bounds (`None`: open) and what a value outside does.
+/// An `IN_RANGE` step's inclusive bounds (`None`: open).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Bounds {
     min: Option<f64>,
     max: Option<f64>,
-    on_fail: OnFail,
 }
 
 impl Bounds {
@@ -267,15 +265,13 @@ pub struct Check {
     re: Pattern,
     /// `true`: the text must match; `false`: it must not.
     matches: bool,
-    on_fail: OnFail,
 }
 
-/// A `REGEX` step: Zabbix's pattern and output template, and what no match does.
+/// A `REGEX` step: Zabbix's pattern and output template.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Extract {
     re: Pattern,
     output: String,
-    on_fail: OnFail,
 }
 
 impl Extract {
@@ -329,33 +325,6 @@ impl Step {
         }
     }
 
-    /// The custom value this step puts in place of a failure, if any.
-    fn custom_value(&self) -> Option<&str> {
-        let on_fail = match self {
-            Step::Regex(x) => &x.on_fail,
-            Step::InRange(b) => &b.on_fail,
-            Step::Matches(c) => &c.on_fail,
-            Step::CheckNotSupported(f) => f,
-            _ => return None,
-        };
-        match on_fail {
-            OnFail::Value(v) => Some(v),
-            _ => None,
-        }
-    }
-
-    /// Checks the step against its item's type: a custom value must be one of it (a
-    /// `CHECK_NOT_SUPPORTED` value on a `uint` item a whole number, ...).
-    pub fn check_type(&self, vt: ValueType) -> Result<(), String> {
-        match self.custom_value() {
-            Some(v) => match custom(v).into_type(vt) {
-                Ok(_) => Ok(()),
-                Err(_) => Err(format!("the custom value {v:?} is not a {vt} value")),
-            },
-            None => Ok(()),
-        }
-    }
-
     /// Parses Zabbix's export name (`CHANGE_PER_SECOND`, `SIMPLE_CHANGE`, `MULTIPLIER`,
     /// `IN_RANGE`, `REGEX`, `TRIM`, `LTRIM`, `RTRIM`, `MATCHES_REGEX`,
     /// `NOT_MATCHES_REGEX`, `CHECK_NOT_SUPPORTED`, `DISCARD_UNCHANGED`,
@@ -393,7 +362,6 @@ impl Step {
                 [p, output] => Ok(Step::Regex(Arc::new(Extract {
                     re: Pattern::new("REGEX", p)?,
                     output: output.clone(),
-                    on_fail: OnFail::Error,
                 }))),
                 _ => Err(
                     "REGEX takes two parameters, the pattern and the output (parameters = [\"Version ([0-9.]+)\", \"\\\\1\"])"
@@ -420,7 +388,6 @@ impl Step {
                             _ => Ok(Step::InRange(Arc::new(Bounds {
                                 min,
                                 max,
-                                on_fail: OnFail::Error,
                             }))),
                         }
                     }
@@ -431,7 +398,6 @@ impl Step {
                 [p] => Ok(Step::Matches(Arc::new(Check {
                     re: Pattern::new(kind, p)?,
                     matches: !kind.to_ascii_uppercase().starts_with("NOT"),
-                    on_fail: OnFail::Error,
                 }))),
                 _ => Err(format!("{kind} takes one parameter, the pattern")),
             },
@@ -439,8 +405,8 @@ impl Step {
             // compares the error's text with a pattern, and netpoller's texts are not
             // Zabbix's ("noSuchObject", not "No Such Object available on this agent").
             "CHECK_NOT_SUPPORTED" => match params {
-                [] => Ok(Step::CheckNotSupported(OnFail::Error)),
-                [p] if p.is_empty() || p.trim() == "-1" => Ok(Step::CheckNotSupported(OnFail::Error)),
+                [] => Ok(Step::CheckNotSupported),
+                [p] if p.is_empty() || p.trim() == "-1" => Ok(Step::CheckNotSupported),
                 _ => Err("CHECK_NOT_SUPPORTED: netpoller checks for any error only (parameters = [\"-1\"], or none): its error texts are not Zabbix's, so a pattern on them would not match as in Zabbix".into()),
             },
             "DISCARD_UNCHANGED" => no_params(Step::DiscardUnchanged),
@@ -460,28 +426,67 @@ impl Step {
     }
 }
 
+/// A step and its "Custom on fail" handler, as Zabbix keeps them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Op {
+    pub step: Step,
+    /// What the step's failure does: a text a numeric step cannot read as a number, a
+    /// `REGEX` without a match, a value a validation refuses; `CHECK_NOT_SUPPORTED`'s
+    /// action. The trims and the throttling steps cannot fail: theirs never runs.
+    pub on_fail: OnFail,
+}
+
+impl From<Step> for Op {
+    /// The step with the default handler: a failure makes the item unsupported.
+    fn from(step: Step) -> Op {
+        Op {
+            step,
+            on_fail: OnFail::Error,
+        }
+    }
+}
+
+impl PartialEq<Step> for Op {
+    fn eq(&self, other: &Step) -> bool {
+        self.on_fail == OnFail::Error && self.step == *other
+    }
+}
+
 impl Step {
-    /// This step with Zabbix's "Custom on fail", on the steps whose failure it handles:
-    /// `REGEX` (no match), the validations and `CHECK_NOT_SUPPORTED`. On the others a
-    /// handler is accepted (a template exported from Zabbix loads) and never runs: the
-    /// trims cannot fail, and a text that `MULTIPLIER` or a change step cannot read as a
-    /// number makes the item unsupported for that poll.
-    pub fn on_fail(self, on_fail: OnFail) -> Step {
-        match self {
-            Step::Regex(x) => Step::Regex(Arc::new(Extract {
-                on_fail,
-                ..(*x).clone()
-            })),
-            Step::CheckNotSupported(_) => Step::CheckNotSupported(on_fail),
-            Step::InRange(b) => Step::InRange(Arc::new(Bounds {
-                on_fail,
-                ..(*b).clone()
-            })),
-            Step::Matches(c) => Step::Matches(Arc::new(Check {
-                on_fail,
-                ..(*c).clone()
-            })),
-            other => other,
+    /// This step with Zabbix's "Custom on fail". A step that cannot fail (a trim, a
+    /// throttling step) keeps the default, which never runs: a template exported from
+    /// Zabbix with a handler there loads, and equal pipelines stay equal (shared).
+    pub fn on_fail(self, on_fail: OnFail) -> Op {
+        let can_fail = !matches!(
+            self,
+            Step::Trim(..) | Step::DiscardUnchanged | Step::DiscardUnchangedHeartbeat(_)
+        );
+        Op {
+            on_fail: if can_fail { on_fail } else { OnFail::Error },
+            step: self,
+        }
+    }
+}
+
+impl Op {
+    /// Checks the step against its item's type: a custom value must be one of it (a
+    /// `CHECK_NOT_SUPPORTED` value on a `uint` item a whole number, ...).
+    pub fn check_type(&self, vt: ValueType) -> Result<(), String> {
+        let OnFail::Value(v) = &self.on_fail else {
+            return Ok(());
+        };
+        match custom(v).into_type(vt) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(format!("the custom value {v:?} is not a {vt} value")),
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.on_fail {
+            OnFail::Error => write!(f, "{}", self.step),
+            ref on_fail => write!(f, "{} ({on_fail})", self.step),
         }
     }
 }
@@ -492,22 +497,16 @@ impl fmt::Display for Step {
             Step::SimpleChange => f.write_str("SIMPLE_CHANGE"),
             Step::ChangePerSecond => f.write_str("CHANGE_PER_SECOND"),
             Step::Multiplier(x) => write!(f, "MULTIPLIER({x})"),
-            Step::Regex(x) => write!(
-                f,
-                "REGEX({:?} → {:?}, {})",
-                x.re.as_str(),
-                x.output,
-                x.on_fail
-            ),
-            Step::CheckNotSupported(on_fail) => write!(f, "CHECK_NOT_SUPPORTED({on_fail})"),
-            Step::InRange(b) => write!(f, "IN_RANGE({b}, {})", b.on_fail),
+            Step::Regex(x) => write!(f, "REGEX({:?} → {:?})", x.re.as_str(), x.output),
+            Step::CheckNotSupported => f.write_str("CHECK_NOT_SUPPORTED"),
+            Step::InRange(b) => write!(f, "IN_RANGE({b})"),
             Step::Matches(c) => {
                 let name = if c.matches {
                     "MATCHES_REGEX"
                 } else {
                     "NOT_MATCHES_REGEX"
                 };
-                write!(f, "{name}({:?}, {})", c.re.as_str(), c.on_fail)
+                write!(f, "{name}({:?})", c.re.as_str())
             }
             Step::Trim(ends, chars) => {
                 let name = match ends {
@@ -525,59 +524,59 @@ impl fmt::Display for Step {
 
 /// An item's steps, shared by every item with the same ones.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Steps(Box<[Step]>);
+pub struct Steps(Box<[Op]>);
 
 impl Steps {
     /// Checks Zabbix's rules: at most one change step, at most one throttling step (and
     /// at least one step); netpoller's own: the throttling step last (where Zabbix's
     /// templates put it: it decides what is stored).
-    pub fn new(steps: Vec<Step>) -> Result<Steps, String> {
+    pub fn new<S: Into<Op>>(steps: Vec<S>) -> Result<Steps, String> {
+        let steps: Vec<Op> = steps.into_iter().map(Into::into).collect();
         if steps.is_empty() {
             return Err("no steps".into());
         }
-        if steps.iter().filter(|s| s.is_change()).count() > 1 {
+        if steps.iter().filter(|s| s.step.is_change()).count() > 1 {
             return Err("at most one of SIMPLE_CHANGE and CHANGE_PER_SECOND per item".into());
         }
-        let throttles = steps.iter().filter(|s| s.is_throttle()).count();
+        let throttles = steps.iter().filter(|s| s.step.is_throttle()).count();
         if throttles > 1 {
             return Err(
                 "at most one of DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT per item".into(),
             );
         }
-        if throttles == 1 && !steps[steps.len() - 1].is_throttle() {
+        if throttles == 1 && !steps[steps.len() - 1].step.is_throttle() {
             return Err("DISCARD_UNCHANGED(_HEARTBEAT) must be the last step".into());
         }
-        let checks = |s: &Step| matches!(s, Step::CheckNotSupported(_));
+        let checks = |s: &Op| s.step == Step::CheckNotSupported;
         if steps.iter().skip(1).any(checks) {
             return Err("CHECK_NOT_SUPPORTED must be the first step (at most one)".into());
         }
         Ok(Steps(steps.into_boxed_slice()))
     }
 
-    pub fn as_slice(&self) -> &[Step] {
+    pub fn as_slice(&self) -> &[Op] {
         &self.0
     }
 
     fn has_change(&self) -> bool {
-        self.0.iter().any(|s| s.is_change())
+        self.0.iter().any(|s| s.step.is_change())
     }
 
     /// The throttling step, if any (always the last).
     fn throttle(&self) -> Option<&Step> {
-        self.0.last().filter(|s| s.is_throttle())
+        self.0.last().map(|s| &s.step).filter(|s| s.is_throttle())
     }
 
     /// The handler of a leading `CHECK_NOT_SUPPORTED`, if any.
     fn check(&self) -> Option<&OnFail> {
-        match self.0.first() {
-            Some(Step::CheckNotSupported(f)) => Some(f),
-            _ => None,
-        }
+        self.0
+            .first()
+            .filter(|s| s.step == Step::CheckNotSupported)
+            .map(|s| &s.on_fail)
     }
 
-    /// The steps that compute the value (all but the check and the throttling step):
-    /// on numbers or, all of them, on text.
-    fn body(&self) -> &[Step] {
+    /// The steps that compute the value (all but the check and the throttling step).
+    fn body(&self) -> &[Op] {
         let first = usize::from(self.check().is_some());
         let n = self.0.len() - usize::from(self.throttle().is_some());
         &self.0[first.min(n)..n]
@@ -684,22 +683,20 @@ fn as_text(v: &mut Value) -> &mut String {
 
 /// The value as a number, for a numeric step: text must hold one (an unsigned integer
 /// stays exact, anything else by [`text_to_float`]).
-fn as_number(v: &Value, step: &Step) -> Result<Num, ItemError> {
+/// `Err`: the text, shortened, and why it is not one, for the step's error.
+fn as_number(v: &Value) -> Result<Num, (String, &'static str)> {
     match v {
         Value::Str(t) => text_to_uint(t)
             .map(Num::U)
             .or_else(|_| text_to_float(t).map(Num::F))
-            .map_err(|why| {
-                let shown: String = t.chars().take(64).collect();
-                unsupported(format!("{step}: the value {shown:?} {why}"))
-            }),
+            .map_err(|why| (t.chars().take(64).collect(), why)),
         v => Ok(Num::of(v).expect("numbers are numbers")),
     }
 }
 
 /// A custom value: text, which the next steps take as they take an answer, converted
 /// to the item's type after them (a value that cannot be is refused at load:
-/// [`Step::check_type`]).
+/// [`Op::check_type`]).
 fn custom(v: &str) -> Value {
     Value::Str(v.to_owned())
 }
@@ -763,7 +760,11 @@ impl Preprocessor {
     /// The computing steps of `steps` on `v` (each converts the value to the text or
     /// the number it needs), which becomes their result.
     fn run(&mut self, v: &mut Value, itemid: u64, at: u128, steps: &Arc<Steps>) -> Flow {
-        for step in steps.body() {
+        for Op { step, on_fail } in steps.body() {
+            // A numeric step's number, or its failure's text.
+            let number = |v: &Value| {
+                as_number(v).map_err(|(text, why)| format!("{step}: the value {text:?} {why}"))
+            };
             let failed = match step {
                 Step::Regex(x) => {
                     let t = as_text(v);
@@ -772,23 +773,19 @@ impl Preprocessor {
                             *t = out;
                             continue;
                         }
-                        None => x.on_fail.handle(|| {
-                            format!("REGEX: pattern {:?} does not match", x.re.as_str())
-                        }),
+                        None => format!("REGEX: pattern {:?} does not match", x.re.as_str()),
                     }
                 }
                 Step::Matches(c) => {
                     if c.re.0.is_match(as_text(v)) == c.matches {
                         continue;
                     }
-                    c.on_fail.handle(|| {
-                        let does = if c.matches {
-                            "does not match"
-                        } else {
-                            "matches"
-                        };
-                        format!("the value {does} the pattern {:?}", c.re.as_str())
-                    })
+                    let does = if c.matches {
+                        "does not match"
+                    } else {
+                        "matches"
+                    };
+                    format!("the value {does} the pattern {:?}", c.re.as_str())
                 }
                 Step::Trim(ends, chars) => {
                     // In place: no new string per value.
@@ -802,89 +799,101 @@ impl Preprocessor {
                     }
                     continue;
                 }
-                Step::InRange(b) => {
-                    let n = match as_number(v, step) {
-                        Ok(n) => n,
-                        Err(e) => return Flow::Fail(e),
-                    };
-                    if b.contains(n.f()) {
+                Step::InRange(b) => match number(v) {
+                    Ok(n) if b.contains(n.f()) => {
                         *v = n.value();
                         continue;
                     }
-                    b.on_fail
-                        .handle(|| format!("IN_RANGE: {} is not within {b}", n.f()))
-                }
-                Step::Multiplier(x) => {
-                    let n = match as_number(v, step) {
-                        Ok(n) => n,
-                        Err(e) => return Flow::Fail(e),
-                    };
-                    *v = match n {
-                        Num::U(u)
-                            if x.fract() == 0.0
-                                && (0.0..18_446_744_073_709_551_616.0).contains(x) =>
-                        {
-                            match u.checked_mul(*x as u64) {
-                                Some(p) => Num::U(p),
-                                None => Num::F(u as f64 * x),
+                    Ok(n) => format!("IN_RANGE: {} is not within {b}", n.f()),
+                    Err(why) => why,
+                },
+                Step::Multiplier(x) => match number(v) {
+                    Ok(n) => {
+                        *v = match n {
+                            Num::U(u)
+                                if x.fract() == 0.0
+                                    && (0.0..18_446_744_073_709_551_616.0).contains(x) =>
+                            {
+                                match u.checked_mul(*x as u64) {
+                                    Some(p) => Num::U(p),
+                                    None => Num::F(u as f64 * x),
+                                }
                             }
+                            _ => Num::F(n.f() * x),
                         }
-                        _ => Num::F(n.f() * x),
+                        .value();
+                        continue;
                     }
-                    .value();
-                    continue;
-                }
-                Step::SimpleChange | Step::ChangePerSecond => {
-                    let n = match as_number(v, step) {
-                        Ok(n) => n,
-                        Err(e) => return Flow::Fail(e),
-                    };
-                    let now = Previous {
-                        value: n,
-                        at,
-                        steps: steps.clone(),
-                    };
-                    let prev = self.previous.insert(itemid, now);
-                    let Some(prev) = prev.filter(|p| same(&p.steps, steps)) else {
-                        return Flow::Discard;
-                    };
-                    let delta = match (n, prev.value) {
-                        (Num::U(a), Num::U(b)) if a >= b => Num::U(a - b),
-                        (Num::U(_), Num::U(_)) => return Flow::Discard,
-                        (a, b) if a.f() >= b.f() => Num::F(a.f() - b.f()),
-                        _ => return Flow::Discard,
-                    };
-                    *v = if *step == Step::SimpleChange {
-                        delta
-                    } else {
-                        let secs = at.saturating_sub(prev.at) as f64 / 1e9;
-                        if secs <= 0.0 {
-                            // Two values with one timestamp: no rate to compute.
-                            return Flow::Discard;
-                        }
-                        match delta {
-                            // Zabbix keeps an integer rate of integer values (its
-                            // uint64 delta), so a MULTIPLIER after it scales the
-                            // truncated rate: trunc(rate) × 8 for interface bits.
-                            Num::U(d) => Num::U((d as f64 / secs) as u64),
-                            Num::F(d) => Num::F(d / secs),
+                    Err(why) => why,
+                },
+                Step::SimpleChange | Step::ChangePerSecond => match number(v) {
+                    Ok(n) => {
+                        let per_second = *step == Step::ChangePerSecond;
+                        match self.change(n, itemid, at, per_second, steps) {
+                            Some(d) => {
+                                *v = d.value();
+                                continue;
+                            }
+                            None => return Flow::Discard,
                         }
                     }
-                    .value();
-                    continue;
-                }
+                    Err(why) => why,
+                },
                 // The first and the last step, which `body` leaves out.
-                Step::CheckNotSupported(_)
+                Step::CheckNotSupported
                 | Step::DiscardUnchanged
                 | Step::DiscardUnchangedHeartbeat(_) => continue,
             };
-            match failed {
+            match on_fail.handle(|| failed) {
                 Handled::Value(c) => *v = custom(c),
                 Handled::Discard => return Flow::Discard,
                 Handled::Error(e) => return Flow::Fail(e),
             }
         }
         Flow::Go
+    }
+
+    /// A change step on `n`, obtained at `at` (ns): the difference from the previous
+    /// value (per second: divided by the seconds between them), or `None`: no value
+    /// this time (the first, a reset counter, a reload that changed the steps, two
+    /// values with one timestamp). `n` becomes the previous value.
+    fn change(
+        &mut self,
+        n: Num,
+        itemid: u64,
+        at: u128,
+        per_second: bool,
+        steps: &Arc<Steps>,
+    ) -> Option<Num> {
+        let now = Previous {
+            value: n,
+            at,
+            steps: steps.clone(),
+        };
+        let prev = self.previous.insert(itemid, now)?;
+        if !same(&prev.steps, steps) {
+            return None;
+        }
+        let delta = match (n, prev.value) {
+            (Num::U(a), Num::U(b)) => Num::U(a.checked_sub(b)?),
+            (a, b) if a.f() >= b.f() => Num::F(a.f() - b.f()),
+            _ => return None,
+        };
+        if !per_second {
+            return Some(delta);
+        }
+        let secs = at.saturating_sub(prev.at) as f64 / 1e9;
+        if secs <= 0.0 {
+            // Two values with one timestamp: no rate to compute.
+            return None;
+        }
+        Some(match delta {
+            // Zabbix keeps an integer rate of integer values (its uint64 delta), so a
+            // MULTIPLIER after it scales the truncated rate: trunc(rate) × 8 for
+            // interface bits.
+            Num::U(d) => Num::U((d as f64 / secs) as u64),
+            Num::F(d) => Num::F(d / secs),
+        })
     }
 
     /// The throttling step (with `heartbeat` seconds, if it has one) on the value to
@@ -941,7 +950,13 @@ impl Preprocessor {
 mod tests {
     use super::*;
 
-    fn sample(itemid: u64, vt: ValueType, clock: u32, v: Value, steps: &[Step]) -> Sample {
+    fn sample<S: Clone + Into<Op>>(
+        itemid: u64,
+        vt: ValueType,
+        clock: u32,
+        v: Value,
+        steps: &[S],
+    ) -> Sample {
         Sample {
             itemid,
             item: 0,
@@ -988,11 +1003,14 @@ mod tests {
     fn steps_run_on_the_answer_and_their_result_takes_the_items_type() {
         // Zabbix's order: a device that reports a temperature as text ("23.5 C"), a
         // float item, REGEX takes the number out and MULTIPLIER scales it.
-        let through = |vt, v: Value, steps: &[Step]| {
+        let through = |vt, v: Value, steps: &[Op]| {
             value(Preprocessor::default().apply(sample(1, vt, 0, v, steps)))
         };
         let temp = || Value::Str("Temp: 23.5 C".into());
-        let scaled = [regex("([0-9.]+) C", "\\1"), Step::Multiplier(2.0)];
+        let scaled: [Op; 2] = [
+            regex("([0-9.]+) C", "\\1").into(),
+            Step::Multiplier(2.0).into(),
+        ];
         assert_eq!(
             through(ValueType::Float, temp(), &scaled),
             Some(Ok(Value::Float(47.0)))
@@ -1017,18 +1035,22 @@ mod tests {
         let e = through(
             ValueType::Uint,
             Value::Float(-3.0),
-            &[Step::Multiplier(2.0)],
+            &[Step::Multiplier(2.0).into()],
         );
         assert!(e.unwrap().unwrap_err().text.contains("\"-6\" is negative"));
         // A number through a text step is its decimal text; numeric steps on a text
         // item leave their number's text.
-        let first = [regex("^([0-9]{2})", "\\1")];
+        let first = [regex("^([0-9]{2})", "\\1").into()];
         assert_eq!(
             through(ValueType::Uint, Value::Uint(12_345), &first),
             Some(Ok(Value::Uint(12)))
         );
         assert_eq!(
-            through(ValueType::Str, Value::Uint(5), &[Step::Multiplier(0.5)]),
+            through(
+                ValueType::Str,
+                Value::Uint(5),
+                &[Step::Multiplier(0.5).into()]
+            ),
             Some(Ok(Value::Str("2.5".into())))
         );
         // A text a numeric step cannot read makes the item unsupported, saying why.
@@ -1044,7 +1066,7 @@ mod tests {
             through(
                 ValueType::Uint,
                 Value::Str("off".into()),
-                &[none, Step::Multiplier(2.0)]
+                &[none, Step::Multiplier(2.0).into()]
             ),
             Some(Ok(Value::Uint(10)))
         );
@@ -1062,6 +1084,44 @@ mod tests {
         };
         assert_eq!(big(0, u64::MAX - 5), None);
         assert_eq!(big(10, u64::MAX), Some(Ok(Value::Uint(5))));
+    }
+
+    #[test]
+    fn numeric_steps_hand_a_text_they_cannot_read_to_their_handler() {
+        // An agent that answers "n/a" while a sensor is absent: MULTIPLIER's "Custom on
+        // fail" decides, as in Zabbix.
+        let na = || Value::Str("n/a".into());
+        let scale = |f: OnFail| [Step::Multiplier(0.1).on_fail(f)];
+        let mut p = Preprocessor::default();
+        let mut through =
+            |v, steps: &[Op]| value(p.apply(sample(1, ValueType::Float, 0, v, steps)));
+        assert_eq!(through(na(), &scale(OnFail::Discard)), None);
+        assert_eq!(
+            through(na(), &scale(OnFail::Value("-1".into()))),
+            Some(Ok(Value::Float(-1.0)))
+        );
+        let e = through(na(), &scale(OnFail::Message("sensor absent".into())));
+        assert_eq!(e.unwrap().unwrap_err().text, "sensor absent");
+        assert_eq!(
+            through(Value::Str("215".into()), &scale(OnFail::Discard)),
+            Some(Ok(Value::Float(21.5)))
+        );
+        // A change step's failure leaves its previous value as it was: the rate after
+        // the gap spans it.
+        let rate = [Step::ChangePerSecond.on_fail(OnFail::Discard)];
+        let mut at = |clock, v: &str| {
+            let s = sample(2, ValueType::Uint, clock, Value::Str(v.into()), &rate);
+            value(p.apply(s))
+        };
+        assert_eq!(at(0, "100"), None);
+        assert_eq!(at(10, "n/a"), None);
+        assert_eq!(at(20, "300"), Some(Ok(Value::Uint(10))));
+        let strict = [Step::SimpleChange];
+        let e = value(p.apply(sample(3, ValueType::Uint, 0, na(), &strict)));
+        assert_eq!(
+            e.unwrap().unwrap_err().text,
+            "preprocessing: SIMPLE_CHANGE: the value \"n/a\" is not a number"
+        );
     }
 
     #[test]
@@ -1176,7 +1236,7 @@ mod tests {
             .unwrap_err()
             .contains("unknown preprocessing type"));
         assert!(Steps::new(vec![Step::SimpleChange, Step::ChangePerSecond]).is_err());
-        assert!(Steps::new(Vec::new()).is_err());
+        assert!(Steps::new(Vec::<Step>::new()).is_err());
         // Throttling: Zabbix's time suffixes; one step, the last.
         let hb = |s: &str| p("discard_unchanged_heartbeat", &[s]);
         assert_eq!(hb("3600"), Ok(Step::DiscardUnchangedHeartbeat(3600)));
@@ -1206,7 +1266,7 @@ mod tests {
         Step::parse("REGEX", &[pattern.into(), output.into()]).unwrap()
     }
 
-    fn text_through(steps: &[Step], v: &str) -> Option<Result<Value, ItemError>> {
+    fn text_through<S: Clone + Into<Op>>(steps: &[S], v: &str) -> Option<Result<Value, ItemError>> {
         let mut p = Preprocessor::default();
         value(p.apply(sample(1, ValueType::Str, 0, Value::Str(v.into()), steps)))
     }
@@ -1267,7 +1327,7 @@ mod tests {
         // CUSTOM_VALUE: that value, and the steps after it run on it.
         let steps = [
             firmware(OnFail::Value(" n/a ".into())),
-            Step::parse("TRIM", &[" ".into()]).unwrap(),
+            Step::parse("TRIM", &[" ".into()]).unwrap().into(),
         ];
         assert_eq!(
             text_through(&steps, linux),
@@ -1302,7 +1362,7 @@ mod tests {
     #[test]
     fn check_not_supported_gives_an_unsupported_item_its_handler() {
         let check = |f: OnFail| Step::parse("CHECK_NOT_SUPPORTED", &[]).unwrap().on_fail(f);
-        let failed = |reason, steps: &[Step]| {
+        let failed = |reason, steps: &[Op]| {
             let mut s = sample(3, ValueType::Uint, 0, Value::Uint(0), steps);
             s.result = Err(ItemError::new(reason, "noSuchObject"));
             let mut p = Preprocessor::default();
@@ -1310,7 +1370,10 @@ mod tests {
         };
         let nso = ErrorReason::Unsupported;
         // CUSTOM_VALUE, in the item's type; the steps after it run on it.
-        let zero = [check(OnFail::Value("5".into())), Step::Multiplier(2.0)];
+        let zero = [
+            check(OnFail::Value("5".into())),
+            Step::Multiplier(2.0).into(),
+        ];
         assert_eq!(failed(nso, &zero), Some(Ok(Value::Uint(10))));
         // A value is left to the other steps; a timeout is not "not supported".
         let ok = sample(3, ValueType::Uint, 0, Value::Uint(3), &zero);
@@ -1327,7 +1390,7 @@ mod tests {
         let e = failed(nso, &[check(OnFail::Error)]);
         assert_eq!(e.unwrap().unwrap_err().text, "noSuchObject");
         // The first step only; a custom value of the item's type.
-        let late = Steps::new(vec![Step::Multiplier(2.0), check(OnFail::Discard)]);
+        let late = Steps::new(vec![Step::Multiplier(2.0).into(), check(OnFail::Discard)]);
         assert!(late.unwrap_err().contains("first step"));
         // Any error, as Zabbix 7.0 (`-1`) and 6.0 (`""`) export it; not a pattern on
         // the error's text (netpoller's texts are not Zabbix's).
@@ -1346,7 +1409,7 @@ mod tests {
         );
         // A discarded failure starts the steps' memory over, as Zabbix's history of
         // the steps that ran: no delta across the gap.
-        let steps = [check(OnFail::Discard), Step::SimpleChange];
+        let steps = [check(OnFail::Discard), Step::SimpleChange.into()];
         let mut p = Preprocessor::default();
         let ok = |clock, v| sample(5, ValueType::Uint, clock, Value::Uint(v), &steps);
         assert!(
@@ -1380,7 +1443,7 @@ mod tests {
                 .unwrap()
                 .on_fail(f)
         };
-        let through = |vt, v: Value, steps: &[Step]| {
+        let through = |vt, v: Value, steps: &[Op]| {
             value(Preprocessor::default().apply(sample(4, vt, 0, v, steps)))
         };
         let temp =
@@ -1403,13 +1466,16 @@ mod tests {
             "{e:?}"
         );
         // An open end; the check runs where it stands (after the multiplier here).
-        let steps = [Step::Multiplier(0.1), range("", "10", OnFail::Discard)];
+        let steps = [
+            Step::Multiplier(0.1).into(),
+            range("", "10", OnFail::Discard),
+        ];
         let f = |v| through(ValueType::Float, Value::Float(v), &steps);
         assert_eq!(f(-500.0), Some(Ok(Value::Float(-50.0))));
         assert_eq!(f(101.0), None);
         // Text: MATCHES_REGEX / NOT_MATCHES_REGEX.
         let m = |k: &str, f: OnFail| Step::parse(k, &["^up".into()]).unwrap().on_fail(f);
-        let t = |v: &str, s: Step| through(ValueType::Str, Value::Str(v.into()), &[s]);
+        let t = |v: &str, s: Op| through(ValueType::Str, Value::Str(v.into()), &[s]);
         assert_eq!(
             t("up(1)", m("MATCHES_REGEX", OnFail::Error)),
             Some(Ok(Value::Str("up(1)".into())))
@@ -1533,7 +1599,14 @@ mod tests {
         assert_eq!(p("LTRIM", &["0"]).unwrap().to_string(), "LTRIM(\"0\")");
         assert_eq!(
             p("REGEX", &["v(\\d)", "\\1"]).unwrap().to_string(),
-            r#"REGEX("v(\\d)" → "\\1", on fail: error)"#
+            r#"REGEX("v(\\d)" → "\\1")"#
+        );
+        let handled = p("REGEX", &["v(\\d)", "\\1"])
+            .unwrap()
+            .on_fail(OnFail::Discard);
+        assert_eq!(
+            handled.to_string(),
+            r#"REGEX("v(\\d)" → "\\1") (on fail: discard)"#
         );
     }
 
