@@ -535,6 +535,9 @@ fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() 
      preprocessing = [{ type = "REGEX", parameters = ["agent ([0-9]+)", "\\1"] },
                       { type = "MULTIPLIER", parameters = ["10"] },
                       { type = "DISCARD_UNCHANGED" }] },
+  { key = "descr.short", oid = "1.3.6.1.2.1.1.1.0", type = "str", interval = "1s",
+     preprocessing = [{ type = "STR_REPLACE", parameters = ["netpoller\\stest\\s", ""] },
+                      { type = "DISCARD_UNCHANGED" }] },
   { key = "descr.scaled", oid = "1.3.6.1.2.1.1.1.0", type = "float", interval = "1s",
      preprocessing = [{ type = "MULTIPLIER", parameters = ["2"],
                         error_handler = "CUSTOM_VALUE", error_handler_params = "-1" },
@@ -595,6 +598,10 @@ fn text_steps_extract_and_discard_unchanged_keeps_one_row_until_the_heartbeat() 
         "SELECT value FROM {db}.history_uint WHERE itemname = 'descr.agent.x10' FORMAT TSV"
     ));
     assert_eq!(number, "10\n", "\"agent 1\" → 1 × 10, once");
+    let short = ch(&format!(
+        "SELECT value FROM {db}.history_str WHERE itemname = 'descr.short' FORMAT TSV"
+    ));
+    assert_eq!(short, "agent 1\n", "STR_REPLACE with Zabbix's \\s, once");
     let scaled = ch(&format!(
         "SELECT value FROM {db}.history_dbl WHERE itemname = 'descr.scaled' FORMAT TSV"
     ));

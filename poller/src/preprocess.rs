@@ -23,7 +23,9 @@
 //!   the next one does. Change per second divides by the time between the two polls.
 //! * A text step: `REGEX` replaces the text with its output template filled from the
 //!   pattern's first match (`\\0`..`\\9`), or fails when nothing matches; a trim strips
-//!   the given characters from its ends.
+//!   the given characters from its ends; `STR_REPLACE` replaces every occurrence of a
+//!   text. `BOOL_TO_DECIMAL`, `OCTAL_TO_DECIMAL` and `HEX_TO_DECIMAL` read the text as
+//!   an unsigned number ([`Radix`]), or fail.
 //! * A validation step (`IN_RANGE` on numbers, `MATCHES_REGEX` / `NOT_MATCHES_REGEX`
 //!   on text) fails a value that does not pass.
 //! * A failing step makes the item unsupported for that poll, with the reason, unless
@@ -74,6 +76,11 @@ pub enum Step {
     /// this time (noSuchObject, an error-status) gets this step's handler instead; the
     /// first step, it runs on errors only.
     CheckNotSupported,
+    /// Zabbix's "Replace": every occurrence of a text by another.
+    Replace(Arc<Replace>),
+    /// Zabbix's "Boolean to decimal", "Octal to decimal" and "Hexadecimal to
+    /// decimal": the text as an unsigned integer; text in another form fails.
+    ToDecimal(Radix),
     /// No value when it equals the last one stored.
     DiscardUnchanged,
     /// No value when it equals the last one stored and that one is younger than this
@@ -107,10 +114,11 @@ fn number(s: &str) -> Option<f64> {
     text_to_float(s).ok()
 }
 
-/// A trim step's characters as Zabbix reads them: `\s`, `\n`, `\r`, `\t` are a space, a
-/// newline, a carriage return and a tab (a template exported from Zabbix writes an
-/// `RTRIM` of newlines as `\n`); any other character, a backslash included, is itself.
-fn unescape_trim(chars: &str) -> String {
+/// A trim's characters or a replacement's texts as Zabbix reads them: `\s`, `\n`, `\r`,
+/// `\t` are a space, a newline, a carriage return and a tab (a template exported from
+/// Zabbix writes an `RTRIM` of newlines as `\n`); in a replacement (`backslash`) `\\`
+/// is one backslash; any other character is itself.
+fn unescape(chars: &str, backslash: bool) -> String {
     let mut out = String::with_capacity(chars.len());
     let mut it = chars.chars().peekable();
     while let Some(c) = it.next() {
@@ -119,6 +127,7 @@ fn unescape_trim(chars: &str) -> String {
             ('\\', Some('n')) => Some('\n'),
             ('\\', Some('r')) => Some('\r'),
             ('\\', Some('t')) => Some('\t'),
+            ('\\', Some('\\')) if backslash => Some('\\'),
             _ => None,
         };
         match escaped {
@@ -130,6 +139,99 @@ fn unescape_trim(chars: &str) -> String {
         }
     }
     out
+}
+
+/// A `STR_REPLACE` step: the text to replace (never empty) and its replacement.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replace {
+    search: String,
+    with: String,
+}
+
+/// What a `*_TO_DECIMAL` step reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Radix {
+    /// A number (0 is 0, any other 1) or one of Zabbix's words: `true`, `up`, `ok`,
+    /// ... are 1, `false`, `down`, `err`, ... 0 (any case).
+    Bool,
+    /// Octal digits.
+    Octal,
+    /// Hexadecimal digits, or octets as net-snmp shows a Hex-STRING (`00 1A 2B`),
+    /// read as one big-endian number.
+    Hex,
+}
+
+impl Radix {
+    /// `t` as Zabbix's step reads it (spaces and double quotes around it ignored).
+    /// `Err`: why not, for the error text.
+    fn read(self, t: &str) -> Result<u64, &'static str> {
+        let t = t
+            .trim_start_matches([' ', '"'])
+            .trim_end_matches([' ', '"', '\n', '\r']);
+        let digits = |radix: u32, why| {
+            if t.is_empty() || !t.chars().all(|c| c.is_digit(radix)) {
+                return Err(why);
+            }
+            u64::from_str_radix(t, radix).map_err(|_| "is out of range")
+        };
+        match self {
+            Radix::Bool => {
+                if let Ok(f) = text_to_float(t) {
+                    return Ok(u64::from(f != 0.0));
+                }
+                const ONE: [&str; 11] = [
+                    "true",
+                    "t",
+                    "yes",
+                    "y",
+                    "on",
+                    "up",
+                    "running",
+                    "enabled",
+                    "available",
+                    "ok",
+                    "master",
+                ];
+                const ZERO: [&str; 11] = [
+                    "false",
+                    "f",
+                    "no",
+                    "n",
+                    "off",
+                    "down",
+                    "unused",
+                    "disabled",
+                    "unavailable",
+                    "err",
+                    "slave",
+                ];
+                let is = |words: &[&str]| words.iter().any(|w| w.eq_ignore_ascii_case(t));
+                match (is(&ONE), is(&ZERO)) {
+                    (true, _) => Ok(1),
+                    (_, true) => Ok(0),
+                    _ => Err("is not a boolean"),
+                }
+            }
+            Radix::Octal => digits(8, "is not an octal number"),
+            Radix::Hex => {
+                // net-snmp's Hex-STRING: two digits per octet, one space or newline
+                // between them.
+                let octets = t.len() % 3 == 2
+                    && t.bytes().enumerate().all(|(i, b)| match i % 3 {
+                        2 => b == b' ' || b == b'\n',
+                        _ => b.is_ascii_hexdigit(),
+                    });
+                if !octets {
+                    return digits(16, "is not a hexadecimal number");
+                }
+                let joined: String = t.split([' ', '\n']).collect();
+                if joined.trim_start_matches('0').len() > 16 {
+                    return Err("is out of range");
+                }
+                u64::from_str_radix(&joined, 16).map_err(|_| "is out of range")
+            }
+        }
+    }
 }
 
 /// Which ends of the text a trim step strips (Zabbix's `TRIM`, `LTRIM`, `RTRIM`).
@@ -327,11 +429,12 @@ impl Step {
 
     /// Parses Zabbix's export name (`CHANGE_PER_SECOND`, `SIMPLE_CHANGE`, `MULTIPLIER`,
     /// `IN_RANGE`, `REGEX`, `TRIM`, `LTRIM`, `RTRIM`, `MATCHES_REGEX`,
-    /// `NOT_MATCHES_REGEX`, `CHECK_NOT_SUPPORTED`, `DISCARD_UNCHANGED`,
+    /// `NOT_MATCHES_REGEX`, `STR_REPLACE`, `BOOL_TO_DECIMAL`, `OCTAL_TO_DECIMAL`,
+    /// `HEX_TO_DECIMAL`, `CHECK_NOT_SUPPORTED`, `DISCARD_UNCHANGED`,
     /// `DISCARD_UNCHANGED_HEARTBEAT`, any case) and its parameters.
     pub fn parse(kind: &str, params: &[String]) -> Result<Step, String> {
         let trim = |ends| match params {
-            [chars] if !chars.is_empty() => Ok(Step::Trim(ends, unescape_trim(chars).into())),
+            [chars] if !chars.is_empty() => Ok(Step::Trim(ends, unescape(chars, false).into())),
             _ => Err(format!(
                 "{kind} takes one parameter, the characters to strip (parameters = [\" \\t\"])"
             )),
@@ -409,6 +512,19 @@ impl Step {
                 [p] if p.is_empty() || p.trim() == "-1" => Ok(Step::CheckNotSupported),
                 _ => Err("CHECK_NOT_SUPPORTED: netpoller checks for any error only (parameters = [\"-1\"], or none): its error texts are not Zabbix's, so a pattern on them would not match as in Zabbix".into()),
             },
+            "STR_REPLACE" => match params {
+                [search, _] if search.is_empty() => {
+                    Err("STR_REPLACE: the text to replace must not be empty".into())
+                }
+                [search, with] => Ok(Step::Replace(Arc::new(Replace {
+                    search: unescape(search, true),
+                    with: unescape(with, true),
+                }))),
+                _ => Err("STR_REPLACE takes two parameters, the text to replace and its replacement (parameters = [\"\\\\s\", \"\"])".into()),
+            },
+            "BOOL_TO_DECIMAL" => no_params(Step::ToDecimal(Radix::Bool)),
+            "OCTAL_TO_DECIMAL" => no_params(Step::ToDecimal(Radix::Octal)),
+            "HEX_TO_DECIMAL" => no_params(Step::ToDecimal(Radix::Hex)),
             "DISCARD_UNCHANGED" => no_params(Step::DiscardUnchanged),
             "DISCARD_UNCHANGED_HEARTBEAT" => match params {
                 [p] => match seconds(p) {
@@ -420,7 +536,7 @@ impl Step {
                 _ => Err("DISCARD_UNCHANGED_HEARTBEAT takes one parameter, the heartbeat (parameters = [\"1h\"])".into()),
             },
             _ => Err(format!(
-                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, IN_RANGE, REGEX, TRIM, LTRIM, RTRIM, MATCHES_REGEX, NOT_MATCHES_REGEX, CHECK_NOT_SUPPORTED, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
+                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, IN_RANGE, REGEX, TRIM, LTRIM, RTRIM, MATCHES_REGEX, NOT_MATCHES_REGEX, STR_REPLACE, BOOL_TO_DECIMAL, OCTAL_TO_DECIMAL, HEX_TO_DECIMAL, CHECK_NOT_SUPPORTED, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
             )),
         }
     }
@@ -459,7 +575,10 @@ impl Step {
     pub fn on_fail(self, on_fail: OnFail) -> Op {
         let can_fail = !matches!(
             self,
-            Step::Trim(..) | Step::DiscardUnchanged | Step::DiscardUnchangedHeartbeat(_)
+            Step::Trim(..)
+                | Step::Replace(_)
+                | Step::DiscardUnchanged
+                | Step::DiscardUnchangedHeartbeat(_)
         );
         Op {
             on_fail: if can_fail { on_fail } else { OnFail::Error },
@@ -516,6 +635,10 @@ impl fmt::Display for Step {
                 };
                 write!(f, "{name}({chars:?})")
             }
+            Step::Replace(r) => write!(f, "STR_REPLACE({:?} → {:?})", r.search, r.with),
+            Step::ToDecimal(Radix::Bool) => f.write_str("BOOL_TO_DECIMAL"),
+            Step::ToDecimal(Radix::Octal) => f.write_str("OCTAL_TO_DECIMAL"),
+            Step::ToDecimal(Radix::Hex) => f.write_str("HEX_TO_DECIMAL"),
             Step::DiscardUnchanged => f.write_str("DISCARD_UNCHANGED"),
             Step::DiscardUnchangedHeartbeat(s) => write!(f, "DISCARD_UNCHANGED_HEARTBEAT({s}s)"),
         }
@@ -798,6 +921,26 @@ impl Preprocessor {
                         t.drain(..t.len() - t.trim_start_matches(strip).len());
                     }
                     continue;
+                }
+                Step::Replace(r) => {
+                    let t = as_text(v);
+                    if t.contains(&r.search) {
+                        *t = t.replace(&r.search, &r.with);
+                    }
+                    continue;
+                }
+                Step::ToDecimal(radix) => {
+                    let t = as_text(v);
+                    match radix.read(t) {
+                        Ok(u) => {
+                            *v = Value::Uint(u);
+                            continue;
+                        }
+                        Err(why) => {
+                            let shown: String = t.chars().take(64).collect();
+                            format!("{step}: the value {shown:?} {why}")
+                        }
+                    }
                 }
                 Step::InRange(b) => match number(v) {
                     Ok(n) if b.contains(n.f()) => {
@@ -1122,6 +1265,93 @@ mod tests {
             e.unwrap().unwrap_err().text,
             "preprocessing: SIMPLE_CHANGE: the value \"n/a\" is not a number"
         );
+    }
+
+    #[test]
+    fn replace_and_the_decimal_conversions_read_what_zabbix_reads() {
+        let p = |k: &str, ps: &[&str]| {
+            Step::parse(k, &ps.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+        };
+        let through = |vt, v: &str, steps: &[Op]| {
+            value(Preprocessor::default().apply(sample(1, vt, 0, Value::Str(v.into()), steps)))
+        };
+        let ok = |vt, v: &str, step: Step| match through(vt, v, &[step.into()]) {
+            Some(Ok(v)) => v,
+            other => panic!("{v:?}: {other:?}"),
+        };
+        let uint = |v: &str, step: Step| ok(ValueType::Uint, v, step);
+        // STR_REPLACE: every occurrence; Zabbix's escapes, `\\` one backslash.
+        let spaces = p("STR_REPLACE", &[r"\s", "_"]).unwrap();
+        assert_eq!(
+            ok(ValueType::Str, "Gi 0/1 uplink", spaces),
+            Value::Str("Gi_0/1_uplink".into())
+        );
+        let slash = p("STR_REPLACE", &[r"\\", "/"]).unwrap();
+        assert_eq!(
+            ok(ValueType::Str, r"C:\temp\x", slash),
+            Value::Str("C:/temp/x".into())
+        );
+        let drop_unit = p("STR_REPLACE", &[" rpm", ""]).unwrap();
+        assert_eq!(
+            ok(ValueType::Uint, "4200 rpm", drop_unit),
+            Value::Uint(4200)
+        );
+        assert!(p("STR_REPLACE", &["", "x"])
+            .unwrap_err()
+            .contains("must not be empty"));
+        assert!(p("STR_REPLACE", &["x"])
+            .unwrap_err()
+            .contains("two parameters"));
+        // BOOL_TO_DECIMAL: numbers (0 or not) and Zabbix's words, any case, quotes and
+        // spaces around ignored.
+        let b = || p("BOOL_TO_DECIMAL", &[]).unwrap();
+        for (v, want) in [
+            ("up", 1),
+            ("\"Enabled\" ", 1),
+            ("OK\r\n", 1),
+            ("master", 1),
+            ("down", 0),
+            ("UNAVAILABLE", 0),
+            ("slave", 0),
+            ("0", 0),
+            ("0.0", 0),
+            ("-2.5", 1),
+        ] {
+            assert_eq!(uint(v, b()), Value::Uint(want), "{v:?}");
+        }
+        // OCTAL_TO_DECIMAL, HEX_TO_DECIMAL (digits, or a Hex-STRING's octets).
+        let oct = || p("OCTAL_TO_DECIMAL", &[""]).unwrap();
+        let hex = || p("HEX_TO_DECIMAL", &[]).unwrap();
+        assert_eq!(uint(" 755 ", oct()), Value::Uint(493));
+        assert_eq!(uint("ff", hex()), Value::Uint(255));
+        assert_eq!(uint("\"1f\"", hex()), Value::Uint(31));
+        assert_eq!(uint("00 1A 2B FF", hex()), Value::Uint(0x001a_2bff));
+        assert_eq!(
+            uint("00 00 00 00 00 00 00 00 01 00", hex()),
+            Value::Uint(256)
+        );
+        assert_eq!(uint("FFFFFFFFFFFFFFFF", hex()), Value::Uint(u64::MAX));
+        // What they cannot read fails the step (its handler decides).
+        for (v, step, why) in [
+            ("maybe", b(), "is not a boolean"),
+            ("789", oct(), "is not an octal number"),
+            ("0x1A", hex(), "is not a hexadecimal number"),
+            ("1A  2B", hex(), "is not a hexadecimal number"),
+            ("1 0000000000000000", hex(), "is not a hexadecimal number"),
+            ("10000000000000000", hex(), "is out of range"),
+            ("01 00 00 00 00 00 00 00 00", hex(), "is out of range"),
+        ] {
+            let e = through(ValueType::Uint, v, &[step.into()])
+                .unwrap()
+                .unwrap_err();
+            assert!(e.text.ends_with(why), "{v:?}: {e}");
+        }
+        let handled = b().on_fail(OnFail::Value("0".into()));
+        assert_eq!(
+            through(ValueType::Uint, "maybe", &[handled]),
+            Some(Ok(Value::Uint(0)))
+        );
+        assert_eq!(b().to_string(), "BOOL_TO_DECIMAL");
     }
 
     #[test]
@@ -1519,6 +1749,21 @@ mod tests {
                     proptest::prop_assert_eq!(out, template);
                 }
             }
+        }
+
+        /// Device text of any content through the decimal conversions: a number or a
+        /// reason, never a panic; what a Hex-STRING's octets say, its digits say too.
+        #[test]
+        fn any_text_to_decimal_reads_or_says_why(
+            text in "[0-9a-fA-F \"\n\r]{0,60}|\\PC{0,30}",
+            octets in proptest::collection::vec(proptest::prelude::any::<u8>(), 1..12),
+        ) {
+            for radix in [Radix::Bool, Radix::Octal, Radix::Hex] {
+                let _ = radix.read(&text);
+            }
+            let shown = snmp::hex_string(&octets);
+            let digits: String = shown.split(' ').collect();
+            proptest::prop_assert_eq!(Radix::Hex.read(&shown), Radix::Hex.read(&digits));
         }
     }
 
