@@ -453,9 +453,8 @@ pub struct ItemEntry {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PreprocessingEntry {
-    /// `SIMPLE_CHANGE`, `CHANGE_PER_SECOND`, `MULTIPLIER`, `IN_RANGE`, `REGEX`, `TRIM`,
-    /// `LTRIM`, `RTRIM`, `MATCHES_REGEX`, `NOT_MATCHES_REGEX`, `CHECK_NOT_SUPPORTED`,
-    /// `DISCARD_UNCHANGED` or `DISCARD_UNCHANGED_HEARTBEAT` (any case).
+    /// One of the types [`poller::preprocess::Step::parse`] names (Zabbix's export
+    /// names, any case).
     #[serde(rename = "type")]
     pub kind: String,
     #[serde(default)]

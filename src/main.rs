@@ -67,6 +67,16 @@ enum Command {
     Schema(cmd::schema::Args),
     /// Disk spool: `spool dump` (TSV), `spool replay` (load into ClickHouse).
     Spool(cmd::spool::Args),
+    /// Print a Zabbix template export (JSON) as netpoller `[[templates]]`.
+    ///
+    /// ICMP simple checks and SNMP agent items with numeric OIDs, with their intervals
+    /// and preprocessing, template macros resolved; every item written loads (the
+    /// config loader checks each). What cannot be imported (other item types, symbolic
+    /// OIDs, steps netpoller does not run, discovery rules) is listed with the reason,
+    /// as a comment in the output and on stderr. Exit 1 when nothing is importable.
+    ///
+    /// Example: `netpoller import-template zbx_export_templates.json > templates.toml`
+    ImportTemplate(cmd::import_template::Args),
 }
 
 fn main() -> std::process::ExitCode {
@@ -83,6 +93,7 @@ fn main() -> std::process::ExitCode {
         Command::Snmp(args) => cmd::snmp::run(args),
         Command::Schema(args) => cmd::schema::run(args),
         Command::Spool(args) => cmd::spool::run(args),
+        Command::ImportTemplate(args) => cmd::import_template::run(args),
     };
     match result {
         Ok(code) => code,

@@ -651,3 +651,58 @@ templates = ["icmp"]
     assert_eq!(value("cpe-127.0.75.1", "icmppingloss"), "100");
     assert_eq!(value("cpe-127.0.75.2", "icmpping"), "1");
 }
+
+/// A Zabbix template export becomes templates `check-config` takes, with what was left
+/// out on stderr; asking for a template the file lacks names the ones it has.
+#[test]
+fn import_template_output_loads_as_it_is() {
+    let dir = scratch("ops-import");
+    let export = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/zabbix_export_templates.json"
+    );
+    let o = netpoller()
+        .args(["import-template", export])
+        .output()
+        .unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("8 items imported; 9 items or discovery rules not"),
+        "{err}"
+    );
+    let cfg = dir.join("imported.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{out}\n[[hosts]]\nname = \"sw-1\"\nip = \"127.0.75.1\"\nsnmp = {{ community = \"public\" }}\n\
+             templates = [\"ICMP Ping\", \"Network Generic Device by SNMP\"]\n"
+        ),
+    )
+    .unwrap();
+    let c = netpoller()
+        .args(["check-config", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&c.stdout);
+    assert!(
+        c.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&c.stderr)
+    );
+    assert!(said.contains("1 hosts (1 with SNMP), 8 items"), "{said}");
+    let o = netpoller()
+        .args(["import-template", export, "--template", "Cisco IOS by SNMP"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("\"ICMP Ping\""),
+        "names the templates the file has: {err}"
+    );
+}

@@ -1,6 +1,7 @@
 //! One module per subcommand; each exposes `Args` (clap) and `run`.
 
 pub mod check_config;
+pub mod import_template;
 pub mod poll_once;
 pub mod run;
 pub mod schema;

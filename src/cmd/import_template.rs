@@ -1,0 +1,439 @@
+//! `netpoller import-template`: a Zabbix template export (JSON) as netpoller
+//! `[[templates]]`, so a network team keeps the items, intervals and preprocessing it
+//! already has in Zabbix.
+//!
+//! What is imported: ICMP simple checks (`icmpping`, `icmppingloss`, `icmppingsec`)
+//! and SNMP agent items with a numeric OID, with their interval (the first part of a
+//! flexible one) and preprocessing steps; template macros (`{$NAME}`, with context too)
+//! are resolved from the template's own values. Everything else is listed with the
+//! reason, as a comment in the output and on stderr: other item types (Zabbix agent,
+//! dependent, calculated, ...), symbolic OIDs and Zabbix 6.4's `get[]`/`walk[]`, macros
+//! without a value, steps netpoller does not run (JavaScript, JSONPath, ...), disabled
+//! items, and discovery rules (netpoller polls static items).
+//!
+//! Invariant: every item written loads: each is checked by the config loader itself
+//! (a one-item template) before it is written, and one that does not load is listed
+//! with the loader's error instead.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use serde::Deserialize;
+
+/// Arguments of `netpoller import-template`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Zabbix template export in JSON (Zabbix 6.0 or later: Data collection →
+    /// Templates → select → Export → JSON).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Import only this template (its technical name, `template` in the export);
+    /// repeat for several. Default: every template in the file.
+    #[arg(long = "template", value_name = "NAME")]
+    pub only: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct Export {
+    zabbix_export: ZabbixExport,
+}
+
+#[derive(Deserialize)]
+struct ZabbixExport {
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    templates: Vec<Template>,
+}
+
+#[derive(Deserialize)]
+struct Template {
+    template: String,
+    #[serde(default)]
+    items: Vec<Item>,
+    #[serde(default)]
+    discovery_rules: Vec<serde_json::Value>,
+    #[serde(default)]
+    macros: Vec<Macro>,
+}
+
+#[derive(Deserialize)]
+struct Macro {
+    #[serde(rename = "macro")]
+    name: String,
+    #[serde(default)]
+    value: String,
+}
+
+/// A template item as Zabbix exports it: defaults are left out of the export (type
+/// `ZABBIX_PASSIVE`, value type `UNSIGNED`, delay `1m`, status enabled).
+#[derive(Deserialize)]
+struct Item {
+    name: String,
+    #[serde(rename = "type", default = "zabbix_passive")]
+    kind: String,
+    key: String,
+    #[serde(default)]
+    value_type: Option<String>,
+    #[serde(default)]
+    delay: Option<String>,
+    #[serde(default)]
+    snmp_oid: Option<String>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    preprocessing: Vec<Step>,
+}
+
+fn zabbix_passive() -> String {
+    "ZABBIX_PASSIVE".into()
+}
+
+#[derive(Deserialize)]
+struct Step {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    parameters: Vec<String>,
+    #[serde(default)]
+    error_handler: Option<String>,
+    #[serde(default)]
+    error_handler_params: Option<String>,
+}
+
+/// `s` as a TOML string (quoted and escaped).
+fn q(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+/// `{$NAME}` and `{$NAME:"context"}` replaced by the template's values (a context
+/// macro without its own value takes the plain one's, as in Zabbix). `Err`: the first
+/// macro without a value.
+fn resolve(text: &str, macros: &HashMap<&str, &str>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("{$") {
+        let Some(len) = rest[start..].find('}') else {
+            break;
+        };
+        let whole = &rest[start..start + len + 1];
+        let plain = match whole.split_once(':') {
+            Some((name, _)) => format!("{name}}}"),
+            None => whole.to_owned(),
+        };
+        let value = macros
+            .get(whole)
+            .or_else(|| macros.get(plain.as_str()))
+            .ok_or_else(|| format!("macro {whole} has no value in the template"))?;
+        out.push_str(&rest[..start]);
+        out.push_str(value);
+        rest = &rest[start + whole.len()..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// Zabbix's update interval as netpoller's: the first part of a flexible one
+/// (`1m;50s/1-7,00:00-24:00`), seconds without a unit (`90`) as `90s`.
+fn interval(delay: &str) -> Result<String, String> {
+    let first = delay.split(';').next().unwrap_or_default().trim();
+    let secs = first.bytes().all(|b| b.is_ascii_digit());
+    match first {
+        "" | "0" => Err(format!(
+            "update interval {delay:?} only has custom intervals (netpoller polls on a fixed one)"
+        )),
+        f if secs => Ok(format!("{f}s")),
+        f => Ok(f.to_owned()),
+    }
+}
+
+const ICMP_KEYS: [&str; 3] = ["icmpping", "icmppingloss", "icmppingsec"];
+
+/// One item as a TOML inline table, or why netpoller cannot poll it.
+fn item(it: &Item, macros: &HashMap<&str, &str>) -> Result<String, String> {
+    if it.status.as_deref() == Some("DISABLED") {
+        return Err("disabled in Zabbix".into());
+    }
+    let base = it.key.split('[').next().unwrap_or_default();
+    let mut t = format!("{{ key = {}", q(&it.key));
+    match it.kind.as_str() {
+        "SIMPLE" if ICMP_KEYS.contains(&base) => {}
+        "SIMPLE" => return Err(format!("simple check {base} (netpoller runs ICMP ones)")),
+        "SNMP_AGENT" => {
+            let oid = resolve(it.snmp_oid.as_deref().unwrap_or_default(), macros)?;
+            let oid = oid.trim();
+            if oid.starts_with("get[") || oid.starts_with("walk[") {
+                return Err(format!("SNMP OID {oid:?}: Zabbix 6.4's get[]/walk[] are not imported (give one numeric OID per item)"));
+            }
+            if !oid.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
+                return Err(format!(
+                    "symbolic OID {oid:?} (netpoller takes numeric OIDs: `snmptranslate -On {oid}`)"
+                ));
+            }
+            let vt = match it.value_type.as_deref().unwrap_or("UNSIGNED") {
+                "UNSIGNED" => "uint",
+                "FLOAT" => "float",
+                "CHAR" | "TEXT" => "str",
+                other => {
+                    return Err(format!(
+                        "value type {other} (netpoller stores numbers and text)"
+                    ))
+                }
+            };
+            write!(t, ", oid = {}, type = {}", q(oid), q(vt)).expect("to a String");
+        }
+        other => {
+            return Err(format!(
+                "item type {other} (netpoller polls ICMP and SNMP agents)"
+            ))
+        }
+    }
+    let every = interval(&resolve(it.delay.as_deref().unwrap_or("1m"), macros)?)?;
+    write!(t, ", interval = {}", q(&every)).expect("to a String");
+    if !it.preprocessing.is_empty() {
+        t.push_str(",\n    preprocessing = [");
+        for (i, s) in it.preprocessing.iter().enumerate() {
+            let params = s
+                .parameters
+                .iter()
+                .map(|p| resolve(p, macros).map(|p| q(&p)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let sep = if i == 0 {
+                ""
+            } else {
+                ",\n                     "
+            };
+            write!(
+                t,
+                "{sep}{{ type = {}, parameters = [{}]",
+                q(&s.kind),
+                params.join(", ")
+            )
+            .expect("to a String");
+            // Zabbix writes the default handler out too; netpoller's default is the same.
+            if let Some(h) = s
+                .error_handler
+                .as_deref()
+                .filter(|h| *h != "ORIGINAL_ERROR")
+            {
+                write!(t, ", error_handler = {}", q(h)).expect("to a String");
+            }
+            if let Some(p) = &s.error_handler_params {
+                if s.error_handler
+                    .as_deref()
+                    .is_some_and(|h| h != "ORIGINAL_ERROR")
+                {
+                    let p = resolve(p, macros)?;
+                    write!(t, ", error_handler_params = {}", q(&p)).expect("to a String");
+                }
+            }
+            t.push_str(" }");
+        }
+        t.push(']');
+    }
+    t.push_str(" }");
+    // The loader decides: what it refuses is not written (its error says why).
+    let probe = format!("[[templates]]\nname = \"probe\"\nitems = [ {t} ]\n");
+    match crate::config::parse(&probe) {
+        Ok(_) => Ok(t),
+        Err(errors) => Err(errors.first().map_or_else(
+            || "refused by the config loader".into(),
+            |e| e.message.clone(),
+        )),
+    }
+}
+
+/// The export as netpoller TOML, and one line per item or rule not imported.
+fn convert(export: &ZabbixExport, only: &[String], source: &str) -> (String, Vec<String>, usize) {
+    let mut out = format!(
+        "# Imported by `netpoller import-template` from {source} (Zabbix {}).\n",
+        if export.version.is_empty() {
+            "?"
+        } else {
+            &export.version
+        }
+    );
+    let (mut skipped, mut imported) = (Vec::new(), 0);
+    for tpl in export
+        .templates
+        .iter()
+        .filter(|t| only.is_empty() || only.contains(&t.template))
+    {
+        let macros: HashMap<&str, &str> = tpl
+            .macros
+            .iter()
+            .map(|m| (m.name.as_str(), m.value.as_str()))
+            .collect();
+        let mut items = String::new();
+        let mut notes = Vec::new();
+        for it in &tpl.items {
+            match item(it, &macros) {
+                Ok(t) => {
+                    imported += 1;
+                    writeln!(items, "  {t},").expect("to a String");
+                }
+                Err(why) => notes.push(format!("item {:?} ({}): {why}", it.name, it.key)),
+            }
+        }
+        if !tpl.discovery_rules.is_empty() {
+            notes.push(format!(
+                "{} discovery rule(s) (LLD): netpoller polls static items; list the discovered ones in a host's items",
+                tpl.discovery_rules.len()
+            ));
+        }
+        write!(out, "\n[[templates]]\nname = {}\n", q(&tpl.template)).expect("to a String");
+        for n in &notes {
+            writeln!(out, "# not imported: {}", n.replace('\n', " ")).expect("to a String");
+        }
+        write!(out, "items = [\n{items}]\n").expect("to a String");
+        skipped.extend(notes.into_iter().map(|n| format!("{}: {n}", tpl.template)));
+    }
+    (out, skipped, imported)
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("reading {}", args.file.display()))?;
+    let export: Export = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{} is not a Zabbix template export in JSON (Zabbix 6.0+: Export → JSON)",
+            args.file.display()
+        )
+    })?;
+    let export = export.zabbix_export;
+    let missing: Vec<&String> = args
+        .only
+        .iter()
+        .filter(|n| !export.templates.iter().any(|t| &t.template == *n))
+        .collect();
+    if !missing.is_empty() {
+        let names: Vec<&str> = export
+            .templates
+            .iter()
+            .map(|t| t.template.as_str())
+            .collect();
+        anyhow::bail!(
+            "no template {missing:?} in {} (it has {names:?})",
+            args.file.display()
+        );
+    }
+    let (toml, skipped, imported) = convert(&export, &args.only, &args.file.display().to_string());
+    print!("{toml}");
+    for s in &skipped {
+        eprintln!("not imported: {s}");
+    }
+    eprintln!(
+        "{imported} items imported; {} items or discovery rules not",
+        skipped.len()
+    );
+    Ok(if imported > 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use poller::preprocess::{OnFail, Step};
+    use poller::value::ValueType;
+
+    const EXPORT: &str = include_str!("../../tests/data/zabbix_export_templates.json");
+
+    fn export() -> ZabbixExport {
+        serde_json::from_str::<Export>(EXPORT)
+            .unwrap()
+            .zabbix_export
+    }
+
+    #[test]
+    fn an_export_becomes_templates_a_host_can_use() {
+        let (toml, skipped, imported) = convert(&export(), &[], "export.json");
+        assert_eq!(imported, 8, "{toml}");
+        let host = "\n[[hosts]]\nname = \"sw-1\"\nip = \"127.0.20.1\"\ntemplates = [\"ICMP Ping\", \"Network Generic Device by SNMP\"]\n";
+        let cfg = crate::config::parse(&format!("{toml}{host}"))
+            .unwrap_or_else(|e| panic!("{e:#?}\n{toml}"));
+        let items = &cfg.hosts[0].items;
+        let get = |key: &str| {
+            items
+                .iter()
+                .find(|i| &*i.key == key)
+                .unwrap_or_else(|| panic!("no {key} in {items:#?}"))
+        };
+        let steps = |key: &str| get(key).pre.clone().map(|p| p.as_slice().to_vec());
+        // ICMP: Zabbix's defaults (1m, the key's type); a template macro resolved.
+        assert_eq!(get("icmpping").interval_ms, 60_000);
+        assert_eq!(get("icmppingloss").value_type, ValueType::Float);
+        assert_eq!(get("icmppingsec[,5,,,,max]").interval_ms, 30_000);
+        // SNMP: value types, intervals (flexible: the fixed part; seconds), steps.
+        assert_eq!(get("system.descr[sysDescr.0]").value_type, ValueType::Str);
+        assert_eq!(
+            get("system.net.uptime[sysUpTime.0]").value_type,
+            ValueType::Uint
+        );
+        assert_eq!(get("system.hw.firmware").interval_ms, 3_600_000);
+        assert_eq!(get("sensor.temp.value[inlet]").interval_ms, 180_000);
+        assert_eq!(
+            steps("net.if.in[ifHCInOctets.1]").unwrap(),
+            [Step::ChangePerSecond, Step::Multiplier(8.0)]
+        );
+        let firmware = steps("system.hw.firmware").unwrap();
+        assert_eq!(firmware[0].on_fail, OnFail::Value("unknown".into()));
+        assert_eq!(firmware[1], Step::DiscardUnchangedHeartbeat(86_400));
+        // IN_RANGE's bounds from macros, the context macro falling back to the plain one.
+        let range = steps("sensor.temp.value[inlet]").unwrap();
+        assert_eq!(
+            range[0].to_string(),
+            "IN_RANGE([-40, 150]) (on fail: discard)"
+        );
+        assert_eq!(items.len(), 8);
+        // Each item left out, with its reason, in the output and the list.
+        let why = |name: &str| {
+            skipped
+                .iter()
+                .find(|s| s.contains(&format!("{name:?}")))
+                .unwrap_or_else(|| panic!("{name} not listed: {skipped:#?}"))
+                .clone()
+        };
+        assert!(why("HTTPS service").contains("simple check net.tcp.service"));
+        assert!(why("SNMP agent availability").contains("item type INTERNAL"));
+        assert!(why("System name").contains("snmptranslate -On SNMPv2-MIB::sysName.0"));
+        assert!(why("CPU utilization").contains("\"JAVASCRIPT\""));
+        assert!(why("Memory free").contains("macro {$MEM.DELAY} has no value"));
+        assert!(why("Memory utilization").contains("DEPENDENT"));
+        assert!(why("Fan status").contains("disabled"));
+        assert!(why("Interfaces table").contains("walk[]"));
+        assert!(skipped.iter().any(|s| s.contains("1 discovery rule(s)")));
+        assert_eq!(skipped.len(), 9, "{skipped:#?}");
+        for s in &skipped {
+            let (_, note) = s.split_once(": ").unwrap();
+            assert!(toml.contains(&format!("# not imported: {note}")), "{note}");
+        }
+    }
+
+    #[test]
+    fn one_template_can_be_picked() {
+        let (toml, skipped, imported) = convert(&export(), &["ICMP Ping".into()], "x");
+        assert_eq!(imported, 3);
+        assert_eq!(skipped.len(), 1);
+        assert!(!toml.contains("SNMP"), "{toml}");
+    }
+
+    #[test]
+    fn macros_and_intervals_read_as_zabbix_writes_them() {
+        let m: HashMap<&str, &str> = [("{$A}", "1"), ("{$B:\"x\"}", "ctx"), ("{$B}", "plain")]
+            .into_iter()
+            .collect();
+        assert_eq!(resolve("a{$A}b{$A}", &m).unwrap(), "a1b1");
+        assert_eq!(resolve("{$B:\"x\"}/{$B:\"y\"}", &m).unwrap(), "ctx/plain");
+        assert_eq!(resolve("no macro {#LLD}", &m).unwrap(), "no macro {#LLD}");
+        assert!(resolve("{$C}", &m).unwrap_err().contains("{$C}"));
+        assert_eq!(interval("90").unwrap(), "90s");
+        assert_eq!(interval("5m;10s/1-5,09:00-18:00").unwrap(), "5m");
+        assert!(interval("0;10s/1-5,09:00-18:00").is_err());
+    }
+}
