@@ -9,7 +9,9 @@
 //! reason, as a comment in the output and on stderr: other item types (Zabbix agent,
 //! dependent, calculated, ...), symbolic OIDs and Zabbix 6.4's `get[]`/`walk[]`, macros
 //! without a value, steps netpoller does not run (JavaScript, JSONPath, ...), disabled
-//! items, and discovery rules (netpoller polls static items).
+//! items, and discovery rules (netpoller polls static items). Templates a template
+//! links in Zabbix are named in a comment: netpoller's templates do not link, so a host
+//! lists each.
 //!
 //! Invariant: every item written loads: each is checked by the config loader itself
 //! (a one-item template) before it is written, and one that does not load is listed
@@ -58,6 +60,14 @@ struct Template {
     discovery_rules: Vec<serde_json::Value>,
     #[serde(default)]
     macros: Vec<Macro>,
+    /// Templates Zabbix links to this one (their items are the host's too).
+    #[serde(default)]
+    templates: Vec<Linked>,
+}
+
+#[derive(Deserialize)]
+struct Linked {
+    name: String,
 }
 
 #[derive(Deserialize)]
@@ -165,8 +175,15 @@ fn item(it: &Item, macros: &HashMap<&str, &str>) -> Result<String, String> {
         "SNMP_AGENT" => {
             let oid = resolve(it.snmp_oid.as_deref().unwrap_or_default(), macros)?;
             let oid = oid.trim();
-            if oid.starts_with("get[") || oid.starts_with("walk[") {
-                return Err(format!("SNMP OID {oid:?}: Zabbix 6.4's get[]/walk[] are not imported (give one numeric OID per item)"));
+            // Zabbix 7's asynchronous form of one OID: `get[1.3.6.1.2.1.1.3.0]`.
+            let oid = match oid.strip_prefix("get[").and_then(|o| o.strip_suffix(']')) {
+                Some(one) if !one.contains(',') => one.trim(),
+                _ => oid,
+            };
+            if oid.ends_with(']') {
+                return Err(format!(
+                    "SNMP OID {oid:?} reads a table (walk[]: not imported; list one numeric OID per item)"
+                ));
             }
             if !oid.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
                 return Err(format!(
@@ -246,8 +263,20 @@ fn item(it: &Item, macros: &HashMap<&str, &str>) -> Result<String, String> {
     }
 }
 
-/// The export as netpoller TOML, and one line per item or rule not imported.
-fn convert(export: &ZabbixExport, only: &[String], source: &str) -> (String, Vec<String>, usize) {
+/// What [`convert`] made of an export.
+struct Imported {
+    /// The `[[templates]]`.
+    toml: String,
+    /// One line per item, and per template's discovery rules, not imported.
+    skipped: Vec<String>,
+    items: usize,
+    /// Items not imported, and discovery rules.
+    not_items: usize,
+    rules: usize,
+}
+
+/// The export as netpoller TOML, and what was not imported.
+fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
     let mut out = format!(
         "# Imported by `netpoller import-template` from {source} (Zabbix {}).\n",
         if export.version.is_empty() {
@@ -256,7 +285,7 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> (String, Vec
             &export.version
         }
     );
-    let (mut skipped, mut imported) = (Vec::new(), 0);
+    let (mut skipped, mut imported, mut not_items, mut rules) = (Vec::new(), 0, 0, 0);
     for tpl in export
         .templates
         .iter()
@@ -275,9 +304,13 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> (String, Vec
                     imported += 1;
                     writeln!(items, "  {t},").expect("to a String");
                 }
-                Err(why) => notes.push(format!("item {:?} ({}): {why}", it.name, it.key)),
+                Err(why) => {
+                    not_items += 1;
+                    notes.push(format!("item {:?} ({}): {why}", it.name, it.key));
+                }
             }
         }
+        rules += tpl.discovery_rules.len();
         if !tpl.discovery_rules.is_empty() {
             notes.push(format!(
                 "{} discovery rule(s) (LLD): netpoller polls static items; list the discovered ones in a host's items",
@@ -285,13 +318,28 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> (String, Vec
             ));
         }
         write!(out, "\n[[templates]]\nname = {}\n", q(&tpl.template)).expect("to a String");
+        if !tpl.templates.is_empty() {
+            let names: Vec<&str> = tpl.templates.iter().map(|l| l.name.as_str()).collect();
+            writeln!(
+                out,
+                "# Zabbix links {} to it: a host takes their items only when it lists them too",
+                names.join(", ")
+            )
+            .expect("to a String");
+        }
         for n in &notes {
             writeln!(out, "# not imported: {}", n.replace('\n', " ")).expect("to a String");
         }
         write!(out, "items = [\n{items}]\n").expect("to a String");
         skipped.extend(notes.into_iter().map(|n| format!("{}: {n}", tpl.template)));
     }
-    (out, skipped, imported)
+    Imported {
+        toml: out,
+        skipped,
+        items: imported,
+        not_items,
+        rules,
+    }
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -320,16 +368,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             args.file.display()
         );
     }
-    let (toml, skipped, imported) = convert(&export, &args.only, &args.file.display().to_string());
-    print!("{toml}");
-    for s in &skipped {
+    let done = convert(&export, &args.only, &args.file.display().to_string());
+    print!("{}", done.toml);
+    for s in &done.skipped {
         eprintln!("not imported: {s}");
     }
     eprintln!(
-        "{imported} items imported; {} items or discovery rules not",
-        skipped.len()
+        "{} items imported; not imported: {} items, {} discovery rules",
+        done.items, done.not_items, done.rules
     );
-    Ok(if imported > 0 {
+    Ok(if done.items > 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -352,8 +400,14 @@ mod tests {
 
     #[test]
     fn an_export_becomes_templates_a_host_can_use() {
-        let (toml, skipped, imported) = convert(&export(), &[], "export.json");
-        assert_eq!(imported, 8, "{toml}");
+        let Imported {
+            toml,
+            skipped,
+            items: imported,
+            not_items,
+            rules,
+        } = convert(&export(), &[], "export.json");
+        assert_eq!((imported, not_items, rules), (9, 8, 1), "{toml}");
         let host = "\n[[hosts]]\nname = \"sw-1\"\nip = \"127.0.20.1\"\ntemplates = [\"ICMP Ping\", \"Network Generic Device by SNMP\"]\n";
         let cfg = crate::config::parse(&format!("{toml}{host}"))
             .unwrap_or_else(|e| panic!("{e:#?}\n{toml}"));
@@ -390,7 +444,12 @@ mod tests {
             range[0].to_string(),
             "IN_RANGE([-40, 150]) (on fail: discard)"
         );
-        assert_eq!(items.len(), 8);
+        // Zabbix 7's get[] of one OID is that OID.
+        assert_eq!(
+            get("system.contact[sysContact.0]").value_type,
+            ValueType::Str
+        );
+        assert_eq!(items.len(), 9);
         // Each item left out, with its reason, in the output and the list.
         let why = |name: &str| {
             skipped
@@ -403,10 +462,14 @@ mod tests {
         assert!(why("SNMP agent availability").contains("item type INTERNAL"));
         assert!(why("System name").contains("snmptranslate -On SNMPv2-MIB::sysName.0"));
         assert!(why("CPU utilization").contains("\"JAVASCRIPT\""));
+        assert!(
+            toml.contains("# Zabbix links ICMP Ping to it"),
+            "linked templates named: {toml}"
+        );
         assert!(why("Memory free").contains("macro {$MEM.DELAY} has no value"));
         assert!(why("Memory utilization").contains("DEPENDENT"));
         assert!(why("Fan status").contains("disabled"));
-        assert!(why("Interfaces table").contains("walk[]"));
+        assert!(why("Interfaces table").contains("reads a table"));
         assert!(skipped.iter().any(|s| s.contains("1 discovery rule(s)")));
         assert_eq!(skipped.len(), 9, "{skipped:#?}");
         for s in &skipped {
@@ -417,10 +480,9 @@ mod tests {
 
     #[test]
     fn one_template_can_be_picked() {
-        let (toml, skipped, imported) = convert(&export(), &["ICMP Ping".into()], "x");
-        assert_eq!(imported, 3);
-        assert_eq!(skipped.len(), 1);
-        assert!(!toml.contains("SNMP"), "{toml}");
+        let only = convert(&export(), &["ICMP Ping".into()], "x");
+        assert_eq!((only.items, only.skipped.len()), (3, 1));
+        assert!(!only.toml.contains("SNMP"), "{}", only.toml);
     }
 
     #[test]
