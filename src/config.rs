@@ -29,6 +29,12 @@ use serde::Deserialize;
 /// Most addresses `host_ranges` may expand to in one file (1,048,576).
 pub const MAX_RANGE_HOSTS: usize = 1 << 20;
 
+/// Most indices one item may stand for (`indices`).
+pub const MAX_INDICES: u64 = 1 << 16;
+
+/// Zabbix's low-level discovery macro for an SNMP table row, which `indices` fills.
+pub const SNMPINDEX: &str = "{#SNMPINDEX}";
+
 /// Hosts between two releases of memory while the plan is built: ~10 MB of resolved
 /// config at 3 ICMP items per host, and ~10 releases (`malloc_trim`, a few ms each)
 /// at 1 M items.
@@ -447,6 +453,10 @@ pub struct ItemEntry {
     /// `[{ type = "CHANGE_PER_SECOND" }, { type = "MULTIPLIER", parameters = ["8"] }]`.
     /// Absent: the template item's; `[]`: none.
     pub preprocessing: Option<Vec<PreprocessingEntry>>,
+    /// SNMP table rows this item stands for (`"1-48,101"`): one item per index, with
+    /// `{#SNMPINDEX}` in its key and as its OID's last arc replaced by the index
+    /// (Zabbix's discovery macro; the rows are listed here, not discovered).
+    pub indices: Option<String>,
 }
 
 /// One preprocessing step of an item.
@@ -943,8 +953,68 @@ struct ResolvedEntry {
     itemid: Option<u64>,
     value_type: ValueType,
     interval: Duration,
+    /// With `indices`: the OID without its last arc, the index.
     kind: ItemKind,
     pre: Option<Arc<poller::preprocess::Steps>>,
+    /// The rows an item with `{#SNMPINDEX}` stands for: inclusive, sorted, disjoint.
+    indices: Option<Arc<[(u32, u32)]>>,
+}
+
+impl ResolvedEntry {
+    /// The items this entry stands for: itself, or one per index (key and OID filled).
+    fn expand(&self) -> impl Iterator<Item = (Arc<str>, ItemKind)> + '_ {
+        let one = self
+            .indices
+            .is_none()
+            .then(|| (self.key.clone(), self.kind.clone()));
+        let rows = self
+            .indices
+            .iter()
+            .flat_map(|r| r.iter())
+            .flat_map(|&(a, b)| a..=b);
+        one.into_iter().chain(rows.map(move |i| {
+            let key = self.key.replace(SNMPINDEX, &i.to_string()).into();
+            let kind = match &self.kind {
+                ItemKind::Snmp { oid } => ItemKind::Snmp { oid: oid.child(i) },
+                other => other.clone(),
+            };
+            (key, kind)
+        }))
+    }
+}
+
+/// `indices`: `"1-48,101"` as sorted, disjoint inclusive ranges.
+fn parse_indices(s: &str) -> Result<Vec<(u32, u32)>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let num = |n: &str| {
+            n.trim()
+                .parse::<u32>()
+                .map_err(|_| format!("{n:?} is not an index (indices = \"1-48,101\")"))
+        };
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(part)?, num(part)?),
+        };
+        if a > b {
+            return Err(format!("{part:?}: the range runs backwards"));
+        }
+        out.push((a, b));
+    }
+    out.sort_unstable();
+    if let Some(w) = out.windows(2).find(|w| w[1].0 <= w[0].1) {
+        return Err(format!(
+            "index {} is listed twice (each index is one item)",
+            w[1].0
+        ));
+    }
+    let count: u64 = out.iter().map(|&(a, b)| u64::from(b - a) + 1).sum();
+    if count > MAX_INDICES {
+        return Err(format!(
+            "{count} indices: more than the {MAX_INDICES} one item may stand for"
+        ));
+    }
+    Ok(out)
 }
 
 fn polls_snmp(items: &[ResolvedEntry]) -> bool {
@@ -1135,6 +1205,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         };
         if IcmpKey::is_icmp_name(&key.name) {
+            if e.indices.is_some() {
+                self.c.push(
+                    &at("indices"),
+                    format!("{} is an ICMP key and takes no indices", key.name),
+                );
+                return None;
+            }
             if e.oid.is_some() {
                 self.c.push(
                     &at("oid"),
@@ -1176,10 +1253,58 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     probe: k.probe,
                 },
                 pre,
+                indices: None,
             });
         }
-        let oid = match (&e.oid, inherited.map(|i| &i.kind)) {
-            (Some(o), _) => match o.trim().parse::<snmp::Oid>() {
+        let indices = match (&e.indices, inherited.and_then(|i| i.indices.clone())) {
+            (Some(s), _) => match parse_indices(s) {
+                Ok(v) => Some(Arc::from(v)),
+                Err(m) => {
+                    self.c.push(&at("indices"), m);
+                    return None;
+                }
+            },
+            (None, inherited) => inherited,
+        };
+        match (e.key.contains(SNMPINDEX), &indices) {
+            (true, None) => {
+                self.c.push(
+                    path,
+                    format!("key {:?} has {SNMPINDEX}: give the rows it stands for (indices = \"1-48\")", e.key),
+                );
+                return None;
+            }
+            (false, Some(_)) => {
+                self.c.push(
+                    &at("indices"),
+                    format!(
+                        "indices need {SNMPINDEX} in the key: each index is an item of its own key"
+                    ),
+                );
+                return None;
+            }
+            (_, Some(_)) if e.itemid.is_some() => {
+                self.c.push(
+                    &at("itemid"),
+                    "an item with indices stands for one item per index: their itemids are derived",
+                );
+                return None;
+            }
+            _ => {}
+        }
+        // With indices, the OID's last arc is the index: the rest is kept.
+        let own_oid = e.oid.as_deref().map(str::trim).map(|o| match &indices {
+            Some(_) => o.strip_suffix(SNMPINDEX).and_then(|p| p.strip_suffix('.')).ok_or_else(|| {
+                format!("{o:?}: with indices, the oid ends with .{SNMPINDEX} (1.3.6.1.2.1.31.1.1.1.6.{SNMPINDEX})")
+            }),
+            None => Ok(o),
+        });
+        let oid = match (own_oid, inherited.map(|i| &i.kind)) {
+            (Some(Err(m)), _) => {
+                self.c.push(&at("oid"), m);
+                return None;
+            }
+            (Some(Ok(o)), _) => match o.parse::<snmp::Oid>() {
                 Ok(o) => o,
                 Err(m) => {
                     self.c.push(
@@ -1218,6 +1343,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             interval,
             kind: ItemKind::Snmp { oid },
             pre,
+            indices,
         })
     }
 
@@ -1497,6 +1623,24 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 }
             }
         }
+        // An index's key may be another item's (`ifHCInOctets.3` and `.{#SNMPINDEX}`
+        // with 1-48): the set is built only for hosts with indices.
+        if merged.iter().any(|m| m.indices.is_some()) {
+            let mut keys = HashSet::new();
+            if let Some(k) = merged
+                .iter()
+                .flat_map(ResolvedEntry::expand)
+                .find(|(k, _)| !keys.insert(k.clone()))
+            {
+                self.c.push(
+                    path,
+                    format!(
+                        "key {:?} repeats: an item's indices give it, and another item too",
+                        &*k.0
+                    ),
+                );
+            }
+        }
         (self.c.errors.len() == before).then_some(merged)
     }
 }
@@ -1513,16 +1657,39 @@ fn host_spec(
         .any(|i| matches!(i.kind, ItemKind::Snmp { .. }));
     // A new exact-size Vec, not an in-place collect over `items`' allocation: that one
     // would be shrunk in place, leaving a small hole per host in the loader's heap.
-    let mut specs = Vec::with_capacity(items.len());
-    specs.extend(items.into_iter().map(|it| ItemSpec {
-        itemid: it.itemid.unwrap_or_else(|| derive_itemid(&name, &it.key)),
-        key: it.key,
-        value_type: it.value_type,
+    let count = items.iter().map(|it| it.expand().count()).sum();
+    let mut specs = Vec::with_capacity(count);
+    for it in items {
+        // One item per index; none for an item without indices, which moves as it is.
+        let rows: Vec<(Arc<str>, ItemKind)> = match it.indices {
+            Some(_) => it.expand().collect(),
+            None => Vec::new(),
+        };
+        let ResolvedEntry {
+            key,
+            itemid,
+            value_type,
+            interval,
+            kind,
+            pre,
+            ..
+        } = it;
         // Validated to at most a day: fits.
-        interval_ms: u32::try_from(it.interval.as_millis()).unwrap_or(u32::MAX),
-        kind: it.kind,
-        pre: it.pre,
-    }));
+        let interval_ms = u32::try_from(interval.as_millis()).unwrap_or(u32::MAX);
+        let spec = |key: Arc<str>, kind, pre| ItemSpec {
+            itemid: itemid.unwrap_or_else(|| derive_itemid(&name, &key)),
+            key,
+            value_type,
+            interval_ms,
+            kind,
+            pre,
+        };
+        if rows.is_empty() {
+            specs.push(spec(key, kind, pre));
+        } else {
+            specs.extend(rows.into_iter().map(|(k, o)| spec(k, o, pre.clone())));
+        }
+    }
     HostSpec {
         name,
         ip,

@@ -645,3 +645,42 @@ fn trends_tables_it_cannot_use_turn_trends_off_not_the_daemon() {
     assert_eq!(trends.trim(), "0");
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
+
+#[test]
+fn indices_poll_one_item_per_table_row() {
+    // ifDescr and ifIndex of rows 1 (the agent host's loopback) and 999 (no such row):
+    // four items from two, each row its own key, value or error.
+    let dir = scratch("daemon-indices");
+    let db = format!("nptest_indices_{}", std::process::id());
+    let cfg_path = one_agent(
+        &dir,
+        &db,
+        "",
+        r##"
+  { key = "net.if.name[ifDescr.{#SNMPINDEX}]", oid = "1.3.6.1.2.1.2.2.1.2.{#SNMPINDEX}",
+    type = "str", interval = "1m", indices = "1,999" },
+  { key = "net.if.index[{#SNMPINDEX}]", oid = "1.3.6.1.2.1.2.2.1.1.{#SNMPINDEX}",
+    type = "uint", interval = "1m", indices = "1,999" },
+"##,
+    );
+    let lines = poll_once_json(&cfg_path);
+    let by_key = |k: &str| {
+        lines
+            .iter()
+            .find(|v| v["key"] == k)
+            .unwrap_or_else(|| panic!("no {k} in {lines:#?}"))
+            .clone()
+    };
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert_eq!(by_key("net.if.name[ifDescr.1]")["value"], "lo");
+    assert_eq!(by_key("net.if.index[1]")["value"], 1);
+    for k in ["net.if.name[ifDescr.999]", "net.if.index[999]"] {
+        let e = by_key(k)["error"].as_str().unwrap().to_string();
+        assert!(e.contains("noSuchInstance"), "{k}: {e}");
+    }
+    let ids: std::collections::HashSet<u64> = lines
+        .iter()
+        .map(|v| v["itemid"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 4, "an itemid per row");
+}

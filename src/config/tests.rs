@@ -13,6 +13,13 @@ fn one_err(text: &str) -> ConfigError {
     e.into_iter().next().unwrap()
 }
 
+/// The one error of a host `h` with these items (the inside of `items = [ ... ]`).
+fn bad(items: &str) -> ConfigError {
+    one_err(&format!(
+        "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ {items} ]\n"
+    ))
+}
+
 const TEMPLATE: &str = r#"
 [[templates]]
 name = "icmp"
@@ -531,11 +538,6 @@ items = [ { key = "ifHCInOctets.1", preprocessing = [] } ]
     // `preprocessing = []` on the host: none for that item only.
     assert!(item(1, "ifHCInOctets.1").is_none());
 
-    let bad = |items: &str| {
-        one_err(&format!(
-            "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ {items} ]\n"
-        ))
-    };
     let e = bad(
         r#"{ key = "x", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m", preprocessing = [{ type = "MULTIPLIER" }, { type = "JAVASCRIPT" }] }"#,
     );
@@ -617,4 +619,135 @@ items = [ { key = "x", type = "uint" } ]
     assert_eq!(e.path, "hosts[0].items[0].preprocessing");
     assert!(e.message.contains("at most one"), "{e}");
     assert!(e.line.is_some());
+}
+
+#[test]
+fn indices_stand_for_one_item_per_table_row() {
+    let text = r#"
+[[templates]]
+name = "if"
+items = [
+  { key = "net.if.in[ifHCInOctets.{#SNMPINDEX}]", oid = "1.3.6.1.2.1.31.1.1.1.6.{#SNMPINDEX}",
+    type = "uint", interval = "1m", indices = "1-3, 10",
+    preprocessing = [{ type = "CHANGE_PER_SECOND" }, { type = "MULTIPLIER", parameters = ["8"] }] },
+  { key = "sysUpTime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m" },
+]
+
+[[hosts]]
+name = "sw-1"
+ip = "127.0.20.1"
+templates = ["if"]
+
+[[hosts]]
+name = "sw-2"
+ip = "127.0.20.2"
+templates = ["if"]
+items = [ { key = "net.if.in[ifHCInOctets.{#SNMPINDEX}]", indices = "49-50" } ]
+"#;
+    let cfg = parse(text).unwrap_or_else(|e| panic!("{e:#?}"));
+    let rows = |h: usize| -> Vec<(String, String)> {
+        cfg.hosts[h]
+            .items
+            .iter()
+            .filter_map(|i| match &i.kind {
+                ItemKind::Snmp { oid } if i.key.starts_with("net.if.in") => {
+                    Some((i.key.to_string(), oid.to_string()))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let want = |rows: &[u32]| -> Vec<(String, String)> {
+        rows.iter()
+            .map(|i| {
+                (
+                    format!("net.if.in[ifHCInOctets.{i}]"),
+                    format!(".1.3.6.1.2.1.31.1.1.1.6.{i}"),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(rows(0), want(&[1, 2, 3, 10]));
+    // A host's item with the template's key sets its own rows (the rest is inherited).
+    assert_eq!(rows(1), want(&[49, 50]));
+    let one = cfg.hosts[1]
+        .items
+        .iter()
+        .find(|i| i.key.ends_with(".50]"))
+        .unwrap();
+    assert_eq!(
+        one.pre.as_ref().unwrap().as_slice().len(),
+        2,
+        "steps inherited"
+    );
+    assert_eq!(one.interval_ms, 60_000);
+    // Each row its own item: its own derived itemid, stable.
+    let ids: std::collections::HashSet<u64> = cfg.hosts[0].items.iter().map(|i| i.itemid).collect();
+    assert_eq!(ids.len(), 5);
+    assert_eq!(cfg.item_count(), 5 + 3);
+
+    let item = |key: &str, oid: &str, rest: &str| {
+        format!(r#"{{ key = "{key}", oid = "{oid}", type = "uint", interval = "1m"{rest} }}"#)
+    };
+    let (k, o) = ("if.in[{#SNMPINDEX}]", "1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}");
+    for (items, path, says) in [
+        (
+            item(k, o, ""),
+            "hosts[0].items[0]",
+            "give the rows it stands for",
+        ),
+        (
+            item("if.x", "1.3.6.1.2.1.2.2.1.10.1", r#", indices = "1-2""#),
+            "hosts[0].items[0].indices",
+            "need {#SNMPINDEX} in the key",
+        ),
+        (
+            item(k, "1.3.6.1.2.1.2.2.1.10", r#", indices = "1-2""#),
+            "hosts[0].items[0].oid",
+            "ends with .{#SNMPINDEX}",
+        ),
+        (
+            item(k, o, r#", indices = "3-1""#),
+            "hosts[0].items[0].indices",
+            "runs backwards",
+        ),
+        (
+            item(k, o, r#", indices = "1-5,5""#),
+            "hosts[0].items[0].indices",
+            "index 5 is listed twice",
+        ),
+        (
+            item(k, o, r#", indices = "eth0""#),
+            "hosts[0].items[0].indices",
+            "is not an index",
+        ),
+        (
+            item(k, o, r#", indices = "0-70000""#),
+            "hosts[0].items[0].indices",
+            "more than the 65536",
+        ),
+        (
+            item(k, o, r#", indices = "1", itemid = 7"#),
+            "hosts[0].items[0].itemid",
+            "derived",
+        ),
+        (
+            r#"{ key = "icmpping", interval = "1m", indices = "1" }"#.to_string(),
+            "hosts[0].items[0].indices",
+            "takes no indices",
+        ),
+        (
+            format!(
+                "{}, {}",
+                item(k, o, r#", indices = "1-5""#),
+                item("if.in[3]", "1.3.6.1.2.1.2.2.1.10.3", "")
+            ),
+            "hosts[0]",
+            "key \"if.in[3]\" repeats",
+        ),
+    ] {
+        let e = bad(&items);
+        assert_eq!(e.path, path, "{items}: {e}");
+        assert!(e.message.contains(says), "{items}: {e}");
+    }
 }
