@@ -961,6 +961,13 @@ struct ResolvedEntry {
 }
 
 impl ResolvedEntry {
+    /// How many items this entry stands for.
+    fn count(&self) -> usize {
+        self.indices
+            .as_ref()
+            .map_or(1, |r| r.iter().map(|&(a, b)| (b - a) as usize + 1).sum())
+    }
+
     /// The items this entry stands for: itself, or one per index (key and OID filled).
     fn expand(&self) -> impl Iterator<Item = (Arc<str>, ItemKind)> + '_ {
         let one = self
@@ -1657,7 +1664,7 @@ fn host_spec(
         .any(|i| matches!(i.kind, ItemKind::Snmp { .. }));
     // A new exact-size Vec, not an in-place collect over `items`' allocation: that one
     // would be shrunk in place, leaving a small hole per host in the loader's heap.
-    let count = items.iter().map(|it| it.expand().count()).sum();
+    let count = items.iter().map(ResolvedEntry::count).sum();
     let mut specs = Vec::with_capacity(count);
     for it in items {
         // One item per index; none for an item without indices, which moves as it is.
