@@ -1182,11 +1182,15 @@ impl<'c, 'a> Resolver<'c, 'a> {
     }
 
     /// Check one item entry; `inherited` is the template item with the same key, if any.
+    /// One item entry (`inherited`: the template item with its key, if any). In a
+    /// template (`in_template`), an item with `{#SNMPINDEX}` may leave its rows to the
+    /// hosts.
     fn entry(
         &mut self,
         path: &[Seg<'_>],
         e: &ItemEntry,
         inherited: Option<&ResolvedEntry>,
+        in_template: bool,
     ) -> Option<ResolvedEntry> {
         let at = |k: &'static str| under(path, [Seg::Key(k)]);
         let key = match ItemKey::parse(&e.key) {
@@ -1273,7 +1277,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
             },
             (None, inherited) => inherited,
         };
-        match (e.key.contains(SNMPINDEX), &indices) {
+        let per_row = e.key.contains(SNMPINDEX);
+        match (per_row, &indices) {
+            (true, None) if in_template => {}
             (true, None) => {
                 self.c.push(
                     path,
@@ -1290,7 +1296,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 );
                 return None;
             }
-            (_, Some(_)) if e.itemid.is_some() => {
+            (true, _) if e.itemid.is_some() => {
                 self.c.push(
                     &at("itemid"),
                     "an item with indices stands for one item per index: their itemids are derived",
@@ -1300,11 +1306,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
             _ => {}
         }
         // With indices, the OID's last arc is the index: the rest is kept.
-        let own_oid = e.oid.as_deref().map(str::trim).map(|o| match &indices {
-            Some(_) => o.strip_suffix(SNMPINDEX).and_then(|p| p.strip_suffix('.')).ok_or_else(|| {
-                format!("{o:?}: with indices, the oid ends with .{SNMPINDEX} (1.3.6.1.2.1.31.1.1.1.6.{SNMPINDEX})")
+        let own_oid = e.oid.as_deref().map(str::trim).map(|o| match per_row {
+            true => o.strip_suffix(SNMPINDEX).and_then(|p| p.strip_suffix('.')).ok_or_else(|| {
+                format!("{o:?}: an item per row ends its oid with .{SNMPINDEX} (1.3.6.1.2.1.31.1.1.1.6.{SNMPINDEX})")
             }),
-            None => Ok(o),
+            false => Ok(o),
         });
         let oid = match (own_oid, inherited.map(|i| &i.kind)) {
             (Some(Err(m)), _) => {
@@ -1389,7 +1395,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     );
                     continue;
                 }
-                if let Some(r) = self.entry(&p, e, None) {
+                if let Some(r) = self.entry(&p, e, None, true) {
                     items.push(r);
                 }
             }
@@ -1623,12 +1629,25 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 continue;
             }
             let pos = merged.iter().position(|m| &*m.key == e.key.trim());
-            if let Some(r) = self.entry(&p, e, pos.map(|i| &merged[i])) {
+            if let Some(r) = self.entry(&p, e, pos.map(|i| &merged[i]), false) {
                 match pos {
                     Some(i) => merged[i] = r,
                     None => merged.push(r),
                 }
             }
+        }
+        // A template's item per row whose rows the host has not given.
+        if let Some(m) = merged
+            .iter()
+            .find(|m| m.indices.is_none() && m.key.contains(SNMPINDEX))
+        {
+            self.c.push(
+                path,
+                format!(
+                    "item {:?} stands for table rows: give them (items = [ {{ key = {:?}, indices = \"1-48\" }} ])",
+                    &*m.key, &*m.key
+                ),
+            );
         }
         // An index's key may be another item's (`ifHCInOctets.3` and `.{#SNMPINDEX}`
         // with 1-48): the set is built only for hosts with indices.

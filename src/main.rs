@@ -71,9 +71,11 @@ enum Command {
     ///
     /// ICMP simple checks and SNMP agent items with numeric OIDs, with their intervals
     /// and preprocessing, template macros resolved; every item written loads (the
-    /// config loader checks each). What cannot be imported (other item types, symbolic
-    /// OIDs, steps netpoller does not run, discovery rules) is listed with the reason,
-    /// as a comment in the output and on stderr. Exit 1 when nothing is importable.
+    /// config loader checks each). A discovery rule becomes a template `TEMPLATE: RULE`
+    /// of its item prototypes per table row ({#SNMPINDEX}), whose rows a host lists
+    /// with `indices`. What cannot be imported (other item types, symbolic OIDs, steps
+    /// netpoller does not run, other discovery macros) is listed with the reason, as a
+    /// comment in the output and on stderr. Exit 1 when nothing is importable.
     ///
     /// Example: `netpoller import-template zbx_export_templates.json > templates.toml`
     ImportTemplate(cmd::import_template::Args),

@@ -671,7 +671,7 @@ fn import_template_output_loads_as_it_is() {
     );
     assert!(o.status.success(), "{err}");
     assert!(
-        err.contains("9 items imported; not imported: 8 items, 1 discovery rules"),
+        err.contains("11 items imported (1 discovery rules as templates of items per table row); not imported: 9 items, 0 discovery rules"),
         "{err}"
     );
     let cfg = dir.join("imported.toml");

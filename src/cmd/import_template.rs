@@ -7,9 +7,11 @@
 //! flexible one) and preprocessing steps; template macros (`{$NAME}`, with context too)
 //! are resolved from the template's own values. Everything else is listed with the
 //! reason, as a comment in the output and on stderr: other item types (Zabbix agent,
-//! dependent, calculated, ...), symbolic OIDs and Zabbix 6.4's `get[]`/`walk[]`, macros
-//! without a value, steps netpoller does not run (JavaScript, JSONPath, ...), disabled
-//! items, and discovery rules (netpoller polls static items). Templates a template
+//! dependent, calculated, ...), symbolic OIDs and `walk[]`, macros without a value,
+//! steps netpoller does not run (JavaScript, JSONPath, ...), discovery macros other
+//! than `{#SNMPINDEX}`, disabled items. A discovery rule becomes a template of its
+//! item prototypes, items per table row whose rows a host lists (`indices`) where
+//! Zabbix would discover them. Templates a template
 //! links in Zabbix are named in a comment: netpoller's templates do not link, so a host
 //! lists each.
 //!
@@ -24,6 +26,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use serde::Deserialize;
+
+use crate::config::SNMPINDEX;
 
 /// Arguments of `netpoller import-template`.
 #[derive(clap::Args, Debug)]
@@ -57,12 +61,21 @@ struct Template {
     #[serde(default)]
     items: Vec<Item>,
     #[serde(default)]
-    discovery_rules: Vec<serde_json::Value>,
+    discovery_rules: Vec<Rule>,
     #[serde(default)]
     macros: Vec<Macro>,
     /// Templates Zabbix links to this one (their items are the host's too).
     #[serde(default)]
     templates: Vec<Linked>,
+}
+
+/// A discovery rule: its item prototypes are what netpoller takes.
+#[derive(Deserialize)]
+struct Rule {
+    name: String,
+    key: String,
+    #[serde(default)]
+    item_prototypes: Vec<Item>,
 }
 
 #[derive(Deserialize)]
@@ -162,10 +175,22 @@ fn interval(delay: &str) -> Result<String, String> {
 
 const ICMP_KEYS: [&str; 3] = ["icmpping", "icmppingloss", "icmppingsec"];
 
-/// One item as a TOML inline table, or why netpoller cannot poll it.
-fn item(it: &Item, macros: &HashMap<&str, &str>) -> Result<String, String> {
+/// One item (an item prototype: `rows`) as a TOML inline table, or why netpoller
+/// cannot poll it.
+fn item(it: &Item, macros: &HashMap<&str, &str>, rows: bool) -> Result<String, String> {
     if it.status.as_deref() == Some("DISABLED") {
         return Err("disabled in Zabbix".into());
+    }
+    let lld = |s: &str| s.replace(SNMPINDEX, "").contains("{#");
+    if rows && !it.key.contains(SNMPINDEX) {
+        return Err(format!(
+            "its key has no {SNMPINDEX} (netpoller fills that one only)"
+        ));
+    }
+    if lld(&it.key) || lld(it.snmp_oid.as_deref().unwrap_or_default()) {
+        return Err(format!(
+            "uses a discovery macro netpoller does not fill (it fills {SNMPINDEX} from indices)"
+        ));
     }
     let base = it.key.split('[').next().unwrap_or_default();
     let mut t = format!("{{ key = {}", q(&it.key));
@@ -264,28 +289,75 @@ fn item(it: &Item, macros: &HashMap<&str, &str>) -> Result<String, String> {
 }
 
 /// What [`convert`] made of an export.
+#[derive(Default)]
 struct Imported {
     /// The `[[templates]]`.
     toml: String,
-    /// One line per item, and per template's discovery rules, not imported.
+    /// One line per item, item prototype and discovery rule not imported.
     skipped: Vec<String>,
+    /// Items imported (item prototypes included).
     items: usize,
-    /// Items not imported, and discovery rules.
+    /// Items and item prototypes not imported.
     not_items: usize,
+    /// Discovery rules imported as templates of items per row, and not imported.
     rules: usize,
+    not_rules: usize,
 }
 
-/// The export as netpoller TOML, and what was not imported.
-fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
-    let mut out = format!(
-        "# Imported by `netpoller import-template` from {source} (Zabbix {}).\n",
-        if export.version.is_empty() {
-            "?"
-        } else {
-            &export.version
+impl Imported {
+    /// One `[[templates]]` `name` of `items` (item prototypes: `rows`), with a comment
+    /// per line of `head` and per item not imported.
+    fn section(
+        &mut self,
+        name: &str,
+        head: &[String],
+        items: &[Item],
+        macros: &HashMap<&str, &str>,
+        rows: bool,
+    ) {
+        let (mut list, mut notes) = (String::new(), Vec::new());
+        for it in items {
+            match item(it, macros, rows) {
+                Ok(t) => {
+                    self.items += 1;
+                    writeln!(list, "  {t},").expect("to a String");
+                }
+                Err(why) => {
+                    self.not_items += 1;
+                    let what = if rows { "item prototype" } else { "item" };
+                    notes.push(format!("{what} {:?} ({}): {why}", it.name, it.key));
+                }
+            }
         }
-    );
-    let (mut skipped, mut imported, mut not_items, mut rules) = (Vec::new(), 0, 0, 0);
+        write!(self.toml, "\n[[templates]]\nname = {}\n", q(name)).expect("to a String");
+        for h in head {
+            writeln!(self.toml, "# {h}").expect("to a String");
+        }
+        for n in &notes {
+            writeln!(self.toml, "# not imported: {}", n.replace('\n', " ")).expect("to a String");
+        }
+        write!(self.toml, "items = [\n{list}]\n").expect("to a String");
+        self.skipped
+            .extend(notes.into_iter().map(|n| format!("{name}: {n}")));
+    }
+}
+
+/// The export as netpoller TOML, and what was not imported. A template's discovery
+/// rule becomes a template of its own, `TEMPLATE: RULE`, whose items stand for table
+/// rows (`{#SNMPINDEX}`) that a host lists (`indices`) instead of Zabbix discovering
+/// them.
+fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
+    let version = if export.version.is_empty() {
+        "?"
+    } else {
+        &export.version
+    };
+    let mut done = Imported {
+        toml: format!(
+            "# Imported by `netpoller import-template` from {source} (Zabbix {version}).\n"
+        ),
+        ..Imported::default()
+    };
     for tpl in export
         .templates
         .iter()
@@ -296,50 +368,49 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
             .iter()
             .map(|m| (m.name.as_str(), m.value.as_str()))
             .collect();
-        let mut items = String::new();
-        let mut notes = Vec::new();
-        for it in &tpl.items {
-            match item(it, &macros) {
-                Ok(t) => {
-                    imported += 1;
-                    writeln!(items, "  {t},").expect("to a String");
-                }
-                Err(why) => {
-                    not_items += 1;
-                    notes.push(format!("item {:?} ({}): {why}", it.name, it.key));
-                }
-            }
-        }
-        rules += tpl.discovery_rules.len();
-        if !tpl.discovery_rules.is_empty() {
-            notes.push(format!(
-                "{} discovery rule(s) (LLD): netpoller polls static items; list the discovered ones in a host's items",
-                tpl.discovery_rules.len()
-            ));
-        }
-        write!(out, "\n[[templates]]\nname = {}\n", q(&tpl.template)).expect("to a String");
+        let mut head = Vec::new();
         if !tpl.templates.is_empty() {
             let names: Vec<&str> = tpl.templates.iter().map(|l| l.name.as_str()).collect();
-            writeln!(
-                out,
-                "# Zabbix links {} to it: a host takes their items only when it lists them too",
+            head.push(format!(
+                "Zabbix links {} to it: a host takes their items only when it lists them too",
                 names.join(", ")
-            )
-            .expect("to a String");
+            ));
         }
-        for n in &notes {
-            writeln!(out, "# not imported: {}", n.replace('\n', " ")).expect("to a String");
+        done.section(&tpl.template, &head, &tpl.items, &macros, false);
+        for rule in &tpl.discovery_rules {
+            let name = format!("{}: {}", tpl.template, rule.name);
+            let first = rule.item_prototypes.iter().map(|p| p.key.as_str()).next();
+            let head = [
+                format!(
+                    "Zabbix's discovery rule {:?} ({}) finds the rows of these items; netpoller",
+                    rule.name, rule.key
+                ),
+                format!(
+                    "polls the rows a host lists: items = [ {{ key = {:?}, indices = \"1-48\" }}, ... ]",
+                    first.unwrap_or_default()
+                ),
+            ];
+            let mut part = Imported::default();
+            part.section(&name, &head, &rule.item_prototypes, &macros, true);
+            if part.items > 0 {
+                done.rules += 1;
+                done.toml.push_str(&part.toml);
+            } else {
+                done.not_rules += 1;
+                done.skipped.push(format!(
+                    "{}: discovery rule {:?} ({}): none of its {} item prototypes can be polled",
+                    tpl.template,
+                    rule.name,
+                    rule.key,
+                    rule.item_prototypes.len()
+                ));
+            }
+            done.items += part.items;
+            done.not_items += part.not_items;
+            done.skipped.extend(part.skipped);
         }
-        write!(out, "items = [\n{items}]\n").expect("to a String");
-        skipped.extend(notes.into_iter().map(|n| format!("{}: {n}", tpl.template)));
     }
-    Imported {
-        toml: out,
-        skipped,
-        items: imported,
-        not_items,
-        rules,
-    }
+    done
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -374,8 +445,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         eprintln!("not imported: {s}");
     }
     eprintln!(
-        "{} items imported; not imported: {} items, {} discovery rules",
-        done.items, done.not_items, done.rules
+        "{} items imported ({} discovery rules as templates of items per table row); not imported: {} items, {} discovery rules",
+        done.items, done.rules, done.not_items, done.not_rules
     );
     Ok(if done.items > 0 {
         ExitCode::SUCCESS
@@ -406,9 +477,19 @@ mod tests {
             items: imported,
             not_items,
             rules,
+            not_rules,
         } = convert(&export(), &[], "export.json");
-        assert_eq!((imported, not_items, rules), (9, 8, 1), "{toml}");
-        let host = "\n[[hosts]]\nname = \"sw-1\"\nip = \"127.0.20.1\"\ntemplates = [\"ICMP Ping\", \"Network Generic Device by SNMP\"]\n";
+        assert_eq!(
+            (imported, not_items, rules, not_rules),
+            (9 + 2, 8 + 1, 1, 0),
+            "{toml}"
+        );
+        // The discovery rule is a template whose rows the host lists.
+        let host = "\n[[hosts]]\nname = \"sw-1\"\nip = \"127.0.20.1\"\n\
+            templates = [\"ICMP Ping\", \"Network Generic Device by SNMP\", \
+            \"Network Generic Device by SNMP: Network interfaces discovery\"]\n\
+            items = [ { key = \"net.if.in[ifHCInOctets.{#SNMPINDEX}]\", indices = \"2-3\" }, \
+            { key = \"net.if.status[ifOperStatus.{#SNMPINDEX}]\", indices = \"2-3\" } ]\n";
         let cfg = crate::config::parse(&format!("{toml}{host}"))
             .unwrap_or_else(|e| panic!("{e:#?}\n{toml}"));
         let items = &cfg.hosts[0].items;
@@ -449,7 +530,12 @@ mod tests {
             get("system.contact[sysContact.0]").value_type,
             ValueType::Str
         );
-        assert_eq!(items.len(), 9);
+        assert_eq!(
+            steps("net.if.in[ifHCInOctets.3]").unwrap(),
+            [Step::ChangePerSecond, Step::Multiplier(8.0)]
+        );
+        assert_eq!(get("net.if.status[ifOperStatus.2]").interval_ms, 60_000);
+        assert_eq!(items.len(), 9 + 4);
         // Each item left out, with its reason, in the output and the list.
         let why = |name: &str| {
             skipped
@@ -470,10 +556,11 @@ mod tests {
         assert!(why("Memory utilization").contains("DEPENDENT"));
         assert!(why("Fan status").contains("disabled"));
         assert!(why("Interfaces table").contains("reads a table"));
-        assert!(skipped.iter().any(|s| s.contains("1 discovery rule(s)")));
+        assert!(why("Interface {#IFNAME}: Alias").contains("has no {#SNMPINDEX}"));
         assert_eq!(skipped.len(), 9, "{skipped:#?}");
         for s in &skipped {
-            let (_, note) = s.split_once(": ").unwrap();
+            let (_, note) = s.split_once(": item").unwrap();
+            let note = format!("item{note}");
             assert!(toml.contains(&format!("# not imported: {note}")), "{note}");
         }
     }
@@ -481,7 +568,7 @@ mod tests {
     #[test]
     fn one_template_can_be_picked() {
         let only = convert(&export(), &["ICMP Ping".into()], "x");
-        assert_eq!((only.items, only.skipped.len()), (3, 1));
+        assert_eq!((only.items, only.skipped.len(), only.rules), (3, 1, 0));
         assert!(!only.toml.contains("SNMP"), "{}", only.toml);
     }
 

@@ -686,6 +686,30 @@ items = [ { key = "net.if.in[ifHCInOctets.{#SNMPINDEX}]", indices = "49-50" } ]
     assert_eq!(ids.len(), 5);
     assert_eq!(cfg.item_count(), 5 + 3);
 
+    // A template may leave the rows to its hosts (as an imported discovery rule does);
+    // a host that links it without giving them is told how.
+    let rows_by_host = r#"
+[[templates]]
+name = "if"
+items = [ { key = "net.if.in[{#SNMPINDEX}]", oid = "1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}", type = "uint", interval = "1m" } ]
+[[hosts]]
+name = "given"
+ip = "127.0.20.1"
+templates = ["if"]
+items = [ { key = "net.if.in[{#SNMPINDEX}]", indices = "7" } ]
+"#;
+    let cfg = parse(rows_by_host).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(&*cfg.hosts[0].items[0].key, "net.if.in[7]");
+    let e = one_err(&format!(
+        "{rows_by_host}[[hosts]]\nname = \"not\"\nip = \"127.0.20.2\"\ntemplates = [\"if\"]\n"
+    ));
+    assert_eq!(e.path, "hosts[1]");
+    assert!(
+        e.message.contains(
+            r#"give them (items = [ { key = "net.if.in[{#SNMPINDEX}]", indices = "1-48" } ])"#
+        ),
+        "{e}"
+    );
     let item = |key: &str, oid: &str, rest: &str| {
         format!(r#"{{ key = "{key}", oid = "{oid}", type = "uint", interval = "1m"{rest} }}"#)
     };
@@ -704,7 +728,7 @@ items = [ { key = "net.if.in[ifHCInOctets.{#SNMPINDEX}]", indices = "49-50" } ]
         (
             item(k, "1.3.6.1.2.1.2.2.1.10", r#", indices = "1-2""#),
             "hosts[0].items[0].oid",
-            "ends with .{#SNMPINDEX}",
+            "ends its oid with .{#SNMPINDEX}",
         ),
         (
             item(k, o, r#", indices = "3-1""#),
