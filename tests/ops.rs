@@ -695,6 +695,17 @@ fn import_template_output_loads_as_it_is() {
         String::from_utf8_lossy(&c.stderr)
     );
     assert!(said.contains("1 hosts (1 with SNMP), 9 items"), "{said}");
+    assert!(
+        err.contains("not imported: ICMP Ping: item \"HTTPS service\""),
+        "{err}"
+    );
+    let o = netpoller()
+        .args(["--quiet", "import-template", export])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "--quiet: the summary only: {err}");
+    assert_eq!(o.stdout, out.as_bytes(), "the same templates");
     let o = netpoller()
         .args(["import-template", export, "--template", "Cisco IOS by SNMP"])
         .output()

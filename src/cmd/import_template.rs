@@ -441,8 +441,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let done = convert(&export, &args.only, &args.file.display().to_string());
     print!("{}", done.toml);
-    for s in &done.skipped {
-        eprintln!("not imported: {s}");
+    // The global --quiet: the summary only (the output's comments still list them).
+    if !crate::telemetry::quiet() {
+        for s in &done.skipped {
+            eprintln!("not imported: {s}");
+        }
     }
     eprintln!(
         "{} items imported ({} discovery rules as templates of items per table row); not imported: {} items, {} discovery rules",
