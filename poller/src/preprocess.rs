@@ -942,11 +942,9 @@ impl Preprocessor {
                         }
                     }
                 }
+                // A validation leaves the value as it is (text stays text: " 42 ").
                 Step::InRange(b) => match number(v) {
-                    Ok(n) if b.contains(n.f()) => {
-                        *v = n.value();
-                        continue;
-                    }
+                    Ok(n) if b.contains(n.f()) => continue,
                     Ok(n) => format!("IN_RANGE: {} is not within {b}", n.f()),
                     Err(why) => why,
                 },
@@ -1195,6 +1193,12 @@ mod tests {
                 &[Step::Multiplier(0.5).into()]
             ),
             Some(Ok(Value::Str("2.5".into())))
+        );
+        // A validation reads the number and leaves the text as it is.
+        let range = Step::parse("IN_RANGE", &["0".into(), "100".into()]).unwrap();
+        assert_eq!(
+            through(ValueType::Str, Value::Str("42.50".into()), &[range.into()]),
+            Some(Ok(Value::Str("42.50".into())))
         );
         // A text a numeric step cannot read makes the item unsupported, saying why.
         let e = through(ValueType::Float, Value::Str("n/a".into()), &scaled[1..]);
