@@ -1125,11 +1125,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
                             return Err(());
                         }
                     };
-                    if let Err(m) = step.check_type(value_type) {
+                    steps.push(step);
+                }
+                if let Some(i) = poller::preprocess::last_computing(&steps) {
+                    if let Err(m) = steps[i].check_type(value_type) {
                         self.c.push(&at(i, "error_handler_params"), m);
                         return Err(());
                     }
-                    steps.push(step);
                 }
                 (at(0, "type"), Some(steps))
             }
@@ -1145,9 +1147,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
             .as_deref()
             .filter(|_| steps.is_none())
             .and_then(|p| {
-                p.as_slice()
-                    .iter()
-                    .find_map(|s| s.check_type(value_type).err())
+                let ops = p.as_slice();
+                poller::preprocess::last_computing(ops)
+                    .and_then(|i| ops[i].check_type(value_type).err())
             });
         if let Some(why) = mismatch {
             self.c.push(&at, format!("item {:?}: {why}", e.key));

@@ -52,7 +52,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::engine::Sample;
-use crate::value::{text_to_float, text_to_uint, ErrorReason, ItemError, Value, ValueType};
+use crate::value::{text_to_float, ErrorReason, ItemError, Value, ValueType};
 
 /// One preprocessing step.
 #[derive(Debug, Clone, PartialEq)]
@@ -587,6 +587,13 @@ impl Step {
     }
 }
 
+/// The step whose custom value is stored as it is (no computing step after it), the
+/// one [`Op::check_type`] can check at load: an earlier one may be made to fit by the
+/// steps after it ("down", then `BOOL_TO_DECIMAL`).
+pub fn last_computing(ops: &[Op]) -> Option<usize> {
+    ops.iter().rposition(|o| !o.step.is_throttle())
+}
+
 impl Op {
     /// Checks the step against its item's type: a custom value must be one of it (a
     /// `CHECK_NOT_SUPPORTED` value on a `uint` item a whole number, ...).
@@ -804,16 +811,39 @@ fn as_text(v: &mut Value) -> &mut String {
     }
 }
 
-/// The value as a number, for a numeric step: text must hold one (an unsigned integer
-/// stays exact, anything else by [`text_to_float`]).
-/// `Err`: the text, shortened, and why it is not one, for the step's error.
-fn as_number(v: &Value) -> Result<Num, (String, &'static str)> {
-    match v {
-        Value::Str(t) => text_to_uint(t)
-            .map(Num::U)
-            .or_else(|_| text_to_float(t).map(Num::F))
-            .map_err(|why| (t.chars().take(64).collect(), why)),
-        v => Ok(Num::of(v).expect("numbers are numbers")),
+/// A number in text as Zabbix's numeric steps read one (`zbx_variant_set_numeric`):
+/// quotes, whitespace and a leading `+` ignored, `"5.0"` the whole number 5; an
+/// unsigned integer exact, anything else by [`text_to_float`].
+fn read_number(t: &str) -> Result<Num, &'static str> {
+    let t = crate::value::bare(t);
+    let t = t.strip_prefix('+').unwrap_or(t);
+    let whole = match t.split_once('.') {
+        Some((i, f)) if !i.is_empty() && f.bytes().all(|b| b == b'0') => i,
+        _ => t,
+    };
+    match whole.parse::<u64>() {
+        Ok(u) if whole.bytes().all(|b| b.is_ascii_digit()) => Ok(Num::U(u)),
+        _ => text_to_float(t).map(Num::F),
+    }
+}
+
+/// The value as a number for a numeric step, in the kind the item's type asks for
+/// (Zabbix's type hint: a `float` item computes in floating point, a `uint` item in
+/// whole numbers, a fraction cut; a text item as the value reads).
+/// `Err`: the value, shortened, and why it cannot be one, for the step's error.
+fn as_number(v: &Value, vt: ValueType) -> Result<Num, (String, &'static str)> {
+    let shown = || v.to_string().chars().take(64).collect::<String>();
+    let n = match v {
+        Value::Str(t) => read_number(t).map_err(|why| (shown(), why))?,
+        v => Num::of(v).expect("numbers are numbers"),
+    };
+    match (vt, n) {
+        (ValueType::Float, n) => Ok(Num::F(n.f())),
+        (ValueType::Uint, Num::F(f)) if (0.0..18_446_744_073_709_551_616.0).contains(&f) => {
+            Ok(Num::U(f.trunc() as u64))
+        }
+        (ValueType::Uint, Num::F(_)) => Err((shown(), "does not fit an unsigned item")),
+        (_, n) => Ok(n),
     }
 }
 
@@ -860,10 +890,18 @@ impl Preprocessor {
         }
         if let Ok(v) = &mut sample.result {
             let at = u128::from(sample.clock) * 1_000_000_000 + u128::from(sample.ns);
-            match self.run(v, sample.itemid, at, &steps) {
+            match self.run(v, sample.value_type, sample.itemid, at, &steps) {
                 Flow::Go => {}
                 Flow::Discard => return Outcome::Discarded(sample),
                 Flow::Fail(e) => sample.result = Err(e),
+            }
+        }
+        // As Zabbix: an item that is not supported this time (the device's answer or a
+        // step) starts its change step over: no rate across the gap. A timeout is no
+        // answer at all and keeps it, as Zabbix's unreachable poller does.
+        if let Err(e) = &sample.result {
+            if e.reason == ErrorReason::Unsupported {
+                self.previous.remove(&sample.itemid);
             }
         }
         // Zabbix's order: the steps on the answer, then the item's type.
@@ -882,11 +920,18 @@ impl Preprocessor {
 
     /// The computing steps of `steps` on `v` (each converts the value to the text or
     /// the number it needs), which becomes their result.
-    fn run(&mut self, v: &mut Value, itemid: u64, at: u128, steps: &Arc<Steps>) -> Flow {
+    fn run(
+        &mut self,
+        v: &mut Value,
+        vt: ValueType,
+        itemid: u64,
+        at: u128,
+        steps: &Arc<Steps>,
+    ) -> Flow {
         for Op { step, on_fail } in steps.body() {
             // A numeric step's number, or its failure's text.
             let number = |v: &Value| {
-                as_number(v).map_err(|(text, why)| format!("{step}: the value {text:?} {why}"))
+                as_number(v, vt).map_err(|(text, why)| format!("{step}: the value {text:?} {why}"))
             };
             let failed = match step {
                 Step::Regex(x) => {
@@ -960,7 +1005,15 @@ impl Preprocessor {
                                     None => Num::F(u as f64 * x),
                                 }
                             }
-                            _ => Num::F(n.f() * x),
+                            // Zabbix keeps a whole number whole: the product's fraction
+                            // is cut at this step (a uint item's bits × 0.001).
+                            Num::U(u) => match u as f64 * x {
+                                p if (0.0..18_446_744_073_709_551_616.0).contains(&p) => {
+                                    Num::U(p.trunc() as u64)
+                                }
+                                p => Num::F(p),
+                            },
+                            Num::F(f) => Num::F(f * x),
                         }
                         .value();
                         continue;
@@ -1160,27 +1213,38 @@ mod tests {
             through(ValueType::Float, temp(), &scaled[..1]),
             Some(Ok(Value::Float(23.5)))
         );
-        // The result as a uint item takes it: text must be an unsigned integer; a
-        // number's fraction is cut, as Zabbix stores it.
-        let e = through(ValueType::Uint, temp(), &scaled[..1]);
+        // The result as a uint item takes it (Zabbix 7): a decimal's fraction cut, a
+        // text without a number refused.
+        assert_eq!(
+            through(ValueType::Uint, temp(), &scaled[..1]),
+            Some(Ok(Value::Uint(23)))
+        );
+        let e = through(
+            ValueType::Uint,
+            Value::Str("n/a C".into()),
+            &[Step::Trim(Ends::Right, " C".into()).into()],
+        );
         let e = e.unwrap().unwrap_err();
         assert_eq!(e.reason, ErrorReason::Unsupported);
         assert_eq!(
             e.text,
-            "preprocessing: the result \"23.5\" is not an unsigned integer for value type uint"
+            "preprocessing: the result \"n/a\" is not an unsigned integer for value type uint"
         );
+        // Zabbix's type hint: a uint item computes in whole numbers (23.5 → 23, × 2),
+        // a float item in floating point (above: 47).
         assert_eq!(
             through(ValueType::Uint, temp(), &scaled),
-            Some(Ok(Value::Uint(47)))
+            Some(Ok(Value::Uint(46)))
         );
         let e = through(
             ValueType::Uint,
             Value::Float(-3.0),
             &[Step::Multiplier(2.0).into()],
         );
-        assert!(e.unwrap().unwrap_err().text.contains("\"-6\" is negative"));
+        let e = e.unwrap().unwrap_err().text;
+        assert!(e.contains("\"-3\" does not fit an unsigned item"), "{e}");
         // A number through a text step is its decimal text; numeric steps on a text
-        // item leave their number's text.
+        // item leave their number's text (a whole number stays whole, as Zabbix's).
         let first = [regex("^([0-9]{2})", "\\1").into()];
         assert_eq!(
             through(ValueType::Uint, Value::Uint(12_345), &first),
@@ -1190,6 +1254,14 @@ mod tests {
             through(
                 ValueType::Str,
                 Value::Uint(5),
+                &[Step::Multiplier(0.5).into()]
+            ),
+            Some(Ok(Value::Str("2".into())))
+        );
+        assert_eq!(
+            through(
+                ValueType::Str,
+                Value::Float(5.0),
                 &[Step::Multiplier(0.5).into()]
             ),
             Some(Ok(Value::Str("2.5".into())))
@@ -1356,6 +1428,39 @@ mod tests {
             Some(Ok(Value::Uint(0)))
         );
         assert_eq!(b().to_string(), "BOOL_TO_DECIMAL");
+    }
+
+    #[test]
+    fn a_float_item_rates_a_counter_in_floating_point_and_errors_restart_the_change() {
+        // Zabbix's "Linux by SNMP": interrupts per second, a float item with
+        // CHANGE_PER_SECOND on a Counter32: 2 in 60 s is 0.0333, not 0.
+        let mut p = Preprocessor::default();
+        let rate = [Step::ChangePerSecond];
+        let mut at = |clock, v: Result<Value, ItemError>| {
+            let mut s = sample(1, ValueType::Float, clock, Value::Uint(0), &rate);
+            s.result = v;
+            value(p.apply(s))
+        };
+        assert_eq!(at(0, Ok(Value::Uint(100))), None);
+        let Some(Ok(Value::Float(r))) = at(60, Ok(Value::Uint(102))) else {
+            panic!("a rate");
+        };
+        assert!((r - 2.0 / 60.0).abs() < 1e-12, "{r}");
+        // Not supported this time (noSuchInstance): the next value starts over, as
+        // Zabbix's; a timeout is no answer and keeps the previous value.
+        let nsi = ItemError::new(ErrorReason::Unsupported, "noSuchInstance");
+        assert!(matches!(at(120, Err(nsi)), Some(Err(_))));
+        assert_eq!(
+            at(180, Ok(Value::Uint(200))),
+            None,
+            "no rate across the gap"
+        );
+        let timeout = ItemError::new(ErrorReason::Timeout, "timeout");
+        assert!(matches!(at(240, Err(timeout)), Some(Err(_))));
+        assert!(matches!(
+            at(300, Ok(Value::Uint(260))),
+            Some(Ok(Value::Float(_)))
+        ));
     }
 
     #[test]

@@ -202,7 +202,28 @@ mod tests {
             ok(VarValue::OctetString(b"0.15".to_vec()), ValueType::Float),
             Value::Float(0.15)
         );
-        err(VarValue::OctetString(b"0.15".to_vec()), ValueType::Uint);
+        // As Zabbix 7 converts text for a uint item: a decimal's fraction cut, a `+`,
+        // quotes and a zero fraction read.
+        for (text, want) in [
+            ("0.15", 0),
+            ("5.0", 5),
+            ("+5", 5),
+            ("\"5\"", 5),
+            ("1e3", 1000),
+        ] {
+            assert_eq!(
+                ok(
+                    VarValue::OctetString(text.as_bytes().to_vec()),
+                    ValueType::Uint
+                ),
+                Value::Uint(want),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            ok(VarValue::OctetString(b"\"2.5\"".to_vec()), ValueType::Float),
+            Value::Float(2.5)
+        );
         err(VarValue::OctetString(b"-1".to_vec()), ValueType::Uint);
         err(VarValue::OctetString(b"".to_vec()), ValueType::Uint);
         err(VarValue::OctetString(b"eth0".to_vec()), ValueType::Float);

@@ -54,21 +54,38 @@ impl Value {
     }
 }
 
-/// An unsigned integer written as text, as a `uint` item takes one: decimal digits,
-/// whitespace around them ignored. `Err`: why not, for an error text.
-pub fn text_to_uint(t: &str) -> Result<u64, &'static str> {
+/// A text that should hold a number as Zabbix reads it: whitespace around it and one
+/// pair of double quotes ignored.
+pub fn bare(t: &str) -> &str {
     let t = t.trim();
-    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
-        return Err("is not an unsigned integer");
+    t.strip_prefix('"')
+        .and_then(|x| x.strip_suffix('"'))
+        .map_or(t, str::trim)
+}
+
+/// An unsigned integer written as text, as a `uint` item takes one (Zabbix 7's
+/// conversion): decimal digits (a leading `+`, quotes and whitespace around them
+/// ignored), or a decimal number, its fraction cut (`"5.0"`, `"5.5"` → 5, `"1e3"` →
+/// 1000). `Err`: why not, for an error text.
+pub fn text_to_uint(t: &str) -> Result<u64, &'static str> {
+    let t = bare(t);
+    let t = t.strip_prefix('+').unwrap_or(t);
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        return t.parse().map_err(|_| "is out of range");
     }
-    t.parse().map_err(|_| "is out of range")
+    match text_to_float(t) {
+        Ok(f) if f < 0.0 => Err("is negative"),
+        Ok(f) if f < 18_446_744_073_709_551_616.0 => Ok(f.trunc() as u64),
+        Ok(_) => Err("is out of range"),
+        Err(_) => Err("is not an unsigned integer"),
+    }
 }
 
 /// A number written as text, as a `float` item takes one: plain decimal notation
-/// ("0.15", "-3", "1e3"; never "inf", "nan" or hex), finite, whitespace around it
-/// ignored. `Err`: why not, for an error text.
+/// ("0.15", "-3", "1e3"; never "inf", "nan" or hex), finite, quotes and whitespace
+/// around it ignored. `Err`: why not, for an error text.
 pub fn text_to_float(t: &str) -> Result<f64, &'static str> {
-    let t = t.trim();
+    let t = bare(t);
     let plain = !t.is_empty()
         && t.bytes()
             .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E'));
