@@ -32,6 +32,10 @@ pub const MAX_RANGE_HOSTS: usize = 1 << 20;
 /// Most indices one item may stand for (`indices`).
 pub const MAX_INDICES: u64 = 1 << 16;
 
+/// Most items one file may expand to (8,388,608: ~1.4 GB resolved; `indices` and
+/// `host_ranges` multiply).
+pub const MAX_ITEMS: usize = 1 << 23;
+
 /// Zabbix's low-level discovery macro for an SNMP table row, which `indices` fills.
 pub const SNMPINDEX: &str = "{#SNMPINDEX}";
 
@@ -995,9 +999,11 @@ fn parse_indices(s: &str) -> Result<Vec<(u32, u32)>, String> {
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim) {
         let num = |n: &str| {
-            n.trim()
-                .parse::<u32>()
-                .map_err(|_| format!("{n:?} is not an index (indices = \"1-48,101\")"))
+            let n = n.trim();
+            n.parse::<u32>()
+                .ok()
+                .filter(|_| n.bytes().all(|b| b.is_ascii_digit()))
+                .ok_or_else(|| format!("{part:?}: {n:?} is not an index (indices = \"1-48,101\")"))
         };
         let (a, b) = match part.split_once('-') {
             Some((a, b)) => (num(a)?, num(b)?),
@@ -1043,6 +1049,8 @@ struct Resolver<'c, 'a> {
     snmp_usm: UsmSection,
     /// Preprocessing pipelines: items with the same steps share one.
     pipelines: Vec<Arc<poller::preprocess::Steps>>,
+    /// Items the file may still expand to ([`MAX_ITEMS`]).
+    items_left: usize,
 }
 
 impl<'c, 'a> Resolver<'c, 'a> {
@@ -1055,6 +1063,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             users: HashMap::new(),
             snmp_usm: usm_of!(snmp),
             pipelines: Vec::new(),
+            items_left: MAX_ITEMS,
         }
     }
 
@@ -1320,6 +1329,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 return None;
             }
             (Some(Ok(o)), _) => match o.parse::<snmp::Oid>() {
+                // The index is one arc more.
+                Ok(p) if per_row && p.arcs().count() >= snmp::MAX_ARCS => {
+                    self.c.push(
+                        &at("oid"),
+                        format!("{o:?}: with its index, more than {} arcs", snmp::MAX_ARCS),
+                    );
+                    return None;
+                }
                 Ok(o) => o,
                 Err(m) => {
                     self.c.push(
@@ -1431,6 +1448,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 );
             }
             let base = self.host_items(&hp, &h.templates, &h.items, true);
+            let base = base.filter(|b| {
+                let n: usize = b.iter().map(ResolvedEntry::count).sum();
+                self.take_items(&hp, n, 1)
+            });
             let polls_snmp = base.as_ref().is_some_and(|b| polls_snmp(b));
             let snmp = self.snmp_params(&hp, h.snmp.as_ref(), polls_snmp);
             if let (Some(ip), Some(items), Some(snmp)) = (ip, base, snmp) {
@@ -1481,6 +1502,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let Some(items) = self.host_items(&rp, &r.templates, &r.items, false) else {
                 continue;
             };
+            let per_host: usize = items.iter().map(ResolvedEntry::count).sum();
+            if !self.take_items(&rp, per_host, count as usize) {
+                continue;
+            }
             let Some(snmp) = self.snmp_params(&rp, r.snmp.as_ref(), polls_snmp(&items)) else {
                 continue;
             };
@@ -1501,6 +1526,23 @@ impl<'c, 'a> Resolver<'c, 'a> {
         drop(names);
         self.check_itemids(&mut out, &origins);
         out
+    }
+
+    /// Takes `hosts` × `per_host` items from the file's budget ([`MAX_ITEMS`]), or says
+    /// at `path` that the file asks for more.
+    fn take_items(&mut self, path: &[Seg<'_>], per_host: usize, hosts: usize) -> bool {
+        let n = per_host.saturating_mul(hosts);
+        if n > self.items_left {
+            self.c.push(
+                path,
+                format!(
+                    "{n} more items: past the {MAX_ITEMS} one file may hold (indices and host ranges multiply)"
+                ),
+            );
+            return false;
+        }
+        self.items_left -= n;
+        true
     }
 
     /// Itemids must be unique in the file (they are the history's key). Sorting a copy
@@ -1638,10 +1680,12 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 }
             }
         }
-        // A template's item per row whose rows the host has not given.
+        // A template's item per row whose rows the host has not given (unless its own
+        // item for it had an error: that one says what is wrong).
+        let own_ok = self.c.errors.len() == before;
         if let Some(m) = merged
             .iter()
-            .find(|m| m.indices.is_none() && m.key.contains(SNMPINDEX))
+            .find(|m| own_ok && m.indices.is_none() && m.key.contains(SNMPINDEX))
         {
             self.c.push(
                 path,

@@ -19,7 +19,7 @@
 //! (a one-item template) before it is written, and one that does not load is listed
 //! with the loader's error instead.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -75,6 +75,8 @@ struct Rule {
     name: String,
     key: String,
     #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
     item_prototypes: Vec<Item>,
 }
 
@@ -89,6 +91,9 @@ struct Macro {
     name: String,
     #[serde(default)]
     value: String,
+    /// `SECRET_TEXT` and `VAULT` macros do not export their values.
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
 }
 
 /// A template item as Zabbix exports it: defaults are left out of the export (type
@@ -107,6 +112,9 @@ struct Item {
     snmp_oid: Option<String>,
     #[serde(default)]
     status: Option<String>,
+    /// An item prototype Zabbix does not create (`NO_DISCOVER`).
+    #[serde(default)]
+    discover: Option<String>,
     #[serde(default)]
     preprocessing: Vec<Step>,
 }
@@ -132,28 +140,106 @@ fn q(s: &str) -> String {
     toml::Value::String(s.to_owned()).to_string()
 }
 
+/// A template's user macros: values by name and context (unquoted), `None` for a
+/// secret one (its value is not exported); names that have regex contexts.
+#[derive(Default)]
+struct Macros {
+    values: HashMap<(String, Option<String>), Option<String>>,
+    regex: Vec<String>,
+}
+
+/// The name and the context of a macro's inside (`NAME`, `NAME:ctx`, `NAME:"ctx"`,
+/// `NAME:regex:"..."`: the context `None` and `true`).
+fn macro_parts(inside: &str) -> (String, Option<String>, bool) {
+    match inside.split_once(':') {
+        None => (inside.trim().to_owned(), None, false),
+        Some((name, ctx)) => {
+            let ctx = ctx.trim();
+            let regex = ctx.starts_with("regex:");
+            let ctx = ctx.strip_prefix("regex:").unwrap_or(ctx).trim();
+            let ctx = match ctx.strip_prefix('"').and_then(|c| c.strip_suffix('"')) {
+                Some(q) => q.replace("\\\"", "\""),
+                None => ctx.to_owned(),
+            };
+            (name.trim().to_owned(), (!regex).then_some(ctx), regex)
+        }
+    }
+}
+
+impl Macros {
+    fn new(list: &[Macro]) -> Macros {
+        let mut m = Macros::default();
+        for mac in list {
+            let inside = mac
+                .name
+                .trim()
+                .strip_prefix("{$")
+                .and_then(|x| x.strip_suffix('}'))
+                .unwrap_or_default();
+            let (name, ctx, regex) = macro_parts(inside);
+            if regex {
+                m.regex.push(name);
+                continue;
+            }
+            let secret = matches!(mac.kind.as_deref(), Some("SECRET_TEXT" | "VAULT"));
+            m.values
+                .insert((name, ctx), (!secret).then(|| mac.value.clone()));
+        }
+        m
+    }
+
+    /// The value of the macro inside `{$...}`, as Zabbix picks it: the context's own,
+    /// else the plain one's. `Err`: why there is none to take.
+    fn value(&self, inside: &str) -> Result<&str, String> {
+        let (name, ctx, _) = macro_parts(inside);
+        let whole = format!("{{${inside}}}");
+        let found = ctx
+            .clone()
+            .and_then(|c| self.values.get(&(name.clone(), Some(c))))
+            .or_else(|| {
+                if ctx.is_some() && self.regex.contains(&name) {
+                    None
+                } else {
+                    self.values.get(&(name.clone(), None))
+                }
+            });
+        match found {
+            Some(Some(v)) => Ok(v),
+            Some(None) => Err(format!("macro {whole} is secret (Zabbix does not export its value)")),
+            None if self.regex.contains(&name) => Err(format!(
+                "macro {whole}: the template gives {{${name}}} regex contexts, which netpoller does not match"
+            )),
+            None => Err(format!("macro {whole} has no value in the template")),
+        }
+    }
+}
+
 /// `{$NAME}` and `{$NAME:"context"}` replaced by the template's values (a context
 /// macro without its own value takes the plain one's, as in Zabbix). `Err`: the first
 /// macro without a value.
-fn resolve(text: &str, macros: &HashMap<&str, &str>) -> Result<String, String> {
+fn resolve(text: &str, macros: &Macros) -> Result<String, String> {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(start) = rest.find("{$") {
-        let Some(len) = rest[start..].find('}') else {
+        // The macro ends at the first `}` outside a quoted context.
+        let body = &rest[start + 2..];
+        let mut quoted = false;
+        let mut prev = ' ';
+        let end = body.char_indices().find_map(|(i, c)| {
+            match c {
+                '"' if prev != '\\' => quoted = !quoted,
+                '}' if !quoted => return Some(i),
+                _ => {}
+            }
+            prev = c;
+            None
+        });
+        let Some(end) = end else {
             break;
         };
-        let whole = &rest[start..start + len + 1];
-        let plain = match whole.split_once(':') {
-            Some((name, _)) => format!("{name}}}"),
-            None => whole.to_owned(),
-        };
-        let value = macros
-            .get(whole)
-            .or_else(|| macros.get(plain.as_str()))
-            .ok_or_else(|| format!("macro {whole} has no value in the template"))?;
         out.push_str(&rest[..start]);
-        out.push_str(value);
-        rest = &rest[start + whole.len()..];
+        out.push_str(macros.value(&body[..end])?);
+        rest = &body[end + 1..];
     }
     out.push_str(rest);
     Ok(out)
@@ -177,9 +263,12 @@ const ICMP_KEYS: [&str; 3] = ["icmpping", "icmppingloss", "icmppingsec"];
 
 /// One item (an item prototype: `rows`) as a TOML inline table, or why netpoller
 /// cannot poll it.
-fn item(it: &Item, macros: &HashMap<&str, &str>, rows: bool) -> Result<String, String> {
+fn item(it: &Item, macros: &Macros, rows: bool) -> Result<String, String> {
     if it.status.as_deref() == Some("DISABLED") {
         return Err("disabled in Zabbix".into());
+    }
+    if it.discover.as_deref() == Some("NO_DISCOVER") {
+        return Err("not discovered in Zabbix (NO_DISCOVER)".into());
     }
     let lld = |s: &str| s.replace(SNMPINDEX, "").contains("{#");
     if rows && !it.key.contains(SNMPINDEX) {
@@ -187,7 +276,18 @@ fn item(it: &Item, macros: &HashMap<&str, &str>, rows: bool) -> Result<String, S
             "its key has no {SNMPINDEX} (netpoller fills that one only)"
         ));
     }
-    if lld(&it.key) || lld(it.snmp_oid.as_deref().unwrap_or_default()) {
+    let texts = [
+        &it.key,
+        it.snmp_oid.as_deref().unwrap_or_default(),
+        it.delay.as_deref().unwrap_or_default(),
+    ];
+    let steps = it.preprocessing.iter().flat_map(|s| {
+        s.parameters
+            .iter()
+            .map(String::as_str)
+            .chain(s.error_handler_params.as_deref())
+    });
+    if texts.into_iter().chain(steps).any(lld) {
         return Err(format!(
             "uses a discovery macro netpoller does not fill (it fills {SNMPINDEX} from indices)"
         ));
@@ -209,6 +309,9 @@ fn item(it: &Item, macros: &HashMap<&str, &str>, rows: bool) -> Result<String, S
                 return Err(format!(
                     "SNMP OID {oid:?} reads a table (walk[]: not imported; list one numeric OID per item)"
                 ));
+            }
+            if oid.is_empty() {
+                return Err("no SNMP OID".into());
             }
             if !oid.starts_with(|c: char| c.is_ascii_digit() || c == '.') {
                 return Err(format!(
@@ -236,18 +339,15 @@ fn item(it: &Item, macros: &HashMap<&str, &str>, rows: bool) -> Result<String, S
     let every = interval(&resolve(it.delay.as_deref().unwrap_or("1m"), macros)?)?;
     write!(t, ", interval = {}", q(&every)).expect("to a String");
     if !it.preprocessing.is_empty() {
-        t.push_str(",\n    preprocessing = [");
+        // One line per item: TOML 1.0 has no newline inside an inline table.
+        t.push_str(", preprocessing = [");
         for (i, s) in it.preprocessing.iter().enumerate() {
             let params = s
                 .parameters
                 .iter()
                 .map(|p| resolve(p, macros).map(|p| q(&p)))
                 .collect::<Result<Vec<_>, _>>()?;
-            let sep = if i == 0 {
-                ""
-            } else {
-                ",\n                     "
-            };
+            let sep = if i == 0 { "" } else { ", " };
             write!(
                 t,
                 "{sep}{{ type = {}, parameters = [{}]",
@@ -304,41 +404,66 @@ struct Imported {
     not_rules: usize,
 }
 
+/// `s` on one comment line: control characters (a newline would end the comment and
+/// let the export's text into the TOML) become spaces.
+fn comment(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
 impl Imported {
     /// One `[[templates]]` `name` of `items` (item prototypes: `rows`), with a comment
-    /// per line of `head` and per item not imported.
+    /// per line of `head` and per item not imported. `false`: no item imported.
     fn section(
         &mut self,
         name: &str,
         head: &[String],
         items: &[Item],
-        macros: &HashMap<&str, &str>,
+        macros: &Macros,
         rows: bool,
-    ) {
-        let (mut list, mut notes) = (String::new(), Vec::new());
+    ) -> bool {
+        let (mut list, mut notes, mut first) = (String::new(), Vec::new(), None);
         for it in items {
             match item(it, macros, rows) {
                 Ok(t) => {
                     self.items += 1;
+                    first.get_or_insert(it.key.as_str());
                     writeln!(list, "  {t},").expect("to a String");
                 }
                 Err(why) => {
                     self.not_items += 1;
                     let what = if rows { "item prototype" } else { "item" };
-                    notes.push(format!("{what} {:?} ({}): {why}", it.name, it.key));
+                    notes.push(format!("{what} {:?} ({:?}): {why}", it.name, it.key));
                 }
             }
         }
-        write!(self.toml, "\n[[templates]]\nname = {}\n", q(name)).expect("to a String");
-        for h in head {
-            writeln!(self.toml, "# {h}").expect("to a String");
+        let imported = first.is_some();
+        if imported || !rows {
+            write!(self.toml, "\n[[templates]]\nname = {}\n", q(name)).expect("to a String");
+            for h in head {
+                writeln!(self.toml, "# {}", comment(h)).expect("to a String");
+            }
+            if let Some(key) = first.filter(|_| rows) {
+                let hint = format!(
+                    "items = [ {{ key = {}, indices = \"1-48\" }}, ... ]",
+                    q(key)
+                );
+                writeln!(
+                    self.toml,
+                    "# polls the rows a host lists: {}",
+                    comment(&hint)
+                )
+                .expect("to a String");
+            }
+            for n in &notes {
+                writeln!(self.toml, "# not imported: {}", comment(n)).expect("to a String");
+            }
+            write!(self.toml, "items = [\n{list}]\n").expect("to a String");
         }
-        for n in &notes {
-            writeln!(self.toml, "# not imported: {}", n.replace('\n', " ")).expect("to a String");
-        }
-        write!(self.toml, "items = [\n{list}]\n").expect("to a String");
         self.skipped
             .extend(notes.into_iter().map(|n| format!("{name}: {n}")));
+        imported
     }
 }
 
@@ -354,61 +479,78 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
     };
     let mut done = Imported {
         toml: format!(
-            "# Imported by `netpoller import-template` from {source} (Zabbix {version}).\n"
+            "# Imported by `netpoller import-template` from {} (Zabbix {}).\n",
+            comment(source),
+            comment(version)
         ),
         ..Imported::default()
     };
+    // Every template name written, so a rule's template never takes one twice.
+    let mut names: HashSet<String> = export
+        .templates
+        .iter()
+        .map(|t| t.template.clone())
+        .collect();
     for tpl in export
         .templates
         .iter()
         .filter(|t| only.is_empty() || only.contains(&t.template))
     {
-        let macros: HashMap<&str, &str> = tpl
-            .macros
-            .iter()
-            .map(|m| (m.name.as_str(), m.value.as_str()))
-            .collect();
+        let macros = Macros::new(&tpl.macros);
         let mut head = Vec::new();
         if !tpl.templates.is_empty() {
-            let names: Vec<&str> = tpl.templates.iter().map(|l| l.name.as_str()).collect();
+            let names: Vec<String> = tpl
+                .templates
+                .iter()
+                .map(|l| format!("{:?}", l.name))
+                .collect();
             head.push(format!(
                 "Zabbix links {} to it: a host takes their items only when it lists them too",
                 names.join(", ")
             ));
         }
-        done.section(&tpl.template, &head, &tpl.items, &macros, false);
+        let mut rules = String::new();
+        let mut parts = Vec::new();
         for rule in &tpl.discovery_rules {
-            let name = format!("{}: {}", tpl.template, rule.name);
-            let first = rule.item_prototypes.iter().map(|p| p.key.as_str()).next();
-            let head = [
-                format!(
-                    "Zabbix's discovery rule {:?} ({}) finds the rows of these items; netpoller",
-                    rule.name, rule.key
-                ),
-                format!(
-                    "polls the rows a host lists: items = [ {{ key = {:?}, indices = \"1-48\" }}, ... ]",
-                    first.unwrap_or_default()
-                ),
-            ];
+            let what = format!("discovery rule {:?} ({:?})", rule.name, rule.key);
+            if rule.status.as_deref() == Some("DISABLED") {
+                done.not_rules += 1;
+                parts.push(format!("not imported: {what}: disabled in Zabbix"));
+                continue;
+            }
+            let mut name = format!("{}: {}", tpl.template, rule.name);
+            if !names.insert(name.clone()) {
+                name = format!("{}: {} [{}]", tpl.template, rule.name, rule.key);
+                names.insert(name.clone());
+            }
+            let head = [format!(
+                "Zabbix's {what} finds the rows of these items; netpoller"
+            )];
             let mut part = Imported::default();
-            part.section(&name, &head, &rule.item_prototypes, &macros, true);
-            if part.items > 0 {
+            if part.section(&name, &head, &rule.item_prototypes, &macros, true) {
                 done.rules += 1;
-                done.toml.push_str(&part.toml);
+                rules.push_str(&part.toml);
             } else {
                 done.not_rules += 1;
-                done.skipped.push(format!(
-                    "{}: discovery rule {:?} ({}): none of its {} item prototypes can be polled",
-                    tpl.template,
-                    rule.name,
-                    rule.key,
-                    rule.item_prototypes.len()
+                let n = rule.item_prototypes.len();
+                parts.push(format!(
+                    "not imported: {what}: none of its {n} item prototypes can be polled"
                 ));
             }
             done.items += part.items;
             done.not_items += part.not_items;
             done.skipped.extend(part.skipped);
         }
+        for p in &parts {
+            done.skipped.push(format!(
+                "{}: {}",
+                tpl.template,
+                p.trim_start_matches("not imported: ")
+            ));
+        }
+        head.extend(parts);
+        done.section(&tpl.template, &head, &tpl.items, &macros, false);
+        done.toml.push_str(&rules);
     }
     done
 }
@@ -552,7 +694,7 @@ mod tests {
         assert!(why("System name").contains("snmptranslate -On SNMPv2-MIB::sysName.0"));
         assert!(why("CPU utilization").contains("\"JAVASCRIPT\""));
         assert!(
-            toml.contains("# Zabbix links ICMP Ping to it"),
+            toml.contains("# Zabbix links \"ICMP Ping\" to it"),
             "linked templates named: {toml}"
         );
         assert!(why("Memory free").contains("macro {$MEM.DELAY} has no value"));
@@ -569,6 +711,59 @@ mod tests {
     }
 
     #[test]
+    fn what_an_export_says_stays_in_comments_and_names_stay_unique() {
+        // Text from the file (version, linked names, keys) must not become TOML: a
+        // newline in it would add a host of the file's choosing.
+        let evil = "6.0\n[[hosts]]\nname = \"evil\"\nip = \"127.0.99.1\"\n#";
+        let item = |key: &str| {
+            serde_json::json!({"name": "n", "type": "SNMP_AGENT", "key": key,
+                "snmp_oid": "1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}"})
+        };
+        let export = serde_json::json!({"zabbix_export": {"version": evil, "templates": [{
+        "template": "T",
+        "templates": [{"name": evil}],
+        "items": [{"name": "x", "type": "SIMPLE", "key": "net.tcp\r.service\u{1}[\n[[hosts]]"},
+                  {"name": "p", "type": "SIMPLE", "key": "icmpping"}],
+        "discovery_rules": [
+            {"name": "If", "key": "a\n[[hosts]]", "item_prototypes": [item("in[{#SNMPINDEX}]")]},
+            {"name": "If", "key": "b", "item_prototypes": [item("out[{#SNMPINDEX}]")]},
+            {"name": "Off", "key": "c", "status": "DISABLED", "item_prototypes": [item("c[{#SNMPINDEX}]")]},
+            {"name": "Some", "key": "d", "item_prototypes": [
+                {"name": "nd", "type": "SNMP_AGENT", "key": "nd[{#SNMPINDEX}]", "discover": "NO_DISCOVER",
+                 "snmp_oid": "1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}"},
+                {"name": "lld", "type": "SNMP_AGENT", "key": "st[{#SNMPINDEX}]",
+                 "snmp_oid": "1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}",
+                 "preprocessing": [{"type": "STR_REPLACE", "parameters": ["{#IFNAME}", "x"]}]}]}
+        ]}]}});
+        let export: Export = serde_json::from_value(export).unwrap();
+        let done = convert(&export.zabbix_export, &[], "x\n[[hosts]]");
+        let cfg =
+            crate::config::parse(&done.toml).unwrap_or_else(|e| panic!("{e:#?}\n{}", done.toml));
+        assert!(
+            cfg.hosts.is_empty(),
+            "no host from the file's text:\n{}",
+            done.toml
+        );
+        // Two rules of one name: two templates, one named by its key.
+        assert!(done.toml.contains("name = \"T: If\"\n"), "{}", done.toml);
+        assert!(
+            done.toml.contains("name = \"T: If [b]\"\n"),
+            "{}",
+            done.toml
+        );
+        assert_eq!((done.items, done.rules, done.not_rules), (3, 2, 2));
+        let why = |what: &str| done.skipped.iter().any(|s| s.contains(what));
+        assert!(why("\"Off\" (\"c\"): disabled"), "{:#?}", done.skipped);
+        assert!(why("NO_DISCOVER"), "{:#?}", done.skipped);
+        assert!(why("discovery macro"), "{:#?}", done.skipped);
+        assert!(
+            why("\"Some\" (\"d\"): none of its 2 item prototypes"),
+            "{:#?}",
+            done.skipped
+        );
+    }
+
+    #[test]
     fn one_template_can_be_picked() {
         let only = convert(&export(), &["ICMP Ping".into()], "x");
         assert_eq!((only.items, only.skipped.len(), only.rules), (3, 1, 0));
@@ -577,13 +772,37 @@ mod tests {
 
     #[test]
     fn macros_and_intervals_read_as_zabbix_writes_them() {
-        let m: HashMap<&str, &str> = [("{$A}", "1"), ("{$B:\"x\"}", "ctx"), ("{$B}", "plain")]
-            .into_iter()
-            .collect();
+        let mac = |name: &str, value: &str, kind: Option<&str>| Macro {
+            name: name.into(),
+            value: value.into(),
+            kind: kind.map(Into::into),
+        };
+        let m = Macros::new(&[
+            mac("{$A}", "1", None),
+            mac("{$B:\"x\"}", "ctx", None),
+            mac("{$B}", "plain", None),
+            mac("{$Q:x}", "q", None),
+            mac("{$BR:\"a}b\"}", "brace", None),
+            mac("{$R:regex:\"^eth\"}", "7", None),
+            mac("{$R}", "3", None),
+            mac("{$S}", "", Some("SECRET_TEXT")),
+        ]);
         assert_eq!(resolve("a{$A}b{$A}", &m).unwrap(), "a1b1");
         assert_eq!(resolve("{$B:\"x\"}/{$B:\"y\"}", &m).unwrap(), "ctx/plain");
+        // A context written with or without quotes, spaces around it, a `}` inside.
+        assert_eq!(
+            resolve("{$B:x}|{$B: \"x\"}|{$Q:\"x\"}", &m).unwrap(),
+            "ctx|ctx|q"
+        );
+        assert_eq!(resolve("{$BR:\"a}b\"}", &m).unwrap(), "brace");
         assert_eq!(resolve("no macro {#LLD}", &m).unwrap(), "no macro {#LLD}");
         assert!(resolve("{$C}", &m).unwrap_err().contains("{$C}"));
+        // What netpoller cannot know is refused, not guessed.
+        assert!(resolve("{$S}", &m).unwrap_err().contains("secret"));
+        assert!(resolve("{$R:\"eth0\"}", &m)
+            .unwrap_err()
+            .contains("regex contexts"));
+        assert_eq!(resolve("{$R}", &m).unwrap(), "3");
         assert_eq!(interval("90").unwrap(), "90s");
         assert_eq!(interval("5m;10s/1-5,09:00-18:00").unwrap(), "5m");
         assert!(interval("0;10s/1-5,09:00-18:00").is_err());

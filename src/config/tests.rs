@@ -710,6 +710,24 @@ items = [ { key = "net.if.in[{#SNMPINDEX}]", indices = "7" } ]
         ),
         "{e}"
     );
+    // A host's item for it with an error of its own: that one error, not a second
+    // telling it to give the rows.
+    let e = one_err(&rows_by_host.replace(r#"indices = "7""#, r#"indices = "x""#));
+    assert_eq!(e.path, "hosts[0].items[0].indices", "{e}");
+    // indices and host ranges multiply: a file may not ask for more than MAX_ITEMS.
+    let e = one_err(
+        r#"
+[[templates]]
+name = "if"
+items = [ { key = "if.in[{#SNMPINDEX}]", oid = "1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}", type = "uint", interval = "1m", indices = "1-65536" } ]
+[[host_ranges]]
+cidr = "127.64.0.0/22"
+name = "sw-{ip}"
+templates = ["if"]
+"#,
+    );
+    assert_eq!(e.path, "host_ranges[0]", "{e}");
+    assert!(e.message.contains("past the 8388608"), "{e}");
     let item = |key: &str, oid: &str, rest: &str| {
         format!(r#"{{ key = "{key}", oid = "{oid}", type = "uint", interval = "1m"{rest} }}"#)
     };
@@ -744,6 +762,20 @@ items = [ { key = "net.if.in[{#SNMPINDEX}]", indices = "7" } ]
             item(k, o, r#", indices = "eth0""#),
             "hosts[0].items[0].indices",
             "is not an index",
+        ),
+        (
+            item(k, o, r#", indices = "+5""#),
+            "hosts[0].items[0].indices",
+            "is not an index",
+        ),
+        (
+            item(
+                k,
+                &format!("1.3{}.{{#SNMPINDEX}}", ".1".repeat(126)),
+                r#", indices = "1""#,
+            ),
+            "hosts[0].items[0].oid",
+            "more than 128 arcs",
         ),
         (
             item(k, o, r#", indices = "0-70000""#),
