@@ -129,10 +129,23 @@ struct Step {
     kind: String,
     #[serde(default)]
     parameters: Vec<String>,
+    /// Zabbix 5.x: the parameters in one string, a newline between them.
+    #[serde(default)]
+    params: Option<String>,
     #[serde(default)]
     error_handler: Option<String>,
     #[serde(default)]
     error_handler_params: Option<String>,
+}
+
+impl Step {
+    /// The step's parameters, as 6.0+ or 5.x writes them.
+    fn params(&self) -> Vec<&str> {
+        match (&self.parameters[..], &self.params) {
+            ([], Some(p)) => p.split('\n').collect(),
+            (ps, _) => ps.iter().map(String::as_str).collect(),
+        }
+    }
 }
 
 /// `s` as a TOML string (quoted and escaped).
@@ -282,9 +295,8 @@ fn item(it: &Item, macros: &Macros, rows: bool) -> Result<String, String> {
         it.delay.as_deref().unwrap_or_default(),
     ];
     let steps = it.preprocessing.iter().flat_map(|s| {
-        s.parameters
-            .iter()
-            .map(String::as_str)
+        s.params()
+            .into_iter()
             .chain(s.error_handler_params.as_deref())
     });
     if texts.into_iter().chain(steps).any(lld) {
@@ -343,8 +355,8 @@ fn item(it: &Item, macros: &Macros, rows: bool) -> Result<String, String> {
         t.push_str(", preprocessing = [");
         for (i, s) in it.preprocessing.iter().enumerate() {
             let params = s
-                .parameters
-                .iter()
+                .params()
+                .into_iter()
                 .map(|p| resolve(p, macros).map(|p| q(&p)))
                 .collect::<Result<Vec<_>, _>>()?;
             let sep = if i == 0 { "" } else { ", " };
@@ -424,8 +436,15 @@ impl Imported {
         rows: bool,
     ) -> bool {
         let (mut list, mut notes, mut first) = (String::new(), Vec::new(), None);
+        let mut keys = HashSet::new();
         for it in items {
-            match item(it, macros, rows) {
+            // Zabbix keeps a template's keys unique; an export that repeats one would
+            // make the template refused.
+            let item = match keys.insert(it.key.as_str()) {
+                true => item(it, macros, rows),
+                false => Err("its key repeats an item above".into()),
+            };
+            match item {
                 Ok(t) => {
                     self.items += 1;
                     first.get_or_insert(it.key.as_str());
@@ -565,6 +584,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )
     })?;
     let export = export.zabbix_export;
+    let major: u32 = export
+        .version
+        .split('.')
+        .next()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    if major < 6 {
+        eprintln!(
+            "warning: a Zabbix {:?} export: netpoller reads the 6.0+ format (5.x parameters are read too); check what is imported",
+            export.version
+        );
+    }
     let missing: Vec<&String> = args
         .only
         .iter()
@@ -761,6 +792,39 @@ mod tests {
             "{:#?}",
             done.skipped
         );
+    }
+
+    #[test]
+    fn zabbix_5_parameters_are_read_and_a_repeated_key_is_left_out() {
+        let export = serde_json::json!({"zabbix_export": {"version": "5.0", "templates": [{
+        "template": "Old",
+        "items": [
+            {"name": "in", "type": "SNMP_AGENT", "key": "in", "snmp_oid": "1.3.6.1.2.1.2.2.1.10.1",
+             "preprocessing": [{"type": "CHANGE_PER_SECOND", "params": ""},
+                               {"type": "MULTIPLIER", "params": "8"}]},
+            {"name": "range", "type": "SNMP_AGENT", "key": "t", "snmp_oid": "1.3.6.1.4.1.9.1",
+             "value_type": "FLOAT",
+             "preprocessing": [{"type": "IN_RANGE", "params": "-40\n150",
+                                "error_handler": "DISCARD_VALUE"}]},
+            {"name": "again", "type": "SNMP_AGENT", "key": "in", "snmp_oid": "1.3.6.1.2.1.2.2.1.10.2"}
+        ]}]}});
+        let export: Export = serde_json::from_value(export).unwrap();
+        let done = convert(&export.zabbix_export, &[], "old.json");
+        assert_eq!((done.items, done.not_items), (2, 1), "{}", done.toml);
+        assert!(done.toml.contains(r#"parameters = ["8"]"#), "{}", done.toml);
+        assert!(
+            done.toml.contains(r#"parameters = ["-40", "150"]"#),
+            "{}",
+            done.toml
+        );
+        assert!(
+            done.skipped[0].contains("\"again\" (\"in\"): its key repeats"),
+            "{:?}",
+            done.skipped
+        );
+        let host = "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\ntemplates = [\"Old\"]\n";
+        crate::config::parse(&format!("{}{host}", done.toml))
+            .unwrap_or_else(|e| panic!("{e:#?}\n{}", done.toml));
     }
 
     #[test]
