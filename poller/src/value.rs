@@ -119,11 +119,42 @@ impl Value {
     }
 }
 
+/// `v` as C's `%.{prec}G`: `prec` significant digits, trailing zeros dropped, the
+/// exponent form (`1E-05`, `1E+20`) when the exponent is below -4 or not below `prec`.
+fn print_g(v: f64, prec: usize) -> String {
+    if v == 0.0 {
+        return if v.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    let sci = format!("{:.*e}", prec - 1, v);
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+    let exp: i32 = exp.parse().expect("{:e}'s exponent is a number");
+    let trim = |s: &str| -> String {
+        match s.contains('.') {
+            true => s.trim_end_matches('0').trim_end_matches('.').into(),
+            false => s.into(),
+        }
+    };
+    if exp < -4 || exp >= prec as i32 {
+        let sign = if exp < 0 { '-' } else { '+' };
+        format!("{}E{sign}{:02}", trim(mantissa), exp.abs())
+    } else {
+        trim(&format!("{:.*}", (prec as i32 - 1 - exp) as usize, v))
+    }
+}
+
 impl fmt::Display for Value {
-    /// Numbers in decimal (a float in its shortest exact form: `0.1`, `2`), text as is.
+    /// Numbers in decimal, a float as Zabbix prints one (`zbx_print_double`: 15
+    /// significant digits, 17 when 15 do not read back as the same number: `0.1`, `2`,
+    /// `1E-05`, `0.33333333333333331`), text as is.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Value::Float(x) => write!(f, "{x}"),
+            Value::Float(x) => {
+                let short = print_g(*x, 15);
+                match short.parse::<f64>() {
+                    Ok(back) if back == *x => f.write_str(&short),
+                    _ => f.write_str(&print_g(*x, 17)),
+                }
+            }
             Value::Uint(u) => write!(f, "{u}"),
             Value::Str(s) => f.write_str(s),
         }
@@ -187,3 +218,39 @@ impl fmt::Display for ItemError {
 }
 
 impl std::error::Error for ItemError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_print_as_zabbix_prints_them() {
+        for (v, want) in [
+            (0.1, "0.1"),
+            (123.456, "123.456"),
+            (2.0, "2"),
+            (-3.0, "-3"),
+            (0.0001, "0.0001"),
+            (1e-5, "1E-05"),
+            (2.5e-7, "2.5E-07"),
+            (1e20, "1E+20"),
+            (1e15, "1E+15"),
+            (123_456_789_012_345.0, "123456789012345"),
+            (1.0 / 3.0, "0.33333333333333331"),
+            (0.0, "0"),
+        ] {
+            assert_eq!(Value::Float(v).to_string(), want, "{v:e}");
+        }
+        // What a text step makes of a float reads back as the same number.
+        for v in [
+            1.0 / 3.0,
+            2.0f64.sqrt(),
+            1e-300,
+            1.7976931348623157e308,
+            0.1 + 0.2,
+        ] {
+            let t = Value::Float(v).to_string();
+            assert_eq!(text_to_float(&t), Ok(v), "{t}");
+        }
+    }
+}
