@@ -964,33 +964,34 @@ struct ResolvedEntry {
     indices: Option<Arc<[(u32, u32)]>>,
 }
 
+/// How many indices these inclusive ranges hold.
+fn row_count(rows: &[(u32, u32)]) -> u64 {
+    rows.iter().map(|&(a, b)| u64::from(b - a) + 1).sum()
+}
+
 impl ResolvedEntry {
     /// How many items this entry stands for.
     fn count(&self) -> usize {
-        self.indices
-            .as_ref()
-            .map_or(1, |r| r.iter().map(|&(a, b)| (b - a) as usize + 1).sum())
+        self.indices.as_ref().map_or(1, |r| row_count(r) as usize)
     }
 
-    /// The items this entry stands for: itself, or one per index (key and OID filled).
-    fn expand(&self) -> impl Iterator<Item = (Arc<str>, ItemKind)> + '_ {
-        let one = self
-            .indices
-            .is_none()
-            .then(|| (self.key.clone(), self.kind.clone()));
-        let rows = self
-            .indices
+    /// The indices of an item per row (none for one item).
+    fn rows(&self) -> impl Iterator<Item = u32> + '_ {
+        self.indices
             .iter()
             .flat_map(|r| r.iter())
-            .flat_map(|&(a, b)| a..=b);
-        one.into_iter().chain(rows.map(move |i| {
-            let key = self.key.replace(SNMPINDEX, &i.to_string()).into();
-            let kind = match &self.kind {
-                ItemKind::Snmp { oid } => ItemKind::Snmp { oid: oid.child(i) },
-                other => other.clone(),
-            };
-            (key, kind)
-        }))
+            .flat_map(|&(a, b)| a..=b)
+    }
+
+    /// The key of row `i`.
+    fn row_key(&self, i: u32) -> Arc<str> {
+        self.key.replace(SNMPINDEX, &i.to_string()).into()
+    }
+
+    /// The keys of the items this entry stands for.
+    fn keys(&self) -> impl Iterator<Item = Arc<str>> + '_ {
+        let one = self.indices.is_none().then(|| self.key.clone());
+        one.into_iter().chain(self.rows().map(|i| self.row_key(i)))
     }
 }
 
@@ -1021,7 +1022,7 @@ fn parse_indices(s: &str) -> Result<Vec<(u32, u32)>, String> {
             w[1].0
         ));
     }
-    let count: u64 = out.iter().map(|&(a, b)| u64::from(b - a) + 1).sum();
+    let count = row_count(&out);
     if count > MAX_INDICES {
         return Err(format!(
             "{count} indices: more than the {MAX_INDICES} one item may stand for"
@@ -1136,11 +1137,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     };
                     steps.push(step);
                 }
-                if let Some(i) = poller::preprocess::last_computing(&steps) {
-                    if let Err(m) = steps[i].check_type(value_type) {
-                        self.c.push(&at(i, "error_handler_params"), m);
-                        return Err(());
-                    }
+                if let Err((i, m)) = poller::preprocess::check_custom_value(&steps, value_type) {
+                    self.c.push(&at(i, "error_handler_params"), m);
+                    return Err(());
                 }
                 (at(0, "type"), Some(steps))
             }
@@ -1156,9 +1155,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
             .as_deref()
             .filter(|_| steps.is_none())
             .and_then(|p| {
-                let ops = p.as_slice();
-                poller::preprocess::last_computing(ops)
-                    .and_then(|i| ops[i].check_type(value_type).err())
+                poller::preprocess::check_custom_value(p.as_slice(), value_type)
+                    .err()
+                    .map(|(_, m)| m)
             });
         if let Some(why) = mismatch {
             self.c.push(&at, format!("item {:?}: {why}", e.key));
@@ -1701,14 +1700,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let mut keys = HashSet::new();
             if let Some(k) = merged
                 .iter()
-                .flat_map(ResolvedEntry::expand)
-                .find(|(k, _)| !keys.insert(k.clone()))
+                .flat_map(ResolvedEntry::keys)
+                .find(|k| !keys.insert(k.clone()))
             {
                 self.c.push(
                     path,
                     format!(
                         "key {:?} repeats: an item's indices give it, and another item too",
-                        &*k.0
+                        &*k
                     ),
                 );
             }
@@ -1732,10 +1731,14 @@ fn host_spec(
     let count = items.iter().map(ResolvedEntry::count).sum();
     let mut specs = Vec::with_capacity(count);
     for it in items {
-        // One item per index; none for an item without indices, which moves as it is.
-        let rows: Vec<(Arc<str>, ItemKind)> = match it.indices {
-            Some(_) => it.expand().collect(),
-            None => Vec::new(),
+        // One item per index (its key, the OID with the index as its last arc); none
+        // for an item without indices, which moves as it is.
+        let rows: Vec<(Arc<str>, ItemKind)> = match &it.kind {
+            ItemKind::Snmp { oid } => it
+                .rows()
+                .map(|i| (it.row_key(i), ItemKind::Snmp { oid: oid.child(i) }))
+                .collect(),
+            _ => Vec::new(),
         };
         let ResolvedEntry {
             key,

@@ -52,7 +52,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::engine::Sample;
-use crate::value::{text_to_float, ErrorReason, ItemError, Value, ValueType};
+use crate::value::{float_to_uint, text_to_float, ErrorReason, ItemError, Value, ValueType};
 
 /// One preprocessing step.
 #[derive(Debug, Clone, PartialEq)]
@@ -107,11 +107,6 @@ fn seconds(p: &str) -> Option<u64> {
         _ => return None,
     };
     num.parse::<u64>().ok()?.checked_mul(mult)
-}
-
-/// A finite number written in a step's parameter (spaces around it allowed).
-fn number(s: &str) -> Option<f64> {
-    text_to_float(s).ok()
 }
 
 /// A trim's characters or a replacement's texts as Zabbix reads them: `\s`, `\n`, `\r`,
@@ -225,9 +220,6 @@ impl Radix {
                     return digits(16, "is not a hexadecimal number");
                 }
                 let joined: String = t.split([' ', '\n']).collect();
-                if joined.trim_start_matches('0').len() > 16 {
-                    return Err("is out of range");
-                }
                 u64::from_str_radix(&joined, 16).map_err(|_| "is out of range")
             }
         }
@@ -452,9 +444,9 @@ impl Step {
             "SIMPLE_CHANGE" => no_params(Step::SimpleChange),
             "CHANGE_PER_SECOND" => no_params(Step::ChangePerSecond),
             "MULTIPLIER" => match params {
-                [f] => match number(f) {
-                    Some(x) => Ok(Step::Multiplier(x)),
-                    None => Err(format!("MULTIPLIER: {f:?} is not a number")),
+                [f] => match text_to_float(f) {
+                    Ok(x) => Ok(Step::Multiplier(x)),
+                    Err(_) => Err(format!("MULTIPLIER: {f:?} is not a number")),
                 },
                 _ => Err("MULTIPLIER takes one parameter, the factor (parameters = [\"8\"])".into()),
             },
@@ -475,7 +467,7 @@ impl Step {
             "LTRIM" => trim(Ends::Left),
             "RTRIM" => trim(Ends::Right),
             "IN_RANGE" => {
-                let bound = |b: &String| match (b.trim(), number(b)) {
+                let bound = |b: &String| match (b.trim(), text_to_float(b).ok()) {
                     ("", _) => Ok(None),
                     (_, Some(x)) => Ok(Some(x)),
                     _ => Err(format!("IN_RANGE: {b:?} is not a number")),
@@ -587,17 +579,20 @@ impl Step {
     }
 }
 
-/// The step whose custom value is stored as it is (no computing step after it), the
-/// one [`Op::check_type`] can check at load: an earlier one may be made to fit by the
-/// steps after it ("down", then `BOOL_TO_DECIMAL`).
-pub fn last_computing(ops: &[Op]) -> Option<usize> {
-    ops.iter().rposition(|o| !o.step.is_throttle())
+/// Checks at load the custom value that would be stored as it is, the last computing
+/// step's, against the item's type (an earlier one may be made to fit by the steps
+/// after it: "down", then `BOOL_TO_DECIMAL`). `Err`: that step's index and why.
+pub fn check_custom_value(ops: &[Op], vt: ValueType) -> Result<(), (usize, String)> {
+    match ops.iter().rposition(|o| !o.step.is_throttle()) {
+        Some(i) => ops[i].check_type(vt).map_err(|m| (i, m)),
+        None => Ok(()),
+    }
 }
 
 impl Op {
     /// Checks the step against its item's type: a custom value must be one of it (a
     /// `CHECK_NOT_SUPPORTED` value on a `uint` item a whole number, ...).
-    pub fn check_type(&self, vt: ValueType) -> Result<(), String> {
+    fn check_type(&self, vt: ValueType) -> Result<(), String> {
         let OnFail::Value(v) = &self.on_fail else {
             return Ok(());
         };
@@ -832,24 +827,27 @@ fn read_number(t: &str) -> Result<Num, &'static str> {
 /// whole numbers, a fraction cut; a text item as the value reads).
 /// `Err`: the value, shortened, and why it cannot be one, for the step's error.
 fn as_number(v: &Value, vt: ValueType) -> Result<Num, (String, &'static str)> {
-    let shown = || v.to_string().chars().take(64).collect::<String>();
     let n = match v {
-        Value::Str(t) => read_number(t).map_err(|why| (shown(), why))?,
+        Value::Str(t) => read_number(t).map_err(|why| (shown(v), why))?,
         v => Num::of(v).expect("numbers are numbers"),
     };
     match (vt, n) {
         (ValueType::Float, n) => Ok(Num::F(n.f())),
-        (ValueType::Uint, Num::F(f)) if (0.0..18_446_744_073_709_551_616.0).contains(&f) => {
-            Ok(Num::U(f.trunc() as u64))
-        }
-        (ValueType::Uint, Num::F(_)) => Err((shown(), "does not fit an unsigned item")),
+        (ValueType::Uint, Num::F(f)) => float_to_uint(f)
+            .map(Num::U)
+            .map_err(|_| (shown(v), "does not fit an unsigned item")),
         (_, n) => Ok(n),
     }
 }
 
+/// A value in an error text: at most 64 characters of it.
+fn shown(v: &Value) -> String {
+    v.to_string().chars().take(64).collect()
+}
+
 /// A custom value: text, which the next steps take as they take an answer, converted
 /// to the item's type after them (a value that cannot be is refused at load:
-/// [`Op::check_type`]).
+/// [`check_custom_value`]).
 fn custom(v: &str) -> Value {
     Value::Str(v.to_owned())
 }
@@ -908,8 +906,10 @@ impl Preprocessor {
         let vt = sample.value_type;
         if let Some(v) = sample.result.as_ref().ok().filter(|v| v.value_type() != vt) {
             sample.result = v.clone().into_type(vt).map_err(|why| {
-                let shown: String = v.to_string().chars().take(64).collect();
-                unsupported(format!("the result {shown:?} {why} for value type {vt}"))
+                unsupported(format!(
+                    "the result {:?} {why} for value type {vt}",
+                    shown(v)
+                ))
             });
         }
         match steps.throttle().map(Step::heartbeat) {
@@ -981,10 +981,7 @@ impl Preprocessor {
                             *v = Value::Uint(u);
                             continue;
                         }
-                        Err(why) => {
-                            let shown: String = t.chars().take(64).collect();
-                            format!("{step}: the value {shown:?} {why}")
-                        }
+                        Err(why) => format!("{step}: the value {:?} {why}", shown(v)),
                     }
                 }
                 // A validation leaves the value as it is (text stays text: " 42 ").
@@ -996,23 +993,21 @@ impl Preprocessor {
                 Step::Multiplier(x) => match number(v) {
                     Ok(n) => {
                         *v = match n {
-                            Num::U(u)
-                                if x.fract() == 0.0
-                                    && (0.0..18_446_744_073_709_551_616.0).contains(x) =>
-                            {
-                                match u.checked_mul(*x as u64) {
-                                    Some(p) => Num::U(p),
-                                    None => Num::F(u as f64 * x),
+                            Num::U(u) => {
+                                match float_to_uint(*x).ok().filter(|_| x.fract() == 0.0) {
+                                    // A whole factor: exact (a product past 64 bits is a
+                                    // float, never wrapped).
+                                    Some(m) => {
+                                        u.checked_mul(m).map_or(Num::F(u as f64 * x), Num::U)
+                                    }
+                                    // Zabbix keeps a whole number whole: the product's
+                                    // fraction is cut at this step (bits × 0.001).
+                                    None => {
+                                        let p = u as f64 * x;
+                                        float_to_uint(p).map_or(Num::F(p), Num::U)
+                                    }
                                 }
                             }
-                            // Zabbix keeps a whole number whole: the product's fraction
-                            // is cut at this step (a uint item's bits × 0.001).
-                            Num::U(u) => match u as f64 * x {
-                                p if (0.0..18_446_744_073_709_551_616.0).contains(&p) => {
-                                    Num::U(p.trunc() as u64)
-                                }
-                                p => Num::F(p),
-                            },
                             Num::F(f) => Num::F(f * x),
                         }
                         .value();

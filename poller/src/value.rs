@@ -73,11 +73,20 @@ pub fn text_to_uint(t: &str) -> Result<u64, &'static str> {
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return t.parse().map_err(|_| "is out of range");
     }
-    match text_to_float(t) {
-        Ok(f) if f < 0.0 => Err("is negative"),
-        Ok(f) if f < 18_446_744_073_709_551_616.0 => Ok(f.trunc() as u64),
-        Ok(_) => Err("is out of range"),
-        Err(_) => Err("is not an unsigned integer"),
+    text_to_float(t)
+        .map_err(|_| "is not an unsigned integer")
+        .and_then(float_to_uint)
+}
+
+/// A number as a `uint` item keeps it: its fraction cut, as Zabbix stores it. `Err`:
+/// why it does not fit, for an error text.
+pub fn float_to_uint(f: f64) -> Result<u64, &'static str> {
+    if f < 0.0 {
+        Err("is negative")
+    } else if f < 18_446_744_073_709_551_616.0 {
+        Ok(f.trunc() as u64)
+    } else {
+        Err("is out of range")
     }
 }
 
@@ -105,13 +114,7 @@ impl Value {
         match (self, vt) {
             (v, vt) if v.value_type() == vt => Ok(v),
             (Value::Uint(u), ValueType::Float) => Ok(Value::Float(u as f64)),
-            (Value::Float(f), ValueType::Uint)
-                if (0.0..18_446_744_073_709_551_616.0).contains(&f) =>
-            {
-                Ok(Value::Uint(f.trunc() as u64))
-            }
-            (Value::Float(f), ValueType::Uint) if f < 0.0 => Err("is negative"),
-            (Value::Float(_), ValueType::Uint) => Err("is out of range"),
+            (Value::Float(f), ValueType::Uint) => float_to_uint(f).map(Value::Uint),
             (Value::Str(t), ValueType::Uint) => text_to_uint(&t).map(Value::Uint),
             (Value::Str(t), ValueType::Float) => text_to_float(&t).map(Value::Float),
             (v, _) => Ok(Value::Str(v.to_string())),
