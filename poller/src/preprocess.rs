@@ -36,7 +36,8 @@
 //!   device does not support this time gets the step's handler (discard, a custom
 //!   value the next steps run on, a custom error) instead of the error.
 //! * A throttling step compares the value to be stored (numeric steps done, in the
-//!   item's type; text too) with the last one stored: "Discard unchanged" stores it only
+//!   item's type; text too) with the last one stored, as Zabbix compares (two texts that
+//!   are both numbers as numbers): "Discard unchanged" stores it only
 //!   when it differs, "with heartbeat" also when the heartbeat has passed since the last
 //!   one stored (so a graph or a nodata trigger still sees the item). After an error
 //!   (the poll's or a step's) the next value is stored, whatever it is: the recovery is
@@ -52,7 +53,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::engine::Sample;
-use crate::value::{float_to_uint, text_to_float, ErrorReason, ItemError, Value, ValueType};
+use crate::value::{bare, float_to_uint, text_to_float, ErrorReason, ItemError, Value, ValueType};
 
 /// One preprocessing step.
 #[derive(Debug, Clone, PartialEq)]
@@ -795,6 +796,31 @@ enum Flow {
     Fail(ItemError),
 }
 
+/// Zabbix's `ZBX_DOUBLE_EPSILON` (Zabbix 6.0+ with a current database): floats this
+/// close compare equal.
+const DOUBLE_EPSILON: f64 = 2.22e-16;
+
+/// Whether a throttling step sees `value` as the `last` one stored, as Zabbix compares
+/// them (`zbx_variant_compare`): integers exactly, floats within [`DOUBLE_EPSILON`],
+/// two texts that are both plain decimal numbers as numbers (`"1.0"` is `"1"`, `"1e3"`
+/// is `"1000"`: a device that reformats a reading does not change it), other texts
+/// byte for byte. Both values have the item's type (the throttling step runs last).
+fn unchanged(last: &Value, value: &Value) -> bool {
+    // Zabbix's `zbx_is_double`: the number and nothing else, no white space or quotes.
+    let number = |t: &str| match bare(t).len() == t.len() {
+        true => text_to_float(t).ok(),
+        false => None,
+    };
+    match (last, value) {
+        (Value::Float(a), Value::Float(b)) => (a - b).abs() <= DOUBLE_EPSILON,
+        (Value::Str(a), Value::Str(b)) => match (number(a), number(b)) {
+            (Some(x), Some(y)) => (x - y).abs() <= DOUBLE_EPSILON,
+            _ => a == b,
+        },
+        (a, b) => a == b,
+    }
+}
+
 /// The value as text, for a text step: a number becomes its decimal text (in place).
 fn as_text(v: &mut Value) -> &mut String {
     if !matches!(v, Value::Str(_)) {
@@ -1096,7 +1122,9 @@ impl Preprocessor {
         let fresh =
             |last: &Stored| heartbeat.is_some_and(|h| sample.clock.saturating_sub(last.clock) >= h);
         match self.stored.get_mut(&sample.itemid) {
-            Some(last) if same(&last.steps, &steps) && last.value == *value && !fresh(last) => {
+            Some(last)
+                if same(&last.steps, &steps) && unchanged(&last.value, value) && !fresh(last) =>
+            {
                 return Outcome::Discarded(sample);
             }
             Some(last) if same(&last.steps, &steps) => {
@@ -2018,6 +2046,53 @@ mod tests {
                 Some(text("uplink")),
             ]
         );
+    }
+
+    /// Zabbix's comparison: two texts that are both plain numbers compare as numbers (a
+    /// device printing "23" then "23.0" did not change), any other text exactly.
+    #[test]
+    fn throttling_compares_numeric_texts_as_numbers() {
+        let steps = Arc::new(Steps::new(vec![Step::DiscardUnchanged]).unwrap());
+        let text = |t: &str| Ok(Value::Str(t.into()));
+        let got = stored(
+            &mut Preprocessor::default(),
+            &steps,
+            &[
+                (0, text("23")),
+                (60, text("23.0")),
+                (120, text("2.3e1")),
+                (180, text("+23")),
+                (240, text("23.5")),
+                (300, text(" 23.5")),
+                (360, text("23.5 C")),
+                (420, text("23.50 C")),
+                (480, text("0x17")),
+                (540, text("23")),
+            ],
+        );
+        assert_eq!(
+            got,
+            [
+                Some(text("23")),
+                None,
+                None,
+                None,
+                Some(text("23.5")),
+                // White space makes it text (zbx_is_double): compared as text.
+                Some(text(" 23.5")),
+                Some(text("23.5 C")),
+                Some(text("23.50 C")),
+                Some(text("0x17")),
+                Some(text("23")),
+            ]
+        );
+        let float = |f: f64| Ok(Value::Float(f));
+        let got = stored(
+            &mut Preprocessor::default(),
+            &steps,
+            &[(0, float(0.1 + 0.2)), (60, float(0.3)), (120, float(0.31))],
+        );
+        assert_eq!(got, [Some(float(0.1 + 0.2)), None, Some(float(0.31))]);
     }
 
     #[test]
