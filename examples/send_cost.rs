@@ -137,7 +137,7 @@ fn main() -> Result<()> {
         }
         sent += n;
         // ≤ 1,024 probes per 8 ms: 128k per second, within what the rig's target reads.
-        if sent % 1024 == 0 {
+        if sent.is_multiple_of(1024) {
             let due = start + Duration::from_millis(8 * (sent / 1024) as u64);
             if let Some(wait) = due.checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);

@@ -67,17 +67,19 @@ enum Command {
     Schema(cmd::schema::Args),
     /// Disk spool: `spool dump` (TSV), `spool replay` (load into ClickHouse).
     Spool(cmd::spool::Args),
-    /// Print a Zabbix template export (JSON) as netpoller `[[templates]]`.
+    /// Print a Zabbix template export (YAML or JSON) as netpoller `[[templates]]`.
     ///
     /// ICMP simple checks and SNMP agent items with numeric OIDs, with their intervals
     /// and preprocessing, template macros resolved; every item written loads (the
     /// config loader checks each). A discovery rule becomes a template `TEMPLATE: RULE`
     /// of its item prototypes per table row ({#SNMPINDEX}), whose rows a host lists
-    /// with `indices`. What cannot be imported (other item types, symbolic OIDs, steps
-    /// netpoller does not run, other discovery macros) is listed with the reason, as a
-    /// comment in the output and on stderr. Exit 1 when nothing is importable.
+    /// with `indices`. A dependent item reading its row of a `walk[]` (SNMP_WALK_VALUE,
+    /// Zabbix 6.4+ templates) polls the row's OID at the walk's interval. What cannot be
+    /// imported (other item types, symbolic OIDs, steps netpoller does not run, other
+    /// discovery macros) is listed with the reason, as a comment in the output and on
+    /// stderr. Exit 1 when nothing is importable.
     ///
-    /// Example: `netpoller import-template zbx_export_templates.json > templates.toml`
+    /// Example: `netpoller import-template zbx_export_templates.yaml > templates.toml`
     ImportTemplate(cmd::import_template::Args),
 }
 

@@ -9,7 +9,7 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use common::{ch, netpoller, scratch, service_env, Daemon};
+use common::{ch, line_of, poll_once_json, scratch, service_env, Daemon};
 
 fn snmpd_addrs() -> Vec<String> {
     service_env("NETPOLLER_SNMPD_ADDRS")
@@ -109,25 +109,6 @@ fn one_agent(
     )
     .unwrap();
     path
-}
-
-/// `netpoller poll-once --json` of `cfg`: its lines, parsed.
-fn poll_once_json(cfg: &std::path::Path) -> Vec<serde_json::Value> {
-    let out = netpoller()
-        .args(["poll-once", "--json", "--quiet", "-c"])
-        .arg(cfg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn values_in_log(log: &str) -> u64 {
@@ -263,22 +244,10 @@ fn process_shards_poll_every_host_exactly_once() {
     .unwrap();
     let mut seen: Vec<HashSet<String>> = Vec::new();
     for shard in ["0/2", "1/2"] {
-        let out = netpoller()
-            .args(["poll-once", "--json", "--quiet", "--shard", shard, "-c"])
-            .arg(&cfg_path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let hosts: HashSet<String> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                assert_eq!(v["value"], 1, "loopback answers: {l}");
+        let hosts: HashSet<String> = poll_once_json(&cfg_path, &["--shard", shard])
+            .iter()
+            .map(|v| {
+                assert_eq!(v["value"], 1, "loopback answers: {v}");
                 v["host"].as_str().unwrap().to_string()
             })
             .collect();
@@ -317,7 +286,7 @@ fn hosts_the_driver_cannot_probe_get_unsupported_items_not_zeros() {
         ),
     )
     .unwrap();
-    let lines = poll_once_json(&cfg_path);
+    let lines = poll_once_json(&cfg_path, &[]);
     let flooded: Vec<_> = lines.iter().filter(|v| v["host"] == "flooded").collect();
     assert_eq!(flooded.len(), 8, "{lines:#?}");
     for v in flooded {
@@ -360,8 +329,8 @@ fn preprocessing_turns_a_counter_into_a_rate_in_clickhouse() {
     );
     // poll-once shows what would be stored: the multiplied value, and the change steps'
     // first values as polled, marked as not stored.
-    let lines = poll_once_json(&cfg_path);
-    let by_key = |k: &str| lines.iter().find(|v| v["key"] == k).unwrap().clone();
+    let lines = poll_once_json(&cfg_path, &[]);
+    let by_key = |k: &str| line_of(&lines, k);
     let ticks = by_key("uptime")["value"].as_f64().unwrap();
     let seconds = by_key("uptime.seconds")["value"].as_f64().unwrap();
     assert!(
@@ -663,14 +632,8 @@ fn indices_poll_one_item_per_table_row() {
     type = "uint", interval = "1m", indices = "1,999" },
 "##,
     );
-    let lines = poll_once_json(&cfg_path);
-    let by_key = |k: &str| {
-        lines
-            .iter()
-            .find(|v| v["key"] == k)
-            .unwrap_or_else(|| panic!("no {k} in {lines:#?}"))
-            .clone()
-    };
+    let lines = poll_once_json(&cfg_path, &[]);
+    let by_key = |k: &str| line_of(&lines, k);
     assert_eq!(lines.len(), 4, "{lines:#?}");
     assert_eq!(by_key("net.if.name[ifDescr.1]")["value"], "lo");
     assert_eq!(by_key("net.if.index[1]")["value"], 1);

@@ -10,7 +10,10 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{ch, free_port, http_get as get, netpoller, scratch, service_env, Daemon};
+use common::{
+    ch, free_port, http_get as get, line_of, netpoller, poll_once_json, scratch, service_env,
+    Daemon,
+};
 
 /// Scrapes `/metrics` on 127.0.0.1:`port` until `done` holds (at most 20 s): whether it
 /// did, and the last scrape.
@@ -652,8 +655,87 @@ templates = ["icmp"]
     assert_eq!(value("cpe-127.0.75.2", "icmpping"), "1");
 }
 
-/// A Zabbix template export becomes templates `check-config` takes, with what was left
-/// out on stderr; asking for a template the file lacks names the ones it has.
+/// `netpoller ARGS` (an `import-template`): its stdout and stderr; it must succeed.
+fn import_template(args: &[&str]) -> (String, String) {
+    let o = netpoller().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "{err}");
+    (String::from_utf8_lossy(&o.stdout).into_owned(), err)
+}
+
+/// A Zabbix 6.4+ template that walks tables: its dependent items (the template's and
+/// a discovery rule's, `SNMP_WALK_VALUE` first) become items polling their rows' OIDs
+/// at the walk's interval, and they read from the agent what the walk would have.
+#[test]
+fn import_template_walk_items_poll_their_rows() {
+    let dir = scratch("ops-import-walk");
+    let export = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/zabbix_export_walk.yaml"
+    );
+    let (out, err) = import_template(&["--quiet", "import-template", export]);
+    assert!(
+        err.contains("4 items imported (1 discovery rules as templates of items per table row); not imported: 4 items, 0 discovery rules; 2 walk[] items polled through their dependent items"),
+        "{err}"
+    );
+    for (want, why) in [
+        (
+            r#"{ key = "system.name", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval = "5m", preprocessing = [{ type = "DISCARD_UNCHANGED_HEARTBEAT", parameters = ["1h"] }] }"#,
+            "the walk's interval, the steps after SNMP_WALK_VALUE",
+        ),
+        (r#"interval = "3m""#, "a macro's interval"),
+        (
+            r#"SNMP_WALK_VALUE format "2""#,
+            "formats other than 0 are listed",
+        ),
+        (
+            "is not under the OIDs its master walks",
+            "a row the walk lacks",
+        ),
+        ("its master is not an SNMP walk[] item", "other dependents"),
+        (
+            r#"SNMP OID "walk[1.3.6.1.2.1.47.1.1.1.1]" reads a table"#,
+            "a walk nobody reads",
+        ),
+    ] {
+        assert!(out.contains(want), "{why}: {want} in\n{out}");
+    }
+    let agent = service_env("NETPOLLER_SNMPD_ADDRS")
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string();
+    let cfg = dir.join("walk.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{out}\n[[hosts]]\nname = \"sw-1\"\nip = \"{agent}\"\nsnmp = {{ community = \"public\" }}\n\
+             templates = [\"Switch by SNMP walk\", \"Switch by SNMP walk: Network interfaces discovery\"]\n\
+             items = [ {{ key = \"net.if.status[ifOperStatus.{{#SNMPINDEX}}]\", indices = \"1\" }},\n\
+             {{ key = \"net.if.in[ifHCInOctets.{{#SNMPINDEX}}]\", indices = \"1\" }},\n\
+             {{ key = \"net.if.descr[ifDescr.{{#SNMPINDEX}}]\", indices = \"1\" }} ]\n"
+        ),
+    )
+    .unwrap();
+    let lines = poll_once_json(&cfg, &[]);
+    let by_key = |k: &str| line_of(&lines, k);
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    assert_eq!(by_key("system.name")["value"], "agent1");
+    assert_eq!(by_key("net.if.descr[ifDescr.1]")["value"], "lo");
+    assert_eq!(by_key("net.if.status[ifOperStatus.1]")["value"], 1, "up");
+    // The 64-bit counter, read; a rate needs two polls (poll-once shows the counter).
+    let rate = by_key("net.if.in[ifHCInOctets.1]");
+    assert!(rate["value"].as_u64().is_some(), "{rate:#?}");
+    assert!(
+        rate["preprocessing"]
+            .as_str()
+            .is_some_and(|p| p.contains("a change step needs two polls")),
+        "{rate:#?}"
+    );
+}
+
+/// A Zabbix template export (JSON or YAML) becomes templates `check-config` takes, with
+/// what was left out on stderr; asking for a template the file lacks names the ones it has.
 #[test]
 fn import_template_output_loads_as_it_is() {
     let dir = scratch("ops-import");
@@ -661,15 +743,7 @@ fn import_template_output_loads_as_it_is() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/zabbix_export_templates.json"
     );
-    let o = netpoller()
-        .args(["import-template", export])
-        .output()
-        .unwrap();
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    assert!(o.status.success(), "{err}");
+    let (out, err) = import_template(&["import-template", export]);
     assert!(
         err.contains("11 items imported (1 discovery rules as templates of items per table row); not imported: 9 items, 0 discovery rules"),
         "{err}"
@@ -706,6 +780,18 @@ fn import_template_output_loads_as_it_is() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "--quiet: the summary only: {err}");
     assert_eq!(o.stdout, out.as_bytes(), "the same templates");
+    // The same export as Zabbix writes it in YAML: the same templates.
+    let yaml = export.replace(".json", ".yaml");
+    let o = netpoller()
+        .args(["--quiet", "import-template", &yaml])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).replace(&yaml, export),
+        out,
+        "YAML and JSON give the same templates"
+    );
     let o = netpoller()
         .args(["import-template", export, "--template", "Cisco IOS by SNMP"])
         .output()

@@ -1,4 +1,4 @@
-//! `netpoller import-template`: a Zabbix template export (JSON) as netpoller
+//! `netpoller import-template`: a Zabbix template export (YAML or JSON) as netpoller
 //! `[[templates]]`, so a network team keeps the items, intervals and preprocessing it
 //! already has in Zabbix.
 //!
@@ -7,11 +7,15 @@
 //! flexible one) and preprocessing steps; template macros (`{$NAME}`, with context too)
 //! are resolved from the template's own values. Everything else is listed with the
 //! reason, as a comment in the output and on stderr: other item types (Zabbix agent,
-//! dependent, calculated, ...), symbolic OIDs and `walk[]`, macros without a value,
+//! calculated, ...), symbolic OIDs, `walk[]` items nothing imported reads, macros without a value,
 //! steps netpoller does not run (JavaScript, JSONPath, ...), discovery macros other
 //! than `{#SNMPINDEX}`, disabled items. A discovery rule becomes a template of its
 //! item prototypes, items per table row whose rows a host lists (`indices`) where
-//! Zabbix would discover them. Templates a template
+//! Zabbix would discover them. Zabbix 6.4+ templates walk each table once
+//! (`walk[OID,...]`) and give every dependent item (prototype) its row with a first
+//! step `SNMP_WALK_VALUE`: such an item becomes an SNMP item of the row's OID at the
+//! walk's interval (the same value, read by a GET in the host's batched requests), and
+//! the walk item itself is not polled. Templates a template
 //! links in Zabbix are named in a comment: netpoller's templates do not link, so a host
 //! lists each.
 //!
@@ -32,8 +36,8 @@ use crate::config::SNMPINDEX;
 /// Arguments of `netpoller import-template`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Zabbix template export in JSON (Zabbix 6.0 or later: Data collection →
-    /// Templates → select → Export → JSON).
+    /// Zabbix template export in YAML or JSON (Zabbix 6.0 or later: Data collection
+    /// → Templates → select → Export; the templates in Zabbix's git are YAML too).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     /// Import only this template (its technical name, `template` in the export);
@@ -117,6 +121,14 @@ struct Item {
     discover: Option<String>,
     #[serde(default)]
     preprocessing: Vec<Step>,
+    /// A dependent item's master (an item of the same template).
+    #[serde(default)]
+    master_item: Option<MasterRef>,
+}
+
+#[derive(Deserialize)]
+struct MasterRef {
+    key: String,
 }
 
 fn zabbix_passive() -> String {
@@ -276,7 +288,82 @@ const ICMP_KEYS: [&str; 3] = ["icmpping", "icmppingloss", "icmppingsec"];
 
 /// One item (an item prototype: `rows`) as a TOML inline table, or why netpoller
 /// cannot poll it.
-fn item(it: &Item, macros: &Macros, rows: bool) -> Result<String, String> {
+/// The OID a dependent item's value comes from, and its master: Zabbix 6.4+ templates
+/// walk a table once (`walk[OID,...]`, an SNMP item of the template) and give each
+/// dependent item its row with a first step `SNMP_WALK_VALUE` (the row's OID, format 0:
+/// the value as the agent gives it). Polling that OID is the same value (a GET of
+/// it, in the host's batched requests) without the walk. `Err`: any other dependent
+/// item, with why.
+fn walk_value<'a>(
+    it: &Item,
+    macros: &Macros,
+    masters: &HashMap<&str, &'a Item>,
+) -> Result<(String, &'a Item), String> {
+    let master_key = it.master_item.as_ref().map_or("", |m| m.key.as_str());
+    let not = |why: &str| {
+        Err(format!(
+            "item type DEPENDENT (of {master_key:?}): {why}; netpoller imports dependent items of an SNMP walk[] item whose first step is SNMP_WALK_VALUE"
+        ))
+    };
+    let Some(master) = masters.get(master_key) else {
+        return not("its master is not an item of this template");
+    };
+    let walk = resolve(master.snmp_oid.as_deref().unwrap_or_default(), macros)?;
+    let columns = match walk
+        .trim()
+        .strip_prefix("walk[")
+        .and_then(|w| w.strip_suffix(']'))
+    {
+        Some(list) if master.kind == "SNMP_AGENT" => list,
+        _ => return not("its master is not an SNMP walk[] item"),
+    };
+    if master.status.as_deref() == Some("DISABLED") {
+        return not("its master is disabled in Zabbix");
+    }
+    if !master.preprocessing.is_empty() {
+        return not("its master has preprocessing steps of its own");
+    }
+    let Some(first) = it
+        .preprocessing
+        .first()
+        .filter(|s| s.kind == "SNMP_WALK_VALUE")
+    else {
+        return not("its first step is not SNMP_WALK_VALUE");
+    };
+    if first
+        .error_handler
+        .as_deref()
+        .is_some_and(|h| h != "ORIGINAL_ERROR")
+    {
+        return not("its SNMP_WALK_VALUE step has an error handler");
+    }
+    let (oid, format) = match first.params()[..] {
+        [oid, format] => (resolve(oid, macros)?, format.trim()),
+        _ => return not("its SNMP_WALK_VALUE step does not have two parameters"),
+    };
+    if format != "0" {
+        return not(&format!(
+            "SNMP_WALK_VALUE format {format:?} (netpoller stores the value as the agent gives it: format 0)"
+        ));
+    }
+    let oid = oid.trim().trim_start_matches('.').to_owned();
+    // The row must be in a column the master walks, as Zabbix finds it only there.
+    let walked = columns.split(',').any(|c| {
+        let c = c.trim().trim_start_matches('.');
+        !c.is_empty() && oid.strip_prefix(c).is_some_and(|r| r.starts_with('.'))
+    });
+    if !walked {
+        return not(&format!("{oid:?} is not under the OIDs its master walks"));
+    }
+    Ok((oid, master))
+}
+
+fn item(
+    it: &Item,
+    macros: &Macros,
+    rows: bool,
+    masters: &HashMap<&str, &Item>,
+) -> Result<String, String> {
     if it.status.as_deref() == Some("DISABLED") {
         return Err("disabled in Zabbix".into());
     }
@@ -306,11 +393,24 @@ fn item(it: &Item, macros: &Macros, rows: bool) -> Result<String, String> {
     }
     let base = it.key.split('[').next().unwrap_or_default();
     let mut t = format!("{{ key = {}", q(&it.key));
+    // What the item polls on its own, or through the walk it depends on.
+    let (mut delay, mut steps) = (it.delay.as_deref(), &it.preprocessing[..]);
+    let dependent = match it.kind.as_str() {
+        "DEPENDENT" => {
+            let (oid, master) = walk_value(it, macros, masters)?;
+            (delay, steps) = (master.delay.as_deref(), &it.preprocessing[1..]);
+            Some(oid)
+        }
+        _ => None,
+    };
     match it.kind.as_str() {
         "SIMPLE" if ICMP_KEYS.contains(&base) => {}
         "SIMPLE" => return Err(format!("simple check {base} (netpoller runs ICMP ones)")),
-        "SNMP_AGENT" => {
-            let oid = resolve(it.snmp_oid.as_deref().unwrap_or_default(), macros)?;
+        "SNMP_AGENT" | "DEPENDENT" => {
+            let oid = match dependent {
+                Some(oid) => oid,
+                None => resolve(it.snmp_oid.as_deref().unwrap_or_default(), macros)?,
+            };
             let oid = oid.trim();
             // Zabbix 7's asynchronous form of one OID: `get[1.3.6.1.2.1.1.3.0]`.
             let oid = match oid.strip_prefix("get[").and_then(|o| o.strip_suffix(']')) {
@@ -348,12 +448,12 @@ fn item(it: &Item, macros: &Macros, rows: bool) -> Result<String, String> {
             ))
         }
     }
-    let every = interval(&resolve(it.delay.as_deref().unwrap_or("1m"), macros)?)?;
+    let every = interval(&resolve(delay.unwrap_or("1m"), macros)?)?;
     write!(t, ", interval = {}", q(&every)).expect("to a String");
-    if !it.preprocessing.is_empty() {
+    if !steps.is_empty() {
         // One line per item: TOML 1.0 has no newline inside an inline table.
         t.push_str(", preprocessing = [");
-        for (i, s) in it.preprocessing.iter().enumerate() {
+        for (i, s) in steps.iter().enumerate() {
             let params = s
                 .params()
                 .into_iter()
@@ -414,6 +514,10 @@ struct Imported {
     /// Discovery rules imported as templates of items per row, and not imported.
     rules: usize,
     not_rules: usize,
+    /// Keys of the `walk[]` items whose imported dependent items poll their rows.
+    served: HashSet<String>,
+    /// Those `walk[]` items (not polled themselves, not counted as not imported).
+    walks: usize,
 }
 
 /// `s` on one comment line: control characters (a newline would end the comment and
@@ -427,6 +531,7 @@ fn comment(s: &str) -> String {
 impl Imported {
     /// One `[[templates]]` `name` of `items` (item prototypes: `rows`), with a comment
     /// per line of `head` and per item not imported. `false`: no item imported.
+    /// `masters`: the template's items by key, for its dependent items.
     fn section(
         &mut self,
         name: &str,
@@ -434,14 +539,16 @@ impl Imported {
         items: &[Item],
         macros: &Macros,
         rows: bool,
+        masters: &HashMap<&str, &Item>,
     ) -> bool {
         let (mut list, mut notes, mut first) = (String::new(), Vec::new(), None);
         let mut keys = HashSet::new();
+        let (mut failed, mut walks) = (Vec::new(), Vec::new());
         for it in items {
             // Zabbix keeps a template's keys unique; an export that repeats one would
             // make the template refused.
             let item = match keys.insert(it.key.as_str()) {
-                true => item(it, macros, rows),
+                true => item(it, macros, rows, masters),
                 false => Err("its key repeats an item above".into()),
             };
             match item {
@@ -449,13 +556,23 @@ impl Imported {
                     self.items += 1;
                     first.get_or_insert(it.key.as_str());
                     writeln!(list, "  {t},").expect("to a String");
+                    if let Some(m) = it.master_item.as_ref() {
+                        self.served.insert(m.key.clone());
+                    }
                 }
-                Err(why) => {
-                    self.not_items += 1;
-                    let what = if rows { "item prototype" } else { "item" };
-                    notes.push(format!("{what} {:?} ({:?}): {why}", it.name, it.key));
-                }
+                Err(why) => failed.push((it, why)),
             }
+        }
+        // After every item: a walk[] item's dependent items may come after it.
+        for (it, why) in failed {
+            let what = if rows { "item prototype" } else { "item" };
+            if !rows && self.served.contains(&it.key) {
+                self.walks += 1;
+                walks.push(format!("{what} {:?} ({:?})", it.name, it.key));
+                continue;
+            }
+            self.not_items += 1;
+            notes.push(format!("{what} {:?} ({:?}): {why}", it.name, it.key));
         }
         let imported = first.is_some();
         if imported || !rows {
@@ -472,6 +589,14 @@ impl Imported {
                     self.toml,
                     "# polls the rows a host lists: {}",
                     comment(&hint)
+                )
+                .expect("to a String");
+            }
+            for w in &walks {
+                writeln!(
+                    self.toml,
+                    "# not polled itself: {}: its dependent items poll their rows' OIDs",
+                    comment(w)
                 )
                 .expect("to a String");
             }
@@ -516,6 +641,7 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
         .filter(|t| only.is_empty() || only.contains(&t.template))
     {
         let macros = Macros::new(&tpl.macros);
+        let masters: HashMap<&str, &Item> = tpl.items.iter().map(|i| (i.key.as_str(), i)).collect();
         let mut head = Vec::new();
         if !tpl.templates.is_empty() {
             let names: Vec<String> = tpl
@@ -546,7 +672,7 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
                 "Zabbix's {what} finds the rows of these items; netpoller"
             )];
             let mut part = Imported::default();
-            if part.section(&name, &head, &rule.item_prototypes, &macros, true) {
+            if part.section(&name, &head, &rule.item_prototypes, &macros, true, &masters) {
                 done.rules += 1;
                 rules.push_str(&part.toml);
             } else {
@@ -559,6 +685,7 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
             done.items += part.items;
             done.not_items += part.not_items;
             done.skipped.extend(part.skipped);
+            done.served.extend(part.served);
         }
         for p in &parts {
             done.skipped.push(format!(
@@ -568,22 +695,36 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
             ));
         }
         head.extend(parts);
-        done.section(&tpl.template, &head, &tpl.items, &macros, false);
+        done.section(&tpl.template, &head, &tpl.items, &macros, false, &masters);
+        // The next template's walk[] items are its own.
+        done.served.clear();
         done.toml.push_str(&rules);
     }
     done
 }
 
+/// Reads an export in either of Zabbix's formats: JSON when the text starts with `{`
+/// (after white space), YAML otherwise. Both have the same fields; YAML's plain
+/// scalars are taken as the text they are (`value: 3` is the string `"3"`, as in JSON),
+/// so neither format's numbers-as-text change on the way.
+fn parse(text: &str) -> anyhow::Result<ZabbixExport> {
+    let export: Export = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text)?
+    } else {
+        serde_saphyr::from_str(text)?
+    };
+    Ok(export.zabbix_export)
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let text = std::fs::read_to_string(&args.file)
         .with_context(|| format!("reading {}", args.file.display()))?;
-    let export: Export = serde_json::from_str(&text).with_context(|| {
+    let export = parse(&text).with_context(|| {
         format!(
-            "{} is not a Zabbix template export in JSON (Zabbix 6.0+: Export → JSON)",
+            "{} is not a Zabbix template export (Zabbix 6.0+: Export → YAML or JSON)",
             args.file.display()
         )
     })?;
-    let export = export.zabbix_export;
     let major: u32 = export
         .version
         .split('.')
@@ -621,8 +762,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     eprintln!(
-        "{} items imported ({} discovery rules as templates of items per table row); not imported: {} items, {} discovery rules",
-        done.items, done.rules, done.not_items, done.not_rules
+        "{} items imported ({} discovery rules as templates of items per table row); not imported: {} items, {} discovery rules{}",
+        done.items,
+        done.rules,
+        done.not_items,
+        done.not_rules,
+        match done.walks {
+            0 => String::new(),
+            n => format!("; {n} walk[] items polled through their dependent items"),
+        }
     );
     Ok(if done.items > 0 {
         ExitCode::SUCCESS
@@ -640,9 +788,7 @@ mod tests {
     const EXPORT: &str = include_str!("../../tests/data/zabbix_export_templates.json");
 
     fn export() -> ZabbixExport {
-        serde_json::from_str::<Export>(EXPORT)
-            .unwrap()
-            .zabbix_export
+        parse(EXPORT).unwrap()
     }
 
     #[test]
@@ -654,7 +800,10 @@ mod tests {
             not_items,
             rules,
             not_rules,
+            walks,
+            ..
         } = convert(&export(), &[], "export.json");
+        assert_eq!(walks, 0, "no walk[] items");
         assert_eq!(
             (imported, not_items, rules, not_rules),
             (9 + 2, 8 + 1, 1, 0),
@@ -825,6 +974,143 @@ mod tests {
         let host = "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\ntemplates = [\"Old\"]\n";
         crate::config::parse(&format!("{}{host}", done.toml))
             .unwrap_or_else(|e| panic!("{e:#?}\n{}", done.toml));
+    }
+
+    /// Zabbix's other format: the fixture as Zabbix writes YAML (block style, numbers and
+    /// macros quoted) imports exactly as its JSON does.
+    #[test]
+    fn a_yaml_export_imports_as_its_json_does() {
+        let yaml = include_str!("../../tests/data/zabbix_export_templates.yaml");
+        assert!(yaml.starts_with("zabbix_export:\n  version: '6.0'"));
+        let from_yaml = convert(&parse(yaml).unwrap(), &[], "export");
+        let from_json = convert(&parse(EXPORT).unwrap(), &[], "export");
+        assert_eq!(from_yaml.toml, from_json.toml);
+        assert_eq!(from_yaml.skipped, from_json.skipped);
+        assert_eq!((from_yaml.items, from_yaml.rules), (11, 1));
+    }
+
+    /// A YAML scalar is the text it is, whatever YAML 1.1 would make of it: an unquoted
+    /// `30` interval, `0.50` multiplier, `on` replacement and `0123` macro value reach
+    /// the output as written (a YAML-to-JSON converter's `true`, `0.5` or `83` would
+    /// change what the item does, or fail to load), and 5.x `params` keep their lines.
+    #[test]
+    fn yaml_scalars_stay_the_text_they_are() {
+        let yaml = r#"
+zabbix_export:
+  version: 6.0
+  templates:
+    - template: Plain
+      macros:
+        - macro: '{$ZERO}'
+          value: 0123
+      items:
+        - name: status
+          type: SNMP_AGENT
+          key: status
+          snmp_oid: 1.3.6.1.2.1.2.2.1.8.1
+          value_type: CHAR
+          delay: 30
+          preprocessing:
+            - type: STR_REPLACE
+              parameters:
+                - up
+                - on
+            - type: STR_REPLACE
+              parameters:
+                - x
+                - '{$ZERO}'
+        - name: speed
+          type: SNMP_AGENT
+          key: speed
+          snmp_oid: 1.3.6.1.2.1.2.2.1.5.1
+          value_type: FLOAT
+          preprocessing:
+            - type: MULTIPLIER
+              parameters:
+                - 0.50
+            - type: IN_RANGE
+              params: |-
+                -1
+                1e12
+"#;
+        let done = convert(&parse(yaml).unwrap(), &[], "plain.yaml");
+        assert_eq!((done.items, done.not_items), (2, 0), "{:?}", done.skipped);
+        for want in [
+            r#"interval = "30s""#,
+            r#"parameters = ["up", "on"]"#,
+            r#"parameters = ["x", "0123"]"#,
+            r#"parameters = ["0.50"]"#,
+            r#"parameters = ["-1", "1e12"]"#,
+        ] {
+            assert!(done.toml.contains(want), "{want} in:\n{}", done.toml);
+        }
+        let host = "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\ntemplates = [\"Plain\"]\n";
+        crate::config::parse(&format!("{}{host}", done.toml))
+            .unwrap_or_else(|e| panic!("{e:#?}\n{}", done.toml));
+        // A broken file is refused with the place YAML broke.
+        let Err(err) = parse("zabbix_export:\n  templates: [\n") else {
+            panic!("a broken file parsed");
+        };
+        assert!(format!("{err:#}").contains("line 2"), "{err:#}");
+    }
+
+    /// What a dependent item needs to be polled on its own, each refusal with its reason.
+    #[test]
+    fn a_dependent_item_is_imported_only_as_a_row_of_its_walk() {
+        let walk = |key: &str, oid: &str, steps: serde_json::Value| {
+            serde_json::json!({"name": key, "type": "SNMP_AGENT", "key": key,
+                "snmp_oid": oid, "value_type": "TEXT", "delay": "2m", "preprocessing": steps})
+        };
+        let dep = |key: &str, master: &str, oid: &str, handler: Option<&str>| {
+            let mut step = serde_json::json!({"type": "SNMP_WALK_VALUE", "parameters": [oid, "0"]});
+            if let Some(h) = handler {
+                step["error_handler"] = h.into();
+            }
+            serde_json::json!({"name": key, "type": "DEPENDENT", "key": key,
+                "master_item": {"key": master}, "preprocessing": [step]})
+        };
+        let export = serde_json::json!({"zabbix_export": {"version": "7.0", "templates": [{
+        "template": "T",
+        "items": [
+            walk("if.walk", "walk[1.3.6.1.2.1.2.2.1.1]", serde_json::json!([])),
+            walk("cooked.walk", "walk[1.3.6.1.2.1.2.2.1.2]",
+                 serde_json::json!([{"type": "TRIM", "parameters": [" "]}])),
+            dep("index", "if.walk", "1.3.6.1.2.1.2.2.1.1.7", None),
+            dep("not.a.row", "if.walk", "1.3.6.1.2.1.2.2.1.10.7", None),
+            dep("orphan", "elsewhere", "1.3.6.1.2.1.2.2.1.1.7", None),
+            dep("cooked", "cooked.walk", "1.3.6.1.2.1.2.2.1.2.7", None),
+            dep("handled", "if.walk", "1.3.6.1.2.1.2.2.1.1.8", Some("CUSTOM_VALUE")),
+        ]}]}});
+        let export: Export = serde_json::from_value(export).unwrap();
+        let done = convert(&export.zabbix_export, &[], "t.json");
+        assert_eq!(
+            (done.items, done.not_items, done.walks),
+            (1, 5, 1),
+            "{}",
+            done.toml
+        );
+        assert!(
+            done.toml.contains(
+                r#"{ key = "index", oid = "1.3.6.1.2.1.2.2.1.1.7", type = "uint", interval = "2m" }"#
+            ),
+            "{}",
+            done.toml
+        );
+        for (key, why) in [
+            ("not.a.row", "is not under the OIDs its master walks"),
+            ("orphan", "its master is not an item of this template"),
+            ("cooked", "its master has preprocessing steps of its own"),
+            ("handled", "its SNMP_WALK_VALUE step has an error handler"),
+            ("cooked.walk", "reads a table"),
+        ] {
+            assert!(
+                done.skipped
+                    .iter()
+                    .any(|s| s.contains(&format!("({key:?})")) && s.contains(why)),
+                "{key}: {why} in {:?}",
+                done.skipped
+            );
+        }
     }
 
     #[test]

@@ -112,7 +112,7 @@ async fn daemon(
     // Sink consumer: runs the items' preprocessing (counting what it keeps back or
     // fails), follows the items' states (logged, and a gauge), and hands values as rows
     // to the sink.
-    let trends = clickhouse.as_ref().map_or(true, |c| c.trends);
+    let trends = clickhouse.as_ref().is_none_or(|c| c.trends);
     let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends));
 
     // Metrics endpoint.

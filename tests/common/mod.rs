@@ -66,6 +66,37 @@ pub fn netpoller() -> Command {
     Command::new(env!("CARGO_BIN_EXE_netpoller"))
 }
 
+/// `netpoller poll-once --json [args] -c cfg`: its lines, parsed (the command must
+/// succeed).
+pub fn poll_once_json(cfg: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+    let out = netpoller()
+        .args(["poll-once", "--json", "--quiet"])
+        .args(args)
+        .arg("-c")
+        .arg(cfg)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The line of item `key` among poll-once's `lines`.
+pub fn line_of(lines: &[serde_json::Value], key: &str) -> serde_json::Value {
+    lines
+        .iter()
+        .find(|v| v["key"] == key)
+        .unwrap_or_else(|| panic!("no {key} in {lines:#?}"))
+        .clone()
+}
+
 /// A running `netpoller run`, killed on drop; stderr goes to a log file.
 pub struct Daemon {
     pub child: Child,
