@@ -995,6 +995,26 @@ impl ResolvedEntry {
     }
 }
 
+/// Sorted, distinct indices as an `indices` value (`"1-48,101"`): runs of consecutive
+/// indices as ranges. [`parse_indices`] reads it back.
+pub fn format_indices(sorted: &[u32]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        let start = sorted[i];
+        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i].saturating_add(1) {
+            i += 1;
+        }
+        let sep = if out.is_empty() { "" } else { "," };
+        match sorted[i] {
+            end if end == start => out.push_str(&format!("{sep}{start}")),
+            end => out.push_str(&format!("{sep}{start}-{end}")),
+        }
+        i += 1;
+    }
+    out
+}
+
 /// `indices`: `"1-48,101"` as sorted, disjoint inclusive ranges.
 fn parse_indices(s: &str) -> Result<Vec<(u32, u32)>, String> {
     let mut out = Vec::new();

@@ -62,7 +62,7 @@ enum Command {
     /// Ping addresses, CIDRs or @files once (fping-style summary, or --json).
     Sweep(cmd::sweep::Args),
     /// One-shot SNMP queries: `snmp get TARGET OID...`, `snmp walk TARGET [OID]`.
-    Snmp(cmd::snmp::Args),
+    Snmp(Box<cmd::snmp::Args>),
     /// Print the ClickHouse history DDL, or create (--apply) / verify (--check) it.
     Schema(cmd::schema::Args),
     /// Disk spool: `spool dump` (TSV), `spool replay` (load into ClickHouse).
@@ -94,7 +94,7 @@ fn main() -> std::process::ExitCode {
         Command::CheckConfig(args) => cmd::check_config::run(args),
         Command::PollOnce(args) => cmd::poll_once::run(args),
         Command::Sweep(args) => cmd::sweep::run(args),
-        Command::Snmp(args) => cmd::snmp::run(args),
+        Command::Snmp(args) => cmd::snmp::run(*args),
         Command::Schema(args) => cmd::schema::run(args),
         Command::Spool(args) => cmd::spool::run(args),
         Command::ImportTemplate(args) => cmd::import_template::run(args),

@@ -685,6 +685,10 @@ fn import_template_walk_items_poll_their_rows() {
         ),
         (r#"interval = "3m""#, "a macro's interval"),
         (
+            "# a host's rows: netpoller snmp walk --indices -c COMMUNITY HOST 1.3.6.1.2.1.2.2.1.8\n",
+            "how to find a host's rows",
+        ),
+        (
             r#"SNMP_WALK_VALUE format "2""#,
             "formats other than 0 are listed",
         ),

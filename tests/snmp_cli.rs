@@ -169,6 +169,71 @@ fn walk_prints_what_snmpbulkwalk_prints() {
     );
 }
 
+/// `snmp walk --indices` of a column: the rows net-snmp's walk shows, as an `indices`
+/// value; `--matches` keeps the rows whose value matches, as a discovery filter; a
+/// table indexed by more than one arc is refused with the reason.
+#[test]
+fn walk_indices_lists_a_columns_rows() {
+    let (addr, community) = first_agent();
+    let if_descr = ".1.3.6.1.2.1.2.2.1.2";
+    // net-snmp's view: `.1.3.6.1.2.1.2.2.1.2.N = STRING: "name"`.
+    let theirs: Vec<(u32, String)> =
+        net_snmp("snmpbulkwalk", &["-v2c", "-c", &community, &addr, if_descr])
+            .lines()
+            .map(|l| {
+                let (oid, value) = l.split_once(" = STRING: ").unwrap();
+                let row = oid.rsplit('.').next().unwrap().parse().unwrap();
+                (row, value.trim_matches('"').to_string())
+            })
+            .collect();
+    assert!(!theirs.is_empty(), "lo at least: {theirs:?}");
+    let indices = |extra: &[&str]| {
+        let o = netpoller()
+            .args(["snmp", "walk", "--indices", "-c", &community, "--json"])
+            .args(extra)
+            .args([&addr, if_descr])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value = serde_json::from_str(&text(&o)).unwrap();
+        v["indices"].as_str().unwrap().to_string()
+    };
+    // Written as ranges: expand them to compare.
+    let rows = |s: String| -> Vec<u32> {
+        s.split(',')
+            .flat_map(|p| match p.split_once('-') {
+                Some((a, b)) => a.parse().unwrap()..=b.parse().unwrap(),
+                None => p.parse().unwrap()..=p.parse().unwrap(),
+            })
+            .collect()
+    };
+    let all: Vec<u32> = theirs.iter().map(|(r, _)| *r).collect();
+    assert_eq!(rows(indices(&[])), all);
+    let lo: Vec<u32> = theirs
+        .iter()
+        .filter(|(_, name)| name == "lo")
+        .map(|(r, _)| *r)
+        .collect();
+    assert_eq!(lo.len(), 1, "{theirs:?}");
+    assert_eq!(rows(indices(&["--matches", "^lo$"])), lo);
+    // The plain form is a line to paste.
+    let o = netpoller()
+        .args(["snmp", "walk", "--indices", "--matches", "^lo$", "-c"])
+        .args([&community, &addr, if_descr])
+        .output()
+        .unwrap();
+    assert_eq!(text(&o), format!("indices = \"{}\"  # 1 row\n", lo[0]));
+    // ipAdEntAddr is indexed by an address: four arcs, not one index.
+    let o = netpoller()
+        .args(["snmp", "walk", "--indices", "-c", &community, &addr])
+        .arg(".1.3.6.1.2.1.4.20.1.1")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not one index"), "{err}");
+}
+
 #[test]
 fn community_never_shown() {
     let secret = "Sup3r-S3cret-c0mmunity";

@@ -554,7 +554,7 @@ impl Imported {
             match item {
                 Ok(t) => {
                     self.items += 1;
-                    first.get_or_insert(it.key.as_str());
+                    first.get_or_insert_with(|| (it.key.as_str(), t.clone()));
                     writeln!(list, "  {t},").expect("to a String");
                     if let Some(m) = it.master_item.as_ref() {
                         self.served.insert(m.key.clone());
@@ -580,7 +580,7 @@ impl Imported {
             for h in head {
                 writeln!(self.toml, "# {}", comment(h)).expect("to a String");
             }
-            if let Some(key) = first.filter(|_| rows) {
+            if let Some((key, t)) = first.filter(|_| rows) {
                 let hint = format!(
                     "items = [ {{ key = {}, indices = \"1-48\" }}, ... ]",
                     q(key)
@@ -591,6 +591,21 @@ impl Imported {
                     comment(&hint)
                 )
                 .expect("to a String");
+                // The item's column: walking it on a host gives that host's rows.
+                let column = toml::from_str::<toml::Table>(&format!("t = {t}"))
+                    .ok()
+                    .and_then(|v| v["t"].get("oid")?.as_str().map(str::to_owned))
+                    .and_then(|o| {
+                        Some(o.strip_suffix(SNMPINDEX)?.trim_end_matches('.').to_owned())
+                    });
+                if let Some(column) = column {
+                    writeln!(
+                        self.toml,
+                        "# a host's rows: netpoller snmp walk --indices -c COMMUNITY HOST {}",
+                        comment(&column)
+                    )
+                    .expect("to a String");
+                }
             }
             for w in &walks {
                 writeln!(

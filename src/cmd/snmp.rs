@@ -213,6 +213,16 @@ pub struct WalkArgs {
     /// Subtree root (`.1` walks everything); default .1.3.6.1.2.1 (mib-2), like net-snmp.
     #[arg(value_name = "OID", default_value = ".1.3.6.1.2.1")]
     pub oid: String,
+    /// Print only the table rows the walk found, as a config's `indices` value
+    /// (`indices = "1-48,101"`): walk a column (ifDescr: 1.3.6.1.2.1.2.2.1.2) and paste
+    /// the line into the host's item with `{#SNMPINDEX}`.
+    #[arg(long)]
+    pub indices: bool,
+    /// Keep only the rows whose value matches this regular expression (the value as
+    /// text: a string as it is, binary as Hex-STRING, numbers in decimal), as a Zabbix
+    /// discovery filter would: `--matches '^(Gi|Te)'` on ifDescr.
+    #[arg(long, value_name = "REGEX")]
+    pub matches: Option<String>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -237,21 +247,41 @@ fn print_value(out: &mut impl Write, json: bool, oid: &str, v: &VarValue) -> std
                     serde_json::json!(n)
                 }
                 VarValue::Counter64(n) => serde_json::json!(n),
-                VarValue::OctetString(s) if snmp::is_net_snmp_printable(s) => {
-                    serde_json::json!(String::from_utf8_lossy(s.strip_suffix(&[0]).unwrap_or(s)))
-                }
-                VarValue::OctetString(s) | VarValue::Opaque(s) => {
-                    serde_json::json!(snmp::hex_string(s))
-                }
                 VarValue::Null => serde_json::Value::Null,
-                VarValue::Oid(o) => serde_json::json!(o.to_string()),
-                VarValue::IpAddress(a) => serde_json::json!(a.to_string()),
-                _ => serde_json::Value::Null,
+                v => value_text(v).map_or(serde_json::Value::Null, serde_json::Value::String),
             };
             serde_json::json!({ "oid": oid, "type": v.net_snmp_type().unwrap_or("NULL"), "value": value })
         }
     };
     writeln!(out, "{obj}")
+}
+
+/// A value as text, for `--matches` (`None`: an exception, which never matches).
+fn value_text(v: &VarValue) -> Option<String> {
+    Some(match v {
+        VarValue::Integer(i) => i.to_string(),
+        VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n.to_string(),
+        VarValue::Counter64(n) => n.to_string(),
+        VarValue::OctetString(s) if snmp::is_net_snmp_printable(s) => {
+            String::from_utf8_lossy(s.strip_suffix(&[0]).unwrap_or(s)).into_owned()
+        }
+        VarValue::OctetString(s) | VarValue::Opaque(s) => snmp::hex_string(s),
+        VarValue::Oid(o) => o.to_string(),
+        VarValue::IpAddress(a) => a.to_string(),
+        _ => return None,
+    })
+}
+
+/// The row of a walked column's `oid`: its one arc under the walk's root, which has
+/// `root_arcs` arcs.
+fn row_index(oid: &Oid, root_arcs: usize) -> anyhow::Result<u32> {
+    let under: Vec<u32> = oid.arcs().skip(root_arcs).collect();
+    match under[..] {
+        [i] => Ok(i),
+        _ => bail!(
+            "{oid}: the row under the walked column is {under:?}, not one index (walk one column of a table indexed by one integer, e.g. ifDescr 1.3.6.1.2.1.2.2.1.2)"
+        ),
+    }
 }
 
 fn print_error(out: &mut impl Write, json: bool, oid: &str, err: &str) -> std::io::Result<()> {
@@ -372,7 +402,24 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
+    let matches = a
+        .matches
+        .as_deref()
+        .map(regex::Regex::new)
+        .transpose()
+        .context("--matches")?;
     let mut count = 0usize;
+    // With --indices: the rows found, and the arcs of the column walked.
+    let mut rows = match a.indices {
+        true => match a.oid.parse::<Oid>() {
+            Ok(col) if col.arcs().count() > 2 => Some((Vec::new(), col.arcs().count())),
+            _ => bail!(
+                "--indices: {:?} is not a table column to walk (ifDescr: 1.3.6.1.2.1.2.2.1.2)",
+                a.oid
+            ),
+        },
+        false => None,
+    };
     // Bound the walk (an agent could serve an endless table); 10 million OIDs is plenty.
     while !w.is_done() && count < 10_000_000 {
         // One resend after the agent's clock report (it rebooted, or its discovery
@@ -413,11 +460,38 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
             Some(Err(e)) => bail!("{addr}: {e}"),
             Some(Ok(vbs)) => {
                 for (oid, v) in vbs {
+                    if let Some(m) = &matches {
+                        if !value_text(&v).is_some_and(|t| m.is_match(&t)) {
+                            continue;
+                        }
+                    }
                     count += 1;
-                    print_value(&mut out, c.json, &oid.to_string(), &v)?;
+                    match &mut rows {
+                        Some((rows, root_arcs)) => rows.push(row_index(&oid, *root_arcs)?),
+                        None => print_value(&mut out, c.json, &oid.to_string(), &v)?,
+                    }
                 }
             }
         }
+    }
+    if let Some((mut rows, _)) = rows {
+        rows.sort_unstable();
+        rows.dedup();
+        let indices = crate::config::format_indices(&rows);
+        match c.json {
+            true => writeln!(
+                out,
+                "{}",
+                serde_json::json!({ "indices": indices, "rows": rows.len() })
+            )?,
+            false if rows.is_empty() => bail!("no rows under {}", a.oid),
+            false => {
+                let n = rows.len();
+                let s = if n == 1 { "" } else { "s" };
+                writeln!(out, "indices = \"{indices}\"  # {n} row{s}")?
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
     }
     if count == 0 && !c.json {
         writeln!(

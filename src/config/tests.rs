@@ -621,6 +621,27 @@ items = [ { key = "x", type = "uint" } ]
     assert!(e.line.is_some());
 }
 
+/// What `snmp walk --indices` prints reads back as the same rows.
+#[test]
+fn indices_are_written_as_ranges_that_read_back() {
+    for (rows, text) in [
+        (&[][..], ""),
+        (&[7][..], "7"),
+        (&[1, 2, 3, 5, 10, 11][..], "1-3,5,10-11"),
+        (&[0, u32::MAX - 1, u32::MAX][..], "0,4294967294-4294967295"),
+    ] {
+        assert_eq!(format_indices(rows), text);
+        if !rows.is_empty() {
+            let back: Vec<u32> = parse_indices(text)
+                .unwrap()
+                .into_iter()
+                .flat_map(|(a, b)| a..=b)
+                .collect();
+            assert_eq!(back, rows);
+        }
+    }
+}
+
 #[test]
 fn indices_stand_for_one_item_per_table_row() {
     let text = r#"
