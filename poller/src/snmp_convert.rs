@@ -13,7 +13,8 @@
 //! * str: numbers in decimal; OCTET STRING as text when it is valid UTF-8 without control
 //!   characters other than tab/CR/LF (a trailing NUL is dropped), otherwise hex octets
 //!   `AA BB CC` like net-snmp's Hex-STRING; OID as `.1.3.6…`; IpAddress as a dotted
-//!   quad; Opaque as hex.
+//!   quad; an Opaque float/double as the number (as Zabbix stores it), other Opaque as
+//!   hex.
 //! * NULL is an error for every type.
 //!
 //! An item with preprocessing steps gets the answer in its own type
@@ -141,7 +142,12 @@ fn to_str(v: &VarValue) -> String {
         VarValue::IpAddress(a) => a.to_string(),
         VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n.to_string(),
         VarValue::Counter64(n) => n.to_string(),
-        VarValue::Opaque(b) => snmp::hex_string(b),
+        // An Opaque float is a number to Zabbix in any item (its GET and its walk
+        // print one): as a float prints; other Opaque values as hex.
+        VarValue::Opaque(b) => match opaque_float(b) {
+            Some(f) => Value::Float(f).to_string(),
+            None => snmp::hex_string(b),
+        },
         // Handled before (exceptions, NULL).
         other => other.net_snmp_value(),
     }
@@ -362,6 +368,13 @@ mod tests {
             Value::Float(-2.25)
         );
         err(VarValue::Opaque(vec![1, 2]), ValueType::Float);
+        // UCD-SNMP's laLoadFloat in a text item: the number, not the Opaque's bytes.
+        let mut load = vec![0x9f, 0x78, 0x04];
+        load.extend(0.5f32.to_be_bytes());
+        assert_eq!(
+            ok(VarValue::Opaque(load), ValueType::Str),
+            Value::Str("0.5".into())
+        );
         assert_eq!(
             ok(VarValue::Opaque(vec![1, 2]), ValueType::Str),
             Value::Str("01 02".into())

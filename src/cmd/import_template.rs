@@ -286,8 +286,6 @@ fn interval(delay: &str) -> Result<String, String> {
 
 const ICMP_KEYS: [&str; 3] = ["icmpping", "icmppingloss", "icmppingsec"];
 
-/// One item (an item prototype: `rows`) as a TOML inline table, or why netpoller
-/// cannot poll it.
 /// The OID a dependent item's value comes from, and its master: Zabbix 6.4+ templates
 /// walk a table once (`walk[OID,...]`, an SNMP item of the template) and give each
 /// dependent item its row with a first step `SNMP_WALK_VALUE` (the row's OID, format 0:
@@ -306,7 +304,7 @@ fn walk_value<'a>(
         ))
     };
     let Some(master) = masters.get(master_key) else {
-        return not("its master is not an item of this template");
+        return not("its master is not an item of this template (an item prototype's master may be another prototype in Zabbix: not imported)");
     };
     let walk = resolve(master.snmp_oid.as_deref().unwrap_or_default(), macros)?;
     let columns = match walk
@@ -317,6 +315,27 @@ fn walk_value<'a>(
         Some(list) if master.kind == "SNMP_AGENT" => list,
         _ => return not("its master is not an SNMP walk[] item"),
     };
+    // Zabbix reads walk[]'s OIDs as item key parameters: quoted or not, a leading dot
+    // optional.
+    let columns: Vec<&str> = columns
+        .split(',')
+        .map(|c| {
+            let c = c.trim();
+            let c = c
+                .strip_prefix('"')
+                .and_then(|c| c.strip_suffix('"'))
+                .unwrap_or(c);
+            c.strip_prefix('.').unwrap_or(c)
+        })
+        .collect();
+    if let Some(name) = columns
+        .iter()
+        .find(|c| !c.is_empty() && !c.starts_with(|ch: char| ch.is_ascii_digit()))
+    {
+        return not(&format!(
+            "its master walks the symbolic OID {name:?} (netpoller takes numeric OIDs: `snmptranslate -On {name}`)"
+        ));
+    }
     if master.status.as_deref() == Some("DISABLED") {
         return not("its master is disabled in Zabbix");
     }
@@ -346,11 +365,15 @@ fn walk_value<'a>(
             "SNMP_WALK_VALUE format {format:?} (netpoller stores the value as the agent gives it: format 0)"
         ));
     }
-    let oid = oid.trim().trim_start_matches('.').to_owned();
-    // The row must be in a column the master walks, as Zabbix finds it only there.
-    let walked = columns.split(',').any(|c| {
-        let c = c.trim().trim_start_matches('.');
-        !c.is_empty() && oid.strip_prefix(c).is_some_and(|r| r.starts_with('.'))
+    // Zabbix compares the row's OID as written, a leading dot optional.
+    let oid = oid.strip_prefix('.').unwrap_or(&oid).to_owned();
+    // The row must be in a column the master walks (or be the OID walked: Zabbix then
+    // GETs it), as Zabbix finds it only there.
+    let walked = columns.iter().any(|c| {
+        !c.is_empty()
+            && oid
+                .strip_prefix(c)
+                .is_some_and(|r| r.is_empty() || r.starts_with('.'))
     });
     if !walked {
         return not(&format!("{oid:?} is not under the OIDs its master walks"));
@@ -358,6 +381,8 @@ fn walk_value<'a>(
     Ok((oid, master))
 }
 
+/// One item (an item prototype: `rows`) as a TOML inline table, or why netpoller
+/// cannot poll it.
 fn item(
     it: &Item,
     macros: &Macros,
@@ -556,7 +581,7 @@ impl Imported {
                     self.items += 1;
                     first.get_or_insert_with(|| (it.key.as_str(), t.clone()));
                     writeln!(list, "  {t},").expect("to a String");
-                    if let Some(m) = it.master_item.as_ref() {
+                    if let Some(m) = it.master_item.as_ref().filter(|_| it.kind == "DEPENDENT") {
                         self.served.insert(m.key.clone());
                     }
                 }
@@ -656,7 +681,12 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
         .filter(|t| only.is_empty() || only.contains(&t.template))
     {
         let macros = Macros::new(&tpl.macros);
-        let masters: HashMap<&str, &Item> = tpl.items.iter().map(|i| (i.key.as_str(), i)).collect();
+        // The first item of a key, as the template's section takes it (a repeated key
+        // is left out there).
+        let mut masters: HashMap<&str, &Item> = HashMap::new();
+        for i in &tpl.items {
+            masters.entry(i.key.as_str()).or_insert(i);
+        }
         let mut head = Vec::new();
         if !tpl.templates.is_empty() {
             let names: Vec<String> = tpl
@@ -723,10 +753,23 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
 /// scalars are taken as the text they are (`value: 3` is the string `"3"`, as in JSON),
 /// so neither format's numbers-as-text change on the way.
 fn parse(text: &str) -> anyhow::Result<ZabbixExport> {
+    // A byte order mark (an editor's, or a Windows export's) is not the content.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let export: Export = if text.trim_start().starts_with('{') {
         serde_json::from_str(text)?
     } else {
-        serde_saphyr::from_str(text)?
+        // The parser's default budget (250,000 nodes) is for untrusted input of any
+        // size; an export of several large templates has more. The file is the
+        // operator's and in memory already: nodes and events may grow with its size
+        // (a node takes at least a byte), while the limits on aliases, anchors and
+        // depth that stop a "billion laughs" stay as they are.
+        let mut budget = serde_saphyr::Budget::default();
+        budget.max_nodes = budget.max_nodes.max(text.len());
+        budget.max_events = budget.max_events.max(text.len().saturating_mul(2));
+        budget.max_total_scalar_bytes = budget.max_total_scalar_bytes.max(text.len());
+        let mut options = serde_saphyr::Options::default();
+        options.budget = Some(budget);
+        serde_saphyr::from_str_with_options(text, options)?
     };
     Ok(export.zabbix_export)
 }
@@ -1084,6 +1127,9 @@ zabbix_export:
             serde_json::json!({"name": key, "type": "DEPENDENT", "key": key,
                 "master_item": {"key": master}, "preprocessing": [step]})
         };
+        // Not a dependent: its master_item is no reason to leave the walk out.
+        let mut stray = walk("stray", "1.3.6.1.2.1.1.5.0", serde_json::json!([]));
+        stray["master_item"] = serde_json::json!({"key": "cooked.walk"});
         let export = serde_json::json!({"zabbix_export": {"version": "7.0", "templates": [{
         "template": "T",
         "items": [
@@ -1095,28 +1141,35 @@ zabbix_export:
             dep("orphan", "elsewhere", "1.3.6.1.2.1.2.2.1.1.7", None),
             dep("cooked", "cooked.walk", "1.3.6.1.2.1.2.2.1.2.7", None),
             dep("handled", "if.walk", "1.3.6.1.2.1.2.2.1.1.8", Some("CUSTOM_VALUE")),
+            // Zabbix's key syntax: a quoted OID; walking one OID GETs it.
+            walk("uptime.walk", r#"walk["1.3.6.1.2.1.1.3.0"]"#, serde_json::json!([])),
+            dep("uptime", "uptime.walk", ".1.3.6.1.2.1.1.3.0", None),
+            walk("mib.walk", "walk[IF-MIB::ifDescr]", serde_json::json!([])),
+            dep("named", "mib.walk", "1.3.6.1.2.1.2.2.1.2.7", None),
+            stray,
         ]}]}});
         let export: Export = serde_json::from_value(export).unwrap();
         let done = convert(&export.zabbix_export, &[], "t.json");
         assert_eq!(
             (done.items, done.not_items, done.walks),
-            (1, 5, 1),
+            (3, 7, 2),
             "{}",
             done.toml
         );
-        assert!(
-            done.toml.contains(
-                r#"{ key = "index", oid = "1.3.6.1.2.1.2.2.1.1.7", type = "uint", interval = "2m" }"#
-            ),
-            "{}",
-            done.toml
-        );
+        for want in [
+            r#"{ key = "index", oid = "1.3.6.1.2.1.2.2.1.1.7", type = "uint", interval = "2m" }"#,
+            r#"{ key = "uptime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "2m" }"#,
+        ] {
+            assert!(done.toml.contains(want), "{want} in\n{}", done.toml);
+        }
         for (key, why) in [
             ("not.a.row", "is not under the OIDs its master walks"),
             ("orphan", "its master is not an item of this template"),
             ("cooked", "its master has preprocessing steps of its own"),
             ("handled", "its SNMP_WALK_VALUE step has an error handler"),
             ("cooked.walk", "reads a table"),
+            ("named", "walks the symbolic OID \"IF-MIB::ifDescr\""),
+            ("mib.walk", "reads a table"),
         ] {
             assert!(
                 done.skipped
@@ -1126,6 +1179,32 @@ zabbix_export:
                 done.skipped
             );
         }
+    }
+
+    /// A byte order mark is not content, in either format; a YAML export larger than
+    /// the YAML parser's default budget (250,000 nodes) reads as its JSON would.
+    #[test]
+    fn a_bom_and_a_large_yaml_export_are_read() {
+        let yaml = include_str!("../../tests/data/zabbix_export_templates.yaml");
+        assert_eq!(
+            parse(&format!("\u{feff}{EXPORT}")).unwrap().templates.len(),
+            2
+        );
+        assert_eq!(
+            parse(&format!("\u{feff}{yaml}")).unwrap().templates.len(),
+            2
+        );
+        let n = 30_000;
+        let mut big = String::from(
+            "zabbix_export:\n  version: '7.0'\n  templates:\n    - template: Big\n      items:\n",
+        );
+        for i in 0..n {
+            big.push_str(&format!(
+                "        - name: 'item {i}'\n          type: SNMP_AGENT\n          key: 'k[{i}]'\n          snmp_oid: '1.3.6.1.4.1.9.{i}'\n          value_type: FLOAT\n"
+            ));
+        }
+        let export = parse(&big).unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(export.templates[0].items.len(), n);
     }
 
     #[test]
