@@ -998,21 +998,15 @@ impl ResolvedEntry {
 /// Sorted, distinct indices as an `indices` value (`"1-48,101"`): runs of consecutive
 /// indices as ranges. [`parse_indices`] reads it back.
 pub fn format_indices(sorted: &[u32]) -> String {
-    let mut out = String::new();
-    let mut i = 0;
-    while i < sorted.len() {
-        let start = sorted[i];
-        while i + 1 < sorted.len() && sorted[i + 1] == sorted[i].saturating_add(1) {
-            i += 1;
-        }
-        let sep = if out.is_empty() { "" } else { "," };
-        match sorted[i] {
-            end if end == start => out.push_str(&format!("{sep}{start}")),
-            end => out.push_str(&format!("{sep}{start}-{end}")),
-        }
-        i += 1;
-    }
-    out
+    let runs = sorted.chunk_by(|a, b| b.checked_sub(*a) == Some(1));
+    let ranges: Vec<String> = runs
+        .map(|run| match run {
+            [one] => one.to_string(),
+            [start, .., end] => format!("{start}-{end}"),
+            [] => String::new(), // chunk_by yields no empty run
+        })
+        .collect();
+    ranges.join(",")
 }
 
 /// `indices`: `"1-48,101"` as sorted, disjoint inclusive ranges.

@@ -381,14 +381,24 @@ fn walk_value<'a>(
     Ok((oid, master))
 }
 
+/// An item [`item`] wrote.
+struct Written<'a> {
+    /// The TOML inline table.
+    toml: String,
+    /// The OID it polls (an SNMP item's).
+    oid: Option<String>,
+    /// The key of the `walk[]` item whose row it polls instead (a dependent item's).
+    walk: Option<&'a str>,
+}
+
 /// One item (an item prototype: `rows`) as a TOML inline table, or why netpoller
 /// cannot poll it.
-fn item(
-    it: &Item,
+fn item<'a>(
+    it: &'a Item,
     macros: &Macros,
     rows: bool,
     masters: &HashMap<&str, &Item>,
-) -> Result<String, String> {
+) -> Result<Written<'a>, String> {
     if it.status.as_deref() == Some("DISABLED") {
         return Err("disabled in Zabbix".into());
     }
@@ -420,10 +430,12 @@ fn item(
     let mut t = format!("{{ key = {}", q(&it.key));
     // What the item polls on its own, or through the walk it depends on.
     let (mut delay, mut steps) = (it.delay.as_deref(), &it.preprocessing[..]);
+    let (mut polled, mut walk) = (None, None);
     let dependent = match it.kind.as_str() {
         "DEPENDENT" => {
             let (oid, master) = walk_value(it, macros, masters)?;
             (delay, steps) = (master.delay.as_deref(), &it.preprocessing[1..]);
+            walk = it.master_item.as_ref().map(|m| m.key.as_str());
             Some(oid)
         }
         _ => None,
@@ -466,6 +478,7 @@ fn item(
                 }
             };
             write!(t, ", oid = {}, type = {}", q(oid), q(vt)).expect("to a String");
+            polled = Some(oid.to_owned());
         }
         other => {
             return Err(format!(
@@ -517,7 +530,11 @@ fn item(
     // The loader decides: what it refuses is not written (its error says why).
     let probe = format!("[[templates]]\nname = \"probe\"\nitems = [ {t} ]\n");
     match crate::config::parse(&probe) {
-        Ok(_) => Ok(t),
+        Ok(_) => Ok(Written {
+            toml: t,
+            oid: polled,
+            walk,
+        }),
         Err(errors) => Err(errors.first().map_or_else(
             || "refused by the config loader".into(),
             |e| e.message.clone(),
@@ -577,13 +594,13 @@ impl Imported {
                 false => Err("its key repeats an item above".into()),
             };
             match item {
-                Ok(t) => {
+                Ok(w) => {
                     self.items += 1;
-                    first.get_or_insert_with(|| (it.key.as_str(), t.clone()));
-                    writeln!(list, "  {t},").expect("to a String");
-                    if let Some(m) = it.master_item.as_ref().filter(|_| it.kind == "DEPENDENT") {
-                        self.served.insert(m.key.clone());
+                    writeln!(list, "  {},", w.toml).expect("to a String");
+                    if let Some(walk) = w.walk {
+                        self.served.insert(walk.to_owned());
                     }
+                    first.get_or_insert((it.key.as_str(), w.oid));
                 }
                 Err(why) => failed.push((it, why)),
             }
@@ -605,7 +622,7 @@ impl Imported {
             for h in head {
                 writeln!(self.toml, "# {}", comment(h)).expect("to a String");
             }
-            if let Some((key, t)) = first.filter(|_| rows) {
+            if let Some((key, oid)) = first.filter(|_| rows) {
                 let hint = format!(
                     "items = [ {{ key = {}, indices = \"1-48\" }}, ... ]",
                     q(key)
@@ -617,17 +634,15 @@ impl Imported {
                 )
                 .expect("to a String");
                 // The item's column: walking it on a host gives that host's rows.
-                let column = toml::from_str::<toml::Table>(&format!("t = {t}"))
-                    .ok()
-                    .and_then(|v| v["t"].get("oid")?.as_str().map(str::to_owned))
-                    .and_then(|o| {
-                        Some(o.strip_suffix(SNMPINDEX)?.trim_end_matches('.').to_owned())
-                    });
+                let column = oid
+                    .as_deref()
+                    .and_then(|o| o.strip_suffix(SNMPINDEX))
+                    .map(|c| c.trim_end_matches('.'));
                 if let Some(column) = column {
                     writeln!(
                         self.toml,
                         "# a host's rows: netpoller snmp walk --indices -c COMMUNITY HOST {}",
-                        comment(&column)
+                        comment(column)
                     )
                     .expect("to a String");
                 }
