@@ -91,6 +91,9 @@ pub struct DaemonSection {
     pub snmp_concurrent_iterations: usize,
     /// Drop privileges to this user after opening raw sockets (`run --user`). Default: none.
     pub user: Option<String>,
+    /// Where `run` keeps the table rows discovery found (`[[templates.discovery]]`), so
+    /// that a restart polls them at once. Default `./discovered.json`.
+    pub discovery_file: PathBuf,
 }
 
 impl Default for DaemonSection {
@@ -110,6 +113,7 @@ impl Default for DaemonSection {
             icmp_concurrent_sweeps: 2,
             snmp_concurrent_iterations: 2,
             user: None,
+            discovery_file: PathBuf::from("./discovered.json"),
         }
     }
 }
@@ -459,8 +463,12 @@ pub struct ItemEntry {
     pub preprocessing: Option<Vec<PreprocessingEntry>>,
     /// SNMP table rows this item stands for (`"1-48,101"`): one item per index, with
     /// `{#SNMPINDEX}` in its key and as its OID's last arc replaced by the index
-    /// (Zabbix's discovery macro; the rows are listed here, not discovered).
+    /// (Zabbix's discovery macro; the rows are listed here).
     pub indices: Option<String>,
+    /// The discovery rule (`[[templates.discovery]]`, by name) whose rows this item
+    /// with `{#SNMPINDEX}` stands for, on each host: rows found by walking the host's
+    /// agent, instead of `indices`.
+    pub discovery: Option<String>,
 }
 
 /// One preprocessing step of an item.
@@ -487,6 +495,113 @@ pub struct TemplateEntry {
     pub name: String,
     #[serde(default)]
     pub items: Vec<ItemEntry>,
+    /// Tables whose rows the daemon finds on each host (Zabbix's low-level discovery).
+    #[serde(default)]
+    pub discovery: Vec<DiscoveryEntry>,
+}
+
+/// `[[templates.discovery]]`: a table whose rows are found on each host that uses
+/// it by walking one of its columns, as Zabbix's SNMP discovery rule does. Items with
+/// `discovery = NAME` and `{#SNMPINDEX}` are polled for each row found.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoveryEntry {
+    /// Unique in the file; items name it.
+    pub name: String,
+    /// The column walked (ifDescr: `1.3.6.1.2.1.2.2.1.2`): a row is an arc under it.
+    pub oid: String,
+    /// Only rows whose value matches this regular expression (a string as it is,
+    /// binary as Hex-STRING, numbers in decimal), like a Zabbix discovery filter.
+    pub matches: Option<String>,
+    /// How often each host's table is walked again. Default `1h`.
+    #[serde(default = "default_discovery_interval", with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+fn default_discovery_interval() -> Duration {
+    Duration::from_secs(3600)
+}
+
+/// A checked `[[templates.discovery]]` rule.
+#[derive(Debug)]
+pub struct DiscoveryRule {
+    pub name: Arc<str>,
+    pub column: snmp::Oid,
+    pub matches: Option<regex::Regex>,
+    pub interval: Duration,
+}
+
+/// A host whose items stand for the rows of discovery rules: whom the daemon walks.
+#[derive(Debug, Clone)]
+pub struct DiscoveryTarget {
+    pub host: Arc<str>,
+    pub ip: IpAddr,
+    pub snmp: Arc<SnmpParams>,
+    /// The rules its items use, each once.
+    pub rules: Vec<Arc<DiscoveryRule>>,
+}
+
+/// The rows found for each host and discovery rule: host name → rule name → rows
+/// (inclusive, sorted, disjoint ranges). The loader gives the items of a rule one item
+/// per row found; a host with no rows known for a rule has none of its items yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Found(pub HashMap<Arc<str>, HashMap<Arc<str>, Rows>>);
+
+/// Table rows as inclusive, sorted, disjoint ranges.
+pub type Rows = Arc<[(u32, u32)]>;
+
+impl Found {
+    /// The rows known for `host`'s `rule`.
+    pub fn rows(&self, host: &str, rule: &str) -> Option<&Rows> {
+        self.0.get(host)?.get(rule)
+    }
+
+    /// Sets `host`'s `rule` to `rows` (sorted, distinct); whether that changed them.
+    pub fn set(&mut self, host: &Arc<str>, rule: &Arc<str>, rows: &[u32]) -> bool {
+        let ranges: Rows = ranges_of(rows).into();
+        let per_host = self.0.entry(host.clone()).or_default();
+        if per_host.get(rule) == Some(&ranges) {
+            return false;
+        }
+        per_host.insert(rule.clone(), ranges);
+        true
+    }
+
+    /// As a TOML-free text map, for the discovery file: host → rule → `"1-48,101"`.
+    pub fn to_text(
+        &self,
+    ) -> std::collections::BTreeMap<&str, std::collections::BTreeMap<&str, String>> {
+        self.0
+            .iter()
+            .map(|(h, rules)| {
+                let r = rules
+                    .iter()
+                    .map(|(n, rows)| (&**n, format_ranges(rows)))
+                    .collect();
+                (&**h, r)
+            })
+            .collect()
+    }
+
+    /// Reads [`Self::to_text`]'s map back; an unreadable rows value is an error.
+    pub fn from_text(
+        m: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+    ) -> Result<Found, String> {
+        let mut out = HashMap::new();
+        for (h, rules) in m {
+            let mut r = HashMap::new();
+            for (n, rows) in rules {
+                // "": the walk found no rows (which is not an `indices` value).
+                let ranges = match rows.trim() {
+                    "" => Vec::new(),
+                    _ => parse_indices(&rows).map_err(|e| format!("{h}/{n}: {e}"))?,
+                };
+                r.insert(Arc::from(n), Arc::from(ranges));
+            }
+            out.insert(Arc::from(h), r);
+        }
+        Ok(Found(out))
+    }
 }
 
 /// `[[hosts]]`.
@@ -535,6 +650,8 @@ pub struct Config {
     pub snmp: SnmpSection,
     /// Every host of the file, resolved (before `--shard` selection).
     pub hosts: Vec<HostSpec>,
+    /// The hosts whose items stand for discovered rows (before `--shard` selection).
+    pub discovery: Vec<DiscoveryTarget>,
 }
 
 /// One problem in the file.
@@ -579,6 +696,12 @@ impl std::error::Error for ConfigErrors {}
 
 /// Read and validate a config file.
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    load_found(path, &Found::default()).map(|(c, _)| c)
+}
+
+/// [`load`] with the rows discovery has `found`; also returns the file's text (the
+/// daemon re-plans from it when discovery finds other rows).
+pub fn load_found(path: &Path, found: &Found) -> Result<(Config, Arc<str>), ConfigErrors> {
     let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
         source: path.display().to_string(),
         errors: vec![ConfigError {
@@ -587,7 +710,13 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
             message: format!("cannot read: {e}"),
         }],
     })?;
-    let mut cfg = parse(&text).map_err(|errors| ConfigErrors {
+    let cfg = parse_text(path, &text, found)?;
+    Ok((cfg, text.into()))
+}
+
+/// Parses the `text` read from `path` (named in errors).
+pub fn parse_text(path: &Path, text: &str, found: &Found) -> Result<Config, ConfigErrors> {
+    let mut cfg = parse_found(text, found).map_err(|errors| ConfigErrors {
         source: path.display().to_string(),
         errors,
     })?;
@@ -729,8 +858,14 @@ const SECTIONS: &[&str] = &[
     "host_ranges",
 ];
 
-/// Parse and validate config text; on failure, every problem found.
+/// Parse and validate config text; on failure, every problem found. Items of
+/// discovery rules have no rows (see [`parse_found`]).
 pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
+    parse_found(text, &Found::default())
+}
+
+/// [`parse`], with the rows discovery has `found` for the items of discovery rules.
+pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>> {
     let mut table: toml::Table = match text.parse() {
         Ok(t) => t,
         Err(e) => {
@@ -845,7 +980,8 @@ pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
         })
         .collect();
 
-    let resolved = Resolver::new(&mut c, &icmp, &snmp).resolve(&templates, &hosts, &ranges);
+    let (resolved, discovery) =
+        Resolver::new(&mut c, &icmp, &snmp, found).resolve(&templates, &hosts, &ranges);
     if c.errors.is_empty() {
         Ok(Config {
             path: None,
@@ -854,6 +990,7 @@ pub fn parse(text: &str) -> Result<Config, Vec<ConfigError>> {
             icmp,
             snmp,
             hosts: resolved,
+            discovery,
         })
     } else {
         c.errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
@@ -962,6 +1099,8 @@ struct ResolvedEntry {
     pre: Option<Arc<poller::preprocess::Steps>>,
     /// The rows an item with `{#SNMPINDEX}` stands for: inclusive, sorted, disjoint.
     indices: Option<Arc<[(u32, u32)]>>,
+    /// The rule whose rows on each host give `indices` (then `None` until applied).
+    discovery: Option<Arc<DiscoveryRule>>,
 }
 
 /// How many indices these inclusive ranges hold.
@@ -998,15 +1137,27 @@ impl ResolvedEntry {
 /// Sorted, distinct indices as an `indices` value (`"1-48,101"`): runs of consecutive
 /// indices as ranges. [`parse_indices`] reads it back.
 pub fn format_indices(sorted: &[u32]) -> String {
-    let runs = sorted.chunk_by(|a, b| b.checked_sub(*a) == Some(1));
-    let ranges: Vec<String> = runs
-        .map(|run| match run {
-            [one] => one.to_string(),
-            [start, .., end] => format!("{start}-{end}"),
-            [] => String::new(), // chunk_by yields no empty run
+    format_ranges(&ranges_of(sorted))
+}
+
+/// Sorted, distinct indices as inclusive ranges of consecutive ones.
+fn ranges_of(sorted: &[u32]) -> Vec<(u32, u32)> {
+    sorted
+        .chunk_by(|a, b| b.checked_sub(*a) == Some(1))
+        .map(|run| (run[0], run[run.len() - 1]))
+        .collect()
+}
+
+/// Inclusive ranges as an `indices` value.
+pub fn format_ranges(ranges: &[(u32, u32)]) -> String {
+    let parts: Vec<String> = ranges
+        .iter()
+        .map(|&(a, b)| match a == b {
+            true => a.to_string(),
+            false => format!("{a}-{b}"),
         })
         .collect();
-    ranges.join(",")
+    parts.join(",")
 }
 
 /// `indices`: `"1-48,101"` as sorted, disjoint inclusive ranges.
@@ -1066,10 +1217,21 @@ struct Resolver<'c, 'a> {
     pipelines: Vec<Arc<poller::preprocess::Steps>>,
     /// Items the file may still expand to ([`MAX_ITEMS`]).
     items_left: usize,
+    /// Discovery rules by name.
+    rules: HashMap<String, Arc<DiscoveryRule>>,
+    /// The rows discovery has found.
+    found: &'c Found,
+    /// The hosts to walk for their rules' rows.
+    targets: Vec<DiscoveryTarget>,
 }
 
 impl<'c, 'a> Resolver<'c, 'a> {
-    fn new(c: &'c mut Collector<'a>, icmp: &'c IcmpSection, snmp: &'c SnmpSection) -> Self {
+    fn new(
+        c: &'c mut Collector<'a>,
+        icmp: &'c IcmpSection,
+        snmp: &'c SnmpSection,
+        found: &'c Found,
+    ) -> Self {
         Resolver {
             c,
             icmp,
@@ -1079,6 +1241,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
             snmp_usm: usm_of!(snmp),
             pipelines: Vec::new(),
             items_left: MAX_ITEMS,
+            rules: HashMap::new(),
+            found,
+            targets: Vec::new(),
         }
     }
 
@@ -1247,10 +1412,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 );
                 return None;
             }
-            if e.oid.is_some() {
+            if e.oid.is_some() || e.discovery.is_some() {
+                let what = if e.oid.is_some() { "oid" } else { "discovery" };
                 self.c.push(
-                    &at("oid"),
-                    format!("{} is an ICMP key and takes no oid", key.name),
+                    &at(what),
+                    format!("{} is an ICMP key and takes no {what}", key.name),
                 );
                 return None;
             }
@@ -1289,21 +1455,59 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 },
                 pre,
                 indices: None,
+                discovery: None,
             });
         }
-        let indices = match (&e.indices, inherited.and_then(|i| i.indices.clone())) {
-            (Some(s), _) => match parse_indices(s) {
-                Ok(v) => Some(Arc::from(v)),
+        // Own rows (listed or discovered) replace the template item's.
+        let (indices, discovery) = match (&e.indices, &e.discovery) {
+            (Some(_), Some(_)) => {
+                self.c.push(
+                    &at("discovery"),
+                    "an item's rows are listed (indices) or discovered (discovery), not both",
+                );
+                return None;
+            }
+            (Some(s), None) => match parse_indices(s) {
+                Ok(v) => (Some(Arc::from(v)), None),
                 Err(m) => {
                     self.c.push(&at("indices"), m);
                     return None;
                 }
             },
-            (None, inherited) => inherited,
+            (None, Some(name)) => match self.rules.get(name.trim()) {
+                Some(r) => (None, Some(r.clone())),
+                None => {
+                    let mut known: Vec<&String> = self.rules.keys().collect();
+                    known.sort();
+                    self.c.push(
+                        &at("discovery"),
+                        format!("unknown discovery rule {name:?} (defined in [[templates.discovery]]: {known:?})"),
+                    );
+                    return None;
+                }
+            },
+            (None, None) => (
+                inherited.and_then(|i| i.indices.clone()),
+                inherited.and_then(|i| i.discovery.clone()),
+            ),
         };
         let per_row = e.key.contains(SNMPINDEX);
+        if discovery.is_some() && !per_row {
+            self.c.push(
+                &at("discovery"),
+                format!("a discovered item needs {SNMPINDEX} in its key and oid: each row is an item of its own key"),
+            );
+            return None;
+        }
         match (per_row, &indices) {
-            (true, None) if in_template => {}
+            (true, _) if e.itemid.is_some() => {
+                self.c.push(
+                    &at("itemid"),
+                    "an item with indices stands for one item per index: their itemids are derived",
+                );
+                return None;
+            }
+            (true, None) if in_template || discovery.is_some() => {}
             (true, None) => {
                 self.c.push(
                     path,
@@ -1317,13 +1521,6 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     format!(
                         "indices need {SNMPINDEX} in the key: each index is an item of its own key"
                     ),
-                );
-                return None;
-            }
-            (true, _) if e.itemid.is_some() => {
-                self.c.push(
-                    &at("itemid"),
-                    "an item with indices stands for one item per index: their itemids are derived",
                 );
                 return None;
             }
@@ -1389,6 +1586,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             kind: ItemKind::Snmp { oid },
             pre,
             indices,
+            discovery,
         })
     }
 
@@ -1397,7 +1595,18 @@ impl<'c, 'a> Resolver<'c, 'a> {
         templates: &[(usize, TemplateEntry)],
         hosts: &[(usize, HostEntry)],
         ranges: &[(usize, HostRangeEntry)],
-    ) -> Vec<HostSpec> {
+    ) -> (Vec<HostSpec>, Vec<DiscoveryTarget>) {
+        for (i, t) in templates {
+            for (j, d) in t.discovery.iter().enumerate() {
+                let p = [
+                    Seg::Key("templates"),
+                    Seg::Index(*i),
+                    Seg::Key("discovery"),
+                    Seg::Index(j),
+                ];
+                self.rule(&p, d);
+            }
+        }
         for (i, t) in templates {
             let tp = [Seg::Key("templates"), Seg::Index(*i)];
             if self.templates.contains_key(&t.name) {
@@ -1468,8 +1677,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let polls_snmp = base.as_ref().is_some_and(|b| polls_snmp(b));
             let snmp = self.snmp_params(&hp, h.snmp.as_ref(), polls_snmp);
             if let (Some(ip), Some(items), Some(snmp)) = (ip, base, snmp) {
-                out.push(host_spec(name, ip, items, snmp));
-                origins.push(origin);
+                if let Some(items) = self.with_found(&hp, &name, ip, snmp.as_ref(), items) {
+                    out.push(host_spec(name, ip, items, snmp));
+                    origins.push(origin);
+                }
             }
         }
         let mut budget = MAX_RANGE_HOSTS;
@@ -1532,13 +1743,137 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     );
                     break;
                 }
-                out.push(host_spec(name, ip, items.clone(), snmp.clone()));
+                let Some(items) = self.with_found(&rp, &name, ip, snmp.as_ref(), items.clone())
+                else {
+                    break;
+                };
+                out.push(host_spec(name, ip, items, snmp.clone()));
                 origins.push(origin);
             }
         }
         drop(names);
         self.check_itemids(&mut out, &origins);
-        out
+        (out, self.targets)
+    }
+
+    /// Checks a `[[templates.discovery]]` rule and keeps it by its name.
+    fn rule(&mut self, path: &[Seg<'_>], d: &DiscoveryEntry) {
+        let at = |k: &'static str| under(path, [Seg::Key(k)]);
+        let before = self.c.errors.len();
+        let name = d.name.trim();
+        if name.is_empty() {
+            self.c.push(&at("name"), "a discovery rule needs a name");
+        } else if self.rules.contains_key(name) {
+            self.c.push(
+                &at("name"),
+                format!("duplicate discovery rule name {name:?}"),
+            );
+        }
+        let column = match d.oid.trim().parse::<snmp::Oid>() {
+            Ok(o) if o.arcs().count() > 2 && o.arcs().count() < snmp::MAX_ARCS => Some(o),
+            Ok(_) => {
+                self.c.push(
+                    &at("oid"),
+                    format!(
+                        "{:?} is not a table column to walk (ifDescr: 1.3.6.1.2.1.2.2.1.2)",
+                        d.oid
+                    ),
+                );
+                None
+            }
+            Err(m) => {
+                self.c.push(
+                    &at("oid"),
+                    format!(
+                        "{:?} is not a numeric OID like 1.3.6.1.2.1.2.2.1.2: {m}",
+                        d.oid
+                    ),
+                );
+                None
+            }
+        };
+        let matches = match d.matches.as_deref().map(regex::Regex::new).transpose() {
+            Ok(m) => m,
+            Err(e) => {
+                self.c
+                    .push(&at("matches"), format!("not a regular expression: {e}"));
+                None
+            }
+        };
+        if d.interval < Duration::from_secs(60) || d.interval > Duration::from_secs(7 * 86_400) {
+            self.c.push(
+                &at("interval"),
+                format!(
+                    "{} is outside 1m..7d (a walk per host and interval)",
+                    humantime::format_duration(d.interval)
+                ),
+            );
+        }
+        if let (Some(column), true) = (column, self.c.errors.len() == before) {
+            let rule = DiscoveryRule {
+                name: name.into(),
+                column,
+                matches,
+                interval: d.interval,
+            };
+            self.rules.insert(name.to_string(), Arc::new(rule));
+        }
+    }
+
+    /// A host's items with the rows found for their discovery rules (an item of a rule
+    /// with no rows known yet stands for none); the host is listed for its rules to be
+    /// walked. A row whose key another item has is left to that item. `None` when the
+    /// file's item budget is spent.
+    fn with_found(
+        &mut self,
+        path: &[Seg<'_>],
+        host: &Arc<str>,
+        ip: IpAddr,
+        snmp: Option<&Arc<SnmpParams>>,
+        items: Vec<ResolvedEntry>,
+    ) -> Option<Vec<ResolvedEntry>> {
+        let (Some(snmp), true) = (snmp, items.iter().any(|e| e.discovery.is_some())) else {
+            return Some(items);
+        };
+        let mut rules: Vec<Arc<DiscoveryRule>> = Vec::new();
+        let mut keys: HashSet<Arc<str>> = items
+            .iter()
+            .filter(|e| e.discovery.is_none())
+            .flat_map(ResolvedEntry::keys)
+            .collect();
+        let mut added = 0;
+        let mut out = Vec::with_capacity(items.len());
+        for mut e in items {
+            let Some(rule) = e.discovery.take() else {
+                out.push(e);
+                continue;
+            };
+            if !rules.iter().any(|r| Arc::ptr_eq(r, &rule)) {
+                rules.push(rule.clone());
+            }
+            let Some(rows) = self.found.rows(host, &rule.name) else {
+                continue;
+            };
+            let rows: Vec<u32> = rows
+                .iter()
+                .flat_map(|&(a, b)| a..=b)
+                .filter(|&i| keys.insert(e.row_key(i)))
+                .take(MAX_INDICES as usize)
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            added += rows.len();
+            e.indices = Some(ranges_of(&rows).into());
+            out.push(e);
+        }
+        self.targets.push(DiscoveryTarget {
+            host: host.clone(),
+            ip,
+            snmp: snmp.clone(),
+            rules,
+        });
+        self.take_items(path, added, 1).then_some(out)
     }
 
     /// Takes `hosts` × `per_host` items from the file's budget ([`MAX_ITEMS`]), or says
@@ -1696,10 +2031,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
         // A template's item per row whose rows the host has not given (unless its own
         // item for it had an error: that one says what is wrong).
         let own_ok = self.c.errors.len() == before;
-        if let Some(m) = merged
-            .iter()
-            .find(|m| own_ok && m.indices.is_none() && m.key.contains(SNMPINDEX))
-        {
+        if let Some(m) = merged.iter().find(|m| {
+            own_ok && m.indices.is_none() && m.discovery.is_none() && m.key.contains(SNMPINDEX)
+        }) {
             self.c.push(
                 path,
                 format!(
@@ -1805,6 +2139,8 @@ impl Config {
     pub fn take_hosts_for_shard(&mut self, (i, n): (u32, u32)) -> Vec<HostSpec> {
         let mut hosts = std::mem::take(&mut self.hosts);
         hosts.retain(|h| host_in_process_shard(&h.name, i, n));
+        self.discovery
+            .retain(|t| host_in_process_shard(&t.host, i, n));
         hosts
     }
 

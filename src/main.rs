@@ -5,12 +5,14 @@
 
 mod cmd;
 mod config;
+mod discovery;
 mod http;
 mod privdrop;
 mod progress;
 mod telemetry;
 #[cfg(test)]
 mod test_util;
+mod walker;
 
 use clap::{Parser, Subcommand};
 

@@ -49,6 +49,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             for line in icmp_sweeps(&plan, &cfg.daemon) {
                 println!("{line}");
             }
+            if let Some(line) = discovery(&cfg) {
+                println!("{line}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -84,6 +87,27 @@ fn icmp_sweeps(plan: &Plan, daemon: &DaemonSection) -> Vec<String> {
             }
         })
         .collect()
+}
+
+/// What discovery will walk, if anything: the items of its rules are not counted above
+/// (they stand for the rows found on each host).
+fn discovery(cfg: &crate::config::Config) -> Option<String> {
+    let t = &cfg.discovery;
+    let mut rules: Vec<&str> = t
+        .iter()
+        .flat_map(|t| t.rules.iter().map(|r| &*r.name))
+        .collect();
+    rules.sort_unstable();
+    rules.dedup();
+    (!t.is_empty()).then(|| {
+        format!(
+            "discovery: {} rule(s) ({}) walked on {} host(s); their items are planned for the rows found (`run` saves them in {}, `poll-once` walks them first)",
+            rules.len(),
+            rules.join(", "),
+            t.len(),
+            cfg.daemon.discovery_file.display()
+        )
+    })
 }
 
 /// A rate for people: whole numbers from 10 up, one decimal below, two below 1.

@@ -11,7 +11,9 @@ pub mod sweep;
 
 use std::path::PathBuf;
 
-use crate::config::{self, Config, ConfigErrors};
+use std::sync::Arc;
+
+use crate::config::{self, Config, ConfigErrors, Found};
 use poller::daemon::Limits;
 use poller::plan::Plan;
 
@@ -39,15 +41,66 @@ impl PlanArgs {
     /// own, the loader's ~100 MB at 1 M items went to a glibc arena of that thread,
     /// whose free top `malloc_trim` never returns: 170 MiB resident in some starts
     /// against 131 MiB in place; BENCHMARKS.md, run 9.)
-    pub fn load(&self) -> anyhow::Result<Result<(Config, Plan), ConfigErrors>> {
-        let mut cfg = match config::load(&self.config) {
+    ///
+    /// The items of discovery rules stand for the rows `found` gives; with `None`, the
+    /// rows saved in `daemon.discovery_file` (none if it cannot be read, which is
+    /// logged).
+    pub fn load(&self, found: Option<&Found>) -> anyhow::Result<Result<Loaded, ConfigErrors>> {
+        let none = Found::default();
+        let (mut cfg, text) = match config::load_found(&self.config, found.unwrap_or(&none)) {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
+        let found = match found {
+            Some(f) => f.clone(),
+            None if cfg.discovery.is_empty() => none,
+            None => {
+                let saved = match crate::discovery::read_file(&cfg.daemon.discovery_file) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "discovery: the rows saved before are not used (each host is walked again)");
+                        Found::default()
+                    }
+                };
+                if !saved.0.is_empty() {
+                    cfg = match config::parse_text(&self.config, &text, &saved) {
+                        Ok(c) => c,
+                        Err(e) => return Ok(Err(e)),
+                    };
+                }
+                saved
+            }
+        };
+        Ok(Ok(self.plan(cfg, text, found)))
+    }
+
+    /// Builds the plan again from the `text` loaded before, with other rows `found`.
+    pub fn replan(&self, text: Arc<str>, found: &Found) -> Result<Loaded, ConfigErrors> {
+        let cfg = config::parse_text(&self.config, &text, found)?;
+        Ok(self.plan(cfg, text, found.clone()))
+    }
+
+    fn plan(&self, mut cfg: Config, text: Arc<str>, found: Found) -> Loaded {
         let plan = cfg.take_plan(self.shard, trim_heap);
         trim_heap();
-        Ok(Ok((cfg, plan)))
+        Loaded {
+            cfg,
+            plan,
+            text,
+            found,
+        }
     }
+}
+
+/// A config loaded for polling.
+pub struct Loaded {
+    pub cfg: Config,
+    /// This process's plan (its shard's hosts, moved out of `cfg`).
+    pub plan: Plan,
+    /// The file's text, to re-plan from when discovery finds other rows.
+    pub text: Arc<str>,
+    /// The rows the plan's discovered items stand for.
+    pub found: Found,
 }
 
 /// Hands the heap's free pages back to the system (glibc; elsewhere nothing).

@@ -16,6 +16,8 @@ use poller::plan::Engine;
 use poller::preprocess::{Outcome, Preprocessor};
 use poller::value::Value;
 
+use crate::config::format_ranges;
+
 /// Arguments of `netpoller poll-once`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -80,14 +82,52 @@ fn text_line(s: &Sample) -> String {
     )
 }
 
+/// Walks every discovery rule's table on its hosts now and plans their items for the
+/// rows found (a host that does not answer keeps the rows saved by `run`, if any),
+/// saying on stderr what each walk found. The discovery file is not written: that is
+/// the daemon's.
+fn discover(
+    plan: &super::PlanArgs,
+    loaded: super::Loaded,
+) -> Result<super::Loaded, crate::config::ConfigErrors> {
+    let mut found = loaded.found;
+    for (host, rule, rows) in crate::discovery::walk_all(&loaded.cfg.discovery) {
+        match rows {
+            Ok(rows) => {
+                let n = rows.len();
+                let s = if n == 1 { "" } else { "s" };
+                let indices = crate::config::format_indices(&rows);
+                eprintln!("discovery {host} {rule}: {n} row{s} {indices}");
+                found.set(&host, &rule, &rows);
+            }
+            Err(e) => {
+                let kept = match found.rows(&host, &rule) {
+                    Some(r) => format!("the rows `run` saved are polled ({})", format_ranges(r)),
+                    None => "no rows known: its items are not polled".into(),
+                };
+                eprintln!("discovery {host} {rule}: walk failed ({e:#}); {kept}");
+            }
+        }
+    }
+    plan.replan(loaded.text, &found)
+}
+
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (cfg, plan) = match args.plan.load()? {
-        Ok(loaded) => loaded,
+    let loaded = match args.plan.load(None)? {
+        Ok(loaded) if loaded.cfg.discovery.is_empty() => loaded,
+        Ok(loaded) => match discover(&args.plan, loaded) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                eprint!("{e}");
+                return Ok(ExitCode::from(1));
+            }
+        },
         Err(e) => {
             eprint!("{e}");
             return Ok(ExitCode::from(1));
         }
     };
+    let super::Loaded { cfg, plan, .. } = loaded;
     let plan = Arc::new(plan);
     let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
     let has_snmp = plan.tasks.iter().any(|t| t.engine == Engine::Snmp);

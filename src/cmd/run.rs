@@ -11,7 +11,7 @@
 //! with all its errors and the old one keeps running.
 
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -23,7 +23,8 @@ use poller::states::{Changes, ItemStates};
 use poller::trends::{TrendRow, TrendStats, Trends};
 use tokio::sync::{mpsc, watch};
 
-use crate::config::Config;
+use crate::config::{Config, Found};
+use crate::discovery::DiscoveryMetrics;
 
 /// Arguments of `netpoller run`.
 #[derive(clap::Args, Debug)]
@@ -37,7 +38,12 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let (cfg, plan) = match args.plan.load()? {
+    let super::Loaded {
+        cfg,
+        plan,
+        text,
+        found,
+    } = match args.plan.load(None)? {
         Ok(loaded) => loaded,
         Err(e) => {
             eprint!("{e}");
@@ -68,13 +74,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .thread_name("netpoller")
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(daemon(args, cfg, plan, icmp_drivers))
+    rt.block_on(daemon(args, cfg, plan, (text, found), icmp_drivers))
 }
 
 async fn daemon(
     args: Args,
     cfg: Config,
     plan: Plan,
+    (mut text, found): (Arc<str>, Found),
     icmp_drivers: Vec<poller::icmp_driver::IcmpDriver>,
 ) -> anyhow::Result<ExitCode> {
     let (hosts, items) = (plan.hosts.len(), plan.items.len());
@@ -109,6 +116,21 @@ async fn daemon(
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (tx, rx) = poller::engine::channel(cfg.daemon.channel_capacity);
 
+    // Discovery: walks the hosts' tables in the background and asks for a re-plan
+    // (below, with the SIGHUP reloads: one place changes the plan) when rows change.
+    let found = Arc::new(Mutex::new(found));
+    let discovery_metrics = Arc::new(DiscoveryMetrics::default());
+    let (targets_tx, targets_rx) = watch::channel(cfg.discovery.clone());
+    let (replan_tx, mut replan_rx) = mpsc::channel(1);
+    let discovery = tokio::spawn(crate::discovery::run(
+        targets_rx,
+        found.clone(),
+        cfg.daemon.discovery_file.clone(),
+        replan_tx,
+        discovery_metrics.clone(),
+        shutdown_rx.clone(),
+    ));
+
     // Sink consumer: runs the items' preprocessing (counting what it keeps back or
     // fails), follows the items' states (logged, and a gauge), and hands values as rows
     // to the sink.
@@ -121,6 +143,7 @@ async fn daemon(
     } else {
         let listener = crate::http::bind(&cfg.daemon.metrics_listen).await?;
         let (s1, s2, sm) = (shared.clone(), shared.clone(), sink_metrics.clone());
+        let dm = discovery_metrics.clone();
         let sink2 = sink.clone();
         let render = Arc::new(move || {
             let mut out = poller::metrics::Exposition::new();
@@ -131,6 +154,7 @@ async fn daemon(
                 1.0,
             );
             s1.render(&mut out);
+            dm.render(&mut out);
             let mut text = out.finish();
             sm.render_prometheus(&mut text);
             text
@@ -203,11 +227,30 @@ async fn daemon(
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 let wanted = |rate| icmp_thread_count(rate, icmp_sockets, cores);
-                reload(&args, &cfg, &shared, icmp_threads, wanted)
+                let rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(l) = reload(&args, &cfg, &shared, icmp_threads, wanted, &rows) {
+                    text = l.text;
+                    let _ = targets_tx.send(l.cfg.discovery);
+                }
+            }
+            Some(()) = replan_rx.recv() => {
+                let rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                match args.plan.replan(text.clone(), &rows) {
+                    Ok(l) => {
+                        let (h, i) = (l.plan.hosts.len(), l.plan.items.len());
+                        shared.reload(l.plan);
+                        tracing::info!(hosts = h, items = i, "discovery: plan rebuilt for the rows found");
+                    }
+                    Err(e) => {
+                        shared.reloads_failed.inc();
+                        tracing::error!("discovery: the rows found were refused, the plan stays as it was:\n{e}");
+                    }
+                }
             }
         }
     }
     let _ = shutdown_tx.send(true);
+    let _ = discovery.await;
     // Engines end once their running iterations reached their deadline.
     for (engine, thread) in engines {
         match tokio::task::spawn_blocking(move || thread.join()).await {
@@ -282,16 +325,20 @@ fn icmp_thread_count(probe_rate: f64, sockets: usize, cores: usize) -> usize {
 
 /// Loads the config again and swaps the plan in; the ICMP thread count stays (threads
 /// are started once): `wanted(rate)` says how many the new rate would have started.
+/// Returns what was loaded (the plan moved out), or `None` when nothing changed.
 fn reload(
     args: &Args,
     running: &Config,
     shared: &Shared,
     icmp_threads: usize,
     wanted: impl Fn(f64) -> usize,
-) {
-    match args.plan.load() {
-        Ok(Ok((cfg, plan))) => {
-            let fixed = restart_only_changes(running, &cfg);
+    found: &Found,
+) -> Option<super::Loaded> {
+    match args.plan.load(Some(found)) {
+        Ok(Ok(mut loaded)) => {
+            let cfg = &loaded.cfg;
+            let plan = std::mem::take(&mut loaded.plan);
+            let fixed = restart_only_changes(running, cfg);
             if !fixed.is_empty() {
                 tracing::warn!(
                     keys = %fixed.join(", "),
@@ -311,14 +358,17 @@ fn reload(
             }
             shared.reload(plan);
             tracing::info!(hosts = h, items = i, "SIGHUP: configuration reloaded");
+            Some(loaded)
         }
         Ok(Err(e)) => {
             shared.reloads_failed.inc();
             tracing::error!("SIGHUP: new configuration rejected, the old one keeps running:\n{e}");
+            None
         }
         Err(e) => {
             shared.reloads_failed.inc();
             tracing::error!(error = %e, "SIGHUP: reload failed, the old configuration keeps running");
+            None
         }
     }
 }
@@ -344,6 +394,7 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
         icmp_concurrent_sweeps,
         snmp_concurrent_iterations,
         user,
+        discovery_file,
     } = &running.daemon;
     let n = &new.daemon;
     [
@@ -380,6 +431,7 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
             *snmp_concurrent_iterations != n.snmp_concurrent_iterations,
         ),
         ("daemon.user", *user != n.user),
+        ("daemon.discovery_file", *discovery_file != n.discovery_file),
         ("[clickhouse]", running.clickhouse != new.clickhouse),
         ("icmp.max_pps", running.icmp.max_pps != new.icmp.max_pps),
         ("snmp.max_pps", running.snmp.max_pps != new.snmp.max_pps),

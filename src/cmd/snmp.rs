@@ -11,15 +11,17 @@
 //! net-snmp's (`-u -l -a -A -x -X -n`) and checked like the config's.
 
 use std::io::Write;
-use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use poller::snmp_driver::{SnmpDriver, SnmpDriverOptions, SnmpHostJob};
-use snmp::v3::{Engine, ReportKind, UsmUser, V3Message};
-use snmp::{Message, Oid, PduType, VarValue, Version, Walk};
+use snmp::v3::UsmUser;
+use snmp::{Oid, VarValue, Version};
+
+use crate::walker::{self, Target};
 
 /// Arguments of `netpoller snmp`.
 #[derive(clap::Args, Debug)]
@@ -248,40 +250,14 @@ fn print_value(out: &mut impl Write, json: bool, oid: &str, v: &VarValue) -> std
                 }
                 VarValue::Counter64(n) => serde_json::json!(n),
                 VarValue::Null => serde_json::Value::Null,
-                v => value_text(v).map_or(serde_json::Value::Null, serde_json::Value::String),
+                v => {
+                    walker::value_text(v).map_or(serde_json::Value::Null, serde_json::Value::String)
+                }
             };
             serde_json::json!({ "oid": oid, "type": v.net_snmp_type().unwrap_or("NULL"), "value": value })
         }
     };
     writeln!(out, "{obj}")
-}
-
-/// A value as text, for `--matches` (`None`: an exception, which never matches).
-fn value_text(v: &VarValue) -> Option<String> {
-    Some(match v {
-        VarValue::Integer(i) => i.to_string(),
-        VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n.to_string(),
-        VarValue::Counter64(n) => n.to_string(),
-        VarValue::OctetString(s) if snmp::is_net_snmp_printable(s) => {
-            String::from_utf8_lossy(s.strip_suffix(&[0]).unwrap_or(s)).into_owned()
-        }
-        VarValue::OctetString(s) | VarValue::Opaque(s) => snmp::hex_string(s),
-        VarValue::Oid(o) => o.to_string(),
-        VarValue::IpAddress(a) => a.to_string(),
-        _ => return None,
-    })
-}
-
-/// The row of a walked column's `oid`: its one arc under the walk's root, which has
-/// `root_arcs` arcs.
-fn row_index(oid: &Oid, root_arcs: usize) -> anyhow::Result<u32> {
-    let under: Vec<u32> = oid.arcs().skip(root_arcs).collect();
-    match under[..] {
-        [i] => Ok(i),
-        _ => bail!(
-            "{oid}: the row under the walked column is {under:?}, not one index (walk one column of a table indexed by one integer, e.g. ifDescr 1.3.6.1.2.1.2.2.1.2)"
-        ),
-    }
 }
 
 fn print_error(out: &mut impl Write, json: bool, oid: &str, err: &str) -> std::io::Result<()> {
@@ -350,57 +326,16 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-fn random_id() -> i32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(std::process::id());
-    (h.finish() as i32) & 0x7fff_ffff
-}
-
 fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     let c = &a.common;
-    let addr = c.addr()?;
-    let bind: SocketAddr = if addr.is_ipv4() {
-        "0.0.0.0:0".parse()?
-    } else {
-        "[::]:0".parse()?
-    };
-    let sock = UdpSocket::bind(bind).context("binding a UDP socket")?;
-    // Connected: the kernel drops datagrams from any other source.
-    sock.connect(addr)
-        .with_context(|| format!("connecting to {addr}"))?;
-    let root = a.oid.strip_prefix('.').unwrap_or(&a.oid);
-    let mut w = match root.parse::<u32>() {
-        Ok(arc) => Walk::new_top(arc, c.version, a.max_repetitions),
-        Err(_) => Some(Walk::new(
-            a.oid
-                .parse::<Oid>()
-                .with_context(|| format!("OID {:?}", a.oid))?,
-            c.version,
-            a.max_repetitions,
-        )),
-    }
-    .with_context(|| format!("OID {:?}: the first arc must be 0, 1 or 2", a.oid))?;
-    let mut out = std::io::stdout().lock();
-    let mut id = random_id();
-    let (mut req, mut rbuf) = (Vec::with_capacity(1500), vec![0u8; 65_536]);
-    let (mut mac, mut plain) = (Vec::new(), Vec::new());
-    // SNMPv3 encryption salts: a random start, one up per request.
-    let mut salt = random_id() as u64 ^ (u64::from(std::process::id()) << 32);
-    let mut engine = match c.usm_user()? {
-        Some(user) => {
-            id = id.wrapping_add(1) & 0x7fff_ffff;
-            snmp::v3::encode_discovery(&mut req, id);
-            let found = exchange(&sock, &req, c, &mut rbuf, |bytes| {
-                let m = V3Message::decode(bytes).ok()?;
-                (m.msg_id == id && !m.engine_id.is_empty())
-                    .then(|| (m.engine_id.to_vec(), m.boots, m.time))
-            })?;
-            let (eid, boots, time) =
-                found.with_context(|| format!("timeout: no response from {addr}"))?;
-            Some(Engine::new(user, &eid, boots, time, Instant::now()))
-        }
-        None => None,
+    let t = Target {
+        addr: c.addr()?,
+        version: c.version,
+        community: Arc::from(c.community.as_str()),
+        usm: c.usm_user()?,
+        timeout: c.timeout,
+        retries: c.retries,
+        max_repetitions: a.max_repetitions,
     };
     let matches = a
         .matches
@@ -408,75 +343,17 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         .map(regex::Regex::new)
         .transpose()
         .context("--matches")?;
-    let mut count = 0usize;
-    // With --indices: the rows found, and the arcs of the column walked.
-    let mut rows = match a.indices {
-        true => match a.oid.parse::<Oid>() {
-            Ok(col) if col.arcs().count() > 2 => Some((Vec::new(), col.arcs().count())),
+    let mut out = std::io::stdout().lock();
+    if a.indices {
+        let column = match a.oid.parse::<Oid>() {
+            Ok(col) if col.arcs().count() > 2 => col,
             _ => bail!(
                 "--indices: {:?} is not a table column to walk (ifDescr: 1.3.6.1.2.1.2.2.1.2)",
                 a.oid
             ),
-        },
-        false => None,
-    };
-    // Bound the walk (an agent could serve an endless table); 10 million OIDs is plenty.
-    while !w.is_done() && count < 10_000_000 {
-        // One resend after the agent's clock report (it rebooted, or its discovery
-        // report had no clock): v3_pdu has taken the clock the report authenticated.
-        let mut resynced = false;
-        let answered = loop {
-            id = id.wrapping_add(1) & 0x7fff_ffff;
-            req.clear();
-            match engine.as_mut() {
-                Some(e) => {
-                    w.next_request_v3(&mut req, e, &mut salt, Instant::now(), id)
-                        .context("the privacy key does not fit its cipher")?;
-                }
-                None => w.next_request(&mut req, c.community.as_bytes(), id),
-            }
-            let answered = exchange(&sock, &req, c, &mut rbuf, |bytes| {
-                // Foreign, stale or forged datagrams are skipped, not fatal.
-                let Some(e) = engine.as_mut() else {
-                    let m = Message::decode(bytes).ok()?;
-                    return (w.matches(&m) && m.community == c.community.as_bytes())
-                        .then(|| w.handle_response(&m).map_err(|e| (e.to_string(), None)));
-                };
-                match v3_pdu(bytes, e, id, &mut mac, &mut plain)? {
-                    Ok(m) if w.matches(&m) => {
-                        Some(w.handle_response(&m).map_err(|e| (e.to_string(), None)))
-                    }
-                    Ok(_) => None,
-                    Err(kind) => Some(Err((format!("SNMPv3 {kind}"), Some(kind)))),
-                }
-            })?;
-            match answered {
-                Some(Err((_, Some(ReportKind::NotInTimeWindow)))) if !resynced => resynced = true,
-                other => break other.map(|r| r.map_err(|(text, _)| text)),
-            }
         };
-        match answered {
-            None => bail!("timeout: no response from {addr}"),
-            Some(Err(e)) => bail!("{addr}: {e}"),
-            Some(Ok(vbs)) => {
-                for (oid, v) in vbs {
-                    if let Some(m) = &matches {
-                        if !value_text(&v).is_some_and(|t| m.is_match(&t)) {
-                            continue;
-                        }
-                    }
-                    count += 1;
-                    match &mut rows {
-                        Some((rows, root_arcs)) => rows.push(row_index(&oid, *root_arcs)?),
-                        None => print_value(&mut out, c.json, &oid.to_string(), &v)?,
-                    }
-                }
-            }
-        }
-    }
-    if let Some((mut rows, _)) = rows {
-        rows.sort_unstable();
-        rows.dedup();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let rows = walker::table_rows(&t, &column, matches.as_ref(), &stop)?;
         let indices = crate::config::format_indices(&rows);
         match c.json {
             true => writeln!(
@@ -493,7 +370,18 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if count == 0 && !c.json {
+    let mut printed = 0usize;
+    walker::walk(&t, &a.oid, |oid, v| {
+        if matches
+            .as_ref()
+            .is_none_or(|m| walker::value_text(&v).is_some_and(|t| m.is_match(&t)))
+        {
+            printed += 1;
+            print_value(&mut out, c.json, &oid.to_string(), &v)?;
+        }
+        Ok(())
+    })?;
+    if printed == 0 && !c.json {
         writeln!(
             out,
             "{} = No Such Object available on this agent at this OID",
@@ -501,79 +389,6 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// Sends `req` and waits for a datagram `accept` takes, resending after each timeout
-/// (`-t`, `-r`); `None` when every attempt timed out.
-fn exchange<T>(
-    sock: &UdpSocket,
-    req: &[u8],
-    c: &Common,
-    rbuf: &mut [u8],
-    mut accept: impl FnMut(&[u8]) -> Option<T>,
-) -> anyhow::Result<Option<T>> {
-    let addr = sock.peer_addr()?;
-    for _ in 0..=c.retries {
-        sock.send(req)
-            .with_context(|| format!("sending to {addr}"))?;
-        let deadline = Instant::now() + c.timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            sock.set_read_timeout(Some(left))?;
-            let n = match sock.recv(rbuf) {
-                Ok(n) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    break
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    bail!("{addr}: port unreachable (nothing listens there)")
-                }
-                Err(e) => return Err(e).context("receiving"),
-            };
-            if let Some(t) = accept(&rbuf[..n]) {
-                return Ok(Some(t));
-            }
-        }
-    }
-    Ok(None)
-}
-
-/// The PDU of an SNMPv3 answer to request `id` from `engine`: a Response at the user's
-/// level that authenticates (the engine's clock then follows it), or the kind of a
-/// Report. `None` for anything else (skipped, as a foreign datagram is).
-fn v3_pdu<'b>(
-    bytes: &'b [u8],
-    engine: &mut Engine,
-    id: i32,
-    mac: &mut Vec<u8>,
-    plain: &'b mut Vec<u8>,
-) -> Option<Result<Message<'b>, ReportKind>> {
-    let m = V3Message::decode(bytes).ok()?;
-    let user = engine.user().clone();
-    let authentic = m.verify(bytes, engine, mac);
-    if m.msg_id != id || (m.flags & snmp::v3::FLAG_AUTH != 0 && !authentic) {
-        return None;
-    }
-    let pdu = m.scoped_pdu(Some(engine), plain).ok()?.pdu;
-    if pdu.pdu_type == PduType::Report {
-        let kind = ReportKind::of(&pdu);
-        if kind == ReportKind::NotInTimeWindow && authentic {
-            // The engine's own word on its clock (RFC 3414 §4's second step).
-            engine.set_clock(m.boots, m.time, Instant::now());
-        }
-        return Some(Err(kind));
-    }
-    let taken = pdu.pdu_type == PduType::Response
-        && snmp::v3::accept_response(&user, Some(engine), &m, authentic, Instant::now());
-    taken.then_some(Ok(pdu))
 }
 
 /// (user, system) CPU time of this process.

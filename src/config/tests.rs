@@ -828,3 +828,225 @@ templates = ["if"]
         assert!(e.message.contains(says), "{items}: {e}");
     }
 }
+
+const DISCOVERED: &str = r#"
+[[templates]]
+name = "if"
+discovery = [
+  { name = "ports", oid = "1.3.6.1.2.1.2.2.1.2", matches = "^(Gi|Te)" },
+  { name = "all", oid = ".1.3.6.1.2.1.2.2.1.2", interval = "2h" },
+]
+items = [
+  { key = "in[{#SNMPINDEX}]", oid = "1.3.6.1.2.1.31.1.1.1.6.{#SNMPINDEX}", type = "uint", interval = "1m", discovery = "ports" },
+  { key = "descr[{#SNMPINDEX}]", oid = "1.3.6.1.2.1.2.2.1.2.{#SNMPINDEX}", type = "str", interval = "1h", discovery = "all" },
+  { key = "in[3]", oid = "1.3.6.1.2.1.31.1.1.1.6.3", type = "uint", interval = "1m" },
+  { key = "icmpping", interval = "1m" },
+]
+
+[[hosts]]
+name = "sw-1"
+ip = "127.0.20.1"
+templates = ["if"]
+
+[[host_ranges]]
+cidr = "127.0.30.0/30"
+templates = ["if"]
+"#;
+
+fn found(rows: &[(&str, &str, &[u32])]) -> Found {
+    let mut f = Found::default();
+    for (h, r, rows) in rows {
+        f.set(&Arc::from(*h), &Arc::from(*r), rows);
+    }
+    f
+}
+
+fn keys(cfg: &Config, host: &str) -> Vec<String> {
+    let h = cfg.hosts.iter().find(|h| &*h.name == host).unwrap();
+    let mut k: Vec<String> = h.items.iter().map(|i| i.key.to_string()).collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn discovered_rows_stand_for_items_as_listed_ones_do() {
+    // Before any walk: the rules' items stand for no rows; every SNMP host is a target.
+    let cfg = parse(DISCOVERED).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(keys(&cfg, "sw-1"), ["icmpping", "in[3]"]);
+    let targets: Vec<(&str, Vec<&str>)> = cfg
+        .discovery
+        .iter()
+        .map(|t| (&*t.host, t.rules.iter().map(|r| &*r.name).collect()))
+        .collect();
+    assert_eq!(
+        targets,
+        [
+            ("sw-1", vec!["ports", "all"]),
+            ("127.0.30.1", vec!["ports", "all"]),
+            ("127.0.30.2", vec!["ports", "all"]),
+        ]
+    );
+    let rule = &cfg.discovery[0].rules[0];
+    assert_eq!(rule.column.to_string(), ".1.3.6.1.2.1.2.2.1.2");
+    assert!(rule.matches.as_ref().unwrap().is_match("Gi0/1"));
+    assert_eq!(
+        cfg.discovery[0].rules[1].interval,
+        Duration::from_secs(7200)
+    );
+    assert_eq!(rule.interval, Duration::from_secs(3600), "default");
+
+    // With rows found: one item per row, per host; a row whose key another item has
+    // (in[3]) is left to that item.
+    let f = found(&[
+        ("sw-1", "ports", &[1, 2, 3]),
+        ("sw-1", "all", &[1, 2, 3, 4]),
+        ("127.0.30.2", "ports", &[7]),
+    ]);
+    let cfg = parse_found(DISCOVERED, &f).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(
+        keys(&cfg, "sw-1"),
+        ["descr[1]", "descr[2]", "descr[3]", "descr[4]", "icmpping", "in[1]", "in[2]", "in[3]"]
+    );
+    assert_eq!(keys(&cfg, "127.0.30.1"), ["icmpping", "in[3]"]);
+    assert_eq!(keys(&cfg, "127.0.30.2"), ["icmpping", "in[3]", "in[7]"]);
+    let sw1 = &cfg.hosts[0];
+    let in2 = sw1.items.iter().find(|i| &*i.key == "in[2]").unwrap();
+    assert_eq!(in2.interval_ms, 60_000);
+    assert!(
+        matches!(&in2.kind, ItemKind::Snmp { oid } if oid.to_string() == ".1.3.6.1.2.1.31.1.1.1.6.2")
+    );
+    // The same itemid as the row listed with indices: history continues either way.
+    let listed = DISCOVERED.replace(
+        "templates = [\"if\"]\n\n[[host_ranges]]",
+        "templates = [\"if\"]\nitems = [{ key = \"in[{#SNMPINDEX}]\", indices = \"2\" }]\n\n[[host_ranges]]",
+    );
+    let cfg2 = parse_found(&listed, &f).unwrap_or_else(|e| panic!("{e:#?}"));
+    let in2_listed = cfg2.hosts[0]
+        .items
+        .iter()
+        .find(|i| &*i.key == "in[2]")
+        .unwrap();
+    assert_eq!(in2_listed.itemid, in2.itemid);
+    // A host's own indices replace the rule for that item: only row 2, and sw-1 is
+    // still walked for the other rule only.
+    assert_eq!(
+        keys(&cfg2, "sw-1"),
+        ["descr[1]", "descr[2]", "descr[3]", "descr[4]", "icmpping", "in[2]", "in[3]"]
+    );
+    let rules: Vec<&str> = cfg2.discovery[0].rules.iter().map(|r| &*r.name).collect();
+    assert_eq!(rules, ["all"]);
+
+    // A process shard walks its own hosts only.
+    let mut cfg = parse(DISCOVERED).unwrap();
+    let _ = cfg.take_hosts_for_shard((0, 2));
+    let mut other = parse(DISCOVERED).unwrap();
+    let _ = other.take_hosts_for_shard((1, 2));
+    assert_eq!(cfg.discovery.len() + other.discovery.len(), 3);
+    assert!(cfg
+        .discovery
+        .iter()
+        .all(|t| other.discovery.iter().all(|o| o.host != t.host)));
+}
+
+#[test]
+fn discovery_mistakes_are_reported_at_their_key() {
+    let with = |rule: &str, item: &str| {
+        format!("[[templates]]\nname = \"t\"\ndiscovery = [ {rule} ]\nitems = [ {item} ]\n")
+    };
+    let rule = r#"{ name = "r", oid = "1.3.6.1.2.1.2.2.1.2" }"#;
+    let item = r#"{ key = "x[{#SNMPINDEX}]", oid = "1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}", type = "uint", interval = "1m", discovery = "r" }"#;
+    parse(&with(rule, item)).unwrap_or_else(|e| panic!("{e:#?}"));
+    for (rule_, item_, at, says) in [
+        (
+            rule,
+            &item.replace("\"r\"", "\"q\"")[..],
+            "templates[0].items[0].discovery",
+            "unknown discovery rule \"q\"",
+        ),
+        (
+            rule,
+            &item.replace("[{#SNMPINDEX}]\"", "\"")[..],
+            "templates[0].items[0].discovery",
+            "needs {#SNMPINDEX}",
+        ),
+        (
+            rule,
+            &item.replace("discovery = \"r\"", "discovery = \"r\", indices = \"1\"")[..],
+            "templates[0].items[0].discovery",
+            "not both",
+        ),
+        (
+            &rule.replace("1.3.6.1.2.1.2.2.1.2", "1.3")[..],
+            item,
+            "templates[0].discovery[0].oid",
+            "not a table column",
+        ),
+        (
+            &rule.replace("1.3.6.1.2.1.2.2.1.2", "ifDescr")[..],
+            item,
+            "templates[0].discovery[0].oid",
+            "not a numeric OID",
+        ),
+        (
+            &rule.replace(" }", ", matches = \"(\" }")[..],
+            item,
+            "templates[0].discovery[0].matches",
+            "not a regular expression",
+        ),
+        (
+            &rule.replace(" }", ", interval = \"10s\" }")[..],
+            item,
+            "templates[0].discovery[0].interval",
+            "outside 1m..7d",
+        ),
+        (
+            rule,
+            r#"{ key = "icmpping", interval = "1m", discovery = "r" }"#,
+            "templates[0].items[0].discovery",
+            "ICMP key",
+        ),
+    ] {
+        let errs = errs(&with(rule_, item_));
+        // An unknown rule's item is left out, so nothing else is said.
+        let e = errs
+            .iter()
+            .find(|e| e.path == at)
+            .unwrap_or_else(|| panic!("{at}: {errs:#?}"));
+        assert!(e.message.contains(says), "{e}");
+    }
+    // Rule names are the file's: the same name in two templates is refused.
+    let twice = format!(
+        "{}[[templates]]\nname = \"u\"\ndiscovery = [ {rule} ]\n",
+        with(rule, item)
+    );
+    let e = one_err(&twice);
+    assert_eq!(e.path, "templates[1].discovery[0].name", "{e}");
+    // A host item may name a rule (of any template) for its own key.
+    let host = format!(
+        "{}[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ {} ]\n",
+        with(rule, item),
+        item.replace("x[", "y[")
+    );
+    let cfg = parse_found(&host, &found(&[("h", "r", &[5])])).unwrap();
+    assert_eq!(keys(&cfg, "h"), ["y[5]"]);
+}
+
+#[test]
+fn found_rows_are_written_as_ranges_and_read_back() {
+    let f = found(&[("a", "r", &[1, 2, 3, 7]), ("b", "r", &[]), ("b", "s", &[9])]);
+    let text = f.to_text();
+    assert_eq!(text["a"]["r"], "1-3,7");
+    assert_eq!(text["b"]["r"], "");
+    let owned = text
+        .iter()
+        .map(|(h, r)| {
+            let r = r.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+            (h.to_string(), r)
+        })
+        .collect();
+    assert_eq!(Found::from_text(owned).unwrap(), f);
+    // Setting the same rows again is no change.
+    let mut g = f.clone();
+    assert!(!g.set(&Arc::from("a"), &Arc::from("r"), &[1, 2, 3, 7]));
+    assert!(g.set(&Arc::from("a"), &Arc::from("r"), &[1, 2, 3]));
+}

@@ -69,23 +69,24 @@ pub fn netpoller() -> Command {
 /// `netpoller poll-once --json [args] -c cfg`: its lines, parsed (the command must
 /// succeed).
 pub fn poll_once_json(cfg: &Path, args: &[&str]) -> Vec<serde_json::Value> {
-    let out = netpoller()
-        .args(["poll-once", "--json", "--quiet"])
-        .args(args)
-        .arg("-c")
-        .arg(cfg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (out, _) = succeeds(
+        netpoller()
+            .args(["poll-once", "--json", "--quiet"])
+            .args(args)
+            .arg("-c")
+            .arg(cfg),
     );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
+    out.lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// Runs `cmd`, which must succeed: its (stdout, stderr).
+pub fn succeeds(cmd: &mut Command) -> (String, String) {
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{cmd:?} failed:\n{err}");
+    (String::from_utf8(out.stdout).unwrap(), err)
 }
 
 /// The line of item `key` among poll-once's `lines`.

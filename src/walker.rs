@@ -1,0 +1,292 @@
+//! Walking one agent's subtree: GETBULK (v2c, v3) or GETNEXT (v1), one request at a time
+//! over a connected UDP socket (the kernel drops datagrams from any other source); for
+//! v3 the agent's engine is discovered first. `netpoller snmp walk` prints what it
+//! finds; discovery ([`crate::discovery`]) reads a table's rows with [`table_rows`].
+//!
+//! Invariants: a walk ends (the snmp crate's [`Walk`] stops at the subtree's end, on a
+//! non-increasing OID and on endOfMibView; at most [`MAX_VARBINDS`] varbinds are taken);
+//! each request waits at most `timeout × (retries + 1)`; foreign, stale or forged
+//! datagrams are skipped, never taken as the answer.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use snmp::v3::{Engine, ReportKind, UsmUser, V3Message};
+use snmp::{Message, Oid, PduType, VarValue, Version, Walk};
+
+/// Most varbinds one walk takes: an agent could serve an endless table.
+pub const MAX_VARBINDS: usize = 10_000_000;
+
+/// Whom to walk, and how. `Debug` shows no community or key.
+#[derive(Clone)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub version: Version,
+    pub community: Arc<str>,
+    /// The SNMPv3 user; `Some` exactly for v3.
+    pub usm: Option<Arc<UsmUser>>,
+    /// Per attempt.
+    pub timeout: Duration,
+    /// Resends after the first attempt.
+    pub retries: u32,
+    /// GETBULK max-repetitions (v2c, v3).
+    pub max_repetitions: u32,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("addr", &self.addr)
+            .field("version", &self.version)
+            .field("usm", &self.usm)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Target {
+    /// A configured host's agent, as the daemon polls it.
+    pub fn of_host(ip: std::net::IpAddr, p: &poller::plan::SnmpParams) -> Target {
+        Target {
+            addr: SocketAddr::new(ip, p.port),
+            version: p.version,
+            community: p.community.clone(),
+            usm: p.usm.clone(),
+            timeout: p.timeout,
+            retries: p.retries,
+            max_repetitions: 10,
+        }
+    }
+}
+
+/// Walks the subtree under `root` (numeric, leading dot optional; one arc such as `1`
+/// walks all of it), calling `each` with every varbind in order. Returns how many there
+/// were. Fails on a timeout, an agent's error status, or an error `each` returns.
+pub fn walk(
+    t: &Target,
+    root: &str,
+    mut each: impl FnMut(Oid, VarValue) -> anyhow::Result<()>,
+) -> anyhow::Result<usize> {
+    let addr = t.addr;
+    let bind: SocketAddr = if addr.is_ipv4() {
+        "0.0.0.0:0".parse()?
+    } else {
+        "[::]:0".parse()?
+    };
+    let sock = UdpSocket::bind(bind).context("binding a UDP socket")?;
+    // Connected: the kernel drops datagrams from any other source.
+    sock.connect(addr)
+        .with_context(|| format!("connecting to {addr}"))?;
+    let bare = root.strip_prefix('.').unwrap_or(root);
+    let mut w = match bare.parse::<u32>() {
+        Ok(arc) => Walk::new_top(arc, t.version, t.max_repetitions),
+        Err(_) => Some(Walk::new(
+            root.parse::<Oid>()
+                .with_context(|| format!("OID {root:?}"))?,
+            t.version,
+            t.max_repetitions,
+        )),
+    }
+    .with_context(|| format!("OID {root:?}: the first arc must be 0, 1 or 2"))?;
+    let mut id = random_id();
+    let (mut req, mut rbuf) = (Vec::with_capacity(1500), vec![0u8; 65_536]);
+    let (mut mac, mut plain) = (Vec::new(), Vec::new());
+    // SNMPv3 encryption salts: a random start, one up per request.
+    let mut salt = random_id() as u64 ^ (u64::from(std::process::id()) << 32);
+    let mut engine = match &t.usm {
+        Some(user) => {
+            id = id.wrapping_add(1) & 0x7fff_ffff;
+            snmp::v3::encode_discovery(&mut req, id);
+            let found = exchange(&sock, &req, t, &mut rbuf, |bytes| {
+                let m = V3Message::decode(bytes).ok()?;
+                (m.msg_id == id && !m.engine_id.is_empty())
+                    .then(|| (m.engine_id.to_vec(), m.boots, m.time))
+            })?;
+            let (eid, boots, time) =
+                found.with_context(|| format!("timeout: no response from {addr}"))?;
+            Some(Engine::new(user.clone(), &eid, boots, time, Instant::now()))
+        }
+        None => None,
+    };
+    let mut count = 0usize;
+    while !w.is_done() && count < MAX_VARBINDS {
+        // One resend after the agent's clock report (it rebooted, or its discovery
+        // report had no clock): v3_pdu has taken the clock the report authenticated.
+        let mut resynced = false;
+        let answered = loop {
+            id = id.wrapping_add(1) & 0x7fff_ffff;
+            req.clear();
+            match engine.as_mut() {
+                Some(e) => {
+                    w.next_request_v3(&mut req, e, &mut salt, Instant::now(), id)
+                        .context("the privacy key does not fit its cipher")?;
+                }
+                None => w.next_request(&mut req, t.community.as_bytes(), id),
+            }
+            let answered = exchange(&sock, &req, t, &mut rbuf, |bytes| {
+                // Foreign, stale or forged datagrams are skipped, not fatal.
+                let Some(e) = engine.as_mut() else {
+                    let m = Message::decode(bytes).ok()?;
+                    return (w.matches(&m) && m.community == t.community.as_bytes())
+                        .then(|| w.handle_response(&m).map_err(|e| (e.to_string(), None)));
+                };
+                match v3_pdu(bytes, e, id, &mut mac, &mut plain)? {
+                    Ok(m) if w.matches(&m) => {
+                        Some(w.handle_response(&m).map_err(|e| (e.to_string(), None)))
+                    }
+                    Ok(_) => None,
+                    Err(kind) => Some(Err((format!("SNMPv3 {kind}"), Some(kind)))),
+                }
+            })?;
+            match answered {
+                Some(Err((_, Some(ReportKind::NotInTimeWindow)))) if !resynced => resynced = true,
+                other => break other.map(|r| r.map_err(|(text, _)| text)),
+            }
+        };
+        match answered {
+            None => bail!("timeout: no response from {addr}"),
+            Some(Err(e)) => bail!("{addr}: {e}"),
+            Some(Ok(vbs)) => {
+                for (oid, v) in vbs {
+                    count += 1;
+                    each(oid, v)?;
+                }
+            }
+        }
+    }
+    Ok(count)
+}
+
+/// The rows of a table column: each varbind's one arc under `column`, for the values
+/// `matches` takes (all without it), sorted and distinct. A column of a table indexed
+/// by more than one arc is refused (its rows are not one number). `stop` ends the
+/// walk between two answers.
+pub fn table_rows(
+    t: &Target,
+    column: &Oid,
+    matches: Option<&regex::Regex>,
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<Vec<u32>> {
+    let root_arcs = column.arcs().count();
+    let mut rows = Vec::new();
+    walk(t, &column.to_string(), |oid, v| {
+        anyhow::ensure!(!stop.load(std::sync::atomic::Ordering::Relaxed), "stopped");
+        if matches.is_none_or(|m| value_text(&v).is_some_and(|t| m.is_match(&t))) {
+            rows.push(row_index(&oid, root_arcs)?);
+        }
+        Ok(())
+    })?;
+    rows.sort_unstable();
+    rows.dedup();
+    Ok(rows)
+}
+
+/// A value as text, for a row filter (`None`: an exception, which never matches): a
+/// printable string as it is, binary as Hex-STRING, numbers in decimal.
+pub fn value_text(v: &VarValue) -> Option<String> {
+    Some(match v {
+        VarValue::Integer(i) => i.to_string(),
+        VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n.to_string(),
+        VarValue::Counter64(n) => n.to_string(),
+        VarValue::OctetString(s) if snmp::is_net_snmp_printable(s) => {
+            String::from_utf8_lossy(s.strip_suffix(&[0]).unwrap_or(s)).into_owned()
+        }
+        VarValue::OctetString(s) | VarValue::Opaque(s) => snmp::hex_string(s),
+        VarValue::Oid(o) => o.to_string(),
+        VarValue::IpAddress(a) => a.to_string(),
+        _ => return None,
+    })
+}
+
+/// The row of a walked column's `oid`: its one arc under the walk's root, which has
+/// `root_arcs` arcs.
+fn row_index(oid: &Oid, root_arcs: usize) -> anyhow::Result<u32> {
+    let under: Vec<u32> = oid.arcs().skip(root_arcs).collect();
+    match under[..] {
+        [i] => Ok(i),
+        _ => bail!(
+            "{oid}: the row under the walked column is {under:?}, not one index (walk one column of a table indexed by one integer, e.g. ifDescr 1.3.6.1.2.1.2.2.1.2)"
+        ),
+    }
+}
+
+fn random_id() -> i32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    (h.finish() as i32) & 0x7fff_ffff
+}
+
+/// Sends `req` and waits for a datagram `accept` takes, resending after each timeout
+/// (the target's timeout and retries); `None` when every attempt timed out.
+fn exchange<T>(
+    sock: &UdpSocket,
+    req: &[u8],
+    t: &Target,
+    rbuf: &mut [u8],
+    mut accept: impl FnMut(&[u8]) -> Option<T>,
+) -> anyhow::Result<Option<T>> {
+    let addr = sock.peer_addr()?;
+    for _ in 0..=t.retries {
+        sock.send(req)
+            .with_context(|| format!("sending to {addr}"))?;
+        let deadline = Instant::now() + t.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            sock.set_read_timeout(Some(left))?;
+            let n = match sock.recv(rbuf) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    break
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                    bail!("{addr}: port unreachable (nothing listens there)")
+                }
+                Err(e) => return Err(e).context("receiving"),
+            };
+            if let Some(t) = accept(&rbuf[..n]) {
+                return Ok(Some(t));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// The PDU of an SNMPv3 answer to request `id` from `engine`: a Response at the user's
+/// level that authenticates (the engine's clock then follows it), or the kind of a
+/// Report. `None` for anything else (skipped, as a foreign datagram is).
+fn v3_pdu<'b>(
+    bytes: &'b [u8],
+    engine: &mut Engine,
+    id: i32,
+    mac: &mut Vec<u8>,
+    plain: &'b mut Vec<u8>,
+) -> Option<Result<Message<'b>, ReportKind>> {
+    let m = V3Message::decode(bytes).ok()?;
+    let user = engine.user().clone();
+    let authentic = m.verify(bytes, engine, mac);
+    if m.msg_id != id || (m.flags & snmp::v3::FLAG_AUTH != 0 && !authentic) {
+        return None;
+    }
+    let pdu = m.scoped_pdu(Some(engine), plain).ok()?.pdu;
+    if pdu.pdu_type == PduType::Report {
+        let kind = ReportKind::of(&pdu);
+        if kind == ReportKind::NotInTimeWindow && authentic {
+            // The engine's own word on its clock (RFC 3414 §4's second step).
+            engine.set_clock(m.boots, m.time, Instant::now());
+        }
+        return Some(Err(kind));
+    }
+    let taken = pdu.pdu_type == PduType::Response
+        && snmp::v3::accept_response(&user, Some(engine), &m, authentic, Instant::now());
+    taken.then_some(Ok(pdu))
+}

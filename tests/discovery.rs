@@ -1,0 +1,283 @@
+//! Discovery (`[[templates.discovery]]`) against net-snmp's snmpd: the rows a host's
+//! agent has become items, in `poll-once` and in the daemon, which saves them and
+//! starts from them after a restart. Only loopback agents are walked (snmpd on
+//! 127.0.20.x; 127.0.20.250 has nothing listening: a host that does not answer).
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{line_of, netpoller, poll_once_json, scratch, service_env, succeeds, Daemon};
+
+const DEAD: &str = "127.0.20.250";
+
+fn agent() -> String {
+    service_env("NETPOLLER_SNMPD_ADDRS")
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// The rows of ifDescr on `agent`, as `netpoller snmp walk --indices` reads them
+/// (itself checked against snmpbulkwalk in snmp_cli.rs).
+fn if_rows(agent: &str, matches: Option<&str>) -> Vec<u32> {
+    let mut cmd = netpoller();
+    cmd.args([
+        "snmp",
+        "walk",
+        "--indices",
+        "--json",
+        agent,
+        "1.3.6.1.2.1.2.2.1.2",
+    ]);
+    if let Some(m) = matches {
+        cmd.args(["--matches", m]);
+    }
+    let v: serde_json::Value = serde_json::from_str(&succeeds(&mut cmd).0).unwrap();
+    let mut rows = Vec::new();
+    for part in v["indices"].as_str().unwrap().split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => rows.extend(a.parse::<u32>().unwrap()..=b.parse().unwrap()),
+            None => rows.push(part.parse().unwrap()),
+        }
+    }
+    rows
+}
+
+/// A config of two hosts (the agent, a silent one) using an interface template whose
+/// items stand for discovered rows; `extra` goes into `[daemon]`.
+fn config(dir: &Path, agent: &str, extra: &str) -> std::path::PathBuf {
+    let cfg = dir.join("netpoller.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[daemon]
+discovery_file = "{dir}/discovered.json"
+spool_dir = "{dir}/spool"
+{extra}
+
+[[templates]]
+name = "interfaces"
+discovery = [
+  {{ name = "if", oid = "1.3.6.1.2.1.2.2.1.2" }},
+  {{ name = "if-lo", oid = ".1.3.6.1.2.1.2.2.1.2", matches = "^lo$", interval = "10m" }},
+]
+items = [
+  {{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval = "10s" }},
+  {{ key = "ifDescr[{{#SNMPINDEX}}]", oid = "1.3.6.1.2.1.2.2.1.2.{{#SNMPINDEX}}", type = "str", interval = "10s", discovery = "if" }},
+  {{ key = "ifInOctets[{{#SNMPINDEX}}]", oid = "1.3.6.1.2.1.2.2.1.10.{{#SNMPINDEX}}", type = "uint", interval = "10s", discovery = "if-lo" }},
+]
+
+[[hosts]]
+name = "agent"
+ip = "{agent}"
+templates = ["interfaces"]
+
+[[hosts]]
+name = "silent"
+ip = "{DEAD}"
+templates = ["interfaces"]
+snmp = {{ timeout = "100ms", retries = 0 }}
+"#,
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+/// The keys of `host`'s lines.
+fn keys_of(lines: &[serde_json::Value], host: &str) -> Vec<String> {
+    let mut k: Vec<String> = lines
+        .iter()
+        .filter(|l| l["host"] == host)
+        .map(|l| l["key"].as_str().unwrap().to_string())
+        .collect();
+    k.sort();
+    k
+}
+
+#[test]
+fn poll_once_polls_the_rows_each_agent_has() {
+    let dir = scratch("discovery-poll-once");
+    let agent = agent();
+    let cfg = config(&dir, &agent, "");
+    let rows = if_rows(&agent, None);
+    let lo = if_rows(&agent, Some("^lo$"));
+    assert!(rows.len() >= 2 && lo.len() == 1, "{rows:?} {lo:?}");
+
+    let (said, _) = succeeds(netpoller().args(["check-config", "-c"]).arg(&cfg));
+    assert!(
+        said.contains("discovery: 2 rule(s) (if, if-lo) walked on 2 host(s)"),
+        "{said}"
+    );
+
+    let (out, err) = succeeds(
+        netpoller()
+            .args(["poll-once", "--json", "--quiet", "-c"])
+            .arg(&cfg),
+    );
+    assert!(
+        err.contains(&format!("discovery agent if: {} rows", rows.len())),
+        "{err}"
+    );
+    assert!(err.contains("discovery silent if: walk failed"), "{err}");
+    assert!(
+        err.contains("no rows known: its items are not polled"),
+        "{err}"
+    );
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+
+    // One ifDescr per row, the filter's one ifInOctets, and the plain item.
+    let mut want: Vec<String> = rows.iter().map(|i| format!("ifDescr[{i}]")).collect();
+    want.push(format!("ifInOctets[{}]", lo[0]));
+    want.push("sysName".into());
+    want.sort();
+    assert_eq!(keys_of(&lines, "agent"), want);
+    assert_eq!(
+        line_of(&lines, &format!("ifDescr[{}]", lo[0]))["value"],
+        "lo"
+    );
+    assert!(line_of(&lines, &format!("ifInOctets[{}]", lo[0]))["value"].is_u64());
+    // The silent host: no rows known, only its plain item (which fails).
+    assert_eq!(keys_of(&lines, "silent"), ["sysName"]);
+    // poll-once does not write the daemon's file.
+    assert!(!dir.join("discovered.json").exists());
+
+    // Rows `run` saved for a host that does not answer are polled (and fail as the
+    // host does); an agent's saved rows are replaced by what its walk finds.
+    std::fs::write(
+        dir.join("discovered.json"),
+        r#"{"hosts": {"silent": {"if": "7-8"}, "agent": {"if": "9000"}}}"#,
+    )
+    .unwrap();
+    let lines = poll_once_json(&cfg, &[]);
+    assert_eq!(
+        keys_of(&lines, "silent"),
+        ["ifDescr[7]", "ifDescr[8]", "sysName"]
+    );
+    assert!(line_of(&lines, "ifDescr[7]")["error"].is_string());
+    assert!(keys_of(&lines, "agent")
+        .iter()
+        .all(|k| k != "ifDescr[9000]"));
+
+    // A listed row wins over a discovered one: a host's own item with indices.
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "templates = [\"interfaces\"]\n\n[[hosts]]\nname = \"silent\"",
+        "templates = [\"interfaces\"]\nitems = [{ key = \"ifDescr[{#SNMPINDEX}]\", indices = \"1\" }]\n\n[[hosts]]\nname = \"silent\"",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    let lines = poll_once_json(&cfg, &[]);
+    let descr: Vec<String> = keys_of(&lines, "agent")
+        .into_iter()
+        .filter(|k| k.starts_with("ifDescr"))
+        .collect();
+    assert_eq!(descr, ["ifDescr[1]"]);
+}
+
+fn wait_for(what: &str, d: &Daemon, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while t.elapsed() < timeout {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{what} within {timeout:?}:\n{}", d.log_text());
+}
+
+/// The spooled values' keys of `host` (`spool dump`: table, itemid, clock, ns, host,
+/// key, value).
+fn spooled_keys(cfg: &Path, host: &str) -> Vec<String> {
+    let (out, _) = succeeds(netpoller().args(["spool", "dump", "-c"]).arg(cfg));
+    let mut keys: Vec<String> = out
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split('\t').collect();
+            (f.get(4) == Some(&host)).then(|| f[5].to_string())
+        })
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
+}
+
+#[test]
+fn the_daemon_discovers_after_a_reload_saves_the_rows_and_starts_from_them() {
+    let dir = scratch("discovery-daemon");
+    let agent = agent();
+    let rows = if_rows(&agent, None);
+    // First without discovery: one plain item per host.
+    let cfg = dir.join("netpoller.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[daemon]
+discovery_file = "{dir}/discovered.json"
+spool_dir = "{dir}/spool"
+metrics_listen = ""
+[[hosts]]
+name = "agent"
+ip = "{agent}"
+items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval = "10s" }}]
+"#,
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run1.log"));
+    d.expect_log("netpoller 0.1.0 started", Duration::from_secs(10));
+
+    // A reload brings the template with discovery: the new hosts' tables are walked.
+    config(&dir, &agent, "metrics_listen = \"\"");
+    d.signal(libc::SIGHUP);
+    let file = dir.join("discovered.json");
+    wait_for("no rows saved", &d, Duration::from_secs(20), || {
+        std::fs::read_to_string(&file).is_ok_and(|t| t.contains("\"if-lo\""))
+    });
+    d.expect_log(
+        "discovery: plan rebuilt for the rows found",
+        Duration::from_secs(20),
+    );
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let lo = if_rows(&agent, Some("^lo$"));
+    assert_eq!(
+        saved["hosts"]["agent"]["if-lo"],
+        lo[0].to_string(),
+        "{saved}"
+    );
+    assert!(saved["hosts"].get("silent").is_none(), "{saved}");
+    let log = d.log_text();
+    assert!(
+        log.contains("discovery: walk failed; the host keeps the rows it had host=silent"),
+        "{log}"
+    );
+    // The discovered items are polled: an iteration with every row's value.
+    let n = rows.len() + 2;
+    d.expect_log(
+        &format!("hosts=1 items={n} values={n} errors=0"),
+        Duration::from_secs(25),
+    );
+    assert!(d.stop().success());
+    let mut want: Vec<String> = rows.iter().map(|i| format!("ifDescr[{i}]")).collect();
+    want.extend([format!("ifInOctets[{}]", lo[0]), "sysName".into()]);
+    want.sort();
+    assert_eq!(spooled_keys(&cfg, "agent"), want);
+
+    // A restart plans the saved rows at once (their walks are spread over the
+    // interval): 2 + rows items for the agent, 1 for the silent host.
+    let d = Daemon::start(&cfg, &[], dir.join("run2.log"));
+    d.expect_log(
+        &format!("started hosts=2 items={}", n + 1),
+        Duration::from_secs(10),
+    );
+    assert!(d.stop().success());
+}
