@@ -516,6 +516,21 @@ pub struct DiscoveryEntry {
     /// How often each host's table is walked again. Default `1h`.
     #[serde(default = "default_discovery_interval", with = "humantime_serde")]
     pub interval: Duration,
+    /// Conditions on other columns of the row, all of which must hold (Zabbix's filter
+    /// of a rule with several macros, "and").
+    #[serde(default)]
+    pub filter: Vec<FilterEntry>,
+}
+
+/// One condition of a discovery rule's `filter`: the row's value in column `oid`
+/// matches `matches` and does not match `not_matches` (one of them at least). A row
+/// with no value in that column fails it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterEntry {
+    pub oid: String,
+    pub matches: Option<String>,
+    pub not_matches: Option<String>,
 }
 
 fn default_discovery_interval() -> Duration {
@@ -529,6 +544,42 @@ pub struct DiscoveryRule {
     pub column: snmp::Oid,
     pub matches: Option<regex::Regex>,
     pub interval: Duration,
+    pub filter: Vec<Condition>,
+}
+
+impl DiscoveryRule {
+    /// Whether `other` walks and filters the same way (a reload that keeps it keeps
+    /// its hosts' schedule).
+    pub fn same_walk(&self, other: &DiscoveryRule) -> bool {
+        let re = |r: &Option<regex::Regex>| r.as_ref().map(|r| r.as_str().to_owned());
+        self.column == other.column
+            && self.interval == other.interval
+            && re(&self.matches) == re(&other.matches)
+            && self.filter.len() == other.filter.len()
+            && self.filter.iter().zip(&other.filter).all(|(a, b)| {
+                a.column == b.column
+                    && re(&a.matches) == re(&b.matches)
+                    && re(&a.not_matches) == re(&b.not_matches)
+            })
+    }
+}
+
+/// A checked filter condition.
+#[derive(Debug)]
+pub struct Condition {
+    pub column: snmp::Oid,
+    pub matches: Option<regex::Regex>,
+    pub not_matches: Option<regex::Regex>,
+}
+
+impl Condition {
+    /// Whether a row's value (as text; `None`: the row has none) passes.
+    pub fn holds(&self, value: Option<&str>) -> bool {
+        value.is_some_and(|v| {
+            self.matches.as_ref().is_none_or(|m| m.is_match(v))
+                && !self.not_matches.as_ref().is_some_and(|m| m.is_match(v))
+        })
+    }
 }
 
 /// A host whose items stand for the rows of discovery rules: whom the daemon walks.
@@ -1769,37 +1820,29 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 format!("duplicate discovery rule name {name:?}"),
             );
         }
-        let column = match d.oid.trim().parse::<snmp::Oid>() {
-            Ok(o) if o.arcs().count() > 2 && o.arcs().count() < snmp::MAX_ARCS => Some(o),
-            Ok(_) => {
+        let column = self.column(&at("oid"), &d.oid);
+        let matches = self.regex(&at("matches"), d.matches.as_deref());
+        let mut filter = Vec::new();
+        for (k, f) in d.filter.iter().enumerate() {
+            let fp = under(path, [Seg::Key("filter"), Seg::Index(k)]);
+            let at = |key: &'static str| under(&fp, [Seg::Key(key)]);
+            let column = self.column(&at("oid"), &f.oid);
+            let matches = self.regex(&at("matches"), f.matches.as_deref());
+            let not_matches = self.regex(&at("not_matches"), f.not_matches.as_deref());
+            if f.matches.is_none() && f.not_matches.is_none() {
                 self.c.push(
-                    &at("oid"),
-                    format!(
-                        "{:?} is not a table column to walk (ifDescr: 1.3.6.1.2.1.2.2.1.2)",
-                        d.oid
-                    ),
+                    &fp,
+                    "a filter condition needs matches or not_matches (or both)",
                 );
-                None
             }
-            Err(m) => {
-                self.c.push(
-                    &at("oid"),
-                    format!(
-                        "{:?} is not a numeric OID like 1.3.6.1.2.1.2.2.1.2: {m}",
-                        d.oid
-                    ),
-                );
-                None
+            if let Some(column) = column {
+                filter.push(Condition {
+                    column,
+                    matches,
+                    not_matches,
+                });
             }
-        };
-        let matches = match d.matches.as_deref().map(regex::Regex::new).transpose() {
-            Ok(m) => m,
-            Err(e) => {
-                self.c
-                    .push(&at("matches"), format!("not a regular expression: {e}"));
-                None
-            }
-        };
+        }
         if d.interval < Duration::from_secs(60) || d.interval > Duration::from_secs(7 * 86_400) {
             self.c.push(
                 &at("interval"),
@@ -1815,8 +1858,41 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 column,
                 matches,
                 interval: d.interval,
+                filter,
             };
             self.rules.insert(name.to_string(), Arc::new(rule));
+        }
+    }
+
+    /// A table column to walk (`path`: where it is written), or `None` (reported).
+    fn column(&mut self, path: &[Seg<'_>], oid: &str) -> Option<snmp::Oid> {
+        match oid.trim().parse::<snmp::Oid>() {
+            Ok(o) if o.arcs().count() > 2 && o.arcs().count() < snmp::MAX_ARCS => Some(o),
+            Ok(_) => {
+                self.c.push(
+                    path,
+                    format!("{oid:?} is not a table column to walk (ifDescr: 1.3.6.1.2.1.2.2.1.2)"),
+                );
+                None
+            }
+            Err(m) => {
+                self.c.push(
+                    path,
+                    format!("{oid:?} is not a numeric OID like 1.3.6.1.2.1.2.2.1.2: {m}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A regular expression, if given (`None` also when it is wrong: reported).
+    fn regex(&mut self, path: &[Seg<'_>], re: Option<&str>) -> Option<regex::Regex> {
+        match re.map(regex::Regex::new).transpose() {
+            Ok(r) => r,
+            Err(e) => {
+                self.c.push(path, format!("not a regular expression: {e}"));
+                None
+            }
         }
     }
 

@@ -42,15 +42,26 @@ pub const REPLAN_EVERY: Duration = Duration::from_secs(10);
 /// After a failed walk, the next try: this, or the rule's interval if shorter.
 pub const RETRY_AFTER: Duration = Duration::from_secs(300);
 
-/// Walks `rule`'s column on `t`'s agent: the rows whose value the rule's filter takes.
-/// `stop` ends a walk between two answers.
+/// Walks `rule`'s column on `t`'s agent, then each filter condition's column: the rows
+/// whose values the rule's `matches` and every condition take. `stop` ends a walk
+/// between two answers.
 pub fn walk_rows(
     t: &DiscoveryTarget,
     rule: &DiscoveryRule,
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<u32>> {
     let target = walker::Target::of_host(t.ip, &t.snmp);
-    walker::table_rows(&target, &rule.column, rule.matches.as_ref(), stop)
+    let mut rows = walker::table_rows(&target, &rule.column, rule.matches.as_ref(), stop)?;
+    for c in &rule.filter {
+        if rows.is_empty() {
+            break;
+        }
+        let values: HashMap<u32, Option<String>> = walker::column_values(&target, &c.column, stop)?
+            .into_iter()
+            .collect();
+        rows.retain(|r| c.holds(values.get(r).and_then(|v| v.as_deref())));
+    }
+    Ok(rows)
 }
 
 /// One walk's host, rule and rows (or why there are none).
@@ -207,18 +218,11 @@ pub async fn run(
                     let key = (t.host.clone(), r.name.clone());
                     let job = match jobs.remove(&key) {
                         // Same rule: keep its schedule.
-                        Some(j)
-                            if j.rule.column == r.column
-                                && j.rule.interval == r.interval
-                                && j.rule.matches.as_ref().map(|m| m.as_str())
-                                    == r.matches.as_ref().map(|m| m.as_str()) =>
-                        {
-                            Job {
-                                target: t.clone(),
-                                rule: r.clone(),
-                                ..j
-                            }
-                        }
+                        Some(j) if j.rule.same_walk(r) => Job {
+                            target: t.clone(),
+                            rule: r.clone(),
+                            ..j
+                        },
                         _ => Job {
                             target: t.clone(),
                             rule: r.clone(),

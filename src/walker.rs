@@ -168,18 +168,32 @@ pub fn table_rows(
     matches: Option<&regex::Regex>,
     stop: &std::sync::atomic::AtomicBool,
 ) -> anyhow::Result<Vec<u32>> {
-    let root_arcs = column.arcs().count();
-    let mut rows = Vec::new();
-    walk(t, &column.to_string(), |oid, v| {
-        anyhow::ensure!(!stop.load(std::sync::atomic::Ordering::Relaxed), "stopped");
-        if matches.is_none_or(|m| value_text(&v).is_some_and(|t| m.is_match(&t))) {
-            rows.push(row_index(&oid, root_arcs)?);
-        }
-        Ok(())
-    })?;
+    let mut rows: Vec<u32> = column_values(t, column, stop)?
+        .into_iter()
+        .filter(|(_, v)| matches.is_none_or(|m| v.as_deref().is_some_and(|t| m.is_match(t))))
+        .map(|(row, _)| row)
+        .collect();
     rows.sort_unstable();
     rows.dedup();
     Ok(rows)
+}
+
+/// Each row of a table column with its value as text ([`value_text`]; `None` for an
+/// exception), in the agent's order. Refuses a column of a table indexed by more than
+/// one arc, as [`table_rows`] does.
+pub fn column_values(
+    t: &Target,
+    column: &Oid,
+    stop: &std::sync::atomic::AtomicBool,
+) -> anyhow::Result<Vec<(u32, Option<String>)>> {
+    let root_arcs = column.arcs().count();
+    let mut out = Vec::new();
+    walk(t, &column.to_string(), |oid, v| {
+        anyhow::ensure!(!stop.load(std::sync::atomic::Ordering::Relaxed), "stopped");
+        out.push((row_index(&oid, root_arcs)?, value_text(&v)));
+        Ok(())
+    })?;
+    Ok(out)
 }
 
 /// A value as text, for a row filter (`None`: an exception, which never matches): a

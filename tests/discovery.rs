@@ -20,24 +20,31 @@ fn agent() -> String {
         .to_string()
 }
 
+const IF_DESCR: &str = "1.3.6.1.2.1.2.2.1.2";
+const IF_TYPE: &str = "1.3.6.1.2.1.2.2.1.3";
+const IF_OPER_STATUS: &str = "1.3.6.1.2.1.2.2.1.8";
+
 /// The rows of ifDescr on `agent`, as `netpoller snmp walk --indices` reads them
 /// (itself checked against snmpbulkwalk in snmp_cli.rs).
 fn if_rows(agent: &str, matches: Option<&str>) -> Vec<u32> {
+    rows_of(agent, IF_DESCR, matches)
+}
+
+/// The rows of `column` on `agent` whose value `matches`.
+fn rows_of(agent: &str, column: &str, matches: Option<&str>) -> Vec<u32> {
     let mut cmd = netpoller();
-    cmd.args([
-        "snmp",
-        "walk",
-        "--indices",
-        "--json",
-        agent,
-        "1.3.6.1.2.1.2.2.1.2",
-    ]);
+    cmd.args(["snmp", "walk", "--indices", "--json", agent, column]);
     if let Some(m) = matches {
         cmd.args(["--matches", m]);
     }
     let v: serde_json::Value = serde_json::from_str(&succeeds(&mut cmd).0).unwrap();
+    expand(v["indices"].as_str().unwrap())
+}
+
+/// The rows of an `indices` value (`"1-3,7"`; `""`: none).
+fn expand(indices: &str) -> Vec<u32> {
     let mut rows = Vec::new();
-    for part in v["indices"].as_str().unwrap().split(',') {
+    for part in indices.split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
             Some((a, b)) => rows.extend(a.parse::<u32>().unwrap()..=b.parse().unwrap()),
             None => rows.push(part.parse().unwrap()),
@@ -64,11 +71,17 @@ name = "interfaces"
 discovery = [
   {{ name = "if", oid = "1.3.6.1.2.1.2.2.1.2" }},
   {{ name = "if-lo", oid = ".1.3.6.1.2.1.2.2.1.2", matches = "^lo$", interval = "10m" }},
+  # Up, and not the software loopback (ifType 24).
+  {{ name = "up", oid = "1.3.6.1.2.1.2.2.1.2", filter = [
+    {{ oid = "{IF_TYPE}", not_matches = "^24$" }},
+    {{ oid = "{IF_OPER_STATUS}", matches = "^1$" }},
+  ] }},
 ]
 items = [
   {{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval = "10s" }},
   {{ key = "ifDescr[{{#SNMPINDEX}}]", oid = "1.3.6.1.2.1.2.2.1.2.{{#SNMPINDEX}}", type = "str", interval = "10s", discovery = "if" }},
   {{ key = "ifInOctets[{{#SNMPINDEX}}]", oid = "1.3.6.1.2.1.2.2.1.10.{{#SNMPINDEX}}", type = "uint", interval = "10s", discovery = "if-lo" }},
+  {{ key = "ifOutOctets[{{#SNMPINDEX}}]", oid = "1.3.6.1.2.1.2.2.1.16.{{#SNMPINDEX}}", type = "uint", interval = "10s", discovery = "up" }},
 ]
 
 [[hosts]]
@@ -108,10 +121,22 @@ fn poll_once_polls_the_rows_each_agent_has() {
     let rows = if_rows(&agent, None);
     let lo = if_rows(&agent, Some("^lo$"));
     assert!(rows.len() >= 2 && lo.len() == 1, "{rows:?} {lo:?}");
+    let loopback = rows_of(&agent, IF_TYPE, Some("^24$"));
+    let oper_up = rows_of(&agent, IF_OPER_STATUS, Some("^1$"));
+    let up: Vec<u32> = rows
+        .iter()
+        .copied()
+        .filter(|r| !loopback.contains(r) && oper_up.contains(r))
+        .collect();
+    // The agent's table has rows the filter leaves out, and rows it keeps.
+    assert!(
+        !up.is_empty() && up.len() < rows.len(),
+        "{up:?} of {rows:?}"
+    );
 
     let (said, _) = succeeds(netpoller().args(["check-config", "-c"]).arg(&cfg));
     assert!(
-        said.contains("discovery: 2 rule(s) (if, if-lo) walked on 2 host(s)"),
+        said.contains("discovery: 3 rule(s) (if, if-lo, up) walked on 2 host(s)"),
         "{said}"
     );
 
@@ -137,6 +162,7 @@ fn poll_once_polls_the_rows_each_agent_has() {
     // One ifDescr per row, the filter's one ifInOctets, and the plain item.
     let mut want: Vec<String> = rows.iter().map(|i| format!("ifDescr[{i}]")).collect();
     want.push(format!("ifInOctets[{}]", lo[0]));
+    want.extend(up.iter().map(|i| format!("ifOutOctets[{i}]")));
     want.push("sysName".into());
     want.sort();
     assert_eq!(keys_of(&lines, "agent"), want);
@@ -261,7 +287,11 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
         "{log}"
     );
     // The discovered items are polled: an iteration with every row's value.
-    let n = rows.len() + 2;
+    let up = rows_of(&agent, IF_OPER_STATUS, Some("^1$"))
+        .into_iter()
+        .filter(|r| *r != lo[0] && rows.contains(r))
+        .count();
+    let n = rows.len() + 2 + up;
     d.expect_log(
         &format!("hosts=1 items={n} values={n} errors=0"),
         Duration::from_secs(25),
@@ -269,6 +299,8 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
     assert!(d.stop().success());
     let mut want: Vec<String> = rows.iter().map(|i| format!("ifDescr[{i}]")).collect();
     want.extend([format!("ifInOctets[{}]", lo[0]), "sysName".into()]);
+    let saved_up = saved["hosts"]["agent"]["up"].as_str().unwrap();
+    want.extend(expand(saved_up).iter().map(|i| format!("ifOutOctets[{i}]")));
     want.sort();
     assert_eq!(spooled_keys(&cfg, "agent"), want);
 

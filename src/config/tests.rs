@@ -1005,6 +1005,27 @@ fn discovery_mistakes_are_reported_at_their_key() {
             "templates[0].items[0].discovery",
             "ICMP key",
         ),
+        (
+            &rule.replace(" }", r#", filter = [{ oid = "1.3.6.1.2.1.2.2.1.3" }] }"#)[..],
+            item,
+            "templates[0].discovery[0].filter[0]",
+            "needs matches or not_matches",
+        ),
+        (
+            &rule.replace(
+                " }",
+                r#", filter = [{ oid = "1.3.6.1.2.1.2.2.1.3", not_matches = "[" }] }"#,
+            )[..],
+            item,
+            "templates[0].discovery[0].filter[0].not_matches",
+            "not a regular expression",
+        ),
+        (
+            &rule.replace(" }", r#", filter = [{ oid = "x", matches = "1" }] }"#)[..],
+            item,
+            "templates[0].discovery[0].filter[0].oid",
+            "not a numeric OID",
+        ),
     ] {
         let errs = errs(&with(rule_, item_));
         // An unknown rule's item is left out, so nothing else is said.
@@ -1049,4 +1070,24 @@ fn found_rows_are_written_as_ranges_and_read_back() {
     let mut g = f.clone();
     assert!(!g.set(&Arc::from("a"), &Arc::from("r"), &[1, 2, 3, 7]));
     assert!(g.set(&Arc::from("a"), &Arc::from("r"), &[1, 2, 3]));
+}
+
+#[test]
+fn a_filter_condition_takes_values_that_match_and_are_not_excluded() {
+    let re = |r: &str| Some(regex::Regex::new(r).unwrap());
+    let c = Condition {
+        column: "1.3.6.1.2.1.2.2.1.2".parse().unwrap(),
+        matches: re("^(Gi|Te)"),
+        not_matches: re("\\.[0-9]+$"),
+    };
+    assert!(c.holds(Some("Gi0/1")));
+    assert!(!c.holds(Some("Gi0/1.100")), "a subinterface is excluded");
+    assert!(!c.holds(Some("Vlan1")), "does not match");
+    assert!(!c.holds(None), "a row without a value in the column fails");
+    let only_not = Condition {
+        not_matches: re("^lo$"),
+        matches: None,
+        ..c
+    };
+    assert!(only_not.holds(Some("eth0")) && !only_not.holds(Some("lo")));
 }
