@@ -685,8 +685,12 @@ fn import_template_walk_items_poll_their_rows() {
         ),
         (r#"interval = "3m""#, "a macro's interval"),
         (
-            "# a host's rows: netpoller snmp walk --indices -c COMMUNITY HOST 1.3.6.1.2.1.2.2.1.8\n",
-            "how to find a host's rows",
+            r#"discovery = [ { name = "Switch by SNMP walk: Network interfaces discovery", oid = "1.3.6.1.2.1.2.2.1.2", interval = "3m", filter = [{ oid = "1.3.6.1.2.1.2.2.1.2", not_matches = "^ifb" }, { oid = "1.3.6.1.2.1.2.2.1.8", matches = "^1$" }] } ]"#,
+            "the rule: the first column of SNMP_WALK_TO_JSON, the walk's interval, the filter with its macro's value",
+        ),
+        (
+            r#"discovery = "Switch by SNMP walk: Network interfaces discovery" }"#,
+            "prototypes name their rule",
         ),
         (
             r#"SNMP_WALK_VALUE format "2""#,
@@ -715,18 +719,31 @@ fn import_template_walk_items_poll_their_rows() {
         format!(
             "{out}\n[[hosts]]\nname = \"sw-1\"\nip = \"{agent}\"\nsnmp = {{ community = \"public\" }}\n\
              templates = [\"Switch by SNMP walk\", \"Switch by SNMP walk: Network interfaces discovery\"]\n\
-             items = [ {{ key = \"net.if.status[ifOperStatus.{{#SNMPINDEX}}]\", indices = \"1\" }},\n\
-             {{ key = \"net.if.in[ifHCInOctets.{{#SNMPINDEX}}]\", indices = \"1\" }},\n\
-             {{ key = \"net.if.descr[ifDescr.{{#SNMPINDEX}}]\", indices = \"1\" }} ]\n"
+             [daemon]\ndiscovery_file = \"{}\"\n",
+            dir.join("discovered.json").display()
         ),
     )
     .unwrap();
+    // poll-once walks the rule first: the rows the filter keeps, three items each.
     let lines = poll_once_json(&cfg, &[]);
     let by_key = |k: &str| line_of(&lines, k);
-    assert_eq!(lines.len(), 4, "{lines:#?}");
     assert_eq!(by_key("system.name")["value"], "agent1");
     assert_eq!(by_key("net.if.descr[ifDescr.1]")["value"], "lo");
-    assert_eq!(by_key("net.if.status[ifOperStatus.1]")["value"], 1, "up");
+    let descr: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["key"].as_str().unwrap().starts_with("net.if.descr"))
+        .collect();
+    assert_eq!(lines.len(), 1 + 3 * descr.len(), "{lines:#?}");
+    for d in descr {
+        let name = d["value"].as_str().unwrap();
+        assert!(!name.starts_with("ifb"), "the filter leaves out {name}");
+        let row = d["key"]
+            .as_str()
+            .unwrap()
+            .trim_start_matches("net.if.descr[ifDescr.");
+        let status = by_key(&format!("net.if.status[ifOperStatus.{row}"));
+        assert_eq!(status["value"], 1, "only rows that are up: {status}");
+    }
     // The 64-bit counter, read; a rate needs two polls (poll-once shows the counter).
     let rate = by_key("net.if.in[ifHCInOctets.1]");
     assert!(rate["value"].as_u64().is_some(), "{rate:#?}");

@@ -10,8 +10,11 @@
 //! calculated, ...), symbolic OIDs, `walk[]` items nothing imported reads, macros without a value,
 //! steps netpoller does not run (JavaScript, JSONPath, ...), discovery macros other
 //! than `{#SNMPINDEX}`, disabled items. A discovery rule becomes a template of its
-//! item prototypes, items per table row whose rows a host lists (`indices`) where
-//! Zabbix would discover them. Zabbix 6.4+ templates walk each table once
+//! item prototypes, items per table row, with a netpoller discovery rule that walks
+//! each host's rows ([`discovery_rule`]: the first column of Zabbix's `discovery[]` key
+//! or `SNMP_WALK_TO_JSON` step, the filter conditions one condition per column can
+//! say, the others listed); a rule netpoller cannot walk leaves the rows to each host
+//! (`indices`). Zabbix 6.4+ templates walk each table once
 //! (`walk[OID,...]`) and give every dependent item (prototype) its row with a first
 //! step `SNMP_WALK_VALUE`: such an item becomes an SNMP item of the row's OID at the
 //! walk's interval (the same value, read by a GET in the host's batched requests), and
@@ -27,6 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use serde::Deserialize;
@@ -82,6 +86,41 @@ struct Rule {
     status: Option<String>,
     #[serde(default)]
     item_prototypes: Vec<Item>,
+    /// What finds the rows: `SNMP_AGENT` (`snmp_oid = discovery[...]`) or, from
+    /// Zabbix 6.4, `DEPENDENT` on a `walk[]` item with an `SNMP_WALK_TO_JSON` step.
+    #[serde(rename = "type", default = "zabbix_passive")]
+    kind: String,
+    #[serde(default)]
+    snmp_oid: Option<String>,
+    #[serde(default)]
+    delay: Option<String>,
+    #[serde(default)]
+    master_item: Option<MasterRef>,
+    #[serde(default)]
+    preprocessing: Vec<Step>,
+    #[serde(default)]
+    filter: Option<Filter>,
+}
+
+/// A discovery rule's filter: `AND_OR` (the default: conditions on the same macro
+/// "or", on different macros "and"), `AND`, `OR` or `FORMULA`.
+#[derive(Deserialize)]
+struct Filter {
+    #[serde(default)]
+    evaltype: Option<String>,
+    #[serde(default)]
+    conditions: Vec<FilterCondition>,
+}
+
+#[derive(Deserialize)]
+struct FilterCondition {
+    #[serde(rename = "macro")]
+    name: String,
+    #[serde(default)]
+    value: String,
+    /// `MATCHES_REGEX` (the default), `NOT_MATCHES_REGEX`, `EXISTS`, `NOT_EXISTS`.
+    #[serde(default)]
+    operator: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -306,39 +345,10 @@ fn walk_value<'a>(
     let Some(master) = masters.get(master_key) else {
         return not("its master is not an item of this template (an item prototype's master may be another prototype in Zabbix: not imported)");
     };
-    let walk = resolve(master.snmp_oid.as_deref().unwrap_or_default(), macros)?;
-    let columns = match walk
-        .trim()
-        .strip_prefix("walk[")
-        .and_then(|w| w.strip_suffix(']'))
-    {
-        Some(list) if master.kind == "SNMP_AGENT" => list,
-        _ => return not("its master is not an SNMP walk[] item"),
+    let columns = match walk_columns(master, macros)? {
+        Ok(c) => c,
+        Err(why) => return not(&why),
     };
-    // Zabbix reads walk[]'s OIDs as item key parameters: quoted or not, a leading dot
-    // optional.
-    let columns: Vec<&str> = columns
-        .split(',')
-        .map(|c| {
-            let c = c.trim();
-            let c = c
-                .strip_prefix('"')
-                .and_then(|c| c.strip_suffix('"'))
-                .unwrap_or(c);
-            c.strip_prefix('.').unwrap_or(c)
-        })
-        .collect();
-    if let Some(name) = columns
-        .iter()
-        .find(|c| !c.is_empty() && !c.starts_with(|ch: char| ch.is_ascii_digit()))
-    {
-        return not(&format!(
-            "its master walks the symbolic OID {name:?} (netpoller takes numeric OIDs: `snmptranslate -On {name}`)"
-        ));
-    }
-    if master.status.as_deref() == Some("DISABLED") {
-        return not("its master is disabled in Zabbix");
-    }
     if !master.preprocessing.is_empty() {
         return not("its master has preprocessing steps of its own");
     }
@@ -379,6 +389,284 @@ fn walk_value<'a>(
         return not(&format!("{oid:?} is not under the OIDs its master walks"));
     }
     Ok((oid, master))
+}
+
+/// The OIDs an SNMP `walk[OID,...]` item walks (numeric, without a leading dot), or
+/// why `master` is not one that netpoller can stand in for. The outer `Err` is a macro
+/// without a value.
+fn walk_columns(master: &Item, macros: &Macros) -> Result<Result<Vec<String>, String>, String> {
+    let walk = resolve(master.snmp_oid.as_deref().unwrap_or_default(), macros)?;
+    let columns = match walk
+        .trim()
+        .strip_prefix("walk[")
+        .and_then(|w| w.strip_suffix(']'))
+    {
+        Some(list) if master.kind == "SNMP_AGENT" => list,
+        _ => return Ok(Err("its master is not an SNMP walk[] item".into())),
+    };
+    let columns = key_params(columns);
+    if let Some(name) = columns
+        .iter()
+        .find(|c| !c.is_empty() && !c.starts_with(|ch: char| ch.is_ascii_digit()))
+    {
+        return Ok(Err(format!(
+            "its master walks the symbolic OID {name:?} (netpoller takes numeric OIDs: `snmptranslate -On {name}`)"
+        )));
+    }
+    if master.status.as_deref() == Some("DISABLED") {
+        return Ok(Err("its master is disabled in Zabbix".into()));
+    }
+    Ok(Ok(columns))
+}
+
+/// The parameters of an item key's brackets as Zabbix reads them: quoted or not; an
+/// OID's leading dot left out.
+fn key_params(list: &str) -> Vec<String> {
+    list.split(',')
+        .map(|c| {
+            let c = c.trim();
+            let c = c
+                .strip_prefix('"')
+                .and_then(|c| c.strip_suffix('"'))
+                .unwrap_or(c);
+            c.strip_prefix('.').unwrap_or(c).to_owned()
+        })
+        .collect()
+}
+
+/// A discovery rule as netpoller's (`discovery = [ ... ]` of its template, named
+/// `name`): the column whose rows it walks, its interval and the filter conditions
+/// netpoller can run. Returns the inline table and what of the filter was left out
+/// (each with why); `Err`: why the rule cannot be walked by netpoller (a host then
+/// lists its rows).
+fn discovery_rule(
+    rule: &Rule,
+    name: &str,
+    macros: &Macros,
+    masters: &HashMap<&str, &Item>,
+) -> Result<(String, Vec<String>), String> {
+    // The rule's macros and the columns they come from, and how often Zabbix reads them.
+    let (pairs, delay): (Vec<(String, String)>, &str) = match rule.kind.as_str() {
+        "SNMP_AGENT" => {
+            let oid = resolve(rule.snmp_oid.as_deref().unwrap_or_default(), macros)?;
+            let oid = oid.trim();
+            let pairs = match oid
+                .strip_prefix("discovery[")
+                .and_then(|o| o.strip_suffix(']'))
+            {
+                // Zabbix 7: the rule walks itself, its first step makes the rows.
+                _ if oid.starts_with("walk[") => walk_to_json(rule, macros)?,
+                Some(list) => {
+                    let p = key_params(list);
+                    if !p.len().is_multiple_of(2) {
+                        return Err(format!("{oid:?} does not pair each macro with an OID"));
+                    }
+                    p.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect()
+                }
+                // Before discovery[]: one OID walked, its value {#SNMPVALUE}.
+                None => vec![(
+                    "{#SNMPVALUE}".to_owned(),
+                    oid.trim_start_matches('.').to_owned(),
+                )],
+            };
+            // A rule's default interval in Zabbix.
+            (pairs, rule.delay.as_deref().unwrap_or("1h"))
+        }
+        "DEPENDENT" => {
+            let key = rule.master_item.as_ref().map_or("", |m| m.key.as_str());
+            let master = masters
+                .get(key)
+                .ok_or_else(|| format!("its master {key:?} is not an item of this template"))?;
+            walk_columns(master, macros)??;
+            let pairs = walk_to_json(rule, macros)?;
+            // An item's default interval in Zabbix.
+            (pairs, master.delay.as_deref().unwrap_or("1m"))
+        }
+        other => return Err(format!("its type is {other} (netpoller walks SNMP tables)")),
+    };
+    let column_of = |m: &str| {
+        pairs
+            .iter()
+            .find(|(name, _)| name == m)
+            .map(|(_, o)| o.as_str())
+    };
+    let rows = &pairs[0].1;
+    // Zabbix reads it at the walk's interval (or the rule's own); netpoller walks
+    // at least once a minute, at most once a week.
+    let every = interval(&resolve(delay, macros)?)?;
+    let every = match humantime::parse_duration(&every) {
+        Ok(d) if d < Duration::from_secs(60) => "1m".to_owned(),
+        Ok(d) if d > Duration::from_secs(7 * 86_400) => "7d".to_owned(),
+        _ => every,
+    };
+    let mut t = format!(
+        "{{ name = {}, oid = {}, interval = {}",
+        q(name),
+        q(rows),
+        q(&every)
+    );
+    let mut left = Vec::new();
+    let conditions = rule.filter.as_ref().map_or(&[][..], |f| &f.conditions[..]);
+    let evaltype = rule
+        .filter
+        .as_ref()
+        .and_then(|f| f.evaltype.as_deref())
+        .unwrap_or("AND_OR");
+    let mut filter = Vec::new();
+    match evaltype {
+        _ if conditions.is_empty() => {}
+        "OR" if conditions.len() > 1 => left.push(format!(
+            "its filter's {} conditions are \"or\"ed (netpoller's all hold): none applied",
+            conditions.len()
+        )),
+        "FORMULA" => left.push("its filter is a custom formula: not applied".into()),
+        _ => {
+            // Per macro, in order: AND_OR "or"s the conditions of one macro.
+            let mut macros_seen: Vec<&str> = Vec::new();
+            for c in conditions {
+                if !macros_seen.contains(&c.name.as_str()) {
+                    macros_seen.push(&c.name);
+                }
+            }
+            for m in macros_seen {
+                let of_macro: Vec<&FilterCondition> =
+                    conditions.iter().filter(|c| c.name == m).collect();
+                match filter_condition(m, &of_macro, evaltype, macros, column_of(m)) {
+                    Ok(cond) => filter.push(cond),
+                    Err(why) => left.push(why),
+                }
+            }
+        }
+    }
+    if !filter.is_empty() {
+        write!(t, ", filter = [{}]", filter.join(", ")).expect("to a String");
+    }
+    t.push_str(" }");
+    // The loader decides, as for items.
+    let probe = format!("[[templates]]\nname = \"probe\"\ndiscovery = [ {t} ]\n");
+    crate::config::parse(&probe).map_err(|errors| {
+        errors.first().map_or_else(
+            || "refused by the config loader".into(),
+            |e| e.message.clone(),
+        )
+    })?;
+    Ok((t, left))
+}
+
+/// The macros and columns of a rule's first step, `SNMP_WALK_TO_JSON` (macro, OID,
+/// format, ...).
+fn walk_to_json(rule: &Rule, macros: &Macros) -> Result<Vec<(String, String)>, String> {
+    let Some(step) = rule
+        .preprocessing
+        .first()
+        .filter(|s| s.kind == "SNMP_WALK_TO_JSON")
+    else {
+        return Err("its first step is not SNMP_WALK_TO_JSON".into());
+    };
+    let params = step.params();
+    if !params.len().is_multiple_of(3) || params.is_empty() {
+        return Err("its SNMP_WALK_TO_JSON step does not list macro, OID, format".into());
+    }
+    params
+        .chunks(3)
+        .map(|c| {
+            let oid = resolve(c[1], macros)?;
+            Ok((
+                c[0].trim().to_owned(),
+                oid.trim().trim_start_matches('.').to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// One netpoller filter condition for the conditions of one macro `m` (several: "or"ed
+/// under `AND_OR`, "and"ed under `AND`), or why it is left out.
+fn filter_condition(
+    m: &str,
+    conditions: &[&FilterCondition],
+    evaltype: &str,
+    macros: &Macros,
+    column: Option<&str>,
+) -> Result<String, String> {
+    let Some(column) = column else {
+        return Err(format!(
+            "its filter on {m}, which no walked column gives: not applied"
+        ));
+    };
+    let mut matches = Vec::new();
+    let mut not_matches = Vec::new();
+    // EXISTS: netpoller's conditions fail on a row without a value in their column.
+    let mut exists = false;
+    for c in conditions {
+        match c.operator.as_deref() {
+            Some("EXISTS") => {
+                exists = true;
+                continue;
+            }
+            Some("NOT_EXISTS") => {
+                return Err(format!(
+                    "its filter on {m} (NOT_EXISTS: a row without it): not applied"
+                ))
+            }
+            _ => {}
+        }
+        let value = resolve(&c.value, macros)
+            .map_err(|e| format!("its filter on {m}: {e}: not applied"))?;
+        if value.starts_with('@') {
+            return Err(format!(
+                "its filter on {m} uses the global regular expression {value:?}: not applied"
+            ));
+        }
+        if let Err(e) = regex::Regex::new(&value) {
+            return Err(format!("its filter on {m}: {value:?} is not a regular expression netpoller reads ({e}): not applied").replace('\n', " "));
+        }
+        match c.operator.as_deref().unwrap_or("MATCHES_REGEX") {
+            "MATCHES_REGEX" => matches.push(value),
+            "NOT_MATCHES_REGEX" => not_matches.push(value),
+            other => return Err(format!("its filter on {m} ({other}): not applied")),
+        }
+    }
+    // Several regexes as one that matches when any does.
+    let any = |v: &[String]| -> Option<String> {
+        match v {
+            [] => None,
+            [one] => Some(one.clone()),
+            many => Some(
+                many.iter()
+                    .map(|r| format!("(?:{r})"))
+                    .collect::<Vec<_>>()
+                    .join("|"),
+            ),
+        }
+    };
+    // A value exists: "or"ed, any value passes; "and"ed, any other condition says it.
+    match evaltype {
+        "AND_OR" if exists => matches = vec![String::new()],
+        _ if exists && matches.is_empty() && not_matches.is_empty() => matches.push(String::new()),
+        _ => {}
+    }
+    let (matches, not_matches) = match evaltype {
+        // One macro's conditions "or"ed: matches any, or (one) exclusion.
+        "AND_OR" if not_matches.is_empty() => (any(&matches), None),
+        "AND_OR" if matches.is_empty() && not_matches.len() == 1 => (None, any(&not_matches)),
+        // "and"ed: one match, and none of the exclusions.
+        "AND" if matches.len() <= 1 => (any(&matches), any(&not_matches)),
+        _ => {
+            return Err(format!(
+            "its filter's {} conditions on {m} are not one match and one exclusion: not applied",
+            conditions.len()
+        ))
+        }
+    };
+    let mut t = format!("{{ oid = {}", q(column));
+    if let Some(r) = matches {
+        write!(t, ", matches = {}", q(&r)).expect("to a String");
+    }
+    if let Some(r) = not_matches {
+        write!(t, ", not_matches = {}", q(&r)).expect("to a String");
+    }
+    t.push_str(" }");
+    Ok(t)
 }
 
 /// An item [`item`] wrote.
@@ -542,6 +830,16 @@ fn item<'a>(
     }
 }
 
+/// Whether a section's items stand for table rows, and who finds them.
+enum Rows<'a> {
+    /// Items, not prototypes.
+    No,
+    /// Each host lists them (`indices`).
+    Listed,
+    /// The section's discovery rule (this inline table) walks them.
+    Walked(&'a str),
+}
+
 /// What [`convert`] made of an export.
 #[derive(Default)]
 struct Imported {
@@ -580,9 +878,14 @@ impl Imported {
         head: &[String],
         items: &[Item],
         macros: &Macros,
-        rows: bool,
+        rows: Rows<'_>,
         masters: &HashMap<&str, &Item>,
     ) -> bool {
+        let (rows, discovery) = match rows {
+            Rows::No => (false, None),
+            Rows::Listed => (true, None),
+            Rows::Walked(rule) => (true, Some(rule)),
+        };
         let (mut list, mut notes, mut first) = (String::new(), Vec::new(), None);
         let mut keys = HashSet::new();
         let (mut failed, mut walks) = (Vec::new(), Vec::new());
@@ -596,7 +899,16 @@ impl Imported {
             match item {
                 Ok(w) => {
                     self.items += 1;
-                    writeln!(list, "  {},", w.toml).expect("to a String");
+                    match discovery.filter(|_| rows) {
+                        // The section's rule finds its rows (the section's name is the
+                        // rule's).
+                        Some(_) => {
+                            let t = w.toml.strip_suffix(" }").unwrap_or(&w.toml);
+                            writeln!(list, "  {t}, discovery = {} }},", q(name))
+                        }
+                        None => writeln!(list, "  {},", w.toml),
+                    }
+                    .expect("to a String");
                     if let Some(walk) = w.walk {
                         self.served.insert(walk.to_owned());
                     }
@@ -622,7 +934,19 @@ impl Imported {
             for h in head {
                 writeln!(self.toml, "# {}", comment(h)).expect("to a String");
             }
-            if let Some((key, oid)) = first.filter(|_| rows) {
+            if let (Some((key, _)), Some(rule)) = (first.as_ref().filter(|_| rows), discovery) {
+                let hint = format!(
+                    "items = [ {{ key = {}, indices = \"1-48\" }}, ... ]",
+                    q(key)
+                );
+                writeln!(
+                    self.toml,
+                    "# walks each host's rows itself (a host may list its own instead: {})",
+                    comment(&hint)
+                )
+                .expect("to a String");
+                writeln!(self.toml, "discovery = [ {rule} ]").expect("to a String");
+            } else if let Some((key, oid)) = first.filter(|_| rows) {
                 let hint = format!(
                     "items = [ {{ key = {}, indices = \"1-48\" }}, ... ]",
                     q(key)
@@ -728,11 +1052,26 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
                 name = format!("{}: {} [{}]", tpl.template, rule.name, rule.key);
                 names.insert(name.clone());
             }
-            let head = [format!(
+            let mut head = vec![format!(
                 "Zabbix's {what} finds the rows of these items; netpoller"
             )];
+            let walked = match discovery_rule(rule, &name, &macros, &masters) {
+                Ok((t, left)) => {
+                    for l in left {
+                        head.push(format!("discovery: {l}"));
+                        done.skipped.push(format!("{name}: discovery: {l}"));
+                    }
+                    Some(t)
+                }
+                Err(why) => {
+                    head.push(format!("discovery not walked by netpoller: {why}"));
+                    None
+                }
+            };
             let mut part = Imported::default();
-            if part.section(&name, &head, &rule.item_prototypes, &macros, true, &masters) {
+            let rows = &rule.item_prototypes;
+            let found = walked.as_deref().map_or(Rows::Listed, Rows::Walked);
+            if part.section(&name, &head, rows, &macros, found, &masters) {
                 done.rules += 1;
                 rules.push_str(&part.toml);
             } else {
@@ -755,7 +1094,14 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
             ));
         }
         head.extend(parts);
-        done.section(&tpl.template, &head, &tpl.items, &macros, false, &masters);
+        done.section(
+            &tpl.template,
+            &head,
+            &tpl.items,
+            &macros,
+            Rows::No,
+            &masters,
+        );
         // The next template's walk[] items are its own.
         done.served.clear();
         done.toml.push_str(&rules);
@@ -1265,5 +1611,184 @@ zabbix_export:
         assert_eq!(interval("90").unwrap(), "90s");
         assert_eq!(interval("5m;10s/1-5,09:00-18:00").unwrap(), "5m");
         assert!(interval("0;10s/1-5,09:00-18:00").is_err());
+    }
+
+    /// A Zabbix discovery rule as netpoller's: (inline table, what was left out), or
+    /// why not. `master`: the template's walk item (for a DEPENDENT rule).
+    fn rule_of(rule: serde_json::Value) -> Result<(String, Vec<String>), String> {
+        let master: Item = serde_json::from_value(serde_json::json!({
+            "name": "w", "type": "SNMP_AGENT", "key": "if.walk",
+            "snmp_oid": "walk[1.3.6.1.2.1.2.2.1.2,1.3.6.1.2.1.2.2.1.8]", "delay": "{$WALK}"}))
+        .unwrap();
+        let masters: HashMap<&str, &Item> = [("if.walk", &master)].into();
+        let macros = Macros::new(&[
+            Macro {
+                name: "{$WALK}".into(),
+                value: "5m".into(),
+                kind: None,
+            },
+            Macro {
+                name: "{$NAME.NOT}".into(),
+                value: "^(lo|Nu)".into(),
+                kind: None,
+            },
+        ]);
+        let mut rule = rule;
+        rule["name"] = "If".into();
+        rule["key"] = "if.discovery".into();
+        let rule: Rule = serde_json::from_value(rule).unwrap();
+        discovery_rule(&rule, "T: If", &macros, &masters)
+    }
+
+    fn dependent(filter: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({"type": "DEPENDENT", "master_item": {"key": "if.walk"},
+            "preprocessing": [{"type": "SNMP_WALK_TO_JSON", "parameters":
+                ["{#IFDESCR}", ".1.3.6.1.2.1.2.2.1.2", "0", "{#IFOPER}", "1.3.6.1.2.1.2.2.1.8", "0"]}],
+            "filter": filter})
+    }
+
+    #[test]
+    fn discovery_rules_become_rules_netpoller_walks() {
+        let cond = |m: &str, v: &str, op: Option<&str>| {
+            let mut c = serde_json::json!({"macro": m, "value": v});
+            if let Some(op) = op {
+                c["operator"] = op.into();
+            }
+            c
+        };
+        // Zabbix 6.4+: the walk's interval (a macro), the first column's rows; AND_OR (the
+        // default) "or"s one macro's matches; a template macro's value is the regex.
+        let (t, left) = rule_of(dependent(serde_json::json!({"conditions": [
+            cond("{#IFDESCR}", "{$NAME.NOT}", Some("NOT_MATCHES_REGEX")),
+            cond("{#IFOPER}", "^1$", None),
+            cond("{#IFOPER}", "^5$", None),
+        ]})))
+        .unwrap();
+        assert_eq!(
+            t,
+            r#"{ name = "T: If", oid = "1.3.6.1.2.1.2.2.1.2", interval = "5m", filter = [{ oid = "1.3.6.1.2.1.2.2.1.2", not_matches = "^(lo|Nu)" }, { oid = "1.3.6.1.2.1.2.2.1.8", matches = "(?:^1$)|(?:^5$)" }] }"#
+        );
+        assert!(left.is_empty(), "{left:?}");
+        // AND: one match and any exclusions of a macro; EXISTS is what a condition needs.
+        let (t, _) = rule_of(dependent(
+            serde_json::json!({"evaltype": "AND", "conditions": [
+                cond("{#IFDESCR}", "^Gi", None),
+                cond("{#IFDESCR}", "\\.", Some("NOT_MATCHES_REGEX")),
+                cond("{#IFDESCR}", "^x", Some("NOT_MATCHES_REGEX")),
+                cond("{#IFOPER}", "", Some("EXISTS")),
+            ]}),
+        ))
+        .unwrap();
+        assert!(
+            t.contains(r#"{ oid = "1.3.6.1.2.1.2.2.1.2", matches = "^Gi", not_matches = '(?:\.)|(?:^x)' }, { oid = "1.3.6.1.2.1.2.2.1.8", matches = "" }"#),
+            "{t}"
+        );
+        // What one condition per column cannot say is left out, with why; the rest
+        // of the filter stays.
+        for (filter, why) in [
+            (
+                serde_json::json!({"evaltype": "OR", "conditions": [cond("{#IFDESCR}", "a", None), cond("{#IFOPER}", "1", None)]}),
+                "\"or\"ed",
+            ),
+            (
+                serde_json::json!({"evaltype": "FORMULA", "formula": "A", "conditions": [cond("{#IFDESCR}", "a", None)]}),
+                "custom formula",
+            ),
+            (
+                serde_json::json!({"conditions": [cond("{#IFALIAS}", "a", None)]}),
+                "no walked column gives",
+            ),
+            (
+                serde_json::json!({"conditions": [cond("{#IFDESCR}", "@Interfaces", None)]}),
+                "global regular expression",
+            ),
+            (
+                serde_json::json!({"conditions": [cond("{#IFDESCR}", "(?!lo)", None)]}),
+                "not a regular expression netpoller reads",
+            ),
+            (
+                serde_json::json!({"conditions": [cond("{#IFDESCR}", "a", Some("NOT_EXISTS"))]}),
+                "NOT_EXISTS",
+            ),
+            (
+                serde_json::json!({"conditions": [cond("{#IFDESCR}", "{$NONE}", None)]}),
+                "{$NONE}",
+            ),
+            (
+                serde_json::json!({"evaltype": "AND", "conditions": [cond("{#IFDESCR}", "a", None), cond("{#IFDESCR}", "b", None)]}),
+                "not one match",
+            ),
+            (
+                serde_json::json!({"conditions": [cond("{#IFDESCR}", "a", Some("NOT_MATCHES_REGEX")), cond("{#IFDESCR}", "b", Some("NOT_MATCHES_REGEX"))]}),
+                "not one match",
+            ),
+        ] {
+            let (t, left) = rule_of(dependent(filter)).unwrap();
+            assert!(left.len() == 1 && left[0].contains(why), "{why}: {left:?}");
+            assert!(
+                !t.contains("{#") && !t.contains("{$"),
+                "no macro is written: {t}"
+            );
+        }
+        // Before 6.4: the rule's own discovery[] key and interval (Zabbix's rule default
+        // 1h when the export leaves it out); before discovery[], one OID's values.
+        let agent = |oid: &str, delay: Option<&str>| {
+            let mut r = serde_json::json!({"type": "SNMP_AGENT", "snmp_oid": oid,
+                "filter": {"conditions": [cond("{#IFTYPE}", "^6$", None)]}});
+            if let Some(d) = delay {
+                r["delay"] = d.into();
+            }
+            r
+        };
+        let (t, left) = rule_of(agent(
+            "discovery[{#IFDESCR},1.3.6.1.2.1.2.2.1.2,{#IFTYPE},.1.3.6.1.2.1.2.2.1.3]",
+            None,
+        ))
+        .unwrap();
+        assert_eq!(
+            t,
+            r#"{ name = "T: If", oid = "1.3.6.1.2.1.2.2.1.2", interval = "1h", filter = [{ oid = "1.3.6.1.2.1.2.2.1.3", matches = "^6$" }] }"#
+        );
+        assert!(left.is_empty());
+        let (t, _) = rule_of(agent(".1.3.6.1.2.1.2.2.1.2", Some("30s"))).unwrap();
+        assert!(
+            t.starts_with(r#"{ name = "T: If", oid = "1.3.6.1.2.1.2.2.1.2", interval = "1m""#),
+            "at least a minute: {t}"
+        );
+        // Zabbix 7: an SNMP rule that walks itself, its first step making the rows.
+        let mut own = agent("walk[1.3.6.1.2.1.2.2.1.2,1.3.6.1.2.1.2.2.1.3]", Some("2h"));
+        own["preprocessing"] = serde_json::json!([{"type": "SNMP_WALK_TO_JSON",
+            "parameters": ["{#IFDESCR}", "1.3.6.1.2.1.2.2.1.2", "0", "{#IFTYPE}", "1.3.6.1.2.1.2.2.1.3", "0"]}]);
+        let (t, _) = rule_of(own).unwrap();
+        assert_eq!(
+            t,
+            r#"{ name = "T: If", oid = "1.3.6.1.2.1.2.2.1.2", interval = "2h", filter = [{ oid = "1.3.6.1.2.1.2.2.1.3", matches = "^6$" }] }"#
+        );
+        // Rules netpoller cannot walk say why (their template's hosts list their rows).
+        for (rule, why) in [
+            (
+                agent("discovery[{#A},1.3.6.1.2.1.2.2.1.2,{#B}]", None),
+                "does not pair",
+            ),
+            (
+                serde_json::json!({"type": "ZABBIX_PASSIVE"}),
+                "its type is ZABBIX_PASSIVE",
+            ),
+            (
+                serde_json::json!({"type": "DEPENDENT", "master_item": {"key": "nope"}}),
+                "not an item of this template",
+            ),
+            (
+                serde_json::json!({"type": "DEPENDENT", "master_item": {"key": "if.walk"}}),
+                "not SNMP_WALK_TO_JSON",
+            ),
+            (
+                agent("discovery[{#A},IF-MIB::ifDescr]", None),
+                "not a numeric OID",
+            ),
+        ] {
+            let e = rule_of(rule).unwrap_err();
+            assert!(e.contains(why), "{why}: {e}");
+        }
     }
 }

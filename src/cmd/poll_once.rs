@@ -97,7 +97,8 @@ fn discover(
                 let n = rows.len();
                 let s = if n == 1 { "" } else { "s" };
                 let indices = crate::config::format_indices(&rows);
-                eprintln!("discovery {host} {rule}: {n} row{s} {indices}");
+                let line = format!("discovery {host} {rule}: {n} row{s} {indices}");
+                eprintln!("{}", line.trim_end());
                 found.set(&host, &rule, &rows);
             }
             Err(e) => {
