@@ -675,7 +675,7 @@ fn import_template_walk_items_poll_their_rows() {
     );
     let (out, err) = import_template(&["--quiet", "import-template", export]);
     assert!(
-        err.contains("4 items imported (1 discovery rules as templates of items per table row); not imported: 4 items, 0 discovery rules; 2 walk[] items polled through their dependent items"),
+        err.contains("4 items imported (1 discovery rules as templates of items per table row, 1 of them walked by netpoller); not imported: 4 items, 0 discovery rules; 2 walk[] items polled through their dependent items"),
         "{err}"
     );
     for (want, why) in [
@@ -766,7 +766,7 @@ fn import_template_output_loads_as_it_is() {
     );
     let (out, err) = import_template(&["import-template", export]);
     assert!(
-        err.contains("11 items imported (1 discovery rules as templates of items per table row); not imported: 9 items, 0 discovery rules"),
+        err.contains("11 items imported (1 discovery rules as templates of items per table row, 1 of them walked by netpoller); not imported: 9 items, 0 discovery rules"),
         "{err}"
     );
     let cfg = dir.join("imported.toml");

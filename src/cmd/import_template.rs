@@ -854,6 +854,8 @@ struct Imported {
     /// Discovery rules imported as templates of items per row, and not imported.
     rules: usize,
     not_rules: usize,
+    /// Of `rules`, those netpoller walks itself (the others' rows a host lists).
+    walked: usize,
     /// Keys of the `walk[]` items whose imported dependent items poll their rows.
     served: HashSet<String>,
     /// Those `walk[]` items (not polled themselves, not counted as not imported).
@@ -1073,6 +1075,7 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
             let found = walked.as_deref().map_or(Rows::Listed, Rows::Walked);
             if part.section(&name, &head, rows, &macros, found, &masters) {
                 done.rules += 1;
+                done.walked += usize::from(walked.is_some());
                 rules.push_str(&part.toml);
             } else {
                 done.not_rules += 1;
@@ -1181,9 +1184,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     }
     eprintln!(
-        "{} items imported ({} discovery rules as templates of items per table row); not imported: {} items, {} discovery rules{}",
+        "{} items imported ({} discovery rules as templates of items per table row, {} of them walked by netpoller); not imported: {} items, {} discovery rules{}",
         done.items,
         done.rules,
+        done.walked,
         done.not_items,
         done.not_rules,
         match done.walks {
