@@ -2240,6 +2240,25 @@ impl Config {
         plan
     }
 
+    /// Where this process keeps the rows discovery found: `daemon.discovery_file`, or,
+    /// for one process shard of several (`cli` overrides `daemon.shard`), that name
+    /// with `.shard-I-of-N` before its extension: processes sharing one config and
+    /// folder must not overwrite each other's rows.
+    pub fn discovery_file(&self, cli: Option<(u32, u32)>) -> PathBuf {
+        let f = &self.daemon.discovery_file;
+        match self.process_shard(cli) {
+            (_, 1) => f.clone(),
+            (i, n) => {
+                let stem = f.file_stem().unwrap_or_default().to_string_lossy();
+                let name = match f.extension() {
+                    Some(ext) => format!("{stem}.shard-{i}-of-{n}.{}", ext.to_string_lossy()),
+                    None => format!("{stem}.shard-{i}-of-{n}"),
+                };
+                f.with_file_name(name)
+            }
+        }
+    }
+
     /// Total items over all hosts.
     pub fn item_count(&self) -> usize {
         self.hosts.iter().map(|h| h.items.len()).sum()

@@ -105,7 +105,7 @@ fn discovery(cfg: &crate::config::Config) -> Option<String> {
             rules.len(),
             rules.join(", "),
             t.len(),
-            cfg.daemon.discovery_file.display()
+            cfg.discovery_file(None).display()
         )
     })
 }

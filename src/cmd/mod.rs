@@ -55,7 +55,8 @@ impl PlanArgs {
             Some(f) => f.clone(),
             None if cfg.discovery.is_empty() => none,
             None => {
-                let saved = match crate::discovery::read_file(&cfg.daemon.discovery_file) {
+                let file = cfg.discovery_file(self.shard);
+                let saved = match crate::discovery::read_file(&file) {
                     Ok(f) => f,
                     Err(e) => {
                         tracing::warn!(error = %format!("{e:#}"), "discovery: the rows saved before are not used (each host is walked again)");

@@ -125,7 +125,7 @@ async fn daemon(
     let discovery = tokio::spawn(crate::discovery::run(
         targets_rx,
         found.clone(),
-        cfg.daemon.discovery_file.clone(),
+        cfg.discovery_file(args.plan.shard),
         replan_tx,
         discovery_metrics.clone(),
         shutdown_rx.clone(),

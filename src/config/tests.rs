@@ -936,7 +936,14 @@ fn discovered_rows_stand_for_items_as_listed_ones_do() {
     let rules: Vec<&str> = cfg2.discovery[0].rules.iter().map(|r| &*r.name).collect();
     assert_eq!(rules, ["all"]);
 
-    // A process shard walks its own hosts only.
+    // A process shard walks its own hosts only, and keeps their rows in a file of its
+    // own.
+    let one = parse(DISCOVERED).unwrap();
+    assert_eq!(one.discovery_file(None), Path::new("./discovered.json"));
+    assert_eq!(
+        one.discovery_file(Some((1, 4))),
+        Path::new("./discovered.shard-1-of-4.json")
+    );
     let mut cfg = parse(DISCOVERED).unwrap();
     let _ = cfg.take_hosts_for_shard((0, 2));
     let mut other = parse(DISCOVERED).unwrap();
