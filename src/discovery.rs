@@ -138,6 +138,10 @@ pub struct DiscoveryMetrics {
     pub walks_failed: AtomicU64,
     pub changes: AtomicU64,
     pub replans: AtomicU64,
+    /// Host and rule pairs walked.
+    pub jobs: AtomicU64,
+    /// Of those, the ones whose last walk failed.
+    pub failing: AtomicU64,
 }
 
 impl DiscoveryMetrics {
@@ -164,6 +168,18 @@ impl DiscoveryMetrics {
             &[],
             get(&self.replans),
         );
+        out.gauge(
+            "netpoller_discovery_rules",
+            "Discovery rules walked, one per host that uses each.",
+            &[],
+            get(&self.jobs) as f64,
+        );
+        out.gauge(
+            "netpoller_discovery_failing",
+            "Discovery rules of hosts whose last walk failed (they keep the rows they had).",
+            &[],
+            get(&self.failing) as f64,
+        );
     }
 }
 
@@ -175,6 +191,9 @@ struct Job {
     running: bool,
     /// The last walk failed (logged once until one succeeds).
     failing: bool,
+    /// Which job this is: a reload that changes a host's rule makes a new one, and a
+    /// walk of the old one that ends after it is not taken.
+    id: u64,
 }
 
 /// Where in its interval a job known from the file is first walked again: spread by a
@@ -206,6 +225,8 @@ pub async fn run(
     let mut last_replan: Option<Instant> = None;
     // The targets are (re)read at the start and after each reload.
     let mut reread = true;
+    let mut started = false;
+    let mut ids = 0u64;
     loop {
         let now = Instant::now();
         if std::mem::take(&mut reread) {
@@ -223,21 +244,32 @@ pub async fn run(
                             rule: r.clone(),
                             ..j
                         },
+                        // New, or walked differently: at once, but for the rows
+                        // saved before a start, which are walked again over the
+                        // interval.
                         _ => Job {
                             target: t.clone(),
                             rule: r.clone(),
                             due: match known.rows(&t.host, &r.name) {
-                                Some(_) => now + phase(&t.host, &r.name, r.interval),
-                                None => now,
+                                Some(_) if !started => now + phase(&t.host, &r.name, r.interval),
+                                _ => now,
                             },
                             running: false,
                             failing: false,
+                            id: {
+                                ids += 1;
+                                ids
+                            },
                         },
                     };
                     next.insert(key, job);
                 }
             }
             jobs = next;
+            started = true;
+            let failing = jobs.values().filter(|j| j.failing).count();
+            metrics.jobs.store(jobs.len() as u64, Ordering::Relaxed);
+            metrics.failing.store(failing as u64, Ordering::Relaxed);
             // Rows of rules no host uses any more are forgotten (and not saved).
             let mut f = found.lock().unwrap_or_else(|e| e.into_inner());
             let before = f.clone();
@@ -259,7 +291,15 @@ pub async fn run(
             }
             j.running = true;
             let (t, r, stop, key) = (j.target.clone(), j.rule.clone(), stop.clone(), key.clone());
-            walks.spawn_blocking(move || (key, walk_rows(&t, &r, &stop)));
+            let id = j.id;
+            walks.spawn_blocking(move || {
+                // A walk that panicked is a failed walk, not a job that never ends.
+                let walked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    walk_rows(&t, &r, &stop)
+                }));
+                let rows = walked.unwrap_or_else(|_| Err(anyhow::anyhow!("the walk panicked")));
+                (key, id, rows)
+            });
         }
         // Re-plan when rows changed: once no walk is in flight, or REPLAN_EVERY after
         // the first change while walks go on (hosts that do not answer hold a walk up
@@ -288,9 +328,10 @@ pub async fn run(
             dirty = None;
             last_replan = Some(Instant::now());
         }
+        // With every walk slot taken, the next start is when one ends.
         let next_due = jobs
             .values()
-            .filter(|j| !j.running)
+            .filter(|j| !j.running && walks.len() < CONCURRENT_WALKS)
             .map(|j| j.due)
             .min()
             .unwrap_or(now + Duration::from_secs(3600));
@@ -305,14 +346,18 @@ pub async fn run(
             },
             _ = tokio::time::sleep_until(wake) => {}
             Some(done) = walks.join_next(), if !walks.is_empty() => {
-                let Ok(((host, rule), result)) = done else { continue };
-                let Some(j) = jobs.get_mut(&(host.clone(), rule.clone())) else { continue };
+                let Ok(((host, rule), id, result)) = done else { continue };
+                // Of a job a reload replaced or removed: not taken.
+                let Some(j) = jobs.get_mut(&(host.clone(), rule.clone())).filter(|j| j.id == id) else {
+                    continue;
+                };
                 j.running = false;
                 match result {
                     Ok(rows) => {
                         metrics.walks_ok.fetch_add(1, Ordering::Relaxed);
                         j.due = Instant::now() + j.rule.interval;
                         if std::mem::take(&mut j.failing) {
+                            metrics.failing.fetch_sub(1, Ordering::Relaxed);
                             tracing::info!(host = %host, rule = %rule, "discovery: walks again");
                         }
                         let changed = found
@@ -335,6 +380,7 @@ pub async fn run(
                         metrics.walks_failed.fetch_add(1, Ordering::Relaxed);
                         j.due = Instant::now() + RETRY_AFTER.min(j.rule.interval);
                         if !std::mem::replace(&mut j.failing, true) {
+                            metrics.failing.fetch_add(1, Ordering::Relaxed);
                             tracing::warn!(host = %host, rule = %rule, error = %e, "discovery: walk failed; the host keeps the rows it had");
                         }
                     }

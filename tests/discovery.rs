@@ -241,6 +241,7 @@ fn the_daemon_discovers_after_a_reload_saves_the_rows_and_starts_from_them() {
     let rows = if_rows(&agent, None);
     // First without discovery: one plain item per host.
     let cfg = dir.join("netpoller.toml");
+    let port = common::free_port();
     std::fs::write(
         &cfg,
         format!(
@@ -248,7 +249,7 @@ fn the_daemon_discovers_after_a_reload_saves_the_rows_and_starts_from_them() {
 [daemon]
 discovery_file = "{dir}/discovered.json"
 spool_dir = "{dir}/spool"
-metrics_listen = ""
+metrics_listen = "127.0.0.1:{port}"
 [[hosts]]
 name = "agent"
 ip = "{agent}"
@@ -262,7 +263,11 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
     d.expect_log("netpoller 0.1.0 started", Duration::from_secs(10));
 
     // A reload brings the template with discovery: the new hosts' tables are walked.
-    config(&dir, &agent, "metrics_listen = \"\"");
+    config(
+        &dir,
+        &agent,
+        &format!("metrics_listen = \"127.0.0.1:{port}\""),
+    );
     d.signal(libc::SIGHUP);
     let file = dir.join("discovered.json");
     wait_for("no rows saved", &d, Duration::from_secs(20), || {
@@ -286,6 +291,19 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
         log.contains("discovery: walk failed; the host keeps the rows it had host=silent"),
         "{log}"
     );
+    // Metrics: 3 rules on each of 2 hosts, the silent host's 3 failing.
+    let scrape = || common::http_get(port, "/metrics").map_or(String::new(), |(_, m)| m);
+    wait_for("no discovery metrics", &d, Duration::from_secs(10), || {
+        let m = scrape();
+        m.contains("\nnetpoller_discovery_rules 6\n")
+            && m.contains("\nnetpoller_discovery_failing 3\n")
+    });
+    let m = scrape();
+    assert!(
+        m.contains("netpoller_discovery_walks_total{result=\"failed\"} "),
+        "{m}"
+    );
+    assert!(!m.contains("netpoller_discovery_replans_total 0\n"), "{m}");
     // The discovered items are polled: an iteration with every row's value.
     let up = rows_of(&agent, IF_OPER_STATUS, Some("^1$"))
         .into_iter()
@@ -310,6 +328,22 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
     d.expect_log(
         &format!("started hosts=2 items={}", n + 1),
         Duration::from_secs(10),
+    );
+    // A reload that changes a rule walks it again at once: every row now.
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(r#"matches = "^lo$""#, r#"matches = ".""#);
+    std::fs::write(&cfg, text).unwrap();
+    d.signal(libc::SIGHUP);
+    let all = format!(
+        r#""if-lo": "{}""#,
+        saved["hosts"]["agent"]["if"].as_str().unwrap()
+    );
+    wait_for(
+        "the changed rule's rows not saved",
+        &d,
+        Duration::from_secs(20),
+        || std::fs::read_to_string(&file).is_ok_and(|t| t.contains(&all)),
     );
     assert!(d.stop().success());
 }
