@@ -1154,6 +1154,36 @@ struct ResolvedEntry {
     discovery: Option<Arc<DiscoveryRule>>,
 }
 
+/// Whether a row of a discovered item of `items` may have the key of another of its
+/// items: another key (or key per row) that starts and ends as the row keys do. When
+/// none can, rows need no check.
+fn may_collide(items: &[ResolvedEntry]) -> bool {
+    // A key per row as what comes before and after its index.
+    let split = |k: &str| -> Option<(String, String)> {
+        let (p, s) = k.split_once(SNMPINDEX)?;
+        Some((p.to_owned(), s.to_owned()))
+    };
+    // (Pairs are few: a host's items, a handful of them per row.)
+    items.iter().filter(|e| e.discovery.is_some()).any(|d| {
+        let Some((p, s)) = split(&d.key).filter(|(_, s)| !s.contains(SNMPINDEX)) else {
+            return true; // the index twice: not worth a rule of its own
+        };
+        items
+            .iter()
+            .filter(|o| !std::ptr::eq(*o, d))
+            .any(|o| match split(&o.key) {
+                // Two keys per row: the same row key if their parts nest.
+                Some((op, os)) => {
+                    (op.starts_with(&p) || p.starts_with(&op))
+                        && (os.ends_with(&s) || s.ends_with(&os))
+                }
+                None => {
+                    o.key.len() > p.len() + s.len() && o.key.starts_with(&p) && o.key.ends_with(&s)
+                }
+            })
+    })
+}
+
 /// How many indices these inclusive ranges hold.
 fn row_count(rows: &[(u32, u32)]) -> u64 {
     rows.iter().map(|&(a, b)| u64::from(b - a) + 1).sum()
@@ -1912,11 +1942,16 @@ impl<'c, 'a> Resolver<'c, 'a> {
             return Some(items);
         };
         let mut rules: Vec<Arc<DiscoveryRule>> = Vec::new();
-        let mut keys: HashSet<Arc<str>> = items
-            .iter()
-            .filter(|e| e.discovery.is_none())
-            .flat_map(ResolvedEntry::keys)
-            .collect();
+        // The keys of the host's other items, to leave a row to an item that has its
+        // key: only built when one may (building it costs a key per row, most of a
+        // re-plan at a million items).
+        let mut keys: Option<HashSet<Arc<str>>> = may_collide(&items).then(|| {
+            items
+                .iter()
+                .filter(|e| e.discovery.is_none())
+                .flat_map(ResolvedEntry::keys)
+                .collect()
+        });
         let mut added = 0;
         let mut out = Vec::with_capacity(items.len());
         for mut e in items {
@@ -1927,20 +1962,27 @@ impl<'c, 'a> Resolver<'c, 'a> {
             if !rules.iter().any(|r| Arc::ptr_eq(r, &rule)) {
                 rules.push(rule.clone());
             }
-            let Some(rows) = self.found.rows(host, &rule.name) else {
+            let Some(found) = self.found.rows(host, &rule.name) else {
                 continue;
             };
-            let rows: Vec<u32> = rows
-                .iter()
-                .flat_map(|&(a, b)| a..=b)
-                .filter(|&i| keys.insert(e.row_key(i)))
-                .take(MAX_INDICES as usize)
-                .collect();
+            let rows: Rows = match &mut keys {
+                // No other key can be a row's: the rows found, shared.
+                None if row_count(found) <= MAX_INDICES => found.clone(),
+                keys => {
+                    let rows: Vec<u32> = found
+                        .iter()
+                        .flat_map(|&(a, b)| a..=b)
+                        .filter(|&i| keys.as_mut().is_none_or(|k| k.insert(e.row_key(i))))
+                        .take(MAX_INDICES as usize)
+                        .collect();
+                    ranges_of(&rows).into()
+                }
+            };
             if rows.is_empty() {
                 continue;
             }
-            added += rows.len();
-            e.indices = Some(ranges_of(&rows).into());
+            added += row_count(&rows) as usize;
+            e.indices = Some(rows);
             out.push(e);
         }
         self.targets.push(DiscoveryTarget {

@@ -908,6 +908,17 @@ fn discovered_rows_stand_for_items_as_listed_ones_do() {
         ["descr[1]", "descr[2]", "descr[3]", "descr[4]", "icmpping", "in[1]", "in[2]", "in[3]"]
     );
     assert_eq!(keys(&cfg, "127.0.30.1"), ["icmpping", "in[3]"]);
+    // Without an item whose key a row could have, the rows found are taken as they are.
+    let apart = DISCOVERED.replace(
+        r#"  { key = "in[3]", oid = "1.3.6.1.2.1.31.1.1.1.6.3", type = "uint", interval = "1m" },"#,
+        "",
+    );
+    let cfg3 = parse_found(&apart, &f).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(
+        keys(&cfg3, "sw-1"),
+        ["descr[1]", "descr[2]", "descr[3]", "descr[4]", "icmpping", "in[1]", "in[2]", "in[3]"]
+    );
+    assert_eq!(keys(&cfg3, "127.0.30.2"), ["icmpping", "in[7]"]);
     assert_eq!(keys(&cfg, "127.0.30.2"), ["icmpping", "in[3]", "in[7]"]);
     let sw1 = &cfg.hosts[0];
     let in2 = sw1.items.iter().find(|i| &*i.key == "in[2]").unwrap();
@@ -1097,4 +1108,47 @@ fn a_filter_condition_takes_values_that_match_and_are_not_excluded() {
         ..c
     };
     assert!(only_not.holds(Some("eth0")) && !only_not.holds(Some("lo")));
+}
+
+#[test]
+fn row_keys_that_other_keys_may_have_are_told_apart() {
+    let entry = |key: &str, discovered: bool| ResolvedEntry {
+        key: key.into(),
+        itemid: None,
+        value_type: ValueType::Uint,
+        interval: Duration::from_secs(60),
+        kind: ItemKind::Snmp {
+            oid: "1.3.6.1.2.1.2.2.1.10".parse().unwrap(),
+        },
+        pre: None,
+        indices: None,
+        discovery: discovered.then(|| {
+            Arc::new(DiscoveryRule {
+                name: "r".into(),
+                column: "1.3.6.1.2.1.2.2.1.2".parse().unwrap(),
+                matches: None,
+                interval: Duration::from_secs(3600),
+                filter: Vec::new(),
+            })
+        }),
+    };
+    let row = entry("in[{#SNMPINDEX}]", true);
+    for (other, collide) in [
+        (entry("in[3]", false), true),
+        (entry("in[x]", false), true), // may: checked row by row
+        (entry("out[3]", false), false),
+        (entry("in[]", false), false),
+        (entry("in[{#SNMPINDEX}]x", true), false),
+        (entry("in[1{#SNMPINDEX}]", true), true),
+        (entry("i{#SNMPINDEX}]", false), true),
+        (entry("icmpping", false), false),
+    ] {
+        let key = other.key.clone();
+        assert_eq!(may_collide(&[row.clone(), other]), collide, "{key}");
+    }
+    assert!(!may_collide(&[entry("in[3]", false)]), "no discovered item");
+    assert!(
+        may_collide(&[entry("a{#SNMPINDEX}.{#SNMPINDEX}", true)]),
+        "an index twice"
+    );
 }

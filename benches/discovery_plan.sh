@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# What discovered rows cost the loader: the time from `netpoller run` starting to its
+# plan being built ("started"), at HOSTS switches x 5 items x ROWS table rows
+# (default 4,094 x 5 x 48 = 982,560 items), with the rows listed (`indices`) and with
+# the same rows discovered (`discovery`, read from the discovery file: the config is
+# parsed twice, without rows and then with them). A discovery re-plan is that second
+# parse and the plan build, on the daemon's main thread; the same figure bounds it.
+#
+# Usage: benches/discovery_plan.sh        Env: RUNS=5 ROWS=48 NETPOLLER=target/release/netpoller
+# The daemon is stopped as soon as its plan is built. Its hosts are 127.40.0.0/20
+# (loopback): the few SNMP requests it may send before it stops go nowhere else, and the
+# discovery walks are not due (the saved rows are walked again over a 7-day interval).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${RUNS:-5}
+ROWS=${ROWS:-48}
+NETPOLLER=${NETPOLLER:-target/release/netpoller}
+[ -x "$NETPOLLER" ] || cargo build --release -q
+dir=$(mktemp -d /tmp/netpoller-discovery-plan.XXXXXX)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
+
+python3 - "$dir" "$ROWS" <<'PY'
+import ipaddress, json, sys
+dir, rows = sys.argv[1], int(sys.argv[2])
+cols = [("in", "1.3.6.1.2.1.31.1.1.1.6"), ("out", "1.3.6.1.2.1.31.1.1.1.10"),
+        ("status", "1.3.6.1.2.1.2.2.1.8"), ("in.errors", "1.3.6.1.2.1.2.2.1.14"),
+        ("out.errors", "1.3.6.1.2.1.2.2.1.20")]
+def config(rows_by):
+    items = "\n".join(
+        f'  {{ key = "net.if.{k}[{{#SNMPINDEX}}]", oid = "{o}.{{#SNMPINDEX}}", type = "uint", interval = "1m", {rows_by} }},'
+        for k, o in cols)
+    return f"""[daemon]
+metrics_listen = ""
+spool_dir = "{dir}/spool"
+discovery_file = "{dir}/discovered.json"
+[[templates]]
+name = "if"
+discovery = [{{ name = "if", oid = "1.3.6.1.2.1.2.2.1.2", interval = "7d" }}]
+items = [
+{items}
+]
+[[host_ranges]]
+cidr = "127.40.0.0/20"
+templates = ["if"]
+"""
+open(f"{dir}/listed.toml", "w").write(config(f'indices = "1-{rows}"'))
+open(f"{dir}/discovered.toml", "w").write(config('discovery = "if"'))
+hosts = {str(ip): {"if": f"1-{rows}"} for ip in ipaddress.ip_network("127.40.0.0/20").hosts()}
+json.dump({"hosts": hosts}, open(f"{dir}/discovered.json", "w"))
+PY
+
+# Seconds from start to the "started" line (its plan built).
+to_plan() {
+  local log="$dir/run.log" t0 t1
+  t0=$(date +%s.%N)
+  "$NETPOLLER" run -c "$1" >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 3000); do grep -q " started " "$log" && break; sleep 0.01; done
+  t1=$(date +%s.%N)
+  kill "$pid"; wait "$pid" || true; pid=
+  grep -q " started " "$log" || { cat "$log" >&2; exit 1; }
+  echo "$t0 $t1" | awk '{ printf "%.3f\n", $2 - $1 }'
+}
+median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
+
+for kind in listed discovered; do
+  times=$(for _ in $(seq 1 "$RUNS"); do to_plan "$dir/$kind.toml"; done)
+  items=$(grep -m1 -o 'items=[0-9]*' "$dir/run.log")
+  printf '%-10s %s  start to plan: median %s s of %s runs (%s)\n' \
+    "$kind" "$items" "$(echo "$times" | median)" "$RUNS" "$(echo $times)"
+done
