@@ -1190,9 +1190,14 @@ fn row_count(rows: &[(u32, u32)]) -> u64 {
 }
 
 impl ResolvedEntry {
-    /// How many items this entry stands for.
+    /// How many items this entry stands for (a discovered item's rows are counted
+    /// when they are applied: none before).
     fn count(&self) -> usize {
-        self.indices.as_ref().map_or(1, |r| row_count(r) as usize)
+        match (&self.indices, &self.discovery) {
+            (Some(r), _) => row_count(r) as usize,
+            (None, Some(_)) => 0,
+            (None, None) => 1,
+        }
     }
 
     /// The indices of an item per row (none for one item).
