@@ -13,7 +13,7 @@
 //! the TOML again.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -513,6 +513,8 @@ pub struct DiscoveryEntry {
     /// Only rows whose value matches this regular expression (a string as it is,
     /// binary as Hex-STRING, numbers in decimal), like a Zabbix discovery filter.
     pub matches: Option<String>,
+    /// Only rows whose value does not match this one.
+    pub not_matches: Option<String>,
     /// How often each host's table is walked again. Default `1h`.
     #[serde(default = "default_discovery_interval", with = "humantime_serde")]
     pub interval: Duration,
@@ -543,6 +545,7 @@ pub struct DiscoveryRule {
     pub name: Arc<str>,
     pub column: snmp::Oid,
     pub matches: Option<regex::Regex>,
+    pub not_matches: Option<regex::Regex>,
     pub interval: Duration,
     pub filter: Vec<Condition>,
 }
@@ -551,16 +554,37 @@ impl DiscoveryRule {
     /// Whether `other` walks and filters the same way (a reload that keeps it keeps
     /// its hosts' schedule).
     pub fn same_walk(&self, other: &DiscoveryRule) -> bool {
+        self.interval == other.interval && self.fingerprint() == other.fingerprint()
+    }
+
+    /// What the rows found depend on (column and filters, not the interval), as text:
+    /// rows saved for another fingerprint are not taken.
+    pub fn fingerprint(&self) -> String {
         let re = |r: &Option<regex::Regex>| r.as_ref().map(|r| r.as_str().to_owned());
-        self.column == other.column
-            && self.interval == other.interval
-            && re(&self.matches) == re(&other.matches)
-            && self.filter.len() == other.filter.len()
-            && self.filter.iter().zip(&other.filter).all(|(a, b)| {
-                a.column == b.column
-                    && re(&a.matches) == re(&b.matches)
-                    && re(&a.not_matches) == re(&b.not_matches)
-            })
+        let mut f = format!(
+            "{} {:?} {:?}",
+            self.column,
+            re(&self.matches),
+            re(&self.not_matches)
+        );
+        for c in &self.filter {
+            write!(
+                f,
+                "; {} {:?} {:?}",
+                c.column,
+                re(&c.matches),
+                re(&c.not_matches)
+            )
+            .expect("to a String");
+        }
+        f
+    }
+
+    /// Whether a row with this value in the rule's column is one (before `filter`):
+    /// every row without `matches` or `not_matches`.
+    pub fn takes(&self, value: Option<&str>) -> bool {
+        (self.matches.is_none() && self.not_matches.is_none())
+            || passes(self.matches.as_ref(), self.not_matches.as_ref(), value)
     }
 }
 
@@ -575,11 +599,19 @@ pub struct Condition {
 impl Condition {
     /// Whether a row's value (as text; `None`: the row has none) passes.
     pub fn holds(&self, value: Option<&str>) -> bool {
-        value.is_some_and(|v| {
-            self.matches.as_ref().is_none_or(|m| m.is_match(v))
-                && !self.not_matches.as_ref().is_some_and(|m| m.is_match(v))
-        })
+        passes(self.matches.as_ref(), self.not_matches.as_ref(), value)
     }
+}
+
+/// A value (`None`: none) that matches `matches` (if any) and not `not_matches`.
+fn passes(
+    matches: Option<&regex::Regex>,
+    not_matches: Option<&regex::Regex>,
+    value: Option<&str>,
+) -> bool {
+    value.is_some_and(|v| {
+        matches.is_none_or(|m| m.is_match(v)) && !not_matches.is_some_and(|m| m.is_match(v))
+    })
 }
 
 /// A host whose items stand for the rows of discovery rules: whom the daemon walks.
@@ -634,24 +666,30 @@ impl Found {
             .collect()
     }
 
-    /// Reads [`Self::to_text`]'s map back; an unreadable rows value is an error.
+    /// Reads [`Self::to_text`]'s map back; an unreadable rows value is left out, and
+    /// said (`host/rule: why`).
     pub fn from_text(
         m: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
-    ) -> Result<Found, String> {
-        let mut out = HashMap::new();
+    ) -> (Found, Vec<String>) {
+        let (mut out, mut bad) = (HashMap::new(), Vec::new());
         for (h, rules) in m {
             let mut r = HashMap::new();
             for (n, rows) in rules {
                 // "": the walk found no rows (which is not an `indices` value).
                 let ranges = match rows.trim() {
-                    "" => Vec::new(),
-                    _ => parse_indices(&rows).map_err(|e| format!("{h}/{n}: {e}"))?,
+                    "" => Ok(Vec::new()),
+                    _ => parse_indices(&rows),
                 };
-                r.insert(Arc::from(n), Arc::from(ranges));
+                match ranges {
+                    Ok(ranges) => {
+                        r.insert(Arc::from(n), Arc::from(ranges));
+                    }
+                    Err(e) => bad.push(format!("{h}/{n}: {e}")),
+                }
             }
             out.insert(Arc::from(h), r);
         }
-        Ok(Found(out))
+        (Found(out), bad)
     }
 }
 
@@ -1305,6 +1343,8 @@ struct Resolver<'c, 'a> {
     items_left: usize,
     /// Discovery rules by name.
     rules: HashMap<String, Arc<DiscoveryRule>>,
+    /// Names of the rules that had errors (reported at the rule).
+    bad_rules: HashSet<String>,
     /// The rows discovery has found.
     found: &'c Found,
     /// The hosts to walk for their rules' rows.
@@ -1328,6 +1368,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             pipelines: Vec::new(),
             items_left: MAX_ITEMS,
             rules: HashMap::new(),
+            bad_rules: HashSet::new(),
             found,
             targets: Vec::new(),
         }
@@ -1562,6 +1603,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
             },
             (None, Some(name)) => match self.rules.get(name.trim()) {
                 Some(r) => (None, Some(r.clone())),
+                // Its rule is wrong, and said so: nothing to add here.
+                None if self.bad_rules.contains(name.trim()) => return None,
                 None => {
                     let mut known: Vec<&String> = self.rules.keys().collect();
                     known.sort();
@@ -1857,6 +1900,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         }
         let column = self.column(&at("oid"), &d.oid);
         let matches = self.regex(&at("matches"), d.matches.as_deref());
+        let not_matches = self.regex(&at("not_matches"), d.not_matches.as_deref());
         let mut filter = Vec::new();
         for (k, f) in d.filter.iter().enumerate() {
             let fp = under(path, [Seg::Key("filter"), Seg::Index(k)]);
@@ -1887,11 +1931,15 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 ),
             );
         }
+        if self.c.errors.len() != before {
+            self.bad_rules.insert(name.to_string());
+        }
         if let (Some(column), true) = (column, self.c.errors.len() == before) {
             let rule = DiscoveryRule {
                 name: name.into(),
                 column,
                 matches,
+                not_matches,
                 interval: d.interval,
                 filter,
             };

@@ -15,8 +15,10 @@
 //!   "disable lost resources: immediately"); its itemid is derived from host and key,
 //!   so a row that comes back writes to the same history.
 //! * The daemon re-plans at most once per [`REPLAN_EVERY`] however many hosts change,
-//!   and the rows are saved to `daemon.discovery_file` before each re-plan, so a
-//!   restart polls what was found without waiting for the walks.
+//!   and the rows of each plan are saved to `daemon.discovery_file` with what each rule
+//!   was, so a restart polls what was found without waiting for the walks (but for the
+//!   rules that have changed since), and rows the loader refused are never saved.
+//! * A walk waits at most [`walker::STOP_CHECK`] before it sees the daemon stopping.
 //! * Walks run on blocking threads, at most [`CONCURRENT_WALKS`] at once, never on the
 //!   engines' threads: discovery cannot delay polling.
 
@@ -51,7 +53,15 @@ pub fn walk_rows(
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<u32>> {
     let target = walker::Target::of_host(t.ip, &t.snmp);
-    let mut rows = walker::table_rows(&target, &rule.column, rule.matches.as_ref(), stop)?;
+    let mut rows: Vec<u32> = walker::column_values(&target, &rule.column, stop)?
+        .into_iter()
+        .filter(|(_, v)| rule.takes(v.as_deref()))
+        .map(|(row, _)| row)
+        .collect();
+    rows.sort_unstable();
+    rows.dedup();
+    // One item stands for at most MAX_INDICES rows: the first ones.
+    rows.truncate(crate::config::MAX_INDICES as usize);
     for c in &rule.filter {
         if rows.is_empty() {
             break;
@@ -98,37 +108,104 @@ pub fn walk_all(targets: &[DiscoveryTarget]) -> Vec<Walked> {
         .collect()
 }
 
-/// The discovery file: `{"hosts": {HOST: {RULE: "1-48,101"}}}`.
+/// The discovery file: `{"rules": {RULE: FINGERPRINT}, "hosts": {HOST: {RULE:
+/// "1-48,101"}}}`. A rule's fingerprint says what its rows were found with (column and
+/// filters): rows of a rule that has changed since are not taken.
 #[derive(serde::Serialize, serde::Deserialize)]
-struct FileForm<H, R, V: Ord>
-where
-    H: Ord,
-    R: Ord,
-{
-    hosts: BTreeMap<H, BTreeMap<R, V>>,
+struct FileForm<K: Ord, V> {
+    #[serde(default)]
+    rules: BTreeMap<K, V>,
+    hosts: BTreeMap<K, BTreeMap<K, V>>,
+}
+
+/// What a discovery file holds.
+#[derive(Debug, Default)]
+pub struct Saved {
+    found: Found,
+    /// Rule name → the fingerprint its rows were found with.
+    rules: BTreeMap<String, String>,
+    /// Entries that could not be read (`host/rule: why`), left out.
+    pub unreadable: Vec<String>,
+}
+
+impl Saved {
+    /// The rows saved for the rules of `targets` as they are now (a rule whose
+    /// fingerprint changed, or that the file does not describe, has none).
+    pub fn for_rules(mut self, targets: &[DiscoveryTarget]) -> Found {
+        let now: HashMap<&str, String> = targets
+            .iter()
+            .flat_map(|t| t.rules.iter())
+            .map(|r| (&*r.name, r.fingerprint()))
+            .collect();
+        let rules = &self.rules;
+        for per_host in self.found.0.values_mut() {
+            per_host.retain(|rule, _| {
+                now.get(&**rule)
+                    .is_some_and(|f| rules.get(&**rule) == Some(f))
+            });
+        }
+        self.found.0.retain(|_, per_host| !per_host.is_empty());
+        self.found
+    }
 }
 
 /// Reads the rows saved in `path`; none when it does not exist.
-pub fn read_file(path: &Path) -> anyhow::Result<Found> {
+pub fn read_file(path: &Path) -> anyhow::Result<Saved> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::default()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Saved::default()),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    let f: FileForm<String, String, String> =
+    let f: FileForm<String, String> =
         serde_json::from_str(&text).with_context(|| format!("reading {}", path.display()))?;
-    Found::from_text(f.hosts).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+    let (found, unreadable) = Found::from_text(f.hosts);
+    Ok(Saved {
+        found,
+        rules: f.rules,
+        unreadable,
+    })
 }
 
-/// Saves `found` to `path` (a new file renamed over the old: a crash leaves one or
-/// the other).
-pub fn write_file(path: &Path, found: &Found) -> anyhow::Result<()> {
+/// The fingerprints of the rules of `targets`, for [`write_file`].
+pub fn fingerprints(targets: &[DiscoveryTarget]) -> BTreeMap<String, String> {
+    targets
+        .iter()
+        .flat_map(|t| t.rules.iter())
+        .map(|r| (r.name.to_string(), r.fingerprint()))
+        .collect()
+}
+
+/// Saves `found` to `path` with the `rules`' fingerprints: a new file of this process,
+/// synced, renamed over the old, and the folder synced (a crash leaves one or the
+/// other).
+pub fn write_file(
+    path: &Path,
+    found: &Found,
+    rules: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    use std::io::Write as _;
     let text = serde_json::to_string_pretty(&FileForm {
+        rules: rules.iter().map(|(k, v)| (k.as_str(), v.clone())).collect(),
         hosts: found.to_text(),
     })?;
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = std::path::PathBuf::from(name);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()
+    };
+    if let Err(e) = write() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("writing {}", tmp.display()));
+    }
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        // The rename itself, on disk.
+        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
+    }
+    Ok(())
 }
 
 /// Discovery's counters, for `/metrics`.
@@ -137,7 +214,8 @@ pub struct DiscoveryMetrics {
     pub walks_ok: AtomicU64,
     pub walks_failed: AtomicU64,
     pub changes: AtomicU64,
-    pub replans: AtomicU64,
+    pub replans_ok: AtomicU64,
+    pub replans_refused: AtomicU64,
     /// Host and rule pairs walked.
     pub jobs: AtomicU64,
     /// Of those, the ones whose last walk failed.
@@ -162,11 +240,14 @@ impl DiscoveryMetrics {
             &[],
             get(&self.changes),
         );
+        let replans = "netpoller_discovery_replans_total";
+        let help = "Plans rebuilt because discovery found other rows, by result (refused: past a limit of the loader; the plan stays).";
+        out.counter(replans, help, &[("result", "ok")], get(&self.replans_ok));
         out.counter(
-            "netpoller_discovery_replans_total",
-            "Plans rebuilt because discovery found other rows.",
-            &[],
-            get(&self.replans),
+            replans,
+            help,
+            &[("result", "refused")],
+            get(&self.replans_refused),
         );
         out.gauge(
             "netpoller_discovery_rules",
@@ -206,13 +287,12 @@ fn phase(host: &str, rule: &str, interval: Duration) -> Duration {
     Duration::from_millis(h.finish() % ms)
 }
 
-/// The daemon's discovery task: walks each target's rules when due, keeps `found` and
-/// the file, and asks for a re-plan on `replan` (at most once per [`REPLAN_EVERY`])
-/// when rows changed. New targets (after a reload) come on `targets`.
+/// The daemon's discovery task: walks each target's rules when due, keeps `found`, and
+/// asks for a re-plan on `replan` (at most once per [`REPLAN_EVERY`]) when rows
+/// changed. New targets (after a reload) come on `targets`.
 pub async fn run(
     mut targets: watch::Receiver<Vec<DiscoveryTarget>>,
     found: Arc<Mutex<Found>>,
-    file: std::path::PathBuf,
     replan: mpsc::Sender<()>,
     metrics: Arc<DiscoveryMetrics>,
     mut shutdown: watch::Receiver<bool>,
@@ -233,18 +313,33 @@ pub async fn run(
             let list = targets.borrow_and_update().clone();
             let known = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let mut next = HashMap::new();
+            // Host and rule pairs whose agent is at another address now.
+            let mut moved = Vec::new();
             for t in list {
                 let t = Arc::new(t);
                 for r in &t.rules {
                     let key = (t.host.clone(), r.name.clone());
-                    let job = match jobs.remove(&key) {
-                        // Same rule: keep its schedule.
-                        Some(j) if j.rule.same_walk(r) => Job {
-                            target: t.clone(),
-                            rule: r.clone(),
-                            ..j
-                        },
-                        // New, or walked differently: at once, but for the rows
+                    let old = jobs.remove(&key);
+                    let elsewhere =
+                        |j: &Job| j.target.ip != t.ip || j.target.snmp.port != t.snmp.port;
+                    if old.as_ref().is_some_and(elsewhere) {
+                        moved.push(key.clone());
+                    }
+                    let job = match old {
+                        // Same rule of the same agent: keep its schedule.
+                        Some(j)
+                            if j.rule.same_walk(r)
+                                && j.target.ip == t.ip
+                                && j.target.snmp == t.snmp =>
+                        {
+                            Job {
+                                target: t.clone(),
+                                rule: r.clone(),
+                                ..j
+                            }
+                        }
+                        // New, walked differently, or another agent (address,
+                        // credentials): at once, but for the rows
                         // saved before a start, which are walked again over the
                         // interval.
                         _ => Job {
@@ -270,11 +365,15 @@ pub async fn run(
             let failing = jobs.values().filter(|j| j.failing).count();
             metrics.jobs.store(jobs.len() as u64, Ordering::Relaxed);
             metrics.failing.store(failing as u64, Ordering::Relaxed);
-            // Rows of rules no host uses any more are forgotten (and not saved).
+            // Rows of rules no host uses any more, and rows found at an address the
+            // host is not at any more, are forgotten.
             let mut f = found.lock().unwrap_or_else(|e| e.into_inner());
             let before = f.clone();
             f.0.retain(|h, rules| {
-                rules.retain(|r, _| jobs.contains_key(&(h.clone(), r.clone())));
+                rules.retain(|r, _| {
+                    let key = (h.clone(), r.clone());
+                    jobs.contains_key(&key) && !moved.contains(&key)
+                });
                 !rules.is_empty()
             });
             if *f != before {
@@ -312,19 +411,9 @@ pub async fn run(
             settled.max(last_replan.map_or(now, |t| t + REPLAN_EVERY))
         });
         if replan_at.is_some_and(|at| at <= now) {
-            let snapshot = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            let path = file.clone();
-            match tokio::task::spawn_blocking(move || write_file(&path, &snapshot)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "discovery: the rows found could not be saved (a restart walks again)")
-                }
-                Err(e) => tracing::warn!(error = %e, "discovery: saving the rows failed"),
-            }
             if replan.send(()).await.is_err() {
                 break;
             }
-            metrics.replans.fetch_add(1, Ordering::Relaxed);
             dirty = None;
             last_replan = Some(Instant::now());
         }

@@ -9,6 +9,7 @@
 //! datagrams are skipped, never taken as the answer.
 
 use std::net::{SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,10 @@ use snmp::{Message, Oid, PduType, VarValue, Version, Walk};
 
 /// Most varbinds one walk takes: an agent could serve an endless table.
 pub const MAX_VARBINDS: usize = 10_000_000;
+
+/// The longest a walk waits for an answer without looking at its `stop` flag: what a
+/// daemon's shutdown may wait for a walk in flight.
+pub const STOP_CHECK: Duration = Duration::from_millis(200);
 
 /// Whom to walk, and how. `Debug` shows no community or key.
 #[derive(Clone)]
@@ -62,10 +67,12 @@ impl Target {
 
 /// Walks the subtree under `root` (numeric, leading dot optional; one arc such as `1`
 /// walks all of it), calling `each` with every varbind in order. Returns how many there
-/// were. Fails on a timeout, an agent's error status, or an error `each` returns.
+/// were. Fails on a timeout, an agent's error status, an error `each` returns, or
+/// `stop` (checked before each request and at least every [`STOP_CHECK`] of a wait).
 pub fn walk(
     t: &Target,
     root: &str,
+    stop: &AtomicBool,
     mut each: impl FnMut(Oid, VarValue) -> anyhow::Result<()>,
 ) -> anyhow::Result<usize> {
     let addr = t.addr;
@@ -98,7 +105,7 @@ pub fn walk(
         Some(user) => {
             id = id.wrapping_add(1) & 0x7fff_ffff;
             snmp::v3::encode_discovery(&mut req, id);
-            let found = exchange(&sock, &req, t, &mut rbuf, |bytes| {
+            let found = exchange(&sock, &req, t, stop, &mut rbuf, |bytes| {
                 let m = V3Message::decode(bytes).ok()?;
                 (m.msg_id == id && !m.engine_id.is_empty())
                     .then(|| (m.engine_id.to_vec(), m.boots, m.time))
@@ -124,7 +131,7 @@ pub fn walk(
                 }
                 None => w.next_request(&mut req, t.community.as_bytes(), id),
             }
-            let answered = exchange(&sock, &req, t, &mut rbuf, |bytes| {
+            let answered = exchange(&sock, &req, t, stop, &mut rbuf, |bytes| {
                 // Foreign, stale or forged datagrams are skipped, not fatal.
                 let Some(e) = engine.as_mut() else {
                     let m = Message::decode(bytes).ok()?;
@@ -166,7 +173,7 @@ pub fn table_rows(
     t: &Target,
     column: &Oid,
     matches: Option<&regex::Regex>,
-    stop: &std::sync::atomic::AtomicBool,
+    stop: &AtomicBool,
 ) -> anyhow::Result<Vec<u32>> {
     let mut rows: Vec<u32> = column_values(t, column, stop)?
         .into_iter()
@@ -184,12 +191,11 @@ pub fn table_rows(
 pub fn column_values(
     t: &Target,
     column: &Oid,
-    stop: &std::sync::atomic::AtomicBool,
+    stop: &AtomicBool,
 ) -> anyhow::Result<Vec<(u32, Option<String>)>> {
     let root_arcs = column.arcs().count();
     let mut out = Vec::new();
-    walk(t, &column.to_string(), |oid, v| {
-        anyhow::ensure!(!stop.load(std::sync::atomic::Ordering::Relaxed), "stopped");
+    walk(t, &column.to_string(), stop, |oid, v| {
         out.push((row_index(&oid, root_arcs)?, value_text(&v)));
         Ok(())
     })?;
@@ -238,11 +244,13 @@ fn exchange<T>(
     sock: &UdpSocket,
     req: &[u8],
     t: &Target,
+    stop: &AtomicBool,
     rbuf: &mut [u8],
     mut accept: impl FnMut(&[u8]) -> Option<T>,
 ) -> anyhow::Result<Option<T>> {
     let addr = sock.peer_addr()?;
     for _ in 0..=t.retries {
+        anyhow::ensure!(!stop.load(Ordering::Relaxed), "stopped");
         sock.send(req)
             .with_context(|| format!("sending to {addr}"))?;
         let deadline = Instant::now() + t.timeout;
@@ -251,7 +259,8 @@ fn exchange<T>(
             if left.is_zero() {
                 break;
             }
-            sock.set_read_timeout(Some(left))?;
+            anyhow::ensure!(!stop.load(Ordering::Relaxed), "stopped");
+            sock.set_read_timeout(Some(left.min(STOP_CHECK)))?;
             let n = match sock.recv(rbuf) {
                 Ok(n) => n,
                 Err(e)
@@ -260,7 +269,8 @@ fn exchange<T>(
                         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                     ) =>
                 {
-                    break
+                    // A slice of the wait has passed (the deadline is checked above).
+                    continue;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                     bail!("{addr}: port unreachable (nothing listens there)")

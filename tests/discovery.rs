@@ -177,12 +177,18 @@ fn poll_once_polls_the_rows_each_agent_has() {
     assert!(!dir.join("discovered.json").exists());
 
     // Rows `run` saved for a host that does not answer are polled (and fail as the
-    // host does); an agent's saved rows are replaced by what its walk finds.
-    std::fs::write(
-        dir.join("discovered.json"),
-        r#"{"hosts": {"silent": {"if": "7-8"}, "agent": {"if": "9000"}}}"#,
-    )
-    .unwrap();
+    // host does); an agent's saved rows are replaced by what its walk finds. (The
+    // rule's fingerprint as `run` writes it: its column and filters.)
+    let saved = |fingerprint: &str| {
+        let text = format!(
+            r#"{{"rules": {{"if": "{fingerprint}"}}, "hosts": {{"silent": {{"if": "7-8"}}, "agent": {{"if": "9000"}}}}}}"#
+        );
+        std::fs::write(dir.join("discovered.json"), text).unwrap();
+    };
+    // Rows found with the rule as it was before are not used.
+    saved(".1.3.6.1.2.1.2.2.1.2 Some(\\\"^lo$\\\") None");
+    assert_eq!(keys_of(&poll_once_json(&cfg, &[]), "silent"), ["sysName"]);
+    saved(".1.3.6.1.2.1.2.2.1.2 None None");
     let lines = poll_once_json(&cfg, &[]);
     assert_eq!(
         keys_of(&lines, "silent"),
@@ -344,6 +350,104 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
         &d,
         Duration::from_secs(20),
         || std::fs::read_to_string(&file).is_ok_and(|t| t.contains(&all)),
+    );
+    assert!(d.stop().success());
+
+    // A restart with a rule changed meanwhile does not take its saved rows (the rest
+    // it does): 2 x rows + 1 items for the agent, 1 for the silent host; then walks it.
+    let text = std::fs::read_to_string(&cfg)
+        .unwrap()
+        .replace(r#"not_matches = "^24$""#, r#"not_matches = "^999$""#);
+    std::fs::write(&cfg, text).unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run3.log"));
+    d.expect_log(
+        &format!("started hosts=2 items={}", 2 * rows.len() + 2),
+        Duration::from_secs(10),
+    );
+    d.expect_log(
+        "discovery: plan rebuilt for the rows found",
+        Duration::from_secs(20),
+    );
+    assert!(d.stop().success());
+}
+
+/// A config of one host `sw` at `ip` with `snmp = { ... }`, whose one item per ifDescr
+/// row stands for the rows discovery finds.
+fn one_host(dir: &Path, ip: &str, snmp: &str) -> std::path::PathBuf {
+    let cfg = dir.join("netpoller.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[daemon]
+discovery_file = "{dir}/discovered.json"
+spool_dir = "{dir}/spool"
+metrics_listen = ""
+[[templates]]
+name = "t"
+discovery = [{{ name = "if", oid = "{IF_DESCR}" }}]
+items = [{{ key = "d[{{#SNMPINDEX}}]", oid = "{IF_DESCR}.{{#SNMPINDEX}}", type = "str", interval = "1m", discovery = "if" }}]
+[[hosts]]
+name = "sw"
+ip = "{ip}"
+templates = ["t"]
+snmp = {{ {snmp} }}
+"#,
+            dir = dir.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+/// A walk that waits for an agent that never answers does not hold the daemon's stop
+/// (its timeouts would take 30 s): it sees the stop within a fraction of a second.
+#[test]
+fn a_walk_in_flight_does_not_hold_the_stop() {
+    let dir = scratch("discovery-stop");
+    // An "agent" that takes datagrams and never answers (no port unreachable either).
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let cfg = one_host(
+        &dir,
+        "127.0.0.1",
+        &format!("port = {port}, timeout = \"10s\", retries = 2"),
+    );
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    d.expect_log("netpoller 0.1.0 started", Duration::from_secs(10));
+    // The walk's first request has arrived: it is waiting for the answer.
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut buf = [0u8; 1500];
+    silent.recv(&mut buf).expect("the walk's request");
+    let t = Instant::now();
+    assert!(d.stop().success());
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "stopped after {took:?}: the walk held it"
+    );
+}
+
+/// A reload that gives a host other credentials walks it at once (not at its retry,
+/// minutes later).
+#[test]
+fn new_credentials_are_walked_at_once() {
+    let dir = scratch("discovery-credentials");
+    let agent = agent();
+    let write = |community: &str| {
+        let snmp = format!("community = \"{community}\", timeout = \"200ms\", retries = 0");
+        one_host(&dir, &agent, &snmp)
+    };
+    let cfg = write("not-the-community");
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    d.expect_log("discovery: walk failed", Duration::from_secs(10));
+    write("public");
+    d.signal(libc::SIGHUP);
+    d.expect_log(
+        "discovery: plan rebuilt for the rows found",
+        Duration::from_secs(10),
     );
     assert!(d.stop().success());
 }

@@ -685,8 +685,12 @@ fn import_template_walk_items_poll_their_rows() {
         ),
         (r#"interval = "3m""#, "a macro's interval"),
         (
-            r#"discovery = [ { name = "Switch by SNMP walk: Network interfaces discovery", oid = "1.3.6.1.2.1.2.2.1.2", interval = "3m", filter = [{ oid = "1.3.6.1.2.1.2.2.1.2", not_matches = "^ifb" }, { oid = "1.3.6.1.2.1.2.2.1.8", matches = "^1$" }] } ]"#,
-            "the rule: the first column of SNMP_WALK_TO_JSON, the walk's interval, the filter with its macro's value",
+            r#"discovery = [ { name = "Switch by SNMP walk: Network interfaces discovery", oid = "1.3.6.1.2.1.2.2.1.2", not_matches = "^ifb", interval = "1h", filter = [{ oid = "1.3.6.1.2.1.2.2.1.8", matches = "^1$" }] } ]"#,
+            "the rule: the first column of SNMP_WALK_TO_JSON, the filter with its macro's value (on the rule's column: the rule's own)",
+        ),
+        (
+            "# discovery: Zabbix reads its rows every 3m, with the walk that feeds its items; netpoller walks them every 1h",
+            "a walk's interval is an hour at least",
         ),
         (
             r#"discovery = "Switch by SNMP walk: Network interfaces discovery" }"#,

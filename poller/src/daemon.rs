@@ -226,6 +226,13 @@ impl Shared {
     /// and the old plan is freed after it (at a million items either takes tens of ms,
     /// during which no engine could start an iteration).
     pub fn reload(&self, plan: Plan) {
+        self.replace_plan(plan);
+        self.reloads_ok.inc();
+    }
+
+    /// [`Self::reload`] not counted as a config reload (the same config with other
+    /// table rows, from discovery).
+    pub fn replace_plan(&self, plan: Plan) {
         let prepared = self.scheduler.prepare(&plan, self.clock.now_ms());
         let plan = Arc::new(plan);
         let mut guard = self.plan.write().unwrap_or_else(|e| e.into_inner());
@@ -234,7 +241,6 @@ impl Shared {
         self.generation.fetch_add(1, Ordering::Relaxed);
         drop(guard);
         drop(old);
-        self.reloads_ok.inc();
         self.wake.notify_waiters();
     }
 

@@ -434,6 +434,16 @@ fn key_params(list: &str) -> Vec<String> {
         .collect()
 }
 
+/// What [`discovery_rule`] made of a rule.
+struct RuleOut {
+    /// The inline table.
+    toml: String,
+    /// What of its filter was left out, with why.
+    left: Vec<String>,
+    /// How netpoller walks it otherwise than Zabbix reads it (the interval).
+    remark: Option<String>,
+}
+
 /// A discovery rule as netpoller's (`discovery = [ ... ]` of its template, named
 /// `name`): the column whose rows it walks, its interval and the filter conditions
 /// netpoller can run. Returns the inline table and what of the filter was left out
@@ -444,9 +454,10 @@ fn discovery_rule(
     name: &str,
     macros: &Macros,
     masters: &HashMap<&str, &Item>,
-) -> Result<(String, Vec<String>), String> {
-    // The rule's macros and the columns they come from, and how often Zabbix reads them.
-    let (pairs, delay): (Vec<(String, String)>, &str) = match rule.kind.as_str() {
+) -> Result<RuleOut, String> {
+    // The rule's columns, how often Zabbix reads them, and whether that is a walk's
+    // interval (which also feeds Zabbix's items: here they are GETs of their own).
+    let (pairs, delay, walked): (Vec<Column>, &str, bool) = match rule.kind.as_str() {
         "SNMP_AGENT" => {
             let oid = resolve(rule.snmp_oid.as_deref().unwrap_or_default(), macros)?;
             let oid = oid.trim();
@@ -461,16 +472,23 @@ fn discovery_rule(
                     if !p.len().is_multiple_of(2) {
                         return Err(format!("{oid:?} does not pair each macro with an OID"));
                     }
-                    p.chunks(2).map(|c| (c[0].clone(), c[1].clone())).collect()
+                    p.chunks(2)
+                        .map(|c| Column {
+                            name: c[0].clone(),
+                            oid: c[1].clone(),
+                            format: "0".into(),
+                        })
+                        .collect()
                 }
                 // Before discovery[]: one OID walked, its value {#SNMPVALUE}.
-                None => vec![(
-                    "{#SNMPVALUE}".to_owned(),
-                    oid.trim_start_matches('.').to_owned(),
-                )],
+                None => vec![Column {
+                    name: "{#SNMPVALUE}".into(),
+                    oid: oid.trim_start_matches('.').to_owned(),
+                    format: "0".into(),
+                }],
             };
             // A rule's default interval in Zabbix.
-            (pairs, rule.delay.as_deref().unwrap_or("1h"))
+            (pairs, rule.delay.as_deref().unwrap_or("1h"), false)
         }
         "DEPENDENT" => {
             let key = rule.master_item.as_ref().map_or("", |m| m.key.as_str());
@@ -480,64 +498,81 @@ fn discovery_rule(
             walk_columns(master, macros)??;
             let pairs = walk_to_json(rule, macros)?;
             // An item's default interval in Zabbix.
-            (pairs, master.delay.as_deref().unwrap_or("1m"))
+            (pairs, master.delay.as_deref().unwrap_or("1m"), true)
         }
         other => return Err(format!("its type is {other} (netpoller walks SNMP tables)")),
     };
-    let column_of = |m: &str| {
-        pairs
-            .iter()
-            .find(|(name, _)| name == m)
-            .map(|(_, o)| o.as_str())
-    };
-    let rows = &pairs[0].1;
-    // Zabbix reads it at the walk's interval (or the rule's own); netpoller walks
-    // at least once a minute, at most once a week.
+    let rows = &pairs[0].oid;
+    // Zabbix reads it at the rule's interval; a walk's, when the rule depends on one,
+    // at least an hour here: that walk also reads Zabbix's items every few minutes,
+    // where netpoller's items are GETs of their own and the walk would only look for
+    // new rows. At least a minute, at most a week.
     let every = interval(&resolve(delay, macros)?)?;
-    let every = match humantime::parse_duration(&every) {
-        Ok(d) if d < Duration::from_secs(60) => "1m".to_owned(),
-        Ok(d) if d > Duration::from_secs(7 * 86_400) => "7d".to_owned(),
-        _ => every,
+    let floor = if walked { 3600 } else { 60 };
+    let (every, slower) = match humantime::parse_duration(&every) {
+        Ok(d) if d < Duration::from_secs(floor) => {
+            let to = if walked { "1h" } else { "1m" };
+            (to.to_owned(), walked.then(|| format!("Zabbix reads its rows every {every}, with the walk that feeds its items; netpoller walks them every {to} (set `interval` to walk more often)")))
+        }
+        Ok(d) if d > Duration::from_secs(7 * 86_400) => ("7d".to_owned(), None),
+        _ => (every, None),
     };
-    let mut t = format!(
-        "{{ name = {}, oid = {}, interval = {}",
-        q(name),
-        q(rows),
-        q(&every)
-    );
-    let mut left = Vec::new();
+    let mut left: Vec<String> = Vec::new();
     let conditions = rule.filter.as_ref().map_or(&[][..], |f| &f.conditions[..]);
-    let evaltype = rule
+    let mut evaltype = rule
         .filter
         .as_ref()
         .and_then(|f| f.evaltype.as_deref())
         .unwrap_or("AND_OR");
-    let mut filter = Vec::new();
+    // The macros of the conditions, in order.
+    let mut names: Vec<&str> = Vec::new();
+    for c in conditions {
+        if !names.contains(&c.name.as_str()) {
+            names.push(&c.name);
+        }
+    }
+    // "or" of one macro's conditions is AND_OR's.
+    if evaltype == "OR" && names.len() == 1 {
+        evaltype = "AND_OR";
+    }
+    // The conditions on the rule's own column, and on others.
+    let (mut own, mut filter) = (None, Vec::new());
     match evaltype {
         _ if conditions.is_empty() => {}
-        "OR" if conditions.len() > 1 => left.push(format!(
-            "its filter's {} conditions are \"or\"ed (netpoller's all hold): none applied",
-            conditions.len()
+        "OR" => left.push(format!(
+            "its filter's {} conditions on {} macros are \"or\"ed (netpoller's all hold): none applied",
+            conditions.len(),
+            names.len()
         )),
         "FORMULA" => left.push("its filter is a custom formula: not applied".into()),
         _ => {
-            // Per macro, in order: AND_OR "or"s the conditions of one macro.
-            let mut macros_seen: Vec<&str> = Vec::new();
-            for c in conditions {
-                if !macros_seen.contains(&c.name.as_str()) {
-                    macros_seen.push(&c.name);
-                }
-            }
-            for m in macros_seen {
+            for m in names {
                 let of_macro: Vec<&FilterCondition> =
                     conditions.iter().filter(|c| c.name == m).collect();
-                match filter_condition(m, &of_macro, evaltype, macros, column_of(m)) {
-                    Ok(cond) => filter.push(cond),
+                let Some(col) = pairs.iter().find(|c| c.name == m) else {
+                    left.push(format!(
+                        "its filter on {m}, which no walked column gives: not applied"
+                    ));
+                    continue;
+                };
+                if col.format != "0" {
+                    left.push(format!(
+                        "its filter on {m}, whose values Zabbix converts (SNMP_WALK_TO_JSON format {:?}; netpoller compares them as the agent gives them): not applied",
+                        col.format
+                    ));
+                    continue;
+                }
+                match filter_condition(m, &of_macro, evaltype, macros) {
+                    Ok(c) if col.oid == *rows && own.is_none() => own = Some(c),
+                    Ok(c) => filter.push(format!("{{ oid = {}{} }}", q(&col.oid), c)),
                     Err(why) => left.push(why),
                 }
             }
         }
     }
+    let mut t = format!("{{ name = {}, oid = {}", q(name), q(rows));
+    t.push_str(&own.unwrap_or_default());
+    write!(t, ", interval = {}", q(&every)).expect("to a String");
     if !filter.is_empty() {
         write!(t, ", filter = [{}]", filter.join(", ")).expect("to a String");
     }
@@ -550,12 +585,24 @@ fn discovery_rule(
             |e| e.message.clone(),
         )
     })?;
-    Ok((t, left))
+    Ok(RuleOut {
+        toml: t,
+        left,
+        remark: slower,
+    })
+}
+
+/// A rule's macro, the column it comes from, and Zabbix's format of its values (`0`:
+/// as the agent gives them; 1–3: UTF-8, MAC, BITS).
+struct Column {
+    name: String,
+    oid: String,
+    format: String,
 }
 
 /// The macros and columns of a rule's first step, `SNMP_WALK_TO_JSON` (macro, OID,
 /// format, ...).
-fn walk_to_json(rule: &Rule, macros: &Macros) -> Result<Vec<(String, String)>, String> {
+fn walk_to_json(rule: &Rule, macros: &Macros) -> Result<Vec<Column>, String> {
     let Some(step) = rule
         .preprocessing
         .first()
@@ -571,28 +618,24 @@ fn walk_to_json(rule: &Rule, macros: &Macros) -> Result<Vec<(String, String)>, S
         .chunks(3)
         .map(|c| {
             let oid = resolve(c[1], macros)?;
-            Ok((
-                c[0].trim().to_owned(),
-                oid.trim().trim_start_matches('.').to_owned(),
-            ))
+            Ok(Column {
+                name: c[0].trim().to_owned(),
+                oid: oid.trim().trim_start_matches('.').to_owned(),
+                format: c[2].trim().to_owned(),
+            })
         })
         .collect()
 }
 
-/// One netpoller filter condition for the conditions of one macro `m` (several: "or"ed
-/// under `AND_OR`, "and"ed under `AND`), or why it is left out.
+/// The `, matches = ..., not_matches = ...` of one netpoller condition for the
+/// conditions of one macro `m` (several: "or"ed under `AND_OR`, "and"ed under `AND`),
+/// or why they are left out.
 fn filter_condition(
     m: &str,
     conditions: &[&FilterCondition],
     evaltype: &str,
     macros: &Macros,
-    column: Option<&str>,
 ) -> Result<String, String> {
-    let Some(column) = column else {
-        return Err(format!(
-            "its filter on {m}, which no walked column gives: not applied"
-        ));
-    };
     let mut matches = Vec::new();
     let mut not_matches = Vec::new();
     // EXISTS: netpoller's conditions fail on a row without a value in their column.
@@ -639,9 +682,10 @@ fn filter_condition(
             ),
         }
     };
-    // A value exists: "or"ed, any value passes; "and"ed, any other condition says it.
+    // A value exists: "or"ed, any value passes (whatever else); "and"ed, any other
+    // condition says it.
     match evaltype {
-        "AND_OR" if exists => matches = vec![String::new()],
+        "AND_OR" if exists => (matches, not_matches) = (vec![String::new()], Vec::new()),
         _ if exists && matches.is_empty() && not_matches.is_empty() => matches.push(String::new()),
         _ => {}
     }
@@ -658,14 +702,13 @@ fn filter_condition(
         ))
         }
     };
-    let mut t = format!("{{ oid = {}", q(column));
+    let mut t = String::new();
     if let Some(r) = matches {
         write!(t, ", matches = {}", q(&r)).expect("to a String");
     }
     if let Some(r) = not_matches {
         write!(t, ", not_matches = {}", q(&r)).expect("to a String");
     }
-    t.push_str(" }");
     Ok(t)
 }
 
@@ -1058,12 +1101,13 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
                 "Zabbix's {what} finds the rows of these items; netpoller"
             )];
             let walked = match discovery_rule(rule, &name, &macros, &masters) {
-                Ok((t, left)) => {
-                    for l in left {
+                Ok(r) => {
+                    head.extend(r.remark.map(|m| format!("discovery: {m}")));
+                    for l in r.left {
                         head.push(format!("discovery: {l}"));
                         done.skipped.push(format!("{name}: discovery: {l}"));
                     }
-                    Some(t)
+                    Some(r.toml)
                 }
                 Err(why) => {
                     head.push(format!("discovery not walked by netpoller: {why}"));
@@ -1620,6 +1664,10 @@ zabbix_export:
     /// A Zabbix discovery rule as netpoller's: (inline table, what was left out), or
     /// why not. `master`: the template's walk item (for a DEPENDENT rule).
     fn rule_of(rule: serde_json::Value) -> Result<(String, Vec<String>), String> {
+        rule_out(rule).map(|r| (r.toml, r.left))
+    }
+
+    fn rule_out(rule: serde_json::Value) -> Result<RuleOut, String> {
         let master: Item = serde_json::from_value(serde_json::json!({
             "name": "w", "type": "SNMP_AGENT", "key": "if.walk",
             "snmp_oid": "walk[1.3.6.1.2.1.2.2.1.2,1.3.6.1.2.1.2.2.1.8]", "delay": "{$WALK}"}))
@@ -1660,19 +1708,21 @@ zabbix_export:
             }
             c
         };
-        // Zabbix 6.4+: the walk's interval (a macro), the first column's rows; AND_OR (the
-        // default) "or"s one macro's matches; a template macro's value is the regex.
-        let (t, left) = rule_of(dependent(serde_json::json!({"conditions": [
+        // Zabbix 6.4+: the first column's rows, its conditions the rule's own; AND_OR
+        // (the default) "or"s one macro's matches; a template macro's value is the
+        // regex. The walk's interval (a macro: 5m) is an hour at least, and said so.
+        let r = rule_out(dependent(serde_json::json!({"conditions": [
             cond("{#IFDESCR}", "{$NAME.NOT}", Some("NOT_MATCHES_REGEX")),
             cond("{#IFOPER}", "^1$", None),
             cond("{#IFOPER}", "^5$", None),
         ]})))
         .unwrap();
         assert_eq!(
-            t,
-            r#"{ name = "T: If", oid = "1.3.6.1.2.1.2.2.1.2", interval = "5m", filter = [{ oid = "1.3.6.1.2.1.2.2.1.2", not_matches = "^(lo|Nu)" }, { oid = "1.3.6.1.2.1.2.2.1.8", matches = "(?:^1$)|(?:^5$)" }] }"#
+            r.toml,
+            r#"{ name = "T: If", oid = "1.3.6.1.2.1.2.2.1.2", not_matches = "^(lo|Nu)", interval = "1h", filter = [{ oid = "1.3.6.1.2.1.2.2.1.8", matches = "(?:^1$)|(?:^5$)" }] }"#
         );
-        assert!(left.is_empty(), "{left:?}");
+        assert!(r.left.is_empty(), "{:?}", r.left);
+        assert!(r.remark.is_some_and(|m| m.contains("every 5m")));
         // AND: one match and any exclusions of a macro; EXISTS is what a condition needs.
         let (t, _) = rule_of(dependent(
             serde_json::json!({"evaltype": "AND", "conditions": [
@@ -1684,8 +1734,50 @@ zabbix_export:
         ))
         .unwrap();
         assert!(
-            t.contains(r#"{ oid = "1.3.6.1.2.1.2.2.1.2", matches = "^Gi", not_matches = '(?:\.)|(?:^x)' }, { oid = "1.3.6.1.2.1.2.2.1.8", matches = "" }"#),
+            t.contains(r#"oid = "1.3.6.1.2.1.2.2.1.2", matches = "^Gi", not_matches = '(?:\.)|(?:^x)', interval = "1h", filter = [{ oid = "1.3.6.1.2.1.2.2.1.8", matches = "" }]"#),
             "{t}"
+        );
+        // One macro's conditions under OR are AND_OR's; with EXISTS, any value.
+        for (evaltype, conds, want) in [
+            (
+                "OR",
+                vec![cond("{#IFOPER}", "^1$", None)],
+                r#"filter = [{ oid = "1.3.6.1.2.1.2.2.1.8", matches = "^1$" }]"#,
+            ),
+            (
+                "OR",
+                vec![
+                    cond("{#IFOPER}", "^1$", None),
+                    cond("{#IFOPER}", "^2$", None),
+                ],
+                r#"matches = "(?:^1$)|(?:^2$)""#,
+            ),
+            (
+                "AND_OR",
+                vec![
+                    cond("{#IFOPER}", "", Some("EXISTS")),
+                    cond("{#IFOPER}", "^2$", Some("NOT_MATCHES_REGEX")),
+                ],
+                r#"filter = [{ oid = "1.3.6.1.2.1.2.2.1.8", matches = "" }]"#,
+            ),
+        ] {
+            let (t, left) = rule_of(dependent(
+                serde_json::json!({"evaltype": evaltype, "conditions": conds}),
+            ))
+            .unwrap();
+            assert!(
+                t.contains(want) && left.is_empty(),
+                "{evaltype}: {t} {left:?}"
+            );
+        }
+        // Values Zabbix converts (format 1-3) are not what netpoller compares.
+        let mut mac =
+            dependent(serde_json::json!({"conditions": [cond("{#IFOPER}", "^1$", None)]}));
+        mac["preprocessing"][0]["parameters"][5] = "2".into();
+        let (t, left) = rule_of(mac).unwrap();
+        assert!(
+            !t.contains("filter") && left[0].contains("format \"2\""),
+            "{t} {left:?}"
         );
         // What one condition per column cannot say is left out, with why; the rest
         // of the filter stays.

@@ -57,19 +57,32 @@ impl PlanArgs {
             None => {
                 let file = cfg.discovery_file(self.shard);
                 let saved = match crate::discovery::read_file(&file) {
-                    Ok(f) => f,
+                    Ok(s) => {
+                        for bad in &s.unreadable {
+                            tracing::warn!(file = %file.display(), entry = %bad, "discovery: saved rows not used (walked again)");
+                        }
+                        s.for_rules(&cfg.discovery)
+                    }
                     Err(e) => {
                         tracing::warn!(error = %format!("{e:#}"), "discovery: the rows saved before are not used (each host is walked again)");
                         Found::default()
                     }
                 };
-                if !saved.0.is_empty() {
-                    cfg = match config::parse_text(&self.config, &text, &saved) {
-                        Ok(c) => c,
-                        Err(e) => return Ok(Err(e)),
-                    };
+                if saved.0.is_empty() {
+                    saved
+                } else {
+                    // Rows the loader refuses (past a limit) must not stop a start.
+                    match config::parse_text(&self.config, &text, &saved) {
+                        Ok(c) => {
+                            cfg = c;
+                            saved
+                        }
+                        Err(e) => {
+                            tracing::warn!(file = %file.display(), "discovery: the rows saved before are refused with the configuration, so not used (each host is walked again):\n{e}");
+                            none
+                        }
+                    }
                 }
-                saved
             }
         };
         Ok(Ok(self.plan(cfg, text, found)))

@@ -118,6 +118,8 @@ async fn daemon(
 
     // Discovery: walks the hosts' tables in the background and asks for a re-plan
     // (below, with the SIGHUP reloads: one place changes the plan) when rows change.
+    // The rows of the running plan, and those discovery found since.
+    let mut applied = found.clone();
     let found = Arc::new(Mutex::new(found));
     let discovery_metrics = Arc::new(DiscoveryMetrics::default());
     let (targets_tx, targets_rx) = watch::channel(cfg.discovery.clone());
@@ -125,7 +127,6 @@ async fn daemon(
     let discovery = tokio::spawn(crate::discovery::run(
         targets_rx,
         found.clone(),
-        cfg.discovery_file(args.plan.shard),
         replan_tx,
         discovery_metrics.clone(),
         shutdown_rx.clone(),
@@ -230,19 +231,34 @@ async fn daemon(
                 let rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 if let Some(l) = reload(&args, &cfg, &shared, icmp_threads, wanted, &rows) {
                     text = l.text;
+                    applied = rows;
                     let _ = targets_tx.send(l.cfg.discovery);
                 }
             }
             Some(()) = replan_rx.recv() => {
                 let rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let started = std::time::Instant::now();
                 match args.plan.replan(text.clone(), &rows) {
-                    Ok(l) => {
+                    Ok(mut l) => {
                         let (h, i) = (l.plan.hosts.len(), l.plan.items.len());
-                        shared.reload(l.plan);
-                        tracing::info!(hosts = h, items = i, "discovery: plan rebuilt for the rows found");
+                        shared.replace_plan(std::mem::take(&mut l.plan));
+                        discovery_metrics.replans_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        tracing::info!(hosts = h, items = i, seconds = started.elapsed().as_secs_f64(), "discovery: plan rebuilt for the rows found");
+                        // Saved once planned: a restart takes them as they are.
+                        let path = l.cfg.discovery_file(args.plan.shard);
+                        let rules = crate::discovery::fingerprints(&l.cfg.discovery);
+                        applied = rows.clone();
+                        let save = move || crate::discovery::write_file(&path, &rows, &rules);
+                        match tokio::task::spawn_blocking(save).await {
+                            Ok(Ok(())) => {}
+                            Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "discovery: the rows found could not be saved (a restart walks every host again)"),
+                            Err(e) => tracing::warn!(error = %e, "discovery: saving the rows failed"),
+                        }
                     }
                     Err(e) => {
-                        shared.reloads_failed.inc();
+                        // Back to the rows planned: a reload must not take these.
+                        *found.lock().unwrap_or_else(|e| e.into_inner()) = applied.clone();
+                        discovery_metrics.replans_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         tracing::error!("discovery: the rows found were refused, the plan stays as it was:\n{e}");
                     }
                 }

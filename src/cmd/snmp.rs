@@ -371,7 +371,8 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut printed = 0usize;
-    walker::walk(&t, &a.oid, |oid, v| {
+    let never = std::sync::atomic::AtomicBool::new(false);
+    walker::walk(&t, &a.oid, &never, |oid, v| {
         if matches
             .as_ref()
             .is_none_or(|m| walker::value_text(&v).is_some_and(|t| m.is_match(&t)))

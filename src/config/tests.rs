@@ -1012,6 +1012,12 @@ fn discovery_mistakes_are_reported_at_their_key() {
             "not a regular expression",
         ),
         (
+            &rule.replace(" }", ", not_matches = \"(\" }")[..],
+            item,
+            "templates[0].discovery[0].not_matches",
+            "not a regular expression",
+        ),
+        (
             &rule.replace(" }", ", interval = \"10s\" }")[..],
             item,
             "templates[0].discovery[0].interval",
@@ -1052,6 +1058,10 @@ fn discovery_mistakes_are_reported_at_their_key() {
             .find(|e| e.path == at)
             .unwrap_or_else(|| panic!("{at}: {errs:#?}"));
         assert!(e.message.contains(says), "{e}");
+        // A wrong rule is said once, at the rule: not again at each of its items.
+        if at.starts_with("templates[0].discovery") {
+            assert_eq!(errs.len(), 1, "{errs:#?}");
+        }
     }
     // Rule names are the file's: the same name in two templates is refused.
     let twice = format!(
@@ -1083,7 +1093,26 @@ fn found_rows_are_written_as_ranges_and_read_back() {
             (h.to_string(), r)
         })
         .collect();
-    assert_eq!(Found::from_text(owned).unwrap(), f);
+    let (back, unreadable) = Found::from_text(owned);
+    assert_eq!(back, f);
+    assert!(unreadable.is_empty());
+    // An entry that does not read is left out, said, and the others kept.
+    let mut text: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>> =
+        Default::default();
+    text.entry("a".into())
+        .or_default()
+        .insert("r".into(), "1-3".into());
+    text.entry("a".into())
+        .or_default()
+        .insert("s".into(), "x".into());
+    text.entry("b".into())
+        .or_default()
+        .insert("r".into(), "1-70000".into());
+    let (back, unreadable) = Found::from_text(text);
+    assert_eq!(back.rows("a", "r").map(|r| r.to_vec()), Some(vec![(1, 3)]));
+    assert!(back.rows("a", "s").is_none() && back.rows("b", "r").is_none());
+    assert_eq!(unreadable.len(), 2, "{unreadable:?}");
+    assert!(unreadable[0].starts_with("a/s: "), "{unreadable:?}");
     // Setting the same rows again is no change.
     let mut g = f.clone();
     assert!(!g.set(&Arc::from("a"), &Arc::from("r"), &[1, 2, 3, 7]));
@@ -1127,6 +1156,7 @@ fn row_keys_that_other_keys_may_have_are_told_apart() {
                 name: "r".into(),
                 column: "1.3.6.1.2.1.2.2.1.2".parse().unwrap(),
                 matches: None,
+                not_matches: None,
                 interval: Duration::from_secs(3600),
                 filter: Vec::new(),
             })
