@@ -19,7 +19,14 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match crate::config::load(&args.config) {
         Ok(mut cfg) => {
-            let snmp_hosts = cfg.hosts.iter().filter(|h| h.snmp.is_some()).count();
+            // A host whose SNMP items all stand for discovered rows polls SNMP too.
+            let walked: std::collections::HashSet<&str> =
+                cfg.discovery.iter().map(|t| &*t.host).collect();
+            let snmp_hosts = cfg
+                .hosts
+                .iter()
+                .filter(|h| h.snmp.is_some() || walked.contains(&*h.name))
+                .count();
             println!(
                 "{}: OK: {} hosts ({} with SNMP), {} items, clickhouse: {}",
                 args.config.display(),
