@@ -551,12 +551,6 @@ pub struct DiscoveryRule {
 }
 
 impl DiscoveryRule {
-    /// Whether `other` walks and filters the same way (a reload that keeps it keeps
-    /// its hosts' schedule).
-    pub fn same_walk(&self, other: &DiscoveryRule) -> bool {
-        self.interval == other.interval && self.fingerprint() == other.fingerprint()
-    }
-
     /// What the rows found depend on (column and filters, not the interval), as text:
     /// rows saved for another fingerprint are not taken.
     pub fn fingerprint(&self) -> String {

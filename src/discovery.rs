@@ -60,8 +60,6 @@ pub fn walk_rows(
         .collect();
     rows.sort_unstable();
     rows.dedup();
-    // One item stands for at most MAX_INDICES rows: the first ones.
-    rows.truncate(crate::config::MAX_INDICES as usize);
     for c in &rule.filter {
         if rows.is_empty() {
             break;
@@ -70,6 +68,12 @@ pub fn walk_rows(
             .into_iter()
             .collect();
         rows.retain(|r| c.holds(values.get(r).and_then(|v| v.as_deref())));
+    }
+    // One item stands for at most MAX_INDICES rows: the first ones.
+    let most = crate::config::MAX_INDICES as usize;
+    if rows.len() > most {
+        tracing::warn!(host = %t.host, rule = %rule.name, rows = rows.len(), "discovery: more rows than one item may stand for: the first {most} are polled");
+        rows.truncate(most);
     }
     Ok(rows)
 }
@@ -109,13 +113,16 @@ pub fn walk_all(targets: &[DiscoveryTarget]) -> Vec<Walked> {
 }
 
 /// The discovery file: `{"rules": {RULE: FINGERPRINT}, "hosts": {HOST: {RULE:
-/// "1-48,101"}}}`. A rule's fingerprint says what its rows were found with (column and
-/// filters): rows of a rule that has changed since are not taken.
+/// "1-48,101"}}, "at": {HOST: "IP:PORT"}}`. A rule's fingerprint says what its rows
+/// were found with (column and filters), `at` where: rows of a rule that has changed
+/// since, or of a host at another address now, are not taken.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct FileForm<K: Ord, V> {
     #[serde(default)]
     rules: BTreeMap<K, V>,
     hosts: BTreeMap<K, BTreeMap<K, V>>,
+    #[serde(default)]
+    at: BTreeMap<K, V>,
 }
 
 /// What a discovery file holds.
@@ -124,6 +131,8 @@ pub struct Saved {
     found: Found,
     /// Rule name → the fingerprint its rows were found with.
     rules: BTreeMap<String, String>,
+    /// Host → the address its rows were found at.
+    at: BTreeMap<String, String>,
     /// Entries that could not be read (`host/rule: why`), left out.
     pub unreadable: Vec<String>,
 }
@@ -132,19 +141,16 @@ impl Saved {
     /// The rows saved for the rules of `targets` as they are now (a rule whose
     /// fingerprint changed, or that the file does not describe, has none).
     pub fn for_rules(mut self, targets: &[DiscoveryTarget]) -> Found {
-        let now: HashMap<&str, String> = targets
-            .iter()
-            .flat_map(|t| t.rules.iter())
-            .map(|r| (&*r.name, r.fingerprint()))
-            .collect();
-        let rules = &self.rules;
-        for per_host in self.found.0.values_mut() {
+        let now = identities(targets);
+        let (rules, at) = (&self.rules, &self.at);
+        self.found.0.retain(|host, per_host| {
             per_host.retain(|rule, _| {
-                now.get(&**rule)
-                    .is_some_and(|f| rules.get(&**rule) == Some(f))
+                let then = at.get(&**host).zip(rules.get(&**rule));
+                now.get(&(&**host, &**rule))
+                    .is_some_and(|(a, f)| then == Some((a, f)))
             });
-        }
-        self.found.0.retain(|_, per_host| !per_host.is_empty());
+            !per_host.is_empty()
+        });
         self.found
     }
 }
@@ -162,34 +168,64 @@ pub fn read_file(path: &Path) -> anyhow::Result<Saved> {
     Ok(Saved {
         found,
         rules: f.rules,
+        at: f.at,
         unreadable,
     })
 }
 
-/// The fingerprints of the rules of `targets`, for [`write_file`].
-pub fn fingerprints(targets: &[DiscoveryTarget]) -> BTreeMap<String, String> {
+/// Where a target's agent is, as the discovery file records it.
+fn address(t: &DiscoveryTarget) -> String {
+    std::net::SocketAddr::new(t.ip, t.snmp.port).to_string()
+}
+
+/// Each host's rules as (address, fingerprint): what its rows were found with.
+fn identities(targets: &[DiscoveryTarget]) -> HashMap<(&str, &str), (String, String)> {
     targets
         .iter()
-        .flat_map(|t| t.rules.iter())
-        .map(|r| (r.name.to_string(), r.fingerprint()))
+        .flat_map(|t| {
+            let at = address(t);
+            t.rules
+                .iter()
+                .map(move |r| ((&*t.host, &*r.name), (at.clone(), r.fingerprint())))
+        })
         .collect()
 }
 
-/// Saves `found` to `path` with the `rules`' fingerprints: a new file of this process,
-/// synced, renamed over the old, and the folder synced (a crash leaves one or the
-/// other).
-pub fn write_file(
-    path: &Path,
-    found: &Found,
-    rules: &BTreeMap<String, String>,
-) -> anyhow::Result<()> {
+/// Keeps of `found` (rows found for the `old` targets) only those that still stand
+/// for the `new` ones (a reload's): a host's rows of a rule it still uses, unchanged,
+/// at the same address. Whether any were dropped.
+pub fn prune(found: &mut Found, old: &[DiscoveryTarget], new: &[DiscoveryTarget]) -> bool {
+    let (old, new) = (identities(old), identities(new));
+    let before: usize = found.0.values().map(HashMap::len).sum();
+    found.0.retain(|host, rules| {
+        rules.retain(|rule, _| {
+            let key = (&**host, &**rule);
+            new.get(&key).is_some_and(|n| old.get(&key) == Some(n))
+        });
+        !rules.is_empty()
+    });
+    before != found.0.values().map(HashMap::len).sum::<usize>()
+}
+
+/// Saves `found` to `path` with what `targets` (the plan's) say each rule is and where
+/// each host is: a new file, synced, renamed over the old, and the folder synced (a
+/// crash leaves one or the other; the new file's name is the same at each write, so a
+/// crash leaves no more than one behind).
+pub fn write_file(path: &Path, found: &Found, targets: &[DiscoveryTarget]) -> anyhow::Result<()> {
     use std::io::Write as _;
+    let rules = targets
+        .iter()
+        .flat_map(|t| t.rules.iter())
+        .map(|r| (&*r.name, r.fingerprint()))
+        .collect();
+    let at = targets.iter().map(|t| (&*t.host, address(t))).collect();
     let text = serde_json::to_string_pretty(&FileForm {
-        rules: rules.iter().map(|(k, v)| (k.as_str(), v.clone())).collect(),
+        rules,
         hosts: found.to_text(),
+        at,
     })?;
     let mut name = path.as_os_str().to_owned();
-    name.push(format!(".{}.tmp", std::process::id()));
+    name.push(".tmp");
     let tmp = std::path::PathBuf::from(name);
     let write = || -> std::io::Result<()> {
         let mut f = std::fs::File::create(&tmp)?;
@@ -313,22 +349,14 @@ pub async fn run(
             let list = targets.borrow_and_update().clone();
             let known = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
             let mut next = HashMap::new();
-            // Host and rule pairs whose agent is at another address now.
-            let mut moved = Vec::new();
             for t in list {
                 let t = Arc::new(t);
                 for r in &t.rules {
                     let key = (t.host.clone(), r.name.clone());
-                    let old = jobs.remove(&key);
-                    let elsewhere =
-                        |j: &Job| j.target.ip != t.ip || j.target.snmp.port != t.snmp.port;
-                    if old.as_ref().is_some_and(elsewhere) {
-                        moved.push(key.clone());
-                    }
-                    let job = match old {
+                    let job = match jobs.remove(&key) {
                         // Same rule of the same agent: keep its schedule.
                         Some(j)
-                            if j.rule.same_walk(r)
+                            if j.rule.fingerprint() == r.fingerprint()
                                 && j.target.ip == t.ip
                                 && j.target.snmp == t.snmp =>
                         {
@@ -365,20 +393,7 @@ pub async fn run(
             let failing = jobs.values().filter(|j| j.failing).count();
             metrics.jobs.store(jobs.len() as u64, Ordering::Relaxed);
             metrics.failing.store(failing as u64, Ordering::Relaxed);
-            // Rows of rules no host uses any more, and rows found at an address the
-            // host is not at any more, are forgotten.
-            let mut f = found.lock().unwrap_or_else(|e| e.into_inner());
-            let before = f.clone();
-            f.0.retain(|h, rules| {
-                rules.retain(|r, _| {
-                    let key = (h.clone(), r.clone());
-                    jobs.contains_key(&key) && !moved.contains(&key)
-                });
-                !rules.is_empty()
-            });
-            if *f != before {
-                dirty.get_or_insert(now);
-            }
+            // (The rows of what changed were pruned before the reload's plan.)
         }
         // Start what is due.
         for (key, j) in jobs.iter_mut() {
@@ -478,4 +493,117 @@ pub async fn run(
         }
     }
     stop.store(true, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(name: &str, matches: Option<&str>) -> Arc<DiscoveryRule> {
+        Arc::new(DiscoveryRule {
+            name: name.into(),
+            column: "1.3.6.1.2.1.2.2.1.2".parse().unwrap(),
+            matches: matches.map(|m| regex::Regex::new(m).unwrap()),
+            not_matches: None,
+            interval: Duration::from_secs(3600),
+            filter: Vec::new(),
+        })
+    }
+
+    fn target(host: &str, ip: &str, port: u16, rules: Vec<Arc<DiscoveryRule>>) -> DiscoveryTarget {
+        DiscoveryTarget {
+            host: host.into(),
+            ip: ip.parse().unwrap(),
+            snmp: Arc::new(poller::plan::SnmpParams {
+                version: snmp::Version::V2c,
+                community: "public".into(),
+                usm: None,
+                port,
+                timeout: Duration::from_secs(1),
+                retries: 1,
+                max_oids_per_request: 10,
+                max_inflight_per_host: 1,
+            }),
+            rules,
+        }
+    }
+
+    fn found(entries: &[(&str, &str)]) -> Found {
+        let mut f = Found::default();
+        for (h, r) in entries {
+            f.set(&Arc::from(*h), &Arc::from(*r), &[1, 2]);
+        }
+        f
+    }
+
+    #[test]
+    fn a_reload_keeps_only_rows_of_what_it_left_as_it_was() {
+        let (r, s) = (rule("r", None), rule("s", None));
+        let old = [
+            target("same", "127.0.0.1", 161, vec![r.clone(), s.clone()]),
+            target("moved", "127.0.0.2", 161, vec![r.clone()]),
+            target("port", "127.0.0.3", 161, vec![r.clone()]),
+            target("gone", "127.0.0.4", 161, vec![r.clone()]),
+        ];
+        let changed = rule("s", Some("^Gi"));
+        let new = [
+            target("same", "127.0.0.1", 161, vec![r.clone(), changed]),
+            target("moved", "127.0.0.9", 161, vec![r.clone()]),
+            target("port", "127.0.0.3", 1161, vec![r.clone()]),
+        ];
+        let mut f = found(&[
+            ("same", "r"),
+            ("same", "s"),
+            ("moved", "r"),
+            ("port", "r"),
+            ("gone", "r"),
+        ]);
+        assert!(prune(&mut f, &old, &new));
+        assert_eq!(f, found(&[("same", "r")]));
+        assert!(!prune(&mut f, &new, &new), "nothing changed");
+    }
+
+    #[test]
+    fn the_file_gives_back_the_rows_of_rules_and_addresses_as_they_are() {
+        let dir =
+            std::env::temp_dir().join(format!("netpoller-discovery-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("discovered.json");
+        let r = rule("r", None);
+        let targets = [
+            target("a", "127.0.0.1", 161, vec![r.clone()]),
+            target("b", "127.0.0.2", 161, vec![r.clone()]),
+        ];
+        let f = found(&[("a", "r"), ("b", "r")]);
+        write_file(&path, &f, &targets).unwrap();
+        assert!(!dir.join("discovered.json.tmp").exists(), "renamed");
+        assert_eq!(read_file(&path).unwrap().for_rules(&targets), f);
+        // b at another address, the rule changed, or a file of another kind: not taken.
+        let moved = [
+            target("a", "127.0.0.1", 161, vec![r.clone()]),
+            target("b", "127.0.0.3", 161, vec![r]),
+        ];
+        assert_eq!(
+            read_file(&path).unwrap().for_rules(&moved),
+            found(&[("a", "r")])
+        );
+        let changed = [target("a", "127.0.0.1", 161, vec![rule("r", Some("x"))])];
+        assert_eq!(
+            read_file(&path).unwrap().for_rules(&changed),
+            Found::default()
+        );
+        std::fs::write(&path, r#"{"hosts": {"a": {"r": "1-2"}}}"#).unwrap();
+        assert_eq!(
+            read_file(&path).unwrap().for_rules(&targets),
+            Found::default()
+        );
+        assert!(read_file(&dir.join("none.json"))
+            .unwrap()
+            .found
+            .0
+            .is_empty());
+        std::fs::write(&path, "{").unwrap();
+        assert!(read_file(&path).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

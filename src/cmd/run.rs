@@ -122,6 +122,8 @@ async fn daemon(
     let mut applied = found.clone();
     let found = Arc::new(Mutex::new(found));
     let discovery_metrics = Arc::new(DiscoveryMetrics::default());
+    // The running plan's discovery targets: what its rows were found for.
+    let mut targets = cfg.discovery.clone();
     let (targets_tx, targets_rx) = watch::channel(cfg.discovery.clone());
     let (replan_tx, mut replan_rx) = mpsc::channel(1);
     let discovery = tokio::spawn(crate::discovery::run(
@@ -228,10 +230,14 @@ async fn daemon(
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 let wanted = |rate| icmp_thread_count(rate, icmp_sockets, cores);
-                let rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                if let Some(l) = reload(&args, &cfg, &shared, icmp_threads, wanted, &rows) {
+                let mut rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                if let Some(l) = reload(&args, &cfg, &shared, icmp_threads, wanted, (&mut rows, &targets)) {
                     text = l.text;
+                    // The rows of what the reload changed are gone before the
+                    // discovery task sees its new targets.
+                    *found.lock().unwrap_or_else(|e| e.into_inner()) = rows.clone();
                     applied = rows;
+                    targets = l.cfg.discovery.clone();
                     let _ = targets_tx.send(l.cfg.discovery);
                 }
             }
@@ -246,9 +252,9 @@ async fn daemon(
                         tracing::info!(hosts = h, items = i, seconds = started.elapsed().as_secs_f64(), "discovery: plan rebuilt for the rows found");
                         // Saved once planned: a restart takes them as they are.
                         let path = l.cfg.discovery_file(args.plan.shard);
-                        let rules = crate::discovery::fingerprints(&l.cfg.discovery);
+                        let targets = std::mem::take(&mut l.cfg.discovery);
                         applied = rows.clone();
-                        let save = move || crate::discovery::write_file(&path, &rows, &rules);
+                        let save = move || crate::discovery::write_file(&path, &rows, &targets);
                         match tokio::task::spawn_blocking(save).await {
                             Ok(Ok(())) => {}
                             Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "discovery: the rows found could not be saved (a restart walks every host again)"),
@@ -348,10 +354,24 @@ fn reload(
     shared: &Shared,
     icmp_threads: usize,
     wanted: impl Fn(f64) -> usize,
-    found: &Found,
+    (found, targets): (&mut Found, &[crate::config::DiscoveryTarget]),
 ) -> Option<super::Loaded> {
     match args.plan.load(Some(found)) {
         Ok(Ok(mut loaded)) => {
+            // Rows found for what the new config changed (a rule, a host's address, a
+            // host or rule gone) are not its: planned again without them.
+            if crate::discovery::prune(found, targets, &loaded.cfg.discovery) {
+                match args.plan.replan(loaded.text.clone(), found) {
+                    Ok(l) => loaded = l,
+                    Err(e) => {
+                        shared.reloads_failed.inc();
+                        tracing::error!(
+                            "SIGHUP: new configuration rejected, the old one keeps running:\n{e}"
+                        );
+                        return None;
+                    }
+                }
+            }
             let cfg = &loaded.cfg;
             let plan = std::mem::take(&mut loaded.plan);
             let fixed = restart_only_changes(running, cfg);
