@@ -14,10 +14,14 @@
 //! * A row that is gone from a successful walk stops being polled at once (Zabbix's
 //!   "disable lost resources: immediately"); its itemid is derived from host and key,
 //!   so a row that comes back writes to the same history.
+//! * Rows stand for the rule and the address they were found with: a reload drops the
+//!   rows of what it changed (a rule, a host's address, a host or rule gone) before it
+//!   plans ([`prune`]), and the file records both, so a restart does not take rows of a
+//!   rule changed or a host moved meanwhile ([`Saved::for_rules`]).
 //! * The daemon re-plans at most once per [`REPLAN_EVERY`] however many hosts change,
-//!   and the rows of each plan are saved to `daemon.discovery_file` with what each rule
-//!   was, so a restart polls what was found without waiting for the walks (but for the
-//!   rules that have changed since), and rows the loader refused are never saved.
+//!   and the rows of each plan are saved to `daemon.discovery_file`, so a restart polls
+//!   what was found without waiting for the walks; rows the loader refused are never
+//!   saved.
 //! * A walk waits at most [`walker::STOP_CHECK`] before it sees the daemon stopping.
 //! * Walks run on blocking threads, at most [`CONCURRENT_WALKS`] at once, never on the
 //!   engines' threads: discovery cannot delay polling.
