@@ -633,15 +633,13 @@ impl Found {
         self.0.get(host)?.get(rule)
     }
 
-    /// Sets `host`'s `rule` to `rows` (sorted, distinct); whether that changed them.
+    /// Sets `host`'s `rule` to `rows` (sorted, distinct); whether that changed the
+    /// items they stand for (no rows known and none found is no change).
     pub fn set(&mut self, host: &Arc<str>, rule: &Arc<str>, rows: &[u32]) -> bool {
         let ranges: Rows = ranges_of(rows).into();
         let per_host = self.0.entry(host.clone()).or_default();
-        if per_host.get(rule) == Some(&ranges) {
-            return false;
-        }
-        per_host.insert(rule.clone(), ranges);
-        true
+        let before = per_host.insert(rule.clone(), ranges.clone());
+        before.map_or(!ranges.is_empty(), |b| b != ranges)
     }
 
     /// As a TOML-free text map, for the discovery file: host → rule → `"1-48,101"`.

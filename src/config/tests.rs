@@ -1113,7 +1113,17 @@ fn found_rows_are_written_as_ranges_and_read_back() {
     assert!(back.rows("a", "s").is_none() && back.rows("b", "r").is_none());
     assert_eq!(unreadable.len(), 2, "{unreadable:?}");
     assert!(unreadable[0].starts_with("a/s: "), "{unreadable:?}");
-    // Setting the same rows again is no change.
+    // Setting the same rows again is no change; nor is finding none where none were
+    // known.
+    let mut none = Found::default();
+    assert!(!none.set(&Arc::from("a"), &Arc::from("r"), &[]));
+    assert_eq!(
+        none.rows("a", "r").map(|r| r.len()),
+        Some(0),
+        "known: no rows"
+    );
+    assert!(none.set(&Arc::from("a"), &Arc::from("r"), &[4]));
+    assert!(none.set(&Arc::from("a"), &Arc::from("r"), &[]));
     let mut g = f.clone();
     assert!(!g.set(&Arc::from("a"), &Arc::from("r"), &[1, 2, 3, 7]));
     assert!(g.set(&Arc::from("a"), &Arc::from("r"), &[1, 2, 3]));
