@@ -1983,8 +1983,12 @@ impl<'c, 'a> Resolver<'c, 'a> {
         snmp: Option<&Arc<SnmpParams>>,
         items: Vec<ResolvedEntry>,
     ) -> Option<Vec<ResolvedEntry>> {
-        let (Some(snmp), true) = (snmp, items.iter().any(|e| e.discovery.is_some())) else {
+        if !items.iter().any(|e| e.discovery.is_some()) {
             return Some(items);
+        }
+        // (Every host with SNMP items has SNMP parameters; without, no row is known.)
+        let Some(snmp) = snmp else {
+            return Some(items.into_iter().filter(|e| e.discovery.is_none()).collect());
         };
         let mut rules: Vec<Arc<DiscoveryRule>> = Vec::new();
         // The keys of the host's other items, to leave a row to an item that has its
