@@ -1988,7 +1988,12 @@ impl<'c, 'a> Resolver<'c, 'a> {
         }
         // (Every host with SNMP items has SNMP parameters; without, no row is known.)
         let Some(snmp) = snmp else {
-            return Some(items.into_iter().filter(|e| e.discovery.is_none()).collect());
+            return Some(
+                items
+                    .into_iter()
+                    .filter(|e| e.discovery.is_none())
+                    .collect(),
+            );
         };
         let mut rules: Vec<Arc<DiscoveryRule>> = Vec::new();
         // The keys of the host's other items, to leave a row to an item that has its

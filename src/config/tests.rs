@@ -65,6 +65,9 @@ fn the_lab_example_is_valid() {
     );
     assert_eq!(cpe.items.len(), 3);
     assert!(cfg.clickhouse.is_some());
+    // Two agents' interfaces are discovered.
+    let walked: Vec<&str> = cfg.discovery.iter().map(|t| &*t.host).collect();
+    assert_eq!(walked, ["agent-3", "agent-4"]);
 }
 
 #[test]
