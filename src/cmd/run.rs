@@ -242,32 +242,7 @@ async fn daemon(
                 }
             }
             Some(()) = replan_rx.recv() => {
-                let rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                let started = std::time::Instant::now();
-                match args.plan.replan(text.clone(), &rows) {
-                    Ok(mut l) => {
-                        let (h, i) = (l.plan.hosts.len(), l.plan.items.len());
-                        shared.replace_plan(std::mem::take(&mut l.plan));
-                        discovery_metrics.replans_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tracing::info!(hosts = h, items = i, seconds = started.elapsed().as_secs_f64(), "discovery: plan rebuilt for the rows found");
-                        // Saved once planned: a restart takes them as they are.
-                        let path = l.cfg.discovery_file(args.plan.shard);
-                        let targets = std::mem::take(&mut l.cfg.discovery);
-                        applied = rows.clone();
-                        let save = move || crate::discovery::write_file(&path, &rows, &targets);
-                        match tokio::task::spawn_blocking(save).await {
-                            Ok(Ok(())) => {}
-                            Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "discovery: the rows found could not be saved (a restart walks every host again)"),
-                            Err(e) => tracing::warn!(error = %e, "discovery: saving the rows failed"),
-                        }
-                    }
-                    Err(e) => {
-                        // Back to the rows planned: a reload must not take these.
-                        *found.lock().unwrap_or_else(|e| e.into_inner()) = applied.clone();
-                        discovery_metrics.replans_refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tracing::error!("discovery: the rows found were refused, the plan stays as it was:\n{e}");
-                    }
-                }
+                replan_found(&args, &shared, &text, &found, &mut applied, &discovery_metrics).await;
             }
         }
     }
@@ -292,6 +267,55 @@ async fn daemon(
     let report = sink.shutdown().await.context("flushing the sink")?;
     tracing::info!(values = delivered, report = ?report, "netpoller stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Plans the rows discovery `found` with the running config `text`: swaps the plan in
+/// and saves the rows with it, or, when the loader refuses them, puts back the rows of
+/// the running plan (`applied`), so that a reload does not take them either.
+async fn replan_found(
+    args: &Args,
+    shared: &Shared,
+    text: &Arc<str>,
+    found: &Mutex<Found>,
+    applied: &mut Found,
+    metrics: &DiscoveryMetrics,
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let started = std::time::Instant::now();
+    match args.plan.replan(text.clone(), &rows) {
+        Ok(mut l) => {
+            let (h, i) = (l.plan.hosts.len(), l.plan.items.len());
+            shared.replace_plan(std::mem::take(&mut l.plan));
+            metrics.replans_ok.fetch_add(1, Relaxed);
+            let seconds = started.elapsed().as_secs_f64();
+            tracing::info!(
+                hosts = h,
+                items = i,
+                seconds,
+                "discovery: plan rebuilt for the rows found"
+            );
+            // Saved once planned: a restart takes them as they are.
+            let path = l.cfg.discovery_file(args.plan.shard);
+            let targets = std::mem::take(&mut l.cfg.discovery);
+            *applied = rows.clone();
+            let save = move || crate::discovery::write_file(&path, &rows, &targets);
+            match tokio::task::spawn_blocking(save).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %format!("{e:#}"), "discovery: the rows found could not be saved (a restart walks every host again)")
+                }
+                Err(e) => tracing::warn!(error = %e, "discovery: saving the rows failed"),
+            }
+        }
+        Err(e) => {
+            *found.lock().unwrap_or_else(|e| e.into_inner()) = applied.clone();
+            metrics.replans_refused.fetch_add(1, Relaxed);
+            tracing::error!(
+                "discovery: the rows found were refused, the plan stays as it was:\n{e}"
+            );
+        }
+    }
 }
 
 /// Echo requests per second one ICMP engine thread is given before another is started.
