@@ -60,7 +60,9 @@ impl Target {
             usm: p.usm.clone(),
             timeout: p.timeout,
             retries: p.retries,
-            max_repetitions: 10,
+            // 10 rows per request, as net-snmp's snmpbulkwalk; fewer for an agent
+            // configured with fewer OIDs per request (one that chokes on large PDUs).
+            max_repetitions: p.max_oids_per_request.clamp(1, 10) as u32,
         }
     }
 }
