@@ -241,10 +241,12 @@ pub fn write_file(path: &Path, found: &Found, targets: &[DiscoveryTarget]) -> an
         return Err(e).with_context(|| format!("writing {}", tmp.display()));
     }
     std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        // The rename itself, on disk.
-        let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
-    }
+    // The rename itself, on disk.
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
     Ok(())
 }
 
@@ -358,7 +360,8 @@ pub async fn run(
                 for r in &t.rules {
                     let key = (t.host.clone(), r.name.clone());
                     let job = match jobs.remove(&key) {
-                        // Same rule of the same agent: keep its schedule.
+                        // Same rule of the same agent: keep its schedule (a shorter
+                        // interval brings the next walk nearer).
                         Some(j)
                             if j.rule.fingerprint() == r.fingerprint()
                                 && j.target.ip == t.ip
@@ -367,6 +370,7 @@ pub async fn run(
                             Job {
                                 target: t.clone(),
                                 rule: r.clone(),
+                                due: j.due.min(now + r.interval),
                                 ..j
                             }
                         }
@@ -446,7 +450,11 @@ pub async fn run(
         let wake = replan_at
             .map_or(next_due, |at| at.min(next_due))
             .max(now + Duration::from_millis(10));
+        // Biased: new targets before a walk's end, so that a walk of what a reload
+        // changed (another address, another rule) meets its replaced job and is not
+        // taken, rather than putting back rows the reload has just dropped.
         tokio::select! {
+            biased;
             _ = shutdown.changed() => break,
             changed = targets.changed() => match changed {
                 Ok(()) => reread = true,
@@ -565,6 +573,64 @@ mod tests {
         assert!(prune(&mut f, &old, &new));
         assert_eq!(f, found(&[("same", "r")]));
         assert!(!prune(&mut f, &new, &new), "nothing changed");
+    }
+
+    /// A walk that ends while a reload moves its host to another address is not taken:
+    /// the reload has dropped the host's rows, and the old address's rows must not
+    /// come back. (Against snmpd at `NETPOLLER_SNMPD_ADDRS`; the new address has no
+    /// agent.) The walk's end and the new targets are ready together, as when the main
+    /// thread was busy with the reload; without the task's order between them, most
+    /// rounds took the walk.
+    #[test]
+    fn a_walk_of_an_address_a_reload_left_is_not_taken() {
+        let Some(agent) = std::env::var("NETPOLLER_SNMPD_ADDRS")
+            .ok()
+            .and_then(|a| a.split(',').next().map(str::to_owned))
+        else {
+            panic!("NETPOLLER_SNMPD_ADDRS is not set: scripts/services.sh up && . .services/env");
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        for round in 0..8 {
+            let r = rule("if", None);
+            let old = vec![target("h", &agent, 161, vec![r.clone()])];
+            let new = vec![target("h", "127.0.20.250", 161, vec![r])];
+            let found = Arc::new(Mutex::new(Found::default()));
+            let (targets_tx, targets_rx) = watch::channel(old.clone());
+            let (replan_tx, mut replan_rx) = mpsc::channel(1);
+            let (shutdown_tx, shutdown_rx) = watch::channel(false);
+            let metrics = Arc::new(DiscoveryMetrics::default());
+            rt.block_on(async {
+                let task = tokio::spawn(run(
+                    targets_rx,
+                    found.clone(),
+                    replan_tx,
+                    metrics,
+                    shutdown_rx,
+                ));
+                // The task starts its walk; this thread is then busy (a reload) while
+                // the walk ends.
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                // What the SIGHUP handler does: drop the rows of what changed, then
+                // hand over the new targets.
+                prune(&mut found.lock().unwrap(), &old, &new);
+                targets_tx.send(new).unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                while replan_rx.try_recv().is_ok() {}
+                let _ = shutdown_tx.send(true);
+                let _ = task.await;
+            });
+            let rows = found.lock().unwrap().rows("h", "if").cloned();
+            assert!(
+                rows.as_ref().is_none_or(|r| r.is_empty()),
+                "round {round}: rows of the old address came back: {rows:?}"
+            );
+        }
     }
 
     #[test]

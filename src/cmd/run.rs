@@ -385,6 +385,8 @@ fn reload(
             // Rows found for what the new config changed (a rule, a host's address, a
             // host or rule gone) are not its: planned again without them.
             if crate::discovery::prune(found, targets, &loaded.cfg.discovery) {
+                // (Not three plans at once.)
+                drop(std::mem::take(&mut loaded.plan));
                 match args.plan.replan(loaded.text.clone(), found) {
                     Ok(l) => loaded = l,
                     Err(e) => {
