@@ -59,7 +59,8 @@ enum Command {
     /// The same engines, value conversion and preprocessing as the daemon: what would
     /// be stored, or the error that makes an item unsupported. An item with a change
     /// step (SIMPLE_CHANGE, CHANGE_PER_SECOND) shows its value as polled, marked: one
-    /// poll gives the step nothing to compare with.
+    /// poll gives the step nothing to compare with. Discovery rules are walked first
+    /// (each host's rows on stderr), and their items polled for the rows found.
     PollOnce(cmd::poll_once::Args),
     /// Ping addresses, CIDRs or @files once (fping-style summary, or --json).
     Sweep(cmd::sweep::Args),

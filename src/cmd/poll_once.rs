@@ -3,7 +3,8 @@
 //! This is how an engineer tests a config before deploying it: no ClickHouse, no
 //! schedule, the same engines, value conversion and preprocessing as the daemon (an
 //! item with a change step shows its value as polled, marked: one poll gives a change
-//! step nothing to compare with).
+//! step nothing to compare with). Discovery rules are walked first, so their items
+//! stand for the rows each host has now.
 
 use std::io::Write as _;
 use std::process::ExitCode;
