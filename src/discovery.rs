@@ -57,13 +57,7 @@ pub fn walk_rows(
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<u32>> {
     let target = walker::Target::of_host(t.ip, &t.snmp);
-    let mut rows: Vec<u32> = walker::column_values(&target, &rule.column, stop)?
-        .into_iter()
-        .filter(|(_, v)| rule.takes(v.as_deref()))
-        .map(|(row, _)| row)
-        .collect();
-    rows.sort_unstable();
-    rows.dedup();
+    let mut rows = walker::table_rows(&target, &rule.column, |v| rule.takes(v), stop)?;
     for c in &rule.filter {
         if rows.is_empty() {
             break;
@@ -353,7 +347,8 @@ pub async fn run(
         let now = Instant::now();
         if std::mem::take(&mut reread) {
             let list = targets.borrow_and_update().clone();
-            let known = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            // (No await while it is held: the daemon's tasks share one thread.)
+            let known = found.lock().unwrap_or_else(|e| e.into_inner());
             let mut next = HashMap::new();
             for t in list {
                 let t = Arc::new(t);

@@ -8,14 +8,14 @@
 //! each request waits at most `timeout × (retries + 1)`; foreign, stale or forged
 //! datagrams are skipped, never taken as the answer.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use snmp::v3::{Engine, ReportKind, UsmUser, V3Message};
-use snmp::{Message, Oid, PduType, VarValue, Version, Walk};
+use poller::plan::SnmpParams;
+use snmp::v3::{Engine, ReportKind, V3Message};
+use snmp::{Message, Oid, PduType, VarValue, Walk};
 
 /// Most varbinds one walk takes: an agent could serve an endless table.
 pub const MAX_VARBINDS: usize = 10_000_000;
@@ -24,46 +24,30 @@ pub const MAX_VARBINDS: usize = 10_000_000;
 /// daemon's shutdown may wait for a walk in flight.
 pub const STOP_CHECK: Duration = Duration::from_millis(200);
 
-/// Whom to walk, and how. `Debug` shows no community or key.
-#[derive(Clone)]
-pub struct Target {
-    pub addr: SocketAddr,
-    pub version: Version,
-    pub community: Arc<str>,
-    /// The SNMPv3 user; `Some` exactly for v3.
-    pub usm: Option<Arc<UsmUser>>,
-    /// Per attempt.
-    pub timeout: Duration,
-    /// Resends after the first attempt.
-    pub retries: u32,
+/// Whom to walk, and how: a host's agent with its SNMP parameters (their `Debug`
+/// shows no community or key).
+#[derive(Debug, Clone, Copy)]
+pub struct Target<'a> {
+    pub ip: IpAddr,
+    pub snmp: &'a SnmpParams,
     /// GETBULK max-repetitions (v2c, v3).
     pub max_repetitions: u32,
 }
 
-impl std::fmt::Debug for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Target")
-            .field("addr", &self.addr)
-            .field("version", &self.version)
-            .field("usm", &self.usm)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Target {
+impl<'a> Target<'a> {
     /// A configured host's agent, as the daemon polls it.
-    pub fn of_host(ip: std::net::IpAddr, p: &poller::plan::SnmpParams) -> Target {
+    pub fn of_host(ip: IpAddr, snmp: &'a SnmpParams) -> Target<'a> {
         Target {
-            addr: SocketAddr::new(ip, p.port),
-            version: p.version,
-            community: p.community.clone(),
-            usm: p.usm.clone(),
-            timeout: p.timeout,
-            retries: p.retries,
+            ip,
+            snmp,
             // 10 rows per request, as net-snmp's snmpbulkwalk; fewer for an agent
             // configured with fewer OIDs per request (one that chokes on large PDUs).
-            max_repetitions: p.max_oids_per_request.clamp(1, 10) as u32,
+            max_repetitions: snmp.max_oids_per_request.clamp(1, 10) as u32,
         }
+    }
+
+    fn addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.snmp.port)
     }
 }
 
@@ -72,12 +56,12 @@ impl Target {
 /// were. Fails on a timeout, an agent's error status, an error `each` returns, or
 /// `stop` (checked before each request and at least every [`STOP_CHECK`] of a wait).
 pub fn walk(
-    t: &Target,
+    t: &Target<'_>,
     root: &str,
     stop: &AtomicBool,
     mut each: impl FnMut(Oid, VarValue) -> anyhow::Result<()>,
 ) -> anyhow::Result<usize> {
-    let addr = t.addr;
+    let addr = t.addr();
     let bind: SocketAddr = if addr.is_ipv4() {
         "0.0.0.0:0".parse()?
     } else {
@@ -89,11 +73,11 @@ pub fn walk(
         .with_context(|| format!("connecting to {addr}"))?;
     let bare = root.strip_prefix('.').unwrap_or(root);
     let mut w = match bare.parse::<u32>() {
-        Ok(arc) => Walk::new_top(arc, t.version, t.max_repetitions),
+        Ok(arc) => Walk::new_top(arc, t.snmp.version, t.max_repetitions),
         Err(_) => Some(Walk::new(
             root.parse::<Oid>()
                 .with_context(|| format!("OID {root:?}"))?,
-            t.version,
+            t.snmp.version,
             t.max_repetitions,
         )),
     }
@@ -103,7 +87,7 @@ pub fn walk(
     let (mut mac, mut plain) = (Vec::new(), Vec::new());
     // SNMPv3 encryption salts: a random start, one up per request.
     let mut salt = random_id() as u64 ^ (u64::from(std::process::id()) << 32);
-    let mut engine = match &t.usm {
+    let mut engine = match &t.snmp.usm {
         Some(user) => {
             id = id.wrapping_add(1) & 0x7fff_ffff;
             snmp::v3::encode_discovery(&mut req, id);
@@ -131,13 +115,13 @@ pub fn walk(
                     w.next_request_v3(&mut req, e, &mut salt, Instant::now(), id)
                         .context("the privacy key does not fit its cipher")?;
                 }
-                None => w.next_request(&mut req, t.community.as_bytes(), id),
+                None => w.next_request(&mut req, t.snmp.community.as_bytes(), id),
             }
             let answered = exchange(&sock, &req, t, stop, &mut rbuf, |bytes| {
                 // Foreign, stale or forged datagrams are skipped, not fatal.
                 let Some(e) = engine.as_mut() else {
                     let m = Message::decode(bytes).ok()?;
-                    return (w.matches(&m) && m.community == t.community.as_bytes())
+                    return (w.matches(&m) && m.community == t.snmp.community.as_bytes())
                         .then(|| w.handle_response(&m).map_err(|e| (e.to_string(), None)));
                 };
                 match v3_pdu(bytes, e, id, &mut mac, &mut plain)? {
@@ -168,18 +152,18 @@ pub fn walk(
 }
 
 /// The rows of a table column: each varbind's one arc under `column`, for the values
-/// `matches` takes (all without it), sorted and distinct. A column of a table indexed
-/// by more than one arc is refused (its rows are not one number). `stop` ends the
-/// walk between two answers.
+/// `takes` takes (as [`value_text`]; `None`: an exception), sorted and distinct. A
+/// column of a table indexed by more than one arc is refused (its rows are not one
+/// number). `stop` ends the walk between two answers.
 pub fn table_rows(
-    t: &Target,
+    t: &Target<'_>,
     column: &Oid,
-    matches: Option<&regex::Regex>,
+    takes: impl Fn(Option<&str>) -> bool,
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<u32>> {
     let mut rows: Vec<u32> = column_values(t, column, stop)?
         .into_iter()
-        .filter(|(_, v)| matches.is_none_or(|m| v.as_deref().is_some_and(|t| m.is_match(t))))
+        .filter(|(_, v)| takes(v.as_deref()))
         .map(|(row, _)| row)
         .collect();
     rows.sort_unstable();
@@ -191,7 +175,7 @@ pub fn table_rows(
 /// exception), in the agent's order. Refuses a column of a table indexed by more than
 /// one arc, as [`table_rows`] does.
 pub fn column_values(
-    t: &Target,
+    t: &Target<'_>,
     column: &Oid,
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<(u32, Option<String>)>> {
@@ -245,17 +229,17 @@ fn random_id() -> i32 {
 fn exchange<T>(
     sock: &UdpSocket,
     req: &[u8],
-    t: &Target,
+    t: &Target<'_>,
     stop: &AtomicBool,
     rbuf: &mut [u8],
     mut accept: impl FnMut(&[u8]) -> Option<T>,
 ) -> anyhow::Result<Option<T>> {
     let addr = sock.peer_addr()?;
-    for _ in 0..=t.retries {
+    for _ in 0..=t.snmp.retries {
         anyhow::ensure!(!stop.load(Ordering::Relaxed), "stopped");
         sock.send(req)
             .with_context(|| format!("sending to {addr}"))?;
-        let deadline = Instant::now() + t.timeout;
+        let deadline = Instant::now() + t.snmp.timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {

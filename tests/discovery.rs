@@ -53,20 +53,23 @@ fn expand(indices: &str) -> Vec<u32> {
     rows
 }
 
+/// Writes `dir/netpoller.toml`: a `[daemon]` section whose files are in `dir`, with
+/// `daemon` (more of its keys), then `body`.
+fn write_config(dir: &Path, daemon: &str, body: &str) -> std::path::PathBuf {
+    let cfg = dir.join("netpoller.toml");
+    let d = dir.display();
+    let text = format!(
+        "[daemon]\ndiscovery_file = \"{d}/discovered.json\"\nspool_dir = \"{d}/spool\"\n{daemon}\n\n{body}"
+    );
+    std::fs::write(&cfg, text).unwrap();
+    cfg
+}
+
 /// A config of two hosts (the agent, a silent one) using an interface template whose
 /// items stand for discovered rows; `extra` goes into `[daemon]`.
 fn config(dir: &Path, agent: &str, extra: &str) -> std::path::PathBuf {
-    let cfg = dir.join("netpoller.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"
-[daemon]
-discovery_file = "{dir}/discovered.json"
-spool_dir = "{dir}/spool"
-{extra}
-
-[[templates]]
+    let body = format!(
+        r#"[[templates]]
 name = "interfaces"
 discovery = [
   {{ name = "if", oid = "1.3.6.1.2.1.2.2.1.2" }},
@@ -94,12 +97,9 @@ name = "silent"
 ip = "{DEAD}"
 templates = ["interfaces"]
 snmp = {{ timeout = "100ms", retries = 0 }}
-"#,
-            dir = dir.display()
-        ),
-    )
-    .unwrap();
-    cfg
+"#
+    );
+    write_config(dir, extra, &body)
 }
 
 /// The keys of `host`'s lines.
@@ -258,25 +258,18 @@ fn the_daemon_discovers_after_a_reload_saves_the_rows_and_starts_from_them() {
     let agent = agent();
     let rows = if_rows(&agent, None);
     // First without discovery: one plain item per host.
-    let cfg = dir.join("netpoller.toml");
     let port = common::free_port();
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"
-[daemon]
-discovery_file = "{dir}/discovered.json"
-spool_dir = "{dir}/spool"
-metrics_listen = "127.0.0.1:{port}"
-[[hosts]]
+    let cfg = write_config(
+        &dir,
+        &format!("metrics_listen = \"127.0.0.1:{port}\""),
+        &format!(
+            r#"[[hosts]]
 name = "agent"
 ip = "{agent}"
 items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval = "10s" }}]
-"#,
-            dir = dir.display()
+"#
         ),
-    )
-    .unwrap();
+    );
     let d = Daemon::start(&cfg, &[], dir.join("run1.log"));
     d.expect_log("netpoller 0.1.0 started", Duration::from_secs(10));
 
@@ -386,16 +379,8 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
 /// A config of one host `sw` at `ip` with `snmp = { ... }`, whose one item per ifDescr
 /// row stands for the rows discovery finds.
 fn one_host(dir: &Path, ip: &str, snmp: &str) -> std::path::PathBuf {
-    let cfg = dir.join("netpoller.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            r#"
-[daemon]
-discovery_file = "{dir}/discovered.json"
-spool_dir = "{dir}/spool"
-metrics_listen = ""
-[[templates]]
+    let body = format!(
+        r#"[[templates]]
 name = "t"
 discovery = [{{ name = "if", oid = "{IF_DESCR}" }}]
 items = [{{ key = "d[{{#SNMPINDEX}}]", oid = "{IF_DESCR}.{{#SNMPINDEX}}", type = "str", interval = "1m", discovery = "if" }}]
@@ -404,12 +389,9 @@ name = "sw"
 ip = "{ip}"
 templates = ["t"]
 snmp = {{ {snmp} }}
-"#,
-            dir = dir.display()
-        ),
-    )
-    .unwrap();
-    cfg
+"#
+    );
+    write_config(dir, "metrics_listen = \"\"", &body)
 }
 
 /// A walk that waits for an agent that never answers does not hold the daemon's stop

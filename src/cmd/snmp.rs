@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use poller::plan::SnmpParams;
 use poller::snmp_driver::{SnmpDriver, SnmpDriverOptions, SnmpHostJob};
 use snmp::v3::UsmUser;
 use snmp::{Oid, VarValue, Version};
@@ -328,13 +329,20 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
 
 fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     let c = &a.common;
-    let t = Target {
-        addr: c.addr()?,
+    let addr = c.addr()?;
+    let snmp = SnmpParams {
         version: c.version,
         community: Arc::from(c.community.as_str()),
         usm: c.usm_user()?,
+        port: addr.port(),
         timeout: c.timeout,
         retries: c.retries,
+        max_oids_per_request: a.max_repetitions as usize,
+        max_inflight_per_host: 1,
+    };
+    let t = Target {
+        ip: addr.ip(),
+        snmp: &snmp,
         max_repetitions: a.max_repetitions,
     };
     let matches = a
@@ -343,6 +351,13 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         .map(regex::Regex::new)
         .transpose()
         .context("--matches")?;
+    // A value (as text; `None`: an exception) that --matches takes.
+    let takes = |v: Option<&str>| {
+        let m = matches.as_ref();
+        m.is_none_or(|m| v.is_some_and(|t| m.is_match(t)))
+    };
+    // No one stops a walk of the command line but its own timeouts.
+    let stop = std::sync::atomic::AtomicBool::new(false);
     let mut out = std::io::stdout().lock();
     if a.indices {
         let column = match a.oid.parse::<Oid>() {
@@ -352,8 +367,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
                 a.oid
             ),
         };
-        let stop = std::sync::atomic::AtomicBool::new(false);
-        let rows = walker::table_rows(&t, &column, matches.as_ref(), &stop)?;
+        let rows = walker::table_rows(&t, &column, takes, &stop)?;
         let indices = crate::config::format_indices(&rows);
         match c.json {
             true => writeln!(
@@ -371,12 +385,8 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut printed = 0usize;
-    let never = std::sync::atomic::AtomicBool::new(false);
-    walker::walk(&t, &a.oid, &never, |oid, v| {
-        if matches
-            .as_ref()
-            .is_none_or(|m| walker::value_text(&v).is_some_and(|t| m.is_match(&t)))
-        {
+    walker::walk(&t, &a.oid, &stop, |oid, v| {
+        if takes(walker::value_text(&v).as_deref()) {
             printed += 1;
             print_value(&mut out, c.json, &oid.to_string(), &v)?;
         }
