@@ -13,7 +13,7 @@
 //! the TOML again.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -555,23 +555,16 @@ impl DiscoveryRule {
     /// rows saved for another fingerprint are not taken.
     pub fn fingerprint(&self) -> String {
         let re = |r: &Option<regex::Regex>| r.as_ref().map(|r| r.as_str().to_owned());
-        let mut f = format!(
-            "{} {:?} {:?}",
-            self.column,
-            re(&self.matches),
-            re(&self.not_matches)
+        let part = |column: &snmp::Oid, m: &Option<regex::Regex>, n: &Option<regex::Regex>| {
+            format!("{column} {:?} {:?}", re(m), re(n))
+        };
+        let mut parts = vec![part(&self.column, &self.matches, &self.not_matches)];
+        parts.extend(
+            self.filter
+                .iter()
+                .map(|c| part(&c.column, &c.matches, &c.not_matches)),
         );
-        for c in &self.filter {
-            write!(
-                f,
-                "; {} {:?} {:?}",
-                c.column,
-                re(&c.matches),
-                re(&c.not_matches)
-            )
-            .expect("to a String");
-        }
-        f
+        parts.join("; ")
     }
 
     /// Whether a row with this value in the rule's column is one (before `filter`):
@@ -1890,29 +1883,17 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 format!("duplicate discovery rule name {name:?}"),
             );
         }
-        let column = self.column(&at("oid"), &d.oid);
-        let matches = self.regex(&at("matches"), d.matches.as_deref());
-        let not_matches = self.regex(&at("not_matches"), d.not_matches.as_deref());
+        let own = self.condition(path, &d.oid, &d.matches, &d.not_matches);
         let mut filter = Vec::new();
         for (k, f) in d.filter.iter().enumerate() {
             let fp = under(path, [Seg::Key("filter"), Seg::Index(k)]);
-            let at = |key: &'static str| under(&fp, [Seg::Key(key)]);
-            let column = self.column(&at("oid"), &f.oid);
-            let matches = self.regex(&at("matches"), f.matches.as_deref());
-            let not_matches = self.regex(&at("not_matches"), f.not_matches.as_deref());
             if f.matches.is_none() && f.not_matches.is_none() {
                 self.c.push(
                     &fp,
                     "a filter condition needs matches or not_matches (or both)",
                 );
             }
-            if let Some(column) = column {
-                filter.push(Condition {
-                    column,
-                    matches,
-                    not_matches,
-                });
-            }
+            filter.extend(self.condition(&fp, &f.oid, &f.matches, &f.not_matches));
         }
         if d.interval < Duration::from_secs(60) || d.interval > Duration::from_secs(7 * 86_400) {
             self.c.push(
@@ -1926,17 +1907,38 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if self.c.errors.len() != before {
             self.bad_rules.insert(name.to_string());
         }
-        if let (Some(column), true) = (column, self.c.errors.len() == before) {
+        if let (Some(own), true) = (own, self.c.errors.len() == before) {
             let rule = DiscoveryRule {
                 name: name.into(),
-                column,
-                matches,
-                not_matches,
+                column: own.column,
+                matches: own.matches,
+                not_matches: own.not_matches,
                 interval: d.interval,
                 filter,
             };
             self.rules.insert(name.to_string(), Arc::new(rule));
         }
+    }
+
+    /// A column with its `matches` and `not_matches` (the keys of `path`), as a rule and
+    /// each of its filter's conditions give them; `None` for a wrong column. Whatever
+    /// is wrong is reported.
+    fn condition(
+        &mut self,
+        path: &[Seg<'_>],
+        oid: &str,
+        matches: &Option<String>,
+        not_matches: &Option<String>,
+    ) -> Option<Condition> {
+        let at = |k: &'static str| under(path, [Seg::Key(k)]);
+        let column = self.column(&at("oid"), oid);
+        let matches = self.regex(&at("matches"), matches.as_deref());
+        let not_matches = self.regex(&at("not_matches"), not_matches.as_deref());
+        Some(Condition {
+            column: column?,
+            matches,
+            not_matches,
+        })
     }
 
     /// A table column to walk (`path`: where it is written), or `None` (reported).

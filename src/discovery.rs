@@ -316,11 +316,9 @@ struct Job {
 /// Where in its interval a job known from the file is first walked again: spread by a
 /// hash of host and rule, so that a restart does not walk every host at once.
 fn phase(host: &str, rule: &str, interval: Duration) -> Duration {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (host, rule).hash(&mut h);
+    let h = poller::plan::stable_hash(&[b"discovery-phase", host.as_bytes(), rule.as_bytes()]);
     let ms = interval.as_millis().max(1) as u64;
-    Duration::from_millis(h.finish() % ms)
+    Duration::from_millis(h % ms)
 }
 
 /// The daemon's discovery task: walks each target's rules when due, keeps `found`, and

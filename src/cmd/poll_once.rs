@@ -91,8 +91,15 @@ fn discover(
     plan: &super::PlanArgs,
     loaded: super::Loaded,
 ) -> Result<super::Loaded, crate::config::ConfigErrors> {
-    let mut found = loaded.found;
-    for (host, rule, rows) in crate::discovery::walk_all(&loaded.cfg.discovery) {
+    let super::Loaded {
+        cfg,
+        plan: before,
+        text,
+        mut found,
+    } = loaded;
+    // Planned again below: not two plans at once.
+    drop(before);
+    for (host, rule, rows) in crate::discovery::walk_all(&cfg.discovery) {
         match rows {
             Ok(rows) => {
                 let n = rows.len();
@@ -111,7 +118,7 @@ fn discover(
             }
         }
     }
-    plan.replan(loaded.text, &found)
+    plan.replan(text, &found)
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -118,12 +118,11 @@ async fn daemon(
 
     // Discovery: walks the hosts' tables in the background and asks for a re-plan
     // (below, with the SIGHUP reloads: one place changes the plan) when rows change.
-    // The rows of the running plan, and those discovery found since.
+    // `applied`: the rows of the running plan; `found`: those discovery found since;
+    // `targets_tx` holds the running plan's targets, what its rows were found for.
     let mut applied = found.clone();
     let found = Arc::new(Mutex::new(found));
     let discovery_metrics = Arc::new(DiscoveryMetrics::default());
-    // The running plan's discovery targets: what its rows were found for.
-    let mut targets = cfg.discovery.clone();
     let (targets_tx, targets_rx) = watch::channel(cfg.discovery.clone());
     let (replan_tx, mut replan_rx) = mpsc::channel(1);
     let discovery = tokio::spawn(crate::discovery::run(
@@ -231,14 +230,14 @@ async fn daemon(
             _ = hup.recv() => {
                 let wanted = |rate| icmp_thread_count(rate, icmp_sockets, cores);
                 let mut rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                if let Some(l) = reload(&args, &cfg, &shared, icmp_threads, wanted, (&mut rows, &targets)) {
+                let running = targets_tx.borrow().clone();
+                if let Some(l) = reload(&args, &cfg, &shared, icmp_threads, wanted, (&mut rows, &running)) {
                     text = l.text;
                     // The rows of what the reload changed are gone before the
                     // discovery task sees its new targets.
                     *found.lock().unwrap_or_else(|e| e.into_inner()) = rows.clone();
                     applied = rows;
-                    targets = l.cfg.discovery.clone();
-                    let _ = targets_tx.send(l.cfg.discovery);
+                    targets_tx.send_replace(l.cfg.discovery);
                 }
             }
             Some(()) = replan_rx.recv() => {
@@ -371,7 +370,9 @@ fn icmp_thread_count(probe_rate: f64, sockets: usize, cores: usize) -> usize {
 
 /// Loads the config again and swaps the plan in; the ICMP thread count stays (threads
 /// are started once): `wanted(rate)` says how many the new rate would have started.
-/// Returns what was loaded (the plan moved out), or `None` when nothing changed.
+/// Rows found for what the new config changed are dropped from `found` (which were
+/// found for `targets`). Returns what was loaded (the plan moved out), or `None` when
+/// the reload failed.
 fn reload(
     args: &Args,
     running: &Config,
