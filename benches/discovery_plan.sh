@@ -47,8 +47,15 @@ templates = ["if"]
 """
 open(f"{dir}/listed.toml", "w").write(config(f'indices = "1-{rows}"'))
 open(f"{dir}/discovered.toml", "w").write(config('discovery = "if"'))
-hosts = {str(ip): {"if": f"1-{rows}"} for ip in ipaddress.ip_network("127.40.0.0/20").hosts()}
-json.dump({"hosts": hosts}, open(f"{dir}/discovered.json", "w"))
+# As `run` saves them: the rows, the rule's fingerprint (its column and filters, as
+# DiscoveryRule::fingerprint writes it) and each host's address; rows whose rule or
+# address differ are not taken (the check below says so).
+ips = [str(ip) for ip in ipaddress.ip_network("127.40.0.0/20").hosts()]
+json.dump({
+    "rules": {"if": ".1.3.6.1.2.1.2.2.1.2 None None"},
+    "hosts": {ip: {"if": f"1-{rows}"} for ip in ips},
+    "at": {ip: f"{ip}:161" for ip in ips},
+}, open(f"{dir}/discovered.json", "w"))
 PY
 
 # Seconds from start to the "started" line (its plan built).
@@ -68,6 +75,9 @@ median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 for kind in listed discovered; do
   times=$(for _ in $(seq 1 "$RUNS"); do to_plan "$dir/$kind.toml"; done)
   items=$(grep -m1 -o 'items=[0-9]*' "$dir/run.log")
+  # Both plans must hold the same items, or the figures compare different work.
+  [ "$kind" = listed ] && want=$items
+  [ "$items" = "$want" ] || { echo "$kind: $items, not $want: the saved rows were not taken" >&2; cat "$dir/run.log" >&2; exit 1; }
   printf '%-10s %s  start to plan: median %s s of %s runs (%s)\n' \
     "$kind" "$items" "$(echo "$times" | median)" "$RUNS" "$(echo $times)"
 done
