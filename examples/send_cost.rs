@@ -32,7 +32,7 @@ use anyhow::{bail, ensure, Context, Result};
 use icmp::wire::{EchoKind, EchoPacket, EchoRepr, Family, HEADER_LEN, IPPROTO_ICMP};
 use socket2::SockAddr;
 
-const USAGE: &str = "usage: send_cost raw|hdrincl|packet DEV COUNT";
+const USAGE: &str = "usage: send_cost raw|hdrincl|packet|ping DEV COUNT";
 const BATCH: usize = 64;
 const DATA: usize = 56;
 const IP_LEN: usize = 20;
@@ -46,6 +46,7 @@ enum Mode {
     Raw,
     HdrIncl,
     Packet,
+    Ping,
 }
 
 fn main() -> Result<()> {
@@ -57,6 +58,7 @@ fn main() -> Result<()> {
         "raw" => Mode::Raw,
         "hdrincl" => Mode::HdrIncl,
         "packet" => Mode::Packet,
+        "ping" => Mode::Ping,
         _ => bail!("unknown mode {mode:?}\n{USAGE}"),
     };
     let count: usize = count.parse().context(USAGE)?;
@@ -151,7 +153,7 @@ fn main() -> Result<()> {
     println!(
         "{{\"mode\": \"{}\", \"probes\": {count}, \"wall_s\": {:.3}, \"us_per_probe\": {:.3}, \
          \"user_us_per_probe\": {:.3}, \"sys_us_per_probe\": {:.3}}}",
-        ["raw", "hdrincl", "packet"][mode as usize],
+        ["raw", "hdrincl", "packet", "ping"][mode as usize],
         start.elapsed().as_secs_f64(),
         per(cpu),
         per(cpu * user / (user + sys).max(1e-9)),
@@ -212,6 +214,7 @@ fn open(mode: Mode) -> Result<OwnedFd> {
             libc::SOCK_DGRAM,
             (libc::ETH_P_IP as u16).to_be() as i32,
         ),
+        Mode::Ping => (libc::AF_INET, libc::SOCK_DGRAM, libc::IPPROTO_ICMP),
     };
     // SAFETY: plain socket(2).
     let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
@@ -240,7 +243,7 @@ fn open(mode: Mode) -> Result<OwnedFd> {
         }
     };
     set(libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, 16 << 20).context("SO_SNDBUFFORCE")?;
-    if mode == Mode::Raw {
+    if matches!(mode, Mode::Raw | Mode::Ping) {
         // As netpoller does for small probes: DF set, so the kernel skips IP ID hashing.
         set(
             libc::IPPROTO_IP,
@@ -258,7 +261,11 @@ fn open(mode: Mode) -> Result<OwnedFd> {
 
 /// Writes one echo request (with an IPv4 header unless `raw`) into `buf`; returns its length.
 fn build(mode: Mode, buf: &mut [u8], dst: Ipv4Addr, seq: u16) -> Result<usize> {
-    let ip = if mode == Mode::Raw { 0 } else { IP_LEN };
+    let ip = if matches!(mode, Mode::Raw | Mode::Ping) {
+        0
+    } else {
+        IP_LEN
+    };
     let payload = [0x5a; DATA];
     let repr = EchoRepr {
         family: Family::V4,
