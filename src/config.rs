@@ -26,6 +26,9 @@ use poller::plan::{
 use poller::value::ValueType;
 use serde::Deserialize;
 
+mod indices;
+pub use indices::{Indices, Row};
+
 /// Most addresses `host_ranges` may expand to in one file (1,048,576).
 pub const MAX_RANGE_HOSTS: usize = 1 << 20;
 
@@ -461,9 +464,10 @@ pub struct ItemEntry {
     /// `[{ type = "CHANGE_PER_SECOND" }, { type = "MULTIPLIER", parameters = ["8"] }]`.
     /// Absent: the template item's; `[]`: none.
     pub preprocessing: Option<Vec<PreprocessingEntry>>,
-    /// SNMP table rows this item stands for (`"1-48,101"`): one item per index, with
-    /// `{#SNMPINDEX}` in its key and as its OID's last arc replaced by the index
-    /// (Zabbix's discovery macro; the rows are listed here).
+    /// SNMP table rows this item stands for (`"1-48,101"`; rows of more than one arc
+    /// listed each, `"10.0.0.1,10.0.0.2"`): one item per index, with `{#SNMPINDEX}` in
+    /// its key and at its OID's end replaced by the index (Zabbix's discovery macro; the
+    /// rows are listed here).
     pub indices: Option<String>,
     /// The discovery rule (`[[templates.discovery]]`, by name) whose rows this item
     /// with `{#SNMPINDEX}` stands for, on each host: rows found by walking the host's
@@ -508,7 +512,7 @@ pub struct TemplateEntry {
 pub struct DiscoveryEntry {
     /// Unique in the file; items name it.
     pub name: String,
-    /// The column walked (ifDescr: `1.3.6.1.2.1.2.2.1.2`): a row is an arc under it.
+    /// The column walked (ifDescr: `1.3.6.1.2.1.2.2.1.2`): a row is its arcs under it.
     pub oid: String,
     /// Only rows whose value matches this regular expression (a string as it is,
     /// binary as Hex-STRING, numbers in decimal), like a Zabbix discovery filter.
@@ -611,14 +615,13 @@ pub struct DiscoveryTarget {
     pub rules: Vec<Arc<DiscoveryRule>>,
 }
 
-/// The rows found for each host and discovery rule: host name → rule name → rows
-/// (inclusive, sorted, disjoint ranges). The loader gives the items of a rule one item
+/// The rows found for each host and discovery rule: host name → rule name → rows. The loader gives the items of a rule one item
 /// per row found; a host with no rows known for a rule has none of its items yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Found(pub HashMap<Arc<str>, HashMap<Arc<str>, Rows>>);
 
-/// Table rows as inclusive, sorted, disjoint ranges.
-pub type Rows = Arc<[(u32, u32)]>;
+/// Table rows, shared by the items that stand for them.
+pub type Rows = Arc<Indices>;
 
 impl Found {
     /// The rows known for `host`'s `rule`.
@@ -626,13 +629,15 @@ impl Found {
         self.0.get(host)?.get(rule)
     }
 
-    /// Sets `host`'s `rule` to `rows` (sorted, distinct); whether that changed the
-    /// items they stand for (no rows known and none found is no change).
-    pub fn set(&mut self, host: &Arc<str>, rule: &Arc<str>, rows: &[u32]) -> bool {
-        let ranges: Rows = ranges_of(rows).into();
+    /// Sets `host`'s `rule` to `rows`; whether that changed the items they stand for
+    /// (no rows known and none found is no change).
+    pub fn set(&mut self, host: &Arc<str>, rule: &Arc<str>, rows: Indices) -> bool {
         let per_host = self.0.entry(host.clone()).or_default();
-        let before = per_host.insert(rule.clone(), ranges.clone());
-        before.map_or(!ranges.is_empty(), |b| b != ranges)
+        let changed = per_host
+            .get(&**rule)
+            .map_or(!rows.is_empty(), |b| **b != rows);
+        per_host.insert(rule.clone(), Arc::new(rows));
+        changed
     }
 
     /// As a TOML-free text map, for the discovery file: host → rule → `"1-48,101"`.
@@ -644,7 +649,7 @@ impl Found {
             .map(|(h, rules)| {
                 let r = rules
                     .iter()
-                    .map(|(n, rows)| (&**n, format_ranges(rows)))
+                    .map(|(n, rows)| (&**n, rows.to_string()))
                     .collect();
                 (&**h, r)
             })
@@ -661,13 +666,13 @@ impl Found {
             let mut r = HashMap::new();
             for (n, rows) in rules {
                 // "": the walk found no rows (which is not an `indices` value).
-                let ranges = match rows.trim() {
-                    "" => Ok(Vec::new()),
-                    _ => parse_indices(&rows),
+                let parsed = match rows.trim() {
+                    "" => Ok(Indices::default()),
+                    _ => Indices::parse(&rows),
                 };
-                match ranges {
-                    Ok(ranges) => {
-                        r.insert(Arc::from(n), Arc::from(ranges));
+                match parsed {
+                    Ok(rows) => {
+                        r.insert(Arc::from(n), Arc::new(rows));
                     }
                     Err(e) => bad.push(format!("{h}/{n}: {e}")),
                 }
@@ -1168,11 +1173,11 @@ struct ResolvedEntry {
     itemid: Option<u64>,
     value_type: ValueType,
     interval: Duration,
-    /// With `indices`: the OID without its last arc, the index.
+    /// With `indices`: the OID without the index, the row's arcs.
     kind: ItemKind,
     pre: Option<Arc<poller::preprocess::Steps>>,
-    /// The rows an item with `{#SNMPINDEX}` stands for: inclusive, sorted, disjoint.
-    indices: Option<Arc<[(u32, u32)]>>,
+    /// The rows an item with `{#SNMPINDEX}` stands for.
+    indices: Option<Rows>,
     /// The rule whose rows on each host give `indices` (then `None` until applied).
     discovery: Option<Arc<DiscoveryRule>>,
 }
@@ -1207,102 +1212,32 @@ fn may_collide(items: &[ResolvedEntry]) -> bool {
     })
 }
 
-/// How many indices these inclusive ranges hold.
-fn row_count(rows: &[(u32, u32)]) -> u64 {
-    rows.iter().map(|&(a, b)| u64::from(b - a) + 1).sum()
-}
-
 impl ResolvedEntry {
     /// How many items this entry stands for (a discovered item's rows are counted
     /// when they are applied: none before).
     fn count(&self) -> usize {
         match (&self.indices, &self.discovery) {
-            (Some(r), _) => row_count(r) as usize,
+            (Some(r), _) => r.len() as usize,
             (None, Some(_)) => 0,
             (None, None) => 1,
         }
     }
 
     /// The indices of an item per row (none for one item).
-    fn rows(&self) -> impl Iterator<Item = u32> + '_ {
-        self.indices
-            .iter()
-            .flat_map(|r| r.iter())
-            .flat_map(|&(a, b)| a..=b)
+    fn rows(&self) -> impl Iterator<Item = Row<'_>> + '_ {
+        self.indices.iter().flat_map(|r| r.iter())
     }
 
-    /// The key of row `i`.
-    fn row_key(&self, i: u32) -> Arc<str> {
-        self.key.replace(SNMPINDEX, &i.to_string()).into()
+    /// The key of row `r`.
+    fn row_key(&self, r: Row<'_>) -> Arc<str> {
+        self.key.replace(SNMPINDEX, &r.to_string()).into()
     }
 
     /// The keys of the items this entry stands for.
     fn keys(&self) -> impl Iterator<Item = Arc<str>> + '_ {
         let one = self.indices.is_none().then(|| self.key.clone());
-        one.into_iter().chain(self.rows().map(|i| self.row_key(i)))
+        one.into_iter().chain(self.rows().map(|r| self.row_key(r)))
     }
-}
-
-/// Sorted, distinct indices as an `indices` value (`"1-48,101"`): runs of consecutive
-/// indices as ranges. [`parse_indices`] reads it back.
-pub fn format_indices(sorted: &[u32]) -> String {
-    format_ranges(&ranges_of(sorted))
-}
-
-/// Sorted, distinct indices as inclusive ranges of consecutive ones.
-fn ranges_of(sorted: &[u32]) -> Vec<(u32, u32)> {
-    sorted
-        .chunk_by(|a, b| b.checked_sub(*a) == Some(1))
-        .map(|run| (run[0], run[run.len() - 1]))
-        .collect()
-}
-
-/// Inclusive ranges as an `indices` value.
-pub fn format_ranges(ranges: &[(u32, u32)]) -> String {
-    let parts: Vec<String> = ranges
-        .iter()
-        .map(|&(a, b)| match a == b {
-            true => a.to_string(),
-            false => format!("{a}-{b}"),
-        })
-        .collect();
-    parts.join(",")
-}
-
-/// `indices`: `"1-48,101"` as sorted, disjoint inclusive ranges.
-fn parse_indices(s: &str) -> Result<Vec<(u32, u32)>, String> {
-    let mut out = Vec::new();
-    for part in s.split(',').map(str::trim) {
-        let num = |n: &str| {
-            let n = n.trim();
-            n.parse::<u32>()
-                .ok()
-                .filter(|_| n.bytes().all(|b| b.is_ascii_digit()))
-                .ok_or_else(|| format!("{part:?}: {n:?} is not an index (indices = \"1-48,101\")"))
-        };
-        let (a, b) = match part.split_once('-') {
-            Some((a, b)) => (num(a)?, num(b)?),
-            None => (num(part)?, num(part)?),
-        };
-        if a > b {
-            return Err(format!("{part:?}: the range runs backwards"));
-        }
-        out.push((a, b));
-    }
-    out.sort_unstable();
-    if let Some(w) = out.windows(2).find(|w| w[1].0 <= w[0].1) {
-        return Err(format!(
-            "index {} is listed twice (each index is one item)",
-            w[1].0
-        ));
-    }
-    let count = row_count(&out);
-    if count > MAX_INDICES {
-        return Err(format!(
-            "{count} indices: more than the {MAX_INDICES} one item may stand for"
-        ));
-    }
-    Ok(out)
 }
 
 fn polls_snmp(items: &[ResolvedEntry]) -> bool {
@@ -1579,8 +1514,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 );
                 return None;
             }
-            (Some(s), None) => match parse_indices(s) {
-                Ok(v) => (Some(Arc::from(v)), None),
+            (Some(s), None) => match Indices::parse(s) {
+                Ok(v) => (Some(Arc::new(v)), None),
                 Err(m) => {
                     self.c.push(&at("indices"), m);
                     return None;
@@ -1640,7 +1575,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
             _ => {}
         }
-        // With indices, the OID's last arc is the index: the rest is kept.
+        // With indices, the OID ends with the index: the rest is kept.
         let own_oid = e.oid.as_deref().map(str::trim).map(|o| match per_row {
             true => o.strip_suffix(SNMPINDEX).and_then(|p| p.strip_suffix('.')).ok_or_else(|| {
                 format!("{o:?}: an item per row ends its oid with .{SNMPINDEX} (1.3.6.1.2.1.31.1.1.1.6.{SNMPINDEX})")
@@ -1653,8 +1588,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 return None;
             }
             (Some(Ok(o)), _) => match o.parse::<snmp::Oid>() {
-                // The index is one arc more.
-                Ok(p) if per_row && p.arcs().count() >= snmp::MAX_ARCS => {
+                // The index is one arc more, or its listed rows' arcs more.
+                Ok(p)
+                    if per_row
+                        && p.arcs().count()
+                            + indices.as_ref().map_or(1, |i| i.max_arcs().max(1))
+                            > snmp::MAX_ARCS =>
+                {
                     self.c.push(
                         &at("oid"),
                         format!("{o:?}: with its index, more than {} arcs", snmp::MAX_ARCS),
@@ -2021,23 +1961,26 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let Some(found) = self.found.rows(host, &rule.name) else {
                 continue;
             };
+            // A row's OID is the item's and the row's arcs: a row it would take past an
+            // OID's arcs cannot be asked for (an agent's table never has one, but the
+            // item's OID may be longer than the column walked).
+            let base = match &e.kind {
+                ItemKind::Snmp { oid } => oid.arcs().count(),
+                _ => 0,
+            };
+            let fits = base + found.max_arcs() <= snmp::MAX_ARCS;
             let rows: Rows = match &mut keys {
                 // No other key can be a row's: the rows found, shared.
-                None if row_count(found) <= MAX_INDICES => found.clone(),
-                keys => {
-                    let rows: Vec<u32> = found
-                        .iter()
-                        .flat_map(|&(a, b)| a..=b)
-                        .filter(|&i| keys.as_mut().is_none_or(|k| k.insert(e.row_key(i))))
-                        .take(MAX_INDICES as usize)
-                        .collect();
-                    ranges_of(&rows).into()
-                }
+                None if fits && found.len() <= MAX_INDICES => found.clone(),
+                keys => Arc::new(found.filtered(MAX_INDICES as usize, |r| {
+                    base + r.arcs().len() <= snmp::MAX_ARCS
+                        && keys.as_mut().is_none_or(|k| k.insert(e.row_key(r)))
+                })),
             };
             if rows.is_empty() {
                 continue;
             }
-            added += row_count(&rows) as usize;
+            added += rows.len() as usize;
             e.indices = Some(rows);
             out.push(e);
         }
@@ -2253,12 +2196,20 @@ fn host_spec(
     let count = items.iter().map(ResolvedEntry::count).sum();
     let mut specs = Vec::with_capacity(count);
     for it in items {
-        // One item per index (its key, the OID with the index as its last arc); none
+        // One item per index (its key, the OID with the index's arcs); none
         // for an item without indices, which moves as it is.
         let rows: Vec<(Arc<str>, ItemKind)> = match &it.kind {
             ItemKind::Snmp { oid } => it
                 .rows()
-                .map(|i| (it.row_key(i), ItemKind::Snmp { oid: oid.child(i) }))
+                // Within MAX_ARCS: checked when the rows were listed or applied.
+                .map(|r| {
+                    (
+                        it.row_key(r),
+                        ItemKind::Snmp {
+                            oid: oid.descendant(r.arcs()),
+                        },
+                    )
+                })
                 .collect(),
             _ => Vec::new(),
         };

@@ -36,7 +36,7 @@ use anyhow::Context as _;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use crate::config::{DiscoveryRule, DiscoveryTarget, Found};
+use crate::config::{DiscoveryRule, DiscoveryTarget, Found, Indices};
 use crate::walker;
 
 /// Walks in flight at once.
@@ -55,16 +55,17 @@ pub fn walk_rows(
     t: &DiscoveryTarget,
     rule: &DiscoveryRule,
     stop: &AtomicBool,
-) -> anyhow::Result<Vec<u32>> {
+) -> anyhow::Result<Indices> {
     let target = walker::Target::of_host(t.ip, &t.snmp);
     let mut rows = walker::table_rows(&target, &rule.column, |v| rule.takes(v), stop)?;
     for c in &rule.filter {
         if rows.is_empty() {
             break;
         }
-        let values: HashMap<u32, Option<String>> = walker::column_values(&target, &c.column, stop)?
-            .into_iter()
-            .collect();
+        let values: HashMap<walker::Index, Option<String>> =
+            walker::column_values(&target, &c.column, stop)?
+                .into_iter()
+                .collect();
         rows.retain(|r| c.holds(values.get(r).and_then(|v| v.as_deref())));
     }
     // One item stands for at most MAX_INDICES rows: the first ones.
@@ -73,11 +74,11 @@ pub fn walk_rows(
         tracing::warn!(host = %t.host, rule = %rule.name, rows = rows.len(), "discovery: more rows than one item may stand for: the first {most} are polled");
         rows.truncate(most);
     }
-    Ok(rows)
+    Ok(Indices::from_rows(rows))
 }
 
 /// One walk's host, rule and rows (or why there are none).
-pub type Walked = (Arc<str>, Arc<str>, anyhow::Result<Vec<u32>>);
+pub type Walked = (Arc<str>, Arc<str>, anyhow::Result<Indices>);
 
 /// Walks every rule of every target now, [`CONCURRENT_WALKS`] at once (`poll-once`):
 /// `(host, rule, rows or error)` in the targets' order.
@@ -87,7 +88,7 @@ pub fn walk_all(targets: &[DiscoveryTarget]) -> Vec<Walked> {
         .flat_map(|t| t.rules.iter().map(move |r| (t, r)))
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<anyhow::Result<Vec<u32>>>>> =
+    let results: Mutex<Vec<Option<anyhow::Result<Indices>>>> =
         Mutex::new((0..jobs.len()).map(|_| None).collect());
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
@@ -472,14 +473,14 @@ pub async fn run(
                         let changed = found
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
-                            .set(&host, &rule, &rows);
+                            .set(&host, &rule, rows.clone());
                         if changed {
                             metrics.changes.fetch_add(1, Ordering::Relaxed);
                             tracing::info!(
                                 host = %host,
                                 rule = %rule,
                                 rows = rows.len(),
-                                indices = %crate::config::format_indices(&rows),
+                                indices = %rows,
                                 "discovery: rows changed"
                             );
                             dirty.get_or_insert(Instant::now());
@@ -536,7 +537,11 @@ mod tests {
     fn found(entries: &[(&str, &str)]) -> Found {
         let mut f = Found::default();
         for (h, r) in entries {
-            f.set(&Arc::from(*h), &Arc::from(*r), &[1, 2]);
+            f.set(
+                &Arc::from(*h),
+                &Arc::from(*r),
+                Indices::parse("1-2").unwrap(),
+            );
         }
         f
     }

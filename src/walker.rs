@@ -151,17 +151,20 @@ pub fn walk(
     Ok(count)
 }
 
-/// The rows of a table column: each varbind's one arc under `column`, for the values
-/// `takes` takes (as [`value_text`]; `None`: an exception), sorted and distinct. A
-/// column of a table indexed by more than one arc is refused (its rows are not one
-/// number). `stop` ends the walk between two answers.
+/// A table row's index: the arcs of its cells' OIDs under their column (ifIndex 3:
+/// `[3]`; a bgpPeerTable row: the peer's address, `[10, 0, 0, 1]`).
+pub type Index = Box<[u32]>;
+
+/// The rows of a table column: each varbind's arcs under `column`, for the values
+/// `takes` takes (as [`value_text`]; `None`: an exception), sorted (in OID order) and
+/// distinct. `stop` ends the walk between two answers.
 pub fn table_rows(
     t: &Target<'_>,
     column: &Oid,
     takes: impl Fn(Option<&str>) -> bool,
     stop: &AtomicBool,
-) -> anyhow::Result<Vec<u32>> {
-    let mut rows: Vec<u32> = column_values(t, column, stop)?
+) -> anyhow::Result<Vec<Index>> {
+    let mut rows: Vec<Index> = column_values(t, column, stop)?
         .into_iter()
         .filter(|(_, v)| takes(v.as_deref()))
         .map(|(row, _)| row)
@@ -172,17 +175,17 @@ pub fn table_rows(
 }
 
 /// Each row of a table column with its value as text ([`value_text`]; `None` for an
-/// exception), in the agent's order. Refuses a column of a table indexed by more than
-/// one arc, as [`table_rows`] does.
+/// exception), in the agent's order.
 pub fn column_values(
     t: &Target<'_>,
     column: &Oid,
     stop: &AtomicBool,
-) -> anyhow::Result<Vec<(u32, Option<String>)>> {
+) -> anyhow::Result<Vec<(Index, Option<String>)>> {
     let root_arcs = column.arcs().count();
     let mut out = Vec::new();
     walk(t, &column.to_string(), stop, |oid, v| {
-        out.push((row_index(&oid, root_arcs)?, value_text(&v)));
+        // The walk yields only OIDs under its root: at least one arc more.
+        out.push((oid.arcs().skip(root_arcs).collect(), value_text(&v)));
         Ok(())
     })?;
     Ok(out)
@@ -203,18 +206,6 @@ pub fn value_text(v: &VarValue) -> Option<String> {
         VarValue::IpAddress(a) => a.to_string(),
         _ => return None,
     })
-}
-
-/// The row of a walked column's `oid`: its one arc under the walk's root, which has
-/// `root_arcs` arcs.
-fn row_index(oid: &Oid, root_arcs: usize) -> anyhow::Result<u32> {
-    let under: Vec<u32> = oid.arcs().skip(root_arcs).collect();
-    match under[..] {
-        [i] => Ok(i),
-        _ => bail!(
-            "{oid}: the row under the walked column is {under:?}, not one index (walk one column of a table indexed by one integer, e.g. ifDescr 1.3.6.1.2.1.2.2.1.2)"
-        ),
-    }
 }
 
 fn random_id() -> i32 {

@@ -113,6 +113,20 @@ fn keys_of(lines: &[serde_json::Value], host: &str) -> Vec<String> {
     k
 }
 
+/// `poll-once --json` on `cfg`: its lines, and what it said on stderr (discovery).
+fn poll_once_said(cfg: &Path) -> (Vec<serde_json::Value>, String) {
+    let (out, err) = succeeds(
+        netpoller()
+            .args(["poll-once", "--json", "--quiet", "-c"])
+            .arg(cfg),
+    );
+    let lines = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (lines, err)
+}
+
 #[test]
 fn poll_once_polls_the_rows_each_agent_has() {
     let dir = scratch("discovery-poll-once");
@@ -141,11 +155,7 @@ fn poll_once_polls_the_rows_each_agent_has() {
         "{said}"
     );
 
-    let (out, err) = succeeds(
-        netpoller()
-            .args(["poll-once", "--json", "--quiet", "-c"])
-            .arg(&cfg),
-    );
+    let (lines, err) = poll_once_said(&cfg);
     assert!(
         err.contains(&format!("discovery agent if: {} rows", rows.len())),
         "{err}"
@@ -155,10 +165,6 @@ fn poll_once_polls_the_rows_each_agent_has() {
         err.contains("no rows known: its items are not polled"),
         "{err}"
     );
-    let lines: Vec<serde_json::Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
 
     // One ifDescr per row, the filter's one ifInOctets, and the plain item.
     let mut want: Vec<String> = rows.iter().map(|i| format!("ifDescr[{i}]")).collect();
@@ -223,6 +229,114 @@ fn poll_once_polls_the_rows_each_agent_has() {
         .filter(|k| k.starts_with("ifDescr"))
         .collect();
     assert_eq!(descr, ["ifDescr[1]"]);
+}
+
+/// A table indexed by more than one arc: udpTable (UDP-MIB), by local address and port.
+/// Every snmpd of the tests listens on port 161 of its own address, so the agent's
+/// socket is the row `ADDR.161`, found by the port's column and a filter on the address.
+#[test]
+fn rows_of_more_than_one_arc_are_discovered_and_polled() {
+    let dir = scratch("discovery-arcs");
+    let agent = agent();
+    let body = format!(
+        r#"[[templates]]
+name = "udp"
+discovery = [
+  {{ name = "agent-socket", oid = "1.3.6.1.2.1.7.5.1.2", matches = "^161$", filter = [
+    {{ oid = "1.3.6.1.2.1.7.5.1.1", matches = "^{}$" }},
+  ] }},
+]
+items = [
+  {{ key = "udp.port[{{#SNMPINDEX}}]", oid = "1.3.6.1.2.1.7.5.1.2.{{#SNMPINDEX}}", type = "uint", interval = "10s", discovery = "agent-socket" }},
+  {{ key = "udp.addr[{{#SNMPINDEX}}]", oid = "1.3.6.1.2.1.7.5.1.1.{{#SNMPINDEX}}", type = "str", interval = "10s", discovery = "agent-socket" }},
+]
+
+[[hosts]]
+name = "agent"
+ip = "{agent}"
+templates = ["udp"]
+"#,
+        agent.replace('.', "\\\\.")
+    );
+    let cfg = write_config(&dir, "", &body);
+    let (lines, err) = poll_once_said(&cfg);
+    let row = format!("{agent}.161");
+    assert!(
+        err.contains(&format!("discovery agent agent-socket: 1 row {row}")),
+        "{err}"
+    );
+    assert_eq!(
+        keys_of(&lines, "agent"),
+        [format!("udp.addr[{row}]"), format!("udp.port[{row}]")]
+    );
+    assert_eq!(line_of(&lines, &format!("udp.port[{row}]"))["value"], 161);
+    assert_eq!(line_of(&lines, &format!("udp.addr[{row}]"))["value"], agent);
+
+    // The same rows listed: `snmp walk --indices` prints them as `indices` takes them.
+    let (walked, _) = succeeds(netpoller().args([
+        "snmp",
+        "walk",
+        "--indices",
+        "--matches",
+        "^161$",
+        &agent,
+        "1.3.6.1.2.1.7.5.1.2",
+    ]));
+    let indices = walked.split('"').nth(1).unwrap().to_string();
+    assert!(indices.split(',').any(|r| r == row), "{walked}");
+    let listed = body.replace(
+        "templates = [\"udp\"]",
+        &format!("templates = [\"udp\"]\nitems = [{{ key = \"udp.port[{{#SNMPINDEX}}]\", indices = \"{indices}\" }}]"),
+    );
+    let cfg = write_config(&dir, "", &listed);
+    let lines = poll_once_json(&cfg, &[]);
+    let ports: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|l| l["key"].as_str().unwrap().starts_with("udp.port["))
+        .collect();
+    assert_eq!(ports.len(), indices.split(',').count(), "{lines:#?}");
+    assert!(ports.iter().all(|l| l["value"] == 161), "{ports:#?}");
+
+    // Rows of different lengths in one table: snmpsim's recording of a router's BGP
+    // peers (CISCO-BGP4-MIB cbgpPeer2Table, by address type, length and address: 6
+    // arcs for an IPv4 peer, 18 for an IPv6 one), those whose last error is a hold
+    // time that expired.
+    let sim: std::net::SocketAddr = service_env("NETPOLLER_SNMPSIM_ADDR").parse().unwrap();
+    let body = format!(
+        r#"[[templates]]
+name = "bgp"
+discovery = [ {{ name = "peers-held", oid = "1.3.6.1.4.1.9.9.187.1.2.5.1.28", matches = "^hold time" }} ]
+items = [
+  {{ key = "bgp.error[{{#SNMPINDEX}}]", oid = "1.3.6.1.4.1.9.9.187.1.2.5.1.28.{{#SNMPINDEX}}", type = "str", interval = "10s", discovery = "peers-held" }},
+]
+
+[[hosts]]
+name = "router"
+ip = "{}"
+templates = ["bgp"]
+snmp = {{ community = "bgp", port = {} }}
+"#,
+        sim.ip(),
+        sim.port()
+    );
+    let cfg = write_config(&dir, "", &body);
+    let (lines, err) = poll_once_said(&cfg);
+    let v6 = "2.16.42.1.72.96.0.1.0.1.0.0.0.0.0.0.0";
+    let rows = format!(
+        "1.4.192.168.1.1,1.4.192.168.1.2,1.4.192.168.1.4,1.4.192.168.1.5,1.4.192.168.1.6,{v6}.101,{v6}.102,{v6}.103"
+    );
+    assert!(
+        err.contains(&format!("discovery router peers-held: 8 rows {rows}")),
+        "{err}"
+    );
+    let want: Vec<String> = rows.split(',').map(|r| format!("bgp.error[{r}]")).collect();
+    let mut got = keys_of(&lines, "router");
+    got.sort_by_key(|k| want.iter().position(|w| w == k));
+    assert_eq!(got, want);
+    assert!(
+        lines.iter().all(|l| l["value"] == "hold time expired"),
+        "{lines:#?}"
+    );
 }
 
 fn wait_for(what: &str, d: &Daemon, timeout: Duration, mut f: impl FnMut() -> bool) {

@@ -95,8 +95,18 @@ impl Oid {
 
     /// A new OID with `arc` appended.
     pub fn child(&self, arc: u32) -> Oid {
-        let mut ber = self.ber.to_vec();
-        push_subid(&mut ber, arc as u64);
+        self.descendant(&[arc])
+    }
+
+    /// A new OID with `arcs` appended (a table's column and a row's index); the caller
+    /// keeps it within [`MAX_ARCS`].
+    pub fn descendant(&self, arcs: &[u32]) -> Oid {
+        // A sub-identifier takes at most 5 octets.
+        let mut ber = Vec::with_capacity(self.ber.len() + 5 * arcs.len());
+        ber.extend_from_slice(&self.ber);
+        for &arc in arcs {
+            push_subid(&mut ber, arc as u64);
+        }
         Oid {
             ber: ber.into_boxed_slice(),
         }
@@ -371,6 +381,14 @@ mod tests {
         let e: Oid = "1.3.6.1.2.1.2.2.1.1".parse().unwrap();
         assert!(!d.starts_with(&e));
         assert_eq!(a.child(200), "1.3.6.1.2.1.2.2.1.2.200".parse().unwrap());
+        // A row of more arcs (an address), each arc in its own sub-identifier.
+        assert_eq!(
+            a.descendant(&[1, 4, 192, 168, 1, 4_294_967_295]),
+            "1.3.6.1.2.1.2.2.1.2.1.4.192.168.1.4294967295"
+                .parse()
+                .unwrap()
+        );
+        assert_eq!(a.descendant(&[]), a);
     }
 
     proptest! {

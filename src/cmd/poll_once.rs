@@ -17,8 +17,6 @@ use poller::plan::Engine;
 use poller::preprocess::{Outcome, Preprocessor};
 use poller::value::Value;
 
-use crate::config::format_ranges;
-
 /// Arguments of `netpoller poll-once`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -104,14 +102,13 @@ fn discover(
             Ok(rows) => {
                 let n = rows.len();
                 let s = if n == 1 { "" } else { "s" };
-                let indices = crate::config::format_indices(&rows);
-                let line = format!("discovery {host} {rule}: {n} row{s} {indices}");
+                let line = format!("discovery {host} {rule}: {n} row{s} {rows}");
                 eprintln!("{}", line.trim_end());
-                found.set(&host, &rule, &rows);
+                found.set(&host, &rule, rows);
             }
             Err(e) => {
                 let kept = match found.rows(&host, &rule) {
-                    Some(r) => format!("the rows `run` saved are polled ({})", format_ranges(r)),
+                    Some(r) => format!("the rows `run` saved are polled ({r})"),
                     None => "no rows known: its items are not polled".into(),
                 };
                 eprintln!("discovery {host} {rule}: walk failed ({e:#}); {kept}");

@@ -217,7 +217,8 @@ pub struct WalkArgs {
     #[arg(value_name = "OID", default_value = ".1.3.6.1.2.1")]
     pub oid: String,
     /// Print only the table rows the walk found, as a config's `indices` value
-    /// (`indices = "1-48,101"`): walk a column (ifDescr: 1.3.6.1.2.1.2.2.1.2) and paste
+    /// (`indices = "1-48,101"`; a table indexed by more than one arc lists each row,
+    /// `"10.0.0.1,10.0.0.2"`): walk a column (ifDescr: 1.3.6.1.2.1.2.2.1.2) and paste
     /// the line into the host's item with `{#SNMPINDEX}`.
     #[arg(long)]
     pub indices: bool,
@@ -367,8 +368,9 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
                 a.oid
             ),
         };
-        let rows = walker::table_rows(&t, &column, takes, &stop)?;
-        let indices = crate::config::format_indices(&rows);
+        let rows =
+            crate::config::Indices::from_rows(walker::table_rows(&t, &column, takes, &stop)?);
+        let indices = rows.to_string();
         match c.json {
             true => writeln!(
                 out,

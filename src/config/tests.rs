@@ -624,27 +624,6 @@ items = [ { key = "x", type = "uint" } ]
     assert!(e.line.is_some());
 }
 
-/// What `snmp walk --indices` prints reads back as the same rows.
-#[test]
-fn indices_are_written_as_ranges_that_read_back() {
-    for (rows, text) in [
-        (&[][..], ""),
-        (&[7][..], "7"),
-        (&[1, 2, 3, 5, 10, 11][..], "1-3,5,10-11"),
-        (&[0, u32::MAX - 1, u32::MAX][..], "0,4294967294-4294967295"),
-    ] {
-        assert_eq!(format_indices(rows), text);
-        if !rows.is_empty() {
-            let back: Vec<u32> = parse_indices(text)
-                .unwrap()
-                .into_iter()
-                .flat_map(|(a, b)| a..=b)
-                .collect();
-            assert_eq!(back, rows);
-        }
-    }
-}
-
 #[test]
 fn indices_stand_for_one_item_per_table_row() {
     let text = r#"
@@ -709,6 +688,49 @@ items = [ { key = "net.if.in[ifHCInOctets.{#SNMPINDEX}]", indices = "49-50" } ]
     let ids: std::collections::HashSet<u64> = cfg.hosts[0].items.iter().map(|i| i.itemid).collect();
     assert_eq!(ids.len(), 5);
     assert_eq!(cfg.item_count(), 5 + 3);
+
+    // A table indexed by more than one arc (bgpPeerTable: by the peer's address): each
+    // row its arcs, in the key and after the column's OID, as Zabbix's {#SNMPINDEX}.
+    let bgp = |indices: &str, oid: &str| {
+        format!(
+            r#"
+[[hosts]]
+name = "r-1"
+ip = "127.0.20.1"
+items = [ {{ key = "bgp.state[{{#SNMPINDEX}}]", oid = "{oid}.{{#SNMPINDEX}}", type = "uint", interval = "1m", indices = "{indices}" }} ]
+"#
+        )
+    };
+    let cfg = parse(&bgp("10.0.0.2, 10.0.0.1", "1.3.6.1.2.1.15.3.1.2"))
+        .unwrap_or_else(|e| panic!("{e:#?}"));
+    let got: Vec<(String, String)> = cfg.hosts[0]
+        .items
+        .iter()
+        .map(|i| match &i.kind {
+            ItemKind::Snmp { oid } => (i.key.to_string(), oid.to_string()),
+            k => panic!("{k:?}"),
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "bgp.state[10.0.0.1]".into(),
+                ".1.3.6.1.2.1.15.3.1.2.10.0.0.1".into()
+            ),
+            (
+                "bgp.state[10.0.0.2]".into(),
+                ".1.3.6.1.2.1.15.3.1.2.10.0.0.2".into()
+            ),
+        ]
+    );
+    // The OID with a row's arcs is still an OID: at most 128 arcs. A column of 125 arcs
+    // takes rows of 3, not of 4.
+    let long = vec!["1"; 125].join(".");
+    assert!(parse(&bgp("1.2.3", &format!("1.3.{}", &long[4..]))).is_ok());
+    let e = one_err(&bgp("1.2.3.4", &format!("1.3.{}", &long[4..])));
+    assert_eq!(e.path, "hosts[0].items[0].oid", "{e}");
+    assert!(e.message.contains("more than 128 arcs"), "{e}");
 
     // A template may leave the rows to its hosts (as an imported discovery rule does);
     // a host that links it without giving them is told how.
@@ -856,10 +878,15 @@ cidr = "127.0.30.0/30"
 templates = ["if"]
 "#;
 
+/// Rows of one arc each.
+fn one_arc(rows: &[u32]) -> Indices {
+    Indices::from_rows(rows.iter().map(std::slice::from_ref))
+}
+
 fn found(rows: &[(&str, &str, &[u32])]) -> Found {
     let mut f = Found::default();
     for (h, r, rows) in rows {
-        f.set(&Arc::from(*h), &Arc::from(*r), rows);
+        f.set(&Arc::from(*h), &Arc::from(*r), one_arc(rows));
     }
     f
 }
@@ -1085,10 +1112,14 @@ fn discovery_mistakes_are_reported_at_their_key() {
 
 #[test]
 fn found_rows_are_written_as_ranges_and_read_back() {
-    let f = found(&[("a", "r", &[1, 2, 3, 7]), ("b", "r", &[]), ("b", "s", &[9])]);
+    let mut f = found(&[("a", "r", &[1, 2, 3, 7]), ("b", "r", &[]), ("b", "s", &[9])]);
+    // Rows of more arcs (a table indexed by an address) are listed after the ranges.
+    let udp = Indices::from_rows([[127u32, 0, 20, 1, 161].as_slice(), &[5], &[0, 0, 0, 0, 68]]);
+    f.set(&Arc::from("c"), &Arc::from("udp"), udp);
     let text = f.to_text();
     assert_eq!(text["a"]["r"], "1-3,7");
     assert_eq!(text["b"]["r"], "");
+    assert_eq!(text["c"]["udp"], "5,0.0.0.0.68,127.0.20.1.161");
     let owned = text
         .iter()
         .map(|(h, r)| {
@@ -1112,24 +1143,27 @@ fn found_rows_are_written_as_ranges_and_read_back() {
         .or_default()
         .insert("r".into(), "1-70000".into());
     let (back, unreadable) = Found::from_text(text);
-    assert_eq!(back.rows("a", "r").map(|r| r.to_vec()), Some(vec![(1, 3)]));
+    assert_eq!(
+        back.rows("a", "r").map(|r| r.to_string()),
+        Some("1-3".into())
+    );
     assert!(back.rows("a", "s").is_none() && back.rows("b", "r").is_none());
     assert_eq!(unreadable.len(), 2, "{unreadable:?}");
     assert!(unreadable[0].starts_with("a/s: "), "{unreadable:?}");
     // Setting the same rows again is no change; nor is finding none where none were
     // known.
     let mut none = Found::default();
-    assert!(!none.set(&Arc::from("a"), &Arc::from("r"), &[]));
+    assert!(!none.set(&Arc::from("a"), &Arc::from("r"), one_arc(&[])));
     assert_eq!(
         none.rows("a", "r").map(|r| r.len()),
         Some(0),
         "known: no rows"
     );
-    assert!(none.set(&Arc::from("a"), &Arc::from("r"), &[4]));
-    assert!(none.set(&Arc::from("a"), &Arc::from("r"), &[]));
+    assert!(none.set(&Arc::from("a"), &Arc::from("r"), one_arc(&[4])));
+    assert!(none.set(&Arc::from("a"), &Arc::from("r"), one_arc(&[])));
     let mut g = f.clone();
-    assert!(!g.set(&Arc::from("a"), &Arc::from("r"), &[1, 2, 3, 7]));
-    assert!(g.set(&Arc::from("a"), &Arc::from("r"), &[1, 2, 3]));
+    assert!(!g.set(&Arc::from("a"), &Arc::from("r"), one_arc(&[1, 2, 3, 7])));
+    assert!(g.set(&Arc::from("a"), &Arc::from("r"), one_arc(&[1, 2, 3])));
 }
 
 #[test]
