@@ -207,11 +207,8 @@ pub fn prune(found: &mut Found, old: &[DiscoveryTarget], new: &[DiscoveryTarget]
 }
 
 /// Saves `found` to `path` with what `targets` (the plan's) say each rule is and where
-/// each host is: a new file, synced, renamed over the old, and the folder synced (a
-/// crash leaves one or the other; the new file's name is the same at each write, so a
-/// crash leaves no more than one behind).
+/// each host is ([`crate::fsutil::replace`]: a crash leaves the old file or the new).
 pub fn write_file(path: &Path, found: &Found, targets: &[DiscoveryTarget]) -> anyhow::Result<()> {
-    use std::io::Write as _;
     let rules = targets
         .iter()
         .flat_map(|t| t.rules.iter())
@@ -223,26 +220,7 @@ pub fn write_file(path: &Path, found: &Found, targets: &[DiscoveryTarget]) -> an
         hosts: found.to_text(),
         at,
     })?;
-    let mut name = path.as_os_str().to_owned();
-    name.push(".tmp");
-    let tmp = std::path::PathBuf::from(name);
-    let write = || -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()
-    };
-    if let Err(e) = write() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", tmp.display()));
-    }
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
-    // The rename itself, on disk.
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
-    Ok(())
+    crate::fsutil::replace(path, |w| std::io::Write::write_all(w, text.as_bytes()))
 }
 
 /// Discovery's counters, for `/metrics`.

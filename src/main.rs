@@ -6,6 +6,7 @@
 mod cmd;
 mod config;
 mod discovery;
+mod fsutil;
 mod http;
 mod privdrop;
 mod progress;

@@ -412,13 +412,41 @@ fn tsv(query: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// Unix hour now.
+fn hour_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        / 3600
+}
+
+/// Hostnames of the trends rows of `db` whose hour is `hour` or later.
+fn trends_hosts_since(db: &str, hour: u64) -> Vec<String> {
+    let mut hosts: Vec<String> = ["trends_dbl", "trends_uint"]
+        .iter()
+        .flat_map(|t| {
+            tsv(&format!(
+                "SELECT hostname FROM {db}.{t} WHERE toUInt32(clock) >= {} FORMAT TSV",
+                hour * 3600
+            ))
+        })
+        .map(|row| row[0].clone())
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
 #[test]
 fn trends_add_up_to_history_per_item_and_hour() {
     // The daemon polls ICMP and SNMP items for a few seconds, a reload drops the first
-    // ICMP host (its open hour is written, the others' items move in the plan), and the
-    // stop writes the open hours. For every numeric item and hour, the trends rows hold
-    // exactly history's min, max and count, and its sum (uint: minus the truncation of
-    // each row's average); text items have no trends.
+    // ICMP host (the others' items move in the plan), and the stop saves the hours
+    // still open; a second run within the hour continues them (the dropped host's hour
+    // is written at its start), and a third without any of these items writes them.
+    // For every numeric item and hour, one trends row holds exactly history's min, max
+    // and count, and its sum (uint: minus the truncation of the row's average); text
+    // items have no trends.
     let dir = scratch("daemon-trends");
     let db = format!("nptest_trends_{}", std::process::id());
     let cfg_path = dir.join("netpoller.toml");
@@ -442,6 +470,40 @@ fn trends_add_up_to_history_per_item_and_hour() {
     d.signal(libc::SIGHUP);
     d.expect_log("configuration reloaded", Duration::from_secs(10));
     std::thread::sleep(Duration::from_secs(5));
+    let log = d.log_text();
+    let hour = hour_now();
+    assert!(d.stop().success(), "{log}");
+    let open = dir.join("spool").join("trends-open-hours");
+    assert!(open.exists(), "{log}");
+    // Nothing of the hour the stop saved is written (an hour that ended during the run
+    // is).
+    assert_eq!(trends_hosts_since(&db, hour), Vec::<String>::new());
+
+    // The second run takes them back: ping-1, gone since the reload, is written now;
+    // the others go on.
+    let d = Daemon::start(&cfg_path, &[], dir.join("run2.log"));
+    d.expect_log(
+        "hours the last stop saved are taken back",
+        Duration::from_secs(20),
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let log = d.log_text();
+    let hour = hour_now();
+    assert!(d.stop().success(), "{log}");
+    assert!(open.exists(), "{log}");
+    let written = trends_hosts_since(&db, hour);
+    assert!(written.iter().all(|h| h == "ping-1"), "{written:?}");
+
+    // A third run polls nothing of these: every saved hour is written at its start.
+    let silent = daemon_and_clickhouse(&db, &dir.join("spool"), "")
+        + "[[hosts]]\nname = \"silent\"\nip = \"127.0.20.250\"\nsnmp = { timeout = \"100ms\", retries = 0 }\n\
+           items = [{ key = \"sysUpTime\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"1h\" }]\n";
+    std::fs::write(&cfg_path, silent).unwrap();
+    let d = Daemon::start(&cfg_path, &[], dir.join("run3.log"));
+    d.expect_log(
+        "hours the last stop saved are taken back",
+        Duration::from_secs(20),
+    );
     let log = d.log_text();
     assert!(d.stop().success(), "{log}");
 
@@ -469,8 +531,16 @@ fn trends_add_up_to_history_per_item_and_hour() {
         let count: u64 = h[6].parse().unwrap();
         assert!(ts <= hs && hs - ts < count, "sum {t:?} vs {h:?}");
     }
-    // The dropped host's items were written at the reload, with what it polled before.
+    // The dropped host's items were written, with what it polled before the reload.
     assert!(trends.iter().any(|t| t[2] == "ping-1"), "{trends:?}");
+    // One row per item and hour: three runs, no hour split.
+    for t in ["trends_dbl", "trends_uint"] {
+        let rows = ch(&format!("SELECT count() FROM {db}.{t} FORMAT TSV"));
+        let hours = ch(&format!(
+            "SELECT count() FROM (SELECT DISTINCT itemid, clock FROM {db}.{t}) FORMAT TSV"
+        ));
+        assert_eq!(rows, hours, "{t}");
+    }
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 

@@ -188,18 +188,26 @@ fn icmp_groups(tasks: u64, batch: u64) -> u64 {
 /// Stable 64-bit hash (FNV-1a over the parts with a separator, then a splitmix64 finaliser
 /// so that `% n` is well spread).
 pub fn stable_hash(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = FNV_OFFSET;
     for (i, p) in parts.iter().enumerate() {
         if i > 0 {
-            h ^= 0xff;
-            h = h.wrapping_mul(0x0100_0000_01b3);
+            h = fnv1a(h, &[0xff]);
         }
-        for b in *p {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
+        h = fnv1a(h, p);
     }
     mix64(h)
+}
+
+/// FNV-1a's starting state.
+pub(crate) const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a: `h` (from [`FNV_OFFSET`]) with `bytes` hashed in.
+pub(crate) fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
 }
 
 fn mix64(mut z: u64) -> u64 {

@@ -10,6 +10,7 @@
 //! a valid new config takes effect at each item's next slot; an invalid one is logged
 //! with all its errors and the old one keeps running.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -137,7 +138,8 @@ async fn daemon(
     // fails), follows the items' states (logged, and a gauge), and hands values as rows
     // to the sink.
     let trends = clickhouse.as_ref().is_none_or(|c| c.trends);
-    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends));
+    let open_hours = trends.then(|| cfg.daemon.spool_dir.join(OPEN_HOURS_FILE));
+    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends, open_hours));
 
     // Metrics endpoint.
     let http = if cfg.daemon.metrics_listen.is_empty() {
@@ -584,14 +586,21 @@ fn unix_now() -> u32 {
     poller::engine::clock_now().0
 }
 
+/// Where, in the spool folder, a stop leaves the trends hours still open for the next
+/// start ([`poller::trends::Trends::save_open`]).
+pub const OPEN_HOURS_FILE: &str = "trends-open-hours";
+
 /// Move values from the engines' channel into the sink, up to 4,096 values (whole
 /// batches of the engines) per message, with the trends rows they close (`trends`).
-/// Returns the values delivered.
+/// With `open_hours`, the hours still open at stop are saved there rather than written,
+/// and those saved by the process before are taken back at start: a restart within an
+/// hour makes one trends row of it, not two. Returns the values delivered.
 async fn consume(
     mut rx: mpsc::Receiver<Samples>,
     sink: sink::SinkHandle,
     shared: Arc<Shared>,
     trends: bool,
+    open_hours: Option<PathBuf>,
 ) -> u64 {
     const BATCHES: usize = 4096 / poller::engine::EMIT_BATCH;
     // `recv_many` with a limit of 0 returns 0, which means "every engine stopped".
@@ -604,6 +613,9 @@ async fn consume(
     let mut generation = shared.generation();
     let mut trends = trends.then(|| Trends::new(shared.plan()));
     let mut closed = Vec::new();
+    if let (Some(t), Some(path)) = (&mut trends, &open_hours) {
+        take_back_open_hours(t, path, &mut closed);
+    }
     let sweep_in = || Duration::from_secs(poller::trends::secs_to_sweep(unix_now()).into());
     let mut sweep_at = tokio::time::Instant::now() + sweep_in();
     // Iterations that started on the old plan still deliver after a reload, and may
@@ -655,13 +667,55 @@ async fn consume(
         }
     }
     if let Some(t) = &mut trends {
-        // At stop, the open hours: a start within the same hour adds a second row.
-        t.drain(&mut closed);
+        // At stop, the open hours: saved for the next start if they can be, else written
+        // (a start within the same hour then adds a second row).
+        let saved = open_hours
+            .as_deref()
+            .map(|p| crate::fsutil::replace(p, |w| t.save_open(w)).map(|hours| (p, hours)));
+        match saved {
+            Some(Ok((path, hours))) => tracing::info!(
+                hours,
+                path = %path.display(),
+                "trends: the hours still open are saved for the next start"
+            ),
+            saved => {
+                if let Some(Err(e)) = saved {
+                    tracing::warn!(error = %format!("{e:#}"), "trends: the hours still open could not be saved; they are written now (a start within the hour adds a second row)");
+                }
+                t.drain(&mut closed);
+            }
+        }
         if !send(&sink, Vec::new(), &mut closed).await {
             tracing::error!("sink stopped before the trends of the open hours were written");
         }
     }
     n
+}
+
+/// Takes back the hours the last stop saved in `path` (if any) into `t`; those that
+/// cannot continue (their hour ended, their item is gone) go to `out`. The file is
+/// removed before they are used: a crash later must not count them twice.
+fn take_back_open_hours(t: &mut Trends, path: &Path, out: &mut Vec<TrendRow>) {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "trends: the hours the last stop saved cannot be read; they are lost");
+            return;
+        }
+    };
+    if let Err(e) = std::fs::remove_file(path) {
+        tracing::warn!(path = %path.display(), error = %e, "trends: the hours the last stop saved are not used: the file cannot be removed (and would be used again)");
+        return;
+    }
+    match t.restore_open(&bytes, unix_now() / 3600, out) {
+        Ok((continued, written)) => tracing::info!(
+            continued,
+            written,
+            "trends: the hours the last stop saved are taken back (continued: this hour's; written: ended ones, items gone)"
+        ),
+        Err(e) => tracing::warn!(path = %path.display(), error = %e, "trends: the hours the last stop saved are lost"),
+    }
 }
 
 /// Most trends rows per message to the sink: the hourly sweep (or a stop) closes every
@@ -817,37 +871,106 @@ mod tests {
                 .await
                 .unwrap();
         let (tx, rx) = mpsc::channel(4);
-        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true));
-        let trends_rows = || {
-            let mut text = String::new();
-            metrics.render_prometheus(&mut text);
-            text.lines()
-                .find(|l| {
-                    l.starts_with("netpoller_sink_rows_received_total{table=\"trends_uint\"}")
-                })
-                .map(|l| l.rsplit(' ').next().unwrap().to_string())
-        };
+        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
+        let trends_rows = || received_trends(&metrics);
         tx.send(vec![value]).await.unwrap();
         settle().await;
-        assert_eq!(trends_rows().as_deref(), Some("0"), "the hour is open");
+        assert_eq!(trends_rows(), 0, "the hour is open");
         tokio::time::advance(Duration::from_secs(3_601)).await;
         // The sink's spool writes run on blocking threads, in real time.
         for _ in 0..5_000 {
-            if trends_rows().as_deref() == Some("1") {
+            if trends_rows() == 1 {
                 break;
             }
             std::thread::sleep(Duration::from_millis(1));
             tokio::task::yield_now().await;
         }
-        assert_eq!(trends_rows().as_deref(), Some("1"), "the sweep wrote it");
+        assert_eq!(trends_rows(), 1, "the sweep wrote it");
         drop(tx);
         consumer.await.unwrap();
         sink.shutdown().await.unwrap();
-        assert_eq!(
-            trends_rows().as_deref(),
-            Some("1"),
-            "and the stop not again"
-        );
+        assert_eq!(trends_rows(), 1, "and the stop not again");
+    }
+
+    /// Trends rows the sink received (into `trends_uint`) so far.
+    fn received_trends(metrics: &sink::SinkMetrics) -> u64 {
+        let mut text = String::new();
+        metrics.render_prometheus(&mut text);
+        text.lines()
+            .find(|l| l.starts_with("netpoller_sink_rows_received_total{table=\"trends_uint\"}"))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// [`received_trends`] once it stops changing (the sink's spool writes run on
+    /// blocking threads).
+    async fn trends_rows(metrics: &sink::SinkMetrics) -> u64 {
+        let read = || received_trends(metrics);
+        let mut last = read();
+        for _ in 0..20 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            let now = read();
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        last
+    }
+
+    #[tokio::test]
+    async fn a_stop_saves_the_open_hours_and_the_next_start_continues_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(OPEN_HOURS_FILE);
+        let metrics = Arc::new(sink::SinkMetrics::default());
+        let (sink, handle) = sink::Sink::start(
+            None,
+            sink::SpoolConfig::new(dir.path().join("spool")),
+            metrics.clone(),
+        )
+        .await
+        .unwrap();
+        // One run of the consumer: a value of host `name`'s item now, then a stop.
+        let run = |name: &'static str, file: PathBuf| {
+            let handle = handle.clone();
+            async move {
+                let shared = Shared::new(plan_of(&[name]), 1, Clock::new(), Limits::default());
+                let plan = shared.plan();
+                let now = poller::engine::clock_now();
+                let v = Sample::new(
+                    &plan,
+                    &plan.hosts[0],
+                    0,
+                    now,
+                    Ok(poller::value::Value::Uint(5)),
+                );
+                let (tx, rx) = mpsc::channel(4);
+                let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, Some(file)));
+                tx.send(vec![v]).await.unwrap();
+                drop(tx);
+                consumer.await.unwrap();
+            }
+        };
+        let hour = unix_now() / 3600;
+        run("a", file.clone()).await;
+        assert!(file.exists(), "saved at the stop");
+        let saved = std::fs::read(&file).unwrap();
+        run("a", file.clone()).await;
+        // (Within one hour; the run takes milliseconds, an hour's end between the two
+        // would rightly write the first hour.)
+        if unix_now() / 3600 == hour {
+            assert_eq!(trends_rows(&metrics).await, 0, "still open: not written");
+            assert_ne!(std::fs::read(&file).unwrap(), saved, "the hour went on");
+        }
+        // A start whose plan has not the item writes its hour, once: the two runs' values.
+        run("b", file.clone()).await;
+        assert_eq!(trends_rows(&metrics).await, 1);
+        // Where the hours cannot be saved they are written at stop (nothing to take
+        // back there: no file).
+        run("b", dir.path().join("no-such-folder").join(OPEN_HOURS_FILE)).await;
+        assert_eq!(trends_rows(&metrics).await, 2);
+        drop(handle);
+        sink.shutdown().await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
@@ -867,7 +990,7 @@ mod tests {
         .await
         .unwrap();
         let (tx, rx) = mpsc::channel(4);
-        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true));
+        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
         let failing = || shared.failing.get(ErrorReason::Timeout);
         let plan = shared.plan();
         tx.send([timeout(&plan, "a"), timeout(&plan, "b")].concat())
