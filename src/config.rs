@@ -39,6 +39,9 @@ pub const MAX_INDICES: u64 = 1 << 16;
 /// `host_ranges` multiply).
 pub const MAX_ITEMS: usize = 1 << 23;
 
+/// The longest item key Zabbix stores (`items.key_`, `ITEM_KEY_LEN`), in characters.
+pub const MAX_KEY_CHARS: usize = 2048;
+
 /// Zabbix's low-level discovery macro for an SNMP table row, which `indices` fills.
 pub const SNMPINDEX: &str = "{#SNMPINDEX}";
 
@@ -1429,6 +1432,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
         in_template: bool,
     ) -> Option<ResolvedEntry> {
         let at = |k: &'static str| under(path, [Seg::Key(k)]);
+        let chars = e.key.chars().count();
+        if chars > MAX_KEY_CHARS {
+            self.c.push(
+                &at("key"),
+                format!("{chars} characters: longer than Zabbix's {MAX_KEY_CHARS} for an item key"),
+            );
+            return None;
+        }
         let key = match ItemKey::parse(&e.key) {
             Ok(k) => k,
             Err(err) => {
@@ -1588,19 +1599,6 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 return None;
             }
             (Some(Ok(o)), _) => match o.parse::<snmp::Oid>() {
-                // The index is one arc more, or its listed rows' arcs more.
-                Ok(p)
-                    if per_row
-                        && p.arcs().count()
-                            + indices.as_ref().map_or(1, |i| i.max_arcs().max(1))
-                            > snmp::MAX_ARCS =>
-                {
-                    self.c.push(
-                        &at("oid"),
-                        format!("{o:?}: with its index, more than {} arcs", snmp::MAX_ARCS),
-                    );
-                    return None;
-                }
                 Ok(o) => o,
                 Err(m) => {
                     self.c.push(
@@ -1622,6 +1620,21 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 return None;
             }
         };
+        // A row's OID is the item's and the row's arcs (one for a row to be discovered,
+        // the longest listed one's): still an OID. Said where the item's own part is:
+        // its oid, or (an oid inherited) its indices.
+        let index_arcs = indices.as_ref().map_or(1, |i| i.max_arcs().max(1));
+        if per_row && oid.arcs().count() + index_arcs > snmp::MAX_ARCS {
+            let (field, what) = match &e.oid {
+                Some(o) => ("oid", format!("{:?}", o.trim())),
+                None => ("indices", format!("the oid {oid}")),
+            };
+            self.c.push(
+                &at(field),
+                format!("{what}: with its index, more than {} arcs", snmp::MAX_ARCS),
+            );
+            return None;
+        }
         let Some(value_type) = e.value_type.or(inherited.map(|i| i.value_type)) else {
             self.c.push(
                 path,

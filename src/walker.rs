@@ -175,7 +175,9 @@ pub fn table_rows(
 }
 
 /// Each row of a table column with its value as text ([`value_text`]; `None` for an
-/// exception), in the agent's order.
+/// exception), in the agent's order. Refuses a walk whose values are of more than one
+/// type: a column's are all of its one syntax, so that walk crossed columns (the OID is
+/// a table or its entry, whose "rows" would be column.row pairs).
 pub fn column_values(
     t: &Target<'_>,
     column: &Oid,
@@ -183,7 +185,19 @@ pub fn column_values(
 ) -> anyhow::Result<Vec<(Index, Option<String>)>> {
     let root_arcs = column.arcs().count();
     let mut out = Vec::new();
+    let mut syntax: Option<(std::mem::Discriminant<VarValue>, &'static str)> = None;
     walk(t, &column.to_string(), stop, |oid, v| {
+        // Exceptions have no type.
+        if let Some(label) = v.net_snmp_type() {
+            let d = std::mem::discriminant(&v);
+            match syntax {
+                None => syntax = Some((d, label)),
+                Some((first, l)) if first != d => bail!(
+                    "{column} is not one column of a table: its values are of more than one type ({l}, {label}); walk one column (ifDescr: 1.3.6.1.2.1.2.2.1.2), not the table or its entry"
+                ),
+                Some(_) => {}
+            }
+        }
         // The walk yields only OIDs under its root: at least one arc more.
         out.push((oid.arcs().skip(root_arcs).collect(), value_text(&v)));
         Ok(())

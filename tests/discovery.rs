@@ -297,6 +297,20 @@ templates = ["udp"]
     assert_eq!(ports.len(), indices.split(',').count(), "{lines:#?}");
     assert!(ports.iter().all(|l| l["value"] == 161), "{ports:#?}");
 
+    // A rule whose oid is a table's entry, not one of its columns, finds no rows: its
+    // walk fails, and says why.
+    let entry = body.replace(
+        "oid = \"1.3.6.1.2.1.7.5.1.2\", matches",
+        "oid = \"1.3.6.1.2.1.2.2.1\", matches",
+    );
+    let (lines, err) = poll_once_said(&write_config(&dir, "", &entry));
+    assert!(
+        err.contains("discovery agent agent-socket: walk failed")
+            && err.contains(".1.3.6.1.2.1.2.2.1 is not one column of a table"),
+        "{err}"
+    );
+    assert!(keys_of(&lines, "agent").is_empty(), "{lines:#?}");
+
     // Rows of different lengths in one table: snmpsim's recording of a router's BGP
     // peers (CISCO-BGP4-MIB cbgpPeer2Table, by address type, length and address: 6
     // arcs for an IPv4 peer, 18 for an IPv6 one), those whose last error is a hold

@@ -249,6 +249,22 @@ fn walk_indices_lists_a_columns_rows() {
         text(&o),
         format!("indices = \"{}\"  # {n} row{s}\n", theirs.join(","))
     );
+    // A table or its entry is not a column: its "rows" would be column.row pairs. Its
+    // values are of several types, which one column's never are.
+    for not_a_column in [".1.3.6.1.2.1.2.2", ".1.3.6.1.2.1.2.2.1"] {
+        let o = netpoller()
+            .args(["snmp", "walk", "--indices", "-c", &community, &addr])
+            .arg(not_a_column)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains(&format!("{not_a_column} is not one column of a table"))
+                && err.contains("(INTEGER, STRING)"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -138,6 +138,35 @@ impl Acc {
         self.count += 1;
     }
 
+    /// Folds `other`, of the same hour and value type `vt`, into this one; false (and
+    /// nothing changed) when their counts together pass [`MAX_COUNT`] (the count's
+    /// largest value).
+    fn merge(&mut self, other: &Acc, vt: ValueType) -> bool {
+        const _: () = assert!(MAX_COUNT == u16::MAX);
+        let Some(count) = self.count.checked_add(other.count) else {
+            return false;
+        };
+        match vt {
+            ValueType::Float => {
+                let f = f64::from_bits;
+                self.min = f(self.min).min(f(other.min)).to_bits();
+                self.max = f(self.max).max(f(other.max)).to_bits();
+                self.sum = (f(self.sum) + f(other.sum)).to_bits();
+            }
+            ValueType::Uint => {
+                self.min = self.min.min(other.min);
+                self.max = self.max.max(other.max);
+                let (sum, carry) = self.sum.overflowing_add(other.sum);
+                self.sum = sum;
+                // Each below its count: together below the sum of counts (≤ MAX_COUNT).
+                self.sum_hi += other.sum_hi + u16::from(carry);
+            }
+            ValueType::Str => return false,
+        }
+        self.count = count;
+        true
+    }
+
     fn stats(&self, vt: ValueType) -> Option<TrendStats> {
         let count = u32::from(self.count);
         let words = |avg| Stats {
@@ -397,11 +426,15 @@ impl Trends {
                 w.write_all(&word.to_le_bytes())?;
             }
             for text in [host, key] {
-                // Names longer than 65,535 bytes do not exist (the loader's limits);
-                // cut, not refused, should one.
-                let b = &text.as_bytes()[..text.len().min(usize::from(u16::MAX))];
-                w.write_all(&(b.len() as u16).to_le_bytes())?;
-                w.write_all(b)?;
+                // The loader keeps keys far shorter; a name past 65,535 bytes (a row's
+                // key, which the loader does not measure) is cut on a character boundary,
+                // so that the rest still reads back.
+                let mut end = text.len().min(usize::from(u16::MAX));
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                w.write_all(&(end as u16).to_le_bytes())?;
+                w.write_all(&text.as_bytes()[..end])?;
             }
             n += 1;
             Ok(())
@@ -481,12 +514,22 @@ impl Trends {
                     .copied(),
             }
             .filter(|&i| plan.items[i as usize].value_type == vt);
-            match at {
-                Some(i) if acc.hour == hour => {
-                    self.accs[i as usize] = acc;
-                    continued += 1;
+            // An item can be saved twice: a reload removed it (its hour kept for late
+            // samples) and the next one brought it back before the stop.
+            let slot = at
+                .filter(|_| acc.hour == hour)
+                .map(|i| &mut self.accs[i as usize]);
+            let taken = match slot {
+                Some(slot) if slot.count == 0 => {
+                    *slot = acc;
+                    true
                 }
-                _ => {
+                Some(slot) => slot.hour == hour && slot.merge(&acc, vt),
+                None => false,
+            };
+            match taken {
+                true => continued += 1,
+                false => {
                     out.extend(row(&acc, id, vt, &host.into(), &key.into()));
                     written += 1;
                 }
@@ -969,6 +1012,68 @@ mod tests {
             Ok((0, 0))
         );
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn an_item_removed_and_back_before_the_stop_is_one_hour_after_the_start() {
+        // A reload removes x (its hour kept for late samples), the next brings it back
+        // (a new hour for it): both are saved, and taken back as one.
+        let both = plan(&[("h", &[("x", ValueType::Uint), ("y", ValueType::Float)])]);
+        let only_y = plan(&[("h", &[("y", ValueType::Float)])]);
+        let mut t = Trends::new(both.clone());
+        let mut out = Vec::new();
+        let t0 = H * 3600;
+        t.record(&sample(&both, "h", "x", t0, Value::Uint(1)), &mut out);
+        t.rebase(only_y, &mut out);
+        t.rebase(both.clone(), &mut out);
+        for v in [2, u64::MAX] {
+            t.record(&sample(&both, "h", "x", t0 + 1, Value::Uint(v)), &mut out);
+        }
+        let mut saved = Vec::new();
+        assert_eq!(t.save_open(&mut saved).unwrap(), 2);
+        let mut t = Trends::new(both.clone());
+        assert_eq!(t.restore_open(&saved, H, &mut out), Ok((2, 0)));
+        t.drain(&mut out);
+        // (1 + 2 + 2^64 - 1) / 3, exact past 64 bits.
+        let avg = ((1u128 + 2 + u128::from(u64::MAX)) / 3) as u64;
+        assert_eq!(stats(&out, "x"), [(t0, uint(1, u64::MAX, avg, 3))]);
+        // Hours that would fill a row past its count are written as they were.
+        let mut full = Trends::new(both.clone());
+        for _ in 0..MAX_COUNT {
+            full.record(&sample(&both, "h", "x", t0, Value::Uint(4)), &mut out);
+        }
+        out.clear();
+        assert_eq!(full.restore_open(&saved, H, &mut out), Ok((0, 2)));
+        let mut rows = stats(&out, "x");
+        rows.sort_by_key(|(_, s)| match s {
+            TrendStats::Uint(u) => u.count,
+            TrendStats::Float(f) => f.count,
+        });
+        let avg2 = ((2u128 + u128::from(u64::MAX)) / 2) as u64;
+        assert_eq!(
+            rows,
+            [(t0, uint(1, 1, 1, 1)), (t0, uint(2, u64::MAX, avg2, 2))]
+        );
+    }
+
+    #[test]
+    fn a_name_past_65535_bytes_is_cut_on_a_character_boundary() {
+        // 'é' is two bytes, across the 65,535th: cut before it.
+        let key = format!("x[{}é]", "a".repeat(65_532));
+        let p = plan(&[("h", &[(key.as_str(), ValueType::Uint)])]);
+        let mut t = Trends::new(p.clone());
+        let mut out = Vec::new();
+        t.record(&sample(&p, "h", &key, H * 3600, Value::Uint(1)), &mut out);
+        let mut saved = Vec::new();
+        t.save_open(&mut saved).unwrap();
+        // Taken back (and, the item gone, written with the name cut).
+        let other = plan(&[("h", &[("y", ValueType::Uint)])]);
+        assert_eq!(
+            Trends::new(other).restore_open(&saved, H, &mut out),
+            Ok((0, 1))
+        );
+        assert_eq!(out[0].key.len(), 65_534);
+        assert!(key.starts_with(&*out[0].key));
     }
 
     proptest::proptest! {

@@ -134,13 +134,6 @@ async fn daemon(
         shutdown_rx.clone(),
     ));
 
-    // Sink consumer: runs the items' preprocessing (counting what it keeps back or
-    // fails), follows the items' states (logged, and a gauge), and hands values as rows
-    // to the sink.
-    let trends = clickhouse.as_ref().is_none_or(|c| c.trends);
-    let open_hours = trends.then(|| cfg.daemon.spool_dir.join(OPEN_HOURS_FILE));
-    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends, open_hours));
-
     // Metrics endpoint.
     let http = if cfg.daemon.metrics_listen.is_empty() {
         None
@@ -225,6 +218,15 @@ async fn daemon(
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+
+    // Sink consumer: runs the items' preprocessing (counting what it keeps back or
+    // fails), follows the items' states (logged, and a gauge), and hands values as rows
+    // to the sink. Started last, once nothing else can fail the start: it takes back
+    // the trends hours the last stop saved (removing their file), which only its own
+    // stop saves again. (The engines' first values wait in the channel meanwhile.)
+    let trends = clickhouse.as_ref().is_none_or(|c| c.trends);
+    let open_hours = trends.then(|| cfg.daemon.spool_dir.join(OPEN_HOURS_FILE));
+    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends, open_hours));
     loop {
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }

@@ -250,6 +250,28 @@ fn bad_cidr_and_range_rules() {
 }
 
 #[test]
+fn keys_are_at_most_as_long_as_zabbix_stores_them() {
+    let item = |key: &str| {
+        format!(r#"{{ key = "{key}", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m" }}"#)
+    };
+    // 2,048 characters (not bytes: 'é' is two), as Zabbix's items.key_.
+    let at_most = format!("k[{}]", "é".repeat(2_045));
+    assert_eq!(at_most.chars().count(), 2_048);
+    assert!(parse(&format!(
+        "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ {} ]\n",
+        item(&at_most)
+    ))
+    .is_ok());
+    let e = bad(&item(&format!("k[{}]", "é".repeat(2_046))));
+    assert_eq!(e.path, "hosts[0].items[0].key", "{e}");
+    assert!(
+        e.message
+            .contains("2049 characters: longer than Zabbix's 2048"),
+        "{e}"
+    );
+}
+
+#[test]
 fn duplicate_itemids_and_keys() {
     let e = one_err(&format!(
         "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\nitems = [{{ key = \"icmpping\", itemid = 7 }}]\n[[hosts]]\nname = \"b\"\nip = \"127.0.0.6\"\ntemplates = [\"icmp\"]\nitems = [{{ key = \"icmpping\", itemid = 7 }}]\n"
@@ -730,6 +752,24 @@ items = [ {{ key = "bgp.state[{{#SNMPINDEX}}]", oid = "{oid}.{{#SNMPINDEX}}", ty
     assert!(parse(&bgp("1.2.3", &format!("1.3.{}", &long[4..]))).is_ok());
     let e = one_err(&bgp("1.2.3.4", &format!("1.3.{}", &long[4..])));
     assert_eq!(e.path, "hosts[0].items[0].oid", "{e}");
+    assert!(e.message.contains("more than 128 arcs"), "{e}");
+    // The same when the oid is a template's and the host's item lists the rows.
+    let inherited = format!(
+        r#"
+[[templates]]
+name = "t"
+items = [ {{ key = "x[{{#SNMPINDEX}}]", oid = "1.3.{}.{{#SNMPINDEX}}", type = "uint", interval = "1m", indices = "1" }} ]
+[[hosts]]
+name = "r-1"
+ip = "127.0.20.1"
+templates = ["t"]
+items = [ {{ key = "x[{{#SNMPINDEX}}]", indices = "INDICES" }} ]
+"#,
+        &long[4..]
+    );
+    assert!(parse(&inherited.replace("INDICES", "1.2.3")).is_ok());
+    let e = one_err(&inherited.replace("INDICES", "1.2.3.4"));
+    assert_eq!(e.path, "hosts[0].items[0].indices", "{e}");
     assert!(e.message.contains("more than 128 arcs"), "{e}");
 
     // A template may leave the rows to its hosts (as an imported discovery rule does);
