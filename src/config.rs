@@ -618,8 +618,9 @@ pub struct DiscoveryTarget {
     pub rules: Vec<Arc<DiscoveryRule>>,
 }
 
-/// The rows found for each host and discovery rule: host name → rule name → rows. The loader gives the items of a rule one item
-/// per row found; a host with no rows known for a rule has none of its items yet.
+/// The rows found for each host and discovery rule: host name → rule name → rows. The
+/// loader gives the items of a rule one item per row found; a host with no rows known
+/// for a rule has none of its items yet.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Found(pub HashMap<Arc<str>, HashMap<Arc<str>, Rows>>);
 

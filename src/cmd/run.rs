@@ -904,8 +904,8 @@ mod tests {
             .unwrap_or(0)
     }
 
-    /// [`received_trends`] once it stops changing (the sink's spool writes run on
-    /// blocking threads).
+    /// [`received_trends`] once it stops changing (the sink's batcher, a task of its
+    /// own, counts the rows when it runs).
     async fn trends_rows(metrics: &sink::SinkMetrics) -> u64 {
         let read = || received_trends(metrics);
         let mut last = read();
