@@ -48,10 +48,10 @@ enum Command {
     /// Signals: SIGHUP reloads hosts, templates, items and their key defaults (an invalid
     /// file is rejected with every error and the running config stays; settings that
     /// apply only at start, such as `[clickhouse]` or `max_pps`, are named in a warning).
-    /// SIGTERM/SIGINT: running iterations end, the open hours' trends are written,
-    /// ClickHouse gets at most 10 s for what is in flight, the rest goes to the spool,
-    /// exit 0. /metrics and /healthz on
-    /// daemon.metrics_listen.
+    /// SIGTERM/SIGINT: running iterations end, the trends hours still open are saved in
+    /// the spool folder (the next start continues them), ClickHouse gets at most 10 s
+    /// for what is in flight, the rest goes to the spool, exit 0. /metrics and /healthz
+    /// on daemon.metrics_listen.
     Run(cmd::run::Args),
     /// Check a configuration file: exit 0 when valid, 1 with every error listed.
     CheckConfig(cmd::check_config::Args),

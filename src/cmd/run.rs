@@ -6,9 +6,10 @@
 //! the capability change applies to every thread the daemon will ever run.
 //!
 //! Signals: SIGTERM / SIGINT stop taking new work, let running iterations end at their
-//! deadline, write the open hours' trends, flush the sink (insert or spool) and exit 0. SIGHUP reloads the config:
-//! a valid new config takes effect at each item's next slot; an invalid one is logged
-//! with all its errors and the old one keeps running.
+//! deadline, save the trends hours still open for the next start (or write them, if
+//! they cannot be saved), flush the sink (insert or spool) and exit 0. SIGHUP reloads
+//! the config: a valid new config takes effect at each item's next slot; an invalid one
+//! is logged with all its errors and the old one keeps running.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
