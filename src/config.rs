@@ -100,6 +100,43 @@ pub struct DaemonSection {
     /// Where `run` keeps the table rows discovery found (`[[templates.discovery]]`), so
     /// that a restart polls them at once. Default `./discovered.json`.
     pub discovery_file: PathBuf,
+    /// The local address ICMP probes and SNMP requests (discovery walks included) leave
+    /// from, Zabbix's `SourceIP`: `"192.0.2.10"`, or one per family,
+    /// `["192.0.2.10", "2001:db8::10"]`. Default: the kernel's choice (the route's).
+    pub source_ip: Option<OneOrMany>,
+}
+
+/// A string or a list of them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn items(&self) -> &[String] {
+        match self {
+            OneOrMany::One(s) => std::slice::from_ref(s),
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+impl DaemonSection {
+    /// `source_ip` as addresses per family (as checked by the loader, which refuses
+    /// anything else).
+    pub fn source_addrs(&self) -> poller::source::SourceAddrs {
+        let mut out = poller::source::SourceAddrs::default();
+        for s in self.source_ip.iter().flat_map(OneOrMany::items) {
+            match s.trim().parse::<IpAddr>() {
+                Ok(IpAddr::V4(a)) => out.v4 = out.v4.or(Some(a)),
+                Ok(IpAddr::V6(a)) => out.v6 = out.v6.or(Some(a)),
+                Err(_) => {}
+            }
+        }
+        out
+    }
 }
 
 impl Default for DaemonSection {
@@ -120,6 +157,7 @@ impl Default for DaemonSection {
             snmp_concurrent_iterations: 2,
             user: None,
             discovery_file: PathBuf::from("./discovered.json"),
+            source_ip: None,
         }
     }
 }
@@ -616,6 +654,8 @@ pub struct DiscoveryTarget {
     pub snmp: Arc<SnmpParams>,
     /// The rules its items use, each once.
     pub rules: Vec<Arc<DiscoveryRule>>,
+    /// Where its walks leave from (`daemon.source_ip`).
+    pub source: poller::source::SourceAddrs,
 }
 
 /// The rows found for each host and discovery rule: host name → rule name → rows. The
@@ -1063,8 +1103,11 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
         })
         .collect();
 
-    let (resolved, discovery) =
+    let (resolved, mut discovery) =
         Resolver::new(&mut c, &icmp, &snmp, found).resolve(&templates, &hosts, &ranges);
+    for t in &mut discovery {
+        t.source = daemon.source_addrs();
+    }
     if c.errors.is_empty() {
         Ok(Config {
             path: None,
@@ -1098,6 +1141,35 @@ fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
         c.push(
             &p("metrics_listen"),
             format!("{:?} is not an IP:port address", d.metrics_listen),
+        );
+    }
+    let (mut v4, mut v6) = (0, 0);
+    for s in d.source_ip.iter().flat_map(OneOrMany::items) {
+        let ip = match s.trim().parse::<IpAddr>() {
+            Ok(ip) => ip,
+            Err(_) => {
+                c.push(
+                    &p("source_ip"),
+                    format!("{s:?} is not an IP address (names are not resolved)"),
+                );
+                continue;
+            }
+        };
+        if ip.is_unspecified() || ip.is_multicast() {
+            c.push(
+                &p("source_ip"),
+                format!("{ip} cannot be a source address: give one of this host's addresses"),
+            );
+        }
+        match ip {
+            IpAddr::V4(_) => v4 += 1,
+            IpAddr::V6(_) => v6 += 1,
+        }
+    }
+    if v4 > 1 || v6 > 1 {
+        c.push(
+            &p("source_ip"),
+            "at most one address per family (requests of a family leave from one address)",
         );
     }
     for (k, v) in [
@@ -2003,6 +2075,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
             ip,
             snmp: snmp.clone(),
             rules,
+            // The daemon section's, set once the file is resolved.
+            source: Default::default(),
         });
         self.take_items(path, added, 1).then_some(out)
     }

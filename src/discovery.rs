@@ -56,7 +56,7 @@ pub fn walk_rows(
     rule: &DiscoveryRule,
     stop: &AtomicBool,
 ) -> anyhow::Result<Indices> {
-    let target = walker::Target::of_host(t.ip, &t.snmp);
+    let target = walker::Target::of_host(t.ip, &t.snmp, t.source);
     let mut rows = walker::table_rows(&target, &rule.column, |v| rule.takes(v), stop)?;
     for c in &rule.filter {
         if rows.is_empty() {
@@ -509,6 +509,7 @@ mod tests {
                 max_inflight_per_host: 1,
             }),
             rules,
+            source: Default::default(),
         }
     }
 

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use poller::plan::SnmpParams;
+use poller::source::SourceAddrs;
 use snmp::v3::{Engine, ReportKind, V3Message};
 use snmp::{Message, Oid, PduType, VarValue, Walk};
 
@@ -32,17 +33,20 @@ pub struct Target<'a> {
     pub snmp: &'a SnmpParams,
     /// GETBULK max-repetitions (v2c, v3).
     pub max_repetitions: u32,
+    /// Where the requests leave from (`daemon.source_ip`, `--source`).
+    pub source: SourceAddrs,
 }
 
 impl<'a> Target<'a> {
-    /// A configured host's agent, as the daemon polls it.
-    pub fn of_host(ip: IpAddr, snmp: &'a SnmpParams) -> Target<'a> {
+    /// A configured host's agent, as the daemon polls it (from `source`).
+    pub fn of_host(ip: IpAddr, snmp: &'a SnmpParams, source: SourceAddrs) -> Target<'a> {
         Target {
             ip,
             snmp,
             // 10 rows per request, as net-snmp's snmpbulkwalk; fewer for an agent
             // configured with fewer OIDs per request (one that chokes on large PDUs).
             max_repetitions: snmp.max_oids_per_request.clamp(1, 10) as u32,
+            source,
         }
     }
 
@@ -62,12 +66,13 @@ pub fn walk(
     mut each: impl FnMut(Oid, VarValue) -> anyhow::Result<()>,
 ) -> anyhow::Result<usize> {
     let addr = t.addr();
-    let bind: SocketAddr = if addr.is_ipv4() {
-        "0.0.0.0:0".parse()?
-    } else {
-        "[::]:0".parse()?
-    };
-    let sock = UdpSocket::bind(bind).context("binding a UDP socket")?;
+    let v6 = addr.is_ipv6();
+    let sock = UdpSocket::bind(t.source.bind_addr(v6))
+        .map_err(|e| match t.source.for_family(v6) {
+            Some(ip) => poller::source::explain(ip, e),
+            None => e,
+        })
+        .context("binding a UDP socket")?;
     // Connected: the kernel drops datagrams from any other source.
     sock.connect(addr)
         .with_context(|| format!("connecting to {addr}"))?;

@@ -62,6 +62,8 @@ use tokio::io::unix::AsyncFd;
 
 pub use icmp::{PingStats, RttMode, SharedPacer, Slots, SocketKind};
 
+use crate::source::SourceAddrs;
+
 /// Linux `SO_RCVBUFFORCE` (asm-generic value, also x86 and arm): ignores `rmem_max`, needs
 /// `CAP_NET_ADMIN`.
 const SO_RCVBUFFORCE: libc::c_int = 33;
@@ -109,6 +111,9 @@ pub struct IcmpOptions {
     /// dropped by the kernel instead of being counted as stale / foreign. Datagram
     /// sockets need no filter (the kernel demultiplexes them). Default false.
     pub ident_filter: bool,
+    /// The address probes leave from, per family (`daemon.source_ip`); none: the
+    /// kernel's choice. Default none.
+    pub source: SourceAddrs,
 }
 
 impl Default for IcmpOptions {
@@ -117,6 +122,7 @@ impl Default for IcmpOptions {
             max_pps: 100_000,
             rcvbuf: 16 << 20,
             ident_filter: false,
+            source: SourceAddrs::default(),
         }
     }
 }
@@ -392,13 +398,28 @@ impl IcmpDriver {
 
     fn with_v4(opts: IcmpOptions, kind: SocketKind, v4: Socket) -> Result<Self, IcmpOpenError> {
         configure(&v4, kind, false, opts.rcvbuf)?;
+        let bound = |source: io::Error| IcmpOpenError::Setup {
+            what: "binding to daemon.source_ip",
+            source,
+        };
+        opts.source.bind(&v4, false).map_err(bound)?;
         let v6 = match open_socket(kind, true) {
             Ok(s) => match configure(&s, kind, true, opts.rcvbuf) {
-                Ok(()) => Slot::Open(s),
+                Ok(()) => {
+                    opts.source.bind(&s, true).map_err(bound)?;
+                    Slot::Open(s)
+                }
                 Err(e) => Slot::Closed(e.to_string()),
             },
             Err(e) => Slot::Closed(format!("cannot open an ICMPv6 {kind:?} socket: {e}")),
         };
+        // A source asked for a family that cannot send is a setup error, not a closed
+        // slot found at the first probe.
+        if let (Slot::Closed(why), Some(ip)) = (&v6, opts.source.v6) {
+            return Err(bound(io::Error::other(format!(
+                "source address {ip}: no ICMPv6 socket ({why})"
+            ))));
+        }
         let r = random_u64();
         let mut driver = IcmpDriver {
             kind,

@@ -13,6 +13,7 @@ pub mod preprocess;
 pub mod scheduler;
 pub mod snmp_convert;
 pub mod snmp_driver;
+pub mod source;
 pub mod states;
 pub mod trends;
 pub mod tun_echo;

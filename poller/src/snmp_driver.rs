@@ -54,6 +54,8 @@ use std::time::{Duration, Instant};
 
 use snmp::{Event, HostMemory, ItemFailure, Iteration, IterationOptions};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+
+use crate::source::SourceAddrs;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
@@ -80,6 +82,9 @@ pub struct SnmpDriverOptions {
     pub max_pps: u32,
     /// Requests in flight over all hosts. Default 10,000.
     pub max_inflight_total: usize,
+    /// The address requests leave from, per family (`daemon.source_ip`); none: the
+    /// kernel's choice. Default none.
+    pub source: SourceAddrs,
 }
 
 impl Default for SnmpDriverOptions {
@@ -89,6 +94,7 @@ impl Default for SnmpDriverOptions {
             rcvbuf: 8 << 20,
             max_pps: 50_000,
             max_inflight_total: 10_000,
+            source: SourceAddrs::default(),
         }
     }
 }
@@ -155,7 +161,7 @@ fn random_u64() -> u64 {
     h.finish()
 }
 
-fn open_udp(v6: bool, rcvbuf: usize) -> io::Result<std::net::UdpSocket> {
+fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net::UdpSocket> {
     let domain = if v6 { Domain::IPV6 } else { Domain::IPV4 };
     let sock = Socket::new(domain, Type::DGRAM, Some(Protocol::UDP))?;
     if v6 {
@@ -177,12 +183,12 @@ fn open_udp(v6: bool, rcvbuf: usize) -> io::Result<std::net::UdpSocket> {
         // Unprivileged: capped at net.core.rmem_max, not fatal.
         sock.set_recv_buffer_size(rcvbuf)?;
     }
-    let bind: SocketAddr = if v6 {
-        (Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (Ipv4Addr::UNSPECIFIED, 0).into()
-    };
-    sock.bind(&bind.into())?;
+    let bind = source.bind_addr(v6);
+    sock.bind(&bind.into())
+        .map_err(|e| match source.for_family(v6) {
+            Some(ip) => crate::source::explain(ip, e),
+            None => e,
+        })?;
     Ok(sock.into())
 }
 
@@ -231,9 +237,14 @@ impl SnmpDriver {
     /// stack only makes IPv6 jobs fail with a send error.
     pub fn open(opts: SnmpDriverOptions) -> io::Result<Self> {
         let v4 = (0..opts.sockets.max(1))
-            .map(|_| open_udp(false, opts.rcvbuf).map(Slot::Std))
+            .map(|_| open_udp(false, opts.rcvbuf, opts.source).map(Slot::Std))
             .collect::<io::Result<Vec<_>>>()?;
-        let v6 = open_udp(true, opts.rcvbuf).ok().map(Slot::Std);
+        // Without IPv6 only IPv6 jobs fail; but a source asked for IPv6 must bind.
+        let v6 = match open_udp(true, opts.rcvbuf, opts.source) {
+            Ok(s) => Some(Slot::Std(s)),
+            Err(e) if opts.source.v6.is_some() => return Err(e),
+            Err(_) => None,
+        };
         Ok(SnmpDriver {
             opts,
             v4,

@@ -1,5 +1,6 @@
 //! `netpoller check-config`: validate a file the way `run` would, and say what it holds.
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -59,6 +60,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if let Some(line) = discovery(&cfg) {
                 println!("{line}");
             }
+            if let Some(line) = sources(&cfg.daemon) {
+                println!("{line}");
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -66,6 +70,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// Where requests leave from (`daemon.source_ip`), and whether this host has the
+/// addresses (a bind, nothing sent). Not an error: a config may be checked elsewhere
+/// than where it runs.
+fn sources(daemon: &DaemonSection) -> Option<String> {
+    let s = daemon.source_addrs();
+    let parts: Vec<String> = [s.v4.map(IpAddr::V4), s.v6.map(IpAddr::V6)]
+        .into_iter()
+        .flatten()
+        .map(|ip| match std::net::UdpSocket::bind((ip, 0)) {
+            Ok(_) => ip.to_string(),
+            Err(e) => format!(
+                "{ip} ({}: `run` would not start on this host)",
+                poller::source::explain(ip, e)
+            ),
+        })
+        .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "requests leave from {} (daemon.source_ip)",
+            parts.join(", ")
+        )
+    })
 }
 
 /// How the ICMP targets of each interval are swept (`daemon.icmp_phases`): with grouped

@@ -155,6 +155,7 @@ pub fn open_icmp_drivers(
     let opts = poller::icmp_driver::IcmpOptions {
         max_pps: cfg.icmp.max_pps,
         ident_filter: count > 1,
+        source: cfg.daemon.source_addrs(),
         ..Default::default()
     };
     // Several sockets share one `max_pps`: a sweep running alone gets all of it.
@@ -186,10 +187,28 @@ pub fn open_icmp_drivers(
     Ok(out)
 }
 
+/// The command line's `--source` addresses, at most one per family.
+pub fn source_addrs(given: &[std::net::IpAddr]) -> anyhow::Result<poller::source::SourceAddrs> {
+    let mut out = poller::source::SourceAddrs::default();
+    for ip in given {
+        let taken = match ip {
+            std::net::IpAddr::V4(a) => out.v4.replace(*a).is_some(),
+            std::net::IpAddr::V6(a) => out.v6.replace(*a).is_some(),
+        };
+        anyhow::ensure!(!taken, "--source: at most one address per family");
+        anyhow::ensure!(
+            !ip.is_unspecified() && !ip.is_multicast(),
+            "--source {ip}: give one of this host's addresses"
+        );
+    }
+    Ok(out)
+}
+
 /// Open the shared SNMP sockets.
 pub fn open_snmp_driver(cfg: &Config) -> anyhow::Result<poller::snmp_driver::SnmpDriver> {
     let opts = poller::snmp_driver::SnmpDriverOptions {
         max_pps: cfg.snmp.max_pps,
+        source: cfg.daemon.source_addrs(),
         ..Default::default()
     };
     poller::snmp_driver::SnmpDriver::open(opts)

@@ -242,7 +242,13 @@ async fn daemon(
                     // discovery task sees its new targets.
                     *found.lock().unwrap_or_else(|e| e.into_inner()) = rows.clone();
                     applied = rows;
-                    targets_tx.send_replace(l.cfg.discovery);
+                    let mut targets = l.cfg.discovery;
+                    // Walks leave from where the engines' sockets do: the start's
+                    // source_ip (a new one needs a restart, as the warning says).
+                    for t in &mut targets {
+                        t.source = cfg.daemon.source_addrs();
+                    }
+                    targets_tx.send_replace(targets);
                 }
             }
             Some(()) = replan_rx.recv() => {
@@ -463,6 +469,7 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
         snmp_concurrent_iterations,
         user,
         discovery_file,
+        source_ip,
     } = &running.daemon;
     let n = &new.daemon;
     [
@@ -500,6 +507,7 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
         ),
         ("daemon.user", *user != n.user),
         ("daemon.discovery_file", *discovery_file != n.discovery_file),
+        ("daemon.source_ip", *source_ip != n.source_ip),
         ("[clickhouse]", running.clickhouse != new.clickhouse),
         ("icmp.max_pps", running.icmp.max_pps != new.icmp.max_pps),
         ("snmp.max_pps", running.snmp.max_pps != new.snmp.max_pps),

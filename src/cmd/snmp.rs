@@ -135,6 +135,11 @@ pub struct Common {
     /// Retries after the first attempt.
     #[arg(short = 'r', long, default_value_t = 5)]
     pub retries: u32,
+    /// Send from this local address (net-snmp's clientaddr, Zabbix's SourceIP), as
+    /// `daemon.source_ip` does: to check what an agent's ACL lets through. Default: the
+    /// route's.
+    #[arg(long = "source", value_name = "ADDR")]
+    pub source: Option<std::net::IpAddr>,
     /// Print one JSON object per line: {"oid","type","value"} or {"oid","error"}.
     #[arg(long)]
     pub json: bool,
@@ -294,6 +299,7 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
         let opts = SnmpDriverOptions {
             sockets: 1,
             rcvbuf: 1 << 20,
+            source: super::source_addrs(c.source.as_slice())?,
             ..Default::default()
         };
         let mut driver = SnmpDriver::open(opts).context("opening a UDP socket")?;
@@ -345,6 +351,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         ip: addr.ip(),
         snmp: &snmp,
         max_repetitions: a.max_repetitions,
+        source: super::source_addrs(c.source.as_slice())?,
     };
     let matches = a
         .matches

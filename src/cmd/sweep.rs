@@ -40,6 +40,10 @@ pub struct Args {
     /// Socket receive buffer, bytes.
     #[arg(long, default_value_t = 16 << 20)]
     pub rcvbuf: usize,
+    /// Send from this local address (fping's -S, Zabbix's SourceIP; one per family may
+    /// be given). Default: the route's.
+    #[arg(short = 'S', long = "source", value_name = "ADDR")]
+    pub source: Vec<IpAddr>,
     /// One JSON object per host instead of text lines.
     #[arg(long)]
     pub json: bool,
@@ -233,6 +237,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_pps: args.max_pps,
         rcvbuf: args.rcvbuf,
         ident_filter: false,
+        source: super::source_addrs(&args.source)?,
     };
     let mut driver = IcmpDriver::open(opts)?;
     if addrs.iter().any(IpAddr::is_ipv6) {

@@ -250,6 +250,45 @@ fn bad_cidr_and_range_rules() {
 }
 
 #[test]
+fn source_ip_is_one_address_per_family() {
+    let with = |v: &str| {
+        format!("[daemon]\nsource_ip = {v}\n{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\n")
+    };
+    let addrs = |v: &str| {
+        parse(&with(v))
+            .unwrap_or_else(|e| panic!("{e:#?}"))
+            .daemon
+            .source_addrs()
+    };
+    let v4 = Some(std::net::Ipv4Addr::new(192, 0, 2, 10));
+    assert_eq!(addrs(r#""192.0.2.10""#).v4, v4);
+    let both = addrs(r#"["2001:db8::10", " 192.0.2.10 "]"#);
+    assert_eq!(
+        (both.v4, both.v6),
+        (v4, Some("2001:db8::10".parse().unwrap()))
+    );
+    // Not set: the kernel chooses.
+    let none = parse(&with("[]")).unwrap().daemon.source_addrs();
+    assert_eq!(none, poller::source::SourceAddrs::default());
+    for (v, says) in [
+        (
+            r#""router-1""#,
+            "is not an IP address (names are not resolved)",
+        ),
+        (r#""0.0.0.0""#, "cannot be a source address"),
+        (r#""ff02::1""#, "cannot be a source address"),
+        (
+            r#"["192.0.2.10", "192.0.2.11"]"#,
+            "at most one address per family",
+        ),
+    ] {
+        let e = one_err(&with(v));
+        assert_eq!(e.path, "daemon.source_ip", "{e}");
+        assert!(e.message.contains(says), "{v}: {e}");
+    }
+}
+
+#[test]
 fn keys_are_at_most_as_long_as_zabbix_stores_them() {
     let item = |key: &str| {
         format!(r#"{{ key = "{key}", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m" }}"#)

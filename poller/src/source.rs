@@ -1,0 +1,90 @@
+//! The local addresses requests leave from (Zabbix's `SourceIP`): devices commonly
+//! accept SNMP (and answer pings) only from a management address, and a poller with
+//! several addresses must send from that one, whatever the route says.
+//!
+//! Invariant: a socket of a family with a source address is bound to it before its
+//! first send, so every datagram and probe it sends carries it; a family without one is
+//! left to the kernel (the route's preferred source).
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// At most one source address per family; `Default`: none (the kernel chooses).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SourceAddrs {
+    pub v4: Option<Ipv4Addr>,
+    pub v6: Option<Ipv6Addr>,
+}
+
+impl SourceAddrs {
+    /// The source for targets of this family, if one is set.
+    pub fn for_family(&self, v6: bool) -> Option<IpAddr> {
+        match v6 {
+            false => self.v4.map(IpAddr::V4),
+            true => self.v6.map(IpAddr::V6),
+        }
+    }
+
+    /// What a socket of this family binds to: the source (any port), or the unspecified
+    /// address.
+    pub fn bind_addr(&self, v6: bool) -> SocketAddr {
+        let ip = self.for_family(v6).unwrap_or(match v6 {
+            false => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+            true => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+        });
+        SocketAddr::new(ip, 0)
+    }
+
+    /// Binds `sock` (of this family) to the family's source, if one is set; an address
+    /// this host does not have is said so, by address.
+    pub fn bind(&self, sock: &socket2::Socket, v6: bool) -> io::Result<()> {
+        let Some(ip) = self.for_family(v6) else {
+            return Ok(());
+        };
+        sock.bind(&SocketAddr::new(ip, 0).into())
+            .map_err(|e| explain(ip, e))
+    }
+}
+
+/// `e`, from binding to source `ip`, with what it most likely means.
+pub fn explain(ip: IpAddr, e: io::Error) -> io::Error {
+    let why = match e.raw_os_error() {
+        Some(libc::EADDRNOTAVAIL) => "not an address of this host",
+        _ => "cannot be bound",
+    };
+    io::Error::new(e.kind(), format!("source address {ip}: {why} ({e})"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use socket2::{Domain, Protocol, Socket, Type};
+
+    #[test]
+    fn sockets_bind_to_their_familys_source_or_are_left_to_the_kernel() {
+        let s = SourceAddrs {
+            v4: Some(Ipv4Addr::new(127, 0, 0, 9)),
+            v6: None,
+        };
+        assert_eq!(s.bind_addr(false), "127.0.0.9:0".parse().unwrap());
+        assert_eq!(s.bind_addr(true), "[::]:0".parse().unwrap());
+        let udp = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+        s.bind(&udp, false).unwrap();
+        let local = udp.local_addr().unwrap().as_socket().unwrap();
+        assert_eq!(local.ip(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)));
+        // No source for IPv6: nothing bound.
+        let udp6 = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+        s.bind(&udp6, true).unwrap();
+        // TEST-NET-1 is nobody's address here: said, by address.
+        let gone = SourceAddrs {
+            v4: Some(Ipv4Addr::new(192, 0, 2, 77)),
+            v6: None,
+        };
+        let other = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP)).unwrap();
+        let e = gone.bind(&other, false).unwrap_err().to_string();
+        assert!(
+            e.contains("source address 192.0.2.77: not an address of this host"),
+            "{e}"
+        );
+    }
+}
