@@ -1155,11 +1155,8 @@ fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
                 continue;
             }
         };
-        if ip.is_unspecified() || ip.is_multicast() {
-            c.push(
-                &p("source_ip"),
-                format!("{ip} cannot be a source address: give one of this host's addresses"),
-            );
+        if let Some(why) = poller::source::unusable(ip) {
+            c.push(&p("source_ip"), format!("{ip}: {why}"));
         }
         match ip {
             IpAddr::V4(_) => v4 += 1,

@@ -146,7 +146,9 @@ fn probes_requests_and_walks_leave_from_the_source_address() {
     let cfg = config(&dir, agent.port, &format!("source_ip = \"{SOURCE}\""));
     let said = check_config(&cfg);
     assert!(
-        said.contains(&format!("requests leave from {SOURCE} (daemon.source_ip)")),
+        said.contains(&format!(
+            "daemon.source_ip: requests leave from {SOURCE} (a loopback address: only this host's own addresses answer it)"
+        )),
         "{said}"
     );
     let (ping, err) = poll_once(&cfg);
@@ -194,6 +196,28 @@ fn probes_requests_and_walks_leave_from_the_source_address() {
             "{cmd:?}: {seen:?}"
         );
     }
+
+    // A --source of no target's family would answer from another address: refused.
+    for cmd in [
+        vec!["sweep", "-c", "1", "--source", "::1", PINGED],
+        vec![
+            "snmp",
+            "get",
+            "--source",
+            "::1",
+            target.as_str(),
+            "1.3.6.1.2.1.1.5.0",
+        ],
+    ] {
+        let o = netpoller().args(&cmd).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{cmd:?}");
+        assert!(
+            err.contains("--source ::1: no target of its family (IPv6)"),
+            "{cmd:?}: {err}"
+        );
+    }
+    assert!(agent.take().is_empty());
 
     // An address this host does not have (TEST-NET-1; nothing is sent to it): said at
     // once, by address, and nothing is polled.

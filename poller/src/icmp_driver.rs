@@ -171,6 +171,10 @@ pub enum IcmpOpenError {
         /// Error of `socket(AF_INET, SOCK_DGRAM, IPPROTO_ICMP)`.
         dgram: io::Error,
     },
+    /// The source address (`daemon.source_ip`, `--source`) cannot be bound; the error
+    /// names the address ([`crate::source::explain`]).
+    #[error(transparent)]
+    Source(io::Error),
     /// The socket opened but could not be configured.
     #[error("configuring the ICMP socket ({what}): {source}")]
     Setup {
@@ -398,10 +402,7 @@ impl IcmpDriver {
 
     fn with_v4(opts: IcmpOptions, kind: SocketKind, v4: Socket) -> Result<Self, IcmpOpenError> {
         configure(&v4, kind, false, opts.rcvbuf)?;
-        let bound = |source: io::Error| IcmpOpenError::Setup {
-            what: "binding to daemon.source_ip",
-            source,
-        };
+        let bound = IcmpOpenError::Source;
         opts.source.bind(&v4, false).map_err(bound)?;
         let v6 = match open_socket(kind, true) {
             Ok(s) => match configure(&s, kind, true, opts.rcvbuf) {

@@ -16,6 +16,22 @@ pub struct SourceAddrs {
     pub v6: Option<Ipv6Addr>,
 }
 
+/// One address: the source of its family.
+impl From<IpAddr> for SourceAddrs {
+    fn from(ip: IpAddr) -> SourceAddrs {
+        match ip {
+            IpAddr::V4(a) => SourceAddrs {
+                v4: Some(a),
+                v6: None,
+            },
+            IpAddr::V6(a) => SourceAddrs {
+                v4: None,
+                v6: Some(a),
+            },
+        }
+    }
+}
+
 impl SourceAddrs {
     /// The source for targets of this family, if one is set.
     pub fn for_family(&self, v6: bool) -> Option<IpAddr> {
@@ -35,6 +51,32 @@ impl SourceAddrs {
         SocketAddr::new(ip, 0)
     }
 
+    /// The sources, IPv4 first.
+    pub fn iter(&self) -> impl Iterator<Item = IpAddr> {
+        [self.v4.map(IpAddr::V4), self.v6.map(IpAddr::V6)]
+            .into_iter()
+            .flatten()
+    }
+
+    /// Whether this host has the sources: a UDP socket of each family binds to its
+    /// source as the engines' will (IPv6 sockets IPv6 only). Nothing is sent.
+    pub fn check(&self) -> io::Result<()> {
+        for ip in self.iter() {
+            let v6 = ip.is_ipv6();
+            let domain = if v6 {
+                socket2::Domain::IPV6
+            } else {
+                socket2::Domain::IPV4
+            };
+            let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None)?;
+            if v6 {
+                sock.set_only_v6(true)?;
+            }
+            self.bind(&sock, v6)?;
+        }
+        Ok(())
+    }
+
     /// Binds `sock` (of this family) to the family's source, if one is set; an address
     /// this host does not have is said so, by address.
     pub fn bind(&self, sock: &socket2::Socket, v6: bool) -> io::Result<()> {
@@ -43,6 +85,22 @@ impl SourceAddrs {
         };
         sock.bind(&SocketAddr::new(ip, 0).into())
             .map_err(|e| explain(ip, e))
+    }
+}
+
+/// Why `ip` can never be a source address (`None`: it can, if this host has it).
+pub fn unusable(ip: IpAddr) -> Option<&'static str> {
+    match ip {
+        _ if ip.is_unspecified() => Some("the unspecified address is no source: give one of this host's addresses"),
+        _ if ip.is_multicast() => Some("a multicast address is no source: give one of this host's addresses"),
+        IpAddr::V4(a) if a.is_broadcast() => Some("the broadcast address is no source: give one of this host's addresses"),
+        IpAddr::V6(a) if a.to_ipv4_mapped().is_some() => {
+            Some("an IPv4-mapped IPv6 address: give the IPv4 address itself")
+        }
+        IpAddr::V6(a) if a.is_unicast_link_local() => Some(
+            "a link-local IPv6 address needs an interface, which a source address cannot name: give a global or unique-local one",
+        ),
+        _ => None,
     }
 }
 

@@ -1,6 +1,5 @@
 //! `netpoller check-config`: validate a file the way `run` would, and say what it holds.
 
-use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -76,24 +75,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// addresses (a bind, nothing sent). Not an error: a config may be checked elsewhere
 /// than where it runs.
 fn sources(daemon: &DaemonSection) -> Option<String> {
-    let s = daemon.source_addrs();
-    let parts: Vec<String> = [s.v4.map(IpAddr::V4), s.v6.map(IpAddr::V6)]
-        .into_iter()
-        .flatten()
-        .map(|ip| match std::net::UdpSocket::bind((ip, 0)) {
-            Ok(_) => ip.to_string(),
-            Err(e) => format!(
-                "{ip} ({}: `run` would not start on this host)",
-                poller::source::explain(ip, e)
-            ),
+    let parts: Vec<String> = daemon
+        .source_addrs()
+        .iter()
+        .map(|ip| {
+            // Bound as the engines' sockets are (an IPv6 one IPv6 only).
+            match poller::source::SourceAddrs::from(ip).check() {
+                Err(e) => format!("{ip} ({e}: `run` would not start on this host)"),
+                Ok(()) if ip.is_loopback() => {
+                    format!("{ip} (a loopback address: only this host's own addresses answer it)")
+                }
+                Ok(()) => ip.to_string(),
+            }
         })
         .collect();
-    (!parts.is_empty()).then(|| {
-        format!(
-            "requests leave from {} (daemon.source_ip)",
-            parts.join(", ")
-        )
-    })
+    (!parts.is_empty())
+        .then(|| format!("daemon.source_ip: requests leave from {}", parts.join(", ")))
 }
 
 /// How the ICMP targets of each interval are swept (`daemon.icmp_phases`): with grouped

@@ -11,6 +11,8 @@ pub mod sweep;
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
+
 use std::sync::Arc;
 
 use crate::config::{self, Config, ConfigErrors, Found};
@@ -187,21 +189,40 @@ pub fn open_icmp_drivers(
     Ok(out)
 }
 
-/// The command line's `--source` addresses, at most one per family.
-pub fn source_addrs(given: &[std::net::IpAddr]) -> anyhow::Result<poller::source::SourceAddrs> {
+/// The command line's `--source` addresses, at most one per family, each of the family
+/// of at least one of `targets` (a source that applies to none would answer "the ACL
+/// lets us in" from another address).
+pub fn source_addrs(
+    given: &[std::net::IpAddr],
+    targets: &[std::net::IpAddr],
+) -> anyhow::Result<poller::source::SourceAddrs> {
     let mut out = poller::source::SourceAddrs::default();
     for ip in given {
+        if let Some(why) = poller::source::unusable(*ip) {
+            anyhow::bail!("--source {ip}: {why}");
+        }
         let taken = match ip {
             std::net::IpAddr::V4(a) => out.v4.replace(*a).is_some(),
             std::net::IpAddr::V6(a) => out.v6.replace(*a).is_some(),
         };
         anyhow::ensure!(!taken, "--source: at most one address per family");
         anyhow::ensure!(
-            !ip.is_unspecified() && !ip.is_multicast(),
-            "--source {ip}: give one of this host's addresses"
+            targets.iter().any(|t| t.is_ipv6() == ip.is_ipv6()),
+            "--source {ip}: no target of its family (IPv{})",
+            if ip.is_ipv6() { 6 } else { 4 }
         );
     }
+    out.check()?;
     Ok(out)
+}
+
+/// Whether this host has the config's source addresses (`daemon.source_ip`): checked
+/// before anything is sent, so that nothing leaves from another address.
+pub fn check_sources(cfg: &Config) -> anyhow::Result<()> {
+    cfg.daemon
+        .source_addrs()
+        .check()
+        .context("daemon.source_ip")
 }
 
 /// Open the shared SNMP sockets.

@@ -120,14 +120,21 @@ fn discover(
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let loaded = match args.plan.load(None)? {
-        Ok(loaded) if loaded.cfg.discovery.is_empty() => loaded,
-        Ok(loaded) => match discover(&args.plan, loaded) {
-            Ok(loaded) => loaded,
-            Err(e) => {
-                eprint!("{e}");
-                return Ok(ExitCode::from(1));
+        Ok(loaded) => {
+            // Before anything is sent: walks and polls leave from the source address.
+            super::check_sources(&loaded.cfg)?;
+            if loaded.cfg.discovery.is_empty() {
+                loaded
+            } else {
+                match discover(&args.plan, loaded) {
+                    Ok(loaded) => loaded,
+                    Err(e) => {
+                        eprint!("{e}");
+                        return Ok(ExitCode::from(1));
+                    }
+                }
             }
-        },
+        }
         Err(e) => {
             eprint!("{e}");
             return Ok(ExitCode::from(1));

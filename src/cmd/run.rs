@@ -52,6 +52,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
+    // Before any socket: every request leaves from the source address.
+    crate::cmd::check_sources(&cfg)?;
     let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
     // Raw sockets first, while privileged and single-threaded.
     let icmp_drivers =
@@ -469,7 +471,7 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
         snmp_concurrent_iterations,
         user,
         discovery_file,
-        source_ip,
+        source_ip: _,
     } = &running.daemon;
     let n = &new.daemon;
     [
@@ -507,7 +509,11 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
         ),
         ("daemon.user", *user != n.user),
         ("daemon.discovery_file", *discovery_file != n.discovery_file),
-        ("daemon.source_ip", *source_ip != n.source_ip),
+        // The addresses, not how they were written.
+        (
+            "daemon.source_ip",
+            running.daemon.source_addrs() != n.source_addrs(),
+        ),
         ("[clickhouse]", running.clickhouse != new.clickhouse),
         ("icmp.max_pps", running.icmp.max_pps != new.icmp.max_pps),
         ("snmp.max_pps", running.snmp.max_pps != new.snmp.max_pps),
@@ -901,6 +907,36 @@ mod tests {
         consumer.await.unwrap();
         sink.shutdown().await.unwrap();
         assert_eq!(trends_rows(), 1, "and the stop not again");
+    }
+
+    #[test]
+    fn a_reload_names_the_settings_that_need_a_restart_by_what_they_mean() {
+        let cfg = |daemon: &str| {
+            crate::config::parse(&format!(
+                "[daemon]\n{daemon}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\nitems = [{{ key = \"icmpping\", interval = \"10s\" }}]\n"
+            ))
+            .unwrap_or_else(|e| panic!("{e:?}"))
+        };
+        let running = cfg(r#"source_ip = "127.0.0.9""#);
+        // Written otherwise, the same address: nothing to restart for.
+        for same in [
+            r#"source_ip = ["127.0.0.9"]"#,
+            r#"source_ip = " 127.0.0.9 ""#,
+        ] {
+            assert!(
+                restart_only_changes(&running, &cfg(same)).is_empty(),
+                "{same}"
+            );
+        }
+        assert_eq!(
+            restart_only_changes(&running, &cfg(r#"source_ip = ["127.0.0.8", "::1"]"#)),
+            ["daemon.source_ip"]
+        );
+        assert_eq!(
+            restart_only_changes(&running, &cfg("shards = 8\nicmp_phases = \"spread\"")),
+            ["daemon.shards", "daemon.source_ip"],
+            "icmp_phases is reloaded"
+        );
     }
 
     /// Trends rows the sink received (into `trends_uint`) so far.

@@ -299,7 +299,7 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
         let opts = SnmpDriverOptions {
             sockets: 1,
             rcvbuf: 1 << 20,
-            source: super::source_addrs(c.source.as_slice())?,
+            source: super::source_addrs(c.source.as_slice(), &[addr.ip()])?,
             ..Default::default()
         };
         let mut driver = SnmpDriver::open(opts).context("opening a UDP socket")?;
@@ -351,7 +351,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         ip: addr.ip(),
         snmp: &snmp,
         max_repetitions: a.max_repetitions,
-        source: super::source_addrs(c.source.as_slice())?,
+        source: super::source_addrs(c.source.as_slice(), &[addr.ip()])?,
     };
     let matches = a
         .matches

@@ -237,7 +237,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         max_pps: args.max_pps,
         rcvbuf: args.rcvbuf,
         ident_filter: false,
-        source: super::source_addrs(&args.source)?,
+        source: super::source_addrs(&args.source, &addrs)?,
     };
     let mut driver = IcmpDriver::open(opts)?;
     if addrs.iter().any(IpAddr::is_ipv6) {

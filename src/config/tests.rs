@@ -275,11 +275,17 @@ fn source_ip_is_one_address_per_family() {
             r#""router-1""#,
             "is not an IP address (names are not resolved)",
         ),
-        (r#""0.0.0.0""#, "cannot be a source address"),
-        (r#""ff02::1""#, "cannot be a source address"),
+        (r#""0.0.0.0""#, "the unspecified address is no source"),
+        (r#""ff02::1""#, "a multicast address is no source"),
         (
             r#"["192.0.2.10", "192.0.2.11"]"#,
             "at most one address per family",
+        ),
+        (r#""255.255.255.255""#, "the broadcast address is no source"),
+        (r#""::ffff:127.0.0.9""#, "give the IPv4 address itself"),
+        (
+            r#""fe80::1""#,
+            "a link-local IPv6 address needs an interface",
         ),
     ] {
         let e = one_err(&with(v));
