@@ -465,8 +465,10 @@ impl Trends {
     /// one (Unix seconds / 3600). An item of this plan with the same value type whose
     /// saved hour is the current one continues it; every other saved hour (an hour that
     /// has ended meanwhile, an item removed or retyped) is written to `out` now. Call it
-    /// before the first value: an item's open hour here is replaced. Nothing is taken
-    /// from bytes that are not a whole save. Returns (hours continued, hours written).
+    /// before the first value; an item saved twice (a reload removed it and the next
+    /// brought it back) is one hour again, or two rows if together they pass a row's
+    /// count. Nothing is taken from bytes that are not a whole save. Returns (hours
+    /// continued, hours written).
     pub fn restore_open(
         &mut self,
         bytes: &[u8],
