@@ -1285,6 +1285,13 @@ fn may_collide(items: &[ResolvedEntry]) -> bool {
     })
 }
 
+/// Characters of `key` with each `{#SNMPINDEX}` replaced by a row of `row_len`
+/// characters (a row's text is ASCII).
+fn row_key_chars(key: &str, row_len: usize) -> usize {
+    let n = key.matches(SNMPINDEX).count();
+    key.chars().count() - n * SNMPINDEX.len() + n * row_len
+}
+
 impl ResolvedEntry {
     /// How many items this entry stands for (a discovered item's rows are counted
     /// when they are applied: none before).
@@ -1705,6 +1712,17 @@ impl<'c, 'a> Resolver<'c, 'a> {
             );
             return None;
         }
+        // So is a row's key a key: at most what Zabbix stores.
+        if let Some(rows) = indices.as_ref().filter(|_| per_row) {
+            let n = row_key_chars(&e.key, rows.max_text_len());
+            if n > MAX_KEY_CHARS {
+                self.c.push(
+                    &at("indices"),
+                    format!("the key of its longest row would be {n} characters: longer than Zabbix's {MAX_KEY_CHARS}"),
+                );
+                return None;
+            }
+        }
         let Some(value_type) = e.value_type.or(inherited.map(|i| i.value_type)) else {
             self.c.push(
                 path,
@@ -2051,12 +2069,15 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 ItemKind::Snmp { oid } => oid.arcs().count(),
                 _ => 0,
             };
-            let fits = base + found.max_arcs() <= snmp::MAX_ARCS;
+            // Nor one whose key would be longer than a key may be.
+            let fits = base + found.max_arcs() <= snmp::MAX_ARCS
+                && row_key_chars(&e.key, found.max_text_len()) <= MAX_KEY_CHARS;
             let rows: Rows = match &mut keys {
                 // No other key can be a row's: the rows found, shared.
                 None if fits && found.len() <= MAX_INDICES => found.clone(),
                 keys => Arc::new(found.filtered(MAX_INDICES as usize, |r| {
                     base + r.arcs().len() <= snmp::MAX_ARCS
+                        && row_key_chars(&e.key, r.to_string().len()) <= MAX_KEY_CHARS
                         && keys.as_mut().is_none_or(|k| k.insert(e.row_key(r)))
                 })),
             };

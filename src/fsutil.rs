@@ -32,12 +32,24 @@ pub fn replace<T>(
     };
     std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))?;
     // The rename itself, on disk.
-    let dir = match path.parent() {
+    let _ = std::fs::File::open(folder(path)).and_then(|d| d.sync_all());
+    Ok(out)
+}
+
+/// Removes `path` for good: the folder is synced too, so that a power loss cannot bring
+/// the file back (a file read once must not be read again).
+pub fn remove(path: &Path) -> std::io::Result<()> {
+    std::fs::remove_file(path)?;
+    let _ = std::fs::File::open(folder(path)).and_then(|d| d.sync_all());
+    Ok(())
+}
+
+/// The folder `path` is in (`.` for a bare name).
+fn folder(path: &Path) -> &Path {
+    match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
-    };
-    let _ = std::fs::File::open(dir).and_then(|d| d.sync_all());
-    Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -64,5 +76,8 @@ mod tests {
         // A folder that does not exist: said, with the path.
         let e = replace(&dir.join("no/such/f"), |w| w.write_all(b"x")).unwrap_err();
         assert!(format!("{e:#}").contains("no/such/f.tmp"), "{e:#}");
+        remove(&path).unwrap();
+        assert!(!path.exists());
+        assert!(remove(&path).is_err(), "gone already");
     }
 }

@@ -176,6 +176,9 @@ pub fn table_rows(
         .collect();
     rows.sort_unstable();
     rows.dedup();
+    if looks_like_columns(&rows) {
+        tracing::warn!(oid = %column, "its rows look like a table's columns × rows (k.1, k.2, … for several k): if it is a table or its entry, walk one column of it instead (ifDescr: 1.3.6.1.2.1.2.2.1.2)");
+    }
     Ok(rows)
 }
 
@@ -192,8 +195,8 @@ pub fn column_values(
     let mut out = Vec::new();
     let mut syntax: Option<(std::mem::Discriminant<VarValue>, &'static str)> = None;
     walk(t, &column.to_string(), stop, |oid, v| {
-        // Exceptions have no type.
-        if let Some(label) = v.net_snmp_type() {
+        // Exceptions have no type; a NULL (some agents' "no value") is not one either.
+        if let Some(label) = v.net_snmp_type().filter(|_| v != VarValue::Null) {
             let d = std::mem::discriminant(&v);
             match syntax {
                 None => syntax = Some((d, label)),
@@ -208,6 +211,33 @@ pub fn column_values(
         Ok(())
     })?;
     Ok(out)
+}
+
+/// Whether `rows` (sorted) look like a table's columns × rows rather than one column's
+/// rows: they fall in several groups by their first arc (a column number), each of more
+/// than one row, all with the same rest (the row indices). A walk of a table or its
+/// entry whose columns share one type gets past [`column_values`]' check; this catches
+/// most of those. A table indexed by two numbers where every first has the same seconds
+/// (slot × port) looks the same, so it is a warning, not a refusal.
+fn looks_like_columns(rows: &[Index]) -> bool {
+    let groups: Vec<&[Index]> = rows
+        .chunk_by(|a, b| a.len() > 1 && b.len() > 1 && a[0] == b[0])
+        .collect();
+    // All under one first arc (a table's entry, `1`): the same question one arc down.
+    if let [one] = groups[..] {
+        if one.len() > 1 && one.iter().all(|r| r.len() > 2) {
+            let tails: Vec<Index> = one.iter().map(|r| Box::from(&r[1..])).collect();
+            return looks_like_columns(&tails);
+        }
+    }
+    groups.len() > 1
+        && groups[0].len() > 1
+        && groups.iter().all(|g| {
+            g.len() == groups[0].len()
+                && g.iter()
+                    .zip(groups[0])
+                    .all(|(a, b)| a.len() > 1 && a[1..] == b[1..])
+        })
 }
 
 /// A value as text, for a row filter (`None`: an exception, which never matches): a
@@ -309,4 +339,40 @@ fn v3_pdu<'b>(
     let taken = pdu.pdu_type == PduType::Response
         && snmp::v3::accept_response(&user, Some(engine), &m, authentic, Instant::now());
     taken.then_some(Ok(pdu))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rows(list: &[&[u32]]) -> Vec<Index> {
+        list.iter().map(|r| Box::from(*r)).collect()
+    }
+
+    #[test]
+    fn rows_of_several_columns_are_told_from_one_columns() {
+        // hrSWRunPerfTable's entry: two INTEGER columns (1, 2) of the same three rows.
+        let entry = rows(&[&[1, 1], &[1, 2], &[1, 7], &[2, 1], &[2, 2], &[2, 7]]);
+        assert!(looks_like_columns(&entry));
+        // The table itself: one arc more in front, the same shape under it.
+        let table = rows(&[&[1, 1, 1], &[1, 1, 2], &[1, 2, 1], &[1, 2, 2]]);
+        assert!(looks_like_columns(&table));
+        // One column's rows: an address index (udpTable), one-arc rows, a group whose
+        // rows differ, a single row per group.
+        for column in [
+            rows(&[&[127, 0, 0, 1, 161], &[127, 0, 20, 1, 161]]),
+            rows(&[
+                &[127, 0, 20, 1, 161],
+                &[127, 0, 20, 2, 161],
+                &[127, 0, 21, 1, 161],
+            ]),
+            rows(&[&[10, 0, 0, 1], &[10, 0, 0, 2], &[10, 0, 0, 3]]),
+            rows(&[&[1], &[2], &[3]]),
+            rows(&[&[1, 1], &[1, 2], &[2, 1], &[2, 3]]),
+            rows(&[&[1, 5], &[2, 5], &[3, 5]]),
+            rows(&[]),
+        ] {
+            assert!(!looks_like_columns(&column), "{column:?}");
+        }
+    }
 }

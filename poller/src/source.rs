@@ -130,9 +130,11 @@ mod tests {
         s.bind(&udp, false).unwrap();
         let local = udp.local_addr().unwrap().as_socket().unwrap();
         assert_eq!(local.ip(), IpAddr::V4(Ipv4Addr::new(127, 0, 0, 9)));
-        // No source for IPv6: nothing bound.
+        // No source for IPv6: nothing bound (the socket has no address yet).
         let udp6 = Socket::new(Domain::IPV6, Type::DGRAM, Some(Protocol::UDP)).unwrap();
         s.bind(&udp6, true).unwrap();
+        let local = udp6.local_addr().unwrap().as_socket().unwrap();
+        assert_eq!(local, "[::]:0".parse().unwrap());
         // TEST-NET-1 is nobody's address here: said, by address.
         let gone = SourceAddrs {
             v4: Some(Ipv4Addr::new(192, 0, 2, 77)),

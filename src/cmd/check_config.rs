@@ -41,6 +41,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
             // The load this process would carry (its `daemon.shard` only), for sizing
             // (docs/production.md): rates, not item counts, decide the CPU.
+            // (Before the plan takes the hosts.)
+            let families = (
+                cfg.hosts.iter().any(|h| h.ip.is_ipv4()),
+                cfg.hosts.iter().any(|h| h.ip.is_ipv6()),
+            );
             let plan = cfg.take_plan(None, super::trim_heap);
             let (icmp, snmp) = (
                 plan.values_per_second(Engine::Icmp),
@@ -59,7 +64,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if let Some(line) = discovery(&cfg) {
                 println!("{line}");
             }
-            if let Some(line) = sources(&cfg.daemon) {
+            if let Some(line) = sources(&cfg.daemon, families) {
                 println!("{line}");
             }
             Ok(ExitCode::SUCCESS)
@@ -73,10 +78,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// Where requests leave from (`daemon.source_ip`), and whether this host has the
 /// addresses (a bind, nothing sent). Not an error: a config may be checked elsewhere
-/// than where it runs.
-fn sources(daemon: &DaemonSection) -> Option<String> {
-    let parts: Vec<String> = daemon
-        .source_addrs()
+/// than where it runs. `(v4, v6)`: whether hosts of each family are polled, whose
+/// requests leave from the route's address when their family has no source.
+fn sources(daemon: &DaemonSection, (v4, v6): (bool, bool)) -> Option<String> {
+    let s = daemon.source_addrs();
+    let mut parts: Vec<String> = s
         .iter()
         .map(|ip| {
             // Bound as the engines' sockets are (an IPv6 one IPv6 only).
@@ -89,6 +95,15 @@ fn sources(daemon: &DaemonSection) -> Option<String> {
             }
         })
         .collect();
+    if !parts.is_empty() {
+        for (polled, set, family) in [(v4, s.v4.is_some(), 4), (v6, s.v6.is_some(), 6)] {
+            if polled && !set {
+                parts.push(format!(
+                    "IPv{family} hosts from the route's address (no IPv{family} source)"
+                ));
+            }
+        }
+    }
     (!parts.is_empty())
         .then(|| format!("daemon.source_ip: requests leave from {}", parts.join(", ")))
 }
@@ -148,5 +163,37 @@ fn rate(r: f64) -> String {
         r if r >= 10.0 => format!("{r:.0}"),
         r if r >= 1.0 => format!("{r:.1}"),
         r => format!("{r:.2}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn daemon(source_ip: &str) -> DaemonSection {
+        let text = format!("[daemon]\nsource_ip = {source_ip}\n");
+        crate::config::parse(&text)
+            .unwrap_or_else(|e| panic!("{e:?}"))
+            .daemon
+    }
+
+    #[test]
+    fn the_source_line_says_where_each_familys_requests_leave_from() {
+        assert_eq!(sources(&DaemonSection::default(), (true, true)), None);
+        let v4 = daemon(r#""127.0.0.9""#);
+        let only_v4 = "daemon.source_ip: requests leave from 127.0.0.9 (a loopback address: only this host's own addresses answer it)";
+        assert_eq!(sources(&v4, (true, false)).as_deref(), Some(only_v4));
+        assert_eq!(
+            sources(&v4, (true, true)).unwrap(),
+            format!("{only_v4}, IPv6 hosts from the route's address (no IPv6 source)")
+        );
+        let both = daemon(r#"["::1", "127.0.0.9"]"#);
+        assert!(!sources(&both, (true, true)).unwrap().contains("route's"));
+        // An address this host lacks: said, not an error.
+        let gone = sources(&daemon(r#""192.0.2.77""#), (true, false)).unwrap();
+        assert!(
+            gone.contains("192.0.2.77 (source address 192.0.2.77: not an address of this host"),
+            "{gone}"
+        );
     }
 }

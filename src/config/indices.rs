@@ -154,6 +154,18 @@ impl Indices {
         self.ranges.is_empty() && self.arcs.is_empty()
     }
 
+    /// The most characters of a row's text (`4294967295`: 10; 0 when empty), what a
+    /// key's `{#SNMPINDEX}` becomes at most.
+    pub fn max_text_len(&self) -> usize {
+        let digits = |n: u32| n.checked_ilog10().map_or(1, |l| l as usize + 1);
+        // Sorted: the last range ends with the largest one-arc row.
+        let ones = self.ranges.last().map_or(0, |&(_, b)| digits(b));
+        self.arcs
+            .iter()
+            .map(|a| a.iter().map(|&x| digits(x)).sum::<usize>() + a.len() - 1)
+            .fold(ones, usize::max)
+    }
+
     /// The most arcs of a row (0 when empty).
     pub fn max_arcs(&self) -> usize {
         let ones = usize::from(!self.ranges.is_empty());
@@ -221,8 +233,15 @@ mod tests {
         let rows: Vec<String> = i.iter().map(|r| r.to_string()).collect();
         assert_eq!(rows, ["2", "3", "4.1"]);
         assert_eq!(i.iter().nth(2).map(|r| r.arcs().to_vec()), Some(vec![4, 1]));
-        assert_eq!((i.len(), i.max_arcs()), (3, 2));
+        assert_eq!((i.len(), i.max_arcs(), i.max_text_len()), (3, 2, 3));
         assert_eq!(Indices::default().max_arcs(), 0);
+        assert_eq!(Indices::default().max_text_len(), 0);
+        let t = Indices::parse("0-9,4294967295,10.0.0.1,1.2").unwrap();
+        assert_eq!(t.max_text_len(), 10);
+        assert_eq!(
+            Indices::parse("0,7.255.255.255").unwrap().max_text_len(),
+            13
+        );
     }
 
     #[test]

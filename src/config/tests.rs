@@ -1196,6 +1196,49 @@ fn discovery_mistakes_are_reported_at_their_key() {
 }
 
 #[test]
+fn rows_whose_oid_or_key_would_be_too_long_are_not_items() {
+    // A key of 2,045 characters: a one-digit row makes it 2,034, a row of 21 characters
+    // 2,054, past Zabbix's 2,048.
+    let key = format!("k[{}{{#SNMPINDEX}}]", "a".repeat(2_030));
+    let config = |oid: &str, rows: &str| {
+        format!(
+            r#"
+[[templates]]
+name = "t"
+discovery = [ {{ name = "r", oid = "1.3.6.1.2.1.2.2.1.2" }} ]
+items = [ {{ key = "{key}", oid = "{oid}.{{#SNMPINDEX}}", type = "uint", interval = "1m", {rows} }} ]
+[[hosts]]
+name = "h"
+ip = "127.0.20.1"
+templates = ["t"]
+"#
+        )
+    };
+    let oid = "1.3.6.1.2.1.2.2.1.10";
+    assert!(parse(&config(oid, r#"indices = "1-9""#)).is_ok());
+    let e = one_err(&config(oid, r#"indices = "1,4294967295.4294967295""#));
+    assert_eq!(e.path, "templates[0].items[0].indices", "{e}");
+    assert!(
+        e.message
+            .contains("the key of its longest row would be 2054 characters"),
+        "{e}"
+    );
+    // Discovered rows: those past either limit are left out, the others are items. An
+    // OID of 125 arcs takes rows of 3 arcs, not 4.
+    let mut f = Found::default();
+    let rows = Indices::parse("7,1.2.3,1.2.3.4,4294967295.4294967295").unwrap();
+    f.set(&Arc::from("h"), &Arc::from("r"), rows);
+    let long = format!("1.3.{}", vec!["1"; 123].join("."));
+    let cfg = parse_found(&config(&long, r#"discovery = "r""#), &f).unwrap();
+    let planned: Vec<String> = cfg.hosts[0]
+        .items
+        .iter()
+        .map(|i| i.key.rsplit('a').next().unwrap().to_string())
+        .collect();
+    assert_eq!(planned, ["7]", "1.2.3]"]);
+}
+
+#[test]
 fn found_rows_are_written_as_ranges_and_read_back() {
     let mut f = found(&[("a", "r", &[1, 2, 3, 7]), ("b", "r", &[]), ("b", "s", &[9])]);
     // Rows of more arcs (a table indexed by an address) are listed after the ranges.
