@@ -13,10 +13,13 @@
 //!   address from `SweepConfig::seq_start`, so they are unique per address across the
 //!   whole sweep (at most 65,536 probes per address); the identifier is one per sweep
 //!   (raw sockets) or ignored (datagram sockets, whose identifier the kernel rewrites).
-//!   The table itself is flat: address → job (a map built once), sequence − job's base
-//!   → packet, and one send-instant slot per probe; O(1) per probe and per reply.
-//! * Every reply is also checked against the payload tag ([`crate::tag`]); a reply that
-//!   matches nothing is counted by reason in [`SweepCounters`], never silently dropped.
+//!   The table itself is flat: the job a reply answers is named in its payload (under
+//!   the tag), its packet is sequence − job's base, and one send-instant slot per
+//!   probe; O(1) per probe and per reply, with no lookup by address (a map of the
+//!   addresses is built at creation only, to number duplicates' sequences).
+//! * Every reply is checked against the payload tag ([`crate::tag`]) before anything of
+//!   it is believed; a reply that matches nothing is counted by reason in
+//!   [`SweepCounters`], never silently dropped.
 //! * Pacing: the long-run send rate never exceeds `max_pps`; after an idle or late
 //!   wake-up at most `burst` worth of probes go out back to back. Probe `k + 1` of a
 //!   host leaves no earlier than `interval` after probe `k` actually left.
@@ -314,8 +317,8 @@ struct JobState {
 }
 
 /// Fast non-keyed hash for the address map. Safe against hash flooding here because the
-/// map is filled from our own job list and only consulted for replies whose keyed tag
-/// verified already.
+/// map is filled and read only while a sweep is created, from its own job list (replies
+/// name their job in the tagged payload).
 #[derive(Default, Clone, Copy)]
 struct FxHasher(u64);
 
@@ -390,14 +393,13 @@ pub struct Sweep {
     /// Due later probes of hosts that answered every probe so far, taken out of `later`
     /// in due order and sent when no other probe is due (see the module docs).
     answered: VecDeque<(Instant, u32)>,
-    /// In-flight table: the state of every probe, keyed by
-    /// `(address → job, sequence → packet)`, see `lookup`.
+    /// In-flight table: the state of every probe, at its job's `probe_base` + packet
+    /// (a reply's job is in its tagged payload, its packet is sequence − `seq_base`).
     probes: Vec<Probe>,
     /// Expiry of every sent probe, one FIFO per distinct timeout (sorted, as above):
     /// (send + timeout, probe index, job).
     expiries: Vec<(Duration, VecDeque<Expiry>)>,
     in_flight: usize,
-    by_addr: AddrMap,
     /// `max_pps` pacing (`None` when unpaced).
     pacer: Option<SharedPacer>,
     deadline: Option<Instant>,
@@ -469,7 +471,6 @@ impl Sweep {
             probes: vec![Probe::Idle; total as usize],
             expiries: Vec::new(),
             in_flight: 0,
-            by_addr,
             pacer,
             deadline: None,
             events: VecDeque::new(),
@@ -676,6 +677,7 @@ impl Sweep {
             self.cfg.iteration,
             job.addr,
             seq,
+            j,
         );
         let mut pkt = EchoPacket::new_unchecked(&mut self.buf[..]);
         pkt.set_msg_type(family.type_of(EchoKind::Request));
@@ -703,20 +705,6 @@ impl Sweep {
         *slot = Probe::Idle;
         self.in_flight -= 1;
         Some(sent)
-    }
-
-    /// Finds the probe `(addr, seq)` answers: (job, packet number).
-    fn lookup(&self, addr: IpAddr, seq: u16) -> Option<(u32, u32)> {
-        let mut j = *self.by_addr.get(&addr)?;
-        while j != u32::MAX {
-            let st = &self.jobs[j as usize];
-            let k = u32::from(seq.wrapping_sub(st.seq_base));
-            if k < st.job.packets {
-                return Some((j, k));
-            }
-            j = st.next_same_addr;
-        }
-        None
     }
 
     /// Reports that the probe `token` could not be sent: it counts as sent and lost.
@@ -762,18 +750,21 @@ impl Sweep {
             SocketKind::Raw => rx.echo.ident == self.cfg.ident,
             SocketKind::Datagram => true,
         };
-        match tag::check(rx.echo.payload, self.cfg.key, rx.src, rx.echo.seq) {
+        let j = match tag::check(rx.echo.payload, self.cfg.key, rx.src, rx.echo.seq) {
             TagCheck::Invalid if ident_ours => return self.ignore(IgnoreReason::Spoofed),
             TagCheck::Invalid => return self.ignore(IgnoreReason::Foreign),
-            TagCheck::Valid { iter } if iter != self.cfg.iteration => {
+            TagCheck::Valid { iter, .. } if iter != self.cfg.iteration => {
                 return self.ignore(IgnoreReason::Stale)
             }
             TagCheck::Valid { .. } if !ident_ours => return self.ignore(IgnoreReason::Spoofed),
-            TagCheck::Valid { .. } => {}
-        }
-        let Some((j, k)) = self.lookup(rx.src, rx.echo.seq) else {
-            // A valid tag names a probe of this iteration, so the address and sequence
-            // are ours; only a reply after the table was emptied gets here.
+            TagCheck::Valid { job, .. } => job,
+        };
+        // A valid tag of this iteration names the job it was built for, with its address
+        // and sequence: ours. (Checked again all the same: a key is only a key.)
+        let Some(k) = self.jobs.get(j as usize).and_then(|st| {
+            let k = u32::from(rx.echo.seq.wrapping_sub(st.seq_base));
+            (st.job.addr == rx.src && k < st.job.packets).then_some(k)
+        }) else {
             return self.ignore(IgnoreReason::Duplicate);
         };
         let Some(sent_at) = self.take(j, k) else {

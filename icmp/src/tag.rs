@@ -3,11 +3,13 @@
 //! Layout of every echo payload we send (big-endian):
 //!
 //! ```text
-//! 0        4                    12                     size
-//! | iter u32 | tag u64            | filler 0x0c 0x0d ... |
+//! 0        4                    12         16                     size
+//! | iter u32 | tag u64            | job u32  | filler 0x10 0x11 ... |
 //! ```
 //!
-//! `tag = SipHash-2-4(secret, iter ‖ target address (16 bytes, IPv4 mapped) ‖ seq)`.
+//! `tag = SipHash-2-4(secret, iter ‖ target address (16 bytes, IPv4 mapped) ‖ seq ‖ job)`.
+//! The job (its index in the sweep) tells the sweep which host a reply answers without
+//! a lookup by address; the tag vouches for it as for the rest.
 //! The identifier is left out on purpose: Linux datagram ping sockets rewrite it.
 //! A reply whose tag verifies under another `iter` is a late reply of an earlier
 //! iteration (stale); one that does not verify at all was not built by us for this
@@ -17,7 +19,7 @@
 use std::net::IpAddr;
 
 /// Bytes of payload the tag occupies; a probe's payload is never shorter.
-pub const TAG_LEN: usize = 12;
+pub const TAG_LEN: usize = 16;
 
 /// 128-bit SipHash key.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -37,34 +39,38 @@ fn addr_bytes(addr: IpAddr) -> [u8; 16] {
     }
 }
 
-/// Tag of the probe (`iter`, `addr`, `seq`) under `key`.
-pub fn compute(key: TagKey, iter: u32, addr: IpAddr, seq: u16) -> u64 {
-    let mut msg = [0u8; 22];
+/// Tag of the probe (`iter`, `addr`, `seq`, `job`) under `key`.
+pub fn compute(key: TagKey, iter: u32, addr: IpAddr, seq: u16, job: u32) -> u64 {
+    let mut msg = [0u8; 26];
     msg[..4].copy_from_slice(&iter.to_be_bytes());
     msg[4..20].copy_from_slice(&addr_bytes(addr));
     msg[20..22].copy_from_slice(&seq.to_be_bytes());
+    msg[22..26].copy_from_slice(&job.to_be_bytes());
     siphash24(key.0[0], key.0[1], &msg)
 }
 
-/// Writes iteration, tag and filler into `payload` (which must be ≥ [`TAG_LEN`] bytes;
-/// a shorter one only gets the filler and will never verify).
-pub fn write_payload(payload: &mut [u8], key: TagKey, iter: u32, addr: IpAddr, seq: u16) {
+/// Writes iteration, tag, job and filler into `payload` (which must be ≥ [`TAG_LEN`]
+/// bytes; a shorter one only gets the filler and will never verify).
+pub fn write_payload(payload: &mut [u8], key: TagKey, iter: u32, addr: IpAddr, seq: u16, job: u32) {
     for (i, b) in payload.iter_mut().enumerate() {
         *b = i as u8;
     }
     if payload.len() >= TAG_LEN {
         payload[..4].copy_from_slice(&iter.to_be_bytes());
-        payload[4..12].copy_from_slice(&compute(key, iter, addr, seq).to_be_bytes());
+        payload[4..12].copy_from_slice(&compute(key, iter, addr, seq, job).to_be_bytes());
+        payload[12..16].copy_from_slice(&job.to_be_bytes());
     }
 }
 
 /// What the payload of a reply says about its origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TagCheck {
-    /// Built by us for this address and sequence, in iteration `iter`.
+    /// Built by us for this address and sequence, in iteration `iter`, for job `job`.
     Valid {
         /// Iteration the probe belonged to.
         iter: u32,
+        /// The job (host) of that iteration it was sent for.
+        job: u32,
     },
     /// Not built by us for this address and sequence.
     Invalid,
@@ -72,14 +78,13 @@ pub enum TagCheck {
 
 /// Checks the tag of a reply payload from `src` with sequence `seq`.
 pub fn check(payload: &[u8], key: TagKey, src: IpAddr, seq: u16) -> TagCheck {
-    let (Some(iter), Some(tag)) = (payload.get(..4), payload.get(4..12)) else {
+    let Some(head) = payload.first_chunk::<TAG_LEN>() else {
         return TagCheck::Invalid;
     };
-    let iter = u32::from_be_bytes([iter[0], iter[1], iter[2], iter[3]]);
-    let mut t = [0u8; 8];
-    t.copy_from_slice(tag);
-    if u64::from_be_bytes(t) == compute(key, iter, src, seq) {
-        TagCheck::Valid { iter }
+    let word = |r: std::ops::Range<usize>| head[r].iter().fold(0u64, |w, &b| w << 8 | u64::from(b));
+    let (iter, tag, job) = (word(0..4) as u32, word(4..12), word(12..16) as u32);
+    if tag == compute(key, iter, src, seq, job) {
+        TagCheck::Valid { iter, job }
     } else {
         TagCheck::Invalid
     }
@@ -153,18 +158,28 @@ mod tests {
         let key = TagKey([1, 2]);
         let addr: IpAddr = "127.77.0.9".parse().unwrap();
         let mut p = [0u8; 56];
-        write_payload(&mut p, key, 7, addr, 42);
-        assert_eq!(check(&p, key, addr, 42), TagCheck::Valid { iter: 7 });
+        write_payload(&mut p, key, 7, addr, 42, 4_000);
+        assert_eq!(
+            check(&p, key, addr, 42),
+            TagCheck::Valid {
+                iter: 7,
+                job: 4_000
+            }
+        );
         assert_eq!(check(&p, key, addr, 43), TagCheck::Invalid);
         assert_eq!(
             check(&p, key, "127.77.0.10".parse().unwrap(), 42),
             TagCheck::Invalid
         );
         assert_eq!(check(&p, TagKey([1, 3]), addr, 42), TagCheck::Invalid);
-        assert_eq!(check(&p[..11], key, addr, 42), TagCheck::Invalid);
-        assert_eq!(p[12], 12, "filler continues the byte index");
+        assert_eq!(check(&p[..15], key, addr, 42), TagCheck::Invalid);
+        assert_eq!(p[16], 16, "filler continues the byte index");
         let mut flipped = p;
         flipped[0] ^= 1; // another iteration number without the matching tag
         assert_eq!(check(&flipped, key, addr, 42), TagCheck::Invalid);
+        // Another job without the matching tag: a forged reply cannot name a host.
+        let mut other = p;
+        other[15] ^= 1;
+        assert_eq!(check(&other, key, addr, 42), TagCheck::Invalid);
     }
 }
