@@ -127,15 +127,16 @@ impl DaemonSection {
     /// `source_ip` as addresses per family (as checked by the loader, which refuses
     /// anything else).
     pub fn source_addrs(&self) -> poller::source::SourceAddrs {
-        let mut out = poller::source::SourceAddrs::default();
-        for s in self.source_ip.iter().flat_map(OneOrMany::items) {
-            match s.trim().parse::<IpAddr>() {
-                Ok(IpAddr::V4(a)) => out.v4 = out.v4.or(Some(a)),
-                Ok(IpAddr::V6(a)) => out.v6 = out.v6.or(Some(a)),
-                Err(_) => {}
-            }
-        }
-        out
+        poller::source::SourceAddrs::of(self.source_ips().filter_map(Result::ok))
+            .unwrap_or_default()
+    }
+
+    /// Each `source_ip` entry as an address, or itself when it is none.
+    fn source_ips(&self) -> impl Iterator<Item = Result<IpAddr, &String>> {
+        self.source_ip
+            .iter()
+            .flat_map(OneOrMany::items)
+            .map(|s| s.trim().parse::<IpAddr>().map_err(|_| s))
     }
 }
 
@@ -1105,8 +1106,9 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
 
     let (resolved, mut discovery) =
         Resolver::new(&mut c, &icmp, &snmp, found).resolve(&templates, &hosts, &ranges);
+    let source = daemon.source_addrs();
     for t in &mut discovery {
-        t.source = daemon.source_addrs();
+        t.source = source;
     }
     if c.errors.is_empty() {
         Ok(Config {
@@ -1143,31 +1145,22 @@ fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
             format!("{:?} is not an IP:port address", d.metrics_listen),
         );
     }
-    let (mut v4, mut v6) = (0, 0);
-    for s in d.source_ip.iter().flat_map(OneOrMany::items) {
-        let ip = match s.trim().parse::<IpAddr>() {
-            Ok(ip) => ip,
-            Err(_) => {
-                c.push(
-                    &p("source_ip"),
-                    format!("{s:?} is not an IP address (names are not resolved)"),
-                );
-                continue;
-            }
-        };
-        if let Some(why) = poller::source::unusable(ip) {
-            c.push(&p("source_ip"), format!("{ip}: {why}"));
-        }
+    let mut ips = Vec::new();
+    for ip in d.source_ips() {
         match ip {
-            IpAddr::V4(_) => v4 += 1,
-            IpAddr::V6(_) => v6 += 1,
+            Ok(ip) => ips.push(ip),
+            Err(s) => c.push(
+                &p("source_ip"),
+                format!("{s:?} is not an IP address (names are not resolved)"),
+            ),
         }
     }
-    if v4 > 1 || v6 > 1 {
-        c.push(
-            &p("source_ip"),
-            "at most one address per family (requests of a family leave from one address)",
-        );
+    for wrong in poller::source::SourceAddrs::of(ips)
+        .err()
+        .into_iter()
+        .flatten()
+    {
+        c.push(&p("source_ip"), wrong);
     }
     for (k, v) in [
         ("channel_capacity", d.channel_capacity),

@@ -67,12 +67,7 @@ pub fn walk(
 ) -> anyhow::Result<usize> {
     let addr = t.addr();
     let v6 = addr.is_ipv6();
-    let sock = UdpSocket::bind(t.source.bind_addr(v6))
-        .map_err(|e| match t.source.for_family(v6) {
-            Some(ip) => poller::source::explain(ip, e),
-            None => e,
-        })
-        .context("binding a UDP socket")?;
+    let sock = t.source.udp_socket(v6).context("binding a UDP socket")?;
     // Connected: the kernel drops datagrams from any other source.
     sock.connect(addr)
         .with_context(|| format!("connecting to {addr}"))?;

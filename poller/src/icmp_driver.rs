@@ -172,7 +172,7 @@ pub enum IcmpOpenError {
         dgram: io::Error,
     },
     /// The source address (`daemon.source_ip`, `--source`) cannot be bound; the error
-    /// names the address ([`crate::source::explain`]).
+    /// names the address ([`crate::source::SourceAddrs::bind`]).
     #[error(transparent)]
     Source(io::Error),
     /// The socket opened but could not be configured.

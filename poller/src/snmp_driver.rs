@@ -183,12 +183,7 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
         // Unprivileged: capped at net.core.rmem_max, not fatal.
         sock.set_recv_buffer_size(rcvbuf)?;
     }
-    let bind = source.bind_addr(v6);
-    sock.bind(&bind.into())
-        .map_err(|e| match source.for_family(v6) {
-            Some(ip) => crate::source::explain(ip, e),
-            None => e,
-        })?;
+    source.bind_any(&sock, v6)?;
     Ok(sock.into())
 }
 

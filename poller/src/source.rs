@@ -33,6 +33,33 @@ impl From<IpAddr> for SourceAddrs {
 }
 
 impl SourceAddrs {
+    /// The sources `ips` name (`daemon.source_ip`, `--source`): each a possible source
+    /// ([`unusable`]), at most one per family; else what is wrong with them, each said.
+    pub fn of(ips: impl IntoIterator<Item = IpAddr>) -> Result<SourceAddrs, Vec<String>> {
+        let (mut out, mut wrong) = (SourceAddrs::default(), Vec::new());
+        let mut twice = false;
+        for ip in ips {
+            if let Some(why) = unusable(ip) {
+                wrong.push(format!("{ip}: {why}"));
+            }
+            twice |= match ip {
+                IpAddr::V4(a) => out.v4.replace(a).is_some(),
+                IpAddr::V6(a) => out.v6.replace(a).is_some(),
+            };
+        }
+        if twice {
+            wrong.push(
+                "at most one address per family (requests of a family leave from one address)"
+                    .into(),
+            );
+        }
+        if wrong.is_empty() {
+            Ok(out)
+        } else {
+            Err(wrong)
+        }
+    }
+
     /// The source for targets of this family, if one is set.
     pub fn for_family(&self, v6: bool) -> Option<IpAddr> {
         match v6 {
@@ -62,29 +89,45 @@ impl SourceAddrs {
     /// source as the engines' will (IPv6 sockets IPv6 only). Nothing is sent.
     pub fn check(&self) -> io::Result<()> {
         for ip in self.iter() {
-            let v6 = ip.is_ipv6();
-            let domain = if v6 {
-                socket2::Domain::IPV6
-            } else {
-                socket2::Domain::IPV4
-            };
-            let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None)?;
-            if v6 {
-                sock.set_only_v6(true)?;
-            }
-            self.bind(&sock, v6)?;
+            self.udp_socket(ip.is_ipv6())?;
         }
         Ok(())
     }
 
-    /// Binds `sock` (of this family) to the family's source, if one is set; an address
-    /// this host does not have is said so, by address.
-    pub fn bind(&self, sock: &socket2::Socket, v6: bool) -> io::Result<()> {
-        let Some(ip) = self.for_family(v6) else {
-            return Ok(());
+    /// A UDP socket of this family (an IPv6 one IPv6 only), bound as [`Self::bind_any`]
+    /// binds.
+    pub fn udp_socket(&self, v6: bool) -> io::Result<std::net::UdpSocket> {
+        let domain = if v6 {
+            socket2::Domain::IPV6
+        } else {
+            socket2::Domain::IPV4
         };
-        sock.bind(&SocketAddr::new(ip, 0).into())
-            .map_err(|e| explain(ip, e))
+        let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, None)?;
+        if v6 {
+            sock.set_only_v6(true)?;
+        }
+        self.bind_any(&sock, v6)?;
+        Ok(sock.into())
+    }
+
+    /// Binds `sock` (of this family) to the family's source, if one is set; an address
+    /// this host does not have is said so, by address. (ICMP sockets: without a source
+    /// they stay unbound.)
+    pub fn bind(&self, sock: &socket2::Socket, v6: bool) -> io::Result<()> {
+        match self.for_family(v6) {
+            Some(_) => self.bind_any(sock, v6),
+            None => Ok(()),
+        }
+    }
+
+    /// Binds `sock` (a UDP socket of this family) to [`Self::bind_addr`]: the source, or
+    /// the unspecified address; a source this host does not have is said so.
+    pub fn bind_any(&self, sock: &socket2::Socket, v6: bool) -> io::Result<()> {
+        sock.bind(&self.bind_addr(v6).into())
+            .map_err(|e| match self.for_family(v6) {
+                Some(ip) => explain(ip, e),
+                None => e,
+            })
     }
 }
 
@@ -105,7 +148,7 @@ pub fn unusable(ip: IpAddr) -> Option<&'static str> {
 }
 
 /// `e`, from binding to source `ip`, with what it most likely means.
-pub fn explain(ip: IpAddr, e: io::Error) -> io::Error {
+fn explain(ip: IpAddr, e: io::Error) -> io::Error {
     let why = match e.raw_os_error() {
         Some(libc::EADDRNOTAVAIL) => "not an address of this host",
         _ => "cannot be bound",

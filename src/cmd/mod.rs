@@ -196,16 +196,9 @@ pub fn source_addrs(
     given: &[std::net::IpAddr],
     targets: &[std::net::IpAddr],
 ) -> anyhow::Result<poller::source::SourceAddrs> {
-    let mut out = poller::source::SourceAddrs::default();
+    let out = poller::source::SourceAddrs::of(given.iter().copied())
+        .map_err(|wrong| anyhow::anyhow!("--source: {}", wrong.join("; ")))?;
     for ip in given {
-        if let Some(why) = poller::source::unusable(*ip) {
-            anyhow::bail!("--source {ip}: {why}");
-        }
-        let taken = match ip {
-            std::net::IpAddr::V4(a) => out.v4.replace(*a).is_some(),
-            std::net::IpAddr::V6(a) => out.v6.replace(*a).is_some(),
-        };
-        anyhow::ensure!(!taken, "--source: at most one address per family");
         anyhow::ensure!(
             targets.iter().any(|t| t.is_ipv6() == ip.is_ipv6()),
             "--source {ip}: no target of its family (IPv{})",

@@ -247,8 +247,9 @@ async fn daemon(
                     let mut targets = l.cfg.discovery;
                     // Walks leave from where the engines' sockets do: the start's
                     // source_ip (a new one needs a restart, as the warning says).
+                    let source = cfg.daemon.source_addrs();
                     for t in &mut targets {
-                        t.source = cfg.daemon.source_addrs();
+                        t.source = source;
                     }
                     targets_tx.send_replace(targets);
                 }
