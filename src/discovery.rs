@@ -139,18 +139,17 @@ pub struct Saved {
 impl Saved {
     /// The rows saved for the rules of `targets` as they are now (a rule whose
     /// fingerprint changed, or that the file does not describe, has none).
-    pub fn for_rules(mut self, targets: &[DiscoveryTarget]) -> Found {
-        let now = identities(targets);
-        let (rules, at) = (&self.rules, &self.at);
-        self.found.0.retain(|host, per_host| {
-            per_host.retain(|rule, _| {
-                let then = at.get(&**host).zip(rules.get(&**rule));
-                now.get(&(&**host, &**rule))
-                    .is_some_and(|(a, f)| then == Some((a, f)))
-            });
-            !per_host.is_empty()
+    pub fn for_rules(self, targets: &[DiscoveryTarget]) -> Found {
+        let Saved {
+            mut found,
+            rules,
+            at,
+            ..
+        } = self;
+        keep_unchanged(&mut found, &identities(targets), |host, rule, (a, f)| {
+            at.get(host) == Some(a) && rules.get(rule) == Some(f)
         });
-        self.found
+        found
     }
 }
 
@@ -194,12 +193,24 @@ fn identities(targets: &[DiscoveryTarget]) -> HashMap<(&str, &str), (String, Str
 /// for the `new` ones (a reload's): a host's rows of a rule it still uses, unchanged,
 /// at the same address. Whether any were dropped.
 pub fn prune(found: &mut Found, old: &[DiscoveryTarget], new: &[DiscoveryTarget]) -> bool {
-    let (old, new) = (identities(old), identities(new));
+    let old = identities(old);
+    keep_unchanged(found, &identities(new), |host, rule, now| {
+        old.get(&(host, rule)) == Some(now)
+    })
+}
+
+/// Keeps of `found` the rows of each host and rule that `found_with` says were found
+/// with what `now` has for them (address, fingerprint); whether any were dropped.
+fn keep_unchanged(
+    found: &mut Found,
+    now: &HashMap<(&str, &str), (String, String)>,
+    found_with: impl Fn(&str, &str, &(String, String)) -> bool,
+) -> bool {
     let before: usize = found.0.values().map(HashMap::len).sum();
     found.0.retain(|host, rules| {
         rules.retain(|rule, _| {
-            let key = (&**host, &**rule);
-            new.get(&key).is_some_and(|n| old.get(&key) == Some(n))
+            now.get(&(&**host, &**rule))
+                .is_some_and(|n| found_with(host, rule, n))
         });
         !rules.is_empty()
     });
