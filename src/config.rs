@@ -100,6 +100,11 @@ pub struct DaemonSection {
     /// Where `run` keeps the table rows discovery found (`[[templates.discovery]]`), so
     /// that a restart polls them at once. Default `./discovered.json`.
     pub discovery_file: PathBuf,
+    /// How often `run` saves the trends hours still open (`<spool_dir>/trends-checkpoint`),
+    /// so that a crash (SIGKILL, the OOM killer, a power loss) loses at most this much of
+    /// each item's hour rather than all of it. Default `5m`; `0s`: never.
+    #[serde(with = "humantime_serde")]
+    pub trends_checkpoint: Duration,
     /// The local address ICMP probes and SNMP requests (discovery walks included) leave
     /// from, Zabbix's `SourceIP`: `"192.0.2.10"`, or one per family,
     /// `["192.0.2.10", "2001:db8::10"]`. Default: the kernel's choice (the route's).
@@ -158,6 +163,7 @@ impl Default for DaemonSection {
             snmp_concurrent_iterations: 2,
             user: None,
             discovery_file: PathBuf::from("./discovered.json"),
+            trends_checkpoint: Duration::from_secs(300),
             source_ip: None,
         }
     }
@@ -1138,6 +1144,9 @@ fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
     }
     if d.batch_window > Duration::from_secs(10) {
         c.push(&p("batch_window"), "must be at most 10s");
+    }
+    if !d.trends_checkpoint.is_zero() && d.trends_checkpoint < Duration::from_secs(1) {
+        c.push(&p("trends_checkpoint"), "must be 0s (never) or at least 1s");
     }
     if !d.metrics_listen.is_empty() && d.metrics_listen.parse::<SocketAddr>().is_err() {
         c.push(

@@ -438,6 +438,22 @@ fn trends_hosts_since(db: &str, hour: u64) -> Vec<String> {
     hosts
 }
 
+/// Runs the daemon (config `cfg_path`, spool in `dir/spool`) once more with none of the
+/// items the last stop saved open hours of: its start writes them all.
+fn write_saved_hours(db: &str, dir: &std::path::Path, cfg_path: &std::path::Path) {
+    let silent = daemon_and_clickhouse(db, &dir.join("spool"), "")
+        + "[[hosts]]\nname = \"silent\"\nip = \"127.0.20.250\"\nsnmp = { timeout = \"100ms\", retries = 0 }\n\
+           items = [{ key = \"sysUpTime\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"1h\" }]\n";
+    std::fs::write(cfg_path, silent).unwrap();
+    let d = Daemon::start(cfg_path, &[], dir.join("run3.log"));
+    d.expect_log(
+        "hours the last stop saved are taken back",
+        Duration::from_secs(20),
+    );
+    let log = d.log_text();
+    assert!(d.stop().success(), "{log}");
+}
+
 #[test]
 fn trends_add_up_to_history_per_item_and_hour() {
     // The daemon polls ICMP and SNMP items for a few seconds, a reload drops the first
@@ -502,17 +518,7 @@ fn trends_add_up_to_history_per_item_and_hour() {
     }
 
     // A third run polls nothing of these: every saved hour is written at its start.
-    let silent = daemon_and_clickhouse(&db, &dir.join("spool"), "")
-        + "[[hosts]]\nname = \"silent\"\nip = \"127.0.20.250\"\nsnmp = { timeout = \"100ms\", retries = 0 }\n\
-           items = [{ key = \"sysUpTime\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"1h\" }]\n";
-    std::fs::write(&cfg_path, silent).unwrap();
-    let d = Daemon::start(&cfg_path, &[], dir.join("run3.log"));
-    d.expect_log(
-        "hours the last stop saved are taken back",
-        Duration::from_secs(20),
-    );
-    let log = d.log_text();
-    assert!(d.stop().success(), "{log}");
+    write_saved_hours(&db, &dir, &cfg_path);
 
     let history = history_by_hour(&db, "history_dbl");
     let trends = trends_by_hour(&db, "trends_dbl");
@@ -548,6 +554,95 @@ fn trends_add_up_to_history_per_item_and_hour() {
         ));
         assert_eq!(rows, hours, "{t}");
     }
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}
+
+#[test]
+fn a_crash_loses_only_the_trends_values_after_the_last_checkpoint() {
+    // A run with checkpoints every second is killed (SIGKILL: no stop); the next start
+    // takes the checkpoint back and continues each item's hour, and its stop saves it
+    // (the checkpoint gone: no start may take back hours a stop has handled); a third
+    // start writes them. Each item's one trends row then counts the first run's values
+    // too, all but those of the last second or so before the kill.
+    let dir = scratch("daemon-trends-crash");
+    let db = format!("nptest_trends_crash_{}", std::process::id());
+    let cfg_path = dir.join("netpoller.toml");
+    let cfg = config(&db, &dir.join("spool"), &["127.0.76.11", "127.0.76.12"], "")
+        .replace("[daemon]\n", "[daemon]\ntrends_checkpoint = \"1s\"\n");
+    std::fs::write(&cfg_path, &cfg).unwrap();
+    let spool = dir.join("spool");
+    let (checkpoint, at_stop) = (
+        spool.join("trends-checkpoint"),
+        spool.join("trends-open-hours"),
+    );
+    let hour = hour_now();
+
+    let mut d = Daemon::start(&cfg_path, &[], dir.join("run1.log"));
+    d.expect_log("started", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(11));
+    d.signal(libc::SIGKILL);
+    d.child.wait().unwrap();
+    let killed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(checkpoint.exists(), "{}", d.log_text());
+    assert!(!at_stop.exists());
+    // The second run's values are in later seconds than the first's.
+    std::thread::sleep(Duration::from_millis(1100));
+
+    let d = Daemon::start(&cfg_path, &[], dir.join("run2.log"));
+    d.expect_log(
+        "the hours of its last checkpoint are taken back",
+        Duration::from_secs(20),
+    );
+    std::thread::sleep(Duration::from_secs(4));
+    let log = d.log_text();
+    assert!(d.stop().success(), "{log}");
+    assert!(at_stop.exists(), "{log}");
+    assert!(!checkpoint.exists(), "a stop leaves no checkpoint\n{log}");
+
+    write_saved_hours(&db, &dir, &cfg_path);
+    if hour_now() != hour {
+        // An hour ended during the test: its rows were rightly split by the sweep.
+        ch(&format!("DROP DATABASE IF EXISTS {db}"));
+        return;
+    }
+
+    // Per ICMP item: values of the first run, of the second, and the trends count.
+    let mut checked = 0;
+    for (history, trends) in [
+        ("history_uint", "trends_uint"),
+        ("history_dbl", "trends_dbl"),
+    ] {
+        let rows = tsv(&format!(
+            "SELECT itemid, countIf(toUInt32(clock) <= {killed}), countIf(toUInt32(clock) > {killed}) \
+             FROM {db}.{history} WHERE hostname LIKE 'ping-%' GROUP BY itemid ORDER BY itemid FORMAT TSV"
+        ));
+        let counts: BTreeMap<String, String> = tsv(&format!(
+            "SELECT itemid, count(), sum(count) FROM {db}.{trends} GROUP BY itemid FORMAT TSV"
+        ))
+        .into_iter()
+        .map(|r| {
+            assert_eq!(r[1], "1", "one row per item and hour: {r:?}");
+            (r[0].clone(), r[2].clone())
+        })
+        .collect();
+        for r in rows {
+            let n = |s: &str| s.parse::<i64>().unwrap();
+            let (first, second) = (n(&r[1]), n(&r[2]));
+            let trend = n(&counts[&r[0]]);
+            assert!(first >= 4 && second >= 1, "{r:?}");
+            // Without the checkpoint the first run's hour would be lost: trend == second.
+            assert!(
+                (trend - (first + second)).abs() <= 2,
+                "item {}: trends count {trend}, history {first} + {second}",
+                r[0]
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6, "2 hosts × 3 ICMP items");
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 

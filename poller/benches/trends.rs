@@ -9,7 +9,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use poller::engine::Sample;
 use poller::plan::{derive_itemid, HostSpec, ItemKind, ItemSpec, Plan};
-use poller::trends::Trends;
+use poller::trends::{Restored, SavedBy, Trends};
 use poller::value::{Value, ValueType};
 use std::sync::Arc;
 
@@ -89,7 +89,13 @@ fn bench(c: &mut Criterion) {
             || Trends::new(plan.clone()),
             |mut fresh| {
                 let mut out = Vec::new();
-                assert_eq!(fresh.restore_open(&saved, hour, &mut out), Ok((items, 0)));
+                assert_eq!(
+                    fresh.restore_open(&saved, hour, SavedBy::Stop, &mut out),
+                    Ok(Restored {
+                        continued: items,
+                        ..Restored::default()
+                    })
+                );
                 fresh
             },
             BatchSize::LargeInput,

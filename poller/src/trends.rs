@@ -25,7 +25,9 @@
 //!   it; a start after it, or without the item, writes it at once). So one hour may have
 //!   several rows for an item: after 65,535 values in one hour (a 55 ms interval), for a
 //!   value that comes later than the sweep, or after a stop whose open hours were not
-//!   kept (and a crash loses the open hours). Readers therefore aggregate per hour:
+//!   kept. A crash loses the values after the last checkpoint of the open hours
+//!   ([`SavedBy::Checkpoint`]: a start continues only hours it knows were not written).
+//!   Readers therefore aggregate per hour:
 //!   `min(value_min)`, `max(value_max)`, `sum(value_avg * count) / sum(count)`,
 //!   `sum(count)`.
 
@@ -376,6 +378,32 @@ impl<W: std::io::Write> std::io::Write for Hashing<W> {
     }
 }
 
+/// Who saved the open hours [`Trends::restore_open`] takes back, which decides what
+/// becomes of those that cannot continue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavedBy {
+    /// A stop, which wrote none of them: each is written at the start if it does not
+    /// continue.
+    Stop,
+    /// A checkpoint of a process that then went on (and died without its stop): after
+    /// it, that process may have written any of them (the hour ended, a reload removed
+    /// the item), so only hours that provably were not written continue (the current
+    /// hour of an item of the plan then) and the rest is dropped: a lost row rather
+    /// than a second one of the same values.
+    Checkpoint,
+}
+
+/// What [`Trends::restore_open`] did with each saved hour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Continued: the next values of the hour go on in the same row.
+    pub continued: u64,
+    /// Written to the caller's rows now ([`SavedBy::Stop`]).
+    pub written: u64,
+    /// Left out ([`SavedBy::Checkpoint`]).
+    pub dropped: u64,
+}
+
 /// Why saved open hours were not taken back.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum RestoreError {
@@ -464,17 +492,19 @@ impl Trends {
     /// Takes back the open hours [`Trends::save_open`] wrote, `hour` being the current
     /// one (Unix seconds / 3600). An item of this plan with the same value type whose
     /// saved hour is the current one continues it; every other saved hour (an hour that
-    /// has ended meanwhile, an item removed or retyped) is written to `out` now. Call it
-    /// before the first value; an item saved twice (a reload removed it and the next
-    /// brought it back) is one hour again, or two rows if together they pass a row's
-    /// count. Nothing is taken from bytes that are not a whole save. Returns (hours
-    /// continued, hours written).
+    /// has ended meanwhile, an item removed or retyped) is written to `out` now, or,
+    /// saved by a checkpoint, dropped ([`SavedBy`]; so is an hour a reload had removed
+    /// the item of). Call it before the first value; an item saved twice by a stop (a
+    /// reload removed it and the next brought it back) is one hour again, or two rows
+    /// if together they pass a row's count. Nothing is taken from bytes that are not a
+    /// whole save.
     pub fn restore_open(
         &mut self,
         bytes: &[u8],
         hour: u32,
+        by: SavedBy,
         out: &mut Vec<TrendRow>,
-    ) -> Result<(u64, u64), RestoreError> {
+    ) -> Result<Restored, RestoreError> {
         if !bytes.starts_with(OPEN_MAGIC) {
             return Err(RestoreError::NotOurs);
         }
@@ -499,8 +529,14 @@ impl Trends {
             return Err(RestoreError::Damaged);
         }
         let mut by_id: Option<HashMap<u64, u32>> = None;
-        let (mut continued, mut written) = (0, 0);
+        let mut done = Restored::default();
         for (id, vt, index, acc, host, key) in saved {
+            // A removed item's hour (kept for late samples) is written a minute after
+            // the reload: a checkpoint cannot tell whether that happened.
+            if by == SavedBy::Checkpoint && index == u32::MAX {
+                done.dropped += 1;
+                continue;
+            }
             let plan = &self.plan;
             let at = match plan.items.get(index as usize) {
                 Some(it) if it.itemid == id => Some(index),
@@ -529,15 +565,16 @@ impl Trends {
                 Some(slot) => slot.hour == hour && slot.merge(&acc, vt),
                 None => false,
             };
-            match taken {
-                true => continued += 1,
-                false => {
+            match (taken, by) {
+                (true, _) => done.continued += 1,
+                (false, SavedBy::Checkpoint) => done.dropped += 1,
+                (false, SavedBy::Stop) => {
                     out.extend(row(&acc, id, vt, &host.into(), &key.into()));
-                    written += 1;
+                    done.written += 1;
                 }
             }
         }
-        Ok((continued, written))
+        Ok(done)
     }
 }
 
@@ -948,7 +985,10 @@ mod tests {
             ("b", &[("retyped", ValueType::Uint)]),
         ]);
         let mut t = Trends::new(new.clone());
-        assert_eq!(t.restore_open(&saved, H, &mut out), Ok((2, 2)));
+        assert_eq!(
+            t.restore_open(&saved, H, SavedBy::Stop, &mut out),
+            Ok(stopped(2, 2))
+        );
         // What cannot continue is written at once, as it was.
         let mut written: Vec<(&str, &str, TrendStats)> =
             out.iter().map(|r| (&*r.key, &*r.host, r.stats)).collect();
@@ -982,7 +1022,10 @@ mod tests {
         // A start in a later hour writes every saved hour, none continues.
         let mut t = Trends::new(new.clone());
         out.clear();
-        assert_eq!(t.restore_open(&saved, H + 1, &mut out), Ok((0, 4)));
+        assert_eq!(
+            t.restore_open(&saved, H + 1, SavedBy::Stop, &mut out),
+            Ok(stopped(0, 4))
+        );
         assert_eq!(stats(&out, "f"), [(t0, float(1.0, 3.0, 2.0, 2))]);
         out.clear();
         t.drain(&mut out);
@@ -996,24 +1039,105 @@ mod tests {
             &b"NPTREND9 and more than sixteen bytes"[..],
         ] {
             let mut t = Trends::new(new.clone());
-            assert!(t.restore_open(bad, H, &mut out).is_err());
+            assert!(t.restore_open(bad, H, SavedBy::Stop, &mut out).is_err());
             t.drain(&mut out);
             assert!(out.is_empty());
         }
         let mut flipped = saved.clone();
         flipped[20] ^= 1;
         assert_eq!(
-            Trends::new(new.clone()).restore_open(&flipped, H, &mut out),
+            Trends::new(new.clone()).restore_open(&flipped, H, SavedBy::Stop, &mut out),
             Err(RestoreError::Damaged)
         );
         // Nothing open saves as nothing.
         let mut empty = Vec::new();
         assert_eq!(Trends::new(new.clone()).save_open(&mut empty).unwrap(), 0);
         assert_eq!(
-            Trends::new(new).restore_open(&empty, H, &mut out),
-            Ok((0, 0))
+            Trends::new(new).restore_open(&empty, H, SavedBy::Stop, &mut out),
+            Ok(stopped(0, 0))
         );
         assert!(out.is_empty());
+    }
+
+    /// What a stop's save that is taken back did.
+    fn stopped(continued: u64, written: u64) -> Restored {
+        Restored {
+            continued,
+            written,
+            dropped: 0,
+        }
+    }
+
+    #[test]
+    fn a_checkpoint_continues_only_what_was_not_written_and_writes_nothing() {
+        // Taken while a reload's removed item was still kept, with an item whose hour
+        // ended (y: no value of the new hour yet), then the process died.
+        let p = plan(&[(
+            "h",
+            &[
+                ("x", ValueType::Uint),
+                ("y", ValueType::Float),
+                ("gone", ValueType::Float),
+            ],
+        )]);
+        let without = plan(&[("h", &[("x", ValueType::Uint), ("y", ValueType::Float)])]);
+        let mut t = Trends::new(p.clone());
+        let mut out = Vec::new();
+        let t0 = H * 3600;
+        t.record(&sample(&p, "h", "y", t0 - 10, Value::Float(1.0)), &mut out);
+        for v in [1, 2] {
+            t.record(&sample(&p, "h", "x", t0 + 5, Value::Uint(v)), &mut out);
+        }
+        t.record(
+            &sample(&p, "h", "gone", t0 + 5, Value::Float(9.0)),
+            &mut out,
+        );
+        t.rebase(without.clone(), &mut out);
+        assert!(out.is_empty());
+        let mut saved = Vec::new();
+        assert_eq!(t.save_open(&mut saved).unwrap(), 3);
+
+        // A start within the hour: x goes on; y's ended hour and gone's hour may have
+        // been written after the checkpoint (the sweep, the reload's minute), so they
+        // are dropped, never written a second time.
+        let mut t = Trends::new(p.clone());
+        let done = t.restore_open(&saved, H, SavedBy::Checkpoint, &mut out);
+        assert_eq!(
+            done,
+            Ok(Restored {
+                continued: 1,
+                written: 0,
+                dropped: 2
+            })
+        );
+        assert!(out.is_empty());
+        t.record(&sample(&p, "h", "x", t0 + 60, Value::Uint(6)), &mut out);
+        t.drain(&mut out);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(stats(&out, "x"), [(t0, uint(1, 6, 3, 3))]);
+
+        // A start in a later hour: the checkpoint's hours have all ended, none is
+        // written.
+        out.clear();
+        let mut t = Trends::new(p);
+        let done = t.restore_open(&saved, H + 1, SavedBy::Checkpoint, &mut out);
+        assert_eq!(
+            done,
+            Ok(Restored {
+                continued: 0,
+                written: 0,
+                dropped: 3
+            })
+        );
+        t.drain(&mut out);
+        assert!(out.is_empty(), "{out:?}");
+        // The same bytes saved by a stop: every hour that does not continue is written.
+        let mut t = Trends::new(without);
+        assert_eq!(
+            t.restore_open(&saved, H, SavedBy::Stop, &mut out),
+            Ok(stopped(1, 2))
+        );
+        assert_eq!(out.len(), 2);
     }
 
     #[test]
@@ -1034,7 +1158,10 @@ mod tests {
         let mut saved = Vec::new();
         assert_eq!(t.save_open(&mut saved).unwrap(), 2);
         let mut t = Trends::new(both.clone());
-        assert_eq!(t.restore_open(&saved, H, &mut out), Ok((2, 0)));
+        assert_eq!(
+            t.restore_open(&saved, H, SavedBy::Stop, &mut out),
+            Ok(stopped(2, 0))
+        );
         t.drain(&mut out);
         // (1 + 2 + 2^64 - 1) / 3, exact past 64 bits.
         let avg = ((1u128 + 2 + u128::from(u64::MAX)) / 3) as u64;
@@ -1045,7 +1172,10 @@ mod tests {
             full.record(&sample(&both, "h", "x", t0, Value::Uint(4)), &mut out);
         }
         out.clear();
-        assert_eq!(full.restore_open(&saved, H, &mut out), Ok((0, 2)));
+        assert_eq!(
+            full.restore_open(&saved, H, SavedBy::Stop, &mut out),
+            Ok(stopped(0, 2))
+        );
         let mut rows = stats(&out, "x");
         rows.sort_by_key(|(_, s)| match s {
             TrendStats::Uint(u) => u.count,
@@ -1071,8 +1201,8 @@ mod tests {
         // Taken back (and, the item gone, written with the name cut).
         let other = plan(&[("h", &[("y", ValueType::Uint)])]);
         assert_eq!(
-            Trends::new(other).restore_open(&saved, H, &mut out),
-            Ok((0, 1))
+            Trends::new(other).restore_open(&saved, H, SavedBy::Stop, &mut out),
+            Ok(stopped(0, 1))
         );
         assert_eq!(out[0].key.len(), 65_534);
         assert!(key.starts_with(&*out[0].key));
@@ -1104,7 +1234,7 @@ mod tests {
                 let h = fnv1a(FNV_OFFSET, &b[..n]);
                 b[n..].copy_from_slice(&h.to_le_bytes());
             }
-            let _ = Trends::new(p).restore_open(&b, H, &mut out);
+            let _ = Trends::new(p).restore_open(&b, H, SavedBy::Stop, &mut out);
         }
     }
 

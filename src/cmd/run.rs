@@ -22,7 +22,7 @@ use poller::engine::{Sample, Samples};
 use poller::plan::{Engine, Plan};
 use poller::preprocess::{Outcome, Preprocessor};
 use poller::states::{Changes, ItemStates};
-use poller::trends::{TrendRow, TrendStats, Trends};
+use poller::trends::{SavedBy, TrendRow, TrendStats, Trends};
 use tokio::sync::{mpsc, watch};
 
 use crate::config::{Config, Found};
@@ -225,11 +225,13 @@ async fn daemon(
     // Sink consumer: runs the items' preprocessing (counting what it keeps back or
     // fails), follows the items' states (logged, and a gauge), and hands values as rows
     // to the sink. Started last, once nothing else can fail the start: it takes back
-    // the trends hours the last stop saved (removing their file), which only its own
-    // stop saves again. (The engines' first values wait in the channel meanwhile.)
+    // the trends hours the last stop (or checkpoint) saved, removing the stop's file,
+    // which only its own stop saves again. (The engines' first values wait in the
+    // channel meanwhile.)
     let trends = clickhouse.as_ref().is_none_or(|c| c.trends);
-    let open_hours = trends.then(|| cfg.daemon.spool_dir.join(OPEN_HOURS_FILE));
-    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends, open_hours));
+    let files =
+        trends.then(|| OpenHoursFiles::new(&cfg.daemon.spool_dir, cfg.daemon.trends_checkpoint));
+    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends, files));
     loop {
         tokio::select! {
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
@@ -472,6 +474,7 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
         snmp_concurrent_iterations,
         user,
         discovery_file,
+        trends_checkpoint,
         source_ip: _,
     } = &running.daemon;
     let n = &new.daemon;
@@ -510,6 +513,10 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
         ),
         ("daemon.user", *user != n.user),
         ("daemon.discovery_file", *discovery_file != n.discovery_file),
+        (
+            "daemon.trends_checkpoint",
+            *trends_checkpoint != n.trends_checkpoint,
+        ),
         // The addresses, not how they were written.
         (
             "daemon.source_ip",
@@ -597,6 +604,16 @@ enum Wake {
     Batches(usize),
     /// Time for the hourly trends sweep.
     Sweep,
+    /// Time to save the open trends hours (`daemon.trends_checkpoint`).
+    Checkpoint,
+}
+
+/// Sleeps until `at`; without one, forever.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Unix seconds now.
@@ -608,17 +625,150 @@ fn unix_now() -> u32 {
 /// start ([`poller::trends::Trends::save_open`]).
 pub const OPEN_HOURS_FILE: &str = "trends-open-hours";
 
+/// Where, in the spool folder, the checkpoints of the open trends hours are
+/// (`daemon.trends_checkpoint`): what a start after a crash takes back.
+pub const CHECKPOINT_FILE: &str = "trends-checkpoint";
+
+/// The files that carry the open trends hours from one process to the next.
+///
+/// Invariants: a stop's save is read once (removed as it is read: a crash later must not
+/// count it twice); a checkpoint is taken back only when there is no stop's save (the
+/// stop removes it before it saves or writes its hours), and only in part
+/// ([`SavedBy::Checkpoint`]): the process that took it may have written any of its
+/// hours afterwards. Only one checkpoint is written at a time.
+struct OpenHoursFiles {
+    at_stop: PathBuf,
+    checkpoint: PathBuf,
+    /// How often a checkpoint is taken (none: never).
+    every: Option<Duration>,
+    /// When the next is due.
+    next: tokio::time::Instant,
+    /// The last one's commit (sync and rename), on a blocking thread.
+    writing: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl OpenHoursFiles {
+    /// In folder `dir` (the spool's), a checkpoint `every` so often (zero: never).
+    fn new(dir: &Path, every: Duration) -> OpenHoursFiles {
+        OpenHoursFiles {
+            at_stop: dir.join(OPEN_HOURS_FILE),
+            checkpoint: dir.join(CHECKPOINT_FILE),
+            every: Some(every).filter(|e| !e.is_zero()),
+            // The first at once: it replaces what the start took back.
+            next: tokio::time::Instant::now(),
+            writing: None,
+        }
+    }
+
+    /// When the next checkpoint is due, if checkpoints are taken.
+    fn due(&self) -> Option<tokio::time::Instant> {
+        self.every.map(|_| self.next)
+    }
+
+    /// At start: takes back into `t` the hours the last stop saved (removing its file),
+    /// or, without those, what the last checkpoint saved; the hours a stop saved that
+    /// cannot continue go to `out`.
+    fn take_back(&self, t: &mut Trends, out: &mut Vec<TrendRow>) {
+        let hour = unix_now() / 3600;
+        if let Some(bytes) = read_saved(&self.at_stop, "the last stop saved") {
+            if let Err(e) = crate::fsutil::remove(&self.at_stop) {
+                tracing::warn!(path = %self.at_stop.display(), error = %e, "trends: the hours the last stop saved are not used: the file cannot be removed (and would be used again)");
+                return;
+            }
+            match t.restore_open(&bytes, hour, SavedBy::Stop, out) {
+                Ok(r) => tracing::info!(
+                    continued = r.continued,
+                    written = r.written,
+                    "trends: the hours the last stop saved are taken back (continued: this hour's; written: ended ones, items gone)"
+                ),
+                Err(e) => tracing::warn!(path = %self.at_stop.display(), error = %e, "trends: the hours the last stop saved are lost"),
+            }
+        } else if let Some(bytes) = read_saved(&self.checkpoint, "the last checkpoint saved") {
+            match t.restore_open(&bytes, hour, SavedBy::Checkpoint, out) {
+                Ok(r) => tracing::warn!(
+                    continued = r.continued,
+                    dropped = r.dropped,
+                    "trends: the last run did not stop (a crash?): the hours of its last checkpoint are taken back (continued: this hour's, without the values after the checkpoint; dropped: ended ones, items gone, which it may have written)"
+                ),
+                Err(e) => tracing::warn!(path = %self.checkpoint.display(), error = %e, "trends: the hours the last checkpoint saved are lost"),
+            }
+        }
+        if self.every.is_none() {
+            // Not replaced by checkpoints of this run: must not be taken back again.
+            self.remove_checkpoint();
+        }
+    }
+
+    /// Saves `t`'s open hours to the checkpoint file (written here, synced and renamed
+    /// on a blocking thread), unless the last one is still being synced.
+    fn take(&mut self, t: &Trends) {
+        let Some(every) = self.every else { return };
+        self.next = tokio::time::Instant::now() + every;
+        if self.writing.as_ref().is_some_and(|w| !w.is_finished()) {
+            tracing::debug!(
+                "trends: the last checkpoint is still being written; this one is skipped"
+            );
+            return;
+        }
+        match crate::fsutil::stage(&self.checkpoint, |w| t.save_open(w)) {
+            Ok((staged, hours)) => {
+                self.writing = Some(tokio::task::spawn_blocking(move || match staged.commit() {
+                    Ok(()) => tracing::debug!(hours, "trends: checkpoint saved"),
+                    Err(e) => {
+                        tracing::warn!(error = %format!("{e:#}"), "trends: the checkpoint could not be saved (a crash would lose more of the open hours)")
+                    }
+                }));
+            }
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "trends: the checkpoint could not be saved (a crash would lose more of the open hours)")
+            }
+        }
+    }
+
+    /// At stop, before the open hours are saved or written: no checkpoint may outlive
+    /// the stop (the next start would take back hours the stop wrote).
+    async fn finish(&mut self) {
+        if let Some(w) = self.writing.take() {
+            let _ = w.await;
+        }
+        self.remove_checkpoint();
+    }
+
+    fn remove_checkpoint(&self) {
+        match crate::fsutil::remove(&self.checkpoint) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                tracing::error!(path = %self.checkpoint.display(), error = %e, "trends: the checkpoint cannot be removed; remove it by hand before the next start, which would take back hours already written")
+            }
+        }
+    }
+}
+
+/// The bytes of the saved open hours at `path`, if there are any.
+fn read_saved(path: &Path, what: &str) -> Option<Vec<u8>> {
+    match std::fs::read(path) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "trends: the hours {what} cannot be read; they are lost");
+            None
+        }
+    }
+}
+
 /// Move values from the engines' channel into the sink, up to 4,096 values (whole
 /// batches of the engines) per message, with the trends rows they close (`trends`).
-/// With `open_hours`, the hours still open at stop are saved there rather than written,
+/// With `files`, the hours still open at stop are saved there rather than written,
 /// and those saved by the process before are taken back at start: a restart within an
-/// hour makes one trends row of it, not two. Returns the values delivered.
+/// hour makes one trends row of it, not two; checkpoints keep most of them over a
+/// crash. Returns the values delivered.
 async fn consume(
     mut rx: mpsc::Receiver<Samples>,
     sink: sink::SinkHandle,
     shared: Arc<Shared>,
     trends: bool,
-    open_hours: Option<PathBuf>,
+    mut files: Option<OpenHoursFiles>,
 ) -> u64 {
     const BATCHES: usize = 4096 / poller::engine::EMIT_BATCH;
     // `recv_many` with a limit of 0 returns 0, which means "every engine stopped".
@@ -631,9 +781,10 @@ async fn consume(
     let mut generation = shared.generation();
     let mut trends = trends.then(|| Trends::new(shared.plan()));
     let mut closed = Vec::new();
-    if let (Some(t), Some(path)) = (&mut trends, &open_hours) {
-        take_back_open_hours(t, path, &mut closed);
+    if let (Some(t), Some(f)) = (&mut trends, &files) {
+        f.take_back(t, &mut closed);
     }
+    let checkpoint_at = |files: &Option<OpenHoursFiles>| files.as_ref().and_then(|f| f.due());
     let sweep_in = || Duration::from_secs(poller::trends::secs_to_sweep(unix_now()).into());
     let mut sweep_at = tokio::time::Instant::now() + sweep_in();
     // Iterations that started on the old plan still deliver after a reload, and may
@@ -643,11 +794,17 @@ async fn consume(
         let wake = tokio::select! {
             got = rx.recv_many(&mut batches, BATCHES) => Wake::Batches(got),
             _ = tokio::time::sleep_until(sweep_at), if trends.is_some() => Wake::Sweep,
+            _ = sleep_until_some(checkpoint_at(&files)), if trends.is_some() => Wake::Checkpoint,
         };
         let now = tokio::time::Instant::now();
         let mut rows = Vec::new();
         match wake {
             Wake::Batches(0) => break,
+            Wake::Checkpoint => {
+                if let (Some(t), Some(f)) = (&trends, &mut files) {
+                    f.take(t);
+                }
+            }
             Wake::Sweep => {
                 sweep_at = now + sweep_in();
                 if let Some(t) = &mut trends {
@@ -661,6 +818,12 @@ async fn consume(
                     forget_removed(&shared, &mut states, &mut pre);
                     if let Some(t) = &mut trends {
                         t.rebase(shared.plan(), &mut closed);
+                    }
+                    // The checkpoint before the reload holds the items it removed as
+                    // the plan's (a start with that plan would continue their hours,
+                    // which the reload's minute writes): the next one, as removed.
+                    if let Some(f) = &mut files {
+                        f.next = f.next.min(now);
                     }
                 } else if prune_again.is_some_and(|t| now >= t) {
                     prune_again = None;
@@ -687,9 +850,12 @@ async fn consume(
     if let Some(t) = &mut trends {
         // At stop, the open hours: saved for the next start if they can be, else written
         // (a start within the same hour then adds a second row).
-        let saved = open_hours
-            .as_deref()
-            .map(|p| crate::fsutil::replace(p, |w| t.save_open(w)).map(|hours| (p, hours)));
+        if let Some(f) = &mut files {
+            f.finish().await;
+        }
+        let saved = files.as_ref().map(|f| {
+            crate::fsutil::replace(&f.at_stop, |w| t.save_open(w)).map(|hours| (&f.at_stop, hours))
+        });
         match saved {
             Some(Ok((path, hours))) => tracing::info!(
                 hours,
@@ -708,32 +874,6 @@ async fn consume(
         }
     }
     n
-}
-
-/// Takes back the hours the last stop saved in `path` (if any) into `t`; those that
-/// cannot continue (their hour ended, their item is gone) go to `out`. The file is
-/// removed before they are used: a crash later must not count them twice.
-fn take_back_open_hours(t: &mut Trends, path: &Path, out: &mut Vec<TrendRow>) {
-    let bytes = match std::fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "trends: the hours the last stop saved cannot be read; they are lost");
-            return;
-        }
-    };
-    if let Err(e) = crate::fsutil::remove(path) {
-        tracing::warn!(path = %path.display(), error = %e, "trends: the hours the last stop saved are not used: the file cannot be removed (and would be used again)");
-        return;
-    }
-    match t.restore_open(&bytes, unix_now() / 3600, out) {
-        Ok((continued, written)) => tracing::info!(
-            continued,
-            written,
-            "trends: the hours the last stop saved are taken back (continued: this hour's; written: ended ones, items gone)"
-        ),
-        Err(e) => tracing::warn!(path = %path.display(), error = %e, "trends: the hours the last stop saved are lost"),
-    }
 }
 
 /// Most trends rows per message to the sink: the hourly sweep (or a stop) closes every
@@ -970,6 +1110,7 @@ mod tests {
     async fn a_stop_saves_the_open_hours_and_the_next_start_continues_them() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join(OPEN_HOURS_FILE);
+        let checkpoint = dir.path().join(CHECKPOINT_FILE);
         let metrics = Arc::new(sink::SinkMetrics::default());
         let (sink, handle) = sink::Sink::start(
             None,
@@ -978,8 +1119,9 @@ mod tests {
         )
         .await
         .unwrap();
-        // One run of the consumer: a value of host `name`'s item now, then a stop.
-        let run = |name: &'static str, file: PathBuf| {
+        // One run of the consumer (open hours in `dir`, a checkpoint at its start): a
+        // value of host `name`'s item now, then a stop.
+        let run = |name: &'static str, dir: PathBuf| {
             let handle = handle.clone();
             async move {
                 let shared = Shared::new(plan_of(&[name]), 1, Clock::new(), Limits::default());
@@ -993,7 +1135,8 @@ mod tests {
                     Ok(poller::value::Value::Uint(5)),
                 );
                 let (tx, rx) = mpsc::channel(4);
-                let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, Some(file)));
+                let files = OpenHoursFiles::new(&dir, Duration::from_secs(60));
+                let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, Some(files)));
                 tx.send(vec![v]).await.unwrap();
                 drop(tx);
                 consumer.await.unwrap();
@@ -1003,24 +1146,33 @@ mod tests {
         // written that this test does not expect, and it judges no further.
         let hour = unix_now() / 3600;
         let hour_ended = || unix_now() / 3600 != hour;
-        run("a", file.clone()).await;
+        let here = || dir.path().to_owned();
+        run("a", here()).await;
         assert!(file.exists(), "saved at the stop");
+        assert!(!checkpoint.exists(), "a stop leaves no checkpoint");
         let saved = std::fs::read(&file).unwrap();
-        run("a", file.clone()).await;
+        // A checkpoint the stop could not remove (it would hold this very hour) is not
+        // taken back beside the stop's save.
+        std::fs::write(&checkpoint, &saved).unwrap();
+        run("a", here()).await;
         if hour_ended() {
             return;
         }
         assert_eq!(trends_rows(&metrics).await, 0, "still open: not written");
-        assert_ne!(std::fs::read(&file).unwrap(), saved, "the hour went on");
+        // The count of the one saved hour (after the magic, itemid, type, index, hour):
+        // the two runs' values, not the checkpoint's once more.
+        let count = |b: &[u8]| u16::from_le_bytes([b[25], b[26]]);
+        assert_eq!(count(&saved), 1);
+        assert_eq!(count(&std::fs::read(&file).unwrap()), 2, "the hour went on");
         // A start whose plan has not the item writes its hour, once: the two runs' values.
-        run("b", file.clone()).await;
+        run("b", here()).await;
         if hour_ended() {
             return;
         }
         assert_eq!(trends_rows(&metrics).await, 1);
         // Where the hours cannot be saved they are written at stop (nothing to take
         // back there: no file).
-        run("b", dir.path().join("no-such-folder").join(OPEN_HOURS_FILE)).await;
+        run("b", dir.path().join("no-such-folder")).await;
         if hour_ended() {
             return;
         }

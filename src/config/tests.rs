@@ -112,6 +112,7 @@ fn defaults_apply_without_sections() {
     .unwrap();
     assert_eq!(cfg.daemon.shards, 4);
     assert_eq!(cfg.daemon.metrics_listen, "127.0.0.1:9464");
+    assert_eq!(cfg.daemon.trends_checkpoint, Duration::from_secs(300));
     assert_eq!(cfg.icmp.packets, 3);
     assert_eq!(cfg.snmp.port, 161);
     assert!(
@@ -396,6 +397,9 @@ fn unknown_sections_and_syntax_errors() {
     assert!(e.message.contains("0 <= i < N"), "{e}");
     let e = one_err("[daemon]\nmetrics_listen = \"localhost:9464\"\n");
     assert!(e.message.contains("not an IP:port"), "{e}");
+    let e = one_err("[daemon]\ntrends_checkpoint = \"500ms\"\n");
+    assert_eq!(e.path, "daemon.trends_checkpoint");
+    assert!(e.message.contains("0s (never) or at least 1s"), "{e}");
 }
 
 #[test]
