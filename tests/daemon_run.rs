@@ -346,6 +346,29 @@ fn preprocessing_turns_a_counter_into_a_rate_in_clickhouse() {
         );
         assert!(v["value"].as_f64().unwrap() >= ticks, "as polled: {v}");
     }
+    // Out of its range, discarded by the step's error handler: said so, not blamed on a
+    // change step.
+    let discarding = one_agent(
+        &scratch("daemon-preprocessing-discard"),
+        &db,
+        "",
+        r#"
+  { key = "uptime.small", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1s",
+     preprocessing = [{ type = "IN_RANGE", parameters = ["0", "1"], error_handler = "DISCARD_VALUE" }] },
+"#,
+    );
+    let small = line_of(&poll_once_json(&discarding, &[]), "uptime.small");
+    assert!(
+        small["preprocessing"]
+            .as_str()
+            .unwrap()
+            .contains("its error handler discards"),
+        "{small}"
+    );
+    assert!(
+        small["value"].as_f64().unwrap() >= ticks,
+        "as polled: {small}"
+    );
 
     let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
     std::thread::sleep(Duration::from_secs(7));

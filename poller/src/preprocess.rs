@@ -772,10 +772,21 @@ struct Stored {
 pub enum Outcome {
     /// The sample as it is to be stored (a value, or the error that replaced it).
     Keep(Sample),
-    /// No value this time (an item's first, after a counter reset, unchanged, or a
-    /// failure its handler discards); the sample as it was, for the item's state: the
+    /// No value this time, and why; the sample as it was, for the item's state: the
     /// item answered, or its failure is handled.
-    Discarded(Sample),
+    Discarded(Sample, Why),
+}
+
+/// Why a value was not stored ([`Outcome::Discarded`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Why {
+    /// A change step had nothing to compare with: the item's first value, or the first
+    /// after a counter went back or a gap.
+    NoPrevious,
+    /// A step's error handler discards its failures (`DISCARD_VALUE`).
+    HandlerDiscards,
+    /// "Discard unchanged": the same value as the one stored last.
+    Unchanged,
 }
 
 /// The previous values of the change steps and the stored values of the throttling
@@ -791,7 +802,7 @@ enum Flow {
     /// A value (in whatever type the last step left it).
     Go,
     /// No value this time.
-    Discard,
+    Discard(Why),
     /// The item's error this time.
     Fail(ItemError),
 }
@@ -909,7 +920,7 @@ impl Preprocessor {
                         // As Zabbix: the steps' memory starts over after the gap.
                         self.previous.remove(&sample.itemid);
                         self.stored.remove(&sample.itemid);
-                        return Outcome::Discarded(sample);
+                        return Outcome::Discarded(sample, Why::HandlerDiscards);
                     }
                     Handled::Error(e) => sample.result = Err(e),
                     Handled::Value(v) => sample.result = Ok(custom(v)),
@@ -920,7 +931,7 @@ impl Preprocessor {
             let at = u128::from(sample.clock) * 1_000_000_000 + u128::from(sample.ns);
             match self.run(v, sample.value_type, sample.itemid, at, &steps) {
                 Flow::Go => {}
-                Flow::Discard => return Outcome::Discarded(sample),
+                Flow::Discard(why) => return Outcome::Discarded(sample, why),
                 Flow::Fail(e) => sample.result = Err(e),
             }
         }
@@ -1053,7 +1064,7 @@ impl Preprocessor {
                                 *v = d.value();
                                 continue;
                             }
-                            None => return Flow::Discard,
+                            None => return Flow::Discard(Why::NoPrevious),
                         }
                     }
                     Err(why) => why,
@@ -1065,7 +1076,7 @@ impl Preprocessor {
             };
             match on_fail.handle(|| failed) {
                 Handled::Value(c) => *v = custom(c),
-                Handled::Discard => return Flow::Discard,
+                Handled::Discard => return Flow::Discard(Why::HandlerDiscards),
                 Handled::Error(e) => return Flow::Fail(e),
             }
         }
@@ -1129,7 +1140,7 @@ impl Preprocessor {
             Some(last)
                 if same(&last.steps, &steps) && unchanged(&last.value, value) && !fresh(last) =>
             {
-                return Outcome::Discarded(sample);
+                return Outcome::Discarded(sample, Why::Unchanged);
             }
             Some(last) if same(&last.steps, &steps) => {
                 last.value = value.clone();
@@ -1195,7 +1206,7 @@ mod tests {
     fn value(o: Outcome) -> Option<Result<Value, ItemError>> {
         match o {
             Outcome::Keep(s) => Some(s.result),
-            Outcome::Discarded(_) => None,
+            Outcome::Discarded(..) => None,
         }
     }
 
@@ -1779,14 +1790,17 @@ mod tests {
         let mut p = Preprocessor::default();
         let ok = |clock, v| sample(5, ValueType::Uint, clock, Value::Uint(v), &steps);
         assert!(
-            matches!(p.apply(ok(0, 10)), Outcome::Discarded(_)),
+            matches!(p.apply(ok(0, 10)), Outcome::Discarded(_, Why::NoPrevious)),
             "first value"
         );
         assert_eq!(value(p.apply(ok(60, 15))), Some(Ok(Value::Uint(5))));
         let mut gap = ok(120, 0);
         gap.result = Err(ItemError::new(nso, "noSuchInstance"));
         match p.apply(gap) {
-            Outcome::Discarded(s) => assert!(s.result.is_err(), "handed back as it was"),
+            Outcome::Discarded(s, why) => {
+                assert!(s.result.is_err(), "handed back as it was");
+                assert_eq!(why, Why::HandlerDiscards);
+            }
             Outcome::Keep(s) => panic!("{s:?}"),
         }
         assert_eq!(value(p.apply(ok(180, 40))), None, "no delta over the gap");

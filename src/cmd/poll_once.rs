@@ -1,10 +1,11 @@
 //! `netpoller poll-once`: poll every item of a config exactly once and print the results.
 //!
 //! This is how an engineer tests a config before deploying it: no ClickHouse, no
-//! schedule, the same engines, value conversion and preprocessing as the daemon (an
-//! item with a change step shows its value as polled, marked: one poll gives a change
-//! step nothing to compare with). Discovery rules are walked first, so their items
-//! stand for the rows each host has now.
+//! schedule, the same engines, value conversion and preprocessing as the daemon (a
+//! value the daemon would not store shows as polled, marked with the reason: one poll
+//! gives a change step nothing to compare with; a step's error handler may discard
+//! it). Discovery rules are walked first, so their items stand for the rows each host
+//! has now.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -14,7 +15,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use poller::engine::{PipelineCounters, Sample};
 use poller::plan::Engine;
-use poller::preprocess::{Outcome, Preprocessor};
+use poller::preprocess::{Outcome, Preprocessor, Why};
 use poller::value::Value;
 
 /// Arguments of `netpoller poll-once`.
@@ -30,12 +31,22 @@ pub struct Args {
     pub quiet: bool,
 }
 
-/// What a change step makes of an item's first value: nothing to store yet.
-const FIRST_OF_CHANGE: &str = "not stored: a change step needs two polls (the value as polled)";
+/// Why a value polled once would not be stored by the daemon (shown with the value as
+/// polled).
+fn not_stored(why: Why) -> &'static str {
+    match why {
+        Why::NoPrevious => "not stored: a change step needs two polls (the value as polled)",
+        Why::HandlerDiscards => {
+            "not stored: a step failed and its error handler discards the value (the value as polled)"
+        }
+        // A first poll has nothing stored to compare with: never here.
+        Why::Unchanged => "not stored: unchanged (the value as polled)",
+    }
+}
 
 /// One result as a JSON object (printed one per line):
 /// `{"host","ip","itemid","key","clock","ns","type","value"}` or with `"error"` instead of
-/// `"value"`; the caller adds `"preprocessing"` to a value a change step would not store.
+/// `"value"`; the caller adds `"preprocessing"` to a value the daemon would not store.
 pub fn json_value(s: &Sample) -> serde_json::Value {
     let mut o = serde_json::json!({
         "host": &*s.host,
@@ -55,13 +66,17 @@ pub fn json_value(s: &Sample) -> serde_json::Value {
     o
 }
 
-/// The sample after its item's preprocessing, and whether a change step kept it back
+/// The sample after its item's preprocessing, and why the daemon would not store it
 /// (then the sample is the value as polled).
-fn preprocessed(pre: &mut Preprocessor, s: Sample) -> (Sample, bool) {
+fn preprocessed(pre: &mut Preprocessor, s: Sample) -> (Sample, Option<Why>) {
+    // The steps before the one that discarded may have changed the value in place.
     let raw = s.pre.is_some().then(|| s.clone());
     match pre.apply(s) {
-        Outcome::Keep(s) => (s, false),
-        Outcome::Discarded(_) => (raw.expect("only samples with steps are discarded"), true),
+        Outcome::Keep(s) => (s, None),
+        Outcome::Discarded(_, why) => (
+            raw.expect("only samples with steps are discarded"),
+            Some(why),
+        ),
     }
 }
 
@@ -169,26 +184,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             counters,
         ));
         let mut progress = crate::progress::Progress::new(total as u64, "polling", args.quiet);
-        let (mut values, mut errors) = (0usize, 0usize);
+        let (mut values, mut errors, mut kept_back) = (0usize, 0usize, 0usize);
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
         let mut pre = Preprocessor::default();
         while let Some(batch) = rx.recv().await {
             for s in batch {
-                let (s, first_of_change) = preprocessed(&mut pre, s);
-                match s.result {
-                    Ok(_) => values += 1,
-                    Err(_) => errors += 1,
+                let (s, why) = preprocessed(&mut pre, s);
+                match (&s.result, why) {
+                    (_, Some(_)) => kept_back += 1,
+                    (Ok(_), None) => values += 1,
+                    (Err(_), None) => errors += 1,
                 }
-                let line = match (args.json, first_of_change) {
-                    (true, false) => json_value(&s).to_string(),
-                    (true, true) => {
+                let line = match (args.json, why.map(not_stored)) {
+                    (true, None) => json_value(&s).to_string(),
+                    (true, Some(why)) => {
                         let mut o = json_value(&s);
-                        o["preprocessing"] = serde_json::json!(FIRST_OF_CHANGE);
+                        o["preprocessing"] = serde_json::json!(why);
                         o.to_string()
                     }
-                    (false, false) => text_line(&s),
-                    (false, true) => format!("{}  ({FIRST_OF_CHANGE})", text_line(&s)),
+                    (false, None) => text_line(&s),
+                    (false, Some(why)) => format!("{}  ({why})", text_line(&s)),
                 };
                 writeln!(out, "{line}")?;
                 progress.inc(1);
@@ -200,8 +216,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .context("poll task")?
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!(
-            "{} items, {values} values, {errors} errors in {:.3} s",
-            values + errors,
+            "{} items, {values} values, {errors} errors, {kept_back} not stored in {:.3} s",
+            values + errors + kept_back,
             started.elapsed().as_secs_f64()
         );
         Ok(ExitCode::SUCCESS)

@@ -925,7 +925,7 @@ fn deliver(
                 }
                 rows.extend(to_row(s));
             }
-            Outcome::Discarded(s) => {
+            Outcome::Discarded(s, _) => {
                 discarded += 1;
                 states.answered(&s, &mut changes);
             }
