@@ -424,6 +424,32 @@ fn snmpv3_get_and_walk_print_what_net_snmp_prints() {
 }
 
 #[test]
+fn passphrases_in_the_environment_serve_only_where_the_level_wants_them() {
+    // Exported for the v3 agents (examples/snmpd/agent.conf.in), they leave a v2c
+    // query alone and a lower level too, and fill in what the command line lacks.
+    let (addr, _) = first_agent();
+    let get = |args: &[&str]| {
+        let o = netpoller()
+            .env("NETPOLLER_SNMP_AUTH_PASSPHRASE", "np-auth-pass")
+            .env("NETPOLLER_SNMP_PRIV_PASSPHRASE", "np-priv-pass")
+            .args(["snmp", "get"])
+            .args(args)
+            .args([&addr, ".1.3.6.1.2.1.1.5.0"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(text(&o).contains("STRING: \"agent1\""), "{}", text(&o));
+    };
+    get(&[]);
+    get(&["-v", "3", "-u", "np-sha", "-a", "SHA", "-l", "authNoPriv"]);
+    get(&["-v", "3", "-u", "np-shaaes", "-a", "SHA", "-x", "AES"]);
+}
+
+#[test]
 fn snmpv3_passphrases_are_checked_and_never_shown() {
     let (addr, _) = first_agent();
     let auth = "Auth-S3cret-passphrase";

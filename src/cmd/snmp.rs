@@ -90,27 +90,17 @@ pub struct Common {
     /// SNMPv3 authentication protocol: MD5, SHA, SHA-224, SHA-256, SHA-384, SHA-512.
     #[arg(short = 'a', long = "auth-protocol", value_name = "PROTO")]
     pub auth_protocol: Option<String>,
-    /// SNMPv3 authentication passphrase [or $NETPOLLER_SNMP_AUTH_PASSPHRASE].
-    #[arg(
-        short = 'A',
-        long = "auth-passphrase",
-        value_name = "PASS",
-        env = "NETPOLLER_SNMP_AUTH_PASSPHRASE",
-        hide_env_values = true
-    )]
+    /// SNMPv3 authentication passphrase [or $NETPOLLER_SNMP_AUTH_PASSPHRASE, used with
+    /// -v 3 when the security level authenticates].
+    #[arg(short = 'A', long = "auth-passphrase", value_name = "PASS")]
     pub auth_passphrase: Option<String>,
     /// SNMPv3 privacy protocol: DES, AES (AES-128), AES-192, AES-256, or AES-192-C /
     /// AES-256-C (Cisco's key extension).
     #[arg(short = 'x', long = "priv-protocol", value_name = "PROTO")]
     pub priv_protocol: Option<String>,
-    /// SNMPv3 privacy passphrase [or $NETPOLLER_SNMP_PRIV_PASSPHRASE].
-    #[arg(
-        short = 'X',
-        long = "priv-passphrase",
-        value_name = "PASS",
-        env = "NETPOLLER_SNMP_PRIV_PASSPHRASE",
-        hide_env_values = true
-    )]
+    /// SNMPv3 privacy passphrase [or $NETPOLLER_SNMP_PRIV_PASSPHRASE, used with -v 3
+    /// when the security level encrypts].
+    #[arg(short = 'X', long = "priv-passphrase", value_name = "PASS")]
     pub priv_passphrase: Option<String>,
     /// SNMPv3 context name [default: the agent's default context].
     #[arg(short = 'n', long = "context", value_name = "NAME")]
@@ -170,19 +160,34 @@ impl Common {
             }
             return Ok(None);
         }
-        let user = crate::config::usm_of!(self)
-            .user()
-            .map_err(|(field, msg)| {
-                let flag = match field {
-                    "security_name" => "-u",
-                    "security_level" => "-l",
-                    "auth_protocol" => "-a",
-                    "auth_passphrase" => "-A",
-                    "priv_protocol" => "-x",
-                    _ => "-X",
-                };
-                anyhow::anyhow!("{flag} ({}): {msg}", field.replace('_', " "))
-            })?;
+        // Passphrases kept in the environment (out of `ps` and the shell's history) serve
+        // where the command line gives none and the level, given or implied, wants them:
+        // exported for one agent, they must not spoil a v2c query or a lower level.
+        let mut usm = crate::config::usm_of!(self);
+        let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let level = usm.security_level.as_deref().map(str::to_ascii_lowercase);
+        let (auth, privacy) = match level.as_deref() {
+            Some("noauthnopriv") => (false, false),
+            Some("authnopriv") => (true, false),
+            _ => (true, true),
+        };
+        if auth && usm.auth_passphrase.is_none() {
+            usm.auth_passphrase = from_env("NETPOLLER_SNMP_AUTH_PASSPHRASE");
+        }
+        if privacy && usm.priv_passphrase.is_none() {
+            usm.priv_passphrase = from_env("NETPOLLER_SNMP_PRIV_PASSPHRASE");
+        }
+        let user = usm.user().map_err(|(field, msg)| {
+            let flag = match field {
+                "security_name" => "-u",
+                "security_level" => "-l",
+                "auth_protocol" => "-a",
+                "auth_passphrase" => "-A",
+                "priv_protocol" => "-x",
+                _ => "-X",
+            };
+            anyhow::anyhow!("{flag} ({}): {msg}", field.replace('_', " "))
+        })?;
         Ok(Some(Arc::new(user)))
     }
 
