@@ -481,8 +481,10 @@ fn item<'a>(
             "uses a discovery macro netpoller does not fill (it fills {SNMPINDEX} from indices)"
         ));
     }
-    let base = it.key.split('[').next().unwrap_or_default();
-    let mut t = format!("{{ key = {}", q(&it.key));
+    // Zabbix expands the template's macros in keys too: `icmppingloss[,{$ICMP.PACKETS}]`.
+    let key = resolve(&it.key, macros)?;
+    let base = key.split('[').next().unwrap_or_default();
+    let mut t = format!("{{ key = {}", q(&key));
     // What the item polls on its own, or through the walk it depends on.
     let (mut delay, mut steps) = (it.delay.as_deref(), &it.preprocessing[..]);
     let (mut polled, mut walk) = (None, None);
@@ -1016,7 +1018,8 @@ mod tests {
                 .unwrap_or_else(|| panic!("no {key} in {items:#?}"))
         };
         let steps = |key: &str| get(key).pre.clone().map(|p| p.as_slice().to_vec());
-        // ICMP: Zabbix's defaults (1m, the key's type); a template macro resolved.
+        // ICMP: Zabbix's defaults (1m, the key's type); template macros resolved (in
+        // the interval, and in the key: `icmppingsec[,{$ICMP.PACKETS},,,,max]`).
         assert_eq!(get("icmpping").interval_ms, 60_000);
         assert_eq!(get("icmppingloss").value_type, ValueType::Float);
         assert_eq!(get("icmppingsec[,5,,,,max]").interval_ms, 30_000);
