@@ -243,7 +243,7 @@ pub fn value_text(v: &VarValue) -> Option<String> {
         VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n.to_string(),
         VarValue::Counter64(n) => n.to_string(),
         VarValue::OctetString(s) if snmp::is_net_snmp_printable(s) => {
-            String::from_utf8_lossy(s.strip_suffix(&[0]).unwrap_or(s)).into_owned()
+            String::from_utf8_lossy(s).into_owned()
         }
         VarValue::OctetString(s) | VarValue::Opaque(s) => snmp::hex_string(s),
         VarValue::Oid(o) => o.to_string(),

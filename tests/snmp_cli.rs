@@ -77,6 +77,52 @@ fn get_prints_what_snmpget_prints() {
     }
 }
 
+/// Values of a recorded device as net-snmp prints them: octets with a NUL in hex (a
+/// lone `00`, `60 00`), an Opaque float as its number (`laLoadFloat`).
+#[test]
+fn recorded_nul_octets_and_opaque_floats_print_as_snmpget_prints_them() {
+    let sim = service_env("NETPOLLER_SNMPSIM_ADDR");
+    let oids = [
+        ".1.3.6.1.4.1.9.5.1.19.1.1.4.3.1",
+        ".1.3.6.1.2.1.16.19.16.0",
+        ".1.3.6.1.2.1.1.5.0",
+    ];
+    let o = netpoller()
+        .args(["snmp", "get", "-c", "cisco_16_switch", &sim])
+        .args(oids)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut args = vec!["-v", "2c", "-c", "cisco_16_switch", &sim];
+    args.extend(oids);
+    let theirs = net_snmp("snmpget", &args);
+    assert!(theirs.contains("Hex-STRING: 60 00"), "{theirs}");
+    assert_eq!(text(&o), theirs);
+    // The agent's load, a float that moves: the same shape, and the same number in
+    // JSON as in text.
+    let (addr, community) = first_agent();
+    let load = ".1.3.6.1.4.1.2021.10.1.6.1";
+    let ours = |json: bool| {
+        let o = netpoller()
+            .args(["snmp", "get", "-c", &community, &addr, load])
+            .args(json.then_some("--json"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        text(&o)
+    };
+    let line = ours(false);
+    let theirs = net_snmp("snmpget", &["-v", "2c", "-c", &community, &addr, load]);
+    let shape = |s: &str| s.split("Float: ").next().unwrap_or_default().to_string();
+    assert!(
+        line.starts_with(&format!("{load} = Opaque: Float: ")),
+        "{line}"
+    );
+    assert_eq!(shape(&line), shape(&theirs));
+    let json: serde_json::Value = serde_json::from_str(ours(true).trim()).unwrap();
+    assert!(json["value"].as_f64().is_some_and(|v| v >= 0.0), "{json}");
+}
+
 #[test]
 fn get_json_lines() {
     let (addr, community) = first_agent();

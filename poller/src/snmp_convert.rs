@@ -11,7 +11,8 @@
 //!   (UCD-SNMP's `laLoad` "0.15"), or an Opaque-wrapped float/double (net-snmp's
 //!   encoding). NaN and infinities are errors.
 //! * str: numbers in decimal; OCTET STRING as text when it is valid UTF-8 without control
-//!   characters other than tab/CR/LF (a trailing NUL is dropped), otherwise hex octets
+//!   characters other than tab/CR/LF (a NUL ending text is dropped, as devices that send
+//!   C strings mean it, where net-snmp would show the octets in hex), otherwise hex octets
 //!   `AA BB CC` like net-snmp's Hex-STRING; OID as `.1.3.6…`; IpAddress as a dotted
 //!   quad; an Opaque float/double as the number (as Zabbix stores it), other Opaque as
 //!   hex.
@@ -108,21 +109,19 @@ fn to_float(v: &VarValue) -> Result<f64, ItemError> {
     }
 }
 
-/// net-snmp's Opaque Float (`9f 78 04 <f32 BE>`) and Double (`9f 79 08 <f64 BE>`).
+/// net-snmp's Opaque Float or Double, as a number.
 fn opaque_float(b: &[u8]) -> Option<f64> {
-    match b {
-        [0x9f, 0x78, 0x04, x @ ..] if x.len() == 4 => {
-            Some(f32::from_be_bytes(x.try_into().ok()?) as f64)
-        }
-        [0x9f, 0x79, 0x08, x @ ..] if x.len() == 8 => Some(f64::from_be_bytes(x.try_into().ok()?)),
-        _ => None,
+    match snmp::opaque_number(b)? {
+        snmp::OpaqueNumber::Float(f) => Some(f64::from(f)),
+        snmp::OpaqueNumber::Double(d) => Some(d),
     }
 }
 
 /// The octets as text, if they are text (see the module docs).
 fn text_of(s: &[u8]) -> Option<&str> {
+    // A C string's terminator after text; a lone NUL is a byte, not empty text.
     let s = match s.split_last() {
-        Some((0, body)) => body,
+        Some((0, body)) if !body.is_empty() => body,
         _ => s,
     };
     let t = std::str::from_utf8(s).ok()?;
@@ -256,6 +255,11 @@ mod tests {
         assert_eq!(
             ok(VarValue::OctetString(b"abc\0".to_vec()), ValueType::Str),
             Value::Str("abc".into())
+        );
+        // A lone NUL is a byte (a flag, a bitmask), not empty text.
+        assert_eq!(
+            ok(VarValue::OctetString(vec![0]), ValueType::Str),
+            Value::Str("00".into())
         );
         assert_eq!(
             ok(

@@ -44,7 +44,10 @@ pub use message::{
     VarBind, VarBinds, Version,
 };
 pub use oid::{Arcs, Oid, OidParseError, OidRef, MAX_ARCS};
-pub use value::{hex_string, is_net_snmp_printable, uptime_string, ValueRef, VarValue};
+pub use value::{
+    hex_string, is_net_snmp_printable, opaque_number, uptime_string, OpaqueNumber, ValueRef,
+    VarValue,
+};
 pub use walk::{Walk, WalkError};
 
 /// Why a datagram could not be decoded. Cheap to construct (no allocation): malformed

@@ -198,6 +198,7 @@ impl VarValue {
             VarValue::Counter32(_) => "Counter32",
             VarValue::Gauge32(_) => "Gauge32",
             VarValue::TimeTicks(_) => "Timeticks",
+            VarValue::Opaque(b) if opaque_number(b).is_some() => "Opaque",
             VarValue::Opaque(_) => "OPAQUE",
             VarValue::Counter64(_) => "Counter64",
             _ => return None,
@@ -213,7 +214,7 @@ impl VarValue {
             VarValue::OctetString(s) if is_net_snmp_printable(s) => {
                 let mut out = String::with_capacity(s.len() + 2);
                 out.push('"');
-                for &b in s.iter().filter(|&&b| b != 0) {
+                for &b in s {
                     if b == b'"' || b == b'\\' {
                         out.push('\\');
                     }
@@ -222,19 +223,13 @@ impl VarValue {
                 out.push('"');
                 out
             }
-            VarValue::OctetString(s) | VarValue::Opaque(s) => {
-                // net-snmp: "%02X " per octet, a line break after every 16 octets.
-                let mut out = String::with_capacity(s.len() * 3 + s.len() / 16);
-                for (i, chunk) in s.chunks(16).enumerate() {
-                    if i > 0 {
-                        out.push('\n');
-                    }
-                    for b in chunk {
-                        out.push_str(&format!("{b:02X} "));
-                    }
-                }
-                out
-            }
+            // C's "%f".
+            VarValue::Opaque(b) => match opaque_number(b) {
+                Some(OpaqueNumber::Float(f)) => format!("Float: {:.6}", f64::from(f)),
+                Some(OpaqueNumber::Double(d)) => format!("Double: {d:.6}"),
+                None => hex_lines(b),
+            },
+            VarValue::OctetString(s) => hex_lines(s),
             VarValue::Null => String::new(),
             VarValue::Oid(o) => o.to_string(),
             VarValue::IpAddress(a) => a.to_string(),
@@ -265,14 +260,47 @@ impl fmt::Display for VarValue {
 }
 
 /// net-snmp's test (`sprint_realloc_octet_string` without a hint): every octet is a
-/// printable ASCII character or whitespace; a single trailing NUL is tolerated.
+/// printable ASCII character or whitespace (a NUL is neither: `"ab\0"` prints as
+/// `Hex-STRING: 61 62 00`).
 pub fn is_net_snmp_printable(s: &[u8]) -> bool {
-    let body = match s.split_last() {
-        Some((0, body)) => body,
-        _ => s,
-    };
-    body.iter()
+    s.iter()
         .all(|&b| (0x20..0x7f).contains(&b) || (b'\t'..=b'\r').contains(&b))
+}
+
+/// An Opaque-wrapped number (net-snmp's encoding, UCD-SNMP's `laLoadFloat`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OpaqueNumber {
+    Float(f32),
+    Double(f64),
+}
+
+/// The number an Opaque value wraps: `9f 78 04` + an IEEE float, or `9f 79 08` + a
+/// double, big-endian; `None` for any other Opaque.
+pub fn opaque_number(b: &[u8]) -> Option<OpaqueNumber> {
+    match b {
+        [0x9f, 0x78, 0x04, x @ ..] => {
+            Some(OpaqueNumber::Float(f32::from_be_bytes(x.try_into().ok()?)))
+        }
+        [0x9f, 0x79, 0x08, x @ ..] => {
+            Some(OpaqueNumber::Double(f64::from_be_bytes(x.try_into().ok()?)))
+        }
+        _ => None,
+    }
+}
+
+/// Octets as net-snmp prints a Hex-STRING: "%02X " per octet, a line break after every
+/// 16.
+fn hex_lines(s: &[u8]) -> String {
+    let mut out = String::with_capacity(s.len() * 3 + s.len() / 16);
+    for (i, chunk) in s.chunks(16).enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        for b in chunk {
+            out.push_str(&format!("{b:02X} "));
+        }
+    }
+    out
 }
 
 /// Upper-case hex octets separated by spaces: `00 1A FF` (net-snmp's Hex-STRING body,
@@ -334,9 +362,27 @@ mod tests {
             VarValue::OctetString(long).net_snmp_value(),
             "00 01 02 03 04 05 06 07 08 09 0A 0B 0C 0D 0E 0F \n10 11 "
         );
+        // net-snmp 5.9.3 against snmpsim's cisco_16_switch recording: a NUL makes hex.
         assert_eq!(
-            VarValue::OctetString(b"ab\0".to_vec()).net_snmp_type(),
-            Some("STRING")
+            VarValue::OctetString(vec![0x60, 0]).to_string(),
+            "Hex-STRING: 60 00 "
+        );
+        assert_eq!(
+            VarValue::OctetString(vec![0]).to_string(),
+            "Hex-STRING: 00 "
+        );
+        // UCD-SNMP's laLoadFloat, as snmpget prints it.
+        assert_eq!(
+            VarValue::Opaque(vec![0x9f, 0x78, 4, 0x3f, 0x49, 0x40, 0]).to_string(),
+            "Opaque: Float: 0.786133"
+        );
+        assert_eq!(
+            VarValue::Opaque([&[0x9f, 0x79, 8][..], &2.5f64.to_be_bytes()].concat()).to_string(),
+            "Opaque: Double: 2.500000"
+        );
+        assert_eq!(
+            VarValue::Opaque(vec![0x9f, 0x78, 3, 0, 0, 0]).to_string(),
+            "OPAQUE: 9F 78 03 00 00 00 "
         );
         assert_eq!(
             VarValue::TimeTicks(4200).to_string(),

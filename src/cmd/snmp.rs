@@ -262,6 +262,11 @@ fn print_value(out: &mut impl Write, json: bool, oid: &str, v: &VarValue) -> std
                 }
                 VarValue::Counter64(n) => serde_json::json!(n),
                 VarValue::Null => serde_json::Value::Null,
+                VarValue::Opaque(b) => match snmp::opaque_number(b) {
+                    Some(snmp::OpaqueNumber::Float(f)) => serde_json::json!(f64::from(f)),
+                    Some(snmp::OpaqueNumber::Double(d)) => serde_json::json!(d),
+                    None => serde_json::Value::String(snmp::hex_string(b)),
+                },
                 v => {
                     walker::value_text(v).map_or(serde_json::Value::Null, serde_json::Value::String)
                 }
