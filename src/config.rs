@@ -1087,8 +1087,11 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
     check_snmp_limits(
         &mut c,
         &[Seg::Key("snmp")],
-        snmp.max_oids_per_request,
-        snmp.max_inflight_per_host,
+        (
+            snmp.max_oids_per_request,
+            snmp.max_inflight_per_host,
+            snmp.port,
+        ),
     );
 
     let templates: Vec<(usize, TemplateEntry)> = templates_raw
@@ -1145,6 +1148,12 @@ fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
     if d.batch_window > Duration::from_secs(10) {
         c.push(&p("batch_window"), "must be at most 10s");
     }
+    if d.spool_max_bytes == 0 {
+        c.push(
+            &p("spool_max_bytes"),
+            "0 would keep nothing while ClickHouse is down (the default is 1 GiB)",
+        );
+    }
     if !d.trends_checkpoint.is_zero() && d.trends_checkpoint < Duration::from_secs(1) {
         c.push(&p("trends_checkpoint"), "must be 0s (never) or at least 1s");
     }
@@ -1187,9 +1196,14 @@ fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
 fn check_snmp_limits(
     c: &mut Collector<'_>,
     path: &[Seg<'_>],
-    max_oids: usize,
-    max_inflight: usize,
+    (max_oids, max_inflight, port): (usize, usize, u16),
 ) {
+    if port == 0 {
+        c.push(
+            &under(path, [Seg::Key("port")]),
+            "UDP port 0 cannot be sent to",
+        );
+    }
     if !(1..=256).contains(&max_oids) {
         let p = under(path, [Seg::Key("max_oids_per_request")]);
         c.push(&p, format!("{max_oids} is outside 1..256"));
@@ -2201,7 +2215,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
             max_inflight_per_host: o.max_inflight_per_host.unwrap_or(d.max_inflight_per_host),
         };
         let before = self.c.errors.len();
-        check_snmp_limits(self.c, &sp, p.max_oids_per_request, p.max_inflight_per_host);
+        check_snmp_limits(
+            self.c,
+            &sp,
+            (p.max_oids_per_request, p.max_inflight_per_host, p.port),
+        );
         (self.c.errors.len() == before).then(|| Some(Arc::new(p)))
     }
 

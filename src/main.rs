@@ -58,12 +58,14 @@ enum Command {
     /// Poll every item of a config once and print the results (no ClickHouse needed).
     ///
     /// The same engines, value conversion and preprocessing as the daemon: what would
-    /// be stored, or the error that makes an item unsupported. An item with a change
-    /// step (SIMPLE_CHANGE, CHANGE_PER_SECOND) shows its value as polled, marked: one
-    /// poll gives the step nothing to compare with. Discovery rules are walked first
-    /// (each host's rows on stderr), and their items polled for the rows found.
+    /// be stored, or the error that makes an item unsupported. A value the daemon would
+    /// not store shows as polled, marked with the reason (one poll gives a change step
+    /// such as CHANGE_PER_SECOND nothing to compare with; a step's error handler may
+    /// discard it). Discovery rules are walked first (each host's rows on stderr), and
+    /// their items polled for the rows found.
     PollOnce(cmd::poll_once::Args),
-    /// Ping addresses, CIDRs or @files once (fping-style summary, or --json).
+    /// Ping addresses, CIDRs or @files once (fping-style summary, or --json); exit 1 when
+    /// a host did not answer, as fping.
     Sweep(cmd::sweep::Args),
     /// One-shot SNMP queries: `snmp get TARGET OID...`, `snmp walk TARGET [OID]`.
     Snmp(Box<cmd::snmp::Args>),
@@ -89,6 +91,14 @@ enum Command {
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run(_)) {
+        // The one-shot commands print for pipelines: `netpoller snmp walk … | head` ends
+        // quietly, as `cat` would, not with a panic or an error about the pipe. (Rust
+        // ignores SIGPIPE; sockets send with MSG_NOSIGNAL either way. The daemon keeps
+        // ignoring it: its logs may go to a pipe that must not stop the polling.)
+        // SAFETY: setting a signal's disposition to its default, before any thread.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     if let Err(e) = cli.global.init_logging() {
         eprintln!("netpoller: {e:#}");
         return std::process::ExitCode::from(2);

@@ -120,6 +120,18 @@ fn probes_the_kernel_refuses_count_as_lost_and_are_reported() {
         (again.counters.send_errors, again.first_send_error),
         (0, None)
     );
+    // `netpoller sweep` exits as fping does: 1 when a host did not answer, for scripts.
+    let sweep = |targets: &[&str]| {
+        common::netpoller()
+            .args(["sweep", "-c", "1", "-t", "300ms"])
+            .args(targets)
+            .output()
+            .unwrap()
+            .status
+            .code()
+    };
+    assert_eq!(sweep(&["127.77.97.2"]), Some(0));
+    assert_eq!(sweep(&["127.77.97.1", "127.77.97.2"]), Some(1));
 }
 
 #[test]

@@ -123,6 +123,68 @@ fn recorded_nul_octets_and_opaque_floats_print_as_snmpget_prints_them() {
     assert!(json["value"].as_f64().is_some_and(|v| v >= 0.0), "{json}");
 }
 
+/// A target that is not an IP address is refused before anything is sent: no DNS
+/// query for a typo. (`.invalid` can never resolve, should a lookup happen.)
+#[test]
+fn targets_are_ip_addresses_never_names() {
+    for target in ["127.0.20.1:abc", "agent.invalid", "[::1]:x"] {
+        let o = netpoller()
+            .args(["snmp", "get", target, ".1.3.6.1.2.1.1.5.0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{target}: {err}");
+        assert!(err.contains("is not an IP address"), "{target}: {err}");
+    }
+    // An IPv6 literal in brackets without a port takes -p.
+    let o = netpoller()
+        .args([
+            "snmp",
+            "get",
+            "-p",
+            "161",
+            "-t",
+            "200ms",
+            "-r",
+            "0",
+            "[::1]",
+            ".1.3.6.1.2.1.1.5.0",
+        ])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("is not an IP address"));
+}
+
+/// `netpoller snmp walk … | head -1`: the walk ends when the reader goes, quietly.
+#[test]
+fn a_reader_that_goes_away_ends_a_walk_quietly() {
+    use std::io::BufRead as _;
+    use std::os::unix::process::ExitStatusExt as _;
+    let (addr, community) = first_agent();
+    let mut child = netpoller()
+        .args(["snmp", "walk", "-c", &community, &addr, ".1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with(".1.3.6.1."), "{first}");
+    // The reader is dropped here; the walk (far more than a pipe holds) goes on
+    // writing into nothing.
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGPIPE),
+        "{:?}: {err}",
+        o.status
+    );
+    assert!(err.is_empty(), "{err}");
+}
+
 #[test]
 fn get_json_lines() {
     let (addr, community) = first_agent();

@@ -11,7 +11,7 @@
 //! net-snmp's (`-u -l -a -A -x -X -n`) and checked like the config's.
 
 use std::io::Write;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -133,7 +133,7 @@ pub struct Common {
     /// Print one JSON object per line: {"oid","type","value"} or {"oid","error"}.
     #[arg(long)]
     pub json: bool,
-    /// Agent address: IP, IP:PORT or `[IPv6]:PORT`.
+    /// Agent address: IP, IP:PORT or `[IPv6]:PORT` (names are not looked up).
     #[arg(value_name = "TARGET")]
     pub target: String,
 }
@@ -191,16 +191,20 @@ impl Common {
         Ok(Some(Arc::new(user)))
     }
 
+    /// The target's address. Names are not looked up (as the config's `ip`): a typo
+    /// must not become a DNS query, nor a query an agent somewhere else.
     fn addr(&self) -> anyhow::Result<SocketAddr> {
         if let Ok(a) = self.target.parse::<SocketAddr>() {
             return Ok(a);
         }
         let host = self.target.trim_start_matches('[').trim_end_matches(']');
-        (host, self.port)
-            .to_socket_addrs()
-            .with_context(|| format!("cannot resolve target {:?}", self.target))?
-            .next()
-            .with_context(|| format!("no address for target {:?}", self.target))
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) => Ok(SocketAddr::new(ip, self.port)),
+            Err(_) => bail!(
+                "target {:?} is not an IP address (IP, IP:PORT or [IPv6]:PORT; names are not looked up)",
+                self.target
+            ),
+        }
     }
 }
 

@@ -122,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             })?;
             progress.finish();
             println!(
-                "{}: replayed {} row(s) from {} segment(s); {} row(s) rejected (see --rejected), {} corrupted record(s) skipped",
+                "{}: replayed {} row(s) from {} segment(s); {} row(s) rejected (see `netpoller spool dump --rejected`), {} corrupted record(s) skipped",
                 spool.dir.display(),
                 report.rows,
                 report.segments,

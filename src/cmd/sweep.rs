@@ -314,7 +314,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         report.hosts - report.alive,
         report.wall.as_secs_f64()
     );
-    Ok(ExitCode::SUCCESS)
+    // As fping: 1 when a host did not answer (or could not be probed), for scripts.
+    Ok(
+        if report.alive == report.hosts && report.rejected.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 #[cfg(test)]

@@ -397,6 +397,12 @@ fn unknown_sections_and_syntax_errors() {
     assert!(e.message.contains("0 <= i < N"), "{e}");
     let e = one_err("[daemon]\nmetrics_listen = \"localhost:9464\"\n");
     assert!(e.message.contains("not an IP:port"), "{e}");
+    let e = one_err("[daemon]\nspool_max_bytes = 0\n");
+    assert!(e.message.contains("keep nothing"), "{e}");
+    let e = one_err("[snmp]\nport = 0\n");
+    assert_eq!(e.path, "snmp.port");
+    let e = one_err("[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nsnmp = { port = 0 }\nitems = [ { key = \"u\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"1m\" } ]\n");
+    assert_eq!(e.path, "hosts[0].snmp.port");
     let e = one_err("[daemon]\ntrends_checkpoint = \"500ms\"\n");
     assert_eq!(e.path, "daemon.trends_checkpoint");
     assert!(e.message.contains("0s (never) or at least 1s"), "{e}");
