@@ -123,6 +123,30 @@ fn recorded_nul_octets_and_opaque_floats_print_as_snmpget_prints_them() {
     assert!(json["value"].as_f64().is_some_and(|v| v >= 0.0), "{json}");
 }
 
+/// A walk of an OID with nothing under it GETs the OID itself, as snmpwalk does: a
+/// scalar's instance prints its value, an OID the agent lacks its "No Such Object".
+#[test]
+fn a_walk_of_a_scalar_instance_prints_it_as_snmpwalk_does() {
+    let (addr, community) = first_agent();
+    for (oid, same_text) in [(".1.3.6.1.2.1.1.3.0", false), (".1.3.6.1.2.1.1.99.0", true)] {
+        let o = netpoller()
+            .args(["snmp", "walk", "-c", &community, &addr, oid])
+            .output()
+            .unwrap();
+        let theirs = net_snmp("snmpwalk", &["-v", "2c", "-c", &community, &addr, oid]);
+        let ours = text(&o);
+        if same_text {
+            assert!(theirs.contains("No Such Object"), "{theirs}");
+            assert_eq!(ours, theirs);
+        } else {
+            // Timeticks move between the two: the OID and the type.
+            let head = |s: &str| s.split(": (").next().unwrap_or_default().to_string();
+            assert!(ours.starts_with(&format!("{oid} = Timeticks: (")), "{ours}");
+            assert_eq!(head(&ours), head(&theirs));
+        }
+    }
+}
+
 /// A target that is not an IP address is refused before anything is sent: no DNS
 /// query for a typo. (`.invalid` can never resolve, should a lookup happen.)
 #[test]

@@ -293,6 +293,23 @@ fn print_error(out: &mut impl Write, json: bool, oid: &str, err: &str) -> std::i
 fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
     let c = &a.common;
     let addr = c.addr()?;
+    let mut out = std::io::stdout().lock();
+    Ok(if get_and_print(c, addr, &a.oids, a.max_oids, &mut out)? {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// GETs `oids` from `addr` (at most `max_oids` per request) and prints each result;
+/// `false` when one had none (an error is printed in its place).
+fn get_and_print(
+    c: &Common,
+    addr: SocketAddr,
+    oids: &[Oid],
+    max_oids: usize,
+    out: &mut impl Write,
+) -> anyhow::Result<bool> {
     let job = SnmpHostJob {
         addr,
         version: c.version,
@@ -300,15 +317,15 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
         usm: c.usm_user()?,
         timeout: c.timeout,
         retries: c.retries,
-        max_oids: a.max_oids.max(1),
+        max_oids: max_oids.max(1),
         max_inflight: 1,
-        oids: a.oids.clone(),
+        oids: oids.to_vec(),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let mut results: Vec<Option<Result<VarValue, poller::value::ItemError>>> =
-        vec![None; a.oids.len()];
+        vec![None; oids.len()];
     let report = rt.block_on(async {
         let opts = SnmpDriverOptions {
             sockets: 1,
@@ -325,27 +342,22 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
         )
     })?;
     tracing::debug!(?report, "snmp get done");
-    let mut out = std::io::stdout().lock();
-    let mut failed = false;
-    for (oid, r) in a.oids.iter().zip(results) {
+    let mut all = true;
+    for (oid, r) in oids.iter().zip(results) {
         let oid = oid.to_string();
         match r {
-            Some(Ok(v)) => print_value(&mut out, c.json, &oid, &v)?,
+            Some(Ok(v)) => print_value(out, c.json, &oid, &v)?,
             Some(Err(e)) => {
-                failed = true;
-                print_error(&mut out, c.json, &oid, &e.to_string())?;
+                all = false;
+                print_error(out, c.json, &oid, &e.to_string())?;
             }
             None => {
-                failed = true;
-                print_error(&mut out, c.json, &oid, "no result")?;
+                all = false;
+                print_error(out, c.json, &oid, "no result")?;
             }
         }
     }
-    Ok(if failed {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(all)
 }
 
 fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
@@ -407,20 +419,21 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let mut printed = 0usize;
+    let mut seen = 0usize;
     walker::walk(&t, &a.oid, &stop, |oid, v| {
+        seen += 1;
         if takes(walker::value_text(&v).as_deref()) {
-            printed += 1;
             print_value(&mut out, c.json, &oid.to_string(), &v)?;
         }
         Ok(())
     })?;
-    if printed == 0 && !c.json {
-        writeln!(
-            out,
-            "{} = No Such Object available on this agent at this OID",
-            a.oid
-        )?;
+    if seen == 0 {
+        // Nothing under it: the OID itself, as snmpwalk then GETs it (a scalar's
+        // instance, `sysUpTime.0`), or the agent's "No Such Object".
+        let root: Oid = a.oid.parse().context("the walk's OID")?;
+        if !get_and_print(c, addr, &[root], 1, &mut out)? {
+            return Ok(ExitCode::from(1));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
