@@ -111,10 +111,7 @@ fn to_float(v: &VarValue) -> Result<f64, ItemError> {
 
 /// net-snmp's Opaque Float or Double, as a number.
 fn opaque_float(b: &[u8]) -> Option<f64> {
-    match snmp::opaque_number(b)? {
-        snmp::OpaqueNumber::Float(f) => Some(f64::from(f)),
-        snmp::OpaqueNumber::Double(d) => Some(d),
-    }
+    snmp::opaque_number(b).map(snmp::OpaqueNumber::as_f64)
 }
 
 /// The octets as text, if they are text (see the module docs).

@@ -274,6 +274,16 @@ pub enum OpaqueNumber {
     Double(f64),
 }
 
+impl OpaqueNumber {
+    /// The number, as a double.
+    pub fn as_f64(self) -> f64 {
+        match self {
+            OpaqueNumber::Float(f) => f64::from(f),
+            OpaqueNumber::Double(d) => d,
+        }
+    }
+}
+
 /// The number an Opaque value wraps: `9f 78 04` + an IEEE float, or `9f 79 08` + a
 /// double, big-endian; `None` for any other Opaque.
 pub fn opaque_number(b: &[u8]) -> Option<OpaqueNumber> {
@@ -291,13 +301,14 @@ pub fn opaque_number(b: &[u8]) -> Option<OpaqueNumber> {
 /// Octets as net-snmp prints a Hex-STRING: "%02X " per octet, a line break after every
 /// 16.
 fn hex_lines(s: &[u8]) -> String {
+    use std::fmt::Write as _;
     let mut out = String::with_capacity(s.len() * 3 + s.len() / 16);
     for (i, chunk) in s.chunks(16).enumerate() {
         if i > 0 {
             out.push('\n');
         }
         for b in chunk {
-            out.push_str(&format!("{b:02X} "));
+            write!(out, "{b:02X} ").expect("to a String");
         }
     }
     out

@@ -710,18 +710,17 @@ impl OpenHoursFiles {
             );
             return;
         }
+        let failed = |e: anyhow::Error| {
+            tracing::warn!(error = %format!("{e:#}"), "trends: the checkpoint could not be saved (a crash would lose more of the open hours)");
+        };
         match crate::fsutil::stage(&self.checkpoint, |w| t.save_open(w)) {
             Ok((staged, hours)) => {
                 self.writing = Some(tokio::task::spawn_blocking(move || match staged.commit() {
                     Ok(()) => tracing::debug!(hours, "trends: checkpoint saved"),
-                    Err(e) => {
-                        tracing::warn!(error = %format!("{e:#}"), "trends: the checkpoint could not be saved (a crash would lose more of the open hours)")
-                    }
+                    Err(e) => failed(e),
                 }));
             }
-            Err(e) => {
-                tracing::warn!(error = %format!("{e:#}"), "trends: the checkpoint could not be saved (a crash would lose more of the open hours)")
-            }
+            Err(e) => failed(e),
         }
     }
 

@@ -165,10 +165,15 @@ impl Common {
         // exported for one agent, they must not spoil a v2c query or a lower level.
         let mut usm = crate::config::usm_of!(self);
         let from_env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let level = usm.security_level.as_deref().map(str::to_ascii_lowercase);
-        let (auth, privacy) = match level.as_deref() {
-            Some("noauthnopriv") => (false, false),
-            Some("authnopriv") => (true, false),
+        // The level as `user()` reads it (short forms too); a wrong one is its to report.
+        use snmp::v3::SecurityLevel;
+        let level = usm
+            .security_level
+            .as_deref()
+            .map(str::parse::<SecurityLevel>);
+        let (auth, privacy) = match level {
+            Some(Ok(SecurityLevel::NoAuthNoPriv)) => (false, false),
+            Some(Ok(SecurityLevel::AuthNoPriv)) => (true, false),
             _ => (true, true),
         };
         if auth && usm.auth_passphrase.is_none() {
@@ -267,8 +272,7 @@ fn print_value(out: &mut impl Write, json: bool, oid: &str, v: &VarValue) -> std
                 VarValue::Counter64(n) => serde_json::json!(n),
                 VarValue::Null => serde_json::Value::Null,
                 VarValue::Opaque(b) => match snmp::opaque_number(b) {
-                    Some(snmp::OpaqueNumber::Float(f)) => serde_json::json!(f64::from(f)),
-                    Some(snmp::OpaqueNumber::Double(d)) => serde_json::json!(d),
+                    Some(n) => serde_json::json!(n.as_f64()),
                     None => serde_json::Value::String(snmp::hex_string(b)),
                 },
                 v => {
