@@ -224,24 +224,38 @@ impl IcmpSection {
     }
 }
 
-/// SNMP version as written in the config: `"1"`, `"2c"` or `"3"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum VersionName {
-    #[serde(rename = "1")]
-    V1,
-    #[serde(rename = "2c")]
-    V2c,
-    #[serde(rename = "3")]
-    V3,
+/// SNMP version as written in the config: `"1"`, `"2c"` or `"3"`, the spellings
+/// `snmpget -v` takes (`"2"`, `"v2c"` too), or the integers 1, 2 (v2c, as
+/// prometheus-snmp-exporter's `version: 2`) and 3.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VersionName(pub SnmpVersion);
+
+impl<'de> Deserialize<'de> for VersionName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = VersionName;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an SNMP version: \"1\", \"2c\" or \"3\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<VersionName, E> {
+                s.parse().map(VersionName).map_err(E::custom)
+            }
+            // An integer is read as the same digits in a string: one parser, one message.
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<VersionName, E> {
+                self.visit_str(&n.to_string())
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<VersionName, E> {
+                self.visit_str(&n.to_string())
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl From<VersionName> for SnmpVersion {
     fn from(v: VersionName) -> Self {
-        match v {
-            VersionName::V1 => SnmpVersion::V1,
-            VersionName::V2c => SnmpVersion::V2c,
-            VersionName::V3 => SnmpVersion::V3,
-        }
+        v.0
     }
 }
 
@@ -286,7 +300,7 @@ pub struct SnmpSection {
 impl Default for SnmpSection {
     fn default() -> Self {
         SnmpSection {
-            version: VersionName::V2c,
+            version: VersionName(SnmpVersion::V2c),
             community: "public".into(),
             security_name: None,
             security_level: None,
@@ -934,31 +948,123 @@ impl Collector<'_> {
         });
     }
 
-    /// Deserialize one piece on its own, recording the error instead of stopping.
+    /// Deserialize one piece on its own, recording its errors instead of stopping.
+    ///
+    /// serde stops at a piece's first refused value; so that one `check-config` shows
+    /// every refused value, the refused key or array element is taken out and the
+    /// piece read again (at most [`MAX_ERRORS_PER_PIECE`] times). Paths of later
+    /// errors are mapped back past the elements taken out, so they keep the file's
+    /// indices. A `missing field` error naming a key taken out is the removal's echo,
+    /// not the file's: it ends the search.
     fn de<T: serde::de::DeserializeOwned>(
         &mut self,
         path: &[Seg<'_>],
-        v: toml::Value,
+        mut v: toml::Value,
     ) -> Option<T> {
-        match serde_path_to_error::deserialize::<_, T>(v) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                // Where inside the piece the value was refused: `daemon.icmp_phases` on
-                // its own line, not `daemon` at the section's header.
-                let mut full = path.to_vec();
-                for seg in e.path().iter() {
-                    match seg {
-                        serde_path_to_error::Segment::Map { key } => full.push(Seg::Key(key)),
-                        serde_path_to_error::Segment::Seq { index } => {
-                            full.push(Seg::Index(*index))
+        let mut taken: Vec<Taken> = Vec::new();
+        for _ in 0..MAX_ERRORS_PER_PIECE {
+            // The deserializer takes its value; the copy is what is read again.
+            let e = match serde_path_to_error::deserialize::<_, T>(v.clone()) {
+                Ok(t) => return taken.is_empty().then_some(t),
+                Err(e) => e,
+            };
+            let message = e.inner().message().to_string();
+            if taken
+                .iter()
+                .any(|t| matches!(t, Taken::Key(k) if message == format!("missing field `{k}`")))
+            {
+                return None;
+            }
+            let mut at: Vec<Seg<'_>> = e
+                .path()
+                .iter()
+                .filter_map(|seg| match seg {
+                    serde_path_to_error::Segment::Map { key } => Some(Seg::Key(key)),
+                    serde_path_to_error::Segment::Seq { index } => Some(Seg::Index(*index)),
+                    _ => None,
+                })
+                .collect();
+            let took = take_out(&mut v, &at);
+            // Where inside the piece the value was refused (`daemon.icmp_phases` on its
+            // own line, not `daemon` at the section's header), as the file numbers it.
+            for t in taken.iter().rev() {
+                if let Taken::Element(array, k) = t {
+                    let inside = at.iter().zip(array).all(|(s, a)| a.is(s));
+                    if let (true, Some(Seg::Index(i))) = (inside, at.get(array.len())) {
+                        if *i >= *k {
+                            at[array.len()] = Seg::Index(i + 1);
                         }
-                        _ => {}
                     }
                 }
-                self.push(&full, e.inner().message().to_string());
-                None
+            }
+            self.push(&under(path, at), message);
+            match took {
+                Some(t) => taken.push(t),
+                None => return None,
             }
         }
+        None
+    }
+}
+
+/// How many refused values of one piece (a section, a template, a host) are reported.
+const MAX_ERRORS_PER_PIECE: usize = 32;
+
+/// What [`Collector::de`] took out of a piece to read the rest.
+enum Taken {
+    /// A key of a table.
+    Key(String),
+    /// The element at an index of the array at a path (as the piece then numbered it).
+    Element(Vec<OwnedSeg>, usize),
+}
+
+/// A [`Seg`] that owns its key.
+enum OwnedSeg {
+    Key(String),
+    Index(usize),
+}
+
+impl OwnedSeg {
+    fn is(&self, s: &Seg<'_>) -> bool {
+        match (self, s) {
+            (OwnedSeg::Key(a), Seg::Key(b)) => a == b,
+            (OwnedSeg::Index(a), Seg::Index(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl From<&Seg<'_>> for OwnedSeg {
+    fn from(s: &Seg<'_>) -> Self {
+        match s {
+            Seg::Key(k) => OwnedSeg::Key(k.to_string()),
+            Seg::Index(i) => OwnedSeg::Index(*i),
+        }
+    }
+}
+
+/// Removes the value at `path` (a key of a table or an element of an array) from `v`;
+/// what was removed, or `None` when `path` names nothing removable in `v`.
+fn take_out(v: &mut toml::Value, path: &[Seg<'_>]) -> Option<Taken> {
+    let (last, parent) = path.split_last()?;
+    let mut at = v;
+    for seg in parent {
+        at = match (seg, at) {
+            (Seg::Key(k), toml::Value::Table(t)) => t.get_mut(*k)?,
+            (Seg::Index(i), toml::Value::Array(a)) => a.get_mut(*i)?,
+            _ => return None,
+        };
+    }
+    match (last, at) {
+        (Seg::Key(k), toml::Value::Table(t)) => t.remove(*k).map(|_| Taken::Key(k.to_string())),
+        (Seg::Index(i), toml::Value::Array(a)) if *i < a.len() => {
+            a.remove(*i);
+            Some(Taken::Element(
+                parent.iter().map(OwnedSeg::from).collect(),
+                *i,
+            ))
+        }
+        _ => None,
     }
 }
 
@@ -1094,11 +1200,18 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
         ),
     );
 
+    // Names of the templates that could not be read, whose errors are reported there:
+    // a host using one is not told the name is unknown as well.
+    let mut unreadable: HashSet<String> = HashSet::new();
     let templates: Vec<(usize, TemplateEntry)> = templates_raw
         .into_iter()
         .filter_map(|(i, v)| {
-            c.de(&[Seg::Key("templates"), Seg::Index(i)], v)
-                .map(|t| (i, t))
+            let name = v.get("name").and_then(|n| n.as_str()).map(str::to_string);
+            let t = c.de(&[Seg::Key("templates"), Seg::Index(i)], v);
+            if let (None, Some(name)) = (&t, name) {
+                unreadable.insert(name);
+            }
+            t.map(|t| (i, t))
         })
         .collect();
     let hosts: Vec<(usize, HostEntry)> = hosts_raw
@@ -1114,7 +1227,7 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
         .collect();
 
     let (resolved, mut discovery) =
-        Resolver::new(&mut c, &icmp, &snmp, found).resolve(&templates, &hosts, &ranges);
+        Resolver::new(&mut c, &icmp, &snmp, found, unreadable).resolve(&templates, &hosts, &ranges);
     let source = daemon.source_addrs();
     for t in &mut discovery {
         t.source = source;
@@ -1348,6 +1461,8 @@ struct Resolver<'c, 'a> {
     snmp: &'c SnmpSection,
     /// Template name → resolved items (keys interned once per template item).
     templates: HashMap<String, Vec<ResolvedEntry>>,
+    /// Names of the templates that could not be read (reported at the template).
+    unreadable: HashSet<String>,
     /// SNMPv3 users by their fields: a passphrase is hashed into a key (~1 MiB of
     /// hashing) once, not once per host; `None` for fields already reported wrong.
     users: HashMap<UsmSection, Option<Arc<snmp::v3::UsmUser>>>,
@@ -1373,12 +1488,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
         icmp: &'c IcmpSection,
         snmp: &'c SnmpSection,
         found: &'c Found,
+        unreadable: HashSet<String>,
     ) -> Self {
         Resolver {
             c,
             icmp,
             snmp,
             templates: HashMap::new(),
+            unreadable,
             users: HashMap::new(),
             snmp_usm: usm_of!(snmp),
             pipelines: Vec::new(),
@@ -2236,8 +2353,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
         for (j, t) in templates.iter().enumerate() {
             let p = under(path, [Seg::Key("templates"), Seg::Index(j)]);
             match self.templates.get(t) {
+                None if self.unreadable.contains(t) => {}
                 None => {
-                    let known: Vec<&String> = self.templates.keys().collect();
+                    let mut known: Vec<&String> =
+                        self.templates.keys().chain(&self.unreadable).collect();
+                    known.sort();
                     self.c
                         .push(&p, format!("unknown template {t:?} (defined: {known:?})"));
                 }

@@ -373,6 +373,86 @@ fn duplicate_itemids_and_keys() {
 }
 
 #[test]
+fn every_refused_value_of_a_piece_is_reported_at_its_own_line() {
+    let text = r#"[daemon]
+shards = "four"
+bogus = 1
+spool_dir = 5
+
+[[templates]]
+name = "t1"
+items = [
+  { key = "icmpping", delay = "1m" },
+  { key = "icmppingloss", interval = "1m" },
+  { interval = "1m" },
+  { key = "icmppingsec", interval = 5 },
+]
+
+[[hosts]]
+name = "h1"
+ip = "127.0.0.1"
+templates = ["t1"]
+
+[[hosts]]
+name = "h2"
+ip = "127.0.0.2"
+templates = ["t2"]
+"#;
+    let e = errs(text);
+    let got: Vec<(Option<usize>, &str, &str)> = e
+        .iter()
+        .map(|e| (e.line, e.path.as_str(), e.message.as_str()))
+        .collect();
+    let want = [
+        (2, "daemon.shards", "invalid type: string \"four\""),
+        (3, "daemon.bogus", "unknown field `bogus`"),
+        (4, "daemon.spool_dir", "invalid type: integer `5`"),
+        (9, "templates[0].items[0].delay", "unknown field `delay`"),
+        (11, "templates[0].items[2]", "missing field `key`"),
+        // Found after items[2] was taken out: still numbered as in the file.
+        (
+            12,
+            "templates[0].items[3].interval",
+            "invalid type: integer `5`",
+        ),
+        // h1 uses t1, which could not be read: no "unknown template" for it.
+        (
+            23,
+            "hosts[1].templates[0]",
+            "unknown template \"t2\" (defined: [\"t1\"])",
+        ),
+    ];
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+    for ((line, path, msg), g) in want.iter().zip(&got) {
+        assert_eq!((Some(*line), *path), (g.0, g.1), "{got:#?}");
+        assert!(g.2.starts_with(msg), "{msg:?} in {got:#?}");
+    }
+}
+
+#[test]
+fn snmp_versions_as_strings_or_integers() {
+    for (v, want) in [
+        ("\"1\"", SnmpVersion::V1),
+        ("1", SnmpVersion::V1),
+        ("\"2c\"", SnmpVersion::V2c),
+        ("2", SnmpVersion::V2c),
+        ("\"3\"", SnmpVersion::V3),
+        ("3", SnmpVersion::V3),
+    ] {
+        let text = format!("[snmp]\nversion = {v}\n");
+        let cfg = parse(&text).unwrap_or_else(|e| panic!("{v}: {e:#?}"));
+        assert_eq!(SnmpVersion::from(cfg.snmp.version), want, "{v}");
+    }
+    let e = one_err("[snmp]\nversion = 7\n");
+    assert_eq!(
+        e.to_string(),
+        "line 2: snmp.version: unsupported SNMP version \"7\" (use 1, 2c or 3)"
+    );
+    let e = one_err("[snmp]\nversion = 2.0\n");
+    assert!(e.message.contains("expected an SNMP version"), "{e}");
+}
+
+#[test]
 fn unknown_sections_and_syntax_errors() {
     let e = one_err("[deamon]\nshards = 2\n");
     assert_eq!(e.line, Some(1));
@@ -380,8 +460,8 @@ fn unknown_sections_and_syntax_errors() {
     let e = one_err("[daemon]\nshards = \n");
     assert_eq!(e.line, Some(2));
     // A refused value is reported at its own key and line, not at its section's.
-    let e = one_err("[snmp]\n\nversion = \"2\"\n");
-    assert!(e.message.contains("unknown variant `2`"), "{e}");
+    let e = one_err("[snmp]\n\nversion = \"4\"\n");
+    assert!(e.message.contains("unsupported SNMP version \"4\""), "{e}");
     assert_eq!((e.path.as_str(), e.line), ("snmp.version", Some(3)));
     let e = one_err("[[templates]]\nname = \"t\"\nitems = [\n  { key = \"icmpping\" },\n  { key = \"icmpping\", interval = 5 },\n]\n");
     assert!(e.message.starts_with("invalid type: integer `5`"), "{e}");
