@@ -997,6 +997,10 @@ impl Collector<'_> {
                     }
                 }
             }
+            let message = match unknown_key_hint(&message) {
+                Some((key, hint, rest)) => format!("unknown field `{key}` ({hint}){rest}"),
+                None => message,
+            };
             self.push(&under(path, at), message);
             match took {
                 Some(t) => taken.push(t),
@@ -1005,6 +1009,36 @@ impl Collector<'_> {
         }
         None
     }
+}
+
+/// Zabbix's names of keys that have another name here (item `delay`, `value_type`,
+/// `snmp_oid`; a host's `host`; a preprocessing step's `params`, as the API calls it).
+const ZABBIX_NAMES: &[(&str, &str)] = &[
+    ("delay", "interval"),
+    ("value_type", "type"),
+    ("snmp_oid", "oid"),
+    ("host", "name"),
+    ("params", "parameters"),
+];
+
+/// For serde's "unknown field `k`, expected …": `k`, a hint (the name Zabbix's `k` has
+/// here, or the expected key `k` is a typo of) and the rest of the message.
+fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
+    let (key, rest) = message.strip_prefix("unknown field `")?.split_once('`')?;
+    // ", expected one of `a`, `b`" or ", expected `a` or `b`": every other piece.
+    let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    if let Some((_, ours)) = ZABBIX_NAMES
+        .iter()
+        .find(|(z, ours)| *z == key && expected.contains(ours))
+    {
+        return Some((key, format!("Zabbix's `{key}` is `{ours}` here"), rest));
+    }
+    let close = expected
+        .iter()
+        .map(|e| (strsim::osa_distance(key, e), *e))
+        .filter(|(d, _)| *d <= (key.chars().count() / 3).max(1))
+        .min_by_key(|(d, _)| *d)?;
+    Some((key, format!("did you mean `{}`?", close.1), rest))
 }
 
 /// How many refused values of one piece (a section, a template, a host) are reported.

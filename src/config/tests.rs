@@ -430,6 +430,31 @@ templates = ["t2"]
 }
 
 #[test]
+fn unknown_keys_are_told_their_name_here() {
+    let e = one_err("[daemon]\nspool_dri = \"/tmp\"\n");
+    assert!(
+        e.message.starts_with(
+            "unknown field `spool_dri` (did you mean `spool_dir`?), expected one of `shards`"
+        ),
+        "{e}"
+    );
+    let e = one_err(
+        "[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping\", delay = \"1m\" } ]\n",
+    );
+    assert!(
+        e.message
+            .starts_with("unknown field `delay` (Zabbix's `delay` is `interval` here), expected"),
+        "{e}"
+    );
+    // No hint for a key like none of those expected.
+    let e = one_err("[daemon]\nfoo = 1\n");
+    assert!(
+        e.message.starts_with("unknown field `foo`, expected"),
+        "{e}"
+    );
+}
+
+#[test]
 fn snmp_versions_as_strings_or_integers() {
     for (v, want) in [
         ("\"1\"", SnmpVersion::V1),
