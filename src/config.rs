@@ -68,7 +68,7 @@ pub struct DaemonSection {
     /// Default 1 GiB.
     pub spool_max_bytes: u64,
     /// How often spool files are fsynced: the most a crash can lose. Default `1s`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "sink::config::duration_str")]
     pub spool_fsync_interval: Duration,
     /// Values buffered between the engines and the sink (the channel holds
     /// `channel_capacity / 256` batches of up to 256). Default 65,536.
@@ -80,7 +80,7 @@ pub struct DaemonSection {
     /// An iteration takes every task due within this window (polling it up to this
     /// much early), so sweeps are large and the engines start about one iteration per
     /// window. Default `1s`; at most `10s`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "sink::config::duration_str")]
     pub batch_window: Duration,
     /// How the ICMP tasks of one interval are placed in it. Default `"grouped"`.
     pub icmp_phases: IcmpPhases,
@@ -103,7 +103,7 @@ pub struct DaemonSection {
     /// How often `run` saves the trends hours still open (`<spool_dir>/trends-checkpoint`),
     /// so that a crash (SIGKILL, the OOM killer, a power loss) loses at most this much of
     /// each item's hour rather than all of it. Default `5m`; `0s`: never.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "sink::config::duration_str")]
     pub trends_checkpoint: Duration,
     /// The local address ICMP probes and SNMP requests (discovery walks included) leave
     /// from, Zabbix's `SourceIP`: `"192.0.2.10"`, or one per family,
@@ -187,12 +187,12 @@ pub enum IcmpPhases {
 #[serde(deny_unknown_fields, default)]
 pub struct IcmpSection {
     /// Wait for replies after a host's last probe. Default `1s` (Zabbix minimum 50 ms).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "sink::config::duration_str")]
     pub timeout: Duration,
     /// Probes per host. Default 3 (1..10000).
     pub packets: u32,
     /// Spacing of one host's probes. Default `20ms` (Zabbix minimum).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "sink::config::duration_str")]
     pub interval: Duration,
     /// ICMP payload bytes. Default 68 (24..65507).
     pub size: u32,
@@ -285,7 +285,7 @@ pub struct SnmpSection {
     /// Agent UDP port. Default 161.
     pub port: u16,
     /// Wait for one response. Default `2s`.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "sink::config::duration_str")]
     pub timeout: Duration,
     /// Re-sends after a timeout, within the iteration. Default 1.
     pub retries: u32,
@@ -490,7 +490,7 @@ pub struct SnmpOverride {
     pub priv_passphrase: Option<String>,
     pub context_name: Option<String>,
     pub port: Option<u16>,
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "sink::config::duration_str::option")]
     pub timeout: Option<Duration>,
     pub retries: Option<u32>,
     pub max_oids_per_request: Option<usize>,
@@ -518,7 +518,7 @@ pub struct ItemEntry {
     pub value_type: Option<ValueType>,
     /// Poll interval (`10s`, `1m`). Required unless a template item with the same key
     /// gives it.
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "sink::config::duration_str::option")]
     pub interval: Option<Duration>,
     /// Zabbix itemid; default: derived from (host name, key), stable across restarts.
     pub itemid: Option<u64>,
@@ -582,7 +582,10 @@ pub struct DiscoveryEntry {
     /// Only rows whose value does not match this one.
     pub not_matches: Option<String>,
     /// How often each host's table is walked again. Default `1h`.
-    #[serde(default = "default_discovery_interval", with = "humantime_serde")]
+    #[serde(
+        default = "default_discovery_interval",
+        with = "sink::config::duration_str"
+    )]
     pub interval: Duration,
     /// Conditions on other columns of the row, all of which must hold (Zabbix's filter
     /// of a rule with several macros, "and").
@@ -1231,6 +1234,7 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
             snmp.max_oids_per_request,
             snmp.max_inflight_per_host,
             snmp.port,
+            snmp.timeout,
         ),
     );
 
@@ -1340,11 +1344,31 @@ fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
     }
 }
 
+/// An SNMP request's timeout: at least 10 ms (a loopback agent's answer), at most
+/// Zabbix 7's longest item timeout, 10 minutes.
+const SNMP_TIMEOUT_MIN: Duration = Duration::from_millis(10);
+const SNMP_TIMEOUT_MAX: Duration = Duration::from_secs(600);
+
+/// Whether `timeout` may be an SNMP request's (the config's and `snmp -t`'s).
+pub fn check_snmp_timeout(timeout: Duration) -> Result<Duration, String> {
+    if (SNMP_TIMEOUT_MIN..=SNMP_TIMEOUT_MAX).contains(&timeout) {
+        Ok(timeout)
+    } else {
+        Err(format!(
+            "{} is outside 10ms..10m",
+            humantime::format_duration(timeout)
+        ))
+    }
+}
+
 fn check_snmp_limits(
     c: &mut Collector<'_>,
     path: &[Seg<'_>],
-    (max_oids, max_inflight, port): (usize, usize, u16),
+    (max_oids, max_inflight, port, timeout): (usize, usize, u16, Duration),
 ) {
+    if let Err(e) = check_snmp_timeout(timeout) {
+        c.push(&under(path, [Seg::Key("timeout")]), e);
+    }
     if port == 0 {
         c.push(
             &under(path, [Seg::Key("port")]),
@@ -2369,7 +2393,12 @@ impl<'c, 'a> Resolver<'c, 'a> {
         check_snmp_limits(
             self.c,
             &sp,
-            (p.max_oids_per_request, p.max_inflight_per_host, p.port),
+            (
+                p.max_oids_per_request,
+                p.max_inflight_per_host,
+                p.port,
+                p.timeout,
+            ),
         );
         (self.c.errors.len() == before).then(|| Some(Arc::new(p)))
     }

@@ -179,6 +179,24 @@ fn targets_are_ip_addresses_never_names() {
     assert!(!String::from_utf8_lossy(&o.stderr).contains("is not an IP address"));
 }
 
+/// `-t` takes what the config's `snmp.timeout` takes: 10 ms..10 min.
+#[test]
+fn timeouts_outside_the_configs_range_are_refused() {
+    for (t, want) in [
+        ("0s", "0s is outside 10ms..10m"),
+        ("11m", "11m is outside 10ms..10m"),
+        ("200years", "longer than 100 years"),
+    ] {
+        let o = netpoller()
+            .args(["snmp", "get", "-t", t, "127.0.20.1", ".1.3.6.1.2.1.1.5.0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{t}: {err}");
+        assert!(err.contains(want), "{t}: {err}");
+    }
+}
+
 /// `netpoller snmp walk … | head -1`: the walk ends when the reader goes, quietly.
 #[test]
 fn a_reader_that_goes_away_ends_a_walk_quietly() {

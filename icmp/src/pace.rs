@@ -26,12 +26,13 @@ pub struct SharedPacer {
 }
 
 impl SharedPacer {
-    /// `max_pps` probes per second in total (> 0), bursts of at most `burst`; the first
-    /// slot is at `start`, with no burst credit before it.
+    /// `max_pps` probes per second in total (1 if 0; at most 10⁹, one per nanosecond,
+    /// the clock's grain), bursts of at most `burst`; the first slot is at `start`,
+    /// with no burst credit before it.
     pub fn new(max_pps: u32, burst: Duration, start: Instant) -> Self {
         SharedPacer {
             base: start,
-            gap_ns: 1_000_000_000 / u64::from(max_pps.max(1)),
+            gap_ns: (1_000_000_000 / u64::from(max_pps.max(1))).max(1),
             burst_ns: burst.as_nanos() as u64,
             next: AtomicU64::new(0),
         }
@@ -108,6 +109,17 @@ mod tests {
             got += p.take(t0 + Duration::from_millis(50 + 3 * k), 100).n;
         }
         assert!((1000..=1003).contains(&got), "{got}");
+    }
+
+    #[test]
+    fn a_rate_beyond_the_clocks_grain_is_one_slot_per_nanosecond() {
+        // u32::MAX probes/s would be a gap of 0 ns: a division by zero in `take`.
+        for pps in [1_000_000_001, u32::MAX] {
+            let p = SharedPacer::new(pps, Duration::from_millis(5), Instant::now());
+            assert_eq!(p.max_pps(), 1_000_000_000);
+            let n = p.take(p.base + Duration::from_micros(1), 10_000).n;
+            assert_eq!(n, 1_001, "1 µs of slots and the current one");
+        }
     }
 
     #[test]

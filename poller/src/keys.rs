@@ -207,6 +207,10 @@ pub mod limits {
     pub const MIN_INTERVAL: Duration = Duration::from_millis(20);
     pub const SIZE: std::ops::RangeInclusive<u32> = 24..=65_507;
     pub const MIN_TIMEOUT: Duration = Duration::from_millis(50);
+    /// Zabbix sets no maximum for these two; 10 minutes (Zabbix 7's longest item
+    /// timeout) keeps a sweep's end within reach of its clock and of its interval.
+    pub const MAX_INTERVAL: Duration = Duration::from_secs(600);
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 }
 
 impl IcmpDefaults {
@@ -232,6 +236,11 @@ fn check_interval(v: Duration, mut f: impl FnMut(String)) {
             "interval {} ms below Zabbix's minimum of 20 ms",
             v.as_millis()
         ));
+    } else if v > limits::MAX_INTERVAL {
+        f(format!(
+            "interval {} ms above the maximum of 600000 ms (10 min)",
+            v.as_millis()
+        ));
     }
 }
 fn check_size(v: u32, mut f: impl FnMut(String)) {
@@ -243,6 +252,11 @@ fn check_timeout(v: Duration, mut f: impl FnMut(String)) {
     if v < limits::MIN_TIMEOUT {
         f(format!(
             "timeout {} ms below Zabbix's minimum of 50 ms",
+            v.as_millis()
+        ));
+    } else if v > limits::MAX_TIMEOUT {
+        f(format!(
+            "timeout {} ms above the maximum of 600000 ms (10 min)",
             v.as_millis()
         ));
     }

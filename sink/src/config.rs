@@ -11,7 +11,22 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// Serde helpers for `humantime` durations (`"1s"`, `"500ms"`, `"30d"`).
+/// The longest duration a config or a command line may give: 100 years. A longer one
+/// is refused where it is read, so that no instant plus a duration (or twice one) read
+/// there can overflow.
+pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// Parses a humantime duration (`"1s"`, `"500ms"`, `"30d"`) of at most
+/// [`MAX_DURATION`]: every duration of the config and of the command line.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(s) {
+        Ok(d) if d <= MAX_DURATION => Ok(d),
+        Ok(_) => Err(format!("invalid duration {s:?}: longer than 100 years")),
+        Err(e) => Err(format!("invalid duration {s:?}: {e}")),
+    }
+}
+
+/// Serde helpers for durations read with [`parse_duration`].
 pub mod duration_str {
     use serde::{Deserialize, Deserializer, Serializer};
     use std::time::Duration;
@@ -19,8 +34,7 @@ pub mod duration_str {
     /// Parses a humantime string.
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
-        humantime::parse_duration(&s)
-            .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+        super::parse_duration(&s).map_err(serde::de::Error::custom)
     }
 
     /// Formats as a humantime string.
@@ -36,11 +50,8 @@ pub mod duration_str {
         /// Parses an optional humantime string.
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
             let s = Option::<String>::deserialize(d)?;
-            s.map(|s| {
-                humantime::parse_duration(&s)
-                    .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
-            })
-            .transpose()
+            s.map(|s| super::super::parse_duration(&s).map_err(serde::de::Error::custom))
+                .transpose()
         }
 
         /// Formats an optional humantime string.

@@ -51,7 +51,7 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 1)]
     pub iterations: u32,
     /// Timeout per attempt.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = snmp_timeout)]
     pub timeout: Duration,
     #[arg(long, default_value_t = 1)]
     pub retries: u32,
@@ -65,7 +65,7 @@ pub struct LoadArgs {
     #[arg(long)]
     pub max_pps: Option<u32>,
     /// Pause between iterations.
-    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "0s", value_parser = sink::config::parse_duration)]
     pub pause: Duration,
 }
 
@@ -119,8 +119,8 @@ pub struct Common {
     /// UDP port (used when TARGET has none).
     #[arg(short = 'p', long, default_value_t = 161)]
     pub port: u16,
-    /// Timeout per attempt, e.g. 1s or 500ms.
-    #[arg(short = 't', long, default_value = "1s", value_parser = humantime::parse_duration)]
+    /// Timeout per attempt, e.g. 1s or 500ms (10ms..10m).
+    #[arg(short = 't', long, default_value = "1s", value_parser = snmp_timeout)]
     pub timeout: Duration,
     /// Retries after the first attempt.
     #[arg(short = 'r', long, default_value_t = 5)]
@@ -136,6 +136,11 @@ pub struct Common {
     /// Agent address: IP, IP:PORT or `[IPv6]:PORT` (names are not looked up).
     #[arg(value_name = "TARGET")]
     pub target: String,
+}
+
+/// `-t`: a duration the config would take for `snmp.timeout`.
+fn snmp_timeout(s: &str) -> Result<Duration, String> {
+    crate::config::check_snmp_timeout(sink::config::parse_duration(s)?)
 }
 
 impl std::fmt::Debug for Common {

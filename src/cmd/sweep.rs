@@ -26,10 +26,10 @@ pub struct Args {
     #[arg(short = 'c', long, default_value_t = 3)]
     pub count: u32,
     /// Per-request reply timeout, e.g. "500ms", "1s" (Zabbix minimum 50ms).
-    #[arg(short = 't', long, default_value = "500ms", value_parser = humantime::parse_duration)]
+    #[arg(short = 't', long, default_value = "500ms", value_parser = sink::config::parse_duration)]
     pub timeout: Duration,
     /// Spacing between one host's requests, e.g. "20ms", "1s" (Zabbix minimum 20ms).
-    #[arg(short = 'i', long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(short = 'i', long, default_value = "1s", value_parser = sink::config::parse_duration)]
     pub interval: Duration,
     /// Payload bytes per request (Zabbix `size`, 24..=65507).
     #[arg(short = 's', long, default_value_t = 56)]
@@ -137,31 +137,29 @@ impl AllHosts for IpNet {
     }
 }
 
+/// The limits a config's ICMP keys have (`poller::keys`), named by their flags; the
+/// interval only matters with more than one request.
 fn validate(args: &Args) -> anyhow::Result<()> {
-    if !(1..=10_000).contains(&args.count) {
-        bail!(
-            "--count {} outside 1..=10000 (Zabbix packets limit)",
-            args.count
-        );
-    }
-    if args.timeout < Duration::from_millis(50) {
-        bail!(
-            "--timeout {:?} below the Zabbix minimum of 50ms",
-            args.timeout
-        );
-    }
-    if args.count > 1 && args.interval < Duration::from_millis(20) {
-        bail!(
-            "--interval {:?} below the Zabbix minimum of 20ms",
-            args.interval
-        );
-    }
-    if !(24..=icmp::MAX_PAYLOAD_V4).contains(&args.size) {
-        bail!(
-            "--size {} outside 24..={} (Zabbix size limit)",
-            args.size,
-            icmp::MAX_PAYLOAD_V4
-        );
+    let probe = poller::keys::IcmpDefaults {
+        packets: args.count,
+        interval: args.interval,
+        size: u32::try_from(args.size).unwrap_or(u32::MAX),
+        timeout: args.timeout,
+    };
+    let wrong: Vec<String> = probe
+        .check()
+        .into_iter()
+        .filter(|(what, _)| *what != "interval" || args.count > 1)
+        .map(|(what, msg)| {
+            let flag = match what {
+                "packets" => "count",
+                other => other,
+            };
+            format!("--{flag}: {msg}")
+        })
+        .collect();
+    if !wrong.is_empty() {
+        bail!("{}", wrong.join("; "));
     }
     Ok(())
 }
@@ -330,6 +328,35 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_have_the_limits_of_the_configs_keys() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sweep: Args,
+        }
+        let check = |flags: &[&str]| {
+            let cli =
+                Cli::try_parse_from(["sweep"].iter().chain(flags).chain(&["127.0.0.1"])).unwrap();
+            validate(&cli.sweep).map_err(|e| e.to_string())
+        };
+        assert!(check(&[]).is_ok());
+        assert_eq!(
+            check(&["-c", "0", "-t", "10ms"]).unwrap_err(),
+            "--count: packets 0 outside Zabbix's limits 1..10000; --timeout: timeout 10 ms below Zabbix's minimum of 50 ms"
+        );
+        assert_eq!(
+            check(&["-c", "2", "-i", "11m"]).unwrap_err(),
+            "--interval: interval 660000 ms above the maximum of 600000 ms (10 min)"
+        );
+        // One request per host: no spacing to check (as fping -c 1 -p 1).
+        assert!(check(&["-c", "1", "-i", "1ms"]).is_ok());
+        assert!(check(&["-s", "23"])
+            .unwrap_err()
+            .starts_with("--size: size 23"));
     }
 
     #[test]

@@ -195,6 +195,39 @@ items = [ { key = "ifInOctets", oid = "1.3.6.x", type = "uint", interval = "60s"
 }
 
 #[test]
+fn durations_and_timeouts_are_bounded() {
+    // Past 100 years no duration is read: an instant plus one could overflow (a panic).
+    let e = one_err("[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nrequest_timeout = \"18446744073709551615s\"\n");
+    assert_eq!(
+        (e.path.as_str(), e.message.as_str()),
+        (
+            "clickhouse.request_timeout",
+            "invalid duration \"18446744073709551615s\": longer than 100 years"
+        )
+    );
+    assert!(
+        parse("[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nretention = \"99years\"\n").is_ok()
+    );
+    // SNMP timeouts: 10 ms..10 min, in [snmp] and a host's.
+    let e = errs("[snmp]\ntimeout = \"0s\"\n[[hosts]]\nname = \"a\"\nip = \"127.0.20.1\"\nsnmp = { timeout = \"11m\" }\nitems = [ { key = \"k\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"10s\" } ]\n");
+    let got: Vec<(&str, &str)> = e
+        .iter()
+        .map(|e| (e.path.as_str(), e.message.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("snmp.timeout", "0s is outside 10ms..10m"),
+            ("hosts[0].snmp.timeout", "11m is outside 10ms..10m")
+        ]
+    );
+    // ICMP: Zabbix has no maximum interval or timeout; netpoller's is 10 minutes.
+    let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping[,2,600001,,4294967295]\", interval = \"10s\" } ]\n");
+    assert_eq!(e.message, "interval 600001 ms above the maximum of 600000 ms (10 min); timeout 4294967295 ms above the maximum of 600000 ms (10 min)");
+    assert!(parse("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping[,2,600000,,600000]\", interval = \"10s\" } ]\n").is_ok());
+}
+
+#[test]
 fn icmp_limits_are_checked_in_defaults_and_keys() {
     let e = errs("[icmp]\npackets = 0\ninterval = \"10ms\"\nsize = 65508\ntimeout = \"49ms\"\n");
     let paths: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
