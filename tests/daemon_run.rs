@@ -9,7 +9,7 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use common::{ch, line_of, poll_once_json, scratch, service_env, Daemon};
+use common::{ch, line_of, netpoller, poll_once_json, scratch, service_env, Daemon};
 
 fn snmpd_addrs() -> Vec<String> {
     service_env("NETPOLLER_SNMPD_ADDRS")
@@ -227,6 +227,63 @@ fn run_polls_reloads_and_flushes_on_sigterm() {
         "SELECT count() FROM (SELECT itemid, clock, ns, count() c FROM {db}.history_dbl GROUP BY itemid, clock, ns HAVING c > 1) FORMAT TSV"
     ));
     assert_eq!(dups.trim(), "0");
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}
+
+/// An engine whose iteration panics (a bug; a debug build's failpoint here) stops the
+/// daemon with exit status 1, for the service manager to start it again, instead of
+/// polling on without the panicked iteration's driver and items; what was polled until
+/// then is written.
+#[test]
+fn an_engine_that_panics_stops_the_daemon_with_status_1_after_writing_what_it_polled() {
+    let dir = scratch("daemon-panic");
+    let db = format!("nptest_panic_{}", std::process::id());
+    let cfg_path = dir.join("netpoller.toml");
+    std::fs::write(
+        &cfg_path,
+        config(&db, &dir.join("spool"), &["127.0.76.13", "127.0.76.14"], ""),
+    )
+    .unwrap();
+    let log = dir.join("run.log");
+    let mut child = netpoller()
+        .env("NETPOLLER_TEST_PANIC", "icmp")
+        .args(["--log-level", "info", "run", "-c"])
+        .arg(&cfg_path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "still running 30 s after start:\n{}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("icmp iteration panicked: NETPOLLER_TEST_PANIC=icmp")
+            && log.contains("stopping with exit status 1"),
+        "{log}"
+    );
+    // The first ICMP iteration's values, and every SNMP value, are in ClickHouse.
+    let rows = rows_by_host(&db);
+    let pings: u64 = rows
+        .iter()
+        .filter(|(h, _)| h.starts_with("ping-"))
+        .map(|(_, n)| n)
+        .sum();
+    assert!(pings >= 3, "{rows:?}\n{log}");
+    assert_eq!(rows.values().sum::<u64>(), values_in_log(&log), "{log}");
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 

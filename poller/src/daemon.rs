@@ -704,15 +704,25 @@ enum Slot {
     Snmp(SnmpDriver),
 }
 
+/// An iteration of the engine panicked (a bug): its driver and the items it had taken
+/// are gone, so the engine stops instead of polling on with less and less.
+#[derive(Debug, thiserror::Error)]
+#[error("{engine} iteration panicked: {why}")]
+pub struct EngineFailed {
+    pub engine: &'static str,
+    pub why: String,
+}
+
 /// Run one engine's loop until `shutdown` turns true; returns after the running
-/// iterations ended.
+/// iterations ended. An iteration that panics ends the loop too: the other running
+/// iterations finish and their values are handed on, then [`EngineFailed`].
 pub async fn run_engine(
     shared: Arc<Shared>,
     engine: Engine,
     drivers: Drivers,
     tx: mpsc::Sender<Samples>,
     mut shutdown: watch::Receiver<bool>,
-) {
+) -> Result<(), EngineFailed> {
     let (pool_tx, mut pool_rx) = mpsc::unbounded_channel::<Slot>();
     let slots = match drivers {
         Drivers::Icmp(v) => v.into_iter().map(Slot::Icmp).collect::<Vec<_>>(),
@@ -727,8 +737,9 @@ pub async fn run_engine(
         .map(|_| Emitter::new(tx.clone(), shared.pipeline.clone()))
         .collect();
     drop(tx);
+    let mut failed: Option<String> = None;
     loop {
-        if *shutdown.borrow() {
+        if *shutdown.borrow() || failed.is_some() {
             break;
         }
         // Sleep until the earliest due slot (or a reload / shutdown).
@@ -743,14 +754,22 @@ pub async fn run_engine(
                 _ = tokio::time::sleep(wait) => {}
                 _ = shared.wake.notified() => continue,
                 _ = shutdown.changed() => continue,
-                Some(r) = running.join_next(), if !running.is_empty() => { reap(r, &mut emitters); continue; }
+                Some(r) = running.join_next(), if !running.is_empty() => {
+                    failed = reap(r, &mut emitters).err();
+                    continue;
+                }
             }
         }
         // A free driver (iterations end within their deadline, so this is bounded).
         let slot = loop {
             tokio::select! {
                 s = pool_rx.recv() => break s,
-                Some(r) = running.join_next(), if !running.is_empty() => reap(r, &mut emitters),
+                Some(r) = running.join_next(), if !running.is_empty() => {
+                    if let Err(why) = reap(r, &mut emitters) {
+                        failed = Some(why);
+                        break None;
+                    }
+                }
                 _ = shutdown.changed() => if *shutdown.borrow() { break None },
             }
         };
@@ -774,6 +793,8 @@ pub async fn run_engine(
         let shared2 = shared.clone();
         let pool_tx2 = pool_tx.clone();
         running.spawn(async move {
+            #[cfg(debug_assertions)]
+            test_failpoint::iteration(engine);
             let m = shared2.metrics(engine);
             let earliest = dues.iter().map(|d| d.due_ms).min().unwrap_or(now);
             let lateness = Duration::from_millis(now.saturating_sub(earliest));
@@ -829,17 +850,57 @@ pub async fn run_engine(
     }
     // Shutdown: no new work; let running iterations reach their deadline and flush.
     while let Some(r) = running.join_next().await {
-        reap(r, &mut emitters);
+        if let Err(why) = reap(r, &mut emitters) {
+            failed.get_or_insert(why);
+        }
     }
     for mut e in emitters {
         e.drain().await;
     }
+    match failed {
+        None => Ok(()),
+        Some(why) => Err(EngineFailed {
+            engine: engine.as_str(),
+            why,
+        }),
+    }
 }
 
-fn reap(r: Result<Emitter, tokio::task::JoinError>, emitters: &mut Vec<Emitter>) {
+/// Takes back the emitter of an iteration that ended; `Err` with the panic's message
+/// when it panicked (its emitter, driver and taken items are lost with it).
+fn reap(
+    r: Result<Emitter, tokio::task::JoinError>,
+    emitters: &mut Vec<Emitter>,
+) -> Result<(), String> {
     match r {
-        Ok(e) => emitters.push(e),
-        Err(e) => tracing::error!(error = %e, "iteration task failed"),
+        Ok(e) => {
+            emitters.push(e);
+            Ok(())
+        }
+        Err(e) => Err(match e.try_into_panic() {
+            Ok(p) => p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into()),
+            Err(e) => e.to_string(),
+        }),
+    }
+}
+
+/// Debug builds only: `NETPOLLER_TEST_PANIC=icmp` (or `snmp`) makes every iteration of
+/// that engine but its first panic, for the tests of what the daemon does then.
+#[cfg(debug_assertions)]
+mod test_failpoint {
+    use super::Engine;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    pub fn iteration(engine: Engine) {
+        static SEEN: AtomicU64 = AtomicU64::new(0);
+        let wanted = std::env::var("NETPOLLER_TEST_PANIC").is_ok_and(|v| v == engine.as_str());
+        if wanted && SEEN.fetch_add(1, Ordering::Relaxed) > 0 {
+            panic!("NETPOLLER_TEST_PANIC={}", engine.as_str());
+        }
     }
 }
 

@@ -118,6 +118,8 @@ async fn daemon(
     );
 
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    // An engine that failed (an iteration panicked, or its thread did) stops the daemon.
+    let (failed_tx, mut failed_rx) = mpsc::unbounded_channel::<String>();
     let (tx, rx) = poller::engine::channel(cfg.daemon.channel_capacity);
 
     // Discovery: walks the hosts' tables in the background and asks for a re-plan
@@ -203,7 +205,7 @@ async fn daemon(
             Drivers::Icmp(group),
             &shared,
             &tx,
-            &shutdown_rx,
+            (&shutdown_rx, &failed_tx),
         )?);
     }
     engines.push(engine_thread(
@@ -212,9 +214,9 @@ async fn daemon(
         Drivers::Snmp(snmp),
         &shared,
         &tx,
-        &shutdown_rx,
+        (&shutdown_rx, &failed_tx),
     )?);
-    drop(tx);
+    drop((tx, failed_tx));
 
     // Signals.
     use tokio::signal::unix::{signal, SignalKind};
@@ -232,8 +234,14 @@ async fn daemon(
     let files =
         trends.then(|| OpenHoursFiles::new(&cfg.daemon.spool_dir, cfg.daemon.trends_checkpoint));
     let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends, files));
+    let mut exit = ExitCode::SUCCESS;
     loop {
         tokio::select! {
+            Some(why) = failed_rx.recv() => {
+                tracing::error!(error = %why, "stopping with exit status 1 so that the service manager starts netpoller again (a bug: please report it with this log); the values polled so far are written or spooled");
+                exit = ExitCode::FAILURE;
+                break;
+            }
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
@@ -281,7 +289,7 @@ async fn daemon(
         Arc::try_unwrap(sink).map_err(|_| anyhow::anyhow!("sink still shared at shutdown"))?;
     let report = sink.shutdown().await.context("flushing the sink")?;
     tracing::info!(values = delivered, report = ?report, "netpoller stopped");
-    Ok(ExitCode::SUCCESS)
+    Ok(exit)
 }
 
 /// Plans the rows discovery `found` with the running config `text`: swaps the plan in
@@ -942,27 +950,44 @@ fn deliver(
 
 /// Starts `engine` (with `drivers`) on a thread with a single-threaded runtime of its
 /// own; several may run for one engine, sharing its scheduler. The thread ends when the
-/// engine does (after shutdown, once its iterations have finished).
+/// engine does (after shutdown, once its iterations have finished, or when it failed:
+/// then, or if the thread panics, why is sent on `failed`).
 fn engine_thread(
     name: String,
     engine: Engine,
     drivers: Drivers,
     shared: &Arc<Shared>,
     tx: &mpsc::Sender<Samples>,
-    shutdown: &watch::Receiver<bool>,
+    (shutdown, failed): (&watch::Receiver<bool>, &mpsc::UnboundedSender<String>),
 ) -> anyhow::Result<(Engine, std::thread::JoinHandle<std::io::Result<()>>)> {
     let (shared, tx, shutdown) = (shared.clone(), tx.clone(), shutdown.clone());
+    let failed = OnFailure(engine, failed.clone());
     let thread = std::thread::Builder::new()
         .name(name)
         .spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
-            rt.block_on(run_engine(shared, engine, drivers, tx, shutdown));
+            if let Err(e) = rt.block_on(run_engine(shared, engine, drivers, tx, shutdown)) {
+                let _ = failed.1.send(e.to_string());
+            }
             Ok(())
         })
         .with_context(|| format!("starting the {} engine thread", engine.as_str()))?;
     Ok((engine, thread))
+}
+
+/// Tells the main loop when an engine's thread unwinds (a panic outside an iteration).
+struct OnFailure(Engine, mpsc::UnboundedSender<String>);
+
+impl Drop for OnFailure {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self
+                .1
+                .send(format!("the {} engine's thread panicked", self.0.as_str()));
+        }
+    }
 }
 
 #[cfg(test)]
