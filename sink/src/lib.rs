@@ -98,12 +98,19 @@ pub enum SinkError {
     /// A sink task panicked or was cancelled.
     #[error("sink task failed: {0}")]
     Task(String),
-    /// `replay_spool`: ClickHouse kept failing.
+    /// `replay_spool`: ClickHouse kept failing (the error is the message, not a
+    /// source, so that it is printed once).
     #[error("replay stopped: {0}")]
-    Insert(#[from] writer::InsertError),
+    Insert(writer::InsertError),
     /// The sink is shut down; the row was not accepted.
     #[error("sink is closed")]
     Closed,
+}
+
+impl From<writer::InsertError> for SinkError {
+    fn from(e: writer::InsertError) -> Self {
+        SinkError::Insert(e)
+    }
 }
 
 /// Counts since start, returned by [`Sink::shutdown`].
@@ -113,6 +120,8 @@ pub struct ShutdownReport {
     pub rows_written: u64,
     /// Rows written to the spool.
     pub rows_spooled: u64,
+    /// Rows ClickHouse refused as bad data (kept in the reject spool).
+    pub rows_rejected: u64,
     /// Rows lost, every reason together.
     pub rows_dropped: u64,
     /// Bytes left in the spool for the next start (or `spool replay`).
@@ -285,6 +294,7 @@ impl Sink {
         Ok(ShutdownReport {
             rows_written: Table::ALL.iter().map(|t| m.rows_written(*t)).sum(),
             rows_spooled: m.spooled_rows(),
+            rows_rejected: m.rejected_rows(),
             rows_dropped: DropReason::ALL.iter().map(|r| m.dropped_rows(*r)).sum(),
             spool_bytes: m.spool_bytes(),
         })
@@ -331,52 +341,76 @@ pub struct ReplayReport {
     pub rejected_rows: u64,
     /// Corrupted records skipped.
     pub corrupt_records: u64,
+    /// Segments that could not be read, set aside as `<seq>.seg.unreadable`.
+    pub unreadable_segments: u64,
 }
 
 /// Loads every spooled batch of `spool.dir` into ClickHouse, oldest first, deleting
 /// each segment once all its records are confirmed (`netpoller spool replay`). Takes
 /// the spool lock, so it refuses to run beside a daemon using the same directory. Each
 /// record gets `ch.max_attempts` attempts; then it stops with the error, keeping the
-/// rest for a later run.
+/// rest for a later run: `Err` then carries the report of what was loaded before.
+/// A segment that cannot be read is set aside (as the daemon does) and the rest
+/// loaded. `spool.dir` must exist: a mistyped directory is not an empty spool.
 pub async fn replay_spool(
     ch: &ClickHouseConfig,
     spool: &SpoolConfig,
-) -> Result<ReplayReport, SinkError> {
-    check_config(ch)?;
+) -> Result<ReplayReport, (SinkError, ReplayReport)> {
+    let empty = ReplayReport {
+        segments: 0,
+        rows: 0,
+        rejected_rows: 0,
+        corrupt_records: 0,
+        unreadable_segments: 0,
+    };
+    check_config(ch).map_err(|e| (e, empty.clone()))?;
+    spool::existing_dir(&spool.dir).map_err(|e| (e.into(), empty.clone()))?;
     let metrics = Arc::new(SinkMetrics::default());
-    let (sp, rejects) = open_spools(spool, true, &metrics).await?;
-    let shared = Arc::new(Shared::new(
+    let (sp, rejects) = open_spools(spool, true, &metrics)
+        .await
+        .map_err(|e| (e, empty.clone()))?;
+    let mut shared = Shared::new(
         Some(writer::Writer::new(ch)),
         sp,
         rejects,
         metrics.clone(),
         Health::Writing,
         1,
-    ));
+    );
+    shared.one_shot = true;
+    let shared = Arc::new(shared);
     let (_stx, mut srx) = watch::channel(false);
-    let mut segments = 0;
-    while let Some(seg) = pipeline::checkout(&shared).await {
+    let mut report = empty;
+    let result = loop {
+        let Some(seg) = pipeline::checkout(&shared).await else {
+            break Ok(());
+        };
         match pipeline::replay_segment(&shared, &seg, Some(ch.max_attempts), &mut srx).await {
             Ok(pipeline::Replayed::Done) => {
                 pipeline::finish(&shared, seg.seq, true).await;
-                segments += 1;
+                report.segments += 1;
             }
             Ok(pipeline::Replayed::Stopped(e)) => {
                 pipeline::finish(&shared, seg.seq, false).await;
-                return Err(e.map_or(SinkError::Closed, SinkError::Insert));
+                break Err(e.map_or(SinkError::Closed, SinkError::Insert));
+            }
+            Err(e) if e.is_unreadable() => {
+                pipeline::set_aside(&shared, &seg, &e).await;
+                report.unreadable_segments += 1;
             }
             Err(e) => {
                 pipeline::finish(&shared, seg.seq, false).await;
-                return Err(e.into());
+                break Err(e.into());
             }
         }
+    };
+    report.rows = metrics.replayed_rows();
+    report.rejected_rows = metrics.rejected_rows();
+    report.corrupt_records = metrics.corrupt_records();
+    match result {
+        Ok(()) => Ok(report),
+        Err(e) => Err((e, report)),
     }
-    Ok(ReplayReport {
-        segments,
-        rows: metrics.replayed_rows(),
-        rejected_rows: metrics.rejected_rows(),
-        corrupt_records: metrics.corrupt_records(),
-    })
 }
 
 /// Result of [`dump_tsv`].
@@ -388,6 +422,11 @@ pub struct DumpReport {
     pub rows: u64,
     /// Corrupted regions skipped (logged).
     pub corrupt_records: u64,
+    /// Records not printed: ClickHouse confirmed them during a replay that has not
+    /// finished their segment yet (its `.ack` file).
+    pub confirmed_records: u64,
+    /// Segments that could not be read (logged).
+    pub unreadable_segments: u64,
 }
 
 /// Escapes a field as ClickHouse's TabSeparated does (`\\`, `\t`, `\n`, ...).
@@ -408,15 +447,29 @@ pub fn tsv_escape(s: &str, out: &mut String) {
 /// `table, itemid, clock, ns, hostname, itemname, value` (`spool dump`; a trends row's
 /// value is `min=… max=… avg=… count=…`). Read-only:
 /// does not take the spool lock, so it works beside a running daemon (the active
-/// segment may end in a record being written, reported as truncated).
+/// segment may end in a record being written, reported as truncated). What is left to
+/// load only: records a replay has had confirmed are not printed. `dir` must exist.
 pub fn dump_tsv(dir: &Path, out: &mut dyn Write) -> Result<DumpReport, SpoolError> {
+    spool::existing_dir(dir)?;
     let metrics = SinkMetrics::default();
     let mut report = DumpReport::default();
     let mut line = String::new();
     for seg in spool::list_segments(dir)? {
-        let bytes = spool::read_segment(&seg)?;
+        let bytes = match spool::read_segment(&seg) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(error = %e, "spool: a segment cannot be read; its rows are not shown");
+                report.unreadable_segments += 1;
+                continue;
+            }
+        };
         report.segments += 1;
+        let acks = spool::load_acks(&seg);
         for rec in spool::scan_logged(&seg, &bytes, &metrics) {
+            if acks.contains(&rec.offset) {
+                report.confirmed_records += 1;
+                continue;
+            }
             let rows = match rowbinary::decode_rows(rec.table, &bytes[rec.payload.clone()]) {
                 Ok(r) => r,
                 Err(e) => {
@@ -450,7 +503,7 @@ pub fn dump_tsv(dir: &Path, out: &mut dyn Write) -> Result<DumpReport, SpoolErro
                 out.write_all(line.as_bytes()).map_err(|e| SpoolError::Io {
                     path: seg.path.clone(),
                     what: "writing output",
-                    source: e,
+                    cause: e,
                 })?;
                 report.rows += 1;
             }

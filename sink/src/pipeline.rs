@@ -20,7 +20,7 @@ use crate::spool::{self, Segment, Spool, SpoolError};
 use crate::writer::{backoff, InsertError, Writer};
 use crate::Health;
 use bytes::Bytes;
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -52,6 +52,14 @@ pub(crate) struct Shared {
     /// Set by [`crate::Sink::shutdown`] once its grace is over: INSERTs still waiting
     /// for ClickHouse stop waiting (their batches are spooled or stay spooled).
     pub give_up: watch::Sender<bool>,
+    /// Records of a segment under replay that ClickHouse confirmed (or refused for
+    /// good) but whose `.ack` entry could not be written (a full disk), by segment:
+    /// replay skips them as it does acknowledged ones, so a retry does not insert them
+    /// again and the segment still drains (freeing the disk). Lost at a stop: a
+    /// restart may send these records once more.
+    pub acked_in_memory: Mutex<HashMap<u64, HashSet<u64>>>,
+    /// `spool replay`, not a daemon: no new batches to spool while ClickHouse fails.
+    pub one_shot: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,6 +88,8 @@ impl Shared {
             spool_written: Notify::new(),
             shutting_down: AtomicBool::new(false),
             give_up: watch::channel(false).0,
+            acked_in_memory: Mutex::new(HashMap::new()),
+            one_shot: false,
         }
     }
 
@@ -95,7 +105,9 @@ impl Shared {
     }
 
     fn set_unhealthy(&self, err: &InsertError) {
-        if self.ch_ok.swap(false, Ordering::SeqCst) {
+        if self.one_shot {
+            tracing::warn!(error = %err, "ClickHouse did not take a record; trying again");
+        } else if self.ch_ok.swap(false, Ordering::SeqCst) {
             tracing::warn!(error = %err, "sink: ClickHouse unavailable, spooling batches until it answers");
             // The replayer probes an unhealthy server when the spool is empty, and an
             // empty spool wakes it for nothing else: should the batch that failed not
@@ -434,17 +446,25 @@ pub(crate) async fn replay_segment(
 ) -> Result<Replayed, SpoolError> {
     let w = shared.writer.as_ref().expect("replay needs a writer");
     let cfg = w.config();
-    let seg2 = seg.clone();
-    let bytes = tokio::task::spawn_blocking(move || spool::read_segment(&seg2))
-        .await
-        .map_err(|e| SpoolError::Io {
-            path: seg.path.clone(),
-            what: "reading segment",
-            source: std::io::Error::other(e),
-        })??;
+    // Reading and scanning a segment (up to 64 MiB) off the runtime's thread: the
+    // daemon's runs signals, the sink and the metrics endpoint.
+    let (seg2, metrics) = (seg.clone(), shared.metrics.clone());
+    let (bytes, records) = tokio::task::spawn_blocking(move || {
+        let bytes = spool::read_segment(&seg2)?;
+        let records = spool::scan_logged(&seg2, &bytes, &metrics);
+        Ok::<_, SpoolError>((bytes, records))
+    })
+    .await
+    .map_err(|e| SpoolError::Io {
+        path: seg.path.clone(),
+        what: spool::READING,
+        cause: std::io::Error::other(e),
+    })??;
     let bytes = Bytes::from(bytes);
-    let records = spool::scan_logged(seg, &bytes, &shared.metrics);
-    let acks = spool::load_acks(seg);
+    let mut acks = spool::load_acks(seg);
+    if let Some(more) = lock(&shared.acked_in_memory).get(&seg.seq) {
+        acks.extend(more);
+    }
     for rec in records.into_iter().filter(|r| !acks.contains(&r.offset)) {
         let batch = Batch {
             table: rec.table,
@@ -464,12 +484,12 @@ pub(crate) async fn replay_segment(
             match res {
                 Ok(()) => {
                     shared.metrics.replayed(u64::from(batch.rows));
-                    spool::ack(seg, rec.offset)?;
+                    confirm(shared, seg, rec.offset);
                     break;
                 }
                 Err(e) if !e.class.is_retryable() => {
                     reject(shared, batch, &e).await;
-                    spool::ack(seg, rec.offset)?;
+                    confirm(shared, seg, rec.offset);
                     break;
                 }
                 Err(e) => {
@@ -491,6 +511,42 @@ pub(crate) async fn replay_segment(
     Ok(Replayed::Done)
 }
 
+/// Notes that the record at `offset` of `seg` is done with: in its `.ack` file, or,
+/// when that cannot be written, in memory ([`Shared::acked_in_memory`]).
+fn confirm(shared: &Shared, seg: &Segment, offset: u64) {
+    if let Err(e) = spool::ack(seg, offset) {
+        let mut mem = lock(&shared.acked_in_memory);
+        let offsets = mem.entry(seg.seq).or_default();
+        if offsets.is_empty() {
+            tracing::warn!(error = %e, segment = %seg.path.display(), "spool: cannot note replayed records as confirmed; this process remembers them (a restart before the segment is done may send them again)");
+        }
+        offsets.insert(offset);
+    }
+}
+
+/// Reads of one segment that fail, `retry_backoff_max` apart, before it is set aside.
+pub(crate) const UNREADABLE_TRIES: u32 = 3;
+
+/// Takes `seg`, which cannot be read (`e`), out of the spool so that the segments after
+/// it are replayed ([`spool::Spool::set_aside`]).
+pub(crate) async fn set_aside(shared: &Arc<Shared>, seg: &Segment, e: &SpoolError) {
+    let (sh, seq) = (shared.clone(), seg.seq);
+    let at = tokio::task::spawn_blocking(move || {
+        lock(&sh.acked_in_memory).remove(&seq);
+        lock(&sh.spool).set_aside(seq)
+    })
+    .await
+    .ok()
+    .flatten();
+    tracing::error!(
+        error = %e,
+        segment = %seg.path.display(),
+        set_aside_as = ?at,
+        tries = UNREADABLE_TRIES,
+        "spool: a segment cannot be read; it is set aside (kept on disk, outside the spool) and the segments after it are replayed"
+    );
+}
+
 pub(crate) async fn checkout(shared: &Arc<Shared>) -> Option<Segment> {
     let sh = shared.clone();
     tokio::task::spawn_blocking(move || lock(&sh.spool).checkout_oldest())
@@ -505,6 +561,7 @@ pub(crate) async fn finish(shared: &Arc<Shared>, seq: u64, done: bool) {
         let mut s = lock(&sh.spool);
         if done {
             s.finish(seq);
+            lock(&sh.acked_in_memory).remove(&seq);
         } else {
             s.release(seq);
         }
@@ -520,6 +577,8 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
     };
     let cfg = w.config().clone();
     let mut probes = 0u32;
+    // The segment that could not be read, and how many times in a row.
+    let mut unreadable: (u64, u32) = (0, 0);
     loop {
         if *shutdown.borrow() {
             return;
@@ -533,6 +592,18 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                         true
                     }
                     Ok(Replayed::Stopped(_)) => false,
+                    Err(e) if e.is_unreadable() => {
+                        unreadable = match unreadable {
+                            (seq, n) if seq == seg.seq => (seq, n + 1),
+                            _ => (seg.seq, 1),
+                        };
+                        if unreadable.1 >= UNREADABLE_TRIES {
+                            set_aside(&shared, &seg, &e).await;
+                            continue;
+                        }
+                        tracing::error!(error = %e, "spool: replay failed; will retry");
+                        false
+                    }
                     Err(e) => {
                         tracing::error!(error = %e, "spool: replay failed; will retry");
                         false
@@ -601,6 +672,49 @@ mod tests {
             .find(|l| l.starts_with("voluntary_ctxt_switches:"))
             .unwrap();
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_segment_that_cannot_be_read_is_set_aside_and_the_next_replayed() {
+        // Segment 1 turns into a directory after the spool listed it (a disk error
+        // stands for it): three reads fail, then it is set aside and segment 2 is
+        // replayed (to a port where nothing listens on loopback: it stays spooled).
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = spool_cfg(dir.path(), Duration::from_secs(1));
+        let metrics = Arc::new(SinkMetrics::default());
+        let mut sp = Spool::open(&cfg, metrics.clone()).unwrap();
+        sp.append(&batch(5)).unwrap();
+        sp.close();
+        sp.append(&batch(7)).unwrap();
+        sp.close();
+        let first = crate::spool::list_segments(dir.path()).unwrap().remove(0);
+        std::fs::remove_file(&first.path).unwrap();
+        std::fs::create_dir(&first.path).unwrap();
+        let ch = ClickHouseConfig {
+            retry_backoff_max: Duration::from_millis(20),
+            ..ch_at("http://127.0.0.1:9")
+        };
+        let shared = Arc::new(Shared::new(
+            Some(Writer::new(&ch)),
+            sp,
+            None,
+            metrics.clone(),
+            Health::Writing,
+            1,
+        ));
+        let (stop, stop_rx) = watch::channel(false);
+        let replayer = tokio::spawn(run_replayer(shared.clone(), stop_rx));
+        let aside = first.path.with_extension("seg.unreadable");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !aside.exists() {
+            assert!(Instant::now() < deadline, "never set aside");
+            sleep(Duration::from_millis(20)).await;
+        }
+        // Then segment 2 is the one under replay, and 1 is out of the spool.
+        assert_eq!(lock(&shared.spool).sealed_seqs(), [first.seq + 1]);
+        assert_eq!(metrics.dropped_rows(DropReason::Corrupt), 5);
+        stop.send(true).unwrap();
+        replayer.await.unwrap();
     }
 
     #[tokio::test]

@@ -17,6 +17,10 @@
 //! Invariants: [`scan`] never panics and never returns a record whose checksum failed.
 //! After damage it resynchronises on the next magic whose record checks out, so one
 //! flipped byte costs one record, and a truncated tail costs only the last record.
+//! Its time is linear in the segment's size: candidates after damage are checksummed
+//! within a budget ([`RESYNC_BUDGET_FACTOR`] times the segment), since a damaged
+//! record's payload (values from the network) may hold any number of false magics, each
+//! claiming a record to the end; past it, the rest of the segment counts as damaged.
 
 use crate::batch::Batch;
 use crate::row::Table;
@@ -89,6 +93,12 @@ pub struct Damage {
     pub rows_claimed: Option<u32>,
 }
 
+fn checksum(b: &[u8]) -> u32 {
+    #[cfg(test)]
+    tests::CHECKSUMMED.with(|c| c.set(c.get() + b.len()));
+    crc32fast::hash(b)
+}
+
 fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
@@ -121,7 +131,7 @@ fn check(b: &[u8], pos: usize) -> Result<(Found, usize), (DamageKind, Option<u32
         Some(table)
             if rest[4] == VERSION
                 && rest[6..8] == [0, 0]
-                && crc32fast::hash(&rest[..HEADER + len]) == crc =>
+                && checksum(&rest[..HEADER + len]) == crc =>
         {
             Ok((
                 Found {
@@ -138,11 +148,19 @@ fn check(b: &[u8], pos: usize) -> Result<(Found, usize), (DamageKind, Option<u32
     }
 }
 
+/// Bytes [`scan`] may checksum while resynchronising, per byte of the segment (plus
+/// one maximal record, so that small segments always get their candidates checked).
+pub const RESYNC_BUDGET_FACTOR: usize = 4;
+
 /// Every intact record of `bytes`, and every damaged region skipped.
 pub fn scan(bytes: &[u8]) -> (Vec<Found>, Vec<Damage>) {
     let mut found = Vec::new();
     let mut damage: Vec<Damage> = Vec::new();
     let mut pos = 0;
+    let mut budget = bytes
+        .len()
+        .saturating_mul(RESYNC_BUDGET_FACTOR)
+        .saturating_add(64 << 20);
     while pos < bytes.len() {
         match check(bytes, pos) {
             Ok((f, end)) => {
@@ -157,6 +175,11 @@ pub fn scan(bytes: &[u8]) -> (Vec<Found>, Vec<Damage>) {
                         None => break bytes.len(),
                         Some(i) => {
                             let at = next + i;
+                            let claimed = claimed_len(bytes, at);
+                            if claimed > budget {
+                                break bytes.len();
+                            }
+                            budget -= claimed;
                             if check(bytes, at).is_ok() {
                                 break at;
                             }
@@ -189,6 +212,20 @@ pub fn scan(bytes: &[u8]) -> (Vec<Found>, Vec<Damage>) {
     (found, damage)
 }
 
+/// Bytes [`check`] would checksum for a record at `at` (what its header claims, within
+/// `b`).
+fn claimed_len(b: &[u8], at: usize) -> usize {
+    let rest = &b[at..];
+    if rest.len() < HEADER {
+        return 0;
+    }
+    let len = u32_at(rest, 16) as usize;
+    match OVERHEAD.checked_add(len) {
+        Some(total) if total <= rest.len() => HEADER + len,
+        _ => 0,
+    }
+}
+
 fn memfind(hay: &[u8], needle: &[u8; 4]) -> Option<usize> {
     hay.windows(4).position(|w| w == needle)
 }
@@ -197,6 +234,48 @@ fn memfind(hay: &[u8], needle: &[u8; 4]) -> Option<usize> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    thread_local! {
+        /// Bytes checksummed by this thread's scans.
+        pub(super) static CHECKSUMMED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    #[test]
+    fn false_magics_in_a_damaged_record_cost_linear_time() {
+        // A record whose payload (an SNMP string, say) is false headers, each claiming
+        // a record that ends where the segment does; its checksum is then damaged. Every
+        // false header is a resync candidate: without a budget, checksumming each one's
+        // claim is quadratic (2^15 candidates × ~0.5 MiB: 16 GiB of CRC-32).
+        let n = 1 << 15;
+        let mut payload = Vec::with_capacity(n * HEADER);
+        for k in 0..n {
+            let claim = ((n - k) * HEADER + 4 - OVERHEAD) as u32;
+            payload.extend_from_slice(&MAGIC);
+            payload.extend_from_slice(&[VERSION, 0, 0, 0]);
+            payload.extend_from_slice(&1u32.to_le_bytes());
+            payload.extend_from_slice(&0u32.to_le_bytes());
+            payload.extend_from_slice(&claim.to_le_bytes());
+        }
+        let mut seg = encode(&Batch {
+            table: Table::Str,
+            rows: 1,
+            first_clock: 0,
+            data: Bytes::from(payload),
+        })
+        .to_vec();
+        let last = seg.len() - 1;
+        seg[last] ^= 0xff;
+        CHECKSUMMED.with(|c| c.set(0));
+        let (found, damage) = scan(&seg);
+        let spent = CHECKSUMMED.with(|c| c.get());
+        assert!(found.is_empty());
+        assert_eq!(damage.iter().map(|d| d.len).sum::<u64>(), seg.len() as u64);
+        assert!(
+            spent <= seg.len() * (RESYNC_BUDGET_FACTOR + 1) + (64 << 20),
+            "{spent} bytes checksummed for a {}-byte segment",
+            seg.len()
+        );
+    }
 
     fn batch(n: u8) -> Batch {
         Batch {

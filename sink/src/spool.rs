@@ -30,25 +30,34 @@ use std::time::Instant;
 /// Spool errors (I/O with the path concerned).
 #[derive(Debug, thiserror::Error)]
 pub enum SpoolError {
-    /// Filesystem error.
-    #[error("spool {path}: {what}: {source}")]
+    /// Filesystem error. The cause is part of the message, not a `source()`: printed
+    /// with its chain (`{:#}`) it would appear twice.
+    #[error("spool {path}: {what}: {cause}")]
     Io {
         /// File or directory.
         path: PathBuf,
         /// Operation.
         what: &'static str,
         /// Cause.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// Another process holds the spool.
     #[error("spool {0} is in use by another process (lock held on spool.lock)")]
     Locked(PathBuf),
 }
 
+impl SpoolError {
+    /// Whether a segment could not be read (not a write to the spool failing).
+    pub fn is_unreadable(&self) -> bool {
+        matches!(self, SpoolError::Io { what, .. } if *what == READING)
+    }
+}
+
+pub(crate) const READING: &str = "reading segment";
+
 fn ioe(path: &Path, what: &'static str) -> impl FnOnce(io::Error) -> SpoolError {
     let path = path.to_path_buf();
-    move |source| SpoolError::Io { path, what, source }
+    move |cause| SpoolError::Io { path, what, cause }
 }
 
 /// One segment file.
@@ -100,6 +109,13 @@ enum Kind {
     Rejects,
 }
 
+/// Segment numbers from here on are not taken for ours (2^63: a segment a nanosecond
+/// for 292 years).
+const MAX_SEQ: u64 = 1 << 63;
+
+/// Suffix given to a segment that could not be read ([`Spool::set_aside`]).
+pub const UNREADABLE: &str = "unreadable";
+
 /// Segment files of `dir`, oldest first (for read-only tools such as `spool dump`).
 pub fn list_segments(dir: &Path) -> Result<Vec<Segment>, SpoolError> {
     let mut out = Vec::new();
@@ -114,13 +130,19 @@ pub fn list_segments(dir: &Path) -> Result<Vec<Segment>, SpoolError> {
         if path.extension().and_then(|e| e.to_str()) != Some("seg") {
             continue;
         }
+        // Not ours: a directory or a device named like a segment, or a number no spool
+        // reaches (the next one would overflow).
         let Some(seq) = path
             .file_stem()
             .and_then(|s| s.to_str())
             .and_then(|s| s.parse::<u64>().ok())
+            .filter(|&seq| seq < MAX_SEQ)
         else {
             continue;
         };
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
         let bytes = entry.metadata().map_err(ioe(&path, "stat"))?.len();
         out.push(Segment {
             seq,
@@ -134,8 +156,21 @@ pub fn list_segments(dir: &Path) -> Result<Vec<Segment>, SpoolError> {
 }
 
 /// Reads a whole segment.
+/// `Ok` when `dir` is a directory: for the commands that read a spool, a directory
+/// that is not there is a mistake, not an empty spool.
+pub fn existing_dir(dir: &Path) -> Result<(), SpoolError> {
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(ioe(dir, "opening spool")(io::Error::from(
+            io::ErrorKind::NotADirectory,
+        ))),
+        Err(e) => Err(ioe(dir, "opening spool")(e)),
+    }
+}
+
+/// `Err` of a segment that cannot be read is [`SpoolError::is_unreadable`].
 pub fn read_segment(seg: &Segment) -> Result<Vec<u8>, SpoolError> {
-    fs::read(&seg.path).map_err(ioe(&seg.path, "reading segment"))
+    fs::read(&seg.path).map_err(ioe(&seg.path, READING))
 }
 
 /// Offsets of the records of `seg` already confirmed (from its `.ack` file).
@@ -278,8 +313,12 @@ impl Spool {
         }
         let a = self.active.as_mut().expect("active segment exists");
         if let Err(e) = a.file.write_all(&rec) {
-            // Do not append after a partial write: start a fresh segment next time (the
-            // torn tail is skipped by the scanner).
+            // Cut what part of the record was written (a full disk takes some bytes
+            // and refuses the rest): the rows are counted lost once, by the caller, not
+            // a second time as a "corrupted" record at the next replay. Should the cut
+            // fail too, the scanner skips the torn tail. Either way no more appends to
+            // this segment: a fresh one next time.
+            let _ = a.file.set_len(a.seg.bytes);
             let path = a.seg.path.clone();
             self.seal_active();
             return Err(ioe(&path, "appending record")(e));
@@ -352,6 +391,12 @@ impl Spool {
     /// `fsync_interval`.
     pub fn sync_due(&self) -> bool {
         self.dirty && self.last_sync.elapsed() >= self.cfg.fsync_interval
+    }
+
+    /// The sealed segments' numbers, oldest first.
+    #[cfg(test)]
+    pub(crate) fn sealed_seqs(&self) -> Vec<u64> {
+        self.sealed.iter().map(|s| s.seq).collect()
     }
 
     /// Whether appends wait for their fsync.
@@ -437,6 +482,30 @@ impl Spool {
         }
     }
 
+    /// Takes a reserved segment that cannot be read out of the spool, so that the
+    /// segments after it are replayed: renamed `<seq>.seg.unreadable` (its `.ack` file
+    /// removed), kept for the operator outside the spool's size; dropped from the spool
+    /// only, if even the rename fails. Its rows, when this process wrote it (else 0),
+    /// count as dropped (`reason="corrupt"`). Returns where it is.
+    pub fn set_aside(&mut self, seq: u64) -> Option<PathBuf> {
+        let i = self.sealed.iter().position(|s| s.seq == seq)?;
+        let seg = self.sealed.remove(i)?;
+        self.release(seq);
+        let to = seg.path.with_extension(format!("seg.{UNREADABLE}"));
+        let at = match fs::rename(&seg.path, &to) {
+            Ok(()) => to,
+            Err(e) => {
+                tracing::warn!(segment = %seg.path.display(), error = %e, "spool: cannot rename the unreadable segment; it is left out of this run's replay only");
+                seg.path.clone()
+            }
+        };
+        let _ = fs::remove_file(seg.ack_path());
+        self.metrics
+            .dropped(DropReason::Corrupt, seg.rows.unwrap_or(0));
+        self.publish();
+        Some(at)
+    }
+
     /// Deletes a fully replayed segment (and its ack file).
     pub fn finish(&mut self, seq: u64) {
         if let Some(i) = self.sealed.iter().position(|s| s.seq == seq) {
@@ -501,6 +570,51 @@ mod tests {
         assert!(s.sync_due(), "unsynced and older than the interval");
         s.sync_if_due();
         assert!(!s.sync_due());
+    }
+
+    #[test]
+    fn a_record_the_disk_takes_only_part_of_leaves_no_torn_tail() {
+        // A full disk, as RLIMIT_FSIZE makes one: the write that crosses the limit is
+        // cut short, the next fails. Done in a child process of this test binary, so
+        // that no other test's files meet the limit.
+        if std::env::var_os("SPOOL_FSIZE_CHILD").is_none() {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "spool::tests::a_record_the_disk_takes_only_part_of_leaves_no_torn_tail",
+                    "--nocapture",
+                ])
+                .env("SPOOL_FSIZE_CHILD", "1")
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && text.contains("1 passed"), "{text}");
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let mut s = Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()).unwrap();
+        s.append(&batch(1, 100)).unwrap();
+        let seg = s.active.as_ref().unwrap().seg.clone();
+        let whole = fs::metadata(&seg.path).unwrap().len();
+        // SAFETY: plain libc calls on this (child) process's own signal and limit.
+        unsafe {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: whole + 50,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            assert_eq!(libc::setrlimit(libc::RLIMIT_FSIZE, &lim), 0);
+        }
+        assert!(s.append(&batch(2, 100)).is_err());
+        assert_eq!(
+            fs::metadata(&seg.path).unwrap().len(),
+            whole,
+            "the part written is cut"
+        );
+        let (found, damage) = record::scan(&fs::read(&seg.path).unwrap());
+        assert_eq!((found.len(), damage.len()), (1, 0), "{damage:?}");
     }
 
     #[test]

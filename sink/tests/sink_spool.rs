@@ -167,31 +167,10 @@ async fn corrupted_records_are_skipped_logged_counted_rest_replayed() {
     let dir = tempfile::tempdir().unwrap();
     let cfg_spool = SpoolConfig::new(dir.path());
     // Six records of 10 rows each in one segment.
-    let mut starts = Vec::new();
-    {
-        let mut sp =
-            sink::spool::Spool::open(&cfg_spool, Arc::new(SinkMetrics::default())).unwrap();
-        let mut offset = 0;
-        for r in 0..6u64 {
-            let mut buf = bytes::BytesMut::new();
-            for i in 0..10 {
-                sink::rowbinary::encode_row(
-                    &mut buf,
-                    &row(r * 10 + i, &format!("rec {r} row {i}")),
-                );
-            }
-            let batch = sink::Batch {
-                table: Table::Str,
-                rows: 10,
-                first_clock: 0,
-                data: buf.freeze(),
-            };
-            starts.push(offset);
-            offset += sink::record::encode(&batch).len();
-            sp.append(&batch).unwrap();
-        }
-        sp.close();
-    }
+    let starts: Vec<usize> = spool_of(dir.path(), 6)
+        .into_iter()
+        .map(|o| o as usize)
+        .collect();
     let seg = sink::spool::list_segments(dir.path()).unwrap().remove(0);
     let mut bytes = std::fs::read(&seg.path).unwrap();
     bytes[starts[1] + 40] ^= 0x01; // flip one payload bit of record 2
@@ -223,4 +202,76 @@ async fn corrupted_records_are_skipped_logged_counted_rest_replayed() {
         skipped[1]
     );
     assert!(skipped[0].contains(&seg.path.display().to_string()));
+}
+
+/// A spool of one segment of `records` records of 10 rows each (itemids 10r..10r+9);
+/// the records' offsets.
+fn spool_of(dir: &std::path::Path, records: u64) -> Vec<u64> {
+    let mut sp =
+        sink::spool::Spool::open(&SpoolConfig::new(dir), Arc::new(SinkMetrics::default())).unwrap();
+    let mut offsets = Vec::new();
+    let mut offset = 0;
+    for r in 0..records {
+        let mut buf = bytes::BytesMut::new();
+        for i in 0..10 {
+            sink::rowbinary::encode_row(&mut buf, &row(r * 10 + i, &format!("rec {r} row {i}")));
+        }
+        let batch = sink::Batch {
+            table: Table::Str,
+            rows: 10,
+            first_clock: 0,
+            data: buf.freeze(),
+        };
+        offsets.push(offset);
+        offset += sink::record::encode(&batch).len() as u64;
+        sp.append(&batch).unwrap();
+    }
+    sp.close();
+    offsets
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmation_that_cannot_be_noted_does_not_send_a_record_again() {
+    // The .ack file cannot be written (a full disk; here a directory in its place):
+    // each record confirmed is remembered in memory instead of failing the replay,
+    // which then started over and inserted the first record again, without end.
+    let dir = tempfile::tempdir().unwrap();
+    spool_of(dir.path(), 3);
+    let seg = sink::spool::list_segments(dir.path()).unwrap().remove(0);
+    std::fs::create_dir(seg.ack_path()).unwrap();
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let cfg = db.config();
+    schema::apply(&cfg).await.unwrap();
+    let r = sink::replay_spool(&cfg, &SpoolConfig::new(dir.path()))
+        .await
+        .unwrap_or_else(|(e, r)| panic!("{e}: {r:?}"));
+    assert_eq!((r.rows, r.segments), (30, 1), "{r:?}");
+    let got = q(
+        &url,
+        &format!(
+            "SELECT count(), uniqExact(itemid) FROM {}.history_str FORMAT TSV",
+            db.name
+        ),
+    );
+    assert_eq!(got, "30\t30\n");
+    assert!(!seg.path.exists(), "the segment is done with");
+}
+
+#[test]
+fn dump_shows_what_is_left_to_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let offsets = spool_of(dir.path(), 3);
+    let seg = sink::spool::list_segments(dir.path()).unwrap().remove(0);
+    // A replay had record 2 confirmed, then stopped.
+    sink::spool::ack(&seg, offsets[1]).unwrap();
+    let mut out = Vec::new();
+    let r = sink::dump_tsv(dir.path(), &mut out).unwrap();
+    assert_eq!((r.rows, r.confirmed_records), (20, 1), "{r:?}");
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("rec 0 row 0") && text.contains("rec 2 row 9"));
+    assert!(!text.contains("rec 1 "), "{text}");
+    // A directory that is not there is an error, not an empty spool.
+    let missing = dir.path().join("typo");
+    assert!(sink::dump_tsv(&missing, &mut Vec::new()).is_err());
 }

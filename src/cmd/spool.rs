@@ -64,19 +64,42 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 },
                 (None, None) => anyhow::bail!("give -c FILE or --dir DIR"),
             };
+            // The spool must be there; its `rejected/` appears with the first rejection.
+            sink::spool::existing_dir(&dir)?;
             let dir = if rejected { dir.join("rejected") } else { dir };
+            if rejected && !dir.exists() {
+                eprintln!("{}: nothing was ever rejected", dir.display());
+                return Ok(ExitCode::SUCCESS);
+            }
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             let report = sink::dump_tsv(&dir, &mut out)?;
             std::io::Write::flush(&mut out)?;
+            let mut also = String::new();
+            if report.confirmed_records > 0 {
+                also += &format!(
+                    ", {} record(s) already in ClickHouse not shown (a replay in progress)",
+                    report.confirmed_records
+                );
+            }
+            if report.unreadable_segments > 0 {
+                also += &format!(
+                    ", {} segment(s) that cannot be read",
+                    report.unreadable_segments
+                );
+            }
             eprintln!(
-                "{}: {} segment(s), {} row(s), {} corrupted record(s) skipped",
+                "{}: {} segment(s), {} row(s), {} corrupted record(s) skipped{also}",
                 dir.display(),
                 report.segments,
                 report.rows,
                 report.corrupt_records
             );
-            Ok(ExitCode::SUCCESS)
+            Ok(if report.unreadable_segments > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         SpoolCommand::Replay { config, dir } => {
             let cfg = match load(&config) {
@@ -104,7 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 "replaying spool bytes",
                 crate::telemetry::quiet(),
             );
-            let report = rt.block_on(async {
+            let result = rt.block_on(async {
                 let replay = sink::replay_spool(&ch, &spool);
                 tokio::pin!(replay);
                 let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
@@ -119,17 +142,37 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         }
                     }
                 }
-            })?;
+            });
             progress.finish();
+            let (report, failed) = match result {
+                Ok(r) => (r, None),
+                Err((e @ (sink::SinkError::Insert(_) | sink::SinkError::Closed), r)) => {
+                    (r, Some(e))
+                }
+                // Nothing was loaded (no spool, a bad config): the error says it all.
+                Err((e, _)) => return Err(e.into()),
+            };
+            let mut also = String::new();
+            if report.unreadable_segments > 0 {
+                also += &format!(
+                    ", {} segment(s) that cannot be read set aside as *.seg.unreadable",
+                    report.unreadable_segments
+                );
+            }
             println!(
-                "{}: replayed {} row(s) from {} segment(s); {} row(s) rejected (see `netpoller spool dump --rejected`), {} corrupted record(s) skipped",
+                "{}: replayed {} row(s) from {} segment(s); {} row(s) rejected (see `netpoller spool dump --rejected`), {} corrupted record(s) skipped{also}",
                 spool.dir.display(),
                 report.rows,
                 report.segments,
                 report.rejected_rows,
                 report.corrupt_records
             );
-            Ok(ExitCode::SUCCESS)
+            match failed {
+                // The rest stays spooled for a later run.
+                Some(e) => Err(anyhow::Error::new(e).context("the rest stays in the spool")),
+                None if report.unreadable_segments > 0 => Ok(ExitCode::from(1)),
+                None => Ok(ExitCode::SUCCESS),
+            }
         }
     }
 }
