@@ -250,6 +250,46 @@ pub async fn verify(cfg: &ClickHouseConfig) -> Result<(), SchemaError> {
     Ok(())
 }
 
+/// What the sink checks on an endpoint before it inserts there ([`crate::writer`]): the
+/// server is ClickHouse (its answer decodes), and which tables it writes to have a
+/// column missing or of another type (RowBinary carries no types: a `value` changed
+/// from UInt64 to Float64 would store every value as the bits of another number),
+/// with their problems. A table that is missing is left to the INSERT's repair; a
+/// ClickHouse exception (a user who may not read `system.columns`) finds nothing wrong,
+/// and the INSERTs go ahead as they would without this check.
+pub async fn check_at(
+    cfg: &ClickHouseConfig,
+    url: &str,
+) -> Result<Vec<(Table, String)>, SchemaError> {
+    let problems = match problems_at(cfg, url).await {
+        Ok(p) => p,
+        Err(SchemaError::Query { source, .. })
+            if matches!(&source, clickhouse::error::Error::BadResponse(m)
+                if crate::writer::exception_code(m).is_some()) =>
+        {
+            return Ok(Vec::new())
+        }
+        Err(e) => return Err(e),
+    };
+    let mut bad: Vec<(Table, String)> = Vec::new();
+    for t in cfg.tables() {
+        let full = format!("{}.{}", cfg.database, t.name());
+        let wrong: Vec<String> = problems
+            .iter()
+            .filter(|p| match p {
+                SchemaProblem::MissingColumn { table, .. }
+                | SchemaProblem::WrongType { table, .. } => *table == full,
+                SchemaProblem::MissingTable { .. } => false,
+            })
+            .map(ToString::to_string)
+            .collect();
+        if !wrong.is_empty() {
+            bad.push((t, wrong.join("; ")));
+        }
+    }
+    Ok(bad)
+}
+
 async fn problems_at(cfg: &ClickHouseConfig, url: &str) -> Result<Vec<SchemaProblem>, SchemaError> {
     let client = query_client(cfg, url);
     let rows: Vec<(String, String, String)> = client

@@ -75,6 +75,7 @@ pub struct Writer {
     cfg: ClickHouseConfig,
     endpoints: Vec<Endpoint>,
     next: AtomicUsize,
+    born: std::time::Instant,
 }
 
 struct Endpoint {
@@ -88,7 +89,17 @@ struct Endpoint {
     /// DDL, see the count moved, and only resend.
     repairs: AtomicU64,
     repair_lock: tokio::sync::Mutex<()>,
+    /// When the endpoint last passed [`crate::schema::check_at`] (ms since the writer's
+    /// start, plus one; 0: never, or an INSERT failed since). One check at a time.
+    checked_ms: AtomicU64,
+    /// What the last check found: the tables whose columns do not match, and why.
+    /// Batches for them are not sent; the others are.
+    check_lock: tokio::sync::Mutex<Vec<(crate::row::Table, String)>>,
 }
+
+/// How long a passed check holds: a table altered while the daemon runs is found
+/// within this (plus the time to the next INSERT on that endpoint).
+pub const CHECK_EVERY: Duration = Duration::from_secs(300);
 
 /// ClickHouse's `UNKNOWN_TABLE` and `UNKNOWN_DATABASE`: the schema is missing on that
 /// server (it was unreachable when the daemon started, or was replaced or wiped since).
@@ -106,12 +117,15 @@ impl Writer {
                 url: u,
                 repairs: AtomicU64::new(0),
                 repair_lock: tokio::sync::Mutex::new(()),
+                checked_ms: AtomicU64::new(0),
+                check_lock: tokio::sync::Mutex::new(Vec::new()),
             })
             .collect();
         Writer {
             cfg: cfg.clone(),
             endpoints,
             next: AtomicUsize::new(0),
+            born: std::time::Instant::now(),
         }
     }
 
@@ -123,13 +137,99 @@ impl Writer {
     /// One attempt to insert `batch` on the next endpoint (round-robin). Success means
     /// ClickHouse answered 200 to the INSERT: the rows are stored.
     ///
+    /// Before the first INSERT on an endpoint, after one failed there, and every
+    /// [`CHECK_EVERY`], the endpoint is checked ([`crate::schema::check_at`]): a server
+    /// that is not ClickHouse (something else answering 200 on its port) or a table of
+    /// other column types fails the attempt (retryable: the batch is spooled until the
+    /// server or the table is fixed) instead of storing nothing, or garbage.
+    ///
     /// When that server has no such database or table, the missing schema is created
     /// there ([`crate::schema::apply_at`], `IF NOT EXISTS`, existing tables untouched) and the
     /// INSERT sent once more: a server that was down when the daemon started, or came
     /// back empty, would otherwise refuse every batch until the spool overflowed.
     pub async fn insert(&self, batch: &Batch) -> Result<(), InsertError> {
         let ep = &self.endpoints[self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len()];
+        self.check(ep, batch).await?;
         let repairs_before = ep.repairs.load(Ordering::Acquire);
+        let result = self.insert_attempt(ep, batch, repairs_before).await;
+        if result.as_ref().is_err_and(|e| e.class != ErrorClass::Data) {
+            // The server may have been replaced or restarted with other tables.
+            ep.checked_ms.store(0, Ordering::Release);
+        }
+        result
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.born.elapsed().as_millis() as u64 + 1
+    }
+
+    /// [`crate::schema::check_at`] on `ep` when it is due (see [`Writer::insert`]), and
+    /// whether `batch`'s table passed it.
+    async fn check(&self, ep: &Endpoint, batch: &Batch) -> Result<(), InsertError> {
+        let due = || {
+            let at = ep.checked_ms.load(Ordering::Acquire);
+            at == 0 || self.now_ms().saturating_sub(at) >= CHECK_EVERY.as_millis() as u64
+        };
+        let mut found = ep.check_lock.lock().await;
+        let fail = |class, message: String| InsertError {
+            url: ep.shown.clone(),
+            table: batch.table.name(),
+            class,
+            message,
+        };
+        if due() {
+            let limit = self.cfg.request_timeout + Duration::from_secs(1);
+            match tokio::time::timeout(limit, crate::schema::check_at(&self.cfg, &ep.url)).await {
+                Ok(Ok(bad)) => {
+                    for (t, why) in &bad {
+                        if !found.iter().any(|(f, _)| f == t) {
+                            tracing::error!(url = %ep.shown, table = t.name(), problems = %why, "sink: a table's columns do not match what netpoller writes: its rows are spooled until it is fixed (`netpoller schema -c FILE --check`)");
+                        }
+                    }
+                    *found = bad;
+                    ep.checked_ms.store(self.now_ms(), Ordering::Release);
+                }
+                Err(_) => {
+                    return Err(fail(
+                        ErrorClass::Timeout,
+                        format!("checking the server: no answer within {limit:?}"),
+                    ))
+                }
+                Ok(Err(crate::schema::SchemaError::Query { source, what, .. })) => {
+                    let class = classify(&source);
+                    let hint = match class {
+                        ErrorClass::Network | ErrorClass::Timeout => "",
+                        _ => " (is this ClickHouse's HTTP port?)",
+                    };
+                    return Err(fail(
+                        class,
+                        format!("checking the server ({what}): {source}{hint}"),
+                    ));
+                }
+                Ok(Err(e)) => return Err(fail(ErrorClass::Server, e.to_string())),
+            }
+        }
+        match found.iter().find(|(t, _)| *t == batch.table) {
+            None => Ok(()),
+            // A trends table: set aside as a missing one is (below); history waits.
+            Some((t, why)) => Err(fail(
+                if t.is_trends() {
+                    ErrorClass::Data
+                } else {
+                    ErrorClass::Server
+                },
+                format!("the table's columns do not match: {why}"),
+            )),
+        }
+    }
+
+    /// The INSERT, with the repair of a missing schema (see [`Writer::insert`]).
+    async fn insert_attempt(
+        &self,
+        ep: &Endpoint,
+        batch: &Batch,
+        repairs_before: u64,
+    ) -> Result<(), InsertError> {
         match self.insert_at(ep, batch).await {
             Err(e) if e.schema_missing() => {
                 let again = match self.repair_schema(ep, &e, repairs_before).await {

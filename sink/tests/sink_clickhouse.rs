@@ -372,6 +372,83 @@ async fn wrong_column_type_is_reported_not_overwritten() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_of_other_types_gets_no_rows_they_are_spooled() {
+    // history_uint.value changed to Float64 (by hand, or while the daemon was away):
+    // RowBinary carries no types, so ClickHouse took the UInt64 bytes as doubles
+    // (sysUpTime stored as 3.9e-319). The writer's check finds the column first and
+    // keeps the batches spooled until the table is fixed.
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let c = cfg(&url, &db.name, Compression::None);
+    schema::apply(&c).await.unwrap();
+    q(
+        &url,
+        &format!(
+            "ALTER TABLE {}.history_uint MODIFY COLUMN value Float64",
+            db.name
+        ),
+    );
+    let rows: Vec<(Table, Row)> = (1..=5)
+        .map(|i| (Table::Uint, uint_row(i, 1_000 + i)))
+        .collect();
+    let (report, _) = write_all(c, &rows).await;
+    assert_eq!(
+        (report.rows_written, report.rows_spooled),
+        (0, 5),
+        "{report:?}"
+    );
+    let n = q(
+        &url,
+        &format!("SELECT count() FROM {}.history_uint", db.name),
+    );
+    assert_eq!(n.trim(), "0");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_not_clickhouse_stores_nothing_and_the_rows_are_spooled() {
+    // Something else on the configured port that answers 200 to every request (a
+    // maintenance page, a wrong port): an INSERT's 200 meant "stored", and the rows
+    // were gone. Loopback only.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for mut c in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65536];
+                let _ = c.set_read_timeout(Some(Duration::from_millis(200)));
+                while let Ok(n) = c.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let body = "<html>maintenance</html>";
+                    let _ = write!(
+                        c,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                }
+            });
+        }
+    });
+    let rows: Vec<(Table, Row)> = (1..=5).map(|i| (Table::Uint, uint_row(i, i))).collect();
+    let (report, metrics) = write_all(cfg(&url, "glaber", Compression::None), &rows).await;
+    assert_eq!(
+        (report.rows_written, report.rows_spooled),
+        (0, 5),
+        "{report:?}"
+    );
+    let mut text = String::new();
+    metrics.render_prometheus(&mut text);
+    assert!(
+        text.lines().any(|l| l.contains("insert_errors_total")
+            && l.contains("class=\"server\"")
+            && !l.ends_with(" 0")),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_errors_are_not_retried_and_go_to_the_reject_spool() {
     let url = ch_url();
     let db = TestDb::new(&url);
