@@ -41,8 +41,9 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
 /// Renders the `/metrics` body (Prometheus text format 0.0.4).
 pub type RenderFn = Arc<dyn Fn() -> String + Send + Sync>;
-/// Says whether the daemon is healthy; `Err(reason)` makes `/healthz` answer 503.
-pub type HealthFn = Arc<dyn Fn() -> Result<(), String> + Send + Sync>;
+/// Says whether the daemon is healthy: `Ok(note)` answers 200 with the note (`ok`, or
+/// what a healthy daemon is doing about a fault, such as spooling), `Err(reason)` 503.
+pub type HealthFn = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
 
 const METRICS_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 const TEXT_CONTENT_TYPE: &str = "text/plain; charset=utf-8";
@@ -237,16 +238,16 @@ fn route(head: &[u8], render: &RenderFn, health: &HealthFn) -> Vec<u8> {
     let path = target.split(['?', '#']).next().unwrap_or_default();
     match path {
         "/metrics" => response(200, METRICS_CONTENT_TYPE, &render(), head_only),
-        "/healthz" => match health() {
-            Ok(()) => response(200, TEXT_CONTENT_TYPE, "ok\n", head_only),
-            Err(reason) => {
-                let mut body = reason;
-                if !body.ends_with('\n') {
-                    body.push('\n');
-                }
-                response(503, TEXT_CONTENT_TYPE, &body, head_only)
+        "/healthz" => {
+            let (status, mut body) = match health() {
+                Ok(note) => (200, note),
+                Err(reason) => (503, reason),
+            };
+            if !body.ends_with('\n') {
+                body.push('\n');
             }
-        },
+            response(status, TEXT_CONTENT_TYPE, &body, head_only)
+        }
         _ => response(404, TEXT_CONTENT_TYPE, "not found\n", head_only),
     }
 }
@@ -312,13 +313,13 @@ mod tests {
         addr: SocketAddr,
         stop: watch::Sender<bool>,
         task: tokio::task::JoinHandle<()>,
-        health: Arc<Mutex<Result<(), String>>>,
+        health: Arc<Mutex<Result<String, String>>>,
     }
 
     async fn start(limits: Limits) -> Server {
         let listener = bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let health = Arc::new(Mutex::new(Ok(())));
+        let health = Arc::new(Mutex::new(Ok("ok".to_string())));
         let h = health.clone();
         let (stop, rx) = watch::channel(false);
         let render: RenderFn = Arc::new(|| "# TYPE up gauge\nup 1\n".to_string());
@@ -389,8 +390,12 @@ mod tests {
         *srv.health.lock().unwrap() = Err("scheduler 42 s behind".into());
         let (st, _, body) = get(srv.addr, "/healthz").await;
         assert_eq!((st, body.as_str()), (503, "scheduler 42 s behind\n"));
-        *srv.health.lock().unwrap() = Ok(());
-        assert_eq!(get(srv.addr, "/healthz").await.0, 200);
+        *srv.health.lock().unwrap() = Ok("ok: spooling (ClickHouse unavailable)".into());
+        let (st, _, body) = get(srv.addr, "/healthz").await;
+        assert_eq!(
+            (st, body.as_str()),
+            (200, "ok: spooling (ClickHouse unavailable)\n")
+        );
 
         assert_eq!(get(srv.addr, "/").await.0, 404);
         assert_eq!(get(srv.addr, "/metricsx").await.0, 404);
@@ -546,7 +551,7 @@ mod tests {
         let listener = bind("127.0.0.1:0").await.unwrap();
         let (_tx, rx) = watch::channel(true);
         let render: RenderFn = Arc::new(String::new);
-        let health: HealthFn = Arc::new(|| Ok(()));
+        let health: HealthFn = Arc::new(|| Ok("ok".into()));
         timeout(Duration::from_secs(3), serve(listener, render, health, rx))
             .await
             .expect("returns");

@@ -271,13 +271,15 @@ fn healthz_turns_503_without_clickhouse_and_spool_space_and_back() {
         .replace("127.0.74.0/29", "127.0.74.0/24");
     std::fs::write(&cfg, text).unwrap();
     let d = Daemon::start(&cfg, &[], dir.join("run.log"));
-    // ClickHouse down but the spool has room: spooling as designed, healthy.
+    // ClickHouse down but the spool has room: spooling as designed, healthy, and
+    // /healthz says so.
     assert!(
         wait_until(Duration::from_secs(20), || matches!(
             get(port, "/healthz"),
-            Some((200, _))
+            Some((200, b)) if b.starts_with("ok: spooling (") && b.contains("127.0.0.1")
         )),
-        "{}",
+        "{:?}\n{}",
+        get(port, "/healthz"),
         d.log_text()
     );
     // Fill the spool's file system.
@@ -827,4 +829,32 @@ fn import_template_output_loads_as_it_is() {
         err.contains("\"ICMP Ping\""),
         "names the templates the file has: {err}"
     );
+}
+
+/// A metrics port already in use fails the start before "started" is logged (it was
+/// logged, then the daemon exited 2: an operator reading the log saw a start).
+#[test]
+fn a_metrics_port_in_use_fails_the_start_before_it_says_started() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let dir = scratch("ops-port-in-use");
+    let cfg = dir.join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\nspool_dir = \"{}\"\n\n[[hosts]]\nname = \"h\"\nip = \"127.0.76.21\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    let out = netpoller()
+        .args(["--log-level", "info", "run", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{log}");
+    assert!(log.contains("already in use"), "{log}");
+    assert!(!log.contains("started"), "{log}");
+    drop(held);
 }

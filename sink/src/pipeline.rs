@@ -60,6 +60,45 @@ pub(crate) struct Shared {
     pub acked_in_memory: Mutex<HashMap<u64, HashSet<u64>>>,
     /// `spool replay`, not a daemon: no new batches to spool while ClickHouse fails.
     pub one_shot: bool,
+    /// Since when ClickHouse has been unavailable, for the log's reminders.
+    pub outage: Mutex<Option<Outage>>,
+}
+
+/// How often a long outage is recalled in the log (with what it has spooled).
+pub(crate) const OUTAGE_REMINDER: Duration = Duration::from_secs(300);
+
+/// An outage of ClickHouse as the log tells it: one line when it starts, one every
+/// [`OUTAGE_REMINDER`] while batches are spooled, one when it ends.
+#[derive(Debug)]
+pub(crate) struct Outage {
+    since: Instant,
+    reminded: Instant,
+    /// The spool's row counter when it began.
+    spooled_before: u64,
+}
+
+impl Outage {
+    fn new(now: Instant, spooled: u64) -> Outage {
+        Outage {
+            since: now,
+            reminded: now,
+            spooled_before: spooled,
+        }
+    }
+
+    /// How long it has lasted, when a reminder is due at `now` (then the next one is
+    /// [`OUTAGE_REMINDER`] later).
+    fn remind(&mut self, now: Instant) -> Option<Duration> {
+        (now.saturating_duration_since(self.reminded) >= OUTAGE_REMINDER).then(|| {
+            self.reminded = now;
+            now.saturating_duration_since(self.since)
+        })
+    }
+}
+
+/// `d` in whole seconds, as humantime writes it (`5m 3s`).
+fn whole_secs(d: Duration) -> humantime::FormattedDuration {
+    humantime::format_duration(Duration::from_secs(d.as_secs()))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -90,6 +129,7 @@ impl Shared {
             give_up: watch::channel(false).0,
             acked_in_memory: Mutex::new(HashMap::new()),
             one_shot: false,
+            outage: Mutex::new(None),
         }
     }
 
@@ -99,7 +139,14 @@ impl Shared {
 
     fn set_ok(&self) {
         if !self.ch_ok.swap(true, Ordering::SeqCst) {
-            tracing::info!("sink: ClickHouse accepts inserts again");
+            match lock(&self.outage).take() {
+                Some(o) => tracing::info!(
+                    after = %whole_secs(o.since.elapsed()),
+                    rows_spooled = self.metrics.spooled_rows().saturating_sub(o.spooled_before),
+                    "sink: ClickHouse accepts inserts again; the spool is replayed"
+                ),
+                None => tracing::info!("sink: ClickHouse accepts inserts again"),
+            }
         }
         *lock(&self.health) = Health::Writing;
     }
@@ -109,6 +156,7 @@ impl Shared {
             tracing::warn!(error = %err, "ClickHouse did not take a record; trying again");
         } else if self.ch_ok.swap(false, Ordering::SeqCst) {
             tracing::warn!(error = %err, "sink: ClickHouse unavailable, spooling batches until it answers");
+            *lock(&self.outage) = Some(Outage::new(Instant::now(), self.metrics.spooled_rows()));
             // The replayer probes an unhealthy server when the spool is empty, and an
             // empty spool wakes it for nothing else: should the batch that failed not
             // reach the spool either (a full or broken disk), nobody would probe.
@@ -176,6 +224,19 @@ pub(crate) async fn spool_batch(shared: &Arc<Shared>, batch: Batch, why: &'stati
                 };
             }
             drop(h);
+            let lasted = lock(&shared.outage)
+                .as_mut()
+                .and_then(|o| o.remind(Instant::now()).map(|d| (d, o.spooled_before)));
+            if let Some((lasted, before)) = lasted {
+                let m = &shared.metrics;
+                tracing::warn!(
+                    lasted = %whole_secs(lasted),
+                    rows_spooled = m.spooled_rows().saturating_sub(before),
+                    spool_bytes = m.spool_bytes(),
+                    rows_dropped = m.dropped_rows(DropReason::SpoolCap),
+                    "sink: ClickHouse still unavailable; spooling"
+                );
+            }
             shared.replayer_wake.notify_one();
             return;
         }
@@ -672,6 +733,25 @@ mod tests {
             .find(|l| l.starts_with("voluntary_ctxt_switches:"))
             .unwrap();
         line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn a_long_outage_is_recalled_every_five_minutes() {
+        let t0 = Instant::now();
+        let mut o = Outage::new(t0, 7);
+        assert_eq!(o.remind(t0 + Duration::from_secs(299)), None);
+        let at = t0 + Duration::from_secs(300);
+        assert_eq!(o.remind(at), Some(Duration::from_secs(300)));
+        assert_eq!(
+            o.remind(at + Duration::from_secs(10)),
+            None,
+            "not again at once"
+        );
+        assert_eq!(
+            o.remind(at + Duration::from_secs(301)),
+            Some(Duration::from_secs(601))
+        );
+        assert_eq!(o.spooled_before, 7);
     }
 
     #[tokio::test]

@@ -107,6 +107,13 @@ async fn daemon(
         .map(|_| crate::cmd::open_snmp_driver(&cfg))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let shared = Shared::new(plan, cfg.daemon.shards, Clock::new(), super::limits(&cfg));
+    // Bound before "started" is logged: a port in use is a failed start, not one that
+    // said it started.
+    let metrics_listener = if cfg.daemon.metrics_listen.is_empty() {
+        None
+    } else {
+        Some(crate::http::bind(&cfg.daemon.metrics_listen).await?)
+    };
     tracing::info!(
         hosts,
         items,
@@ -140,10 +147,7 @@ async fn daemon(
     ));
 
     // Metrics endpoint.
-    let http = if cfg.daemon.metrics_listen.is_empty() {
-        None
-    } else {
-        let listener = crate::http::bind(&cfg.daemon.metrics_listen).await?;
+    let http = if let Some(listener) = metrics_listener {
         let (s1, s2, sm) = (shared.clone(), shared.clone(), sink_metrics.clone());
         let dm = discovery_metrics.clone();
         let sink2 = sink.clone();
@@ -161,11 +165,18 @@ async fn daemon(
             sm.render_prometheus(&mut text);
             text
         });
+        let with_clickhouse = clickhouse.is_some();
         let health = Arc::new(move || {
             s2.health(Duration::from_secs(30))?;
             match sink2.health() {
                 sink::Health::Failing { reason } => Err(format!("sink failing: {reason}")),
-                _ => Ok(()),
+                // Healthy (nothing is lost), but say what the sink is doing about a
+                // ClickHouse that does not take the rows (without one, spooling is
+                // the design, not news).
+                sink::Health::Spooling { reason } if with_clickhouse => {
+                    Ok(format!("ok: spooling ({reason})"))
+                }
+                _ => Ok("ok".to_string()),
             }
         });
         Some(tokio::spawn(crate::http::serve(
@@ -174,6 +185,8 @@ async fn daemon(
             health,
             shutdown_rx.clone(),
         )))
+    } else {
+        None
     };
 
     // The engines run on threads with single-threaded runtimes of their own. SNMP: when
