@@ -186,6 +186,16 @@ pub fn column_values(
     column: &Oid,
     stop: &AtomicBool,
 ) -> anyhow::Result<Vec<(Index, Option<String>)>> {
+    column_values_at_most(t, column, stop, MAX_COLUMN_ROWS)
+}
+
+/// [`column_values`], failing past `most` rows.
+fn column_values_at_most(
+    t: &Target<'_>,
+    column: &Oid,
+    stop: &AtomicBool,
+    most: usize,
+) -> anyhow::Result<Vec<(Index, Option<String>)>> {
     let root_arcs = column.arcs().count();
     let mut out = Vec::new();
     let mut syntax: Option<(std::mem::Discriminant<VarValue>, &'static str)> = None;
@@ -201,12 +211,20 @@ pub fn column_values(
                 Some(_) => {}
             }
         }
+        if out.len() >= most {
+            bail!("{column} has more than {most} rows: not a table to discover items in (one item stands for at most 65,536)");
+        }
         // The walk yields only OIDs under its root: at least one arc more.
         out.push((oid.arcs().skip(root_arcs).collect(), value_text(&v)));
         Ok(())
     })?;
     Ok(out)
 }
+
+/// Most rows [`column_values`] keeps (each in memory until the walk ends): an agent
+/// serving an endless or huge table (a routing table) fails the walk instead of
+/// filling the daemon's memory for rows no item could stand for.
+pub const MAX_COLUMN_ROWS: usize = 1 << 20;
 
 /// Whether `rows` (sorted) look like a table's columns × rows rather than one column's
 /// rows: they fall in several groups by their first arc (a column number), each of more
@@ -342,6 +360,59 @@ mod tests {
 
     fn rows(list: &[&[u32]]) -> Vec<Index> {
         list.iter().map(|r| Box::from(*r)).collect()
+    }
+
+    #[test]
+    fn an_endless_table_fails_the_walk_past_the_rows_kept() {
+        // A broken or hostile agent on loopback whose column never ends: each GETBULK
+        // gets the next rows. The walk ends at the bound instead of filling memory.
+        let agent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let port = agent.local_addr().unwrap().port();
+        let column: Oid = "1.3.6.1.4.1.99999.1".parse().unwrap();
+        let col = column.clone();
+        std::thread::spawn(move || {
+            agent
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = [0u8; 65_536];
+            while let Ok((n, from)) = agent.recv_from(&mut buf) {
+                let m = Message::decode(&buf[..n]).unwrap();
+                let asked = m.varbinds().next().unwrap().oid.to_owned();
+                let at = asked.arcs().nth(col.arcs().count()).unwrap_or(0);
+                let rows: Vec<(Oid, VarValue)> = (at + 1..=at + 10)
+                    .map(|i| (format!("{col}.{i}").parse().unwrap(), VarValue::Integer(1)))
+                    .collect();
+                let mut out = Vec::new();
+                snmp::encode_message(
+                    &mut out,
+                    m.version,
+                    m.community,
+                    PduType::Response,
+                    m.request_id,
+                    0,
+                    0,
+                    rows.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+                );
+                agent.send_to(&out, from).unwrap();
+            }
+        });
+        let params = SnmpParams {
+            version: snmp::Version::V2c,
+            community: "public".into(),
+            usm: None,
+            port,
+            timeout: Duration::from_secs(1),
+            retries: 0,
+            max_oids_per_request: 10,
+            max_inflight_per_host: 1,
+        };
+        let t = Target::of_host(
+            "127.0.0.1".parse().unwrap(),
+            &params,
+            SourceAddrs::default(),
+        );
+        let e = column_values_at_most(&t, &column, &AtomicBool::new(false), 1000).unwrap_err();
+        assert!(e.to_string().contains("has more than 1000 rows"), "{e}");
     }
 
     #[test]

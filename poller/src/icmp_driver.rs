@@ -620,12 +620,16 @@ impl IcmpDriver {
             self.v6.fd().filter(|_| has(true)),
         ];
 
+        // Per socket (v4, v6): when its queue was last found empty.
+        let mut empty_since: [Option<Instant>; 2] = [None, None];
         loop {
             let woke = Instant::now();
             // 1. Receive first: replies already queued must never wait for our sends.
             let mut got = 0;
-            for fd in rx_fds.into_iter().flatten() {
-                got += drain(fd, &mut rx, &mut sweep, &mut report.recv_errors);
+            for (fd, empty) in rx_fds.iter().zip(&mut empty_since) {
+                if let Some(fd) = fd {
+                    got += drain(*fd, &mut rx, &mut sweep, &mut report.recv_errors, empty);
+                }
             }
             let now = Instant::now();
             sweep.handle_timeout(now);
@@ -967,8 +971,38 @@ fn rx_timestamp(hdr: &libc::msghdr) -> Option<Duration> {
     None
 }
 
+/// When a reply was received: its kernel timestamp `ts` (wall clock, `SO_TIMESTAMPNS`)
+/// taken as an age from `wall_now` back from `now`, so that a busy loop reading it later
+/// does not inflate its RTT. The age is believed only up to when its socket's queue was
+/// last found empty (`empty_since`, less a little slack: the reply arrived after that)
+/// or 10 s without one: a larger age is a step of the wall clock between its arrival
+/// and now (NTP), which would make a timely reply late; then, and without a
+/// timestamp, `now`.
+fn received_at(
+    now: Instant,
+    wall_now: Duration,
+    ts: Option<Duration>,
+    empty_since: Option<Instant>,
+) -> Instant {
+    const SLACK: Duration = Duration::from_millis(5);
+    let most = empty_since.map_or(Duration::from_secs(10), |t| {
+        now.saturating_duration_since(t) + SLACK
+    });
+    match ts.and_then(|ts| wall_now.checked_sub(ts)) {
+        Some(age) if age <= most => now.checked_sub(age).unwrap_or(now),
+        _ => now,
+    }
+}
+
 /// Reads up to `RECV_TURN` datagrams from `fd` into `sweep`; returns how many.
-fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> usize {
+/// `empty_since`: when this socket's queue was last found empty (updated here).
+fn drain(
+    fd: RawFd,
+    rx: &mut RecvBuf,
+    sweep: &mut Sweep,
+    errors: &mut u64,
+    empty_since: &mut Option<Instant>,
+) -> usize {
     let mut total = 0;
     while total < RECV_TURN {
         let mut addrs: [MaybeUninit<libc::sockaddr_storage>; RECV_BATCH] =
@@ -989,6 +1023,7 @@ fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> us
             msgs[i].msg_hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
             msgs[i].msg_hdr.msg_controllen = CMSG_LEN as _;
         }
+        let asked = Instant::now();
         // SAFETY: every pointer in msgs refers to live buffers of the stated sizes.
         let n = unsafe {
             libc::recvmmsg(
@@ -1002,7 +1037,7 @@ fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> us
         if n < 0 {
             let e = io::Error::last_os_error();
             match e.kind() {
-                io::ErrorKind::WouldBlock => {}
+                io::ErrorKind::WouldBlock => *empty_since = Some(asked),
                 io::ErrorKind::Interrupted => continue,
                 _ => {
                     *errors += 1;
@@ -1016,19 +1051,13 @@ fn drain(fd: RawFd, rx: &mut RecvBuf, sweep: &mut Sweep, errors: &mut u64) -> us
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
         let n = n as usize;
+        let before = *empty_since;
+        if n < RECV_BATCH {
+            // Fewer than asked for: the queue was empty when this call returned.
+            *empty_since = Some(asked);
+        }
         for i in 0..n {
-            // Kernel receive time when SO_TIMESTAMPNS is on: the packet's age on the wall
-            // clock, taken from `now`, so a busy loop does not inflate RTTs. Ages above
-            // 10 s mean a clock step: fall back to `now`.
-            let at = match rx_timestamp(&msgs[i].msg_hdr) {
-                Some(ts) => match wall_now.checked_sub(ts) {
-                    Some(age) if age < Duration::from_secs(10) => {
-                        now.checked_sub(age).unwrap_or(now)
-                    }
-                    _ => now,
-                },
-                None => now,
-            };
+            let at = received_at(now, wall_now, rx_timestamp(&msgs[i].msg_hdr), before);
             let len = (msgs[i].msg_len as usize).min(rx.slot);
             // SAFETY: the kernel initialised the sockaddr (zeroed before, so valid either way).
             let ss = unsafe { addrs[i].assume_init_ref() };
@@ -1055,3 +1084,35 @@ const _: fn() = || {
     }
     let _ = check;
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wall_clock_step_does_not_age_a_reply() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        let wall = Duration::from_secs(1_800_000_000);
+        let empty = Some(now - ms(20));
+        // Arrived 3 ms ago, queue empty 20 ms ago: believed.
+        assert_eq!(
+            received_at(now, wall, Some(wall - ms(3)), empty),
+            now - ms(3)
+        );
+        // The wall clock stepped 5 s forward since it arrived: its age (5.003 s) is more
+        // than the 20 ms it can have waited, so it counts as received now (a 10 s guard
+        // took it as 5 s old: a timely reply turned late).
+        let stepped = wall + Duration::from_secs(5);
+        assert_eq!(received_at(now, stepped, Some(wall - ms(3)), empty), now);
+        // Stepped back: a timestamp in the future.
+        assert_eq!(received_at(now, wall - ms(50), Some(wall), empty), now);
+        // No empty queue seen yet this sweep: up to 10 s; no timestamp: now.
+        assert_eq!(
+            received_at(now, wall, Some(wall - ms(900)), None),
+            now - ms(900)
+        );
+        assert_eq!(received_at(now, wall, Some(wall - ms(10_001)), None), now);
+        assert_eq!(received_at(now, wall, None, empty), now);
+    }
+}

@@ -211,7 +211,13 @@ pub fn scan_logged(seg: &Segment, bytes: &[u8], metrics: &SinkMetrics) -> Vec<re
             "spool: skipping corrupted record(s); the rest of the segment is replayed"
         );
         metrics.corrupt_record();
-        metrics.dropped(DropReason::Corrupt, d.rows_claimed.map_or(0, u64::from));
+        // The damaged header's claim is unverified: at most as many rows as its bytes
+        // could hold (a RowBinary row takes more than 16), not a garbage 2^32.
+        let most = d.len / 16 + 1;
+        metrics.dropped(
+            DropReason::Corrupt,
+            d.rows_claimed.map_or(0, |r| u64::from(r).min(most)),
+        );
     }
     found
 }
@@ -615,6 +621,22 @@ mod tests {
         );
         let (found, damage) = record::scan(&fs::read(&seg.path).unwrap());
         assert_eq!((found.len(), damage.len()), (1, 0), "{damage:?}");
+    }
+
+    #[test]
+    fn a_damaged_headers_row_count_is_believed_only_as_far_as_its_bytes_go() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let mut s = Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()).unwrap();
+        s.append(&batch(3, 100)).unwrap();
+        s.close();
+        let seg = list_segments(tmp.path()).unwrap().remove(0);
+        let mut bytes = fs::read(&seg.path).unwrap();
+        bytes[8..12].copy_from_slice(&u32::MAX.to_le_bytes()); // rows: 4 billion
+        let m2 = SinkMetrics::default();
+        assert!(scan_logged(&seg, &bytes, &m2).is_empty());
+        let dropped = m2.dropped_rows(DropReason::Corrupt);
+        assert!(dropped <= bytes.len() as u64 / 16 + 1, "{dropped}");
     }
 
     #[test]
