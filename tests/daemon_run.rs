@@ -230,23 +230,20 @@ fn run_polls_reloads_and_flushes_on_sigterm() {
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 
-/// An engine whose iteration panics (a bug; a debug build's failpoint here) stops the
-/// daemon with exit status 1, for the service manager to start it again, instead of
-/// polling on without the panicked iteration's driver and items; what was polled until
-/// then is written.
-#[test]
-fn an_engine_that_panics_stops_the_daemon_with_status_1_after_writing_what_it_polled() {
-    let dir = scratch("daemon-panic");
-    let db = format!("nptest_panic_{}", std::process::id());
+/// Runs the daemon (ICMP and SNMP hosts, into database `db`) with the debug build's
+/// failpoint `NETPOLLER_TEST_PANIC=panic` until it stops by itself (at most 30 s):
+/// its exit status and log.
+fn run_until_it_stops(panic: &str, db: &str) -> (std::process::ExitStatus, String) {
+    let dir = scratch(&format!("daemon-panic-{panic}"));
     let cfg_path = dir.join("netpoller.toml");
     std::fs::write(
         &cfg_path,
-        config(&db, &dir.join("spool"), &["127.0.76.13", "127.0.76.14"], ""),
+        config(db, &dir.join("spool"), &["127.0.76.13", "127.0.76.14"], ""),
     )
     .unwrap();
     let log = dir.join("run.log");
     let mut child = netpoller()
-        .env("NETPOLLER_TEST_PANIC", "icmp")
+        .env("NETPOLLER_TEST_PANIC", panic)
         .args(["--log-level", "info", "run", "-c"])
         .arg(&cfg_path)
         .stdout(std::process::Stdio::null())
@@ -268,7 +265,18 @@ fn an_engine_that_panics_stops_the_daemon_with_status_1_after_writing_what_it_po
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    let log = std::fs::read_to_string(&log).unwrap();
+    (status, std::fs::read_to_string(&log).unwrap())
+}
+
+/// An engine whose iteration panics (a bug; a debug build's failpoint here) stops the
+/// daemon with exit status 1, for the service manager to start it again, instead of
+/// polling on without the panicked iteration's driver and items; what was polled until
+/// then is written. So does a sink consumer that panics, which left the engines
+/// polling into a channel nobody read.
+#[test]
+fn a_part_that_panics_stops_the_daemon_with_status_1_after_writing_what_it_polled() {
+    let db = format!("nptest_panic_{}", std::process::id());
+    let (status, log) = run_until_it_stops("icmp", &db);
     assert_eq!(status.code(), Some(1), "{log}");
     assert!(
         log.contains("icmp iteration panicked: NETPOLLER_TEST_PANIC=icmp")
@@ -284,6 +292,19 @@ fn an_engine_that_panics_stops_the_daemon_with_status_1_after_writing_what_it_po
         .sum();
     assert!(pings >= 3, "{rows:?}\n{log}");
     assert_eq!(rows.values().sum::<u64>(), values_in_log(&log), "{log}");
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+
+    let db = format!("nptest_panic_consumer_{}", std::process::id());
+    let (status, log) = run_until_it_stops("consumer", &db);
+    assert_eq!(status.code(), Some(1), "{log}");
+    assert!(
+        log.contains("the sink consumer ended: stopping with exit status 1"),
+        "{log}"
+    );
+    assert!(
+        log.contains("netpoller stopped"),
+        "the sink was shut down\n{log}"
+    );
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 

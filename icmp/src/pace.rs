@@ -1,8 +1,10 @@
 //! Send pacing: a token bucket of `max_pps` probes per second with bounded bursts.
 //!
-//! One implementation for both users: a [`crate::Sweep`] that paces itself
-//! (`SweepConfig::max_pps`) and the daemon's sockets that share one rate (the driver takes
-//! slots before it asks the sweep for probes). Invariants: over any span the slots handed
+//! The ICMP pacing of both kinds of user: a [`crate::Sweep`] that paces itself
+//! (`SweepConfig::max_pps`, the library's own use) and the daemon's sockets that share
+//! one rate (the driver takes slots before it asks the sweep for probes; its sweeps run
+//! unpaced). (The SNMP driver paces with a token bucket of its own, a float one that
+//! needs no shared state.) Invariants: over any span the slots handed
 //! out never exceed the rate, plus at most `burst` worth after an idle spell; a slot's
 //! instant is fixed when it is taken (so a probe's send instant is exact); slots given
 //! back return only when nobody took later ones. Lock-free (one atomic), no clock: the

@@ -50,20 +50,8 @@ impl Clock {
         }
     }
 
-    /// A clock whose "now" is `unix_ms` (tests).
-    pub fn starting_at(unix_ms: u64) -> Self {
-        Clock {
-            base: Instant::now(),
-            base_unix_ms: unix_ms,
-        }
-    }
-
     pub fn now_ms(&self) -> u64 {
         self.base_unix_ms + self.base.elapsed().as_millis() as u64
-    }
-
-    pub fn instant_of(&self, unix_ms: u64) -> Instant {
-        self.base + Duration::from_millis(unix_ms.saturating_sub(self.base_unix_ms))
     }
 }
 
@@ -489,22 +477,32 @@ pub struct IterationSummary {
     pub items: usize,
     pub values: usize,
     pub errors: usize,
+    /// `errors` by reason (`ErrorReason as usize`).
+    pub errors_by: [usize; ErrorReason::ALL.len()],
     pub wall: Duration,
     pub lateness: Duration,
 }
 
-/// Account one sample in the engine's metrics and hand it on.
-fn deliver(m: &EngineMetrics, sum: &mut IterationSummary, emitter: &mut Emitter, s: Sample) {
-    m.items.inc();
+impl EngineMetrics {
+    /// Adds an iteration's counts: once per iteration, not per value (the counters are
+    /// shared by every thread of the engine: a cache line bouncing per value).
+    fn account(&self, sum: &IterationSummary) {
+        self.items.add(sum.items as u64);
+        self.values.add(sum.values as u64);
+        for r in ErrorReason::ALL {
+            self.error(r).add(sum.errors_by[r as usize] as u64);
+        }
+    }
+}
+
+/// Account one sample in the iteration's summary and hand it on.
+fn deliver(sum: &mut IterationSummary, emitter: &mut Emitter, s: Sample) {
     sum.items += 1;
     match &s.result {
-        Ok(_) => {
-            m.values.inc();
-            sum.values += 1;
-        }
+        Ok(_) => sum.values += 1,
         Err(e) => {
-            m.error(e.reason).inc();
             sum.errors += 1;
+            sum.errors_by[e.reason as usize] += 1;
         }
     }
     emitter.emit(s);
@@ -551,7 +549,6 @@ pub async fn icmp_iteration(
                 Err(e) => Err(e.clone()),
             };
             deliver(
-                metrics,
                 &mut sum,
                 emitter,
                 Sample::new(plan, host, index, stamp, result),
@@ -599,6 +596,7 @@ pub async fn icmp_iteration(
         }
     }
     emitter.flush();
+    metrics.account(&sum);
     sum
 }
 
@@ -666,7 +664,6 @@ pub async fn snmp_iteration(
                 crate::snmp_convert::convert(&v, vt)
             });
             deliver(
-                metrics,
                 &mut sum,
                 emitter,
                 Sample::new(plan, host, index, clock_now(), result),
@@ -689,6 +686,7 @@ pub async fn snmp_iteration(
         c.add(n);
     }
     emitter.flush();
+    metrics.account(&sum);
     sum
 }
 
@@ -794,7 +792,7 @@ pub async fn run_engine(
         let pool_tx2 = pool_tx.clone();
         running.spawn(async move {
             #[cfg(debug_assertions)]
-            test_failpoint::iteration(engine);
+            test_failpoint(engine.as_str());
             let m = shared2.metrics(engine);
             let earliest = dues.iter().map(|d| d.due_ms).min().unwrap_or(now);
             let lateness = Duration::from_millis(now.saturating_sub(earliest));
@@ -888,25 +886,18 @@ fn reap(
     }
 }
 
-/// Debug builds only: `NETPOLLER_TEST_PANIC=icmp` (or `snmp`) makes every iteration of
-/// that engine but its first panic, for the tests of what the daemon does then.
+/// Debug builds only, for the tests of what the daemon does when a part of it panics:
+/// with `NETPOLLER_TEST_PANIC=<name>` (`icmp`, `snmp`: an engine's iterations;
+/// `consumer`: the sink consumer's batches), every call of the failpoint `name` but the
+/// first panics.
 #[cfg(debug_assertions)]
-mod test_failpoint {
-    use super::Engine;
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    pub fn iteration(engine: Engine) {
-        static SEEN: AtomicU64 = AtomicU64::new(0);
-        let wanted = std::env::var("NETPOLLER_TEST_PANIC").is_ok_and(|v| v == engine.as_str());
-        if wanted && SEEN.fetch_add(1, Ordering::Relaxed) > 0 {
-            panic!("NETPOLLER_TEST_PANIC={}", engine.as_str());
-        }
+pub fn test_failpoint(name: &str) {
+    static SEEN: AtomicU64 = AtomicU64::new(0);
+    let wanted = std::env::var("NETPOLLER_TEST_PANIC").is_ok_and(|v| v == name);
+    if wanted && SEEN.fetch_add(1, Ordering::Relaxed) > 0 {
+        panic!("NETPOLLER_TEST_PANIC={name}");
     }
 }
-
-/// Counter of samples that reached the sink consumer (for shutdown accounting).
-#[derive(Debug, Default)]
-pub struct Delivered(pub AtomicU64);
 
 /// Poll every task of `plan` once (for `poll-once`): all ICMP tasks in sweeps of at
 /// most `limits.icmp_batch_hosts` hosts, all SNMP tasks in iterations of at most

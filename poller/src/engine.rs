@@ -84,7 +84,8 @@ pub fn clock_now() -> (u32, u32) {
 pub struct PipelineCounters {
     /// Times an engine found the channel full and had to wait.
     pub backpressure_waits: AtomicU64,
-    /// Samples sent into the channel.
+    /// Samples handed to the channel: sent, or parked while it was full (then sent
+    /// when it has room).
     pub samples: AtomicU64,
     /// Values a preprocessing change step kept no value for (see [`crate::preprocess`]).
     pub preprocessing_discarded: AtomicU64,
@@ -171,8 +172,8 @@ impl Emitter {
     }
 
     /// Wait until everything parked is in the channel. Returns `false` when the receiver
-    /// is gone (shutdown), in which case the parked samples are returned to the caller's
-    /// accounting as undeliverable.
+    /// is gone: the consumer has stopped, and what is still parked is dropped with the
+    /// emitter (only at a stop, after the consumer's own end: nothing reads it).
     pub async fn drain(&mut self) -> bool {
         self.flush();
         self.blocked = false;

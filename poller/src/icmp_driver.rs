@@ -46,7 +46,8 @@
 //!   start; late replies of earlier sweeps are recognised by the payload tag and counted
 //!   as stale, never matched.
 //! * `sweep` must run within a tokio runtime with I/O and time enabled; the sockets are
-//!   registered with it for the duration of the call only, so any runtime will do.
+//!   registered with it only while a sweep waits for them (never between sweeps), so
+//!   any runtime will do.
 
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
@@ -56,7 +57,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use icmp::{Event, Job, SocketKind as Kind, Sweep, SweepConfig, SweepCounters, SweepError, TagKey};
+use icmp::{Event, Sweep, SweepConfig, SweepCounters, SweepError, TagKey};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tokio::io::unix::AsyncFd;
 
@@ -64,9 +65,6 @@ pub use icmp::{PingStats, RttMode, SharedPacer, Slots, SocketKind};
 
 use crate::source::SourceAddrs;
 
-/// Linux `SO_RCVBUFFORCE` (asm-generic value, also x86 and arm): ignores `rmem_max`, needs
-/// `CAP_NET_ADMIN`.
-const SO_RCVBUFFORCE: libc::c_int = 33;
 /// Linux `ICMP_FILTER` at level `SOL_RAW`: bit `t` set = drop ICMP type `t`.
 const ICMP_FILTER: libc::c_int = 1;
 /// Linux `ICMP6_FILTER` at level `IPPROTO_ICMPV6`: bit `t` set = drop ICMPv6 type `t`.
@@ -175,31 +173,20 @@ pub enum IcmpOpenError {
     /// names the address ([`crate::source::SourceAddrs::bind`]).
     #[error(transparent)]
     Source(io::Error),
-    /// The socket opened but could not be configured.
-    #[error("configuring the ICMP socket ({what}): {source}")]
+    /// The socket opened but could not be configured. (The OS error is in the
+    /// message, not a `source()`: printed with its chain it would appear twice.)
+    #[error("configuring the ICMP socket ({what}): {cause}")]
     Setup {
         /// Which option failed.
         what: &'static str,
         /// The OS error.
-        source: io::Error,
+        cause: io::Error,
     },
 }
 
-/// One host's probes, in Zabbix terms `icmpping[<addr>,<packets>,<interval>,<size>,<timeout>]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PingJob {
-    /// Target.
-    pub addr: IpAddr,
-    /// Echo requests to send (Zabbix default 3).
-    pub packets: u32,
-    /// Spacing between this host's requests (Zabbix default and minimum: fping's, 20 ms
-    /// here is the practical minimum).
-    pub interval: Duration,
-    /// Payload bytes (fping default 56; at least [`icmp::MIN_PAYLOAD`]).
-    pub size: usize,
-    /// Per-probe reply timeout (fping default 500 ms; Zabbix minimum 50 ms).
-    pub timeout: Duration,
-}
+/// One host's probes, in Zabbix terms `icmpping[<addr>,<packets>,<interval>,<size>,<timeout>]`:
+/// the sweep's own job, handed to it as it is.
+pub use icmp::Job as PingJob;
 
 /// Outcome of one [`IcmpDriver::sweep`].
 #[derive(Debug, Clone, Default)]
@@ -328,17 +315,22 @@ fn configure(
     v6: bool,
     rcvbuf: usize,
 ) -> Result<(), IcmpOpenError> {
-    let setup = |what| move |source| IcmpOpenError::Setup { what, source };
+    let setup = |what| move |cause| IcmpOpenError::Setup { what, cause };
     sock.set_nonblocking(true).map_err(setup("O_NONBLOCK"))?;
     let fd = sock.as_raw_fd();
     let want = libc::c_int::try_from(rcvbuf).unwrap_or(libc::c_int::MAX);
-    if setsockopt(fd, libc::SOL_SOCKET, SO_RCVBUFFORCE, &want).is_err() {
+    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &want).is_err() {
         // Unprivileged: the kernel caps this at net.core.rmem_max; not fatal.
         sock.set_recv_buffer_size(rcvbuf)
             .map_err(setup("SO_RCVBUF"))?;
     }
     // Kernel receive timestamps make RTTs independent of how busy the loop is.
-    if let Err(e) = setsockopt(fd, libc::SOL_SOCKET, SO_TIMESTAMPNS, &1 as &libc::c_int) {
+    if let Err(e) = setsockopt(
+        fd,
+        libc::SOL_SOCKET,
+        libc::SO_TIMESTAMPNS,
+        &1 as &libc::c_int,
+    ) {
         tracing::debug!(error = %e, "SO_TIMESTAMPNS unavailable; RTTs use read time");
     }
     if kind == SocketKind::Raw {
@@ -557,13 +549,7 @@ impl IcmpDriver {
         let mut index = Vec::with_capacity(jobs.len());
         let mut valid = Vec::with_capacity(jobs.len());
         for (i, j) in jobs.iter().enumerate() {
-            let job = Job {
-                addr: j.addr,
-                packets: j.packets,
-                interval: j.interval,
-                size: j.size,
-                timeout: j.timeout,
-            };
+            let job = *j;
             let slot = if j.addr.is_ipv6() { &self.v6 } else { &self.v4 };
             let why = match (job.validate(i), slot) {
                 (Err(e), _) => Some(e.to_string()),
@@ -768,10 +754,7 @@ impl IcmpDriver {
 
     fn config(&self, ident: u16) -> SweepConfig {
         SweepConfig {
-            socket: match self.kind {
-                SocketKind::Raw => Kind::Raw,
-                SocketKind::Datagram => Kind::Datagram,
-            },
+            socket: self.kind,
             // The driver's pacer does the pacing (see the send loop).
             max_pps: 0,
             burst: SEND_BURST,
@@ -941,8 +924,6 @@ fn sockaddr_ip(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
     }
 }
 
-/// Linux `SO_TIMESTAMPNS` (= `SCM_TIMESTAMPNS`; asm-generic value, also x86 and arm).
-const SO_TIMESTAMPNS: libc::c_int = 35;
 /// Control buffer per message: room for one `SCM_TIMESTAMPNS` (a `timespec`) and slack.
 const CMSG_LEN: usize = 64;
 
@@ -957,7 +938,7 @@ fn rx_timestamp(hdr: &libc::msghdr) -> Option<Duration> {
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(hdr);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == SO_TIMESTAMPNS {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
                 let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
                 let secs = u64::try_from(ts.tv_sec).ok()?;
                 let nanos = u32::try_from(ts.tv_nsec)

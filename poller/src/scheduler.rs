@@ -214,11 +214,6 @@ impl Scheduler {
         s
     }
 
-    /// Number of shards per engine.
-    pub fn shard_count(&self) -> usize {
-        self.shards.len()
-    }
-
     /// Current plan generation.
     pub fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)

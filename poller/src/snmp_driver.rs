@@ -63,8 +63,6 @@ use crate::value::{ErrorReason, ItemError};
 
 pub use snmp::{HostJob as SnmpHostJob, Stats as SnmpStats};
 
-/// Linux `SO_RCVBUFFORCE`: ignores `rmem_max`, needs `CAP_NET_ADMIN`.
-const SO_RCVBUFFORCE: libc::c_int = 33;
 /// Most datagrams read in one receive turn before the loop sends again.
 pub const RECV_TURN: usize = 4096;
 /// Most datagrams sent in one send turn before the loop receives again.
@@ -174,7 +172,7 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
         libc::setsockopt(
             sock.as_raw_fd(),
             libc::SOL_SOCKET,
-            SO_RCVBUFFORCE,
+            libc::SO_RCVBUFFORCE,
             (&want as *const libc::c_int).cast(),
             size_of::<libc::c_int>() as libc::socklen_t,
         )
@@ -256,10 +254,6 @@ impl SnmpDriver {
     /// Learned per-host limits (tooBig / short answers), kept across iterations.
     pub fn memory(&self) -> &HostMemory {
         &self.memory
-    }
-
-    pub fn memory_mut(&mut self) -> &mut HostMemory {
-        &mut self.memory
     }
 
     /// Local addresses of the sockets (IPv4 ones first).

@@ -38,14 +38,14 @@ fn encode(c: &mut Criterion) {
             let mut p = Pending::new(Table::Uint);
             let now = tokio::time::Instant::now();
             for r in &input {
-                p.push(r, now, &limits);
+                p.push(r, || now, &limits);
             }
             p.take().unwrap()
         })
     });
     let mut p = Pending::new(Table::Uint);
     for r in &input {
-        p.push(r, tokio::time::Instant::now(), &limits);
+        p.push(r, tokio::time::Instant::now, &limits);
     }
     let batch = p.take().unwrap();
     g.bench_function("spool_record_100k_rows", |b| {

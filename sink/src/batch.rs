@@ -69,9 +69,15 @@ impl Pending {
     }
 
     /// Encodes `row`; returns the trigger if the batch is now full.
-    pub fn push(&mut self, row: &Row, now: Instant, limits: &Limits) -> Option<FlushTrigger> {
+    pub fn push(
+        &mut self,
+        row: &Row,
+        now: impl FnOnce() -> Instant,
+        limits: &Limits,
+    ) -> Option<FlushTrigger> {
         if self.rows == 0 {
-            self.started = Some(now);
+            // The clock is read for a batch's first row only: once per batch, not per row.
+            self.started = Some(now());
             self.first_clock = row.clock;
             self.buf.reserve(
                 limits
@@ -136,15 +142,15 @@ mod tests {
         let t0 = Instant::now();
         let mut p = Pending::new(Table::Uint);
         assert_eq!(p.deadline(&limits), None);
-        assert_eq!(p.push(&row(1), t0, &limits), None);
+        assert_eq!(p.push(&row(1), || t0, &limits), None);
         assert_eq!(p.deadline(&limits), Some(t0 + Duration::from_secs(1)));
         assert_eq!(
-            p.push(&row(2), t0 + Duration::from_millis(900), &limits),
+            p.push(&row(2), || t0 + Duration::from_millis(900), &limits),
             None
         );
         // Age still counts from the first row.
         assert_eq!(p.deadline(&limits), Some(t0 + Duration::from_secs(1)));
-        assert_eq!(p.push(&row(3), t0, &limits), Some(FlushTrigger::Rows));
+        assert_eq!(p.push(&row(3), || t0, &limits), Some(FlushTrigger::Rows));
         let b = p.take().unwrap();
         assert_eq!((b.rows, b.first_clock), (3, 1001));
         assert_eq!(
@@ -161,7 +167,7 @@ mod tests {
             bytes: 60,
             age: Duration::from_secs(1),
         };
-        assert_eq!(p.push(&row(1), t0, &small), None);
-        assert_eq!(p.push(&row(2), t0, &small), Some(FlushTrigger::Bytes));
+        assert_eq!(p.push(&row(1), || t0, &small), None);
+        assert_eq!(p.push(&row(2), || t0, &small), Some(FlushTrigger::Bytes));
     }
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
 /// Class of a failed INSERT attempt (label `class` of
-/// `netpoller_sink_insert_errors_total`). See `retry::classify`.
+/// `netpoller_sink_insert_errors_total`). See [`crate::writer::classify`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ErrorClass {
     /// TCP connect / connection reset / HTTP protocol error: retried.
@@ -64,15 +64,18 @@ pub enum DropReason {
     /// The reject spool (`rejected/`, batches ClickHouse refused as bad data) exceeded
     /// `spool_max_bytes`: its oldest segment was deleted.
     RejectSpoolCap,
+    /// A sink task panicked (a bug) with the batch it held.
+    Internal,
 }
 
 impl DropReason {
-    pub(crate) const ALL: [DropReason; 5] = [
+    pub(crate) const ALL: [DropReason; 6] = [
         DropReason::SpoolCap,
         DropReason::SpoolWrite,
         DropReason::Corrupt,
         DropReason::WrongType,
         DropReason::RejectSpoolCap,
+        DropReason::Internal,
     ];
 
     /// Label value.
@@ -83,6 +86,7 @@ impl DropReason {
             DropReason::Corrupt => "corrupt",
             DropReason::WrongType => "wrong_type",
             DropReason::RejectSpoolCap => "reject_spool_cap",
+            DropReason::Internal => "internal",
         }
     }
 }
@@ -133,8 +137,10 @@ pub struct SinkMetrics {
     inserts: [AtomicU64; Table::COUNT],
     insert_errors: [AtomicU64; Table::COUNT],
     retries: AtomicU64,
-    insert_seconds_buckets: [AtomicU64; 12],
-    insert_seconds_count: AtomicU64,
+    /// INSERTs per bucket, not cumulative (the last one: beyond every bound), so that
+    /// a scrape's cumulative buckets and count come from one set of numbers and
+    /// agree however INSERTs and the scrape interleave.
+    insert_seconds_buckets: [AtomicU64; INSERT_SECONDS_BUCKETS.len() + 1],
     insert_micros_sum: AtomicU64,
     batches: [AtomicU64; Table::COUNT],
     spooled_rows: AtomicU64,
@@ -144,7 +150,8 @@ pub struct SinkMetrics {
     replayed_rows: AtomicU64,
     rejected_rows: AtomicU64,
     corrupt_records: AtomicU64,
-    dropped_rows: [AtomicU64; 5],
+    fsync_errors: AtomicU64,
+    dropped_rows: [AtomicU64; DropReason::ALL.len()],
     reject_spool_bytes: AtomicU64,
 }
 
@@ -164,12 +171,11 @@ impl SinkMetrics {
     }
     pub(crate) fn observe_insert(&self, took: Duration) {
         let s = took.as_secs_f64();
-        for (i, le) in INSERT_SECONDS_BUCKETS.iter().enumerate() {
-            if s <= *le {
-                self.insert_seconds_buckets[i].fetch_add(1, Relaxed);
-            }
-        }
-        self.insert_seconds_count.fetch_add(1, Relaxed);
+        let i = INSERT_SECONDS_BUCKETS
+            .iter()
+            .position(|le| s <= *le)
+            .unwrap_or(INSERT_SECONDS_BUCKETS.len());
+        self.insert_seconds_buckets[i].fetch_add(1, Relaxed);
         self.insert_micros_sum
             .fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
     }
@@ -198,6 +204,13 @@ impl SinkMetrics {
     }
     pub(crate) fn corrupt_record(&self) {
         self.corrupt_records.fetch_add(1, Relaxed);
+    }
+    pub(crate) fn fsync_error(&self) {
+        self.fsync_errors.fetch_add(1, Relaxed);
+    }
+    /// Spool fsyncs that failed.
+    pub fn fsync_errors(&self) -> u64 {
+        self.fsync_errors.load(Relaxed)
     }
     pub(crate) fn dropped(&self, reason: DropReason, rows: u64) {
         self.dropped_rows[reason as usize].fetch_add(rows, Relaxed);
@@ -368,6 +381,12 @@ impl SinkMetrics {
             vec![(String::new(), self.corrupt_records.load(Relaxed))],
         );
         counter(
+            "spool_fsync_errors_total",
+            "Spool fsyncs that failed: what was spooled since the last good one may not survive a power loss (its segment is closed, new data goes to a new one).",
+            "counter",
+            vec![(String::new(), self.fsync_errors.load(Relaxed))],
+        );
+        counter(
             "dropped_rows_total",
             "Rows lost, by reason.",
             "counter",
@@ -386,14 +405,16 @@ impl SinkMetrics {
             "# HELP netpoller_sink_insert_seconds Duration of successful INSERTs."
         );
         let _ = writeln!(out, "# TYPE netpoller_sink_insert_seconds histogram");
+        let mut cumulative = 0;
         for (i, le) in INSERT_SECONDS_BUCKETS.iter().enumerate() {
+            cumulative += self.insert_seconds_buckets[i].load(Relaxed);
             let _ = writeln!(
                 out,
-                "netpoller_sink_insert_seconds_bucket{{le=\"{le}\"}} {}",
-                self.insert_seconds_buckets[i].load(Relaxed)
+                "netpoller_sink_insert_seconds_bucket{{le=\"{le}\"}} {cumulative}"
             );
         }
-        let count = self.insert_seconds_count.load(Relaxed);
+        let count =
+            cumulative + self.insert_seconds_buckets[INSERT_SECONDS_BUCKETS.len()].load(Relaxed);
         let _ = writeln!(
             out,
             "netpoller_sink_insert_seconds_bucket{{le=\"+Inf\"}} {count}"
@@ -429,6 +450,19 @@ mod tests {
         assert!(s.contains("netpoller_sink_insert_seconds_bucket{le=\"0.05\"} 1\n"));
         assert!(s.contains("netpoller_sink_insert_seconds_bucket{le=\"+Inf\"} 1\n"));
         assert!(s.contains("netpoller_sink_insert_seconds_sum 0.03\n"));
+        // An INSERT slower than every bound counts in +Inf and the count only.
+        m.observe_insert(Duration::from_secs(1000));
+        let mut s = String::new();
+        m.render_prometheus(&mut s);
+        let last = INSERT_SECONDS_BUCKETS[INSERT_SECONDS_BUCKETS.len() - 1];
+        assert!(
+            s.contains(&format!(
+                "netpoller_sink_insert_seconds_bucket{{le=\"{last}\"}} 1\n"
+            )),
+            "{s}"
+        );
+        assert!(s.contains("netpoller_sink_insert_seconds_bucket{le=\"+Inf\"} 2\n"));
+        assert!(s.contains("netpoller_sink_insert_seconds_count 2\n"));
         // Every sample line belongs to a declared metric family.
         for line in s.lines().filter(|l| !l.starts_with('#')) {
             let name = line.split(['{', ' ']).next().unwrap();

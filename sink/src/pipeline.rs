@@ -350,6 +350,7 @@ pub(crate) async fn run_batcher(
     let mut b = Batcher {
         pending: Table::ALL.map(Pending::new),
         tasks: JoinSet::new(),
+        in_tasks: HashMap::new(),
         queue: VecDeque::new(),
         shared,
         limits,
@@ -364,7 +365,10 @@ pub(crate) async fn run_batcher(
         tokio::select! {
             biased;
             _ = shutdown.changed() => break,
-            Some(_) = b.tasks.join_next(), if !b.tasks.is_empty() => b.pump().await,
+            Some(r) = b.tasks.join_next_with_id(), if !b.tasks.is_empty() => {
+                b.reaped(r);
+                b.pump().await
+            }
             _ = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 let now = Instant::now();
                 for t in Table::ALL {
@@ -413,7 +417,9 @@ pub(crate) async fn run_batcher(
     }
     b.shared.shutting_down.store(true, Ordering::SeqCst);
     while !b.queue.is_empty() || !b.tasks.is_empty() {
-        b.tasks.join_next().await;
+        if let Some(r) = b.tasks.join_next_with_id().await {
+            b.reaped(r);
+        }
         b.pump().await;
     }
 }
@@ -421,6 +427,8 @@ pub(crate) async fn run_batcher(
 struct Batcher {
     pending: [Pending; Table::COUNT],
     tasks: JoinSet<()>,
+    /// Rows of each INSERT task's batch, to count them lost should the task panic.
+    in_tasks: HashMap<tokio::task::Id, u32>,
     queue: VecDeque<Batch>,
     shared: Arc<Shared>,
     limits: Limits,
@@ -435,8 +443,7 @@ impl Batcher {
             return;
         }
         self.shared.metrics.row_received(table);
-        if let Some(trigger) = self.pending[table.index()].push(&row, Instant::now(), &self.limits)
-        {
+        if let Some(trigger) = self.pending[table.index()].push(&row, Instant::now, &self.limits) {
             self.seal(table, trigger).await;
         }
     }
@@ -454,15 +461,17 @@ impl Batcher {
         } else if !self.shared.ok() {
             spool_batch(&self.shared, batch, "clickhouse unhealthy").await;
         } else if self.tasks.len() < self.max_tasks {
-            self.tasks.spawn(insert_task(self.shared.clone(), batch));
+            self.start(batch);
         } else if self.queue.len() < 2 * self.max_tasks {
             self.queue.push_back(batch);
         } else {
             // Everything busy: wait up to one flush interval for an INSERT to finish
             // (short bursts become backpressure on the channel), then spill to the
             // spool (ClickHouse slower than the input for a sustained time).
-            if let Ok(Some(_)) = tokio::time::timeout(self.limits.age, self.tasks.join_next()).await
+            if let Ok(Some(r)) =
+                tokio::time::timeout(self.limits.age, self.tasks.join_next_with_id()).await
             {
+                self.reaped(r);
                 self.pump().await;
             }
             if self.queue.len() < 2 * self.max_tasks && self.shared.ok() {
@@ -480,10 +489,34 @@ impl Batcher {
             if !self.shared.ok() {
                 spool_batch(&self.shared, batch, "clickhouse unhealthy").await;
             } else if self.tasks.len() < self.max_tasks {
-                self.tasks.spawn(insert_task(self.shared.clone(), batch));
+                self.start(batch);
             } else {
                 self.queue.push_front(batch);
                 break;
+            }
+        }
+    }
+
+    /// Hands `batch` to an INSERT task.
+    fn start(&mut self, batch: Batch) {
+        let rows = batch.rows;
+        let task = self.tasks.spawn(insert_task(self.shared.clone(), batch));
+        self.in_tasks.insert(task.id(), rows);
+    }
+
+    /// An INSERT task ended. One that panicked (a bug) took its batch with it: logged
+    /// and counted (`reason="internal"`), as every row lost is.
+    fn reaped(&mut self, r: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
+        match r {
+            Ok((id, ())) => {
+                self.in_tasks.remove(&id);
+            }
+            Err(e) => {
+                let rows = self.in_tasks.remove(&e.id()).unwrap_or(0);
+                tracing::error!(error = %e, rows, "sink: an INSERT task failed; its batch is lost (a bug: please report it)");
+                self.shared
+                    .metrics
+                    .dropped(DropReason::Internal, u64::from(rows));
             }
         }
     }

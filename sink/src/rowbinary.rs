@@ -1,4 +1,4 @@
-//! RowBinary encoding of history rows, written by hand into a byte buffer.
+//! RowBinary encoding of history and trends rows, written by hand into a byte buffer.
 //!
 //! Column order on the wire is fixed and named in every INSERT
 //! ([`Table::column_list`]), so the physical column order of an existing table does not

@@ -156,16 +156,16 @@ impl fmt::Display for SchemaProblem {
 /// Errors of schema operations.
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
-    /// The server could not be queried (connection, auth, SQL error).
-    #[error("ClickHouse {url}: {what}: {source}")]
+    /// The server could not be queried (connection, auth, SQL error). (The client's
+    /// error is in the message, not a `source()`: it would print twice in a chain.)
+    #[error("ClickHouse {url}: {what}: {cause}")]
     Query {
         /// Endpoint, credentials redacted.
         url: String,
         /// What was being done.
         what: String,
         /// Error from the client.
-        #[source]
-        source: clickhouse::error::Error,
+        cause: clickhouse::error::Error,
     },
     /// `SELECT version()` returned something unparseable.
     #[error("ClickHouse {url}: unrecognised server version {version:?}")]
@@ -194,7 +194,7 @@ fn qerr(
 ) -> impl FnOnce(clickhouse::error::Error) -> SchemaError {
     let url = redact_url(url);
     let what = what.into();
-    move |source| SchemaError::Query { url, what, source }
+    move |cause| SchemaError::Query { url, what, cause }
 }
 
 /// Version of the server at `url`.
@@ -263,8 +263,8 @@ pub async fn check_at(
 ) -> Result<Vec<(Table, String)>, SchemaError> {
     let problems = match problems_at(cfg, url).await {
         Ok(p) => p,
-        Err(SchemaError::Query { source, .. })
-            if matches!(&source, clickhouse::error::Error::BadResponse(m)
+        Err(SchemaError::Query { cause, .. })
+            if matches!(&cause, clickhouse::error::Error::BadResponse(m)
                 if crate::writer::exception_code(m).is_some()) =>
         {
             return Ok(Vec::new())

@@ -373,7 +373,7 @@ impl Spool {
     fn seal_active(&mut self) {
         if let Some(a) = self.active.take() {
             if let Err(e) = a.file.sync_data() {
-                tracing::warn!(segment = %a.seg.path.display(), error = %e, "spool: fsync failed");
+                self.fsync_failed(&a.seg, &e);
             }
             if a.seg.bytes > 0 {
                 self.sealed.push_back(a.seg);
@@ -411,15 +411,28 @@ impl Spool {
         self.dirty
     }
 
-    /// fsyncs the active segment now.
+    /// fsyncs the active segment now. When that fails the segment is sealed: Linux may
+    /// have dropped the pages it could not write and forgotten the error, so a later
+    /// fsync of the same file could report a success it did not have.
     pub fn sync(&mut self) {
-        if let Some(a) = &self.active {
-            if let Err(e) = a.file.sync_data() {
-                tracing::warn!(segment = %a.seg.path.display(), error = %e, "spool: fsync failed");
+        let failed = match &self.active {
+            Some(a) => a.file.sync_data().err().map(|e| (a.seg.clone(), e)),
+            None => None,
+        };
+        if let Some((seg, e)) = failed {
+            self.fsync_failed(&seg, &e);
+            if let Some(a) = self.active.take() {
+                self.sealed.push_back(a.seg);
             }
         }
         self.dirty = false;
         self.last_sync = Instant::now();
+    }
+
+    /// Says (log, `netpoller_sink_spool_fsync_errors_total`) that `seg`'s fsync failed.
+    fn fsync_failed(&self, seg: &Segment, e: &io::Error) {
+        tracing::error!(segment = %seg.path.display(), error = %e, "spool: fsync failed: what was spooled since the last good one may not survive a power loss (the process still has it); new data goes to a new segment");
+        self.metrics.fsync_error();
     }
 
     fn enforce_cap(&mut self) {

@@ -195,15 +195,15 @@ impl Writer {
                         format!("checking the server: no answer within {limit:?}"),
                     ))
                 }
-                Ok(Err(crate::schema::SchemaError::Query { source, what, .. })) => {
-                    let class = classify(&source);
+                Ok(Err(crate::schema::SchemaError::Query { cause, what, .. })) => {
+                    let class = classify(&cause);
                     let hint = match class {
                         ErrorClass::Network | ErrorClass::Timeout => "",
                         _ => " (is this ClickHouse's HTTP port?)",
                     };
                     return Err(fail(
                         class,
-                        format!("checking the server ({what}): {source}{hint}"),
+                        format!("checking the server ({what}): {cause}{hint}"),
                     ));
                 }
                 Ok(Err(e)) => return Err(fail(ErrorClass::Server, e.to_string())),

@@ -246,10 +246,19 @@ async fn daemon(
     let trends = clickhouse.as_ref().is_none_or(|c| c.trends);
     let files =
         trends.then(|| OpenHoursFiles::new(&cfg.daemon.spool_dir, cfg.daemon.trends_checkpoint));
-    let consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends, files));
+    let mut consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends, files));
+    // The consumer's result, should it end before the stop (it panicked: nothing would
+    // read the engines' values any more).
+    let mut consumer_ended = None;
     let mut exit = ExitCode::SUCCESS;
     loop {
         tokio::select! {
+            r = &mut consumer => {
+                tracing::error!(error = ?r.as_ref().err(), "the sink consumer ended: stopping with exit status 1 so that the service manager starts netpoller again (a bug: please report it with this log)");
+                consumer_ended = Some(r);
+                exit = ExitCode::FAILURE;
+                break;
+            }
             Some(why) = failed_rx.recv() => {
                 tracing::error!(error = %why, "stopping with exit status 1 so that the service manager starts netpoller again (a bug: please report it with this log); the values polled so far are written or spooled");
                 exit = ExitCode::FAILURE;
@@ -294,7 +303,16 @@ async fn daemon(
             _ => tracing::error!(engine = engine.as_str(), "engine thread panicked"),
         }
     }
-    let delivered = consumer.await.context("sink consumer")?;
+    // A consumer that failed still leaves the sink to flush what it was given.
+    let delivered = match consumer_ended {
+        Some(r) => r,
+        None => consumer.await,
+    }
+    .unwrap_or_else(|e| {
+        tracing::error!(error = %e, "the sink consumer failed");
+        exit = ExitCode::FAILURE;
+        0
+    });
     if let Some(h) = http {
         let _ = h.await;
     }
@@ -832,6 +850,8 @@ async fn consume(
                 }
             }
             Wake::Batches(_) => {
+                #[cfg(debug_assertions)]
+                poller::daemon::test_failpoint("consumer");
                 if shared.generation() != generation {
                     generation = shared.generation();
                     prune_again = Some(now + PRUNE_AGAIN_AFTER);
@@ -978,9 +998,18 @@ fn engine_thread(
     let thread = std::thread::Builder::new()
         .name(name)
         .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
+            let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
-                .build()?;
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = failed
+                        .1
+                        .send(format!("the {} engine's runtime: {e}", engine.as_str()));
+                    return Err(e);
+                }
+            };
             if let Err(e) = rt.block_on(run_engine(shared, engine, drivers, tx, shutdown)) {
                 let _ = failed.1.send(e.to_string());
             }

@@ -90,7 +90,7 @@ pub(super) fn discovery_rule(
     // new rows. At least a minute, at most a week.
     let every = interval(&resolve(delay, macros)?)?;
     let floor = if walked { 3600 } else { 60 };
-    let (every, slower) = match humantime::parse_duration(&every) {
+    let (every, slower) = match sink::config::parse_duration(&every) {
         Ok(d) if d < Duration::from_secs(floor) => {
             let to = if walked { "1h" } else { "1m" };
             (to.to_owned(), walked.then(|| format!("Zabbix reads its rows every {every}, with the walk that feeds its items; netpoller walks them every {to} (set `interval` to walk more often)")))
