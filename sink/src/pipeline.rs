@@ -302,39 +302,73 @@ async fn insert_task(shared: Arc<Shared>, batch: Batch) {
         spool_batch(&shared, batch, "no clickhouse").await;
         return;
     };
-    let cfg = w.config();
-    let mut attempt = 1;
-    loop {
-        let Some(res) = shared
-            .unless_given_up(insert_once(&shared, w, &batch))
-            .await
-        else {
-            spool_batch(&shared, batch, "unconfirmed at shutdown").await;
-            return;
-        };
-        match res {
-            Ok(()) => return,
-            Err(e) => {
-                if !e.class.is_retryable() {
-                    reject(&shared, batch, &e).await;
-                    return;
-                }
-                if attempt >= cfg.max_attempts
-                    || shared.shutting_down.load(Ordering::SeqCst)
-                    || !shared.ok()
-                {
-                    shared.set_unhealthy(&e);
-                    spool_batch(&shared, batch, "insert failed").await;
-                    return;
-                }
-                tracing::debug!(error = %e, attempt, "sink: insert failed, retrying");
-                shared.metrics.retry();
-                // Cut short by the grace: the next attempt then spools the batch.
-                let wait = backoff(attempt, cfg.retry_backoff, cfg.retry_backoff_max);
-                let _ = shared.unless_given_up(sleep(wait)).await;
-                attempt += 1;
-            }
+    let max = w.config().max_attempts;
+    let again = |failures: u32, _: &InsertError| {
+        failures < max && !shared.shutting_down.load(Ordering::SeqCst) && shared.ok()
+    };
+    match insert_with_retries(&shared, w, &batch, again, None).await {
+        Attempts::Stored => {}
+        Attempts::Refused(e) => reject(&shared, batch, &e).await,
+        Attempts::GaveUp(e) => {
+            shared.set_unhealthy(&e);
+            spool_batch(&shared, batch, "insert failed").await;
         }
+        Attempts::Abandoned => spool_batch(&shared, batch, "unconfirmed at shutdown").await,
+    }
+}
+
+/// How the attempts at one batch ended ([`insert_with_retries`]).
+enum Attempts {
+    /// ClickHouse confirmed it.
+    Stored,
+    /// ClickHouse refused it as bad data: never retried.
+    Refused(InsertError),
+    /// It failed, and the caller would not try again (the last error).
+    GaveUp(InsertError),
+    /// The stop's grace ended while ClickHouse had it: stored or not, nobody knows.
+    Abandoned,
+}
+
+/// Sends `batch` until ClickHouse stores or refuses it, retrying the other failures
+/// with backoff while `again(failures so far, last error)` says so: the one retry loop
+/// of direct INSERTs and replays. Every wait on ClickHouse ends with the stop's grace
+/// ([`Shared::unless_given_up`]); a backoff also ends when `stop` (a replay's shutdown
+/// signal) changes.
+async fn insert_with_retries(
+    shared: &Shared,
+    w: &Writer,
+    batch: &Batch,
+    mut again: impl FnMut(u32, &InsertError) -> bool,
+    mut stop: Option<&mut watch::Receiver<bool>>,
+) -> Attempts {
+    let cfg = w.config();
+    let mut failures = 0;
+    loop {
+        let Some(res) = shared.unless_given_up(insert_once(shared, w, batch)).await else {
+            return Attempts::Abandoned;
+        };
+        let e = match res {
+            Ok(()) => return Attempts::Stored,
+            Err(e) if !e.class.is_retryable() => return Attempts::Refused(e),
+            Err(e) => e,
+        };
+        failures += 1;
+        if !again(failures, &e) {
+            return Attempts::GaveUp(e);
+        }
+        tracing::debug!(error = %e, failures, "sink: insert failed, retrying");
+        shared.metrics.retry();
+        let wait = backoff(failures, cfg.retry_backoff, cfg.retry_backoff_max);
+        let pause = async {
+            match stop.as_deref_mut() {
+                Some(rx) => tokio::select! {
+                    _ = sleep(wait) => {}
+                    _ = rx.changed() => {}
+                },
+                None => sleep(wait).await,
+            }
+        };
+        let _ = shared.unless_given_up(pause).await;
     }
 }
 
@@ -539,7 +573,6 @@ pub(crate) async fn replay_segment(
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<Replayed, SpoolError> {
     let w = shared.writer.as_ref().expect("replay needs a writer");
-    let cfg = w.config();
     // Reading and scanning a segment (up to 64 MiB) off the runtime's thread: the
     // daemon's runs signals, the sink and the metrics endpoint.
     let (seg2, metrics) = (seg.clone(), shared.metrics.clone());
@@ -566,40 +599,29 @@ pub(crate) async fn replay_segment(
             first_clock: rec.first_clock,
             data: bytes.slice(rec.payload.clone()),
         };
-        let mut attempt = 0;
-        loop {
-            if *shutdown.borrow() {
-                return Ok(Replayed::Stopped(None));
+        if *shutdown.borrow() {
+            return Ok(Replayed::Stopped(None));
+        }
+        let stopping = shutdown.clone();
+        let again = |failures: u32, e: &InsertError| {
+            shared.set_unhealthy(e);
+            max_attempts.is_none_or(|m| failures < m) && !*stopping.borrow()
+        };
+        match insert_with_retries(shared, w, &batch, again, Some(shutdown)).await {
+            Attempts::Stored => {
+                shared.metrics.replayed(u64::from(batch.rows));
+                confirm(shared, seg, rec.offset);
             }
-            // Abandoned at the end of the shutdown grace: the record stays spooled.
-            let Some(res) = shared.unless_given_up(insert_once(shared, w, &batch)).await else {
-                return Ok(Replayed::Stopped(None));
-            };
-            match res {
-                Ok(()) => {
-                    shared.metrics.replayed(u64::from(batch.rows));
-                    confirm(shared, seg, rec.offset);
-                    break;
-                }
-                Err(e) if !e.class.is_retryable() => {
-                    reject(shared, batch, &e).await;
-                    confirm(shared, seg, rec.offset);
-                    break;
-                }
-                Err(e) => {
-                    shared.set_unhealthy(&e);
-                    attempt += 1;
-                    if max_attempts.is_some_and(|m| attempt >= m) {
-                        return Ok(Replayed::Stopped(Some(e)));
-                    }
-                    shared.metrics.retry();
-                    let wait = backoff(attempt, cfg.retry_backoff, cfg.retry_backoff_max);
-                    tokio::select! {
-                        _ = sleep(wait) => {}
-                        _ = shutdown.changed() => {}
-                    }
-                }
+            Attempts::Refused(e) => {
+                reject(shared, batch, &e).await;
+                confirm(shared, seg, rec.offset);
             }
+            // Stopping: the record stays spooled.
+            Attempts::GaveUp(_) | Attempts::Abandoned if *shutdown.borrow() => {
+                return Ok(Replayed::Stopped(None))
+            }
+            Attempts::GaveUp(e) => return Ok(Replayed::Stopped(Some(e))),
+            Attempts::Abandoned => return Ok(Replayed::Stopped(None)),
         }
     }
     Ok(Replayed::Done)
