@@ -383,14 +383,9 @@ mod tests {
                     .map(|i| (format!("{col}.{i}").parse().unwrap(), VarValue::Integer(1)))
                     .collect();
                 let mut out = Vec::new();
-                snmp::encode_message(
+                snmp::encode_response(
                     &mut out,
-                    m.version,
-                    m.community,
-                    PduType::Response,
-                    m.request_id,
-                    0,
-                    0,
+                    &m,
                     rows.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
                 );
                 agent.send_to(&out, from).unwrap();

@@ -308,6 +308,70 @@ fn a_part_that_panics_stops_the_daemon_with_status_1_after_writing_what_it_polle
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 
+/// An SNMP agent on loopback that answers every GET after `delay` (a slow device):
+/// its port. Lives until the test process ends.
+fn slow_agent(delay: Duration) -> u16 {
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = sock.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65_536];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let Ok(m) = snmp::Message::decode(&buf[..n]) else {
+                continue;
+            };
+            let vbs: Vec<(snmp::Oid, snmp::VarValue)> = m
+                .varbinds()
+                .map(|vb| (vb.oid.to_owned(), snmp::VarValue::Integer(7)))
+                .collect();
+            let mut out = Vec::new();
+            snmp::encode_response(
+                &mut out,
+                &m,
+                vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+            );
+            std::thread::sleep(delay);
+            let _ = sock.send_to(&out, from);
+        }
+    });
+    port
+}
+
+/// A device that needs 20 requests in series at 0.25 s each (5 s) shares an iteration
+/// with a healthy agent polled every second (`batch_window` merges them): the healthy
+/// host is rescheduled when it is done, not when the slow one is, and is polled every
+/// second meanwhile (it got one value in 5 s when the iteration held it).
+#[test]
+fn a_slow_device_does_not_hold_back_the_hosts_of_its_iteration() {
+    let dir = scratch("daemon-slow-device");
+    let db = format!("nptest_slow_{}", std::process::id());
+    let port = slow_agent(Duration::from_millis(250));
+    let items: Vec<String> = (1..=20)
+        .map(|i| format!("{{ key = \"m{i}\", oid = \"1.3.6.1.4.1.99999.{i}.0\", type = \"uint\", interval = \"1s\" }}"))
+        .collect();
+    let agent = &snmpd_addrs()[0];
+    let text = daemon_and_clickhouse(&db, &dir.join("spool"), "")
+        .replace("[daemon]\n", "[daemon]\nbatch_window = \"1s\"\n")
+        + &format!(
+            "\n[[hosts]]\nname = \"slow\"\nip = \"127.0.0.1\"\nsnmp = {{ community = \"public\", port = {port}, max_oids_per_request = 1, timeout = \"1s\", retries = 0 }}\nitems = [ {} ]\n\n[[hosts]]\nname = \"good\"\nip = \"{agent}\"\nsnmp = {{ community = \"public\" }}\nitems = [ {{ key = \"up\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"1s\" }} ]\n",
+            items.join(", ")
+        );
+    let cfg_path = dir.join("c.toml");
+    std::fs::write(&cfg_path, text).unwrap();
+    let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
+    d.expect_log("started", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(5500));
+    let log = d.log_text();
+    assert!(d.stop().success(), "{log}");
+    let rows = rows_by_host(&db);
+    let good = rows.get("good").copied().unwrap_or(0);
+    assert!(
+        good >= 4,
+        "the healthy host got {good} values in 5.5 s: {rows:?}\n{log}"
+    );
+    assert!(rows.get("slow").copied().unwrap_or(0) >= 20, "{rows:?}");
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}
+
 #[test]
 fn process_shards_poll_every_host_exactly_once() {
     let dir = scratch("daemon-shards");

@@ -602,21 +602,28 @@ pub async fn icmp_iteration(
 
 /// Run one SNMP iteration over `dues`, streaming samples. Tasks of one host are merged
 /// into one host job so that the host sees one request chain (hybrid async).
+/// `host_done(due indices)`: a host's items have all been delivered; its dues can be
+/// rescheduled now rather than when the iteration's slowest host is done (a device
+/// that answers slowly, with many items in series, held every host of its iteration
+/// back). Dues of no host reported there are the caller's to complete at the end.
 pub async fn snmp_iteration(
     driver: &mut SnmpDriver,
     plan: &Plan,
     dues: &[Due],
     metrics: &EngineMetrics,
     emitter: &mut Emitter,
+    host_done: &mut (dyn FnMut(&[usize]) + Send),
 ) -> IterationSummary {
     let mut sum = IterationSummary::default();
     let mut by_host: HashMap<u32, usize> = HashMap::new();
     let mut jobs: Vec<SnmpHostJob> = Vec::new();
+    // job → indices into `dues` of its host
+    let mut job_dues: Vec<Vec<usize>> = Vec::new();
     // (job, oid index) → item index in plan.items
     let mut refs: Vec<Vec<u32>> = Vec::new();
     // job → host index in plan.hosts
     let mut job_host: Vec<u32> = Vec::new();
-    for d in dues {
+    for (di, d) in dues.iter().enumerate() {
         let task = &plan.tasks[d.task as usize];
         let host = &plan.hosts[task.host as usize];
         let Some(params) = host.snmp.as_ref() else {
@@ -636,8 +643,10 @@ pub async fn snmp_iteration(
             });
             refs.push(Vec::new());
             job_host.push(task.host);
+            job_dues.push(Vec::new());
             jobs.len() - 1
         });
+        job_dues[j].push(di);
         for idx in task.items.clone() {
             let ItemKind::Snmp { oid } = &plan.items[idx as usize].kind else {
                 continue;
@@ -649,6 +658,7 @@ pub async fn snmp_iteration(
     sum.hosts = jobs.len();
     let oids: usize = jobs.iter().map(|j| j.oids.len()).sum();
     metrics.in_flight.add(oids as i64);
+    let mut left: Vec<usize> = jobs.iter().map(|j| j.oids.len()).collect();
     let report = driver
         .run_iteration(&jobs, |j, o, result| {
             let index = refs[j][o];
@@ -668,6 +678,12 @@ pub async fn snmp_iteration(
                 emitter,
                 Sample::new(plan, host, index, clock_now(), result),
             );
+            left[j] -= 1;
+            if left[j] == 0 {
+                // Its samples first: the consumer may see them before the next poll.
+                emitter.flush();
+                host_done(&job_dues[j]);
+            }
         })
         .await;
     metrics.in_flight.add(-(oids as i64));
@@ -758,7 +774,8 @@ pub async fn run_engine(
                 }
             }
         }
-        // A free driver (iterations end within their deadline, so this is bounded).
+        // A free driver: an ICMP sweep ends within its deadline; an SNMP iteration when
+        // its slowest host is done (its other hosts are rescheduled as they finish).
         let slot = loop {
             tokio::select! {
                 s = pool_rx.recv() => break s,
@@ -798,13 +815,34 @@ pub async fn run_engine(
             let lateness = Duration::from_millis(now.saturating_sub(earliest));
             m.lateness_seconds.observe(lateness.as_secs_f64());
             let started = Instant::now();
+            // Dues are completed (rescheduled) once each: by host as they finish
+            // (SNMP), the rest when the iteration ends.
+            let mut completed = vec![false; dues.len()];
+            let mut skipped = 0;
+            let mut complete = |idxs: &mut (dyn Iterator<Item = usize> + Send)| {
+                let done = shared2.clock.now_ms();
+                for i in idxs {
+                    if !std::mem::replace(&mut completed[i], true) {
+                        if let Rescheduled::At { skipped: s, .. } =
+                            shared2.scheduler.complete(dues[i], done)
+                        {
+                            skipped += s;
+                        }
+                    }
+                }
+            };
             let (mut sum, slot) = match slot {
                 Slot::Icmp(mut d) => {
                     let s = icmp_iteration(&mut d, &plan, &dues, m, &mut emitter).await;
                     (s, Slot::Icmp(d))
                 }
                 Slot::Snmp(mut d) => {
-                    let s = snmp_iteration(&mut d, &plan, &dues, m, &mut emitter).await;
+                    let mut host_done = |idxs: &[usize]| {
+                        complete(&mut idxs.iter().copied());
+                        shared2.wake.notify_waiters();
+                    };
+                    let s =
+                        snmp_iteration(&mut d, &plan, &dues, m, &mut emitter, &mut host_done).await;
                     (s, Slot::Snmp(d))
                 }
             };
@@ -812,13 +850,7 @@ pub async fn run_engine(
             sum.lateness = lateness;
             m.iterations.inc();
             m.iteration_seconds.observe(sum.wall.as_secs_f64());
-            let done = shared2.clock.now_ms();
-            let mut skipped = 0;
-            for d in &dues {
-                if let Rescheduled::At { skipped: s, .. } = shared2.scheduler.complete(*d, done) {
-                    skipped += s;
-                }
-            }
+            complete(&mut (0..dues.len()));
             m.skipped_slots.add(skipped);
             let _ = pool_tx2.send(slot);
             shared2.wake.notify_waiters();
@@ -949,7 +981,7 @@ pub async fn poll_once(
         for due in &snmp_dues {
             let c = plan.tasks[due.task as usize].items.len() as u64;
             if !batch.is_empty() && cost + c > limits.snmp_batch_requests {
-                snmp_iteration(&mut d, &plan, &batch, &snmp_metrics, &mut e2).await;
+                snmp_iteration(&mut d, &plan, &batch, &snmp_metrics, &mut e2, &mut |_| {}).await;
                 e2.drain().await;
                 batch.clear();
                 cost = 0;
@@ -958,7 +990,7 @@ pub async fn poll_once(
             cost += c;
         }
         if !batch.is_empty() {
-            snmp_iteration(&mut d, &plan, &batch, &snmp_metrics, &mut e2).await;
+            snmp_iteration(&mut d, &plan, &batch, &snmp_metrics, &mut e2, &mut |_| {}).await;
             e2.drain().await;
         }
         Ok(())

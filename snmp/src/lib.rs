@@ -40,8 +40,8 @@ pub use engine::{
     Event, HostJob, HostMemory, ItemFailure, Iteration, IterationOptions, Stats, Transmit,
 };
 pub use message::{
-    encode_message, encode_request, peek_request_id, ErrorStatus, Message, PduType, RequestKind,
-    VarBind, VarBinds, Version,
+    encode_message, encode_request, encode_response, peek_request_id, ErrorStatus, Message,
+    PduType, RequestKind, VarBind, VarBinds, Version,
 };
 pub use oid::{Arcs, Oid, OidParseError, OidRef, MAX_ARCS};
 pub use value::{

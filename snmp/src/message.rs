@@ -219,6 +219,24 @@ where
     out.len() - start
 }
 
+/// Encodes the Response of an agent that answers `request` with `varbinds` (no error):
+/// what fake agents in tests send.
+pub fn encode_response<'v, I>(out: &mut Vec<u8>, request: &Message<'_>, varbinds: I) -> usize
+where
+    I: Iterator<Item = (OidRef<'v>, ValueRef<'v>)> + Clone,
+{
+    encode_message(
+        out,
+        request.version,
+        request.community,
+        PduType::Response,
+        request.request_id,
+        0,
+        0,
+        varbinds,
+    )
+}
+
 /// The fields of a request's PDU: `kind` as the PDU tag and its two integer fields.
 pub(crate) fn request_fields(kind: RequestKind) -> (PduType, i64, i64) {
     match kind {
