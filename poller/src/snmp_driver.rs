@@ -216,6 +216,19 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
             ItemError::new(ErrorReason::Decode, f.to_string())
         }
         ItemFailure::Send(text) => ItemError::new(ErrorReason::Send, text.clone()),
+        // Replies came and were dropped: Zabbix's reason would be a timeout too (the
+        // item got no value in time), with the text saying what was seen.
+        ItemFailure::Dropped(why) => ItemError::new(
+            match why {
+                snmp::Dropped::Undecodable(_) => ErrorReason::Decode,
+                snmp::Dropped::FromElsewhere(_) => ErrorReason::Timeout,
+            },
+            format!(
+                "no SNMP response taken from {} after {} attempt(s): {why}",
+                job.addr,
+                job.retries + 1
+            ),
+        ),
         // Zabbix too makes the items of a host whose USM user the agent refuses
         // unsupported, with the agent's reason.
         ItemFailure::Report(kind) => ItemError::new(
@@ -733,6 +746,16 @@ mod tests {
         assert_eq!(
             (e.reason, e.text.as_str()),
             (ErrorReason::Unsupported, "SNMP error-status noSuchName(2)")
+        );
+        let e = item_error(
+            &job,
+            &ItemFailure::Dropped(snmp::Dropped::FromElsewhere(
+                "127.0.0.2:1161".parse().unwrap(),
+            )),
+        );
+        assert_eq!(
+            (e.reason, e.text.as_str()),
+            (ErrorReason::Timeout, "no SNMP response taken from 127.0.0.1:161 after 2 attempt(s): replies came from 127.0.0.2:1161 instead, not taken (a reply must come from the address asked)")
         );
         assert!(
             !format!("{job:?}").contains("s3cret"),

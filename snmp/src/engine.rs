@@ -37,7 +37,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::message::{encode_request, ErrorStatus, Message, PduType, RequestKind, Version};
+use crate::message::{
+    encode_request, peek_request_id, ErrorStatus, Message, PduType, RequestKind, Version,
+};
 use crate::oid::Oid;
 use crate::v3::{self, Engine, ReportKind, UsmUser, V3Message};
 use crate::value::VarValue;
@@ -228,6 +230,32 @@ pub enum ItemFailure {
     /// The SNMPv3 agent answered with a Report: the user, key or level is wrong.
     #[error("SNMPv3 {0}")]
     Report(ReportKind),
+    /// No answer was taken after all retries, but replies to the host's requests came
+    /// and were dropped: what an operator needs to tell a broken agent from a dead one.
+    #[error("timeout: {0}")]
+    Dropped(Dropped),
+}
+
+/// Why the replies to a host that timed out were not taken (the last one seen).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dropped {
+    /// They came from another address or port than the request went to (a
+    /// multi-homed device, NAT): not taken, as a reply anyone could forge.
+    FromElsewhere(SocketAddr),
+    /// They could not be decoded (a value of the wrong length, a broken encoding).
+    Undecodable(DecodeError),
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dropped::FromElsewhere(a) => write!(
+                f,
+                "replies came from {a} instead, not taken (a reply must come from the address asked)"
+            ),
+            Dropped::Undecodable(e) => write!(f, "replies could not be decoded: {e}"),
+        }
+    }
 }
 
 /// Output of the iteration, in order.
@@ -324,6 +352,8 @@ struct HostState {
     /// Smallest request size that failed (tooBig / short answer) in this iteration.
     failed_at: Option<usize>,
     timed_out: bool,
+    /// Why the last reply to one of its requests was dropped, for its timeout's text.
+    dropped: Option<Dropped>,
     inflight: Vec<i32>,
     queued: bool,
     finished: bool,
@@ -433,6 +463,7 @@ impl<'j> Iteration<'j> {
                 max_oids,
                 failed_at: None,
                 timed_out: false,
+                dropped: None,
                 inflight: Vec::new(),
                 queued: !empty,
                 finished: empty,
@@ -713,8 +744,16 @@ impl<'j> Iteration<'j> {
             Err(DecodeError::UnsupportedVersion { version: 3 }) => {
                 return self.handle_v3(src, bytes, now);
             }
-            Err(_) => {
+            Err(e) => {
                 self.stats.malformed += 1;
+                // A reply to one of ours, by its request-id and source: its host's
+                // timeout will say why nothing was taken.
+                if let Some(e2) = peek_request_id(bytes).and_then(|id| self.table.get(&id)) {
+                    let host = e2.host as usize;
+                    if src == self.jobs[host].addr {
+                        self.hosts[host].dropped = Some(Dropped::Undecodable(e));
+                    }
+                }
                 return Received::Malformed;
             }
         };
@@ -753,6 +792,7 @@ impl<'j> Iteration<'j> {
         let host = e.host as usize;
         if src != self.jobs[host].addr {
             self.stats.wrong_source += 1;
+            self.hosts[host].dropped = Some(Dropped::FromElsewhere(src));
             return Err(Received::WrongSource);
         }
         Ok(host)
@@ -1093,6 +1133,10 @@ impl<'j> Iteration<'j> {
 
     fn kill_host(&mut self, host: usize, f: ItemFailure) {
         let timed_out = f == ItemFailure::Timeout;
+        let f = match (f, self.hosts[host].dropped.take()) {
+            (ItemFailure::Timeout, Some(why)) => ItemFailure::Dropped(why),
+            (f, _) => f,
+        };
         if timed_out {
             self.stats.hosts_timed_out += 1;
         }

@@ -37,7 +37,7 @@ mod value;
 pub mod walk;
 
 pub use engine::{
-    Event, HostJob, HostMemory, ItemFailure, Iteration, IterationOptions, Stats, Transmit,
+    Dropped, Event, HostJob, HostMemory, ItemFailure, Iteration, IterationOptions, Stats, Transmit,
 };
 pub use message::{
     encode_message, encode_request, encode_response, peek_request_id, ErrorStatus, Message,

@@ -791,6 +791,72 @@ fn send_error_fails_that_request_only() {
     assert_eq!(it.stats().send_errors, 1);
 }
 
+/// One host, one item, one retry: its first attempt gets a reply from another port of
+/// the agent (a multi-homed device, NAT); with `broken`, its second gets a reply that
+/// does not decode (the value's tag turned into 0x47, UInteger32, obsolete since
+/// SNMPv2, which the decoder refuses; the request-id still readable). Both attempts
+/// then time out: the item failures.
+fn dropped_replies(broken: bool) -> Vec<ItemFailure> {
+    let (mut a, oids) = agent_with(1);
+    let mut j = job(1, &[&oids[0]]);
+    j.retries = 1;
+    let jobs = [j];
+    let mut it = Iteration::new(&jobs, &HostMemory::default(), IterationOptions::default());
+    let t0 = Instant::now();
+    let t1 = t0 + Duration::from_secs(1);
+    let mut buf = Vec::new();
+    it.poll_transmit(t0, &mut buf).unwrap();
+    let good = a.answer(&buf, t0).unwrap();
+    let mut other_port = addr(1);
+    other_port.set_port(1161);
+    assert_eq!(
+        it.handle_datagram(other_port, &good, t0),
+        Received::WrongSource
+    );
+    it.handle_timeout(t1);
+    assert!(it.poll_transmit(t1, &mut Vec::new()).is_some(), "the retry");
+    if broken {
+        let mut bad = good.clone();
+        let n = bad.len();
+        assert_eq!(
+            bad[n - 3..],
+            [0x41, 0x01, 0x00],
+            "Counter32 0, last in the message"
+        );
+        bad[n - 3] = 0x47;
+        assert_eq!(it.handle_datagram(addr(1), &bad, t1), Received::Malformed);
+    }
+    it.handle_timeout(t0 + Duration::from_secs(2));
+    let mut failures = Vec::new();
+    while let Some(e) = it.poll_event() {
+        if let Event::Item { result: Err(f), .. } = e {
+            failures.push(f);
+        }
+    }
+    failures
+}
+
+#[test]
+fn a_host_whose_replies_were_dropped_says_why_when_it_times_out() {
+    let f = dropped_replies(false);
+    let mut other_port = addr(1);
+    other_port.set_port(1161);
+    assert_eq!(
+        f,
+        [ItemFailure::Dropped(Dropped::FromElsewhere(other_port))]
+    );
+    assert!(f[0].to_string().contains("replies came from"), "{}", f[0]);
+    // The last reason seen is the one told.
+    let f = dropped_replies(true);
+    assert!(
+        matches!(&f[..], [ItemFailure::Dropped(Dropped::Undecodable(_))]),
+        "{f:?}"
+    );
+    assert!(f[0]
+        .to_string()
+        .starts_with("timeout: replies could not be decoded"));
+}
+
 #[test]
 fn iteration_deadline_ends_everything() {
     let (mut a, oids) = agent_with(1);
