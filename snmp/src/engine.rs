@@ -1019,6 +1019,44 @@ impl<'j> Iteration<'j> {
         if status == ErrorStatus::NO_ERROR {
             let count = msg.varbind_count();
             let job = &self.jobs[host];
+            let asked = |k: usize| job.oids[items[k] as usize].as_ber();
+            if count < n
+                && !msg
+                    .varbinds()
+                    .enumerate()
+                    .all(|(k, vb)| vb.oid.as_ber() == asked(k))
+            {
+                // A short answer that is not the first `count` OIDs asked: the agent left
+                // some out (as some do for an OID they do not know, instead of
+                // noSuchObject). Paired by position, every item after the gap would get
+                // its neighbour's OID; paired by OID, the answered items get their values
+                // and the others are asked again, alone.
+                self.stats.short_responses += 1;
+                let mut answered = vec![false; n];
+                let mut got = Vec::new();
+                for vb in msg.varbinds() {
+                    if let Some(k) = (0..n).find(|&k| !answered[k] && vb.oid.as_ber() == asked(k)) {
+                        answered[k] = true;
+                        got.push((items[k], vb.value.to_owned()));
+                    }
+                }
+                for (i, v) in got {
+                    self.deliver(host, i as usize, Ok(v));
+                }
+                let missing: Vec<u32> =
+                    (0..n).filter(|&k| !answered[k]).map(|k| items[k]).collect();
+                if missing.len() == n {
+                    // Nothing it answered was asked: as a short answer of nothing.
+                    self.shrink(host, n, n / 2);
+                    self.requeue_front(host, &missing);
+                } else {
+                    // One at a time: an agent that leaves an OID out of a request of one
+                    // answers with no varbind, which fails that item alone.
+                    self.hosts[host].max_oids = 1;
+                    self.requeue_front(host, &missing);
+                }
+                return;
+            }
             for (vb, &i) in msg.varbinds().zip(items) {
                 let want = &job.oids[i as usize];
                 let result = if vb.oid.as_ber() == want.as_ber() {

@@ -31,6 +31,8 @@ struct Agent {
     truncate_to: usize,
     /// Drop this many first datagrams (forces retries).
     drop_first: usize,
+    /// Leave OIDs it does not know out of its answers (instead of noSuchObject).
+    omit_unknown: bool,
     silent: bool,
     latency: Duration,
     received: usize,
@@ -54,6 +56,7 @@ impl Agent {
             too_big_over: usize::MAX,
             truncate_to: usize::MAX,
             drop_first: 0,
+            omit_unknown: false,
             silent: false,
             latency: Duration::from_millis(1),
             received: 0,
@@ -109,6 +112,7 @@ impl Agent {
         let vals: Vec<(Oid, VarValue)> = asked
             .iter()
             .take(self.truncate_to)
+            .filter(|o| !self.omit_unknown || self.values.contains_key(o))
             .map(|o| {
                 (
                     o.clone(),
@@ -855,6 +859,39 @@ fn a_host_whose_replies_were_dropped_says_why_when_it_times_out() {
     assert!(f[0]
         .to_string()
         .starts_with("timeout: replies could not be decoded"));
+}
+
+#[test]
+fn an_agent_that_leaves_an_unknown_oid_out_gets_the_others_paired_by_oid() {
+    // Five OIDs asked, the third unknown to an agent that leaves it out of its answer:
+    // the four others get their values (paired by position, each after the gap got its
+    // neighbour's OID), the unknown one is asked again alone and fails on its own.
+    let (mut a, oids) = agent_with(5);
+    let unknown = oids[2].clone();
+    a.values.remove(&oid(&unknown));
+    a.omit_unknown = true;
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = simulate(
+        &[job(1, &refs)],
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        Instant::now(),
+    );
+    let items = items_of(&out.events, 0);
+    for k in [0usize, 1, 3, 4] {
+        assert_eq!(
+            items[&k],
+            Ok(VarValue::Counter32(k as u32 * 100)),
+            "item {k}"
+        );
+    }
+    assert_eq!(items[&2], Err(ItemFailure::EmptyResponse));
+    assert!(
+        out.memory.is_empty(),
+        "nothing learned: it was not a size problem"
+    );
 }
 
 #[test]
