@@ -16,7 +16,7 @@
 //! if let Some(ch) = &ch { sink::schema::verify(ch).await?; }   // `run` checks the schema
 //! let (sink, handle) = sink::Sink::start(ch, sink::SpoolConfig::new("/var/lib/netpoller/spool"), metrics.clone()).await?;
 //! // pollers: handle.clone().send(row, sink::Table::Dbl).await?;
-//! // /metrics: metrics.render_prometheus(&mut text);  health: sink.health()
+//! // /metrics: metrics.render(&mut exposition);  health: sink.health()
 //! let report = sink.shutdown().await?;   // flushes: inserts or spools everything
 //! # Ok(()) }
 //! ```

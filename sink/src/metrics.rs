@@ -5,7 +5,7 @@
 //! spool gauges are set from the spool's own totals.
 
 use crate::row::Table;
-use std::fmt::Write as _;
+use exposition::{Exposition, Histogram};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Duration;
 
@@ -128,7 +128,7 @@ pub const INSERT_SECONDS_BUCKETS: [f64; 12] = [
 ];
 
 /// All sink counters. Create one with `Arc::new(SinkMetrics::default())`, pass it to
-/// `Sink::start`, and call [`SinkMetrics::render_prometheus`] from `/metrics`.
+/// `Sink::start`, and call [`SinkMetrics::render`] from `/metrics`.
 #[derive(Debug, Default)]
 pub struct SinkMetrics {
     rows_received: [AtomicU64; Table::COUNT],
@@ -137,11 +137,7 @@ pub struct SinkMetrics {
     inserts: [AtomicU64; Table::COUNT],
     insert_errors: [AtomicU64; Table::COUNT],
     retries: AtomicU64,
-    /// INSERTs per bucket, not cumulative (the last one: beyond every bound), so that
-    /// a scrape's cumulative buckets and count come from one set of numbers and
-    /// agree however INSERTs and the scrape interleave.
-    insert_seconds_buckets: [AtomicU64; INSERT_SECONDS_BUCKETS.len() + 1],
-    insert_micros_sum: AtomicU64,
+    insert_seconds: InsertSeconds,
     batches: [AtomicU64; Table::COUNT],
     spooled_rows: AtomicU64,
     spooled_bytes: AtomicU64,
@@ -153,6 +149,16 @@ pub struct SinkMetrics {
     fsync_errors: AtomicU64,
     dropped_rows: [AtomicU64; DropReason::ALL.len()],
     reject_spool_bytes: AtomicU64,
+}
+
+/// The `netpoller_sink_insert_seconds` histogram (a newtype for its bounds' default).
+#[derive(Debug)]
+struct InsertSeconds(Histogram);
+
+impl Default for InsertSeconds {
+    fn default() -> Self {
+        InsertSeconds(Histogram::new(&INSERT_SECONDS_BUCKETS))
+    }
 }
 
 impl SinkMetrics {
@@ -170,14 +176,7 @@ impl SinkMetrics {
         self.observe_insert(took);
     }
     pub(crate) fn observe_insert(&self, took: Duration) {
-        let s = took.as_secs_f64();
-        let i = INSERT_SECONDS_BUCKETS
-            .iter()
-            .position(|le| s <= *le)
-            .unwrap_or(INSERT_SECONDS_BUCKETS.len());
-        self.insert_seconds_buckets[i].fetch_add(1, Relaxed);
-        self.insert_micros_sum
-            .fetch_add(u64::try_from(took.as_micros()).unwrap_or(u64::MAX), Relaxed);
+        self.insert_seconds.0.observe_duration(took);
     }
     pub(crate) fn insert_error(&self, class: ErrorClass) {
         self.insert_errors[class as usize].fetch_add(1, Relaxed);
@@ -253,178 +252,99 @@ impl SinkMetrics {
         self.spool_bytes.load(Relaxed)
     }
 
-    /// Appends the Prometheus text exposition of every sink metric to `out`
-    /// (`netpoller_sink_*`; counters end in `_total`; one `_seconds` histogram).
-    pub fn render_prometheus(&self, out: &mut String) {
-        let mut counter = |name: &str, help: &str, kind: &str, lines: Vec<(String, u64)>| {
-            let _ = writeln!(out, "# HELP netpoller_sink_{name} {help}");
-            let _ = writeln!(out, "# TYPE netpoller_sink_{name} {kind}");
-            for (labels, v) in lines {
-                let _ = writeln!(out, "netpoller_sink_{name}{labels} {v}");
+    /// The sink's metrics alone as exposition text (tests, tools).
+    pub fn render_text(&self) -> String {
+        let mut out = Exposition::new();
+        self.render(&mut out);
+        out.finish()
+    }
+
+    /// Renders every sink metric into `out` (`netpoller_sink_*`; counters end in
+    /// `_total`; one `_seconds` histogram), with the daemon's other metrics.
+    pub fn render(&self, out: &mut Exposition) {
+        let load = |a: &AtomicU64| a.load(Relaxed);
+        let per_table = |out: &mut Exposition, name: &str, help: &str, a: &[AtomicU64]| {
+            for t in Table::ALL {
+                out.counter(name, help, &[("table", t.name())], load(&a[t.index()]));
             }
         };
-        let per_table = |a: &[AtomicU64; Table::COUNT]| {
-            Table::ALL
-                .iter()
-                .map(|t| {
-                    (
-                        format!("{{table=\"{}\"}}", t.name()),
-                        a[t.index()].load(Relaxed),
-                    )
-                })
-                .collect()
-        };
-        counter(
-            "rows_received_total",
-            "Rows handed to the sink.",
-            "counter",
-            per_table(&self.rows_received),
-        );
-        counter(
-            "rows_written_total",
-            "Rows confirmed by ClickHouse (direct and replayed).",
-            "counter",
-            per_table(&self.rows_written),
-        );
-        counter(
-            "bytes_written_total",
-            "RowBinary bytes confirmed by ClickHouse (before compression).",
-            "counter",
-            per_table(&self.bytes_written),
-        );
-        counter(
-            "inserts_total",
-            "Successful INSERT statements.",
-            "counter",
-            per_table(&self.inserts),
-        );
-        counter(
-            "insert_errors_total",
-            "Failed INSERT attempts by class.",
-            "counter",
-            ErrorClass::ALL
-                .iter()
-                .map(|c| {
-                    (
-                        format!("{{class=\"{}\"}}", c.label()),
-                        self.insert_errors[*c as usize].load(Relaxed),
-                    )
-                })
-                .collect(),
-        );
-        counter(
-            "insert_retries_total",
-            "INSERT attempts repeated after a retryable error.",
-            "counter",
-            vec![(String::new(), self.retries.load(Relaxed))],
-        );
-        counter(
-            "batches_total",
-            "Batches closed, by what closed them.",
-            "counter",
-            FlushTrigger::ALL
-                .iter()
-                .map(|t| {
-                    (
-                        format!("{{trigger=\"{}\"}}", t.label()),
-                        self.batches[*t as usize].load(Relaxed),
-                    )
-                })
-                .collect(),
-        );
-        counter(
-            "spooled_rows_total",
-            "Rows written to the disk spool.",
-            "counter",
-            vec![(String::new(), self.spooled_rows.load(Relaxed))],
-        );
-        counter(
-            "spooled_bytes_total",
-            "Bytes written to the disk spool.",
-            "counter",
-            vec![(String::new(), self.spooled_bytes.load(Relaxed))],
-        );
-        counter(
-            "spool_bytes",
-            "Current size of the disk spool.",
-            "gauge",
-            vec![(String::new(), self.spool_bytes.load(Relaxed))],
-        );
-        counter(
-            "spool_files",
-            "Current number of spool segment files.",
-            "gauge",
-            vec![(String::new(), self.spool_files.load(Relaxed))],
-        );
-        counter(
-            "replayed_rows_total",
-            "Spooled rows confirmed by ClickHouse.",
-            "counter",
-            vec![(String::new(), self.replayed_rows.load(Relaxed))],
-        );
-        counter(
-            "rejected_rows_total",
-            "Rows refused by ClickHouse as bad data, kept in the reject file.",
-            "counter",
-            vec![(String::new(), self.rejected_rows.load(Relaxed))],
-        );
-        counter(
-            "reject_spool_bytes",
-            "Current size of the reject spool (rejected/: batches refused as bad data, kept for inspection; capped at spool_max_bytes of its own).",
-            "gauge",
-            vec![(String::new(), self.reject_spool_bytes.load(Relaxed))],
-        );
-        counter(
-            "spool_corrupt_records_total",
-            "Spool records skipped as truncated or corrupted.",
-            "counter",
-            vec![(String::new(), self.corrupt_records.load(Relaxed))],
-        );
-        counter(
-            "spool_fsync_errors_total",
-            "Spool fsyncs that failed: what was spooled since the last good one may not survive a power loss (its segment is closed, new data goes to a new one).",
-            "counter",
-            vec![(String::new(), self.fsync_errors.load(Relaxed))],
-        );
-        counter(
-            "dropped_rows_total",
-            "Rows lost, by reason.",
-            "counter",
-            DropReason::ALL
-                .iter()
-                .map(|r| {
-                    (
-                        format!("{{reason=\"{}\"}}", r.label()),
-                        self.dropped_rows[*r as usize].load(Relaxed),
-                    )
-                })
-                .collect(),
-        );
-        let _ = writeln!(
+        per_table(
             out,
-            "# HELP netpoller_sink_insert_seconds Duration of successful INSERTs."
+            "netpoller_sink_rows_received_total",
+            "Rows handed to the sink.",
+            &self.rows_received,
         );
-        let _ = writeln!(out, "# TYPE netpoller_sink_insert_seconds histogram");
-        let mut cumulative = 0;
-        for (i, le) in INSERT_SECONDS_BUCKETS.iter().enumerate() {
-            cumulative += self.insert_seconds_buckets[i].load(Relaxed);
-            let _ = writeln!(
-                out,
-                "netpoller_sink_insert_seconds_bucket{{le=\"{le}\"}} {cumulative}"
+        per_table(
+            out,
+            "netpoller_sink_rows_written_total",
+            "Rows confirmed by ClickHouse (direct and replayed).",
+            &self.rows_written,
+        );
+        per_table(
+            out,
+            "netpoller_sink_bytes_written_total",
+            "RowBinary bytes confirmed by ClickHouse (before compression).",
+            &self.bytes_written,
+        );
+        per_table(
+            out,
+            "netpoller_sink_inserts_total",
+            "Successful INSERT statements.",
+            &self.inserts,
+        );
+        for c in ErrorClass::ALL {
+            out.counter(
+                "netpoller_sink_insert_errors_total",
+                "Failed INSERT attempts by class.",
+                &[("class", c.label())],
+                load(&self.insert_errors[c as usize]),
             );
         }
-        let count =
-            cumulative + self.insert_seconds_buckets[INSERT_SECONDS_BUCKETS.len()].load(Relaxed);
-        let _ = writeln!(
-            out,
-            "netpoller_sink_insert_seconds_bucket{{le=\"+Inf\"}} {count}"
+        out.counter(
+            "netpoller_sink_insert_retries_total",
+            "INSERT attempts repeated after a retryable error.",
+            &[],
+            load(&self.retries),
         );
-        let _ = writeln!(
-            out,
-            "netpoller_sink_insert_seconds_sum {}",
-            self.insert_micros_sum.load(Relaxed) as f64 / 1e6
+        for t in FlushTrigger::ALL {
+            out.counter(
+                "netpoller_sink_batches_total",
+                "Batches closed, by what closed them.",
+                &[("trigger", t.label())],
+                load(&self.batches[t as usize]),
+            );
+        }
+        for (name, help, v) in [
+            ("netpoller_sink_spooled_rows_total", "Rows written to the disk spool.", &self.spooled_rows),
+            ("netpoller_sink_spooled_bytes_total", "Bytes written to the disk spool.", &self.spooled_bytes),
+            ("netpoller_sink_replayed_rows_total", "Spooled rows confirmed by ClickHouse.", &self.replayed_rows),
+            ("netpoller_sink_rejected_rows_total", "Rows refused by ClickHouse as bad data, kept in the reject file.", &self.rejected_rows),
+            ("netpoller_sink_spool_corrupt_records_total", "Spool records skipped as truncated or corrupted.", &self.corrupt_records),
+            ("netpoller_sink_spool_fsync_errors_total", "Spool fsyncs that failed: what was spooled since the last good one may not survive a power loss (its segment is closed, new data goes to a new one).", &self.fsync_errors),
+        ] {
+            out.counter(name, help, &[], load(v));
+        }
+        for (name, help, v) in [
+            ("netpoller_sink_spool_bytes", "Current size of the disk spool.", &self.spool_bytes),
+            ("netpoller_sink_spool_files", "Current number of spool segment files.", &self.spool_files),
+            ("netpoller_sink_reject_spool_bytes", "Current size of the reject spool (rejected/: batches refused as bad data, kept for inspection; capped at spool_max_bytes of its own).", &self.reject_spool_bytes),
+        ] {
+            out.gauge(name, help, &[], load(v) as f64);
+        }
+        for r in DropReason::ALL {
+            out.counter(
+                "netpoller_sink_dropped_rows_total",
+                "Rows lost, by reason.",
+                &[("reason", r.label())],
+                load(&self.dropped_rows[r as usize]),
+            );
+        }
+        out.histogram(
+            "netpoller_sink_insert_seconds",
+            "Duration of successful INSERTs.",
+            &[],
+            &self.insert_seconds.0,
         );
-        let _ = writeln!(out, "netpoller_sink_insert_seconds_count {count}");
     }
 }
 
@@ -438,8 +358,7 @@ mod tests {
         m.insert_ok(Table::Uint, 10, 100, Duration::from_millis(30));
         m.dropped(DropReason::SpoolCap, 5);
         m.insert_error(ErrorClass::Data);
-        let mut s = String::new();
-        m.render_prometheus(&mut s);
+        let s = m.render_text();
         assert!(
             s.contains("netpoller_sink_rows_written_total{table=\"history_uint\"} 10\n"),
             "{s}"
@@ -452,8 +371,7 @@ mod tests {
         assert!(s.contains("netpoller_sink_insert_seconds_sum 0.03\n"));
         // An INSERT slower than every bound counts in +Inf and the count only.
         m.observe_insert(Duration::from_secs(1000));
-        let mut s = String::new();
-        m.render_prometheus(&mut s);
+        let s = m.render_text();
         let last = INSERT_SECONDS_BUCKETS[INSERT_SECONDS_BUCKETS.len() - 1];
         assert!(
             s.contains(&format!(

@@ -821,8 +821,7 @@ mod tests {
         assert!(m.dropped_rows(DropReason::RejectSpoolCap) > 0);
         assert_eq!(m.dropped_rows(DropReason::SpoolCap), 0);
         assert_eq!((m.spooled_rows(), m.spool_bytes()), (0, 0));
-        let mut text = String::new();
-        m.render_prometheus(&mut text);
+        let text = m.render_text();
         let gauge = format!("netpoller_sink_reject_spool_bytes {}", s.total_bytes());
         assert!(s.total_bytes() > 0 && text.contains(&gauge), "{text}");
         assert!(text.contains("netpoller_sink_dropped_rows_total{reason=\"reject_spool_cap\"}"));

@@ -438,8 +438,7 @@ async fn a_server_that_is_not_clickhouse_stores_nothing_and_the_rows_are_spooled
         (0, 5),
         "{report:?}"
     );
-    let mut text = String::new();
-    metrics.render_prometheus(&mut text);
+    let text = metrics.render_text();
     assert!(
         text.lines().any(|l| l.contains("insert_errors_total")
             && l.contains("class=\"server\"")

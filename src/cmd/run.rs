@@ -161,9 +161,8 @@ async fn daemon(
             );
             s1.render(&mut out);
             dm.render(&mut out);
-            let mut text = out.finish();
-            sm.render_prometheus(&mut text);
-            text
+            sm.render(&mut out);
+            out.finish()
         });
         let with_clickhouse = clickhouse.is_some();
         let health = Arc::new(move || {
@@ -1148,9 +1147,9 @@ mod tests {
 
     /// Trends rows the sink received (into `trends_uint`) so far.
     fn received_trends(metrics: &sink::SinkMetrics) -> u64 {
-        let mut text = String::new();
-        metrics.render_prometheus(&mut text);
-        text.lines()
+        metrics
+            .render_text()
+            .lines()
             .find(|l| l.starts_with("netpoller_sink_rows_received_total{table=\"trends_uint\"}"))
             .and_then(|l| l.rsplit(' ').next()?.parse().ok())
             .unwrap_or(0)
