@@ -348,6 +348,10 @@ struct HostState {
     /// Items to (re)send before `next` (split or error leftovers).
     requeue: VecDeque<u32>,
     max_oids: usize,
+    /// `max_oids` at the start of the iteration (the job's, or the learned limit).
+    start_max_oids: usize,
+    /// The largest request answered in full in this iteration.
+    max_ok: usize,
     /// Set when the limit was lowered by a tooBig / short answer: saved to HostMemory.
     /// Smallest request size that failed (tooBig / short answer) in this iteration.
     failed_at: Option<usize>,
@@ -461,6 +465,8 @@ impl<'j> Iteration<'j> {
                 next: 0,
                 requeue: VecDeque::new(),
                 max_oids,
+                start_max_oids: max_oids,
+                max_ok: 0,
                 failed_at: None,
                 timed_out: false,
                 dropped: None,
@@ -1068,6 +1074,10 @@ impl<'j> Iteration<'j> {
                 };
                 self.deliver(host, i as usize, result);
             }
+            if count >= n {
+                let st = &mut self.hosts[host];
+                st.max_ok = st.max_ok.max(n);
+            }
             if count < n {
                 self.stats.short_responses += 1;
                 if n == 1 {
@@ -1088,6 +1098,16 @@ impl<'j> Iteration<'j> {
                 self.requeue_front(host, items);
             } else {
                 self.fail(host, items[0] as usize, ItemFailure::ErrorStatus(status));
+                // One value too big for any message (a long string on an agent with a
+                // small message size): the halvings that isolated it went down to one
+                // OID for its sake. The host's other items go on at the largest size
+                // it answered in full in this iteration (what is learned too), not one
+                // at a time for good.
+                let st = &mut self.hosts[host];
+                st.max_oids = st.max_oids.max(st.max_ok).min(st.start_max_oids);
+                if let Some(f) = &mut st.failed_at {
+                    *f = (*f).max(st.max_oids + 1);
+                }
             }
             return;
         }

@@ -27,6 +27,9 @@ struct Agent {
     values: BTreeMap<Oid, VarValue>,
     /// Answer tooBig when a request has more varbinds than this.
     too_big_over: usize,
+    /// Answer tooBig whenever a request asks for this OID (a value too big for any
+    /// message of this agent).
+    too_big_with: Option<Oid>,
     /// Answer only this many varbinds (a "short" response).
     truncate_to: usize,
     /// Drop this many first datagrams (forces retries).
@@ -54,6 +57,7 @@ impl Agent {
             community: "public",
             values: values.iter().map(|(o, v)| (oid(o), v.clone())).collect(),
             too_big_over: usize::MAX,
+            too_big_with: None,
             truncate_to: usize::MAX,
             drop_first: 0,
             omit_unknown: false,
@@ -99,7 +103,12 @@ impl Agent {
                 asked.iter().map(|o| (o.as_ref(), crate::ValueRef::Null)),
             );
         };
-        if asked.len() > self.too_big_over {
+        if asked.len() > self.too_big_over
+            || self
+                .too_big_with
+                .as_ref()
+                .is_some_and(|o| asked.contains(o))
+        {
             echo(&mut out, 1, 0);
             return Some(out);
         }
@@ -241,6 +250,14 @@ struct Outcome {
     sent: Vec<(Duration, Transmit, Vec<u8>)>,
     memory: HostMemory,
     done_at: HashMap<usize, Duration>,
+}
+
+/// OIDs per request sent, in order.
+fn request_sizes(out: &Outcome) -> Vec<usize> {
+    out.sent
+        .iter()
+        .map(|s| Message::decode(&s.2).unwrap().varbind_count())
+        .collect()
 }
 
 /// Runs an iteration to the end on a virtual clock.
@@ -516,6 +533,49 @@ fn too_big_halves_and_is_remembered() {
 }
 
 #[test]
+fn one_value_too_big_for_any_message_fails_alone_and_shrinks_nothing() {
+    // 21 items, the 11th too big for any message of the agent: halvings isolate it
+    // (tooBig alone: unsupported), then the other items go on at the largest size
+    // answered in full (10), and the next iteration starts there too (the host fell
+    // to one OID per request for good).
+    let (mut a, oids) = agent_with(21);
+    a.too_big_with = Some(oid(&oids[10]));
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let mut j = job(1, &refs);
+    j.max_oids = 21;
+    let jobs = [j];
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let t0 = Instant::now();
+    let out = simulate(
+        &jobs,
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        t0,
+    );
+    let items = items_of(&out.events, 0);
+    assert_eq!(
+        items[&10],
+        Err(ItemFailure::ErrorStatus(ErrorStatus::TOO_BIG))
+    );
+    assert_eq!(items.values().filter(|r| r.is_ok()).count(), 20);
+    assert_eq!(out.memory.max_oids(&addr(1)), Some(10));
+    let out2 = simulate(
+        &jobs,
+        &mut agents,
+        out.memory.clone(),
+        IterationOptions::default(),
+        t0,
+    );
+    let sizes = request_sizes(&out2);
+    assert_eq!(sizes[0], 10, "{sizes:?}");
+    // Within the first iteration too: after the culprit failed, the rest of its half
+    // went at that size, not one at a time.
+    let first = request_sizes(&out);
+    assert!(first.len() <= 8, "{first:?}");
+}
+
+#[test]
 fn learned_limit_grows_back_but_never_to_a_size_that_failed() {
     let (mut a, oids) = agent_with(10);
     a.too_big_over = 3; // 4 OIDs and more: tooBig
@@ -558,11 +618,7 @@ fn short_response_asks_for_the_rest_with_the_size_that_worked() {
         IterationOptions::default(),
         Instant::now(),
     );
-    let sizes: Vec<usize> = out
-        .sent
-        .iter()
-        .map(|s| Message::decode(&s.2).unwrap().varbind_count())
-        .collect();
+    let sizes = request_sizes(&out);
     assert_eq!(sizes, [7, 3, 1]);
     assert_eq!(out.memory.max_oids(&addr(1)), Some(3));
     let items = items_of(&out.events, 0);
