@@ -600,12 +600,20 @@ pub async fn icmp_iteration(
     sum
 }
 
+/// How long an SNMP iteration runs before it reschedules its hosts as each is done
+/// (see [`snmp_iteration`]): past what agents on a working network take, short of the
+/// shortest item interval (1 s).
+pub const SLOW_ITERATION: Duration = Duration::from_millis(200);
+
 /// Run one SNMP iteration over `dues`, streaming samples. Tasks of one host are merged
 /// into one host job so that the host sees one request chain (hybrid async).
-/// `host_done(due indices)`: a host's items have all been delivered; its dues can be
-/// rescheduled now rather than when the iteration's slowest host is done (a device
-/// that answers slowly, with many items in series, held every host of its iteration
-/// back). Dues of no host reported there are the caller's to complete at the end.
+/// `host_done(due indices)`: a host's items have all been delivered (and handed to
+/// the channel); its dues can be rescheduled now rather than when the iteration's
+/// slowest host is done (a device that answers slowly, with many items in series, held
+/// every host of its iteration back). Only an iteration still running after
+/// [`SLOW_ITERATION`] reports hosts: a quick one ends first, and its samples leave in
+/// whole batches. Dues of no host reported there are the caller's to complete at the
+/// end.
 pub async fn snmp_iteration(
     driver: &mut SnmpDriver,
     plan: &Plan,
@@ -659,6 +667,9 @@ pub async fn snmp_iteration(
     let oids: usize = jobs.iter().map(|j| j.oids.len()).sum();
     metrics.in_flight.add(oids as i64);
     let mut left: Vec<usize> = jobs.iter().map(|j| j.oids.len()).collect();
+    // Hosts done but not reported yet (see SLOW_ITERATION).
+    let mut done: Vec<usize> = Vec::new();
+    let started = Instant::now();
     let report = driver
         .run_iteration(&jobs, |j, o, result| {
             let index = refs[j][o];
@@ -680,9 +691,15 @@ pub async fn snmp_iteration(
             );
             left[j] -= 1;
             if left[j] == 0 {
-                // Its samples first: the consumer may see them before the next poll.
+                done.push(j);
+            }
+            if !done.is_empty() && started.elapsed() >= SLOW_ITERATION {
+                // Their samples first: the consumer must have them before the hosts'
+                // next polls, which another iteration may deliver before this one ends.
                 emitter.flush();
-                host_done(&job_dues[j]);
+                for j in done.drain(..) {
+                    host_done(&job_dues[j]);
+                }
             }
         })
         .await;
@@ -816,18 +833,16 @@ pub async fn run_engine(
             m.lateness_seconds.observe(lateness.as_secs_f64());
             let started = Instant::now();
             // Dues are completed (rescheduled) once each: by host as they finish
-            // (SNMP), the rest when the iteration ends.
+            // (a slow SNMP iteration), the rest when the iteration ends.
             let mut completed = vec![false; dues.len()];
             let mut skipped = 0;
-            let mut complete = |idxs: &mut (dyn Iterator<Item = usize> + Send)| {
-                let done = shared2.clock.now_ms();
-                for i in idxs {
-                    if !std::mem::replace(&mut completed[i], true) {
-                        if let Rescheduled::At { skipped: s, .. } =
-                            shared2.scheduler.complete(dues[i], done)
-                        {
-                            skipped += s;
-                        }
+            let mut complete = |i: usize| {
+                if !std::mem::replace(&mut completed[i], true) {
+                    let done = shared2.clock.now_ms();
+                    if let Rescheduled::At { skipped: s, .. } =
+                        shared2.scheduler.complete(dues[i], done)
+                    {
+                        skipped += s;
                     }
                 }
             };
@@ -838,7 +853,7 @@ pub async fn run_engine(
                 }
                 Slot::Snmp(mut d) => {
                     let mut host_done = |idxs: &[usize]| {
-                        complete(&mut idxs.iter().copied());
+                        idxs.iter().for_each(|&i| complete(i));
                         shared2.wake.notify_waiters();
                     };
                     let s =
@@ -850,7 +865,7 @@ pub async fn run_engine(
             sum.lateness = lateness;
             m.iterations.inc();
             m.iteration_seconds.observe(sum.wall.as_secs_f64());
-            complete(&mut (0..dues.len()));
+            (0..dues.len()).for_each(&mut complete);
             m.skipped_slots.add(skipped);
             let _ = pool_tx2.send(slot);
             shared2.wake.notify_waiters();
