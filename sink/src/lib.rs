@@ -331,7 +331,7 @@ fn pipeline_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Result of [`replay_spool`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplayReport {
     /// Segments fully replayed and deleted.
     pub segments: u64,
@@ -356,19 +356,11 @@ pub async fn replay_spool(
     ch: &ClickHouseConfig,
     spool: &SpoolConfig,
 ) -> Result<ReplayReport, (SinkError, ReplayReport)> {
-    let empty = ReplayReport {
-        segments: 0,
-        rows: 0,
-        rejected_rows: 0,
-        corrupt_records: 0,
-        unreadable_segments: 0,
-    };
-    check_config(ch).map_err(|e| (e, empty.clone()))?;
-    spool::existing_dir(&spool.dir).map_err(|e| (e.into(), empty.clone()))?;
+    let nothing = |e| (e, ReplayReport::default());
+    check_config(ch).map_err(nothing)?;
+    spool::existing_dir(&spool.dir).map_err(|e| nothing(e.into()))?;
     let metrics = Arc::new(SinkMetrics::default());
-    let (sp, rejects) = open_spools(spool, true, &metrics)
-        .await
-        .map_err(|e| (e, empty.clone()))?;
+    let (sp, rejects) = open_spools(spool, true, &metrics).await.map_err(nothing)?;
     let mut shared = Shared::new(
         Some(writer::Writer::new(ch)),
         sp,
@@ -380,7 +372,7 @@ pub async fn replay_spool(
     shared.one_shot = true;
     let shared = Arc::new(shared);
     let (_stx, mut srx) = watch::channel(false);
-    let mut report = empty;
+    let mut report = ReplayReport::default();
     let result = loop {
         let Some(seg) = pipeline::checkout(&shared).await else {
             break Ok(());

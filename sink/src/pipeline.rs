@@ -52,12 +52,13 @@ pub(crate) struct Shared {
     /// Set by [`crate::Sink::shutdown`] once its grace is over: INSERTs still waiting
     /// for ClickHouse stop waiting (their batches are spooled or stay spooled).
     pub give_up: watch::Sender<bool>,
-    /// Records of a segment under replay that ClickHouse confirmed (or refused for
-    /// good) but whose `.ack` entry could not be written (a full disk), by segment:
+    /// Records of the segment under replay (its number) that ClickHouse confirmed (or
+    /// refused for good) but whose `.ack` entry could not be written (a full disk):
     /// replay skips them as it does acknowledged ones, so a retry does not insert them
-    /// again and the segment still drains (freeing the disk). Lost at a stop: a
-    /// restart may send these records once more.
-    pub acked_in_memory: Mutex<HashMap<u64, HashSet<u64>>>,
+    /// again and the segment still drains (freeing the disk). One segment is replayed
+    /// at a time: another number replaces them. Lost at a stop: a restart may send
+    /// these records once more.
+    pub acked_in_memory: Mutex<(u64, HashSet<u64>)>,
     /// `spool replay`, not a daemon: no new batches to spool while ClickHouse fails.
     pub one_shot: bool,
     /// Since when ClickHouse has been unavailable, for the log's reminders.
@@ -127,7 +128,7 @@ impl Shared {
             spool_written: Notify::new(),
             shutting_down: AtomicBool::new(false),
             give_up: watch::channel(false).0,
-            acked_in_memory: Mutex::new(HashMap::new()),
+            acked_in_memory: Mutex::new((0, HashSet::new())),
             one_shot: false,
             outage: Mutex::new(None),
         }
@@ -589,9 +590,7 @@ pub(crate) async fn replay_segment(
     })??;
     let bytes = Bytes::from(bytes);
     let mut acks = spool::load_acks(seg);
-    if let Some(more) = lock(&shared.acked_in_memory).get(&seg.seq) {
-        acks.extend(more);
-    }
+    acks.extend(&acked_in_memory(shared, seg.seq).1);
     for rec in records.into_iter().filter(|r| !acks.contains(&r.offset)) {
         let batch = Batch {
             table: rec.table,
@@ -631,13 +630,21 @@ pub(crate) async fn replay_segment(
 /// when that cannot be written, in memory ([`Shared::acked_in_memory`]).
 fn confirm(shared: &Shared, seg: &Segment, offset: u64) {
     if let Err(e) = spool::ack(seg, offset) {
-        let mut mem = lock(&shared.acked_in_memory);
-        let offsets = mem.entry(seg.seq).or_default();
-        if offsets.is_empty() {
+        let mut mem = acked_in_memory(shared, seg.seq);
+        if mem.1.is_empty() {
             tracing::warn!(error = %e, segment = %seg.path.display(), "spool: cannot note replayed records as confirmed; this process remembers them (a restart before the segment is done may send them again)");
         }
-        offsets.insert(offset);
+        mem.1.insert(offset);
     }
+}
+
+/// [`Shared::acked_in_memory`], for segment `seq` (emptied when it held another's).
+fn acked_in_memory(shared: &Shared, seq: u64) -> MutexGuard<'_, (u64, HashSet<u64>)> {
+    let mut mem = lock(&shared.acked_in_memory);
+    if mem.0 != seq {
+        *mem = (seq, HashSet::new());
+    }
+    mem
 }
 
 /// Reads of one segment that fail, `retry_backoff_max` apart, before it is set aside.
@@ -647,13 +654,10 @@ pub(crate) const UNREADABLE_TRIES: u32 = 3;
 /// it are replayed ([`spool::Spool::set_aside`]).
 pub(crate) async fn set_aside(shared: &Arc<Shared>, seg: &Segment, e: &SpoolError) {
     let (sh, seq) = (shared.clone(), seg.seq);
-    let at = tokio::task::spawn_blocking(move || {
-        lock(&sh.acked_in_memory).remove(&seq);
-        lock(&sh.spool).set_aside(seq)
-    })
-    .await
-    .ok()
-    .flatten();
+    let at = tokio::task::spawn_blocking(move || lock(&sh.spool).set_aside(seq))
+        .await
+        .ok()
+        .flatten();
     tracing::error!(
         error = %e,
         segment = %seg.path.display(),
@@ -677,7 +681,6 @@ pub(crate) async fn finish(shared: &Arc<Shared>, seq: u64, done: bool) {
         let mut s = lock(&sh.spool);
         if done {
             s.finish(seq);
-            lock(&sh.acked_in_memory).remove(&seq);
         } else {
             s.release(seq);
         }

@@ -64,13 +64,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 },
                 (None, None) => anyhow::bail!("give -c FILE or --dir DIR"),
             };
-            // The spool must be there; its `rejected/` appears with the first rejection.
-            sink::spool::existing_dir(&dir)?;
-            let dir = if rejected { dir.join("rejected") } else { dir };
-            if rejected && !dir.exists() {
-                eprintln!("{}: nothing was ever rejected", dir.display());
-                return Ok(ExitCode::SUCCESS);
-            }
+            // The spool must be there (dump_tsv checks the directory it reads); its
+            // `rejected/` appears with the first rejection.
+            let dir = if rejected {
+                sink::spool::existing_dir(&dir)?;
+                let r = dir.join("rejected");
+                if !r.exists() {
+                    eprintln!("{}: nothing was ever rejected", r.display());
+                    return Ok(ExitCode::SUCCESS);
+                }
+                r
+            } else {
+                dir
+            };
             let stdout = std::io::stdout();
             let mut out = std::io::BufWriter::new(stdout.lock());
             let report = sink::dump_tsv(&dir, &mut out)?;
