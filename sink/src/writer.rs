@@ -75,7 +75,6 @@ pub struct Writer {
     cfg: ClickHouseConfig,
     endpoints: Vec<Endpoint>,
     next: AtomicUsize,
-    born: std::time::Instant,
 }
 
 struct Endpoint {
@@ -89,12 +88,18 @@ struct Endpoint {
     /// DDL, see the count moved, and only resend.
     repairs: AtomicU64,
     repair_lock: tokio::sync::Mutex<()>,
-    /// When the endpoint last passed [`crate::schema::check_at`] (ms since the writer's
-    /// start, plus one; 0: never, or an INSERT failed since). One check at a time.
-    checked_ms: AtomicU64,
-    /// What the last check found: the tables whose columns do not match, and why.
-    /// Batches for them are not sent; the others are.
-    check_lock: tokio::sync::Mutex<Vec<(crate::row::Table, String)>>,
+    /// The last [`crate::schema::check_at`] of this endpoint; one check at a time.
+    check: tokio::sync::Mutex<Check>,
+}
+
+/// What the last check of an endpoint found, and when.
+#[derive(Default)]
+struct Check {
+    /// When it passed; `None`: never, or an INSERT there failed since.
+    at: Option<std::time::Instant>,
+    /// The tables whose columns do not match, and why: batches for them are not sent;
+    /// the others are.
+    bad: Vec<(crate::row::Table, String)>,
 }
 
 /// How long a passed check holds: a table altered while the daemon runs is found
@@ -117,15 +122,13 @@ impl Writer {
                 url: u,
                 repairs: AtomicU64::new(0),
                 repair_lock: tokio::sync::Mutex::new(()),
-                checked_ms: AtomicU64::new(0),
-                check_lock: tokio::sync::Mutex::new(Vec::new()),
+                check: tokio::sync::Mutex::new(Check::default()),
             })
             .collect();
         Writer {
             cfg: cfg.clone(),
             endpoints,
             next: AtomicUsize::new(0),
-            born: std::time::Instant::now(),
         }
     }
 
@@ -154,40 +157,34 @@ impl Writer {
         let result = self.insert_attempt(ep, batch, repairs_before).await;
         if result.as_ref().is_err_and(|e| e.class != ErrorClass::Data) {
             // The server may have been replaced or restarted with other tables.
-            ep.checked_ms.store(0, Ordering::Release);
+            ep.check.lock().await.at = None;
         }
         result
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.born.elapsed().as_millis() as u64 + 1
     }
 
     /// [`crate::schema::check_at`] on `ep` when it is due (see [`Writer::insert`]), and
     /// whether `batch`'s table passed it.
     async fn check(&self, ep: &Endpoint, batch: &Batch) -> Result<(), InsertError> {
-        let due = || {
-            let at = ep.checked_ms.load(Ordering::Acquire);
-            at == 0 || self.now_ms().saturating_sub(at) >= CHECK_EVERY.as_millis() as u64
-        };
-        let mut found = ep.check_lock.lock().await;
+        let mut check = ep.check.lock().await;
         let fail = |class, message: String| InsertError {
             url: ep.shown.clone(),
             table: batch.table.name(),
             class,
             message,
         };
-        if due() {
+        if check.at.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
             let limit = self.cfg.request_timeout + Duration::from_secs(1);
             match tokio::time::timeout(limit, crate::schema::check_at(&self.cfg, &ep.url)).await {
                 Ok(Ok(bad)) => {
                     for (t, why) in &bad {
-                        if !found.iter().any(|(f, _)| f == t) {
+                        if !check.bad.iter().any(|(f, _)| f == t) {
                             tracing::error!(url = %ep.shown, table = t.name(), problems = %why, "sink: a table's columns do not match what netpoller writes: its rows are spooled until it is fixed (`netpoller schema -c FILE --check`)");
                         }
                     }
-                    *found = bad;
-                    ep.checked_ms.store(self.now_ms(), Ordering::Release);
+                    *check = Check {
+                        at: Some(std::time::Instant::now()),
+                        bad,
+                    };
                 }
                 Err(_) => {
                     return Err(fail(
@@ -209,7 +206,7 @@ impl Writer {
                 Ok(Err(e)) => return Err(fail(ErrorClass::Server, e.to_string())),
             }
         }
-        match found.iter().find(|(t, _)| *t == batch.table) {
+        match check.bad.iter().find(|(t, _)| *t == batch.table) {
             None => Ok(()),
             // A trends table: set aside as a missing one is (below); history waits.
             Some((t, why)) => Err(fail(
