@@ -476,8 +476,7 @@ pub struct IterationSummary {
     pub hosts: usize,
     pub items: usize,
     pub values: usize,
-    pub errors: usize,
-    /// `errors` by reason (`ErrorReason as usize`).
+    /// Failed items by reason (`ErrorReason as usize`).
     pub errors_by: [usize; ErrorReason::ALL.len()],
     pub wall: Duration,
     pub lateness: Duration,
@@ -500,10 +499,7 @@ fn deliver(sum: &mut IterationSummary, emitter: &mut Emitter, s: Sample) {
     sum.items += 1;
     match &s.result {
         Ok(_) => sum.values += 1,
-        Err(e) => {
-            sum.errors += 1;
-            sum.errors_by[e.reason as usize] += 1;
-        }
+        Err(e) => sum.errors_by[e.reason as usize] += 1,
     }
     emitter.emit(s);
 }
@@ -885,7 +881,7 @@ pub async fn run_engine(
                 hosts = sum.hosts,
                 items = sum.items,
                 values = sum.values,
-                errors = sum.errors,
+                errors = sum.errors_by.iter().sum::<usize>(),
                 wall_s = format_args!("{:.3}", sum.wall.as_secs_f64()),
                 lateness_s = format_args!("{:.3}", lateness.as_secs_f64()),
                 "iteration"
