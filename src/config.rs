@@ -991,11 +991,10 @@ impl Collector<'_> {
             // Where inside the piece the value was refused (`daemon.icmp_phases` on its
             // own line, not `daemon` at the section's header), as the file numbers it.
             for t in taken.iter().rev() {
-                if let Taken::Element(array, k) = t {
-                    let inside = at.iter().zip(array).all(|(s, a)| a.is(s));
-                    if let (true, Some(Seg::Index(i))) = (inside, at.get(array.len())) {
-                        if *i >= *k {
-                            at[array.len()] = Seg::Index(i + 1);
+                if let Taken::Element(array, len, k) = t {
+                    if let Some(&Seg::Index(i)) = at.get(*len) {
+                        if i >= *k && render_path(&at[..*len]) == *array {
+                            at[*len] = Seg::Index(i + 1);
                         }
                     }
                 }
@@ -1051,33 +1050,9 @@ const MAX_ERRORS_PER_PIECE: usize = 32;
 enum Taken {
     /// A key of a table.
     Key(String),
-    /// The element at an index of the array at a path (as the piece then numbered it).
-    Element(Vec<OwnedSeg>, usize),
-}
-
-/// A [`Seg`] that owns its key.
-enum OwnedSeg {
-    Key(String),
-    Index(usize),
-}
-
-impl OwnedSeg {
-    fn is(&self, s: &Seg<'_>) -> bool {
-        match (self, s) {
-            (OwnedSeg::Key(a), Seg::Key(b)) => a == b,
-            (OwnedSeg::Index(a), Seg::Index(b)) => a == b,
-            _ => false,
-        }
-    }
-}
-
-impl From<&Seg<'_>> for OwnedSeg {
-    fn from(s: &Seg<'_>) -> Self {
-        match s {
-            Seg::Key(k) => OwnedSeg::Key(k.to_string()),
-            Seg::Index(i) => OwnedSeg::Index(*i),
-        }
-    }
+    /// The element at an index of an array: the array's path ([`render_path`]) and
+    /// length in segments, and the index (as the piece then numbered it).
+    Element(String, usize, usize),
 }
 
 /// Removes the value at `path` (a key of a table or an element of an array) from `v`;
@@ -1096,10 +1071,7 @@ fn take_out(v: &mut toml::Value, path: &[Seg<'_>]) -> Option<Taken> {
         (Seg::Key(k), toml::Value::Table(t)) => t.remove(*k).map(|_| Taken::Key(k.to_string())),
         (Seg::Index(i), toml::Value::Array(a)) if *i < a.len() => {
             a.remove(*i);
-            Some(Taken::Element(
-                parent.iter().map(OwnedSeg::from).collect(),
-                *i,
-            ))
+            Some(Taken::Element(render_path(parent), parent.len(), *i))
         }
         _ => None,
     }
