@@ -1004,7 +1004,6 @@ fn drain(
             msgs[i].msg_hdr.msg_control = cmsgs[i].0.as_mut_ptr().cast();
             msgs[i].msg_hdr.msg_controllen = CMSG_LEN as _;
         }
-        let asked = Instant::now();
         // SAFETY: every pointer in msgs refers to live buffers of the stated sizes.
         let n = unsafe {
             libc::recvmmsg(
@@ -1018,7 +1017,7 @@ fn drain(
         if n < 0 {
             let e = io::Error::last_os_error();
             match e.kind() {
-                io::ErrorKind::WouldBlock => *empty_since = Some(asked),
+                io::ErrorKind::WouldBlock => *empty_since = Some(Instant::now()),
                 io::ErrorKind::Interrupted => continue,
                 _ => {
                     *errors += 1;
@@ -1034,8 +1033,9 @@ fn drain(
         let n = n as usize;
         let before = *empty_since;
         if n < RECV_BATCH {
-            // Fewer than asked for: the queue was empty when this call returned.
-            *empty_since = Some(asked);
+            // Fewer than asked for: the queue was empty when this call returned (the
+            // read after it is within received_at's slack).
+            *empty_since = Some(now);
         }
         for i in 0..n {
             let at = received_at(now, wall_now, rx_timestamp(&msgs[i].msg_hdr), before);
