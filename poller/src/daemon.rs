@@ -663,11 +663,23 @@ pub async fn snmp_iteration(
     let oids: usize = jobs.iter().map(|j| j.oids.len()).sum();
     metrics.in_flight.add(oids as i64);
     let mut left: Vec<usize> = jobs.iter().map(|j| j.oids.len()).collect();
-    // Hosts done but not reported yet (see SLOW_ITERATION).
+    // Hosts done but not reported yet (see SLOW_ITERATION), and the host of the last
+    // sample: they are reported between two hosts' samples, never inside the burst of
+    // one host's (a response's items, or a timed-out host's), which stay one batch.
     let mut done: Vec<usize> = Vec::new();
+    let mut last: Option<usize> = None;
     let started = Instant::now();
     let report = driver
         .run_iteration(&jobs, |j, o, result| {
+            if last != Some(j) && !done.is_empty() && started.elapsed() >= SLOW_ITERATION {
+                // Their samples first: the consumer must have them before the hosts'
+                // next polls, which another iteration may deliver before this one ends.
+                emitter.flush();
+                for d in done.drain(..) {
+                    host_done(&job_dues[d]);
+                }
+            }
+            last = Some(j);
             let index = refs[j][o];
             let item = &plan.items[index as usize];
             let host = &plan.hosts[job_host[j] as usize];
@@ -688,14 +700,6 @@ pub async fn snmp_iteration(
             left[j] -= 1;
             if left[j] == 0 {
                 done.push(j);
-            }
-            if !done.is_empty() && started.elapsed() >= SLOW_ITERATION {
-                // Their samples first: the consumer must have them before the hosts'
-                // next polls, which another iteration may deliver before this one ends.
-                emitter.flush();
-                for j in done.drain(..) {
-                    host_done(&job_dues[j]);
-                }
             }
         })
         .await;
