@@ -9,7 +9,8 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use common::{ch, line_of, netpoller, poll_once_json, scratch, service_env, Daemon};
+use common::{ch, fake_agent, line_of, netpoller, poll_once_json, scratch, service_env, Daemon};
+use snmp::VarValue;
 
 fn snmpd_addrs() -> Vec<String> {
     service_env("NETPOLLER_SNMPD_ADDRS")
@@ -308,34 +309,6 @@ fn a_part_that_panics_stops_the_daemon_with_status_1_after_writing_what_it_polle
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 
-/// An SNMP agent on loopback that answers every GET after `delay` (a slow device):
-/// its port. Lives until the test process ends.
-fn slow_agent(delay: Duration) -> u16 {
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = sock.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 65_536];
-        while let Ok((n, from)) = sock.recv_from(&mut buf) {
-            let Ok(m) = snmp::Message::decode(&buf[..n]) else {
-                continue;
-            };
-            let vbs: Vec<(snmp::Oid, snmp::VarValue)> = m
-                .varbinds()
-                .map(|vb| (vb.oid.to_owned(), snmp::VarValue::Integer(7)))
-                .collect();
-            let mut out = Vec::new();
-            snmp::encode_response(
-                &mut out,
-                &m,
-                vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
-            );
-            std::thread::sleep(delay);
-            let _ = sock.send_to(&out, from);
-        }
-    });
-    port
-}
-
 /// A device that needs 20 requests in series at 0.25 s each (5 s) shares an iteration
 /// with a healthy agent polled every second (`batch_window` merges them): the healthy
 /// host is rescheduled when it is done, not when the slow one is, and is polled every
@@ -344,7 +317,15 @@ fn slow_agent(delay: Duration) -> u16 {
 fn a_slow_device_does_not_hold_back_the_hosts_of_its_iteration() {
     let dir = scratch("daemon-slow-device");
     let db = format!("nptest_slow_{}", std::process::id());
-    let port = slow_agent(Duration::from_millis(250));
+    // A slow device: answers every GET after 0.25 s.
+    let port = fake_agent(|m| {
+        std::thread::sleep(Duration::from_millis(250));
+        Some(
+            m.varbinds()
+                .map(|vb| (vb.oid.to_owned(), VarValue::Integer(7)))
+                .collect(),
+        )
+    });
     let items: Vec<String> = (1..=20)
         .map(|i| format!("{{ key = \"m{i}\", oid = \"1.3.6.1.4.1.99999.{i}.0\", type = \"uint\", interval = \"1s\" }}"))
         .collect();

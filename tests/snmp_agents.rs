@@ -321,6 +321,45 @@ async fn wrong_community_is_a_timeout_not_a_value() {
     assert!(matches!(res[1][&0], Ok(VarValue::OctetString(_))));
 }
 
+/// An agent that never answers a request of more than 3 OIDs (instead of tooBig, as
+/// some devices do): the driver still gets every value (the probe beside the first
+/// retry shows the agent answers one OID: the size is halved, not the host given up),
+/// and the next iteration asks at the learned size without a single timeout.
+#[tokio::test(flavor = "current_thread")]
+async fn an_agent_that_ignores_big_requests_gets_smaller_ones() {
+    let port = common::fake_agent(|m| {
+        (m.varbind_count() <= 3).then(|| {
+            m.varbinds()
+                .map(|vb| {
+                    let last = vb.oid.to_owned().arcs().last().unwrap_or(0);
+                    (vb.oid.to_owned(), VarValue::Integer(last.into()))
+                })
+                .collect()
+        })
+    });
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let oids: Vec<Oid> = (1..=8)
+        .map(|i| format!("1.3.6.1.4.1.99999.{i}").parse().unwrap())
+        .collect();
+    let mut j = job(addr, "public", oids);
+    j.timeout = Duration::from_millis(300);
+    j.max_oids = 8;
+    let jobs = [j];
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    for round in 0..2 {
+        let (res, report) = run(&mut driver, &jobs).await;
+        for (i, r) in &res[0] {
+            assert_eq!(r, &Ok(VarValue::Integer(*i as i64 + 1)), "round {round}");
+        }
+        let st = report.stats;
+        if round == 0 {
+            assert!(st.silent_too_big >= 1 && st.probes_answered >= 1, "{st:?}");
+        } else {
+            assert_eq!((st.timeouts, st.probes), (0, 0), "{st:?}");
+        }
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn snmpsim_recordings_equal_net_snmp() {
     let addr = snmpsim_addr();

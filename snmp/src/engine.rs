@@ -14,9 +14,10 @@
 //!   to *and* carries the job's community and version; anything else is dropped and
 //!   counted in [`Stats`], never matched to the wrong item.
 //! * Hybrid async: at most `max_inflight` requests per host (default 1) while all hosts
-//!   proceed at once; at most `max_oids` OIDs per PDU, lowered on tooBig or on a response
-//!   with missing varbinds, and remembered per host address in [`HostMemory`] (which
-//!   lets a limit grow back slowly, never to a size that failed).
+//!   proceed at once; at most `max_oids` OIDs per PDU, lowered on tooBig, on a response
+//!   with missing varbinds, or on silence while the agent answers one OID alone (a
+//!   probe, see [`Iteration::handle_timeout`]), and remembered per host address in
+//!   [`HostMemory`] (which lets a limit grow back slowly, never to a size that failed).
 //! * SNMPv3 ([`crate::v3`]): a host whose agent's engine is not known yet first gets a
 //!   discovery request (one more round trip, once per driver: the engine is kept in
 //!   [`HostMemory`]); a response counts only if it authenticates with the host's user's
@@ -29,7 +30,9 @@
 //! * Retries resend the same bytes with the same request-id (a late answer to the first
 //!   attempt still counts). A request that exhausts its retries kills its host for this
 //!   iteration: all of the host's remaining items fail with [`ItemFailure::Timeout`] at
-//!   once, so a dead host costs one `timeout × (retries + 1)` however many items it has.
+//!   once, so a dead host costs one `timeout × (retries + 1)` however many items it has
+//!   (unless a probe beside its first retry was answered: then the host is up and only
+//!   ignores requests that big).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -149,14 +152,22 @@ impl Default for IterationOptions {
 /// Clean iterations after which a learned limit grows by one OID (see [`HostMemory`]).
 pub const GROW_AFTER: u32 = 10;
 
+/// Clean iterations one below a size that failed by silence alone (see
+/// [`Iteration::handle_timeout`]) after which that size is tried again: a request and
+/// its retry both lost while the probe got through is rare, but over months it would
+/// otherwise ratchet a host down one OID at a time.
+pub const RETRY_SILENT_AFTER: u32 = 100;
+
 /// Learned OIDs-per-request limits, keyed by host address; kept by the driver across
 /// iterations (Zabbix does the same) so a host that once said tooBig is not asked the
 /// big size again every iteration.
 ///
-/// A limit is lowered on tooBig or a short answer and remembers the smallest request
-/// size that failed. After [`GROW_AFTER`] iterations in which the host answered
-/// everything without trouble, it grows by one, but never up to a size that failed:
-/// a transient problem does not cap a host forever, and a real limit costs no retries.
+/// A limit is lowered on tooBig, a short answer or silence at a size while one OID is
+/// answered, and remembers the smallest request size that failed. After [`GROW_AFTER`]
+/// iterations in which the host answered everything without trouble (no timeout), it
+/// grows by one, but never up to a size that failed (one that failed by silence alone
+/// is tried again after [`RETRY_SILENT_AFTER`]): a transient problem does not cap a
+/// host forever, and a real limit costs no retries.
 ///
 /// It also keeps the SNMPv3 engines discovered per address, with their clocks, and
 /// each address's encryption salt counter (which outlives a rediscovered engine).
@@ -172,6 +183,8 @@ struct Learned {
     max_oids: usize,
     /// Smallest request size that failed.
     failed_at: usize,
+    /// `failed_at` was learned from silence alone (see [`RETRY_SILENT_AFTER`]).
+    silent: bool,
     /// Clean iterations since the last change.
     clean: u32,
 }
@@ -333,6 +346,13 @@ pub struct Stats {
     pub not_authentic: u64,
     /// SNMPv3 discovery requests sent (first attempts).
     pub discoveries: u64,
+    /// One-OID probes sent beside the retry of a bigger request (see
+    /// [`Iteration::handle_timeout`]), and how many were answered.
+    pub probes: u64,
+    pub probes_answered: u64,
+    /// Requests of several OIDs that went unanswered while their agent answered a probe:
+    /// halved, as on tooBig.
+    pub silent_too_big: u64,
     /// SNMPv3 Reports received (discovery answers included).
     pub reports: u64,
     /// SNMPv3 Reports to requests (not to discoveries), by [`ReportKind::index`]: what
@@ -352,10 +372,24 @@ struct HostState {
     start_max_oids: usize,
     /// The largest request answered in full in this iteration.
     max_ok: usize,
-    /// Set when the limit was lowered by a tooBig / short answer: saved to HostMemory.
-    /// Smallest request size that failed (tooBig / short answer) in this iteration.
+    /// Smallest request size that failed (tooBig, short answer, silence) in this
+    /// iteration: saved to HostMemory.
     failed_at: Option<usize>,
+    /// `failed_at` was learned from silence only (no tooBig or short answer at that
+    /// size): see [`RETRY_SILENT_AFTER`].
+    failed_silent: bool,
+    /// An attempt of one of its requests timed out in this iteration.
     timed_out: bool,
+    /// The probe in flight (see [`Purpose::Probe`]); not in `inflight`: it holds up
+    /// nothing and nothing waits for it but `parked`.
+    probe: Option<i32>,
+    /// A probe was answered since the last one was sent: the agent is up and answers
+    /// one OID. Used up by the next request that times out for good.
+    alive: bool,
+    /// Requests whose last attempt timed out while a probe was in flight: the probe's
+    /// fate decides theirs (kept in `inflight` and the table, without a deadline, so a
+    /// late answer still counts).
+    parked: Vec<i32>,
     /// Why the last reply to one of its requests was dropped, for its timeout's text.
     dropped: Option<Dropped>,
     inflight: Vec<i32>,
@@ -391,10 +425,23 @@ struct InFlight {
     /// None while queued for retransmission.
     deadline: Option<Instant>,
     attempts: u32,
-    /// An SNMPv3 discovery request (no items).
-    discovery: bool,
+    purpose: Purpose,
     /// The host's [`UsmHost::generation`] when the request was encoded (0 for v1/v2c).
     generation: u32,
+}
+
+/// What a request in flight is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    /// Values for its items.
+    Get,
+    /// SNMPv3 engine discovery (no items).
+    Discovery,
+    /// One OID of a request that timed out, asked alone to learn whether the agent is
+    /// up but ignores requests of that size (see [`Iteration::handle_timeout`]). Its
+    /// answer delivers nothing (the item is still the timed-out request's) and its
+    /// silence fails nothing by itself.
+    Probe,
 }
 
 const ID_MASK: u32 = 0x7fff_ffff;
@@ -408,6 +455,8 @@ pub struct Iteration<'j> {
     timers: BinaryHeap<Reverse<(Instant, i32)>>,
     ready: VecDeque<u32>,
     retransmit: VecDeque<i32>,
+    /// (host, item) to ask alone: see [`Purpose::Probe`].
+    probes: VecDeque<(u32, u32)>,
     events: VecDeque<Event>,
     pool: Vec<(Vec<u32>, Vec<u8>)>,
     /// SNMPv3: the copy of a datagram whose MAC is checked, and a decrypted PDU.
@@ -433,6 +482,7 @@ impl<'j> Iteration<'j> {
             timers: BinaryHeap::with_capacity(jobs.len().min(16_384)),
             ready: VecDeque::with_capacity(jobs.len()),
             retransmit: VecDeque::new(),
+            probes: VecDeque::new(),
             events: VecDeque::new(),
             pool: Vec::new(),
             scratch: Default::default(),
@@ -468,7 +518,11 @@ impl<'j> Iteration<'j> {
                 start_max_oids: max_oids,
                 max_ok: 0,
                 failed_at: None,
+                failed_silent: false,
                 timed_out: false,
+                probe: None,
+                alive: false,
+                parked: Vec::new(),
                 dropped: None,
                 inflight: Vec::new(),
                 queued: !empty,
@@ -507,6 +561,7 @@ impl<'j> Iteration<'j> {
     /// to decide whether to wake for the send pacer).
     pub fn has_sendable(&self) -> bool {
         !self.retransmit.is_empty()
+            || !self.probes.is_empty()
             || (!self.ready.is_empty() && self.table.len() < self.opts.max_inflight_total)
     }
 
@@ -538,6 +593,22 @@ impl<'j> Iteration<'j> {
                 retry: true,
             });
         }
+        while let Some((h, item)) = self.probes.pop_front() {
+            let st = &self.hosts[h as usize];
+            let v3_unknown = st.usm.as_ref().is_some_and(|u| u.engine.is_none());
+            if st.finished || st.probe.is_some() || v3_unknown {
+                continue;
+            }
+            let id = ((self.opts.first_request_id.wrapping_add(self.issued)) & ID_MASK) as i32;
+            self.issued += 1;
+            self.stats.probes += 1;
+            let (mut items, mut bytes) = self.pool.pop().unwrap_or_default();
+            items.clear();
+            items.push(item);
+            bytes.clear();
+            self.encode_get(h as usize, id, &items, &mut bytes, now);
+            return Some(self.launch(buf, h, id, items, bytes, now, Purpose::Probe));
+        }
         while let Some(&h) = self.ready.front() {
             if self.table.len() >= self.opts.max_inflight_total {
                 return None;
@@ -566,7 +637,7 @@ impl<'j> Iteration<'j> {
                     self.issued += 1;
                     self.stats.discoveries += 1;
                     v3::encode_discovery(&mut bytes, id);
-                    return Some(self.launch(buf, h, id, items, bytes, now, true));
+                    return Some(self.launch(buf, h, id, items, bytes, now, Purpose::Discovery));
                 }
             }
             while items.len() < st.max_oids {
@@ -580,35 +651,8 @@ impl<'j> Iteration<'j> {
                 }
             }
             self.issued += 1;
-            let oids = items.iter().map(|&i| &job.oids[i as usize]);
-            match st.usm.as_deref().and_then(|u| u.engine.as_ref()) {
-                Some(engine) => {
-                    let salt = self
-                        .salts
-                        .entry(job.addr)
-                        .or_insert_with(|| first_salt(self.opts.salt_seed, hu));
-                    // Keys localized by `Engine` always fit their cipher.
-                    let _ = v3::encode_request(
-                        &mut bytes,
-                        engine,
-                        salt,
-                        now,
-                        id,
-                        RequestKind::Get,
-                        oids,
-                    );
-                }
-                None => {
-                    encode_request(
-                        &mut bytes,
-                        job.version,
-                        job.community.as_bytes(),
-                        id,
-                        RequestKind::Get,
-                        oids,
-                    );
-                }
-            }
+            self.encode_get(hu, id, &items, &mut bytes, now);
+            let st = &mut self.hosts[hu];
             let more = st.inflight.len() + 1 < job.max_inflight.max(1)
                 && st.requeue.len() + (job.oids.len() - st.next as usize) > 0;
             if more {
@@ -616,9 +660,35 @@ impl<'j> Iteration<'j> {
                 self.ready.push_back(h);
             }
             self.stats.requests += 1;
-            return Some(self.launch(buf, h, id, items, bytes, now, false));
+            return Some(self.launch(buf, h, id, items, bytes, now, Purpose::Get));
         }
         None
+    }
+
+    /// Encodes request `id`, a GET of `items` of host `h`, into `bytes`.
+    fn encode_get(&mut self, h: usize, id: i32, items: &[u32], bytes: &mut Vec<u8>, now: Instant) {
+        let job = &self.jobs[h];
+        let oids = items.iter().map(|&i| &job.oids[i as usize]);
+        match self.hosts[h].usm.as_deref().and_then(|u| u.engine.as_ref()) {
+            Some(engine) => {
+                let salt = self
+                    .salts
+                    .entry(job.addr)
+                    .or_insert_with(|| first_salt(self.opts.salt_seed, h));
+                // Keys localized by `Engine` always fit their cipher.
+                let _ = v3::encode_request(bytes, engine, salt, now, id, RequestKind::Get, oids);
+            }
+            None => {
+                encode_request(
+                    bytes,
+                    job.version,
+                    job.community.as_bytes(),
+                    id,
+                    RequestKind::Get,
+                    oids,
+                );
+            }
+        }
     }
 
     /// Registers request `id` of host `h` in flight and hands its bytes out.
@@ -631,16 +701,19 @@ impl<'j> Iteration<'j> {
         items: Vec<u32>,
         bytes: Vec<u8>,
         now: Instant,
-        discovery: bool,
+        purpose: Purpose,
     ) -> Transmit {
         let job = &self.jobs[h as usize];
         buf.extend_from_slice(&bytes);
         let deadline = now + job.timeout;
-        let generation = self.hosts[h as usize]
-            .usm
-            .as_ref()
-            .map_or(0, |u| u.generation);
-        self.hosts[h as usize].inflight.push(id);
+        let st = &mut self.hosts[h as usize];
+        let generation = st.usm.as_ref().map_or(0, |u| u.generation);
+        if purpose == Purpose::Probe {
+            st.probe = Some(id);
+            st.alive = false;
+        } else {
+            st.inflight.push(id);
+        }
         self.table.insert(
             id,
             InFlight {
@@ -649,7 +722,7 @@ impl<'j> Iteration<'j> {
                 bytes,
                 deadline: Some(deadline),
                 attempts: 1,
-                discovery,
+                purpose,
                 generation,
             },
         );
@@ -686,6 +759,16 @@ impl<'j> Iteration<'j> {
 
     /// Expires attempts whose timeout passed: retry (queued for [`Self::poll_transmit`])
     /// or, when retries are used up, fail the whole host.
+    ///
+    /// Some agents never answer a request whose answer would be too big for them,
+    /// instead of saying tooBig. So the first retry of a request of several OIDs goes
+    /// out with a probe beside it: its first OID alone. If the probe is answered and the
+    /// request's last attempt is not, the agent is up and ignores that size: the request
+    /// is halved (a second time in one iteration: one OID per request, as Zabbix does)
+    /// and the size remembered like a tooBig, instead of failing the host. A host that
+    /// is down answers neither and dies at the same moment as without the probe (the
+    /// last attempt waits for the probe's end, sent just after it). With `retries = 0`
+    /// nothing is probed.
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(d) = self.opts.deadline {
             if now >= d {
@@ -708,15 +791,77 @@ impl<'j> Iteration<'j> {
             if e.deadline != Some(t) {
                 continue;
             }
-            self.stats.timeouts += 1;
             let host = e.host as usize;
-            if e.attempts <= self.jobs[host].retries {
-                e.deadline = None;
+            if e.purpose == Purpose::Probe {
+                self.end_probe(host, false);
+                continue;
+            }
+            self.stats.timeouts += 1;
+            let (n, first, get) = (
+                e.items.len(),
+                e.items.first().copied(),
+                e.purpose == Purpose::Get,
+            );
+            let retry = e.attempts <= self.jobs[host].retries;
+            e.deadline = None;
+            let st = &mut self.hosts[host];
+            st.timed_out = true;
+            if retry {
                 self.retransmit.push_back(id);
+                if let (true, Some(item)) = (get && n > 1 && st.probe.is_none(), first) {
+                    self.probes.push_back((host as u32, item));
+                }
+            } else if get && n > 1 && st.alive {
+                st.alive = false;
+                self.silent_too_big(host, id);
+            } else if get && n > 1 && st.probe.is_some() {
+                st.parked.push(id);
             } else {
                 self.kill_host(host, ItemFailure::Timeout);
             }
         }
+    }
+
+    /// The probe of `host` was answered, or not (timeout, send error, Report): decides
+    /// the requests parked on it.
+    fn end_probe(&mut self, host: usize, answered: bool) {
+        if self.hosts[host].probe.is_none() {
+            return;
+        }
+        self.drop_probe(host);
+        let parked = std::mem::take(&mut self.hosts[host].parked);
+        if answered {
+            self.stats.probes_answered += 1;
+        }
+        if parked.is_empty() {
+            self.hosts[host].alive = answered;
+        } else if answered {
+            for id in parked {
+                self.silent_too_big(host, id);
+            }
+        } else {
+            self.kill_host(host, ItemFailure::Timeout);
+        }
+    }
+
+    /// Request `id` went unanswered while its agent answered one OID alone: as tooBig.
+    fn silent_too_big(&mut self, host: usize, id: i32) {
+        let Some(e) = self.table.remove(&id) else {
+            return;
+        };
+        self.stats.silent_too_big += 1;
+        self.hosts[host].inflight.retain(|&x| x != id);
+        let n = e.items.len();
+        let st = &self.hosts[host];
+        let size = if st.failed_at.is_some() && st.failed_silent {
+            1
+        } else {
+            n / 2
+        };
+        self.shrink(host, n, size, true);
+        self.requeue_front(host, &e.items);
+        self.recycle(e);
+        self.after_progress(host);
     }
 
     /// The driver could not send request `request_id`: its items fail with `text`, the
@@ -727,8 +872,13 @@ impl<'j> Iteration<'j> {
         };
         self.stats.send_errors += 1;
         let host = e.host as usize;
+        if e.purpose == Purpose::Probe {
+            self.table.insert(request_id, e);
+            self.end_probe(host, false);
+            return;
+        }
         self.hosts[host].inflight.retain(|&x| x != request_id);
-        if e.discovery {
+        if e.purpose == Purpose::Discovery {
             // Without the agent's engine nothing else of the host can be sent.
             self.recycle(e);
             self.kill_host(host, ItemFailure::Send(text.to_string()));
@@ -811,7 +961,14 @@ impl<'j> Iteration<'j> {
         };
         let host = e.host as usize;
         self.stats.responses += 1;
-        self.hosts[host].inflight.retain(|&x| x != id);
+        if e.purpose == Purpose::Probe {
+            self.table.insert(id, e);
+            self.end_probe(host, true);
+            return Received::Matched;
+        }
+        let st = &mut self.hosts[host];
+        st.inflight.retain(|&x| x != id);
+        st.parked.retain(|&x| x != id);
         self.process_response(host, &e.items, msg);
         self.recycle(e);
         self.after_progress(host);
@@ -873,7 +1030,14 @@ impl<'j> Iteration<'j> {
         let Some(user) = self.jobs[host].usm.clone() else {
             return Received::WrongVersion;
         };
-        let discovery = self.table.get(&id).is_some_and(|e| e.discovery);
+        let purpose = self.table.get(&id).map(|e| e.purpose);
+        if purpose == Some(Purpose::Probe) && pdu.pdu_type == PduType::Report {
+            // The request it stands beside gets its own Report, and deals with it.
+            self.stats.reports += 1;
+            self.end_probe(host, false);
+            return Received::Report;
+        }
+        let discovery = purpose == Some(Purpose::Discovery);
         match pdu.pdu_type {
             PduType::Report => {
                 self.stats.reports += 1;
@@ -999,10 +1163,15 @@ impl<'j> Iteration<'j> {
             }
             match (st.failed_at, memory.max_oids.get_mut(&job.addr)) {
                 (Some(failed), entry) => {
-                    let failed_at = entry.map_or(failed, |l| l.failed_at.min(failed));
+                    let (failed_at, silent) = match entry {
+                        Some(l) if l.failed_at < failed => (l.failed_at, l.silent),
+                        Some(l) if l.failed_at == failed => (failed, l.silent && st.failed_silent),
+                        _ => (failed, st.failed_silent),
+                    };
                     let learned = Learned {
                         max_oids: st.max_oids,
                         failed_at,
+                        silent,
                         clean: 0,
                     };
                     memory.max_oids.insert(job.addr, learned);
@@ -1011,6 +1180,13 @@ impl<'j> Iteration<'j> {
                     l.clean += 1;
                     if l.clean >= GROW_AFTER && l.max_oids + 1 < l.failed_at {
                         l.max_oids += 1;
+                        l.clean = 0;
+                    } else if l.silent && l.clean >= RETRY_SILENT_AFTER {
+                        // Silence may have been two lost datagrams, not the size: try
+                        // it again (a real limit costs one more probe, this rarely).
+                        l.max_oids = l.failed_at;
+                        l.failed_at = usize::MAX;
+                        l.silent = false;
                         l.clean = 0;
                     }
                 }
@@ -1053,7 +1229,7 @@ impl<'j> Iteration<'j> {
                     (0..n).filter(|&k| !answered[k]).map(|k| items[k]).collect();
                 if missing.len() == n {
                     // Nothing it answered was asked: as a short answer of nothing.
-                    self.shrink(host, n, n / 2);
+                    self.shrink(host, n, n / 2, false);
                     self.requeue_front(host, &missing);
                 } else {
                     // One at a time: an agent that leaves an OID out of a request of one
@@ -1085,7 +1261,7 @@ impl<'j> Iteration<'j> {
                 } else {
                     // The agent returned what fits: ask for the rest with that size.
                     let size = if count > 0 { count } else { n / 2 };
-                    self.shrink(host, n, size);
+                    self.shrink(host, n, size, false);
                     self.requeue_front(host, &items[count..]);
                 }
             }
@@ -1094,7 +1270,7 @@ impl<'j> Iteration<'j> {
         if status == ErrorStatus::TOO_BIG {
             self.stats.too_big += 1;
             if n > 1 {
-                self.shrink(host, n, n / 2);
+                self.shrink(host, n, n / 2, false);
                 self.requeue_front(host, items);
             } else {
                 self.fail(host, items[0] as usize, ItemFailure::ErrorStatus(status));
@@ -1138,10 +1314,15 @@ impl<'j> Iteration<'j> {
         }
     }
 
-    /// A request of `failed` OIDs was too big: use `size` from now on.
-    fn shrink(&mut self, host: usize, failed: usize, size: usize) {
+    /// A request of `failed` OIDs was too big (said by the agent, or by its `silent`
+    /// answer to nothing but one OID): use `size` from now on.
+    fn shrink(&mut self, host: usize, failed: usize, size: usize, silent: bool) {
         let st = &mut self.hosts[host];
-        st.failed_at = Some(st.failed_at.map_or(failed, |f| f.min(failed)));
+        (st.failed_at, st.failed_silent) = match st.failed_at {
+            Some(f) if f < failed => (Some(f), st.failed_silent),
+            Some(f) if f == failed => (Some(f), st.failed_silent && silent),
+            _ => (Some(failed), silent),
+        };
         let size = size.max(1);
         if size < st.max_oids {
             st.max_oids = size;
@@ -1179,6 +1360,7 @@ impl<'j> Iteration<'j> {
         if unsent == 0 && st.inflight.is_empty() {
             st.finished = true;
             self.open_hosts -= 1;
+            self.drop_probe(host);
             self.events.push_back(Event::HostDone {
                 host,
                 timed_out: false,
@@ -1191,6 +1373,8 @@ impl<'j> Iteration<'j> {
 
     fn kill_host(&mut self, host: usize, f: ItemFailure) {
         let timed_out = f == ItemFailure::Timeout;
+        self.drop_probe(host);
+        self.hosts[host].parked.clear();
         let f = match (f, self.hosts[host].dropped.take()) {
             (ItemFailure::Timeout, Some(why)) => ItemFailure::Dropped(why),
             (f, _) => f,
@@ -1219,6 +1403,16 @@ impl<'j> Iteration<'j> {
         self.hosts[host].finished = true;
         self.open_hosts -= 1;
         self.events.push_back(Event::HostDone { host, timed_out });
+    }
+
+    /// Forgets `host`'s probe, if any, without failing its item (the item belongs to
+    /// another request): a late answer to it is stale.
+    fn drop_probe(&mut self, host: usize) {
+        if let Some(id) = self.hosts[host].probe.take() {
+            if let Some(e) = self.table.remove(&id) {
+                self.recycle(e);
+            }
+        }
     }
 
     fn recycle(&mut self, e: InFlight) {

@@ -234,3 +234,33 @@ impl Drop for NftTable {
             .status();
     }
 }
+
+/// An SNMP agent on loopback, a thread of the test process: `answer` gets each request
+/// (v1/v2c; undecodable datagrams are ignored) and gives the varbinds of its response,
+/// or `None` to stay silent. Its port on 127.0.0.1; it lives until the process ends.
+pub fn fake_agent<F>(answer: F) -> u16
+where
+    F: Fn(&snmp::Message<'_>) -> Option<Vec<(snmp::Oid, snmp::VarValue)>> + Send + 'static,
+{
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = sock.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65_536];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let Ok(m) = snmp::Message::decode(&buf[..n]) else {
+                continue;
+            };
+            let Some(vbs) = answer(&m) else {
+                continue;
+            };
+            let mut out = Vec::new();
+            snmp::encode_response(
+                &mut out,
+                &m,
+                vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+            );
+            let _ = sock.send_to(&out, from);
+        }
+    });
+    port
+}

@@ -37,6 +37,9 @@ struct Agent {
     /// Leave OIDs it does not know out of its answers (instead of noSuchObject).
     omit_unknown: bool,
     silent: bool,
+    /// Never answer a request with more varbinds than this (as some agents do instead
+    /// of tooBig).
+    silent_over: usize,
     latency: Duration,
     received: usize,
     /// SNMPv3: the agent's engine and user.
@@ -62,6 +65,7 @@ impl Agent {
             drop_first: 0,
             omit_unknown: false,
             silent: false,
+            silent_over: usize::MAX,
             latency: Duration::from_millis(1),
             received: 0,
             usm: None,
@@ -86,7 +90,7 @@ impl Agent {
             return self.answer_v3(req, now);
         }
         let m = Message::decode(req).ok()?;
-        if m.community != self.community.as_bytes() {
+        if m.community != self.community.as_bytes() || m.varbind_count() > self.silent_over {
             return None;
         }
         let asked: Vec<Oid> = m.varbinds().map(|vb| vb.oid.to_owned()).collect();
@@ -352,6 +356,33 @@ fn agent_with(n: usize) -> (Agent, Vec<String>) {
     (Agent::new(&vals), oids)
 }
 
+/// One host (`addr(1)`) with `n` items at the job defaults, and its agent as `tweak`
+/// makes it.
+fn one_host(
+    n: usize,
+    tweak: impl FnOnce(&mut Agent),
+) -> (Vec<HostJob>, HashMap<SocketAddr, Agent>) {
+    let (mut a, oids) = agent_with(n);
+    tweak(&mut a);
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    (vec![job(1, &refs)], HashMap::from([(addr(1), a)]))
+}
+
+/// One iteration with the default options.
+fn iterate(
+    jobs: &[HostJob],
+    agents: &mut HashMap<SocketAddr, Agent>,
+    memory: HostMemory,
+) -> Outcome {
+    simulate(
+        jobs,
+        agents,
+        memory,
+        IterationOptions::default(),
+        Instant::now(),
+    )
+}
+
 #[test]
 fn hybrid_chain_one_request_per_host_in_flight() {
     let (a, oids) = agent_with(5);
@@ -361,14 +392,7 @@ fn hybrid_chain_one_request_per_host_in_flight() {
     let jb = job(2, &refs[..2]);
     let jobs = vec![ja, jb];
     let mut agents = HashMap::from([(addr(1), a.clone()), (addr(2), a)]);
-    let t0 = Instant::now();
-    let out = simulate(
-        &jobs,
-        &mut agents,
-        HostMemory::default(),
-        IterationOptions::default(),
-        t0,
-    );
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
     // Host 0 needs 3 requests (2+2+1 OIDs), sent one after another: never two at once.
     let host0: Vec<&(Duration, Transmit, Vec<u8>)> =
         out.sent.iter().filter(|s| s.1.host == 0).collect();
@@ -503,14 +527,7 @@ fn too_big_halves_and_is_remembered() {
     assert_eq!(j.max_oids, 10);
     let jobs = [j];
     let mut agents = HashMap::from([(addr(1), a)]);
-    let t0 = Instant::now();
-    let out = simulate(
-        &jobs,
-        &mut agents,
-        HostMemory::default(),
-        IterationOptions::default(),
-        t0,
-    );
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
     // 10 -> tooBig -> 5 -> tooBig -> 2: works, remembered.
     assert_eq!(out.stats.too_big, 2);
     assert_eq!(out.memory.max_oids(&addr(1)), Some(2));
@@ -520,13 +537,7 @@ fn too_big_halves_and_is_remembered() {
         .iter()
         .all(|(i, r)| *r == Ok(VarValue::Counter32(*i as u32 * 100))));
     // Next iteration starts at the learned size: no tooBig at all.
-    let out2 = simulate(
-        &jobs,
-        &mut agents,
-        out.memory.clone(),
-        IterationOptions::default(),
-        t0,
-    );
+    let out2 = iterate(&jobs, &mut agents, out.memory.clone());
     assert_eq!(out2.stats.too_big, 0);
     assert_eq!(out2.stats.requests, 5);
     assert_eq!(items_of(&out2.events, 0).len(), 10);
@@ -545,14 +556,7 @@ fn one_value_too_big_for_any_message_fails_alone_and_shrinks_nothing() {
     j.max_oids = 21;
     let jobs = [j];
     let mut agents = HashMap::from([(addr(1), a)]);
-    let t0 = Instant::now();
-    let out = simulate(
-        &jobs,
-        &mut agents,
-        HostMemory::default(),
-        IterationOptions::default(),
-        t0,
-    );
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
     let items = items_of(&out.events, 0);
     assert_eq!(
         items[&10],
@@ -560,13 +564,7 @@ fn one_value_too_big_for_any_message_fails_alone_and_shrinks_nothing() {
     );
     assert_eq!(items.values().filter(|r| r.is_ok()).count(), 20);
     assert_eq!(out.memory.max_oids(&addr(1)), Some(10));
-    let out2 = simulate(
-        &jobs,
-        &mut agents,
-        out.memory.clone(),
-        IterationOptions::default(),
-        t0,
-    );
+    let out2 = iterate(&jobs, &mut agents, out.memory.clone());
     let sizes = request_sizes(&out2);
     assert_eq!(sizes[0], 10, "{sizes:?}");
     // Within the first iteration too: after the culprit failed, the rest of its half
@@ -582,12 +580,11 @@ fn learned_limit_grows_back_but_never_to_a_size_that_failed() {
     let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
     let jobs = [job(1, &refs)];
     let mut agents = HashMap::from([(addr(1), a)]);
-    let t0 = Instant::now();
     let mut memory = HostMemory::default();
     let mut limits = Vec::new();
     let mut too_big = Vec::new();
     for _ in 0..(4 * GROW_AFTER) {
-        let out = simulate(&jobs, &mut agents, memory, IterationOptions::default(), t0);
+        let out = iterate(&jobs, &mut agents, memory);
         assert_eq!(items_of(&out.events, 0).len(), 10);
         too_big.push(out.stats.too_big);
         memory = out.memory;
@@ -603,6 +600,118 @@ fn learned_limit_grows_back_but_never_to_a_size_that_failed() {
     // 4 was offered exactly once (the limit stored before that iteration tried it).
     assert_eq!(limits.iter().filter(|&&l| l == 4).count(), 1, "{limits:?}");
     assert!(limits.iter().all(|&l| l <= 4));
+}
+
+#[test]
+fn an_agent_silent_above_a_size_is_asked_smaller_not_given_up() {
+    // 10 items at 10 OIDs per request; the agent never answers more than 4. The probe
+    // beside the retry (one OID) is answered: 10 is halved, 5 is silent too, then one
+    // OID per request (as Zabbix). Every item gets its value, each exactly once (the
+    // probe delivers nothing); the next iteration starts at the learned size.
+    let (jobs, mut agents) = one_host(10, |a| a.silent_over = 4);
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.len(), 10);
+    assert!(
+        items
+            .iter()
+            .all(|(i, r)| *r == Ok(VarValue::Counter32(*i as u32 * 100))),
+        "{items:?}"
+    );
+    assert_eq!(out.stats.silent_too_big, 2);
+    assert_eq!((out.stats.probes, out.stats.probes_answered), (2, 2));
+    assert_eq!(out.stats.hosts_timed_out, 0);
+    // 10, its retry and the probe; 5, its retry and the probe; then ten of one.
+    assert_eq!(
+        request_sizes(&out),
+        [[10, 10, 1, 5, 5, 1].as_slice(), &[1; 10]].concat()
+    );
+    assert_eq!(out.elapsed, Duration::from_millis(4010));
+    assert_eq!(out.memory.max_oids(&addr(1)), Some(1));
+    let out2 = iterate(&jobs, &mut agents, out.memory.clone());
+    assert_eq!(out2.stats.timeouts, 0);
+    assert_eq!(items_of(&out2.events, 0).len(), 10);
+}
+
+#[test]
+fn a_silent_limit_grows_back_and_is_tried_again_much_later() {
+    // The agent ignores more than 3 OIDs. Learned at 1 (see above), the limit grows by
+    // one per GROW_AFTER clean iterations up to 4, one below the size found silent (5);
+    // after RETRY_SILENT_AFTER more, 5 is offered once more (silent again: probed and
+    // halved), never more often.
+    let (jobs, mut agents) = one_host(10, |a| a.silent_over = 4);
+    let mut memory = HostMemory::default();
+    let mut limits = Vec::new();
+    let mut silent = Vec::new();
+    let rounds = 1 + 3 * GROW_AFTER + RETRY_SILENT_AFTER + 1;
+    for _ in 0..rounds {
+        let out = iterate(&jobs, &mut agents, memory);
+        let items = items_of(&out.events, 0);
+        assert!(items.values().all(Result::is_ok), "{items:?}");
+        silent.push(out.stats.silent_too_big);
+        memory = out.memory;
+        limits.push(memory.max_oids(&addr(1)).unwrap());
+    }
+    let g = GROW_AFTER as usize;
+    assert_eq!(
+        &limits[..=3 * g].iter().step_by(g).collect::<Vec<_>>(),
+        &[&1, &2, &3, &4]
+    );
+    let at_four = limits.iter().filter(|&&l| l == 4).count();
+    assert_eq!(at_four, RETRY_SILENT_AFTER as usize, "{limits:?}");
+    assert_eq!(limits[limits.len() - 2], 5, "5 offered again: {limits:?}");
+    assert_eq!(*limits.last().unwrap(), 2, "{limits:?}");
+    // Silent requests: 10 and 5 in the first iteration, 5 in the last one.
+    assert_eq!(silent.iter().sum::<u64>(), 3, "{silent:?}");
+}
+
+#[test]
+fn iterations_with_timeouts_do_not_let_a_limit_grow() {
+    // Learned at 2 (tooBig above 3), then the host is down for GROW_AFTER iterations:
+    // they were not clean, so the limit is still 2 (it grew while the host was away).
+    let (jobs, mut agents) = one_host(10, |a| a.too_big_over = 3);
+    let t0 = Instant::now();
+    let opts = IterationOptions::default;
+    let mut memory = simulate(&jobs, &mut agents, HostMemory::default(), opts(), t0).memory;
+    assert_eq!(memory.max_oids(&addr(1)), Some(2));
+    agents.get_mut(&addr(1)).unwrap().silent = true;
+    for _ in 0..GROW_AFTER {
+        memory = simulate(&jobs, &mut agents, memory, opts(), t0).memory;
+    }
+    assert_eq!(memory.max_oids(&addr(1)), Some(2));
+}
+
+#[test]
+fn a_lost_request_answered_on_retry_teaches_nothing() {
+    // The first datagram is lost, the retry answered: the probe sent beside it says the
+    // agent is up, but the request itself was answered: no size is learned, and the
+    // probe's late answer is stale, not a value.
+    let (jobs, mut agents) = one_host(10, |a| a.drop_first = 1);
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
+    assert_eq!(items_of(&out.events, 0).len(), 10);
+    assert_eq!(out.stats.items_ok, 10);
+    assert_eq!(out.stats.probes, 1);
+    assert_eq!(out.stats.silent_too_big, 0);
+    assert_eq!(out.memory.max_oids(&addr(1)), None);
+}
+
+#[test]
+fn a_dead_host_with_big_requests_dies_when_it_did_without_the_probe() {
+    let (mut a, oids) = agent_with(10);
+    a.silent = true;
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let mut j = job(1, &refs);
+    j.retries = 2;
+    let jobs = [j];
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
+    let items = items_of(&out.events, 0);
+    assert!(items.values().all(|r| *r == Err(ItemFailure::Timeout)));
+    assert_eq!(out.elapsed, Duration::from_secs(3));
+    assert_eq!(out.stats.hosts_timed_out, 1);
+    // One probe, beside the first retry (still in flight at the second).
+    assert_eq!((out.stats.probes, out.stats.probes_answered), (1, 0));
+    assert_eq!(out.memory.max_oids(&addr(1)), None);
 }
 
 #[test]
@@ -1058,7 +1167,7 @@ proptest! {
             }
             agents.insert(addr(i as u8 + 1), a);
         }
-        let out = simulate(&jobs, &mut agents, memory, IterationOptions::default(), t0);
+        let out = iterate(&jobs, &mut agents, memory);
         for (h, j) in jobs.iter().enumerate() {
             let items = items_of(&out.events, h);
             prop_assert_eq!(items.len(), j.oids.len());
@@ -1239,8 +1348,10 @@ fn v3_unauthenticated_answers_to_authenticated_requests_are_dropped() {
     );
     let items = items_of(&out.events, 0);
     assert!(items.values().all(|r| r == &Err(ItemFailure::Timeout)));
-    // The first request and its retry were answered, forged: both dropped.
-    assert_eq!(out.stats.not_authentic, 2);
+    // The first request, its retry and the probe beside it were answered, forged: all
+    // dropped (the forged answer to the probe does not make the host look alive).
+    assert_eq!(out.stats.not_authentic, 3);
+    assert_eq!((out.stats.probes, out.stats.probes_answered), (1, 0));
     assert_eq!(out.stats.items_ok, 0);
 }
 
