@@ -388,6 +388,42 @@ async fn snmpsim_recordings_equal_net_snmp() {
     assert!(exact > 1000, "compared {exact} values exactly");
 }
 
+/// Two drivers sharing one pacer stay under its rate together: 2 × 40 requests at 40
+/// per second take about 2 s (each on a pacer of its own: about 1 s, the daemon's
+/// `snmp.max_pps` doubled by `snmp_concurrent_iterations = 2`). A lower bound: a rate
+/// cap cannot be beaten by a fast machine.
+#[tokio::test(flavor = "current_thread")]
+async fn drivers_sharing_a_pacer_share_its_rate() {
+    let (addr, community) = snmpd_agents()[0].clone();
+    let oids: Vec<Oid> = (0..40)
+        .map(|_| "1.3.6.1.2.1.1.3.0".parse().unwrap())
+        .collect();
+    let mut j = job(addr, &community, oids);
+    j.max_oids = 1;
+    let jobs = [j];
+    let opts = SnmpDriverOptions {
+        max_pps: 40,
+        ..Default::default()
+    };
+    let pacer = Arc::new(poller::icmp_driver::SharedPacer::new(
+        40,
+        poller::snmp_driver::SEND_BURST,
+        Instant::now(),
+    ));
+    let mut a = SnmpDriver::open(opts).unwrap();
+    let mut b = SnmpDriver::open(opts).unwrap();
+    a.share_pacer(pacer.clone());
+    b.share_pacer(pacer);
+    let t = Instant::now();
+    let ((ra, _), (rb, _)) = tokio::join!(run(&mut a, &jobs), run(&mut b, &jobs));
+    let took = t.elapsed();
+    assert!(ra[0].values().chain(rb[0].values()).all(Result::is_ok));
+    assert!(
+        took >= Duration::from_millis(1900),
+        "80 requests at 40/s in {took:?}"
+    );
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn silent_hosts_cost_one_timeout_and_are_reported_once() {
     // Dropped on the input hook: the datagram leaves our socket (an output-hook drop

@@ -727,7 +727,21 @@ pub async fn snmp_iteration(
 /// time, so the pool size is how many iterations of the engine may overlap.
 pub enum Drivers {
     Icmp(Vec<IcmpDriver>),
-    Snmp(Vec<SnmpDriver>),
+    Snmp(SnmpDrivers),
+}
+
+/// The SNMP engine's drivers. An SNMP iteration lasts until its slowest host is done
+/// (its other hosts are rescheduled as they finish, see [`snmp_iteration`]), so a few
+/// slow devices could hold every driver while the rest of the network comes due. When
+/// every driver is busy, the newest iteration has run past [`SLOW_ITERATION`] and work
+/// is due, an extra driver takes it: an idle extra, or a new one from `open`, at most
+/// `extra` of them. Extras are kept for the next time (with what they learned of the
+/// agents) but used only then: while the base drivers keep up, iterations stay few and
+/// large.
+pub struct SnmpDrivers {
+    pub base: Vec<SnmpDriver>,
+    pub extra: usize,
+    pub open: Box<dyn FnMut() -> std::io::Result<SnmpDriver> + Send>,
 }
 
 enum Slot {
@@ -755,9 +769,18 @@ pub async fn run_engine(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), EngineFailed> {
     let (pool_tx, mut pool_rx) = mpsc::unbounded_channel::<Slot>();
-    let slots = match drivers {
-        Drivers::Icmp(v) => v.into_iter().map(Slot::Icmp).collect::<Vec<_>>(),
-        Drivers::Snmp(v) => v.into_iter().map(Slot::Snmp).collect(),
+    let (slots, mut extras) = match drivers {
+        Drivers::Icmp(v) => (v.into_iter().map(Slot::Icmp).collect::<Vec<_>>(), None),
+        Drivers::Snmp(d) => (
+            d.base.into_iter().map(Slot::Snmp).collect(),
+            (d.extra > 0).then(|| Extras {
+                idle: Vec::new(),
+                opened: 0,
+                max: d.extra,
+                open: d.open,
+                tx: tx.clone(),
+            }),
+        ),
     };
     let total_slots = slots.len();
     for s in slots {
@@ -769,6 +792,8 @@ pub async fn run_engine(
         .collect();
     drop(tx);
     let mut failed: Option<String> = None;
+    // When the newest running iteration started (see `SnmpDrivers`).
+    let mut last_start = Instant::now();
     loop {
         if *shutdown.borrow() || failed.is_some() {
             break;
@@ -786,7 +811,7 @@ pub async fn run_engine(
                 _ = shared.wake.notified() => continue,
                 _ = shutdown.changed() => continue,
                 Some(r) = running.join_next(), if !running.is_empty() => {
-                    failed = reap(r, &mut emitters).err();
+                    failed = reap(r, &mut emitters, &mut extras).err();
                     continue;
                 }
             }
@@ -794,20 +819,35 @@ pub async fn run_engine(
         // A free driver: an ICMP sweep ends within its deadline; an SNMP iteration when
         // its slowest host is done (its other hosts are rescheduled as they finish).
         let slot = loop {
+            let grow_at = extras
+                .as_ref()
+                .filter(|x| !x.idle.is_empty() || x.opened < x.max)
+                .map(|_| last_start + SLOW_ITERATION);
             tokio::select! {
-                s = pool_rx.recv() => break s,
+                // A base driver first: extras only while none is free.
+                biased;
+                s = pool_rx.recv() => break s.map(|s| (s, false)),
                 Some(r) = running.join_next(), if !running.is_empty() => {
-                    if let Err(why) = reap(r, &mut emitters) {
+                    if let Err(why) = reap(r, &mut emitters, &mut extras) {
                         failed = Some(why);
                         break None;
                     }
                 }
                 _ = shutdown.changed() => if *shutdown.borrow() { break None },
+                _ = tokio::time::sleep_until(grow_at.unwrap_or(last_start)), if grow_at.is_some() => {
+                    let x = extras.as_mut().expect("grow_at needs extras");
+                    if let Some(s) = x.take(&shared, &mut emitters) {
+                        break Some((s, true));
+                    }
+                }
             }
         };
-        let Some(slot) = slot else { break };
+        let Some((slot, extra)) = slot else { break };
         let Some(mut emitter) = emitters.pop() else {
-            let _ = pool_tx.send(slot);
+            match extra {
+                true => extras.as_mut().expect("an extra slot").idle.push(slot),
+                false => drop(pool_tx.send(slot)),
+            }
             continue;
         };
         // Backpressure: while the sink is behind, this engine takes no new work.
@@ -818,10 +858,14 @@ pub async fn run_engine(
         let horizon = now + shared.limits.batch_window.as_millis() as u64;
         let (plan, dues) = shared.take(engine, horizon);
         if dues.is_empty() {
-            let _ = pool_tx.send(slot);
+            match extra {
+                true => extras.as_mut().expect("an extra slot").idle.push(slot),
+                false => drop(pool_tx.send(slot)),
+            }
             emitters.push(emitter);
             continue;
         }
+        last_start = Instant::now();
         let shared2 = shared.clone();
         let pool_tx2 = pool_tx.clone();
         running.spawn(async move {
@@ -867,7 +911,15 @@ pub async fn run_engine(
             m.iteration_seconds.observe(sum.wall.as_secs_f64());
             (0..dues.len()).for_each(&mut complete);
             m.skipped_slots.add(skipped);
-            let _ = pool_tx2.send(slot);
+            // A base driver goes back to the pool now; an extra with the emitter, to the
+            // loop's idle extras.
+            let extra = match extra {
+                true => Some(slot),
+                false => {
+                    let _ = pool_tx2.send(slot);
+                    None
+                }
+            };
             shared2.wake.notify_waiters();
             if lateness > shared2.limits.late_after {
                 m.late_iterations.inc();
@@ -890,12 +942,12 @@ pub async fn run_engine(
                 lateness_s = format_args!("{:.3}", lateness.as_secs_f64()),
                 "iteration"
             );
-            emitter
+            (emitter, extra)
         });
     }
     // Shutdown: no new work; let running iterations reach their deadline and flush.
     while let Some(r) = running.join_next().await {
-        if let Err(why) = reap(r, &mut emitters) {
+        if let Err(why) = reap(r, &mut emitters, &mut extras) {
             failed.get_or_insert(why);
         }
     }
@@ -911,15 +963,61 @@ pub async fn run_engine(
     }
 }
 
-/// Takes back the emitter of an iteration that ended; `Err` with the panic's message
-/// when it panicked (its emitter, driver and taken items are lost with it).
+/// Extra SNMP drivers (see [`SnmpDrivers`]).
+struct Extras {
+    idle: Vec<Slot>,
+    opened: usize,
+    max: usize,
+    open: Box<dyn FnMut() -> std::io::Result<SnmpDriver> + Send>,
+    /// For the emitters of new extras.
+    tx: mpsc::Sender<Samples>,
+}
+
+impl Extras {
+    /// An idle extra driver, or a new one (with an emitter of its own added to
+    /// `emitters`); `None` when none may be opened.
+    fn take(&mut self, shared: &Shared, emitters: &mut Vec<Emitter>) -> Option<Slot> {
+        if let Some(s) = self.idle.pop() {
+            return Some(s);
+        }
+        if self.opened >= self.max {
+            return None;
+        }
+        self.opened += 1;
+        match (self.open)() {
+            Ok(d) => {
+                tracing::info!(
+                    extra = self.opened,
+                    max = self.max,
+                    "every SNMP iteration is held by slow devices: another one takes the due work"
+                );
+                emitters.push(Emitter::new(self.tx.clone(), shared.pipeline.clone()));
+                Some(Slot::Snmp(d))
+            }
+            Err(e) => {
+                // Not again: the base drivers go on alone.
+                self.max = self.opened - 1;
+                tracing::warn!(error = %e, "cannot open another SNMP driver for slow devices");
+                None
+            }
+        }
+    }
+}
+
+/// Takes back the emitter (and an extra SNMP driver) of an iteration that ended; `Err`
+/// with the panic's message when it panicked (its emitter, driver and taken items are
+/// lost with it).
 fn reap(
-    r: Result<Emitter, tokio::task::JoinError>,
+    r: Result<(Emitter, Option<Slot>), tokio::task::JoinError>,
     emitters: &mut Vec<Emitter>,
+    extras: &mut Option<Extras>,
 ) -> Result<(), String> {
     match r {
-        Ok(e) => {
+        Ok((e, extra)) => {
             emitters.push(e);
+            if let (Some(x), Some(s)) = (extras.as_mut(), extra) {
+                x.idle.push(s);
+            }
             Ok(())
         }
         Err(e) => Err(match e.try_into_panic() {

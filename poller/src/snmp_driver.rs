@@ -25,8 +25,10 @@
 //!   when privileged, else `SO_RCVBUF`, capped by `net.core.rmem_max`).
 //! * The loop alternates a bounded receive turn (drains every socket in `recvmmsg`
 //!   batches, at most [`RECV_TURN`] datagrams) and a bounded send turn (at most
-//!   [`SEND_TURN`] datagrams in `sendmmsg` batches, paced by a token bucket at
-//!   [`SnmpDriverOptions::max_pps`]), so sending can never starve receiving and replies
+//!   [`SEND_TURN`] datagrams in `sendmmsg` batches, paced at
+//!   [`SnmpDriverOptions::max_pps`] by a [`SharedPacer`], the driver's own or one that
+//!   several drivers share: [`SnmpDriver::share_pacer`]), so sending can never starve
+//!   receiving and replies
 //!   are read while requests are still going out. A datagram the kernel refuses
 //!   (full send buffer) is kept and sent first once the socket is writable.
 //! * Request matching, retries and per-host chains live in the sans-IO engine; this
@@ -49,9 +51,11 @@ use std::io;
 use std::mem::size_of;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
+use icmp::SharedPacer;
 use snmp::{Event, HostMemory, ItemFailure, Iteration, IterationOptions};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -119,6 +123,8 @@ pub struct SnmpIterationReport {
 #[derive(Debug)]
 pub struct SnmpDriver {
     opts: SnmpDriverOptions,
+    /// None: unpaced (`max_pps` 0).
+    pacer: Option<Arc<SharedPacer>>,
     v4: Vec<Slot>,
     v6: Option<Slot>,
     memory: HostMemory,
@@ -253,6 +259,8 @@ impl SnmpDriver {
         };
         Ok(SnmpDriver {
             opts,
+            pacer: (opts.max_pps > 0)
+                .then(|| Arc::new(SharedPacer::new(opts.max_pps, SEND_BURST, Instant::now()))),
             v4,
             v6,
             memory: HostMemory::default(),
@@ -262,6 +270,13 @@ impl SnmpDriver {
 
     pub fn options(&self) -> SnmpDriverOptions {
         self.opts
+    }
+
+    /// Share `max_pps` with other drivers: this driver's iterations then send only on
+    /// slots taken from `pacer` (and [`SnmpDriverOptions::max_pps`] no longer applies),
+    /// so drivers whose iterations overlap stay under one rate together.
+    pub fn share_pacer(&mut self, pacer: Arc<SharedPacer>) {
+        self.pacer = Some(pacer);
     }
 
     /// Learned per-host limits (tooBig / short answers), kept across iterations.
@@ -337,7 +352,7 @@ impl SnmpDriver {
             .take()
             .unwrap_or_else(|| Box::new(RecvBatch::new()));
         let mut pool: Vec<Vec<u8>> = Vec::new();
-        let mut pacer = Pacer::new(self.opts.max_pps, start);
+        let pacer = self.pacer.clone();
         // Per socket: datagrams collected in this send turn (flushed with sendmmsg);
         // what a full socket buffer refused stays there for the next turn.
         let mut outq: Vec<Vec<Out>> = all.iter().map(|_| Vec::with_capacity(SEND_BATCH)).collect();
@@ -387,14 +402,18 @@ impl SnmpDriver {
 
             // Send turn (bounded, paced): left-overs first, then new datagrams.
             let mut queued: usize = outq.iter().map(Vec::len).sum();
-            if blocked.is_none() {
-                while queued < SEND_TURN && pacer.take(now) {
+            if blocked.is_none() && queued < SEND_TURN {
+                let want = SEND_TURN - queued;
+                let slots = pacer.as_ref().map(|p| p.take(now, want));
+                let allowed = slots.map_or(want, |s| s.n);
+                let mut used = 0;
+                while used < allowed {
                     let mut buf = pool.pop().unwrap_or_else(|| Vec::with_capacity(256));
                     let Some(t) = it.poll_transmit(now, &mut buf) else {
-                        pacer.give_back();
                         pool.push(buf);
                         break;
                     };
+                    used += 1;
                     let Some(k) = sock_of(&t) else {
                         it.handle_send_error(t.request_id, "no socket for this address family");
                         pool.push(buf);
@@ -406,6 +425,9 @@ impl SnmpDriver {
                         bytes: buf,
                     });
                     queued += 1;
+                }
+                if let (Some(p), Some(s)) = (&pacer, slots) {
+                    p.give_back(s, used);
                 }
             }
             let mut sent = 0;
@@ -453,7 +475,7 @@ impl SnmpDriver {
             let more_to_send = it.has_sendable();
             let mut wake = it.poll_timeout();
             if more_to_send && blocked.is_none() {
-                let p = pacer.next_token_at();
+                let p = pacer.as_ref().map_or(now, |p| p.next_slot());
                 wake = Some(wake.map_or(p, |w| w.min(p)));
             }
             let wake = wake.unwrap_or_else(|| Instant::now() + Duration::from_millis(100));
@@ -513,53 +535,8 @@ fn normalize(src: SocketAddr) -> SocketAddr {
     }
 }
 
-/// Token bucket: `pps` tokens per second, bursts of up to 10 ms worth (at least 1).
-struct Pacer {
-    pps: u32,
-    tokens: f64,
-    burst: f64,
-    last: Instant,
-}
-
-impl Pacer {
-    fn new(pps: u32, now: Instant) -> Pacer {
-        let burst = (pps as f64 / 100.0).max(1.0);
-        Pacer {
-            pps,
-            tokens: burst,
-            burst,
-            last: now,
-        }
-    }
-
-    fn take(&mut self, now: Instant) -> bool {
-        if self.pps == 0 {
-            return true;
-        }
-        let dt = now.saturating_duration_since(self.last).as_secs_f64();
-        self.last = now.max(self.last);
-        self.tokens = (self.tokens + dt * self.pps as f64).min(self.burst);
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
-    }
-
-    fn give_back(&mut self) {
-        if self.pps != 0 {
-            self.tokens += 1.0;
-        }
-    }
-
-    fn next_token_at(&self) -> Instant {
-        if self.pps == 0 || self.tokens >= 1.0 {
-            return self.last;
-        }
-        self.last + Duration::from_secs_f64((1.0 - self.tokens) / self.pps as f64)
-    }
-}
+/// Most of `max_pps` sent at once after an idle spell: 10 ms worth.
+pub const SEND_BURST: Duration = Duration::from_millis(10);
 
 /// Datagrams per `recvmmsg` call.
 const RECV_BATCH: usize = 32;
@@ -711,23 +688,6 @@ fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pacer_limits_rate() {
-        let t0 = Instant::now();
-        let mut p = Pacer::new(1000, t0);
-        let burst = (0..100).take_while(|_| p.take(t0)).count();
-        assert_eq!(burst, 10, "10 ms worth of burst");
-        assert!(!p.take(t0));
-        let next = p.next_token_at();
-        assert!(next > t0 && next <= t0 + Duration::from_millis(1));
-        assert!(p.take(t0 + Duration::from_millis(1)));
-        // One second later: at most one burst, not a second's worth.
-        let later = t0 + Duration::from_secs(1);
-        assert_eq!((0..2000).take_while(|_| p.take(later)).count(), 10);
-        let mut unpaced = Pacer::new(0, t0);
-        assert!((0..10_000).all(|_| unpaced.take(t0)));
-    }
 
     #[test]
     fn failures_map_to_item_errors_without_community() {

@@ -220,11 +220,47 @@ pub fn check_sources(cfg: &Config) -> anyhow::Result<()> {
 
 /// Open the shared SNMP sockets.
 pub fn open_snmp_driver(cfg: &Config) -> anyhow::Result<poller::snmp_driver::SnmpDriver> {
-    let opts = poller::snmp_driver::SnmpDriverOptions {
+    poller::snmp_driver::SnmpDriver::open(snmp_driver_options(cfg))
+        .map_err(|e| anyhow::anyhow!("opening SNMP sockets: {e}"))
+}
+
+fn snmp_driver_options(cfg: &Config) -> poller::snmp_driver::SnmpDriverOptions {
+    poller::snmp_driver::SnmpDriverOptions {
         max_pps: cfg.snmp.max_pps,
         source: cfg.daemon.source_addrs(),
         ..Default::default()
-    };
-    poller::snmp_driver::SnmpDriver::open(opts)
-        .map_err(|e| anyhow::anyhow!("opening SNMP sockets: {e}"))
+    }
 }
+
+/// The daemon's SNMP drivers: `daemon.snmp_concurrent_iterations` of them, and up to
+/// [`EXTRA_SNMP_DRIVERS`] times as many more for when slow devices hold them all, all
+/// sharing one `snmp.max_pps`.
+pub fn open_snmp_drivers(cfg: &Config) -> anyhow::Result<poller::daemon::SnmpDrivers> {
+    let opts = snmp_driver_options(cfg);
+    let pacer = (opts.max_pps > 0).then(|| {
+        std::sync::Arc::new(poller::icmp_driver::SharedPacer::new(
+            opts.max_pps,
+            poller::snmp_driver::SEND_BURST,
+            std::time::Instant::now(),
+        ))
+    });
+    let open = move || {
+        let mut d = poller::snmp_driver::SnmpDriver::open(opts)?;
+        if let Some(p) = &pacer {
+            d.share_pacer(p.clone());
+        }
+        Ok(d)
+    };
+    let n = cfg.daemon.snmp_concurrent_iterations;
+    let base = (0..n)
+        .map(|_| open().map_err(|e| anyhow::anyhow!("opening SNMP sockets: {e}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(poller::daemon::SnmpDrivers {
+        base,
+        extra: n * EXTRA_SNMP_DRIVERS,
+        open: Box::new(open),
+    })
+}
+
+/// See [`open_snmp_drivers`].
+pub const EXTRA_SNMP_DRIVERS: usize = 3;

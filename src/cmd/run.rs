@@ -103,9 +103,7 @@ async fn daemon(
     .await
     .context("starting the sink")?;
     let sink = Arc::new(sink);
-    let snmp = (0..cfg.daemon.snmp_concurrent_iterations)
-        .map(|_| crate::cmd::open_snmp_driver(&cfg))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let snmp = crate::cmd::open_snmp_drivers(&cfg)?;
     let shared = Shared::new(plan, cfg.daemon.shards, Clock::new(), super::limits(&cfg));
     // Bound before "started" is logged: a port in use is a failed start, not one that
     // said it started.
