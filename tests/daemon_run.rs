@@ -313,7 +313,9 @@ fn a_part_that_panics_stops_the_daemon_with_status_1_after_writing_what_it_polle
 /// with a healthy agent polled every second (`batch_window` merges them), with one
 /// SNMP driver: the healthy host is rescheduled when it is done, not when the slow one
 /// is, and an extra driver polls it every second meanwhile (it got one value in 5 s
-/// when the iteration held it, and held the only driver).
+/// when the iteration held it, and held the only driver). A third device ignores
+/// requests of more than 2 OIDs: its 4 items get values, and /metrics counts the
+/// silence and the extra driver.
 #[test]
 fn a_slow_device_does_not_hold_back_the_hosts_of_its_iteration() {
     let dir = scratch("daemon-slow-device");
@@ -330,8 +332,19 @@ fn a_slow_device_does_not_hold_back_the_hosts_of_its_iteration() {
     let items: Vec<String> = (1..=20)
         .map(|i| format!("{{ key = \"m{i}\", oid = \"1.3.6.1.4.1.99999.{i}.0\", type = \"uint\", interval = \"1s\" }}"))
         .collect();
+    let picky = fake_agent(|m| {
+        (m.varbind_count() <= 2).then(|| {
+            m.varbinds()
+                .map(|vb| (vb.oid.to_owned(), VarValue::Integer(7)))
+                .collect()
+        })
+    });
+    let picky_items: Vec<String> = (1..=4)
+        .map(|i| format!("{{ key = \"p{i}\", oid = \"1.3.6.1.4.1.99999.{i}.0\", type = \"uint\", interval = \"1s\" }}"))
+        .collect();
     let agent = &snmpd_addrs()[0];
-    let text = daemon_and_clickhouse(&db, &dir.join("spool"), "")
+    let metrics_port = common::free_port();
+    let text = daemon_and_clickhouse(&db, &dir.join("spool"), &format!("127.0.0.1:{metrics_port}"))
         .replace(
             "[daemon]\n",
             "[daemon]\nbatch_window = \"1s\"\nsnmp_concurrent_iterations = 1\n",
@@ -339,12 +352,25 @@ fn a_slow_device_does_not_hold_back_the_hosts_of_its_iteration() {
         + &format!(
             "\n[[hosts]]\nname = \"slow\"\nip = \"127.0.0.1\"\nsnmp = {{ community = \"public\", port = {port}, max_oids_per_request = 1, timeout = \"1s\", retries = 0 }}\nitems = [ {} ]\n\n[[hosts]]\nname = \"good\"\nip = \"{agent}\"\nsnmp = {{ community = \"public\" }}\nitems = [ {{ key = \"up\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"1s\" }} ]\n",
             items.join(", ")
+        )
+        + &format!(
+            "\n[[hosts]]\nname = \"picky\"\nip = \"127.0.0.1\"\nsnmp = {{ community = \"public\", port = {picky}, timeout = \"300ms\" }}\nitems = [ {} ]\n",
+            picky_items.join(", ")
         );
     let cfg_path = dir.join("c.toml");
     std::fs::write(&cfg_path, text).unwrap();
     let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
     d.expect_log("started", Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(5500));
+    let (_, metrics) = common::http_get(metrics_port, "/metrics").expect("/metrics");
+    let value = |series: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no {series} in\n{metrics}"))
+    };
+    assert_eq!(value("netpoller_snmp_extra_drivers"), 1.0);
+    assert!(value("netpoller_snmp_size_cuts_total{reason=\"silent\"}") >= 1.0);
     let log = d.log_text();
     assert!(d.stop().success(), "{log}");
     let rows = rows_by_host(&db);
@@ -354,6 +380,7 @@ fn a_slow_device_does_not_hold_back_the_hosts_of_its_iteration() {
         "the healthy host got {good} values in 5.5 s: {rows:?}\n{log}"
     );
     assert!(rows.get("slow").copied().unwrap_or(0) >= 20, "{rows:?}");
+    assert!(rows.get("picky").copied().unwrap_or(0) >= 4, "{rows:?}");
     assert!(
         log.contains("every SNMP iteration is held by slow devices"),
         "{log}"

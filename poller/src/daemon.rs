@@ -88,7 +88,16 @@ pub struct EngineMetrics {
     /// ([`snmp::v3::ReportKind::index`]).
     pub snmpv3_discoveries: Counter,
     pub snmpv3_reports: [Counter; snmp::v3::ReportKind::ALL.len()],
+    /// SNMP only: requests an agent did not answer in full, by how ([`SIZE_CUTS`]).
+    pub snmp_size_cuts: [Counter; SIZE_CUTS.len()],
+    /// SNMP only: extra drivers opened for slow devices (see [`SnmpDrivers`]).
+    pub snmp_extra_drivers: Gauge,
 }
+
+/// How an SNMP agent did not answer a request in full: tooBig, fewer varbinds than
+/// asked, or silence while it answered one OID alone (each makes the host's requests
+/// smaller, but a tooBig or short answer to a single OID).
+pub const SIZE_CUTS: [&str; 3] = ["too_big", "short", "silent"];
 
 impl Default for EngineMetrics {
     fn default() -> Self {
@@ -110,6 +119,8 @@ impl Default for EngineMetrics {
             icmp_send_errors: Counter::default(),
             snmpv3_discoveries: Counter::default(),
             snmpv3_reports: Default::default(),
+            snmp_size_cuts: Default::default(),
+            snmp_extra_drivers: Gauge::default(),
         }
     }
 }
@@ -369,6 +380,20 @@ impl Shared {
                         m.snmpv3_reports[k.index()].get(),
                     );
                 }
+                for (why, c) in SIZE_CUTS.iter().zip(&m.snmp_size_cuts) {
+                    out.counter(
+                        "netpoller_snmp_size_cuts_total",
+                        "SNMP requests an agent did not answer in full, by how: tooBig (the request is halved and the size remembered; a single OID fails), fewer varbinds than asked (the rest asked again), or silence while it answered one OID alone (halved, remembered).",
+                        &[("reason", why)],
+                        c.get(),
+                    );
+                }
+                out.gauge(
+                    "netpoller_snmp_extra_drivers",
+                    "Extra SNMP socket sets opened because slow devices held every SNMP iteration (at most 3 x daemon.snmp_concurrent_iterations).",
+                    &[],
+                    m.snmp_extra_drivers.get() as f64,
+                );
             }
             let now = self.clock.now_ms();
             let queued = self.scheduler.queued(e);
@@ -715,6 +740,14 @@ pub async fn snmp_iteration(
     );
     metrics.malformed.add(st.malformed + st.not_response);
     metrics.snmpv3_discoveries.add(st.discoveries);
+    for (c, n) in
+        metrics
+            .snmp_size_cuts
+            .iter()
+            .zip([st.too_big, st.short_responses, st.silent_too_big])
+    {
+        c.add(n);
+    }
     for (c, n) in metrics.snmpv3_reports.iter().zip(st.refusals) {
         c.add(n);
     }
@@ -992,6 +1025,7 @@ impl Extras {
                     "every SNMP iteration is held by slow devices: another one takes the due work"
                 );
                 emitters.push(Emitter::new(self.tx.clone(), shared.pipeline.clone()));
+                shared.metrics(Engine::Snmp).snmp_extra_drivers.add(1);
                 Some(Slot::Snmp(d))
             }
             Err(e) => {

@@ -131,7 +131,8 @@ pub struct IterationOptions {
     /// Hard end of the iteration: everything still open then fails with
     /// [`ItemFailure::Timeout`]. Default none (each host ends by its own timeouts).
     pub deadline: Option<Instant>,
-    /// Requests in flight over all hosts. Default 10,000.
+    /// Requests in flight over all hosts (probes aside: at most one per host, beside a
+    /// retry). Default 10,000.
     pub max_inflight_total: usize,
     /// Seeds the encryption salts of SNMPv3 engines discovered in this iteration; the
     /// caller should randomize it (two pollers must not share salts). Default 0.
@@ -321,11 +322,12 @@ pub struct Stats {
     pub requests: u64,
     /// Retransmissions.
     pub retries: u64,
-    /// Attempts that timed out (each leads to a retry or to the host's death).
+    /// Attempts that timed out (each leads to a retry, to the host's death, or to a
+    /// smaller request when a probe was answered).
     pub timeouts: u64,
     /// Hosts that died (counted once each).
     pub hosts_timed_out: u64,
-    /// Responses matched to a request.
+    /// Responses matched to a request (probes included).
     pub responses: u64,
     pub malformed: u64,
     /// Decodable messages that are not a Response PDU.
@@ -383,8 +385,8 @@ struct HostState {
     /// The probe in flight (see [`Purpose::Probe`]); not in `inflight`: it holds up
     /// nothing and nothing waits for it but `parked`.
     probe: Option<i32>,
-    /// A probe was answered since the last one was sent: the agent is up and answers
-    /// one OID. Used up by the next request that times out for good.
+    /// The last probe was answered: the agent is up and answers one OID. Evidence for
+    /// every request whose last attempt times out until the next probe is sent.
     alive: bool,
     /// Requests whose last attempt timed out while a probe was in flight: the probe's
     /// fate decides theirs (kept in `inflight` and the table, without a deadline, so a
@@ -762,13 +764,15 @@ impl<'j> Iteration<'j> {
     ///
     /// Some agents never answer a request whose answer would be too big for them,
     /// instead of saying tooBig. So the first retry of a request of several OIDs goes
-    /// out with a probe beside it: its first OID alone. If the probe is answered and the
-    /// request's last attempt is not, the agent is up and ignores that size: the request
-    /// is halved (a second time in one iteration: one OID per request, as Zabbix does)
-    /// and the size remembered like a tooBig, instead of failing the host. A host that
-    /// is down answers neither and dies at the same moment as without the probe (the
-    /// last attempt waits for the probe's end, sent just after it). With `retries = 0`
-    /// nothing is probed.
+    /// out with a probe beside it (unless one is in flight): its first OID alone. If the
+    /// probe is answered and the request's last attempt is not, the agent is up and
+    /// ignores that size: the request is halved (silent again below that size in one
+    /// iteration: one OID per request, as Zabbix does) and the size remembered like a
+    /// tooBig, instead of failing the host. A host down from the start answers neither
+    /// and dies when it would without the probe (give or take the send gap between the
+    /// retry and the probe: the last attempt waits for the probe's end). A host that
+    /// answered a probe and then went down mid-iteration is given up one smaller request
+    /// later. With `retries = 0` nothing is probed.
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(d) = self.opts.deadline {
             if now >= d {
@@ -802,17 +806,20 @@ impl<'j> Iteration<'j> {
                 e.items.first().copied(),
                 e.purpose == Purpose::Get,
             );
-            let retry = e.attempts <= self.jobs[host].retries;
+            let attempts = e.attempts;
+            let retry = attempts <= self.jobs[host].retries;
             e.deadline = None;
             let st = &mut self.hosts[host];
             st.timed_out = true;
             if retry {
                 self.retransmit.push_back(id);
-                if let (true, Some(item)) = (get && n > 1 && st.probe.is_none(), first) {
+                let first_retry = attempts == 1;
+                if let (true, Some(item)) =
+                    (get && n > 1 && first_retry && st.probe.is_none(), first)
+                {
                     self.probes.push_back((host as u32, item));
                 }
             } else if get && n > 1 && st.alive {
-                st.alive = false;
                 self.silent_too_big(host, id);
             } else if get && n > 1 && st.probe.is_some() {
                 st.parked.push(id);
@@ -829,18 +836,23 @@ impl<'j> Iteration<'j> {
             return;
         }
         self.drop_probe(host);
-        let parked = std::mem::take(&mut self.hosts[host].parked);
+        let st = &mut self.hosts[host];
+        // Evidence for every request whose last attempt ends before the next probe.
+        st.alive = answered;
+        let mut parked = std::mem::take(&mut st.parked);
+        // Parked requests answered, refused or failed since are not waiting any more.
+        parked.retain(|id| self.table.contains_key(id));
         if answered {
             self.stats.probes_answered += 1;
         }
-        if parked.is_empty() {
-            self.hosts[host].alive = answered;
-        } else if answered {
-            for id in parked {
-                self.silent_too_big(host, id);
+        match (parked.is_empty(), answered) {
+            (true, _) => {}
+            (false, true) => {
+                for id in parked {
+                    self.silent_too_big(host, id);
+                }
             }
-        } else {
-            self.kill_host(host, ItemFailure::Timeout);
+            (false, false) => self.kill_host(host, ItemFailure::Timeout),
         }
     }
 
@@ -853,7 +865,9 @@ impl<'j> Iteration<'j> {
         self.hosts[host].inflight.retain(|&x| x != id);
         let n = e.items.len();
         let st = &self.hosts[host];
-        let size = if st.failed_at.is_some() && st.failed_silent {
+        // Silent again below a size already found silent: one OID per request (as
+        // Zabbix). Two requests of one size parked on one probe are one finding.
+        let size = if st.failed_silent && st.failed_at.is_some_and(|f| n < f) {
             1
         } else {
             n / 2
@@ -1381,6 +1395,9 @@ impl<'j> Iteration<'j> {
         };
         if timed_out {
             self.stats.hosts_timed_out += 1;
+            // Not a clean iteration (the deadline can end a host before any attempt
+            // expired).
+            self.hosts[host].timed_out = true;
         }
         let ids = std::mem::take(&mut self.hosts[host].inflight);
         for id in ids {
