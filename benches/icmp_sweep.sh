@@ -225,7 +225,9 @@ for env in "${ENVS[@]}"; do
         expect=$((n * 3 / 4))
         f="$WORK/${env}_$n.txt"
         list "$f" "$pfx" "$n"
-        cidr="$pfx.0.0/$([[ $n == 4096 ]] && echo 20 || echo 16)"
+        # The peers' list, every address of the prefix (a CIDR would leave out its
+        # network and broadcast addresses, as fping -g does).
+        cidr="@$f"
         measure "$env" "$n" "netpoller -c1 (100k pps)" "$expect" "$ns" \
             "$NETPOLLER" --quiet --log-level info sweep -c1 -t "${TS}s" "$cidr"
         if [[ $n -le 32768 ]]; then

@@ -962,15 +962,46 @@ impl Collector<'_> {
     fn de<T: serde::de::DeserializeOwned>(
         &mut self,
         path: &[Seg<'_>],
-        mut v: toml::Value,
+        v: toml::Value,
     ) -> Option<T> {
+        self.de_rest(path, v)
+            .filter(|(_, whole)| *whole)
+            .map(|(t, _)| t)
+    }
+
+    /// [`Self::de`], and the piece as read without what it refused (`false`: something
+    /// was taken out): for a section whose every key has a valid default, the checks of
+    /// the keys it did read then run too, and report what they find in the same run.
+    fn de_section<T: serde::de::DeserializeOwned + Default>(
+        &mut self,
+        path: &[Seg<'_>],
+        v: toml::Value,
+    ) -> T {
+        self.de_rest(path, v).map(|(t, _)| t).unwrap_or_default()
+    }
+
+    fn de_rest<T: serde::de::DeserializeOwned>(
+        &mut self,
+        path: &[Seg<'_>],
+        mut v: toml::Value,
+    ) -> Option<(T, bool)> {
         let mut taken: Vec<Taken> = Vec::new();
-        for _ in 0..MAX_ERRORS_PER_PIECE {
+        for round in 0..=MAX_ERRORS_PER_PIECE {
             // The deserializer takes its value; the copy is what is read again.
             let e = match serde_path_to_error::deserialize::<_, T>(v.clone()) {
-                Ok(t) => return taken.is_empty().then_some(t),
+                Ok(t) => return Some((t, taken.is_empty())),
                 Err(e) => e,
             };
+            if round == MAX_ERRORS_PER_PIECE {
+                self.push(
+                    path,
+                    format!(
+                        "more refused values not listed (at most {MAX_ERRORS_PER_PIECE} of one \
+                         piece): fix these and check again"
+                    ),
+                );
+                return None;
+            }
             let message = e.inner().message().to_string();
             if taken
                 .iter()
@@ -1035,12 +1066,17 @@ fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
     {
         return Some((key, format!("Zabbix's `{key}` is `{ours}` here"), rest));
     }
-    let close = expected
-        .iter()
-        .map(|e| (strsim::osa_distance(key, e), *e))
+    let close = closest(key, expected.into_iter())?;
+    Some((key, format!("did you mean `{close}`?"), rest))
+}
+
+/// The one of `expected` that `key` is a typo of (at most one edit per three letters).
+fn closest<'a>(key: &str, expected: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    expected
+        .map(|e| (strsim::osa_distance(key, e), e))
         .filter(|(d, _)| *d <= (key.chars().count() / 3).max(1))
-        .min_by_key(|(d, _)| *d)?;
-    Some((key, format!("did you mean `{}`?", close.1), rest))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, e)| e)
 }
 
 /// How many refused values of one piece (a section, a template, a host) are reported.
@@ -1131,10 +1167,13 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
     };
     for k in table.keys() {
         if !SECTIONS.contains(&k.as_str()) {
+            let hint = closest(k, SECTIONS.iter().copied())
+                .map(|s| format!(" (did you mean `{s}`?)"))
+                .unwrap_or_default();
             c.push(
                 &[Seg::Key(k)],
                 format!(
-                    "unknown section `{k}`, expected one of: {}",
+                    "unknown section `{k}`{hint}, expected one of: {}",
                     SECTIONS.join(", ")
                 ),
             );
@@ -1146,7 +1185,7 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
         Some(v)
     };
     let daemon: DaemonSection = match section(&mut c, "daemon") {
-        Some(v) => c.de(&[Seg::Key("daemon")], v).unwrap_or_default(),
+        Some(v) => c.de_section(&[Seg::Key("daemon")], v),
         None => DaemonSection::default(),
     };
     let clickhouse: Option<sink::ClickHouseConfig> = match section(&mut c, "clickhouse") {
@@ -1154,11 +1193,11 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
         None => None,
     };
     let icmp: IcmpSection = match section(&mut c, "icmp") {
-        Some(v) => c.de(&[Seg::Key("icmp")], v).unwrap_or_default(),
+        Some(v) => c.de_section(&[Seg::Key("icmp")], v),
         None => IcmpSection::default(),
     };
     let snmp: SnmpSection = match section(&mut c, "snmp") {
-        Some(v) => c.de(&[Seg::Key("snmp")], v).unwrap_or_default(),
+        Some(v) => c.de_section(&[Seg::Key("snmp")], v),
         None => SnmpSection::default(),
     };
     let list = |c: &mut Collector<'_>,
@@ -1202,12 +1241,13 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
     check_snmp_limits(
         &mut c,
         &[Seg::Key("snmp")],
-        (
-            snmp.max_oids_per_request,
-            snmp.max_inflight_per_host,
-            snmp.port,
-            snmp.timeout,
-        ),
+        SnmpLimits {
+            max_oids: Some(snmp.max_oids_per_request),
+            max_inflight: Some(snmp.max_inflight_per_host),
+            port: Some(snmp.port),
+            timeout: Some(snmp.timeout),
+            retries: Some(snmp.retries),
+        },
     );
 
     // Names of the templates that could not be read, whose errors are reported there:
@@ -1333,27 +1373,39 @@ pub fn check_snmp_timeout(timeout: Duration) -> Result<Duration, String> {
     }
 }
 
-fn check_snmp_limits(
-    c: &mut Collector<'_>,
-    path: &[Seg<'_>],
-    (max_oids, max_inflight, port, timeout): (usize, usize, u16, Duration),
-) {
-    if let Err(e) = check_snmp_timeout(timeout) {
+/// SNMP settings a section or a host sets (`None`: not set there, checked where it is).
+struct SnmpLimits {
+    max_oids: Option<usize>,
+    max_inflight: Option<usize>,
+    port: Option<u16>,
+    timeout: Option<Duration>,
+    retries: Option<u32>,
+}
+
+/// Most re-sends of one request: each costs a whole timeout of a dead host's iteration.
+pub const SNMP_RETRIES_MAX: u32 = 10;
+
+fn check_snmp_limits(c: &mut Collector<'_>, path: &[Seg<'_>], l: SnmpLimits) {
+    if let Some(Err(e)) = l.timeout.map(check_snmp_timeout) {
         c.push(&under(path, [Seg::Key("timeout")]), e);
     }
-    if port == 0 {
+    if l.port == Some(0) {
         c.push(
             &under(path, [Seg::Key("port")]),
             "UDP port 0 cannot be sent to",
         );
     }
-    if !(1..=256).contains(&max_oids) {
+    if let Some(n) = l.max_oids.filter(|n| !(1..=256).contains(n)) {
         let p = under(path, [Seg::Key("max_oids_per_request")]);
-        c.push(&p, format!("{max_oids} is outside 1..256"));
+        c.push(&p, format!("{n} is outside 1..256"));
     }
-    if !(1..=64).contains(&max_inflight) {
+    if let Some(n) = l.max_inflight.filter(|n| !(1..=64).contains(n)) {
         let p = under(path, [Seg::Key("max_inflight_per_host")]);
-        c.push(&p, format!("{max_inflight} is outside 1..64"));
+        c.push(&p, format!("{n} is outside 1..64"));
+    }
+    if let Some(n) = l.retries.filter(|&n| n > SNMP_RETRIES_MAX) {
+        let p = under(path, [Seg::Key("retries")]);
+        c.push(&p, format!("{n} is outside 0..{SNMP_RETRIES_MAX}"));
     }
 }
 
@@ -2362,15 +2414,17 @@ impl<'c, 'a> Resolver<'c, 'a> {
             max_inflight_per_host: o.max_inflight_per_host.unwrap_or(d.max_inflight_per_host),
         };
         let before = self.c.errors.len();
+        // What the host sets: the section's own values are checked (and reported) there.
         check_snmp_limits(
             self.c,
             &sp,
-            (
-                p.max_oids_per_request,
-                p.max_inflight_per_host,
-                p.port,
-                p.timeout,
-            ),
+            SnmpLimits {
+                max_oids: o.max_oids_per_request,
+                max_inflight: o.max_inflight_per_host,
+                port: o.port,
+                timeout: o.timeout,
+                retries: o.retries,
+            },
         );
         (self.c.errors.len() == before).then(|| Some(Arc::new(p)))
     }

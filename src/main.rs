@@ -78,8 +78,9 @@ enum Command {
     /// ICMP simple checks and SNMP agent items with numeric OIDs, with their intervals
     /// and preprocessing, template macros resolved; every item written loads (the
     /// config loader checks each). A discovery rule becomes a template `TEMPLATE: RULE`
-    /// of its item prototypes per table row ({#SNMPINDEX}), whose rows a host lists
-    /// with `indices`. A dependent item reading its row of a `walk[]` (SNMP_WALK_VALUE,
+    /// of its item prototypes per table row ({#SNMPINDEX}) with a `discovery` rule that
+    /// walks each host's rows (its filter, where netpoller can say it); a rule it cannot
+    /// walk leaves the rows to each host's `indices`. A dependent item reading its row of a `walk[]` (SNMP_WALK_VALUE,
     /// Zabbix 6.4+ templates) polls the row's OID at the walk's interval. What cannot be
     /// imported (other item types, symbolic OIDs, steps netpoller does not run, other
     /// discovery macros) is listed with the reason, as a comment in the output and on

@@ -228,7 +228,7 @@ fn verify(uid: u32, gid: u32, keep: u64) -> anyhow::Result<()> {
 
 /// `(uid, primary gid)` of `user`, via `getpwnam_r` (NSS: files, LDAP, systemd's dynamic
 /// users).
-fn lookup_user(user: &str) -> anyhow::Result<(u32, u32)> {
+pub fn lookup_user(user: &str) -> anyhow::Result<(u32, u32)> {
     let name = CString::new(user).with_context(|| format!("user name {user:?} contains NUL"))?;
     let mut buf = vec![0 as libc::c_char; 1024];
     loop {

@@ -96,9 +96,12 @@ fn resolve_filter(
     default: &str,
 ) -> anyhow::Result<EnvFilter> {
     match (level, env.filter(|e| !e.trim().is_empty())) {
-        (Some(l), _) => EnvFilter::try_new(l).with_context(|| format!("invalid --log-level {l:?}")),
+        // The parser's error repeats its cause in its own text: one line, not a chain.
+        (Some(l), _) => {
+            EnvFilter::try_new(l).map_err(|err| anyhow::anyhow!("invalid --log-level {l:?}: {err}"))
+        }
         (None, Some(e)) => {
-            EnvFilter::try_new(&e).with_context(|| format!("invalid RUST_LOG {e:?}"))
+            EnvFilter::try_new(&e).map_err(|err| anyhow::anyhow!("invalid RUST_LOG {e:?}: {err}"))
         }
         (None, None) => Ok(EnvFilter::new(default)),
     }

@@ -494,6 +494,19 @@ templates = ["icmp"]
         ),
         "{out}"
     );
+    // A user `run` could not switch to is said (not an error: the config may be checked
+    // on another host), and the load lines name the shard they are of.
+    std::fs::write(
+        &cfg,
+        format!("[daemon]\nuser = \"no-such-user-netpoller\"\nshard = \"0/2\"\n{text}"),
+    )
+    .unwrap();
+    let out = check();
+    assert!(
+        out.contains("daemon.user: no such user \"no-such-user-netpoller\""),
+        "{out}"
+    );
+    assert!(out.contains("load of shard 0/2: "), "{out}");
 }
 
 #[test]
@@ -795,7 +808,7 @@ fn import_template_output_loads_as_it_is() {
         "{said}{}",
         String::from_utf8_lossy(&c.stderr)
     );
-    assert!(said.contains("1 hosts (1 with SNMP), 9 items"), "{said}");
+    assert!(said.contains("1 host (1 with SNMP), 9 items"), "{said}");
     assert!(
         err.contains("not imported: ICMP Ping: item \"HTTPS service\""),
         "{err}"

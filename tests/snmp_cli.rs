@@ -597,6 +597,8 @@ fn passphrases_in_the_environment_serve_only_where_the_level_wants_them() {
     get(&[]);
     get(&["-v", "3", "-u", "np-sha", "-a", "SHA", "-l", "authNoPriv"]);
     get(&["-v", "3", "-u", "np-shaaes", "-a", "SHA", "-x", "AES"]);
+    // No level and no protocol: noAuthNoPriv, as net-snmp's default.
+    get(&["-v", "3", "-u", "np-noauth"]);
 }
 
 #[test]

@@ -284,11 +284,16 @@ impl ClickHouseConfig {
             ));
         }
         for u in &eps {
+            // Named by the key the file used for it.
+            let key = match &self.url {
+                Some(one) if one.trim_end_matches('/') == u => "url",
+                _ => "urls",
+            };
             if !(u.starts_with("http://") || u.starts_with("https://")) {
-                p.push(("urls", format!("{} is not an http:// URL", redact_url(u))));
+                p.push((key, format!("{} is not an http:// URL", redact_url(u))));
             } else if u.starts_with("https://") {
                 p.push((
-                    "urls",
+                    key,
                     format!(
                         "{}: https is not built in; use http:// (or a local TLS proxy)",
                         redact_url(u)
@@ -297,7 +302,7 @@ impl ClickHouseConfig {
             }
             if has_userinfo(u) {
                 p.push((
-                    "urls",
+                    key,
                     "put credentials in `user` / `password`, not in the URL".to_string(),
                 ));
             }
@@ -470,6 +475,14 @@ mod tests {
             .validate()
             .iter()
             .any(|(k, _)| *k == "url"));
+        // The key the file used: `url` for the one in `url`.
+        let c = ClickHouseConfig {
+            url: Some("https://127.0.0.1:8443".into()),
+            urls: vec!["ftp://127.0.0.2".into()],
+            ..ClickHouseConfig::default()
+        };
+        let keys: Vec<_> = c.validate().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["url", "urls"]);
     }
 
     #[test]

@@ -42,7 +42,10 @@ pub enum SpoolError {
         cause: io::Error,
     },
     /// Another process holds the spool.
-    #[error("spool {0} is in use by another process (lock held on spool.lock)")]
+    #[error(
+        "spool {0} is in use by another process (lock held on spool.lock): each netpoller \
+         needs a spool_dir of its own (shards on one machine too)"
+    )]
     Locked(PathBuf),
 }
 

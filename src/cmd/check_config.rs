@@ -27,12 +27,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .iter()
                 .filter(|h| h.snmp.is_some() || walked.contains(&*h.name))
                 .count();
+            let n = cfg.hosts.len();
             println!(
-                "{}: OK: {} hosts ({} with SNMP), {} items, clickhouse: {}",
+                "{}: OK: {} host{} ({} with SNMP), {} item{}, clickhouse: {}",
                 args.config.display(),
-                cfg.hosts.len(),
+                n,
+                if n == 1 { "" } else { "s" },
                 snmp_hosts,
                 cfg.item_count(),
+                if cfg.item_count() == 1 { "" } else { "s" },
                 if cfg.clickhouse.is_some() {
                     "configured"
                 } else {
@@ -51,8 +54,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 plan.values_per_second(Engine::Icmp),
                 plan.values_per_second(Engine::Snmp),
             );
+            // The lines below are this process's share: say so under a shard.
+            let whose = match &cfg.daemon.shard {
+                Some(s) => format!(" of shard {s}"),
+                None => String::new(),
+            };
             println!(
-                "load: {} values/s (ICMP {}, SNMP {}); {} ICMP echo requests/s",
+                "load{whose}: {} values/s (ICMP {}, SNMP {}); {} ICMP echo requests/s",
                 rate(icmp + snmp),
                 rate(icmp),
                 rate(snmp),
@@ -66,6 +74,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             if let Some(line) = sources(&cfg.daemon, families) {
                 println!("{line}");
+            }
+            // As `source_ip`: the config may be checked on another host than it runs on.
+            if let Some(user) = &cfg.daemon.user {
+                if let Err(e) = crate::privdrop::lookup_user(user) {
+                    println!("daemon.user: {e}: `run` would not start on this host");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -114,20 +128,21 @@ fn icmp_sweeps(plan: &Plan, daemon: &DaemonSection) -> Vec<String> {
     plan.icmp_intervals(daemon.icmp_batch_hosts)
         .into_iter()
         .map(|g| {
-            let (every, targets) = (
-                humantime::format_duration(Duration::from_millis(g.interval_ms)),
-                g.tasks,
-            );
+            let every = humantime::format_duration(Duration::from_millis(g.interval_ms));
+            let targets = match g.tasks {
+                1 => "1 target".to_string(),
+                n => format!("{n} targets"),
+            };
             match daemon.icmp_phases {
                 IcmpPhases::Grouped => {
                     let s = if g.groups == 1 { "" } else { "s" };
                     format!(
-                        "ICMP every {every}: {targets} targets in {} sweep{s} per interval",
+                        "ICMP every {every}: {targets} in {} sweep{s} per interval",
                         g.groups
                     )
                 }
                 IcmpPhases::Spread => format!(
-                    "ICMP every {every}: {targets} targets spread over the interval, \
+                    "ICMP every {every}: {targets} spread over the interval, \
                      swept every {} (icmp_phases = \"spread\")",
                     humantime::format_duration(daemon.batch_window)
                 ),

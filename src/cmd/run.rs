@@ -316,7 +316,15 @@ async fn daemon(
     let sink =
         Arc::try_unwrap(sink).map_err(|_| anyhow::anyhow!("sink still shared at shutdown"))?;
     let report = sink.shutdown().await.context("flushing the sink")?;
-    tracing::info!(values = delivered, report = ?report, "netpoller stopped");
+    tracing::info!(
+        values = delivered,
+        rows_written = report.rows_written,
+        rows_spooled = report.rows_spooled,
+        rows_rejected = report.rows_rejected,
+        rows_dropped = report.rows_dropped,
+        spool_bytes = report.spool_bytes,
+        "netpoller stopped"
+    );
     Ok(exit)
 }
 

@@ -17,7 +17,8 @@ pub struct Args {
     /// Create the database and missing tables, then verify every table's columns.
     #[arg(long, conflicts_with_all = ["check", "server_version"])]
     pub apply: bool,
-    /// Only verify existing tables (exit 1 naming each incompatible column).
+    /// Only verify, create nothing (exit 1 naming each missing table and incompatible
+    /// column).
     #[arg(long, conflicts_with = "server_version")]
     pub check: bool,
     /// Print DDL for this server version (e.g. 18.16 or 25.8) instead of asking the

@@ -53,7 +53,8 @@ pub struct LoadArgs {
     /// Timeout per attempt.
     #[arg(long, default_value = "1s", value_parser = snmp_timeout)]
     pub timeout: Duration,
-    #[arg(long, default_value_t = 1)]
+    /// Retries after the first attempt (0..10).
+    #[arg(long, default_value_t = 1, value_parser = snmp_retries())]
     pub retries: u32,
     /// OIDs per request.
     #[arg(long, default_value_t = 1)]
@@ -122,8 +123,8 @@ pub struct Common {
     /// Timeout per attempt, e.g. 1s or 500ms (10ms..10m).
     #[arg(short = 't', long, default_value = "1s", value_parser = snmp_timeout)]
     pub timeout: Duration,
-    /// Retries after the first attempt.
-    #[arg(short = 'r', long, default_value_t = 5)]
+    /// Retries after the first attempt (0..10).
+    #[arg(short = 'r', long, default_value_t = 5, value_parser = snmp_retries())]
     pub retries: u32,
     /// Send from this local address (net-snmp's clientaddr, Zabbix's SourceIP), as
     /// `daemon.source_ip` does: to check what an agent's ACL lets through. Default: the
@@ -136,6 +137,11 @@ pub struct Common {
     /// Agent address: IP, IP:PORT or `[IPv6]:PORT` (names are not looked up).
     #[arg(value_name = "TARGET")]
     pub target: String,
+}
+
+/// `-r`: what the config would take for `snmp.retries`.
+fn snmp_retries() -> clap::builder::RangedI64ValueParser<u32> {
+    clap::value_parser!(u32).range(0..=i64::from(crate::config::SNMP_RETRIES_MAX))
 }
 
 /// `-t`: a duration the config would take for `snmp.timeout`.
@@ -179,7 +185,10 @@ impl Common {
         let (auth, privacy) = match level {
             Some(Ok(SecurityLevel::NoAuthNoPriv)) => (false, false),
             Some(Ok(SecurityLevel::AuthNoPriv)) => (true, false),
-            _ => (true, true),
+            Some(_) => (true, true),
+            // No level: what the command line's protocols ask for (a passphrase in the
+            // environment alone must not raise a noAuthNoPriv query's level).
+            None => (usm.auth_protocol.is_some(), usm.priv_protocol.is_some()),
         };
         if auth && usm.auth_passphrase.is_none() {
             usm.auth_passphrase = from_env("NETPOLLER_SNMP_AUTH_PASSPHRASE");

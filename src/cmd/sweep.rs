@@ -1,7 +1,8 @@
 //! `netpoller sweep`: one ICMP sweep from the command line, fping-style.
 //!
-//! Targets are IP addresses, CIDR prefixes (every address of the prefix, network and
-//! broadcast included) or `@file` (one address or CIDR per line, `#` comments). Duplicate
+//! Targets are IP addresses, CIDR prefixes (their host addresses, as `fping -g` and
+//! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31) or
+//! `@file` (one address or CIDR per line, `#` comments). Duplicate
 //! addresses are probed once. More than 2^20 addresses are refused unless `--force`.
 //! Hosts are printed as they complete (alive hosts first, silent ones at the deadline);
 //! the global `--quiet` prints only the summary line on stderr.
@@ -50,7 +51,8 @@ pub struct Args {
     /// Expand more than 2^20 addresses.
     #[arg(long)]
     pub force: bool,
-    /// IP address, CIDR prefix or @file (one address or CIDR per line).
+    /// IP address, CIDR prefix (its host addresses: network and broadcast excluded below
+    /// /31, as `fping -g`) or @file (one address or CIDR per line).
     #[arg(required = true, value_name = "TARGET")]
     pub targets: Vec<String>,
 }
@@ -106,35 +108,13 @@ pub fn expand_targets(targets: &[String], force: bool) -> anyhow::Result<Vec<IpA
     let mut seen = HashSet::with_capacity(total as usize);
     let mut out = Vec::with_capacity(total as usize);
     for net in nets {
-        for ip in net.hosts_all() {
+        for ip in net.hosts() {
             if seen.insert(ip) {
                 out.push(ip);
             }
         }
     }
     Ok(out)
-}
-
-/// Every address of `net` (ipnet's `hosts()` skips network and broadcast addresses).
-trait AllHosts {
-    fn hosts_all(&self) -> Box<dyn Iterator<Item = IpAddr>>;
-}
-
-impl AllHosts for IpNet {
-    fn hosts_all(&self) -> Box<dyn Iterator<Item = IpAddr>> {
-        match self {
-            IpNet::V4(n) => {
-                let first = u32::from(n.network());
-                let last = u32::from(n.broadcast());
-                Box::new((first..=last).map(|v| IpAddr::V4(v.into())))
-            }
-            IpNet::V6(n) => {
-                let first = u128::from(n.network());
-                let last = u128::from(n.broadcast());
-                Box::new((first..=last).map(|v| IpAddr::V6(v.into())))
-            }
-        }
-    }
 }
 
 /// The limits a config's ICMP keys have (`poller::keys`), named by their flags; the
@@ -363,15 +343,21 @@ mod tests {
     fn expands_ips_cidrs_and_files_without_duplicates() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("t.txt");
-        std::fs::write(&f, "# lab\n127.77.1.0/30\n\n127.77.0.1 # dup\n::1\n").unwrap();
+        std::fs::write(
+            &f,
+            "# lab\n127.77.1.0/30\n\n127.77.0.1 # dup\n::1\n127.77.2.0/31\n",
+        )
+        .unwrap();
         let got = expand_targets(&s(&["127.77.0.1", &format!("@{}", f.display())]), false).unwrap();
+        // A /30's network and broadcast addresses are left out (fping -g); a /31 has
+        // neither.
         let want: Vec<IpAddr> = [
             "127.77.0.1",
-            "127.77.1.0",
             "127.77.1.1",
             "127.77.1.2",
-            "127.77.1.3",
             "::1",
+            "127.77.2.0",
+            "127.77.2.1",
         ]
         .iter()
         .map(|a| a.parse().unwrap())
@@ -379,7 +365,7 @@ mod tests {
         assert_eq!(got, want);
         assert_eq!(
             expand_targets(&s(&["127.77.0.0/20"]), false).unwrap().len(),
-            4096
+            4094
         );
     }
 

@@ -208,8 +208,10 @@ fn durations_and_timeouts_are_bounded() {
     assert!(
         parse("[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nretention = \"99years\"\n").is_ok()
     );
-    // SNMP timeouts: 10 ms..10 min, in [snmp] and a host's.
-    let e = errs("[snmp]\ntimeout = \"0s\"\n[[hosts]]\nname = \"a\"\nip = \"127.0.20.1\"\nsnmp = { timeout = \"11m\" }\nitems = [ { key = \"k\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"10s\" } ]\n");
+    // SNMP timeouts: 10 ms..10 min, in [snmp] and a host's; retries 0..10. A bad
+    // section value is reported once, at its key: not again at host "b", which sets
+    // nothing of its own.
+    let e = errs("[snmp]\ntimeout = \"0s\"\nretries = 11\n[[hosts]]\nname = \"a\"\nip = \"127.0.20.1\"\nsnmp = { timeout = \"11m\" }\nitems = [ { key = \"k\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"10s\" } ]\n[[hosts]]\nname = \"b\"\nip = \"127.0.20.2\"\nitems = [ { key = \"k\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"10s\" } ]\n");
     let got: Vec<(&str, &str)> = e
         .iter()
         .map(|e| (e.path.as_str(), e.message.as_str()))
@@ -218,6 +220,7 @@ fn durations_and_timeouts_are_bounded() {
         got,
         [
             ("snmp.timeout", "0s is outside 10ms..10m"),
+            ("snmp.retries", "11 is outside 0..10"),
             ("hosts[0].snmp.timeout", "11m is outside 10ms..10m")
         ]
     );
@@ -511,10 +514,46 @@ fn snmp_versions_as_strings_or_integers() {
 }
 
 #[test]
+fn a_section_with_a_refused_key_still_has_its_other_keys_checked() {
+    // `shardz` refused; the keys read without it are checked in the same run (they
+    // were replaced by defaults, and showed only after `shardz` was fixed).
+    let e = errs("[daemon]\nshardz = 4\nbatch_window = \"11s\"\nchannel_capacity = 0\n");
+    let got: Vec<(&str, Option<usize>)> = e.iter().map(|e| (e.path.as_str(), e.line)).collect();
+    assert_eq!(
+        got,
+        [
+            ("daemon.shardz", Some(2)),
+            ("daemon.batch_window", Some(3)),
+            ("daemon.channel_capacity", Some(4))
+        ]
+    );
+    let e = errs("[snmp]\nversion = 4\ntimeout = \"9ms\"\n");
+    let got: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(got, ["snmp.version", "snmp.timeout"]);
+}
+
+#[test]
+fn a_piece_with_more_refused_values_than_listed_says_so() {
+    let keys: String = (0..40).map(|i| format!("k{i} = 1\n")).collect();
+    let e = errs(&format!("[icmp]\n{keys}"));
+    assert_eq!(e.len(), 33, "32 refused keys and the note");
+    let note: Vec<_> = e
+        .iter()
+        .filter(|e| e.message.starts_with("more refused values not listed"))
+        .collect();
+    assert_eq!(note.len(), 1, "{e:#?}");
+    assert_eq!((note[0].path.as_str(), note[0].line), ("icmp", Some(1)));
+}
+
+#[test]
 fn unknown_sections_and_syntax_errors() {
     let e = one_err("[deamon]\nshards = 2\n");
     assert_eq!(e.line, Some(1));
-    assert!(e.message.contains("unknown section `deamon`"));
+    assert!(
+        e.message
+            .contains("unknown section `deamon` (did you mean `daemon`?)"),
+        "{e}"
+    );
     let e = one_err("[daemon]\nshards = \n");
     assert_eq!(e.line, Some(2));
     // A refused value is reported at its own key and line, not at its section's.
