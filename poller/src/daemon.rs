@@ -634,7 +634,8 @@ pub const SLOW_ITERATION: Duration = Duration::from_millis(200);
 /// every host of its iteration back). Only an iteration still running after
 /// [`SLOW_ITERATION`] reports hosts: a quick one ends first, and its samples leave in
 /// whole batches. Dues of no host reported there are the caller's to complete at the
-/// end.
+/// end. When `stop` completes (the daemon stops), the iteration ends within one timeout
+/// ([`SnmpDriver::run_iteration_until`]): the items it did not poll get no sample.
 pub async fn snmp_iteration(
     driver: &mut SnmpDriver,
     plan: &Plan,
@@ -642,6 +643,7 @@ pub async fn snmp_iteration(
     metrics: &EngineMetrics,
     emitter: &mut Emitter,
     host_done: &mut (dyn FnMut(&[usize]) + Send),
+    stop: impl std::future::Future<Output = ()>,
 ) -> IterationSummary {
     let mut sum = IterationSummary::default();
     let mut by_host: HashMap<u32, usize> = HashMap::new();
@@ -695,7 +697,7 @@ pub async fn snmp_iteration(
     let mut last: Option<usize> = None;
     let started = Instant::now();
     let report = driver
-        .run_iteration(&jobs, |j, o, result| {
+        .run_iteration_until(&jobs, stop, |j, o, result| {
             if last != Some(j) && !done.is_empty() && started.elapsed() >= SLOW_ITERATION {
                 // Their samples first: the consumer must have them before the hosts'
                 // next polls, which another iteration may deliver before this one ends.
@@ -901,6 +903,7 @@ pub async fn run_engine(
         last_start = Instant::now();
         let shared2 = shared.clone();
         let pool_tx2 = pool_tx.clone();
+        let stop_rx = shutdown.clone();
         running.spawn(async move {
             #[cfg(debug_assertions)]
             test_failpoint(engine.as_str());
@@ -933,8 +936,14 @@ pub async fn run_engine(
                         idxs.iter().for_each(|&i| complete(i));
                         shared2.wake.notify_waiters();
                     };
+                    let mut stop = stop_rx;
+                    let stop = async move {
+                        // A dropped sender (the daemon ending) stops it too.
+                        let _ = stop.wait_for(|s| *s).await;
+                    };
                     let s =
-                        snmp_iteration(&mut d, &plan, &dues, m, &mut emitter, &mut host_done).await;
+                        snmp_iteration(&mut d, &plan, &dues, m, &mut emitter, &mut host_done, stop)
+                            .await;
                     (s, Slot::Snmp(d))
                 }
             };
@@ -1123,21 +1132,31 @@ pub async fn poll_once(
         let Some(mut d) = snmp else {
             return Err(ItemError::new(ErrorReason::Send, "no SNMP socket"));
         };
-        let mut batch = Vec::new();
+        // Iterations of at most `snmp_batch_requests` OIDs (one task more if alone).
+        let mut batches: Vec<Vec<Due>> = vec![Vec::new()];
         let mut cost = 0u64;
         for due in &snmp_dues {
             let c = plan.tasks[due.task as usize].items.len() as u64;
-            if !batch.is_empty() && cost + c > limits.snmp_batch_requests {
-                snmp_iteration(&mut d, &plan, &batch, &snmp_metrics, &mut e2, &mut |_| {}).await;
-                e2.drain().await;
-                batch.clear();
+            if cost + c > limits.snmp_batch_requests
+                && batches.last().is_some_and(|b| !b.is_empty())
+            {
+                batches.push(Vec::new());
                 cost = 0;
             }
-            batch.push(*due);
+            batches.last_mut().expect("one batch at least").push(*due);
             cost += c;
         }
-        if !batch.is_empty() {
-            snmp_iteration(&mut d, &plan, &batch, &snmp_metrics, &mut e2, &mut |_| {}).await;
+        for batch in batches.iter().filter(|b| !b.is_empty()) {
+            snmp_iteration(
+                &mut d,
+                &plan,
+                batch,
+                &snmp_metrics,
+                &mut e2,
+                &mut |_| {},
+                std::future::pending(),
+            )
+            .await;
             e2.drain().await;
         }
         Ok(())

@@ -222,6 +222,8 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
             ItemError::new(ErrorReason::Decode, f.to_string())
         }
         ItemFailure::Send(text) => ItemError::new(ErrorReason::Send, text.clone()),
+        // Never reported by `run_iteration_until`; said as what it is elsewhere.
+        ItemFailure::Stopped => ItemError::new(ErrorReason::Timeout, f.to_string()),
         // Replies came and were dropped: Zabbix's reason would be a timeout too (the
         // item got no value in time), with the text saying what was seen.
         ItemFailure::Dropped(why) => ItemError::new(
@@ -305,11 +307,32 @@ impl SnmpDriver {
     pub async fn run_iteration<F>(
         &mut self,
         jobs: &[SnmpHostJob],
-        mut on_result: F,
+        on_result: F,
     ) -> SnmpIterationReport
     where
         F: FnMut(usize, usize, Result<snmp::VarValue, ItemError>),
     {
+        self.run_iteration_until(jobs, std::future::pending(), on_result)
+            .await
+    }
+
+    /// [`Self::run_iteration`], stopped when `stop` completes (the daemon stops): from
+    /// then on nothing is sent, the requests in flight are waited for until their
+    /// attempt's timeout, and the items never asked (or not answered by then) are not
+    /// reported at all: the iteration ends within one timeout, not after its slowest
+    /// host's remaining requests.
+    pub async fn run_iteration_until<F, S>(
+        &mut self,
+        jobs: &[SnmpHostJob],
+        stop: S,
+        mut on_result: F,
+    ) -> SnmpIterationReport
+    where
+        F: FnMut(usize, usize, Result<snmp::VarValue, ItemError>),
+        S: std::future::Future<Output = ()>,
+    {
+        tokio::pin!(stop);
+        let mut stopped = false;
         let start = Instant::now();
         let mut report = SnmpIterationReport::default();
         let mut reg_error = None;
@@ -500,6 +523,14 @@ impl SnmpDriver {
                 _ = readable => {}
                 _ = writable => {}
                 _ = &mut sleep => {}
+                _ = &mut stop, if !stopped => {
+                    stopped = true;
+                    it.stop();
+                    Self::drain_events(&mut it, jobs, &mut on_result);
+                    if it.is_done() {
+                        break;
+                    }
+                }
             }
         }
         // Datagrams never sent (the iteration ended): nothing to do, their requests
@@ -516,6 +547,14 @@ impl SnmpDriver {
         F: FnMut(usize, usize, Result<snmp::VarValue, ItemError>),
     {
         while let Some(e) = it.poll_event() {
+            if let Event::Item {
+                result: Err(ItemFailure::Stopped),
+                ..
+            } = e
+            {
+                // Not polled: nothing to report (see `run_iteration_until`).
+                continue;
+            }
             if let Event::Item { host, item, result } = e {
                 on_result(host, item, result.map_err(|f| item_error(&jobs[host], &f)));
             }

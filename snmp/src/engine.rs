@@ -248,6 +248,10 @@ pub enum ItemFailure {
     /// and were dropped: what an operator needs to tell a broken agent from a dead one.
     #[error("timeout: {0}")]
     Dropped(Dropped),
+    /// Not asked, or not waited for: the iteration was stopped ([`Iteration::stop`]).
+    /// Not a fact about the item.
+    #[error("not polled: the iteration was stopped")]
+    Stopped,
 }
 
 /// Why the replies to a host that timed out were not taken (the last one seen).
@@ -469,6 +473,8 @@ pub struct Iteration<'j> {
     salts: HashMap<SocketAddr, u64>,
     issued: u32,
     open_hosts: usize,
+    /// [`Self::stop`] was called.
+    stopping: bool,
     stats: Stats,
 }
 
@@ -491,6 +497,7 @@ impl<'j> Iteration<'j> {
             salts: HashMap::new(),
             issued: 0,
             open_hosts: 0,
+            stopping: false,
             stats: Stats::default(),
         };
         for (i, job) in jobs.iter().enumerate() {
@@ -562,7 +569,7 @@ impl<'j> Iteration<'j> {
     /// True when [`Self::poll_transmit`] may have something to send now (drivers use it
     /// to decide whether to wake for the send pacer).
     pub fn has_sendable(&self) -> bool {
-        !self.retransmit.is_empty()
+        !self.stopping && !self.retransmit.is_empty()
             || !self.probes.is_empty()
             || (!self.ready.is_empty() && self.table.len() < self.opts.max_inflight_total)
     }
@@ -577,6 +584,9 @@ impl<'j> Iteration<'j> {
     /// sent now (wait for a datagram or [`Self::poll_timeout`]).
     pub fn poll_transmit(&mut self, now: Instant, buf: &mut Vec<u8>) -> Option<Transmit> {
         buf.clear();
+        if self.stopping {
+            return None;
+        }
         while let Some(id) = self.retransmit.pop_front() {
             let Some(e) = self.table.get_mut(&id) else {
                 continue;
@@ -801,6 +811,10 @@ impl<'j> Iteration<'j> {
                 continue;
             }
             self.stats.timeouts += 1;
+            if self.stopping {
+                self.end_stopped(id);
+                continue;
+            }
             let (n, first, get) = (
                 e.items.len(),
                 e.items.first().copied(),
@@ -827,6 +841,59 @@ impl<'j> Iteration<'j> {
                 self.kill_host(host, ItemFailure::Timeout);
             }
         }
+    }
+
+    /// Ends the iteration early (the daemon stops): nothing more is sent (no new request,
+    /// retry or probe), and the requests in flight are waited for until their current
+    /// attempt's timeout, their answers delivered as usual. Every item not asked by
+    /// then, or whose request's attempt times out, fails with [`ItemFailure::Stopped`]
+    /// (not a timeout: nothing was learned of it), so the iteration ends within one
+    /// timeout however many requests its slowest host had left.
+    pub fn stop(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        self.ready.clear();
+        self.probes.clear();
+        // Queued for retransmission or waiting on a probe: not in flight any more.
+        let idle: Vec<i32> = self
+            .table
+            .iter()
+            .filter(|(_, e)| e.deadline.is_none())
+            .map(|(&id, _)| id)
+            .collect();
+        self.retransmit.clear();
+        for id in idle {
+            self.end_stopped(id);
+        }
+        for h in 0..self.hosts.len() {
+            self.drop_probe(h);
+            let st = &mut self.hosts[h];
+            st.parked.clear();
+            // Cut short: not an iteration that lets a learned limit grow.
+            st.timed_out |= !st.finished;
+            self.after_progress(h);
+        }
+    }
+
+    /// Request `id` ends without an answer while stopping: its items are not polled.
+    fn end_stopped(&mut self, id: i32) {
+        let Some(e) = self.table.remove(&id) else {
+            return;
+        };
+        let host = e.host as usize;
+        if e.purpose == Purpose::Probe {
+            self.hosts[host].probe = None;
+        } else {
+            self.hosts[host].inflight.retain(|&x| x != id);
+            self.hosts[host].parked.retain(|&x| x != id);
+            for &i in &e.items {
+                self.fail(host, i as usize, ItemFailure::Stopped);
+            }
+        }
+        self.recycle(e);
+        self.after_progress(host);
     }
 
     /// The probe of `host` was answered, or not (timeout, send error, Report): decides
@@ -1363,13 +1430,25 @@ impl<'j> Iteration<'j> {
         self.deliver(host, item, Err(f));
     }
 
-    /// After a request of `host` ended: finish the host or let it send again.
+    /// After a request of `host` ended: finish the host or let it send again (stopping:
+    /// what it has not sent fails with [`ItemFailure::Stopped`]).
     fn after_progress(&mut self, host: usize) {
-        let job = &self.jobs[host];
-        let st = &mut self.hosts[host];
-        if st.finished {
+        if self.hosts[host].finished {
             return;
         }
+        if self.stopping {
+            let total = self.jobs[host].oids.len() as u32;
+            let st = &mut self.hosts[host];
+            let unsent: Vec<u32> = std::mem::take(&mut st.requeue)
+                .into_iter()
+                .chain(std::mem::replace(&mut st.next, total)..total)
+                .collect();
+            for i in unsent {
+                self.fail(host, i as usize, ItemFailure::Stopped);
+            }
+        }
+        let job = &self.jobs[host];
+        let st = &mut self.hosts[host];
         let unsent = st.requeue.len() + (job.oids.len() - st.next as usize);
         if unsent == 0 && st.inflight.is_empty() {
             st.finished = true;

@@ -272,7 +272,20 @@ fn simulate(
     opts: IterationOptions,
     t0: Instant,
 ) -> Outcome {
+    simulate_stopped(jobs, agents, memory, opts, t0, None)
+}
+
+/// [`simulate`], the iteration stopped ([`Iteration::stop`]) at `stop_at` after `t0`.
+fn simulate_stopped(
+    jobs: &[HostJob],
+    agents: &mut HashMap<SocketAddr, Agent>,
+    memory: HostMemory,
+    opts: IterationOptions,
+    t0: Instant,
+    stop_at: Option<Duration>,
+) -> Outcome {
     let mut memory = memory;
+    let mut stop_at = stop_at.map(|d| t0 + d);
     let mut it = Iteration::new(jobs, &memory, opts);
     let mut now = t0;
     let mut deliveries: Vec<(Instant, SocketAddr, Vec<u8>)> = Vec::new();
@@ -308,6 +321,12 @@ fn simulate(
             (Some(a), Some(b)) => a.min(b),
             (a, b) => a.or(b).expect("engine stalled: no delivery and no timer"),
         };
+        if let Some(at) = stop_at.filter(|&at| at <= next) {
+            now = now.max(at);
+            it.stop();
+            stop_at = None;
+            continue;
+        }
         now = now.max(next);
         let (due, later): (Vec<_>, Vec<_>) = deliveries.into_iter().partition(|d| d.0 <= now);
         deliveries = later;
@@ -747,6 +766,55 @@ fn a_dead_host_with_big_requests_dies_when_it_did_without_the_probe() {
 }
 
 #[test]
+fn a_stopped_iteration_waits_for_what_is_in_flight_and_asks_nothing_more() {
+    // One OID per request, 100 ms per answer: stopped at 250 ms, the request in flight
+    // then (the third) is answered, nothing is sent after the stop, and the 7 items
+    // never asked fail as Stopped (not Timeout). A silent host's request in flight is
+    // waited for until its attempt's timeout, not retried: Stopped too.
+    let (mut jobs, mut agents) = one_host(10, |a| a.latency = Duration::from_millis(100));
+    jobs[0].max_oids = 1;
+    let (silent, oids) = agent_with(2);
+    let mut dead = job(2, &oids.iter().map(String::as_str).collect::<Vec<_>>());
+    dead.retries = 3;
+    jobs.push(dead);
+    agents.insert(
+        addr(2),
+        Agent {
+            silent: true,
+            ..silent
+        },
+    );
+    let out = simulate_stopped(
+        &jobs,
+        &mut agents,
+        HostMemory::default(),
+        IterationOptions::default(),
+        Instant::now(),
+        Some(Duration::from_millis(250)),
+    );
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.len(), 10);
+    assert_eq!(items.values().filter(|r| r.is_ok()).count(), 3, "{items:?}");
+    assert_eq!(
+        items
+            .values()
+            .filter(|r| **r == Err(ItemFailure::Stopped))
+            .count(),
+        7
+    );
+    assert!(out.sent.iter().all(|s| s.0 < Duration::from_millis(250)));
+    assert_eq!(out.done_at[&0], Duration::from_millis(300));
+    let dead_items = items_of(&out.events, 1);
+    assert!(dead_items.values().all(|r| *r == Err(ItemFailure::Stopped)));
+    assert_eq!(
+        out.done_at[&1],
+        Duration::from_secs(1),
+        "its first attempt's timeout"
+    );
+    assert_eq!(out.stats.retries, 0);
+}
+
+#[test]
 fn short_response_asks_for_the_rest_with_the_size_that_worked() {
     let (mut a, oids) = agent_with(7);
     a.truncate_to = 3;
@@ -1160,6 +1228,8 @@ proptest! {
         // 3 forged unauthenticated answers, 4 an agent that rebooted since its engine
         // was remembered (time window resync), 5 an agent replaced since (new engine ID).
         modes in proptest::collection::vec(0u8..6, 12),
+        // Stopped (a shutdown) this long after the start, or never.
+        stop_ms in proptest::option::of(0u64..4000),
     ) {
         let t0 = Instant::now();
         let (base, oids) = agent_with(12);
@@ -1202,12 +1272,22 @@ proptest! {
             }
             agents.insert(addr(i as u8 + 1), a);
         }
-        let out = iterate(&jobs, &mut agents, memory);
+        let stop = stop_ms.map(Duration::from_millis);
+        let out = simulate_stopped(&jobs, &mut agents, memory, IterationOptions::default(), t0, stop);
+        if let Some(stop) = stop {
+            // Nothing sent after the stop; done within one attempt's timeout (1 s) of it.
+            prop_assert!(out.sent.iter().all(|s| s.0 <= stop));
+            prop_assert!(out.elapsed <= stop + Duration::from_secs(1), "{:?}", out.elapsed);
+        }
         for (h, j) in jobs.iter().enumerate() {
             let items = items_of(&out.events, h);
             prop_assert_eq!(items.len(), j.oids.len());
             let dones = out.events.iter().filter(|e| matches!(e, Event::HostDone { host, .. } if *host == h)).count();
             prop_assert_eq!(dones, 1);
+            if stop.is_some() {
+                // What follows is about whole iterations.
+                continue;
+            }
             if hosts[h].7 {
                 prop_assert!(items.values().all(|r| *r == Err(ItemFailure::Timeout)));
                 prop_assert_eq!(out.done_at[&h], j.timeout * (j.retries + 1));
