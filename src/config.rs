@@ -1079,6 +1079,9 @@ fn closest<'a>(key: &str, expected: impl Iterator<Item = &'a str>) -> Option<&'a
         .map(|(_, e)| e)
 }
 
+/// Where [`derive_itemid`]'s range starts: explicit itemids stay below it.
+const DERIVED_ITEMIDS: u64 = 1 << 62;
+
 /// How many refused values of one piece (a section, a template, a host) are reported.
 const MAX_ERRORS_PER_PIECE: usize = 32;
 
@@ -1739,6 +1742,16 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 return None;
             }
         };
+        if let Some(id) = e.itemid.filter(|&id| id == 0 || id >= DERIVED_ITEMIDS) {
+            let why = match id {
+                0 => "Zabbix's itemids start at 1",
+                _ => {
+                    "itemids from 2^62 on are the ones netpoller derives (leave itemid out for one)"
+                }
+            };
+            self.c.push(&at("itemid"), format!("{id}: {why}"));
+            return None;
+        }
         let interval = match e.interval.or(inherited.map(|i| i.interval)) {
             Some(d) if d >= Duration::from_secs(1) && d <= Duration::from_secs(86_400) => d,
             Some(d) => {

@@ -143,6 +143,12 @@ fn itemids_are_derived_stably() {
     };
     assert_eq!(ids(&a), ids(&b));
     assert_eq!(a.hosts[0].items[0].itemid, derive_itemid("a", "icmpping"));
+    // Explicit ones are Zabbix's: from 1, below the derived range.
+    for (id, why) in [(0u64, "start at 1"), (1 << 62, "from 2^62 on")] {
+        let e = one_err(&format!("[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\", itemid = {id} }} ]\n"));
+        assert_eq!(e.path, "hosts[0].items[0].itemid");
+        assert!(e.message.contains(why), "{e}");
+    }
 }
 
 #[test]
@@ -390,18 +396,14 @@ fn duplicate_itemids_and_keys() {
         ],
         "{e:#?}"
     );
-    // A range's derived itemid taken by a listed host: the message points at the range.
+    // A range's derived itemid cannot be taken by a listed host: explicit itemids stay
+    // below the derived range.
     let taken = derive_itemid("cpe-127.1.0.2", "icmpping");
     let e = one_err(&format!(
         "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\nitems = [{{ key = \"icmpping\", itemid = {taken}, interval = \"10s\" }}]\n[[host_ranges]]\ncidr = \"127.1.0.0/29\"\nname = \"cpe-{{ip}}\"\ntemplates = [\"icmp\"]\n"
     ));
-    assert_eq!(e.path, "host_ranges[0]", "{e}");
-    assert!(
-        e.message.contains(&format!(
-            "itemid {taken} of cpe-127.1.0.2/icmpping is also used by a/icmpping"
-        )),
-        "{e}"
-    );
+    assert_eq!(e.path, "hosts[0].items[0].itemid", "{e}");
+    assert!(e.message.contains("from 2^62 on"), "{e}");
     let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping\", interval = \"10s\" }, { key = \"icmpping\", interval = \"20s\" } ]\n");
     assert!(e.message.contains("duplicate key"), "{e}");
     let e = one_err(&format!("{TEMPLATE}{TEMPLATE}"));
