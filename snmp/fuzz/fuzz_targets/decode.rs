@@ -77,4 +77,45 @@ fuzz_target!(|data: &[u8]| {
         );
     }
     while it.poll_event().is_some() {}
+
+    // A request of three OIDs whose first attempt timed out: its retry and the one-OID
+    // probe beside it are in flight (request-ids 1 and 2). A fuzzed datagram matches
+    // one of them or nothing, and every item still gets exactly one event.
+    let jobs = [HostJob::new(
+        src,
+        Arc::from("public"),
+        ["1.3.6.1.2.1.1.3.0", "1.3.6.1.2.1.1.5.0", "1.3.6.1.2.1.1.6.0"]
+            .iter()
+            .map(|o| o.parse().unwrap())
+            .collect(),
+    )];
+    let mut it = Iteration::new(
+        &jobs,
+        &HostMemory::default(),
+        IterationOptions {
+            first_request_id: 1,
+            ..Default::default()
+        },
+    );
+    it.poll_transmit(now, &mut buf).unwrap();
+    let later = now + jobs[0].timeout;
+    it.handle_timeout(later);
+    while it.poll_transmit(later, &mut buf).is_some() {}
+    if it.handle_datagram(src, data, later) == snmp::engine::Received::Matched {
+        let m = Message::decode(data).unwrap();
+        assert!(m.request_id == 1 || m.request_id == 2, "{}", m.request_id);
+    }
+    let mut t = later;
+    while !it.is_done() {
+        t = it.poll_timeout().map_or(t, |d| d.max(t));
+        it.handle_timeout(t);
+        while it.poll_transmit(t, &mut buf).is_some() {}
+    }
+    let mut items = [0u32; 3];
+    while let Some(e) = it.poll_event() {
+        if let snmp::Event::Item { item, .. } = e {
+            items[item] += 1;
+        }
+    }
+    assert_eq!(items, [1, 1, 1]);
 });
