@@ -2036,7 +2036,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let origin = Origin::Host(*i as u32);
             let hp = origin.path();
             let ip = match h.ip.trim().parse::<IpAddr>() {
-                Ok(ip) => Some(ip),
+                Ok(ip) => match poller::source::check_address(ip) {
+                    Ok(ip) => Some(ip),
+                    Err(e) => {
+                        self.c
+                            .push(&[hp[0].clone(), hp[1].clone(), Seg::Key("ip")], e);
+                        None
+                    }
+                },
                 Err(_) => {
                     self.c.push(
                         &[hp[0].clone(), hp[1].clone(), Seg::Key("ip")],
@@ -2071,7 +2078,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let origin = Origin::Range(*i as u32);
             let rp = origin.path();
             let net = match r.cidr.trim().parse::<ipnet::IpNet>() {
-                Ok(n) => n,
+                Ok(n) => match poller::source::check_range(n.network(), n.broadcast()) {
+                    Ok(()) => n,
+                    Err(e) => {
+                        self.c
+                            .push(&[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")], e);
+                        continue;
+                    }
+                },
                 Err(_) => {
                     self.c.push(
                         &[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")],

@@ -627,7 +627,7 @@ fn expiries_of_silent_hosts_are_served_in_batches() {
     );
 }
 
-/// Runs `f` in a network namespace of its own whose route to 198.19.0.0/23 is a TUN
+/// Runs `f` in a network namespace of its own whose route to 198.19.0.0/19 is a TUN
 /// device, behind which the hosts are a thread of this test (poller::tun_echo, as the
 /// benchmarks' tun rig): addresses matching `silent_mask` stay silent, and the responder
 /// naps `coalesce` when the device's queue is empty. Returns what `f` returned and what
@@ -637,13 +637,31 @@ fn behind_tun<T: Send + 'static>(
     coalesce: Duration,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (T, poller::tun_echo::Counts) {
+    behind_tun_with(
+        move |tun, stop| {
+            poller::tun_echo::serve(tun, silent_mask, coalesce, stop, Duration::from_secs(30))
+        },
+        f,
+    )
+}
+
+/// [`behind_tun`] with the hosts answered by `respond(device, stop)`.
+fn behind_tun_with<T: Send + 'static>(
+    respond: impl FnOnce(
+            &std::os::fd::OwnedFd,
+            &std::sync::atomic::AtomicBool,
+        ) -> std::io::Result<poller::tun_echo::Counts>
+        + Send
+        + 'static,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (T, poller::tun_echo::Counts) {
     use std::sync::atomic::AtomicBool;
     use std::sync::Arc;
     let ns = Netns::create();
     ns.exec(&["ip", "tuntap", "add", "dev", "npt0", "mode", "tun"]);
     ns.exec(&["ip", "link", "set", "npt0", "up"]);
     ns.exec(&["ip", "addr", "add", "198.18.0.1/30", "dev", "npt0"]);
-    ns.exec(&["ip", "route", "add", "198.19.0.0/23", "dev", "npt0"]);
+    ns.exec(&["ip", "route", "add", "198.19.0.0/19", "dev", "npt0"]);
     ns.run(move || {
         let tun = poller::tun_echo::open("npt0").expect("attach npt0");
         // Attaching turns the carrier on, but the kernel activates the device's queue
@@ -664,13 +682,104 @@ fn behind_tun<T: Send + 'static>(
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = stop.clone();
         // Threads started here inherit this thread's namespace.
-        let responder = std::thread::spawn(move || {
-            poller::tun_echo::serve(&tun, silent_mask, coalesce, &stop2, Duration::from_secs(30))
-        });
+        let responder = std::thread::spawn(move || respond(&tun, &stop2));
         let out = f();
         stop.store(true, Ordering::Relaxed);
         (out, responder.join().unwrap().expect("responder"))
     })
+}
+
+/// Answers every echo request `delay` after it came (hosts a long way off), until
+/// `stop`.
+fn delayed_echo(
+    tun: &std::os::fd::OwnedFd,
+    delay: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<poller::tun_echo::Counts> {
+    let mut counts = poller::tun_echo::Counts::default();
+    let mut due: std::collections::VecDeque<(Instant, Vec<u8>)> = Default::default();
+    let mut buf = vec![0u8; 65_536];
+    let fd = tun.as_raw_fd();
+    let t0 = Instant::now();
+    while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(30) {
+        loop {
+            // SAFETY: reads into a buffer of the length given (the device is non-blocking).
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            let mut p = buf[..n as usize].to_vec();
+            if poller::tun_echo::answer(&mut p, 0) == Some(true) {
+                due.push_back((Instant::now() + delay, p));
+                counts.answered += 1;
+            }
+        }
+        while due.front().is_some_and(|(at, _)| *at <= Instant::now()) {
+            let (_, p) = due.pop_front().unwrap();
+            // SAFETY: writes the bytes of `p`.
+            unsafe { libc::write(fd, p.as_ptr().cast(), p.len()) };
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(counts)
+}
+
+#[test]
+fn replies_queued_while_the_sweep_was_held_up_are_all_read_in_time() {
+    // 5,000 hosts answer 300 ms after each probe; when the first answer is handed on, the
+    // sweep's thread is held up 1.5 s (a starved VM, a busy runtime): meanwhile every
+    // other reply queues in the socket, and every probe's 1 s timeout passes. Replies
+    // carry kernel timestamps: all 5,000 arrived in time and must count (only the first
+    // 4,096 did: the rest were read after the expiries had been handled).
+    let n = 5000u32;
+    let ((report, alive), counts) = behind_tun_with(
+        |tun, stop| delayed_echo(tun, Duration::from_millis(300), stop),
+        move || {
+            let mut d =
+                IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+            let jobs: Vec<PingJob> = (0..n)
+                .map(|i| job(IpAddr::V4(Ipv4Addr::from(0xc613_0000 + 1 + i)), 1, 1000))
+                .collect();
+            let mut alive = 0;
+            let mut held = false;
+            let report = rt().block_on(d.sweep(&jobs, |_, st| {
+                if !held {
+                    held = true;
+                    std::thread::sleep(Duration::from_millis(1500));
+                }
+                alive += usize::from(st.is_alive());
+            }));
+            (report, alive)
+        },
+    );
+    assert_eq!(counts.answered, u64::from(n));
+    assert_eq!(alive, n as usize, "{:?}", report.counters);
+}
+
+#[test]
+fn a_small_receive_buffer_holds_every_reply_of_a_send_turn() {
+    // 2,046 hosts answered through a device, 1,000-byte probes, and the receive buffer
+    // an unprivileged process gets (net.core.rmem_max, 208 KiB on a stock kernel): the
+    // probes sent between two reads are as many as their replies fit in half of it (512
+    // at a time overflowed it, and hosts that answered read as lost).
+    let ((report, alive), counts) = behind_tun(0, Duration::from_millis(1), || {
+        let opts = IcmpOptions {
+            rcvbuf: 212_992,
+            ..IcmpOptions::default()
+        };
+        let mut d = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
+        let jobs: Vec<PingJob> = (0..2046u32)
+            .map(|i| PingJob {
+                size: 1000,
+                ..job(IpAddr::V4(Ipv4Addr::from(0xc613_0001 + i)), 1, 1000)
+            })
+            .collect();
+        let mut alive = 0;
+        let report = rt().block_on(d.sweep(&jobs, |_, st| alive += usize::from(st.is_alive())));
+        (report, alive)
+    });
+    assert_eq!(counts.answered, 2046);
+    assert_eq!(alive, 2046, "{:?}", report.counters);
 }
 
 #[test]

@@ -196,6 +196,13 @@ pub enum SweepError {
         /// Probes requested.
         probes: u64,
     },
+    /// More than 2^32 probes in one sweep (their index would not fit): a fault of the
+    /// whole sweep, not of the job where the count overflowed.
+    #[error("{probes} probes in one sweep, at most 4294967295")]
+    SweepTooLarge {
+        /// Probes requested, up to the job where the count overflowed.
+        probes: u64,
+    },
 }
 
 /// A probe to send now. `packet` is the ICMP message (checksum filled for IPv4).
@@ -453,10 +460,7 @@ impl Sweep {
             });
             total += u64::from(job.packets);
             if total > u64::from(u32::MAX) {
-                return Err(SweepError::TooManyProbes {
-                    addr: job.addr,
-                    probes: total,
-                });
+                return Err(SweepError::SweepTooLarge { probes: total });
             }
         }
         let pacer = (cfg.max_pps > 0).then(|| SharedPacer::new(cfg.max_pps, cfg.burst, now));

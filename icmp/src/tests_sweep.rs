@@ -447,6 +447,13 @@ fn invalid_jobs_are_refused() {
         many,
         SweepError::TooManyProbes { probes: 70_000, .. }
     ));
+    // Past 2^32 probes in all: the sweep's fault, not the job where the count overflowed
+    // (the driver rejected jobs one by one, rebuilding the sweep each time).
+    let huge: Vec<Job> = (0..65_537).map(|i| job(i, 65_536)).collect();
+    assert!(matches!(
+        Sweep::new(huge, cfg(0), base).unwrap_err(),
+        SweepError::SweepTooLarge { .. }
+    ));
     let empty = Sweep::new(vec![], cfg(0), base).unwrap();
     assert!(empty.is_finished() && empty.poll_timeout().is_none());
 }

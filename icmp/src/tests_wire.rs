@@ -56,6 +56,33 @@ fn construct_request_fixture() {
 }
 
 #[test]
+fn a_checksum_of_zero_written_as_0xffff_verifies() {
+    // A message whose checksum is 0x0000 (its last payload word made so), which a
+    // responder may write as 0xFFFF, the other zero of ones' complement (RFC 1624).
+    let mut buf = REPLY;
+    let mut p = EchoPacket::new_unchecked(&mut buf[..]);
+    p.fill_checksum_v4();
+    let c = u32::from(p.checksum());
+    let last = u32::from(u16::from_be_bytes([buf[10], buf[11]])) + c;
+    let last = ((last & 0xffff) + (last >> 16)) as u16;
+    buf[10..12].copy_from_slice(&last.to_be_bytes());
+    buf[2..4].copy_from_slice(&[0, 0]);
+    EchoPacket::new_unchecked(&mut buf[..]).fill_checksum_v4();
+    assert_eq!(&buf[2..4], &[0, 0], "the message's checksum is 0x0000");
+    assert!(EchoPacket::new_checked(&buf[..])
+        .unwrap()
+        .verify_checksum_v4());
+    buf[2..4].copy_from_slice(&[0xff, 0xff]);
+    assert!(EchoPacket::new_checked(&buf[..])
+        .unwrap()
+        .verify_checksum_v4());
+    buf[2..4].copy_from_slice(&[0xff, 0xfe]);
+    assert!(!EchoPacket::new_checked(&buf[..])
+        .unwrap()
+        .verify_checksum_v4());
+}
+
+#[test]
 fn fill_checksum_ignores_a_stale_checksum_field() {
     let mut buf = REQUEST;
     buf[2..4].copy_from_slice(&[0xde, 0xad]);

@@ -171,10 +171,13 @@ impl<T: AsRef<[u8]>> EchoPacket<T> {
         self.buffer.as_ref().get(HEADER_LEN..).unwrap_or(&[])
     }
 
-    /// Whether the ICMPv4 checksum (over the whole message) verifies.
+    /// Whether the ICMPv4 checksum (over the whole message) verifies: the message, its
+    /// checksum field included, sums to all ones. Comparing the field with a value
+    /// computed afresh would refuse 0xFFFF, the other way to write a sum of 0x0000
+    /// (RFC 1624), which responders that update checksums incrementally send.
     pub fn verify_checksum_v4(&self) -> bool {
         let data = self.buffer.as_ref();
-        data.len() >= HEADER_LEN && pnet_packet::util::checksum(data, 1) == self.checksum()
+        data.len() >= HEADER_LEN && pnet_packet::util::checksum(data, usize::MAX) == 0
     }
 }
 

@@ -71,8 +71,13 @@ const ICMP_FILTER: libc::c_int = 1;
 const ICMP6_FILTER: libc::c_int = 1;
 /// Replies read per `recvmmsg` call.
 const RECV_BATCH: usize = 64;
-/// Most datagrams read before the loop sends again (bounds one receive turn).
-const RECV_TURN: usize = 4096;
+/// Most datagrams read before the loop handles expiries and sends again. Replies are
+/// judged by their kernel timestamps, but only if they are read before the expiries are
+/// handled: after a stall (a starved VM, a busy thread) every reply queued meanwhile
+/// must be read first, or those past the first turn's worth count as lost (4,096 did).
+/// So a turn reads the whole queue (a 16 MiB receive buffer holds some 20,000 replies);
+/// the bound only keeps a flood from holding the loop.
+const RECV_TURN: usize = 65_536;
 /// Probes per `sendmmsg` call.
 const SEND_BATCH: usize = 64;
 /// Most probes sent before the loop drains the receive queue again.
@@ -431,6 +436,20 @@ impl IcmpDriver {
         // Armed from the start: replies to other drivers must not queue up on this
         // socket before its first sweep.
         driver.arm_ident_filter(driver.next_ident());
+        // Linux reports twice what it grants (bookkeeping): compare halves.
+        if let Some(got) = driver
+            .rcvbuf()
+            .map(|b| b / 2)
+            .filter(|&b| b < opts.rcvbuf / 2)
+        {
+            tracing::warn!(
+                asked_kib = opts.rcvbuf >> 10,
+                got_kib = got >> 10,
+                "ICMP receive buffer smaller than asked (without CAP_NET_ADMIN the kernel caps \
+                 it at net.core.rmem_max): sweeps send fewer probes between reads, and a stall \
+                 can still lose replies; raise net.core.rmem_max (docs/production.md)"
+            );
+        }
         Ok(driver)
     }
 
@@ -568,14 +587,16 @@ impl IcmpDriver {
             }
         }
         // Only a whole-sweep limit can still fail: more than 65,536 probes to one address
-        // (its sequence numbers would repeat). Reject that address's jobs and retry.
+        // (its sequence numbers would repeat): that address's jobs are rejected and the
+        // rest tried again; more than 2^32 probes in all: every job is rejected at once
+        // (dropping one job at a time took hours for `sweep -c 10000` over a /13).
         let mut sweep = loop {
             match Sweep::new(valid.clone(), self.config(ident), Instant::now()) {
                 Ok(s) => break s,
                 Err(e) => {
                     let bad = match e {
                         SweepError::TooManyProbes { addr, .. } => Some(addr),
-                        _ => None, // unreachable: each job was validated above
+                        _ => None, // the whole sweep (or unreachable: validated above)
                     };
                     let mut k = 0;
                     while k < valid.len() {
@@ -598,6 +619,7 @@ impl IcmpDriver {
         let mut batch = SendBatch::default();
         let mut last_send = start;
         let rx_tick = self.rx_tick(max_len);
+        let send_turn = self.send_turn(max_len);
         // The sockets of the families this sweep probes: the only ones it reads and waits
         // on (an empty read is a syscall per wake-up for nothing).
         let has = |v6: bool| valid.iter().any(|j| j.addr.is_ipv6() == v6);
@@ -626,17 +648,18 @@ impl IcmpDriver {
             // 2. One bounded send burst, in sendmmsg batches; leftovers first.
             let (v4fd, v6fd) = (self.v4.fd(), self.v6.fd());
             let (mut sent, mut blocked) = batch.flush(v4fd, v6fd, &mut sweep);
-            while !blocked && sent < SEND_TURN {
+            while !blocked && sent < send_turn {
                 let now = Instant::now();
                 // Slots first: a probe's send instant is taken when it is handed out.
                 let due = sweep.next_send_time().is_some_and(|t| t <= now);
+                let want = SEND_BATCH.min(send_turn - sent);
                 let slots = match &self.pacer {
-                    Some(p) if due => Some(p.take(now, SEND_BATCH)),
+                    Some(p) if due => Some(p.take(now, want)),
                     _ => None,
                 };
                 let budget = match slots {
                     Some(sl) => sl.n,
-                    None if due => SEND_BATCH,
+                    None if due => want,
                     None => 0,
                 };
                 let mut filled = 0;
@@ -664,7 +687,7 @@ impl IcmpDriver {
             if sweep.is_finished() {
                 break;
             }
-            let busy = got >= RECV_TURN || sent >= SEND_TURN;
+            let busy = got >= RECV_TURN || sent >= send_turn;
             if busy && !blocked {
                 // More work is due right now; let other tasks run, then go on.
                 tokio::task::yield_now().await;
@@ -750,6 +773,18 @@ impl IcmpDriver {
         };
         let replies = buf / 2 / (payload + REPLY_OVERHEAD);
         Duration::from_secs_f64(replies as f64 / p.max_pps() as f64).clamp(WAKE_TICK, RX_TICK_MAX)
+    }
+
+    /// Most probes sent before the receive queue is read again: [`SEND_TURN`], or fewer
+    /// when their replies (`payload` bytes each, plus [`REPLY_OVERHEAD`]) would not fit
+    /// in half the receive buffer: with `net.core.rmem_max`'s 208 KiB (no
+    /// `CAP_NET_ADMIN` for `SO_RCVBUFFORCE`), 512 replies of 300 bytes overflowed it and
+    /// read as 6.6% loss.
+    fn send_turn(&self, payload: usize) -> usize {
+        let fit = self
+            .rcvbuf()
+            .map_or(SEND_TURN, |buf| buf / 2 / (payload + REPLY_OVERHEAD));
+        fit.clamp(8, SEND_TURN)
     }
 
     fn config(&self, ident: u16) -> SweepConfig {
@@ -985,6 +1020,11 @@ fn drain(
     empty_since: &mut Option<Instant>,
 ) -> usize {
     let mut total = 0;
+    // A clock read before each call: a queue a call leaves empty was empty at some
+    // point after the call began, not only when it returned (a thread preempted on
+    // the way out of recvmmsg, a common place, would otherwise set the mark after
+    // replies that arrived meanwhile, and their timestamps would be disbelieved).
+    let mut before_call = Instant::now();
     while total < RECV_TURN {
         let mut addrs: [MaybeUninit<libc::sockaddr_storage>; RECV_BATCH] =
             [const { MaybeUninit::zeroed() }; RECV_BATCH];
@@ -1017,7 +1057,7 @@ fn drain(
         if n < 0 {
             let e = io::Error::last_os_error();
             match e.kind() {
-                io::ErrorKind::WouldBlock => *empty_since = Some(Instant::now()),
+                io::ErrorKind::WouldBlock => *empty_since = Some(before_call),
                 io::ErrorKind::Interrupted => continue,
                 _ => {
                     *errors += 1;
@@ -1033,10 +1073,10 @@ fn drain(
         let n = n as usize;
         let before = *empty_since;
         if n < RECV_BATCH {
-            // Fewer than asked for: the queue was empty when this call returned (the
-            // read after it is within received_at's slack).
-            *empty_since = Some(now);
+            // Fewer than asked for: the queue was empty during this call.
+            *empty_since = Some(before_call);
         }
+        before_call = now;
         for i in 0..n {
             let at = received_at(now, wall_now, rx_timestamp(&msgs[i].msg_hdr), before);
             let len = (msgs[i].msg_len as usize).min(rx.slot);

@@ -320,11 +320,15 @@ impl IcmpKey {
         };
         let target = match key.param(0) {
             None => None,
-            Some(t) => Some(t.parse::<IpAddr>().map_err(|_| {
-                KeyError(format!(
-                    "target {t:?} is not an IP address (names are not resolved)"
-                ))
-            })?),
+            Some(t) => Some(
+                t.parse::<IpAddr>()
+                    .map_err(|_| {
+                        KeyError(format!(
+                            "target {t:?} is not an IP address (names are not resolved)"
+                        ))
+                    })
+                    .and_then(|ip| crate::source::check_address(ip).map_err(KeyError))?,
+            ),
         };
         let num = |i: usize, what: &str| -> Result<Option<u64>, KeyError> {
             match key.param(i) {

@@ -9,6 +9,39 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+/// `ip` if probes and requests may be addressed to it (or sent from it): not an
+/// IPv4-mapped IPv6 address (`::ffff:a.b.c.d`). RFC 4291 keeps those off the wire, but
+/// the kernel sends to one as IPv6, through the IPv6 default route, to an address no
+/// host has; the user meant `a.b.c.d`, which the error says.
+pub fn check_address(ip: IpAddr) -> Result<IpAddr, String> {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => Err(format!(
+                "{ip} is the IPv4 address {v4} written as IPv6 (IPv4-mapped: never sent as \
+                 such); write {v4}"
+            )),
+            None => Ok(ip),
+        },
+        IpAddr::V4(_) => Ok(ip),
+    }
+}
+
+/// [`check_address`] for a range of addresses, `first..=last`: none IPv4-mapped.
+pub fn check_range(first: IpAddr, last: IpAddr) -> Result<(), String> {
+    const MAPPED: (u128, u128) = (0xffff_0000_0000, 0xffff_ffff_ffff);
+    match (first, last) {
+        (IpAddr::V6(a), IpAddr::V6(b))
+            if u128::from(a) <= MAPPED.1 && u128::from(b) >= MAPPED.0 =>
+        {
+            Err(format!(
+                "{a}..{b} holds IPv4-mapped IPv6 addresses (::ffff:0:0/96, never sent as such); \
+                 write the IPv4 range"
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// At most one source address per family; `Default`: none (the kernel chooses).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SourceAddrs {
@@ -160,6 +193,23 @@ fn explain(ip: IpAddr, e: io::Error) -> io::Error {
 mod tests {
     use super::*;
     use socket2::{Domain, Protocol, Socket, Type};
+
+    #[test]
+    fn ipv4_mapped_addresses_are_refused_with_the_address_meant() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let e = check_address(ip("::ffff:127.0.0.1")).unwrap_err();
+        assert!(e.ends_with("write 127.0.0.1"), "{e}");
+        for ok in ["127.0.0.1", "::1", "::127.0.0.1", "64:ff9b::7f00:1"] {
+            assert_eq!(check_address(ip(ok)), Ok(ip(ok)));
+        }
+        // Ranges: any overlap with ::ffff:0:0/96.
+        assert!(check_range(ip("::ffff:0:0"), ip("::ffff:0:ff")).is_err());
+        assert!(check_range(ip("::"), ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")).is_err());
+        assert!(check_range(ip("::ffff:ffff:ffff"), ip("::1:0:0:0")).is_err());
+        assert!(check_range(ip("::"), ip("::ffff")).is_ok());
+        assert!(check_range(ip("::1:0:0:0"), ip("::1:0:0:ff")).is_ok());
+        assert!(check_range(ip("127.0.0.0"), ip("127.0.0.255")).is_ok());
+    }
 
     #[test]
     fn sockets_bind_to_their_familys_source_or_are_left_to_the_kernel() {

@@ -214,11 +214,15 @@ impl Common {
     /// must not become a DNS query, nor a query an agent somewhere else.
     fn addr(&self) -> anyhow::Result<SocketAddr> {
         if let Ok(a) = self.target.parse::<SocketAddr>() {
+            poller::source::check_address(a.ip()).map_err(anyhow::Error::msg)?;
             return Ok(a);
         }
         let host = self.target.trim_start_matches('[').trim_end_matches(']');
         match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => Ok(SocketAddr::new(ip, self.port)),
+            Ok(ip) => Ok(SocketAddr::new(
+                poller::source::check_address(ip).map_err(anyhow::Error::msg)?,
+                self.port,
+            )),
             Err(_) => bail!(
                 "target {:?} is not an IP address (IP, IP:PORT or [IPv6]:PORT; names are not looked up)",
                 self.target
@@ -500,6 +504,8 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
                     .map(|ip| SocketAddr::new(ip, 161))
             })
             .with_context(|| format!("{}:{}: bad address", a.targets.display(), n + 1))?;
+        poller::source::check_address(addr.ip())
+            .map_err(|e| anyhow::anyhow!("{}:{}: {e}", a.targets.display(), n + 1))?;
         let oids = f
             .map(|o| {
                 o.parse::<Oid>()

@@ -59,12 +59,16 @@ pub struct Args {
 
 fn parse_net(s: &str) -> anyhow::Result<IpNet> {
     if s.contains('/') {
-        s.parse::<IpNet>()
-            .with_context(|| format!("invalid CIDR {s:?}"))
+        let net = s
+            .parse::<IpNet>()
+            .with_context(|| format!("invalid CIDR {s:?}"))?;
+        poller::source::check_range(net.network(), net.broadcast()).map_err(anyhow::Error::msg)?;
+        Ok(net)
     } else {
         let ip: IpAddr = s.parse().with_context(|| {
             format!("invalid target {s:?}: expected an IP address, a CIDR or @file")
         })?;
+        let ip = poller::source::check_address(ip).map_err(anyhow::Error::msg)?;
         Ok(IpNet::from(ip))
     }
 }
@@ -205,12 +209,32 @@ fn json_line(addr: IpAddr, s: &PingStats) -> String {
     serde_json::to_string(&host).unwrap_or_default()
 }
 
+/// Most probes of one sweep without `--force`: each keeps 16 bytes of state (2^24: 256
+/// MiB), and one sweep holds at most 2^32.
+pub const MAX_PROBES: u64 = 1 << 24;
+
+/// Refuses a sweep of `hosts × count` probes past [`MAX_PROBES`] (unless `force`) or
+/// past what one sweep can hold, before anything is allocated or sent.
+fn check_probes(hosts: u64, count: u32, force: bool) -> anyhow::Result<()> {
+    let probes = hosts.saturating_mul(u64::from(count));
+    if probes > u64::from(u32::MAX) {
+        bail!(
+            "{hosts} hosts x {count} packets = {probes} probes: more than one sweep holds (2^32)"
+        );
+    }
+    if probes > MAX_PROBES && !force {
+        bail!("{hosts} hosts x {count} packets = {probes} probes, more than {MAX_PROBES} (2^24, 256 MiB of state); pass --force to sweep them anyway");
+    }
+    Ok(())
+}
+
 /// Runs `netpoller sweep`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     validate(&args)?;
     // The global --quiet: no per-host lines, only the summary on stderr.
     let quiet = crate::telemetry::quiet();
     let addrs = expand_targets(&args.targets, args.force)?;
+    check_probes(addrs.len() as u64, args.count, args.force)?;
     let opts = IcmpOptions {
         max_pps: args.max_pps,
         rcvbuf: args.rcvbuf,
@@ -385,6 +409,18 @@ mod tests {
             .contains("invalid target"));
         assert!(expand_targets(&s(&["127.0.0.0/33"]), false).is_err());
         assert!(expand_targets(&s(&["@/nonexistent/file"]), false).is_err());
+        // Probes: hosts x count, checked before anything is allocated.
+        assert!(check_probes(1 << 20, 16, false).is_ok());
+        let e = check_probes(1 << 20, 17, false).unwrap_err();
+        assert!(e.to_string().contains("--force"), "{e}");
+        assert!(check_probes(1 << 20, 17, true).is_ok());
+        let e = check_probes(524_286, 10_000, true).unwrap_err();
+        assert!(e.to_string().contains("more than one sweep holds"), "{e}");
+        // IPv4-mapped: the kernel would send them as IPv6, via the default route.
+        for mapped in ["::ffff:127.0.0.1", "::ffff:127.0.0.0/120"] {
+            let e = expand_targets(&s(&[mapped]), false).unwrap_err();
+            assert!(e.to_string().contains("IPv4-mapped"), "{e}");
+        }
     }
 
     fn text_line(a: IpAddr, st: &PingStats) -> String {

@@ -128,6 +128,28 @@ fn defaults_apply_without_sections() {
 }
 
 #[test]
+fn ipv4_mapped_addresses_are_refused_wherever_a_target_is_named() {
+    // A host's ip, a range and an ICMP key's target: sent as IPv6 they would leave
+    // through the default route.
+    let e = errs("[[hosts]]\nname = \"a\"\nip = \"::ffff:127.0.0.5\"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n[[host_ranges]]\ncidr = \"::ffff:127.0.0.0/124\"\nname = \"r-{ip}\"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n[[hosts]]\nname = \"b\"\nip = \"127.0.0.6\"\nitems = [ { key = \"icmpping[::ffff:127.0.0.7]\", interval = \"10s\" } ]\n");
+    let got: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        got,
+        [
+            "hosts[0].ip",
+            "host_ranges[0].cidr",
+            "hosts[1].items[0].key"
+        ],
+        "{e:#?}"
+    );
+    assert!(
+        e.iter().all(|e| e.message.contains("IPv4-mapped")),
+        "{e:#?}"
+    );
+    assert!(e[0].message.ends_with("write 127.0.0.5"), "{}", e[0]);
+}
+
+#[test]
 fn itemids_are_derived_stably() {
     let text = format!(
         "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\n"
