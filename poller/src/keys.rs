@@ -160,7 +160,7 @@ pub struct IcmpProbe {
     pub interval_ms: u32,
     /// ICMP payload size in bytes, 24..=65507.
     pub size: u32,
-    /// How long to wait for replies after the last send in ms, ≥ 50.
+    /// How long to wait for each probe's reply, in ms (≥ 50): per probe, as fping's `-t`.
     pub timeout_ms: u32,
 }
 
