@@ -844,6 +844,82 @@ fn import_template_output_loads_as_it_is() {
     );
 }
 
+/// A SIGHUP while the daemon is still starting (here: a ClickHouse that takes the
+/// connection and never answers, 2 s of schema check) is held until the reload handler
+/// is in place and taken as a reload; its default action ended the process (status 129,
+/// nothing in the log), which a service manager does not restart.
+#[test]
+fn a_reload_during_the_start_is_taken_once_started() {
+    let silent_ch = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let ch_port = silent_ch.local_addr().unwrap().port();
+    let dir = scratch("ops-hup-at-start");
+    let cfg = dir.join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[daemon]\nmetrics_listen = \"\"\nspool_dir = \"{}\"\n\n[clickhouse]\nurl = \"http://127.0.0.1:{ch_port}\"\nrequest_timeout = \"2s\"\n\n[[hosts]]\nname = \"h\"\nip = \"127.0.76.22\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    // SIGHUP (signal 1, bit 0 of the mask) held back: the start is under way.
+    let status = format!("/proc/{}/status", d.child.id());
+    let held = || {
+        std::fs::read_to_string(&status)
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & 1 == 1)
+    };
+    let t = std::time::Instant::now();
+    while !held() {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "SIGHUP never held back during the start\n{}",
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    d.signal(libc::SIGHUP);
+    d.expect_log("netpoller 0.1.0 started", Duration::from_secs(20));
+    d.expect_log("SIGHUP: configuration reloaded", Duration::from_secs(20));
+    assert!(d.stop().success());
+    drop(silent_ch);
+}
+
+/// A reload that finds the file empty (caught half-written by an editor or a deployment
+/// tool) is refused: it reloaded "hosts=0 items=0" and stopped all polling.
+#[test]
+fn a_reload_to_no_hosts_is_refused() {
+    let dir = scratch("ops-empty-reload");
+    let cfg = dir.join("c.toml");
+    let text = format!(
+        "[daemon]\nmetrics_listen = \"\"\nspool_dir = \"{}\"\n\n[[hosts]]\nname = \"h\"\nip = \"127.0.76.23\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
+        dir.join("spool").display()
+    );
+    std::fs::write(&cfg, &text).unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    d.expect_log("netpoller 0.1.0 started", Duration::from_secs(20));
+    std::fs::write(&cfg, "").unwrap();
+    d.signal(libc::SIGHUP);
+    d.expect_log("it has no hosts", Duration::from_secs(10));
+    assert!(
+        !d.log_text().contains("configuration reloaded"),
+        "{}",
+        d.log_text()
+    );
+    // The file written in full again: reloaded.
+    std::fs::write(&cfg, &text).unwrap();
+    d.signal(libc::SIGHUP);
+    d.expect_log(
+        "SIGHUP: configuration reloaded hosts=1",
+        Duration::from_secs(10),
+    );
+    assert!(d.stop().success());
+}
+
 /// A metrics port already in use fails the start before "started" is logged (it was
 /// logged, then the daemon exited 2: an operator reading the log saw a start).
 #[test]

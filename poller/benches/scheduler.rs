@@ -159,12 +159,12 @@ fn bench(c: &mut Criterion) {
     g.bench_function("install (under the plan lock)", |b| {
         b.iter_batched(
             || s.prepare(&p, 5_000),
-            |prepared| s.install(prepared, 5_000),
+            |prepared| s.install(prepared, 5_000, Some((&p, &p))),
             criterion::BatchSize::PerIteration,
         )
     });
     g.bench_function("prepare + install (under the lock before)", |b| {
-        b.iter(|| s.reload(&p, 5_000))
+        b.iter(|| s.reload(&p, &p, 5_000))
     });
     g.finish();
 }

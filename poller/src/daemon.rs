@@ -235,7 +235,8 @@ impl Shared {
         let prepared = self.scheduler.prepare(&plan, self.clock.now_ms());
         let plan = Arc::new(plan);
         let mut guard = self.plan.write().unwrap_or_else(|e| e.into_inner());
-        self.scheduler.install(prepared, self.clock.now_ms());
+        let plans = Some((&**guard, &*plan));
+        self.scheduler.install(prepared, self.clock.now_ms(), plans);
         let old = std::mem::replace(&mut *guard, plan);
         self.generation.fetch_add(1, Ordering::Relaxed);
         drop(guard);

@@ -17,7 +17,12 @@
 //!   the past: the schedule catches up by skipping (and counting) missed slots, without a
 //!   burst of back-to-back polls.
 //! * A reload replaces the queues; completions of tasks taken before the reload carry an
-//!   older generation and are ignored (the new queues already hold their next slot).
+//!   older generation and are ignored (the new queues already hold their next slot). No
+//!   slot is handed out twice across a reload (tasks go to their first slot after what
+//!   the engines took, batch window included) and none still queued is lost (an
+//!   unchanged task keeps a slot the old queues had not handed out yet, overdue or not):
+//!   see [`Scheduler::install`]. A task new to the plan starts after that too, up to one
+//!   batch window later than it could.
 //! * A queue entry is 24 bytes (due time, task index, interval, phase) and carries all
 //!   that [`Scheduler::complete`] needs, so putting a task back touches only its own
 //!   shard's lock: there is no scheduler-wide lock or table on the poll path. Tasks
@@ -154,6 +159,37 @@ impl DueQueue {
         true
     }
 
+    /// Removes the entry due at `due` that `pred` picks, if any.
+    fn remove(&mut self, due: u64, mut pred: impl FnMut(&Entry) -> bool) -> Option<Entry> {
+        let (map, key) = if due < self.horizon {
+            (&mut self.near, due >> BUCKET_SHIFT)
+        } else {
+            (&mut self.far, due >> FAR_SHIFT)
+        };
+        let v = map.get_mut(&key)?;
+        let i = v.iter().position(|e| e.due == due && pred(e))?;
+        let e = v.swap_remove(i);
+        if v.is_empty() {
+            map.remove(&key);
+        }
+        self.len -= 1;
+        Some(e)
+    }
+
+    /// Moves every entry due at or before `t` to its first slot after `t`.
+    fn move_past(&mut self, t: u64) {
+        let mut passed = Vec::new();
+        self.take(t, |e| {
+            passed.push(*e);
+            true
+        });
+        for mut e in passed {
+            let (iv, ph) = (u64::from(e.interval_ms), u64::from(e.phase_ms));
+            e.due = next_slot_after(t, iv, ph);
+            self.push(e);
+        }
+    }
+
     fn due_count(&self, now_ms: u64) -> usize {
         let near = self.near.range(..=now_ms >> BUCKET_SHIFT);
         let far = self.far.range(..=now_ms >> FAR_SHIFT);
@@ -178,6 +214,10 @@ pub struct Prepared {
 pub struct Scheduler {
     shards: Box<[Shard]>,
     generation: AtomicU64,
+    /// Per engine: the furthest `now_ms` [`Self::take_due`] was called with (an engine
+    /// takes tasks up to a batch window early). Every slot up to it was handed out, or
+    /// its entry is still queued.
+    taken_to: [AtomicU64; 2],
     /// Where the next `take_due` starts, so no shard is always served last.
     cursor: AtomicUsize,
     /// Serialises reloads (never taken on the poll path).
@@ -207,6 +247,7 @@ impl Scheduler {
                 })
                 .collect(),
             generation: AtomicU64::new(0),
+            taken_to: [AtomicU64::new(0), AtomicU64::new(0)],
             cursor: AtomicUsize::new(0),
             reload: Mutex::new(()),
         };
@@ -220,7 +261,7 @@ impl Scheduler {
     }
 
     fn load(&self, plan: &Plan, now_ms: u64) {
-        self.install(self.prepare(plan, now_ms), now_ms);
+        self.install(self.prepare(plan, now_ms), now_ms, None);
     }
 
     /// The queues of `plan` as of `now_ms`, built without touching the live ones (the
@@ -249,42 +290,71 @@ impl Scheduler {
         }
     }
 
-    /// Swaps in queues made by [`Self::prepare`] on this scheduler, as of `now_ms`: the
-    /// few entries whose slot passed since `prepare` (the old queues served those slots
-    /// meanwhile) move to their next slot, so every task's first slot is after `now_ms`
-    /// as with [`Self::reload`] and none is polled twice. Cheap enough for the caller to
-    /// hold its plan lock across it.
-    pub fn install(&self, mut prepared: Prepared, now_ms: u64) {
+    /// Swaps in queues made by [`Self::prepare`] on this scheduler, as of `now_ms`, for
+    /// a plan that replaces `plans.0` by `plans.1` (none at the start). No slot is
+    /// polled twice and none an engine has not served is lost:
+    /// * every task is put on its first slot after what the engines have taken (`now_ms`,
+    ///   or the batch window they took ahead of it): a task taken early for a slot still
+    ///   ahead, whose poll is running, is not polled for that slot again (its completion
+    ///   belongs to the old generation and is dropped);
+    /// * an unchanged task (same host, engine, interval and phase, hence the same slots)
+    ///   whose slot is still queued there, not served (an engine behind, a batch full),
+    ///   keeps that slot, overdue or not.
+    ///
+    /// Work under the locks is in the entries due by then only; cheap enough for the
+    /// caller to hold its plan lock across it.
+    pub fn install(&self, prepared: Prepared, now_ms: u64, plans: Option<(&Plan, &Plan)>) {
         assert_eq!(
             prepared.queues.len(),
             self.shards.len(),
             "prepared by another scheduler"
         );
-        if now_ms > prepared.at {
-            for q in prepared.queues.iter_mut().flatten() {
-                let mut passed = Vec::new();
-                q.take(now_ms, |e| {
-                    passed.push(*e);
-                    true
-                });
-                for mut e in passed {
-                    let (iv, ph) = (u64::from(e.interval_ms), u64::from(e.phase_ms));
-                    e.due = next_slot_after(now_ms, iv, ph);
-                    q.push(e);
-                }
-            }
-        }
+        debug_assert!(prepared.at <= now_ms);
         // The generation moves first, then each queue is replaced under its own lock: a
         // completion of an older generation either sees the new generation (and is
         // dropped) or lands in a queue about to be replaced.
         let one_reload_at_a_time = self.reload.lock().unwrap_or_else(|e| e.into_inner());
         self.generation.fetch_add(1, Ordering::AcqRel);
+        let ident = |plan: &Plan, task: u32| {
+            let t = &plan.tasks[task as usize];
+            (
+                plan.hosts[t.host as usize].hash,
+                t.engine,
+                t.interval_ms,
+                t.phase_ms,
+            )
+        };
         let mut old = Vec::with_capacity(prepared.queues.len() * 2);
         for (shard, qs) in self.shards.iter().zip(prepared.queues) {
-            for (e, q) in Engine::ALL.into_iter().zip(qs) {
+            for (e, mut q) in Engine::ALL.into_iter().zip(qs) {
                 let mut live = shard.queues[e as usize]
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
+                // Read under the lock: a take of this queue moves it first.
+                let served_to = now_ms.max(self.taken_to[e as usize].load(Ordering::Acquire));
+                let mut unserved = Vec::new();
+                if plans.is_some() {
+                    live.take(served_to, |x| {
+                        unserved.push(*x);
+                        true
+                    });
+                }
+                if served_to > prepared.at {
+                    // Prepared entries are all due after `prepared.at`.
+                    q.move_past(served_to);
+                }
+                if let Some((was, is)) = plans {
+                    for u in unserved {
+                        let want = ident(was, u.task);
+                        let (iv, ph) = (u64::from(u.interval_ms), u64::from(u.phase_ms));
+                        // Where `move_past` put the same task of the new plan.
+                        let at = next_slot_after(served_to, iv, ph);
+                        if let Some(mut x) = q.remove(at, |x| ident(is, x.task) == want) {
+                            x.due = u.due;
+                            q.push(x);
+                        }
+                    }
+                }
                 old.push(std::mem::replace(&mut *live, q));
             }
         }
@@ -293,10 +363,10 @@ impl Scheduler {
         drop(old);
     }
 
-    /// Replace the plan: every task of the new plan is queued at its first slot after
-    /// `now_ms` (unchanged tasks keep their slots, see the module docs).
-    pub fn reload(&self, plan: &Plan, now_ms: u64) {
-        self.load(plan, now_ms);
+    /// Replace plan `old` by `new` (see [`Self::install`]: unchanged tasks keep their
+    /// slots, see the module docs).
+    pub fn reload(&self, old: &Plan, new: &Plan, now_ms: u64) {
+        self.install(self.prepare(new, now_ms), now_ms, Some((old, new)));
     }
 
     /// Take tasks of `engine` due at `now_ms` (16 ms buckets in due order, any order
@@ -312,6 +382,7 @@ impl Scheduler {
         out: &mut Vec<Due>,
     ) -> usize {
         let n = self.shards.len();
+        self.taken_to[engine as usize].fetch_max(now_ms, Ordering::AcqRel);
         let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n;
         let mut spent = 0u64;
         let mut taken = 0;
@@ -655,7 +726,7 @@ mod tests {
         let taken_before = out.clone();
         // Reload with 150 hosts (50 new) and a second interval.
         let p2 = plan(150, &[10, 60]);
-        s.reload(&p2, 5_000);
+        s.reload(&p1, &p2, 5_000);
         // Completions from the old generation are ignored: no duplicate entries.
         for d in &taken_before {
             assert_eq!(s.complete(*d, 5_001), Rescheduled::Stale);
@@ -676,7 +747,7 @@ mod tests {
         assert_eq!(fired.len(), p2.tasks.len());
         // Shrinking removes tasks.
         let p3 = plan(10, &[10]);
-        s.reload(&p3, 70_000);
+        s.reload(&p2, &p3, 70_000);
         assert_eq!(s.queued(Engine::Snmp).iter().sum::<usize>(), 10);
     }
 
@@ -694,7 +765,7 @@ mod tests {
         s.take_due(Engine::Snmp, 8_000, u64::MAX, |_| 1, &mut out);
         let served: std::collections::HashSet<u32> = out.iter().map(|d| d.task).collect();
         assert!(!served.is_empty());
-        s.install(prepared, 8_000);
+        s.install(prepared, 8_000, Some((&p, &p)));
         assert_eq!(s.queued(Engine::Snmp).iter().sum::<usize>(), p.tasks.len());
         out.clear();
         s.take_due(Engine::Snmp, 8_000, u64::MAX, |_| 1, &mut out);
@@ -714,6 +785,75 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn reloads_neither_repeat_nor_lose_a_slot_taken_ahead() {
+        // Engines take a batch window (1 s) ahead every 250 ms and their polls take 120 ms;
+        // the same plan is reloaded every 3.3 s (a SIGHUP, a discovery re-plan). Every
+        // task is handed out exactly once per slot: a reload queued tasks taken ahead
+        // (for a slot still after the reload) for that slot again, and they were polled
+        // twice in 0.2 s.
+        let p = plan(1_000, &[10]);
+        let s = Scheduler::new(&p, 4, 0);
+        let mut handed: HashMap<(u32, u64), u32> = HashMap::new();
+        let mut running: Vec<(u64, Due)> = Vec::new();
+        let mut out = Vec::new();
+        for now in (0..60_000u64).step_by(50) {
+            running.retain(|&(end, d)| {
+                if end <= now {
+                    s.complete(d, now);
+                }
+                end > now
+            });
+            if now % 3_300 == 0 && now > 0 {
+                s.reload(&p, &p, now);
+            }
+            if now % 250 == 0 {
+                out.clear();
+                s.take_due(Engine::Snmp, now + 1_000, u64::MAX, |_| 1, &mut out);
+                for d in &out {
+                    *handed.entry((d.task, d.due_ms)).or_default() += 1;
+                    running.push((now + 120, *d));
+                }
+            }
+        }
+        let twice: Vec<_> = handed.iter().filter(|(_, &n)| n > 1).collect();
+        assert!(twice.is_empty(), "{} slots handed out twice", twice.len());
+        // And none was lost: each task has every slot from its first to its last.
+        let mut slots: HashMap<u32, Vec<u64>> = HashMap::new();
+        for &(t, due) in handed.keys() {
+            slots.entry(t).or_default().push(due);
+        }
+        for (t, mut v) in slots {
+            v.sort_unstable();
+            assert!(
+                v.windows(2).all(|w| w[1] - w[0] == 10_000),
+                "task {t}: {v:?}"
+            );
+            assert!(v.len() >= 5, "task {t}: {v:?}");
+        }
+    }
+
+    #[test]
+    fn a_reload_while_behind_keeps_the_overdue_slots() {
+        // Nothing taken since 20 s (the drivers are busy), reloaded at 23 s: the tasks
+        // whose slots fell in (20 s, 23 s] are still due at 23 s, not moved to 33 s
+        // (those polls were lost, and not even counted as skipped).
+        let p = plan(300, &[10]);
+        let s = Scheduler::new(&p, 4, 10_000);
+        let mut out = Vec::new();
+        s.take_due(Engine::Snmp, 20_000, u64::MAX, |_| 1, &mut out);
+        for d in &out {
+            s.complete(*d, 20_000);
+        }
+        let overdue = s.due_counts(Engine::Snmp, 23_000).iter().sum::<usize>();
+        assert!(overdue > 50, "{overdue}");
+        s.reload(&p, &p, 23_000);
+        out.clear();
+        s.take_due(Engine::Snmp, 23_000, u64::MAX, |_| 1, &mut out);
+        assert_eq!(out.len(), overdue);
+        assert!(out.iter().all(|d| (20_000..=23_000).contains(&d.due_ms)));
     }
 
     #[test]

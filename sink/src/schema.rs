@@ -349,9 +349,30 @@ pub async fn apply(cfg: &ClickHouseConfig) -> Result<Vec<Applied>, SchemaError> 
     }
     let mut out = Vec::new();
     for url in &eps {
-        out.push(apply_at(cfg, url).await?);
+        out.push(within_request_timeout(cfg, url, apply_at(cfg, url)).await?);
     }
     Ok(out)
+}
+
+/// `f`, or a [`SchemaError::Query`] that says no answer came within
+/// `clickhouse.request_timeout`: a server that takes the connection and never answers
+/// held the daemon's start (and `schema`) for good. (The writer bounds its own checks.)
+pub async fn within_request_timeout<T>(
+    cfg: &ClickHouseConfig,
+    url: &str,
+    f: impl std::future::Future<Output = Result<T, SchemaError>>,
+) -> Result<T, SchemaError> {
+    let limit = cfg.request_timeout;
+    tokio::time::timeout(limit, f).await.unwrap_or_else(|_| {
+        Err(SchemaError::Query {
+            url: redact_url(url),
+            what: format!(
+                "no answer within {} (clickhouse.request_timeout)",
+                humantime::format_duration(limit)
+            ),
+            cause: clickhouse::error::Error::TimedOut,
+        })
+    })
 }
 
 /// [`apply`] on one endpoint: also what the sink runs when an INSERT finds the

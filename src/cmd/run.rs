@@ -40,6 +40,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    hold_sighup(true);
     let super::Loaded {
         cfg,
         plan,
@@ -79,6 +80,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     rt.block_on(daemon(args, cfg, plan, (text, found), icmp_drivers))
+}
+
+/// Holds SIGHUP back on this thread and the threads it starts (`true`), or lets it
+/// through again. Its default action ends the process: until the reload handler is
+/// installed (after the config, the ClickHouse schema check, the sockets: 18 s against a
+/// slow server), a `systemctl reload` right after a start killed the daemon, with a
+/// status systemd does not restart. Held back, it is taken as a reload once the handler
+/// is in place.
+fn hold_sighup(hold: bool) {
+    // SAFETY: a signal set on the stack, initialised by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGHUP);
+        let how = if hold {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        libc::pthread_sigmask(how, &set, std::ptr::null_mut());
+    }
 }
 
 async fn daemon(
@@ -233,6 +255,7 @@ async fn daemon(
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
+    hold_sighup(false);
 
     // Sink consumer: runs the items' preprocessing (counting what it keeps back or
     // fails), follows the items' states (logged, and a gauge), and hands values as rows
@@ -469,6 +492,17 @@ fn reload(
                 );
             }
             let (h, i) = (plan.hosts.len(), plan.items.len());
+            let before = shared.plan().hosts.len();
+            if h == 0 && before > 0 {
+                // A file caught empty or half-written (an editor, a deployment tool) by
+                // the reload would stop all polling without a word.
+                shared.reloads_failed.inc();
+                tracing::error!(
+                    hosts_before = before,
+                    "SIGHUP: new configuration rejected, the old one keeps running: it has no hosts (an empty or half-written file?); to poll nothing, stop the daemon"
+                );
+                return None;
+            }
             let rate = plan.icmp_probe_rate();
             let wanted = wanted(rate);
             if wanted > icmp_threads {
@@ -479,8 +513,15 @@ fn reload(
                     "SIGHUP: the new configuration asks for more ICMP threads than were started; restart to use them"
                 );
             }
+            let items_before = shared.plan().items.len();
             shared.reload(plan);
-            tracing::info!(hosts = h, items = i, "SIGHUP: configuration reloaded");
+            tracing::info!(
+                hosts = h,
+                items = i,
+                hosts_before = before,
+                items_before,
+                "SIGHUP: configuration reloaded"
+            );
             Some(loaded)
         }
         Ok(Err(e)) => {

@@ -92,9 +92,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         } else {
             let url = ch.endpoints().into_iter().next().unwrap_or_default();
-            let version = sink::schema::server_version(&ch, &url).await.map_err(|e| {
-                anyhow::anyhow!("{e}\n(use --server-version X.Y to print DDL without a server)")
-            })?;
+            let asked = sink::schema::server_version(&ch, &url);
+            let version = sink::schema::within_request_timeout(&ch, &url, asked)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("{e}\n(use --server-version X.Y to print DDL without a server)")
+                })?;
             println!(
                 "-- DDL for ClickHouse {version} at {}",
                 sink::config::redact_url(&url)
