@@ -152,7 +152,8 @@ fn bench(c: &mut Criterion) {
     // which no engine could take work; now only `install` does.
     let mut g = c.benchmark_group("reload");
     g.sample_size(10);
-    let s = Scheduler::new(&p, 4, 0);
+    // The engines up to date: nothing queued is due.
+    let s = Scheduler::new(&p, 4, 5_000);
     g.bench_function("prepare (outside the plan lock)", |b| {
         b.iter(|| s.prepare(&p, 5_000))
     });
@@ -165,6 +166,16 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("prepare + install (under the lock before)", |b| {
         b.iter(|| s.reload(&p, &p, 5_000))
+    });
+    // The engines 5 s behind: half of the 10 s tasks are overdue, and each keeps its
+    // slot (found among the new queues' entries).
+    let behind = Scheduler::new(&p, 4, 0);
+    g.bench_function("install, half the tasks overdue", |b| {
+        b.iter_batched(
+            || behind.prepare(&p, 5_000),
+            |prepared| behind.install(prepared, 5_000, Some((&p, &p))),
+            criterion::BatchSize::PerIteration,
+        )
     });
     g.finish();
 }
