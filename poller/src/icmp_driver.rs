@@ -776,14 +776,15 @@ impl IcmpDriver {
     }
 
     /// Most probes sent before the receive queue is read again: [`SEND_TURN`], or fewer
-    /// when their replies (`payload` bytes each, plus [`REPLY_OVERHEAD`]) would not fit
-    /// in half the receive buffer: with `net.core.rmem_max`'s 208 KiB (no
+    /// when their replies (`payload` bytes each, plus [`REPLY_OVERHEAD`]) would take more
+    /// than a quarter of the receive buffer (two turns' replies, one not read yet on a
+    /// busy machine, then fit in half): with `net.core.rmem_max`'s 208 KiB (no
     /// `CAP_NET_ADMIN` for `SO_RCVBUFFORCE`), 512 replies of 300 bytes overflowed it and
-    /// read as 6.6% loss.
+    /// read as 6.6% loss, of 1,000 bytes as half.
     fn send_turn(&self, payload: usize) -> usize {
         let fit = self
             .rcvbuf()
-            .map_or(SEND_TURN, |buf| buf / 2 / (payload + REPLY_OVERHEAD));
+            .map_or(SEND_TURN, |buf| buf / 4 / (payload + REPLY_OVERHEAD));
         fit.clamp(8, SEND_TURN)
     }
 
