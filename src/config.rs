@@ -2053,7 +2053,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 }
             };
             let name: Arc<str> = h.name.as_str().into();
-            if let Some(prev) = names.insert(name.clone(), origin) {
+            // A second host of one name has its items checked, but is not planned: its
+            // derived itemids are the first one's, which would bury the cause under a
+            // line per item ("itemid … of a/icmpping is also used by a/icmpping").
+            let duplicate = names.insert(name.clone(), origin);
+            if let Some(prev) = duplicate {
                 self.c.push(
                     &[hp[0].clone(), hp[1].clone(), Seg::Key("name")],
                     format!("duplicate host name {:?} (also {prev})", h.name),
@@ -2066,7 +2070,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             });
             let polls_snmp = base.as_ref().is_some_and(|b| polls_snmp(b));
             let snmp = self.snmp_params(&hp, h.snmp.as_ref(), polls_snmp);
-            if let (Some(ip), Some(items), Some(snmp)) = (ip, base, snmp) {
+            if let (Some(ip), Some(items), Some(snmp), None) = (ip, base, snmp, duplicate) {
                 if let Some(items) = self.with_found(&hp, &name, ip, snmp.as_ref(), items) {
                     out.push(host_spec(name, ip, items, snmp));
                     origins.push(origin);

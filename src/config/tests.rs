@@ -383,6 +383,11 @@ fn keys_are_at_most_as_long_as_zabbix_stores_them() {
 
 #[test]
 fn duplicate_itemids_and_keys() {
+    // A host name used twice: that error alone, not one per item the two share.
+    let e = one_err(&format!(
+        "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.6\"\ntemplates = [\"icmp\"]\n"
+    ));
+    assert!(e.message.starts_with("duplicate host name \"a\""), "{e}");
     let e = one_err(&format!(
         "{TEMPLATE}\n[[hosts]]\nname = \"a\"\nip = \"127.0.0.5\"\ntemplates = [\"icmp\"]\nitems = [{{ key = \"icmpping\", itemid = 7 }}]\n[[hosts]]\nname = \"b\"\nip = \"127.0.0.6\"\ntemplates = [\"icmp\"]\nitems = [{{ key = \"icmpping\", itemid = 7 }}]\n"
     ));
