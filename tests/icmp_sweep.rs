@@ -784,6 +784,34 @@ fn a_small_receive_buffer_holds_every_reply_of_a_send_turn() {
 }
 
 #[test]
+fn replies_the_kernel_drops_for_a_full_buffer_are_counted() {
+    // A 4 KiB receive buffer and 1,000-byte replies: even 8 probes per read overflow it.
+    // The replies the kernel dropped read as lost; the report counts them
+    // (`SO_RXQ_OVFL`), which is what tells an operator the hosts did answer.
+    let ((report, alive), _) = behind_tun(0, Duration::from_millis(1), || {
+        let opts = IcmpOptions {
+            rcvbuf: 4096,
+            ..IcmpOptions::default()
+        };
+        let mut d = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
+        let jobs: Vec<PingJob> = (0..256u32)
+            .map(|i| PingJob {
+                size: 1000,
+                ..job(IpAddr::V4(Ipv4Addr::from(0xc613_0001 + i)), 1, 500)
+            })
+            .collect();
+        let mut alive = 0u64;
+        let report = rt().block_on(d.sweep(&jobs, |_, st| alive += u64::from(st.is_alive())));
+        (report, alive)
+    });
+    assert!(report.receive_drops > 0, "{alive} alive: {report:?}");
+    assert!(
+        alive + report.receive_drops <= 256,
+        "{alive} alive: {report:?}"
+    );
+}
+
+#[test]
 fn sweep_through_a_tun_device_answered_by_another_thread() {
     // Replies come in through a device, from another CPU, in bursts (the responder naps
     // 2 ms when idle), not from inside our own send call as on loopback. Addresses ≡ 3

@@ -84,6 +84,8 @@ pub struct EngineMetrics {
     /// ...): counted as sent and lost, as fping counts them, and counted here so that a
     /// local fault is not mistaken for hosts going down.
     pub icmp_send_errors: Counter,
+    /// ICMP only: replies the kernel dropped for a full receive buffer (`SO_RXQ_OVFL`).
+    pub icmp_receive_drops: Counter,
     /// SNMP only: SNMPv3 engine discoveries sent, and Reports to requests by kind
     /// ([`snmp::v3::ReportKind::index`]).
     pub snmpv3_discoveries: Counter,
@@ -117,6 +119,7 @@ impl Default for EngineMetrics {
             unmatched: Counter::default(),
             malformed: Counter::default(),
             icmp_send_errors: Counter::default(),
+            icmp_receive_drops: Counter::default(),
             snmpv3_discoveries: Counter::default(),
             snmpv3_reports: Default::default(),
             snmp_size_cuts: Default::default(),
@@ -365,6 +368,12 @@ impl Shared {
                     &[],
                     m.icmp_send_errors.get(),
                 );
+                out.counter(
+                    "netpoller_icmp_receive_drops_total",
+                    "Replies the kernel dropped because an ICMP socket's receive buffer was full; their probes read as lost (raise net.core.rmem_max).",
+                    &[],
+                    m.icmp_receive_drops.get(),
+                );
             }
             if e == Engine::Snmp {
                 out.counter(
@@ -598,6 +607,7 @@ pub async fn icmp_iteration(
         .add(c.foreign + c.spoofed + c.stale + c.duplicate + c.late);
     metrics.malformed.add(c.malformed);
     metrics.icmp_send_errors.add(c.send_errors);
+    metrics.icmp_receive_drops.add(report.receive_drops);
     if let Some((target, error)) = &report.first_send_error {
         // At most one warning a minute: a target that is never routable would
         // otherwise log at every sweep (the metric counts every refusal).

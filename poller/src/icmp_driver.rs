@@ -220,6 +220,10 @@ pub struct SweepReport {
     /// The first probe the kernel refused to send (`counters.send_errors` counts them
     /// all): target and error. Such probes count as sent and lost, as fping counts them.
     pub first_send_error: Option<(IpAddr, String)>,
+    /// Datagrams the kernel dropped because a socket's receive buffer was full
+    /// (`SO_RXQ_OVFL`), as far as the replies read in this sweep tell: replies that read
+    /// as lost though they came.
+    pub receive_drops: u64,
 }
 
 /// Long-lived ICMP driver; reuse it across iterations (one per process is enough).
@@ -239,6 +243,9 @@ pub struct IcmpDriver {
     /// The send rate (`None` = unpaced): this driver's own, or one shared with other
     /// drivers (see [`Self::share_pacer`]). Sweeps themselves run unpaced.
     pacer: Option<std::sync::Arc<SharedPacer>>,
+    /// Per socket (v4, v6): the kernel's count of datagrams it dropped on it, as the
+    /// last reply read carried it (`SO_RXQ_OVFL`, cumulative).
+    rx_drops: [u32; 2],
 }
 
 #[derive(Debug)]
@@ -338,6 +345,10 @@ fn configure(
     ) {
         tracing::debug!(error = %e, "SO_TIMESTAMPNS unavailable; RTTs use read time");
     }
+    // Each datagram then carries the socket's count of drops for a full buffer.
+    if let Err(e) = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, &1 as &libc::c_int) {
+        tracing::debug!(error = %e, "SO_RXQ_OVFL unavailable; receive drops are not counted");
+    }
     if kind == SocketKind::Raw {
         if v6 {
             let mut filter = [u32::MAX; 8];
@@ -432,6 +443,7 @@ impl IcmpDriver {
             pacer: (opts.max_pps > 0).then(|| {
                 std::sync::Arc::new(SharedPacer::new(opts.max_pps, SEND_BURST, Instant::now()))
             }),
+            rx_drops: [0; 2],
         };
         // Armed from the start: replies to other drivers must not queue up on this
         // socket before its first sweep.
@@ -630,13 +642,16 @@ impl IcmpDriver {
 
         // Per socket (v4, v6): when its queue was last found empty.
         let mut empty_since: [Option<Instant>; 2] = [None, None];
+        let drops_before = self.rx_drops;
         loop {
             let woke = Instant::now();
             // 1. Receive first: replies already queued must never wait for our sends.
             let mut got = 0;
-            for (fd, empty) in rx_fds.iter().zip(&mut empty_since) {
+            for ((fd, empty), drops) in rx_fds.iter().zip(&mut empty_since).zip(&mut self.rx_drops)
+            {
                 if let Some(fd) = fd {
-                    got += drain(*fd, &mut rx, &mut sweep, &mut report.recv_errors, empty);
+                    let at = Marks { empty, drops };
+                    got += drain(*fd, &mut rx, &mut sweep, &mut report.recv_errors, at);
                 }
             }
             let now = Instant::now();
@@ -744,6 +759,11 @@ impl IcmpDriver {
         report.first_send_error = batch.first_error.take();
         report.send_time = last_send - start;
         report.wall = start.elapsed();
+        report.receive_drops = drops_before
+            .iter()
+            .zip(&self.rx_drops)
+            .map(|(a, b)| u64::from(b.wrapping_sub(*a)))
+            .sum();
         // Between sweeps, let nothing but the next sweep's replies queue up.
         self.arm_ident_filter(self.next_ident());
         report
@@ -968,24 +988,41 @@ const CMSG_LEN: usize = 64;
 struct CmsgBuf([u8; CMSG_LEN]);
 
 /// The `SCM_TIMESTAMPNS` of a received message, as time since the Unix epoch.
-fn rx_timestamp(hdr: &libc::msghdr) -> Option<Duration> {
+/// A received datagram's kernel timestamp (`SO_TIMESTAMPNS`) and its socket's count of
+/// drops for a full buffer (`SO_RXQ_OVFL`), where present.
+fn rx_meta(hdr: &libc::msghdr) -> (Option<Duration>, Option<u32>) {
+    let (mut ts, mut drops) = (None, None);
     // SAFETY: hdr's control buffer was filled by recvmmsg and msg_controllen says how
     // much of it is valid; the CMSG_* macros stay within it.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(hdr);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
-                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                let secs = u64::try_from(ts.tv_sec).ok()?;
-                let nanos = u32::try_from(ts.tv_nsec)
-                    .ok()
-                    .filter(|n| *n < 1_000_000_000)?;
-                return Some(Duration::new(secs, nanos));
+            if (*c).cmsg_level == libc::SOL_SOCKET {
+                match (*c).cmsg_type {
+                    libc::SO_TIMESTAMPNS => {
+                        let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                        ts = u64::try_from(t.tv_sec)
+                            .ok()
+                            .zip(u32::try_from(t.tv_nsec).ok().filter(|n| *n < 1_000_000_000));
+                    }
+                    libc::SO_RXQ_OVFL => {
+                        drops = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
+                    }
+                    _ => {}
+                }
             }
             c = libc::CMSG_NXTHDR(hdr, c);
         }
     }
-    None
+    (ts.map(|(s, n)| Duration::new(s, n)), drops)
+}
+
+/// What [`drain`] keeps up to date for its socket.
+struct Marks<'a> {
+    /// When the socket's queue was last found empty.
+    empty: &'a mut Option<Instant>,
+    /// The kernel's count of drops on it, as the last datagram read carried it.
+    drops: &'a mut u32,
 }
 
 /// When a reply was received: its kernel timestamp `ts` (wall clock, `SO_TIMESTAMPNS`)
@@ -1012,14 +1049,18 @@ fn received_at(
 }
 
 /// Reads up to `RECV_TURN` datagrams from `fd` into `sweep`; returns how many.
-/// `empty_since`: when this socket's queue was last found empty (updated here).
+/// `marks`: this socket's, updated here.
 fn drain(
     fd: RawFd,
     rx: &mut RecvBuf,
     sweep: &mut Sweep,
     errors: &mut u64,
-    empty_since: &mut Option<Instant>,
+    marks: Marks<'_>,
 ) -> usize {
+    let Marks {
+        empty: empty_since,
+        drops,
+    } = marks;
     let mut total = 0;
     // A clock read before each call: a queue a call leaves empty was empty at some
     // point after the call began, not only when it returned (a thread preempted on
@@ -1079,7 +1120,11 @@ fn drain(
         }
         before_call = now;
         for i in 0..n {
-            let at = received_at(now, wall_now, rx_timestamp(&msgs[i].msg_hdr), before);
+            let (ts, dropped) = rx_meta(&msgs[i].msg_hdr);
+            if let Some(d) = dropped {
+                *drops = d;
+            }
+            let at = received_at(now, wall_now, ts, before);
             let len = (msgs[i].msg_len as usize).min(rx.slot);
             // SAFETY: the kernel initialised the sockaddr (zeroed before, so valid either way).
             let ss = unsafe { addrs[i].assume_init_ref() };

@@ -295,10 +295,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let c = &report.counters;
     let ignored = c.stale + c.foreign + c.spoofed + c.malformed + c.duplicate + c.late;
-    if ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 {
+    if ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 || report.receive_drops > 0 {
         eprintln!(
-            "ignored replies: {} stale, {} foreign, {} spoofed, {} malformed, {} duplicate, {} late; {} send errors, {} receive errors",
-            c.stale, c.foreign, c.spoofed, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors
+            "ignored replies: {} stale, {} foreign, {} spoofed, {} malformed, {} duplicate, {} late; {} send errors, {} receive errors, {} dropped for a full receive buffer",
+            c.stale, c.foreign, c.spoofed, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors, report.receive_drops
         );
     }
     tracing::info!(
