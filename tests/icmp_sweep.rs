@@ -756,6 +756,35 @@ fn replies_queued_while_the_sweep_was_held_up_are_all_read_in_time() {
     assert_eq!(alive, n as usize, "{:?}", report.counters);
 }
 
+/// One sweep of `hosts` hosts behind a TUN device, one 1,000-byte probe each with
+/// `timeout_ms`, through sockets asking for a `rcvbuf`-byte receive buffer: the report,
+/// the hosts alive, what the responder answered.
+fn big_replies_behind_tun(
+    rcvbuf: usize,
+    hosts: u32,
+    timeout_ms: u64,
+) -> (
+    (poller::icmp_driver::SweepReport, u64),
+    poller::tun_echo::Counts,
+) {
+    behind_tun(0, Duration::from_millis(1), move || {
+        let opts = IcmpOptions {
+            rcvbuf,
+            ..IcmpOptions::default()
+        };
+        let mut d = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
+        let jobs: Vec<PingJob> = (0..hosts)
+            .map(|i| PingJob {
+                size: 1000,
+                ..job(IpAddr::V4(Ipv4Addr::from(0xc613_0001 + i)), 1, timeout_ms)
+            })
+            .collect();
+        let mut alive = 0u64;
+        let report = rt().block_on(d.sweep(&jobs, |_, st| alive += u64::from(st.is_alive())));
+        (report, alive)
+    })
+}
+
 #[test]
 fn a_small_receive_buffer_holds_every_reply_of_a_send_turn() {
     // 2,046 hosts answered through a device, 1,000-byte probes, and the receive buffer
@@ -763,22 +792,7 @@ fn a_small_receive_buffer_holds_every_reply_of_a_send_turn() {
     // probes sent between two reads are as many as their replies fit in a quarter of it
     // (512 at a time overflowed it: about half the hosts, which answered, read as lost).
     // A read delayed long enough on a loaded machine can still lose a few: 99% at least.
-    let ((report, alive), counts) = behind_tun(0, Duration::from_millis(1), || {
-        let opts = IcmpOptions {
-            rcvbuf: 212_992,
-            ..IcmpOptions::default()
-        };
-        let mut d = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
-        let jobs: Vec<PingJob> = (0..2046u32)
-            .map(|i| PingJob {
-                size: 1000,
-                ..job(IpAddr::V4(Ipv4Addr::from(0xc613_0001 + i)), 1, 1000)
-            })
-            .collect();
-        let mut alive = 0;
-        let report = rt().block_on(d.sweep(&jobs, |_, st| alive += usize::from(st.is_alive())));
-        (report, alive)
-    });
+    let ((report, alive), counts) = big_replies_behind_tun(212_992, 2046, 1000);
     assert_eq!(counts.answered, 2046);
     assert!(alive >= 2026, "{alive} alive: {:?}", report.counters);
 }
@@ -788,22 +802,7 @@ fn replies_the_kernel_drops_for_a_full_buffer_are_counted() {
     // A 4 KiB receive buffer and 1,000-byte replies: even 8 probes per read overflow it.
     // The replies the kernel dropped read as lost; the report counts them
     // (`SO_RXQ_OVFL`), which is what tells an operator the hosts did answer.
-    let ((report, alive), _) = behind_tun(0, Duration::from_millis(1), || {
-        let opts = IcmpOptions {
-            rcvbuf: 4096,
-            ..IcmpOptions::default()
-        };
-        let mut d = IcmpDriver::open(opts).expect("raw ICMP socket (run as root)");
-        let jobs: Vec<PingJob> = (0..256u32)
-            .map(|i| PingJob {
-                size: 1000,
-                ..job(IpAddr::V4(Ipv4Addr::from(0xc613_0001 + i)), 1, 500)
-            })
-            .collect();
-        let mut alive = 0u64;
-        let report = rt().block_on(d.sweep(&jobs, |_, st| alive += u64::from(st.is_alive())));
-        (report, alive)
-    });
+    let ((report, alive), _) = big_replies_behind_tun(4096, 256, 500);
     assert!(report.receive_drops > 0, "{alive} alive: {report:?}");
     assert!(
         alive + report.receive_drops <= 256,

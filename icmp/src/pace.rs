@@ -40,6 +40,12 @@ impl SharedPacer {
         }
     }
 
+    /// A pacer of `max_pps` starting now, to share between drivers; `None` for 0
+    /// (unpaced).
+    pub fn shared(max_pps: u32, burst: Duration) -> Option<std::sync::Arc<SharedPacer>> {
+        (max_pps > 0).then(|| std::sync::Arc::new(SharedPacer::new(max_pps, burst, Instant::now())))
+    }
+
     fn ns(&self, t: Instant) -> u64 {
         t.saturating_duration_since(self.base).as_nanos() as u64
     }

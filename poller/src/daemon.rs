@@ -890,10 +890,7 @@ pub async fn run_engine(
         };
         let Some((slot, extra)) = slot else { break };
         let Some(mut emitter) = emitters.pop() else {
-            match extra {
-                true => extras.as_mut().expect("an extra slot").idle.push(slot),
-                false => drop(pool_tx.send(slot)),
-            }
+            put_back(slot, extra, &pool_tx, &mut extras);
             continue;
         };
         // Backpressure: while the sink is behind, this engine takes no new work.
@@ -904,10 +901,7 @@ pub async fn run_engine(
         let horizon = now + shared.limits.batch_window.as_millis() as u64;
         let (plan, dues) = shared.take(engine, horizon);
         if dues.is_empty() {
-            match extra {
-                true => extras.as_mut().expect("an extra slot").idle.push(slot),
-                false => drop(pool_tx.send(slot)),
-            }
+            put_back(slot, extra, &pool_tx, &mut extras);
             emitters.push(emitter);
             continue;
         }
@@ -1013,6 +1007,19 @@ pub async fn run_engine(
             engine: engine.as_str(),
             why,
         }),
+    }
+}
+
+/// A driver not used after all: back to the pool, or an extra one to the idle extras.
+fn put_back(
+    slot: Slot,
+    extra: bool,
+    pool: &mpsc::UnboundedSender<Slot>,
+    extras: &mut Option<Extras>,
+) {
+    match (extra, extras.as_mut()) {
+        (true, Some(x)) => x.idle.push(slot),
+        _ => drop(pool.send(slot)),
     }
 }
 

@@ -440,9 +440,7 @@ impl IcmpDriver {
             ident_base: (r >> 32) as u16,
             df: None,
             armed: None,
-            pacer: (opts.max_pps > 0).then(|| {
-                std::sync::Arc::new(SharedPacer::new(opts.max_pps, SEND_BURST, Instant::now()))
-            }),
+            pacer: SharedPacer::shared(opts.max_pps, SEND_BURST),
             rx_drops: [0; 2],
         };
         // Armed from the start: replies to other drivers must not queue up on this

@@ -261,8 +261,7 @@ impl SnmpDriver {
         };
         Ok(SnmpDriver {
             opts,
-            pacer: (opts.max_pps > 0)
-                .then(|| Arc::new(SharedPacer::new(opts.max_pps, SEND_BURST, Instant::now()))),
+            pacer: SharedPacer::shared(opts.max_pps, SEND_BURST),
             v4,
             v6,
             memory: HostMemory::default(),

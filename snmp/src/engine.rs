@@ -807,7 +807,7 @@ impl<'j> Iteration<'j> {
             }
             let host = e.host as usize;
             if e.purpose == Purpose::Probe {
-                self.end_probe(host, false);
+                self.end_probe(id, false);
                 continue;
             }
             self.stats.timeouts += 1;
@@ -879,15 +879,11 @@ impl<'j> Iteration<'j> {
 
     /// Request `id` ends without an answer while stopping: its items are not polled.
     fn end_stopped(&mut self, id: i32) {
-        let Some(e) = self.table.remove(&id) else {
+        let Some(e) = self.take_request(id) else {
             return;
         };
         let host = e.host as usize;
-        if e.purpose == Purpose::Probe {
-            self.hosts[host].probe = None;
-        } else {
-            self.hosts[host].inflight.retain(|&x| x != id);
-            self.hosts[host].parked.retain(|&x| x != id);
+        if e.purpose != Purpose::Probe {
             for &i in &e.items {
                 self.fail(host, i as usize, ItemFailure::Stopped);
             }
@@ -896,19 +892,33 @@ impl<'j> Iteration<'j> {
         self.after_progress(host);
     }
 
-    /// The probe of `host` was answered, or not (timeout, send error, Report): decides
-    /// the requests parked on it.
-    fn end_probe(&mut self, host: usize, answered: bool) {
-        if self.hosts[host].probe.is_none() {
-            return;
+    /// Removes request `id` from the table and from its host's bookkeeping (in flight,
+    /// parked, or its probe): the one way a request ends, so the host's lists never
+    /// name a request that is gone.
+    fn take_request(&mut self, id: i32) -> Option<InFlight> {
+        let e = self.table.remove(&id)?;
+        let st = &mut self.hosts[e.host as usize];
+        if e.purpose == Purpose::Probe {
+            st.probe = None;
+        } else {
+            st.inflight.retain(|&x| x != id);
+            st.parked.retain(|&x| x != id);
         }
-        self.drop_probe(host);
+        Some(e)
+    }
+
+    /// Probe `id` was answered, or not (timeout, send error, Report): decides the
+    /// requests parked on it.
+    fn end_probe(&mut self, id: i32, answered: bool) {
+        let Some(e) = self.take_request(id) else {
+            return;
+        };
+        let host = e.host as usize;
+        self.recycle(e);
         let st = &mut self.hosts[host];
         // Evidence for every request whose last attempt ends before the next probe.
         st.alive = answered;
-        let mut parked = std::mem::take(&mut st.parked);
-        // Parked requests answered, refused or failed since are not waiting any more.
-        parked.retain(|id| self.table.contains_key(id));
+        let parked = std::mem::take(&mut st.parked);
         if answered {
             self.stats.probes_answered += 1;
         }
@@ -925,11 +935,10 @@ impl<'j> Iteration<'j> {
 
     /// Request `id` went unanswered while its agent answered one OID alone: as tooBig.
     fn silent_too_big(&mut self, host: usize, id: i32) {
-        let Some(e) = self.table.remove(&id) else {
+        let Some(e) = self.take_request(id) else {
             return;
         };
         self.stats.silent_too_big += 1;
-        self.hosts[host].inflight.retain(|&x| x != id);
         let n = e.items.len();
         let st = &self.hosts[host];
         // Silent again below a size already found silent: one OID per request (as
@@ -948,17 +957,16 @@ impl<'j> Iteration<'j> {
     /// The driver could not send request `request_id`: its items fail with `text`, the
     /// host goes on with its other items.
     pub fn handle_send_error(&mut self, request_id: i32, text: &str) {
-        let Some(e) = self.table.remove(&request_id) else {
+        if self.table.get(&request_id).map(|e| e.purpose) == Some(Purpose::Probe) {
+            self.stats.send_errors += 1;
+            self.end_probe(request_id, false);
+            return;
+        }
+        let Some(e) = self.take_request(request_id) else {
             return;
         };
         self.stats.send_errors += 1;
         let host = e.host as usize;
-        if e.purpose == Purpose::Probe {
-            self.table.insert(request_id, e);
-            self.end_probe(host, false);
-            return;
-        }
-        self.hosts[host].inflight.retain(|&x| x != request_id);
         if e.purpose == Purpose::Discovery {
             // Without the agent's engine nothing else of the host can be sent.
             self.recycle(e);
@@ -1037,19 +1045,18 @@ impl<'j> Iteration<'j> {
 
     /// Request `id` was answered by `msg`, an accepted Response.
     fn complete(&mut self, id: i32, msg: &Message<'_>) -> Received {
-        let Some(e) = self.table.remove(&id) else {
+        let Some(purpose) = self.table.get(&id).map(|e| e.purpose) else {
+            return Received::Stale;
+        };
+        self.stats.responses += 1;
+        if purpose == Purpose::Probe {
+            self.end_probe(id, true);
+            return Received::Matched;
+        }
+        let Some(e) = self.take_request(id) else {
             return Received::Stale;
         };
         let host = e.host as usize;
-        self.stats.responses += 1;
-        if e.purpose == Purpose::Probe {
-            self.table.insert(id, e);
-            self.end_probe(host, true);
-            return Received::Matched;
-        }
-        let st = &mut self.hosts[host];
-        st.inflight.retain(|&x| x != id);
-        st.parked.retain(|&x| x != id);
         self.process_response(host, &e.items, msg);
         self.recycle(e);
         self.after_progress(host);
@@ -1115,7 +1122,7 @@ impl<'j> Iteration<'j> {
         if purpose == Some(Purpose::Probe) && pdu.pdu_type == PduType::Report {
             // The request it stands beside gets its own Report, and deals with it.
             self.stats.reports += 1;
-            self.end_probe(host, false);
+            self.end_probe(id, false);
             return Received::Report;
         }
         let discovery = purpose == Some(Purpose::Discovery);
@@ -1159,13 +1166,12 @@ impl<'j> Iteration<'j> {
         user: &Arc<UsmUser>,
         now: Instant,
     ) {
-        let Some(e) = self.table.remove(&id) else {
+        let Some(e) = self.take_request(id) else {
             return;
         };
         if !discovery {
             self.stats.refusals[kind.index()] += 1;
         }
-        self.hosts[host].inflight.retain(|&x| x != id);
         let (items, generation) = (e.items.clone(), e.generation);
         self.recycle(e);
         let Some(u) = self.hosts[host].usm.as_deref_mut() else {
@@ -1504,10 +1510,8 @@ impl<'j> Iteration<'j> {
     /// Forgets `host`'s probe, if any, without failing its item (the item belongs to
     /// another request): a late answer to it is stale.
     fn drop_probe(&mut self, host: usize) {
-        if let Some(id) = self.hosts[host].probe.take() {
-            if let Some(e) = self.table.remove(&id) {
-                self.recycle(e);
-            }
+        if let Some(e) = self.hosts[host].probe.and_then(|id| self.take_request(id)) {
+            self.recycle(e);
         }
     }
 

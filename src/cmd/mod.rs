@@ -161,13 +161,14 @@ pub fn open_icmp_drivers(
         ..Default::default()
     };
     // Several sockets share one `max_pps`: a sweep running alone gets all of it.
-    let pacer = (count > 1 && cfg.icmp.max_pps > 0).then(|| {
-        std::sync::Arc::new(poller::icmp_driver::SharedPacer::new(
-            cfg.icmp.max_pps,
-            poller::icmp_driver::SEND_BURST,
-            std::time::Instant::now(),
-        ))
-    });
+    let pacer = (count > 1)
+        .then(|| {
+            poller::icmp_driver::SharedPacer::shared(
+                cfg.icmp.max_pps,
+                poller::icmp_driver::SEND_BURST,
+            )
+        })
+        .flatten();
     let mut out = Vec::with_capacity(count);
     for _ in 0..count.max(1) {
         match poller::icmp_driver::IcmpDriver::open(opts) {
@@ -237,13 +238,8 @@ fn snmp_driver_options(cfg: &Config) -> poller::snmp_driver::SnmpDriverOptions {
 /// sharing one `snmp.max_pps`.
 pub fn open_snmp_drivers(cfg: &Config) -> anyhow::Result<poller::daemon::SnmpDrivers> {
     let opts = snmp_driver_options(cfg);
-    let pacer = (opts.max_pps > 0).then(|| {
-        std::sync::Arc::new(poller::icmp_driver::SharedPacer::new(
-            opts.max_pps,
-            poller::snmp_driver::SEND_BURST,
-            std::time::Instant::now(),
-        ))
-    });
+    let pacer =
+        poller::icmp_driver::SharedPacer::shared(opts.max_pps, poller::snmp_driver::SEND_BURST);
     let open = move || {
         let mut d = poller::snmp_driver::SnmpDriver::open(opts)?;
         if let Some(p) = &pacer {

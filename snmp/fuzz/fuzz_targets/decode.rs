@@ -52,19 +52,17 @@ fuzz_target!(|data: &[u8]| {
     // The engine with one request in flight: a fuzzed datagram may match only if it
     // carries that request-id, community and source.
     let src: SocketAddr = "127.0.0.1:161".parse().unwrap();
-    let jobs = [HostJob::new(
-        src,
-        Arc::from("public"),
-        vec!["1.3.6.1.2.1.1.3.0".parse().unwrap()],
-    )];
-    let mut it = Iteration::new(
-        &jobs,
-        &HostMemory::default(),
-        IterationOptions {
-            first_request_id: 1,
-            ..Default::default()
-        },
-    );
+    // One job of these OIDs, its first request-id 1.
+    let job = |oids: &[&str]| {
+        let oids = oids.iter().map(|o| o.parse().unwrap()).collect();
+        [HostJob::new(src, Arc::from("public"), oids)]
+    };
+    let opts = || IterationOptions {
+        first_request_id: 1,
+        ..Default::default()
+    };
+    let jobs = job(&["1.3.6.1.2.1.1.3.0"]);
+    let mut it = Iteration::new(&jobs, &HostMemory::default(), opts());
     let now = Instant::now();
     let mut buf = Vec::new();
     it.poll_transmit(now, &mut buf).unwrap();
@@ -81,22 +79,8 @@ fuzz_target!(|data: &[u8]| {
     // A request of three OIDs whose first attempt timed out: its retry and the one-OID
     // probe beside it are in flight (request-ids 1 and 2). A fuzzed datagram matches
     // one of them or nothing, and every item still gets exactly one event.
-    let jobs = [HostJob::new(
-        src,
-        Arc::from("public"),
-        ["1.3.6.1.2.1.1.3.0", "1.3.6.1.2.1.1.5.0", "1.3.6.1.2.1.1.6.0"]
-            .iter()
-            .map(|o| o.parse().unwrap())
-            .collect(),
-    )];
-    let mut it = Iteration::new(
-        &jobs,
-        &HostMemory::default(),
-        IterationOptions {
-            first_request_id: 1,
-            ..Default::default()
-        },
-    );
+    let jobs = job(&["1.3.6.1.2.1.1.3.0", "1.3.6.1.2.1.1.5.0", "1.3.6.1.2.1.1.6.0"]);
+    let mut it = Iteration::new(&jobs, &HostMemory::default(), opts());
     it.poll_transmit(now, &mut buf).unwrap();
     let later = now + jobs[0].timeout;
     it.handle_timeout(later);

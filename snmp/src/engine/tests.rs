@@ -748,13 +748,8 @@ fn a_lost_request_answered_on_retry_teaches_nothing() {
 
 #[test]
 fn a_dead_host_with_big_requests_dies_when_it_did_without_the_probe() {
-    let (mut a, oids) = agent_with(10);
-    a.silent = true;
-    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
-    let mut j = job(1, &refs);
-    j.retries = 2;
-    let jobs = [j];
-    let mut agents = HashMap::from([(addr(1), a)]);
+    let (mut jobs, mut agents) = one_host(10, |a| a.silent = true);
+    jobs[0].retries = 2;
     let out = iterate(&jobs, &mut agents, HostMemory::default());
     let items = items_of(&out.events, 0);
     assert!(items.values().all(|r| *r == Err(ItemFailure::Timeout)));
