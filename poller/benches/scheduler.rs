@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use poller::plan::{Engine, HostSpec, ItemKind, ItemSpec, Plan};
+use poller::plan_diff::PlanDiff;
 use poller::scheduler::Scheduler;
 use poller::value::ValueType;
 
@@ -38,6 +39,10 @@ static GLOBAL: Counting = Counting;
 const ITEMS: usize = 1_000_000;
 
 fn plan(items: usize) -> Plan {
+    plan_every(items, 10_000)
+}
+
+fn plan_every(items: usize, interval_ms: u32) -> Plan {
     let oid = snmp::Oid::from_arcs(&[1, 3, 6, 1, 2, 1, 1, 3, 0]).unwrap();
     let key: Arc<str> = "sysUpTime".into();
     Plan::build(
@@ -50,7 +55,7 @@ fn plan(items: usize) -> Plan {
                     itemid: h as u64,
                     key: key.clone(),
                     value_type: ValueType::Uint,
-                    interval_ms: 10_000,
+                    interval_ms,
                     kind: ItemKind::Snmp { oid: oid.clone() },
                     pre: None,
                 }],
@@ -176,6 +181,15 @@ fn bench(c: &mut Criterion) {
             |prepared| behind.install(prepared, 5_000, Some((&p, &p))),
             criterion::BatchSize::PerIteration,
         )
+    });
+    // What the reload's log line says changed (outside the lock, before it): a pass
+    // over each plan when nothing did, item by item when every host changed.
+    g.bench_function("diff, nothing changed", |b| {
+        b.iter(|| assert!(PlanDiff::between(&p, &p).is_empty()))
+    });
+    let slower = plan_every(ITEMS, 20_000);
+    g.bench_function("diff, every item changed", |b| {
+        b.iter(|| assert_eq!(PlanDiff::between(&p, &slower).items_changed, ITEMS))
     });
     g.finish();
 }

@@ -9,6 +9,7 @@ pub mod icmp_driver;
 pub mod keys;
 pub mod metrics;
 pub mod plan;
+pub mod plan_diff;
 pub mod preprocess;
 pub mod scheduler;
 pub mod snmp_convert;

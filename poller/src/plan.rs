@@ -59,7 +59,7 @@ impl std::fmt::Debug for SnmpParams {
 }
 
 /// What an item asks of its engine.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ItemKind {
     Icmp {
         metric: IcmpMetric,
@@ -455,11 +455,12 @@ impl Plan {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::keys::{IcmpDefaults, IcmpKey, ItemKey};
 
-    fn icmp_item(host: &str, key: &str, interval_s: u64) -> ItemSpec {
+    /// An ICMP item of `host` as the config resolves it (a float, no preprocessing).
+    pub(crate) fn icmp_item(host: &str, key: &str, interval_s: u64) -> ItemSpec {
         let k = IcmpKey::parse(&ItemKey::parse(key).unwrap(), &IcmpDefaults::default()).unwrap();
         ItemSpec {
             itemid: derive_itemid(host, key),

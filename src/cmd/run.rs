@@ -513,13 +513,26 @@ fn reload(
                     "SIGHUP: the new configuration asks for more ICMP threads than were started; restart to use them"
                 );
             }
-            let items_before = shared.plan().items.len();
+            let (items_before, diff) = {
+                let old = shared.plan();
+                (
+                    old.items.len(),
+                    poller::plan_diff::PlanDiff::between(&old, &plan),
+                )
+            };
             shared.reload(plan);
             tracing::info!(
                 hosts = h,
                 items = i,
                 hosts_before = before,
                 items_before,
+                hosts_added = diff.hosts_added,
+                hosts_removed = diff.hosts_removed,
+                hosts_changed = diff.hosts_changed,
+                items_added = diff.items_added,
+                items_removed = diff.items_removed,
+                items_changed = diff.items_changed,
+                changes = %diff,
                 "SIGHUP: configuration reloaded"
             );
             Some(loaded)
