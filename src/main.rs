@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand};
 const EXAMPLES: &str = "\
 Examples:
   netpoller check-config -c /etc/netpoller/netpoller.toml   validate, list every error with its line
+  netpoller check-config -c new.toml --against netpoller.toml   what a reload to new.toml changes
   netpoller poll-once -c netpoller.toml --json             poll each item once, print JSON lines
   netpoller run -c netpoller.toml --user netpoller         the daemon (SIGHUP reloads, SIGTERM flushes)
   netpoller run -c netpoller.toml --shard 0/2              this process polls half of the hosts

@@ -428,6 +428,77 @@ fn secrets_never_appear_in_any_output() {
     }
 }
 
+/// `check-config --against RUNNING` says what a reload to the file would change, as
+/// the daemon's reload line counts it; a running file that does not load fails it.
+#[test]
+fn check_config_against_the_running_file_says_what_a_reload_changes() {
+    let dir = scratch("ops-against");
+    let (old, new) = (dir.join("old.toml"), dir.join("new.toml"));
+    let base = r#"
+[[templates]]
+name = "icmp"
+items = [ { key = "icmpping", interval = "10s" }, { key = "icmppingsec", interval = "10s" } ]
+
+[[hosts]]
+name = "core-1"
+ip = "127.0.75.1"
+templates = ["icmp"]
+
+[[host_ranges]]
+cidr = "127.0.74.0/30"
+name = "cpe-{ip}"
+templates = ["icmp"]
+"#;
+    std::fs::write(&old, base).unwrap();
+    // core-1 polled every minute, the range one address longer, a host added.
+    let changed = base
+        .replace(
+            "templates = [\"icmp\"]\n\n[[host_ranges]]",
+            "templates = [\"icmp\"]\nitems = [ { key = \"icmpping\", interval = \"1m\" } ]\n\n[[host_ranges]]",
+        )
+        .replace("127.0.74.0/30", "127.0.74.0/29")
+        + "\n[[hosts]]\nname = \"edge-1\"\nip = \"127.0.75.2\"\ntemplates = [\"icmp\"]\n";
+    std::fs::write(&new, changed).unwrap();
+    let check = |cfg: &std::path::Path, running: &std::path::Path| {
+        netpoller()
+            .args(["check-config", "-c"])
+            .arg(cfg)
+            .arg("--against")
+            .arg(running)
+            .output()
+            .unwrap()
+    };
+    let o = check(&new, &old);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // A /30 has 2 hosts, a /29 6: 4 + edge-1 added, 2 items each; core-1's icmpping
+    // (the host's own item replaces the template's of the same key) changed.
+    let line = format!(
+        "against {}: hosts +5 -0 ~1, items +10 -0 ~1 (added: edge-1, cpe-127.0.74.3, cpe-127.0.74.4, cpe-127.0.74.5, cpe-127.0.74.6; changed: core-1)",
+        old.display()
+    );
+    assert!(out.contains(&line), "{out}");
+    let o = check(&old, &old);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("no host or item changed"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    // The running file broken: the comparison cannot be made, and the command says why.
+    std::fs::write(&old, "[[hosts]]\nname = 1\n").unwrap();
+    let o = check(&new, &old);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--against") && err.contains("does not load"),
+        "{err}"
+    );
+}
+
 /// `check-config` states the load the file asks for, the figure sizing goes by, and how
 /// the ICMP targets are swept.
 #[test]
