@@ -488,6 +488,26 @@ templates = ["icmp"]
         "{}",
         String::from_utf8_lossy(&o.stdout)
     );
+    // Under `--shard`, each shard's share: the two halves add up to the whole.
+    let added: usize = ["0/2", "1/2"]
+        .iter()
+        .map(|shard| {
+            let o = netpoller()
+                .args(["check-config", "-c"])
+                .arg(&new)
+                .arg("--against")
+                .arg(&old)
+                .args(["--shard", shard])
+                .output()
+                .unwrap();
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            assert!(out.contains(&format!("load of shard {shard}: ")), "{out}");
+            let line = out.lines().find(|l| l.starts_with("against ")).unwrap();
+            let hosts = line.split("hosts +").nth(1).unwrap();
+            hosts[..hosts.find(' ').unwrap()].parse::<usize>().unwrap()
+        })
+        .sum();
+    assert_eq!(added, 5);
     // The running file broken: the comparison cannot be made, and the command says why.
     std::fs::write(&old, "[[hosts]]\nname = 1\n").unwrap();
     let o = check(&new, &old);

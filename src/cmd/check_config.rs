@@ -21,6 +21,10 @@ pub struct Args {
     /// reload`. Items of discovery rules are not compared: their rows come from walks.
     #[arg(long, value_name = "RUNNING")]
     pub against: Option<PathBuf>,
+    /// Check as `run --shard I/N` would run it: the load and `--against` for the hosts
+    /// of shard I of N only. Overrides `daemon.shard`.
+    #[arg(long, value_name = "I/N", value_parser = crate::config::parse_shard)]
+    pub shard: Option<(u32, u32)>,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -56,13 +60,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 cfg.hosts.iter().any(|h| h.ip.is_ipv4()),
                 cfg.hosts.iter().any(|h| h.ip.is_ipv6()),
             );
-            let plan = cfg.take_plan(None, super::trim_heap);
+            let shard = cfg.process_shard(args.shard);
+            let plan = cfg.take_plan(args.shard, super::trim_heap);
             // Before the other lines: it is what the option was asked for, and a
             // running config that does not load fails the command.
             if let Some(running) = &args.against {
                 match crate::config::load(running) {
                     Ok(mut old) => {
-                        let old = old.take_plan(None, super::trim_heap);
+                        // The shard the running daemon polls: its file's, or the CLI's.
+                        let old = old.take_plan(args.shard, super::trim_heap);
                         let diff = PlanDiff::between(&old, &plan);
                         println!("{}", against(running, &diff));
                     }
@@ -77,9 +83,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 plan.values_per_second(Engine::Snmp),
             );
             // The lines below are this process's share: say so under a shard.
-            let whose = match &cfg.daemon.shard {
-                Some(s) => format!(" of shard {s}"),
-                None => String::new(),
+            let whose = match shard {
+                (_, 1) => String::new(),
+                (i, n) => format!(" of shard {i}/{n}"),
             };
             println!(
                 "load{whose}: {} values/s (ICMP {}, SNMP {}); {} ICMP echo requests/s",
