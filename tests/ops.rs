@@ -981,18 +981,31 @@ fn a_reload_during_the_start_is_taken_once_started() {
 }
 
 /// A reload that finds the file empty (caught half-written by an editor or a deployment
-/// tool) is refused: it reloaded "hosts=0 items=0" and stopped all polling.
+/// tool) is refused: it reloaded "hosts=0 items=0" and stopped all polling. /metrics
+/// says that the file is not what runs until a reload takes.
 #[test]
 fn a_reload_to_no_hosts_is_refused() {
     let dir = scratch("ops-empty-reload");
     let cfg = dir.join("c.toml");
+    let port = free_port();
     let text = format!(
-        "[daemon]\nmetrics_listen = \"\"\nspool_dir = \"{}\"\n\n[[hosts]]\nname = \"h\"\nip = \"127.0.76.23\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
+        "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\nspool_dir = \"{}\"\n\n[[hosts]]\nname = \"h\"\nip = \"127.0.76.23\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
         dir.join("spool").display()
     );
     std::fs::write(&cfg, &text).unwrap();
     let d = Daemon::start(&cfg, &[], dir.join("run.log"));
     d.expect_log("netpoller 0.1.0 started", Duration::from_secs(20));
+    let (ok, m) = scrape_until(port, |m| {
+        m.contains_key("netpoller_config_last_reload_successful")
+    });
+    assert!(ok, "{m:?}");
+    assert_eq!(metric(&m, "netpoller_config_last_reload_successful"), 1.0);
+    let started = metric(&m, "netpoller_config_last_reload_success_timestamp_seconds");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(started > now - 60.0 && started <= now, "{started} {now}");
     std::fs::write(&cfg, "").unwrap();
     d.signal(libc::SIGHUP);
     d.expect_log("it has no hosts", Duration::from_secs(10));
@@ -1001,13 +1014,31 @@ fn a_reload_to_no_hosts_is_refused() {
         "{}",
         d.log_text()
     );
+    let (ok, m) = scrape_until(port, |m| {
+        m.get("netpoller_config_last_reload_successful") == Some(&0.0)
+    });
+    assert!(ok, "{m:?}");
+    assert_eq!(
+        metric(&m, "netpoller_config_reloads_total{result=\"failed\"}"),
+        1.0
+    );
+    assert_eq!(
+        metric(&m, "netpoller_config_last_reload_success_timestamp_seconds"),
+        started
+    );
     // The file written in full again: reloaded.
+    std::thread::sleep(Duration::from_millis(20));
     std::fs::write(&cfg, &text).unwrap();
     d.signal(libc::SIGHUP);
     d.expect_log(
         "SIGHUP: configuration reloaded hosts=1",
         Duration::from_secs(10),
     );
+    let (ok, m) = scrape_until(port, |m| {
+        m.get("netpoller_config_last_reload_successful") == Some(&1.0)
+    });
+    assert!(ok, "{m:?}");
+    assert!(metric(&m, "netpoller_config_last_reload_success_timestamp_seconds") > started);
     assert!(d.stop().success());
 }
 

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -155,8 +155,12 @@ pub struct Shared {
     pub icmp: EngineMetrics,
     pub snmp: EngineMetrics,
     pub pipeline: Arc<PipelineCounters>,
-    pub reloads_ok: Counter,
-    pub reloads_failed: Counter,
+    reloads_ok: Counter,
+    reloads_failed: Counter,
+    /// Unix ms when the running config was loaded (the start, or the last reload that
+    /// took), and whether the last reload failed: the file on disk is then not what runs.
+    loaded_at_ms: AtomicU64,
+    last_reload_failed: AtomicBool,
     /// Items whose latest sample was an error, by reason (kept by the sample consumer's
     /// [`crate::states::ItemStates`]).
     pub failing: Arc<crate::states::FailingGauges>,
@@ -209,6 +213,8 @@ impl Shared {
             pipeline: Arc::new(PipelineCounters::default()),
             reloads_ok: Counter::default(),
             reloads_failed: Counter::default(),
+            loaded_at_ms: AtomicU64::new(clock.now_ms()),
+            last_reload_failed: AtomicBool::new(false),
             failing: Arc::default(),
             generation: AtomicU64::new(0),
             wake: Notify::new(),
@@ -230,6 +236,16 @@ impl Shared {
     pub fn reload(&self, plan: Plan) {
         self.replace_plan(plan);
         self.reloads_ok.inc();
+        self.loaded_at_ms
+            .store(self.clock.now_ms(), Ordering::Relaxed);
+        self.last_reload_failed.store(false, Ordering::Relaxed);
+    }
+
+    /// A reload that was refused (the old config keeps running): counted, and the
+    /// last-reload gauge says so until a reload takes.
+    pub fn reload_failed(&self) {
+        self.reloads_failed.inc();
+        self.last_reload_failed.store(true, Ordering::Relaxed);
     }
 
     /// [`Self::reload`] not counted as a config reload (the same config with other
@@ -475,6 +491,23 @@ impl Shared {
             "Config reloads.",
             &[("result", "failed")],
             self.reloads_failed.get(),
+        );
+        // Named as Prometheus's own, so that the alerts written for it read the same.
+        out.gauge(
+            "netpoller_config_last_reload_successful",
+            "Whether the last config reload (SIGHUP) took; 0: the file on disk is not the config that runs.",
+            &[],
+            if self.last_reload_failed.load(Ordering::Relaxed) {
+                0.0
+            } else {
+                1.0
+            },
+        );
+        out.gauge(
+            "netpoller_config_last_reload_success_timestamp_seconds",
+            "Unix time the running config was loaded (the start, or the last reload that took).",
+            &[],
+            self.loaded_at_ms.load(Ordering::Relaxed) as f64 / 1000.0,
         );
         for r in ErrorReason::ALL {
             out.gauge(

@@ -474,7 +474,7 @@ fn reload(
                 match args.plan.replan(loaded.text.clone(), found) {
                     Ok(l) => loaded = l,
                     Err(e) => {
-                        shared.reloads_failed.inc();
+                        shared.reload_failed();
                         tracing::error!(
                             "SIGHUP: new configuration rejected, the old one keeps running:\n{e}"
                         );
@@ -496,7 +496,7 @@ fn reload(
             if h == 0 && before > 0 {
                 // A file caught empty or half-written (an editor, a deployment tool) by
                 // the reload would stop all polling without a word.
-                shared.reloads_failed.inc();
+                shared.reload_failed();
                 tracing::error!(
                     hosts_before = before,
                     "SIGHUP: new configuration rejected, the old one keeps running: it has no hosts (an empty or half-written file?); to poll nothing, stop the daemon"
@@ -538,12 +538,12 @@ fn reload(
             Some(loaded)
         }
         Ok(Err(e)) => {
-            shared.reloads_failed.inc();
+            shared.reload_failed();
             tracing::error!("SIGHUP: new configuration rejected, the old one keeps running:\n{e}");
             None
         }
         Err(e) => {
-            shared.reloads_failed.inc();
+            shared.reload_failed();
             tracing::error!(error = %e, "SIGHUP: reload failed, the old configuration keeps running");
             None
         }
