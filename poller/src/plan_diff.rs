@@ -525,6 +525,121 @@ mod tests {
         assert_eq!((d.hosts_changed, d.items_changed), (1, 1), "{d:?}");
     }
 
+    /// A host as the random configs below give it: name, address, and per item (key
+    /// index, interval in s, multiplier or none).
+    type Spec = (u8, u8, Vec<(u8, u8, u8)>);
+
+    const KEYS: [&str; 4] = ["icmpping", "icmppingsec", "icmppingloss", "icmpping[,4]"];
+
+    fn plan_of(hosts: &[Spec]) -> Plan {
+        Plan::build(
+            hosts
+                .iter()
+                .map(|(name, ip, items)| {
+                    let name = format!("h{name}");
+                    let mut seen = std::collections::HashSet::new();
+                    let items = items
+                        .iter()
+                        .filter(|(k, _, _)| seen.insert(*k))
+                        .map(|&(k, every, mult)| ItemSpec {
+                            pre: (mult > 0).then(|| {
+                                Arc::new(
+                                    Steps::new(vec![Step::Multiplier(f64::from(mult))]).unwrap(),
+                                )
+                            }),
+                            ..item(&name, KEYS[usize::from(k) % KEYS.len()], u64::from(every))
+                        })
+                        .collect();
+                    host(&name, &format!("127.0.0.{ip}"), items)
+                })
+                .collect(),
+        )
+    }
+
+    /// The diff the slow, obvious way: every host and item compared by value.
+    fn reference(old: &Plan, new: &Plan) -> (usize, usize, usize, usize, usize, usize) {
+        use std::collections::BTreeMap;
+        type Items = BTreeMap<u64, String>;
+        let of = |p: &Plan| {
+            let mut hosts: BTreeMap<String, (String, Items)> = p
+                .hosts
+                .iter()
+                .map(|h| (h.name.to_string(), (h.ip.to_string(), Items::new())))
+                .collect();
+            for t in &p.tasks {
+                let h = &p.hosts[t.host as usize];
+                for it in &p.items[t.items.start as usize..t.items.end as usize] {
+                    let what = format!(
+                        "{} {:?} {:?} {:?} {}",
+                        it.key,
+                        it.value_type,
+                        it.kind,
+                        p.steps(it),
+                        t.interval_ms
+                    );
+                    hosts.get_mut(&*h.name).unwrap().1.insert(it.itemid, what);
+                }
+            }
+            hosts
+        };
+        let (a, b) = (of(old), of(new));
+        let mut r = (0, 0, 0, 0, 0, 0);
+        for (name, (ip, items)) in &b {
+            match a.get(name) {
+                None => {
+                    r.0 += 1;
+                    r.3 += items.len();
+                }
+                Some((was_ip, was)) => {
+                    if was_ip != ip || was != items {
+                        r.2 += 1;
+                    }
+                    r.3 += items.keys().filter(|k| !was.contains_key(k)).count();
+                    r.4 += was.keys().filter(|k| !items.contains_key(k)).count();
+                    r.5 += items
+                        .iter()
+                        .filter(|(k, v)| was.get(k).is_some_and(|w| w != *v))
+                        .count();
+                }
+            }
+        }
+        for (name, (_, items)) in &a {
+            if !b.contains_key(name) {
+                r.1 += 1;
+                r.4 += items.len();
+            }
+        }
+        r
+    }
+
+    fn specs() -> impl proptest::strategy::Strategy<Value = Vec<Spec>> {
+        use proptest::prelude::*;
+        let item = (
+            0u8..4,
+            prop_oneof![Just(10u8), Just(60)],
+            prop_oneof![Just(0u8), Just(8), Just(9)],
+        );
+        let host = (0u8..12, 1u8..4, proptest::collection::vec(item, 0..4));
+        proptest::collection::vec(host, 0..10).prop_map(|mut v| {
+            // Names are unique in a config.
+            let mut seen = std::collections::HashSet::new();
+            v.retain(|h| seen.insert(h.0));
+            v
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        /// Any two configs: the counts are those of comparing every host and item.
+        #[test]
+        fn counts_agree_with_a_comparison_of_every_item(old in specs(), new in specs()) {
+            let (old, new) = (plan_of(&old), plan_of(&new));
+            let d = PlanDiff::between(&old, &new);
+            let got = (d.hosts_added, d.hosts_removed, d.hosts_changed, d.items_added, d.items_removed, d.items_changed);
+            proptest::prop_assert_eq!(got, reference(&old, &new));
+        }
+    }
+
     #[test]
     fn many_hosts_are_counted_and_the_first_few_named() {
         let many = |n: usize| {
