@@ -488,26 +488,39 @@ templates = ["icmp"]
         "{}",
         String::from_utf8_lossy(&o.stdout)
     );
-    // Under `--shard`, each shard's share: the two halves add up to the whole.
-    let added: usize = ["0/2", "1/2"]
-        .iter()
-        .map(|shard| {
-            let o = netpoller()
-                .args(["check-config", "-c"])
-                .arg(&new)
-                .arg("--against")
-                .arg(&old)
-                .args(["--shard", shard])
-                .output()
-                .unwrap();
-            let out = String::from_utf8_lossy(&o.stdout).into_owned();
-            assert!(out.contains(&format!("load of shard {shard}: ")), "{out}");
-            let line = out.lines().find(|l| l.starts_with("against ")).unwrap();
-            let hosts = line.split("hosts +").nth(1).unwrap();
-            hosts[..hosts.find(' ').unwrap()].parse::<usize>().unwrap()
-        })
-        .sum();
-    assert_eq!(added, 5);
+    // Under `--shard`, each shard's share of both files: nothing removed in either (the
+    // running file's other half is not "removed"), and the halves add up to the whole.
+    let mut sum = [0usize; 6];
+    for shard in ["0/2", "1/2"] {
+        let o = netpoller()
+            .args(["check-config", "-c"])
+            .arg(&new)
+            .arg("--against")
+            .arg(&old)
+            .args(["--shard", shard])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(out.contains(&format!("load of shard {shard}: ")), "{out}");
+        let line = out.lines().find(|l| l.starts_with("against ")).unwrap();
+        // "hosts +A -R ~C, items +A -R ~C (...)" or "no host or item changed".
+        let tail = line.split_once(": ").unwrap().1;
+        if tail != "no host or item changed" {
+            let nums: Vec<usize> = tail
+                .split(" (")
+                .next()
+                .unwrap()
+                .split(|c: char| !c.is_ascii_digit())
+                .filter_map(|w| w.parse().ok())
+                .collect();
+            assert_eq!(nums.len(), 6, "{line}");
+            assert_eq!((nums[1], nums[4]), (0, 0), "{line}");
+            for (s, n) in sum.iter_mut().zip(&nums) {
+                *s += n;
+            }
+        }
+    }
+    assert_eq!(sum, [5, 0, 1, 10, 0, 1]);
     // The running file broken: the comparison cannot be made, and the command says why.
     std::fs::write(&old, "[[hosts]]\nname = 1\n").unwrap();
     let o = check(&new, &old);

@@ -158,7 +158,8 @@ pub struct Shared {
     reloads_ok: Counter,
     reloads_failed: Counter,
     /// Unix ms when the running config was loaded (the start, or the last reload that
-    /// took), and whether the last reload failed: the file on disk is then not what runs.
+    /// took), and whether the last reload failed (the config that runs is then older than
+    /// the file that reload read).
     loaded_at_ms: AtomicU64,
     last_reload_failed: AtomicBool,
     /// Items whose latest sample was an error, by reason (kept by the sample consumer's
@@ -495,7 +496,7 @@ impl Shared {
         // Named as Prometheus's own, so that the alerts written for it read the same.
         out.gauge(
             "netpoller_config_last_reload_successful",
-            "Whether the last config reload (SIGHUP) took; 0: the file on disk is not the config that runs.",
+            "Whether the last config reload (SIGHUP) took; 0: a reload was refused since (the log says why), and the config that runs is older than the file it read.",
             &[],
             if self.last_reload_failed.load(Ordering::Relaxed) {
                 0.0
@@ -505,7 +506,7 @@ impl Shared {
         );
         out.gauge(
             "netpoller_config_last_reload_success_timestamp_seconds",
-            "Unix time the running config was loaded (the start, or the last reload that took).",
+            "Unix time the running config took effect (when the daemon began polling at start, or the last reload that took).",
             &[],
             self.loaded_at_ms.load(Ordering::Relaxed) as f64 / 1000.0,
         );

@@ -506,6 +506,37 @@ mod tests {
         assert_eq!(seen.len(), n);
     }
 
+    /// A host's SNMP settings (community, port, ...) are the host's: it changes, its
+    /// items do not.
+    #[test]
+    fn snmp_settings_change_the_host() {
+        let with = |community: &str, port: u16| {
+            let mut hosts = base();
+            hosts[2].snmp = Some(Arc::new(crate::plan::SnmpParams {
+                version: crate::plan::SnmpVersion::V2c,
+                community: community.into(),
+                usm: None,
+                port,
+                timeout: std::time::Duration::from_secs(2),
+                retries: 1,
+                max_oids_per_request: 32,
+                max_inflight_per_host: 1,
+            }));
+            Plan::build(hosts)
+        };
+        let public = with("public", 161);
+        assert!(PlanDiff::between(&public, &with("public", 161)).is_empty());
+        for other in [
+            with("private", 161),
+            with("public", 1161),
+            Plan::build(base()),
+        ] {
+            let d = PlanDiff::between(&public, &other);
+            assert_eq!((d.hosts_changed, d.items_changed), (1, 0), "{d:?}");
+            assert_eq!(d.changed, ["c"]);
+        }
+    }
+
     /// An OID edit that keeps the item (its itemid comes from host and key) is a change.
     #[test]
     fn an_oid_edit_is_a_change() {

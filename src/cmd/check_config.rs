@@ -53,7 +53,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "none (values go to the spool)"
                 }
             );
-            // The load this process would carry (its `daemon.shard` only), for sizing
+            // The load this process would carry (its shard only: `--shard`, else
+            // `daemon.shard`), for sizing
             // (docs/production.md): rates, not item counts, decide the CPU.
             // (Before the plan takes the hosts.)
             let families = (
