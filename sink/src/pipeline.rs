@@ -421,17 +421,27 @@ pub(crate) async fn run_batcher(
                 fsync_at = Some(Instant::now() + fsync_every);
             }
             _ = sleep_until(fsync_at.unwrap_or_else(Instant::now)), if fsync_at.is_some() => {
-                fsync_at = None;
                 // An append since the last fsync that was not its own (appends fsync
-                // when the last one is `fsync_every` old) is at least that old now.
+                // when the last one is `fsync_every` old) is at least that old now,
+                // unless a later append's fsync came in between: then what was
+                // appended after that one is due `fsync_every` after it, not after a
+                // new notification (which let it wait up to twice as long).
                 let sh = b.shared.clone();
-                let _ = tokio::task::spawn_blocking(move || {
-                    lock(&sh.spool).sync_if_due();
-                    if let Some(r) = &sh.rejects {
-                        lock(r).sync_if_due();
-                    }
+                let next = tokio::task::spawn_blocking(move || {
+                    let spool = {
+                        let mut s = lock(&sh.spool);
+                        s.sync_if_due();
+                        s.sync_deadline()
+                    };
+                    let rejects = sh.rejects.as_ref().and_then(|r| {
+                        let mut r = lock(r);
+                        r.sync_if_due();
+                        r.sync_deadline()
+                    });
+                    spool.into_iter().chain(rejects).min()
                 })
                 .await;
+                fsync_at = next.ok().flatten().map(Instant::from_std);
             }
         }
     }

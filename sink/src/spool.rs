@@ -158,7 +158,24 @@ pub fn list_segments(dir: &Path) -> Result<Vec<Segment>, SpoolError> {
     Ok(out)
 }
 
-/// Reads a whole segment.
+/// The highest number of a segment set aside in `dir` (`<seq>.seg.unreadable*`), or 0.
+fn last_set_aside(dir: &Path) -> u64 {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let name = e.file_name();
+            let (seq, rest) = name.to_str()?.split_once('.')?;
+            rest.starts_with(&format!("seg.{UNREADABLE}"))
+                .then(|| seq.parse::<u64>().ok())
+                .flatten()
+        })
+        .filter(|&seq| seq < MAX_SEQ)
+        .max()
+        .unwrap_or(0)
+}
+
 /// `Ok` when `dir` is a directory: for the commands that read a spool, a directory
 /// that is not there is a mistake, not an empty spool.
 pub fn existing_dir(dir: &Path) -> Result<(), SpoolError> {
@@ -171,6 +188,7 @@ pub fn existing_dir(dir: &Path) -> Result<(), SpoolError> {
     }
 }
 
+/// Reads a whole segment.
 /// `Err` of a segment that cannot be read is [`SpoolError::is_unreadable`].
 pub fn read_segment(seg: &Segment) -> Result<Vec<u8>, SpoolError> {
     fs::read(&seg.path).map_err(ioe(&seg.path, READING))
@@ -196,6 +214,13 @@ pub fn ack(seg: &Segment, offset: u64) -> Result<(), SpoolError> {
         .append(true)
         .open(&p)
         .map_err(ioe(&p, "opening ack file"))?;
+    // After a torn last entry (a crash mid-write, which `load_acks` ignores), entries
+    // appended behind it would all be misread: cut it first.
+    let len = f.metadata().map_err(ioe(&p, "reading ack file"))?.len();
+    if len % 8 != 0 {
+        f.set_len(len - len % 8)
+            .map_err(ioe(&p, "cutting a torn ack entry"))?;
+    }
     f.write_all(&offset.to_le_bytes())
         .map_err(ioe(&p, "writing ack file"))
 }
@@ -268,7 +293,13 @@ impl Spool {
                 }
             }
         }
-        let next_seq = sealed.back().map_or(1, |s| s.seq + 1);
+        // Past the segments set aside too: a new segment of the same number, set aside
+        // in its turn, would replace the one kept for the operator.
+        let next_seq = sealed
+            .back()
+            .map_or(0, |s| s.seq)
+            .max(last_set_aside(&cfg.dir))
+            + 1;
         let segment_target = (cfg.max_bytes / 8).clamp(64 << 10, 64 << 20);
         let s = Spool {
             cfg: cfg.clone(),
@@ -402,6 +433,12 @@ impl Spool {
         self.dirty && self.last_sync.elapsed() >= self.cfg.fsync_interval
     }
 
+    /// When [`Self::sync_if_due`] has unsynced data to fsync: `fsync_interval` after the
+    /// last fsync, if anything was appended since.
+    pub fn sync_deadline(&self) -> Option<Instant> {
+        self.dirty.then(|| self.last_sync + self.cfg.fsync_interval)
+    }
+
     /// The sealed segments' numbers, oldest first.
     #[cfg(test)]
     pub(crate) fn sealed_seqs(&self) -> Vec<u64> {
@@ -506,36 +543,50 @@ impl Spool {
 
     /// Takes a reserved segment that cannot be read out of the spool, so that the
     /// segments after it are replayed: renamed `<seq>.seg.unreadable` (its `.ack` file
-    /// removed), kept for the operator outside the spool's size; dropped from the spool
-    /// only, if even the rename fails. Its rows, when this process wrote it (else 0),
-    /// count as dropped (`reason="corrupt"`). Returns where it is.
+    /// removed), kept for the operator outside the spool's size, never over another
+    /// one (`<seq>.seg.unreadable.2`, ...). Its rows, when this process wrote it (else
+    /// 0), count as dropped (`reason="corrupt"`). If even the rename fails it is left
+    /// out of this run's replay only: it stays a segment, with its `.ack`, for the next
+    /// start to try again, and nothing counts as dropped. Returns where it is.
     pub fn set_aside(&mut self, seq: u64) -> Option<PathBuf> {
         let i = self.sealed.iter().position(|s| s.seq == seq)?;
         let seg = self.sealed.remove(i)?;
         self.release(seq);
-        let to = seg.path.with_extension(format!("seg.{UNREADABLE}"));
+        let first = seg.path.with_extension(format!("seg.{UNREADABLE}"));
+        let to = std::iter::once(first.clone())
+            .chain((2..1000).map(|k| first.with_extension(format!("{UNREADABLE}.{k}"))))
+            .find(|p| !p.exists())
+            .unwrap_or(first);
         let at = match fs::rename(&seg.path, &to) {
-            Ok(()) => to,
+            Ok(()) => {
+                let _ = fs::remove_file(seg.ack_path());
+                self.metrics
+                    .dropped(DropReason::Corrupt, seg.rows.unwrap_or(0));
+                to
+            }
             Err(e) => {
-                tracing::warn!(segment = %seg.path.display(), error = %e, "spool: cannot rename the unreadable segment; it is left out of this run's replay only");
+                tracing::warn!(segment = %seg.path.display(), error = %e, "spool: cannot rename the unreadable segment; it is left out of this run's replay only (the next start tries it again)");
                 seg.path.clone()
             }
         };
-        let _ = fs::remove_file(seg.ack_path());
-        self.metrics
-            .dropped(DropReason::Corrupt, seg.rows.unwrap_or(0));
         self.publish();
         Some(at)
     }
 
-    /// Deletes a fully replayed segment (and its ack file).
+    /// Deletes a fully replayed segment and its ack file. A segment that cannot be
+    /// deleted keeps its ack file: the next start finds every record confirmed instead
+    /// of sending them all again.
     pub fn finish(&mut self, seq: u64) {
         if let Some(i) = self.sealed.iter().position(|s| s.seq == seq) {
             if let Some(seg) = self.sealed.remove(i) {
-                if let Err(e) = fs::remove_file(&seg.path) {
-                    tracing::warn!(segment = %seg.path.display(), error = %e, "spool: cannot delete replayed segment");
+                match fs::remove_file(&seg.path) {
+                    Ok(()) => {
+                        let _ = fs::remove_file(seg.ack_path());
+                    }
+                    Err(e) => {
+                        tracing::warn!(segment = %seg.path.display(), error = %e, "spool: cannot delete replayed segment; its confirmations are kept");
+                    }
                 }
-                let _ = fs::remove_file(seg.ack_path());
             }
         }
         self.release(seq);
@@ -584,9 +635,17 @@ mod tests {
         let mut s = Spool::open(&c, m).unwrap();
         std::thread::sleep(Duration::from_millis(250));
         assert!(!s.sync_due(), "nothing written: nothing to fsync");
+        assert_eq!(s.sync_deadline(), None);
         s.append(&batch(1, 100)).unwrap(); // fsynced at once: the last fsync is old
         assert!(!s.sync_due(), "fsynced by the append");
+        assert_eq!(s.sync_deadline(), None);
+        let synced = Instant::now();
         s.append(&batch(2, 100)).unwrap();
+        // The sink's timer re-arms at this deadline: what is appended after an
+        // append's own fsync is due an interval after that fsync, not after the timer.
+        let due = s.sync_deadline().unwrap();
+        assert!(due <= synced + c.fsync_interval, "{due:?} {synced:?}");
+        assert!(due + Duration::from_millis(50) > synced + c.fsync_interval);
         assert!(!s.sync_due(), "unsynced, but younger than the interval");
         std::thread::sleep(Duration::from_millis(250));
         assert!(s.sync_due(), "unsynced and older than the interval");
@@ -696,6 +755,76 @@ mod tests {
         s.finish(seg2.seq);
         assert!(s.is_empty());
         assert_eq!(m.spooled_rows(), 10);
+    }
+
+    /// A spool in `dir` with one sealed segment of one batch (`fill`), checked out.
+    fn one_segment(dir: &Path, fill: u8) -> (Spool, Segment) {
+        let mut s = Spool::open(&cfg(dir, 1 << 30), Arc::new(SinkMetrics::default())).unwrap();
+        s.append(&batch(u32::from(fill), 10)).unwrap();
+        s.close();
+        let seg = s.checkout_oldest().unwrap();
+        (s, seg)
+    }
+
+    /// A torn last `.ack` entry (a crash mid-write) is cut before the next one is
+    /// appended: the entries behind it were all misread, their records sent again.
+    #[test]
+    fn acks_after_a_torn_entry_are_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (_spool, seg) = one_segment(tmp.path(), 1);
+        ack(&seg, 8).unwrap();
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(seg.ack_path())
+            .unwrap();
+        f.write_all(&[1, 2, 3]).unwrap();
+        drop(f);
+        assert_eq!(load_acks(&seg), HashSet::from([8]));
+        ack(&seg, 24).unwrap();
+        ack(&seg, 32).unwrap();
+        assert_eq!(load_acks(&seg), HashSet::from([8, 24, 32]));
+    }
+
+    /// A segment set aside is kept for the operator: a later one of the same number
+    /// (the spool numbers from its segments at a start) does not replace it.
+    #[test]
+    fn a_segment_set_aside_is_never_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let set_aside_one = |fill: u8| {
+            let (mut s, seg) = one_segment(tmp.path(), fill);
+            let at = s.set_aside(seg.seq).unwrap();
+            assert!(s.is_empty());
+            let bytes = fs::read(&at).unwrap();
+            (at, bytes)
+        };
+        let (first, kept) = set_aside_one(1);
+        // A restart with nothing else in the spool, and another segment set aside.
+        let (second, _) = set_aside_one(2);
+        assert_ne!(first, second);
+        assert_eq!(fs::read(&first).unwrap(), kept);
+        // A name taken meanwhile (a copy the operator made) is not replaced either.
+        let (mut s, seg) = one_segment(tmp.path(), 3);
+        let taken = seg.path.with_extension(format!("seg.{UNREADABLE}"));
+        fs::write(&taken, b"the operator's").unwrap();
+        let third = s.set_aside(seg.seq).unwrap();
+        assert_eq!(third, taken.with_extension(format!("{UNREADABLE}.2")));
+        assert_eq!(fs::read(&taken).unwrap(), b"the operator's");
+    }
+
+    /// A replayed segment that cannot be deleted keeps its confirmations: the next
+    /// start skips its records instead of sending them all again.
+    #[test]
+    fn a_segment_that_cannot_be_deleted_keeps_its_acks() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut s, seg) = one_segment(tmp.path(), 1);
+        ack(&seg, 0).unwrap();
+        // A directory with an entry where the segment was: unlink fails (as EPERM or
+        // EIO would).
+        fs::remove_file(&seg.path).unwrap();
+        fs::create_dir(&seg.path).unwrap();
+        fs::write(seg.path.join("x"), b"x").unwrap();
+        s.finish(seg.seq);
+        assert_eq!(load_acks(&seg), HashSet::from([0]));
     }
 
     #[derive(Debug, Clone)]
