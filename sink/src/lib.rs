@@ -350,8 +350,8 @@ pub struct ReplayReport {
 /// the spool lock, so it refuses to run beside a daemon using the same directory. Each
 /// record gets `ch.max_attempts` attempts; then it stops with the error, keeping the
 /// rest for a later run: `Err` then carries the report of what was loaded before.
-/// A segment that cannot be read is set aside (as the daemon does) and the rest
-/// loaded. `spool.dir` must exist: a mistyped directory is not an empty spool.
+/// A segment that cannot be read three times in a row
+/// (`retry_backoff` apart) is set aside, as the daemon does, and the rest loaded. `spool.dir` must exist: a mistyped directory is not an empty spool.
 pub async fn replay_spool(
     ch: &ClickHouseConfig,
     spool: &SpoolConfig,
@@ -373,6 +373,7 @@ pub async fn replay_spool(
     let shared = Arc::new(shared);
     let (_stx, mut srx) = watch::channel(false);
     let mut report = ReplayReport::default();
+    let mut unreadable = pipeline::UnreadableTries::default();
     let result = loop {
         let Some(seg) = pipeline::checkout(&shared).await else {
             break Ok(());
@@ -387,6 +388,11 @@ pub async fn replay_spool(
                 break Err(e.map_or(SinkError::Closed, SinkError::Insert));
             }
             Err(e) if e.is_unreadable() => {
+                if !unreadable.failed(seg.seq) {
+                    pipeline::finish(&shared, seg.seq, false).await;
+                    tokio::time::sleep(ch.retry_backoff).await;
+                    continue;
+                }
                 pipeline::set_aside(&shared, &seg, &e).await;
                 report.unreadable_segments += 1;
             }

@@ -660,6 +660,27 @@ fn acked_in_memory(shared: &Shared, seq: u64) -> MutexGuard<'_, (u64, HashSet<u6
 /// Reads of one segment that fail, `retry_backoff_max` apart, before it is set aside.
 pub(crate) const UNREADABLE_TRIES: u32 = 3;
 
+/// Failed reads of the oldest segment, counted so that only one that fails
+/// [`UNREADABLE_TRIES`] times in a row is set aside: a passing error (too many open
+/// files, a disk that recovers) sets nothing aside. Used by the daemon's replayer and
+/// by `netpoller spool replay`.
+#[derive(Debug, Default)]
+pub(crate) struct UnreadableTries {
+    /// The segment that failed last, and how many times in a row.
+    last: (u64, u32),
+}
+
+impl UnreadableTries {
+    /// Segment `seq` could not be read: whether to set it aside now (else try again).
+    pub(crate) fn failed(&mut self, seq: u64) -> bool {
+        self.last = match self.last {
+            (s, n) if s == seq => (s, n + 1),
+            _ => (seq, 1),
+        };
+        self.last.1 >= UNREADABLE_TRIES
+    }
+}
+
 /// Takes `seg`, which cannot be read (`e`), out of the spool so that the segments after
 /// it are replayed ([`spool::Spool::set_aside`]).
 pub(crate) async fn set_aside(shared: &Arc<Shared>, seg: &Segment, e: &SpoolError) {
@@ -706,8 +727,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
     };
     let cfg = w.config().clone();
     let mut probes = 0u32;
-    // The segment that could not be read, and how many times in a row.
-    let mut unreadable: (u64, u32) = (0, 0);
+    let mut unreadable = UnreadableTries::default();
     loop {
         if *shutdown.borrow() {
             return;
@@ -722,11 +742,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                     }
                     Ok(Replayed::Stopped(_)) => false,
                     Err(e) if e.is_unreadable() => {
-                        unreadable = match unreadable {
-                            (seq, n) if seq == seg.seq => (seq, n + 1),
-                            _ => (seg.seq, 1),
-                        };
-                        if unreadable.1 >= UNREADABLE_TRIES {
+                        if unreadable.failed(seg.seq) {
                             set_aside(&shared, &seg, &e).await;
                             continue;
                         }
@@ -820,6 +836,19 @@ mod tests {
             Some(Duration::from_secs(601))
         );
         assert_eq!(o.spooled_before, 7);
+    }
+
+    #[test]
+    fn only_a_segment_that_fails_every_read_in_a_row_is_set_aside() {
+        let mut t = UnreadableTries::default();
+        assert!(!t.failed(4) && !t.failed(4));
+        assert!(t.failed(4), "the third read in a row");
+        // Another segment starts its own count; one failure of each in turn never
+        // adds up (the oldest changed between them).
+        let mut t = UnreadableTries::default();
+        for _ in 0..5 {
+            assert!(!t.failed(1) && !t.failed(2));
+        }
     }
 
     #[tokio::test]
