@@ -659,7 +659,10 @@ fn behind_tun_with<T: Send + 'static>(
     use std::sync::Arc;
     let ns = Netns::create();
     ns.exec(&["ip", "tuntap", "add", "dev", "npt0", "mode", "tun"]);
-    ns.exec(&["ip", "link", "set", "npt0", "up"]);
+    // A queue that holds a whole sweep's probes: the responder thread shares two busy
+    // cores with the other tests, and a default queue (500) overflowed while it waited
+    // for one (4,287 of 5,000 probes reached it once in CI).
+    ns.exec(&["ip", "link", "set", "npt0", "txqueuelen", "100000", "up"]);
     ns.exec(&["ip", "addr", "add", "198.18.0.1/30", "dev", "npt0"]);
     ns.exec(&["ip", "route", "add", "198.19.0.0/19", "dev", "npt0"]);
     ns.run(move || {
