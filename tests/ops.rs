@@ -948,6 +948,15 @@ fn import_template_output_loads_as_it_is() {
     );
 }
 
+/// A daemon config of one host `h` at `ip` pinged every 10 s, spooling under `dir`,
+/// with /metrics on `metrics` ("" for none) and `sections` (e.g. `[clickhouse]`) added.
+fn one_pinged_host(dir: &Path, metrics: &str, sections: &str, ip: &str) -> String {
+    format!(
+        "[daemon]\nmetrics_listen = \"{metrics}\"\nspool_dir = \"{}\"\n\n{sections}\n[[hosts]]\nname = \"h\"\nip = \"{ip}\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
+        dir.join("spool").display()
+    )
+}
+
 /// A SIGHUP while the daemon is still starting (here: a ClickHouse that takes the
 /// connection and never answers, 2 s of schema check) is held until the reload handler
 /// is in place and taken as a reload; its default action ended the process (status 129,
@@ -958,14 +967,9 @@ fn a_reload_during_the_start_is_taken_once_started() {
     let ch_port = silent_ch.local_addr().unwrap().port();
     let dir = scratch("ops-hup-at-start");
     let cfg = dir.join("c.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[daemon]\nmetrics_listen = \"\"\nspool_dir = \"{}\"\n\n[clickhouse]\nurl = \"http://127.0.0.1:{ch_port}\"\nrequest_timeout = \"2s\"\n\n[[hosts]]\nname = \"h\"\nip = \"127.0.76.22\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
-            dir.join("spool").display()
-        ),
-    )
-    .unwrap();
+    let ch =
+        format!("[clickhouse]\nurl = \"http://127.0.0.1:{ch_port}\"\nrequest_timeout = \"2s\"\n");
+    std::fs::write(&cfg, one_pinged_host(&dir, "", &ch, "127.0.76.22")).unwrap();
     let d = Daemon::start(&cfg, &[], dir.join("run.log"));
     // SIGHUP (signal 1, bit 0 of the mask) held back: the start is under way.
     let status = format!("/proc/{}/status", d.child.id());
@@ -1001,10 +1005,7 @@ fn a_reload_to_no_hosts_is_refused() {
     let dir = scratch("ops-empty-reload");
     let cfg = dir.join("c.toml");
     let port = free_port();
-    let text = format!(
-        "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\nspool_dir = \"{}\"\n\n[[hosts]]\nname = \"h\"\nip = \"127.0.76.23\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
-        dir.join("spool").display()
-    );
+    let text = one_pinged_host(&dir, &format!("127.0.0.1:{port}"), "", "127.0.76.23");
     std::fs::write(&cfg, &text).unwrap();
     let d = Daemon::start(&cfg, &[], dir.join("run.log"));
     d.expect_log("netpoller 0.1.0 started", Duration::from_secs(20));
@@ -1063,14 +1064,8 @@ fn a_metrics_port_in_use_fails_the_start_before_it_says_started() {
     let port = held.local_addr().unwrap().port();
     let dir = scratch("ops-port-in-use");
     let cfg = dir.join("c.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[daemon]\nmetrics_listen = \"127.0.0.1:{port}\"\nspool_dir = \"{}\"\n\n[[hosts]]\nname = \"h\"\nip = \"127.0.76.21\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
-            dir.join("spool").display()
-        ),
-    )
-    .unwrap();
+    let text = one_pinged_host(&dir, &format!("127.0.0.1:{port}"), "", "127.0.76.21");
+    std::fs::write(&cfg, text).unwrap();
     let out = netpoller()
         .args(["--log-level", "info", "run", "-c"])
         .arg(&cfg)

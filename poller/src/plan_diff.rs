@@ -298,7 +298,7 @@ impl HostPrints {
             })
             .collect();
         for t in &plan.tasks {
-            let items = &plan.items[t.items.start as usize..t.items.end as usize];
+            let items = plan.task_items(t);
             let sum = items.iter().fold(0u64, |sum, item| {
                 sum.wrapping_add(item_hash(&pipelines, item, t.interval_ms))
             });
@@ -319,7 +319,7 @@ fn items_of(plan: &Plan, pipelines: &[u64], slot: &[u32]) -> Vec<(u32, u64, u64)
         if k == u32::MAX {
             continue;
         }
-        for item in &plan.items[t.items.start as usize..t.items.end as usize] {
+        for item in plan.task_items(t) {
             let h = item_hash(pipelines, item, t.interval_ms);
             out.push((k, item.itemid, h));
         }
@@ -599,7 +599,7 @@ mod tests {
                 .collect();
             for t in &p.tasks {
                 let h = &p.hosts[t.host as usize];
-                for it in &p.items[t.items.start as usize..t.items.end as usize] {
+                for it in p.task_items(t) {
                     let what = format!(
                         "{} {:?} {:?} {:?} {}",
                         it.key,

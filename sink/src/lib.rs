@@ -350,8 +350,9 @@ pub struct ReplayReport {
 /// the spool lock, so it refuses to run beside a daemon using the same directory. Each
 /// record gets `ch.max_attempts` attempts; then it stops with the error, keeping the
 /// rest for a later run: `Err` then carries the report of what was loaded before.
-/// A segment that cannot be read three times in a row
-/// (`retry_backoff` apart) is set aside, as the daemon does, and the rest loaded. `spool.dir` must exist: a mistyped directory is not an empty spool.
+/// A segment that cannot be read three times in a row (`retry_backoff` apart) is set
+/// aside, as the daemon does, and the rest loaded. `spool.dir` must exist: a mistyped
+/// directory is not an empty spool.
 pub async fn replay_spool(
     ch: &ClickHouseConfig,
     spool: &SpoolConfig,

@@ -428,17 +428,13 @@ pub(crate) async fn run_batcher(
                 // new notification (which let it wait up to twice as long).
                 let sh = b.shared.clone();
                 let next = tokio::task::spawn_blocking(move || {
-                    let spool = {
-                        let mut s = lock(&sh.spool);
+                    let sync = |s: &Mutex<Spool>| {
+                        let mut s = lock(s);
                         s.sync_if_due();
                         s.sync_deadline()
                     };
-                    let rejects = sh.rejects.as_ref().and_then(|r| {
-                        let mut r = lock(r);
-                        r.sync_if_due();
-                        r.sync_deadline()
-                    });
-                    spool.into_iter().chain(rejects).min()
+                    let rejects = sh.rejects.as_ref().and_then(sync);
+                    sync(&sh.spool).into_iter().chain(rejects).min()
                 })
                 .await;
                 fsync_at = next.ok().flatten().map(Instant::from_std);

@@ -158,22 +158,13 @@ pub fn list_segments(dir: &Path) -> Result<Vec<Segment>, SpoolError> {
     Ok(out)
 }
 
-/// The highest number of a segment set aside in `dir` (`<seq>.seg.unreadable*`), or 0.
-fn last_set_aside(dir: &Path) -> u64 {
-    let Ok(rd) = fs::read_dir(dir) else {
-        return 0;
-    };
-    rd.flatten()
-        .filter_map(|e| {
-            let name = e.file_name();
-            let (seq, rest) = name.to_str()?.split_once('.')?;
-            rest.starts_with(&format!("seg.{UNREADABLE}"))
-                .then(|| seq.parse::<u64>().ok())
-                .flatten()
-        })
+/// The number of a segment set aside (`<seq>.seg.unreadable*`) named `name`.
+fn set_aside_seq(name: &str) -> Option<u64> {
+    let (seq, rest) = name.split_once('.')?;
+    rest.starts_with(&format!("seg.{UNREADABLE}"))
+        .then(|| seq.parse::<u64>().ok())
+        .flatten()
         .filter(|&seq| seq < MAX_SEQ)
-        .max()
-        .unwrap_or(0)
 }
 
 /// `Ok` when `dir` is a directory: for the commands that read a spool, a directory
@@ -282,24 +273,24 @@ impl Spool {
             Err(fs::TryLockError::Error(e)) => return Err(ioe(&lock_path, "locking")(e)),
         }
         let sealed: VecDeque<Segment> = list_segments(&cfg.dir)?.into();
-        // Acknowledgement files whose segment is gone (deleted before its .ack).
+        // Numbered past the segments set aside too: a new segment of the same number,
+        // set aside in its turn, would replace the one kept for the operator.
+        let mut last_seq = sealed.back().map_or(0, |s| s.seq);
         if let Ok(rd) = fs::read_dir(&cfg.dir) {
             for e in rd.flatten() {
                 let p = e.path();
+                // Acknowledgement files whose segment is gone (deleted before its .ack).
                 if p.extension().and_then(|x| x.to_str()) == Some("ack")
                     && !p.with_extension("seg").exists()
                 {
                     let _ = fs::remove_file(&p);
                 }
+                if let Some(seq) = e.file_name().to_str().and_then(set_aside_seq) {
+                    last_seq = last_seq.max(seq);
+                }
             }
         }
-        // Past the segments set aside too: a new segment of the same number, set aside
-        // in its turn, would replace the one kept for the operator.
-        let next_seq = sealed
-            .back()
-            .map_or(0, |s| s.seq)
-            .max(last_set_aside(&cfg.dir))
-            + 1;
+        let next_seq = last_seq + 1;
         let segment_target = (cfg.max_bytes / 8).clamp(64 << 10, 64 << 20);
         let s = Spool {
             cfg: cfg.clone(),

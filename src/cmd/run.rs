@@ -492,7 +492,8 @@ fn reload(
                 );
             }
             let (h, i) = (plan.hosts.len(), plan.items.len());
-            let before = shared.plan().hosts.len();
+            let old = shared.plan();
+            let before = old.hosts.len();
             if h == 0 && before > 0 {
                 // A file caught empty or half-written (an editor, a deployment tool) by
                 // the reload would stop all polling without a word.
@@ -513,13 +514,10 @@ fn reload(
                     "SIGHUP: the new configuration asks for more ICMP threads than were started; restart to use them"
                 );
             }
-            let (items_before, diff) = {
-                let old = shared.plan();
-                (
-                    old.items.len(),
-                    poller::plan_diff::PlanDiff::between(&old, &plan),
-                )
-            };
+            let items_before = old.items.len();
+            let diff = poller::plan_diff::PlanDiff::between(&old, &plan);
+            // Not kept alive past the swap: the old plan is freed where it always was.
+            drop(old);
             shared.reload(plan);
             tracing::info!(
                 hosts = h,

@@ -213,21 +213,21 @@ impl Common {
     /// The target's address. Names are not looked up (as the config's `ip`): a typo
     /// must not become a DNS query, nor a query an agent somewhere else.
     fn addr(&self) -> anyhow::Result<SocketAddr> {
-        if let Ok(a) = self.target.parse::<SocketAddr>() {
-            poller::source::check_address(a.ip()).map_err(anyhow::Error::msg)?;
-            return Ok(a);
-        }
-        let host = self.target.trim_start_matches('[').trim_end_matches(']');
-        match host.parse::<std::net::IpAddr>() {
-            Ok(ip) => Ok(SocketAddr::new(
-                poller::source::check_address(ip).map_err(anyhow::Error::msg)?,
-                self.port,
-            )),
-            Err(_) => bail!(
-                "target {:?} is not an IP address (IP, IP:PORT or [IPv6]:PORT; names are not looked up)",
-                self.target
-            ),
-        }
+        let addr = match self.target.parse::<SocketAddr>() {
+            Ok(a) => a,
+            Err(_) => {
+                let host = self.target.trim_start_matches('[').trim_end_matches(']');
+                match host.parse::<std::net::IpAddr>() {
+                    Ok(ip) => SocketAddr::new(ip, self.port),
+                    Err(_) => bail!(
+                        "target {:?} is not an IP address (IP, IP:PORT or [IPv6]:PORT; names are not looked up)",
+                        self.target
+                    ),
+                }
+            }
+        };
+        poller::source::check_address(addr.ip()).map_err(anyhow::Error::msg)?;
+        Ok(addr)
     }
 }
 
