@@ -521,6 +521,24 @@ templates = ["icmp"]
         }
     }
     assert_eq!(sum, [5, 0, 1, 10, 0, 1]);
+    // The running daemon spread its ICMP hosts over the interval (`icmp_phases`): the
+    // same hosts and items, each polled at another offset of its interval now.
+    let spread = dir.join("spread.toml");
+    std::fs::write(
+        &spread,
+        format!("[daemon]\nicmp_phases = \"spread\"\n{base}"),
+    )
+    .unwrap();
+    let o = check(&old, &spread);
+    let line = format!(
+        "against {}: hosts +0 -0 ~0, items +0 -0 ~0, 3 host(s) moved to other slots, ICMP sweeps regrouped (moved: core-1, cpe-127.0.74.1, cpe-127.0.74.2)",
+        spread.display()
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains(&line),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     // The running file broken: the comparison cannot be made, and the command says why.
     std::fs::write(&old, "[[hosts]]\nname = 1\n").unwrap();
     let o = check(&new, &old);

@@ -5,6 +5,11 @@
 //!   the scheduler matches them). A host is *changed* when its address, its SNMP
 //!   parameters or any of its items differ; *added* and *removed* hosts bring all their
 //!   items with them.
+//! * A host whose items are all unchanged but whose tasks are polled at another offset
+//!   of their interval is *moved*: its next polls come on other slots (one interval's
+//!   gap or two polls closer than an interval, once). Only ICMP tasks move so: their
+//!   sweeps are regrouped when the number of sweeps an interval needs changes (hosts
+//!   added or removed, `daemon.icmp_batch_hosts`) or with `daemon.icmp_phases`.
 //! * Items are matched by itemid within their host. An item is changed when its key,
 //!   value type, preprocessing steps, what it polls (OID, probe parameters) or its
 //!   interval differ. An item that moved to another host (an explicit itemid) counts as
@@ -36,10 +41,13 @@ pub struct PlanDiff {
     pub items_added: usize,
     pub items_removed: usize,
     pub items_changed: usize,
+    /// Hosts with the same items polled on other slots (not counted as changed).
+    pub hosts_moved: usize,
     /// The first five hosts of each kind, in the order of their plan.
     pub added: Vec<String>,
     pub removed: Vec<String>,
     pub changed: Vec<String>,
+    pub moved: Vec<String>,
 }
 
 impl PlanDiff {
@@ -88,10 +96,14 @@ impl PlanDiff {
                 }
                 o => {
                     matched[o as usize] = true;
-                    if old_prints.hosts[o as usize] != now {
+                    let was = old_prints.hosts[o as usize];
+                    if (was.hash, was.items) != (now.hash, now.items) {
                         d.hosts_changed += 1;
                         note(&mut d.changed, &host.name);
                         pairs.push((o, n as u32));
+                    } else if was.slots != now.slots {
+                        d.hosts_moved += 1;
+                        note(&mut d.moved, &host.name);
                     }
                 }
             }
@@ -149,13 +161,13 @@ impl PlanDiff {
 
     /// Whether `new` changes nothing that this diff sees.
     pub fn is_empty(&self) -> bool {
-        self.hosts_added + self.hosts_removed + self.hosts_changed == 0
+        self.hosts_added + self.hosts_removed + self.hosts_changed + self.hosts_moved == 0
     }
 }
 
 impl std::fmt::Display for PlanDiff {
-    /// `added: a, b; removed: c; changed: d, e and 3 more` (the hosts), or `nothing
-    /// changed`.
+    /// `added: a, b; removed: c; changed: d, e and 3 more; moved: f` (the hosts), or
+    /// `nothing changed`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.is_empty() {
             return f.write_str("nothing changed");
@@ -165,6 +177,7 @@ impl std::fmt::Display for PlanDiff {
             ("added", self.hosts_added, &self.added),
             ("removed", self.hosts_removed, &self.removed),
             ("changed", self.hosts_changed, &self.changed),
+            ("moved", self.hosts_moved, &self.moved),
         ] {
             if n == 0 {
                 continue;
@@ -257,13 +270,15 @@ fn note(names: &mut Vec<String>, name: &str) {
     }
 }
 
-/// One host's fingerprint: its address, SNMP parameters and items.
+/// One host's fingerprint: its address, SNMP parameters and items, and its slots.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct HostPrint {
     /// Hash of the address and SNMP parameters, plus the sum of the items' hashes
     /// (a sum: the order of tasks and items in the plan is not the config's meaning).
     hash: u64,
     items: u32,
+    /// Sum of the hashes of its tasks' (engine, interval, phase): where its polls fall.
+    slots: u64,
 }
 
 /// The fingerprints of one plan: per host, and the hash of each distinct pipeline.
@@ -294,6 +309,7 @@ impl HostPrints {
                 HostPrint {
                     hash: h.finish(),
                     items: 0,
+                    slots: 0,
                 }
             })
             .collect();
@@ -302,9 +318,12 @@ impl HostPrints {
             let sum = items.iter().fold(0u64, |sum, item| {
                 sum.wrapping_add(item_hash(&pipelines, item, t.interval_ms))
             });
+            let mut slot = Quick::new();
+            (t.engine as u8, t.interval_ms, t.phase_ms).hash(&mut slot);
             let p = &mut hosts[t.host as usize];
             p.items += items.len() as u32;
             p.hash = p.hash.wrapping_add(sum);
+            p.slots = p.slots.wrapping_add(slot.finish());
         }
         HostPrints { hosts, pipelines }
     }
@@ -427,6 +446,7 @@ mod tests {
                 added: vec!["f".into()],
                 removed: vec!["d".into()],
                 changed: vec!["a".into(), "b".into(), "c".into()],
+                ..PlanDiff::default()
             }
         );
         assert_eq!(d.to_string(), "added: f; removed: d; changed: a, b, c");
@@ -464,6 +484,69 @@ mod tests {
             PlanDiff::between(&plain, &Plan::build(hosts)).items_changed,
             1
         );
+    }
+
+    /// Hosts whose items are the same but whose ICMP sweeps were regrouped (more hosts
+    /// need more sweeps; `daemon.icmp_phases` changed) are moved, each one whose task
+    /// has another phase, and not changed.
+    #[test]
+    fn hosts_polled_at_another_offset_are_moved() {
+        let hosts = |n: usize| -> Vec<HostSpec> {
+            (0..n)
+                .map(|i| {
+                    let name = format!("h{i}");
+                    let ip = format!("127.0.{}.{}", i / 250, i % 250 + 1);
+                    host(&name, &ip, vec![item(&name, "icmpping", 10)])
+                })
+                .collect()
+        };
+        let grouped = |n: usize| {
+            let mut p = Plan::build(hosts(n));
+            p.group_icmp_phases(64);
+            p
+        };
+        // Phase of each host's task, by name.
+        let phases = |p: &Plan| -> std::collections::HashMap<Arc<str>, u64> {
+            p.tasks
+                .iter()
+                .map(|t| (p.hosts[t.host as usize].name.clone(), t.phase_ms))
+                .collect()
+        };
+        let moved = |old: &Plan, new: &Plan| {
+            let (a, b) = (phases(old), phases(new));
+            a.iter()
+                .filter(|(h, ph)| b.get(*h).is_some_and(|x| x != *ph))
+                .count()
+        };
+        // 60 hosts: one sweep of 64. 200: four sweeps, so the hosts of three of them
+        // move (those of the group that starts at the interval's offset stay).
+        let (small, big) = (grouped(60), grouped(200));
+        let d = PlanDiff::between(&small, &big);
+        let expected = moved(&small, &big);
+        assert!(expected > 20 && expected < 60, "{expected}");
+        assert_eq!((d.hosts_added, d.hosts_changed), (140, 0));
+        assert_eq!(d.hosts_moved, expected);
+        assert_eq!(d.moved.len(), 5);
+        assert!(d
+            .to_string()
+            .contains(&format!("; moved: {}", d.moved.join(", "))));
+        // Spread phases (`icmp_phases = "spread"`) to grouped: the same hosts and items.
+        let spread = Plan::build(hosts(200));
+        let d = PlanDiff::between(&spread, &big);
+        assert_eq!(d.hosts_moved, moved(&spread, &big));
+        assert!(d.hosts_moved > 150, "{d:?}");
+        assert_eq!(
+            (
+                d.hosts_added,
+                d.hosts_removed,
+                d.hosts_changed,
+                d.items_changed
+            ),
+            (0, 0, 0, 0)
+        );
+        assert!(!d.is_empty());
+        // Grouped the same way again: nothing moves.
+        assert!(PlanDiff::between(&big, &grouped(200)).is_empty());
     }
 
     /// Families of values that differ in a few bits of adjacent bytes (OIDs, IPv6

@@ -17,8 +17,10 @@ pub struct Args {
     pub config: PathBuf,
     /// Also say what loading FILE in place of RUNNING would change: hosts and items
     /// added, removed and changed, as the daemon's reload log line counts them (a
-    /// host is matched by name, an item by itemid). For a look before `systemctl
-    /// reload`. Items of discovery rules are not compared: their rows come from walks.
+    /// host is matched by name, an item by itemid), and the hosts moved to other slots
+    /// (their ICMP sweeps regrouped: polled at another offset of their interval). For
+    /// a look before `systemctl reload`. Items of discovery rules are not compared:
+    /// their rows come from walks.
     #[arg(long, value_name = "RUNNING")]
     pub against: Option<PathBuf>,
     /// Check as `run --shard I/N` would run it: the load and `--against` for the hosts
@@ -201,13 +203,18 @@ fn discovery(cfg: &crate::config::Config) -> Option<String> {
     })
 }
 
-/// `against FILE: hosts +4 -0 ~1, items +12 -0 ~2 (added: sw-101, ...; changed: core-1)`.
+/// `against FILE: hosts +4 -0 ~1, items +12 -0 ~2 (added: sw-101, ...; changed: core-1)`,
+/// and `, 310 host(s) moved to other slots, ...` when ICMP sweeps are regrouped.
 fn against(running: &std::path::Path, d: &PlanDiff) -> String {
     let what = if d.is_empty() {
         "no host or item changed".to_string()
     } else {
+        let moved = match d.hosts_moved {
+            0 => String::new(),
+            n => format!(", {n} host(s) moved to other slots, ICMP sweeps regrouped"),
+        };
         format!(
-            "hosts +{} -{} ~{}, items +{} -{} ~{} ({d})",
+            "hosts +{} -{} ~{}, items +{} -{} ~{}{moved} ({d})",
             d.hosts_added,
             d.hosts_removed,
             d.hosts_changed,

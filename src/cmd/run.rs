@@ -530,6 +530,7 @@ fn reload(
                 items_added = diff.items_added,
                 items_removed = diff.items_removed,
                 items_changed = diff.items_changed,
+                hosts_moved = diff.hosts_moved,
                 changes = %diff,
                 "SIGHUP: configuration reloaded"
             );
