@@ -20,7 +20,7 @@ use crate::spool::{self, Segment, Spool, SpoolError};
 use crate::writer::{backoff, InsertError, Writer};
 use crate::Health;
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -52,13 +52,6 @@ pub(crate) struct Shared {
     /// Set by [`crate::Sink::shutdown`] once its grace is over: INSERTs still waiting
     /// for ClickHouse stop waiting (their batches are spooled or stay spooled).
     pub give_up: watch::Sender<bool>,
-    /// Records of the segment under replay (its number) that ClickHouse confirmed (or
-    /// refused for good) but whose `.ack` entry could not be written (a full disk):
-    /// replay skips them as it does acknowledged ones, so a retry does not insert them
-    /// again and the segment still drains (freeing the disk). One segment is replayed
-    /// at a time: another number replaces them. Lost at a stop: a restart may send
-    /// these records once more.
-    pub acked_in_memory: Mutex<(u64, HashSet<u64>)>,
     /// `spool replay`, not a daemon: no new batches to spool while ClickHouse fails.
     pub one_shot: bool,
     /// Since when ClickHouse has been unavailable, for the log's reminders.
@@ -128,7 +121,6 @@ impl Shared {
             spool_written: Notify::new(),
             shutting_down: AtomicBool::new(false),
             give_up: watch::channel(false).0,
-            acked_in_memory: Mutex::new((0, HashSet::new())),
             one_shot: false,
             outage: Mutex::new(None),
         }
@@ -596,7 +588,7 @@ pub(crate) async fn replay_segment(
     })??;
     let bytes = Bytes::from(bytes);
     let mut acks = spool::load_acks(seg);
-    acks.extend(&acked_in_memory(shared, seg.seq).1);
+    acks.extend(lock(&shared.spool).remembered_acks(seg.seq));
     for rec in records.into_iter().filter(|r| !acks.contains(&r.offset)) {
         let batch = Batch {
             table: rec.table,
@@ -633,24 +625,13 @@ pub(crate) async fn replay_segment(
 }
 
 /// Notes that the record at `offset` of `seg` is done with: in its `.ack` file, or,
-/// when that cannot be written, in memory ([`Shared::acked_in_memory`]).
+/// when that cannot be written, in memory ([`Spool::remember_ack`]).
 fn confirm(shared: &Shared, seg: &Segment, offset: u64) {
     if let Err(e) = spool::ack(seg, offset) {
-        let mut mem = acked_in_memory(shared, seg.seq);
-        if mem.1.is_empty() {
+        if lock(&shared.spool).remember_ack(seg.seq, offset) {
             tracing::warn!(error = %e, segment = %seg.path.display(), "spool: cannot note replayed records as confirmed; this process remembers them (a restart before the segment is done may send them again)");
         }
-        mem.1.insert(offset);
     }
-}
-
-/// [`Shared::acked_in_memory`], for segment `seq` (emptied when it held another's).
-fn acked_in_memory(shared: &Shared, seq: u64) -> MutexGuard<'_, (u64, HashSet<u64>)> {
-    let mut mem = lock(&shared.acked_in_memory);
-    if mem.0 != seq {
-        *mem = (seq, HashSet::new());
-    }
-    mem
 }
 
 /// Reads of one segment that fail, `retry_backoff_max` apart, before it is set aside.

@@ -102,6 +102,13 @@ pub struct Spool {
     dirty: bool,
     metrics: Arc<SinkMetrics>,
     kind: Kind,
+    /// Records of one segment (its number) that ClickHouse confirmed (or refused for
+    /// good) but whose `.ack` entry could not be written (a full disk): replay skips
+    /// them as it does acknowledged ones, so a retry does not insert them again and
+    /// the segment still drains (freeing the disk), and the cap does not count them as
+    /// dropped. One segment is replayed at a time: another number replaces them. Lost
+    /// at a stop: a restart may send these records once more.
+    acked_in_memory: (u64, HashSet<u64>),
 }
 
 /// Which spool: their metrics differ (rejected batches were counted as rejected, not
@@ -304,6 +311,7 @@ impl Spool {
             dirty: false,
             metrics,
             kind,
+            acked_in_memory: (0, HashSet::new()),
         };
         s.publish();
         if !s.sealed.is_empty() {
@@ -466,6 +474,22 @@ impl Spool {
         self.metrics.fsync_error();
     }
 
+    /// Remembers that the record at `offset` of segment `seq` is done with, when its
+    /// `.ack` entry could not be written. True for the first of the segment (to say it
+    /// once).
+    pub fn remember_ack(&mut self, seq: u64, offset: u64) -> bool {
+        if self.acked_in_memory.0 != seq {
+            self.acked_in_memory = (seq, HashSet::new());
+        }
+        self.acked_in_memory.1.insert(offset) && self.acked_in_memory.1.len() == 1
+    }
+
+    /// The records of segment `seq` remembered by [`Spool::remember_ack`].
+    pub fn remembered_acks(&self, seq: u64) -> impl Iterator<Item = u64> + '_ {
+        let mem = (self.acked_in_memory.0 == seq).then_some(&self.acked_in_memory.1);
+        mem.into_iter().flatten().copied()
+    }
+
     fn enforce_cap(&mut self) {
         while self.total_bytes() > self.cfg.max_bytes {
             let Some(i) = self
@@ -478,7 +502,8 @@ impl Spool {
             let Some(seg) = self.sealed.remove(i) else {
                 return;
             };
-            let acks = load_acks(&seg);
+            let mut acks = load_acks(&seg);
+            acks.extend(self.remembered_acks(seg.seq));
             let rows = match seg.rows {
                 Some(rows) if acks.is_empty() => rows,
                 // Written by an earlier run or partly replayed: count the rows of its
@@ -892,6 +917,37 @@ mod tests {
             proptest::prop_assert_eq!(appended, confirmed + left + m.dropped_rows(DropReason::SpoolCap));
             proptest::prop_assert_eq!(m.corrupt_records(), 0);
         }
+    }
+
+    /// Records a replay had confirmed but could note only in memory (a full disk) are
+    /// not counted as dropped when the cap removes their segment: ClickHouse has them.
+    #[test]
+    fn the_cap_does_not_count_records_confirmed_in_memory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        // Records of ~40 KiB, two per segment (64 KiB target).
+        let mut s = Spool::open(&cfg(tmp.path(), 200 << 10), m.clone()).unwrap();
+        s.append(&batch(1, 40 << 10)).unwrap();
+        s.append(&batch(2, 40 << 10)).unwrap();
+        s.append(&batch(4, 40 << 10)).unwrap();
+        let seg = s.checkout_oldest().unwrap();
+        let recs = record::scan(&read_segment(&seg).unwrap()).0;
+        assert_eq!(recs.iter().map(|r| r.rows).collect::<Vec<_>>(), [1, 2]);
+        // The first record was inserted, its .ack entry could not be written; the
+        // replay stopped (ClickHouse went away again).
+        assert!(s.remember_ack(seg.seq, recs[0].offset));
+        assert!(!s.remember_ack(seg.seq, recs[0].offset));
+        assert_eq!(
+            s.remembered_acks(seg.seq).collect::<Vec<_>>(),
+            [recs[0].offset]
+        );
+        assert_eq!(s.remembered_acks(seg.seq + 1).count(), 0);
+        s.release(seg.seq);
+        while list_segments(tmp.path()).unwrap()[0].seq == seg.seq {
+            s.append(&batch(100, 40 << 10)).unwrap();
+        }
+        // Of the segment dropped, only the record ClickHouse does not have.
+        assert_eq!(m.dropped_rows(DropReason::SpoolCap), 2);
     }
 
     #[test]
