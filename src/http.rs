@@ -8,9 +8,14 @@
 //!   head not complete within [`READ_TIMEOUT`] (5 s, one deadline for the whole head, not
 //!   per read, so a slowloris client cannot stretch it) gets `408`. Writing the response
 //!   is bounded by the same timeout, so a client that stops reading cannot pin a task.
-//! * At most [`MAX_CONNECTIONS`] connections are served at once; beyond that a new
-//!   connection gets `503` at once and is closed, so a flood cannot exhaust memory or
-//!   descriptors, and a slow client never blocks others (each connection is its own task).
+//! * At most [`MAX_CONNECTIONS`] connections are served at once, so a flood cannot
+//!   exhaust memory or descriptors. When they are all taken, a new connection closes
+//!   the oldest one open for at least [`MIN_AGE`] (100 ms: a scrape is answered
+//!   sooner) and takes its place; when every one is younger, it gets `503` at once
+//!   and is closed. So idle or slow connections (a client that sends nothing, or
+//!   reads nothing) cannot keep scrapes out: to do so, they would have to be
+//!   replaced faster than a scrape is answered (each connection is its own task, so a slow
+//!   client never blocks another either).
 //! * Only `GET` and `HEAD` (`405` otherwise). `/metrics` → `200 text/plain;
 //!   version=0.0.4` with the body of the render callback; `/healthz` → `200 "ok\n"` or
 //!   `503` with the reason from the health callback; anything else `404`. The query
@@ -21,12 +26,13 @@
 //! * Callbacks run on the connection task and must be quick (render from atomics).
 
 use anyhow::Context as _;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio::time::{timeout, timeout_at, Instant};
 
@@ -34,8 +40,11 @@ use tokio::time::{timeout, timeout_at, Instant};
 pub const MAX_REQUEST_BYTES: usize = 8 * 1024;
 /// Deadline for receiving a complete request head, and for sending the response.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections served concurrently; more are answered `503` and closed.
+/// Connections served concurrently; more close the oldest (see [`MIN_AGE`]).
 pub const MAX_CONNECTIONS: usize = 64;
+/// Age from which a connection is closed to make room for a new one when all
+/// [`MAX_CONNECTIONS`] are taken; more connections, all younger, are answered `503`.
+pub const MIN_AGE: Duration = Duration::from_millis(100);
 /// Time connections in progress get to finish after shutdown.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 
@@ -89,7 +98,10 @@ struct Limits {
     max_request: usize,
     read_timeout: Duration,
     max_connections: usize,
+    min_age: Duration,
     grace: Duration,
+    /// How long a connection is read from after its response (see [`finish`]).
+    linger: Duration,
 }
 
 impl Default for Limits {
@@ -98,7 +110,9 @@ impl Default for Limits {
             max_request: MAX_REQUEST_BYTES,
             read_timeout: READ_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
+            min_age: MIN_AGE,
             grace: SHUTDOWN_GRACE,
+            linger: Duration::from_millis(500),
         }
     }
 }
@@ -112,6 +126,9 @@ async fn serve_with(
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let mut conns = JoinSet::new();
+    // The connections let in, oldest first, with what closes each (an entry whose
+    // task has ended holds the only reference left, and is pruned).
+    let mut open: VecDeque<(Instant, Arc<Notify>)> = VecDeque::new();
     let local = listener.local_addr().ok();
     loop {
         if *shutdown.borrow_and_update() {
@@ -125,16 +142,48 @@ async fn serve_with(
             }
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let permit = slots.clone().try_acquire_owned().ok();
-                    let (render, health) = (render.clone(), health.clone());
-                    conns.spawn(async move {
-                        match permit {
-                            Some(_permit) => handle(stream, &render, &health, limits).await,
-                            None => {
-                                tracing::debug!(%peer, "metrics endpoint busy: connection refused with 503");
-                                let resp = response(503, TEXT_CONTENT_TYPE, "too many connections\n", false);
-                                finish(stream, &resp, limits).await;
+                    let admitted = match slots.clone().try_acquire_owned() {
+                        Ok(permit) => Some(Some(permit)),
+                        Err(_) => {
+                            open.retain(|(_, close)| Arc::strong_count(close) > 1);
+                            match open.front() {
+                                Some((since, _)) if since.elapsed() >= limits.min_age => {
+                                    if let Some((_, close)) = open.pop_front() {
+                                        tracing::debug!(%peer, "metrics endpoint full: closed the oldest connection to make room");
+                                        close.notify_one();
+                                    }
+                                    // Its permit, once its task has ended.
+                                    Some(None)
+                                }
+                                _ => None,
                             }
+                        }
+                    };
+                    let (render, health, slots) = (render.clone(), health.clone(), slots.clone());
+                    let Some(permit) = admitted else {
+                        tracing::debug!(%peer, "metrics endpoint busy: connection refused with 503");
+                        conns.spawn(async move {
+                            let resp = response(503, TEXT_CONTENT_TYPE, "too many connections\n", false);
+                            finish(stream, &resp, limits).await;
+                        });
+                        continue;
+                    };
+                    let close = Arc::new(Notify::new());
+                    open.push_back((Instant::now(), close.clone()));
+                    conns.spawn(async move {
+                        let serve = async {
+                            let _permit = match permit {
+                                Some(p) => p,
+                                None => match timeout(limits.grace, slots.acquire_owned()).await {
+                                    Ok(Ok(p)) => p,
+                                    _ => return,
+                                },
+                            };
+                            handle(stream, &render, &health, limits).await;
+                        };
+                        tokio::select! {
+                            _ = serve => {}
+                            _ = close.notified() => {}
                         }
                     });
                 }
@@ -235,6 +284,15 @@ fn route(head: &[u8], render: &RenderFn, health: &HealthFn) -> Vec<u8> {
         "HEAD" => true,
         _ => return response(405, TEXT_CONTENT_TYPE, "method not allowed\n", false),
     };
+    // The absolute form (`http://host:port/metrics`, from clients that take this
+    // endpoint for a proxy), which RFC 9112 says a server must accept: its path.
+    let target = match target.get(..7) {
+        Some(scheme) if scheme.eq_ignore_ascii_case("http://") => {
+            let rest = &target[7..];
+            rest.find(['/', '?']).map_or("/", |i| &rest[i..])
+        }
+        _ => target,
+    };
     let path = target.split(['?', '#']).next().unwrap_or_default();
     match path {
         "/metrics" => response(200, METRICS_CONTENT_TYPE, &render(), head_only),
@@ -292,7 +350,7 @@ async fn finish(mut stream: TcpStream, resp: &[u8], limits: Limits) {
     if !matches!(sent, Ok(Ok(()))) {
         return;
     }
-    let linger = Instant::now() + Duration::from_millis(500);
+    let linger = Instant::now() + limits.linger;
     let mut sink = [0u8; 4096];
     let mut drained = 0usize;
     while drained < 64 * 1024 {
@@ -489,9 +547,11 @@ mod tests {
 
     #[tokio::test]
     async fn connection_limit_answers_503() {
+        // Connections younger than min_age are not closed for a new one.
         let limits = Limits {
             max_connections: 2,
             read_timeout: Duration::from_secs(3),
+            min_age: Duration::from_secs(60),
             ..Limits::default()
         };
         let srv = start(limits).await;
@@ -514,6 +574,62 @@ mod tests {
         assert_eq!(get(srv.addr, "/metrics").await.0, 200);
         srv.stop.send(true).unwrap();
         srv.task.await.unwrap();
+    }
+
+    /// Connections that send nothing, or send a request and read nothing, do not keep
+    /// a scrape out: it closes the oldest (64 idle sockets, re-opened every 5 s, kept
+    /// every scrape at 503, Prometheus's `up == 0`, from any host that could reach it).
+    #[tokio::test]
+    async fn idle_and_unread_connections_do_not_keep_scrapes_out() {
+        let limits = Limits {
+            max_connections: 4,
+            read_timeout: Duration::from_secs(30),
+            linger: Duration::from_secs(30),
+            ..Limits::default()
+        };
+        let srv = start(limits).await;
+        let mut held = Vec::new();
+        for k in 0..4 {
+            let mut s = TcpStream::connect(srv.addr).await.unwrap();
+            if k % 2 == 1 {
+                // A complete request whose answer is never read.
+                s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await.unwrap();
+            }
+            held.push(s);
+        }
+        // Each scrape closes the oldest held connection (idle, or its answer unread),
+        // and an idle one takes the place of the scrape's.
+        for k in 0..4 {
+            tokio::time::sleep(MIN_AGE + Duration::from_millis(50)).await;
+            let (st, _, body) = get(srv.addr, "/metrics").await;
+            assert_eq!(st, 200, "{body}");
+            let mut rest = Vec::new();
+            let read = timeout(Duration::from_secs(5), held[k].read_to_end(&mut rest)).await;
+            assert!(read.is_ok(), "connection {k} still open");
+            assert_eq!(rest.is_empty(), k % 2 == 0, "{k}");
+            held.push(TcpStream::connect(srv.addr).await.unwrap());
+        }
+        srv.stop.send(true).unwrap();
+        srv.task.await.unwrap();
+    }
+
+    /// RFC 9112 3.2.2: a server must accept the absolute form (clients that take the
+    /// endpoint for a proxy send it).
+    #[test]
+    fn a_request_target_in_absolute_form_is_routed_by_its_path() {
+        let render: RenderFn = Arc::new(|| "up 1\n".to_string());
+        let health: HealthFn = Arc::new(|| Ok("ok".into()));
+        for (req, status) in [
+            ("GET http://127.0.0.1:9464/metrics HTTP/1.1", 200),
+            ("GET HTTP://[::1]:9464/healthz?x=1 HTTP/1.1", 200),
+            ("GET http://127.0.0.1:9464 HTTP/1.1", 404),
+            ("GET http://127.0.0.1:9464?/metrics HTTP/1.1", 404),
+            ("GET /http://x/metrics HTTP/1.1", 404),
+        ] {
+            let head = format!("{req}\r\nHost: 127.0.0.1\r\n\r\n");
+            let resp = respond(head.as_bytes(), MAX_REQUEST_BYTES, &render, &health).unwrap();
+            assert_eq!(parse(&resp).0, status, "{req}");
+        }
     }
 
     #[tokio::test]
