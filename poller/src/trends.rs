@@ -15,8 +15,11 @@
 //!   values folded in. Only finite values count: a NaN or an infinity is stored in history
 //!   and left out of the trend (it would make min, max and average meaningless), as
 //!   Zabbix refuses them as values at all.
-//! * Float averages are `sum / count` in `f64`; unsigned ones are the exact 80-bit sum
-//!   divided by the count, truncated, as Zabbix's 128-bit sum does.
+//! * Float averages are `sum / count` in `f64`, the sum kept scaled by
+//!   [`FLOAT_SUM_SCALE`] (2^-16, exact) so that it cannot overflow: two values of
+//!   1e308 averaged `inf`, and hours merged at a start (`+inf` and `-inf`) `NaN`.
+//!   Unsigned averages are the exact 80-bit sum divided by the count, truncated, as
+//!   Zabbix's 128-bit sum does.
 //! * An hour is written when the item's first value of another hour arrives, by the
 //!   sweep [`SWEEP_DELAY`] after the hour ends (items polled less often than hourly, or
 //!   no longer), when a reload removes the item or changes its value type, and at stop
@@ -28,8 +31,8 @@
 //!   kept. A crash loses the values after the last checkpoint of the open hours
 //!   ([`SavedBy::Checkpoint`]: a start continues only hours it knows were not written).
 //!   Readers therefore aggregate per hour:
-//!   `min(value_min)`, `max(value_max)`, `sum(value_avg * count) / sum(count)`,
-//!   `sum(count)`.
+//!   `min(value_min)`, `max(value_max)`, `sum(toFloat64(value_avg) * count) /
+//!   sum(count)` (an Int64 average times the count wraps past 2^63), `sum(count)`.
 
 use crate::engine::Sample;
 use crate::plan::{fnv1a, Plan, FNV_OFFSET};
@@ -45,6 +48,13 @@ pub const SWEEP_DELAY: u32 = 60;
 
 /// Largest count of one row; one more value starts a new row for the same hour.
 const MAX_COUNT: u16 = u16::MAX;
+
+/// What a float accumulator's sum holds of each value: `v × 2^-16`. At most
+/// [`MAX_COUNT`] (< 2^16) finite values, so the sum stays below `f64::MAX`; a power of
+/// two, so the scaling is exact and the average is what an unscaled sum gives (for
+/// values of magnitude above 2^-1006; smaller ones lose bits, as subnormals).
+const FLOAT_SUM_SCALE: f64 = 1.0 / 65_536.0;
+const _: () = assert!(MAX_COUNT as f64 * FLOAT_SUM_SCALE <= 1.0);
 
 /// One trend row, before the sink's encoding.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,7 +136,7 @@ impl Acc {
                 let (min, max) = (f64::from_bits(self.min), f64::from_bits(self.max));
                 self.min = min.min(f).to_bits();
                 self.max = max.max(f).to_bits();
-                self.sum = (f64::from_bits(self.sum) + f).to_bits();
+                self.sum = (f64::from_bits(self.sum) + f * FLOAT_SUM_SCALE).to_bits();
             }
             Value::Uint(u) => {
                 self.min = self.min.min(u);
@@ -179,7 +189,7 @@ impl Acc {
         };
         match vt {
             ValueType::Float => {
-                let avg = f64::from_bits(self.sum) / f64::from(count);
+                let avg = f64::from_bits(self.sum) / f64::from(count) / FLOAT_SUM_SCALE;
                 Some(TrendStats::Float(words(avg.to_bits()).map(f64::from_bits)))
             }
             ValueType::Uint => {
@@ -358,7 +368,10 @@ impl Trends {
 }
 
 /// First bytes of [`Trends::save_open`]'s form (its version is the digit).
-const OPEN_MAGIC: &[u8; 8] = b"NPTREND1";
+const OPEN_MAGIC: &[u8; 8] = b"NPTREND2";
+/// The form before float sums were scaled ([`FLOAT_SUM_SCALE`]); read, for the
+/// hours a stop of the version before saved.
+const OPEN_MAGIC_V1: &[u8; 8] = b"NPTREND1";
 
 /// A writer that hashes what it passes on (FNV-1a), so that the open hours are checked
 /// as a whole when they are read back.
@@ -420,10 +433,11 @@ impl Trends {
     /// (the caller writes them as rows if it cannot keep what was written). Returns how
     /// many hours were written.
     ///
-    /// Form (little-endian): `NPTREND1`; per hour: itemid u64, value type u8 (0
+    /// Form (little-endian): `NPTREND2`; per hour: itemid u64, value type u8 (0
     /// float, 1 unsigned), index in the plan u32, hour u32, count u16, sum_hi u16, min,
-    /// max and sum u64, host and key (u16 length, UTF-8); then the number of hours u64
-    /// and the FNV-1a hash of everything before it u64.
+    /// max and sum u64 (a float sum scaled by [`FLOAT_SUM_SCALE`]; `NPTREND1`, also
+    /// read, has it unscaled), host and key (u16 length, UTF-8); then the number of
+    /// hours u64 and the FNV-1a hash of everything before it u64.
     pub fn save_open(&self, w: impl std::io::Write) -> std::io::Result<u64> {
         let mut w = Hashing {
             inner: w,
@@ -505,7 +519,8 @@ impl Trends {
         by: SavedBy,
         out: &mut Vec<TrendRow>,
     ) -> Result<Restored, RestoreError> {
-        if !bytes.starts_with(OPEN_MAGIC) {
+        let v1 = bytes.starts_with(OPEN_MAGIC_V1);
+        if !bytes.starts_with(OPEN_MAGIC) && !v1 {
             return Err(RestoreError::NotOurs);
         }
         // The magic, the records, the count and the checksum.
@@ -523,7 +538,12 @@ impl Trends {
         let mut saved = Vec::new();
         let mut r = Reader(records);
         while !r.0.is_empty() {
-            saved.push(r.record().ok_or(RestoreError::Damaged)?);
+            let mut record = r.record().ok_or(RestoreError::Damaged)?;
+            if v1 && record.1 == ValueType::Float {
+                let acc = &mut record.3;
+                acc.sum = (f64::from_bits(acc.sum) * FLOAT_SUM_SCALE).to_bits();
+            }
+            saved.push(record);
         }
         if saved.len() as u64 != count {
             return Err(RestoreError::Damaged);
@@ -752,6 +772,67 @@ mod tests {
     fn an_accumulator_is_32_bytes() {
         // The memory budget per item (200 B at 1M items) counts on it.
         assert_eq!(std::mem::size_of::<Acc>(), 32);
+    }
+
+    /// Float sums cannot overflow: values near f64::MAX average to themselves, hours
+    /// of opposite signs merged at a start average finitely (an unscaled sum gave
+    /// `inf` and then `NaN`), and a stop's save of the version before (sums unscaled)
+    /// is taken back with the same average.
+    #[test]
+    fn float_averages_of_huge_values_stay_finite() {
+        let p = plan(&[("h", &[("f", ValueType::Float), ("g", ValueType::Float)])]);
+        let only_g = plan(&[("h", &[("g", ValueType::Float)])]);
+        let t0 = H * 3600;
+        let mut t = Trends::new(p.clone());
+        let mut out = Vec::new();
+        for v in [1e308, 1.5e308] {
+            t.record(&sample(&p, "h", "g", t0, Value::Float(v)), &mut out);
+        }
+        t.drain(&mut out);
+        assert_eq!(stats(&out, "g"), [(t0, float(1e308, 1.5e308, 1.25e308, 2))]);
+        // f removed and back before the stop: two saved hours, merged at the start.
+        let mut t = Trends::new(p.clone());
+        out.clear();
+        for _ in 0..2 {
+            t.record(&sample(&p, "h", "f", t0, Value::Float(1e308)), &mut out);
+        }
+        t.rebase(only_g, &mut out);
+        t.rebase(p.clone(), &mut out);
+        for v in [-1e308, -1e308, 4e307] {
+            t.record(&sample(&p, "h", "f", t0 + 1, Value::Float(v)), &mut out);
+        }
+        let mut saved = Vec::new();
+        t.save_open(&mut saved).unwrap();
+        let mut t = Trends::new(p.clone());
+        t.restore_open(&saved, H, SavedBy::Stop, &mut out).unwrap();
+        t.drain(&mut out);
+        let [(clock, TrendStats::Float(f))] = stats(&out, "f")[..] else {
+            panic!("{out:?}")
+        };
+        assert_eq!((clock, f.min, f.max, f.count), (t0, -1e308, 1e308, 5));
+        assert!((f.avg / 8e306 - 1.0).abs() < 1e-12, "{f:?}");
+        // The version before: the same hours, NPTREND1 with the sum unscaled.
+        let mut t = Trends::new(p.clone());
+        out.clear();
+        for v in [0.25, 1.0, 7.5] {
+            t.record(&sample(&p, "h", "g", t0, Value::Float(v)), &mut out);
+        }
+        let mut v2 = Vec::new();
+        t.save_open(&mut v2).unwrap();
+        let mut v1 = v2[..v2.len() - 8].to_vec();
+        v1[..8].copy_from_slice(OPEN_MAGIC_V1);
+        // magic 8, itemid 8, type 1, index 4, hour 4, count 2, sum_hi 2, min 8, max 8.
+        let at = 8 + 8 + 1 + 4 + 4 + 2 + 2 + 8 + 8;
+        assert_eq!(
+            v1[at..at + 8],
+            (8.75 * FLOAT_SUM_SCALE).to_bits().to_le_bytes()
+        );
+        v1[at..at + 8].copy_from_slice(&8.75f64.to_bits().to_le_bytes());
+        v1.extend_from_slice(&fnv1a(FNV_OFFSET, &v1).to_le_bytes());
+        let mut t = Trends::new(p);
+        t.restore_open(&v1, H, SavedBy::Stop, &mut out).unwrap();
+        t.drain(&mut out);
+        assert_eq!(stats(&out, "g"), [(t0, float(0.25, 7.5, 8.75 / 3.0, 3))]);
     }
 
     #[test]
