@@ -628,9 +628,53 @@ fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
     .collect()
 }
 
-/// How long after a reload the consumer forgets removed items a second time: longer
-/// than an iteration started on the old plan can run (each is bounded by its timeouts).
+/// How long after a reload the consumer forgets removed items a second time, at the
+/// earliest ([`StalePlans`]).
 const PRUNE_AGAIN_AFTER: Duration = Duration::from_secs(60);
+/// After the last iteration of an older plan has ended, how long its last samples get
+/// to come through the channel before the consumer forgets what only they could name.
+const PRUNE_SETTLE: Duration = Duration::from_secs(5);
+
+/// When the consumer can forget, a second time, the items a reload removed (their
+/// states, previous values and trends lookup): once no iteration that started on an
+/// older plan can still deliver. An iteration holds its plan until it ends, so the
+/// older plans' reference counts say it; time alone did not (an SNMP iteration has no
+/// deadline: a device with many requests, long timeouts and retries went on past the
+/// minute that was allowed, and its late values were left out of trends).
+#[derive(Default)]
+struct StalePlans {
+    /// The plans replaced since the last pruning, while anything holds them.
+    old: Vec<std::sync::Weak<Plan>>,
+    /// When to look again; `None`: nothing to prune.
+    next: Option<tokio::time::Instant>,
+    /// No older plan was held at the last look (the next look prunes).
+    ended: bool,
+}
+
+impl StalePlans {
+    /// The plan `old` was replaced at `now`.
+    fn replaced(&mut self, old: std::sync::Weak<Plan>, now: tokio::time::Instant) {
+        self.old.push(old);
+        self.next = Some(now + PRUNE_AGAIN_AFTER);
+        self.ended = false;
+    }
+
+    /// Whether to prune at `now`: at least [`PRUNE_AGAIN_AFTER`] after the last reload
+    /// and [`PRUNE_SETTLE`] after the older plans were last seen in use.
+    fn due(&mut self, now: tokio::time::Instant) -> bool {
+        if self.next.is_none_or(|t| now < t) {
+            return false;
+        }
+        self.old.retain(|p| p.strong_count() > 0);
+        if self.ended && self.old.is_empty() {
+            *self = StalePlans::default();
+            return true;
+        }
+        self.ended = self.old.is_empty();
+        self.next = Some(now + PRUNE_SETTLE);
+        false
+    }
+}
 
 /// Forgets the states and previous values of items the current plan does not have.
 fn forget_removed(shared: &Shared, states: &mut ItemStates, pre: &mut Preprocessor) {
@@ -885,7 +929,8 @@ async fn consume(
     let mut sweep_at = tokio::time::Instant::now() + sweep_in();
     // Iterations that started on the old plan still deliver after a reload, and may
     // bring back items it removed: forget them again once those have ended.
-    let mut prune_again: Option<tokio::time::Instant> = None;
+    let mut stale = StalePlans::default();
+    let mut plan_seen = Arc::downgrade(&shared.plan());
     loop {
         let wake = tokio::select! {
             got = rx.recv_many(&mut batches, BATCHES) => Wake::Batches(got),
@@ -912,10 +957,14 @@ async fn consume(
                 poller::daemon::test_failpoint("consumer");
                 if shared.generation() != generation {
                     generation = shared.generation();
-                    prune_again = Some(now + PRUNE_AGAIN_AFTER);
+                    let plan = shared.plan();
+                    stale.replaced(
+                        std::mem::replace(&mut plan_seen, Arc::downgrade(&plan)),
+                        now,
+                    );
                     forget_removed(&shared, &mut states, &mut pre);
                     if let Some(t) = &mut trends {
-                        t.rebase(shared.plan(), &mut closed);
+                        t.rebase(plan.clone(), &mut closed);
                     }
                     // The checkpoint before the reload holds the items it removed as
                     // the plan's (a start with that plan would continue their hours,
@@ -923,8 +972,7 @@ async fn consume(
                     if let Some(f) = &mut files {
                         f.next = f.next.min(now);
                     }
-                } else if prune_again.is_some_and(|t| now >= t) {
-                    prune_again = None;
+                } else if stale.due(now) {
                     forget_removed(&shared, &mut states, &mut pre);
                     if let Some(t) = &mut trends {
                         t.forget_lookup(&mut closed);
@@ -1340,19 +1388,58 @@ mod tests {
         tx.send([timeout(&plan, "a"), timeout(&plan, "b")].concat())
             .await
             .unwrap();
+        drop(plan);
         settle().await;
         assert_eq!(failing(), 2);
         shared.reload(plan_of(&["a"]));
         tx.send(stale.clone()).await.unwrap();
         settle().await;
         assert_eq!(failing(), 1, "the stale sample brought b back");
-        tokio::time::advance(PRUNE_AGAIN_AFTER + Duration::from_secs(1)).await;
+        tokio::time::advance(PRUNE_AGAIN_AFTER + PRUNE_SETTLE + Duration::from_secs(1)).await;
         tx.send(timeout(&shared.plan(), "a")).await.unwrap();
         settle().await;
         assert_eq!(failing(), 1, "a is still failing");
         drop(tx);
         consumer.await.unwrap();
         sink.shutdown().await.unwrap();
+    }
+
+    /// Removed items are forgotten a second time only once no iteration of an older
+    /// plan can deliver: not while one holds its plan (an SNMP iteration with no
+    /// deadline, past the minute), and only after its last samples had time to arrive.
+    #[test]
+    fn removed_items_are_forgotten_once_no_older_iteration_runs() {
+        let t0 = tokio::time::Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut stale = StalePlans::default();
+        assert!(!stale.due(at(1_000)), "no reload: nothing to prune");
+        let (first, second) = (Arc::new(plan_of(&["a"])), Arc::new(plan_of(&["a", "b"])));
+        // Two reloads; an iteration still holds the first plan, none the second.
+        let iteration = first.clone();
+        stale.replaced(Arc::downgrade(&first), at(0));
+        drop(first);
+        stale.replaced(Arc::downgrade(&second), at(10));
+        drop(second);
+        assert!(!stale.due(at(69)), "within the minute of the last reload");
+        for s in [70, 300, 3_000] {
+            assert!(!stale.due(at(s)), "the iteration still runs at {s} s");
+        }
+        drop(iteration);
+        // Seen ended at the next look; pruned at the one after, PRUNE_SETTLE on.
+        assert!(!stale.due(at(3_001)), "too early: last seen at 3,000 s");
+        assert!(!stale.due(at(3_005)));
+        assert!(
+            !stale.due(at(3_006)),
+            "its samples get PRUNE_SETTLE to arrive"
+        );
+        assert!(stale.due(at(3_011)));
+        assert!(!stale.due(at(4_000)), "pruned once");
+        // A plan nothing holds: pruned PRUNE_AGAIN_AFTER + PRUNE_SETTLE after the reload.
+        let third = Arc::new(plan_of(&["c"]));
+        stale.replaced(Arc::downgrade(&third), at(5_000));
+        drop(third);
+        assert!(!stale.due(at(5_060)));
+        assert!(stale.due(at(5_065)));
     }
 
     #[test]
