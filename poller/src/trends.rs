@@ -20,14 +20,15 @@
 //!   1e308 averaged `inf`, and hours merged at a start (`+inf` and `-inf`) `NaN`.
 //!   Unsigned averages are the exact 80-bit sum divided by the count, truncated, as
 //!   Zabbix's 128-bit sum does.
-//! * An hour is written when the item's first value of another hour arrives, by the
+//! * An hour is written when the item's first value of a later hour arrives, by the
 //!   sweep [`SWEEP_DELAY`] after the hour ends (items polled less often than hourly, or
 //!   no longer), when a reload removes the item or changes its value type, and at stop
 //!   unless the caller keeps the open hours for the next process instead
 //!   ([`Trends::save_open`], [`Trends::restore_open`]: a start within the hour continues
 //!   it; a start after it, or without the item, writes it at once). So one hour may have
 //!   several rows for an item: after 65,535 values in one hour (a 55 ms interval), for a
-//!   value that comes later than the sweep, or after a stop whose open hours were not
+//!   value that comes later than the sweep or after a value of a later hour (a row of
+//!   its own: the open hour stays open), or after a stop whose open hours were not
 //!   kept. A crash loses the values after the last checkpoint of the open hours
 //!   ([`SavedBy::Checkpoint`]: a start continues only hours it knows were not written).
 //!   Readers therefore aggregate per hour:
@@ -240,8 +241,18 @@ pub struct Trends {
     gone: HashMap<u64, Gone>,
 }
 
-/// Folds `v` of `hour` into `acc`; a row this closes goes to `emit` first.
+/// Folds `v` of `hour` into `acc`; a row this closes goes to `emit` first. A value
+/// of an hour before the open one (a wall clock stepped back; one item's batches
+/// reordered while the sink held them back) is a row of its own, and the open hour
+/// stays open: closing it would split it in two rows, and after a crash a checkpoint
+/// that held it would be continued beside the row written, its values counted twice.
 fn fold(acc: &mut Acc, hour: u32, v: &Value, emit: impl FnOnce(&Acc)) {
+    if acc.count > 0 && hour < acc.hour {
+        let mut late = Acc::empty(hour, v);
+        late.add(v);
+        emit(&late);
+        return;
+    }
     if acc.count == 0 || acc.hour != hour || acc.count == MAX_COUNT {
         if acc.count > 0 {
             emit(acc);
@@ -833,6 +844,47 @@ mod tests {
         t.restore_open(&v1, H, SavedBy::Stop, &mut out).unwrap();
         t.drain(&mut out);
         assert_eq!(stats(&out, "g"), [(t0, float(0.25, 7.5, 8.75 / 3.0, 3))]);
+    }
+
+    /// A value of an hour before the open one is a row of its own: the open hour is
+    /// neither split nor, after a crash, continued from a checkpoint beside a row the
+    /// crashed process wrote (its values counted twice).
+    #[test]
+    fn a_late_value_of_an_earlier_hour_leaves_the_open_hour_open() {
+        let p = plan(&[("h", &[("x", ValueType::Uint)])]);
+        let t0 = H * 3600;
+        let mut t = Trends::new(p.clone());
+        let mut written = Vec::new();
+        t.record(&sample(&p, "h", "x", t0 + 5, Value::Uint(10)), &mut written);
+        let mut checkpoint = Vec::new();
+        t.save_open(&mut checkpoint).unwrap();
+        t.record(&sample(&p, "h", "x", t0 - 1, Value::Uint(1)), &mut written);
+        assert_eq!(stats(&written, "x"), [(t0 - 3600, uint(1, 1, 1, 1))]);
+        t.record(
+            &sample(&p, "h", "x", t0 + 15, Value::Uint(20)),
+            &mut written,
+        );
+        let mut stopped = written.clone();
+        t.drain(&mut stopped);
+        assert_eq!(
+            stats(&stopped[1..], "x"),
+            [(t0, uint(10, 20, 15, 2))],
+            "one row"
+        );
+        // A crash instead (20 is lost with it), and a start from the checkpoint.
+        drop(t);
+        let mut t = Trends::new(p.clone());
+        t.restore_open(&checkpoint, H, SavedBy::Checkpoint, &mut written)
+            .unwrap();
+        t.record(
+            &sample(&p, "h", "x", t0 + 25, Value::Uint(30)),
+            &mut written,
+        );
+        t.drain(&mut written);
+        assert_eq!(
+            stats(&written, "x"),
+            [(t0 - 3600, uint(1, 1, 1, 1)), (t0, uint(10, 30, 20, 2))]
+        );
     }
 
     #[test]
