@@ -2052,6 +2052,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     None
                 }
             };
+            let misnamed = name_problem(&h.name);
+            if let Some(why) = misnamed {
+                self.c.push(
+                    &[hp[0].clone(), hp[1].clone(), Seg::Key("name")],
+                    format!("host name {:?} {why}", h.name),
+                );
+            }
             let name: Arc<str> = h.name.as_str().into();
             // A second host of one name has its items checked, but is not planned: its
             // derived itemids are the first one's, which would bury the cause under a
@@ -2070,7 +2077,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
             });
             let polls_snmp = base.as_ref().is_some_and(|b| polls_snmp(b));
             let snmp = self.snmp_params(&hp, h.snmp.as_ref(), polls_snmp);
-            if let (Some(ip), Some(items), Some(snmp), None) = (ip, base, snmp, duplicate) {
+            if let (Some(ip), Some(items), Some(snmp), None, None) =
+                (ip, base, snmp, duplicate, misnamed)
+            {
                 if let Some(items) = self.with_found(&hp, &name, ip, snmp.as_ref(), items) {
                     out.push(host_spec(name, ip, items, snmp));
                     origins.push(origin);
@@ -2082,6 +2091,20 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let origin = Origin::Range(*i as u32);
             let rp = origin.path();
             let net = match r.cidr.trim().parse::<ipnet::IpNet>() {
+                // An interface's address pasted from a router's config: its whole
+                // network was most likely not meant.
+                Ok(n) if n.addr() != n.network() => {
+                    self.c.push(
+                        &[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")],
+                        format!(
+                            "{} has host bits set: write the network, {}, or list {} as a [[hosts]] entry",
+                            r.cidr.trim(),
+                            n.trunc(),
+                            n.addr()
+                        ),
+                    );
+                    continue;
+                }
                 Ok(n) => match poller::source::check_range(n.network(), n.broadcast()) {
                     Ok(()) => n,
                     Err(e) => {
@@ -2110,6 +2133,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 continue;
             }
             budget -= count as usize;
+            if let Some(why) = name_problem(&r.name) {
+                self.c.push(
+                    &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
+                    format!("name pattern {:?} {why}", r.name),
+                );
+                continue;
+            }
             if !r.name.contains("{ip}") && count > 1 {
                 self.c.push(
                     &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
@@ -2153,6 +2183,12 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         }
         drop(names);
+        // `[snmp]`'s SNMPv3 fields are defaults for hosts of version 3: with none, they
+        // are a forgotten `version = "3"` (a host's own are checked with the host).
+        let version: SnmpVersion = self.snmp.version.into();
+        if version != SnmpVersion::V3 && !self.snmp_usm.is_empty() && self.users.is_empty() {
+            self.c.push(&[Seg::Key("snmp")], v3_ignored(version));
+        }
         self.check_itemids(&mut out, &origins);
         (out, self.targets)
     }
@@ -2420,6 +2456,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
         let o = o.cloned().unwrap_or_default();
         let version: SnmpVersion = o.version.unwrap_or(d.version).into();
         let sp = under(path, [Seg::Key("snmp")]);
+        if version != SnmpVersion::V3 && !usm_of!(o).is_empty() {
+            self.c.push(&sp, v3_ignored(version));
+        }
         let usm = if version == SnmpVersion::V3 && polls_snmp {
             // Reported where the fields are: the host's own table if it has SNMPv3
             // fields, else `[snmp]`.
@@ -2548,6 +2587,31 @@ impl<'c, 'a> Resolver<'c, 'a> {
 }
 
 /// A resolved host: its items with their itemids (explicit or derived).
+/// SNMPv3 fields given where the version is not 3: without this, they were ignored and
+/// the devices polled in clear with the community.
+fn v3_ignored(version: SnmpVersion) -> String {
+    let v = match version {
+        SnmpVersion::V1 => "1",
+        _ => "2c",
+    };
+    format!("SNMPv3 settings (security_name, auth_*, priv_*) but version {v}: set version = \"3\" (they would be ignored: polled with SNMPv{v} and the community, in clear)")
+}
+
+/// What is wrong with a host name (or a range's name pattern), if anything. Zabbix
+/// refuses these too: an empty name, blanks at its ends (`"sw-1 "`, pasted, would be
+/// another host than `"sw-1"`: other itemids, another history), control characters.
+fn name_problem(name: &str) -> Option<&'static str> {
+    if name.trim().is_empty() {
+        Some("is empty")
+    } else if name.trim() != name {
+        Some("has blanks at its start or end (another host than without them)")
+    } else if name.chars().any(char::is_control) {
+        Some("has a control character (a line break, a tab)")
+    } else {
+        None
+    }
+}
+
 fn host_spec(
     name: Arc<str>,
     ip: IpAddr,

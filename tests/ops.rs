@@ -539,6 +539,16 @@ templates = ["icmp"]
         "{}",
         String::from_utf8_lossy(&o.stdout)
     );
+    // A file with no hosts (empty, half-written) is refused by a reload: so by the check.
+    let empty = dir.join("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let o = check(&empty, &old);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("is refused: it has no hosts"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // The running file broken: the comparison cannot be made, and the command says why.
     std::fs::write(&old, "[[hosts]]\nname = 1\n").unwrap();
     let o = check(&new, &old);
@@ -629,6 +639,18 @@ templates = ["icmp"]
         "{out}"
     );
     assert!(out.contains("load of shard 0/2: "), "{out}");
+    assert!(!out.contains("warning:"), "{out}");
+    // Send-rate caps below what the load needs are said (the 1.8 echo requests/s over
+    // a cap of 1; 1 SNMP request a minute is under any).
+    std::fs::write(&cfg, format!("[icmp]\nmax_pps = 1\n{text}")).unwrap();
+    let out = check();
+    assert!(
+        out.contains(
+            "warning: 1.8 ICMP echo requests/s needed, over icmp.max_pps = 1: polls would run late"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("snmp.max_pps"), "{out}");
 }
 
 #[test]

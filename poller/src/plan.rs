@@ -425,6 +425,19 @@ impl Plan {
         })
     }
 
+    /// SNMP requests per second at the least: each task's items in requests of its
+    /// host's `max_oids_per_request` (more when an agent makes a host's smaller, or
+    /// with retries).
+    pub fn snmp_request_rate(&self) -> f64 {
+        self.per_second(Engine::Snmp, |t| {
+            let per = self.hosts[t.host as usize]
+                .snmp
+                .as_ref()
+                .map_or(1, |p| p.max_oids_per_request.max(1));
+            t.items.len().div_ceil(per) as f64
+        })
+    }
+
     /// Σ over `engine`'s tasks of `per_run(task)` / interval, per second.
     fn per_second(&self, engine: Engine, per_run: impl Fn(&Task) -> f64) -> f64 {
         self.tasks

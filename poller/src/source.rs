@@ -9,19 +9,32 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// `ip` if probes and requests may be addressed to it (or sent from it): not an
-/// IPv4-mapped IPv6 address (`::ffff:a.b.c.d`). RFC 4291 keeps those off the wire, but
-/// the kernel sends to one as IPv6, through the IPv6 default route, to an address no
-/// host has; the user meant `a.b.c.d`, which the error says.
+/// `ip` if probes and requests may be addressed to it: one device's address.
+/// * Not an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`). RFC 4291 keeps those off the
+///   wire, but the kernel sends to one as IPv6, through the IPv6 default route, to an
+///   address no host has; the user meant `a.b.c.d`, which the error says.
+/// * Not the unspecified address (`0.0.0.0`, `::`: a placeholder of exports, which
+///   Linux delivers to this host), nor a multicast or the broadcast address (many
+///   hosts or none would answer for one device).
 pub fn check_address(ip: IpAddr) -> Result<IpAddr, String> {
+    let not_one = |what: &str| {
+        Err(format!(
+            "{ip} is {what}, not a device's address (ICMP and SNMP items poll one device)"
+        ))
+    };
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => Err(format!(
                 "{ip} is the IPv4 address {v4} written as IPv6 (IPv4-mapped: never sent as \
                  such); write {v4}"
             )),
+            None if v6.is_unspecified() => not_one("the unspecified address"),
+            None if v6.is_multicast() => not_one("a multicast address"),
             None => Ok(ip),
         },
+        IpAddr::V4(v4) if v4.is_unspecified() => not_one("the unspecified address"),
+        IpAddr::V4(v4) if v4.is_multicast() => not_one("a multicast address"),
+        IpAddr::V4(v4) if v4.is_broadcast() => not_one("the broadcast address"),
         IpAddr::V4(_) => Ok(ip),
     }
 }
@@ -209,6 +222,34 @@ mod tests {
         assert!(check_range(ip("::"), ip("::ffff")).is_ok());
         assert!(check_range(ip("::1:0:0:0"), ip("::1:0:0:ff")).is_ok());
         assert!(check_range(ip("127.0.0.0"), ip("127.0.0.255")).is_ok());
+    }
+
+    #[test]
+    fn only_one_devices_address_is_a_target() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        for (bad, what) in [
+            ("0.0.0.0", "the unspecified address"),
+            ("::", "the unspecified address"),
+            ("255.255.255.255", "the broadcast address"),
+            ("224.0.0.1", "a multicast address"),
+            ("239.255.255.250", "a multicast address"),
+            ("ff02::1", "a multicast address"),
+        ] {
+            let e = check_address(ip(bad)).unwrap_err();
+            assert!(
+                e.starts_with(&format!("{bad} is {what}, not a device")),
+                "{e}"
+            );
+        }
+        for ok in [
+            "0.0.0.1",
+            "223.255.255.255",
+            "240.0.0.1",
+            "127.255.255.255",
+            "fe80::1",
+        ] {
+            assert_eq!(check_address(ip(ok)), Ok(ip(ok)));
+        }
     }
 
     #[test]

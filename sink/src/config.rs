@@ -254,7 +254,8 @@ impl ClickHouseConfig {
         out
     }
 
-    /// Retention of `table` in whole days (rounded up, at least 1), if configured:
+    /// Retention of `table` in whole days (rounded up; [`Self::validate`] refuses less
+    /// than one), if configured:
     /// `trends_retention` for the trends tables, `retention` for the others.
     pub fn retention_days(&self, table: Table) -> Option<u64> {
         let r = if table.is_trends() {
@@ -337,6 +338,22 @@ impl ClickHouseConfig {
         }
         if self.request_timeout.is_zero() {
             p.push(("request_timeout", "must be greater than 0".to_string()));
+        }
+        // ClickHouse keeps whole days (a TTL in days): less than one is a unit mistaken,
+        // `"3m"` (minutes) for three months, which would have become a day.
+        for (key, r) in [
+            ("retention", self.retention),
+            ("trends_retention", self.trends_retention),
+        ] {
+            if let Some(d) = r.filter(|d| d.as_secs() < 86_400) {
+                p.push((
+                    key,
+                    format!(
+                        "{} is less than a day (`m` is minutes, `h` hours): ClickHouse keeps whole days; write e.g. \"90days\" or \"3months\"",
+                        humantime::format_duration(d)
+                    ),
+                ));
+            }
         }
         if self.retry_backoff.is_zero() || self.retry_backoff_max < self.retry_backoff {
             p.push((

@@ -74,6 +74,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         let old = old.take_plan(args.shard, super::trim_heap);
                         let diff = PlanDiff::between(&old, &plan);
                         println!("{}", against(running, &diff));
+                        // As the daemon's reload refuses it (an empty or half-written
+                        // file): this check must not pass what the reload will not.
+                        if plan.hosts.is_empty() {
+                            let whose = match shard {
+                                (_, 1) => String::new(),
+                                (i, n) => format!(" in shard {i}/{n}"),
+                            };
+                            eprintln!(
+                                "--against {}: a reload to {} is refused: it has no hosts{whose} (an empty or half-written file?)",
+                                running.display(),
+                                args.config.display()
+                            );
+                            return Ok(ExitCode::from(1));
+                        }
                     }
                     Err(e) => {
                         eprint!("--against {}: it does not load:\n{e}", running.display());
@@ -97,6 +111,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 rate(snmp),
                 rate(plan.icmp_probe_rate())
             );
+            for line in over_rate(&plan, cfg.icmp.max_pps, cfg.snmp.max_pps) {
+                println!("{line}");
+            }
             for line in icmp_sweeps(&plan, &cfg.daemon) {
                 println!("{line}");
             }
@@ -151,6 +168,35 @@ fn sources(daemon: &DaemonSection, (v4, v6): (bool, bool)) -> Option<String> {
     }
     (!parts.is_empty())
         .then(|| format!("daemon.source_ip: requests leave from {}", parts.join(", ")))
+}
+
+/// The engines whose send-rate cap is below what the plan needs: their polls would run
+/// ever later (the scheduler skips the slots missed), which the load line alone leaves
+/// to the reader to see.
+fn over_rate(plan: &Plan, icmp_max: u32, snmp_max: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for (need, max, what, key) in [
+        (
+            plan.icmp_probe_rate(),
+            icmp_max,
+            "ICMP echo requests/s",
+            "icmp.max_pps",
+        ),
+        (
+            plan.snmp_request_rate(),
+            snmp_max,
+            "SNMP requests/s at the least",
+            "snmp.max_pps",
+        ),
+    ] {
+        if need > f64::from(max) {
+            out.push(format!(
+                "warning: {} {what} needed, over {key} = {max}: polls would run late and slots be skipped (raise it, lengthen intervals or shard)",
+                rate(need)
+            ));
+        }
+    }
+    out
 }
 
 /// How the ICMP targets of each interval are swept (`daemon.icmp_phases`): with grouped

@@ -1573,3 +1573,96 @@ fn row_keys_that_other_keys_may_have_are_told_apart() {
         "an index twice"
     );
 }
+
+/// A retention under a day is a unit mistaken (`"3m"` is three minutes, not months):
+/// refused, as it would have become a TTL of one day.
+#[test]
+fn a_retention_under_a_day_is_refused() {
+    for (key, v) in [
+        ("retention", "3m"),
+        ("trends_retention", "24m"),
+        ("retention", "0s"),
+        ("retention", "23h 59m 59s"),
+    ] {
+        let e = one_err(&format!(
+            "[clickhouse]\nurl = \"http://127.0.0.1:8123\"\n{key} = \"{v}\"\n"
+        ));
+        assert_eq!(e.path, format!("clickhouse.{key}"), "{e:?}");
+        assert!(e.message.contains("less than a day"), "{e}");
+    }
+    let cfg = parse("[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nretention = \"1day\"\ntrends_retention = \"3months\"\n").unwrap();
+    let ch = cfg.clickhouse.unwrap();
+    assert_eq!(ch.retention_days(sink::row::Table::Uint), Some(1));
+    assert_eq!(ch.retention_days(sink::row::Table::TrendsUint), Some(92));
+}
+
+/// Host names Zabbix refuses (empty, blanks at the ends, control characters) are refused
+/// at their key, listed hosts and range patterns alike; the host is not planned.
+#[test]
+fn host_names_must_be_names() {
+    for name in ["", " ", "sw-1 ", " sw-1", "a\nb", "a\tb"] {
+        let e = one_err(&format!(
+            "[[hosts]]\nname = {name:?}\nip = \"127.0.20.1\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n"
+        ));
+        assert_eq!(e.path, "hosts[0].name", "{name:?}: {e:?}");
+    }
+    let e = one_err("[[host_ranges]]\ncidr = \"127.0.0.0/30\"\nname = \"cpe-{ip} \"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n");
+    assert_eq!(e.path, "host_ranges[0].name", "{e:?}");
+    assert!(e.message.contains("blanks"), "{e}");
+    assert!(parse("[[hosts]]\nname = \"core sw-1 (Москва)\"\nip = \"127.0.20.1\"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n").is_ok());
+}
+
+/// A host's address, and a key's target, is one device's: not the unspecified, the
+/// broadcast or a multicast address.
+#[test]
+fn host_addresses_are_one_devices() {
+    for ip in ["0.0.0.0", "::", "255.255.255.255", "224.0.0.1", "ff02::1"] {
+        let e = one_err(&format!(
+            "[[hosts]]\nname = \"h\"\nip = \"{ip}\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n"
+        ));
+        assert_eq!(e.path, "hosts[0].ip", "{ip}: {e:?}");
+        assert!(e.message.contains("not a device's address"), "{e}");
+    }
+    let e = bad(r#"{ key = "icmpping[239.1.1.1]", interval = "10s" }"#);
+    assert_eq!(e.path, "hosts[0].items[0].key", "{e:?}");
+}
+
+/// A CIDR whose address is not its network's (an interface's address pasted) is
+/// refused with both ways to say what was meant.
+#[test]
+fn a_cidr_with_host_bits_set_is_refused() {
+    let e = one_err("[[host_ranges]]\ncidr = \"127.0.0.77/24\"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n");
+    assert_eq!(e.path, "host_ranges[0].cidr", "{e:?}");
+    assert_eq!(
+        e.message,
+        "127.0.0.77/24 has host bits set: write the network, 127.0.0.0/24, or list 127.0.0.77 as a [[hosts]] entry"
+    );
+    assert!(parse("[[host_ranges]]\ncidr = \"127.0.0.77/32\"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n").is_ok());
+}
+
+/// SNMPv3 settings where the version is not 3 (a forgotten `version = "3"`) are refused:
+/// they were ignored, the devices polled in clear with the community.
+#[test]
+fn snmpv3_settings_without_version_3_are_refused() {
+    let item =
+        r#"items = [ { key = "up", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "1m" } ]"#;
+    let v3 = "security_name = \"monitor\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"12345678\"";
+    let e = one_err(&format!(
+        "[snmp]\n{v3}\n[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\n{item}\n"
+    ));
+    assert_eq!(e.path, "snmp", "{e:?}");
+    assert!(e.message.contains("but version 2c"), "{e}");
+    assert!(!e.message.contains("12345678"));
+    let e = one_err(&format!(
+        "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nsnmp = {{ version = 1, security_name = \"monitor\" }}\n{item}\n"
+    ));
+    assert_eq!(e.path, "hosts[0].snmp", "{e:?}");
+    assert!(e.message.contains("but version 1"), "{e}");
+    // The section's as defaults of the hosts of version 3, beside v2c hosts: fine.
+    let cfg = parse(&format!(
+        "[snmp]\n{v3}\n[[hosts]]\nname = \"a\"\nip = \"127.0.20.1\"\n{item}\n[[hosts]]\nname = \"b\"\nip = \"127.0.20.2\"\nsnmp = {{ version = \"3\" }}\n{item}\n"
+    ))
+    .unwrap();
+    assert!(cfg.hosts[0].snmp.as_ref().unwrap().usm.is_none());
+    assert!(cfg.hosts[1].snmp.as_ref().unwrap().usm.is_some());
+}
