@@ -1666,3 +1666,43 @@ fn snmpv3_settings_without_version_3_are_refused() {
     assert!(cfg.hosts[0].snmp.as_ref().unwrap().usm.is_none());
     assert!(cfg.hosts[1].snmp.as_ref().unwrap().usm.is_some());
 }
+
+/// Past a few dozen items a host's merge looks keys up in a map: overrides, repeats
+/// across templates and a template listed twice are found there as below it.
+#[test]
+fn many_items_merge_as_few_do() {
+    let items = |prefix: &str, n: usize| {
+        (0..n)
+            .map(|k| format!("{{ key = \"{prefix}{k}\", oid = \"1.3.6.1.2.1.2.2.1.10.{k}\", type = \"uint\", interval = \"1m\" }}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let text = format!(
+        "[[templates]]\nname = \"a\"\nitems = [ {} ]\n[[templates]]\nname = \"b\"\nitems = [ {} ]\n[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\ntemplates = [\"a\", \"b\"]\nitems = [ {{ key = \"a39\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"5m\" }}, {} ]\n",
+        items("a", 40),
+        items("b", 40),
+        items("own", 40)
+    );
+    let cfg = parse(&text).unwrap();
+    let h = &cfg.hosts[0];
+    assert_eq!(h.items.len(), 120);
+    let a39 = h.items.iter().find(|i| &*i.key == "a39").unwrap();
+    assert_eq!(
+        a39.interval_ms, 300_000,
+        "the host's own item overrides the template's"
+    );
+    // b repeats a key of a, past the first 32.
+    let text = text.replace("key = \"b35\"", "key = \"a35\"");
+    let e = one_err(&text);
+    assert_eq!(e.path, "hosts[0].templates[1]", "{e:?}");
+    assert_eq!(e.message, "key \"a35\" comes from two templates");
+    let e = one_err(
+        &text
+            .replace("key = \"a35\"", "key = \"b35\"")
+            .replace("[\"a\", \"b\"]", "[\"a\", \"a\"]"),
+    );
+    assert_eq!(
+        (e.path.as_str(), e.message.as_str()),
+        ("hosts[0].templates[1]", "template \"a\" is listed twice")
+    );
+}
