@@ -1790,6 +1790,21 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     return None;
                 }
             };
+            // Probes that outlast the interval make every poll late, and hold back the
+            // other hosts of their sweep (rescheduled as each is done, but the sweep
+            // holds one of the engine's few iterations while it lasts).
+            let lasts = k.probe.duration();
+            if lasts > interval {
+                self.c.push(
+                    &at("key"),
+                    format!(
+                        "its probes last {} ((packets - 1) × interval + timeout), longer than the item's interval of {}: every poll would come late; send fewer or closer packets, or poll less often",
+                        humantime::format_duration(lasts),
+                        humantime::format_duration(interval)
+                    ),
+                );
+                return None;
+            }
             let natural = if key.name == "icmpping" {
                 ValueType::Uint
             } else {

@@ -930,3 +930,120 @@ fn small_probes_leave_with_df_and_no_ip_id() {
     // SAFETY: closing our own fd.
     unsafe { libc::close(sniff) };
 }
+
+/// A plan of one ICMP item per `(address, key)`, host `h<i>`, and a one-shot due each.
+fn icmp_plan(hosts: &[(&str, &str)]) -> (poller::plan::Plan, Vec<poller::scheduler::Due>) {
+    use poller::keys::{IcmpDefaults, IcmpKey, ItemKey};
+    use poller::plan::{HostSpec, ItemKind, ItemSpec, Plan};
+    let specs = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, (ip, key))| {
+            let k =
+                IcmpKey::parse(&ItemKey::parse(key).unwrap(), &IcmpDefaults::default()).unwrap();
+            let name = format!("h{i}");
+            HostSpec {
+                name: name.as_str().into(),
+                ip: ip.parse().unwrap(),
+                snmp: None,
+                items: vec![ItemSpec {
+                    itemid: poller::plan::derive_itemid(&name, key),
+                    key: (*key).into(),
+                    value_type: poller::value::ValueType::Float,
+                    interval_ms: 60_000,
+                    kind: ItemKind::Icmp {
+                        metric: k.metric,
+                        probe: k.probe,
+                    },
+                    pre: None,
+                }],
+            }
+        })
+        .collect();
+    let plan = Plan::build(specs);
+    let dues = (0..plan.tasks.len())
+        .map(|t| poller::scheduler::Scheduler::one_shot(t as u32))
+        .collect();
+    (plan, dues)
+}
+
+/// The host of each due, by name.
+fn due_hosts(
+    plan: &poller::plan::Plan,
+    dues: &[poller::scheduler::Due],
+    idxs: &[usize],
+) -> Vec<String> {
+    idxs.iter()
+        .map(|&i| {
+            plan.hosts[plan.tasks[dues[i].task as usize].host as usize]
+                .name
+                .to_string()
+        })
+        .collect()
+}
+
+/// A host whose probes last long does not hold back the others of its sweep: those
+/// done are handed back (for rescheduling) while it goes on, after their samples.
+#[test]
+fn hosts_done_are_reported_while_a_long_probe_train_goes_on() {
+    let (plan, dues) = icmp_plan(&[
+        ("127.77.98.1", "icmppingloss[,1,,,200]"),
+        ("127.77.98.2", "icmppingloss[,3,1000,,500]"),
+    ]);
+    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
+    let metrics = poller::daemon::EngineMetrics::default();
+    let mut reported: Vec<(Vec<String>, usize)> = Vec::new();
+    let sum = rt().block_on(async {
+        let mut host_done = |idxs: &[usize]| {
+            // With the samples already in the channel.
+            let mut got = 0;
+            while rx.try_recv().map(|b| got += b.len()).is_ok() {}
+            reported.push((due_hosts(&plan, &dues, idxs), got));
+        };
+        poller::daemon::icmp_iteration(
+            &mut d,
+            &plan,
+            &dues,
+            &metrics,
+            &mut emitter,
+            &mut host_done,
+            std::future::pending(),
+        )
+        .await
+    });
+    // h0 (200 ms) is reported at the first second, its sample before it; h1 (2.5 s of
+    // probes) is left to the caller at the end.
+    assert_eq!(reported, [(vec!["h0".to_string()], 1)]);
+    assert_eq!(sum.items, 2);
+}
+
+/// A stop cuts a sweep short after ICMP_STOP_GRACE: what was over is delivered, the
+/// host still probing gets no value (and the iteration does not wait for it).
+#[test]
+fn a_stop_cuts_a_long_sweep_short() {
+    let (plan, dues) = icmp_plan(&[
+        ("127.77.98.3", "icmppingloss[,1,,,200]"),
+        ("127.77.98.4", "icmppingloss[,60,1000,,500]"),
+    ]);
+    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
+    let metrics = poller::daemon::EngineMetrics::default();
+    rt().block_on(poller::daemon::icmp_iteration(
+        &mut d,
+        &plan,
+        &dues,
+        &metrics,
+        &mut emitter,
+        &mut |_| {},
+        async {},
+    ));
+    drop(emitter);
+    let mut hosts = Vec::new();
+    while let Ok(batch) = rx.try_recv() {
+        hosts.extend(batch.iter().map(|s| s.host.to_string()));
+    }
+    assert_eq!(hosts, ["h0"]);
+}

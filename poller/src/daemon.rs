@@ -573,13 +573,32 @@ fn deliver(sum: &mut IterationSummary, emitter: &mut Emitter, s: Sample) {
     emitter.emit(s);
 }
 
+/// How often a long ICMP sweep reports the hosts it is done with (see
+/// [`icmp_iteration`]): longer than a sweep with Zabbix's default probes lasts, so the
+/// common sweep reports them all at its end, in whole batches.
+pub const ICMP_DONE_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a sweep still runs once the daemon stops, before it is cut short: what a
+/// sweep of the default probes needs to end, well inside a service manager's stop
+/// timeout.
+pub const ICMP_STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// Run one ICMP sweep over `dues` (tasks of `plan`), streaming samples.
+/// `host_done(due indices)`: hosts whose probes are over and whose items were handed to
+/// the channel, for the caller to reschedule them then rather than at the sweep's end
+/// (a host with a long probe train held the others of its sweep back); reported every
+/// [`ICMP_DONE_EVERY`], so a sweep shorter than that reports none: the caller completes
+/// the dues not reported at the end. When `stop` completes (the daemon stops), the
+/// sweep gets [`ICMP_STOP_GRACE`] more to end, then is cut short: the hosts whose
+/// probes were not over get no sample.
 pub async fn icmp_iteration(
     driver: &mut IcmpDriver,
     plan: &Plan,
     dues: &[Due],
     metrics: &EngineMetrics,
     emitter: &mut Emitter,
+    host_done: &mut (dyn FnMut(&[usize]) + Send),
+    stop: impl std::future::Future<Output = ()>,
 ) -> IterationSummary {
     let mut sum = IterationSummary {
         hosts: dues.len(),
@@ -604,7 +623,10 @@ pub async fn icmp_iteration(
         .collect();
     metrics.in_flight.add(jobs.len() as i64);
     // A task's items, from its host's probe results or from why it was not probed.
-    let mut deliver_task = |idx: usize, outcome: Result<&icmp::PingStats, &ItemError>| {
+    let deliver_task = |sum: &mut IterationSummary,
+                        emitter: &mut Emitter,
+                        idx: usize,
+                        outcome: Result<&icmp::PingStats, &ItemError>| {
         let stamp = clock_now();
         let task = &plan.tasks[dues[idx].task as usize];
         let host = &plan.hosts[task.host as usize];
@@ -613,28 +635,67 @@ pub async fn icmp_iteration(
                 Ok(stats) => Ok(icmp_value(item, stats)),
                 Err(e) => Err(e.clone()),
             };
-            deliver(
-                &mut sum,
-                emitter,
-                Sample::new(plan, host, index, stamp, result),
-            );
+            deliver(sum, emitter, Sample::new(plan, host, index, stamp, result));
         }
     };
-    let report = driver
-        .sweep(&jobs, |idx, stats| {
+    // The sweep's callback and the timer that reports done hosts share these (one
+    // task: the lock is never contended).
+    let state = std::sync::Mutex::new((&mut sum, &mut *emitter, Vec::<usize>::new()));
+    let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
+    let cut = async {
+        stop.await;
+        tokio::time::sleep(ICMP_STOP_GRACE).await;
+    };
+    let report = {
+        let sweep = driver.sweep(&jobs, |idx, stats| {
             // Nothing sent: a job the driver could not probe (reported below with why).
             if stats.sent > 0 {
-                deliver_task(idx, Ok(stats));
+                let mut g = lock();
+                let (sum, emitter, done) = &mut *g;
+                deliver_task(sum, emitter, idx, Ok(stats));
+                done.push(idx);
             }
-        })
-        .await;
+        });
+        tokio::pin!(sweep, cut);
+        let mut tick = tokio::time::interval_at(Instant::now() + ICMP_DONE_EVERY, ICMP_DONE_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut sweep => break Some(r),
+                () = &mut cut => break None,
+                _ = tick.tick() => {
+                    let mut g = lock();
+                    let (_, emitter, done) = &mut *g;
+                    if !done.is_empty() {
+                        // Their samples first: the consumer must have them before the
+                        // hosts' next polls, which another sweep may deliver before
+                        // this one ends.
+                        emitter.flush();
+                        host_done(done);
+                        done.clear();
+                    }
+                }
+            }
+        }
+    };
+    drop(state);
+    metrics.in_flight.add(-(jobs.len() as i64));
+    let Some(report) = report else {
+        tracing::info!(
+            hosts = jobs.len(),
+            "stopping: an ICMP sweep cut short; hosts whose probes were not over get no value"
+        );
+        emitter.flush();
+        metrics.account(&sum);
+        return sum;
+    };
     // Never probed (no IPv6 socket, ...): not a host that failed to answer, so no 0 and
     // no 0% loss, but Zabbix's "not supported" with the reason.
     for (idx, why) in &report.rejected {
         let err = ItemError::new(ErrorReason::Unsupported, format!("not probed: {why}"));
-        deliver_task(*idx, Err(&err));
+        deliver_task(&mut sum, emitter, *idx, Err(&err));
     }
-    metrics.in_flight.add(-(jobs.len() as i64));
     let c = report.counters;
     metrics
         .unmatched
@@ -952,7 +1013,7 @@ pub async fn run_engine(
             m.lateness_seconds.observe(lateness.as_secs_f64());
             let started = Instant::now();
             // Dues are completed (rescheduled) once each: by host as they finish
-            // (a slow SNMP iteration), the rest when the iteration ends.
+            // (a slow iteration), the rest when the iteration ends.
             let mut completed = vec![false; dues.len()];
             let mut skipped = 0;
             let mut complete = |i: usize| {
@@ -965,21 +1026,24 @@ pub async fn run_engine(
                     }
                 }
             };
+            // Hosts done before the iteration ends (a slow one), rescheduled then.
+            let mut host_done = |idxs: &[usize]| {
+                idxs.iter().for_each(|&i| complete(i));
+                shared2.wake.notify_waiters();
+            };
+            let mut stop = stop_rx;
+            let stop = async move {
+                // A dropped sender (the daemon ending) stops it too.
+                let _ = stop.wait_for(|s| *s).await;
+            };
             let (mut sum, slot) = match slot {
                 Slot::Icmp(mut d) => {
-                    let s = icmp_iteration(&mut d, &plan, &dues, m, &mut emitter).await;
+                    let s =
+                        icmp_iteration(&mut d, &plan, &dues, m, &mut emitter, &mut host_done, stop)
+                            .await;
                     (s, Slot::Icmp(d))
                 }
                 Slot::Snmp(mut d) => {
-                    let mut host_done = |idxs: &[usize]| {
-                        idxs.iter().for_each(|&i| complete(i));
-                        shared2.wake.notify_waiters();
-                    };
-                    let mut stop = stop_rx;
-                    let stop = async move {
-                        // A dropped sender (the daemon ending) stops it too.
-                        let _ = stop.wait_for(|s| *s).await;
-                    };
                     let s =
                         snmp_iteration(&mut d, &plan, &dues, m, &mut emitter, &mut host_done, stop)
                             .await;
@@ -1172,7 +1236,17 @@ pub async fn poll_once(
             return Err(ItemError::new(ErrorReason::Send, "no ICMP socket"));
         };
         for chunk in icmp_dues.chunks(limits.icmp_batch_hosts.max(1) as usize) {
-            icmp_iteration(&mut d, &plan, chunk, &icmp_metrics, &mut e1).await;
+            let never = std::future::pending();
+            icmp_iteration(
+                &mut d,
+                &plan,
+                chunk,
+                &icmp_metrics,
+                &mut e1,
+                &mut |_| {},
+                never,
+            )
+            .await;
             e1.drain().await;
         }
         Ok(())

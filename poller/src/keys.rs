@@ -174,6 +174,12 @@ impl IcmpProbe {
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.into())
     }
+
+    /// How long a host's probes last: its last packet leaves `packets - 1` intervals
+    /// after the first and is waited for `timeout`.
+    pub fn duration(&self) -> Duration {
+        self.interval() * self.packets.saturating_sub(1) + self.timeout()
+    }
 }
 
 fn ms_u32(d: Duration) -> u32 {

@@ -255,7 +255,24 @@ fn durations_and_timeouts_are_bounded() {
     // ICMP: Zabbix has no maximum interval or timeout; netpoller's is 10 minutes.
     let e = one_err("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping[,2,600001,,4294967295]\", interval = \"10s\" } ]\n");
     assert_eq!(e.message, "interval 600001 ms above the maximum of 600000 ms (10 min); timeout 4294967295 ms above the maximum of 600000 ms (10 min)");
-    assert!(parse("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping[,2,600000,,600000]\", interval = \"10s\" } ]\n").is_ok());
+    assert!(parse("[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping[,2,600000,,600000]\", interval = \"20m\" } ]\n").is_ok());
+}
+
+/// Probes that outlast the item's interval are refused: every poll would come late
+/// (and hold its sweep: 10,000 packets 10 minutes apart held 4,095 other hosts).
+#[test]
+fn icmp_probes_longer_than_the_items_interval_are_refused() {
+    let e = bad(r#"{ key = "icmppingloss[,20,1000]", interval = "10s" }"#);
+    assert_eq!(e.path, "hosts[0].items[0].key", "{e:?}");
+    assert!(
+        e.message.starts_with("its probes last 20s ((packets - 1) × interval + timeout), longer than the item's interval of 10s"),
+        "{e}"
+    );
+    // From the [icmp] defaults, reported at the item that uses them.
+    let e = one_err("[icmp]\npackets = 30\ninterval = \"1s\"\n[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n");
+    assert_eq!(e.path, "hosts[0].items[0].key", "{e:?}");
+    // As long as the interval: taken (the next poll is due as the probes end).
+    assert!(parse("[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ { key = \"icmppingloss[,10,1000,,1000]\", interval = \"10s\" } ]\n").is_ok());
 }
 
 #[test]
