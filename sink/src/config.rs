@@ -22,19 +22,52 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     match humantime::parse_duration(s) {
         Ok(d) if d <= MAX_DURATION => Ok(d),
         Ok(_) => Err(format!("invalid duration {s:?}: longer than 100 years")),
+        // What Zabbix takes and netpoller does not, said as such.
+        Err(_) if s.contains([';', '/']) => Err(format!(
+            "invalid duration {s:?}: Zabbix's flexible and scheduling intervals are not supported; give the fixed part, e.g. {:?}",
+            s.split(';').next().unwrap_or_default()
+        )),
+        Err(_) if s.trim().parse::<f64>().is_ok() => Err(format!(
+            "invalid duration {s:?}: a unit is needed, e.g. \"{0}s\" (seconds, as Zabbix reads a bare number) or \"{0}ms\"",
+            s.trim()
+        )),
         Err(e) => Err(format!("invalid duration {s:?}: {e}")),
+    }
+}
+
+/// A duration as the config gives it: a string, or (a mistake said as such) a number.
+struct DurationVisitor;
+
+impl serde::de::Visitor<'_> for DurationVisitor {
+    type Value = Duration;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a duration string such as \"30s\"")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Duration, E> {
+        parse_duration(s).map_err(E::custom)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
+        Err(E::custom(format!(
+            "durations are strings with a unit: \"{n}s\", not {n} (Zabbix reads a bare number as seconds)"
+        )))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Duration, E> {
+        self.visit_i64(n.min(i64::MAX as u64) as i64)
     }
 }
 
 /// Serde helpers for durations read with [`parse_duration`].
 pub mod duration_str {
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::{Deserializer, Serializer};
     use std::time::Duration;
 
-    /// Parses a humantime string.
+    /// Parses a humantime string (a number is refused with the string meant).
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        let s = String::deserialize(d)?;
-        super::parse_duration(&s).map_err(serde::de::Error::custom)
+        d.deserialize_any(super::DurationVisitor)
     }
 
     /// Formats as a humantime string.
@@ -49,9 +82,14 @@ pub mod duration_str {
 
         /// Parses an optional humantime string.
         pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-            let s = Option::<String>::deserialize(d)?;
-            s.map(|s| super::super::parse_duration(&s).map_err(serde::de::Error::custom))
-                .transpose()
+            /// The duration itself, read as [`super::deserialize`] does.
+            struct Given(Duration);
+            impl<'de> Deserialize<'de> for Given {
+                fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Given, D::Error> {
+                    super::deserialize(d).map(Given)
+                }
+            }
+            Ok(Option::<Given>::deserialize(d)?.map(|g| g.0))
         }
 
         /// Formats an optional humantime string.

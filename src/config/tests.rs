@@ -495,7 +495,7 @@ templates = ["t2"]
         (
             12,
             "templates[0].items[3].interval",
-            "invalid type: integer `5`",
+            "durations are strings with a unit: \"5s\"",
         ),
         // h1 uses t1, which could not be read: no "unknown template" for it.
         (
@@ -607,7 +607,7 @@ fn unknown_sections_and_syntax_errors() {
     assert!(e.message.contains("unsupported SNMP version \"4\""), "{e}");
     assert_eq!((e.path.as_str(), e.line), ("snmp.version", Some(3)));
     let e = one_err("[[templates]]\nname = \"t\"\nitems = [\n  { key = \"icmpping\" },\n  { key = \"icmpping\", interval = 5 },\n]\n");
-    assert!(e.message.starts_with("invalid type: integer `5`"), "{e}");
+    assert!(e.message.starts_with("durations are strings with a unit"), "{e}");
     assert_eq!(
         (e.path.as_str(), e.line),
         ("templates[0].items[1].interval", Some(5))
@@ -1722,4 +1722,18 @@ fn many_items_merge_as_few_do() {
         (e.path.as_str(), e.message.as_str()),
         ("hosts[0].templates[1]", "template \"a\" is listed twice")
     );
+}
+
+/// Durations Zabbix reads and netpoller does not are said as such, with what to write.
+#[test]
+fn zabbix_durations_get_what_to_write() {
+    let at =
+        |interval: &str| bad(&format!("{{ key = \"icmpping\", interval = {interval} }}")).message;
+    assert_eq!(at("30"), "durations are strings with a unit: \"30s\", not 30 (Zabbix reads a bare number as seconds)");
+    assert_eq!(at("\"30\""), "invalid duration \"30\": a unit is needed, e.g. \"30s\" (seconds, as Zabbix reads a bare number) or \"30ms\"");
+    assert_eq!(at("\"30s;50s/1-5,09:00-18:00\""), "invalid duration \"30s;50s/1-5,09:00-18:00\": Zabbix's flexible and scheduling intervals are not supported; give the fixed part, e.g. \"30s\"");
+    // Optional durations too.
+    let e = one_err("[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nretention = 90\n");
+    assert_eq!(e.path, "clickhouse.retention");
+    assert!(e.message.contains("\"90s\""), "{e}");
 }
