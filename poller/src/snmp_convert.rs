@@ -48,6 +48,9 @@ pub fn convert(v: &VarValue, vt: ValueType) -> Result<Value, ItemError> {
     if let Some(name) = v.exception_name() {
         return Err(unsupported(name.to_string()));
     }
+    if let Some(why) = v.undecodable() {
+        return Err(unsupported(format!("the agent sent {why}")));
+    }
     if matches!(v, VarValue::Null) {
         return Err(unsupported("NULL value".to_string()));
     }
@@ -319,6 +322,21 @@ mod tests {
             err(VarValue::Null, ValueType::Str).reason,
             ErrorReason::Unsupported
         );
+        // A value the agent sent that could not be read: unsupported, with why (as
+        // text it is not the hex of its bytes).
+        let odd = VarValue::Undecodable {
+            tag: 0x47,
+            raw: vec![7],
+        };
+        for vt in [ValueType::Uint, ValueType::Float, ValueType::Str] {
+            assert_eq!(
+                convert(&odd, vt),
+                Err(ItemError::new(
+                    ErrorReason::Unsupported,
+                    "the agent sent a value of the obsolete type UInteger32 (BER tag 0x47), not read"
+                ))
+            );
+        }
     }
 
     #[test]

@@ -431,7 +431,8 @@ fn decode_varbind<'a>(r: &mut Reader<'a>, validated: bool) -> Result<VarBind<'a>
         OidRef::from_ber(raw)?
     };
     let (tag, c) = vb.read_tlv()?;
-    let value = ValueRef::decode(tag, c)?;
+    // A value that does not decode fails its own varbind, not the message.
+    let value = ValueRef::decode(tag, c).unwrap_or(ValueRef::Undecodable { tag, raw: c });
     if !vb.is_empty() {
         return Err(DecodeError::TrailingBytes);
     }

@@ -24,6 +24,14 @@ pub enum ValueRef<'a> {
     NoSuchObject,
     NoSuchInstance,
     EndOfMibView,
+    /// A value this decoder cannot read (a type it does not know, such as the obsolete
+    /// UInteger32 or NsapAddress, or contents of the wrong size): its varbind's item
+    /// fails alone, with [`VarValue::undecodable`]'s reason, and the other varbinds of
+    /// the message are taken (the whole reply was once refused, and with it the host).
+    Undecodable {
+        tag: u8,
+        raw: &'a [u8],
+    },
 }
 
 /// An owned varbind value. The three exceptions (v2c) are values on the wire but mean
@@ -46,6 +54,11 @@ pub enum VarValue {
     NoSuchObject,
     NoSuchInstance,
     EndOfMibView,
+    /// See [`ValueRef::Undecodable`]: the value's tag and contents as received.
+    Undecodable {
+        tag: u8,
+        raw: Vec<u8>,
+    },
 }
 
 impl<'a> ValueRef<'a> {
@@ -95,6 +108,10 @@ impl<'a> ValueRef<'a> {
             ValueRef::NoSuchObject => VarValue::NoSuchObject,
             ValueRef::NoSuchInstance => VarValue::NoSuchInstance,
             ValueRef::EndOfMibView => VarValue::EndOfMibView,
+            ValueRef::Undecodable { tag, raw } => VarValue::Undecodable {
+                tag,
+                raw: raw.to_vec(),
+            },
         }
     }
 
@@ -105,7 +122,9 @@ impl<'a> ValueRef<'a> {
             | ValueRef::NoSuchObject
             | ValueRef::NoSuchInstance
             | ValueRef::EndOfMibView => 2,
-            ValueRef::OctetString(s) | ValueRef::Opaque(s) => tlv_len(s.len()),
+            ValueRef::OctetString(s)
+            | ValueRef::Opaque(s)
+            | ValueRef::Undecodable { raw: s, .. } => tlv_len(s.len()),
             ValueRef::Oid(o) => tlv_len(o.as_ber().len()),
             ValueRef::IpAddress(_) => 6,
             ValueRef::Integer(v) => 2 + int_len(v),
@@ -143,6 +162,10 @@ impl<'a> ValueRef<'a> {
             ValueRef::NoSuchObject => out.extend_from_slice(&[TAG_NO_SUCH_OBJECT, 0]),
             ValueRef::NoSuchInstance => out.extend_from_slice(&[TAG_NO_SUCH_INSTANCE, 0]),
             ValueRef::EndOfMibView => out.extend_from_slice(&[TAG_END_OF_MIB_VIEW, 0]),
+            ValueRef::Undecodable { tag, raw } => {
+                write_header(out, tag, raw.len());
+                out.extend_from_slice(raw);
+            }
         }
     }
 }
@@ -164,6 +187,7 @@ impl VarValue {
             VarValue::NoSuchObject => ValueRef::NoSuchObject,
             VarValue::NoSuchInstance => ValueRef::NoSuchInstance,
             VarValue::EndOfMibView => ValueRef::EndOfMibView,
+            VarValue::Undecodable { tag, raw } => ValueRef::Undecodable { tag: *tag, raw },
         }
     }
 
@@ -173,6 +197,22 @@ impl VarValue {
             self,
             VarValue::NoSuchObject | VarValue::NoSuchInstance | VarValue::EndOfMibView
         )
+    }
+
+    /// Why a value could not be read ([`ValueRef::Undecodable`]): `None` for the others.
+    pub fn undecodable(&self) -> Option<String> {
+        let VarValue::Undecodable { tag, raw } = self else {
+            return None;
+        };
+        Some(match ValueRef::decode(*tag, raw) {
+            Err(DecodeError::BadTag { .. }) => match *tag {
+                0x45 => "a value of the obsolete type NsapAddress (BER tag 0x45), not read".into(),
+                0x47 => "a value of the obsolete type UInteger32 (BER tag 0x47), not read".into(),
+                t => format!("a value of a type unknown to SNMP (BER tag 0x{t:02x})"),
+            },
+            Err(e) => format!("a value that does not decode (BER tag 0x{tag:02x}: {e})"),
+            Ok(_) => format!("a value of BER tag 0x{tag:02x}"),
+        })
     }
 
     /// The exception's name as RFC 3416 spells it, for error texts.
@@ -242,6 +282,11 @@ impl VarValue {
                 "No more variables left in this MIB View (It is past the end of the MIB tree)"
                     .into()
             }
+            VarValue::Undecodable { raw, .. } => format!(
+                "Undecodable: {}: {}",
+                self.undecodable().unwrap_or_default(),
+                hex_lines(raw)
+            ),
         }
     }
 }

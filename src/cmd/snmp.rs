@@ -279,9 +279,10 @@ fn print_value(out: &mut impl Write, json: bool, oid: &str, v: &VarValue) -> std
     if !json {
         return writeln!(out, "{oid} = {v}");
     }
-    let obj = match v.exception_name() {
-        Some(name) => serde_json::json!({ "oid": oid, "error": name }),
-        None => {
+    let obj = match (v.exception_name(), v.undecodable()) {
+        (Some(name), _) => serde_json::json!({ "oid": oid, "error": name }),
+        (_, Some(why)) => serde_json::json!({ "oid": oid, "error": why }),
+        (None, None) => {
             let value = match v {
                 VarValue::Integer(i) => serde_json::json!(i),
                 VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => {
@@ -368,7 +369,10 @@ fn get_and_print(
     for (oid, r) in oids.iter().zip(results) {
         let oid = oid.to_string();
         match r {
-            Some(Ok(v)) => print_value(out, c.json, &oid, &v)?,
+            Some(Ok(v)) => {
+                all &= v.undecodable().is_none();
+                print_value(out, c.json, &oid, &v)?
+            }
             Some(Err(e)) => {
                 all = false;
                 print_error(out, c.json, &oid, &e.to_string())?;

@@ -607,7 +607,10 @@ fn unknown_sections_and_syntax_errors() {
     assert!(e.message.contains("unsupported SNMP version \"4\""), "{e}");
     assert_eq!((e.path.as_str(), e.line), ("snmp.version", Some(3)));
     let e = one_err("[[templates]]\nname = \"t\"\nitems = [\n  { key = \"icmpping\" },\n  { key = \"icmpping\", interval = 5 },\n]\n");
-    assert!(e.message.starts_with("durations are strings with a unit"), "{e}");
+    assert!(
+        e.message.starts_with("durations are strings with a unit"),
+        "{e}"
+    );
     assert_eq!(
         (e.path.as_str(), e.line),
         ("templates[0].items[1].interval", Some(5))

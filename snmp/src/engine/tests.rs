@@ -1057,9 +1057,9 @@ fn send_error_fails_that_request_only() {
 
 /// One host, one item, one retry: its first attempt gets a reply from another port of
 /// the agent (a multi-homed device, NAT); with `broken`, its second gets a reply that
-/// does not decode (the value's tag turned into 0x47, UInteger32, obsolete since
-/// SNMPv2, which the decoder refuses; the request-id still readable). Both attempts
-/// then time out: the item failures.
+/// does not decode (the last value's length made to run past the message: a damaged
+/// datagram, the request-id still readable). Both attempts then time out: the item
+/// failures.
 fn dropped_replies(broken: bool) -> Vec<ItemFailure> {
     let (mut a, oids) = agent_with(1);
     let mut j = job(1, &[&oids[0]]);
@@ -1087,7 +1087,7 @@ fn dropped_replies(broken: bool) -> Vec<ItemFailure> {
             [0x41, 0x01, 0x00],
             "Counter32 0, last in the message"
         );
-        bad[n - 3] = 0x47;
+        bad[n - 2] = 0x02;
         assert_eq!(it.handle_datagram(addr(1), &bad, t1), Received::Malformed);
     }
     it.handle_timeout(t0 + Duration::from_secs(2));
@@ -1119,6 +1119,53 @@ fn a_host_whose_replies_were_dropped_says_why_when_it_times_out() {
     assert!(f[0]
         .to_string()
         .starts_with("timeout: replies could not be decoded"));
+}
+
+/// A value the decoder cannot read (the obsolete UInteger32, a Counter32 of five
+/// significant octets) fails its own item, with why; the other varbinds of the reply
+/// are taken and the host goes on (the whole reply was refused: every item of the host
+/// timed out).
+#[test]
+fn a_value_that_does_not_decode_fails_its_item_alone() {
+    let (mut a, oids) = agent_with(4);
+    let odd = [
+        VarValue::Undecodable {
+            tag: 0x47,
+            raw: vec![7],
+        },
+        VarValue::Undecodable {
+            tag: 0x41,
+            raw: vec![1, 0, 0, 0, 0],
+        },
+    ];
+    a.values.insert(oid(&oids[1]), odd[0].clone());
+    a.values.insert(oid(&oids[2]), odd[1].clone());
+    let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    let jobs = vec![job(1, &refs)];
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
+    let items = items_of(&out.events, 0);
+    assert_eq!(
+        items,
+        [
+            (0, Ok(VarValue::Counter32(0))),
+            (1, Ok(odd[0].clone())),
+            (2, Ok(odd[1].clone())),
+            (3, Ok(VarValue::Counter32(300))),
+        ]
+        .into()
+    );
+    assert_eq!(out.stats.requests, 1);
+    assert_eq!(out.stats.malformed, 0);
+    assert_eq!(
+        odd[0].undecodable().unwrap(),
+        "a value of the obsolete type UInteger32 (BER tag 0x47), not read"
+    );
+    assert_eq!(
+        odd[1].undecodable().unwrap(),
+        "a value that does not decode (BER tag 0x41: integer out of range)"
+    );
+    assert_eq!(VarValue::Counter32(1).undecodable(), None);
 }
 
 #[test]
