@@ -40,7 +40,8 @@ pub struct GlobalArgs {
     pub log_format: LogFormat,
 
     /// Less output: no progress line, default log level `warn` instead of `info`, and
-    /// commands print less (e.g. `sweep`: no per-host lines).
+    /// commands print fewer notes (results stay: `sweep` prints each host's line, as
+    /// `fping -q -c` its statistics).
     #[arg(short, long, global = true)]
     pub quiet: bool,
 }

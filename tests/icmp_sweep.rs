@@ -132,6 +132,27 @@ fn probes_the_kernel_refuses_count_as_lost_and_are_reported() {
     };
     assert_eq!(sweep(&["127.77.97.2"]), Some(0));
     assert_eq!(sweep(&["127.77.97.1", "127.77.97.2"]), Some(1));
+    // --quiet leaves the hosts' lines (the results: `-q --json | jq` in a script).
+    let o = common::netpoller()
+        .args([
+            "--quiet",
+            "sweep",
+            "-c",
+            "1",
+            "-t",
+            "300ms",
+            "--json",
+            "127.77.97.2",
+        ])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let j: serde_json::Value =
+        serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(
+        (j["addr"].as_str(), j["received"].as_u64()),
+        (Some("127.77.97.2"), Some(1))
+    );
 }
 
 #[test]

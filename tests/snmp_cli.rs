@@ -147,6 +147,46 @@ fn a_walk_of_a_scalar_instance_prints_it_as_snmpwalk_does() {
     }
 }
 
+/// SNMPv1 has no "No Such Object": a walk of an empty subtree prints nothing and exits
+/// 0, as snmpwalk -v1 does (its GET's noSuchName means nothing there). A walk that
+/// times out exits 1, as snmpwalk does, and says why, in --json as an object.
+#[test]
+fn walks_exit_as_snmpwalk_does() {
+    let (addr, community) = first_agent();
+    let oid = ".1.3.6.1.2.1.1.99.0";
+    let (mut ours, mut theirs) = (netpoller(), Command::new("snmpwalk"));
+    ours.args(["snmp", "walk"]);
+    theirs.args(["-m", "", "-On"]);
+    for cmd in [&mut ours, &mut theirs] {
+        let o = cmd
+            .args(["-v", "1", "-c", &community, &addr, oid])
+            .output()
+            .unwrap();
+        let nothing = (Some(0), String::new());
+        assert_eq!((o.status.code(), text(&o)), nothing, "{o:?}");
+    }
+    // A silent address (loopback, no agent there).
+    for json in [false, true] {
+        let mut cmd = netpoller();
+        cmd.args(["snmp", "walk", "-t", "100ms", "-r", "0", "-c", "public"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let o = cmd
+            .args(["127.0.99.1:16199", ".1.3.6.1.2.1.1"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{o:?}");
+        if json {
+            let j: serde_json::Value = serde_json::from_str(text(&o).trim()).unwrap();
+            assert_eq!(j["oid"], ".1.3.6.1.2.1.1");
+            assert!(j["error"].as_str().is_some_and(|e| !e.is_empty()), "{j}");
+        } else {
+            assert!(!String::from_utf8_lossy(&o.stderr).is_empty());
+        }
+    }
+}
+
 /// A target that is not an IP address is refused before anything is sent: no DNS
 /// query for a typo. (`.invalid` can never resolve, should a lookup happen.)
 #[test]

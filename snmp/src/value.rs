@@ -266,7 +266,8 @@ impl VarValue {
             // C's "%f".
             VarValue::Opaque(b) => match opaque_number(b) {
                 Some(OpaqueNumber::Float(f)) => format!("Float: {:.6}", f64::from(f)),
-                Some(OpaqueNumber::Double(d)) => format!("Double: {d:.6}"),
+                // net-snmp 5.9 labels a double "Float" too (its sprint_realloc_double).
+                Some(OpaqueNumber::Double(d)) => format!("Float: {d:.6}"),
                 None => hex_lines(b),
             },
             VarValue::OctetString(s) => hex_lines(s),
@@ -434,7 +435,7 @@ mod tests {
         );
         assert_eq!(
             VarValue::Opaque([&[0x9f, 0x79, 8][..], &2.5f64.to_be_bytes()].concat()).to_string(),
-            "Opaque: Double: 2.500000"
+            "Opaque: Float: 2.500000"
         );
         assert_eq!(
             VarValue::Opaque(vec![0x9f, 0x78, 3, 0, 0, 0]).to_string(),

@@ -317,20 +317,23 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
     let c = &a.common;
     let addr = c.addr()?;
     let mut out = std::io::stdout().lock();
-    Ok(if get_and_print(c, addr, &a.oids, a.max_oids, &mut out)? {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if get_and_print(c, addr, &a.oids, a.max_oids, false, &mut out)? {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 /// GETs `oids` from `addr` (at most `max_oids` per request) and prints each result;
-/// `false` when one had none (an error is printed in its place).
+/// `false` when one had none (an error is printed in its place, unless `values_only`).
 fn get_and_print(
     c: &Common,
     addr: SocketAddr,
     oids: &[Oid],
     max_oids: usize,
+    values_only: bool,
     out: &mut impl Write,
 ) -> anyhow::Result<bool> {
     let job = SnmpHostJob {
@@ -373,6 +376,7 @@ fn get_and_print(
                 all &= v.undecodable().is_none();
                 print_value(out, c.json, &oid, &v)?
             }
+            Some(Err(_)) | None if values_only => all = false,
             Some(Err(e)) => {
                 all = false;
                 print_error(out, c.json, &oid, &e.to_string())?;
@@ -446,18 +450,27 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let mut seen = 0usize;
-    walker::walk(&t, &a.oid, &stop, |oid, v| {
+    let walked = walker::walk(&t, &a.oid, &stop, |oid, v| {
         seen += 1;
         if takes(walker::value_text(&v).as_deref()) {
             print_value(&mut out, c.json, &oid.to_string(), &v)?;
         }
         Ok(())
-    })?;
+    });
+    if let Err(e) = walked {
+        // As snmpwalk: the rows printed so far stay, the error is said (in --json as
+        // an object of its own, as `get` gives one), exit 1.
+        print_error(&mut out, c.json, &a.oid, &format!("{e:#}"))?;
+        return Ok(ExitCode::from(1));
+    }
     if seen == 0 {
         // Nothing under it: the OID itself, as snmpwalk then GETs it (a scalar's
-        // instance, `sysUpTime.0`), or the agent's "No Such Object".
+        // instance, `sysUpTime.0`), or the agent's "No Such Object". SNMPv1 has no
+        // such exception: its error (noSuchName) means nothing there, and snmpwalk
+        // prints nothing and exits 0.
         let root: Oid = a.oid.parse().context("the walk's OID")?;
-        if !get_and_print(c, addr, &[root], 1, &mut out)? {
+        let v1 = c.version == snmp::Version::V1;
+        if !get_and_print(c, addr, &[root], 1, v1, &mut out)? && !v1 {
             return Ok(ExitCode::from(1));
         }
     }

@@ -5,7 +5,8 @@
 //! `@file` (one address or CIDR per line, `#` comments). Duplicate
 //! addresses are probed once. More than 2^20 addresses are refused unless `--force`.
 //! Hosts are printed as they complete (alive hosts first, silent ones at the deadline);
-//! the global `--quiet` prints only the summary line on stderr.
+//! the global `--quiet` leaves out the progress line and the notes on stderr, not the
+//! hosts' lines (as `fping -q -c` still prints each host's statistics).
 
 use std::collections::HashSet;
 use std::io::{BufWriter, Write};
@@ -165,20 +166,21 @@ impl std::fmt::Display for Ms {
 
 /// Writes one plain output line: `ADDR alive|unreachable sent/received loss% min/avg/max ms`.
 fn write_text<W: Write>(out: &mut W, addr: IpAddr, s: &PingStats) -> std::io::Result<()> {
-    let loss = s.loss_pct();
     let (sent, received) = (s.sent, s.received);
+    // A whole percentage, truncated as fping prints it (1 of 3 lost: 33%, 2: 66%).
+    let loss = match sent {
+        0 => 0,
+        _ => u64::from(sent.saturating_sub(received)) * 100 / u64::from(sent),
+    };
     match s.avg() {
         Some(avg) => writeln!(
             out,
-            "{addr} alive {sent}/{received} {loss:.0}% {}/{}/{} ms",
+            "{addr} alive {sent}/{received} {loss}% {}/{}/{} ms",
             Ms(s.min),
             Ms(avg),
             Ms(s.max)
         ),
-        None => writeln!(
-            out,
-            "{addr} unreachable {sent}/{received} {loss:.0}% -/-/- ms"
-        ),
+        None => writeln!(out, "{addr} unreachable {sent}/{received} {loss}% -/-/- ms"),
     }
 }
 
@@ -231,7 +233,8 @@ fn check_probes(hosts: u64, count: u32, force: bool) -> anyhow::Result<()> {
 /// Runs `netpoller sweep`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     validate(&args)?;
-    // The global --quiet: no per-host lines, only the summary on stderr.
+    // The global --quiet: no progress line and no notes (the hosts' lines stay: they
+    // are the results, as fping -q -c prints each host's statistics).
     let quiet = crate::telemetry::quiet();
     let addrs = expand_targets(&args.targets, args.force)?;
     check_probes(addrs.len() as u64, args.count, args.force)?;
@@ -270,7 +273,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut progress = crate::progress::Progress::new(jobs.len() as u64, "sweeping", quiet);
     let report = rt.block_on(driver.sweep(&jobs, |i, stats| {
         progress.inc(1);
-        if quiet || write_err.is_some() {
+        if write_err.is_some() {
             return;
         }
         let written = if args.json {
@@ -427,6 +430,32 @@ mod tests {
         let mut v = Vec::new();
         write_text(&mut v, a, st).unwrap();
         String::from_utf8(v).unwrap().trim_end().to_string()
+    }
+
+    /// The loss is a whole percentage truncated, as fping prints it (scripts and
+    /// thresholds compare the two).
+    #[test]
+    fn loss_is_truncated_as_fping_prints_it() {
+        let a: IpAddr = "127.77.0.3".parse().unwrap();
+        let mut st = PingStats {
+            sent: 3,
+            ..Default::default()
+        };
+        st.record(Duration::from_micros(500));
+        assert!(
+            text_line(a, &st).contains(" 3/1 66% "),
+            "{}",
+            text_line(a, &st)
+        );
+        st.sent = 7;
+        for _ in 0..5 {
+            st.record(Duration::from_micros(500));
+        }
+        assert!(
+            text_line(a, &st).contains(" 7/6 14% "),
+            "{}",
+            text_line(a, &st)
+        );
     }
 
     #[test]
