@@ -16,7 +16,7 @@
 //!   and left out of the trend (it would make min, max and average meaningless), as
 //!   Zabbix refuses them as values at all.
 //! * Float averages are `sum / count` in `f64`, the sum kept scaled by
-//!   [`FLOAT_SUM_SCALE`] (2^-16, exact) so that it cannot overflow: two values of
+//!   `FLOAT_SUM_SCALE` (2^-16, exact) so that it cannot overflow: two values of
 //!   1e308 averaged `inf`, and hours merged at a start (`+inf` and `-inf`) `NaN`.
 //!   Unsigned averages are the exact 80-bit sum divided by the count, truncated, as
 //!   Zabbix's 128-bit sum does.
@@ -380,7 +380,7 @@ impl Trends {
 
 /// First bytes of [`Trends::save_open`]'s form (its version is the digit).
 const OPEN_MAGIC: &[u8; 8] = b"NPTREND2";
-/// The form before float sums were scaled ([`FLOAT_SUM_SCALE`]); read, for the
+/// The form before float sums were scaled (`FLOAT_SUM_SCALE`); read, for the
 /// hours a stop of the version before saved.
 const OPEN_MAGIC_V1: &[u8; 8] = b"NPTREND1";
 
@@ -446,7 +446,7 @@ impl Trends {
     ///
     /// Form (little-endian): `NPTREND2`; per hour: itemid u64, value type u8 (0
     /// float, 1 unsigned), index in the plan u32, hour u32, count u16, sum_hi u16, min,
-    /// max and sum u64 (a float sum scaled by [`FLOAT_SUM_SCALE`]; `NPTREND1`, also
+    /// max and sum u64 (a float sum scaled by `FLOAT_SUM_SCALE`; `NPTREND1`, also
     /// read, has it unscaled), host and key (u16 length, UTF-8); then the number of
     /// hours u64 and the FNV-1a hash of everything before it u64.
     pub fn save_open(&self, w: impl std::io::Write) -> std::io::Result<u64> {
