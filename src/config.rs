@@ -1553,6 +1553,8 @@ struct Resolver<'c, 'a> {
     users: HashMap<UsmSection, Option<Arc<snmp::v3::UsmUser>>>,
     /// `[snmp]`'s SNMPv3 fields, the defaults of every host's.
     snmp_usm: UsmSection,
+    /// Some host or range is of SNMP version 3 (SNMP items or not).
+    v3_hosts: bool,
     /// Preprocessing pipelines: items with the same steps share one.
     pipelines: Vec<Arc<poller::preprocess::Steps>>,
     /// Items the file may still expand to ([`MAX_ITEMS`]).
@@ -1583,6 +1585,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             unreadable,
             users: HashMap::new(),
             snmp_usm: usm_of!(snmp),
+            v3_hosts: false,
             pipelines: Vec::new(),
             items_left: MAX_ITEMS,
             rules: HashMap::new(),
@@ -2201,7 +2204,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         // `[snmp]`'s SNMPv3 fields are defaults for hosts of version 3: with none, they
         // are a forgotten `version = "3"` (a host's own are checked with the host).
         let version: SnmpVersion = self.snmp.version.into();
-        if version != SnmpVersion::V3 && !self.snmp_usm.is_empty() && self.users.is_empty() {
+        if version != SnmpVersion::V3 && !self.snmp_usm.is_empty() && !self.v3_hosts {
             self.c.push(&[Seg::Key("snmp")], v3_ignored(version));
         }
         self.check_itemids(&mut out, &origins);
@@ -2474,6 +2477,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if version != SnmpVersion::V3 && !usm_of!(o).is_empty() {
             self.c.push(&sp, v3_ignored(version));
         }
+        self.v3_hosts |= version == SnmpVersion::V3;
         let usm = if version == SnmpVersion::V3 && polls_snmp {
             // Reported where the fields are: the host's own table if it has SNMPv3
             // fields, else `[snmp]`.

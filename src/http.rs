@@ -169,7 +169,14 @@ async fn serve_with(
                         continue;
                     };
                     let close = Arc::new(Notify::new());
+                    // Ended connections leave their entries behind: pruned here too, or
+                    // every scrape of a never-full endpoint would stay in the list.
+                    if open.len() >= 2 * limits.max_connections {
+                        open.retain(|(_, close)| Arc::strong_count(close) > 1);
+                    }
                     open.push_back((Instant::now(), close.clone()));
+                    #[cfg(test)]
+                    tests::OPEN_ENTRIES.with(|n| n.set(open.len()));
                     conns.spawn(async move {
                         let serve = async {
                             let _permit = match permit {
@@ -683,5 +690,29 @@ mod tests {
         assert!(e.contains("expected IP:port"), "{e}");
         let e = format!("{:#}", bind("192.0.2.1:9464").await.unwrap_err());
         assert!(e.contains("not available"), "{e}");
+    }
+
+    thread_local! {
+        /// `serve_with`'s `open.len()` after each admission (tests run the server on
+        /// their own thread).
+        pub(super) static OPEN_ENTRIES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// Ended connections are not remembered by a server never full (pruned only when
+    /// every slot was taken, it kept an entry per scrape and health probe for good).
+    #[tokio::test]
+    async fn finished_connections_are_not_remembered() {
+        let limits = Limits {
+            max_connections: 4,
+            ..Limits::default()
+        };
+        let srv = start(limits).await;
+        for _ in 0..50 {
+            assert_eq!(get(srv.addr, "/healthz").await.0, 200);
+        }
+        let n = OPEN_ENTRIES.with(|n| n.get());
+        assert!(n <= 2 * 4, "{n} entries kept for 50 finished connections");
+        srv.stop.send(true).unwrap();
+        srv.task.await.unwrap();
     }
 }

@@ -1040,6 +1040,35 @@ fn hosts_done_are_reported_while_a_long_probe_train_goes_on() {
     assert_eq!(sum.items, 2);
 }
 
+/// Hosts whose samples wait for a full channel (the sink behind) are not handed back
+/// early: their next poll, by another sweep, could reach the consumer before them.
+#[test]
+fn hosts_whose_samples_wait_for_the_channel_are_not_handed_back() {
+    let (plan, dues) = icmp_plan(&[
+        ("127.77.98.5", "icmppingloss[,1,,,200]"),
+        ("127.77.98.6", "icmppingloss[,3,1000,,500]"),
+    ]);
+    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    // The channel full: the sweep's samples are parked in its emitter.
+    tx.try_send(Vec::new()).unwrap();
+    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
+    let metrics = poller::daemon::EngineMetrics::default();
+    let mut reported = Vec::new();
+    rt().block_on(poller::daemon::icmp_iteration(
+        &mut d,
+        &plan,
+        &dues,
+        &metrics,
+        &mut emitter,
+        &mut |idxs| reported.extend_from_slice(idxs),
+        std::future::pending(),
+    ));
+    assert_eq!(reported, Vec::<usize>::new());
+    assert!(emitter.parked() > 0);
+    assert!(rx.try_recv().is_ok());
+}
+
 /// A stop cuts a sweep short after ICMP_STOP_GRACE: what was over is delivered, the
 /// host still probing gets no value (and the iteration does not wait for it).
 #[test]

@@ -167,6 +167,10 @@ pub struct Shared {
     pub failing: Arc<crate::states::FailingGauges>,
     /// Plans swapped in since start: the consumer prunes removed items when it changes.
     generation: AtomicU64,
+    /// The plans replaced since the consumer last took them ([`Shared::take_replaced`]),
+    /// while anything (an iteration) still holds them: every one, also a plan replaced
+    /// again before the consumer saw it.
+    replaced: std::sync::Mutex<Vec<std::sync::Weak<Plan>>>,
     /// Wakes the loops after a reload (new tasks may be due sooner).
     wake: Notify,
     /// Batch limits.
@@ -218,6 +222,7 @@ impl Shared {
             last_reload_failed: AtomicBool::new(false),
             failing: Arc::default(),
             generation: AtomicU64::new(0),
+            replaced: std::sync::Mutex::default(),
             wake: Notify::new(),
             limits,
         })
@@ -260,8 +265,19 @@ impl Shared {
         let old = std::mem::replace(&mut *guard, plan);
         self.generation.fetch_add(1, Ordering::Relaxed);
         drop(guard);
+        {
+            let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+            replaced.retain(|p| p.strong_count() > 0);
+            replaced.push(Arc::downgrade(&old));
+        }
         drop(old);
         self.wake.notify_waiters();
+    }
+
+    /// The plans replaced since the last call that something still holds (iterations
+    /// that started on them): the consumer waits for them before it forgets removed items.
+    pub fn take_replaced(&self) -> Vec<std::sync::Weak<Plan>> {
+        std::mem::take(&mut *self.replaced.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Changes at each [`Shared::reload`].
@@ -574,8 +590,9 @@ fn deliver(sum: &mut IterationSummary, emitter: &mut Emitter, s: Sample) {
 }
 
 /// How often a long ICMP sweep reports the hosts it is done with (see
-/// [`icmp_iteration`]): longer than a sweep with Zabbix's default probes lasts, so the
-/// common sweep reports them all at its end, in whole batches.
+/// [`icmp_iteration`]): a sweep of Zabbix's default probes (3 packets 20 ms apart, a 1 s
+/// timeout: 1.04 s) reports its hosts that answered at the first second and the rest at
+/// its end; one of a few hundred ms reports none before its end.
 pub const ICMP_DONE_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a sweep still runs once the daemon stops, before it is cut short: what a
@@ -670,10 +687,12 @@ pub async fn icmp_iteration(
                     if !done.is_empty() {
                         // Their samples first: the consumer must have them before the
                         // hosts' next polls, which another sweep may deliver before
-                        // this one ends.
+                        // this one ends (parked by a full channel: not yet, they wait).
                         emitter.flush();
-                        host_done(done);
-                        done.clear();
+                        if emitter.parked() == 0 {
+                            host_done(done);
+                            done.clear();
+                        }
                     }
                 }
             }
@@ -806,10 +825,13 @@ pub async fn snmp_iteration(
         .run_iteration_until(&jobs, stop, |j, o, result| {
             if last != Some(j) && !done.is_empty() && started.elapsed() >= SLOW_ITERATION {
                 // Their samples first: the consumer must have them before the hosts'
-                // next polls, which another iteration may deliver before this one ends.
+                // next polls, which another iteration may deliver before this one ends
+                // (parked by a full channel: not yet, they wait).
                 emitter.flush();
-                for d in done.drain(..) {
-                    host_done(&job_dues[d]);
+                if emitter.parked() == 0 {
+                    for d in done.drain(..) {
+                        host_done(&job_dues[d]);
+                    }
                 }
             }
             last = Some(j);
@@ -1054,6 +1076,12 @@ pub async fn run_engine(
             sum.lateness = lateness;
             m.iterations.inc();
             m.iteration_seconds.observe(sum.wall.as_secs_f64());
+            // The samples in the channel before their hosts can be polled again, by
+            // another iteration whose samples would otherwise overtake them (states,
+            // change steps and trends take them in order).
+            if emitter.parked() > 0 {
+                emitter.drain().await;
+            }
             (0..dues.len()).for_each(&mut complete);
             m.skipped_slots.add(skipped);
             // A base driver goes back to the pool now; an extra with the emitter, to the

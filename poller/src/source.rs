@@ -33,16 +33,41 @@ pub fn check_address(ip: IpAddr) -> Result<IpAddr, String> {
             None => Ok(ip),
         },
         IpAddr::V4(v4) if v4.is_unspecified() => not_one("the unspecified address"),
+        IpAddr::V4(v4) if v4.octets()[0] == 0 => not_one("of 0.0.0.0/8 (\"this network\")"),
         IpAddr::V4(v4) if v4.is_multicast() => not_one("a multicast address"),
         IpAddr::V4(v4) if v4.is_broadcast() => not_one("the broadcast address"),
         IpAddr::V4(_) => Ok(ip),
     }
 }
 
-/// [`check_address`] for a range of addresses, `first..=last`: none IPv4-mapped.
+/// [`check_address`] for a range of addresses, `first..=last` (a CIDR's network to
+/// broadcast address): none IPv4-mapped, multicast or of 0.0.0.0/8.
 pub fn check_range(first: IpAddr, last: IpAddr) -> Result<(), String> {
     const MAPPED: (u128, u128) = (0xffff_0000_0000, 0xffff_ffff_ffff);
+    let holds = |(lo, hi): (u128, u128), what: &str| {
+        let (a, b) = (bits(first), bits(last));
+        match a <= hi && b >= lo {
+            true => Err(format!(
+                "{first}..{last} holds {what}, not devices' addresses (ICMP and SNMP items poll one device)"
+            )),
+            false => Ok(()),
+        }
+    };
     match (first, last) {
+        (IpAddr::V4(_), IpAddr::V4(_)) => {
+            holds(
+                (0, 0x00ff_ffff),
+                "addresses of 0.0.0.0/8 (\"this network\")",
+            )?;
+            holds((0xe000_0000, 0xefff_ffff), "multicast addresses")?;
+            holds(
+                (0xffff_ffff, 0xffff_ffff),
+                "the broadcast address 255.255.255.255",
+            )
+        }
+        (IpAddr::V6(_), IpAddr::V6(_)) if bits(last) >= 0xff << 120 => {
+            holds((0xff << 120, u128::MAX), "multicast addresses")
+        }
         (IpAddr::V6(a), IpAddr::V6(b))
             if u128::from(a) <= MAPPED.1 && u128::from(b) >= MAPPED.0 =>
         {
@@ -52,6 +77,14 @@ pub fn check_range(first: IpAddr, last: IpAddr) -> Result<(), String> {
             ))
         }
         _ => Ok(()),
+    }
+}
+
+/// An address as a number (IPv4 in the low 32 bits).
+fn bits(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(a) => u128::from(u32::from(a)),
+        IpAddr::V6(a) => u128::from(a),
     }
 }
 
@@ -219,9 +252,26 @@ mod tests {
         assert!(check_range(ip("::ffff:0:0"), ip("::ffff:0:ff")).is_err());
         assert!(check_range(ip("::"), ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")).is_err());
         assert!(check_range(ip("::ffff:ffff:ffff"), ip("::1:0:0:0")).is_err());
-        assert!(check_range(ip("::"), ip("::ffff")).is_ok());
+        assert_eq!(check_range(ip("::"), ip("::ffff")), Ok(()));
         assert!(check_range(ip("::1:0:0:0"), ip("::1:0:0:ff")).is_ok());
         assert!(check_range(ip("127.0.0.0"), ip("127.0.0.255")).is_ok());
+        // Multicast, 0.0.0.0/8 and the broadcast address: as one address is refused.
+        for (a, b) in [
+            ("224.0.0.0", "224.0.0.15"),
+            ("223.255.255.0", "224.0.0.0"),
+            ("0.0.0.0", "0.0.0.3"),
+            ("255.255.255.0", "255.255.255.255"),
+            ("ff02::", "ff02::3"),
+        ] {
+            assert!(check_range(ip(a), ip(b)).is_err(), "{a}..{b}");
+        }
+        for (a, b) in [
+            ("1.0.0.0", "1.0.0.255"),
+            ("240.0.0.0", "240.0.0.255"),
+            ("fe80::", "fe80::ff"),
+        ] {
+            assert!(check_range(ip(a), ip(b)).is_ok(), "{a}..{b}");
+        }
     }
 
     #[test]
@@ -241,8 +291,11 @@ mod tests {
                 "{e}"
             );
         }
+        assert!(check_address(ip("0.0.0.1"))
+            .unwrap_err()
+            .contains("0.0.0.0/8"));
         for ok in [
-            "0.0.0.1",
+            "1.0.0.0",
             "223.255.255.255",
             "240.0.0.1",
             "127.255.255.255",

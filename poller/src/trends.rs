@@ -223,6 +223,17 @@ struct Gone {
 }
 
 impl Gone {
+    /// The accumulator of `s`'s item in `map` (made if new), if of `s`'s value type.
+    fn of<'m>(map: &'m mut HashMap<u64, Gone>, s: &Sample) -> Option<&'m mut Acc> {
+        let g = map.entry(s.itemid).or_insert_with(|| Gone {
+            acc: Acc::default(),
+            value_type: s.value_type,
+            host: s.host.clone(),
+            key: s.key.clone(),
+        });
+        (g.value_type == s.value_type).then_some(&mut g.acc)
+    }
+
     fn row(&self, itemid: u64) -> Option<TrendRow> {
         row(&self.acc, itemid, self.value_type, &self.host, &self.key)
     }
@@ -239,20 +250,17 @@ pub struct Trends {
     /// While `lookup` is kept: the open hours of items the reload removed or retyped,
     /// which late samples still fold into; written by [`Trends::forget_lookup`].
     gone: HashMap<u64, Gone>,
+    /// Values of an hour before their item's open one (a wall clock stepped back; one
+    /// item's batches reordered while the sink held them back), by item: an hour of
+    /// their own, written by the sweep after it (or when another earlier hour comes),
+    /// so the open hour stays open. Closing it would split it in two rows, and after a
+    /// crash a checkpoint that held it would be continued beside the row written, its
+    /// values counted twice. Empty but for such values.
+    late: HashMap<u64, Gone>,
 }
 
-/// Folds `v` of `hour` into `acc`; a row this closes goes to `emit` first. A value
-/// of an hour before the open one (a wall clock stepped back; one item's batches
-/// reordered while the sink held them back) is a row of its own, and the open hour
-/// stays open: closing it would split it in two rows, and after a crash a checkpoint
-/// that held it would be continued beside the row written, its values counted twice.
+/// Folds `v` of `hour` into `acc`; a row this closes goes to `emit` first.
 fn fold(acc: &mut Acc, hour: u32, v: &Value, emit: impl FnOnce(&Acc)) {
-    if acc.count > 0 && hour < acc.hour {
-        let mut late = Acc::empty(hour, v);
-        late.add(v);
-        emit(&late);
-        return;
-    }
     if acc.count == 0 || acc.hour != hour || acc.count == MAX_COUNT {
         if acc.count > 0 {
             emit(acc);
@@ -269,6 +277,7 @@ impl Trends {
             plan,
             lookup: None,
             gone: HashMap::new(),
+            late: HashMap::new(),
         }
     }
 
@@ -292,25 +301,21 @@ impl Trends {
         let Some(v) = trend_value(s) else { return };
         let hour = s.clock / 3600;
         let emit = |acc: &Acc| out.extend(row(acc, s.itemid, s.value_type, &s.host, &s.key));
-        match self.slot(s) {
-            Some(i) if self.plan.items[i].value_type == s.value_type => {
-                fold(&mut self.accs[i], hour, v, emit);
-            }
+        let acc = match self.slot(s) {
+            Some(i) if self.plan.items[i].value_type == s.value_type => Some(&mut self.accs[i]),
             // Not (or not so) in the plan: a sample of an iteration that started before
             // the last reload, while those can still arrive.
-            _ if self.lookup.is_some() => {
-                let gone = self.gone.entry(s.itemid).or_insert_with(|| Gone {
-                    acc: Acc::default(),
-                    value_type: s.value_type,
-                    host: s.host.clone(),
-                    key: s.key.clone(),
-                });
-                if gone.value_type == s.value_type {
-                    fold(&mut gone.acc, hour, v, emit);
-                }
+            _ if self.lookup.is_some() => Gone::of(&mut self.gone, s),
+            _ => None,
+        };
+        let Some(acc) = acc else { return };
+        if acc.count > 0 && hour < acc.hour {
+            if let Some(late) = Gone::of(&mut self.late, s) {
+                fold(late, hour, v, emit);
             }
-            _ => {}
+            return;
         }
+        fold(acc, hour, v, emit);
     }
 
     /// Writes every hour before `hour` (Unix seconds / 3600) that is still open.
@@ -327,6 +332,12 @@ impl Trends {
                 g.acc.count = 0;
             }
         }
+        self.late.retain(|id, g| {
+            if g.acc.hour < hour {
+                out.extend(g.row(*id));
+            }
+            g.acc.hour >= hour
+        });
     }
 
     /// Writes every open hour (at stop).
@@ -502,7 +513,9 @@ impl Trends {
                 }
             }
         }
-        for (id, g) in &self.gone {
+        // Late hours are saved as removed items' are: a stop's start writes them (an
+        // hour before the current one), a checkpoint's drops them.
+        for (id, g) in self.gone.iter().chain(&self.late) {
             if g.acc.count > 0 {
                 put(&mut w, *id, g.value_type, u32::MAX, &g.acc, &g.host, &g.key)?;
             }
@@ -552,7 +565,14 @@ impl Trends {
             let mut record = r.record().ok_or(RestoreError::Damaged)?;
             if v1 && record.1 == ValueType::Float {
                 let acc = &mut record.3;
-                acc.sum = (f64::from_bits(acc.sum) * FLOAT_SUM_SCALE).to_bits();
+                let (min, max) = (f64::from_bits(acc.min), f64::from_bits(acc.max));
+                let sum = match f64::from_bits(acc.sum) {
+                    s if s.is_finite() => s * FLOAT_SUM_SCALE,
+                    // Overflowed in the old form: the middle of min and max stands for
+                    // the average (the values are lost), not an infinite one.
+                    _ => (min / 2.0 + max / 2.0) * FLOAT_SUM_SCALE * f64::from(acc.count),
+                };
+                acc.sum = sum.to_bits();
             }
             saved.push(record);
         }
@@ -562,8 +582,9 @@ impl Trends {
         let mut by_id: Option<HashMap<u64, u32>> = None;
         let mut done = Restored::default();
         for (id, vt, index, acc, host, key) in saved {
-            // A removed item's hour (kept for late samples) is written a minute after
-            // the reload: a checkpoint cannot tell whether that happened.
+            // A removed item's hour (kept for late samples) is written once the reload's
+            // old iterations end, a late hour by the sweep: a checkpoint cannot tell
+            // whether that happened.
             if by == SavedBy::Checkpoint && index == u32::MAX {
                 done.dropped += 1;
                 continue;
@@ -846,11 +867,12 @@ mod tests {
         assert_eq!(stats(&out, "g"), [(t0, float(0.25, 7.5, 8.75 / 3.0, 3))]);
     }
 
-    /// A value of an hour before the open one is a row of its own: the open hour is
-    /// neither split nor, after a crash, continued from a checkpoint beside a row the
-    /// crashed process wrote (its values counted twice).
+    /// Values of an hour before the open one make an hour of their own, written by the
+    /// sweep (or at stop, or saved by it): the open hour is neither split nor, after a
+    /// crash, continued from a checkpoint beside a row the crashed process wrote (its
+    /// values counted twice). A clock stepped back gives one row per hour, not per value.
     #[test]
-    fn a_late_value_of_an_earlier_hour_leaves_the_open_hour_open() {
+    fn late_values_of_an_earlier_hour_leave_the_open_hour_open() {
         let p = plan(&[("h", &[("x", ValueType::Uint)])]);
         let t0 = H * 3600;
         let mut t = Trends::new(p.clone());
@@ -858,21 +880,38 @@ mod tests {
         t.record(&sample(&p, "h", "x", t0 + 5, Value::Uint(10)), &mut written);
         let mut checkpoint = Vec::new();
         t.save_open(&mut checkpoint).unwrap();
-        t.record(&sample(&p, "h", "x", t0 - 1, Value::Uint(1)), &mut written);
-        assert_eq!(stats(&written, "x"), [(t0 - 3600, uint(1, 1, 1, 1))]);
+        // The clock stepped back ten minutes: 60 values of the hour before.
+        for k in 0..60u32 {
+            let v = Value::Uint(1 + u64::from(k % 2));
+            t.record(&sample(&p, "h", "x", t0 - 600 + k * 10, v), &mut written);
+        }
         t.record(
             &sample(&p, "h", "x", t0 + 15, Value::Uint(20)),
             &mut written,
         );
-        let mut stopped = written.clone();
-        t.drain(&mut stopped);
+        assert_eq!(written, [], "nothing closed");
+        // A stop saves both; the next start writes the hour before and goes on with H.
+        let mut saved = Vec::new();
+        assert_eq!(t.save_open(&mut saved).unwrap(), 2);
+        let mut stopped = Vec::new();
+        let mut again = Trends::new(p.clone());
+        again
+            .restore_open(&saved, H, SavedBy::Stop, &mut stopped)
+            .unwrap();
+        assert_eq!(stats(&stopped, "x"), [(t0 - 3600, uint(1, 2, 1, 60))]);
+        again.drain(&mut stopped);
         assert_eq!(
             stats(&stopped[1..], "x"),
             [(t0, uint(10, 20, 15, 2))],
             "one row"
         );
-        // A crash instead (20 is lost with it), and a start from the checkpoint.
+        // The sweep after H - 1 writes it; H stays open.
+        t.close_before(H, &mut written);
+        assert_eq!(stats(&written, "x"), [(t0 - 3600, uint(1, 2, 1, 60))]);
+        // A crash instead (20 and the late values lost with it), and a start from
+        // the checkpoint: H once, not beside a row of it.
         drop(t);
+        let mut written = Vec::new();
         let mut t = Trends::new(p.clone());
         t.restore_open(&checkpoint, H, SavedBy::Checkpoint, &mut written)
             .unwrap();
@@ -881,10 +920,7 @@ mod tests {
             &mut written,
         );
         t.drain(&mut written);
-        assert_eq!(
-            stats(&written, "x"),
-            [(t0 - 3600, uint(1, 1, 1, 1)), (t0, uint(10, 30, 20, 2))]
-        );
+        assert_eq!(stats(&written, "x"), [(t0, uint(10, 30, 20, 2))]);
     }
 
     #[test]
@@ -1378,5 +1414,32 @@ mod tests {
         assert_eq!(secs_to_sweep(t0 + 59), 1);
         assert_eq!(secs_to_sweep(t0 + 60), 3600);
         assert_eq!(secs_to_sweep(t0 + 3599), 61);
+    }
+
+    /// An NPTREND1 float sum that had already overflowed (two values of 1e308) is taken
+    /// back with the middle of min and max for its average, not an infinite one.
+    #[test]
+    fn an_overflowed_v1_sum_gets_a_finite_average() {
+        let p = plan(&[("h", &[("g", ValueType::Float)])]);
+        let t0 = H * 3600;
+        let mut t = Trends::new(p.clone());
+        let mut out = Vec::new();
+        for v in [1e308, 1.5e308] {
+            t.record(&sample(&p, "h", "g", t0, Value::Float(v)), &mut out);
+        }
+        let mut v2 = Vec::new();
+        t.save_open(&mut v2).unwrap();
+        let mut v1 = v2[..v2.len() - 8].to_vec();
+        v1[..8].copy_from_slice(OPEN_MAGIC_V1);
+        let at = 8 + 8 + 1 + 4 + 4 + 2 + 2 + 8 + 8;
+        v1[at..at + 8].copy_from_slice(&f64::INFINITY.to_bits().to_le_bytes());
+        v1.extend_from_slice(&fnv1a(FNV_OFFSET, &v1).to_le_bytes());
+        let mut t = Trends::new(p);
+        t.restore_open(&v1, H, SavedBy::Stop, &mut out).unwrap();
+        t.drain(&mut out);
+        let [(_, TrendStats::Float(f))] = stats(&out, "g")[..] else {
+            panic!("{out:?}")
+        };
+        assert!(f.avg.is_finite(), "{f:?}");
     }
 }

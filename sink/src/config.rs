@@ -51,7 +51,7 @@ impl serde::de::Visitor<'_> for DurationVisitor {
 
     fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
         Err(E::custom(format!(
-            "durations are strings with a unit: \"{n}s\", not {n} (Zabbix reads a bare number as seconds)"
+            "durations are strings with a unit, not {n}: \"{n}s\" (Zabbix reads a bare number as seconds), \"{n}m\", \"{n}days\""
         )))
     }
 

@@ -76,7 +76,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         println!("{}", against(running, &diff));
                         // As the daemon's reload refuses it (an empty or half-written
                         // file): this check must not pass what the reload will not.
-                        if plan.hosts.is_empty() {
+                        if plan.hosts.is_empty() && !old.hosts.is_empty() {
                             let whose = match shard {
                                 (_, 1) => String::new(),
                                 (i, n) => format!(" in shard {i}/{n}"),
@@ -189,7 +189,8 @@ fn over_rate(plan: &Plan, icmp_max: u32, snmp_max: u32) -> Vec<String> {
             "snmp.max_pps",
         ),
     ] {
-        if need > f64::from(max) {
+        // 0: no cap.
+        if max > 0 && need > f64::from(max) {
             out.push(format!(
                 "warning: {} {what} needed, over {key} = {max}: polls would run late and slots be skipped (raise it, lengthen intervals or shard)",
                 rate(need)
@@ -310,5 +311,15 @@ mod tests {
             gone.contains("192.0.2.77 (source address 192.0.2.77: not an address of this host"),
             "{gone}"
         );
+    }
+
+    /// `snmp.max_pps = 0` is no cap: there is no rate to be over.
+    #[test]
+    fn an_uncapped_snmp_rate_is_not_exceeded() {
+        let mut cfg = crate::config::parse("[snmp]\nmax_pps = 0\n[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ { key = \"up\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"1s\" } ]\n")
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let (icmp, snmp) = (cfg.icmp.max_pps, cfg.snmp.max_pps);
+        let plan = cfg.take_plan(None, || {});
+        assert_eq!(over_rate(&plan, icmp, snmp), Vec::<String>::new());
     }
 }

@@ -652,9 +652,9 @@ struct StalePlans {
 }
 
 impl StalePlans {
-    /// The plan `old` was replaced at `now`.
-    fn replaced(&mut self, old: std::sync::Weak<Plan>, now: tokio::time::Instant) {
-        self.old.push(old);
+    /// The plans `old` were replaced, seen at `now`.
+    fn replaced(&mut self, old: Vec<std::sync::Weak<Plan>>, now: tokio::time::Instant) {
+        self.old.extend(old);
         self.next = Some(now + PRUNE_AGAIN_AFTER);
         self.ended = false;
     }
@@ -930,7 +930,6 @@ async fn consume(
     // Iterations that started on the old plan still deliver after a reload, and may
     // bring back items it removed: forget them again once those have ended.
     let mut stale = StalePlans::default();
-    let mut plan_seen = Arc::downgrade(&shared.plan());
     loop {
         let wake = tokio::select! {
             got = rx.recv_many(&mut batches, BATCHES) => Wake::Batches(got),
@@ -958,10 +957,7 @@ async fn consume(
                 if shared.generation() != generation {
                     generation = shared.generation();
                     let plan = shared.plan();
-                    stale.replaced(
-                        std::mem::replace(&mut plan_seen, Arc::downgrade(&plan)),
-                        now,
-                    );
+                    stale.replaced(shared.take_replaced(), now);
                     forget_removed(&shared, &mut states, &mut pre);
                     if let Some(t) = &mut trends {
                         t.rebase(plan.clone(), &mut closed);
@@ -1069,7 +1065,7 @@ fn deliver(
                 // A failure from an iteration that began before a reload, of an item
                 // that is not where it was in the current plan (removed, or moved: its
                 // next poll says), changes no state: removed hosts' timeouts were logged
-                // as newly failing and counted for a minute after the reload.
+                // as newly failing and counted until the second pruning.
                 let current = || {
                     plan.items
                         .get(s.item as usize)
@@ -1365,43 +1361,108 @@ mod tests {
         sink.shutdown().await.unwrap();
     }
 
+    /// A value of `host`'s item `k` now, indexed in `plan`.
+    fn value(plan: &Plan, host: &str) -> Samples {
+        let h = plan.hosts.iter().position(|h| &*h.name == host).unwrap();
+        let task = plan.tasks.iter().find(|t| t.host as usize == h).unwrap();
+        vec![Sample::new(
+            plan,
+            &plan.hosts[h],
+            task.items.start,
+            poller::engine::clock_now(),
+            Ok(poller::value::Value::Uint(5)),
+        )]
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn a_reloads_removed_items_stay_forgotten_when_old_iterations_end() {
+    async fn a_reloads_removed_items_are_forgotten_once_old_iterations_end() {
         // An iteration that started before a reload delivers a removed item's failure
         // after the consumer forgot it: it changes no state (it was counted again, and
-        // logged as newly failing, until the second pruning PRUNE_AGAIN_AFTER later).
+        // logged as newly failing, until the second pruning). The removed item's trends
+        // hour waits for that iteration's values, however long it runs, and is written
+        // at the second pruning.
         let before = plan_of(&["a", "b"]);
         let stale = timeout(&before, "b");
         let shared = Shared::new(before, 1, Clock::new(), Limits::default());
         let spool = tempfile::tempdir().unwrap();
-        let (sink, handle) = sink::Sink::start(
-            None,
-            sink::SpoolConfig::new(spool.path()),
-            Arc::new(sink::SinkMetrics::default()),
-        )
-        .await
-        .unwrap();
+        let metrics = Arc::new(sink::SinkMetrics::default());
+        let (sink, handle) =
+            sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
+                .await
+                .unwrap();
         let (tx, rx) = mpsc::channel(4);
         let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
         let failing = || shared.failing.get(ErrorReason::Timeout);
-        let plan = shared.plan();
-        tx.send([timeout(&plan, "a"), timeout(&plan, "b")].concat())
+        // An iteration on the plan before the reload, still running after it.
+        let iteration = shared.plan();
+        tx.send(value(&iteration, "b")).await.unwrap();
+        tx.send([timeout(&iteration, "a"), timeout(&iteration, "b")].concat())
             .await
             .unwrap();
-        drop(plan);
         settle().await;
         assert_eq!(failing(), 2);
         shared.reload(plan_of(&["a"]));
         tx.send(stale.clone()).await.unwrap();
         settle().await;
         assert_eq!(failing(), 1, "the stale sample brought b back");
-        tokio::time::advance(PRUNE_AGAIN_AFTER + PRUNE_SETTLE + Duration::from_secs(1)).await;
-        tx.send(timeout(&shared.plan(), "a")).await.unwrap();
-        settle().await;
+        // Long past the minute: the iteration still runs, b's hour still waits.
+        for _ in 0..5 {
+            tokio::time::advance(PRUNE_AGAIN_AFTER).await;
+            tx.send(timeout(&shared.plan(), "a")).await.unwrap();
+            settle().await;
+        }
+        assert_eq!(trends_rows(&metrics).await, 0, "b's hour kept");
+        drop(iteration);
+        for _ in 0..3 {
+            tokio::time::advance(PRUNE_SETTLE + Duration::from_secs(1)).await;
+            tx.send(timeout(&shared.plan(), "a")).await.unwrap();
+            settle().await;
+        }
+        assert_eq!(
+            trends_rows(&metrics).await,
+            1,
+            "b's hour written at the pruning"
+        );
         assert_eq!(failing(), 1, "a is still failing");
         drop(tx);
         consumer.await.unwrap();
         sink.shutdown().await.unwrap();
+    }
+
+    /// A plan swapped in and out between two batches of the consumer (a discovery
+    /// re-plan and a SIGHUP a moment apart) holds the pruning back too while an
+    /// iteration runs on it: its late values of the items the next plan removed count.
+    #[tokio::test(start_paused = true)]
+    async fn an_iteration_of_a_plan_the_consumer_never_saw_holds_pruning() {
+        let shared = Shared::new(plan_of(&["a"]), 1, Clock::new(), Limits::default());
+        let spool = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(sink::SinkMetrics::default());
+        let (sink, handle) =
+            sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
+                .await
+                .unwrap();
+        let (tx, rx) = mpsc::channel(4);
+        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
+        tx.send(value(&shared.plan(), "a")).await.unwrap();
+        settle().await;
+        // Two plans swapped in before the consumer's next batch; an iteration took the
+        // first (it holds it until it ends).
+        shared.reload(plan_of(&["a", "c"]));
+        let iteration = shared.plan();
+        shared.reload(plan_of(&["a"]));
+        for _ in 0..3 {
+            tx.send(value(&shared.plan(), "a")).await.unwrap();
+            settle().await;
+            tokio::time::advance(PRUNE_AGAIN_AFTER).await;
+        }
+        // The iteration, still running, delivers c's value, then ends.
+        tx.send(value(&iteration, "c")).await.unwrap();
+        settle().await;
+        drop(iteration);
+        drop(tx);
+        consumer.await.unwrap();
+        sink.shutdown().await.unwrap();
+        assert_eq!(received_trends(&metrics), 2, "a's hour and c's");
     }
 
     /// Removed items are forgotten a second time only once no iteration of an older
@@ -1416,9 +1477,9 @@ mod tests {
         let (first, second) = (Arc::new(plan_of(&["a"])), Arc::new(plan_of(&["a", "b"])));
         // Two reloads; an iteration still holds the first plan, none the second.
         let iteration = first.clone();
-        stale.replaced(Arc::downgrade(&first), at(0));
+        stale.replaced(vec![Arc::downgrade(&first)], at(0));
         drop(first);
-        stale.replaced(Arc::downgrade(&second), at(10));
+        stale.replaced(vec![Arc::downgrade(&second)], at(10));
         drop(second);
         assert!(!stale.due(at(69)), "within the minute of the last reload");
         for s in [70, 300, 3_000] {
@@ -1436,7 +1497,7 @@ mod tests {
         assert!(!stale.due(at(4_000)), "pruned once");
         // A plan nothing holds: pruned PRUNE_AGAIN_AFTER + PRUNE_SETTLE after the reload.
         let third = Arc::new(plan_of(&["c"]));
-        stale.replaced(Arc::downgrade(&third), at(5_000));
+        stale.replaced(vec![Arc::downgrade(&third)], at(5_000));
         drop(third);
         assert!(!stale.due(at(5_060)));
         assert!(stale.due(at(5_065)));

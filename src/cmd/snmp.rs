@@ -327,13 +327,14 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// GETs `oids` from `addr` (at most `max_oids` per request) and prints each result;
-/// `false` when one had none (an error is printed in its place, unless `values_only`).
+/// `false` when one had none (an error is printed in its place). With `absent_ok`, an
+/// OID the agent has not (SNMPv1's noSuchName) is neither printed nor a failure.
 fn get_and_print(
     c: &Common,
     addr: SocketAddr,
     oids: &[Oid],
     max_oids: usize,
-    values_only: bool,
+    absent_ok: bool,
     out: &mut impl Write,
 ) -> anyhow::Result<bool> {
     let job = SnmpHostJob {
@@ -376,7 +377,7 @@ fn get_and_print(
                 all &= v.undecodable().is_none();
                 print_value(out, c.json, &oid, &v)?
             }
-            Some(Err(_)) | None if values_only => all = false,
+            Some(Err(e)) if absent_ok && e.reason == poller::value::ErrorReason::Unsupported => {}
             Some(Err(e)) => {
                 all = false;
                 print_error(out, c.json, &oid, &e.to_string())?;
@@ -470,7 +471,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         // prints nothing and exits 0.
         let root: Oid = a.oid.parse().context("the walk's OID")?;
         let v1 = c.version == snmp::Version::V1;
-        if !get_and_print(c, addr, &[root], 1, v1, &mut out)? && !v1 {
+        if !get_and_print(c, addr, &[root], 1, v1, &mut out)? {
             return Ok(ExitCode::from(1));
         }
     }

@@ -495,7 +495,7 @@ templates = ["t2"]
         (
             12,
             "templates[0].items[3].interval",
-            "durations are strings with a unit: \"5s\"",
+            "durations are strings with a unit, not 5: \"5s\"",
         ),
         // h1 uses t1, which could not be read: no "unknown template" for it.
         (
@@ -1732,11 +1732,31 @@ fn many_items_merge_as_few_do() {
 fn zabbix_durations_get_what_to_write() {
     let at =
         |interval: &str| bad(&format!("{{ key = \"icmpping\", interval = {interval} }}")).message;
-    assert_eq!(at("30"), "durations are strings with a unit: \"30s\", not 30 (Zabbix reads a bare number as seconds)");
+    assert_eq!(at("30"), "durations are strings with a unit, not 30: \"30s\" (Zabbix reads a bare number as seconds), \"30m\", \"30days\"");
     assert_eq!(at("\"30\""), "invalid duration \"30\": a unit is needed, e.g. \"30s\" (seconds, as Zabbix reads a bare number) or \"30ms\"");
     assert_eq!(at("\"30s;50s/1-5,09:00-18:00\""), "invalid duration \"30s;50s/1-5,09:00-18:00\": Zabbix's flexible and scheduling intervals are not supported; give the fixed part, e.g. \"30s\"");
     // Optional durations too.
     let e = one_err("[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nretention = 90\n");
     assert_eq!(e.path, "clickhouse.retention");
-    assert!(e.message.contains("\"90s\""), "{e}");
+    assert!(e.message.contains("\"90days\""), "{e}");
+}
+
+/// `[snmp]`'s SNMPv3 fields are defaults for the hosts of version 3, also of one that
+/// polls no SNMP item yet (ICMP only): not "a forgotten version = 3".
+#[test]
+fn snmpv3_defaults_of_a_v3_host_without_snmp_items_are_taken() {
+    let v3 = "security_name = \"monitor\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"12345678\"";
+    let text = format!(
+        "[snmp]\n{v3}\n[[hosts]]\nname = \"b\"\nip = \"127.0.20.2\"\nsnmp = {{ version = \"3\" }}\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n"
+    );
+    parse(&text).unwrap_or_else(|e| panic!("{e:?}"));
+}
+
+/// A range of multicast addresses, or of 0.0.0.0/8, is refused as one such host is.
+#[test]
+fn a_multicast_range_is_refused_as_a_multicast_host_is() {
+    for cidr in ["224.0.0.0/28", "0.0.0.0/30", "ff02::/126"] {
+        let r = parse(&format!("[[host_ranges]]\ncidr = \"{cidr}\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n"));
+        assert!(r.is_err(), "{cidr} taken");
+    }
 }
