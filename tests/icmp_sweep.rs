@@ -988,52 +988,60 @@ fn icmp_plan(hosts: &[(&str, &str)]) -> (poller::plan::Plan, Vec<poller::schedul
     (plan, dues)
 }
 
-/// The host of each due, by name.
-fn due_hosts(
-    plan: &poller::plan::Plan,
-    dues: &[poller::scheduler::Due],
-    idxs: &[usize],
-) -> Vec<String> {
-    idxs.iter()
-        .map(|&i| {
+/// One ICMP iteration, with the daemon's code, of hosts `h0`, `h1`, ... (see
+/// [`icmp_plan`]), its samples sent to `tx`; `host_done` gets the names of the hosts
+/// handed back early. Returns its summary and emitter.
+fn iterate(
+    hosts: &[(&str, &str)],
+    tx: tokio::sync::mpsc::Sender<poller::engine::Samples>,
+    host_done: &mut (dyn FnMut(Vec<String>) + Send),
+    stop: impl std::future::Future<Output = ()>,
+) -> (poller::daemon::IterationSummary, poller::engine::Emitter) {
+    let (plan, dues) = icmp_plan(hosts);
+    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
+    let metrics = poller::daemon::EngineMetrics::default();
+    let mut done = |idxs: &[usize]| {
+        let name = |&i: &usize| {
             plan.hosts[plan.tasks[dues[i].task as usize].host as usize]
                 .name
                 .to_string()
-        })
-        .collect()
+        };
+        host_done(idxs.iter().map(name).collect())
+    };
+    let sum = rt().block_on(poller::daemon::icmp_iteration(
+        &mut d,
+        &plan,
+        &dues,
+        &metrics,
+        &mut emitter,
+        &mut done,
+        stop,
+    ));
+    (sum, emitter)
 }
 
 /// A host whose probes last long does not hold back the others of its sweep: those
 /// done are handed back (for rescheduling) while it goes on, after their samples.
 #[test]
 fn hosts_done_are_reported_while_a_long_probe_train_goes_on() {
-    let (plan, dues) = icmp_plan(&[
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let mut reported: Vec<(Vec<String>, usize)> = Vec::new();
+    let hosts = [
         ("127.77.98.1", "icmppingloss[,1,,,200]"),
         ("127.77.98.2", "icmppingloss[,3,1000,,500]"),
-    ]);
-    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
-    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
-    let metrics = poller::daemon::EngineMetrics::default();
-    let mut reported: Vec<(Vec<String>, usize)> = Vec::new();
-    let sum = rt().block_on(async {
-        let mut host_done = |idxs: &[usize]| {
+    ];
+    let (sum, _) = iterate(
+        &hosts,
+        tx,
+        &mut |names| {
             // With the samples already in the channel.
             let mut got = 0;
             while rx.try_recv().map(|b| got += b.len()).is_ok() {}
-            reported.push((due_hosts(&plan, &dues, idxs), got));
-        };
-        poller::daemon::icmp_iteration(
-            &mut d,
-            &plan,
-            &dues,
-            &metrics,
-            &mut emitter,
-            &mut host_done,
-            std::future::pending(),
-        )
-        .await
-    });
+            reported.push((names, got));
+        },
+        std::future::pending(),
+    );
     // h0 (200 ms) is reported at the first second, its sample before it; h1 (2.5 s of
     // probes) is left to the caller at the end.
     assert_eq!(reported, [(vec!["h0".to_string()], 1)]);
@@ -1044,27 +1052,21 @@ fn hosts_done_are_reported_while_a_long_probe_train_goes_on() {
 /// early: their next poll, by another sweep, could reach the consumer before them.
 #[test]
 fn hosts_whose_samples_wait_for_the_channel_are_not_handed_back() {
-    let (plan, dues) = icmp_plan(&[
-        ("127.77.98.5", "icmppingloss[,1,,,200]"),
-        ("127.77.98.6", "icmppingloss[,3,1000,,500]"),
-    ]);
-    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
     let (tx, mut rx) = tokio::sync::mpsc::channel(1);
     // The channel full: the sweep's samples are parked in its emitter.
     tx.try_send(Vec::new()).unwrap();
-    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
-    let metrics = poller::daemon::EngineMetrics::default();
     let mut reported = Vec::new();
-    rt().block_on(poller::daemon::icmp_iteration(
-        &mut d,
-        &plan,
-        &dues,
-        &metrics,
-        &mut emitter,
-        &mut |idxs| reported.extend_from_slice(idxs),
+    let hosts = [
+        ("127.77.98.5", "icmppingloss[,1,,,200]"),
+        ("127.77.98.6", "icmppingloss[,3,1000,,500]"),
+    ];
+    let (_, emitter) = iterate(
+        &hosts,
+        tx,
+        &mut |names| reported.extend(names),
         std::future::pending(),
-    ));
-    assert_eq!(reported, Vec::<usize>::new());
+    );
+    assert_eq!(reported, Vec::<String>::new());
     assert!(emitter.parked() > 0);
     assert!(rx.try_recv().is_ok());
 }
@@ -1073,24 +1075,12 @@ fn hosts_whose_samples_wait_for_the_channel_are_not_handed_back() {
 /// host still probing gets no value (and the iteration does not wait for it).
 #[test]
 fn a_stop_cuts_a_long_sweep_short() {
-    let (plan, dues) = icmp_plan(&[
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let hosts = [
         ("127.77.98.3", "icmppingloss[,1,,,200]"),
         ("127.77.98.4", "icmppingloss[,60,1000,,500]"),
-    ]);
-    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
-    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
-    let metrics = poller::daemon::EngineMetrics::default();
-    rt().block_on(poller::daemon::icmp_iteration(
-        &mut d,
-        &plan,
-        &dues,
-        &metrics,
-        &mut emitter,
-        &mut |_| {},
-        async {},
-    ));
-    drop(emitter);
+    ];
+    drop(iterate(&hosts, tx, &mut |_| {}, async {}));
     let mut hosts = Vec::new();
     while let Ok(batch) = rx.try_recv() {
         hosts.extend(batch.iter().map(|s| s.host.to_string()));

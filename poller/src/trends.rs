@@ -800,6 +800,20 @@ mod tests {
             .collect()
     }
 
+    /// Where the float sum of the first saved hour is: magic 8, itemid 8, type 1,
+    /// index 4, hour 4, count 2, sum_hi 2, min 8, max 8.
+    const V1_SUM_AT: usize = 8 + 8 + 1 + 4 + 4 + 2 + 2 + 8 + 8;
+
+    /// `v2`, a save of one float hour, as the version before wrote it (NPTREND1, the
+    /// sum unscaled): its sum `sum`.
+    fn as_v1(v2: &[u8], sum: f64) -> Vec<u8> {
+        let mut v1 = v2[..v2.len() - 8].to_vec();
+        v1[..8].copy_from_slice(OPEN_MAGIC_V1);
+        v1[V1_SUM_AT..V1_SUM_AT + 8].copy_from_slice(&sum.to_bits().to_le_bytes());
+        v1.extend_from_slice(&fnv1a(FNV_OFFSET, &v1).to_le_bytes());
+        v1
+    }
+
     #[test]
     fn an_accumulator_is_32_bytes() {
         // The memory budget per item (200 B at 1M items) counts on it.
@@ -851,16 +865,11 @@ mod tests {
         }
         let mut v2 = Vec::new();
         t.save_open(&mut v2).unwrap();
-        let mut v1 = v2[..v2.len() - 8].to_vec();
-        v1[..8].copy_from_slice(OPEN_MAGIC_V1);
-        // magic 8, itemid 8, type 1, index 4, hour 4, count 2, sum_hi 2, min 8, max 8.
-        let at = 8 + 8 + 1 + 4 + 4 + 2 + 2 + 8 + 8;
         assert_eq!(
-            v1[at..at + 8],
+            v2[V1_SUM_AT..V1_SUM_AT + 8],
             (8.75 * FLOAT_SUM_SCALE).to_bits().to_le_bytes()
         );
-        v1[at..at + 8].copy_from_slice(&8.75f64.to_bits().to_le_bytes());
-        v1.extend_from_slice(&fnv1a(FNV_OFFSET, &v1).to_le_bytes());
+        let v1 = as_v1(&v2, 8.75);
         let mut t = Trends::new(p);
         t.restore_open(&v1, H, SavedBy::Stop, &mut out).unwrap();
         t.drain(&mut out);
@@ -1429,11 +1438,7 @@ mod tests {
         }
         let mut v2 = Vec::new();
         t.save_open(&mut v2).unwrap();
-        let mut v1 = v2[..v2.len() - 8].to_vec();
-        v1[..8].copy_from_slice(OPEN_MAGIC_V1);
-        let at = 8 + 8 + 1 + 4 + 4 + 2 + 2 + 8 + 8;
-        v1[at..at + 8].copy_from_slice(&f64::INFINITY.to_bits().to_le_bytes());
-        v1.extend_from_slice(&fnv1a(FNV_OFFSET, &v1).to_le_bytes());
+        let v1 = as_v1(&v2, f64::INFINITY);
         let mut t = Trends::new(p);
         t.restore_open(&v1, H, SavedBy::Stop, &mut out).unwrap();
         t.drain(&mut out);

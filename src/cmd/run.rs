@@ -1180,6 +1180,42 @@ mod tests {
         )]
     }
 
+    /// A consumer of samples into a sink that spools (no ClickHouse), trends on.
+    struct Consuming {
+        consumer: tokio::task::JoinHandle<u64>,
+        sink: sink::Sink,
+        _spool: tempfile::TempDir,
+    }
+
+    impl Consuming {
+        /// Started on `shared`: its channel and the sink's metrics.
+        async fn start(
+            shared: &Arc<Shared>,
+        ) -> (mpsc::Sender<Samples>, Arc<sink::SinkMetrics>, Consuming) {
+            let spool = tempfile::tempdir().unwrap();
+            let metrics = Arc::new(sink::SinkMetrics::default());
+            let (sink, handle) =
+                sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
+                    .await
+                    .unwrap();
+            let (tx, rx) = mpsc::channel(4);
+            let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
+            let running = Consuming {
+                consumer,
+                sink,
+                _spool: spool,
+            };
+            (tx, metrics, running)
+        }
+
+        /// The channel closed, the consumer ended, the sink stopped.
+        async fn stop(self, tx: mpsc::Sender<Samples>) {
+            drop(tx);
+            self.consumer.await.unwrap();
+            self.sink.shutdown().await.unwrap();
+        }
+    }
+
     /// Yields long enough for the consumer and the sink to handle what was sent.
     async fn settle() {
         for _ in 0..100 {
@@ -1202,14 +1238,7 @@ mod tests {
             Ok(poller::value::Value::Uint(5)),
         );
         let shared = Shared::new(plan_of(&["a"]), 1, Clock::new(), Limits::default());
-        let spool = tempfile::tempdir().unwrap();
-        let metrics = Arc::new(sink::SinkMetrics::default());
-        let (sink, handle) =
-            sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
-                .await
-                .unwrap();
-        let (tx, rx) = mpsc::channel(4);
-        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
+        let (tx, metrics, running) = Consuming::start(&shared).await;
         let trends_rows = || received_trends(&metrics);
         tx.send(vec![value]).await.unwrap();
         settle().await;
@@ -1224,9 +1253,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         assert_eq!(trends_rows(), 1, "the sweep wrote it");
-        drop(tx);
-        consumer.await.unwrap();
-        sink.shutdown().await.unwrap();
+        running.stop(tx).await;
         assert_eq!(trends_rows(), 1, "and the stop not again");
     }
 
@@ -1384,14 +1411,7 @@ mod tests {
         let before = plan_of(&["a", "b"]);
         let stale = timeout(&before, "b");
         let shared = Shared::new(before, 1, Clock::new(), Limits::default());
-        let spool = tempfile::tempdir().unwrap();
-        let metrics = Arc::new(sink::SinkMetrics::default());
-        let (sink, handle) =
-            sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
-                .await
-                .unwrap();
-        let (tx, rx) = mpsc::channel(4);
-        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
+        let (tx, metrics, running) = Consuming::start(&shared).await;
         let failing = || shared.failing.get(ErrorReason::Timeout);
         // An iteration on the plan before the reload, still running after it.
         let iteration = shared.plan();
@@ -1424,9 +1444,7 @@ mod tests {
             "b's hour written at the pruning"
         );
         assert_eq!(failing(), 1, "a is still failing");
-        drop(tx);
-        consumer.await.unwrap();
-        sink.shutdown().await.unwrap();
+        running.stop(tx).await;
     }
 
     /// A plan swapped in and out between two batches of the consumer (a discovery
@@ -1435,14 +1453,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_iteration_of_a_plan_the_consumer_never_saw_holds_pruning() {
         let shared = Shared::new(plan_of(&["a"]), 1, Clock::new(), Limits::default());
-        let spool = tempfile::tempdir().unwrap();
-        let metrics = Arc::new(sink::SinkMetrics::default());
-        let (sink, handle) =
-            sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
-                .await
-                .unwrap();
-        let (tx, rx) = mpsc::channel(4);
-        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
+        let (tx, metrics, running) = Consuming::start(&shared).await;
         tx.send(value(&shared.plan(), "a")).await.unwrap();
         settle().await;
         // Two plans swapped in before the consumer's next batch; an iteration took the
@@ -1459,9 +1470,7 @@ mod tests {
         tx.send(value(&iteration, "c")).await.unwrap();
         settle().await;
         drop(iteration);
-        drop(tx);
-        consumer.await.unwrap();
-        sink.shutdown().await.unwrap();
+        running.stop(tx).await;
         assert_eq!(received_trends(&metrics), 2, "a's hour and c's");
     }
 
