@@ -5,14 +5,19 @@
 //! one ICMP sweep or one SNMP iteration, each bounded by one deadline — and runs it on
 //! a free driver from the engine's pool, so several iterations can overlap when the
 //! load needs it. When an iteration ends, its tasks go back to the scheduler for their
-//! next slot.
+//! next slot; a long one hands back the hosts it is done with as it goes (an SNMP
+//! iteration past [`SLOW_ITERATION`], an ICMP sweep every [`ICMP_DONE_EVERY`]).
 //!
 //! Invariants:
 //! * A task is in exactly one place: the scheduler's queue or one running iteration.
 //! * Samples stream out through the [`Emitter`] while the iteration runs; the engine
-//!   does not take new work while its emitter has parked samples (backpressure).
+//!   does not take new work while its emitter has parked samples (backpressure). A
+//!   host goes back to the scheduler only once its samples are in the channel, so its
+//!   next poll's samples cannot overtake them.
 //! * Shutdown: the loops stop taking work, running iterations end at their own
-//!   deadline, then the loops return (dropping their senders closes the channel).
+//!   deadline (an ICMP sweep at the latest [`ICMP_STOP_GRACE`] after the stop, an SNMP
+//!   iteration within one timeout), then the loops return (dropping their senders
+//!   closes the channel).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
