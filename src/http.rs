@@ -142,10 +142,15 @@ async fn serve_with(
             }
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
+                    // Ended connections leave their entries behind (pruned once there
+                    // are as many as slots, so the list stays short and, when every
+                    // slot is taken, holds only connections still open).
+                    if open.len() >= limits.max_connections {
+                        open.retain(|(_, close)| Arc::strong_count(close) > 1);
+                    }
                     let admitted = match slots.clone().try_acquire_owned() {
                         Ok(permit) => Some(Some(permit)),
                         Err(_) => {
-                            open.retain(|(_, close)| Arc::strong_count(close) > 1);
                             match open.front() {
                                 Some((since, _)) if since.elapsed() >= limits.min_age => {
                                     if let Some((_, close)) = open.pop_front() {
@@ -169,11 +174,6 @@ async fn serve_with(
                         continue;
                     };
                     let close = Arc::new(Notify::new());
-                    // Ended connections leave their entries behind: pruned here too, or
-                    // every scrape of a never-full endpoint would stay in the list.
-                    if open.len() >= 2 * limits.max_connections {
-                        open.retain(|(_, close)| Arc::strong_count(close) > 1);
-                    }
                     open.push_back((Instant::now(), close.clone()));
                     #[cfg(test)]
                     tests::OPEN_ENTRIES.with(|n| n.set(open.len()));

@@ -618,8 +618,12 @@ templates = ["icmp"]
     );
     // ... or each has its own, swept as they come due.
     let text = std::fs::read_to_string(&cfg).unwrap();
-    std::fs::write(&cfg, format!("[daemon]\nicmp_phases = \"spread\"\n{text}")).unwrap();
-    let out = check();
+    // The file with `settings` before it, checked.
+    let check_with = |settings: &str| {
+        std::fs::write(&cfg, format!("{settings}\n{text}")).unwrap();
+        check()
+    };
+    let out = check_with("[daemon]\nicmp_phases = \"spread\"");
     assert!(
         out.contains(
             "ICMP every 10s: 6 targets spread over the interval, swept every 1s (icmp_phases = \"spread\")"
@@ -628,12 +632,7 @@ templates = ["icmp"]
     );
     // A user `run` could not switch to is said (not an error: the config may be checked
     // on another host), and the load lines name the shard they are of.
-    std::fs::write(
-        &cfg,
-        format!("[daemon]\nuser = \"no-such-user-netpoller\"\nshard = \"0/2\"\n{text}"),
-    )
-    .unwrap();
-    let out = check();
+    let out = check_with("[daemon]\nuser = \"no-such-user-netpoller\"\nshard = \"0/2\"");
     assert!(
         out.contains("daemon.user: no such user \"no-such-user-netpoller\""),
         "{out}"
@@ -642,8 +641,7 @@ templates = ["icmp"]
     assert!(!out.contains("warning:"), "{out}");
     // Send-rate caps below what the load needs are said (the 1.8 echo requests/s over
     // a cap of 1; 1 SNMP request a minute is under any).
-    std::fs::write(&cfg, format!("[icmp]\nmax_pps = 1\n{text}")).unwrap();
-    let out = check();
+    let out = check_with("[icmp]\nmax_pps = 1");
     assert!(
         out.contains(
             "warning: 1.8 ICMP echo requests/s needed, over icmp.max_pps = 1: polls would run late"

@@ -693,8 +693,7 @@ pub async fn icmp_iteration(
                         // Their samples first: the consumer must have them before the
                         // hosts' next polls, which another sweep may deliver before
                         // this one ends (parked by a full channel: not yet, they wait).
-                        emitter.flush();
-                        if emitter.parked() == 0 {
+                        if emitter.flush() {
                             host_done(done);
                             done.clear();
                         }
@@ -832,8 +831,7 @@ pub async fn snmp_iteration(
                 // Their samples first: the consumer must have them before the hosts'
                 // next polls, which another iteration may deliver before this one ends
                 // (parked by a full channel: not yet, they wait).
-                emitter.flush();
-                if emitter.parked() == 0 {
+                if emitter.flush() {
                     for d in done.drain(..) {
                         host_done(&job_dues[d]);
                     }
@@ -1084,9 +1082,7 @@ pub async fn run_engine(
             // The samples in the channel before their hosts can be polled again, by
             // another iteration whose samples would otherwise overtake them (states,
             // change steps and trends take them in order).
-            if emitter.parked() > 0 {
-                emitter.drain().await;
-            }
+            emitter.drain().await;
             (0..dues.len()).for_each(&mut complete);
             m.skipped_slots.add(skipped);
             // A base driver goes back to the pool now; an extra with the emitter, to the

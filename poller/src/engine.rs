@@ -145,9 +145,12 @@ impl Emitter {
 
     /// Offer the collected samples to the channel now, as one batch, without blocking
     /// (parked when the channel is full). Engines call it when an iteration ends.
-    pub fn flush(&mut self) {
+    /// Returns whether every sample emitted so far is in the channel (nothing parked):
+    /// only then may the hosts they are of be polled again, or the next poll's samples
+    /// could overtake them.
+    pub fn flush(&mut self) -> bool {
         if self.pending.is_empty() {
-            return;
+            return self.overflow.is_empty();
         }
         let batch = std::mem::replace(&mut self.pending, Vec::with_capacity(EMIT_BATCH));
         self.counters
@@ -155,7 +158,7 @@ impl Emitter {
             .fetch_add(batch.len() as u64, Ordering::Relaxed);
         let batch = if self.overflow.is_empty() {
             match self.tx.try_send(batch) {
-                Ok(()) => return,
+                Ok(()) => return true,
                 Err(mpsc::error::TrySendError::Full(b))
                 | Err(mpsc::error::TrySendError::Closed(b)) => b,
             }
@@ -169,6 +172,7 @@ impl Emitter {
                 .backpressure_waits
                 .fetch_add(1, Ordering::Relaxed);
         }
+        false
     }
 
     /// Wait until everything parked is in the channel. Returns `false` when the receiver

@@ -9,75 +9,115 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
+/// A block of addresses no device has: its family, first and last address (IPv4 in
+/// the low 32 bits), what one address of it is, and what a range holding some of it
+/// holds (`None`: not checked in ranges).
+struct Block {
+    v6: bool,
+    first: u128,
+    last: u128,
+    one: &'static str,
+    some: Option<&'static str>,
+}
+
+/// The blocks [`check_address`] and [`check_range`] refuse, the narrower first.
+const NOT_DEVICES: [Block; 6] = [
+    Block {
+        v6: false,
+        first: 0,
+        last: 0,
+        one: "the unspecified address",
+        some: None,
+    },
+    Block {
+        v6: false,
+        first: 0,
+        last: 0x00ff_ffff,
+        one: "of 0.0.0.0/8 (\"this network\")",
+        some: Some("addresses of 0.0.0.0/8 (\"this network\")"),
+    },
+    Block {
+        v6: false,
+        first: 0xe000_0000,
+        last: 0xefff_ffff,
+        one: "a multicast address",
+        some: Some("multicast addresses"),
+    },
+    Block {
+        v6: false,
+        first: 0xffff_ffff,
+        last: 0xffff_ffff,
+        one: "the broadcast address",
+        some: Some("the broadcast address 255.255.255.255"),
+    },
+    Block {
+        v6: true,
+        first: 0,
+        last: 0,
+        one: "the unspecified address",
+        some: None,
+    },
+    Block {
+        v6: true,
+        first: 0xff << 120,
+        last: u128::MAX,
+        one: "a multicast address",
+        some: Some("multicast addresses"),
+    },
+];
+
 /// `ip` if probes and requests may be addressed to it: one device's address.
 /// * Not an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`). RFC 4291 keeps those off the
 ///   wire, but the kernel sends to one as IPv6, through the IPv6 default route, to an
 ///   address no host has; the user meant `a.b.c.d`, which the error says.
-/// * Not the unspecified address (`0.0.0.0`, `::`: a placeholder of exports, which
-///   Linux delivers to this host), nor a multicast or the broadcast address (many
-///   hosts or none would answer for one device).
+/// * Not in one of `NOT_DEVICES`: the unspecified address (`0.0.0.0`, `::`: a
+///   placeholder of exports, which Linux delivers to this host), 0.0.0.0/8, a
+///   multicast or the broadcast address (many hosts or none would answer for one
+///   device).
 pub fn check_address(ip: IpAddr) -> Result<IpAddr, String> {
-    let not_one = |what: &str| {
-        Err(format!(
-            "{ip} is {what}, not a device's address (ICMP and SNMP items poll one device)"
-        ))
-    };
-    match ip {
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => Err(format!(
-                "{ip} is the IPv4 address {v4} written as IPv6 (IPv4-mapped: never sent as \
-                 such); write {v4}"
-            )),
-            None if v6.is_unspecified() => not_one("the unspecified address"),
-            None if v6.is_multicast() => not_one("a multicast address"),
-            None => Ok(ip),
-        },
-        IpAddr::V4(v4) if v4.is_unspecified() => not_one("the unspecified address"),
-        IpAddr::V4(v4) if v4.octets()[0] == 0 => not_one("of 0.0.0.0/8 (\"this network\")"),
-        IpAddr::V4(v4) if v4.is_multicast() => not_one("a multicast address"),
-        IpAddr::V4(v4) if v4.is_broadcast() => not_one("the broadcast address"),
-        IpAddr::V4(_) => Ok(ip),
+    if let Some(v4) = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+        IpAddr::V4(_) => None,
+    } {
+        return Err(format!(
+            "{ip} is the IPv4 address {v4} written as IPv6 (IPv4-mapped: never sent as \
+             such); write {v4}"
+        ));
+    }
+    let n = bits(ip);
+    match NOT_DEVICES
+        .iter()
+        .find(|b| b.v6 == ip.is_ipv6() && (b.first..=b.last).contains(&n))
+    {
+        Some(b) => Err(format!(
+            "{ip} is {}, not a device's address (ICMP and SNMP items poll one device)",
+            b.one
+        )),
+        None => Ok(ip),
     }
 }
 
 /// [`check_address`] for a range of addresses, `first..=last` (a CIDR's network to
-/// broadcast address): none IPv4-mapped, multicast or of 0.0.0.0/8.
+/// broadcast address, of one family): none IPv4-mapped, and none in the blocks of
+/// `NOT_DEVICES` that ranges are checked for.
 pub fn check_range(first: IpAddr, last: IpAddr) -> Result<(), String> {
     const MAPPED: (u128, u128) = (0xffff_0000_0000, 0xffff_ffff_ffff);
-    let holds = |(lo, hi): (u128, u128), what: &str| {
-        let (a, b) = (bits(first), bits(last));
-        match a <= hi && b >= lo {
-            true => Err(format!(
-                "{first}..{last} holds {what}, not devices' addresses (ICMP and SNMP items poll one device)"
-            )),
-            false => Ok(()),
-        }
-    };
-    match (first, last) {
-        (IpAddr::V4(_), IpAddr::V4(_)) => {
-            holds(
-                (0, 0x00ff_ffff),
-                "addresses of 0.0.0.0/8 (\"this network\")",
-            )?;
-            holds((0xe000_0000, 0xefff_ffff), "multicast addresses")?;
-            holds(
-                (0xffff_ffff, 0xffff_ffff),
-                "the broadcast address 255.255.255.255",
-            )
-        }
-        (IpAddr::V6(_), IpAddr::V6(_)) if bits(last) >= 0xff << 120 => {
-            holds((0xff << 120, u128::MAX), "multicast addresses")
-        }
-        (IpAddr::V6(a), IpAddr::V6(b))
-            if u128::from(a) <= MAPPED.1 && u128::from(b) >= MAPPED.0 =>
-        {
-            Err(format!(
-                "{a}..{b} holds IPv4-mapped IPv6 addresses (::ffff:0:0/96, never sent as such); \
-                 write the IPv4 range"
-            ))
-        }
-        _ => Ok(()),
+    let (a, b) = (bits(first), bits(last));
+    let held = NOT_DEVICES
+        .iter()
+        .find(|k| k.v6 == first.is_ipv6() && k.some.is_some() && a <= k.last && b >= k.first);
+    if let Some(what) = held.and_then(|k| k.some) {
+        return Err(format!(
+            "{first}..{last} holds {what}, not devices' addresses (ICMP and SNMP items poll one device)"
+        ));
     }
+    if first.is_ipv6() && a <= MAPPED.1 && b >= MAPPED.0 {
+        return Err(format!(
+            "{first}..{last} holds IPv4-mapped IPv6 addresses (::ffff:0:0/96, never sent as such); \
+             write the IPv4 range"
+        ));
+    }
+    Ok(())
 }
 
 /// An address as a number (IPv4 in the low 32 bits).

@@ -800,6 +800,17 @@ mod tests {
             .collect()
     }
 
+    /// Trends of `p` whose item `g` of host `h` has the values 1e308 and 1.5e308 in
+    /// hour `H` (their sum past `f64::MAX`, unscaled).
+    fn huge_g(p: &Arc<Plan>) -> Trends {
+        let mut t = Trends::new(p.clone());
+        for v in [1e308, 1.5e308] {
+            let s = sample(p, "h", "g", H * 3600, Value::Float(v));
+            t.record(&s, &mut Vec::new());
+        }
+        t
+    }
+
     /// Where the float sum of the first saved hour is: magic 8, itemid 8, type 1,
     /// index 4, hour 4, count 2, sum_hi 2, min 8, max 8.
     const V1_SUM_AT: usize = 8 + 8 + 1 + 4 + 4 + 2 + 2 + 8 + 8;
@@ -829,11 +840,8 @@ mod tests {
         let p = plan(&[("h", &[("f", ValueType::Float), ("g", ValueType::Float)])]);
         let only_g = plan(&[("h", &[("g", ValueType::Float)])]);
         let t0 = H * 3600;
-        let mut t = Trends::new(p.clone());
+        let mut t = huge_g(&p);
         let mut out = Vec::new();
-        for v in [1e308, 1.5e308] {
-            t.record(&sample(&p, "h", "g", t0, Value::Float(v)), &mut out);
-        }
         t.drain(&mut out);
         assert_eq!(stats(&out, "g"), [(t0, float(1e308, 1.5e308, 1.25e308, 2))]);
         // f removed and back before the stop: two saved hours, merged at the start.
@@ -1430,12 +1438,8 @@ mod tests {
     #[test]
     fn an_overflowed_v1_sum_gets_a_finite_average() {
         let p = plan(&[("h", &[("g", ValueType::Float)])]);
-        let t0 = H * 3600;
-        let mut t = Trends::new(p.clone());
+        let t = huge_g(&p);
         let mut out = Vec::new();
-        for v in [1e308, 1.5e308] {
-            t.record(&sample(&p, "h", "g", t0, Value::Float(v)), &mut out);
-        }
         let mut v2 = Vec::new();
         t.save_open(&mut v2).unwrap();
         let v1 = as_v1(&v2, f64::INFINITY);

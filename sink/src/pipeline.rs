@@ -587,8 +587,7 @@ pub(crate) async fn replay_segment(
         cause: std::io::Error::other(e),
     })??;
     let bytes = Bytes::from(bytes);
-    let mut acks = spool::load_acks(seg);
-    acks.extend(lock(&shared.spool).remembered_acks(seg.seq));
+    let acks = lock(&shared.spool).confirmed(seg);
     for rec in records.into_iter().filter(|r| !acks.contains(&r.offset)) {
         let batch = Batch {
             table: rec.table,

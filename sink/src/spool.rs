@@ -484,10 +484,14 @@ impl Spool {
         self.acked_in_memory.1.insert(offset) && self.acked_in_memory.1.len() == 1
     }
 
-    /// The records of segment `seq` remembered by [`Spool::remember_ack`].
-    pub fn remembered_acks(&self, seq: u64) -> impl Iterator<Item = u64> + '_ {
-        let mem = (self.acked_in_memory.0 == seq).then_some(&self.acked_in_memory.1);
-        mem.into_iter().flatten().copied()
+    /// Offsets of the records of `seg` done with: those of its `.ack` file and those
+    /// remembered by [`Spool::remember_ack`].
+    pub fn confirmed(&self, seg: &Segment) -> HashSet<u64> {
+        let mut acks = load_acks(seg);
+        if self.acked_in_memory.0 == seg.seq {
+            acks.extend(&self.acked_in_memory.1);
+        }
+        acks
     }
 
     fn enforce_cap(&mut self) {
@@ -502,8 +506,7 @@ impl Spool {
             let Some(seg) = self.sealed.remove(i) else {
                 return;
             };
-            let mut acks = load_acks(&seg);
-            acks.extend(self.remembered_acks(seg.seq));
+            let acks = self.confirmed(&seg);
             let rows = match seg.rows {
                 Some(rows) if acks.is_empty() => rows,
                 // Written by an earlier run or partly replayed: count the rows of its
@@ -937,11 +940,12 @@ mod tests {
         // replay stopped (ClickHouse went away again).
         assert!(s.remember_ack(seg.seq, recs[0].offset));
         assert!(!s.remember_ack(seg.seq, recs[0].offset));
-        assert_eq!(
-            s.remembered_acks(seg.seq).collect::<Vec<_>>(),
-            [recs[0].offset]
-        );
-        assert_eq!(s.remembered_acks(seg.seq + 1).count(), 0);
+        assert_eq!(s.confirmed(&seg), HashSet::from([recs[0].offset]));
+        let other = Segment {
+            seq: seg.seq + 1,
+            ..seg.clone()
+        };
+        assert_eq!(s.confirmed(&other).len(), 0);
         s.release(seg.seq);
         while list_segments(tmp.path()).unwrap()[0].seq == seg.seq {
             s.append(&batch(100, 40 << 10)).unwrap();

@@ -77,10 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         // As the daemon's reload refuses it (an empty or half-written
                         // file): this check must not pass what the reload will not.
                         if plan.hosts.is_empty() && !old.hosts.is_empty() {
-                            let whose = match shard {
-                                (_, 1) => String::new(),
-                                (i, n) => format!(" in shard {i}/{n}"),
-                            };
+                            let whose = shard_words("in", shard);
                             eprintln!(
                                 "--against {}: a reload to {} is refused: it has no hosts{whose} (an empty or half-written file?)",
                                 running.display(),
@@ -100,10 +97,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 plan.values_per_second(Engine::Snmp),
             );
             // The lines below are this process's share: say so under a shard.
-            let whose = match shard {
-                (_, 1) => String::new(),
-                (i, n) => format!(" of shard {i}/{n}"),
-            };
+            let whose = shard_words("of", shard);
             println!(
                 "load{whose}: {} values/s (ICMP {}, SNMP {}); {} ICMP echo requests/s",
                 rate(icmp + snmp),
@@ -168,6 +162,14 @@ fn sources(daemon: &DaemonSection, (v4, v6): (bool, bool)) -> Option<String> {
     }
     (!parts.is_empty())
         .then(|| format!("daemon.source_ip: requests leave from {}", parts.join(", ")))
+}
+
+/// ` of shard 1/2` (with `prep` "of"), or nothing without shards.
+fn shard_words(prep: &str, (i, n): (u32, u32)) -> String {
+    match n {
+        1 => String::new(),
+        _ => format!(" {prep} shard {i}/{n}"),
+    }
 }
 
 /// The engines whose send-rate cap is below what the plan needs: their polls would run

@@ -1166,18 +1166,23 @@ mod tests {
             .take_plan(None, || {})
     }
 
-    /// A timeout of `host`'s item `k`, indexed in `plan`.
-    fn timeout(plan: &Plan, host: &str) -> Samples {
+    /// A sample of `host`'s item `k`, indexed in `plan`.
+    fn one(
+        plan: &Plan,
+        host: &str,
+        clock: (u32, u32),
+        result: Result<poller::value::Value, ItemError>,
+    ) -> Samples {
         let h = plan.hosts.iter().position(|h| &*h.name == host).unwrap();
         let task = plan.tasks.iter().find(|t| t.host as usize == h).unwrap();
-        let err = Err(ItemError::new(ErrorReason::Timeout, "timeout"));
-        vec![Sample::new(
-            plan,
-            &plan.hosts[h],
-            task.items.start,
-            (1, 0),
-            err,
-        )]
+        let (host, item) = (&plan.hosts[h], task.items.start);
+        vec![Sample::new(plan, host, item, clock, result)]
+    }
+
+    /// A timeout of `host`'s item `k`, indexed in `plan`.
+    fn timeout(plan: &Plan, host: &str) -> Samples {
+        let err = ItemError::new(ErrorReason::Timeout, "timeout");
+        one(plan, host, (1, 0), Err(err))
     }
 
     /// A consumer of samples into a sink that spools (no ClickHouse), trends on.
@@ -1390,15 +1395,8 @@ mod tests {
 
     /// A value of `host`'s item `k` now, indexed in `plan`.
     fn value(plan: &Plan, host: &str) -> Samples {
-        let h = plan.hosts.iter().position(|h| &*h.name == host).unwrap();
-        let task = plan.tasks.iter().find(|t| t.host as usize == h).unwrap();
-        vec![Sample::new(
-            plan,
-            &plan.hosts[h],
-            task.items.start,
-            poller::engine::clock_now(),
-            Ok(poller::value::Value::Uint(5)),
-        )]
+        let five = poller::value::Value::Uint(5);
+        one(plan, host, poller::engine::clock_now(), Ok(five))
     }
 
     #[tokio::test(start_paused = true)]
