@@ -379,7 +379,7 @@ pub async fn replay_spool(
         let Some(seg) = pipeline::checkout(&shared).await else {
             break Ok(());
         };
-        match pipeline::replay_segment(&shared, &seg, Some(ch.max_attempts), &mut srx).await {
+        match pipeline::replay_segment(&shared, &seg, Some(ch.max_attempts), None, &mut srx).await {
             Ok(pipeline::Replayed::Done) => {
                 pipeline::finish(&shared, seg.seq, true).await;
                 report.segments += 1;
@@ -387,6 +387,10 @@ pub async fn replay_spool(
             Ok(pipeline::Replayed::Stopped(e)) => {
                 pipeline::finish(&shared, seg.seq, false).await;
                 break Err(e.map_or(SinkError::Closed, SinkError::Insert));
+            }
+            Ok(pipeline::Replayed::Held(e)) => {
+                pipeline::finish(&shared, seg.seq, false).await;
+                break Err(SinkError::Insert(e));
             }
             Err(e) if e.is_unreadable() => {
                 if !unreadable.failed(seg.seq) {

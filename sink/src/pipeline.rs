@@ -9,18 +9,22 @@
 //! * Memory is bounded: at most `max_inflight_inserts` running plus
 //!   `2 * max_inflight_inserts` queued batches; beyond that, and whenever ClickHouse is
 //!   unhealthy, batches go straight to the spool.
+//! * One spooled batch ClickHouse refuses for itself does not hold the replay of the
+//!   spool behind it: it is passed over, and goes to the reject spool only once other
+//!   batches of its table were stored between two passes that failed alike
+//!   ([`Suspects`]).
 //! * While unhealthy, the replay task is the probe: it retries the oldest spooled batch
 //!   (or `SELECT 1` when the spool is empty) with capped exponential backoff; its first
 //!   success makes the sink healthy again and direct inserts resume.
 
 use crate::batch::{Batch, Limits, Pending};
-use crate::metrics::{DropReason, FlushTrigger, SinkMetrics};
+use crate::metrics::{DropReason, ErrorClass, FlushTrigger, SinkMetrics};
 use crate::row::{Row, Table};
 use crate::spool::{self, Segment, Spool, SpoolError};
 use crate::writer::{backoff, InsertError, Writer};
 use crate::Health;
 use bytes::Bytes;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -248,15 +252,28 @@ pub(crate) fn file_only_health() -> Health {
     }
 }
 
-/// A batch ClickHouse refused as bad data: logged, counted, kept in `rejected/`.
-async fn reject(shared: &Arc<Shared>, batch: Batch, err: &InsertError) {
-    tracing::error!(
-        error = %err,
-        table = %batch.table,
-        rows = batch.rows,
-        first_clock = batch.first_clock,
-        "sink: ClickHouse rejected a batch as bad data; not retried, kept in the reject spool"
-    );
+/// Why a batch went to `rejected/` ([`reject`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// ClickHouse said the data is bad (a [`crate::ErrorClass::Data`] error).
+    BadData,
+    /// A spooled batch ClickHouse kept refusing while it stored others ([`Suspects`]).
+    KeptRefusing,
+}
+
+/// A batch ClickHouse refused: logged, counted, kept in `rejected/`.
+async fn reject(shared: &Arc<Shared>, batch: Batch, err: &InsertError, why: Refusal) {
+    let (table, rows, first_clock) = (batch.table, batch.rows, batch.first_clock);
+    match why {
+        Refusal::BadData => tracing::error!(
+            error = %err, %table, rows, first_clock,
+            "sink: ClickHouse rejected a batch as bad data; not retried, kept in the reject spool"
+        ),
+        Refusal::KeptRefusing => tracing::error!(
+            error = %err, %table, rows, first_clock, tries = 2 * SUSPECT_AFTER,
+            "sink: ClickHouse keeps refusing a spooled batch while it stores others of its table; kept in the reject spool so that the spool behind it is replayed"
+        ),
+    }
     shared.metrics.rejected(u64::from(batch.rows));
     let rows = u64::from(batch.rows);
     if let Err(e) = append(shared, true, batch).await {
@@ -301,7 +318,7 @@ async fn insert_task(shared: Arc<Shared>, batch: Batch) {
     };
     match insert_with_retries(&shared, w, &batch, again, None).await {
         Attempts::Stored => {}
-        Attempts::Refused(e) => reject(&shared, batch, &e).await,
+        Attempts::Refused(e) => reject(&shared, batch, &e, Refusal::BadData).await,
         Attempts::GaveUp(e) => {
             shared.set_unhealthy(&e);
             spool_batch(&shared, batch, "insert failed").await;
@@ -561,14 +578,60 @@ pub(crate) enum Replayed {
     Done,
     /// Stopped (shutdown, or attempts exhausted): keep the segment.
     Stopped(Option<InsertError>),
+    /// Records ClickHouse refuses for themselves are left ([`Suspects`]): keep the
+    /// segment and turn to the others.
+    Held(InsertError),
+}
+
+/// Server-class failures in a row (HTTP errors with a ClickHouse exception, not a
+/// server that is down or silent) after which the daemon's replayer suspects a spooled
+/// record is refused for itself ([`Suspects`]).
+pub(crate) const SUSPECT_AFTER: u32 = 5;
+
+/// Spooled records the daemon's replayer has seen refused [`SUSPECT_AFTER`] times in a
+/// row with a server error, so that one such record (a batch the server cannot take
+/// while it takes others) does not hold the replay of the whole spool behind it.
+///
+/// A suspect is passed over, staying in its segment, and the records after it are
+/// tried. It goes to the reject spool only when, on a later pass, it fails
+/// [`SUSPECT_AFTER`] times again with the same error code although ClickHouse has
+/// stored a batch of the same table since it was suspected. A server or a table that
+/// refuses everything therefore never rejects anything: no batch of it is stored
+/// meanwhile, and a suspect then gets a single attempt per pass. A pass stops at the
+/// second record in a row that fails, since the server, not the record, is then the
+/// likely cause.
+#[derive(Debug, Default)]
+pub(crate) struct Suspects {
+    /// (segment, record offset) → when it was suspected.
+    records: HashMap<(u64, u64), Suspect>,
+    /// Segments whose last pass left suspects: replayed after every other one.
+    held: HashSet<u64>,
+}
+
+#[derive(Debug)]
+struct Suspect {
+    /// Batches of its table ClickHouse had stored when it was suspected.
+    stored_then: u64,
+    /// The exception code it was refused with.
+    code: Option<u32>,
+}
+
+impl Suspects {
+    /// Forgets what is known of segments no longer in the spool (`live`).
+    fn keep_only(&mut self, live: &[u64]) {
+        self.records.retain(|(seq, _), _| live.contains(seq));
+        self.held.retain(|seq| live.contains(seq));
+    }
 }
 
 /// Replays one reserved segment, record by record, skipping records already
-/// acknowledged. `max_attempts`: per record; `None` = until shutdown.
+/// acknowledged. `max_attempts`: per record; `None` = until shutdown, or, for the
+/// server errors a record may cause itself, as [`Suspects`] says.
 pub(crate) async fn replay_segment(
     shared: &Arc<Shared>,
     seg: &Segment,
     max_attempts: Option<u32>,
+    mut suspects: Option<&mut Suspects>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<Replayed, SpoolError> {
     let w = shared.writer.as_ref().expect("replay needs a writer");
@@ -588,6 +651,9 @@ pub(crate) async fn replay_segment(
     })??;
     let bytes = Bytes::from(bytes);
     let acks = lock(&shared.spool).confirmed(seg);
+    // The last record passed over, and whether the one before it failed too.
+    let mut held: Option<InsertError> = None;
+    let mut failed_last = false;
     for rec in records.into_iter().filter(|r| !acks.contains(&r.offset)) {
         let batch = Batch {
             table: rec.table,
@@ -598,29 +664,75 @@ pub(crate) async fn replay_segment(
         if *shutdown.borrow() {
             return Ok(Replayed::Stopped(None));
         }
+        let key = (seg.seq, rec.offset);
+        let stored = || shared.metrics.inserts(batch.table);
+        // Server errors this record may take before it is passed over.
+        let server_tries = suspects.as_deref().map(|s| match s.records.get(&key) {
+            Some(known) if known.stored_then == stored() => 1,
+            _ => SUSPECT_AFTER,
+        });
         let stopping = shutdown.clone();
+        let mut server_failures = 0;
         let again = |failures: u32, e: &InsertError| {
             shared.set_unhealthy(e);
-            max_attempts.is_none_or(|m| failures < m) && !*stopping.borrow()
+            if e.class == ErrorClass::Server {
+                server_failures += 1;
+            } else {
+                server_failures = 0;
+            }
+            max_attempts.is_none_or(|m| failures < m)
+                && server_tries.is_none_or(|t| server_failures < t)
+                && !*stopping.borrow()
         };
         match insert_with_retries(shared, w, &batch, again, Some(shutdown)).await {
             Attempts::Stored => {
                 shared.metrics.replayed(u64::from(batch.rows));
                 confirm(shared, seg, rec.offset);
+                failed_last = false;
+                if let Some(s) = suspects.as_deref_mut() {
+                    s.records.remove(&key);
+                }
             }
             Attempts::Refused(e) => {
-                reject(shared, batch, &e).await;
+                reject(shared, batch, &e, Refusal::BadData).await;
                 confirm(shared, seg, rec.offset);
+                failed_last = false;
             }
             // Stopping: the record stays spooled.
             Attempts::GaveUp(_) | Attempts::Abandoned if *shutdown.borrow() => {
                 return Ok(Replayed::Stopped(None))
             }
+            Attempts::GaveUp(e) if e.class == ErrorClass::Server && suspects.is_some() => {
+                let s = suspects.as_deref_mut().expect("checked");
+                let code = crate::writer::exception_code(&e.message);
+                let now = stored();
+                match s.records.get(&key) {
+                    Some(known) if known.stored_then < now && known.code == code => {
+                        s.records.remove(&key);
+                        reject(shared, batch, &e, Refusal::KeptRefusing).await;
+                        confirm(shared, seg, rec.offset);
+                        failed_last = false;
+                        continue;
+                    }
+                    Some(known) if known.stored_then == now && known.code == code => {}
+                    _ => {
+                        let fresh = Suspect {
+                            stored_then: now,
+                            code,
+                        };
+                        s.records.insert(key, fresh);
+                    }
+                }
+                if std::mem::replace(&mut failed_last, true) {
+                    return Ok(Replayed::Held(e));
+                }
+                held = Some(e);
+            }
             Attempts::GaveUp(e) => return Ok(Replayed::Stopped(Some(e))),
             Attempts::Abandoned => return Ok(Replayed::Stopped(None)),
         }
     }
-    Ok(Replayed::Done)
+    Ok(held.map_or(Replayed::Done, Replayed::Held))
 }
 
 /// Notes that the record at `offset` of `seg` is done with: in its `.ack` file, or,
@@ -674,12 +786,26 @@ pub(crate) async fn set_aside(shared: &Arc<Shared>, seg: &Segment, e: &SpoolErro
     );
 }
 
+/// Reserves the oldest segment for replay ([`Spool::checkout_oldest`]).
 pub(crate) async fn checkout(shared: &Arc<Shared>) -> Option<Segment> {
+    checkout_but(shared, HashSet::new()).await
+}
+
+/// Reserves the oldest segment not in `skip` ([`Spool::checkout_oldest_but`]).
+async fn checkout_but(shared: &Arc<Shared>, skip: HashSet<u64>) -> Option<Segment> {
     let sh = shared.clone();
-    tokio::task::spawn_blocking(move || lock(&sh.spool).checkout_oldest())
+    tokio::task::spawn_blocking(move || lock(&sh.spool).checkout_oldest_but(&skip))
         .await
         .ok()
         .flatten()
+}
+
+/// The numbers of the spool's sealed segments.
+async fn live_segments(shared: &Arc<Shared>) -> Vec<u64> {
+    let sh = shared.clone();
+    tokio::task::spawn_blocking(move || lock(&sh.spool).sealed_seqs())
+        .await
+        .unwrap_or_default()
 }
 
 pub(crate) async fn finish(shared: &Arc<Shared>, seq: u64, done: bool) {
@@ -704,17 +830,34 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
     let cfg = w.config().clone();
     let mut probes = 0u32;
     let mut unreadable = UnreadableTries::default();
+    let mut suspects = Suspects::default();
     loop {
         if *shutdown.borrow() {
             return;
         }
-        match checkout(&shared).await {
+        match checkout_but(&shared, suspects.held.clone()).await {
+            // Every segment left holds suspects: after a pause, try them all again.
+            None if !suspects.held.is_empty() => {
+                tokio::select! { _ = sleep(cfg.retry_backoff_max) => {}, _ = shutdown.changed() => {} }
+                suspects.held.clear();
+                suspects.keep_only(&live_segments(&shared).await);
+            }
             Some(seg) => {
-                let res = replay_segment(&shared, &seg, None, &mut shutdown).await;
+                let res =
+                    replay_segment(&shared, &seg, None, Some(&mut suspects), &mut shutdown).await;
                 let done = match res {
                     Ok(Replayed::Done) => {
                         tracing::info!(segment = %seg.path.display(), "spool: segment replayed");
                         true
+                    }
+                    Ok(Replayed::Held(e)) => {
+                        tracing::warn!(segment = %seg.path.display(), error = %e, "spool: ClickHouse refuses records of this segment; they stay spooled and the segments after it are replayed first");
+                        suspects.held.insert(seg.seq);
+                        finish(&shared, seg.seq, false).await;
+                        // Paced like a failed replay: a server refusing everything
+                        // sees a few attempts per segment and pause, not a flood.
+                        tokio::select! { _ = sleep(cfg.retry_backoff_max) => {}, _ = shutdown.changed() => {} }
+                        continue;
                     }
                     Ok(Replayed::Stopped(_)) => false,
                     Err(e) if e.is_unreadable() => {

@@ -439,7 +439,6 @@ impl Spool {
     }
 
     /// The sealed segments' numbers, oldest first.
-    #[cfg(test)]
     pub(crate) fn sealed_seqs(&self) -> Vec<u64> {
         self.sealed.iter().map(|s| s.seq).collect()
     }
@@ -542,13 +541,23 @@ impl Spool {
     /// The oldest segment, reserved for replay (sealing the active one if it is the
     /// only data). `None` when the spool is empty or a segment is already reserved.
     pub fn checkout_oldest(&mut self) -> Option<Segment> {
+        self.checkout_oldest_but(&HashSet::new())
+    }
+
+    /// The oldest segment whose number is not in `skip`, reserved for replay; the
+    /// active segment is sealed for it when every sealed one is skipped. `None` when
+    /// there is no such segment or a segment is already reserved.
+    pub fn checkout_oldest_but(&mut self, skip: &HashSet<u64>) -> Option<Segment> {
         if self.replaying.is_some() {
             return None;
         }
-        if self.sealed.is_empty() && self.active.as_ref().is_some_and(|a| a.seg.bytes > 0) {
+        let open = |s: &&Segment| !skip.contains(&s.seq);
+        if !self.sealed.iter().any(|s| open(&s))
+            && self.active.as_ref().is_some_and(|a| a.seg.bytes > 0)
+        {
             self.seal_active();
         }
-        let seg = self.sealed.front()?.clone();
+        let seg = self.sealed.iter().find(open)?.clone();
         self.replaying = Some(seg.seq);
         Some(seg)
     }

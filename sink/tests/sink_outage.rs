@@ -422,3 +422,205 @@ async fn the_stop_grace_also_ends_a_retry_backoff() {
     );
     assert_eq!((report.rows_spooled, report.rows_dropped), (total, 0));
 }
+
+/// An HTTP proxy on a loopback port in front of the ClickHouse at `upstream`, one
+/// request per connection. It answers with `refusal` as a ClickHouse exception (HTTP
+/// 500) every request whose body contains `poison`, and every request at all while
+/// `refuse_all` is set; it forwards the others (with `Connection: close`). Returns its
+/// URL.
+fn refusing_proxy(
+    upstream: &str,
+    poison: &'static [u8],
+    refusal: &'static str,
+    refuse_all: Arc<std::sync::atomic::AtomicBool>,
+) -> String {
+    use std::io::{Read, Write};
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            let Ok(mut c) = c else { continue };
+            let upstream = upstream.clone();
+            let refuse_all = refuse_all.clone();
+            std::thread::spawn(move || {
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let Some((head, body)) = read_request(&mut c) else {
+                    return;
+                };
+                let refused = refuse_all.load(std::sync::atomic::Ordering::SeqCst)
+                    || body.windows(poison.len()).any(|w| w == poison);
+                if refused {
+                    let _ = write!(
+                        c,
+                        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{refusal}",
+                        refusal.len()
+                    );
+                    return;
+                }
+                let Ok(mut up) = std::net::TcpStream::connect(&upstream) else {
+                    return;
+                };
+                let head: String = head
+                    .lines()
+                    .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+                    .map(|l| format!("{l}\r\n"))
+                    .collect();
+                let _ = up.write_all(format!("{head}Connection: close\r\n\r\n").as_bytes());
+                let _ = up.write_all(&body);
+                let mut answer = Vec::new();
+                let _ = up.read_to_end(&mut answer);
+                let _ = c.write_all(&answer);
+            });
+        }
+    });
+    url
+}
+
+/// One HTTP/1.1 request from `c`: its head (without the blank line) and its body as
+/// sent (chunks included), whether sized by `Content-Length` or chunked.
+fn read_request(c: &mut std::net::TcpStream) -> Option<(String, Vec<u8>)> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if c.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&buf[..buf.len() - 4]).to_string();
+    let header = |name: &str| {
+        head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    };
+    let mut body = Vec::new();
+    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        loop {
+            let mut line = Vec::new();
+            while !line.ends_with(b"\r\n") {
+                if c.read(&mut byte).ok()? == 0 {
+                    return None;
+                }
+                line.push(byte[0]);
+            }
+            let size_text = String::from_utf8_lossy(&line[..line.len() - 2]).to_string();
+            let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+            body.extend_from_slice(&line);
+            let mut chunk = vec![0u8; size + 2];
+            c.read_exact(&mut chunk).ok()?;
+            body.extend_from_slice(&chunk);
+            if size == 0 {
+                break;
+            }
+        }
+    } else if let Some(n) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        body.resize(n, 0);
+        c.read_exact(&mut body).ok()?;
+    }
+    Some((head, body))
+}
+
+/// What ClickHouse says when one INSERT needs more memory than it may take.
+const TOO_BIG: &str = "Code: 241, e.displayText() = DB::Exception: Memory limit (for query) exceeded: would use 9.31 GiB, maximum: 9.31 GiB, e.what() = DB::Exception\n";
+
+/// A sink in front of the proxy, writing uncompressed (so that the proxy sees the rows).
+async fn sink_behind(
+    proxy: &str,
+    db: &TestDb,
+) -> (Sink, sink::SinkHandle, Arc<SinkMetrics>, tempfile::TempDir) {
+    let cfg = ClickHouseConfig {
+        compression: Compression::None,
+        max_attempts: 1,
+        ..quick_retries(proxy, &db.name)
+    };
+    schema::apply(&cfg).await.unwrap();
+    start_sink(cfg).await
+}
+
+/// A batch ClickHouse keeps refusing with a server error while it takes every other
+/// batch of its table: it used to hold the replay of the whole spool behind it for
+/// good (the sink spooling everything new, the spool growing until its cap dropped
+/// data). It goes to the reject spool, and every other row lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spooled_batch_clickhouse_keeps_refusing_does_not_hold_the_spool() {
+    common::init_logs();
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let never = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let proxy = refusing_proxy(&url, b"POISON", TOO_BIG, never);
+    let (sink, h, metrics, spool) = sink_behind(&proxy, &db).await;
+
+    let poison = Row {
+        hostname: "POISON".into(),
+        ..row(0)
+    };
+    h.send(poison, Table::Uint).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || metrics.spooled_rows() == 1),
+        "the refused batch was not spooled"
+    );
+    let total = send_for(&h, 1, 2000, 1.0).await;
+    let landed = wait_until(Duration::from_secs(60), || {
+        written(&metrics) == total - 1 && metrics.rejected_rows() == 1 && metrics.spool_bytes() == 0
+    });
+    assert!(
+        landed,
+        "written {} of {}, rejected {}, spool {} bytes, health {:?}",
+        written(&metrics),
+        total - 1,
+        metrics.rejected_rows(),
+        metrics.spool_bytes(),
+        sink.health()
+    );
+    drop(h);
+    let report = sink.shutdown().await.unwrap();
+    assert_eq!(report.rows_dropped, 0);
+    let got = q(&url, &format!("SELECT count(), uniqExact(itemid), min(itemid), countIf(hostname = 'POISON') FROM {}.history_uint FORMAT TSV", db.name));
+    assert_eq!(got.trim(), format!("{0}\t{0}\t1\t0", total - 1));
+    // The refused row is kept for the operator.
+    let mut tsv = Vec::new();
+    let dumped = sink::dump_tsv(&spool.path().join("rejected"), &mut tsv).unwrap();
+    assert_eq!(dumped.rows, 1);
+    assert!(String::from_utf8_lossy(&tsv).contains("POISON"));
+}
+
+/// A server that refuses every INSERT with the same error for a while (too many parts)
+/// rejects nothing: nothing of the table is stored meanwhile, so no spooled batch is
+/// shown to be refused for itself, and everything lands once the server takes inserts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_refusing_everything_for_a_while_rejects_nothing() {
+    common::init_logs();
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let refuse_all = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let too_many_parts = "Code: 252, e.displayText() = DB::Exception: Too many parts (300). Merges are processing significantly slower than inserts., e.what() = DB::Exception\n";
+    let proxy = refusing_proxy(&url, b"POISON", too_many_parts, refuse_all.clone());
+    let (sink, h, metrics, _spool) = sink_behind(&proxy, &db).await;
+
+    refuse_all.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut next = send_for(&h, 0, 2000, 2.0).await;
+    assert!(metrics.spooled_rows() > 0);
+    // Nothing new to replay: passes over the segments already held, with their
+    // suspects tried again.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    refuse_all.store(false, std::sync::atomic::Ordering::SeqCst);
+    next = send_for(&h, next, 2000, 1.0).await;
+    assert_all_written(&metrics, next, &sink);
+    drop(h);
+    let report = sink.shutdown().await.unwrap();
+    assert_eq!(report.rows_dropped, 0);
+    assert_eq!(metrics.rejected_rows(), 0);
+    let got = q(
+        &url,
+        &format!(
+            "SELECT count(), uniqExact(itemid) FROM {}.history_uint FORMAT TSV",
+            db.name
+        ),
+    );
+    assert_eq!(got.trim(), format!("{next}\t{next}"));
+}
