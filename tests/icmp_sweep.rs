@@ -955,7 +955,7 @@ fn small_probes_leave_with_df_and_no_ip_id() {
 /// A plan of one ICMP item per `(address, key)`, host `h<i>`, and a one-shot due each.
 fn icmp_plan(hosts: &[(&str, &str)]) -> (poller::plan::Plan, Vec<poller::scheduler::Due>) {
     use poller::keys::{IcmpDefaults, IcmpKey, ItemKey};
-    use poller::plan::{HostSpec, ItemKind, ItemSpec, Plan};
+    use poller::plan::{HostSpec, ItemKind, ItemSpec};
     let specs = hosts
         .iter()
         .enumerate()
@@ -981,11 +981,7 @@ fn icmp_plan(hosts: &[(&str, &str)]) -> (poller::plan::Plan, Vec<poller::schedul
             }
         })
         .collect();
-    let plan = Plan::build(specs);
-    let dues = (0..plan.tasks.len())
-        .map(|t| poller::scheduler::Scheduler::one_shot(t as u32))
-        .collect();
-    (plan, dues)
+    common::plan_due_once(specs)
 }
 
 /// One ICMP iteration, with the daemon's code, of hosts `h0`, `h1`, ... (see
@@ -1001,14 +997,7 @@ fn iterate(
     let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
     let mut emitter = poller::engine::Emitter::new(tx, Default::default());
     let metrics = poller::daemon::EngineMetrics::default();
-    let mut done = |idxs: &[usize]| {
-        let name = |&i: &usize| {
-            plan.hosts[plan.tasks[dues[i].task as usize].host as usize]
-                .name
-                .to_string()
-        };
-        host_done(idxs.iter().map(name).collect())
-    };
+    let mut done = |idxs: &[usize]| host_done(common::due_host_names(&plan, &dues, idxs));
     let sum = rt().block_on(poller::daemon::icmp_iteration(
         &mut d,
         &plan,

@@ -840,3 +840,125 @@ async fn a_wrong_privacy_passphrase_times_out_and_says_it_may_be_that() {
         );
     }
 }
+
+/// A plan of one SNMP item per host, `h0`, `h1`, ... for `hosts` (agent address,
+/// community, OID, timeout), each due once.
+fn snmp_plan(
+    hosts: &[(SocketAddr, &str, &str, Duration)],
+) -> (poller::plan::Plan, Vec<poller::scheduler::Due>) {
+    use poller::plan::{HostSpec, ItemKind, ItemSpec, SnmpParams, SnmpVersion};
+    let specs = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, (addr, community, oid, timeout))| {
+            let name = format!("h{i}");
+            let key = format!("snmp[{oid}]");
+            HostSpec {
+                name: name.as_str().into(),
+                ip: addr.ip(),
+                snmp: Some(Arc::new(SnmpParams {
+                    version: SnmpVersion::V2c,
+                    community: (*community).into(),
+                    usm: None,
+                    port: addr.port(),
+                    timeout: *timeout,
+                    retries: 0,
+                    max_oids_per_request: 16,
+                    max_inflight_per_host: 1,
+                })),
+                items: vec![ItemSpec {
+                    itemid: poller::plan::derive_itemid(&name, &key),
+                    key: key.as_str().into(),
+                    value_type: poller::value::ValueType::Str,
+                    interval_ms: 60_000,
+                    kind: ItemKind::Snmp {
+                        oid: oid.parse().unwrap(),
+                    },
+                    pre: None,
+                }],
+            }
+        })
+        .collect();
+    common::plan_due_once(specs)
+}
+
+/// One SNMP iteration, with the daemon's code, of [`snmp_plan`]'s hosts, its samples
+/// sent to `tx`; `host_done` gets the names of the hosts handed back while it runs.
+async fn snmp_iterate(
+    hosts: &[(SocketAddr, &str, &str, Duration)],
+    tx: tokio::sync::mpsc::Sender<poller::engine::Samples>,
+    host_done: &mut (dyn FnMut(Vec<String>) + Send),
+) -> poller::engine::Emitter {
+    let (plan, dues) = snmp_plan(hosts);
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
+    let metrics = poller::daemon::EngineMetrics::default();
+    let mut done = |idxs: &[usize]| host_done(common::due_host_names(&plan, &dues, idxs));
+    let sum = poller::daemon::snmp_iteration(
+        &mut driver,
+        &plan,
+        &dues,
+        &metrics,
+        &mut emitter,
+        &mut done,
+        std::future::pending(),
+    )
+    .await;
+    assert_eq!(sum.items, hosts.len());
+    emitter
+}
+
+/// The quick host of an SNMP iteration and the host that answers a second later.
+fn quick_and_slow(slow: SocketAddr) -> Vec<(SocketAddr, &'static str, &'static str, Duration)> {
+    let (quick, community) = snmpd_agents().remove(0);
+    let community: &'static str = community.leak();
+    vec![
+        (
+            quick,
+            community,
+            "1.3.6.1.2.1.1.5.0",
+            Duration::from_secs(3),
+        ),
+        (
+            slow,
+            "public",
+            "1.3.6.1.4.1.8072.9999.8888.1.0",
+            Duration::from_secs(3),
+        ),
+    ]
+}
+
+/// A host done early in a slow SNMP iteration is handed back (for its next poll) before
+/// the iteration ends, once its sample is in the channel.
+#[tokio::test(flavor = "current_thread")]
+async fn hosts_done_are_handed_back_while_a_slow_snmp_host_goes_on() {
+    let slow = SocketAddr::from(([127, 0, 124, 2], 16161));
+    let _agent = SlowAgent::start(slow, "1");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let mut reported: Vec<(Vec<String>, usize)> = Vec::new();
+    snmp_iterate(&quick_and_slow(slow), tx, &mut |names| {
+        let mut got = 0;
+        while rx.try_recv().map(|b| got += b.len()).is_ok() {}
+        reported.push((names, got));
+    })
+    .await;
+    assert_eq!(reported, [(vec!["h0".to_string()], 1)]);
+}
+
+/// Hosts whose samples wait for a full channel (the sink behind) are not handed back
+/// early: their next poll, by another iteration, could reach the consumer before them.
+#[tokio::test(flavor = "current_thread")]
+async fn snmp_hosts_whose_samples_wait_for_the_channel_are_not_handed_back() {
+    let slow = SocketAddr::from(([127, 0, 124, 3], 16161));
+    let _agent = SlowAgent::start(slow, "1");
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    tx.try_send(Vec::new()).unwrap();
+    let mut reported = Vec::new();
+    let emitter = snmp_iterate(&quick_and_slow(slow), tx, &mut |names| {
+        reported.extend(names)
+    })
+    .await;
+    assert_eq!(reported, Vec::<String>::new());
+    assert!(emitter.parked() > 0);
+    assert!(rx.try_recv().is_ok());
+}

@@ -264,3 +264,30 @@ where
     });
     port
 }
+
+/// The plan of `specs`, each of its tasks due once (as `poll-once` polls them).
+pub fn plan_due_once(
+    specs: Vec<poller::plan::HostSpec>,
+) -> (poller::plan::Plan, Vec<poller::scheduler::Due>) {
+    let plan = poller::plan::Plan::build(specs);
+    let dues = (0..plan.tasks.len())
+        .map(|t| poller::scheduler::Scheduler::one_shot(t as u32))
+        .collect();
+    (plan, dues)
+}
+
+/// The names of the hosts of `dues[i]`, for each `i` of `idxs` (what an iteration hands
+/// back).
+pub fn due_host_names(
+    plan: &poller::plan::Plan,
+    dues: &[poller::scheduler::Due],
+    idxs: &[usize],
+) -> Vec<String> {
+    idxs.iter()
+        .map(|&i| {
+            plan.hosts[plan.tasks[dues[i].task as usize].host as usize]
+                .name
+                .to_string()
+        })
+        .collect()
+}
