@@ -962,3 +962,98 @@ async fn snmp_hosts_whose_samples_wait_for_the_channel_are_not_handed_back() {
     assert!(emitter.parked() > 0);
     assert!(rx.try_recv().is_ok());
 }
+
+/// An SNMP agent on 127.0.0.1 that answers each request `delay` after it came, every
+/// request on a thread of its own (a device that works on several at once), with
+/// Integer 1 for each OID. Returns its port and the most requests it held at once.
+fn concurrent_slow_agent(delay: Duration) -> (u16, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let sock = Arc::new(std::net::UdpSocket::bind("127.0.0.1:0").unwrap());
+    let port = sock.local_addr().unwrap().port();
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let most2 = most.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65_536];
+        while let Ok((n, from)) = sock.recv_from(&mut buf) {
+            let req = buf[..n].to_vec();
+            let (sock, now, most) = (sock.clone(), now.clone(), most2.clone());
+            std::thread::spawn(move || {
+                most.fetch_max(now.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+                std::thread::sleep(delay);
+                now.fetch_sub(1, Ordering::SeqCst);
+                let Ok(m) = snmp::Message::decode(&req) else {
+                    return;
+                };
+                let vbs: Vec<(Oid, VarValue)> = m
+                    .varbinds()
+                    .map(|vb| (vb.oid.to_owned(), VarValue::Integer(1)))
+                    .collect();
+                let _ = sock.send_to(&common::response(&m, &vbs), from);
+            });
+        }
+    });
+    (port, most)
+}
+
+/// A device with items at 2 s and 3 s (two tasks) whose answers take 2.5 s, polled by
+/// the daemon's SNMP engine with its default two concurrent iterations and no batch
+/// window: one task's slot comes while the other's poll runs, and must wait for it. The device gets one
+/// request at a time (`max_inflight_per_host = 1`), never two chains at once.
+#[tokio::test(flavor = "current_thread")]
+async fn two_tasks_of_one_host_are_never_polled_at_once() {
+    use poller::daemon::{run_engine, Clock, Drivers, Limits, Shared, SnmpDrivers};
+    use poller::plan::{Engine, HostSpec, ItemKind, ItemSpec, Plan, SnmpParams, SnmpVersion};
+    let (port, most) = concurrent_slow_agent(Duration::from_millis(2_500));
+    let params = Arc::new(SnmpParams {
+        version: SnmpVersion::V2c,
+        community: "public".into(),
+        usm: None,
+        port,
+        timeout: Duration::from_secs(5),
+        retries: 0,
+        max_oids_per_request: 32,
+        max_inflight_per_host: 1,
+    });
+    let item = |i: u32, interval_ms: u32| ItemSpec {
+        itemid: u64::from(i),
+        key: format!("k{i}").into(),
+        value_type: poller::value::ValueType::Uint,
+        interval_ms,
+        kind: ItemKind::Snmp {
+            oid: Oid::from_arcs(&[1, 3, 6, 1, 4, 1, 99999, i]).unwrap(),
+        },
+        pre: None,
+    };
+    let plan = Plan::build(vec![HostSpec {
+        name: "slow-switch".into(),
+        ip: "127.0.0.1".parse().unwrap(),
+        snmp: Some(params),
+        items: vec![item(1, 2_000), item(2, 3_000)],
+    }]);
+    assert_eq!(plan.tasks.len(), 2);
+    // Nothing taken ahead of its slot: tasks a batch window apart would be merged.
+    let limits = Limits {
+        batch_window: Duration::ZERO,
+        ..Limits::default()
+    };
+    let shared = Shared::new(plan, 1, Clock::new(), limits);
+    let (tx, mut rx) = poller::engine::channel(4096);
+    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let open = || SnmpDriver::open(SnmpDriverOptions::default());
+    let drivers = Drivers::Snmp(SnmpDrivers {
+        base: vec![open().unwrap(), open().unwrap()],
+        extra: 0,
+        open: Box::new(open),
+    });
+    let engine = tokio::spawn(run_engine(shared, Engine::Snmp, drivers, tx, stop_rx));
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    stop_tx.send(true).unwrap();
+    engine.await.unwrap().unwrap();
+    drain.await.unwrap();
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the device got requests from two iterations at once"
+    );
+}

@@ -964,7 +964,12 @@ pub async fn run_engine(
         if *shutdown.borrow() || failed.is_some() {
             break;
         }
-        // Sleep until the earliest due slot (or a reload / shutdown).
+        // Sleep until the earliest due slot (or a reload / shutdown). Listening for a
+        // wake-up starts before the queues are read: `notify_waiters` wakes only
+        // listeners already there, and a reload between the two would go unheard.
+        let woken = shared.wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
         let now = shared.clock.now_ms();
         let wait = match shared.scheduler.next_due(engine) {
             Some(due) if due <= now => Duration::ZERO,
@@ -974,7 +979,7 @@ pub async fn run_engine(
         if !wait.is_zero() {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
-                _ = shared.wake.notified() => continue,
+                _ = woken => continue,
                 _ = shutdown.changed() => continue,
                 Some(r) = running.join_next(), if !running.is_empty() => {
                     failed = reap(r, &mut emitters, &mut extras).err();

@@ -333,13 +333,20 @@ impl Plan {
                         p.target, p.packets, p.interval_ms, p.size, p.timeout_ms
                     );
                 }
-                let phase_ms = stable_hash(&[
-                    b"phase",
-                    host.name.as_bytes(),
-                    engine.as_str().as_bytes(),
-                    &interval_ms.to_le_bytes(),
-                    probe_desc.as_bytes(),
-                ]) % interval_ms;
+                // An SNMP host's phase does not depend on the interval: its tasks of
+                // intervals that divide one another then share slots, are taken
+                // together and polled in one chain of requests (a device gets its
+                // requests one after another, see the scheduler's `Serial`).
+                let phase_ms = match engine {
+                    Engine::Snmp => stable_hash(&[b"phase", host.name.as_bytes(), b"snmp"]),
+                    Engine::Icmp => stable_hash(&[
+                        b"phase",
+                        host.name.as_bytes(),
+                        engine.as_str().as_bytes(),
+                        &interval_ms.to_le_bytes(),
+                        probe_desc.as_bytes(),
+                    ]),
+                } % interval_ms;
                 plan.tasks.push(Task {
                     engine,
                     host: hidx as u32,

@@ -7,8 +7,19 @@
 //! * A task is in at most one queue, at most once. [`Scheduler::take_due`] removes it;
 //!   only [`Scheduler::complete`] puts it back, for its next slot. So an item whose poll is
 //!   still running is never queued twice, and concurrent takers never get the same task.
+//!   (A reload queues every task of the new plan, those in flight included; for SNMP,
+//!   the next slot of one still running waits for it, see below.)
+//! * An SNMP host's tasks (one per interval) are in flight in one iteration at a time:
+//!   a device gets its requests one after another. A task that comes due while another
+//!   task of its host, taken by an earlier [`Scheduler::take_due`], is in flight waits
+//!   (out of the queue, still counted) until the last of them completes, then is queued
+//!   again for the slot it waited on; tasks of one host taken by one call go to one
+//!   iteration, which merges them into one chain of requests. This holds across
+//!   reloads: what is in flight and what waits is carried into the new queues.
 //! * Slots are `phase + k * interval` (ms of Unix time). The phase is a stable hash of
-//!   the task (host, engine, interval, probe), so a restart or a reload keeps every
+//!   the task (host, engine, interval, probe; an SNMP task's of its host alone, so that
+//!   a host's tasks of intervals that divide one another share slots and are polled
+//!   together), so a restart or a reload keeps every
 //!   unchanged task on exactly the same slots, and tasks of one interval are spread over
 //!   the whole interval rather than fired together at second 0; ICMP tasks are then
 //!   gathered onto one phase per sweep ([`Plan::group_icmp_phases`]; a reload that
@@ -17,20 +28,23 @@
 //!   the past: the schedule catches up by skipping (and counting) missed slots, without a
 //!   burst of back-to-back polls.
 //! * A reload replaces the queues; completions of tasks taken before the reload carry an
-//!   older generation and are ignored (the new queues already hold their next slot). No
+//!   older generation and are not queued (the new queues already hold their next slot),
+//!   though they still end their host's time in flight. No
 //!   slot is handed out twice across a reload (tasks go to their first slot after what
 //!   the engines took, batch window included) and none still queued is lost (an
 //!   unchanged task keeps a slot the old queues had not handed out yet, overdue or not):
 //!   see [`Scheduler::install`]. A task new to the plan starts after that too, up to one
 //!   batch window later than it could.
-//! * A queue entry is 24 bytes (due time, task index, interval, phase) and carries all
+//! * A queue entry is 24 bytes (due time, task index, interval, phase, host key) and
+//!   carries all
 //!   that [`Scheduler::complete`] needs, so putting a task back touches only its own
 //!   shard's lock: there is no scheduler-wide lock or table on the poll path. Tasks
 //!   group a host's items, so the scheduler's memory per item is at most that.
 
+use std::collections::hash_map::Entry as Entry_;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::plan::{Engine, Plan, Task};
 
@@ -41,7 +55,27 @@ struct Entry {
     /// Interval and phase in ms (intervals are at most a day: fits in 32 bits).
     interval_ms: u32,
     phase_ms: u32,
+    /// The host's key ([`host_key`]), with [`MULTI`] when it has other tasks of the
+    /// engine, for engines that poll a host's tasks one at a time.
+    host: u32,
 }
+
+// The module docs' 24 bytes: the host key fills what was padding.
+const _: () = assert!(std::mem::size_of::<Entry>() == 24);
+
+/// A host's key in the queues: 31 high bits of its stable name hash (the low bits
+/// choose its shard). It outlives reloads, as the hash does; two hosts of one shard
+/// sharing a key (about 230 / shards pairs at a million hosts) may be polled one after
+/// the other.
+fn host_key(hash: u64) -> u32 {
+    (hash >> 33) as u32
+}
+
+/// Flag of [`Entry::host`]: the host has other tasks of this engine. Only such hosts
+/// are followed while in flight ([`Serial`]); a host with one task cannot meet itself,
+/// except across a reload, which marks those in flight then ([`Scheduler::install`]).
+/// The queues' hot path then costs nothing for the usual host with one interval.
+const MULTI: u32 = 1 << 31;
 
 /// A task handed to an engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +90,7 @@ pub struct Due {
     engine: Engine,
     interval_ms: u32,
     phase_ms: u32,
+    host: u32,
 }
 
 /// Outcome of putting a task back after its poll.
@@ -92,10 +127,68 @@ struct DueQueue {
     far: BTreeMap<u64, Vec<Entry>>,
     /// End (exclusive, ms) of the window `near` covers.
     horizon: u64,
+    /// Entries queued, those waiting in `serial` included.
     len: usize,
+    /// For an engine that polls each host's tasks in one iteration at a time (SNMP:
+    /// requests to a device go one after another), its hosts with tasks in flight.
+    serial: Option<Serial>,
+}
+
+/// The hosts of a [`DueQueue`] with tasks in flight that are followed: those with
+/// several tasks ([`MULTI`]), and those with one that a reload found in flight.
+#[derive(Default)]
+struct Serial {
+    /// Calls of [`DueQueue::take`] so far (wrapping): tasks of one host taken by one
+    /// call go to one iteration, which merges them.
+    takes: u32,
+    /// Hosts with tasks in flight: (tasks taken and not yet completed, the call of
+    /// [`DueQueue::take`] that took them last). Touched twice per task polled, so
+    /// small and quickly hashed.
+    busy: HashMap<u32, (u32, u32), KeyHash>,
+    /// Entries of busy hosts that came due meanwhile, queued again when their host's
+    /// last task in flight completes.
+    waiting: HashMap<u32, Vec<Entry>, KeyHash>,
+    /// A bit per task of the queue's plan (by index, shared by every shard's queue of
+    /// the plan, each writing only its own tasks' bits): taken and not completed, for
+    /// tasks of hosts with one task. How a reload finds those in flight without a look
+    /// at each entry.
+    in_flight: Arc<[AtomicU64]>,
+}
+
+/// Hashing of [`host_key`]s, which are already uniform: one multiply spreads them over
+/// the high bits too (the map's tags) at a fraction of SipHash's cost.
+type KeyHash = std::hash::BuildHasherDefault<KeyHasher>;
+
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(u32::from(b) ^ (self.0 as u32).rotate_left(8));
+        }
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.0 = u64::from(i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl DueQueue {
+    /// An empty queue for `engine`'s tasks of a plan whose [`Serial::in_flight`] bits
+    /// are `in_flight`.
+    fn new(engine: Engine, in_flight: &Arc<[AtomicU64]>) -> DueQueue {
+        DueQueue {
+            serial: (engine == Engine::Snmp).then(|| Serial {
+                in_flight: in_flight.clone(),
+                ..Serial::default()
+            }),
+            ..DueQueue::default()
+        }
+    }
+
     fn push(&mut self, e: Entry) {
         let (map, key) = if e.due < self.horizon {
             (&mut self.near, e.due >> BUCKET_SHIFT)
@@ -129,9 +222,15 @@ impl DueQueue {
     }
 
     /// Remove entries due at `now_ms` while `accept` says yes (it sees each entry once;
-    /// returning false stops the scan and keeps that entry).
+    /// returning false stops the scan and keeps that entry). In a serial queue, an
+    /// entry whose host has tasks in flight from an earlier call waits for them
+    /// ([`Serial::waiting`]) and is not offered.
     fn take(&mut self, now_ms: u64, mut accept: impl FnMut(&Entry) -> bool) -> bool {
         self.advance(now_ms);
+        let call = self.serial.as_mut().map(|s| {
+            s.takes = s.takes.checked_add(1).unwrap_or(RELOADED + 1);
+            s.takes
+        });
         while let Some(mut first) = self.near.first_entry() {
             if *first.key() > now_ms >> BUCKET_SHIFT {
                 return true;
@@ -143,11 +242,36 @@ impl DueQueue {
                     i += 1;
                     continue;
                 }
+                // At most one look-up of the host per entry, none for a host with one
+                // task while no host is followed: it is the hot path.
+                let (host, multi) = (v[i].host & !MULTI, v[i].host & MULTI != 0);
+                let busy = match (self.serial.as_mut(), call) {
+                    (Some(s), Some(call)) if multi || !s.busy.is_empty() => {
+                        match s.busy.entry(host) {
+                            Entry_::Occupied(b) if b.get().1 != call => {
+                                let e = v.swap_remove(i);
+                                s.waiting.entry(host).or_default().push(e);
+                                continue;
+                            }
+                            b @ Entry_::Occupied(_) => Some((b, call)),
+                            b => multi.then_some((b, call)),
+                        }
+                    }
+                    _ => None,
+                };
                 if !accept(&v[i]) {
                     return false;
                 }
-                v.swap_remove(i);
+                let e = v.swap_remove(i);
                 self.len -= 1;
+                if let Some((b, call)) = busy {
+                    let b = b.or_insert((0, call));
+                    *b = (b.0 + 1, call);
+                }
+                if let (Some(s), false) = (self.serial.as_ref(), multi) {
+                    s.in_flight[e.task as usize / 64]
+                        .fetch_or(1 << (e.task % 64), Ordering::Relaxed);
+                }
             }
             if v.is_empty() {
                 first.remove();
@@ -224,13 +348,49 @@ impl DueQueue {
     /// Moves every entry due at or before `t` to its first slot after `t`.
     fn move_past(&mut self, t: u64) {
         let mut passed = Vec::new();
+        // Moved, not taken: nothing is in flight for it.
+        let serial = self.serial.take();
         self.take(t, |e| {
             passed.push(*e);
             true
         });
+        self.serial = serial;
         for mut e in passed {
             let (iv, ph) = (u64::from(e.interval_ms), u64::from(e.phase_ms));
             e.due = next_slot_after(t, iv, ph);
+            self.push(e);
+        }
+    }
+
+    /// Task `task` of host `host` is done (`task` is `None` for one of an older plan):
+    /// once none of its host's is left in flight, what waited for them is queued
+    /// again, due as it was.
+    fn done_with(&mut self, task: Option<u32>, host: u32) {
+        let Some(s) = self.serial.as_mut() else {
+            return;
+        };
+        if let (Some(t), 0) = (task, host & MULTI) {
+            s.in_flight[t as usize / 64].fetch_and(!(1 << (t % 64)), Ordering::Relaxed);
+        }
+        if s.busy.is_empty() {
+            return;
+        }
+        let host = host & !MULTI;
+        let Entry_::Occupied(mut b) = s.busy.entry(host) else {
+            return;
+        };
+        b.get_mut().0 -= 1;
+        if b.get().0 > 0 {
+            return;
+        }
+        b.remove();
+        if s.waiting.is_empty() {
+            return;
+        }
+        let waiting = s.waiting.remove(&host).unwrap_or_default();
+        // Still counted in `len`.
+        self.len -= waiting.len();
+        for e in waiting {
             self.push(e);
         }
     }
@@ -269,6 +429,20 @@ pub struct Scheduler {
     reload: Mutex<()>,
 }
 
+/// The call number of hosts a reload found in flight ([`Serial::busy`]): no take's
+/// (calls count from 1 and skip it).
+const RELOADED: u32 = 0;
+
+/// Per host of `plan`: whether it has more than one SNMP task.
+fn several_snmp_tasks(plan: &Plan) -> Vec<bool> {
+    let mut count = vec![0u8; plan.hosts.len()];
+    for t in plan.tasks.iter().filter(|t| t.engine == Engine::Snmp) {
+        let c = &mut count[t.host as usize];
+        *c = c.saturating_add(1);
+    }
+    count.into_iter().map(|c| c > 1).collect()
+}
+
 /// First slot strictly after `t`.
 pub fn next_slot_after(t: u64, interval_ms: u64, phase_ms: u64) -> u64 {
     if t < phase_ms {
@@ -285,10 +459,7 @@ impl Scheduler {
         let s = Scheduler {
             shards: (0..shards)
                 .map(|_| Shard {
-                    queues: [
-                        Mutex::new(DueQueue::default()),
-                        Mutex::new(DueQueue::default()),
-                    ],
+                    queues: Engine::ALL.map(|e| Mutex::new(DueQueue::new(e, &Arc::from([])))),
                 })
                 .collect(),
             generation: AtomicU64::new(0),
@@ -313,9 +484,13 @@ impl Scheduler {
     /// slow part of a reload: one entry per task), to be swapped in by [`Self::install`].
     pub fn prepare(&self, plan: &Plan, now_ms: u64) -> Prepared {
         let n = self.shards.len() as u64;
-        let mut fresh: Vec<[DueQueue; 2]> = (0..n)
-            .map(|_| [DueQueue::default(), DueQueue::default()])
+        let in_flight: Arc<[AtomicU64]> = (0..plan.tasks.len().div_ceil(64))
+            .map(|_| AtomicU64::new(0))
             .collect();
+        let mut fresh: Vec<[DueQueue; 2]> = (0..n)
+            .map(|_| Engine::ALL.map(|e| DueQueue::new(e, &in_flight)))
+            .collect();
+        let several = several_snmp_tasks(plan);
         for (i, t) in plan.tasks.iter().enumerate() {
             let t: &Task = t;
             let shard = (plan.hosts[t.host as usize].hash % n) as usize;
@@ -327,6 +502,12 @@ impl Scheduler {
                 task: i as u32,
                 interval_ms,
                 phase_ms: t.phase_ms as u32,
+                host: host_key(plan.hosts[t.host as usize].hash)
+                    | if t.engine == Engine::Snmp && several[t.host as usize] {
+                        MULTI
+                    } else {
+                        0
+                    },
             });
         }
         Prepared {
@@ -369,16 +550,45 @@ impl Scheduler {
                 t.phase_ms,
             )
         };
+        let n = self.shards.len() as u64;
         let mut old = Vec::with_capacity(prepared.queues.len() * 2);
-        for (shard, qs) in self.shards.iter().zip(prepared.queues) {
+        for (k, (shard, qs)) in self.shards.iter().zip(prepared.queues).enumerate() {
             for (e, mut q) in Engine::ALL.into_iter().zip(qs) {
                 let mut live = shard.queues[e as usize]
                     .lock()
                     .unwrap_or_else(|e| e.into_inner());
                 // Read under the lock: a take of this queue moves it first.
                 let served_to = now_ms.max(self.taken_to[e as usize].load(Ordering::Acquire));
+                // The hosts in flight stay so; what waits for them is queued again in
+                // the new plan's terms, as unserved.
+                let mut waited = Vec::new();
+                if let Some(s) = live.serial.as_mut() {
+                    waited.extend(s.waiting.drain().flat_map(|(_, v)| v));
+                }
+                // Hosts with one task in flight are followed from now on: their
+                // next slot, queued below, waits for the poll that runs. (This shard's
+                // bits do not change while its lock is held.)
+                if let (Some((was, _)), Some(s)) = (plans, live.serial.as_mut()) {
+                    for (w, bits) in s.in_flight.iter().enumerate() {
+                        let mut bits = bits.load(Ordering::Relaxed);
+                        while bits != 0 {
+                            let t = w * 64 + bits.trailing_zeros() as usize;
+                            bits &= bits - 1;
+                            let hash = was.hosts[was.tasks[t].host as usize].hash;
+                            if hash % n == k as u64 {
+                                s.busy.entry(host_key(hash)).or_insert((0, RELOADED)).0 += 1;
+                            }
+                        }
+                    }
+                }
+                let in_flight = q.serial.as_ref().map(|s| s.in_flight.clone());
+                q.serial = live.serial.take();
+                if let (Some(s), Some(bits)) = (q.serial.as_mut(), in_flight) {
+                    // Of the new plan: nothing of it is in flight yet.
+                    s.in_flight = bits;
+                }
                 let unserved: Vec<Entry> = match plans {
-                    Some(_) => live.due_by(served_to).copied().collect(),
+                    Some(_) => live.due_by(served_to).copied().chain(waited).collect(),
                     None => Vec::new(),
                 };
                 if served_to > prepared.at {
@@ -450,6 +660,7 @@ impl Scheduler {
                     engine,
                     interval_ms: e.interval_ms,
                     phase_ms: e.phase_ms,
+                    host: e.host,
                 });
                 true
             });
@@ -512,7 +723,9 @@ impl Scheduler {
         let mut q = self.shards[due.shard as usize].queues[due.engine as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        if due.generation != self.generation() {
+        let current = due.generation == self.generation();
+        q.done_with(current.then_some(due.task), due.host);
+        if !current {
             return Rescheduled::Stale;
         }
         q.push(Entry {
@@ -520,6 +733,7 @@ impl Scheduler {
             task: due.task,
             interval_ms: due.interval_ms,
             phase_ms: due.phase_ms,
+            host: due.host,
         });
         Rescheduled::At {
             next_ms: next,
@@ -538,6 +752,7 @@ impl Scheduler {
             engine: Engine::Icmp,
             interval_ms: 1,
             phase_ms: 0,
+            host: 0,
         }
     }
 }
@@ -908,6 +1123,103 @@ mod tests {
             );
             assert_eq!(a.phase_ms, b.phase_ms);
         }
+    }
+
+    /// Takes everything of `s` due at `now` (SNMP).
+    fn take_all(s: &Scheduler, now: u64) -> Vec<Due> {
+        let mut out = Vec::new();
+        s.take_due(Engine::Snmp, now, u64::MAX, |_| 1, &mut out);
+        out
+    }
+
+    /// The first time in `from..` (100 ms steps) when `s` hands out something (SNMP),
+    /// and the one task it hands out (a batch full after it).
+    fn first_taken(s: &Scheduler, from: u64) -> (u64, Due) {
+        (from..from + 100_000)
+            .step_by(100)
+            .find_map(|now| {
+                let mut out = Vec::new();
+                s.take_due(Engine::Snmp, now, 1, |_| 1, &mut out);
+                out.pop().map(|d| (now, d))
+            })
+            .expect("something comes due")
+    }
+
+    #[test]
+    fn a_hosts_task_waits_while_another_of_its_tasks_is_polled() {
+        // One device with items at 10 s and 15 s: two tasks, on the same first slot
+        // (an SNMP host's phase does not depend on the interval), but the batch is full
+        // after the first. While its poll runs, the other is not handed to another
+        // iteration (the device would get two chains of requests at once).
+        let p = plan(1, &[10, 15]);
+        assert_eq!(p.tasks.len(), 2);
+        assert_eq!(p.tasks[0].phase_ms, p.tasks[1].phase_ms);
+        let s = Scheduler::new(&p, 1, 0);
+        let (t0, first) = first_taken(&s, 0);
+        for now in (t0..t0 + 60_000).step_by(100) {
+            let out = take_all(&s, now);
+            assert!(
+                out.is_empty(),
+                "{out:?} handed out at {now} while {first:?} runs"
+            );
+        }
+        // Once it is done, what waited is handed out at once, for its slot.
+        let done_at = t0 + 60_000;
+        s.complete(first, done_at);
+        let out = take_all(&s, done_at);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_ne!(out[0].task, first.task);
+        assert_eq!(out[0].due_ms, first.due_ms);
+        assert_eq!(s.queued(Engine::Snmp), vec![1]);
+    }
+
+    #[test]
+    fn tasks_of_a_host_taken_together_go_together() {
+        // Due on one slot and taken by one call: one iteration gets both (it merges
+        // them into one chain of requests).
+        let p = plan(1, &[10, 15]);
+        let s = Scheduler::new(&p, 1, 0);
+        let due = s.next_due(Engine::Snmp).unwrap();
+        assert_eq!(take_all(&s, due).len(), 2);
+    }
+
+    #[test]
+    fn a_reload_never_hands_out_a_task_whose_poll_is_still_running() {
+        // A reload (a SIGHUP, a discovery re-plan) 2 s into a poll that outlasts the
+        // interval (a slow device, its retries): the new queues hold the task's next
+        // slot, which must wait for the running poll, not start a second one.
+        let p = plan(1, &[10]);
+        let s = Scheduler::new(&p, 1, 0);
+        let (t0, running) = first_taken(&s, 0);
+        s.reload(&p, &p, t0 + 2_000);
+        for now in (t0 + 2_000..t0 + 30_000).step_by(100) {
+            let out = take_all(&s, now);
+            assert!(out.is_empty(), "{out:?} at {now} while {running:?} runs");
+        }
+        // Its completion (of the old generation) lets the slot that waited go.
+        assert_eq!(s.complete(running, t0 + 30_000), Rescheduled::Stale);
+        let out = take_all(&s, t0 + 30_000);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert!(out[0].due_ms > t0 + 2_000 && out[0].due_ms <= t0 + 30_000);
+    }
+
+    #[test]
+    fn what_waits_for_a_busy_host_survives_a_reload() {
+        let p = plan(1, &[10, 15]);
+        let s = Scheduler::new(&p, 1, 0);
+        let (t0, first) = first_taken(&s, 0);
+        let now = t0 + 40_000;
+        assert!(take_all(&s, now).is_empty());
+        s.reload(&p, &p, now);
+        assert!(take_all(&s, now).is_empty());
+        assert_eq!(s.complete(first, now), Rescheduled::Stale);
+        let out = take_all(&s, now);
+        // The task that waited, for the slot it waited on (the reload moved the
+        // running one past `now`).
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_ne!(out[0].task, first.task);
+        assert_eq!(out[0].due_ms, first.due_ms);
+        assert_eq!(s.queued(Engine::Snmp), vec![1]);
     }
 
     proptest::proptest! {

@@ -253,16 +253,21 @@ where
             let Some(vbs) = answer(&m) else {
                 continue;
             };
-            let mut out = Vec::new();
-            snmp::encode_response(
-                &mut out,
-                &m,
-                vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
-            );
-            let _ = sock.send_to(&out, from);
+            let _ = sock.send_to(&response(&m, &vbs), from);
         }
     });
     port
+}
+
+/// The response to `request` with `varbinds`, encoded.
+pub fn response(request: &snmp::Message<'_>, varbinds: &[(snmp::Oid, snmp::VarValue)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    snmp::encode_response(
+        &mut out,
+        request,
+        varbinds.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+    );
+    out
 }
 
 /// The plan of `specs`, each of its tasks due once (as `poll-once` polls them).
