@@ -212,7 +212,7 @@ pub struct Transmit<'a> {
     pub addr: IpAddr,
     /// Bytes to send.
     pub packet: &'a [u8],
-    /// Handle for [`Sweep::on_send_error`].
+    /// Handle for [`Sweep::sent_at`] and [`Sweep::on_send_error`].
     pub token: ProbeToken,
 }
 
@@ -699,6 +699,28 @@ impl Sweep {
         })
     }
 
+    /// Corrects the send instant of probe `token`, still in flight, to `at`: when it
+    /// left (the caller sends probes in batches after handing them out, and a batch
+    /// may wait for a full socket buffer), so that its RTT and its timeout count from
+    /// then. Only moves it later.
+    pub fn sent_at(&mut self, token: ProbeToken, at: Instant) {
+        let Some(st) = self.jobs.get(token.job as usize) else {
+            return;
+        };
+        let timeout = st.job.timeout;
+        let Some(Probe::InFlight(sent)) =
+            self.probes.get_mut((st.probe_base + token.packet) as usize)
+        else {
+            return;
+        };
+        if at > *sent {
+            *sent = at;
+            // Its queued expiry, now early, is put back when reached (handle_timeout).
+            let expiry = at + timeout;
+            self.deadline = Some(self.deadline.map_or(expiry, |d| d.max(expiry)));
+        }
+    }
+
     /// Takes probe `packet` of job `j` out of flight, returning its send instant.
     fn take(&mut self, j: u32, packet: u32) -> Option<Instant> {
         let st = self.jobs.get(j as usize)?;
@@ -802,10 +824,19 @@ impl Sweep {
                     break;
                 }
                 self.expiries[qi].1.pop_front();
-                if let Some(slot @ Probe::InFlight(_)) = self.probes.get_mut(probe as usize) {
-                    *slot = Probe::Lost;
-                    self.in_flight -= 1;
-                    self.resolve(j as usize);
+                let timeout = self.expiries[qi].0;
+                match self.probes.get_mut(probe as usize) {
+                    // Sent later than handed out (see `sent_at`): it expires later.
+                    Some(Probe::InFlight(sent)) if *sent + timeout > now => {
+                        let expiry = *sent + timeout;
+                        self.expiries[qi].1.push_back((expiry, probe, j));
+                    }
+                    Some(slot @ Probe::InFlight(_)) => {
+                        *slot = Probe::Lost;
+                        self.in_flight -= 1;
+                        self.resolve(j as usize);
+                    }
+                    _ => {}
                 }
             }
         }

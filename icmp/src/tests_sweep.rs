@@ -556,3 +556,48 @@ fn silent_hosts_complete_as_their_probes_expire() {
         (2, 1, 0)
     );
 }
+
+#[test]
+fn a_probe_counts_from_when_it_left_not_from_when_it_was_handed_out() {
+    // The driver hands out a batch of probes, then sends it: 5 ms later here (a batch
+    // to build, a full socket buffer). RTTs and timeouts count from the send.
+    let base = Instant::now();
+    let mut s = Sweep::new((0..3).map(|i| job(i, 1)).collect(), cfg(0), base).unwrap();
+    let mut sent = Vec::new();
+    while let Some(tx) = s.poll_transmit(base) {
+        sent.push((tx.addr, tx.packet.to_vec(), tx.token));
+    }
+    assert_eq!(sent.len(), 3);
+    for (_, _, token) in &sent {
+        s.sent_at(*token, base + ms(5));
+    }
+    // An earlier instant never moves it back.
+    s.sent_at(sent[0].2, base + ms(1));
+    // Host 0 answers 3 ms after its probe left: 3 ms, not 8.
+    let (a, req, _) = &sent[0];
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(8));
+    assert!(
+        matches!(out, ReplyOutcome::Matched { rtt, .. } if rtt == ms(3)),
+        "{out:?}"
+    );
+    // Hosts 1 and 2 are not lost at handout + timeout, ...
+    s.handle_timeout(base + ms(1000));
+    assert_eq!(
+        done_events(&mut s).iter().map(|e| e.0).collect::<Vec<_>>(),
+        vec![0]
+    );
+    assert_eq!(s.poll_timeout(), Some(base + ms(1005)));
+    // ... a reply 999 ms after the send counts, ...
+    let (a, req, _) = &sent[2];
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(1004));
+    assert!(
+        matches!(out, ReplyOutcome::Matched { rtt, .. } if rtt == ms(999)),
+        "{out:?}"
+    );
+    // ... and the silent one is lost at send + timeout.
+    s.handle_timeout(base + ms(1005));
+    let late = done_events(&mut s);
+    assert_eq!(late.iter().map(|e| e.0).collect::<Vec<_>>(), vec![2, 1]);
+    assert_eq!(late[1].1.received, 0);
+    assert!(s.is_finished());
+}

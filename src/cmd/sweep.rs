@@ -27,7 +27,9 @@ pub struct Args {
     /// Echo requests per host (Zabbix `packets`, 1..=10000).
     #[arg(short = 'c', long, default_value_t = 3)]
     pub count: u32,
-    /// Per-request reply timeout, e.g. "500ms", "1s" (Zabbix minimum 50ms).
+    /// Per-request reply timeout, e.g. "500ms", "1s" (Zabbix minimum 50ms). The
+    /// default is Zabbix's, as the icmpping items use it; `fping -c` waits the interval
+    /// (at most 2 s) instead, so a host answering in 0.5 to 1 s is lost here, not there.
     #[arg(short = 't', long, default_value = "500ms", value_parser = sink::config::parse_duration)]
     pub timeout: Duration,
     /// Spacing between one host's requests, e.g. "20ms", "1s" (Zabbix minimum 20ms).
