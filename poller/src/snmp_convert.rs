@@ -5,14 +5,17 @@
 //! * noSuchObject / noSuchInstance / endOfMibView → [`ErrorReason::Unsupported`] with the
 //!   exception's name as text.
 //! * uint: INTEGER ≥ 0, Counter32, Gauge32, TimeTicks (hundredths of a second),
-//!   Counter64, or an OCTET STRING holding a decimal unsigned integer (surrounding
-//!   whitespace ignored). Negative numbers and other text are errors.
+//!   Counter64, an OCTET STRING holding a decimal unsigned integer (surrounding
+//!   whitespace ignored), or an Opaque float/double ≥ 0, its fraction cut (as a
+//!   preprocessing step converts it). Negative numbers and other text are errors.
 //! * float: any of the numbers above, an OCTET STRING holding a finite decimal number
 //!   (UCD-SNMP's `laLoad` "0.15"), or an Opaque-wrapped float/double (net-snmp's
 //!   encoding). NaN and infinities are errors.
 //! * str: numbers in decimal; OCTET STRING as text when it is valid UTF-8 without control
-//!   characters other than tab/CR/LF (a NUL ending text is dropped, as devices that send
-//!   C strings mean it, where net-snmp would show the octets in hex), otherwise hex octets
+//!   characters other than tab/CR/LF (a NUL ending text of two characters or more, one
+//!   of them a letter or digit, is dropped, as devices that send C strings mean it,
+//!   where net-snmp would show the octets in hex; a shorter one is a bit string, BITS
+//!   `40 00` or a port list `20 00`, and stays hex), otherwise hex octets
 //!   `AA BB CC` like net-snmp's Hex-STRING; OID as `.1.3.6…`; IpAddress as a dotted
 //!   quad; an Opaque float/double as the number (as Zabbix stores it), other Opaque as
 //!   hex.
@@ -23,7 +26,9 @@
 
 use snmp::VarValue;
 
-use crate::value::{text_to_float, text_to_uint, ErrorReason, ItemError, Value, ValueType};
+use crate::value::{
+    float_to_uint, text_to_float, text_to_uint, ErrorReason, ItemError, Value, ValueType,
+};
 
 fn unsupported(text: String) -> ItemError {
     ItemError::new(ErrorReason::Unsupported, text)
@@ -89,6 +94,11 @@ fn to_uint(v: &VarValue) -> Result<u64, ItemError> {
         VarValue::Counter64(n) => Ok(n),
         VarValue::OctetString(ref s) => text_to_uint(text_of(s).unwrap_or_default())
             .map_err(|why| misfit(v, ValueType::Uint, why)),
+        // Its fraction cut, as with a preprocessing step (`Value::into_type`).
+        VarValue::Opaque(ref b) => opaque_float(b)
+            .ok_or("is not an Opaque float")
+            .and_then(float_to_uint)
+            .map_err(|why| misfit(v, ValueType::Uint, why)),
         _ => Err(misfit(v, ValueType::Uint, "does not fit")),
     }
 }
@@ -119,9 +129,10 @@ fn opaque_float(b: &[u8]) -> Option<f64> {
 
 /// The octets as text, if they are text (see the module docs).
 fn text_of(s: &[u8]) -> Option<&str> {
-    // A C string's terminator after text; a lone NUL is a byte, not empty text.
+    // A C string's terminator after text; a lone NUL is a byte, not empty text, and
+    // one byte before it a bit string more likely than a one-letter string.
     let s = match s.split_last() {
-        Some((0, body)) if !body.is_empty() => body,
+        Some((0, body)) if body.len() >= 2 && body.iter().any(u8::is_ascii_alphanumeric) => body,
         _ => s,
     };
     let t = std::str::from_utf8(s).ok()?;
@@ -372,6 +383,39 @@ mod tests {
         assert_eq!(
             own(VarValue::NoSuchObject).unwrap_err().text,
             "noSuchObject"
+        );
+    }
+
+    /// An Opaque float in a uint item: its fraction cut, as when the item has a step
+    /// (which converts the Float after it); it was refused without one.
+    #[test]
+    fn an_opaque_float_in_a_uint_item_is_truncated_as_with_steps() {
+        let mut f = vec![0x9f, 0x78, 0x04];
+        f.extend(2.75f32.to_be_bytes());
+        let v = VarValue::Opaque(f);
+        let with_steps = convert(&v, natural_type(&v))
+            .ok()
+            .and_then(|x| x.into_type(ValueType::Uint).ok());
+        assert_eq!(with_steps, Some(Value::Uint(2)));
+        assert_eq!(convert(&v, ValueType::Uint), Ok(Value::Uint(2)));
+    }
+
+    /// A 2-octet BITS value such as hrPrinterDetectedErrorState noPaper(1) = 40 00
+    /// was stored as the text "@" (net-snmp and Zabbix: Hex-STRING 40 00), and a port
+    /// list 20 00 as a lone space; text with its C terminator is still text.
+    #[test]
+    fn short_binary_ending_in_nul_stays_hex() {
+        assert_eq!(
+            ok(VarValue::OctetString(vec![0x40, 0x00]), ValueType::Str),
+            Value::Str("40 00".into())
+        );
+        assert_eq!(
+            ok(VarValue::OctetString(vec![0x20, 0x00]), ValueType::Str),
+            Value::Str("20 00".into())
+        );
+        assert_eq!(
+            ok(VarValue::OctetString(b"eth0\0".to_vec()), ValueType::Str),
+            Value::Str("eth0".into())
         );
     }
 

@@ -69,6 +69,10 @@ pub use snmp::{HostJob as SnmpHostJob, Stats as SnmpStats};
 
 /// Most datagrams read in one receive turn before the loop sends again.
 pub const RECV_TURN: usize = 4096;
+
+/// Receive turns in a row cut short by [`RECV_TURN`] after which requests expire all
+/// the same.
+const MAX_CUT_TURNS: u32 = 4;
 /// Most datagrams sent in one send turn before the loop receives again.
 pub const SEND_TURN: usize = 256;
 
@@ -383,6 +387,7 @@ impl SnmpDriver {
         // registration every loop).
         let sleep = tokio::time::sleep_until(start.into());
         tokio::pin!(sleep);
+        let mut cut_turns = 0;
 
         loop {
             // Receive turn: drain every socket (bounded), recvmmsg batches, until the
@@ -415,8 +420,16 @@ impl SnmpDriver {
                     }
                 }
             }
+            // Requests expire as of before the turn: a reply that came by then has been
+            // read. A turn cut short by its budget leaves replies unread, so expiries
+            // wait for a turn that empties the sockets (a few turns at most, so that a
+            // flood cannot hold an iteration).
+            let cut = budget == 0;
+            cut_turns = if cut { cut_turns + 1 } else { 0 };
+            if !cut || cut_turns > MAX_CUT_TURNS {
+                it.handle_timeout(now);
+            }
             let now = Instant::now();
-            it.handle_timeout(now);
             Self::drain_events(&mut it, jobs, &mut on_result);
             if it.is_done() {
                 break;
@@ -726,6 +739,109 @@ fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `n` one-OID requests (no retry, 1.5 s timeout) to an agent on 127.0.77.50 that
+    /// answers them all at once while the driver's thread is held for 2 s (a busy
+    /// runtime, CPU contention): how many succeed. Every reply is in the socket buffers
+    /// before any deadline.
+    async fn replies_queued_before_deadline(n: usize) -> usize {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let agent = std::net::UdpSocket::bind("127.0.77.50:0").unwrap();
+        let addr = agent.local_addr().unwrap();
+        {
+            let want: libc::c_int = 64 << 20;
+            // SAFETY: a live c_int of the stated size; the fd is open (test agent).
+            unsafe {
+                libc::setsockopt(
+                    agent.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_RCVBUFFORCE,
+                    (&want as *const libc::c_int).cast(),
+                    size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+        }
+        let agent_done = Arc::new(AtomicBool::new(false));
+        let done2 = agent_done.clone();
+        let stalled = Arc::new(AtomicBool::new(false));
+        let stalled2 = stalled.clone();
+        let t = std::thread::spawn(move || {
+            agent
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = [0u8; 2048];
+            let mut replies = Vec::with_capacity(n);
+            while replies.len() < n {
+                let Ok((len, from)) = agent.recv_from(&mut buf) else {
+                    break;
+                };
+                let m = snmp::Message::decode(&buf[..len]).unwrap();
+                let vbs: Vec<(snmp::Oid, snmp::VarValue)> = m
+                    .varbinds()
+                    .map(|vb| (vb.oid.to_owned(), snmp::VarValue::Integer(1)))
+                    .collect();
+                let mut out = Vec::new();
+                snmp::encode_response(
+                    &mut out,
+                    &m,
+                    vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+                );
+                replies.push((out, from));
+            }
+            // Every request is in: once the poller's thread is busy, answer them all at
+            // once, well before any deadline.
+            done2.store(true, Ordering::SeqCst);
+            while !stalled2.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            for (out, from) in &replies {
+                agent.send_to(out, from).unwrap();
+            }
+        });
+        let oid: snmp::Oid = "1.3.6.1.4.1.99999.1.1".parse().unwrap();
+        let jobs: Vec<SnmpHostJob> = (0..n)
+            .map(|_| {
+                let mut j = SnmpHostJob::new(addr, "public".into(), vec![oid.clone()]);
+                j.timeout = Duration::from_millis(1500);
+                j.retries = 0;
+                j
+            })
+            .collect();
+        let mut driver = SnmpDriver::open(SnmpDriverOptions {
+            max_pps: 0,
+            ..Default::default()
+        })
+        .unwrap();
+        // The loop stalls (another task holds the runtime thread) from the moment the
+        // replies are all sent until past every deadline.
+        let stall = tokio::spawn(async move {
+            while !agent_done.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            stalled.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(2000));
+        });
+        let mut ok = 0usize;
+        driver
+            .run_iteration(&jobs, |_, _, r| {
+                if r.is_ok() {
+                    ok += 1;
+                }
+            })
+            .await;
+        stall.await.unwrap();
+        t.join().unwrap();
+        ok
+    }
+
+    /// Replies queued before their requests' deadline are not timeouts, even past one
+    /// receive turn's budget: with more than RECV_TURN of them, those left unread by
+    /// the first turn were expired before they were read.
+    #[tokio::test(flavor = "current_thread")]
+    async fn replies_queued_before_the_deadline_count_past_a_turns_budget() {
+        assert_eq!(replies_queued_before_deadline(6000).await, 6000);
+    }
 
     #[test]
     fn failures_map_to_item_errors_without_community() {
