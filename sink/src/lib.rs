@@ -280,14 +280,7 @@ impl Sink {
                 tasks.await
             }
         };
-        let sh = shared.clone();
-        let _ = tokio::task::spawn_blocking(move || {
-            pipeline_lock(&sh.spool).close();
-            if let Some(r) = &sh.rejects {
-                pipeline_lock(r).close();
-            }
-        })
-        .await;
+        close_spools(&shared).await;
         r1.map_err(|e| SinkError::Task(e.to_string()))?;
         r2.map_err(|e| SinkError::Task(e.to_string()))?;
         let m = &shared.metrics;
@@ -407,6 +400,9 @@ pub async fn replay_spool(
             }
         }
     };
+    // As a daemon's stop does: what went to `rejected/` is fsynced before the command
+    // returns (there is no batcher here to run the fsync timer).
+    close_spools(&shared).await;
     report.rows = metrics.replayed_rows();
     report.rejected_rows = metrics.rejected_rows();
     report.corrupt_records = metrics.corrupt_records();
@@ -414,6 +410,18 @@ pub async fn replay_spool(
         Ok(()) => Ok(report),
         Err(e) => Err((e, report)),
     }
+}
+
+/// Seals both spools (fsynced), off the runtime's thread.
+async fn close_spools(shared: &Arc<pipeline::Shared>) {
+    let sh = shared.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        pipeline_lock(&sh.spool).close();
+        if let Some(r) = &sh.rejects {
+            pipeline_lock(r).close();
+        }
+    })
+    .await;
 }
 
 /// Result of [`dump_tsv`].
@@ -460,6 +468,8 @@ pub fn dump_tsv(dir: &Path, out: &mut dyn Write) -> Result<DumpReport, SpoolErro
     for seg in spool::list_segments(dir)? {
         let bytes = match spool::read_segment(&seg) {
             Ok(b) => b,
+            // Loaded or dropped by the daemon beside us since it was listed.
+            Err(e) if e.is_gone() => continue,
             Err(e) => {
                 tracing::error!(error = %e, "spool: a segment cannot be read; its rows are not shown");
                 report.unreadable_segments += 1;

@@ -274,11 +274,14 @@ async fn reject(shared: &Arc<Shared>, batch: Batch, err: &InsertError, why: Refu
             "sink: ClickHouse keeps refusing a spooled batch while it stores others of its table; kept in the reject spool so that the spool behind it is replayed"
         ),
     }
-    shared.metrics.rejected(u64::from(batch.rows));
+    // Counted as rejected (kept) or as dropped, never both.
     let rows = u64::from(batch.rows);
-    if let Err(e) = append(shared, true, batch).await {
-        tracing::error!(error = %e, rows, "sink: cannot write the reject spool, rows dropped");
-        shared.metrics.dropped(DropReason::SpoolWrite, rows);
+    match append(shared, true, batch).await {
+        Ok(()) => shared.metrics.rejected(rows),
+        Err(e) => {
+            tracing::error!(error = %e, rows, "sink: cannot write the reject spool, rows dropped");
+            shared.metrics.dropped(DropReason::SpoolWrite, rows);
+        }
     }
 }
 
@@ -674,7 +677,12 @@ pub(crate) async fn replay_segment(
         let stopping = shutdown.clone();
         let mut server_failures = 0;
         let again = |failures: u32, e: &InsertError| {
-            shared.set_unhealthy(e);
+            // As for a new batch: ClickHouse counts as unavailable once a record has
+            // failed as often as a new batch may (one failure on one node of several
+            // sent every new batch to the spool, and kept it there).
+            if failures >= w.config().max_attempts {
+                shared.set_unhealthy(e);
+            }
             if e.class == ErrorClass::Server {
                 server_failures += 1;
             } else {

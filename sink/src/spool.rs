@@ -54,6 +54,12 @@ impl SpoolError {
     pub fn is_unreadable(&self) -> bool {
         matches!(self, SpoolError::Io { what, .. } if *what == READING)
     }
+
+    /// Whether the file is gone (a segment deleted after it was listed: replayed, or
+    /// dropped by the size cap, by the process that owns the spool).
+    pub fn is_gone(&self) -> bool {
+        matches!(self, SpoolError::Io { cause, .. } if cause.kind() == io::ErrorKind::NotFound)
+    }
 }
 
 pub(crate) const READING: &str = "reading segment";

@@ -90,6 +90,31 @@ struct Endpoint {
     repair_lock: tokio::sync::Mutex<()>,
     /// The last [`crate::schema::check_at`] of this endpoint; one check at a time.
     check: tokio::sync::Mutex<Check>,
+    /// Retryable failures here in a row, and until when the endpoint is passed over
+    /// ([`Writer::insert`]).
+    resting: std::sync::Mutex<(u32, Option<std::time::Instant>)>,
+}
+
+impl Endpoint {
+    fn rests(&self, now: std::time::Instant) -> bool {
+        let r = self.resting.lock().unwrap_or_else(|e| e.into_inner());
+        r.1.is_some_and(|until| until > now)
+    }
+
+    /// Notes how an attempt here ended: a retryable failure rests the endpoint for a
+    /// backoff that grows with each one in a row; anything else (stored, or refused as
+    /// bad data: the server answers) ends its rest.
+    fn note(&self, result: &Result<(), InsertError>, cfg: &ClickHouseConfig) {
+        let mut r = self.resting.lock().unwrap_or_else(|e| e.into_inner());
+        *r = match result {
+            Err(e) if e.class.is_retryable() => {
+                let n = r.0.saturating_add(1);
+                let rest = backoff(n, cfg.retry_backoff, cfg.retry_backoff_max);
+                (n, Some(std::time::Instant::now() + rest))
+            }
+            _ => (0, None),
+        };
+    }
 }
 
 /// What the last check of an endpoint found, and when.
@@ -123,6 +148,7 @@ impl Writer {
                 repairs: AtomicU64::new(0),
                 repair_lock: tokio::sync::Mutex::new(()),
                 check: tokio::sync::Mutex::new(Check::default()),
+                resting: std::sync::Mutex::new((0, None)),
             })
             .collect();
         Writer {
@@ -137,7 +163,8 @@ impl Writer {
         &self.cfg
     }
 
-    /// One attempt to insert `batch` on the next endpoint (round-robin). Success means
+    /// One attempt to insert `batch` on the next endpoint (round-robin, passing over
+    /// those resting after a failure, see [`Writer::pick`]). Success means
     /// ClickHouse answered 200 to the INSERT: the rows are stored.
     ///
     /// Before the first INSERT on an endpoint, after one failed there, and every
@@ -151,7 +178,27 @@ impl Writer {
     /// INSERT sent once more: a server that was down when the daemon started, or came
     /// back empty, would otherwise refuse every batch until the spool overflowed.
     pub async fn insert(&self, batch: &Batch) -> Result<(), InsertError> {
-        let ep = &self.endpoints[self.next.fetch_add(1, Ordering::Relaxed) % self.endpoints.len()];
+        let ep = self.pick();
+        let result = self.insert_on(ep, batch).await;
+        ep.note(&result, &self.cfg);
+        result
+    }
+
+    /// The next endpoint (round-robin) that is not resting after a failure, or the
+    /// next one when all are: with one node of several down, attempts (retries
+    /// included) go to the others instead of every other one failing there.
+    fn pick(&self) -> &Endpoint {
+        let n = self.endpoints.len();
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let now = std::time::Instant::now();
+        (0..n)
+            .map(|k| &self.endpoints[(start + k) % n])
+            .find(|ep| !ep.rests(now))
+            .unwrap_or(&self.endpoints[start % n])
+    }
+
+    /// One attempt on `ep` (see [`Writer::insert`]).
+    async fn insert_on(&self, ep: &Endpoint, batch: &Batch) -> Result<(), InsertError> {
         self.check(ep, batch).await?;
         let repairs_before = ep.repairs.load(Ordering::Acquire);
         let result = self.insert_attempt(ep, batch, repairs_before).await;

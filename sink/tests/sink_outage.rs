@@ -624,3 +624,161 @@ async fn a_server_refusing_everything_for_a_while_rejects_nothing() {
     );
     assert_eq!(got.trim(), format!("{next}\t{next}"));
 }
+
+/// Writes `records` spool records of 100 uint rows each (rows from `from`) to `dir`, as
+/// an earlier run that could not reach ClickHouse left them.
+fn prefill_spool(dir: &std::path::Path, records: u64, from: u64) -> u64 {
+    let m = Arc::new(SinkMetrics::default());
+    let mut sp = sink::spool::Spool::open(&SpoolConfig::new(dir), m).unwrap();
+    let limits = sink::batch::Limits {
+        rows: 100,
+        bytes: 1 << 20,
+        age: Duration::from_secs(60),
+    };
+    let mut i = from;
+    for _ in 0..records {
+        let mut p = sink::batch::Pending::new(Table::Uint);
+        for _ in 0..100 {
+            p.push(&row(i), tokio::time::Instant::now, &limits);
+            i += 1;
+        }
+        sp.append(&p.take().unwrap()).unwrap();
+    }
+    sp.close();
+    i - from
+}
+
+/// Runs a sink on `urls` (the first one the services' ClickHouse) with a spool an
+/// earlier run filled, sends rows at a steady rate while it replays, and returns the
+/// rows this run had to spool and how often its health left `Writing`.
+async fn run_with(urls: Vec<String>, db: &TestDb) -> (u64, u32, u64) {
+    let spool = tempfile::tempdir().unwrap();
+    let old = prefill_spool(spool.path(), 60, 1_000_000);
+    let cfg = ClickHouseConfig {
+        url: None,
+        urls,
+        database: db.name.clone(),
+        batch_rows: 100,
+        flush_interval: Duration::from_millis(100),
+        max_attempts: 3,
+        retry_backoff: Duration::from_millis(200),
+        retry_backoff_max: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(5),
+        compression: Compression::None,
+        ..ClickHouseConfig::default()
+    };
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(spool.path()), metrics.clone())
+        .await
+        .unwrap();
+    let sink = Arc::new(sink);
+    // Health, sampled every 5 ms.
+    let flips = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (s2, f2) = (sink.clone(), flips.clone());
+    let sampler = tokio::spawn(async move {
+        let mut was_ok = true;
+        loop {
+            let ok = matches!(s2.health(), Health::Writing);
+            if was_ok && !ok {
+                f2.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            was_ok = ok;
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    // ~1,000 rows/s for 4 s.
+    let t0 = Instant::now();
+    let mut sent = 0u64;
+    while t0.elapsed() < Duration::from_secs(4) {
+        for _ in 0..50 {
+            h.send(row(sent), Table::Uint).await.unwrap();
+            sent += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let m = metrics.clone();
+    let total = old + sent;
+    let drained = wait_until(Duration::from_secs(60), || {
+        Table::ALL.iter().map(|t| m.rows_written(*t)).sum::<u64>() >= total && m.spool_bytes() == 0
+    });
+    sampler.abort();
+    let _ = sampler.await;
+    drop(h);
+    assert!(drained, "never drained: {}", m.render_text());
+    let sink = Arc::try_unwrap(sink).ok().unwrap();
+    sink.shutdown().await.unwrap();
+    (
+        metrics.spooled_rows(),
+        flips.load(std::sync::atomic::Ordering::Relaxed),
+        total,
+    )
+}
+
+/// One of two `urls` is down (a node of the cluster stopped). The other node takes
+/// every INSERT, so nothing needs the spool. Every replayed record that landed on the
+/// dead node marked the whole sink unhealthy (3,900 of 4,000 new rows spooled, 14
+/// turns to unhealthy), and attempts went round-robin to the dead node half the time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dead_node_of_two_does_not_send_the_live_nodes_rows_to_the_spool() {
+    common::init_logs();
+    let live = ch_url();
+    let db = TestDb::new(&live);
+    sink::schema::apply(&ClickHouseConfig {
+        url: Some(live.clone()),
+        database: db.name.clone(),
+        ..ClickHouseConfig::default()
+    })
+    .await
+    .unwrap();
+    // Control: the live node alone. The earlier run's spool is replayed beside the
+    // new rows, none of which is spooled.
+    let (spooled_alone, flips_alone, total) = run_with(vec![live.clone()], &db).await;
+    assert_eq!((spooled_alone, flips_alone), (0, 0));
+    let count = q(
+        &live,
+        &format!("SELECT count() FROM {}.history_uint FORMAT TSV", db.name),
+    );
+    assert_eq!(count.trim(), total.to_string());
+    // The same with a dead second node.
+    let (spooled, flips, _) =
+        run_with(vec![live, format!("http://127.0.0.1:{}", free_port())], &db).await;
+    assert_eq!(
+        (spooled, flips),
+        (0, 0),
+        "rows spooled / times the sink turned unhealthy with one node of two down"
+    );
+}
+
+/// ClickHouse refuses a batch as bad data and the reject spool cannot take it (its
+/// directory is gone: a broken disk). The rows are lost and counted lost
+/// (`spool_write`); they were also counted as rejected ("kept in the reject spool"),
+/// so twice, once as kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_the_reject_spool_could_not_keep_are_not_counted_as_kept() {
+    let (url, _held) = fake_node(|_| {
+        Some("Code: 53, e.displayText() = DB::Exception: Type mismatch, e.what() = DB::Exception\n")
+    });
+    let cfg = ClickHouseConfig {
+        url: Some(url),
+        batch_rows: 10,
+        flush_interval: Duration::from_millis(100),
+        request_timeout: Duration::from_secs(2),
+        ..ClickHouseConfig::default()
+    };
+    let (sink, h, metrics, spool) = start_sink(cfg).await;
+    // A file where the reject spool's directory was: no segment can be made there.
+    let rejected = spool.path().join("rejected");
+    std::fs::remove_dir_all(&rejected).unwrap();
+    std::fs::write(&rejected, b"not a directory").unwrap();
+    for i in 0..10 {
+        h.send(row(i), Table::Uint).await.unwrap();
+    }
+    let m = metrics.clone();
+    assert!(wait_until(Duration::from_secs(20), || {
+        m.dropped_rows(sink::DropReason::SpoolWrite) == 10
+    }));
+    drop(h);
+    let report = sink.shutdown().await.unwrap();
+    assert_eq!(report.rows_dropped, 10, "{report:?}");
+    assert_eq!(report.rows_rejected, 0, "{report:?}");
+}

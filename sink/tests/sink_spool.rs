@@ -275,3 +275,19 @@ fn dump_shows_what_is_left_to_load() {
     let missing = dir.path().join("typo");
     assert!(sink::dump_tsv(&missing, &mut Vec::new()).is_err());
 }
+
+#[test]
+fn a_segment_deleted_after_it_was_listed_is_gone_not_unreadable() {
+    // `spool dump` beside a daemon: a segment the daemon replayed (or the cap dropped)
+    // between the listing and the read is skipped, not an error (exit 1).
+    let dir = tempfile::tempdir().unwrap();
+    spool_of(dir.path(), 1);
+    let seg = sink::spool::list_segments(dir.path()).unwrap().remove(0);
+    std::fs::remove_file(&seg.path).unwrap();
+    let e = sink::spool::read_segment(&seg).unwrap_err();
+    assert!(e.is_gone() && e.is_unreadable(), "{e}");
+    // A segment that is there but cannot be read is not gone.
+    std::fs::create_dir(&seg.path).unwrap();
+    let e = sink::spool::read_segment(&seg).unwrap_err();
+    assert!(!e.is_gone() && e.is_unreadable(), "{e}");
+}
