@@ -222,6 +222,11 @@ impl Sink {
             rx,
             limits,
             max_tasks,
+            srx.clone(),
+        ));
+        // Ends at the stop; not waited for (the stop seals the spools itself).
+        tokio::spawn(pipeline::run_fsyncer(
+            shared.clone(),
             spool.fsync_interval,
             srx.clone(),
         ));

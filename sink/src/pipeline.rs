@@ -49,7 +49,7 @@ pub(crate) struct Shared {
     /// The replayer has work: a batch went to the spool, or ClickHouse stopped
     /// answering (with an empty spool, the replayer is the one that probes it).
     pub replayer_wake: Notify,
-    /// A spool (data or rejects) was appended to: the batcher arms its fsync timer.
+    /// A spool (data or rejects) was appended to: the fsync task arms its timer.
     /// Nothing else wakes the daemon for fsyncs, so an idle daemon sleeps.
     pub spool_written: Notify,
     pub shutting_down: AtomicBool,
@@ -186,7 +186,7 @@ impl Shared {
 }
 
 /// Appends `batch` to the data spool or the reject spool, off the runtime. The one place
-/// appends happen, so the one place that arms the batcher's fsync timer.
+/// appends happen, so the one place that arms the fsync timer ([`run_fsyncer`]).
 async fn append(shared: &Arc<Shared>, rejects: bool, batch: Batch) -> Result<(), String> {
     let sh = shared.clone();
     let res = tokio::task::spawn_blocking(move || {
@@ -385,13 +385,56 @@ async fn insert_with_retries(
     }
 }
 
+/// The fsync task: what is appended to the spools (by the batcher, INSERT tasks that
+/// give up, the replayer's rejects) is fsynced at most `fsync_every` after it was
+/// written. A task of its own: in the batcher's loop, its timer waited while the
+/// batcher waited for an INSERT slot (up to `flush_interval`).
+pub(crate) async fn run_fsyncer(
+    shared: Arc<Shared>,
+    fsync_every: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let fsync_every = fsync_every.max(Duration::from_millis(10));
+    // When the spools' unsynced appends are due for their fsync; `None`: nothing was
+    // written since the last one (the usual state: no timer, no wake-up).
+    let mut fsync_at: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            biased;
+            // The stop seals (and fsyncs) both spools.
+            _ = shutdown.changed() => return,
+            _ = shared.spool_written.notified(), if fsync_at.is_none() => {
+                fsync_at = Some(Instant::now() + fsync_every);
+            }
+            _ = sleep_until(fsync_at.unwrap_or_else(Instant::now)), if fsync_at.is_some() => {
+                // An append since the last fsync that was not its own (appends fsync
+                // when the last one is `fsync_every` old) is at least that old now,
+                // unless a later append's fsync came in between: then what was
+                // appended after that one is due `fsync_every` after it, not after a
+                // new notification (which let it wait up to twice as long).
+                let sh = shared.clone();
+                let next = tokio::task::spawn_blocking(move || {
+                    let sync = |s: &Mutex<Spool>| {
+                        let mut s = lock(s);
+                        s.sync_if_due();
+                        s.sync_deadline()
+                    };
+                    let rejects = sh.rejects.as_ref().and_then(sync);
+                    sync(&sh.spool).into_iter().chain(rejects).min()
+                })
+                .await;
+                fsync_at = next.ok().flatten().map(Instant::from_std);
+            }
+        }
+    }
+}
+
 /// The batcher: owns the input channel and the per-table pending batches.
 pub(crate) async fn run_batcher(
     shared: Arc<Shared>,
     mut rx: mpsc::Receiver<Msg>,
     limits: Limits,
     max_tasks: usize,
-    fsync_every: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut b = Batcher {
@@ -403,10 +446,6 @@ pub(crate) async fn run_batcher(
         limits,
         max_tasks,
     };
-    let fsync_every = fsync_every.max(Duration::from_millis(10));
-    // When the spools' unsynced appends are due for their fsync; `None`: nothing was
-    // written since the last one (the usual state: no timer, no wake-up).
-    let mut fsync_at: Option<Instant> = None;
     loop {
         let deadline = b.pending.iter().filter_map(|p| p.deadline(&b.limits)).min();
         tokio::select! {
@@ -429,28 +468,6 @@ pub(crate) async fn run_batcher(
                 Some(Msg::Many(rows)) => for (t, row) in rows { b.add(t, row).await },
                 None => break,
             },
-            _ = b.shared.spool_written.notified(), if fsync_at.is_none() => {
-                fsync_at = Some(Instant::now() + fsync_every);
-            }
-            _ = sleep_until(fsync_at.unwrap_or_else(Instant::now)), if fsync_at.is_some() => {
-                // An append since the last fsync that was not its own (appends fsync
-                // when the last one is `fsync_every` old) is at least that old now,
-                // unless a later append's fsync came in between: then what was
-                // appended after that one is due `fsync_every` after it, not after a
-                // new notification (which let it wait up to twice as long).
-                let sh = b.shared.clone();
-                let next = tokio::task::spawn_blocking(move || {
-                    let sync = |s: &Mutex<Spool>| {
-                        let mut s = lock(s);
-                        s.sync_if_due();
-                        s.sync_deadline()
-                    };
-                    let rejects = sh.rejects.as_ref().and_then(sync);
-                    sync(&sh.spool).into_iter().chain(rejects).min()
-                })
-                .await;
-                fsync_at = next.ok().flatten().map(Instant::from_std);
-            }
         }
     }
     // Shutdown: take what is still in the channel, flush every table, no more retries.
@@ -1036,8 +1053,9 @@ mod tests {
             bytes: 1 << 20,
             age: Duration::from_secs(60),
         };
-        tokio::spawn(run_batcher(shared.clone(), rx, limits, 1, fsync, stop_rx));
-        // The second append comes right after an fsync: it waits for the batcher's
+        tokio::spawn(run_batcher(shared.clone(), rx, limits, 1, stop_rx.clone()));
+        tokio::spawn(run_fsyncer(shared.clone(), fsync, stop_rx));
+        // The second append comes right after an fsync: it waits for the fsync task's
         // timer (an append fsyncs itself only when the last fsync is 1 s old).
         spool_batch(&shared, batch(1), "test").await;
         lock(&shared.spool).sync();
@@ -1048,6 +1066,61 @@ mod tests {
             assert!(Instant::now() < deadline, "the append was never fsynced");
             sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_is_fsynced_in_time_while_the_batcher_waits_for_an_insert() {
+        // ClickHouse holds every INSERT (a hung server): with one INSERT slot, two
+        // batches queued and a fourth to place, the batcher waits for a slot (up to
+        // flush_interval, 10 s here). An append meanwhile (the replayer's, an INSERT
+        // task's) is still fsynced within the interval: the timer was the batcher's.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let h = held.clone();
+        std::thread::spawn(move || {
+            for c in listener.incoming().flatten() {
+                h.lock().unwrap().push(c);
+            }
+        });
+        let ch = ClickHouseConfig {
+            max_inflight_inserts: 1,
+            batch_rows: 1,
+            flush_interval: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(60),
+            ..ch_at(&url)
+        };
+        let (sink, handle, _dir) = settled_sink(ch, Duration::from_millis(100)).await;
+        for i in 0..4 {
+            let row = Row {
+                itemid: i,
+                clock: 1_720_000_000,
+                ns: 0,
+                hostname: "h".into(),
+                itemname: "k".into(),
+                value: crate::RowValue::Uint(i),
+            };
+            handle.send(row, Table::Uint).await.unwrap();
+        }
+        sleep(Duration::from_millis(500)).await;
+        append(&sink.shared, false, batch(1)).await.unwrap();
+        lock(&sink.shared.spool).sync();
+        append(&sink.shared, false, batch(2)).await.unwrap();
+        assert!(lock(&sink.shared.spool).unsynced());
+        let t0 = Instant::now();
+        while lock(&sink.shared.spool).unsynced() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(3),
+                "not fsynced while the batcher waited"
+            );
+            sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            !held.lock().unwrap().is_empty(),
+            "no INSERT reached the server"
+        );
+        drop(handle);
+        sink.shutdown().await.unwrap();
     }
 
     /// ClickHouse at `url`, quick retries.
