@@ -1074,15 +1074,7 @@ mod tests {
         // batches queued and a fourth to place, the batcher waits for a slot (up to
         // flush_interval, 10 s here). An append meanwhile (the replayer's, an INSERT
         // task's) is still fsynced within the interval: the timer was the batcher's.
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let held = Arc::new(Mutex::new(Vec::new()));
-        let h = held.clone();
-        std::thread::spawn(move || {
-            for c in listener.incoming().flatten() {
-                h.lock().unwrap().push(c);
-            }
-        });
+        let (url, held) = hung_server();
         let ch = ClickHouseConfig {
             max_inflight_inserts: 1,
             batch_rows: 1,
@@ -1121,6 +1113,21 @@ mod tests {
         );
         drop(handle);
         sink.shutdown().await.unwrap();
+    }
+
+    /// A server on loopback that accepts connections and never answers (a hung
+    /// ClickHouse, a stalled load balancer): its URL and the connections it holds.
+    fn hung_server() -> (String, Arc<Mutex<Vec<std::net::TcpStream>>>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let h = held.clone();
+        std::thread::spawn(move || {
+            for c in listener.incoming().flatten() {
+                h.lock().unwrap().push(c);
+            }
+        });
+        (url, held)
     }
 
     /// ClickHouse at `url`, quick retries.
@@ -1165,15 +1172,7 @@ mod tests {
         // A server that accepts and never answers (hung, or a stalled load balancer),
         // probed by the replayer with a 120 s request timeout: a stop waits the
         // shutdown grace at most, not the probe's timeout (systemd's SIGKILL comes first).
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let held = Arc::new(Mutex::new(Vec::new()));
-        let h = held.clone();
-        std::thread::spawn(move || {
-            for c in listener.incoming().flatten() {
-                h.lock().unwrap().push(c);
-            }
-        });
+        let (url, held) = hung_server();
         let ch = ClickHouseConfig {
             request_timeout: Duration::from_secs(120),
             ..ch_at(&url)
