@@ -1225,8 +1225,8 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
         /// Random hosts, intervals, clock steps and poll durations: a task is never handed
-        /// out twice while outstanding, is never taken before its slot (or later than the
-        /// clock step after it), and every task keeps firing.
+        /// out twice while outstanding, nor while a task of its host taken by another call
+        /// is (SNMP), is never taken before its slot, and every task keeps firing.
         #[test]
         fn random_schedules_keep_their_invariants(
             hosts in 1usize..40,
@@ -1237,16 +1237,17 @@ mod tests {
             let p = plan(hosts, &intervals);
             let s = Scheduler::new(&p, shards, 1_000);
             let mut now = 1_000u64;
-            let mut outstanding: Vec<(Due, u64)> = Vec::new(); // (due, finishes at)
+            // (due, finishes at, the call that took it)
+            let mut outstanding: Vec<(Due, u64, usize)> = Vec::new();
             let mut fired = vec![0u32; p.tasks.len()];
             let mut out = Vec::new();
-            for (step, finish_some, poll_ms) in steps {
+            for (call, (step, finish_some, poll_ms)) in steps.into_iter().enumerate() {
                 now += step;
                 // Finish polls whose time has come.
                 let (done, rest): (Vec<_>, Vec<_>) =
-                    outstanding.into_iter().partition(|(_, end)| *end <= now || finish_some == 0);
+                    outstanding.into_iter().partition(|(_, end, _)| *end <= now || finish_some == 0);
                 outstanding = rest;
-                for (d, _) in done {
+                for (d, _, _) in done {
                     let r = s.complete(d, now);
                     proptest::prop_assert!(matches!(r, Rescheduled::At { .. }), "{:?}", r);
                 }
@@ -1254,11 +1255,15 @@ mod tests {
                 s.take_due(Engine::Snmp, now, 50, |_| 1, &mut out);
                 for d in &out {
                     proptest::prop_assert!(d.due_ms <= now);
-                    proptest::prop_assert!(!outstanding.iter().any(|(o, _)| o.task == d.task), "task {} taken twice", d.task);
+                    proptest::prop_assert!(!outstanding.iter().any(|(o, _, _)| o.task == d.task), "task {} taken twice", d.task);
                     let t = &p.tasks[d.task as usize];
+                    let busy = outstanding
+                        .iter()
+                        .any(|(o, _, c)| p.tasks[o.task as usize].host == t.host && *c != call);
+                    proptest::prop_assert!(!busy, "task {} while its host is polled", d.task);
                     proptest::prop_assert_eq!(d.due_ms % t.interval_ms, t.phase_ms);
                     fired[d.task as usize] += 1;
-                    outstanding.push((*d, now + poll_ms));
+                    outstanding.push((*d, now + poll_ms, call));
                 }
             }
             // Queued + outstanding = every task, exactly once.
