@@ -27,9 +27,11 @@
 //! * A task that completes late is put on its first slot after `now`, never on a slot in
 //!   the past: the schedule catches up by skipping (and counting) missed slots, without a
 //!   burst of back-to-back polls.
-//! * A reload replaces the queues; completions of tasks taken before the reload carry an
-//!   older generation and are not queued (the new queues already hold their next slot),
-//!   though they still end their host's time in flight. No
+//! * A reload replaces the queues; completions of tasks taken from a queue it replaced
+//!   carry an older generation than the queue they meet and are not queued (the new
+//!   queues already hold their next slot), though they still end their host's time in
+//!   flight. A take or a completion during a reload goes by the generation of the queue
+//!   it meets, not the scheduler's, which moves first. No
 //!   slot is handed out twice across a reload (tasks go to their first slot after what
 //!   the engines took, batch window included) and none still queued is lost (an
 //!   unchanged task keeps a slot the old queues had not handed out yet, overdue or not):
@@ -91,6 +93,9 @@ pub struct Due {
     interval_ms: u32,
     phase_ms: u32,
     host: u32,
+    /// Counted in its host's time in flight ([`Serial::busy`]) when taken; else its
+    /// in-flight bit was set ([`Serial::in_flight`]).
+    followed: bool,
 }
 
 /// Outcome of putting a task back after its poll.
@@ -132,6 +137,10 @@ struct DueQueue {
     /// For an engine that polls each host's tasks in one iteration at a time (SNMP:
     /// requests to a device go one after another), its hosts with tasks in flight.
     serial: Option<Serial>,
+    /// The plan generation its task indices (and in-flight bits) refer to: a take or a
+    /// completion while a reload is under way, the generation moved but this queue
+    /// not yet replaced, belongs to the queue it meets.
+    generation: u64,
 }
 
 /// The hosts of a [`DueQueue`] with tasks in flight that are followed: those with
@@ -221,11 +230,12 @@ impl DueQueue {
         v.iter().map(|e| e.due).min()
     }
 
-    /// Remove entries due at `now_ms` while `accept` says yes (it sees each entry once;
-    /// returning false stops the scan and keeps that entry). In a serial queue, an
-    /// entry whose host has tasks in flight from an earlier call waits for them
+    /// Remove entries due at `now_ms` while `accept` says yes (it sees each entry once,
+    /// and whether its host is followed in flight, see [`Due::followed`]; returning
+    /// false stops the scan and keeps that entry). In a serial queue, an entry whose
+    /// host has tasks in flight from an earlier call waits for them
     /// ([`Serial::waiting`]) and is not offered.
-    fn take(&mut self, now_ms: u64, mut accept: impl FnMut(&Entry) -> bool) -> bool {
+    fn take(&mut self, now_ms: u64, mut accept: impl FnMut(&Entry, bool) -> bool) -> bool {
         self.advance(now_ms);
         let call = self.serial.as_mut().map(|s| {
             s.takes = s.takes.checked_add(1).unwrap_or(RELOADED + 1);
@@ -259,7 +269,7 @@ impl DueQueue {
                     }
                     _ => None,
                 };
-                if !accept(&v[i]) {
+                if !accept(&v[i], busy.is_some()) {
                     return false;
                 }
                 let e = v.swap_remove(i);
@@ -267,8 +277,7 @@ impl DueQueue {
                 if let Some((b, call)) = busy {
                     let b = b.or_insert((0, call));
                     *b = (b.0 + 1, call);
-                }
-                if let (Some(s), false) = (self.serial.as_ref(), multi) {
+                } else if let Some(s) = self.serial.as_ref() {
                     s.in_flight[e.task as usize / 64]
                         .fetch_or(1 << (e.task % 64), Ordering::Relaxed);
                 }
@@ -350,7 +359,7 @@ impl DueQueue {
         let mut passed = Vec::new();
         // Moved, not taken: nothing is in flight for it.
         let serial = self.serial.take();
-        self.take(t, |e| {
+        self.take(t, |e, _| {
             passed.push(*e);
             true
         });
@@ -362,19 +371,20 @@ impl DueQueue {
         }
     }
 
-    /// Task `task` of host `host` is done (`task` is `None` for one of an older plan):
-    /// once none of its host's is left in flight, what waited for them is queued
-    /// again, due as it was.
-    fn done_with(&mut self, task: Option<u32>, host: u32) {
-        let Some(s) = self.serial.as_mut() else {
+    /// A task of this queue's plan that was not followed ([`Due::followed`]) is done:
+    /// its in-flight bit goes.
+    fn landed(&mut self, task: u32) {
+        if let Some(s) = self.serial.as_ref() {
+            s.in_flight[task as usize / 64].fetch_and(!(1 << (task % 64)), Ordering::Relaxed);
+        }
+    }
+
+    /// A task of host `host` counted in flight is done: once none of its host's is left
+    /// in flight, what waited for them is queued again, due as it was.
+    fn done_with(&mut self, host: u32) {
+        let Some(s) = self.serial.as_mut().filter(|s| !s.busy.is_empty()) else {
             return;
         };
-        if let (Some(t), 0) = (task, host & MULTI) {
-            s.in_flight[t as usize / 64].fetch_and(!(1 << (t % 64)), Ordering::Relaxed);
-        }
-        if s.busy.is_empty() {
-            return;
-        }
         let host = host & !MULTI;
         let Entry_::Occupied(mut b) = s.busy.entry(host) else {
             return;
@@ -398,8 +408,11 @@ impl DueQueue {
     fn due_count(&self, now_ms: u64) -> usize {
         let near = self.near.range(..=now_ms >> BUCKET_SHIFT);
         let far = self.far.range(..=now_ms >> FAR_SHIFT);
+        let waiting = self.serial.iter().flat_map(|s| s.waiting.values());
         near.chain(far)
-            .map(|(_, v)| v.iter().filter(|e| e.due <= now_ms).count())
+            .map(|(_, v)| v)
+            .chain(waiting)
+            .map(|v| v.iter().filter(|e| e.due <= now_ms).count())
             .sum()
     }
 }
@@ -583,6 +596,7 @@ impl Scheduler {
                 }
                 let in_flight = q.serial.as_ref().map(|s| s.in_flight.clone());
                 q.serial = live.serial.take();
+                q.generation = self.generation();
                 if let (Some(s), Some(bits)) = (q.serial.as_mut(), in_flight) {
                     // Of the new plan: nothing of it is in flight yet.
                     s.in_flight = bits;
@@ -643,9 +657,9 @@ impl Scheduler {
             let mut q = shard.queues[engine as usize]
                 .lock()
                 .unwrap_or_else(|e| e.into_inner());
-            // Read under the shard lock: a reload replaces this queue under the same lock.
-            let generation = self.generation();
-            let full = !q.take(now_ms, |e| {
+            // The queue's own: a reload replaces this queue under the same lock.
+            let generation = q.generation;
+            let full = !q.take(now_ms, |e, followed| {
                 let c = cost(e.task);
                 if taken > 0 && spent + c > max_cost {
                     return false;
@@ -661,6 +675,7 @@ impl Scheduler {
                     interval_ms: e.interval_ms,
                     phase_ms: e.phase_ms,
                     host: e.host,
+                    followed,
                 });
                 true
             });
@@ -723,8 +738,16 @@ impl Scheduler {
         let mut q = self.shards[due.shard as usize].queues[due.engine as usize]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let current = due.generation == self.generation();
-        q.done_with(current.then_some(due.task), due.host);
+        let current = due.generation == q.generation;
+        // Only what was counted in flight is counted out: a followed take, or one of an
+        // older plan (those in flight at a reload were counted then). A host with one
+        // task sharing a key with a followed one must not count that one out.
+        if due.followed || !current {
+            q.done_with(due.host);
+        }
+        if current && !due.followed {
+            q.landed(due.task);
+        }
         if !current {
             return Rescheduled::Stale;
         }
@@ -753,6 +776,7 @@ impl Scheduler {
             interval_ms: 1,
             phase_ms: 0,
             host: 0,
+            followed: false,
         }
     }
 }
@@ -768,30 +792,32 @@ mod tests {
     fn plan(hosts: usize, intervals: &[u64]) -> Plan {
         Plan::build(
             (0..hosts)
-                .map(|h| {
-                    let name: Arc<str> = format!("h{h}").into();
-                    HostSpec {
-                        name: name.clone(),
-                        ip: "127.0.0.1".parse().unwrap(),
-                        snmp: None,
-                        items: intervals
-                            .iter()
-                            .enumerate()
-                            .map(|(i, &iv)| ItemSpec {
-                                itemid: (h * 100 + i) as u64,
-                                key: format!("k{i}").into(),
-                                value_type: ValueType::Uint,
-                                interval_ms: iv as u32 * 1000,
-                                kind: ItemKind::Snmp {
-                                    oid: snmp::Oid::from_arcs(&[1, 3, 6, i as u32]).unwrap(),
-                                },
-                                pre: None,
-                            })
-                            .collect(),
-                    }
-                })
+                .map(|h| host(h, &format!("h{h}"), intervals))
                 .collect(),
         )
+    }
+
+    /// Host `name`, the `h`-th, with one SNMP item per interval (seconds).
+    pub(super) fn host(h: usize, name: &str, intervals: &[u64]) -> HostSpec {
+        HostSpec {
+            name: name.into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            snmp: None,
+            items: intervals
+                .iter()
+                .enumerate()
+                .map(|(i, &iv)| ItemSpec {
+                    itemid: (h * 100 + i) as u64,
+                    key: format!("k{i}").into(),
+                    value_type: ValueType::Uint,
+                    interval_ms: iv as u32 * 1000,
+                    kind: ItemKind::Snmp {
+                        oid: snmp::Oid::from_arcs(&[1, 3, 6, i as u32]).unwrap(),
+                    },
+                    pre: None,
+                })
+                .collect(),
+        }
     }
 
     #[test]
@@ -1126,7 +1152,7 @@ mod tests {
     }
 
     /// Takes everything of `s` due at `now` (SNMP).
-    fn take_all(s: &Scheduler, now: u64) -> Vec<Due> {
+    pub(super) fn take_all(s: &Scheduler, now: u64) -> Vec<Due> {
         let mut out = Vec::new();
         s.take_due(Engine::Snmp, now, u64::MAX, |_| 1, &mut out);
         out
@@ -1270,5 +1296,122 @@ mod tests {
             let queued: usize = s.queued(Engine::Snmp).iter().sum();
             proptest::prop_assert_eq!(queued + outstanding.len(), p.tasks.len());
         }
+    }
+}
+
+#[cfg(test)]
+mod reload_and_collision_tests {
+    //! Races of a reload with takes and completions, and hosts sharing a key.
+    use super::tests::{host, take_all};
+    use super::*;
+
+    /// A host with one task is in flight when a reload starts; its poll completes after
+    /// the generation moved but before the reload reached its shard's SNMP queue. It
+    /// was taken as stale, so its in-flight bit stayed; the reload then marked the host
+    /// busy with no completion left to come: it was never polled again.
+    #[test]
+    fn a_completion_during_a_reload_does_not_block_its_host_forever() {
+        let p = Arc::new(Plan::build(vec![host(0, "solo", &[10])]));
+        let s = Arc::new(Scheduler::new(&p, 1, 0));
+        let due = s.next_due(Engine::Snmp).unwrap();
+        let running = take_all(&s, due);
+        assert_eq!(running.len(), 1);
+        let gen0 = s.generation();
+        // Hold the reload at shard 0's ICMP queue (it replaces ICMP, then SNMP).
+        let guard = s.shards[0].queues[Engine::Icmp as usize].lock().unwrap();
+        let (s2, p2) = (s.clone(), p.clone());
+        let t = std::thread::spawn(move || s2.reload(&p2, &p2, due + 1_000));
+        let spin = std::time::Instant::now();
+        while s.generation() == gen0 {
+            assert!(spin.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::yield_now();
+        }
+        s.complete(running[0], due + 1_000);
+        drop(guard);
+        t.join().unwrap();
+        let mut handed = 0;
+        for now in (due + 1_000..due + 100_000).step_by(100) {
+            for d in take_all(&s, now) {
+                s.complete(d, now);
+                handed += 1;
+            }
+        }
+        assert!(
+            handed >= 9,
+            "the host was polled {handed} times in 99 s (interval 10 s)"
+        );
+    }
+
+    /// Host A (one task) and host B (two tasks) share a host key (a collision the
+    /// module docs accept as "polled one after the other"). A's completion counted B's
+    /// out, so B's next task was handed out while B's other task still ran.
+    #[test]
+    fn a_colliding_hosts_completion_does_not_free_another_busy_host() {
+        let mut p = Plan::build(vec![host(0, "a", &[10]), host(1, "b", &[10, 20])]);
+        p.hosts[0].hash = p.hosts[1].hash ^ 1; // same key (31 high bits), one shard
+        for t in &mut p.tasks {
+            t.phase_ms = if t.host == 0 { 1_000 } else { 5_000 };
+        }
+        let s = Scheduler::new(&p, 1, 0);
+        let a = take_all(&s, 1_000);
+        assert_eq!(a.len(), 1);
+        assert_eq!(p.tasks[a[0].task as usize].host, 0);
+        let b = take_all(&s, 5_000);
+        assert_eq!(b.len(), 2, "{b:?}");
+        s.complete(a[0], 6_000);
+        let b10 = *b
+            .iter()
+            .find(|d| p.tasks[d.task as usize].interval_ms == 10_000)
+            .unwrap();
+        s.complete(b10, 6_000);
+        // B's 20 s task is still polled: its 10 s task must wait for it.
+        let out: Vec<Due> = take_all(&s, 15_000)
+            .into_iter()
+            .filter(|d| p.tasks[d.task as usize].host == 1)
+            .collect();
+        assert!(
+            out.is_empty(),
+            "{out:?} handed out while B's 20 s task runs"
+        );
+    }
+
+    /// take_due during a reload, after the generation moved and before the queue it
+    /// takes from is replaced: the Due carried the new generation with an index of the
+    /// old queue, so its completion was taken as current and the task queued twice.
+    #[test]
+    fn a_take_during_a_reload_does_not_queue_the_task_twice() {
+        let p = Arc::new(Plan::build(vec![host(0, "solo", &[10])]));
+        let s = Arc::new(Scheduler::new(&p, 1, 0));
+        let due = s.next_due(Engine::Snmp).unwrap();
+        let gen0 = s.generation();
+        let guard = s.shards[0].queues[Engine::Icmp as usize].lock().unwrap();
+        let (s2, p2) = (s.clone(), p.clone());
+        let t = std::thread::spawn(move || s2.reload(&p2, &p2, due - 1));
+        let spin = std::time::Instant::now();
+        while s.generation() == gen0 {
+            assert!(spin.elapsed() < std::time::Duration::from_secs(10));
+            std::thread::yield_now();
+        }
+        let taken = take_all(&s, due);
+        assert_eq!(taken.len(), 1);
+        drop(guard);
+        t.join().unwrap();
+        s.complete(taken[0], due + 100);
+        assert_eq!(s.queued(Engine::Snmp), vec![1], "the task is queued twice");
+    }
+
+    /// A task waiting for its busy host is overdue: counted by `due_counts` as by
+    /// `queued` (netpoller_scheduler_due, "overdue if it stays > 0", read 0).
+    #[test]
+    fn a_waiting_overdue_task_is_counted_as_due() {
+        let p = Plan::build(vec![host(0, "m", &[10, 15])]);
+        let s = Scheduler::new(&p, 1, 0);
+        let due = s.next_due(Engine::Snmp).unwrap();
+        let mut out = Vec::new();
+        s.take_due(Engine::Snmp, due, 1, |_| 1, &mut out);
+        assert_eq!(out.len(), 1);
+        assert!(take_all(&s, due + 30_000).is_empty());
+        assert_eq!(s.queued(Engine::Snmp), vec![1]);
+        assert_eq!(s.due_counts(Engine::Snmp, due + 30_000), vec![1]);
     }
 }
