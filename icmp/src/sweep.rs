@@ -22,7 +22,9 @@
 //!   [`SweepCounters`], never silently dropped.
 //! * Pacing: the long-run send rate never exceeds `max_pps`; after an idle or late
 //!   wake-up at most `burst` worth of probes go out back to back. Probe `k + 1` of a
-//!   host leaves no earlier than `interval` after probe `k` actually left.
+//!   host is handed out no earlier than `interval` after probe `k` was; should probe `k`
+//!   leave later than handed out ([`Sweep::sent_at`]: a batch that waited for the
+//!   socket buffer), the gap between the two on the wire shrinks by as much.
 //! * Order among due probes: first-round probes (nothing is known of their hosts yet),
 //!   then later probes of hosts with an unanswered probe, then later probes of hosts
 //!   that answered every probe so far. The iteration lasts until the last probe that
@@ -826,10 +828,13 @@ impl Sweep {
                 self.expiries[qi].1.pop_front();
                 let timeout = self.expiries[qi].0;
                 match self.probes.get_mut(probe as usize) {
-                    // Sent later than handed out (see `sent_at`): it expires later.
+                    // Sent later than handed out (see `sent_at`): it expires later, in
+                    // its place in the queue (kept in expiry order).
                     Some(Probe::InFlight(sent)) if *sent + timeout > now => {
                         let expiry = *sent + timeout;
-                        self.expiries[qi].1.push_back((expiry, probe, j));
+                        let q = &mut self.expiries[qi].1;
+                        let at = q.partition_point(|e| e.0 <= expiry);
+                        q.insert(at, (expiry, probe, j));
                     }
                     Some(slot @ Probe::InFlight(_)) => {
                         *slot = Probe::Lost;

@@ -601,3 +601,25 @@ fn a_probe_counts_from_when_it_left_not_from_when_it_was_handed_out() {
     assert_eq!(late[1].1.received, 0);
     assert!(s.is_finished());
 }
+
+/// A probe sent late (its batch waited) expires at its send + timeout, in order with
+/// probes handed out after it left: put back at the end of its queue, it waited behind
+/// one that expires later, and `next_expiry` did not say when it would be lost.
+#[test]
+fn a_late_sent_probe_expires_at_its_send_plus_timeout() {
+    let base = Instant::now();
+    let mut s = Sweep::new((0..2).map(|i| job(i, 1)).collect(), cfg(0), base).unwrap();
+    let a = s.poll_transmit(base).expect("first probe").token;
+    s.sent_at(a, base + ms(50));
+    let b = s.poll_transmit(base + ms(60)).expect("second probe").token;
+    s.sent_at(b, base + ms(60));
+    s.handle_timeout(base + ms(1000));
+    assert!(done_events(&mut s).is_empty());
+    assert_eq!(s.next_expiry(), Some(base + ms(1050)));
+    s.handle_timeout(base + ms(1050));
+    assert_eq!(
+        done_events(&mut s).len(),
+        1,
+        "the probe sent at 50 ms is lost at 1050 ms"
+    );
+}

@@ -12,10 +12,10 @@
 //!   (UCD-SNMP's `laLoad` "0.15"), or an Opaque-wrapped float/double (net-snmp's
 //!   encoding). NaN and infinities are errors.
 //! * str: numbers in decimal; OCTET STRING as text when it is valid UTF-8 without control
-//!   characters other than tab/CR/LF (a NUL ending text of two characters or more, one
-//!   of them a letter or digit, is dropped, as devices that send C strings mean it,
-//!   where net-snmp would show the octets in hex; a shorter one is a bit string, BITS
-//!   `40 00` or a port list `20 00`, and stays hex), otherwise hex octets
+//!   characters other than tab/CR/LF (a NUL ending text is dropped, as devices that send
+//!   C strings mean it, where net-snmp would show the octets in hex; but one byte other
+//!   than a letter or digit before it is a bit string, BITS `40 00` or a port list
+//!   `20 00`, and stays hex), otherwise hex octets
 //!   `AA BB CC` like net-snmp's Hex-STRING; OID as `.1.3.6…`; IpAddress as a dotted
 //!   quad; an Opaque float/double as the number (as Zabbix stores it), other Opaque as
 //!   hex.
@@ -129,10 +129,9 @@ fn opaque_float(b: &[u8]) -> Option<f64> {
 
 /// The octets as text, if they are text (see the module docs).
 fn text_of(s: &[u8]) -> Option<&str> {
-    // A C string's terminator after text; a lone NUL is a byte, not empty text, and
-    // one byte before it a bit string more likely than a one-letter string.
+    // A C string's terminator after text; a lone NUL is a byte, not empty text.
     let s = match s.split_last() {
-        Some((0, body)) if body.len() >= 2 && body.iter().any(u8::is_ascii_alphanumeric) => body,
+        Some((0, body)) if !body.is_empty() => body,
         _ => s,
     };
     let t = std::str::from_utf8(s).ok()?;
@@ -141,10 +140,20 @@ fn text_of(s: &[u8]) -> Option<&str> {
         .then_some(t)
 }
 
+/// The octets as a str item keeps them: text, or hex when they are not text or are a
+/// bit string (BITS `40 00`, a port list `20 00`: one or two bytes ending in NUL read as
+/// a one-letter C string, but numbers and names are longer or have a digit or letter).
+fn str_of(s: &[u8]) -> Option<&str> {
+    match s {
+        [b, 0] if !b.is_ascii_alphanumeric() => None,
+        _ => text_of(s),
+    }
+}
+
 fn to_str(v: &VarValue) -> String {
     match v {
         VarValue::Integer(i) => i.to_string(),
-        VarValue::OctetString(s) => match text_of(s) {
+        VarValue::OctetString(s) => match str_of(s) {
             Some(t) => t.to_string(),
             None => snmp::hex_string(s),
         },
@@ -417,6 +426,11 @@ mod tests {
             ok(VarValue::OctetString(b"eth0\0".to_vec()), ValueType::Str),
             Value::Str("eth0".into())
         );
+        // A one-digit number as a C string is still the number, in every type.
+        let v = VarValue::OctetString(b"5\0".to_vec());
+        assert_eq!(convert(&v, ValueType::Uint), Ok(Value::Uint(5)));
+        assert_eq!(convert(&v, ValueType::Float), Ok(Value::Float(5.0)));
+        assert_eq!(convert(&v, ValueType::Str), Ok(Value::Str("5".into())));
     }
 
     #[test]

@@ -614,8 +614,9 @@ pub(crate) const SUSPECT_AFTER: u32 = 5;
 ///
 /// A suspect is passed over, staying in its segment, and the records after it are
 /// tried. It goes to the reject spool only when, on a later pass, it fails
-/// [`SUSPECT_AFTER`] times again with the same error code although ClickHouse has
-/// stored a batch of the same table since it was suspected. A server or a table that
+/// [`SUSPECT_AFTER`] times again with the same ClickHouse exception code (an HTTP
+/// error without one never rejects) although ClickHouse has stored a batch of the
+/// same table since it was suspected. A server or a table that
 /// refuses everything therefore never rejects anything: no batch of it is stored
 /// meanwhile, and a suspect then gets a single attempt per pass. A pass stops at the
 /// second record in a row that fails, since the server, not the record, is then the
@@ -731,15 +732,23 @@ pub(crate) async fn replay_segment(
                 let s = suspects.as_deref_mut().expect("checked");
                 let code = crate::writer::exception_code(&e.message);
                 let now = stored();
+                // Refused alike (a ClickHouse exception code, not a bare HTTP error), by
+                // a full round of tries, after a batch of its table was stored.
+                let full = server_tries == Some(SUSPECT_AFTER);
                 match s.records.get(&key) {
-                    Some(known) if known.stored_then < now && known.code == code => {
+                    Some(known)
+                        if known.code == code
+                            && code.is_some()
+                            && full
+                            && known.stored_then < now =>
+                    {
                         s.records.remove(&key);
                         reject(shared, batch, &e, Refusal::KeptRefusing).await;
                         confirm(shared, seg, rec.offset);
                         failed_last = false;
                         continue;
                     }
-                    Some(known) if known.stored_then == now && known.code == code => {}
+                    Some(known) if known.code == code => {}
                     _ => {
                         let fresh = Suspect {
                             stored_then: now,
@@ -857,7 +866,9 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
     let mut unreadable = UnreadableTries::default();
     let mut suspects = Suspects::default();
     loop {
-        if *shutdown.borrow() {
+        // A sink dropped without its stop (its sender gone) ends it too: its pauses
+        // wait on `shutdown.changed()`, which would then return at once, for good.
+        if *shutdown.borrow() || shutdown.has_changed().is_err() {
             return;
         }
         match checkout_but(&shared, suspects.held.clone()).await {

@@ -96,9 +96,10 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    fn rests(&self, now: std::time::Instant) -> bool {
+    /// Until when it rests, if it does at `now`.
+    fn rests_until(&self, now: std::time::Instant) -> Option<std::time::Instant> {
         let r = self.resting.lock().unwrap_or_else(|e| e.into_inner());
-        r.1.is_some_and(|until| until > now)
+        r.1.filter(|until| *until > now)
     }
 
     /// Notes how an attempt here ended: a retryable failure rests the endpoint for a
@@ -164,7 +165,7 @@ impl Writer {
     }
 
     /// One attempt to insert `batch` on the next endpoint (round-robin, passing over
-    /// those resting after a failure, see [`Writer::pick`]). Success means
+    /// those resting after a failure; all resting, the one back first). Success means
     /// ClickHouse answered 200 to the INSERT: the rows are stored.
     ///
     /// Before the first INSERT on an endpoint, after one failed there, and every
@@ -184,17 +185,22 @@ impl Writer {
         result
     }
 
-    /// The next endpoint (round-robin) that is not resting after a failure, or the
-    /// next one when all are: with one node of several down, attempts (retries
+    /// The next endpoint (round-robin) that is not resting after a failure, or, when
+    /// all are, the one back first: with one node of several down, attempts (retries
     /// included) go to the others instead of every other one failing there.
     fn pick(&self) -> &Endpoint {
         let n = self.endpoints.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let now = std::time::Instant::now();
-        (0..n)
-            .map(|k| &self.endpoints[(start + k) % n])
-            .find(|ep| !ep.rests(now))
-            .unwrap_or(&self.endpoints[start % n])
+        let order = (0..n).map(|k| &self.endpoints[(start + k) % n]);
+        let rests: Vec<_> = order.map(|ep| (ep, ep.rests_until(now))).collect();
+        match rests.iter().find(|(_, until)| until.is_none()) {
+            Some((ep, _)) => ep,
+            None => rests
+                .iter()
+                .min_by_key(|(_, until)| *until)
+                .map_or(&self.endpoints[0], |r| r.0),
+        }
     }
 
     /// One attempt on `ep` (see [`Writer::insert`]).
@@ -485,6 +491,36 @@ pub fn backoff(attempt: u32, initial: Duration, max: Duration) -> Duration {
 mod tests {
     use super::*;
     use clickhouse::error::Error as E;
+
+    /// Two nodes, both resting: one dead for a while (30 s left), one after a passing
+    /// failure (100 ms left). Round-robin sent every other attempt to the dead node (a
+    /// new batch whose attempts all landed there was spooled, the sink turned
+    /// unhealthy); the node back first takes them.
+    #[test]
+    fn with_every_endpoint_resting_the_one_back_first_is_picked() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let _enter = rt.enter();
+        let cfg = ClickHouseConfig {
+            url: Some("http://127.0.0.1:9".into()),
+            urls: vec!["http://127.0.0.2:9".into()],
+            ..ClickHouseConfig::default()
+        };
+        let w = Writer::new(&cfg);
+        let now = std::time::Instant::now();
+        *w.endpoints[0].resting.lock().unwrap() = (8, Some(now + Duration::from_secs(30)));
+        *w.endpoints[1].resting.lock().unwrap() = (1, Some(now + Duration::from_millis(100)));
+        for k in 0..4 {
+            assert_eq!(w.pick().shown, w.endpoints[1].shown, "attempt {k}");
+        }
+        // Not resting: round-robin again.
+        *w.endpoints[0].resting.lock().unwrap() = (0, None);
+        *w.endpoints[1].resting.lock().unwrap() = (0, None);
+        let picked: Vec<_> = (0..2).map(|_| w.pick().shown.clone()).collect();
+        assert_ne!(picked[0], picked[1]);
+    }
 
     #[test]
     fn codes_from_old_and_new_servers() {

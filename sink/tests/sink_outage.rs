@@ -542,19 +542,23 @@ async fn sink_behind(
     start_sink(cfg).await
 }
 
-/// A batch ClickHouse keeps refusing with a server error while it takes every other
-/// batch of its table: it used to hold the replay of the whole spool behind it for
-/// good (the sink spooling everything new, the spool growing until its cap dropped
-/// data). It goes to the reject spool, and every other row lands.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spooled_batch_clickhouse_keeps_refusing_does_not_hold_the_spool() {
+/// A sink behind a proxy that answers `refusal` to the batch holding the row of host
+/// `POISON`, sent first (and spooled once refused), then rows `1..total` at 2,000/s for
+/// a second: the sink, its handle, metrics and spool, and `total`.
+async fn poison_then_rows(
+    db: &TestDb,
+    refusal: &'static str,
+) -> (
+    Sink,
+    sink::SinkHandle,
+    Arc<SinkMetrics>,
+    tempfile::TempDir,
+    u64,
+) {
     common::init_logs();
-    let url = ch_url();
-    let db = TestDb::new(&url);
     let never = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let proxy = refusing_proxy(&url, b"POISON", TOO_BIG, never);
-    let (sink, h, metrics, spool) = sink_behind(&proxy, &db).await;
-
+    let proxy = refusing_proxy(&db.url, b"POISON", refusal, never);
+    let (sink, h, metrics, spool) = sink_behind(&proxy, db).await;
     let poison = Row {
         hostname: "POISON".into(),
         ..row(0)
@@ -565,6 +569,18 @@ async fn a_spooled_batch_clickhouse_keeps_refusing_does_not_hold_the_spool() {
         "the refused batch was not spooled"
     );
     let total = send_for(&h, 1, 2000, 1.0).await;
+    (sink, h, metrics, spool, total)
+}
+
+/// A batch ClickHouse keeps refusing with a server error while it takes every other
+/// batch of its table: it used to hold the replay of the whole spool behind it for
+/// good (the sink spooling everything new, the spool growing until its cap dropped
+/// data). It goes to the reject spool, and every other row lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spooled_batch_clickhouse_keeps_refusing_does_not_hold_the_spool() {
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let (sink, h, metrics, spool, total) = poison_then_rows(&db, TOO_BIG).await;
     let landed = wait_until(Duration::from_secs(60), || {
         written(&metrics) == total - 1 && metrics.rejected_rows() == 1 && metrics.spool_bytes() == 0
     });
@@ -781,4 +797,25 @@ async fn rows_the_reject_spool_could_not_keep_are_not_counted_as_kept() {
     let report = sink.shutdown().await.unwrap();
     assert_eq!(report.rows_dropped, 10, "{report:?}");
     assert_eq!(report.rows_rejected, 0, "{report:?}");
+}
+
+/// The same batch refused with an HTTP error that carries no ClickHouse exception (a
+/// proxy's, a load balancer's): nothing says the batch is the cause, so it is passed
+/// over but never rejected; every other row lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_refused_without_an_exception_code_is_never_rejected() {
+    let db = TestDb::new(&ch_url());
+    let (sink, h, metrics, _spool, total) = poison_then_rows(&db, "upstream connect error\n").await;
+    assert!(
+        wait_until(Duration::from_secs(60), || written(&metrics) == total - 1),
+        "written {} of {}",
+        written(&metrics),
+        total - 1
+    );
+    // Several passes over it (each 5 tries, then a pause of retry_backoff_max).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(metrics.rejected_rows(), 0);
+    assert!(metrics.spool_bytes() > 0, "the refused batch stays spooled");
+    drop(h);
+    sink.shutdown().await.unwrap();
 }
