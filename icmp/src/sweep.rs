@@ -22,9 +22,9 @@
 //!   [`SweepCounters`], never silently dropped.
 //! * Pacing: the long-run send rate never exceeds `max_pps`; after an idle or late
 //!   wake-up at most `burst` worth of probes go out back to back. Probe `k + 1` of a
-//!   host is handed out no earlier than `interval` after probe `k` was; should probe `k`
-//!   leave later than handed out ([`Sweep::sent_at`]: a batch that waited for the
-//!   socket buffer), the gap between the two on the wire shrinks by as much.
+//!   host leaves no earlier than `interval` after probe `k` left ([`Sweep::sent_at`]
+//!   says when that was, if later than it was handed out: a batch that waited; within
+//!   a millisecond, a batch's own time, the hand-out counts).
 //! * Order among due probes: first-round probes (nothing is known of their hosts yet),
 //!   then later probes of hosts with an unanswered probe, then later probes of hosts
 //!   that answered every probe so far. The iteration lasts until the last probe that
@@ -323,7 +323,14 @@ struct JobState {
     probe_base: u32,
     /// Next job with the same address (duplicates), `u32::MAX` for none.
     next_same_addr: u32,
+    /// How much later than handed out its last probe left (µs, see `Sweep::sent_at`):
+    /// its next probe waits as much more, once.
+    shift_us: u32,
 }
+
+/// The least delay of a probe's send over its hand-out that delays its host's next
+/// probe ([`Sweep::sent_at`]).
+const SHIFT_WORTH: Duration = Duration::from_millis(1);
 
 /// Fast non-keyed hash for the address map. Safe against hash flooding here because the
 /// map is filled and read only while a sweep is created, from its own job list (replies
@@ -459,6 +466,7 @@ impl Sweep {
                 done: false,
                 probe_base: total as u32,
                 next_same_addr,
+                shift_us: 0,
             });
             total += u64::from(job.packets);
             if total > u64::from(u32::MAX) {
@@ -568,7 +576,19 @@ impl Sweep {
         }
         while let Some(qi) = self.due_later(now) {
             let (due, j) = self.later[qi].1.pop_front()?;
-            let st = &self.jobs[j as usize];
+            let st = &mut self.jobs[j as usize];
+            if st.shift_us > 0 {
+                // Its previous probe left late: `interval` counts from then. Put back
+                // in order, once (the shift is spent), so the loop stays bounded.
+                let not_before = due + Duration::from_micros(u64::from(st.shift_us));
+                st.shift_us = 0;
+                if not_before > now {
+                    let q = &mut self.later[qi].1;
+                    let at = q.partition_point(|e| e.0 <= not_before);
+                    q.insert(at, (not_before, j));
+                    continue;
+                }
+            }
             if st.stats.received < st.next_packet {
                 return Some(j);
             }
@@ -709,13 +729,20 @@ impl Sweep {
         let Some(st) = self.jobs.get(token.job as usize) else {
             return;
         };
-        let timeout = st.job.timeout;
+        let (timeout, more) = (st.job.timeout, st.next_packet < st.job.packets);
         let Some(Probe::InFlight(sent)) =
             self.probes.get_mut((st.probe_base + token.packet) as usize)
         else {
             return;
         };
         if at > *sent {
+            // A batch's own time (microseconds) is not worth a second look at the next
+            // probe: a batch that waited for the socket buffer is.
+            let shift = at.duration_since(*sent);
+            if more && shift >= SHIFT_WORTH {
+                let us = u32::try_from(shift.as_micros()).unwrap_or(u32::MAX);
+                self.jobs[token.job as usize].shift_us = us;
+            }
             *sent = at;
             // Its queued expiry, now early, is put back when reached (handle_timeout).
             let expiry = at + timeout;

@@ -623,3 +623,21 @@ fn a_late_sent_probe_expires_at_its_send_plus_timeout() {
         "the probe sent at 50 ms is lost at 1050 ms"
     );
 }
+
+/// Probe k + 1 of a host leaves no earlier than `interval` after probe k left, when
+/// that was later than it was handed out (`sent_at`): it was due `interval` after the
+/// hand-out, 5 ms after probe k on the wire here.
+#[test]
+fn the_next_probe_waits_an_interval_after_the_previous_one_left() {
+    let base = Instant::now();
+    let mut s = Sweep::new(vec![job(0, 2)], cfg(0), base).unwrap();
+    let first = s.poll_transmit(base).expect("first probe").token;
+    // Its batch left 15 ms after the hand-out (a full socket buffer, a long batch).
+    s.sent_at(first, base + ms(15));
+    // 5 ms after it left, the second probe (interval 20 ms) must not be handed out.
+    assert!(
+        s.poll_transmit(base + ms(20)).is_none(),
+        "probe 2 handed out 5 ms after probe 1 left (interval 20 ms)"
+    );
+    assert!(s.poll_transmit(base + ms(35)).is_some());
+}

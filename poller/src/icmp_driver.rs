@@ -650,18 +650,18 @@ impl IcmpDriver {
         loop {
             let woke = Instant::now();
             // 1. Receive first: replies already queued must never wait for our sends.
-            let mut got = 0;
+            let mut cut = false;
             for ((fd, empty), drops) in rx_fds.iter().zip(&mut empty_since).zip(&mut self.rx_drops)
             {
                 if let Some(fd) = fd {
                     let at = Marks { empty, drops };
-                    got += drain(*fd, &mut rx, &mut sweep, &mut report.recv_errors, at);
+                    let n = drain(*fd, &mut rx, &mut sweep, &mut report.recv_errors, at);
+                    cut |= n >= RECV_TURN;
                 }
             }
             // Probes expire as of when the queues were last read empty: a reply that came
             // before then has been read and counted. After a drain cut short (a flood),
             // replies may wait unread, so expiries wait too, a few rounds at most.
-            let cut = got >= RECV_TURN;
             cut_rounds = if cut { cut_rounds + 1 } else { 0 };
             if !cut || cut_rounds > MAX_CUT_ROUNDS {
                 sweep.handle_timeout(woke);
@@ -712,7 +712,7 @@ impl IcmpDriver {
             if sweep.is_finished() {
                 break;
             }
-            let busy = got >= RECV_TURN || sent >= send_turn;
+            let busy = cut || sent >= send_turn;
             if busy && !blocked {
                 // More work is due right now; let other tasks run, then go on.
                 tokio::task::yield_now().await;
