@@ -393,6 +393,13 @@ fn push_keyed<T>(fifos: &mut Vec<(Duration, VecDeque<T>)>, key: Duration, item: 
     }
 }
 
+/// Puts `item`, due at `at`, back into a FIFO of [`push_keyed`] in its place, keeping it
+/// sorted (an entry moved later: a probe that left late, see [`Sweep::sent_at`]).
+fn insert_in_order<T>(q: &mut VecDeque<T>, at: Instant, item: T, due: impl Fn(&T) -> Instant) {
+    let i = q.partition_point(|e| due(e) <= at);
+    q.insert(i, item);
+}
+
 type AddrMap = HashMap<IpAddr, u32, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// One sweep iteration. See the module docs for the protocol and invariants.
@@ -583,9 +590,7 @@ impl Sweep {
                 let not_before = due + Duration::from_micros(u64::from(st.shift_us));
                 st.shift_us = 0;
                 if not_before > now {
-                    let q = &mut self.later[qi].1;
-                    let at = q.partition_point(|e| e.0 <= not_before);
-                    q.insert(at, (not_before, j));
+                    insert_in_order(&mut self.later[qi].1, not_before, (not_before, j), |e| e.0);
                     continue;
                 }
             }
@@ -859,9 +864,8 @@ impl Sweep {
                     // its place in the queue (kept in expiry order).
                     Some(Probe::InFlight(sent)) if *sent + timeout > now => {
                         let expiry = *sent + timeout;
-                        let q = &mut self.expiries[qi].1;
-                        let at = q.partition_point(|e| e.0 <= expiry);
-                        q.insert(at, (expiry, probe, j));
+                        let item = (expiry, probe, j);
+                        insert_in_order(&mut self.expiries[qi].1, expiry, item, |e| e.0);
                     }
                     Some(slot @ Probe::InFlight(_)) => {
                         *slot = Probe::Lost;

@@ -63,6 +63,7 @@ use tokio::io::unix::AsyncFd;
 
 pub use icmp::{PingStats, RttMode, SharedPacer, Slots, SocketKind};
 
+use crate::sockets::{set_recv_buffer, setsockopt};
 use crate::source::SourceAddrs;
 
 /// Linux `ICMP_FILTER` at level `SOL_RAW`: bit `t` set = drop ICMP type `t`.
@@ -79,9 +80,6 @@ const RECV_BATCH: usize = 64;
 /// the bound only keeps a flood from holding the loop.
 const RECV_TURN: usize = 65_536;
 
-/// Rounds in a row whose reads stopped at [`RECV_TURN`] after which probes expire all
-/// the same (so that a flood of datagrams cannot hold a sweep past its deadline).
-const MAX_CUT_ROUNDS: u32 = 4;
 /// Probes per `sendmmsg` call.
 const SEND_BATCH: usize = 64;
 /// Most probes sent before the loop drains the receive queue again.
@@ -307,24 +305,6 @@ fn random_u64() -> u64 {
     h.finish()
 }
 
-fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, value: &T) -> io::Result<()> {
-    // SAFETY: `value` points to a live `T` of the size passed.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            (value as *const T).cast(),
-            size_of::<T>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 fn configure(
     sock: &Socket,
     kind: SocketKind,
@@ -334,12 +314,7 @@ fn configure(
     let setup = |what| move |cause| IcmpOpenError::Setup { what, cause };
     sock.set_nonblocking(true).map_err(setup("O_NONBLOCK"))?;
     let fd = sock.as_raw_fd();
-    let want = libc::c_int::try_from(rcvbuf).unwrap_or(libc::c_int::MAX);
-    if setsockopt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &want).is_err() {
-        // Unprivileged: the kernel caps this at net.core.rmem_max; not fatal.
-        sock.set_recv_buffer_size(rcvbuf)
-            .map_err(setup("SO_RCVBUF"))?;
-    }
+    set_recv_buffer(sock, rcvbuf).map_err(setup("SO_RCVBUF"))?;
     // Kernel receive timestamps make RTTs independent of how busy the loop is.
     if let Err(e) = setsockopt(
         fd,
@@ -414,7 +389,9 @@ impl IcmpDriver {
 
     fn with_v4(opts: IcmpOptions, kind: SocketKind, v4: Socket) -> Result<Self, IcmpOpenError> {
         configure(&v4, kind, false, opts.rcvbuf)?;
-        wait_for_rx_timestamps();
+        // Once per process: they stay on while a socket of ours asks for them.
+        static RX_TIMESTAMPS: std::sync::Once = std::sync::Once::new();
+        RX_TIMESTAMPS.call_once(wait_for_rx_timestamps);
         let bound = IcmpOpenError::Source;
         opts.source.bind(&v4, false).map_err(bound)?;
         let v6 = match open_socket(kind, true) {
@@ -646,7 +623,7 @@ impl IcmpDriver {
         // Per socket (v4, v6): when its queue was last found empty.
         let mut empty_since: [Option<Instant>; 2] = [None, None];
         let drops_before = self.rx_drops;
-        let mut cut_rounds = 0;
+        let mut timeouts = crate::sockets::TimeoutGate::default();
         loop {
             let woke = Instant::now();
             // 1. Receive first: replies already queued must never wait for our sends.
@@ -659,11 +636,8 @@ impl IcmpDriver {
                     cut |= n >= RECV_TURN;
                 }
             }
-            // Probes expire as of when the queues were last read empty: a reply that came
-            // before then has been read and counted. After a drain cut short (a flood),
-            // replies may wait unread, so expiries wait too, a few rounds at most.
-            cut_rounds = if cut { cut_rounds + 1 } else { 0 };
-            if !cut || cut_rounds > MAX_CUT_ROUNDS {
+            // As of the turn's start, once the sockets were read empty (see `sockets`).
+            if timeouts.after_turn(cut) {
                 sweep.handle_timeout(woke);
             }
             emit(&mut sweep, &index, &mut on_host_done, &mut report.alive);
@@ -910,8 +884,8 @@ impl SendBatch {
                 // out added the building of the batch and the sending of the probes
                 // ahead of it (fping reads the clock before each sendto).
                 let (r, took) = (r as usize, before.elapsed());
-                for (k, item) in self.items[self.head..self.head + r].iter().enumerate() {
-                    sweep.sent_at(item.3, before + took.mul_f64(k as f64 / r as f64));
+                for (k, item) in (0u32..).zip(&self.items[self.head..self.head + r]) {
+                    sweep.sent_at(item.3, before + took * k / r as u32);
                 }
                 self.head += r;
                 sent += r;

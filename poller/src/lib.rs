@@ -14,6 +14,7 @@ pub mod preprocess;
 pub mod scheduler;
 pub mod snmp_convert;
 pub mod snmp_driver;
+mod sockets;
 pub mod source;
 pub mod states;
 pub mod trends;

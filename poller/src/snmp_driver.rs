@@ -69,10 +69,6 @@ pub use snmp::{HostJob as SnmpHostJob, Stats as SnmpStats};
 
 /// Most datagrams read in one receive turn before the loop sends again.
 pub const RECV_TURN: usize = 4096;
-
-/// Receive turns in a row cut short by [`RECV_TURN`] after which requests expire all
-/// the same.
-const MAX_CUT_TURNS: u32 = 4;
 /// Most datagrams sent in one send turn before the loop receives again.
 pub const SEND_TURN: usize = 256;
 
@@ -176,21 +172,7 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
         sock.set_only_v6(true)?;
     }
     sock.set_nonblocking(true)?;
-    let want = libc::c_int::try_from(rcvbuf).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `want` is a live c_int and we pass its exact size; the fd is open.
-    let forced = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUFFORCE,
-            (&want as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    } == 0;
-    if !forced {
-        // Unprivileged: capped at net.core.rmem_max, not fatal.
-        sock.set_recv_buffer_size(rcvbuf)?;
-    }
+    crate::sockets::set_recv_buffer(&sock, rcvbuf)?;
     source.bind_any(&sock, v6)?;
     Ok(sock.into())
 }
@@ -387,7 +369,7 @@ impl SnmpDriver {
         // registration every loop).
         let sleep = tokio::time::sleep_until(start.into());
         tokio::pin!(sleep);
-        let mut cut_turns = 0;
+        let mut timeouts = crate::sockets::TimeoutGate::default();
 
         loop {
             // Receive turn: drain every socket (bounded), recvmmsg batches, until the
@@ -420,13 +402,8 @@ impl SnmpDriver {
                     }
                 }
             }
-            // Requests expire as of before the turn: a reply that came by then has been
-            // read. A turn cut short by its budget leaves replies unread, so expiries
-            // wait for a turn that empties the sockets (a few turns at most, so that a
-            // flood cannot hold an iteration).
-            let cut = budget == 0;
-            cut_turns = if cut { cut_turns + 1 } else { 0 };
-            if !cut || cut_turns > MAX_CUT_TURNS {
+            // As of the turn's start, once the sockets were read empty (see `sockets`).
+            if timeouts.after_turn(budget == 0) {
                 it.handle_timeout(now);
             }
             let now = Instant::now();
@@ -748,19 +725,7 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
         let agent = std::net::UdpSocket::bind("127.0.77.50:0").unwrap();
         let addr = agent.local_addr().unwrap();
-        {
-            let want: libc::c_int = 64 << 20;
-            // SAFETY: a live c_int of the stated size; the fd is open (test agent).
-            unsafe {
-                libc::setsockopt(
-                    agent.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUFFORCE,
-                    (&want as *const libc::c_int).cast(),
-                    size_of::<libc::c_int>() as libc::socklen_t,
-                );
-            }
-        }
+        crate::sockets::set_recv_buffer(&socket2::SockRef::from(&agent), 64 << 20).unwrap();
         let agent_done = Arc::new(AtomicBool::new(false));
         let done2 = agent_done.clone();
         let stalled = Arc::new(AtomicBool::new(false));

@@ -855,6 +855,11 @@ pub(crate) async fn finish(shared: &Arc<Shared>, seq: u64, done: bool) {
     .await;
 }
 
+/// Waits `d`, or until `shutdown` changes (the replayer's pauses between tries).
+async fn pause(d: Duration, shutdown: &mut watch::Receiver<bool>) {
+    tokio::select! { _ = sleep(d) => {}, _ = shutdown.changed() => {} }
+}
+
 /// The replay task: drains the spool oldest first while new data flows, and probes
 /// ClickHouse while it is unhealthy.
 pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
@@ -874,7 +879,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
         match checkout_but(&shared, suspects.held.clone()).await {
             // Every segment left holds suspects: after a pause, try them all again.
             None if !suspects.held.is_empty() => {
-                tokio::select! { _ = sleep(cfg.retry_backoff_max) => {}, _ = shutdown.changed() => {} }
+                pause(cfg.retry_backoff_max, &mut shutdown).await;
                 suspects.held.clear();
                 suspects.keep_only(&live_segments(&shared).await);
             }
@@ -892,7 +897,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                         finish(&shared, seg.seq, false).await;
                         // Paced like a failed replay: a server refusing everything
                         // sees a few attempts per segment and pause, not a flood.
-                        tokio::select! { _ = sleep(cfg.retry_backoff_max) => {}, _ = shutdown.changed() => {} }
+                        pause(cfg.retry_backoff_max, &mut shutdown).await;
                         continue;
                     }
                     Ok(Replayed::Stopped(_)) => false,
@@ -911,7 +916,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                 };
                 finish(&shared, seg.seq, done).await;
                 if !done && !*shutdown.borrow() {
-                    tokio::select! { _ = sleep(cfg.retry_backoff_max) => {}, _ = shutdown.changed() => {} }
+                    pause(cfg.retry_backoff_max, &mut shutdown).await;
                 }
             }
             None if !shared.ok() => {

@@ -192,15 +192,17 @@ impl Writer {
         let n = self.endpoints.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         let now = std::time::Instant::now();
-        let order = (0..n).map(|k| &self.endpoints[(start + k) % n]);
-        let rests: Vec<_> = order.map(|ep| (ep, ep.rests_until(now))).collect();
-        match rests.iter().find(|(_, until)| until.is_none()) {
-            Some((ep, _)) => ep,
-            None => rests
-                .iter()
-                .min_by_key(|(_, until)| *until)
-                .map_or(&self.endpoints[0], |r| r.0),
+        let mut back_first: Option<(&Endpoint, std::time::Instant)> = None;
+        for ep in (0..n).map(|k| &self.endpoints[(start + k) % n]) {
+            match ep.rests_until(now) {
+                None => return ep,
+                Some(until) if back_first.is_none_or(|(_, b)| until < b) => {
+                    back_first = Some((ep, until));
+                }
+                Some(_) => {}
+            }
         }
+        back_first.map_or(&self.endpoints[start % n], |(ep, _)| ep)
     }
 
     /// One attempt on `ep` (see [`Writer::insert`]).
