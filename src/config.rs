@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use poller::keys::{IcmpDefaults, IcmpKey, ItemKey};
+use poller::keys::{IcmpDefaults, IcmpKey, IcmpMetric, ItemKey};
 use poller::plan::{
     derive_itemid, host_in_process_shard, HostSpec, ItemKind, ItemSpec, SnmpParams, SnmpVersion,
 };
@@ -1798,17 +1798,27 @@ impl<'c, 'a> Resolver<'c, 'a> {
             // holds one of the engine's few iterations while it lasts).
             let lasts = k.probe.duration();
             if lasts > interval {
+                let (how, fix) = match k.probe.retry() {
+                    None => (
+                        "(packets - 1) × interval + timeout",
+                        "send fewer or closer packets",
+                    ),
+                    Some(_) => (
+                        "for a silent host: each try's timeout in a row",
+                        "retry less or with a smaller backoff",
+                    ),
+                };
                 self.c.push(
                     &at("key"),
                     format!(
-                        "its probes last {} ((packets - 1) × interval + timeout), longer than the item's interval of {}: every poll would come late; send fewer or closer packets, or poll less often",
+                        "its probes last {} ({how}), longer than the item's interval of {}: every poll would come late; {fix}, or poll less often",
                         humantime::format_duration(lasts),
                         humantime::format_duration(interval)
                     ),
                 );
                 return None;
             }
-            let natural = if key.name == "icmpping" {
+            let natural = if matches!(k.metric, IcmpMetric::Ping) {
                 ValueType::Uint
             } else {
                 ValueType::Float

@@ -484,6 +484,33 @@ fn hosts_the_driver_cannot_probe_get_unsupported_items_not_zeros() {
 }
 
 #[test]
+fn icmppingretry_items_say_whether_a_host_answered_one_of_its_tries() {
+    // Zabbix 7.4's icmppingretry from config to value: 1 for a host that answers, 0 for
+    // one whose echo requests nft drops (after its 100 + 200 ms of tries), uint.
+    let _nft = common::NftTable::create(
+        "chain input {\n type filter hook input priority -10; policy accept;\n \
+         ip daddr 127.0.71.221 icmp type echo-request drop\n}",
+    );
+    let dir = scratch("daemon-icmppingretry");
+    let cfg_path = dir.join("c.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[daemon]\nspool_dir = \"{}\"\n[[templates]]\nname = \"r\"\nitems = [ {{ key = \"icmppingretry[,1,2.0,,100]\", interval = \"10s\" }}, {{ key = \"icmppingretry\", interval = \"10s\" }} ]\n[[hosts]]\nname = \"up\"\nip = \"127.0.71.220\"\ntemplates = [\"r\"]\n[[hosts]]\nname = \"down\"\nip = \"127.0.71.221\"\ntemplates = [\"r\"]\n",
+            dir.join("spool").display(),
+        ),
+    )
+    .unwrap();
+    let lines = poll_once_json(&cfg_path, &[]);
+    assert_eq!(lines.len(), 4, "{lines:#?}");
+    for v in &lines {
+        let want = if v["host"] == "up" { 1 } else { 0 };
+        assert_eq!(v["value"], want, "{v}");
+        assert_eq!(v["type"], "uint", "{v}");
+    }
+}
+
+#[test]
 fn preprocessing_turns_a_counter_into_a_rate_in_clickhouse() {
     // sysUpTime counts hundredths of a second: CHANGE_PER_SECOND gives ~100 per second,
     // and a MULTIPLIER of 0.01 ~1.0. The first poll gives the change step nothing to

@@ -89,6 +89,7 @@ fn job(addr: IpAddr, packets: u32, timeout_ms: u64) -> PingJob {
         interval: Duration::from_millis(20),
         size: 56,
         timeout: Duration::from_millis(timeout_ms),
+        retry: None,
     }
 }
 
@@ -1075,4 +1076,109 @@ fn a_stop_cuts_a_long_sweep_short() {
         hosts.extend(batch.iter().map(|s| s.host.to_string()));
     }
     assert_eq!(hosts, ["h0"]);
+}
+
+/// Answers echo requests through the device, but not the first `drop_first` to each
+/// address (a host that misses a probe or two), until `stop`.
+fn echo_after_misses(
+    tun: &std::os::fd::OwnedFd,
+    drop_first: u32,
+    stop: &std::sync::atomic::AtomicBool,
+) -> std::io::Result<poller::tun_echo::Counts> {
+    let mut counts = poller::tun_echo::Counts::default();
+    let mut seen: HashMap<[u8; 4], u32> = HashMap::new();
+    let mut buf = vec![0u8; 65_536];
+    let fd = tun.as_raw_fd();
+    let t0 = Instant::now();
+    while !stop.load(Ordering::Relaxed) && t0.elapsed() < Duration::from_secs(30) {
+        // SAFETY: reads into a buffer of the length given (the device is non-blocking).
+        let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            std::thread::sleep(Duration::from_micros(200));
+            continue;
+        }
+        let p = &mut buf[..n as usize];
+        // IPv4, ICMP, an echo request: other packets the kernel routes here are no probe.
+        let ihl = usize::from(p[0] & 0x0f) * 4;
+        if p.len() < 20.max(ihl + 8) || p[0] >> 4 != 4 || p[9] != 1 || p[ihl] != 8 {
+            counts.ignored += 1;
+            continue;
+        }
+        let Ok(dst) = <[u8; 4]>::try_from(&p[16..20]) else {
+            continue;
+        };
+        let misses = seen.entry(dst).or_default();
+        if *misses < drop_first {
+            *misses += 1;
+            counts.silenced += 1;
+            continue;
+        }
+        if poller::tun_echo::answer(p, 0) == Some(true) {
+            counts.answered += 1;
+            // SAFETY: writes the bytes of the reply.
+            unsafe { libc::write(fd, p.as_ptr().cast(), p.len()) };
+        }
+    }
+    Ok(counts)
+}
+
+#[test]
+fn a_retrying_host_is_probed_again_only_while_it_does_not_answer() {
+    // `icmppingretry` (fping's default mode) through real sockets: every host misses its
+    // first probe. Retrying hosts (2 retries, backoff 2.0, 150 ms first timeout) get a
+    // second probe when the first one's timeout ran out, answer it, and get no third;
+    // a counting host (icmpping, 3 packets) gets its 3 probes all the same.
+    let retry = |i: u32| PingJob {
+        timeout: Duration::from_millis(150),
+        retry: Some(icmp::Retry { backoff_pct: 200 }),
+        ..job(IpAddr::V4(Ipv4Addr::from(0xc613_0001 + i)), 3, 150)
+    };
+    let ((stats, report), counts) = behind_tun_with(
+        |tun, stop| echo_after_misses(tun, 1, stop),
+        move || {
+            let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket");
+            let mut jobs: Vec<PingJob> = (0..4).map(retry).collect();
+            jobs.push(job(IpAddr::V4(Ipv4Addr::from(0xc613_0010)), 3, 150));
+            let start = Instant::now();
+            let mut stats = vec![None; jobs.len()];
+            let report = rt().block_on(d.sweep(&jobs, |i, st| {
+                stats[i] = Some((*st, start.elapsed()));
+            }));
+            (stats, report)
+        },
+    );
+    for (i, s) in stats.iter().enumerate().take(4) {
+        let (st, at) = s.expect("reported");
+        assert_eq!((st.sent, st.received), (2, 1), "host {i}: {st:?}");
+        assert!(st.is_alive());
+        // Its second probe left when the first one's 150 ms ran out.
+        assert!(at >= Duration::from_millis(150), "host {i} done at {at:?}");
+        assert!(st.max < Duration::from_millis(300), "{st:?}");
+    }
+    let (counting, _) = stats[4].expect("reported");
+    assert_eq!((counting.sent, counting.received), (3, 2), "{counting:?}");
+    assert_eq!(report.counters.sent, 4 * 2 + 3);
+    assert_eq!((counts.silenced, counts.answered), (5, 6));
+}
+
+#[test]
+fn a_silent_retrying_host_waits_each_longer_timeout_once() {
+    // No reply at all (odd addresses are silent): 1 + 2 retries, timeouts 100, 200 and 400 ms one after another:
+    // the host is done after 700 ms at least, with 3 probes sent, never more.
+    let ((stats, report), counts) = behind_tun(1, Duration::from_millis(1), move || {
+        let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket");
+        let jobs = vec![PingJob {
+            retry: Some(icmp::Retry { backoff_pct: 200 }),
+            ..job(IpAddr::V4(Ipv4Addr::from(0xc613_0001)), 3, 100)
+        }];
+        let start = Instant::now();
+        let mut stats = None;
+        let report = rt().block_on(d.sweep(&jobs, |_, st| stats = Some((*st, start.elapsed()))));
+        (stats, report)
+    });
+    let (st, at) = stats.expect("reported");
+    assert_eq!((st.sent, st.received), (3, 0), "{st:?}");
+    assert!(at >= Duration::from_millis(700), "done at {at:?}");
+    assert_eq!(report.counters.sent, 3);
+    assert_eq!(counts.answered, 0);
 }

@@ -17,6 +17,7 @@ fn jobs(n: u32) -> Vec<Job> {
             interval: Duration::from_millis(20),
             size: 56,
             timeout: Duration::from_secs(1),
+            retry: None,
         })
         .collect()
 }

@@ -23,8 +23,8 @@ pub mod wire;
 pub use pace::{SharedPacer, Slots};
 pub use stats::{PingStats, RttMode, MIN_RTT_SECONDS};
 pub use sweep::{
-    Event, IgnoreReason, Job, ProbeToken, ReplyOutcome, SocketKind, Sweep, SweepConfig,
-    SweepCounters, SweepError, Transmit, MAX_PAYLOAD_V4, MAX_PAYLOAD_V6, MIN_PAYLOAD,
+    Event, IgnoreReason, Job, ProbeToken, ReplyOutcome, Retry, SocketKind, Sweep, SweepConfig,
+    SweepCounters, SweepError, Transmit, MAX_JOB_WAIT, MAX_PAYLOAD_V4, MAX_PAYLOAD_V6, MIN_PAYLOAD,
 };
 pub use tag::TagKey;
 pub use wire::{EchoKind, EchoPacket, EchoRepr, Family, Framing, ReceivedEcho, WireError};

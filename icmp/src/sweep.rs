@@ -40,6 +40,12 @@
 //!   and everything is complete at the deadline.
 //! * A reply arriving later than its job's `timeout` after its probe is `Late`, not
 //!   received (Zabbix/fping semantics: the timeout is per probe).
+//! * A job with [`Job::retry`] (`icmppingretry`, fping's default mode) has at most one
+//!   probe in flight: probe `k + 1` is queued only when probe `k` is lost (expired, late
+//!   or failed to send), due when probe `k`'s timeout ran out; the first reply completes
+//!   the host and its remaining probes are never sent. Until then the sweep does not
+//!   count as all sent ([`Sweep::all_sent`]), so the deadline cannot be final while a
+//!   retry may still be queued.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -68,9 +74,34 @@ pub struct Job {
     pub interval: Duration,
     /// Payload bytes per request, `MIN_PAYLOAD..=MAX_PAYLOAD_V4/V6` (fping default 56).
     pub size: usize,
-    /// How long a reply may take after its request (Zabbix minimum 50 ms).
+    /// How long a reply may take after its request (Zabbix minimum 50 ms); with
+    /// [`Self::retry`], the first probe's, each later one's growing by its backoff.
     pub timeout: Duration,
+    /// `None`: all `packets` are sent, `interval` apart (fping `-c`: `icmpping`,
+    /// `icmppingloss`, `icmppingsec`). `Some`: a probe is sent only when the one before
+    /// went unanswered, up to `packets` in all; `interval` is not used
+    /// (`icmppingretry`).
+    pub retry: Option<Retry>,
 }
+
+/// How a [`Job`] retries (fping's default mode, Zabbix's `icmppingretry`): the next
+/// probe leaves when the previous one's timeout ran out, and probe `k` waits
+/// `timeout × backoff^k` for its reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Retry {
+    /// Factor of each probe's timeout over the previous one's, in hundredths:
+    /// [`Retry::BACKOFF`] (Zabbix's 1.0–5.0).
+    pub backoff_pct: u16,
+}
+
+impl Retry {
+    /// Backoffs Zabbix allows, in hundredths.
+    pub const BACKOFF: std::ops::RangeInclusive<u16> = 100..=500;
+}
+
+/// The longest a job's probes may wait for replies in all (its timeouts summed): keeps
+/// every instant of a sweep far from overflow. Zabbix's own limits are far lower.
+pub const MAX_JOB_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 impl Job {
     /// Checks this job (at index `index`) on its own: packets ≥ 1, size within
@@ -97,7 +128,53 @@ impl Job {
         if self.timeout.is_zero() {
             return Err(SweepError::ZeroTimeout { job, addr });
         }
+        if let Some(r) = self.retry {
+            if !Retry::BACKOFF.contains(&r.backoff_pct) {
+                return Err(SweepError::BadBackoff {
+                    job,
+                    addr,
+                    backoff_pct: r.backoff_pct,
+                });
+            }
+        }
+        if self.total_wait().is_none_or(|w| w > MAX_JOB_WAIT) {
+            return Err(SweepError::WaitTooLong { job, addr });
+        }
         Ok(())
+    }
+
+    /// How long probe `k` (from 0) waits for its reply: `timeout`, or with
+    /// [`Self::retry`] `timeout × backoff^k` (whole microseconds; the same for the same
+    /// job and `k`, which keeps the sweep's expiry queues sorted).
+    pub fn probe_timeout(&self, k: u32) -> Duration {
+        match self.retry {
+            Some(r) if r.backoff_pct != 100 && k > 0 => {
+                let factor = (f64::from(r.backoff_pct) / 100.0).powi(k as i32);
+                let us = self.timeout.as_micros() as f64 * factor;
+                // Bounded by `validate` (MAX_JOB_WAIT) for a job a sweep runs.
+                Duration::from_micros(us.round().min(u64::MAX as f64) as u64)
+            }
+            _ => self.timeout,
+        }
+    }
+
+    /// Longest time its probes may wait for replies in all: every probe's timeout (all
+    /// of them are waited for only with [`Self::retry`] and no reply, but `validate`
+    /// bounds it either way); `None` on overflow.
+    pub fn total_wait(&self) -> Option<Duration> {
+        match self.retry {
+            None => self.timeout.checked_mul(self.packets),
+            Some(r) => {
+                let b = f64::from(r.backoff_pct) / 100.0;
+                let n = f64::from(self.packets);
+                let sum = if r.backoff_pct == 100 {
+                    n
+                } else {
+                    (b.powf(n) - 1.0) / (b - 1.0)
+                };
+                Duration::try_from_secs_f64(self.timeout.as_secs_f64() * sum).ok()
+            }
+        }
     }
 }
 
@@ -185,6 +262,24 @@ pub enum SweepError {
     /// A job has a zero timeout.
     #[error("job {job} ({addr}): timeout must be positive")]
     ZeroTimeout {
+        /// Job index.
+        job: usize,
+        /// Target.
+        addr: IpAddr,
+    },
+    /// A retrying job's backoff is outside [`Retry::BACKOFF`].
+    #[error("job {job} ({addr}): backoff {backoff_pct}/100 outside 1.0..=5.0")]
+    BadBackoff {
+        /// Job index.
+        job: usize,
+        /// Target.
+        addr: IpAddr,
+        /// The backoff, in hundredths.
+        backoff_pct: u16,
+    },
+    /// A job's probes would wait more than [`MAX_JOB_WAIT`] in all.
+    #[error("job {job} ({addr}): its probes' timeouts add up to more than 24 h")]
+    WaitTooLong {
         /// Job index.
         job: usize,
         /// Target.
@@ -384,16 +479,20 @@ enum Probe {
     Lost,
 }
 
-/// Appends `item` to the FIFO for `key` (one FIFO per distinct interval or timeout; each
-/// stays sorted because its entries are send instants + the same duration).
-fn push_keyed<T>(fifos: &mut Vec<(Duration, VecDeque<T>)>, key: Duration, item: T) {
-    match fifos.iter_mut().find(|(k, _)| *k == key) {
-        Some((_, q)) => q.push_back(item),
-        None => fifos.push((key, VecDeque::from([item]))),
-    }
+/// The FIFO for `key` (one FIFO per distinct interval or timeout; each stays sorted
+/// because its entries are send instants + the same duration), made if new.
+fn keyed<T>(fifos: &mut Vec<(Duration, VecDeque<T>)>, key: Duration) -> &mut VecDeque<T> {
+    let i = match fifos.iter().position(|(k, _)| *k == key) {
+        Some(i) => i,
+        None => {
+            fifos.push((key, VecDeque::new()));
+            fifos.len() - 1
+        }
+    };
+    &mut fifos[i].1
 }
 
-/// Puts `item`, due at `at`, back into a FIFO of [`push_keyed`] in its place, keeping it
+/// Puts `item`, due at `at`, back into a FIFO of [`keyed`] in its place, keeping it
 /// sorted (an entry moved later: a probe that left late, see [`Sweep::sent_at`]).
 fn insert_in_order<T>(q: &mut VecDeque<T>, at: Instant, item: T, due: impl Fn(&T) -> Instant) {
     let i = q.partition_point(|e| due(e) <= at);
@@ -412,6 +511,8 @@ pub struct Sweep {
     created: Instant,
     /// Later probes, one FIFO per distinct interval: a probe is due at its predecessor's
     /// send instant + interval, and send instants only grow, so each FIFO stays sorted.
+    /// Retries ([`Job::retry`]) are due when their predecessor's timeout ran out, in the
+    /// FIFO of that timeout, put in their place.
     later: Vec<(Duration, VecDeque<(Instant, u32)>)>,
     /// Due later probes of hosts that answered every probe so far, taken out of `later`
     /// in due order and sent when no other probe is due (see the module docs).
@@ -423,6 +524,8 @@ pub struct Sweep {
     /// (send + timeout, probe index, job).
     expiries: Vec<(Duration, VecDeque<Expiry>)>,
     in_flight: usize,
+    /// Retrying jobs whose probe in flight, if lost, queues another ([`Job::retry`]).
+    armed: usize,
     /// `max_pps` pacing (`None` when unpaced).
     pacer: Option<SharedPacer>,
     deadline: Option<Instant>,
@@ -492,6 +595,7 @@ impl Sweep {
             probes: vec![Probe::Idle; total as usize],
             expiries: Vec::new(),
             in_flight: 0,
+            armed: 0,
             pacer,
             deadline: None,
             events: VecDeque::new(),
@@ -537,9 +641,11 @@ impl Sweep {
         self.in_flight
     }
 
-    /// Whether every probe has been handed out.
+    /// Whether every probe has been handed out (of retrying jobs: none can be queued
+    /// any more).
     pub fn all_sent(&self) -> bool {
         self.first_round as usize >= self.jobs.len()
+            && self.armed == 0
             && self.answered.is_empty()
             && self.later.iter().all(|(_, q)| q.is_empty())
     }
@@ -691,12 +797,16 @@ impl Sweep {
         st.stats.sent += 1;
         st.next_packet += 1;
         if st.next_packet < job.packets {
-            let due = now + job.interval;
-            push_keyed(&mut self.later, job.interval, (due, j));
+            match job.retry {
+                None => keyed(&mut self.later, job.interval).push_back((now + job.interval, j)),
+                // Queued if this one is lost (`resolve`).
+                Some(_) => self.armed += 1,
+            }
         }
-        let expiry = now + job.timeout;
+        let timeout = job.probe_timeout(k);
+        let expiry = now + timeout;
         self.deadline = Some(self.deadline.map_or(expiry, |d| d.max(expiry)));
-        push_keyed(&mut self.expiries, job.timeout, (expiry, probe, j));
+        keyed(&mut self.expiries, timeout).push_back((expiry, probe, j));
         self.counters.sent += 1;
 
         let family = Family::of(job.addr);
@@ -734,7 +844,9 @@ impl Sweep {
         let Some(st) = self.jobs.get(token.job as usize) else {
             return;
         };
-        let (timeout, more) = (st.job.timeout, st.next_packet < st.job.packets);
+        let timeout = st.job.probe_timeout(token.packet);
+        // A retry is due when this one's timeout runs out, which moves with it.
+        let more = st.job.retry.is_none() && st.next_packet < st.job.packets;
         let Some(Probe::InFlight(sent)) =
             self.probes.get_mut((st.probe_base + token.packet) as usize)
         else {
@@ -767,18 +879,42 @@ impl Sweep {
         Some(sent)
     }
 
-    /// Reports that the probe `token` could not be sent: it counts as sent and lost.
+    /// Reports that the probe `token` could not be sent: it counts as sent and lost
+    /// (a retrying job's next probe leaves when its timeout would have run out).
     pub fn on_send_error(&mut self, token: ProbeToken) {
-        if self.take(token.job, token.packet).is_some() {
+        if let Some(sent) = self.take(token.job, token.packet) {
             self.counters.send_errors += 1;
-            self.resolve(token.job as usize);
+            let timeout = self.jobs[token.job as usize]
+                .job
+                .probe_timeout(token.packet);
+            self.resolve(token.job as usize, Some((sent + timeout, timeout)));
         }
     }
 
-    fn resolve(&mut self, j: usize) {
+    /// Probe `k` of job `j` is out of flight: answered (`lost` = `None`), or lost, its
+    /// timeout (the second) having run out or running out at the first.
+    fn resolve(&mut self, j: usize, lost: Option<(Instant, Duration)>) {
         let st = &mut self.jobs[j];
         st.resolved += 1;
-        if !st.done && st.resolved >= st.job.packets {
+        let complete = match st.job.retry {
+            None => st.resolved >= st.job.packets,
+            Some(_) => {
+                let more = st.next_packet < st.job.packets;
+                if more {
+                    self.armed -= 1;
+                }
+                match lost {
+                    Some((due, key)) if more => {
+                        let q = keyed(&mut self.later, key);
+                        insert_in_order(q, due, (due, j as u32), |e| e.0);
+                        false
+                    }
+                    // Answered, or its last probe lost.
+                    _ => true,
+                }
+            }
+        };
+        if !st.done && complete {
             st.done = true;
             self.remaining -= 1;
             self.events.push_back(Event::HostDone {
@@ -836,15 +972,17 @@ impl Sweep {
         };
         let j = j as usize;
         let rtt = now.saturating_duration_since(sent_at);
-        let outcome = if rtt > self.jobs[j].job.timeout {
+        let timeout = self.jobs[j].job.probe_timeout(k);
+        let (outcome, lost) = if rtt > timeout {
             self.counters.count(IgnoreReason::Late);
-            ReplyOutcome::Ignored(IgnoreReason::Late)
+            let lost = Some((sent_at + timeout, timeout));
+            (ReplyOutcome::Ignored(IgnoreReason::Late), lost)
         } else {
             self.jobs[j].stats.record(rtt);
             self.counters.received += 1;
-            ReplyOutcome::Matched { job: j, rtt }
+            (ReplyOutcome::Matched { job: j, rtt }, None)
         };
-        self.resolve(j);
+        self.resolve(j, lost);
         outcome
     }
 
@@ -859,21 +997,23 @@ impl Sweep {
                 }
                 self.expiries[qi].1.pop_front();
                 let timeout = self.expiries[qi].0;
-                match self.probes.get_mut(probe as usize) {
+                let Some(slot) = self.probes.get_mut(probe as usize) else {
+                    continue;
+                };
+                let Probe::InFlight(sent) = *slot else {
+                    continue;
+                };
+                let expiry = sent + timeout;
+                if expiry > now {
                     // Sent later than handed out (see `sent_at`): it expires later, in
                     // its place in the queue (kept in expiry order).
-                    Some(Probe::InFlight(sent)) if *sent + timeout > now => {
-                        let expiry = *sent + timeout;
-                        let item = (expiry, probe, j);
-                        insert_in_order(&mut self.expiries[qi].1, expiry, item, |e| e.0);
-                    }
-                    Some(slot @ Probe::InFlight(_)) => {
-                        *slot = Probe::Lost;
-                        self.in_flight -= 1;
-                        self.resolve(j as usize);
-                    }
-                    _ => {}
+                    let item = (expiry, probe, j);
+                    insert_in_order(&mut self.expiries[qi].1, expiry, item, |e| e.0);
+                    continue;
                 }
+                *slot = Probe::Lost;
+                self.in_flight -= 1;
+                self.resolve(j as usize, Some((expiry, timeout)));
             }
         }
         let Some(deadline) = self.deadline() else {

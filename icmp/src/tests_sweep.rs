@@ -26,6 +26,7 @@ fn job(i: u32, packets: u32) -> Job {
         interval: ms(20),
         size: 56,
         timeout: ms(1000),
+        retry: None,
     }
 }
 
@@ -438,6 +439,7 @@ fn invalid_jobs_are_refused() {
     assert!(matches!(
         bad(Job {
             timeout: Duration::ZERO,
+            retry: None,
             ..job(0, 1)
         }),
         SweepError::ZeroTimeout { .. }
@@ -503,6 +505,7 @@ fn silent_hosts_complete_as_their_probes_expire() {
     let jobs: Vec<Job> = (0..5)
         .map(|i| Job {
             timeout: ms(100),
+            retry: None,
             ..job(i, 1)
         })
         .collect();
@@ -640,4 +643,191 @@ fn the_next_probe_waits_an_interval_after_the_previous_one_left() {
         "probe 2 handed out 5 ms after probe 1 left (interval 20 ms)"
     );
     assert!(s.poll_transmit(base + ms(35)).is_some());
+}
+
+/// An `icmppingretry` job: `retries + 1` probes at most, the first timing out after
+/// 100 ms, each later one `backoff_pct`/100 times longer than the one before.
+fn retry_job(i: u32, retries: u32, backoff_pct: u16) -> Job {
+    Job {
+        packets: retries + 1,
+        timeout: ms(100),
+        retry: Some(Retry { backoff_pct }),
+        ..job(i, 1)
+    }
+}
+
+#[test]
+fn a_retrying_host_that_answers_gets_one_probe() {
+    let base = Instant::now();
+    let mut s = Sweep::new(vec![retry_job(0, 3, 100)], cfg(0), base).unwrap();
+    let sent = drain_sends(&mut s, base);
+    assert_eq!(sent.len(), 1, "one probe at a time");
+    assert!(!s.all_sent(), "a retry may still be queued");
+    assert_eq!(s.deadline(), None, "so the deadline is not final");
+    let (a, req) = &sent[0];
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(4));
+    assert!(matches!(out, ReplyOutcome::Matched { .. }), "{out:?}");
+    let ev = done_events(&mut s);
+    assert_eq!(ev.len(), 1);
+    assert_eq!((ev[0].1.sent, ev[0].1.received), (1, 1));
+    assert!(s.is_finished());
+    assert!(drain_sends(&mut s, base + ms(1000)).is_empty());
+    assert_eq!(s.counters().sent, 1);
+}
+
+#[test]
+fn a_silent_retrying_host_is_probed_again_as_each_timeout_runs_out() {
+    let base = Instant::now();
+    // 2 retries, backoff 2.0: timeouts 100, 200, 400 ms.
+    let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+    let j = s.job(0).copied().unwrap();
+    let timeouts: Vec<_> = (0..3).map(|k| j.probe_timeout(k)).collect();
+    assert_eq!(timeouts, [ms(100), ms(200), ms(400)]);
+    assert_eq!(j.total_wait(), Some(ms(700)));
+    assert_eq!(drain_sends(&mut s, base).len(), 1);
+    assert_eq!(s.poll_timeout(), Some(base + ms(100)));
+    // Nothing more before the first timeout runs out.
+    s.handle_timeout(base + ms(99));
+    assert!(drain_sends(&mut s, base + ms(99)).is_empty());
+    s.handle_timeout(base + ms(100));
+    assert!(done_events(&mut s).is_empty(), "it has retries left");
+    assert_eq!(s.next_send_time(), Some(base + ms(100)));
+    assert_eq!(drain_sends(&mut s, base + ms(100)).len(), 1);
+    // The second try waits 200 ms.
+    assert_eq!(s.poll_timeout(), Some(base + ms(300)));
+    s.handle_timeout(base + ms(299));
+    assert!(drain_sends(&mut s, base + ms(299)).is_empty());
+    s.handle_timeout(base + ms(300));
+    assert_eq!(drain_sends(&mut s, base + ms(300)).len(), 1);
+    // The last: every probe is out, and the deadline is its timeout's end.
+    assert!(s.all_sent());
+    assert_eq!(s.deadline(), Some(base + ms(700)));
+    s.handle_timeout(base + ms(699));
+    assert!(done_events(&mut s).is_empty());
+    s.handle_timeout(base + ms(700));
+    let ev = done_events(&mut s);
+    assert_eq!((ev[0].1.sent, ev[0].1.received), (3, 0));
+    assert!(s.is_finished());
+}
+
+#[test]
+fn a_retrying_host_answering_its_second_probe_is_done_then() {
+    let base = Instant::now();
+    let mut s = Sweep::new(vec![retry_job(0, 3, 150)], cfg(0), base).unwrap();
+    drain_sends(&mut s, base);
+    s.handle_timeout(base + ms(100));
+    let sent = drain_sends(&mut s, base + ms(100));
+    assert_eq!(sent.len(), 1);
+    let (a, req) = &sent[0];
+    // Within the second probe's 150 ms, though past the first's 100.
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(220));
+    assert!(
+        matches!(out, ReplyOutcome::Matched { rtt, .. } if rtt == ms(120)),
+        "{out:?}"
+    );
+    let ev = done_events(&mut s);
+    assert_eq!((ev[0].1.sent, ev[0].1.received), (2, 1));
+    assert!(s.is_finished());
+    assert!(drain_sends(&mut s, base + ms(1000)).is_empty());
+}
+
+#[test]
+fn a_late_reply_or_a_failed_send_of_a_retrying_host_is_a_lost_try() {
+    let base = Instant::now();
+    let mut s = Sweep::new(
+        vec![retry_job(0, 1, 100), retry_job(1, 1, 100)],
+        cfg(0),
+        base,
+    )
+    .unwrap();
+    let t0 = s.poll_transmit(base).unwrap().token;
+    let sent1 = {
+        let tx = s.poll_transmit(base).unwrap();
+        (tx.addr, tx.packet.to_vec())
+    };
+    // Job 0's send failed: its retry is due when the timeout would have run out.
+    s.on_send_error(t0);
+    assert!(done_events(&mut s).is_empty());
+    assert_eq!(s.next_send_time(), Some(base + ms(100)));
+    // Job 1's reply comes after its timeout, before the expiry was handled: lost too.
+    let (a, req) = &sent1;
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(130));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Late));
+    let again = drain_sends(&mut s, base + ms(130));
+    assert_eq!(
+        again.iter().map(|x| x.0).collect::<Vec<_>>(),
+        vec![addr(0), addr(1)]
+    );
+    s.handle_timeout(base + ms(230));
+    let ev = done_events(&mut s);
+    assert_eq!(ev.len(), 2);
+    assert!(ev.iter().all(|(_, st)| st.sent == 2 && st.received == 0));
+    assert!(s.is_finished());
+}
+
+#[test]
+fn retrying_and_counting_hosts_share_a_sweep() {
+    let base = Instant::now();
+    // A counting host whose only probe times out at 1 s, a retrying one whose tries
+    // end at 100 + 100 ms, and a retrying one with a 500 ms first timeout, doubling.
+    let mut slow = retry_job(2, 1, 200);
+    slow.timeout = ms(500);
+    let jobs = vec![job(0, 1), retry_job(1, 1, 100), slow];
+    let mut s = Sweep::new(jobs, cfg(0), base).unwrap();
+    assert_eq!(drain_sends(&mut s, base).len(), 3);
+    // The counting host's probe is out, but a retry may follow: nothing is final.
+    assert_eq!(s.deadline(), None);
+    s.handle_timeout(base + ms(100));
+    let out = drain_sends(&mut s, base + ms(100));
+    assert_eq!(out.iter().map(|x| x.0).collect::<Vec<_>>(), vec![addr(1)]);
+    assert_eq!(s.deadline(), None);
+    s.handle_timeout(base + ms(200));
+    let ev = done_events(&mut s);
+    assert_eq!(
+        ev.iter().map(|e| (e.0, e.1.sent)).collect::<Vec<_>>(),
+        vec![(1, 2)]
+    );
+    s.handle_timeout(base + ms(500));
+    let out = drain_sends(&mut s, base + ms(500));
+    assert_eq!(out.iter().map(|x| x.0).collect::<Vec<_>>(), vec![addr(2)]);
+    assert_eq!(s.deadline(), Some(base + ms(1500)));
+    s.handle_timeout(base + ms(1000));
+    assert_eq!(
+        done_events(&mut s).iter().map(|e| e.0).collect::<Vec<_>>(),
+        vec![0]
+    );
+    s.handle_timeout(base + ms(1500));
+    let ev = done_events(&mut s);
+    assert_eq!(
+        ev.iter().map(|e| (e.0, e.1.sent)).collect::<Vec<_>>(),
+        vec![(2, 2)]
+    );
+    assert!(s.is_finished());
+}
+
+#[test]
+fn retry_jobs_out_of_bounds_are_refused() {
+    let base = Instant::now();
+    let bad = |j: Job| Sweep::new(vec![j], cfg(0), base).unwrap_err();
+    assert!(matches!(
+        bad(retry_job(0, 1, 99)),
+        SweepError::BadBackoff {
+            backoff_pct: 99,
+            ..
+        }
+    ));
+    assert!(matches!(
+        bad(retry_job(0, 1, 501)),
+        SweepError::BadBackoff { .. }
+    ));
+    // 5.0^40 × 100 ms: far past a day (and past what a Duration holds).
+    assert!(matches!(
+        bad(retry_job(0, 40, 500)),
+        SweepError::WaitTooLong { .. }
+    ));
+    let mut long = job(0, 100);
+    long.timeout = Duration::from_secs(3600);
+    assert!(matches!(bad(long), SweepError::WaitTooLong { .. }));
+    // 100 ms × (3^10 − 1) / 2: 49 min.
+    assert!(Sweep::new(vec![retry_job(0, 9, 300)], cfg(0), base).is_ok());
 }

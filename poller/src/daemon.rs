@@ -631,16 +631,9 @@ pub async fn icmp_iteration(
         .map(|d| {
             let task = &plan.tasks[d.task as usize];
             let host = &plan.hosts[task.host as usize];
-            let probe = plan
-                .task_probe(task)
-                .expect("ICMP task with a non-ICMP item");
-            PingJob {
-                addr: probe.target.unwrap_or(host.ip),
-                packets: probe.packets,
-                interval: probe.interval(),
-                size: probe.size as usize,
-                timeout: probe.timeout(),
-            }
+            plan.task_probe(task)
+                .expect("ICMP task with a non-ICMP item")
+                .job(host.ip)
         })
         .collect();
     metrics.in_flight.add(jobs.len() as i64);

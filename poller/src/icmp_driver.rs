@@ -11,6 +11,7 @@
 //!     interval: Duration::from_millis(20),
 //!     size: 56,
 //!     timeout: Duration::from_secs(1),
+//!     retry: None,
 //! }];
 //! let report = driver.sweep(&jobs, |i, stats| println!("{i}: {}", stats.is_alive())).await;
 //! println!("{} alive in {:?}", report.alive, report.wall);
@@ -1260,6 +1261,7 @@ mod tests {
                 interval: Duration::from_millis(20),
                 size: 16_000,
                 timeout: Duration::from_secs(2),
+                retry: None,
             })
             .collect();
         let mut rtt = vec![None; jobs.len()];

@@ -1,4 +1,5 @@
-//! Zabbix item keys: the generic `name[param,param,...]` syntax and the ICMP keys.
+//! Zabbix item keys: the generic `name[param,param,...]` syntax and the ICMP keys
+//! (`icmpping`, `icmppingloss`, `icmppingsec`, and Zabbix 7.4's `icmppingretry`).
 //!
 //! Keys are parsed once when the plan is built, never per poll. Parsing follows Zabbix's
 //! rules: parameters are separated by commas, may be quoted with `"` (a quoted parameter
@@ -137,7 +138,8 @@ fn parse_params(s: &str) -> Result<Vec<String>, KeyError> {
 /// Which ICMP value an item reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum IcmpMetric {
-    /// `icmpping`: 1 when at least one reply came back, else 0 (uint).
+    /// `icmpping` and `icmppingretry`: 1 when at least one reply came back, else 0
+    /// (uint).
     Ping,
     /// `icmppingloss`: `100 * (sent - received) / sent` (float, percent).
     Loss,
@@ -160,8 +162,15 @@ pub struct IcmpProbe {
     pub interval_ms: u32,
     /// ICMP payload size in bytes, 24..=65507.
     pub size: u32,
-    /// How long to wait for each probe's reply, in ms (≥ 50): per probe, as fping's `-t`.
+    /// How long to wait for each probe's reply, in ms (≥ 50): per probe, as fping's `-t`
+    /// (with `retry`, the first probe's).
     pub timeout_ms: u32,
+    /// `icmppingretry`'s backoff in hundredths ([`icmp::Retry`]): a probe leaves only
+    /// when the one before went unanswered, up to `packets` (1 + retries) in all, each
+    /// waiting `backoff` times longer than the one before; `interval_ms` is 0 (not
+    /// used). 0 for the other keys: all `packets` are sent. A plain `u16` fits in the
+    /// struct's padding (an `Option<Retry>` would not): no item grows for it.
+    pub retry_backoff_pct: u16,
 }
 
 impl IcmpProbe {
@@ -175,10 +184,36 @@ impl IcmpProbe {
         Duration::from_millis(self.timeout_ms.into())
     }
 
-    /// How long a host's probes last: its last packet leaves `packets - 1` intervals
-    /// after the first and is waited for `timeout`.
+    /// How it retries, for `icmppingretry`.
+    pub fn retry(&self) -> Option<icmp::Retry> {
+        (self.retry_backoff_pct > 0).then_some(icmp::Retry {
+            backoff_pct: self.retry_backoff_pct,
+        })
+    }
+
+    /// How long a host's probes last at most: its last packet leaves `packets - 1`
+    /// intervals after the first and is waited for `timeout`; with `retry`, every
+    /// probe's timeout (a host that never answers).
     pub fn duration(&self) -> Duration {
-        self.interval() * self.packets.saturating_sub(1) + self.timeout()
+        match self.retry() {
+            None => self.interval() * self.packets.saturating_sub(1) + self.timeout(),
+            Some(_) => self
+                .job(IpAddr::from([0, 0, 0, 0]))
+                .total_wait()
+                .unwrap_or(Duration::MAX),
+        }
+    }
+
+    /// The sweep job that sends this probe to `addr` (the key's target, if it has one).
+    pub fn job(&self, addr: IpAddr) -> icmp::Job {
+        icmp::Job {
+            addr: self.target.unwrap_or(addr),
+            packets: self.packets,
+            interval: self.interval(),
+            size: self.size as usize,
+            timeout: self.timeout(),
+            retry: self.retry(),
+        }
     }
 }
 
@@ -278,7 +313,10 @@ pub struct IcmpKey {
 impl IcmpKey {
     /// Whether `name` is one of the ICMP simple checks.
     pub fn is_icmp_name(name: &str) -> bool {
-        matches!(name, "icmpping" | "icmppingloss" | "icmppingsec")
+        matches!(
+            name,
+            "icmpping" | "icmppingloss" | "icmppingsec" | "icmppingretry"
+        )
     }
 
     /// Parse `icmpping[<target>,<packets>,<interval>,<size>,<timeout>,<options>]` (and
@@ -288,6 +326,11 @@ impl IcmpKey {
     /// empty, Zabbix's default: a reply from another address than the target's does not
     /// count. `allow_redirect` is refused: a probe's tag binds it to the target's address
     /// (what rejects forged replies), so a redirected reply cannot be told from a forgery.
+    ///
+    /// `icmppingretry[<target>,<retries>,<backoff>,<size>,<timeout>,<options>]` (Zabbix
+    /// 7.4): one probe, and another each time one goes unanswered, `retries` more at
+    /// most (0 or more, default 1), each waiting `backoff` times longer (1.0–5.0,
+    /// default 1.0, two decimals); its value is `icmpping`'s.
     pub fn parse(key: &ItemKey, defaults: &IcmpDefaults) -> Result<IcmpKey, KeyError> {
         let options = if key.name == "icmppingsec" { 6 } else { 5 };
         match key.param(options) {
@@ -314,7 +357,7 @@ impl IcmpKey {
             ));
         }
         let metric = match key.name.as_str() {
-            "icmpping" => IcmpMetric::Ping,
+            "icmpping" | "icmppingretry" => IcmpMetric::Ping,
             "icmppingloss" => IcmpMetric::Loss,
             "icmppingsec" => IcmpMetric::Sec(
                 key.param(5)
@@ -345,37 +388,82 @@ impl IcmpKey {
                     .map_err(|_| KeyError(format!("{what} {p:?} is not a non-negative integer"))),
             }
         };
-        let packets = num(1, "packets")?
-            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
-            .unwrap_or(defaults.packets);
-        let interval = num(2, "interval")?
-            .map(Duration::from_millis)
-            .unwrap_or(defaults.interval);
+        let retrying = key.name == "icmppingretry";
+        let mut problems = Vec::new();
+        let (packets, interval, retry) = if retrying {
+            // Zabbix's default: one retry.
+            let retries = num(1, "retries")?.unwrap_or(1);
+            let packets = u32::try_from(retries.saturating_add(1)).unwrap_or(u32::MAX);
+            if !limits::PACKETS.contains(&packets) {
+                problems.push(format!("retries {retries} outside 0..9999"));
+            }
+            let backoff_pct = parse_backoff(key.param(2))?;
+            (packets, Duration::ZERO, Some(icmp::Retry { backoff_pct }))
+        } else {
+            let packets = num(1, "packets")?
+                .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
+                .unwrap_or(defaults.packets);
+            let interval = num(2, "interval")?
+                .map(Duration::from_millis)
+                .unwrap_or(defaults.interval);
+            check_packets(packets, |m| problems.push(m));
+            check_interval(interval, |m| problems.push(m));
+            (packets, interval, None)
+        };
         let size = num(3, "size")?
             .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
             .unwrap_or(defaults.size);
         let timeout = num(4, "timeout")?
             .map(Duration::from_millis)
             .unwrap_or(defaults.timeout);
-        let mut problems = Vec::new();
-        check_packets(packets, |m| problems.push(m));
-        check_interval(interval, |m| problems.push(m));
         check_size(size, |m| problems.push(m));
         check_timeout(timeout, |m| problems.push(m));
         if !problems.is_empty() {
             return err(problems.join("; "));
         }
-        Ok(IcmpKey {
-            metric,
-            probe: IcmpProbe {
-                target,
-                packets,
-                interval_ms: ms_u32(interval),
-                size,
-                timeout_ms: ms_u32(timeout),
-            },
-        })
+        let probe = IcmpProbe {
+            target,
+            packets,
+            interval_ms: ms_u32(interval),
+            size,
+            timeout_ms: ms_u32(timeout),
+            retry_backoff_pct: retry.map_or(0, |r| r.backoff_pct),
+        };
+        if retrying {
+            // Every probe unanswered: its timeouts in a row, bounded as one timeout is.
+            let wait = probe.duration();
+            if wait > limits::MAX_TIMEOUT {
+                return err(format!(
+                    "retries {} with backoff {:.2} wait {} ms for a silent host, above the maximum of 600000 ms (10 min): fewer retries, a smaller backoff or a shorter timeout",
+                    packets - 1,
+                    f64::from(retry.map_or(100, |r| r.backoff_pct)) / 100.0,
+                    wait.as_millis()
+                ));
+            }
+        }
+        Ok(IcmpKey { metric, probe })
     }
+}
+
+/// `icmppingretry`'s backoff (empty: 1.0) in hundredths, within Zabbix's 1.0–5.0.
+fn parse_backoff(p: Option<&str>) -> Result<u16, KeyError> {
+    let Some(p) = p else {
+        return Ok(100);
+    };
+    let v: f64 = p
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite())
+        .ok_or_else(|| KeyError(format!("backoff {p:?} is not a number")))?;
+    let pct = (v * 100.0).round();
+    if (pct - v * 100.0).abs() > 1e-6 {
+        return err(format!("backoff {p}: at most two decimals"));
+    }
+    let range = icmp::Retry::BACKOFF;
+    if !(f64::from(*range.start())..=f64::from(*range.end())).contains(&pct) {
+        return err(format!("backoff {p} outside Zabbix's range 1.0..5.0"));
+    }
+    Ok(pct as u16)
 }
 
 #[cfg(test)]
@@ -461,6 +549,73 @@ mod tests {
             "mode only exists for icmppingsec"
         );
         assert!(icmp("icmpping[,x]").is_err());
+    }
+
+    #[test]
+    fn icmppingretry_of_zabbix_7_4() {
+        // Defaults: one retry, backoff 1.0, the [icmp] size and timeout.
+        let k = icmp("icmppingretry").unwrap();
+        assert_eq!(k.metric, IcmpMetric::Ping);
+        let d = IcmpDefaults::default();
+        assert_eq!(
+            (
+                k.probe.packets,
+                k.probe.retry(),
+                k.probe.size,
+                k.probe.timeout()
+            ),
+            (2, Some(icmp::Retry { backoff_pct: 100 }), d.size, d.timeout)
+        );
+        assert_eq!(
+            k.probe.interval_ms, 0,
+            "not used: a retry leaves at a timeout"
+        );
+        let k = icmp("icmppingretry[127.0.0.9,3,1.5,32,200]").unwrap();
+        assert_eq!(k.probe.target, Some("127.0.0.9".parse().unwrap()));
+        assert_eq!(k.probe.packets, 4);
+        assert_eq!(k.probe.retry_backoff_pct, 150);
+        assert_eq!((k.probe.size, k.probe.timeout_ms), (32, 200));
+        // Silent: 200 + 300 + 450 + 675 ms.
+        assert_eq!(k.probe.duration(), Duration::from_millis(1625));
+        let job = k.probe.job("127.0.0.1".parse().unwrap());
+        assert_eq!(job.addr, "127.0.0.9".parse::<IpAddr>().unwrap());
+        assert_eq!(job.retry, Some(icmp::Retry { backoff_pct: 150 }));
+        assert_eq!(job.probe_timeout(3), Duration::from_millis(675));
+        // No retries: one probe. Never the probe of an icmpping with as many packets.
+        assert_eq!(icmp("icmppingretry[,0]").unwrap().probe.packets, 1);
+        assert_ne!(
+            icmp("icmppingretry[,2]").unwrap().probe,
+            icmp("icmpping[,3]").unwrap().probe
+        );
+        assert_eq!(icmp("icmpping[,3]").unwrap().probe.retry(), None);
+        for (key, why) in [
+            ("icmppingretry[,1,0.9]", "outside Zabbix's range 1.0..5.0"),
+            ("icmppingretry[,1,5.01]", "outside Zabbix's range 1.0..5.0"),
+            ("icmppingretry[,1,1.125]", "at most two decimals"),
+            ("icmppingretry[,1,x]", "not a number"),
+            ("icmppingretry[,1,NaN]", "not a number"),
+            (
+                "icmppingretry[,-1]",
+                "retries \"-1\" is not a non-negative integer",
+            ),
+            ("icmppingretry[,10000]", "retries 10000 outside 0..9999"),
+            ("icmppingretry[,1,,,49]", "below Zabbix's minimum of 50 ms"),
+            (
+                "icmppingretry[,1,,,,allow_redirect]",
+                "allow_redirect is not supported",
+            ),
+            ("icmppingretry[,1,,,,,]", "at most 6 parameters"),
+            // 1 s × (5^5 − 1) / 4 = 781 s of waiting for a silent host.
+            (
+                "icmppingretry[,4,5,,1000]",
+                "wait 781000 ms for a silent host",
+            ),
+        ] {
+            let e = icmp(key).unwrap_err().0;
+            assert!(e.contains(why), "{key}: {e}");
+        }
+        assert!(icmp("icmppingretry[,3,5,,1000]").is_ok(), "156 s");
+        assert!(IcmpKey::is_icmp_name("icmppingretry"));
     }
 
     #[test]

@@ -304,7 +304,10 @@ impl Plan {
                 (
                     *e,
                     *i,
-                    p.map(|p| (p.packets, p.interval_ms, p.size, p.timeout_ms)),
+                    p.map(|p| {
+                        let backoff = p.retry_backoff_pct;
+                        (p.packets, p.interval_ms, p.size, p.timeout_ms, backoff)
+                    }),
                 )
             });
             for &gk in &keys {
@@ -332,6 +335,10 @@ impl Plan {
                         "{:?}/{}/{:?}/{}/{:?}",
                         p.target, p.packets, p.interval_ms, p.size, p.timeout_ms
                     );
+                    // Appended only for retries: the other probes keep their phases.
+                    if p.retry_backoff_pct > 0 {
+                        let _ = write!(probe_desc, "/retry{}", p.retry_backoff_pct);
+                    }
                 }
                 // An SNMP host's phase does not depend on the interval: its tasks of
                 // intervals that divide one another then share slots, are taken

@@ -2,7 +2,8 @@
 //! `[[templates]]`, so a network team keeps the items, intervals and preprocessing it
 //! already has in Zabbix.
 //!
-//! What is imported: ICMP simple checks (`icmpping`, `icmppingloss`, `icmppingsec`)
+//! What is imported: ICMP simple checks (`icmpping`, `icmppingloss`, `icmppingsec`,
+//! `icmppingretry`)
 //! and SNMP agent items with a numeric OID, with their interval (the first part of a
 //! flexible one) and preprocessing steps; template macros (`{$NAME}`, with context too)
 //! are resolved from the template's own values. Everything else is listed with the
@@ -325,8 +326,6 @@ fn interval(delay: &str) -> Result<String, String> {
     }
 }
 
-const ICMP_KEYS: [&str; 3] = ["icmpping", "icmppingloss", "icmppingsec"];
-
 /// The OID a dependent item's value comes from, and its master: Zabbix 6.4+ templates
 /// walk a table once (`walk[OID,...]`, an SNMP item of the template) and give each
 /// dependent item its row with a first step `SNMP_WALK_VALUE` (the row's OID, format 0:
@@ -498,7 +497,7 @@ fn item<'a>(
         _ => None,
     };
     match it.kind.as_str() {
-        "SIMPLE" if ICMP_KEYS.contains(&base) => {}
+        "SIMPLE" if poller::keys::IcmpKey::is_icmp_name(base) => {}
         "SIMPLE" => return Err(format!("simple check {base} (netpoller runs ICMP ones)")),
         "SNMP_AGENT" | "DEPENDENT" => {
             let oid = match dependent {

@@ -263,6 +263,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             interval: args.interval,
             size: args.size,
             timeout: args.timeout,
+            retry: None,
         })
         .collect();
     let rt = tokio::runtime::Builder::new_current_thread()

@@ -275,6 +275,26 @@ fn icmp_probes_longer_than_the_items_interval_are_refused() {
     assert!(parse("[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ { key = \"icmppingloss[,10,1000,,1000]\", interval = \"10s\" } ]\n").is_ok());
 }
 
+/// `icmppingretry` (Zabbix 7.4): an ICMP item of type uint whose probes last, for a
+/// silent host, each try's timeout in a row.
+#[test]
+fn icmppingretry_items() {
+    let c = parse("[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [ { key = \"icmppingretry[,2,2.0,,1000]\", interval = \"10s\" }, { key = \"icmpping[,3]\", interval = \"10s\" } ]\n").unwrap();
+    let items = &c.hosts[0].items;
+    assert_eq!(items[0].value_type, ValueType::Uint);
+    let ItemKind::Icmp { metric, probe } = &items[0].kind else {
+        panic!("{:?}", items[0].kind)
+    };
+    assert_eq!(*metric, IcmpMetric::Ping);
+    assert_eq!((probe.packets, probe.retry_backoff_pct), (3, 200));
+    // 1 + 2 + 4 s: within 10 s; not within 5 s.
+    let e = bad(r#"{ key = "icmppingretry[,2,2.0,,1000]", interval = "5s" }"#);
+    assert!(
+        e.message.starts_with("its probes last 7s (for a silent host: each try's timeout in a row), longer than the item's interval of 5s: every poll would come late; retry less or with a smaller backoff"),
+        "{e}"
+    );
+}
+
 #[test]
 fn icmp_limits_are_checked_in_defaults_and_keys() {
     let e = errs("[icmp]\npackets = 0\ninterval = \"10ms\"\nsize = 65508\ntimeout = \"49ms\"\n");
