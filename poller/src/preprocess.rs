@@ -53,7 +53,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::engine::Sample;
-use crate::value::{bare, float_to_uint, text_to_float, ErrorReason, ItemError, Value, ValueType};
+use crate::value::{
+    bare, float_to_uint, storable_float, text_to_float, ErrorReason, ItemError, Value, ValueType,
+};
 
 /// One preprocessing step.
 #[derive(Debug, Clone, PartialEq)]
@@ -953,6 +955,13 @@ impl Preprocessor {
                 ))
             });
         }
+        // A step's float beyond what Zabbix stores (a multiplier's overflow).
+        if let Ok(Value::Float(f)) = sample.result {
+            if let Err(why) = storable_float(f) {
+                let v = Value::Float(f);
+                sample.result = Err(unsupported(format!("the result {v} {why}")));
+            }
+        }
         match steps.throttle().map(Step::heartbeat) {
             Some(heartbeat) => self.throttle(sample, heartbeat, steps),
             None => Outcome::Keep(sample),
@@ -1130,8 +1139,16 @@ impl Preprocessor {
     /// be stored.
     fn throttle(&mut self, sample: Sample, heartbeat: Option<u32>, steps: Arc<Steps>) -> Outcome {
         let Ok(value) = &sample.result else {
-            // The next value after an error is stored, even if unchanged.
-            self.stored.remove(&sample.itemid);
+            // The next value after the item was not supported is stored, even if
+            // unchanged. A timeout is no answer: Zabbix's poller hands it no value to
+            // preprocess, so what was stored before still counts.
+            if sample
+                .result
+                .as_ref()
+                .is_err_and(|e| e.reason == ErrorReason::Unsupported)
+            {
+                self.stored.remove(&sample.itemid);
+            }
             return Outcome::Keep(sample);
         };
         let fresh =
@@ -1225,6 +1242,15 @@ mod tests {
         assert_eq!(at(120, 7_009), Some(Ok(Value::Uint(800))));
         assert_eq!(at(130, 10), None, "counter reset");
         assert_eq!(at(140, 1_010), Some(Ok(Value::Uint(800))));
+        // A float result beyond Zabbix's range: not supported, as in Zabbix; in a text
+        // item, the text %G makes of it (its rendering panicked).
+        let huge = [Step::Multiplier(1e10)];
+        let got = value(p.apply(sample(5, ValueType::Float, 0, Value::Float(1e300), &huge)));
+        let Some(Err(e)) = got else { panic!("{got:?}") };
+        assert_eq!(e.reason, ErrorReason::Unsupported);
+        assert_eq!(e.text, "preprocessing: the result INF is not finite");
+        let got = value(p.apply(sample(6, ValueType::Str, 0, Value::Float(1e300), &huge)));
+        assert_eq!(got, Some(Ok(Value::Str("INF".into()))));
         // A multiplier alone keeps fractions until the item's type trims them.
         let half = [Step::Multiplier(0.5)];
         let one = p.apply(sample(9, ValueType::Uint, 0, Value::Uint(7), &half));
@@ -2037,6 +2063,7 @@ mod tests {
         let steps = Arc::new(Steps::new(vec![Step::DiscardUnchanged]).unwrap());
         let text = |t: &str| Ok(Value::Str(t.into()));
         let timeout = Err(ItemError::new(ErrorReason::Timeout, "timeout"));
+        let unsupported = Err(ItemError::new(ErrorReason::Unsupported, "noSuchInstance"));
         let got = stored(
             &mut Preprocessor::default(),
             &steps,
@@ -2045,10 +2072,12 @@ mod tests {
                 (60, text("uplink")),
                 (120, text("uplink to core")),
                 (180, text("uplink to core")),
-                (240, timeout.clone()),
+                (240, unsupported.clone()),
                 (300, text("uplink to core")),
                 (360, text("uplink to core")),
-                (420, text("uplink")),
+                (420, timeout.clone()),
+                (480, text("uplink to core")),
+                (540, text("uplink")),
             ],
         );
         assert_eq!(
@@ -2058,8 +2087,12 @@ mod tests {
                 None,
                 Some(text("uplink to core")),
                 None,
-                Some(timeout),
+                Some(unsupported),
+                // Stored again after the item was not supported...
                 Some(text("uplink to core")),
+                None,
+                Some(timeout),
+                // ... but not after a timeout: no answer, nothing to compare with.
                 None,
                 Some(text("uplink")),
             ]

@@ -27,7 +27,8 @@
 use snmp::VarValue;
 
 use crate::value::{
-    float_to_uint, text_to_float, text_to_uint, ErrorReason, ItemError, Value, ValueType,
+    float_to_uint, storable_float, text_to_float, text_to_uint, ErrorReason, ItemError, Value,
+    ValueType,
 };
 
 fn unsupported(text: String) -> ItemError {
@@ -115,11 +116,7 @@ fn to_float(v: &VarValue) -> Result<f64, ItemError> {
         }
         _ => return Err(misfit(v, ValueType::Float, "does not fit")),
     };
-    if f.is_finite() {
-        Ok(f)
-    } else {
-        Err(misfit(v, ValueType::Float, "is not finite"))
-    }
+    storable_float(f).map_err(|why| misfit(v, ValueType::Float, why))
 }
 
 /// net-snmp's Opaque Float or Double, as a number.
@@ -445,6 +442,27 @@ mod tests {
             Value::Float(-2.25)
         );
         err(VarValue::Opaque(vec![1, 2]), ValueType::Float);
+        // What a device may send as an Opaque float: text items print it as %G does
+        // (a panic stopped the daemon), number items refuse it; a double beyond
+        // Zabbix's ±1e308 is refused too.
+        for (x, text) in [
+            (f32::NAN, "NAN"),
+            (f32::INFINITY, "INF"),
+            (f32::NEG_INFINITY, "-INF"),
+        ] {
+            let mut b = vec![0x9f, 0x78, 0x04];
+            b.extend(x.to_be_bytes());
+            let v = VarValue::Opaque(b);
+            assert_eq!(ok(v.clone(), ValueType::Str), Value::Str(text.into()));
+            assert!(err(v.clone(), ValueType::Float)
+                .text
+                .contains("is not finite"));
+            err(v, ValueType::Uint);
+        }
+        let mut big = vec![0x9f, 0x79, 0x08];
+        big.extend(1.5e308f64.to_be_bytes());
+        let e = err(VarValue::Opaque(big), ValueType::Float);
+        assert!(e.text.contains("is too small or too large"), "{e}");
         // UCD-SNMP's laLoadFloat in a text item: the number, not the Opaque's bytes.
         let mut load = vec![0x9f, 0x78, 0x04];
         load.extend(0.5f32.to_be_bytes());

@@ -90,6 +90,21 @@ pub fn float_to_uint(f: f64) -> Result<u64, &'static str> {
     }
 }
 
+/// The float values Zabbix stores (`zbx_validate_value_dbl`): beyond, an item is not
+/// supported ("too small or too large"), never stored.
+pub const FLOAT_RANGE: std::ops::RangeInclusive<f64> = -1e308..=1e308;
+
+/// `f` if a `float` item may store it ([`FLOAT_RANGE`], not NaN). `Err`: why not.
+pub fn storable_float(f: f64) -> Result<f64, &'static str> {
+    if FLOAT_RANGE.contains(&f) {
+        Ok(f)
+    } else if f.is_finite() {
+        Err("is too small or too large")
+    } else {
+        Err("is not finite")
+    }
+}
+
 /// A number written as text, as a `float` item takes one: plain decimal notation
 /// ("0.15", "-3", "1e3"; never "inf", "nan" or hex), finite, quotes and whitespace
 /// around it ignored. `Err`: why not, for an error text.
@@ -99,8 +114,7 @@ pub fn text_to_float(t: &str) -> Result<f64, &'static str> {
         && t.bytes()
             .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E'));
     match t.parse::<f64>() {
-        Ok(f) if plain && f.is_finite() => Ok(f),
-        Ok(_) if plain => Err("is not finite"),
+        Ok(f) if plain => storable_float(f),
         _ => Err("is not a number"),
     }
 }
@@ -127,6 +141,11 @@ impl Value {
 fn print_g(v: f64, prec: usize) -> String {
     if v == 0.0 {
         return if v.is_sign_negative() { "-0" } else { "0" }.into();
+    }
+    if !v.is_finite() {
+        // As glibc's %G: an Opaque float from a device may be any of these.
+        let sign = if v.is_sign_negative() { "-" } else { "" };
+        return format!("{sign}{}", if v.is_nan() { "NAN" } else { "INF" });
     }
     let sci = format!("{:.*e}", prec - 1, v);
     let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
@@ -241,6 +260,10 @@ mod tests {
             (123_456_789_012_345.0, "123456789012345"),
             (1.0 / 3.0, "0.33333333333333331"),
             (0.0, "0"),
+            // As glibc's %G: a device's Opaque float may be any of these.
+            (f64::NAN, "NAN"),
+            (f64::INFINITY, "INF"),
+            (f64::NEG_INFINITY, "-INF"),
         ] {
             assert_eq!(Value::Float(v).to_string(), want, "{v:e}");
         }
@@ -249,11 +272,24 @@ mod tests {
             1.0 / 3.0,
             2.0f64.sqrt(),
             1e-300,
-            1.7976931348623157e308,
+            0.999_999_999_999_999_9e308,
             0.1 + 0.2,
         ] {
             let t = Value::Float(v).to_string();
             assert_eq!(text_to_float(&t), Ok(v), "{t}");
         }
+    }
+
+    /// Zabbix's range of float values: ±1e308 (`zbx_validate_value_dbl`).
+    #[test]
+    fn floats_beyond_zabbixs_range_are_not_stored() {
+        assert_eq!(storable_float(1e308), Ok(1e308));
+        assert_eq!(storable_float(-1e308), Ok(-1e308));
+        assert_eq!(storable_float(1.5e308), Err("is too small or too large"));
+        assert_eq!(storable_float(-1.5e308), Err("is too small or too large"));
+        assert_eq!(storable_float(f64::INFINITY), Err("is not finite"));
+        assert_eq!(storable_float(f64::NAN), Err("is not finite"));
+        assert_eq!(text_to_float("1.5e308"), Err("is too small or too large"));
+        assert_eq!(text_to_float("1e309"), Err("is not finite"));
     }
 }
