@@ -1061,7 +1061,7 @@ fn hosts_whose_samples_wait_for_the_channel_are_not_handed_back() {
     assert!(rx.try_recv().is_ok());
 }
 
-/// A stop cuts a sweep short after ICMP_STOP_GRACE: what was over is delivered, the
+/// A stop cuts a sweep short after STOP_GRACE: what was over is delivered, the
 /// host still probing gets no value (and the iteration does not wait for it).
 #[test]
 fn a_stop_cuts_a_long_sweep_short() {

@@ -1057,3 +1057,68 @@ async fn two_tasks_of_one_host_are_never_polled_at_once() {
         "the device got requests from two iterations at once"
     );
 }
+
+/// A host done early is handed back while another host of its iteration stays silent
+/// (no sample of it comes until its timeout: the hand-back waited for one).
+#[tokio::test(flavor = "current_thread")]
+async fn hosts_done_are_handed_back_while_a_silent_snmp_host_times_out() {
+    let silent = SocketAddr::from(([127, 0, 124, 9], 16161)); // nothing listens
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let t0 = std::time::Instant::now();
+    let mut reported: Vec<(Vec<String>, Duration)> = Vec::new();
+    snmp_iterate(&quick_and_slow(silent), tx, &mut |names| {
+        while rx.try_recv().is_ok() {}
+        reported.push((names, t0.elapsed()));
+    })
+    .await;
+    let (names, at) = reported
+        .first()
+        .cloned()
+        .expect("h0 never handed back early");
+    assert_eq!(names, ["h0"]);
+    // Its 3 s timeout is what held it back.
+    assert!(at < Duration::from_secs(2), "h0 handed back after {at:?}");
+}
+
+/// A stop ends an SNMP iteration at most STOP_GRACE later, however long its requests'
+/// timeout (up to 10 minutes, beyond a service manager's stop timeout): the silent
+/// host's item gets no sample, the answered one its value.
+#[tokio::test(flavor = "current_thread")]
+async fn a_stop_cuts_an_snmp_iteration_short_after_its_grace() {
+    let silent = SocketAddr::from(([127, 0, 124, 11], 16161)); // nothing listens
+    let mut hosts = quick_and_slow(silent);
+    hosts[1].3 = Duration::from_secs(60);
+    let (plan, dues) = snmp_plan(&hosts);
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
+    let metrics = poller::daemon::EngineMetrics::default();
+    let t0 = std::time::Instant::now();
+    let stop = tokio::time::sleep(Duration::from_millis(300));
+    let sum = poller::daemon::snmp_iteration(
+        &mut driver,
+        &plan,
+        &dues,
+        &metrics,
+        &mut emitter,
+        &mut |_| {},
+        stop,
+    )
+    .await;
+    let took = t0.elapsed();
+    let grace = poller::daemon::STOP_GRACE;
+    assert!(
+        took >= grace && took < grace + Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert_eq!(sum.items, 1, "{sum:?}");
+    drop(emitter);
+    let mut got = Vec::new();
+    while let Some(b) = rx.recv().await {
+        got.extend(
+            b.into_iter()
+                .map(|s| (s.host.to_string(), s.result.is_ok())),
+        );
+    }
+    assert_eq!(got, [("h0".to_string(), true)]);
+}

@@ -15,9 +15,9 @@
 //!   host goes back to the scheduler only once its samples are in the channel, so its
 //!   next poll's samples cannot overtake them.
 //! * Shutdown: the loops stop taking work, running iterations end at their own
-//!   deadline (an ICMP sweep at the latest [`ICMP_STOP_GRACE`] after the stop, an SNMP
-//!   iteration within one timeout), then the loops return (dropping their senders
-//!   closes the channel).
+//!   deadline, an SNMP iteration within one timeout, but each at the latest
+//!   [`STOP_GRACE`] after the stop (cut short then: what was not over gets no sample),
+//!   then the loops return (dropping their senders closes the channel).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -600,10 +600,11 @@ fn deliver(sum: &mut IterationSummary, emitter: &mut Emitter, s: Sample) {
 /// its end; one of a few hundred ms reports none before its end.
 pub const ICMP_DONE_EVERY: Duration = Duration::from_secs(1);
 
-/// How long a sweep still runs once the daemon stops, before it is cut short: what a
-/// sweep of the default probes needs to end, well inside a service manager's stop
-/// timeout.
-pub const ICMP_STOP_GRACE: Duration = Duration::from_secs(5);
+/// How long an iteration still runs once the daemon stops, before it is cut short: what
+/// a sweep of the default probes or an SNMP request of the default timeout needs to
+/// end, well inside a service manager's stop timeout (systemd's 30 s, with the sink's
+/// flush after it).
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Run one ICMP sweep over `dues` (tasks of `plan`), streaming samples.
 /// `host_done(due indices)`: hosts whose probes are over and whose items were handed to
@@ -611,7 +612,7 @@ pub const ICMP_STOP_GRACE: Duration = Duration::from_secs(5);
 /// (a host with a long probe train held the others of its sweep back); reported every
 /// [`ICMP_DONE_EVERY`], so a sweep shorter than that reports none: the caller completes
 /// the dues not reported at the end. When `stop` completes (the daemon stops), the
-/// sweep gets [`ICMP_STOP_GRACE`] more to end, then is cut short: the hosts whose
+/// sweep gets [`STOP_GRACE`] more to end, then is cut short: the hosts whose
 /// probes were not over get no sample.
 pub async fn icmp_iteration(
     driver: &mut IcmpDriver,
@@ -659,7 +660,7 @@ pub async fn icmp_iteration(
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
     let cut = async {
         stop.await;
-        tokio::time::sleep(ICMP_STOP_GRACE).await;
+        tokio::time::sleep(STOP_GRACE).await;
     };
     let report = {
         let sweep = driver.sweep(&jobs, |idx, stats| {
@@ -812,23 +813,33 @@ pub async fn snmp_iteration(
     let oids: usize = jobs.iter().map(|j| j.oids.len()).sum();
     metrics.in_flight.add(oids as i64);
     let mut left: Vec<usize> = jobs.iter().map(|j| j.oids.len()).collect();
-    // Hosts done but not reported yet (see SLOW_ITERATION), and the host of the last
-    // sample: they are reported between two hosts' samples, never inside the burst of
-    // one host's (a response's items, or a timed-out host's), which stay one batch.
-    let mut done: Vec<usize> = Vec::new();
+    // Hosts done but not reported yet (see SLOW_ITERATION): reported between two hosts'
+    // samples, never inside the burst of one host's (a response's items, or a
+    // timed-out host's), which stay one batch: at the first sample of another host, and
+    // every SLOW_ITERATION while none comes (a silent host's timeout held them).
+    // The driver's callback and that timer share them (one task: never contended).
+    let state = std::sync::Mutex::new((&mut sum, &mut *emitter, Vec::<usize>::new(), host_done));
+    let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
+    let hand_back = |emitter: &mut Emitter,
+                     done: &mut Vec<usize>,
+                     host_done: &mut (dyn FnMut(&[usize]) + Send)| {
+        // Their samples first: the consumer must have them before the hosts' next
+        // polls, which another iteration may deliver before this one ends (parked by a
+        // full channel: not yet, they wait).
+        if !done.is_empty() && emitter.flush() {
+            for d in done.drain(..) {
+                host_done(&job_dues[d]);
+            }
+        }
+    };
     let mut last: Option<usize> = None;
     let started = Instant::now();
-    let report = driver
-        .run_iteration_until(&jobs, stop, |j, o, result| {
-            if last != Some(j) && !done.is_empty() && started.elapsed() >= SLOW_ITERATION {
-                // Their samples first: the consumer must have them before the hosts'
-                // next polls, which another iteration may deliver before this one ends
-                // (parked by a full channel: not yet, they wait).
-                if emitter.flush() {
-                    for d in done.drain(..) {
-                        host_done(&job_dues[d]);
-                    }
-                }
+    let report = {
+        let run = driver.run_iteration_until(&jobs, stop, STOP_GRACE, |j, o, result| {
+            let mut g = lock();
+            let (sum, emitter, done, host_done) = &mut *g;
+            if last != Some(j) && started.elapsed() >= SLOW_ITERATION {
+                hand_back(emitter, done, *host_done);
             }
             last = Some(j);
             let index = refs[j][o];
@@ -844,7 +855,7 @@ pub async fn snmp_iteration(
                 crate::snmp_convert::convert(&v, vt)
             });
             deliver(
-                &mut sum,
+                sum,
                 emitter,
                 Sample::new(plan, host, index, clock_now(), result),
             );
@@ -852,8 +863,23 @@ pub async fn snmp_iteration(
             if left[j] == 0 {
                 done.push(j);
             }
-        })
-        .await;
+        });
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval_at(started + SLOW_ITERATION, SLOW_ITERATION);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                r = &mut run => break r,
+                _ = tick.tick() => {
+                    let mut g = lock();
+                    let (_, emitter, done, host_done) = &mut *g;
+                    hand_back(emitter, done, *host_done);
+                }
+            }
+        }
+    };
+    drop(state);
     metrics.in_flight.add(-(oids as i64));
     let st = &report.stats;
     metrics.unmatched.add(

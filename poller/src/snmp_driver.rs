@@ -297,19 +297,22 @@ impl SnmpDriver {
     where
         F: FnMut(usize, usize, Result<snmp::VarValue, ItemError>),
     {
-        self.run_iteration_until(jobs, std::future::pending(), on_result)
+        self.run_iteration_until(jobs, std::future::pending(), Duration::MAX, on_result)
             .await
     }
 
     /// [`Self::run_iteration`], stopped when `stop` completes (the daemon stops): from
     /// then on nothing is sent, the requests in flight are waited for until their
-    /// attempt's timeout, and the items never asked (or not answered by then) are not
-    /// reported at all: the iteration ends within one timeout, not after its slowest
-    /// host's remaining requests.
+    /// attempt's timeout but at most `grace`, and the items never asked (or not
+    /// answered by then) are not reported at all: the iteration ends within one
+    /// timeout and at most `grace` after the stop (a timeout may be 10 minutes, a
+    /// service manager's stop timeout 30 s), not after its slowest host's remaining
+    /// requests.
     pub async fn run_iteration_until<F, S>(
         &mut self,
         jobs: &[SnmpHostJob],
         stop: S,
+        grace: Duration,
         mut on_result: F,
     ) -> SnmpIterationReport
     where
@@ -318,6 +321,8 @@ impl SnmpDriver {
     {
         tokio::pin!(stop);
         let mut stopped = false;
+        // When the stop's grace runs out.
+        let mut cut_at: Option<Instant> = None;
         let start = Instant::now();
         let mut report = SnmpIterationReport::default();
         let mut reg_error = None;
@@ -407,6 +412,9 @@ impl SnmpDriver {
                 it.handle_timeout(now);
             }
             let now = Instant::now();
+            if cut_at.is_some_and(|c| now >= c) {
+                it.abandon();
+            }
             Self::drain_events(&mut it, jobs, &mut on_result);
             if it.is_done() {
                 break;
@@ -490,6 +498,9 @@ impl SnmpDriver {
                 let p = pacer.as_ref().map_or(now, |p| p.next_slot());
                 wake = Some(wake.map_or(p, |w| w.min(p)));
             }
+            if let Some(c) = cut_at {
+                wake = Some(wake.map_or(c, |w| w.min(c)));
+            }
             let wake = wake.unwrap_or_else(|| Instant::now() + Duration::from_millis(100));
             sleep.as_mut().reset(wake.into());
             let readable = std::future::poll_fn(|cx| {
@@ -514,6 +525,7 @@ impl SnmpDriver {
                 _ = &mut sleep => {}
                 _ = &mut stop, if !stopped => {
                     stopped = true;
+                    cut_at = Instant::now().checked_add(grace);
                     it.stop();
                     Self::drain_events(&mut it, jobs, &mut on_result);
                     if it.is_done() {

@@ -877,6 +877,17 @@ impl<'j> Iteration<'j> {
         }
     }
 
+    /// Ends the iteration now (a stop whose grace ran out): as [`Self::stop`], and the
+    /// requests still in flight end unanswered, their items failing with
+    /// [`ItemFailure::Stopped`] (not polled). The iteration is then done.
+    pub fn abandon(&mut self) {
+        self.stop();
+        let open: Vec<i32> = self.table.keys().copied().collect();
+        for id in open {
+            self.end_stopped(id);
+        }
+    }
+
     /// Request `id` ends without an answer while stopping: its items are not polled.
     fn end_stopped(&mut self, id: i32) {
         let Some(e) = self.take_request(id) else {
