@@ -767,8 +767,7 @@ pub struct HostEntry {
     pub items: Vec<ItemEntry>,
 }
 
-/// `[[host_ranges]]`: one host per address of a CIDR (network and broadcast addresses
-/// excluded for IPv4 prefixes shorter than /31).
+/// `[[host_ranges]]`: one host per device address of a CIDR ([`range_hosts`]).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostRangeEntry {
@@ -785,6 +784,23 @@ pub struct HostRangeEntry {
 
 fn default_range_name() -> String {
     "{ip}".into()
+}
+
+/// The device addresses of `net` and how many: all but the network and broadcast
+/// addresses of an IPv4 prefix shorter than /31, and all but the network address (the
+/// Subnet-Router anycast address, RFC 4291, answered by a router of the subnet) of an
+/// IPv6 prefix shorter than /127. /31 and /127 are point-to-point links (RFC 3021,
+/// RFC 6164): both addresses. A host range and `sweep`'s targets expand this way.
+pub fn range_hosts(net: ipnet::IpNet) -> (u128, impl Iterator<Item = IpAddr>) {
+    let bits = u32::from(net.max_prefix_len() - net.prefix_len());
+    let all = 1u128.checked_shl(bits).unwrap_or(u128::MAX);
+    let (count, skip) = match net {
+        ipnet::IpNet::V4(_) if bits >= 2 => (all - 2, 0),
+        ipnet::IpNet::V6(_) if bits >= 2 => (all - 1, 1),
+        _ => (all, 0),
+    };
+    // `hosts()` leaves out IPv4's network and broadcast addresses already.
+    (count, net.hosts().skip(skip))
 }
 
 /// The loaded, validated configuration.
@@ -2149,14 +2165,18 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     continue;
                 }
             };
-            let count = match net {
-                ipnet::IpNet::V4(n) => 1u128 << (32 - n.prefix_len()),
-                ipnet::IpNet::V6(n) => 1u128 << (128 - n.prefix_len()).min(127),
-            };
+            let (count, hosts) = range_hosts(net);
             if count > budget as u128 {
+                let what = match budget {
+                    MAX_RANGE_HOSTS => String::new(),
+                    left => format!(" (the ranges before it leave {left})"),
+                };
                 self.c.push(
                     &[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")],
-                    format!("{} expands to {count} addresses: more than the {MAX_RANGE_HOSTS} allowed per file", r.cidr),
+                    format!(
+                        "{} holds {count} hosts: more than the {MAX_RANGE_HOSTS} one file's ranges may hold{what}",
+                        r.cidr
+                    ),
                 );
                 continue;
             }
@@ -2192,7 +2212,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let Some(snmp) = self.snmp_params(&rp, r.snmp.as_ref(), polls_snmp(&items)) else {
                 continue;
             };
-            for ip in net.hosts() {
+            for ip in hosts {
                 let ip_s = ip.to_string();
                 let name: Arc<str> = r.name.replace("{ip}", &ip_s).into();
                 if let Some(prev) = names.insert(name.clone(), origin) {

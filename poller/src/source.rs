@@ -55,7 +55,8 @@ const NOT_DEVICES: [Block; 6] = [
         first: 0,
         last: 0,
         one: "the unspecified address",
-        some: None,
+        // A range's network address is left out (Subnet-Router anycast) but for /127.
+        some: Some("the unspecified address ::"),
     },
     Block {
         v6: true,

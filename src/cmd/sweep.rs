@@ -76,17 +76,10 @@ fn parse_net(s: &str) -> anyhow::Result<IpNet> {
     }
 }
 
-fn net_size(net: &IpNet) -> u64 {
-    let host_bits = u32::from(net.max_prefix_len() - net.prefix_len());
-    if host_bits >= 64 {
-        u64::MAX
-    } else {
-        1u64 << host_bits
-    }
-}
-
-/// Expands targets into unique addresses, in order of first appearance.
-pub fn expand_targets(targets: &[String], force: bool) -> anyhow::Result<Vec<IpAddr>> {
+/// Expands targets into unique addresses, in order of first appearance (a CIDR's device
+/// addresses, as a host range's: [`crate::config::range_hosts`]), refusing too many
+/// (for `count` packets each) before anything is allocated.
+pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Result<Vec<IpAddr>> {
     let mut nets = Vec::new();
     for t in targets {
         if let Some(path) = t.strip_prefix('@') {
@@ -103,19 +96,22 @@ pub fn expand_targets(targets: &[String], force: bool) -> anyhow::Result<Vec<IpA
             nets.push(parse_net(t.trim())?);
         }
     }
-    let total = nets
-        .iter()
-        .fold(0u64, |acc, n| acc.saturating_add(net_size(n)));
+    let total = nets.iter().fold(0u64, |acc, &n| {
+        let hosts = crate::config::range_hosts(n).0;
+        acc.saturating_add(u64::try_from(hosts).unwrap_or(u64::MAX))
+    });
     if total > MAX_TARGETS && !force {
         bail!("targets expand to {total} addresses, more than {MAX_TARGETS} (2^20); pass --force to sweep them anyway");
     }
-    if total > usize::MAX as u64 / 64 {
-        bail!("targets expand to {total} addresses, too many to hold in memory");
-    }
-    let mut seen = HashSet::with_capacity(total as usize);
-    let mut out = Vec::with_capacity(total as usize);
+    // Duplicates make the addresses fewer, never more: this bounds what is allocated.
+    check_probes(total, count, force)?;
+    // At most what a sweep without --force may hold up front: with it, what the
+    // addresses need as they come.
+    let room = total.min(MAX_TARGETS) as usize;
+    let mut seen = HashSet::with_capacity(room);
+    let mut out = Vec::with_capacity(room);
     for net in nets {
-        for ip in net.hosts() {
+        for ip in crate::config::range_hosts(net).1 {
             if seen.insert(ip) {
                 out.push(ip);
             }
@@ -238,8 +234,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // The global --quiet: no progress line and no notes (the hosts' lines stay: they
     // are the results, as fping -q -c prints each host's statistics).
     let quiet = crate::telemetry::quiet();
-    let addrs = expand_targets(&args.targets, args.force)?;
-    check_probes(addrs.len() as u64, args.count, args.force)?;
+    let addrs = expand_targets(&args.targets, args.count, args.force)?;
     let opts = IcmpOptions {
         max_pps: args.max_pps,
         rcvbuf: args.rcvbuf,
@@ -378,7 +373,8 @@ mod tests {
             "# lab\n127.77.1.0/30\n\n127.77.0.1 # dup\n::1\n127.77.2.0/31\n",
         )
         .unwrap();
-        let got = expand_targets(&s(&["127.77.0.1", &format!("@{}", f.display())]), false).unwrap();
+        let got =
+            expand_targets(&s(&["127.77.0.1", &format!("@{}", f.display())]), 1, false).unwrap();
         // A /30's network and broadcast addresses are left out (fping -g); a /31 has
         // neither.
         let want: Vec<IpAddr> = [
@@ -394,27 +390,29 @@ mod tests {
         .collect();
         assert_eq!(got, want);
         assert_eq!(
-            expand_targets(&s(&["127.77.0.0/20"]), false).unwrap().len(),
+            expand_targets(&s(&["127.77.0.0/20"]), 1, false)
+                .unwrap()
+                .len(),
             4094
         );
     }
 
     #[test]
     fn refuses_huge_expansions_and_bad_targets() {
-        let e = expand_targets(&s(&["127.0.0.0/11"]), false).unwrap_err();
+        let e = expand_targets(&s(&["127.0.0.0/11"]), 1, false).unwrap_err();
         assert!(e.to_string().contains("--force"), "{e}");
         assert!(
-            expand_targets(&s(&["127.0.0.0/12"]), false).is_ok(),
+            expand_targets(&s(&["127.0.0.0/12"]), 1, false).is_ok(),
             "2^20 exactly is allowed"
         );
-        let e = expand_targets(&s(&["fd00::/64"]), false).unwrap_err();
+        let e = expand_targets(&s(&["fd00::/64"]), 1, false).unwrap_err();
         assert!(e.to_string().contains("2^20"), "{e}");
-        assert!(expand_targets(&s(&["example.org"]), false)
+        assert!(expand_targets(&s(&["example.org"]), 1, false)
             .unwrap_err()
             .to_string()
             .contains("invalid target"));
-        assert!(expand_targets(&s(&["127.0.0.0/33"]), false).is_err());
-        assert!(expand_targets(&s(&["@/nonexistent/file"]), false).is_err());
+        assert!(expand_targets(&s(&["127.0.0.0/33"]), 1, false).is_err());
+        assert!(expand_targets(&s(&["@/nonexistent/file"]), 1, false).is_err());
         // Probes: hosts x count, checked before anything is allocated.
         assert!(check_probes(1 << 20, 16, false).is_ok());
         let e = check_probes(1 << 20, 17, false).unwrap_err();
@@ -422,9 +420,26 @@ mod tests {
         assert!(check_probes(1 << 20, 17, true).is_ok());
         let e = check_probes(524_286, 10_000, true).unwrap_err();
         assert!(e.to_string().contains("more than one sweep holds"), "{e}");
+        // --force lifts the 2^20 limit, not the sweep's 2^32: refused before anything
+        // is allocated (a /64 asked for exabytes and aborted).
+        let e = expand_targets(&s(&["fd00::/64"]), 1, true).unwrap_err();
+        assert!(e.to_string().contains("more than one sweep holds"), "{e}");
+        let e = expand_targets(&s(&["127.0.0.0/12"]), 4097, true).unwrap_err();
+        assert!(e.to_string().contains("more than one sweep holds"), "{e}");
+        // An IPv6 range's network address is a router's (Subnet-Router anycast), and
+        // `::` no device's: ::1/127 would have probed it (and read ::1's reply as
+        // spoofed).
+        let got = expand_targets(&s(&["fd00::/126", "fd00::10/127"]), 1, false).unwrap();
+        let want: Vec<IpAddr> = ["fd00::1", "fd00::2", "fd00::3", "fd00::10", "fd00::11"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(got, want);
+        let e = expand_targets(&s(&["::/127"]), 1, false).unwrap_err();
+        assert!(e.to_string().contains("the unspecified address ::"), "{e}");
         // IPv4-mapped: the kernel would send them as IPv6, via the default route.
         for mapped in ["::ffff:127.0.0.1", "::ffff:127.0.0.0/120"] {
-            let e = expand_targets(&s(&[mapped]), false).unwrap_err();
+            let e = expand_targets(&s(&[mapped]), 1, false).unwrap_err();
             assert!(e.to_string().contains("IPv4-mapped"), "{e}");
         }
     }

@@ -351,6 +351,49 @@ fn bad_cidr_and_range_rules() {
     assert!(e.message.contains("repeats hosts[0]"), "{e}");
 }
 
+/// An IPv6 range's hosts: not its network address (Subnet-Router anycast, a router's),
+/// never `::` (delivered to this host: it always read as up); a /127 link's two.
+#[test]
+fn ipv6_ranges_hold_devices_only() {
+    let ips = |cidr: &str| -> Vec<String> {
+        let c = parse(&format!("{TEMPLATE}\n[[host_ranges]]\ncidr = \"{cidr}\"\nname = \"r-{{ip}}\"\ntemplates = [\"icmp\"]\n"))
+            .unwrap_or_else(|e| panic!("{cidr}: {e:#?}"));
+        c.hosts.iter().map(|h| h.ip.to_string()).collect()
+    };
+    assert_eq!(ips("fd00::/126"), ["fd00::1", "fd00::2", "fd00::3"]);
+    assert_eq!(ips("fd00::10/127"), ["fd00::10", "fd00::11"]);
+    let e = one_err(&format!(
+        "{TEMPLATE}\n[[host_ranges]]\ncidr = \"::/127\"\nname = \"r-{{ip}}\"\ntemplates = [\"icmp\"]\n"
+    ));
+    assert!(e.message.contains("the unspecified address ::"), "{e}");
+}
+
+/// The ranges' budget counts hosts, not addresses (a /24 is 254 of them), and says what
+/// the ranges before a refused one left.
+#[test]
+fn the_ranges_budget_counts_their_hosts() {
+    let range = |i: usize, cidr: &str| {
+        format!(
+            "[[host_ranges]]\ncidr = \"{cidr}\"\nname = \"r{i}-{{ip}}\"\ntemplates = [\"icmp\"]\n"
+        )
+    };
+    let e = one_err(&format!("{TEMPLATE}\n{}", range(0, "127.0.0.0/11")));
+    assert_eq!(
+        e.message,
+        "127.0.0.0/11 holds 2097150 hosts: more than the 1048576 one file's ranges may hold"
+    );
+    let e = one_err(&format!(
+        "{TEMPLATE}\n{}{}",
+        range(0, "127.1.0.0/24"),
+        range(1, "127.0.0.0/12")
+    ));
+    assert_eq!(e.path, "host_ranges[1].cidr");
+    assert_eq!(
+        e.message,
+        "127.0.0.0/12 holds 1048574 hosts: more than the 1048576 one file's ranges may hold (the ranges before it leave 1048322)"
+    );
+}
+
 #[test]
 fn source_ip_is_one_address_per_family() {
     let with = |v: &str| {
