@@ -3,7 +3,8 @@
 //!
 //! Invariants:
 //! * Silent (no byte written, no clock read) when stderr is not a terminal or with
-//!   `--quiet`: piped and logged output stays clean.
+//!   `--quiet`: piped and logged output stays clean; and beside results on a terminal
+//!   ([`Progress::beside_results`]), which never share a line with it.
 //! * Redraws at most once per [`REDRAW_INTERVAL`] (~10/s) however often `inc` is called,
 //!   so a 100k-item sweep costs a handful of writes, not 100k; the first update and the
 //!   one reaching `total` are always drawn.
@@ -38,6 +39,14 @@ impl Progress {
     pub fn new(total: u64, label: &str, quiet: bool) -> Self {
         let active = !quiet && is_tty(libc::STDERR_FILENO);
         Self::with_output(total, label, active, Box::new(std::io::stderr()))
+    }
+
+    /// For commands whose results go to stdout line by line (`sweep`, `poll-once`): on a
+    /// terminal the results, flushed as they come ([`stdout_is_tty`]), are the progress,
+    /// and a line redrawn on stderr would glue itself to them; so only when stdout is
+    /// not a terminal (piped, or in a file) is the line drawn.
+    pub fn beside_results(total: u64, label: &str, quiet: bool) -> Self {
+        Self::new(total, label, quiet || stdout_is_tty())
     }
 
     /// Like [`new`](Self::new) with an explicit decision and output (tests).
@@ -113,6 +122,12 @@ impl Inner {
         let _ = self.out.flush();
         self.last_draw = Some(now);
     }
+}
+
+/// Whether stdout is a terminal: results are then flushed line by line, for a person
+/// watching them come.
+pub fn stdout_is_tty() -> bool {
+    is_tty(libc::STDOUT_FILENO)
 }
 
 fn is_tty(fd: libc::c_int) -> bool {

@@ -1182,3 +1182,45 @@ fn a_silent_retrying_host_waits_each_longer_timeout_once() {
     assert_eq!(report.counters.sent, 3);
     assert_eq!(counts.answered, 0);
 }
+
+#[test]
+fn an_interrupted_sweep_prints_the_hosts_it_is_done_with() {
+    // 127.77.98.1 answers at once; nft drops the probes to 127.77.98.2, which would be
+    // waited for 20 s. Ctrl-C after a second: the first host's line is out (it sat in
+    // the output buffer and was lost), the summary says what was not reported, and
+    // the exit status is a SIGINT's.
+    let _nft = NftTable::create(
+        "chain input {\n type filter hook input priority -10; policy accept;\n \
+         ip daddr 127.77.98.2 icmp type echo-request drop\n}",
+    );
+    let child = common::netpoller()
+        .args([
+            "sweep",
+            "-c",
+            "1",
+            "-t",
+            "20s",
+            "127.77.98.1",
+            "127.77.98.2",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert_eq!(o.status.code(), Some(130), "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "{out}");
+    assert!(lines[0].starts_with("127.77.98.1 "), "{out}");
+    assert!(
+        err.contains("1 of 2 hosts done, 1 alive; the other 1 not reported"),
+        "{err}"
+    );
+}

@@ -119,6 +119,23 @@ pub struct Loaded {
     pub found: Found,
 }
 
+/// Completes at the first SIGINT (Ctrl-C) or SIGTERM: a one-shot command's stop, for
+/// it to say what it has before it exits. Never completes when the handlers cannot be
+/// installed (the signals then stop the process as by default).
+pub async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = int.recv() => {}
+        _ = term.recv() => {}
+    }
+}
+
 /// Hands the heap's free pages back to the system (glibc; elsewhere nothing).
 pub fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -183,7 +183,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             tx,
             counters,
         ));
-        let mut progress = crate::progress::Progress::new(total as u64, "polling", args.quiet);
+        let mut progress =
+            crate::progress::Progress::beside_results(total as u64, "polling", args.quiet);
+        let live = crate::progress::stdout_is_tty();
         let (mut values, mut errors, mut kept_back) = (0usize, 0usize, 0usize);
         let stdout = std::io::stdout();
         let mut out = std::io::BufWriter::new(stdout.lock());
@@ -207,6 +209,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     (false, Some(why)) => format!("{}  ({why})", text_line(&s)),
                 };
                 writeln!(out, "{line}")?;
+                if live {
+                    out.flush()?;
+                }
                 progress.inc(1);
             }
         }

@@ -1,12 +1,14 @@
 //! `netpoller sweep`: one ICMP sweep from the command line, fping-style.
 //!
 //! Targets are IP addresses, CIDR prefixes (their host addresses, as `fping -g` and
-//! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31) or
-//! `@file` (one address or CIDR per line, `#` comments). Duplicate
-//! addresses are probed once. More than 2^20 addresses are refused unless `--force`.
-//! Hosts are printed as they complete (alive hosts first, silent ones at the deadline);
-//! the global `--quiet` leaves out the progress line and the notes on stderr, not the
-//! hosts' lines (as `fping -q -c` still prints each host's statistics).
+//! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31, an
+//! IPv6 network's address below /127) or `@file` (one address or CIDR per line, `#`
+//! comments). Duplicate addresses are probed once. More than 2^20 addresses are refused
+//! unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
+//! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
+//! done so far and exits 130. The global `--quiet` leaves out the progress line and the
+//! notes on stderr, not the hosts' lines (as `fping -q -c` still prints each host's
+//! statistics).
 
 use std::collections::HashSet;
 use std::io::{BufWriter, Write};
@@ -268,21 +270,35 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut write_err = None;
-    let mut progress = crate::progress::Progress::new(jobs.len() as u64, "sweeping", quiet);
-    let report = rt.block_on(driver.sweep(&jobs, |i, stats| {
-        progress.inc(1);
-        if write_err.is_some() {
-            return;
+    let mut progress =
+        crate::progress::Progress::beside_results(jobs.len() as u64, "sweeping", quiet);
+    // On a terminal, each host's line as it completes (fping's way).
+    let live = crate::progress::stdout_is_tty();
+    let (mut finished, mut alive) = (0usize, 0usize);
+    let started = std::time::Instant::now();
+    let report = rt.block_on(async {
+        let sweep = driver.sweep(&jobs, |i, stats| {
+            progress.inc(1);
+            finished += 1;
+            alive += usize::from(stats.is_alive());
+            if write_err.is_some() {
+                return;
+            }
+            let written = if args.json {
+                writeln!(out, "{}", json_line(addrs[i], stats))
+            } else {
+                write_text(&mut out, addrs[i], stats)
+            }
+            .and_then(|()| if live { out.flush() } else { Ok(()) });
+            if let Err(e) = written {
+                write_err = Some(e);
+            }
+        });
+        tokio::select! {
+            r = sweep => Some(r),
+            () = super::interrupted() => None,
         }
-        let written = if args.json {
-            writeln!(out, "{}", json_line(addrs[i], stats))
-        } else {
-            write_text(&mut out, addrs[i], stats)
-        };
-        if let Err(e) = written {
-            write_err = Some(e);
-        }
-    }));
+    });
     if let Some(e) = write_err {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(e).context("writing results");
@@ -291,12 +307,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     out.flush().ok();
     drop(out);
     progress.finish();
+    let Some(report) = report else {
+        // Ctrl-C or SIGTERM: the hosts done so far are printed; the others never are.
+        eprintln!(
+            "interrupted after {:.3} s: {finished} of {} hosts done, {alive} alive; the other {} not reported",
+            started.elapsed().as_secs_f64(),
+            jobs.len(),
+            jobs.len() - finished
+        );
+        // As a shell reports a process stopped by SIGINT.
+        return Ok(ExitCode::from(130));
+    };
     for (i, why) in &report.rejected {
         eprintln!("netpoller: {} not probed: {why}", addrs[*i]);
     }
     let c = &report.counters;
     let ignored = c.stale + c.foreign + c.spoofed + c.malformed + c.duplicate + c.late;
-    if ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 || report.receive_drops > 0 {
+    let noted =
+        ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 || report.receive_drops > 0;
+    if noted && !quiet {
         eprintln!(
             "ignored replies: {} stale, {} foreign, {} spoofed, {} malformed, {} duplicate, {} late; {} send errors, {} receive errors, {} dropped for a full receive buffer",
             c.stale, c.foreign, c.spoofed, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors, report.receive_drops
