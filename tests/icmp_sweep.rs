@@ -1224,3 +1224,49 @@ fn an_interrupted_sweep_prints_the_hosts_it_is_done_with() {
         "{err}"
     );
 }
+
+#[test]
+fn sweep_retries_send_again_only_to_hosts_that_did_not_answer() {
+    // `netpoller sweep --retries 2` (fping's default mode, icmppingretry): the host that
+    // answers gets one request, the one nft silences 1 + 2, each waiting twice as long.
+    let _nft = NftTable::create(
+        "chain input {\n type filter hook input priority -10; policy accept;\n \
+         ip daddr 127.77.99.2 icmp type echo-request drop\n}",
+    );
+    let o = common::netpoller()
+        .args([
+            "--quiet", "sweep", "--json", "-r", "2", "-B", "2", "-t", "100ms",
+        ])
+        .args(["127.77.99.1", "127.77.99.2"])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    let hosts: HashMap<String, (u64, u64)> = out
+        .lines()
+        .map(|l| {
+            let j: serde_json::Value = serde_json::from_str(l).unwrap();
+            let n = |k: &str| j[k].as_u64().unwrap();
+            (
+                j["addr"].as_str().unwrap().to_string(),
+                (n("sent"), n("received")),
+            )
+        })
+        .collect();
+    assert_eq!(hosts["127.77.99.1"], (1, 1), "{out}");
+    assert_eq!(hosts["127.77.99.2"], (3, 0), "{out}");
+    assert_eq!(o.status.code(), Some(1), "a host did not answer");
+    // Not with --count (which sends all of its requests), and within Zabbix's limits.
+    for args in [
+        &["-c", "2", "-r", "1"][..],
+        &["-r", "1", "-B", "6"],
+        &["-B", "2"],
+    ] {
+        let o = common::netpoller()
+            .arg("sweep")
+            .args(args)
+            .arg("127.77.99.1")
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+    }
+}

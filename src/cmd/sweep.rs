@@ -29,6 +29,15 @@ pub struct Args {
     /// Echo requests per host (Zabbix `packets`, 1..=10000).
     #[arg(short = 'c', long, default_value_t = 3)]
     pub count: u32,
+    /// Instead of --count: one echo request per host, and another only when the one
+    /// before went unanswered, N more at most (fping's default mode, Zabbix's
+    /// icmppingretry: a host that answers costs one packet).
+    #[arg(short = 'r', long, value_name = "N", conflicts_with = "count")]
+    pub retries: Option<u32>,
+    /// With --retries: each request waits this many times longer than the one before
+    /// (1.0 to 5.0, two decimals; fping's -B).
+    #[arg(short = 'B', long, value_name = "F", requires = "retries")]
+    pub backoff: Option<f64>,
     /// Per-request reply timeout, e.g. "500ms", "1s" (Zabbix minimum 50ms). The
     /// default is Zabbix's, as the icmpping items use it; `fping -c` waits the interval
     /// (at most 2 s) instead, so a host answering in 0.5 to 1 s is lost here, not there.
@@ -124,6 +133,25 @@ pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Re
 
 /// The limits a config's ICMP keys have (`poller::keys`), named by their flags; the
 /// interval only matters with more than one request.
+/// The probe `--retries` asks for, as the `icmppingretry` key of the same parameters
+/// (its limits and errors); `None` without it.
+fn retry_probe(args: &Args) -> anyhow::Result<Option<poller::keys::IcmpProbe>> {
+    use poller::keys::{IcmpDefaults, IcmpKey, ItemKey};
+    let Some(retries) = args.retries else {
+        return Ok(None);
+    };
+    let backoff = args.backoff.map(|b| b.to_string()).unwrap_or_default();
+    let key = format!(
+        "icmppingretry[,{retries},{backoff},{},{}]",
+        args.size,
+        args.timeout.as_millis()
+    );
+    let parsed = ItemKey::parse(&key).map_err(anyhow::Error::msg)?;
+    let k = IcmpKey::parse(&parsed, &IcmpDefaults::default())
+        .map_err(|e| anyhow::anyhow!("--retries/--backoff/--size/--timeout: {e}"))?;
+    Ok(Some(k.probe))
+}
+
 fn validate(args: &Args) -> anyhow::Result<()> {
     let probe = poller::keys::IcmpDefaults {
         packets: args.count,
@@ -236,7 +264,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // The global --quiet: no progress line and no notes (the hosts' lines stay: they
     // are the results, as fping -q -c prints each host's statistics).
     let quiet = crate::telemetry::quiet();
-    let addrs = expand_targets(&args.targets, args.count, args.force)?;
+    let retry = retry_probe(&args)?;
+    let packets = retry.map_or(args.count, |p| p.packets);
+    let addrs = expand_targets(&args.targets, packets, args.force)?;
     let opts = IcmpOptions {
         max_pps: args.max_pps,
         rcvbuf: args.rcvbuf,
@@ -254,13 +284,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let jobs: Vec<PingJob> = addrs
         .iter()
-        .map(|&addr| PingJob {
-            addr,
-            packets: args.count,
-            interval: args.interval,
-            size: args.size,
-            timeout: args.timeout,
-            retry: None,
+        .map(|&addr| match retry {
+            Some(probe) => probe.job(addr),
+            None => PingJob {
+                addr,
+                packets: args.count,
+                interval: args.interval,
+                size: args.size,
+                timeout: args.timeout,
+                retry: None,
+            },
         })
         .collect();
     let rt = tokio::runtime::Builder::new_current_thread()
