@@ -99,8 +99,8 @@ impl Retry {
     pub const BACKOFF: std::ops::RangeInclusive<u16> = 100..=500;
 }
 
-/// The longest a job's probes may wait for replies in all (its timeouts summed): keeps
-/// every instant of a sweep far from overflow. Zabbix's own limits are far lower.
+/// The longest a job's probes may last ([`Job::total_wait`]): keeps every instant of a
+/// sweep far from overflow. Zabbix's own limits are far lower.
 pub const MAX_JOB_WAIT: Duration = Duration::from_secs(24 * 3600);
 
 impl Job {
@@ -158,12 +158,15 @@ impl Job {
         }
     }
 
-    /// Longest time its probes may wait for replies in all: every probe's timeout (all
-    /// of them are waited for only with [`Self::retry`] and no reply, but `validate`
-    /// bounds it either way); `None` on overflow.
+    /// The longest its probes may last: the last one leaves `packets - 1` intervals
+    /// after the first and is waited for `timeout`; with [`Self::retry`], every try's
+    /// timeout in a row (a host that never answers). `None` on overflow.
     pub fn total_wait(&self) -> Option<Duration> {
         match self.retry {
-            None => self.timeout.checked_mul(self.packets),
+            None => self
+                .interval
+                .checked_mul(self.packets.saturating_sub(1))?
+                .checked_add(self.timeout),
             Some(r) => {
                 let b = f64::from(r.backoff_pct) / 100.0;
                 let n = f64::from(self.packets);
@@ -277,8 +280,8 @@ pub enum SweepError {
         /// The backoff, in hundredths.
         backoff_pct: u16,
     },
-    /// A job's probes would wait more than [`MAX_JOB_WAIT`] in all.
-    #[error("job {job} ({addr}): its probes' timeouts add up to more than 24 h")]
+    /// A job's probes would last more than [`MAX_JOB_WAIT`] ([`Job::total_wait`]).
+    #[error("job {job} ({addr}): its probes would last more than 24 h")]
     WaitTooLong {
         /// Job index.
         job: usize,
@@ -318,6 +321,14 @@ pub struct Transmit<'a> {
 pub struct ProbeToken {
     job: u32,
     packet: u32,
+}
+
+#[cfg(test)]
+impl ProbeToken {
+    /// (job, packet): for tests that follow each probe.
+    pub(crate) fn parts(&self) -> (u32, u32) {
+        (self.job, self.packet)
+    }
 }
 
 /// Output of a sweep.
@@ -475,8 +486,9 @@ enum Probe {
     Idle,
     /// Sent at this instant; waiting for its reply.
     InFlight(Instant),
-    /// Expired unanswered: a reply now is `Late`, not `Duplicate`.
-    Lost,
+    /// Expired unanswered (it was sent at this instant): a reply now is `Late`, not
+    /// `Duplicate`, but for a retrying host still waiting for a later try.
+    Lost(Instant),
 }
 
 /// The FIFO for `key` (one FIFO per distinct interval or timeout; each stays sorted
@@ -965,8 +977,11 @@ impl Sweep {
         };
         let Some(sent_at) = self.take(j, k) else {
             let p = self.jobs[j as usize].probe_base + k;
-            if self.probes.get(p as usize) == Some(&Probe::Lost) {
-                return self.ignore(IgnoreReason::Late);
+            if let Some(&Probe::Lost(sent)) = self.probes.get(p as usize) {
+                return match self.late_try_answered(j as usize, sent, now) {
+                    Some(out) => out,
+                    None => self.ignore(IgnoreReason::Late),
+                };
             }
             return self.ignore(IgnoreReason::Duplicate);
         };
@@ -984,6 +999,29 @@ impl Sweep {
         };
         self.resolve(j, lost);
         outcome
+    }
+
+    /// A reply to an earlier try of retrying job `j`, sent at `sent`, whose own timeout
+    /// ran out: as fping's default mode judges a reply by the host's current timeout,
+    /// it answers the host if it came within the timeout of the try now in flight (a
+    /// backoff above 1.0 made it longer). The try in flight is then done with (a reply
+    /// to it later is a duplicate). `None`: late.
+    fn late_try_answered(&mut self, j: usize, sent: Instant, now: Instant) -> Option<ReplyOutcome> {
+        let st = &self.jobs[j];
+        if st.job.retry.is_none() || st.done || st.next_packet == 0 {
+            return None;
+        }
+        let current = st.next_packet - 1;
+        let rtt = now.saturating_duration_since(sent);
+        if rtt > st.job.probe_timeout(current) {
+            return None;
+        }
+        // Only while that try is out: a try lost and its retry queued is not answered.
+        self.take(j as u32, current)?;
+        self.jobs[j].stats.record(rtt);
+        self.counters.received += 1;
+        self.resolve(j, None);
+        Some(ReplyOutcome::Matched { job: j, rtt })
     }
 
     /// Advances time: probes whose timeout passed are lost (a host whose probes are all
@@ -1011,7 +1049,7 @@ impl Sweep {
                     insert_in_order(&mut self.expiries[qi].1, expiry, item, |e| e.0);
                     continue;
                 }
-                *slot = Probe::Lost;
+                *slot = Probe::Lost(sent);
                 self.in_flight -= 1;
                 self.resolve(j as usize, Some((expiry, timeout)));
             }

@@ -732,6 +732,51 @@ fn a_retrying_host_answering_its_second_probe_is_done_then() {
 }
 
 #[test]
+fn a_reply_to_an_earlier_try_counts_within_the_try_now_out() {
+    // fping's default mode judges a reply by the host's current timeout, which the
+    // backoff made longer: try 0 (100 ms) answered after 150 ms, while try 1 (200 ms)
+    // is out, answers the host; try 1's own reply then is a duplicate.
+    let base = Instant::now();
+    let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+    let first = drain_sends(&mut s, base);
+    s.handle_timeout(base + ms(100));
+    let second = drain_sends(&mut s, base + ms(100));
+    assert_eq!(second.len(), 1);
+    let (a, req) = &first[0];
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(150));
+    assert_eq!(
+        out,
+        ReplyOutcome::Matched {
+            job: 0,
+            rtt: ms(150)
+        }
+    );
+    let ev = done_events(&mut s);
+    assert_eq!((ev[0].1.sent, ev[0].1.received), (2, 1));
+    assert!(s.is_finished());
+    let (a, req) = &second[0];
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(160));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Duplicate));
+    assert!(drain_sends(&mut s, base + ms(1000)).is_empty());
+    // Beyond the try now out (200 ms): late, and the host goes on to its last try.
+    let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+    let first = drain_sends(&mut s, base);
+    s.handle_timeout(base + ms(100));
+    drain_sends(&mut s, base + ms(100));
+    let (a, req) = &first[0];
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(201));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Late));
+    assert!(done_events(&mut s).is_empty());
+    // A counting job's lost probe stays lost whatever comes after.
+    let mut s = Sweep::new(vec![job(0, 2)], cfg(0), base).unwrap();
+    let sent = drain_sends(&mut s, base);
+    s.handle_timeout(base + ms(1000));
+    let (a, req) = &sent[0];
+    let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(1001));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Late));
+}
+
+#[test]
 fn a_late_reply_or_a_failed_send_of_a_retrying_host_is_a_lost_try() {
     let base = Instant::now();
     let mut s = Sweep::new(
@@ -825,9 +870,138 @@ fn retry_jobs_out_of_bounds_are_refused() {
         bad(retry_job(0, 40, 500)),
         SweepError::WaitTooLong { .. }
     ));
+    // 99 intervals of 1,000 s and the timeout: past a day.
     let mut long = job(0, 100);
-    long.timeout = Duration::from_secs(3600);
+    long.interval = Duration::from_secs(1000);
     assert!(matches!(bad(long), SweepError::WaitTooLong { .. }));
+    // Probes that wait side by side: 100 packets of a 1 h timeout last 1 h 2 s.
+    let mut wide = job(0, 100);
+    wide.timeout = Duration::from_secs(3600);
+    assert!(Sweep::new(vec![wide], cfg(0), base).is_ok());
     // 100 ms × (3^10 − 1) / 2: 49 min.
     assert!(Sweep::new(vec![retry_job(0, 9, 300)], cfg(0), base).is_ok());
+}
+
+/// A job of [`random_sweeps_finish_and_retry_in_order`].
+#[derive(Debug, Clone)]
+struct AnyJob {
+    retry: Option<u16>,
+    packets: u32,
+    timeout_ms: u64,
+    same_addr_as_previous: bool,
+}
+
+fn any_job() -> impl Strategy<Value = AnyJob> {
+    (
+        prop_oneof![Just(None), (100u16..=300).prop_map(Some)],
+        1u32..5,
+        prop_oneof![Just(50u64), Just(100), Just(150), Just(200)],
+        any::<bool>(),
+    )
+        .prop_map(|(retry, packets, timeout_ms, same)| AnyJob {
+            retry,
+            packets,
+            timeout_ms,
+            same_addr_as_previous: same,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// Retrying and counting jobs (some sharing an address) under replies, silence, late
+    /// replies, send errors, batches that left late and pacing: the sweep finishes, each
+    /// job is reported once, none sends more than its packets, a retrying one is
+    /// answered once at most, and never tries again before its last try's timeout ran
+    /// out. (From a review of the retry mode.)
+    #[test]
+    fn random_sweeps_finish_and_retry_in_order(
+        jobs in proptest::collection::vec(any_job(), 1..8),
+        fate in proptest::collection::vec((0u8..4, 0u64..300, 0u64..8), 64),
+        pps in prop_oneof![Just(0u32), Just(200), Just(2000)],
+    ) {
+        let base = Instant::now();
+        let mut addrs = Vec::new();
+        let js: Vec<Job> = jobs.iter().enumerate().map(|(i, r)| {
+            let a = if r.same_addr_as_previous && i > 0 { addrs[i - 1] } else { addr(i as u32) };
+            addrs.push(a);
+            Job {
+                addr: a,
+                packets: r.packets,
+                interval: ms(20),
+                size: 56,
+                timeout: ms(r.timeout_ms),
+                retry: r.retry.map(|b| Retry { backoff_pct: b }),
+            }
+        }).collect();
+        let mut s = Sweep::new(js.clone(), cfg(pps), base).unwrap();
+        let (mut now, mut f, mut steps) = (base, 0usize, 0);
+        let mut replies: Vec<(Instant, IpAddr, Vec<u8>)> = Vec::new();
+        let mut done = vec![0u32; js.len()];
+        let mut sent_at: Vec<Vec<Instant>> = vec![Vec::new(); js.len()];
+        loop {
+            steps += 1;
+            prop_assert!(steps < 10_000, "the sweep never finished");
+            replies.sort_by_key(|r| r.0);
+            while replies.first().is_some_and(|r| r.0 <= now) {
+                let (t, a, b) = replies.remove(0);
+                s.handle_reply(&b, a, t);
+            }
+            s.handle_timeout(now);
+            for Event::HostDone { job, .. } in std::iter::from_fn(|| s.poll_event()) {
+                done[job] += 1;
+            }
+            if s.is_finished() {
+                break;
+            }
+            let mut batch = Vec::new();
+            while let Some(tx) = s.poll_transmit(now) {
+                batch.push((tx.token, tx.addr, tx.packet.to_vec()));
+            }
+            let mut leave = now;
+            for (token, a, bytes) in batch {
+                let (j, k) = token.parts();
+                let j = j as usize;
+                let (kind, rtt, delay) = fate[f % fate.len()];
+                f += 1;
+                leave += ms(delay);
+                if js[j].retry.is_some() {
+                    if let Some(prev) = sent_at[j].last() {
+                        let t = js[j].probe_timeout(k - 1);
+                        prop_assert!(now >= *prev + t, "job {} try {} early", j, k);
+                    }
+                }
+                if kind == 0 {
+                    s.on_send_error(token);
+                    sent_at[j].push(now);
+                    continue;
+                }
+                s.sent_at(token, leave);
+                sent_at[j].push(leave);
+                if kind >= 2 {
+                    replies.push((leave + ms(rtt), a, raw_reply_for(a, &bytes)));
+                }
+            }
+            now = leave;
+            for Event::HostDone { job, .. } in std::iter::from_fn(|| s.poll_event()) {
+                done[job] += 1;
+            }
+            if s.is_finished() {
+                break;
+            }
+            let next_reply = replies.iter().map(|r| r.0).min();
+            let next = match (s.poll_timeout(), next_reply) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b).expect("not finished, nothing to wait for"),
+            };
+            now = now.max(next);
+        }
+        prop_assert!(done.iter().all(|&d| d == 1), "{:?}", done);
+        for (j, job) in js.iter().enumerate() {
+            let st = s.stats(j).unwrap();
+            prop_assert!(st.sent <= job.packets);
+            if job.retry.is_some() {
+                prop_assert!(st.received <= 1);
+            }
+        }
+    }
 }

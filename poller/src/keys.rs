@@ -195,13 +195,9 @@ impl IcmpProbe {
     /// intervals after the first and is waited for `timeout`; with `retry`, every
     /// probe's timeout (a host that never answers).
     pub fn duration(&self) -> Duration {
-        match self.retry() {
-            None => self.interval() * self.packets.saturating_sub(1) + self.timeout(),
-            Some(_) => self
-                .job(IpAddr::from([0, 0, 0, 0]))
-                .total_wait()
-                .unwrap_or(Duration::MAX),
-        }
+        // The sweep's own measure, on any address (it does not depend on one).
+        let job = self.job(IpAddr::from([0, 0, 0, 0]));
+        job.total_wait().unwrap_or(Duration::MAX)
     }
 
     /// The sweep job that sends this probe to `addr` (the key's target, if it has one).
@@ -616,6 +612,25 @@ mod tests {
         }
         assert!(icmp("icmppingretry[,3,5,,1000]").is_ok(), "156 s");
         assert!(IcmpKey::is_icmp_name("icmppingretry"));
+    }
+
+    /// What a key measures is what the sweep measures: a probe the config takes (its
+    /// probes within the item's interval, at most a day) is a job every sweep takes.
+    /// 200 packets a second apart with a 10-minute timeout last 799 s, not the 2,000 of
+    /// timeout × packets that refused it in every sweep.
+    #[test]
+    fn icmp_probes_last_what_their_sweep_jobs_last() {
+        let addr: IpAddr = "127.0.0.1".parse().unwrap();
+        for (key, lasts) in [
+            ("icmpping[,200,1000,,600000]", 799_000),
+            ("icmpping[,10000,20,,10000]", 209_980),
+            ("icmpping[,3]", 1_040),
+            ("icmppingretry[,2,2,,1000]", 7_000),
+        ] {
+            let p = icmp(key).unwrap().probe;
+            assert_eq!(p.duration(), Duration::from_millis(lasts), "{key}");
+            assert_eq!(p.job(addr).validate(0), Ok(()), "{key}");
+        }
     }
 
     #[test]

@@ -119,10 +119,11 @@ pub struct Loaded {
     pub found: Found,
 }
 
-/// Completes at the first SIGINT (Ctrl-C) or SIGTERM: a one-shot command's stop, for
-/// it to say what it has before it exits. Never completes when the handlers cannot be
-/// installed (the signals then stop the process as by default).
-pub async fn interrupted() {
+/// Completes at the first SIGINT (Ctrl-C) or SIGTERM, with its number: a one-shot
+/// command's stop, for it to say what it has before it exits (with 128 + the number,
+/// as a shell reports a process the signal stopped). Never completes when the handlers
+/// cannot be installed (the signals then stop the process as by default).
+pub async fn interrupted() -> u8 {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut int), Ok(mut term)) = (
         signal(SignalKind::interrupt()),
@@ -131,8 +132,8 @@ pub async fn interrupted() {
         return std::future::pending().await;
     };
     tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
+        _ = int.recv() => libc::SIGINT as u8,
+        _ = term.recv() => libc::SIGTERM as u8,
     }
 }
 

@@ -6,7 +6,7 @@
 //! comments). Duplicate addresses are probed once. More than 2^20 addresses are refused
 //! unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
 //! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
-//! done so far and exits 130. The global `--quiet` leaves out the progress line and the
+//! done so far and exits 130 (143). The global `--quiet` leaves out the progress line and the
 //! notes on stderr, not the hosts' lines (as `fping -q -c` still prints each host's
 //! statistics).
 
@@ -328,8 +328,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         });
         tokio::select! {
-            r = sweep => Some(r),
-            () = super::interrupted() => None,
+            r = sweep => Ok(r),
+            signal = super::interrupted() => Err(signal),
         }
     });
     if let Some(e) = write_err {
@@ -340,16 +340,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     out.flush().ok();
     drop(out);
     progress.finish();
-    let Some(report) = report else {
-        // Ctrl-C or SIGTERM: the hosts done so far are printed; the others never are.
-        eprintln!(
-            "interrupted after {:.3} s: {finished} of {} hosts done, {alive} alive; the other {} not reported",
-            started.elapsed().as_secs_f64(),
-            jobs.len(),
-            jobs.len() - finished
-        );
-        // As a shell reports a process stopped by SIGINT.
-        return Ok(ExitCode::from(130));
+    let report = match report {
+        Ok(report) => report,
+        Err(signal) => {
+            // Ctrl-C or SIGTERM: the hosts done so far are printed; the others never are.
+            eprintln!(
+                "interrupted after {:.3} s: {finished} of {} hosts done, {alive} alive; the other {} not reported",
+                started.elapsed().as_secs_f64(),
+                jobs.len(),
+                jobs.len() - finished
+            );
+            return Ok(ExitCode::from(128 + signal));
+        }
     };
     for (i, why) in &report.rejected {
         eprintln!("netpoller: {} not probed: {why}", addrs[*i]);
