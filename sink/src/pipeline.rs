@@ -60,6 +60,9 @@ pub(crate) struct Shared {
     pub one_shot: bool,
     /// Since when ClickHouse has been unavailable, for the log's reminders.
     pub outage: Mutex<Option<Outage>>,
+    /// When the log last said that batches are spooled for an INSERT backlog
+    /// ([`Shared::set_backlogged`]): at most once per [`OUTAGE_REMINDER`].
+    pub backlog_logged: Mutex<Option<Instant>>,
 }
 
 /// How often a long outage is recalled in the log (with what it has spooled).
@@ -127,6 +130,7 @@ impl Shared {
             give_up: watch::channel(false).0,
             one_shot: false,
             outage: Mutex::new(None),
+            backlog_logged: Mutex::new(None),
         }
     }
 
@@ -165,6 +169,26 @@ impl Shared {
                 reason: err.to_string(),
             };
         }
+    }
+
+    /// New batches go to the spool because the INSERTs in flight do not end (a server
+    /// that accepts connections and does not answer, or one slower than the input):
+    /// the health says so (`Spooling`, with `why`) until an INSERT succeeds
+    /// ([`Shared::set_ok`]). ClickHouse is not marked unavailable: direct INSERTs go
+    /// on, and a server that is only slow is not probed as one that is down.
+    fn set_backlogged(&self, why: impl FnOnce() -> String) {
+        let mut h = lock(&self.health);
+        if !matches!(*h, Health::Writing) {
+            return;
+        }
+        let reason = why();
+        let now = Instant::now();
+        let mut logged = lock(&self.backlog_logged);
+        if logged.is_none_or(|at| now.saturating_duration_since(at) >= OUTAGE_REMINDER) {
+            *logged = Some(now);
+            tracing::warn!(reason = %reason, "sink: ClickHouse does not keep up with the input; new batches are spooled until an INSERT succeeds");
+        }
+        *h = Health::Spooling { reason };
     }
 
     fn ok(&self) -> bool {
@@ -445,6 +469,7 @@ pub(crate) async fn run_batcher(
         shared,
         limits,
         max_tasks,
+        stalled: false,
     };
     loop {
         let deadline = b.pending.iter().filter_map(|p| p.deadline(&b.limits)).min();
@@ -503,6 +528,9 @@ struct Batcher {
     shared: Arc<Shared>,
     limits: Limits,
     max_tasks: usize,
+    /// With every INSERT slot and the queue taken, a flush interval passed without an
+    /// INSERT ending: batches go to the spool without that wait until one ends.
+    stalled: bool,
 }
 
 impl Batcher {
@@ -537,18 +565,30 @@ impl Batcher {
         } else {
             // Everything busy: wait up to one flush interval for an INSERT to finish
             // (short bursts become backpressure on the channel), then spill to the
-            // spool (ClickHouse slower than the input for a sustained time).
-            if let Ok(Some(r)) =
-                tokio::time::timeout(self.limits.age, self.tasks.join_next_with_id()).await
-            {
-                self.reaped(r);
-                self.pump().await;
+            // spool (ClickHouse slower than the input for a sustained time). Once such
+            // a wait ran out, the next batches spill at once until an INSERT ends:
+            // waiting a flush interval for each let the batcher take one batch per
+            // flush interval while ClickHouse hung (several tables' batches sealed in
+            // each, so it fell behind and held up the pollers by backpressure).
+            if !self.stalled {
+                match tokio::time::timeout(self.limits.age, self.tasks.join_next_with_id()).await {
+                    Ok(Some(r)) => {
+                        self.reaped(r);
+                        self.pump().await;
+                    }
+                    Ok(None) => {}
+                    Err(_) => self.stalled = true,
+                }
             }
             if self.queue.len() < 2 * self.max_tasks && self.shared.ok() {
                 self.queue.push_back(batch);
                 self.pump().await;
             } else {
                 spool_batch(&self.shared, batch, "insert backlog").await;
+                let (inflight, age) = (self.tasks.len(), self.limits.age);
+                self.shared.set_backlogged(|| {
+                    format!("insert backlog: none of the {inflight} INSERTs in flight ended within flush_interval ({age:?}); new batches are spooled")
+                });
             }
         }
     }
@@ -577,6 +617,7 @@ impl Batcher {
     /// An INSERT task ended. One that panicked (a bug) took its batch with it: logged
     /// and counted (`reason="internal"`), as every row lost is.
     fn reaped(&mut self, r: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
+        self.stalled = false;
         match r {
             Ok((id, ())) => {
                 self.in_tasks.remove(&id);

@@ -88,14 +88,23 @@ struct Endpoint {
     /// DDL, see the count moved, and only resend.
     repairs: AtomicU64,
     repair_lock: tokio::sync::Mutex<()>,
-    /// The last [`crate::schema::check_at`] of this endpoint; one check at a time.
-    check: tokio::sync::Mutex<Check>,
+    /// The last [`crate::schema::check_at`] of this endpoint, and the one running. One
+    /// check at a time, and its outcome is shared: INSERTs that find a check running
+    /// wait for that one instead of running their own after it. Not held across the
+    /// check: behind a lock, against a server that never answers, the INSERTs in flight
+    /// and the replay timed out one after the other (`max_inflight_inserts` + 1 times
+    /// `request_timeout` per round of attempts, minutes before the sink said so).
+    checks: std::sync::Mutex<Checks>,
     /// Retryable failures here in a row, and until when the endpoint is passed over
     /// ([`Writer::insert`]).
     resting: std::sync::Mutex<(u32, Option<std::time::Instant>)>,
 }
 
 impl Endpoint {
+    fn lock_checks(&self) -> std::sync::MutexGuard<'_, Checks> {
+        self.checks.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Until when it rests, if it does at `now`.
     fn rests_until(&self, now: std::time::Instant) -> Option<std::time::Instant> {
         let r = self.resting.lock().unwrap_or_else(|e| e.into_inner());
@@ -118,6 +127,48 @@ impl Endpoint {
     }
 }
 
+/// The checks of an endpoint ([`Endpoint::checks`]).
+#[derive(Default)]
+struct Checks {
+    /// What the last one that passed found.
+    last: Check,
+    /// The check running, if one is: its outcome, once it has one, for the INSERTs
+    /// that wait for it.
+    running: Option<tokio::sync::watch::Receiver<Option<CheckOutcome>>>,
+}
+
+/// How a check ended: passed (the tables it found wrong are in [`Checks::last`]), or
+/// failed (the class and text of the error every INSERT waiting for it fails with).
+type CheckOutcome = Result<(), (ErrorClass, String)>;
+
+/// Runs while a check runs, by the INSERT that runs it. Should that INSERT be dropped
+/// before the check ends (the stop's grace ends while it waits), it clears
+/// [`Checks::running`] before its sender goes: the INSERTs that waited for it see the
+/// channel closed and one of them runs the check.
+struct CheckRun<'a> {
+    ep: &'a Endpoint,
+    tx: Option<tokio::sync::watch::Sender<Option<CheckOutcome>>>,
+}
+
+impl CheckRun<'_> {
+    /// The check ended with `outcome` (its findings already in `checks.last`): hands it
+    /// to the INSERTs waiting for it.
+    fn finish(mut self, checks: &mut Checks, outcome: CheckOutcome) {
+        checks.running = None;
+        if let Some(tx) = self.tx.take() {
+            tx.send_replace(Some(outcome));
+        }
+    }
+}
+
+impl Drop for CheckRun<'_> {
+    fn drop(&mut self) {
+        if self.tx.is_some() {
+            self.ep.lock_checks().running = None;
+        }
+    }
+}
+
 /// What the last check of an endpoint found, and when.
 #[derive(Default)]
 struct Check {
@@ -126,6 +177,26 @@ struct Check {
     /// The tables whose columns do not match, and why: batches for them are not sent;
     /// the others are.
     bad: Vec<(crate::row::Table, String)>,
+}
+
+impl Check {
+    /// Whether the last check passed `table` (see [`Writer::insert`]); if not, the
+    /// class and text of the error its batch fails with.
+    fn verdict(&self, table: crate::row::Table) -> CheckOutcome {
+        match self.bad.iter().find(|(t, _)| *t == table) {
+            None => Ok(()),
+            // A trends table: set aside as a missing one is (`insert_attempt`);
+            // history waits.
+            Some((t, why)) => Err((
+                if t.is_trends() {
+                    ErrorClass::Data
+                } else {
+                    ErrorClass::Server
+                },
+                format!("the table's columns do not match: {why}"),
+            )),
+        }
+    }
 }
 
 /// How long a passed check holds: a table altered while the daemon runs is found
@@ -148,7 +219,7 @@ impl Writer {
                 url: u,
                 repairs: AtomicU64::new(0),
                 repair_lock: tokio::sync::Mutex::new(()),
-                check: tokio::sync::Mutex::new(Check::default()),
+                checks: std::sync::Mutex::new(Checks::default()),
                 resting: std::sync::Mutex::new((0, None)),
             })
             .collect();
@@ -212,67 +283,95 @@ impl Writer {
         let result = self.insert_attempt(ep, batch, repairs_before).await;
         if result.as_ref().is_err_and(|e| e.class != ErrorClass::Data) {
             // The server may have been replaced or restarted with other tables.
-            ep.check.lock().await.at = None;
+            ep.lock_checks().last.at = None;
         }
         result
     }
 
     /// [`crate::schema::check_at`] on `ep` when it is due (see [`Writer::insert`]), and
-    /// whether `batch`'s table passed it.
+    /// whether `batch`'s table passed it. A check that is running when it is due is
+    /// waited for, and its outcome taken as this INSERT's own.
     async fn check(&self, ep: &Endpoint, batch: &Batch) -> Result<(), InsertError> {
-        let mut check = ep.check.lock().await;
-        let fail = |class, message: String| InsertError {
+        let fail = |(class, message): (ErrorClass, String)| InsertError {
             url: ep.shown.clone(),
             table: batch.table.name(),
             class,
             message,
         };
-        if check.at.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
-            let limit = self.cfg.request_timeout + Duration::from_secs(1);
-            match tokio::time::timeout(limit, crate::schema::check_at(&self.cfg, &ep.url)).await {
-                Ok(Ok(bad)) => {
-                    for (t, why) in &bad {
-                        if !check.bad.iter().any(|(f, _)| f == t) {
-                            tracing::error!(url = %ep.shown, table = t.name(), problems = %why, "sink: a table's columns do not match what netpoller writes: its rows are spooled until it is fixed (`netpoller schema -c FILE --check`)");
-                        }
+        loop {
+            // Not due; due and running (its outcome to wait for); or due: this INSERT
+            // runs it.
+            let due: Result<_, _> = {
+                let mut checks = ep.lock_checks();
+                if checks.last.at.is_some_and(|at| at.elapsed() < CHECK_EVERY) {
+                    return checks.last.verdict(batch.table).map_err(fail);
+                }
+                match &checks.running {
+                    Some(rx) => Ok(rx.clone()),
+                    None => {
+                        let (tx, rx) = tokio::sync::watch::channel(None);
+                        checks.running = Some(rx);
+                        Err(CheckRun { ep, tx: Some(tx) })
                     }
-                    *check = Check {
-                        at: Some(std::time::Instant::now()),
-                        bad,
-                    };
                 }
-                Err(_) => {
-                    return Err(fail(
-                        ErrorClass::Timeout,
-                        format!("checking the server: no answer within {limit:?}"),
-                    ))
-                }
-                Ok(Err(crate::schema::SchemaError::Query { cause, what, .. })) => {
-                    let class = classify(&cause);
-                    let hint = match class {
-                        ErrorClass::Network | ErrorClass::Timeout => "",
-                        _ => " (is this ClickHouse's HTTP port?)",
-                    };
-                    return Err(fail(
-                        class,
-                        format!("checking the server ({what}): {cause}{hint}"),
-                    ));
-                }
-                Ok(Err(e)) => return Err(fail(ErrorClass::Server, e.to_string())),
+            };
+            let outcome = match due {
+                Err(run) => Some(self.run_check(ep, run).await),
+                // Another INSERT's check: its outcome, or, should that INSERT have been
+                // dropped before it ended, another round (this one may run it).
+                Ok(mut running) => running
+                    .wait_for(Option::is_some)
+                    .await
+                    .ok()
+                    .and_then(|o| o.clone()),
+            };
+            match outcome {
+                Some(Ok(())) => return ep.lock_checks().last.verdict(batch.table).map_err(fail),
+                Some(Err(e)) => return Err(fail(e)),
+                None => continue,
             }
         }
-        match check.bad.iter().find(|(t, _)| *t == batch.table) {
-            None => Ok(()),
-            // A trends table: set aside as a missing one is (below); history waits.
-            Some((t, why)) => Err(fail(
-                if t.is_trends() {
-                    ErrorClass::Data
-                } else {
-                    ErrorClass::Server
-                },
-                format!("the table's columns do not match: {why}"),
+    }
+
+    /// Runs the check of `ep` that `run` stands for, bounded by `request_timeout` + 1 s,
+    /// notes what it found, and hands its outcome to the INSERTs waiting for it.
+    async fn run_check(&self, ep: &Endpoint, run: CheckRun<'_>) -> CheckOutcome {
+        let limit = self.cfg.request_timeout + Duration::from_secs(1);
+        let checked =
+            tokio::time::timeout(limit, crate::schema::check_at(&self.cfg, &ep.url)).await;
+        let mut checks = ep.lock_checks();
+        let outcome = match checked {
+            Ok(Ok(bad)) => {
+                for (t, why) in &bad {
+                    if !checks.last.bad.iter().any(|(f, _)| f == t) {
+                        tracing::error!(url = %ep.shown, table = t.name(), problems = %why, "sink: a table's columns do not match what netpoller writes: its rows are spooled until it is fixed (`netpoller schema -c FILE --check`)");
+                    }
+                }
+                checks.last = Check {
+                    at: Some(std::time::Instant::now()),
+                    bad,
+                };
+                Ok(())
+            }
+            Err(_) => Err((
+                ErrorClass::Timeout,
+                format!("checking the server: no answer within {limit:?}"),
             )),
-        }
+            Ok(Err(crate::schema::SchemaError::Query { cause, what, .. })) => {
+                let class = classify(&cause);
+                let hint = match class {
+                    ErrorClass::Network | ErrorClass::Timeout => "",
+                    _ => " (is this ClickHouse's HTTP port?)",
+                };
+                Err((
+                    class,
+                    format!("checking the server ({what}): {cause}{hint}"),
+                ))
+            }
+            Ok(Err(e)) => Err((ErrorClass::Server, e.to_string())),
+        };
+        run.finish(&mut checks, outcome.clone());
+        outcome
     }
 
     /// The INSERT, with the repair of a missing schema (see [`Writer::insert`]).
@@ -522,6 +621,74 @@ mod tests {
         *w.endpoints[1].resting.lock().unwrap() = (0, None);
         let picked: Vec<_> = (0..2).map(|_| w.pick().shown.clone()).collect();
         assert_ne!(picked[0], picked[1]);
+    }
+
+    /// A server on loopback that accepts connections and never answers: its URL and
+    /// how many connections it took.
+    fn hung_server() -> (String, std::sync::Arc<AtomicUsize>) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let taken = std::sync::Arc::new(AtomicUsize::new(0));
+        let t = taken.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for c in listener.incoming().flatten() {
+                held.push(c);
+                t.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        (url, taken)
+    }
+
+    /// INSERTs that find the endpoint's check due at once share one check, and each
+    /// fails with its outcome when it ends (they timed out one after the other behind
+    /// its lock); one whose caller is dropped mid-check leaves the others to run it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_inserts_share_one_check_of_the_server() {
+        let (url, taken) = hung_server();
+        let cfg = ClickHouseConfig {
+            url: Some(url),
+            request_timeout: Duration::from_millis(500),
+            ..ClickHouseConfig::default()
+        };
+        let w = Writer::new(&cfg);
+        let batch = Batch {
+            table: crate::row::Table::Uint,
+            rows: 1,
+            first_clock: 1,
+            data: bytes::Bytes::from_static(&[0; 16]),
+        };
+        let limit = cfg.request_timeout + Duration::from_secs(1);
+        let t0 = std::time::Instant::now();
+        let (a, b, c, d) = tokio::join!(
+            w.insert(&batch),
+            w.insert(&batch),
+            w.insert(&batch),
+            w.insert(&batch)
+        );
+        let took = t0.elapsed();
+        for e in [a, b, c, d] {
+            let e = e.unwrap_err();
+            assert_eq!(e.class, ErrorClass::Timeout, "{e}");
+            assert!(e.message.contains("checking the server"), "{e}");
+        }
+        assert!(
+            took < 2 * limit,
+            "the checks ran one after the other: {took:?}"
+        );
+        assert_eq!(taken.load(Ordering::SeqCst), 1, "one check, one connection");
+        // The INSERT running the check is dropped (a stop's grace): the one waiting
+        // for it runs a check of its own.
+        let running = w.insert(&batch);
+        let waiting = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            w.insert(&batch).await
+        };
+        let dropped = tokio::time::timeout(Duration::from_millis(300), running);
+        let (first, second) = tokio::join!(dropped, waiting);
+        assert!(first.is_err(), "dropped before its check ended");
+        assert_eq!(second.unwrap_err().class, ErrorClass::Timeout);
+        assert_eq!(taken.load(Ordering::SeqCst), 3);
     }
 
     #[test]

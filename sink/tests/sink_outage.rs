@@ -819,3 +819,108 @@ async fn a_batch_refused_without_an_exception_code_is_never_rejected() {
     drop(h);
     sink.shutdown().await.unwrap();
 }
+
+/// A ClickHouse that accepts connections and never answers, with the default four
+/// INSERTs in flight: the sink must report it (`Spooling`, not `Writing`) as soon as it
+/// spools, and find it unavailable within about one batch's attempts (2 × 2 s here).
+/// Each endpoint's check of the server held its lock across the network call, so the
+/// four INSERT tasks and the replayer timed out one after the other behind it
+/// (≈ (4 × 2 + 1) × 2 s here, ≈ 280 s with the defaults) while new batches went to the
+/// spool as "insert backlog" with the health still `Writing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_server_is_reported_within_its_attempts() {
+    common::init_logs();
+    let (url, _held) = fake_node(|_| None);
+    let cfg = ClickHouseConfig {
+        url: Some(url),
+        batch_rows: 100,
+        flush_interval: Duration::from_millis(100),
+        request_timeout: Duration::from_secs(1),
+        max_attempts: 2,
+        retry_backoff: Duration::from_millis(50),
+        retry_backoff_max: Duration::from_millis(100),
+        max_inflight_inserts: 4,
+        ..ClickHouseConfig::default()
+    };
+    let (sink, h, metrics, _spool) = start_sink(cfg).await;
+    let t0 = Instant::now();
+    let sender = {
+        let h = h.clone();
+        tokio::spawn(async move { send_for(&h, 0, 2000, 8.0).await })
+    };
+    // When the health left `Writing`, and when it gave an INSERT's error (ClickHouse
+    // found unavailable, not only behind).
+    let (mut flipped, mut unavailable) = (None, None);
+    while t0.elapsed() < Duration::from_secs(8) && unavailable.is_none() {
+        match sink.health() {
+            Health::Writing => {}
+            Health::Spooling { reason } if reason.starts_with("INSERT into") => {
+                unavailable = Some(t0.elapsed());
+                flipped.get_or_insert(t0.elapsed());
+            }
+            _ => {
+                flipped.get_or_insert(t0.elapsed());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = sender.await;
+    drop(h);
+    let spooled = metrics.spooled_rows();
+    let health = sink.health();
+    let _ = timed_shutdown(sink).await;
+    assert!(
+        flipped.is_some(),
+        "still Writing after 8 s against a server that never answers; rows spooled meanwhile: {spooled}"
+    );
+    assert!(
+        unavailable.is_some(),
+        "not found unavailable within 8 s (left Writing after {flipped:?}); health then: {health:?}"
+    );
+}
+
+/// A server that accepts INSERTs and never answers, with a `request_timeout` longer
+/// than the test: no INSERT fails, yet new batches go to the spool once the INSERT
+/// slot and the queue are taken ("insert backlog"). The health must say so (it stayed
+/// `Writing` while rows were spooled), and the batcher must spool them as they come:
+/// it waited a flush interval for each (one batch per flush interval, 60 here: 30 s,
+/// the input held up by backpressure) for as long as the server hung.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_spooled_behind_inserts_that_never_end_are_reported_and_not_held() {
+    common::init_logs();
+    let (url, held) = fake_node(|_| None);
+    let cfg = ClickHouseConfig {
+        url: Some(url),
+        batch_rows: 100,
+        flush_interval: Duration::from_millis(500),
+        request_timeout: Duration::from_secs(60),
+        max_inflight_inserts: 1,
+        ..ClickHouseConfig::default()
+    };
+    let (sink, h, metrics, _spool) = start_sink(cfg).await;
+    // One batch in the INSERT slot and two queued, then 60 batches for the spool.
+    let total = 6300;
+    for i in 0..total {
+        h.send(row(i), Table::Uint).await.unwrap();
+    }
+    let m = metrics.clone();
+    let spooled = wait_until(Duration::from_secs(10), || m.spooled_rows() >= total - 300);
+    let health = sink.health();
+    let got = metrics.spooled_rows();
+    assert!(
+        !held.lock().unwrap().is_empty(),
+        "nothing reached the server"
+    );
+    drop(h);
+    let (report, _) = timed_shutdown(sink).await;
+    assert!(
+        matches!(&health, Health::Spooling { reason } if reason.contains("insert backlog")),
+        "rows spooled ({got}) with the health {health:?}"
+    );
+    assert!(
+        spooled,
+        "{got} of {} rows spooled after 10 s (a flush interval per batch: 30 s)",
+        total - 300
+    );
+    assert_eq!((report.rows_spooled, report.rows_dropped), (total, 0));
+}
