@@ -412,12 +412,21 @@ const PROBES_PER_ICMP_THREAD: f64 = 20_000.0;
 /// spool until it answers). If the whole schema fails but the history tables alone do
 /// not (a trends table of another shape, no right to create one), the daemon runs
 /// without trends and says so. Returns whether trends can be written.
+///
+/// A server that does not answer (refused, reset, no answer within
+/// `clickhouse.request_timeout`) is not asked again for the history tables alone: that
+/// second try timed out too and held the start (polling, `/healthz`) for twice
+/// `request_timeout`. And the check as a whole, second try included, gets what one
+/// [`sink::schema::apply`] gets: `request_timeout` per endpoint.
 async fn schema_at_start(ch: &sink::ClickHouseConfig) -> anyhow::Result<bool> {
+    let endpoints = u32::try_from(ch.endpoints().len().max(1)).unwrap_or(u32::MAX);
+    let deadline = tokio::time::Instant::now() + ch.request_timeout.saturating_mul(endpoints);
+    let unanswered = |why: &dyn std::fmt::Display| {
+        tracing::warn!(error = %why, "ClickHouse schema could not be checked at start; spooling until it answers");
+        Ok(ch.trends)
+    };
     let history_failed = |e: sink::SchemaError| match e {
-        sink::SchemaError::Query { .. } => {
-            tracing::warn!(error = %e, "ClickHouse schema could not be checked at start; spooling until it answers");
-            Ok(ch.trends)
-        }
+        sink::SchemaError::Query { .. } => unanswered(&e),
         e => Err(e).context("ClickHouse schema check (see `netpoller schema -c FILE`)"),
     };
     let with_trends = match sink::schema::apply(ch).await {
@@ -425,22 +434,33 @@ async fn schema_at_start(ch: &sink::ClickHouseConfig) -> anyhow::Result<bool> {
             tracing::info!("ClickHouse schema verified");
             return Ok(ch.trends);
         }
-        Err(e) if ch.trends => e,
+        Err(e) if ch.trends && !unreachable(&e) => e,
         Err(e) => return history_failed(e),
     };
-    // Only when something failed: is it the history part?
+    // Only when something failed, and the server answered: is it the history part?
     let history = sink::ClickHouseConfig {
         trends: false,
         ..ch.clone()
     };
-    match sink::schema::apply(&history).await {
-        Ok(_) => {
+    match tokio::time::timeout_at(deadline, sink::schema::apply(&history)).await {
+        Ok(Ok(_)) => {
             tracing::info!("ClickHouse schema verified");
             tracing::warn!(error = %with_trends, "trends are off: the trends tables cannot be used (fix them, or set clickhouse.trends = false to silence this)");
             Ok(false)
         }
-        Err(e) => history_failed(e),
+        Ok(Err(e)) => history_failed(e),
+        Err(_) => unanswered(&format_args!(
+            "no answer within {} (clickhouse.request_timeout per endpoint) after: {with_trends}",
+            humantime::format_duration(ch.request_timeout.saturating_mul(endpoints))
+        )),
     }
+}
+
+/// `e` says a server did not answer (connection refused or reset, timed out), as
+/// opposed to one that answered with an error.
+fn unreachable(e: &sink::SchemaError) -> bool {
+    matches!(e, sink::SchemaError::Query { cause, .. }
+        if matches!(sink::writer::classify(cause), sink::ErrorClass::Network | sink::ErrorClass::Timeout))
 }
 
 /// ICMP engine threads for `probe_rate` echo requests per second over `sockets` sweep
@@ -1523,5 +1543,37 @@ mod tests {
         assert_eq!(icmp_thread_count(20_001.0, 4, 4), 2);
         // No ICMP sockets (no ICMP items): no thread.
         assert_eq!(icmp_thread_count(5_000.0, 0, 2), 0);
+    }
+
+    /// A ClickHouse that accepts connections and never answers (hung, a stalled load
+    /// balancer) when the daemon starts: the start waits one `request_timeout` for it,
+    /// then goes on and spools (trends stay on: nothing said they cannot be written).
+    /// The schema was asked for again without trends and timed out again: twice
+    /// `request_timeout` (60 s with the defaults) before polling began and `/healthz`
+    /// was bound.
+    #[tokio::test]
+    async fn a_server_that_never_answers_holds_the_start_one_request_timeout() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for c in listener.incoming().flatten() {
+                held.push(c);
+            }
+        });
+        let limit = Duration::from_secs(3);
+        let ch = sink::ClickHouseConfig {
+            url: Some(url),
+            request_timeout: limit,
+            ..sink::ClickHouseConfig::default()
+        };
+        let t0 = std::time::Instant::now();
+        let trends = schema_at_start(&ch).await.unwrap();
+        let took = t0.elapsed();
+        assert!(trends, "trends turned off by a server that never answered");
+        assert!(
+            took < 2 * limit,
+            "the start waited {took:?} for a server that never answers ({limit:?} each time)"
+        );
     }
 }
