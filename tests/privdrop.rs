@@ -65,6 +65,34 @@ impl Drop for Daemon {
     }
 }
 
+/// The receive buffers (`ss`'s `rb`) of the UDP sockets of process `pid`.
+fn udp_receive_buffers(pid: u32) -> Vec<u64> {
+    let out = Command::new("ss").args(["-uanmp"]).output().expect("ss");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let mut bufs = Vec::new();
+    let ours = format!("pid={pid},");
+    while let Some(line) = lines.next() {
+        if !line.contains(&ours) {
+            continue;
+        }
+        // `skmem:(r0,rb16777216,...)`, on the line after the socket's.
+        let mem = if line.contains("skmem:") {
+            Some(line)
+        } else {
+            lines.next()
+        };
+        if let Some(rb) = mem
+            .and_then(|m| m.split("rb").nth(1))
+            .and_then(|r| r.split(',').next())
+            .and_then(|n| n.parse().ok())
+        {
+            bufs.push(rb);
+        }
+    }
+    bufs
+}
+
 fn write_config(dir: &Path, port: u16) -> std::path::PathBuf {
     let spool = dir.join("spool");
     std::fs::create_dir(&spool).unwrap();
@@ -184,6 +212,22 @@ fn run_as_root_with_user_drops_to_net_raw_only() {
         );
         assert_eq!(field(s, "CapInh"), "0000000000000000");
         assert_eq!(field(s, "CapAmb"), "0000000000000000");
+    }
+
+    // The SNMP sockets were opened before the drop: the receive buffer asked for, not
+    // the unprivileged cap (2 × net.core.rmem_max), which they got when opened after it.
+    let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let bufs = udp_receive_buffers(pid);
+    assert!(!bufs.is_empty(), "the daemon's SNMP sockets");
+    if 2 * rmem_max < 16 << 20 {
+        assert!(
+            bufs.iter().all(|&b| b > 2 * rmem_max),
+            "{bufs:?}: capped at 2 × rmem_max ({rmem_max})"
+        );
     }
 
     let (st, body_h) = http_get(port, "/healthz").expect("healthz answers");

@@ -59,6 +59,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Raw sockets first, while privileged and single-threaded.
     let icmp_drivers =
         crate::cmd::open_icmp_drivers(&cfg, cfg.daemon.icmp_concurrent_sweeps, has_icmp)?;
+    // The SNMP sockets too: privileged, they get the receive buffer asked for beyond
+    // net.core.rmem_max (SO_RCVBUFFORCE); only extras opened later are capped by it.
+    let snmp_drivers = crate::cmd::open_snmp_drivers(&cfg)?;
     let user = args.user.clone().or_else(|| cfg.daemon.user.clone());
     if let Some(user) = &user {
         // Raw sockets are open already; CAP_NET_RAW is kept so that the process could
@@ -79,7 +82,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .thread_name("netpoller")
         .build()
         .context("starting the async runtime")?;
-    rt.block_on(daemon(args, cfg, plan, (text, found), icmp_drivers))
+    let drivers = (icmp_drivers, snmp_drivers);
+    rt.block_on(daemon(args, cfg, plan, (text, found), drivers))
 }
 
 /// Holds SIGHUP back on this thread and the threads it starts (`true`), or lets it
@@ -108,7 +112,10 @@ async fn daemon(
     cfg: Config,
     plan: Plan,
     (mut text, found): (Arc<str>, Found),
-    icmp_drivers: Vec<poller::icmp_driver::IcmpDriver>,
+    (icmp_drivers, snmp): (
+        Vec<poller::icmp_driver::IcmpDriver>,
+        poller::daemon::SnmpDrivers,
+    ),
 ) -> anyhow::Result<ExitCode> {
     let (hosts, items) = (plan.hosts.len(), plan.items.len());
     let probe_rate = plan.icmp_probe_rate();
@@ -125,7 +132,6 @@ async fn daemon(
     .await
     .context("starting the sink")?;
     let sink = Arc::new(sink);
-    let snmp = crate::cmd::open_snmp_drivers(&cfg)?;
     let shared = Shared::new(plan, cfg.daemon.shards, Clock::new(), super::limits(&cfg));
     // Bound before "started" is logged: a port in use is a failed start, not one that
     // said it started.
