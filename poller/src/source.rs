@@ -293,7 +293,10 @@ mod tests {
         assert!(check_range(ip("::ffff:0:0"), ip("::ffff:0:ff")).is_err());
         assert!(check_range(ip("::"), ip("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")).is_err());
         assert!(check_range(ip("::ffff:ffff:ffff"), ip("::1:0:0:0")).is_err());
-        assert_eq!(check_range(ip("::"), ip("::ffff")), Ok(()));
+        assert_eq!(check_range(ip("::1"), ip("::ffff")), Ok(()));
+        // `::` is no device's, in a range as alone (Linux delivers it to this host).
+        let e = check_range(ip("::"), ip("::1")).unwrap_err();
+        assert!(e.contains("the unspecified address ::"), "{e}");
         assert!(check_range(ip("::1:0:0:0"), ip("::1:0:0:ff")).is_ok());
         assert!(check_range(ip("127.0.0.0"), ip("127.0.0.255")).is_ok());
         // Multicast, 0.0.0.0/8 and the broadcast address: as one address is refused.
