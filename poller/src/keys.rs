@@ -3,18 +3,31 @@
 //!
 //! Keys are parsed once when the plan is built, never per poll. Parsing follows Zabbix's
 //! rules: parameters are separated by commas, may be quoted with `"` (a quoted parameter
-//! may contain `,` and `]`, and `\"` escapes a quote), surrounding spaces are ignored,
-//! and an empty parameter means "default".
+//! may contain `,` and `]`, and `\"` escapes a quote), an unquoted one may contain `[`
+//! and `"` (not start with `[`), a parameter may be an array `[a,"b"]` (one level; no
+//! ICMP key takes one), surrounding spaces are ignored, and an empty parameter means
+//! "default".
 
 use std::fmt;
 use std::net::IpAddr;
 use std::time::Duration;
 
-/// A key split into its name and raw parameters.
+/// A key split into its name and parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ItemKey {
     pub name: String,
-    pub params: Vec<String>,
+    pub params: Vec<Param>,
+}
+
+/// One parameter of a key, as Zabbix's agent request carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Param {
+    /// A quoted string (unquoted and unescaped) or an unquoted one (leading spaces
+    /// dropped, trailing ones kept, as Zabbix does).
+    Str(String),
+    /// `[a,"b",c]`: one level of array, its elements by the same rules (an empty array
+    /// is one empty element, as an empty parameter list is one empty parameter).
+    Array(Vec<String>),
 }
 
 /// Why a key is not acceptable.
@@ -65,74 +78,112 @@ impl ItemKey {
         })
     }
 
-    /// Parameter `i` (0-based), `None` when absent or empty.
+    /// String parameter `i` (0-based), `None` when absent, empty or an array (a
+    /// caller that takes no arrays refuses them first: [`ItemKey::array_param`]).
     pub fn param(&self, i: usize) -> Option<&str> {
+        match self.params.get(i) {
+            Some(Param::Str(p)) if !p.is_empty() => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The first parameter that is an array (0-based), if any.
+    pub fn array_param(&self) -> Option<usize> {
         self.params
-            .get(i)
-            .map(String::as_str)
-            .filter(|p| !p.is_empty())
+            .iter()
+            .position(|p| matches!(p, Param::Array(_)))
     }
 }
 
-/// Parse the parameter list after `[`, up to and including the closing `]`.
-fn parse_params(s: &str) -> Result<Vec<String>, KeyError> {
+/// Parse the parameter list after `[`, up to and including the closing `]`, by
+/// Zabbix's rules (`zbx_parse_key`, `zbx_num_param`, `zbx_get_param`): spaces before a
+/// parameter are skipped; a parameter starting with `"` is quoted (`\"` is a quote)
+/// and only spaces may follow it before `,` or `]`; one starting with `[` is an array
+/// of such parameters (one level: `[` starting an element is refused), and only spaces
+/// may follow its `]`; any other is unquoted and runs up to `,` or `]`, `[` and `"`
+/// included, trailing spaces kept. The key ends at the `]` that closes the list.
+fn parse_params(s: &str) -> Result<Vec<Param>, KeyError> {
     let mut params = Vec::new();
     let mut chars = s.chars().peekable();
     loop {
-        while chars.peek() == Some(&' ') {
+        skip_spaces(&mut chars);
+        let (param, end) = if chars.peek() == Some(&'[') {
             chars.next();
-        }
-        let mut cur = String::new();
-        if chars.peek() == Some(&'"') {
-            chars.next();
+            let mut elems = Vec::new();
             loop {
-                match chars.next() {
-                    None => return err("unterminated quoted parameter in item key"),
-                    Some('\\') if chars.peek() == Some(&'"') => {
-                        chars.next();
-                        cur.push('"');
-                    }
-                    Some('"') => break,
-                    Some(c) => cur.push(c),
+                skip_spaces(&mut chars);
+                if chars.peek() == Some(&'[') {
+                    return err(
+                        "multi-level array in item key parameter (Zabbix allows one level)",
+                    );
                 }
-            }
-            while chars.peek() == Some(&' ') {
-                chars.next();
-            }
-            match chars.next() {
-                Some(',') => params.push(cur),
-                Some(']') => {
-                    params.push(cur);
+                let (elem, end) = one_string(&mut chars, true)?;
+                elems.push(elem);
+                if end == ']' {
                     break;
                 }
-                _ => return err("quoted parameter must be followed by ',' or ']'"),
+            }
+            skip_spaces(&mut chars);
+            match chars.next() {
+                Some(c @ (',' | ']')) => (Param::Array(elems), c),
+                None => return err("item key parameters are not closed with ']'"),
+                Some(_) => return err("array parameter must be followed by ',' or ']'"),
             }
         } else {
-            loop {
-                match chars.next() {
-                    None => return err("item key parameters are not closed with ']'"),
-                    Some(',') => {
-                        params.push(cur.trim_end().to_string());
-                        break;
-                    }
-                    Some(']') => {
-                        params.push(cur.trim_end().to_string());
-                        if chars.next().is_some() {
-                            return err("unexpected characters after ']' in item key");
-                        }
-                        return Ok(params);
-                    }
-                    Some('[') => return err("nested '[' in unquoted item key parameter"),
-                    Some(c) => cur.push(c),
-                }
-            }
-            continue;
+            let (p, end) = one_string(&mut chars, false)?;
+            (Param::Str(p), end)
+        };
+        params.push(param);
+        if end == ']' {
+            break;
         }
     }
     if chars.next().is_some() {
         return err("unexpected characters after ']' in item key");
     }
     Ok(params)
+}
+
+fn skip_spaces(chars: &mut std::iter::Peekable<std::str::Chars<'_>>) {
+    while chars.peek() == Some(&' ') {
+        chars.next();
+    }
+}
+
+/// One quoted or unquoted string (the caller skipped the spaces before it), and the
+/// `,` or `]` that ends it (in an array, that `]` closes the array).
+fn one_string(
+    chars: &mut std::iter::Peekable<std::str::Chars<'_>>,
+    in_array: bool,
+) -> Result<(String, char), KeyError> {
+    let mut cur = String::new();
+    if chars.peek() == Some(&'"') {
+        chars.next();
+        loop {
+            match chars.next() {
+                None => return err("unterminated quoted parameter in item key"),
+                Some('\\') if chars.peek() == Some(&'"') => {
+                    chars.next();
+                    cur.push('"');
+                }
+                Some('"') => break,
+                Some(c) => cur.push(c),
+            }
+        }
+        skip_spaces(chars);
+        return match chars.next() {
+            Some(c @ (',' | ']')) => Ok((cur, c)),
+            _ => err("quoted parameter must be followed by ',' or ']'"),
+        };
+    }
+    loop {
+        match chars.next() {
+            None if in_array => return err("array parameter in item key is not closed with ']'"),
+            None => return err("item key parameters are not closed with ']'"),
+            Some(c @ (',' | ']')) => return Ok((cur.trim_end().to_string(), c)),
+            Some(c) => cur.push(c),
+        }
+    }
 }
 
 /// Which ICMP value an item reports.
@@ -344,6 +395,13 @@ impl IcmpKey {
                 ))
             }
         }
+        if let Some(i) = key.array_param() {
+            return err(format!(
+                "{}: parameter {} is an array, and ICMP keys take none",
+                key.name,
+                i + 1
+            ));
+        }
         let max_params = options + 1;
         if key.params.len() > max_params {
             return err(format!(
@@ -466,6 +524,10 @@ fn parse_backoff(p: Option<&str>) -> Result<u16, KeyError> {
 mod tests {
     use super::*;
 
+    fn strs(v: &[&str]) -> Vec<Param> {
+        v.iter().map(|s| Param::Str(s.to_string())).collect()
+    }
+
     fn icmp(k: &str) -> Result<IcmpKey, KeyError> {
         IcmpKey::parse(&ItemKey::parse(k).unwrap(), &IcmpDefaults::default())
     }
@@ -474,18 +536,79 @@ mod tests {
     fn generic_key_syntax() {
         assert_eq!(
             ItemKey::parse("icmpping").unwrap().params,
-            Vec::<String>::new()
+            Vec::<Param>::new()
         );
         let k = ItemKey::parse("icmppingsec[,3,,,,avg]").unwrap();
         assert_eq!(k.name, "icmppingsec");
-        assert_eq!(k.params, vec!["", "3", "", "", "", "avg"]);
+        assert_eq!(k.params, strs(&["", "3", "", "", "", "avg"]));
         let k = ItemKey::parse(r#"net.if.in["eth0, \"x\"]", bytes]"#).unwrap();
-        assert_eq!(k.params, vec![r#"eth0, "x"]"#, "bytes"]);
+        assert_eq!(k.params, strs(&[r#"eth0, "x"]"#, "bytes"]));
         assert!(ItemKey::parse("icmpping[").is_err());
         assert!(ItemKey::parse("icmpping[1]x").is_err());
         assert!(ItemKey::parse("ic mp").is_err());
         assert!(ItemKey::parse("[1]").is_err());
         assert!(ItemKey::parse(r#"a["x"y]"#).is_err());
+    }
+
+    /// Zabbix's own cases (its tests/libs/zbxsysinfo/parse_item_key.yaml) and the
+    /// key format page: `[` may follow the start of an unquoted parameter, and a
+    /// parameter may be an array, of one level.
+    #[test]
+    fn arrays_and_brackets_as_zabbix_parses_them() {
+        fn arr(v: &[&str]) -> Param {
+            Param::Array(v.iter().map(|s| s.to_string()).collect())
+        }
+        let s = |v: &str| Param::Str(v.to_string());
+        for (key, params) in [
+            ("key[a,b[c]", vec![s("a"), s("b[c")]),
+            ("x.y[a[1]", vec![s("a[1")]),
+            ("x.y[[a,b],c]", vec![arr(&["a", "b"]), s("c")]),
+            ("key[a,[b,c]]", vec![s("a"), arr(&["b", "c"])]),
+            ("key[a,[b,]]", vec![s("a"), arr(&["b", ""])]),
+            (
+                r#"key["a","b",["c","d\",]"]]"#,
+                vec![s("a"), s("b"), arr(&["c", r#"d",]"#])],
+            ),
+            (
+                r#"key["a","b",["c","d\",]"],[e,f]]"#,
+                vec![s("a"), s("b"), arr(&["c", r#"d",]"#]), arr(&["e", "f"])],
+            ),
+            (
+                r#"key[[],"[]",[a,b],"z,[c,d]"]"#,
+                vec![arr(&[""]), s("[]"), arr(&["a", "b"]), s("z,[c,d]")],
+            ),
+            (r#"key[a"b"]"#, vec![s(r#"a"b""#)]),
+            (r#"key["a",b"c",d]"#, vec![s("a"), s(r#"b"c""#), s("d")]),
+            ("key[ [ a, \"b\" ] , c]", vec![arr(&["a", "b"]), s("c")]),
+            ("key[[a[1,b]]", vec![arr(&["a[1", "b"])]),
+        ] {
+            assert_eq!(ItemKey::parse(key).map(|k| k.params), Ok(params), "{key}");
+        }
+        for key in [
+            r#"key[["a",]"#,
+            r#"key[[a"]"]"#,
+            r#"key[["a","\"b\"]"]"#,
+            r#"key["a",["b","c\"]"]]]"#,
+            "key[a]]",
+            "key[ a]]",
+            "key[ГУГЛ]654",
+            "key[][]",
+            "key[[[]]]",
+            r#"key["a",["b",["c","d"],e],"f"]"#,
+            "key[a,[b,[c,d]],e]",
+            "key[a[b]]",
+            r#"key["a",b[c,d],e]"#,
+            r#"key["a"b]"#,
+            r#"key["a",["b","]"c]]"#,
+            r#"key[["]"a]]"#,
+            r#"key[[a]"b"]"#,
+        ] {
+            assert!(ItemKey::parse(key).is_err(), "{key}");
+        }
+        // No ICMP key takes an array: refused, not read as a default.
+        let e = icmp("icmpping[,[3]]").unwrap_err().0;
+        assert!(e.contains("parameter 2 is an array"), "{e}");
+        assert!(icmp("icmppingsec[[127.0.0.1]]").is_err());
     }
 
     #[test]

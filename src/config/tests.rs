@@ -331,6 +331,32 @@ fn snmp_items_must_say_oid_and_type() {
 }
 
 #[test]
+fn snmp_item_keys_take_what_zabbix_takes() {
+    // An SNMP item's key is a label, but Zabbix's syntax: `[` inside an unquoted
+    // parameter, and one level of array.
+    let cfg = parse(
+        "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\nitems = [\n  { key = \"x.y[a[1]\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"10s\" },\n  { key = \"x.y[[a,b],c]\", oid = \"1.3.6.1.2.1.1.5.0\", type = \"str\", interval = \"10s\" },\n]\n",
+    )
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    let keys: Vec<(&str, u64)> = cfg.hosts[0]
+        .items
+        .iter()
+        .map(|i| (&*i.key, i.itemid))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("x.y[a[1]", derive_itemid("h", "x.y[a[1]")),
+            ("x.y[[a,b],c]", derive_itemid("h", "x.y[[a,b],c]")),
+        ]
+    );
+    let e = bad(
+        r#"{ key = "x.y[[a,[b]]]", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "10s" }"#,
+    );
+    assert!(e.message.contains("multi-level array"), "{e}");
+}
+
+#[test]
 fn bad_cidr_and_range_rules() {
     let e = one_err(&format!(
         "{TEMPLATE}\n[[host_ranges]]\ncidr = \"127.1.0.0/33\"\ntemplates = [\"icmp\"]\n"
