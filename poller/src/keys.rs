@@ -5,8 +5,9 @@
 //! rules: parameters are separated by commas, may be quoted with `"` (a quoted parameter
 //! may contain `,` and `]`, and `\"` escapes a quote), an unquoted one may contain `[`
 //! and `"` (not start with `[`), a parameter may be an array `[a,"b"]` (one level; no
-//! ICMP key takes one), surrounding spaces are ignored, and an empty parameter means
-//! "default".
+//! ICMP key takes one), spaces before a parameter are skipped but an unquoted one keeps
+//! its trailing spaces (`icmpping[,3 ]` has packets "3 ", which Zabbix refuses too), and
+//! an empty parameter means "default".
 
 use std::fmt;
 use std::net::IpAddr;
@@ -180,7 +181,7 @@ fn one_string(
         match chars.next() {
             None if in_array => return err("array parameter in item key is not closed with ']'"),
             None => return err("item key parameters are not closed with ']'"),
-            Some(c @ (',' | ']')) => return Ok((cur.trim_end().to_string(), c)),
+            Some(c @ (',' | ']')) => return Ok((cur, c)),
             Some(c) => cur.push(c),
         }
     }
@@ -433,13 +434,15 @@ impl IcmpKey {
                     .and_then(|ip| crate::source::check_address(ip).map_err(KeyError))?,
             ),
         };
+        // Digits only, as Zabbix's zbx_is_uint31: no sign, no space (an unquoted
+        // parameter keeps its trailing ones). Too many digits are out of range.
         let num = |i: usize, what: &str| -> Result<Option<u64>, KeyError> {
             match key.param(i) {
                 None => Ok(None),
-                Some(p) => p
-                    .parse::<u64>()
-                    .map(Some)
-                    .map_err(|_| KeyError(format!("{what} {p:?} is not a non-negative integer"))),
+                Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => {
+                    Ok(Some(p.parse::<u64>().unwrap_or(u64::MAX)))
+                }
+                Some(p) => err(format!("{what} {p:?} is not a non-negative integer")),
             }
         };
         let retrying = key.name == "icmppingretry";
@@ -668,6 +671,54 @@ mod tests {
             "mode only exists for icmppingsec"
         );
         assert!(icmp("icmpping[,x]").is_err());
+    }
+
+    /// Zabbix's pinger reads numbers with zbx_is_uint31 (digits only), and its key
+    /// parser keeps an unquoted parameter's trailing spaces (`key[ a ]` is "a "): it
+    /// refuses these keys ("Number of packets ... is not between 1 and 10000").
+    #[test]
+    fn icmp_numbers_are_digits_only_as_in_zabbix() {
+        assert_eq!(ItemKey::parse("key[ a ]").unwrap().params, strs(&["a "]));
+        assert_eq!(
+            ItemKey::parse(
+                r#"key["\"aaa\"", "bbb","ccc" , "ddd" ,"", "",, ,  ,eee, fff,ggg , hhh" ]"#
+            )
+            .unwrap()
+            .params,
+            strs(&[
+                r#""aaa""#, "bbb", "ccc", "ddd", "", "", "", "", "", "eee", "fff", "ggg ",
+                r#"hhh" "#
+            ])
+        );
+        assert_eq!(
+            ItemKey::parse("key[[a ,b]]").unwrap().params,
+            vec![Param::Array(vec!["a ".into(), "b".into()])]
+        );
+        for (key, what) in [
+            ("icmpping[,+3,+20,+68,+500]", "packets \"+3\""),
+            ("icmpping[,3 ]", "packets \"3 \""),
+            ("icmpping[,3,20 ]", "interval \"20 \""),
+            ("icmpping[,,,+68]", "size \"+68\""),
+            ("icmpping[,,,,500 ]", "timeout \"500 \""),
+            ("icmppingretry[,+1]", "retries \"+1\""),
+            ("icmpping[,\" 3\"]", "packets \" 3\""),
+            ("icmpping[,3e0]", "packets \"3e0\""),
+        ] {
+            let e = icmp(key).unwrap_err().0;
+            assert!(e.contains(what), "{key}: {e}");
+        }
+        // Spaces before a parameter are skipped, a quoted number is a number.
+        assert_eq!(
+            icmp("icmpping[, 3]").unwrap(),
+            icmp("icmpping[,3]").unwrap()
+        );
+        assert_eq!(
+            icmp("icmpping[,\"3\" ]").unwrap(),
+            icmp("icmpping[,3]").unwrap()
+        );
+        // Too many digits: out of range, not "not an integer".
+        let e = icmp("icmpping[,99999999999999999999999]").unwrap_err().0;
+        assert!(e.contains("outside Zabbix's limits"), "{e}");
     }
 
     #[test]
