@@ -27,6 +27,7 @@
 //! (a one-item template) before it is written, and one that does not load is listed
 //! with the loader's error instead.
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -437,6 +438,8 @@ fn key_params(list: &str) -> Vec<String> {
 
 /// An item [`item`] wrote.
 struct Written<'a> {
+    /// The key written (the template's macros resolved).
+    key: String,
     /// The TOML inline table.
     toml: String,
     /// The OID it polls (an SNMP item's).
@@ -587,6 +590,7 @@ fn item<'a>(
     let probe = format!("[[templates]]\nname = \"probe\"\nitems = [ {t} ]\n");
     match crate::config::parse(&probe) {
         Ok(_) => Ok(Written {
+            key,
             toml: t,
             oid: polled,
             walk,
@@ -657,15 +661,31 @@ impl Imported {
             Rows::Walked(rule) => (true, Some(rule)),
         };
         let (mut list, mut notes, mut first) = (String::new(), Vec::new(), None);
-        let mut keys = HashSet::new();
+        // The keys written (macros resolved, as the loader compares them) and the
+        // export's key each came from.
+        let mut keys: HashMap<String, &str> = HashMap::new();
         let (mut failed, mut walks) = (Vec::new(), Vec::new());
         for it in items {
-            // Zabbix keeps a template's keys unique; an export that repeats one would
-            // make the template refused.
-            let item = match keys.insert(it.key.as_str()) {
-                true => item(it, macros, rows, masters),
-                false => Err("its key repeats an item above".into()),
-            };
+            // Zabbix keeps a template's keys unique, but as written: two keys may
+            // become one once its macros are resolved (`icmppingloss[,{$P}]` with
+            // {$P} = 3, and `icmppingloss[,3]`). A key written twice would make the
+            // template refused.
+            let item = item(it, macros, rows, masters).and_then(|w| {
+                match keys.entry(w.key.trim().to_owned()) {
+                    Entry::Vacant(v) => {
+                        v.insert(it.key.as_str());
+                        Ok(w)
+                    }
+                    Entry::Occupied(o) if *o.get() == it.key => {
+                        Err("its key repeats an item above".into())
+                    }
+                    Entry::Occupied(o) => Err(format!(
+                        "its key repeats {:?} above once macros are resolved: both are {:?}",
+                        o.get(),
+                        o.key()
+                    )),
+                }
+            });
             match item {
                 Ok(w) => {
                     self.items += 1;
@@ -1167,6 +1187,29 @@ mod tests {
         let host = "[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\ntemplates = [\"Old\"]\n";
         crate::config::parse(&format!("{}{host}", done.toml))
             .unwrap_or_else(|e| panic!("{e:#?}\n{}", done.toml));
+    }
+
+    /// Zabbix keeps a template's keys unique as written; two that are one key once the
+    /// template's macros are resolved are written once (the template would be refused).
+    #[test]
+    fn keys_equal_once_macros_are_resolved_are_written_once() {
+        let export: Export = serde_json::from_value(serde_json::json!({"zabbix_export": {"version": "6.0", "templates": [{
+            "template": "T", "macros": [{"macro": "{$P}", "value": "3"}],
+            "items": [{"name": "a", "type": "SIMPLE", "key": "icmppingloss[,{$P}]", "value_type": "FLOAT"},
+                      {"name": "b", "type": "SIMPLE", "key": "icmppingloss[,3]", "value_type": "FLOAT"}]}]}}))
+        .unwrap();
+        let done = convert(&export.zabbix_export, &[], "t.json");
+        let host = "[[hosts]]\nname = \"h\"\nip = \"127.0.0.1\"\ntemplates = [\"T\"]\n";
+        if let Err(e) = crate::config::parse(&format!("{}{host}", done.toml)) {
+            panic!("{e:#?}\n{}", done.toml)
+        }
+        assert_eq!((done.items, done.not_items), (1, 1), "{}", done.toml);
+        assert_eq!(
+            done.skipped,
+            [
+                r#"T: item "b" ("icmppingloss[,3]"): its key repeats "icmppingloss[,{$P}]" above once macros are resolved: both are "icmppingloss[,3]""#
+            ],
+        );
     }
 
     /// Zabbix's other format: the fixture as Zabbix writes YAML (block style, numbers and
