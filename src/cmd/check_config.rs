@@ -111,7 +111,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             for line in icmp_sweeps(&plan, &cfg.daemon) {
                 println!("{line}");
             }
-            if let Some(line) = discovery(&cfg) {
+            if let Some(line) = discovery(&cfg, args.shard) {
                 println!("{line}");
             }
             if let Some(line) = sources(&cfg.daemon, families) {
@@ -232,8 +232,9 @@ fn icmp_sweeps(plan: &Plan, daemon: &DaemonSection) -> Vec<String> {
 }
 
 /// What discovery will walk, if anything: the items of its rules are not counted above
-/// (they stand for the rows found on each host).
-fn discovery(cfg: &crate::config::Config) -> Option<String> {
+/// (they stand for the rows found on each host). `shard`: `--shard`'s, which names the
+/// file as `run --shard` does.
+fn discovery(cfg: &crate::config::Config, shard: Option<(u32, u32)>) -> Option<String> {
     let t = &cfg.discovery;
     let mut rules: Vec<&str> = t
         .iter()
@@ -247,7 +248,7 @@ fn discovery(cfg: &crate::config::Config) -> Option<String> {
             rules.len(),
             rules.join(", "),
             t.len(),
-            cfg.discovery_file(None).display()
+            cfg.discovery_file(shard).display()
         )
     })
 }
@@ -312,6 +313,31 @@ mod tests {
         assert!(
             gone.contains("192.0.2.77 (source address 192.0.2.77: not an address of this host"),
             "{gone}"
+        );
+    }
+
+    /// The discovery line names the file `run` saves to: under `--shard 1/2`, the
+    /// shard's own, as `run --shard 1/2` names it.
+    #[test]
+    fn the_discovery_line_names_the_shards_file() {
+        let cfg = crate::config::parse(
+            "[daemon]\ndiscovery_file = \"/var/lib/netpoller/discovered.json\"\n[[templates]]\nname = \"t\"\ndiscovery = [ { name = \"r\", oid = \"1.3.6.1.2.1.2.2.1.2\" } ]\nitems = [ { key = \"x[{#SNMPINDEX}]\", oid = \"1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}\", type = \"uint\", interval = \"1m\", discovery = \"r\" } ]\n[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\ntemplates = [\"t\"]\nsnmp = { community = \"public\" }\n",
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        let line = discovery(&cfg, Some((1, 2))).unwrap();
+        assert!(
+            line.ends_with("saves them in /var/lib/netpoller/discovered.shard-1-of-2.json, `poll-once` walks them first)"),
+            "{line}"
+        );
+        assert_eq!(
+            cfg.discovery_file(Some((1, 2))),
+            std::path::Path::new("/var/lib/netpoller/discovered.shard-1-of-2.json"),
+            "run --shard 1/2's"
+        );
+        let line = discovery(&cfg, None).unwrap();
+        assert!(
+            line.contains("saves them in /var/lib/netpoller/discovered.json,"),
+            "{line}"
         );
     }
 
