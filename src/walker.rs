@@ -57,7 +57,8 @@ impl<'a> Target<'a> {
 
 /// Walks the subtree under `root` (numeric, leading dot optional; one arc such as `1`
 /// walks all of it), calling `each` with every varbind in order. Returns how many there
-/// were. Fails on a timeout, an agent's error status, an error `each` returns, or
+/// were. Fails on a timeout, an agent's error status, a non-increasing OID (after
+/// `each` has had the varbinds of its answer before it), an error `each` returns, or
 /// `stop` (checked before each request and at least every [`STOP_CHECK`] of a wait).
 pub fn walk(
     t: &Target<'_>,
@@ -104,6 +105,8 @@ pub fn walk(
     };
     let mut count = 0usize;
     while !w.is_done() && count < MAX_VARBINDS {
+        // What the answer brings: on a non-increasing OID, the rows before it too.
+        let mut vbs = Vec::new();
         // One resend after the agent's clock report (it rebooted, or its discovery
         // report had no clock): v3_pdu has taken the clock the report authenticated.
         let mut resynced = false;
@@ -121,13 +124,18 @@ pub fn walk(
                 // Foreign, stale or forged datagrams are skipped, not fatal.
                 let Some(e) = engine.as_mut() else {
                     let m = Message::decode(bytes).ok()?;
-                    return (w.matches(&m) && m.community == t.snmp.community.as_bytes())
-                        .then(|| w.handle_response(&m).map_err(|e| (e.to_string(), None)));
+                    return (w.matches(&m) && m.community == t.snmp.community.as_bytes()).then(
+                        || {
+                            w.handle_response(&m, &mut vbs)
+                                .map_err(|e| (e.to_string(), None))
+                        },
+                    );
                 };
                 match v3_pdu(bytes, e, id, &mut mac, &mut plain)? {
-                    Ok(m) if w.matches(&m) => {
-                        Some(w.handle_response(&m).map_err(|e| (e.to_string(), None)))
-                    }
+                    Ok(m) if w.matches(&m) => Some(
+                        w.handle_response(&m, &mut vbs)
+                            .map_err(|e| (e.to_string(), None)),
+                    ),
                     Ok(_) => None,
                     Err(kind) => Some(Err((format!("SNMPv3 {kind}"), Some(kind)))),
                 }
@@ -137,15 +145,18 @@ pub fn walk(
                 other => break other.map(|r| r.map_err(|(text, _)| text)),
             }
         };
-        match answered {
+        let failed = match answered {
             None => bail!("timeout: no response from {addr}"),
-            Some(Err(e)) => bail!("{addr}: {e}"),
-            Some(Ok(vbs)) => {
-                for (oid, v) in vbs {
-                    count += 1;
-                    each(oid, v)?;
-                }
-            }
+            Some(r) => r.err(),
+        };
+        // The rows an answer brought before its error are the walk's (as net-snmp
+        // prints them before "OID not increasing"); the error still fails the walk.
+        for (oid, v) in vbs {
+            count += 1;
+            each(oid, v)?;
+        }
+        if let Some(e) = failed {
+            bail!("{addr}: {e}");
         }
     }
     Ok(count)
@@ -362,13 +373,13 @@ mod tests {
         list.iter().map(|r| Box::from(*r)).collect()
     }
 
-    #[test]
-    fn an_endless_table_fails_the_walk_past_the_rows_kept() {
-        // A broken or hostile agent on loopback whose column never ends: each GETBULK
-        // gets the next rows. The walk ends at the bound instead of filling memory.
+    /// An agent on loopback, a thread of the test: each GETBULK at `column.N` (`N` 0
+    /// at the column itself) gets `column.R = INTEGER: 1` for each `R` of `rows(N)`.
+    /// Its parameters (v2c, a 1 s timeout, no retries); it stops 5 s after the last
+    /// request.
+    fn agent(column: &Oid, rows: impl Fn(u32) -> Vec<u32> + Send + 'static) -> SnmpParams {
         let agent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = agent.local_addr().unwrap().port();
-        let column: Oid = "1.3.6.1.4.1.99999.1".parse().unwrap();
         let col = column.clone();
         std::thread::spawn(move || {
             agent
@@ -379,7 +390,8 @@ mod tests {
                 let m = Message::decode(&buf[..n]).unwrap();
                 let asked = m.varbinds().next().unwrap().oid.to_owned();
                 let at = asked.arcs().nth(col.arcs().count()).unwrap_or(0);
-                let rows: Vec<(Oid, VarValue)> = (at + 1..=at + 10)
+                let rows: Vec<(Oid, VarValue)> = rows(at)
+                    .into_iter()
                     .map(|i| (format!("{col}.{i}").parse().unwrap(), VarValue::Integer(1)))
                     .collect();
                 let mut out = Vec::new();
@@ -391,7 +403,7 @@ mod tests {
                 agent.send_to(&out, from).unwrap();
             }
         });
-        let params = SnmpParams {
+        SnmpParams {
             version: snmp::Version::V2c,
             community: "public".into(),
             usm: None,
@@ -400,14 +412,43 @@ mod tests {
             retries: 0,
             max_oids_per_request: 10,
             max_inflight_per_host: 1,
-        };
-        let t = Target::of_host(
-            "127.0.0.1".parse().unwrap(),
-            &params,
-            SourceAddrs::default(),
-        );
+        }
+    }
+
+    fn loopback(params: &SnmpParams) -> Target<'_> {
+        Target::of_host("127.0.0.1".parse().unwrap(), params, SourceAddrs::default())
+    }
+
+    #[test]
+    fn an_endless_table_fails_the_walk_past_the_rows_kept() {
+        // A broken or hostile agent on loopback whose column never ends: each GETBULK
+        // gets the next rows. The walk ends at the bound instead of filling memory.
+        let column: Oid = "1.3.6.1.4.1.99999.1".parse().unwrap();
+        let params = agent(&column, |at| (at + 1..=at + 10).collect());
+        let t = loopback(&params);
         let e = column_values_at_most(&t, &column, &AtomicBool::new(false), 1000).unwrap_err();
         assert!(e.to_string().contains("has more than 1000 rows"), "{e}");
+    }
+
+    #[test]
+    fn rows_before_a_looping_oid_are_walked_and_the_walk_fails() {
+        // Each answer repeats its first OID last (.1, .2, .1): the walk takes .1 and .2,
+        // then fails. Discovery takes no rows from a walk that fails: a host keeps the
+        // rows it had (crate::discovery's invariant).
+        let column: Oid = "1.3.6.1.4.1.99999.2".parse().unwrap();
+        let params = agent(&column, |at| vec![at + 1, at + 2, at + 1]);
+        let t = loopback(&params);
+        let stop = AtomicBool::new(false);
+        let mut seen = Vec::new();
+        let e = walk(&t, &column.to_string(), &stop, |oid, _| {
+            seen.push(oid.to_string());
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(seen, [format!("{column}.1"), format!("{column}.2")]);
+        assert!(e.to_string().contains("does not follow"), "{e}");
+        let e = table_rows(&t, &column, |_| true, &stop).unwrap_err();
+        assert!(e.to_string().contains("does not follow"), "{e}");
     }
 
     #[test]

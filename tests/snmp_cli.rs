@@ -187,6 +187,58 @@ fn walks_exit_as_snmpwalk_does() {
     }
 }
 
+/// An agent that loops within an answer (each GETBULK at `root.N` gets `root.N+1`,
+/// `root.N+2`, `root.N+1`): the rows before the repeated OID are printed, then the walk
+/// fails, exit 1, as snmpwalk's "OID not increasing". (snmpbulkwalk checks only each
+/// answer's last OID: it prints the repeats and walks on, forever, with this agent.)
+#[test]
+fn rows_before_a_looping_oid_are_printed_then_the_walk_fails() {
+    let root = ".1.3.6.1.4.1.99999.7";
+    let base: snmp::Oid = root.parse().unwrap();
+    let port = common::fake_agent(move |m| {
+        let asked = m.varbinds().next()?.oid.to_owned();
+        let n = asked.arcs().nth(base.arcs().count()).unwrap_or(0);
+        let row = |i: u32| {
+            let oid = format!("{base}.{i}").parse().unwrap();
+            (oid, snmp::VarValue::Integer(i as i64))
+        };
+        Some(vec![row(n + 1), row(n + 2), row(n + 1)])
+    });
+    let addr = format!("127.0.0.1:{port}");
+    let o = netpoller()
+        .args([
+            "snmp", "walk", "-t", "1s", "-r", "0", "-c", "public", &addr, root,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&o),
+        format!("{root}.1 = INTEGER: 1\n{root}.2 = INTEGER: 2\n"),
+        "{o:?}"
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("does not follow"), "{err}");
+    // In --json the rows, then the error as an object of its own.
+    let o = netpoller()
+        .args([
+            "snmp", "walk", "--json", "-t", "1s", "-r", "0", "-c", "public",
+        ])
+        .args([&addr, root])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    let lines: Vec<serde_json::Value> = text(&o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines[1]["oid"], format!("{root}.2"));
+    assert!(lines[2]["error"]
+        .as_str()
+        .is_some_and(|e| e.contains("does not follow")));
+}
+
 /// A target that is not an IP address is refused before anything is sent: no DNS
 /// query for a typo. (`.invalid` can never resolve, should a lookup happen.)
 #[test]

@@ -3,7 +3,9 @@
 //! Invariants: the walk only ever yields OIDs inside the root's subtree, in strictly
 //! increasing order; it stops at endOfMibView, at the first OID outside the subtree, at
 //! v1's noSuchName, or with [`WalkError::NotIncreasing`] when an agent loops (so a
-//! broken agent cannot keep it busy forever).
+//! broken agent cannot keep it busy forever). The varbinds of a response before its
+//! first non-increasing OID are valid and delivered before that error, as net-snmp's
+//! walks print them before "OID not increasing".
 
 use crate::message::{encode_request, ErrorStatus, Message, PduType, RequestKind, Version};
 use crate::oid::Oid;
@@ -120,11 +122,15 @@ impl Walk {
         msg.pdu_type == PduType::Response && Some(msg.request_id) == self.request_id
     }
 
-    /// Consumes a response; returns the varbinds inside the subtree, in order.
+    /// Consumes a response, appending its varbinds inside the subtree to `out`, in
+    /// order. On [`WalkError::NotIncreasing`] the varbinds before the offending one
+    /// have been appended (they are the walk's: the error ends it after them); on the
+    /// other errors nothing is.
     pub fn handle_response(
         &mut self,
         msg: &Message<'_>,
-    ) -> Result<Vec<(Oid, VarValue)>, WalkError> {
+        out: &mut Vec<(Oid, VarValue)>,
+    ) -> Result<(), WalkError> {
         if !self.matches(msg) {
             return Err(WalkError::Unexpected);
         }
@@ -132,18 +138,17 @@ impl Walk {
         if msg.error_status != ErrorStatus::NO_ERROR {
             self.done = true;
             if msg.error_status == ErrorStatus::NO_SUCH_NAME && self.version == Version::V1 {
-                return Ok(Vec::new()); // v1's end of MIB
+                return Ok(()); // v1's end of MIB
             }
             return Err(WalkError::ErrorStatus {
                 status: msg.error_status,
                 index: msg.error_index,
             });
         }
-        let mut out = Vec::new();
         for vb in msg.varbinds() {
             if vb.value == ValueRef::EndOfMibView || !self.in_subtree(&vb.oid) {
                 self.done = true;
-                return Ok(out);
+                return Ok(());
             }
             let oid = vb.oid.to_owned();
             if oid <= self.last {
@@ -159,7 +164,7 @@ impl Walk {
         if msg.varbind_count() == 0 {
             self.done = true;
         }
-        Ok(out)
+        Ok(())
     }
 }
 
@@ -188,6 +193,13 @@ mod tests {
         out
     }
 
+    /// The varbinds `w` takes from the response `resp`, and how it ended.
+    fn take(w: &mut Walk, resp: &[u8]) -> (Vec<(Oid, VarValue)>, Result<(), WalkError>) {
+        let mut got = Vec::new();
+        let r = w.handle_response(&Message::decode(resp).unwrap(), &mut got);
+        (got, r)
+    }
+
     #[test]
     fn bulk_walk_stops_at_subtree_end() {
         let mut w = Walk::new("1.3.6.1.2.1.2.2.1.2".parse().unwrap(), Version::V2c, 3);
@@ -211,8 +223,8 @@ mod tests {
             ],
             0,
         );
-        let got = w.handle_response(&Message::decode(&resp).unwrap()).unwrap();
-        assert_eq!(got.len(), 2);
+        let (got, r) = take(&mut w, &resp);
+        assert_eq!((got.len(), r), (2, Ok(())));
         assert!(w.is_done());
     }
 
@@ -230,12 +242,8 @@ mod tests {
             &[("1.3.6.1.2.1.1.1.0", VarValue::OctetString(b"x".to_vec()))],
             0,
         );
-        assert_eq!(
-            w.handle_response(&Message::decode(&resp).unwrap())
-                .unwrap()
-                .len(),
-            1
-        );
+        let (got, r) = take(&mut w, &resp);
+        assert_eq!((got.len(), r), (1, Ok(())));
         assert!(!w.is_done());
         req.clear();
         w.next_request(&mut req, b"public", 2);
@@ -245,10 +253,7 @@ mod tests {
             ".1.3.6.1.2.1.1.1.0"
         );
         let resp = respond(&req, &[("1.3.6.1.2.1.1.1.0", VarValue::Null)], 2);
-        assert_eq!(
-            w.handle_response(&Message::decode(&resp).unwrap()).unwrap(),
-            vec![]
-        );
+        assert_eq!(take(&mut w, &resp), (vec![], Ok(())));
         assert!(w.is_done());
     }
 
@@ -265,23 +270,50 @@ mod tests {
             ],
             0,
         );
-        let m = Message::decode(&resp).unwrap();
-        assert!(matches!(
-            w.handle_response(&m),
-            Err(WalkError::NotIncreasing { .. })
-        ));
+        let (_, r) = take(&mut w, &resp);
+        assert!(matches!(r, Err(WalkError::NotIncreasing { .. })), "{r:?}");
+        assert!(w.is_done());
         assert_eq!(
-            w.handle_response(&m),
-            Err(WalkError::Unexpected),
+            take(&mut w, &resp),
+            (vec![], Err(WalkError::Unexpected)),
             "answered already"
         );
         let mut w = Walk::new("1.3.6.1.2.1.1".parse().unwrap(), Version::V2c, 2);
         w.next_request(&mut Vec::new(), b"public", 2);
         assert_eq!(
-            w.handle_response(&m),
-            Err(WalkError::Unexpected),
+            take(&mut w, &resp),
+            (vec![], Err(WalkError::Unexpected)),
             "wrong request-id"
         );
+    }
+
+    #[test]
+    fn rows_before_a_non_increasing_oid_are_kept() {
+        // A looping agent answers .1, .2, then .1 again: the first two are the walk's,
+        // taken before the error (net-snmp prints them, then "OID not increasing").
+        let mut w = Walk::new("1.3.6.1.2.1.1".parse().unwrap(), Version::V2c, 3);
+        let mut req = Vec::new();
+        w.next_request(&mut req, b"public", 1);
+        let resp = respond(
+            &req,
+            &[
+                ("1.3.6.1.2.1.1.1", VarValue::Integer(1)),
+                ("1.3.6.1.2.1.1.2", VarValue::Integer(2)),
+                ("1.3.6.1.2.1.1.1", VarValue::Integer(3)),
+            ],
+            0,
+        );
+        let (got, r) = take(&mut w, &resp);
+        let arcs: Vec<String> = got.iter().map(|(o, _)| o.to_string()).collect();
+        assert_eq!(arcs, [".1.3.6.1.2.1.1.1", ".1.3.6.1.2.1.1.2"]);
+        assert_eq!(
+            r,
+            Err(WalkError::NotIncreasing {
+                got: "1.3.6.1.2.1.1.1".parse().unwrap(),
+                after: "1.3.6.1.2.1.1.2".parse().unwrap(),
+            })
+        );
+        assert!(w.is_done());
     }
 
     #[test]
@@ -299,12 +331,8 @@ mod tests {
             ],
             0,
         );
-        assert_eq!(
-            w.handle_response(&Message::decode(&resp).unwrap())
-                .unwrap()
-                .len(),
-            1
-        );
+        let (got, r) = take(&mut w, &resp);
+        assert_eq!((got.len(), r), (1, Ok(())));
         assert!(w.is_done());
         assert!(Walk::new_top(3, Version::V2c, 2).is_none());
     }
@@ -322,12 +350,8 @@ mod tests {
             ],
             0,
         );
-        assert_eq!(
-            w.handle_response(&Message::decode(&resp).unwrap())
-                .unwrap()
-                .len(),
-            1
-        );
+        let (got, r) = take(&mut w, &resp);
+        assert_eq!((got.len(), r), (1, Ok(())));
         assert!(w.is_done());
     }
 }

@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
 
         let mut w = Walk::new("1.3.6.1.2.1".parse().unwrap(), m.version, 10);
         w.next_request(&mut Vec::new(), m.community, m.request_id);
-        let _ = w.handle_response(&m);
+        let _ = w.handle_response(&m, &mut Vec::new());
     }
     // The engine with one request in flight: a fuzzed datagram may match only if it
     // carries that request-id, community and source.
