@@ -4,7 +4,8 @@
 //! finds; discovery ([`crate::discovery`]) reads a table's rows with [`table_rows`].
 //!
 //! Invariants: a walk ends (the snmp crate's [`Walk`] stops at the subtree's end, on a
-//! non-increasing OID and on endOfMibView; at most [`MAX_VARBINDS`] varbinds are taken);
+//! non-increasing OID and on endOfMibView; one that brings more than [`MAX_VARBINDS`]
+//! varbinds fails);
 //! each request waits at most `timeout × (retries + 1)`; foreign, stale or forged
 //! datagrams are skipped, never taken as the answer.
 
@@ -18,7 +19,8 @@ use poller::source::SourceAddrs;
 use snmp::v3::{Engine, ReportKind, V3Message};
 use snmp::{Message, Oid, PduType, VarValue, Walk};
 
-/// Most varbinds one walk takes: an agent could serve an endless table.
+/// Most varbinds one walk takes: an agent could serve an endless table, which fails the
+/// walk past them.
 pub const MAX_VARBINDS: usize = 10_000_000;
 
 /// The longest a walk waits for an answer without looking at its `stop` flag: what a
@@ -64,6 +66,18 @@ pub fn walk(
     t: &Target<'_>,
     root: &str,
     stop: &AtomicBool,
+    each: impl FnMut(Oid, VarValue) -> anyhow::Result<()>,
+) -> anyhow::Result<usize> {
+    walk_at_most(t, root, stop, MAX_VARBINDS, each)
+}
+
+/// [`walk`], failing when the agent has more than `most` varbinds under `root` (after
+/// `each` has had `most` of them).
+fn walk_at_most(
+    t: &Target<'_>,
+    root: &str,
+    stop: &AtomicBool,
+    most: usize,
     mut each: impl FnMut(Oid, VarValue) -> anyhow::Result<()>,
 ) -> anyhow::Result<usize> {
     let addr = t.addr();
@@ -104,7 +118,7 @@ pub fn walk(
         None => None,
     };
     let mut count = 0usize;
-    while !w.is_done() && count < MAX_VARBINDS {
+    while !w.is_done() {
         // What the answer brings: on a non-increasing OID, the rows before it too.
         let mut vbs = Vec::new();
         // One resend after the agent's clock report (it rebooted, or its discovery
@@ -152,6 +166,9 @@ pub fn walk(
         // The rows an answer brought before its error are the walk's (as net-snmp
         // prints them before "OID not increasing"); the error still fails the walk.
         for (oid, v) in vbs {
+            if count == most {
+                bail!("{addr}: stopped after {most} varbinds: the agent may loop");
+            }
             count += 1;
             each(oid, v)?;
         }
@@ -428,6 +445,34 @@ mod tests {
         let t = loopback(&params);
         let e = column_values_at_most(&t, &column, &AtomicBool::new(false), 1000).unwrap_err();
         assert!(e.to_string().contains("has more than 1000 rows"), "{e}");
+    }
+
+    #[test]
+    fn an_endless_walk_fails_past_its_bound() {
+        // The endless agent again, walked as `snmp walk` walks: the bound is an error,
+        // not a walk that ends well with the rows cut short.
+        let column: Oid = "1.3.6.1.4.1.99999.3".parse().unwrap();
+        let params = agent(&column, |at| (at + 1..=at + 10).collect());
+        let t = loopback(&params);
+        let stop = AtomicBool::new(false);
+        let mut seen = 0;
+        let e = walk_at_most(&t, &column.to_string(), &stop, 25, |_, _| {
+            seen += 1;
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(seen, 25);
+        assert!(
+            e.to_string()
+                .ends_with("stopped after 25 varbinds: the agent may loop"),
+            "{e}"
+        );
+        // A walk of exactly the bound is whole: the agent's column ends at 20.
+        let column: Oid = "1.3.6.1.4.1.99999.4".parse().unwrap();
+        let params = agent(&column, |at| (at + 1..=(at + 10).min(20)).collect());
+        let t = loopback(&params);
+        let n = walk_at_most(&t, &column.to_string(), &stop, 20, |_, _| Ok(())).unwrap();
+        assert_eq!(n, 20);
     }
 
     #[test]
