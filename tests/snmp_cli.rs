@@ -239,6 +239,29 @@ fn rows_before_a_looping_oid_are_printed_then_the_walk_fails() {
         .is_some_and(|e| e.contains("does not follow")));
 }
 
+/// A top arc with nothing under it (snmpd has nothing under 0 or 2) is an empty walk:
+/// nothing printed, exit 0, with either version. It has no OID to GET then (an OID has
+/// two arcs at least); net-snmp's snmpwalk reads `2` as `.0.2` and prints that GET's
+/// "No Such Object".
+#[test]
+fn a_walk_of_an_empty_top_arc_prints_nothing() {
+    let (addr, community) = first_agent();
+    for root in ["0", "2", ".2"] {
+        for version in ["1", "2c"] {
+            let o = netpoller()
+                .args(["snmp", "walk", "-v", version, "-c", &community, &addr, root])
+                .output()
+                .unwrap();
+            assert_eq!(
+                (o.status.code(), text(&o)),
+                (Some(0), String::new()),
+                "{o:?}"
+            );
+            assert!(o.stderr.is_empty(), "{o:?}");
+        }
+    }
+}
+
 /// A target that is not an IP address is refused before anything is sent: no DNS
 /// query for a typo. (`.invalid` can never resolve, should a lookup happen.)
 #[test]

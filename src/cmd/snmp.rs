@@ -468,7 +468,12 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
         // Nothing under it: the OID itself, as snmpwalk then GETs it (a scalar's
         // instance, `sysUpTime.0`), or the agent's "No Such Object". SNMPv1 has no
         // such exception: its error (noSuchName) means nothing there, and snmpwalk
-        // prints nothing and exits 0.
+        // prints nothing and exits 0. A top arc (`2`) is no OID to GET (one has two
+        // arcs at least): nothing under it prints nothing either, exit 0.
+        let bare = a.oid.strip_prefix('.').unwrap_or(&a.oid);
+        if bare.parse::<u32>().is_ok() {
+            return Ok(ExitCode::SUCCESS);
+        }
         let root: Oid = a.oid.parse().context("the walk's OID")?;
         let v1 = c.version == snmp::Version::V1;
         if !get_and_print(c, addr, &[root], 1, v1, &mut out)? {
