@@ -233,14 +233,17 @@ fn column_values_at_most(
             let d = std::mem::discriminant(&v);
             match syntax {
                 None => syntax = Some((d, label)),
-                Some((first, l)) if first != d => bail!(
-                    "{column} is not one column of a table: its values are of more than one type ({l}, {label}); walk one column (ifDescr: 1.3.6.1.2.1.2.2.1.2), not the table or its entry"
-                ),
+                Some((first, l)) if first != d => {
+                    return Err(NotAColumn(format!(
+                        "{column} is not one column of a table: its values are of more than one type ({l}, {label}); walk one column (ifDescr: 1.3.6.1.2.1.2.2.1.2), not the table or its entry"
+                    ))
+                    .into())
+                }
                 Some(_) => {}
             }
         }
         if out.len() >= most {
-            bail!("{column} has more than {most} rows: not a table to discover items in (one item stands for at most 65,536)");
+            return Err(NotAColumn(format!("{column} has more than {most} rows: not a table to discover items in (one item stands for at most 65,536)")).into());
         }
         // The walk yields only OIDs under its root: at least one arc more.
         out.push((oid.arcs().skip(root_arcs).collect(), value_text(&v)));
@@ -248,6 +251,20 @@ fn column_values_at_most(
     })?;
     Ok(out)
 }
+
+/// Why [`column_values`] (and [`table_rows`]) refused a walk that went well: what is
+/// under the OID is not a table column to discover rows in (values of several types,
+/// too many rows). The OID asked for is at fault, not the agent.
+#[derive(Debug)]
+pub struct NotAColumn(String);
+
+impl std::fmt::Display for NotAColumn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotAColumn {}
 
 /// Most rows [`column_values`] keeps (each in memory until the walk ends): an agent
 /// serving an endless or huge table (a routing table) fails the walk instead of

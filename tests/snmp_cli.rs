@@ -239,6 +239,53 @@ fn rows_before_a_looping_oid_are_printed_then_the_walk_fails() {
         .is_some_and(|e| e.contains("does not follow")));
 }
 
+/// `snmp walk --indices` exits as a walk does: 1 when the walk fails (a timeout) and
+/// when it finds no row, which no `indices` value can say; in --json the error as an
+/// object, as a walk's.
+#[test]
+fn walk_indices_exits_1_when_the_walk_fails_or_finds_no_row() {
+    let (addr, community) = first_agent();
+    let if_descr = ".1.3.6.1.2.1.2.2.1.2";
+    let silent = format!("127.0.0.1:{}", common::fake_agent(|_| None));
+    let silent = ["-t", "100ms", "-r", "0", "-c", "public", &silent, if_descr];
+    let no_rows = ["-c", &community, &addr, ".1.3.6.1.4.1.99999.1.1"];
+    let none_match = [
+        "--matches",
+        "^no such interface$",
+        "-c",
+        &community,
+        &addr,
+        if_descr,
+    ];
+    for (args, error) in [
+        (&silent[..], "timeout"),
+        (&no_rows[..], "no rows"),
+        (&none_match[..], "no rows whose value matches"),
+    ] {
+        for json in [false, true] {
+            let mut cmd = netpoller();
+            cmd.args(["snmp", "walk", "--indices"]).args(args);
+            if json {
+                cmd.arg("--json");
+            }
+            let o = cmd.output().unwrap();
+            assert_eq!(o.status.code(), Some(1), "{args:?} {o:?}");
+            if json {
+                let j: serde_json::Value = serde_json::from_str(text(&o).trim()).unwrap();
+                assert!(j["oid"].is_string(), "{j}");
+                assert!(
+                    j["error"].as_str().is_some_and(|e| e.contains(error)),
+                    "{j}"
+                );
+            } else {
+                assert_eq!(text(&o), "");
+                let err = String::from_utf8_lossy(&o.stderr);
+                assert!(err.contains(error), "{err}");
+            }
+        }
+    }
+}
+
 /// A top arc with nothing under it (snmpd has nothing under 0 or 2) is an empty walk:
 /// nothing printed, exit 0, with either version. It has no OID to GET then (an OID has
 /// two arcs at least); net-snmp's snmpwalk reads `2` as `.0.2` and prints that GET's

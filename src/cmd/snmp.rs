@@ -432,18 +432,34 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
                 a.oid
             ),
         };
-        let rows =
-            crate::config::Indices::from_rows(walker::table_rows(&t, &column, takes, &stop)?);
+        // As a walk: exit 1 when it fails (the error said, in --json as an object)
+        // or finds no row (an `indices` value lists one at least); a walk of what is
+        // not a column (a table, its entry) is refused as a wrong OID, exit 2.
+        let rows = match walker::table_rows(&t, &column, takes, &stop) {
+            Ok(rows) => crate::config::Indices::from_rows(rows),
+            Err(e) if e.downcast_ref::<walker::NotAColumn>().is_some() => return Err(e),
+            Err(e) => {
+                print_error(&mut out, c.json, &a.oid, &format!("{e:#}"))?;
+                return Ok(ExitCode::from(1));
+            }
+        };
+        if rows.is_empty() {
+            let why = match &a.matches {
+                Some(m) => format!("no rows whose value matches {m:?}"),
+                None => "no rows".to_string(),
+            };
+            print_error(&mut out, c.json, &a.oid, &why)?;
+            return Ok(ExitCode::from(1));
+        }
         let indices = rows.to_string();
+        let n = rows.len();
         match c.json {
             true => writeln!(
                 out,
                 "{}",
-                serde_json::json!({ "indices": indices, "rows": rows.len() })
+                serde_json::json!({ "indices": indices, "rows": n })
             )?,
-            false if rows.is_empty() => bail!("no rows under {}", a.oid),
             false => {
-                let n = rows.len();
                 let s = if n == 1 { "" } else { "s" };
                 writeln!(out, "indices = \"{indices}\"  # {n} row{s}")?
             }
