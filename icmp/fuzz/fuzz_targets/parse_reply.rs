@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use icmp::wire::{parse_reply, EchoPacket, EchoRepr, Family, Framing};
-use icmp::{Job, ReplyOutcome, SocketKind, Sweep, SweepConfig, TagKey};
+use icmp::{Job, ReplyOutcome, Retry, SocketKind, Sweep, SweepConfig, TagKey};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -46,6 +46,8 @@ fuzz_target!(|data: &[u8]| {
                 interval: Duration::from_millis(20),
                 size: 56,
                 timeout: Duration::from_secs(1),
+                // Half of them retrying (icmppingretry): their replies are judged alike.
+                retry: (i % 2 == 1).then_some(Retry { backoff_pct: 150 }),
             })
             .chain(std::iter::once(Job {
                 addr: v6,
@@ -53,6 +55,7 @@ fuzz_target!(|data: &[u8]| {
                 interval: Duration::from_millis(20),
                 size: 24,
                 timeout: Duration::from_secs(1),
+                retry: None,
             }))
             .collect();
         let mut s = Sweep::new(jobs, cfg, base).unwrap();
