@@ -570,7 +570,14 @@ impl Batcher {
             // waiting a flush interval for each let the batcher take one batch per
             // flush interval while ClickHouse hung (several tables' batches sealed in
             // each, so it fell behind and held up the pollers by backpressure).
-            if !self.stalled {
+            if self.stalled {
+                // An INSERT may have ended meanwhile, not yet reaped (the batcher was
+                // busy with a message of many samples): its slot is free.
+                if let Some(r) = self.tasks.try_join_next_with_id() {
+                    self.reaped(r);
+                    self.pump().await;
+                }
+            } else {
                 match tokio::time::timeout(self.limits.age, self.tasks.join_next_with_id()).await {
                     Ok(Some(r)) => {
                         self.reaped(r);
