@@ -836,4 +836,36 @@ mod tests {
             .0
             .contains("at most 6 parameters"));
     }
+
+    proptest::proptest! {
+        /// Keys are config input: whatever a file holds, parsing says yes or why not,
+        /// and never panics (brackets, quotes, escapes, spaces, multi-byte text).
+        #[test]
+        fn any_key_parses_or_is_refused_without_a_panic(
+            body in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just('['), proptest::strategy::Just(']'),
+                    proptest::strategy::Just('"'), proptest::strategy::Just(','),
+                    proptest::strategy::Just('\\'), proptest::strategy::Just(' '),
+                    proptest::strategy::Just('+'), proptest::strategy::Just('3'),
+                    proptest::strategy::Just('é'), proptest::strategy::Just('𝄞'),
+                    proptest::strategy::Just('\t'), proptest::strategy::Just('a'),
+                ],
+                0..24,
+            ),
+            name in proptest::prop_oneof![
+                proptest::strategy::Just("icmpping"),
+                proptest::strategy::Just("icmppingsec"),
+                proptest::strategy::Just("icmppingretry"),
+                proptest::strategy::Just("x.y"),
+            ],
+        ) {
+            let key = format!("{name}{}", body.iter().collect::<String>());
+            if let Ok(k) = ItemKey::parse(&key) {
+                if IcmpKey::is_icmp_name(&k.name) {
+                    let _ = IcmpKey::parse(&k, &IcmpDefaults::default());
+                }
+            }
+        }
+    }
 }
