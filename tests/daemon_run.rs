@@ -487,10 +487,7 @@ fn hosts_the_driver_cannot_probe_get_unsupported_items_not_zeros() {
 fn icmppingretry_items_say_whether_a_host_answered_one_of_its_tries() {
     // Zabbix 7.4's icmppingretry from config to value: 1 for a host that answers, 0 for
     // one whose echo requests nft drops (after its 100 + 200 ms of tries), uint.
-    let _nft = common::NftTable::create(
-        "chain input {\n type filter hook input priority -10; policy accept;\n \
-         ip daddr 127.0.71.221 icmp type echo-request drop\n}",
-    );
+    let _nft = common::NftTable::silencing("127.0.71.221");
     let dir = scratch("daemon-icmppingretry");
     let cfg_path = dir.join("c.toml");
     std::fs::write(

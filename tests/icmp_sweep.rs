@@ -612,10 +612,7 @@ fn expiries_of_silent_hosts_are_served_in_batches() {
     // Waking for each expiry took a wake-up per timer tick (~50–100); expiries wait for
     // the receive tick instead (up to RX_TICK_MAX), while the deadline keeps its time.
     use poller::icmp_driver::RX_TICK_MAX;
-    let _nft = NftTable::create(
-        "chain input {\n type filter hook input priority -10; policy accept;\n \
-         ip daddr 127.77.96.0/24 icmp type echo-request drop\n}",
-    );
+    let _nft = NftTable::silencing("127.77.96.0/24");
     let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
     let jobs: Vec<PingJob> = (0..200u32)
         .map(|i| {
@@ -1189,10 +1186,7 @@ fn an_interrupted_sweep_prints_the_hosts_it_is_done_with() {
     // waited for 20 s. Ctrl-C after a second: the first host's line is out (it sat in
     // the output buffer and was lost), the summary says what was not reported, and
     // the exit status is a SIGINT's.
-    let _nft = NftTable::create(
-        "chain input {\n type filter hook input priority -10; policy accept;\n \
-         ip daddr 127.77.98.2 icmp type echo-request drop\n}",
-    );
+    let _nft = NftTable::silencing("127.77.98.2");
     let child = common::netpoller()
         .args([
             "sweep",
@@ -1229,10 +1223,7 @@ fn an_interrupted_sweep_prints_the_hosts_it_is_done_with() {
 fn sweep_retries_send_again_only_to_hosts_that_did_not_answer() {
     // `netpoller sweep --retries 2` (fping's default mode, icmppingretry): the host that
     // answers gets one request, the one nft silences 1 + 2, each waiting twice as long.
-    let _nft = NftTable::create(
-        "chain input {\n type filter hook input priority -10; policy accept;\n \
-         ip daddr 127.77.99.2 icmp type echo-request drop\n}",
-    );
+    let _nft = NftTable::silencing("127.77.99.2");
     let o = common::netpoller()
         .args([
             "--quiet", "sweep", "--json", "-r", "2", "-B", "2", "-t", "100ms",

@@ -889,6 +889,18 @@ async fn snmp_iterate(
     tx: tokio::sync::mpsc::Sender<poller::engine::Samples>,
     host_done: &mut (dyn FnMut(Vec<String>) + Send),
 ) -> poller::engine::Emitter {
+    let (emitter, sum) = snmp_iterate_until(hosts, tx, host_done, std::future::pending()).await;
+    assert_eq!(sum.items, hosts.len());
+    emitter
+}
+
+/// [`snmp_iterate`], the daemon stopping when `stop` completes; and its summary.
+async fn snmp_iterate_until(
+    hosts: &[(SocketAddr, &str, &str, Duration)],
+    tx: tokio::sync::mpsc::Sender<poller::engine::Samples>,
+    host_done: &mut (dyn FnMut(Vec<String>) + Send),
+    stop: impl std::future::Future<Output = ()>,
+) -> (poller::engine::Emitter, poller::daemon::IterationSummary) {
     let (plan, dues) = snmp_plan(hosts);
     let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
     let mut emitter = poller::engine::Emitter::new(tx, Default::default());
@@ -901,11 +913,10 @@ async fn snmp_iterate(
         &metrics,
         &mut emitter,
         &mut done,
-        std::future::pending(),
+        stop,
     )
     .await;
-    assert_eq!(sum.items, hosts.len());
-    emitter
+    (emitter, sum)
 }
 
 /// The quick host of an SNMP iteration and the host that answers a second later.
@@ -1088,23 +1099,10 @@ async fn a_stop_cuts_an_snmp_iteration_short_after_its_grace() {
     let silent = SocketAddr::from(([127, 0, 124, 11], 16161)); // nothing listens
     let mut hosts = quick_and_slow(silent);
     hosts[1].3 = Duration::from_secs(60);
-    let (plan, dues) = snmp_plan(&hosts);
-    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    let mut emitter = poller::engine::Emitter::new(tx, Default::default());
-    let metrics = poller::daemon::EngineMetrics::default();
     let t0 = std::time::Instant::now();
     let stop = tokio::time::sleep(Duration::from_millis(300));
-    let sum = poller::daemon::snmp_iteration(
-        &mut driver,
-        &plan,
-        &dues,
-        &metrics,
-        &mut emitter,
-        &mut |_| {},
-        stop,
-    )
-    .await;
+    let (emitter, sum) = snmp_iterate_until(&hosts, tx, &mut |_| {}, stop).await;
     let took = t0.elapsed();
     let grace = poller::daemon::STOP_GRACE;
     assert!(

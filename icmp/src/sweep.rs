@@ -896,16 +896,14 @@ impl Sweep {
     pub fn on_send_error(&mut self, token: ProbeToken) {
         if let Some(sent) = self.take(token.job, token.packet) {
             self.counters.send_errors += 1;
-            let timeout = self.jobs[token.job as usize]
-                .job
-                .probe_timeout(token.packet);
-            self.resolve(token.job as usize, Some((sent + timeout, timeout)));
+            self.resolve(token.job as usize, Some(sent));
         }
     }
 
-    /// Probe `k` of job `j` is out of flight: answered (`lost` = `None`), or lost, its
-    /// timeout (the second) having run out or running out at the first.
-    fn resolve(&mut self, j: usize, lost: Option<(Instant, Duration)>) {
+    /// A probe of job `j` is out of flight: answered (`lost` = `None`), or lost, sent at
+    /// `lost` (a retrying job's one probe out: its next is due when that probe's
+    /// timeout ran out, or runs out).
+    fn resolve(&mut self, j: usize, lost: Option<Instant>) {
         let st = &mut self.jobs[j];
         st.resolved += 1;
         let complete = match st.job.retry {
@@ -916,7 +914,9 @@ impl Sweep {
                     self.armed -= 1;
                 }
                 match lost {
-                    Some((due, key)) if more => {
+                    Some(sent) if more => {
+                        let key = st.job.probe_timeout(st.next_packet - 1);
+                        let due = sent + key;
                         let q = keyed(&mut self.later, key);
                         insert_in_order(q, due, (due, j as u32), |e| e.0);
                         false
@@ -990,8 +990,7 @@ impl Sweep {
         let timeout = self.jobs[j].job.probe_timeout(k);
         let (outcome, lost) = if rtt > timeout {
             self.counters.count(IgnoreReason::Late);
-            let lost = Some((sent_at + timeout, timeout));
-            (ReplyOutcome::Ignored(IgnoreReason::Late), lost)
+            (ReplyOutcome::Ignored(IgnoreReason::Late), Some(sent_at))
         } else {
             self.jobs[j].stats.record(rtt);
             self.counters.received += 1;
@@ -1051,7 +1050,7 @@ impl Sweep {
                 }
                 *slot = Probe::Lost(sent);
                 self.in_flight -= 1;
-                self.resolve(j as usize, Some((expiry, timeout)));
+                self.resolve(j as usize, Some(sent));
             }
         }
         let Some(deadline) = self.deadline() else {

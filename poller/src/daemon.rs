@@ -662,40 +662,28 @@ pub async fn icmp_iteration(
         stop.await;
         tokio::time::sleep(STOP_GRACE).await;
     };
-    let report = {
-        let sweep = driver.sweep(&jobs, |idx, stats| {
-            // Nothing sent: a job the driver could not probe (reported below with why).
-            if stats.sent > 0 {
-                let mut g = lock();
-                let (sum, emitter, done) = &mut *g;
-                deliver_task(sum, emitter, idx, Ok(stats));
-                done.push(idx);
-            }
-        });
-        tokio::pin!(sweep, cut);
-        let mut tick = tokio::time::interval_at(Instant::now() + ICMP_DONE_EVERY, ICMP_DONE_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                biased;
-                r = &mut sweep => break Some(r),
-                () = &mut cut => break None,
-                _ = tick.tick() => {
-                    let mut g = lock();
-                    let (_, emitter, done) = &mut *g;
-                    if !done.is_empty() {
-                        // Their samples first: the consumer must have them before the
-                        // hosts' next polls, which another sweep may deliver before
-                        // this one ends (parked by a full channel: not yet, they wait).
-                        if emitter.flush() {
-                            host_done(done);
-                            done.clear();
-                        }
-                    }
-                }
-            }
+    let sweep = driver.sweep(&jobs, |idx, stats| {
+        // Nothing sent: a job the driver could not probe (reported below with why).
+        if stats.sent > 0 {
+            let mut g = lock();
+            let (sum, emitter, done) = &mut *g;
+            deliver_task(sum, emitter, idx, Ok(stats));
+            done.push(idx);
+        }
+    });
+    let cut_short = async {
+        tokio::select! {
+            biased;
+            r = sweep => Some(r),
+            () = cut => None,
         }
     };
+    let report = with_ticks(cut_short, ICMP_DONE_EVERY, || {
+        let mut g = lock();
+        let (_, emitter, done) = &mut *g;
+        hand_back(emitter, done, host_done);
+    })
+    .await;
     drop(state);
     metrics.in_flight.add(-(jobs.len() as i64));
     let Some(report) = report else {
@@ -742,6 +730,41 @@ pub async fn icmp_iteration(
     emitter.flush();
     metrics.account(&sum);
     sum
+}
+
+/// Hands the dues in `done` (of hosts whose items are all delivered) to `host_done`,
+/// and empties it, once their samples are in the channel: the consumer must have them
+/// before the hosts' next polls, which another iteration may deliver before this one
+/// ends (parked by a full channel: not yet, they wait).
+fn hand_back(
+    emitter: &mut Emitter,
+    done: &mut Vec<usize>,
+    host_done: &mut (dyn FnMut(&[usize]) + Send),
+) {
+    if !done.is_empty() && emitter.flush() {
+        host_done(done);
+        done.clear();
+    }
+}
+
+/// Drives `work` to its end, running `on_tick` every `every` (the first `every` after
+/// the start) while it waits: between two polls of `work`, never inside one, so a burst
+/// of samples one poll delivers (a response's items, a timed-out host's) stays whole.
+async fn with_ticks<R>(
+    work: impl std::future::Future<Output = R>,
+    every: Duration,
+    mut on_tick: impl FnMut(),
+) -> R {
+    tokio::pin!(work);
+    let mut tick = tokio::time::interval_at(Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            biased;
+            r = &mut work => return r,
+            _ = tick.tick() => on_tick(),
+        }
+    }
 }
 
 /// How long an SNMP iteration runs before it reschedules its hosts as each is done
@@ -818,67 +841,46 @@ pub async fn snmp_iteration(
     // timed-out host's), which stay one batch: at the first sample of another host, and
     // every SLOW_ITERATION while none comes (a silent host's timeout held them).
     // The driver's callback and that timer share them (one task: never contended).
+    // `done`: the dues of those hosts.
     let state = std::sync::Mutex::new((&mut sum, &mut *emitter, Vec::<usize>::new(), host_done));
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
-    let hand_back = |emitter: &mut Emitter,
-                     done: &mut Vec<usize>,
-                     host_done: &mut (dyn FnMut(&[usize]) + Send)| {
-        // Their samples first: the consumer must have them before the hosts' next
-        // polls, which another iteration may deliver before this one ends (parked by a
-        // full channel: not yet, they wait).
-        if !done.is_empty() && emitter.flush() {
-            for d in done.drain(..) {
-                host_done(&job_dues[d]);
-            }
-        }
-    };
     let mut last: Option<usize> = None;
     let started = Instant::now();
-    let report = {
-        let run = driver.run_iteration_until(&jobs, stop, STOP_GRACE, |j, o, result| {
-            let mut g = lock();
-            let (sum, emitter, done, host_done) = &mut *g;
-            if last != Some(j) && started.elapsed() >= SLOW_ITERATION {
-                hand_back(emitter, done, *host_done);
-            }
-            last = Some(j);
-            let index = refs[j][o];
-            let item = &plan.items[index as usize];
-            let host = &plan.hosts[job_host[j] as usize];
-            // An item with steps gets the answer in its own type: converted after them.
-            let raw = plan.steps(item).is_some();
-            let result = result.and_then(|v| {
-                let vt = match raw {
-                    true => crate::snmp_convert::natural_type(&v),
-                    false => item.value_type,
-                };
-                crate::snmp_convert::convert(&v, vt)
-            });
-            deliver(
-                sum,
-                emitter,
-                Sample::new(plan, host, index, clock_now(), result),
-            );
-            left[j] -= 1;
-            if left[j] == 0 {
-                done.push(j);
-            }
-        });
-        tokio::pin!(run);
-        let mut tick = tokio::time::interval_at(started + SLOW_ITERATION, SLOW_ITERATION);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                biased;
-                r = &mut run => break r,
-                _ = tick.tick() => {
-                    let mut g = lock();
-                    let (_, emitter, done, host_done) = &mut *g;
-                    hand_back(emitter, done, *host_done);
-                }
-            }
+    let run = driver.run_iteration_until(&jobs, stop, STOP_GRACE, |j, o, result| {
+        let mut g = lock();
+        let (sum, emitter, done, host_done) = &mut *g;
+        if last != Some(j) && started.elapsed() >= SLOW_ITERATION {
+            hand_back(emitter, done, *host_done);
         }
-    };
+        last = Some(j);
+        let index = refs[j][o];
+        let item = &plan.items[index as usize];
+        let host = &plan.hosts[job_host[j] as usize];
+        // An item with steps gets the answer in its own type: converted after them.
+        let raw = plan.steps(item).is_some();
+        let result = result.and_then(|v| {
+            let vt = match raw {
+                true => crate::snmp_convert::natural_type(&v),
+                false => item.value_type,
+            };
+            crate::snmp_convert::convert(&v, vt)
+        });
+        deliver(
+            sum,
+            emitter,
+            Sample::new(plan, host, index, clock_now(), result),
+        );
+        left[j] -= 1;
+        if left[j] == 0 {
+            done.extend_from_slice(&job_dues[j]);
+        }
+    });
+    let report = with_ticks(run, SLOW_ITERATION, || {
+        let mut g = lock();
+        let (_, emitter, done, host_done) = &mut *g;
+        hand_back(emitter, done, *host_done);
+    })
+    .await;
     drop(state);
     metrics.in_flight.add(-(oids as i64));
     let st = &report.stats;

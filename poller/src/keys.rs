@@ -445,34 +445,33 @@ impl IcmpKey {
                 Some(p) => err(format!("{what} {p:?} is not a non-negative integer")),
             }
         };
+        // A count or size (its default when empty), a time in ms.
+        let count = |i, what, default: u32| -> Result<u32, KeyError> {
+            Ok(num(i, what)?.map_or(default, |v| u32::try_from(v).unwrap_or(u32::MAX)))
+        };
+        let millis = |i, what, default: Duration| -> Result<Duration, KeyError> {
+            Ok(num(i, what)?.map_or(default, Duration::from_millis))
+        };
         let retrying = key.name == "icmppingretry";
         let mut problems = Vec::new();
-        let (packets, interval, retry) = if retrying {
+        // (…, icmppingretry's backoff in hundredths: 0 for the other keys)
+        let (packets, interval, backoff_pct) = if retrying {
             // Zabbix's default: one retry.
             let retries = num(1, "retries")?.unwrap_or(1);
             let packets = u32::try_from(retries.saturating_add(1)).unwrap_or(u32::MAX);
             if !limits::PACKETS.contains(&packets) {
                 problems.push(format!("retries {retries} outside 0..9999"));
             }
-            let backoff_pct = parse_backoff(key.param(2))?;
-            (packets, Duration::ZERO, Some(icmp::Retry { backoff_pct }))
+            (packets, Duration::ZERO, parse_backoff(key.param(2))?)
         } else {
-            let packets = num(1, "packets")?
-                .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
-                .unwrap_or(defaults.packets);
-            let interval = num(2, "interval")?
-                .map(Duration::from_millis)
-                .unwrap_or(defaults.interval);
+            let packets = count(1, "packets", defaults.packets)?;
+            let interval = millis(2, "interval", defaults.interval)?;
             check_packets(packets, |m| problems.push(m));
             check_interval(interval, |m| problems.push(m));
-            (packets, interval, None)
+            (packets, interval, 0)
         };
-        let size = num(3, "size")?
-            .map(|v| u32::try_from(v).unwrap_or(u32::MAX))
-            .unwrap_or(defaults.size);
-        let timeout = num(4, "timeout")?
-            .map(Duration::from_millis)
-            .unwrap_or(defaults.timeout);
+        let size = count(3, "size", defaults.size)?;
+        let timeout = millis(4, "timeout", defaults.timeout)?;
         check_size(size, |m| problems.push(m));
         check_timeout(timeout, |m| problems.push(m));
         if !problems.is_empty() {
@@ -484,7 +483,7 @@ impl IcmpKey {
             interval_ms: ms_u32(interval),
             size,
             timeout_ms: ms_u32(timeout),
-            retry_backoff_pct: retry.map_or(0, |r| r.backoff_pct),
+            retry_backoff_pct: backoff_pct,
         };
         if retrying {
             // Every probe unanswered: its timeouts in a row, bounded as one timeout is.
@@ -493,7 +492,7 @@ impl IcmpKey {
                 return err(format!(
                     "retries {} with backoff {:.2} wait {} ms for a silent host, above the maximum of 600000 ms (10 min): fewer retries, a smaller backoff or a shorter timeout",
                     packets - 1,
-                    f64::from(retry.map_or(100, |r| r.backoff_pct)) / 100.0,
+                    f64::from(backoff_pct) / 100.0,
                     wait.as_millis()
                 ));
             }

@@ -107,9 +107,9 @@ pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Re
             nets.push(parse_net(t.trim())?);
         }
     }
-    let total = nets.iter().fold(0u64, |acc, &n| {
-        let hosts = crate::config::range_hosts(n).0;
-        acc.saturating_add(u64::try_from(hosts).unwrap_or(u64::MAX))
+    let nets: Vec<_> = nets.into_iter().map(crate::config::range_hosts).collect();
+    let total = nets.iter().fold(0u64, |acc, (hosts, _)| {
+        acc.saturating_add(u64::try_from(*hosts).unwrap_or(u64::MAX))
     });
     if total > MAX_TARGETS && !force {
         bail!("targets expand to {total} addresses, more than {MAX_TARGETS} (2^20); pass --force to sweep them anyway");
@@ -121,8 +121,8 @@ pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Re
     let room = total.min(MAX_TARGETS) as usize;
     let mut seen = HashSet::with_capacity(room);
     let mut out = Vec::with_capacity(room);
-    for net in nets {
-        for ip in crate::config::range_hosts(net).1 {
+    for (_, hosts) in nets {
+        for ip in hosts {
             if seen.insert(ip) {
                 out.push(ip);
             }

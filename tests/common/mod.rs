@@ -225,6 +225,15 @@ impl NftTable {
         );
         guard
     }
+
+    /// A table whose rule drops the echo requests to `daddr` (an address or a
+    /// prefix) as they arrive: hosts that stay silent.
+    pub fn silencing(daddr: &str) -> Self {
+        Self::create(&format!(
+            "chain input {{\n type filter hook input priority -10; policy accept;\n \
+             ip daddr {daddr} icmp type echo-request drop\n}}"
+        ))
+    }
 }
 
 impl Drop for NftTable {
