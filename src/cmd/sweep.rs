@@ -174,6 +174,27 @@ fn validate(args: &Args) -> anyhow::Result<()> {
     if !wrong.is_empty() {
         bail!("{}", wrong.join("; "));
     }
+    // Each limit may hold while their product does not: a sweep refuses a host whose
+    // probes would last more than a day, and every host would read "unreachable 0/0".
+    if args.retries.is_none() {
+        let job = PingJob {
+            addr: IpAddr::from([0, 0, 0, 0]),
+            packets: args.count,
+            interval: args.interval,
+            size: args.size,
+            timeout: args.timeout,
+            retry: None,
+        };
+        if job.total_wait().is_none_or(|w| w > icmp::MAX_JOB_WAIT) {
+            bail!(
+                "--count {} x --interval {} ms + --timeout {} ms: one host's probes would last more than {} h, the most a sweep runs",
+                args.count,
+                args.interval.as_millis(),
+                args.timeout.as_millis(),
+                icmp::MAX_JOB_WAIT.as_secs() / 3600
+            );
+        }
+    }
     Ok(())
 }
 
@@ -426,6 +447,14 @@ mod tests {
         assert!(check(&["-s", "23"])
             .unwrap_err()
             .starts_with("--size: size 23"));
+        // Each flag within its limits, their product not: refused here, not swept as
+        // hosts "unreachable 0/0 0%" (the sweep does not probe a host for over a day).
+        let e = check(&["-c", "10000", "-i", "10s"]).unwrap_err();
+        assert!(e.contains("more than 24 h"), "{e}");
+        assert!(
+            check(&["-c", "8640", "-i", "10s"]).is_ok(),
+            "a day less the timeout"
+        );
     }
 
     #[test]
