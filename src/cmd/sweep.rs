@@ -260,6 +260,29 @@ fn json_line(addr: IpAddr, s: &PingStats) -> String {
     serde_json::to_string(&host).unwrap_or_default()
 }
 
+/// The notes on stderr after a sweep: what was ignored or failed, and why the kernel
+/// refused the first probe it refused (a host that reads as down for it: no route, a
+/// firewall rule, a broadcast address), as the daemon logs it.
+fn notes(report: &poller::icmp_driver::SweepReport) -> Vec<String> {
+    let c = &report.counters;
+    let ignored = c.stale + c.foreign + c.spoofed + c.malformed + c.duplicate + c.late;
+    let noted =
+        ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 || report.receive_drops > 0;
+    let mut out = Vec::new();
+    if noted {
+        out.push(format!(
+            "ignored replies: {} stale, {} foreign, {} spoofed, {} malformed, {} duplicate, {} late; {} send errors, {} receive errors, {} dropped for a full receive buffer",
+            c.stale, c.foreign, c.spoofed, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors, report.receive_drops
+        ));
+    }
+    if let Some((target, error)) = &report.first_send_error {
+        out.push(format!(
+            "the kernel refused to send probes (counted as sent and lost), the first to {target}: {error}"
+        ));
+    }
+    out
+}
+
 /// Most probes of one sweep without `--force`: each keeps 16 bytes of state (2^24: 256
 /// MiB), and one sweep holds at most 2^32.
 pub const MAX_PROBES: u64 = 1 << 24;
@@ -377,16 +400,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for (i, why) in &report.rejected {
         eprintln!("netpoller: {} not probed: {why}", addrs[*i]);
     }
-    let c = &report.counters;
-    let ignored = c.stale + c.foreign + c.spoofed + c.malformed + c.duplicate + c.late;
-    let noted =
-        ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 || report.receive_drops > 0;
-    if noted && !quiet {
-        eprintln!(
-            "ignored replies: {} stale, {} foreign, {} spoofed, {} malformed, {} duplicate, {} late; {} send errors, {} receive errors, {} dropped for a full receive buffer",
-            c.stale, c.foreign, c.spoofed, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors, report.receive_drops
-        );
+    if !quiet {
+        for note in notes(&report) {
+            eprintln!("{note}");
+        }
     }
+    let c = &report.counters;
     tracing::info!(
         sent = c.sent,
         received = c.received,
@@ -535,6 +554,26 @@ mod tests {
             let e = expand_targets(&s(&[mapped]), 1, false).unwrap_err();
             assert!(e.to_string().contains("IPv4-mapped"), "{e}");
         }
+    }
+
+    /// A probe the kernel refuses counts as lost: the notes say why (a bare count of
+    /// send errors left a host "unreachable" with no reason).
+    #[test]
+    fn notes_name_the_first_refused_probe() {
+        let mut report = poller::icmp_driver::SweepReport::default();
+        assert!(notes(&report).is_empty());
+        report.counters.send_errors = 2;
+        report.first_send_error = Some((
+            "127.255.255.255".parse().unwrap(),
+            "Permission denied (os error 13)".into(),
+        ));
+        let got = notes(&report);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].contains("2 send errors"), "{got:?}");
+        assert!(
+            got[1].ends_with("the first to 127.255.255.255: Permission denied (os error 13)"),
+            "{got:?}"
+        );
     }
 
     fn text_line(a: IpAddr, st: &PingStats) -> String {
