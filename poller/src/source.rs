@@ -71,6 +71,7 @@ const NOT_DEVICES: [Block; 6] = [
 /// * Not an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`). RFC 4291 keeps those off the
 ///   wire, but the kernel sends to one as IPv6, through the IPv6 default route, to an
 ///   address no host has; the user meant `a.b.c.d`, which the error says.
+/// * Not link-local (fe80::/10, [`LINK_LOCAL_WHY`]).
 /// * Not in one of `NOT_DEVICES`: the unspecified address (`0.0.0.0`, `::`: a
 ///   placeholder of exports, which Linux delivers to this host), 0.0.0.0/8, a
 ///   multicast or the broadcast address (many hosts or none would answer for one
@@ -84,6 +85,9 @@ pub fn check_address(ip: IpAddr) -> Result<IpAddr, String> {
             "{ip} is the IPv4 address {v4} written as IPv6 (IPv4-mapped: never sent as \
              such); write {v4}"
         ));
+    }
+    if matches!(ip, IpAddr::V6(a) if a.is_unicast_link_local()) {
+        return Err(format!("{ip} is {LINK_LOCAL_WHY}"));
     }
     let n = bits(ip);
     match NOT_DEVICES
@@ -118,8 +122,25 @@ pub fn check_range(first: IpAddr, last: IpAddr) -> Result<(), String> {
              write the IPv4 range"
         ));
     }
+    if first.is_ipv6() && a <= LINK_LOCAL.1 && b >= LINK_LOCAL.0 {
+        return Err(format!(
+            "{first}..{last} holds addresses that are {LINK_LOCAL_WHY}"
+        ));
+    }
     Ok(())
 }
+
+/// fe80::/10, first and last address.
+const LINK_LOCAL: (u128, u128) = (0xfe80 << 112, (0xfec0 << 112) - 1);
+
+/// Why a link-local target is refused: an address of fe80::/10 names a host only
+/// together with a link (`fe80::1%eth0`), and items and targets carry none. Sent
+/// without one, Linux picks a link by its routes (the only one with an fe80::/64 route,
+/// say): the probe leaves whatever interface that is, and the device reads as down on
+/// a poller with several links.
+const LINK_LOCAL_WHY: &str = "link-local (fe80::/10): it names a device only together with \
+    an interface (fe80::1%eth0), which netpoller does not take; poll the device by a \
+    global or unique-local address";
 
 /// An address as a number (IPv4 in the low 32 bits).
 fn bits(ip: IpAddr) -> u128 {
@@ -312,9 +333,25 @@ mod tests {
         for (a, b) in [
             ("1.0.0.0", "1.0.0.255"),
             ("240.0.0.0", "240.0.0.255"),
-            ("fe80::", "fe80::ff"),
+            ("fec0::", "fec0::ff"),
+            (
+                "fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ff00",
+                "fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            ),
         ] {
             assert!(check_range(ip(a), ip(b)).is_ok(), "{a}..{b}");
+        }
+        // Link-local: any overlap with fe80::/10.
+        for (a, b) in [
+            ("fe80::", "fe80::ff"),
+            (
+                "febf:ffff:ffff:ffff:ffff:ffff:ffff:ff00",
+                "febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            ),
+            ("fe7f:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "fe80::"),
+        ] {
+            let e = check_range(ip(a), ip(b)).unwrap_err();
+            assert!(e.contains("link-local (fe80::/10)"), "{e}");
         }
     }
 
@@ -343,9 +380,20 @@ mod tests {
             "223.255.255.255",
             "240.0.0.1",
             "127.255.255.255",
-            "fe80::1",
+            "fec0::1",
+            "fd00::1",
         ] {
             assert_eq!(check_address(ip(ok)), Ok(ip(ok)));
+        }
+        // Link-local: without an interface, the kernel picks the link (one with an
+        // fe80::/64 route) and the probe leaves there, whatever link the device is on.
+        for bad in ["fe80::1", "febf::1", "fe80::1:2:3:4"] {
+            let e = check_address(ip(bad)).unwrap_err();
+            assert!(
+                e.starts_with(&format!("{bad} is link-local (fe80::/10)")),
+                "{e}"
+            );
+            assert!(e.ends_with("global or unique-local address"), "{e}");
         }
     }
 
