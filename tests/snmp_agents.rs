@@ -1120,3 +1120,71 @@ async fn a_stop_cuts_an_snmp_iteration_short_after_its_grace() {
     }
     assert_eq!(got, [("h0".to_string(), true)]);
 }
+
+/// Every iteration's driver busy (one here) while work comes due: a slow host (silent,
+/// a 1.5 s timeout) holds the only driver while a quick one's 1 s slots come and pass.
+/// When the slow iteration ended, its driver came back to the engine's loop before its
+/// emitter (which the loop takes back only when it reaps the ended iteration); with
+/// work due, the loop took the driver, found no emitter, put the driver back and took
+/// it again, never reaping: the engine spun on one core and polled nothing more.
+#[tokio::test(flavor = "current_thread")]
+async fn an_engine_whose_drivers_were_all_busy_goes_on_polling() {
+    use poller::daemon::{run_engine, Clock, Drivers, Limits, Shared, SnmpDrivers};
+    use poller::plan::{Engine, HostSpec, ItemKind, ItemSpec, Plan, SnmpParams, SnmpVersion};
+    // Nothing listens on these: every poll times out.
+    let host = |name: &str, ip: [u8; 4], timeout_ms: u64| HostSpec {
+        name: name.into(),
+        ip: std::net::IpAddr::from(ip),
+        snmp: Some(Arc::new(SnmpParams {
+            version: SnmpVersion::V2c,
+            community: "public".into(),
+            usm: None,
+            port: 16161,
+            timeout: Duration::from_millis(timeout_ms),
+            retries: 0,
+            max_oids_per_request: 16,
+            max_inflight_per_host: 1,
+        })),
+        items: vec![ItemSpec {
+            itemid: poller::plan::derive_itemid(name, "k"),
+            key: "k".into(),
+            value_type: poller::value::ValueType::Uint,
+            interval_ms: 1_000,
+            kind: ItemKind::Snmp {
+                oid: Oid::from_arcs(&[1, 3, 6, 1, 2, 1, 1, 3, 0]).unwrap(),
+            },
+            pre: None,
+        }],
+    };
+    let plan = Plan::build(vec![
+        host("slow", [127, 0, 42, 21], 1_500),
+        host("quick", [127, 0, 42, 22], 100),
+    ]);
+    let limits = Limits {
+        batch_window: Duration::ZERO,
+        ..Limits::default()
+    };
+    let shared = Shared::new(plan, 1, Clock::new(), limits);
+    let (tx, mut rx) = poller::engine::channel(4096);
+    let quick = tokio::spawn(async move {
+        let mut n = 0;
+        while let Some(b) = rx.recv().await {
+            n += b.iter().filter(|s| &*s.host == "quick").count();
+        }
+        n
+    });
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let open = || SnmpDriver::open(SnmpDriverOptions::default());
+    let drivers = Drivers::Snmp(SnmpDrivers {
+        base: vec![open().unwrap()],
+        extra: 0,
+        open: Box::new(open),
+    });
+    let engine = tokio::spawn(run_engine(shared, Engine::Snmp, drivers, tx, stop_rx));
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    stop_tx.send(true).unwrap();
+    engine.await.unwrap().unwrap();
+    // Polled every 1.5 to 2 s (it waits for the slow host's iterations): 4 or more.
+    let n = quick.await.unwrap();
+    assert!(n >= 3, "the quick host was polled {n} times in 8 s");
+}

@@ -1003,7 +1003,7 @@ pub async fn run_engine(
                 _ = woken => continue,
                 _ = shutdown.changed() => continue,
                 Some(r) = running.join_next(), if !running.is_empty() => {
-                    failed = reap(r, &mut emitters, &mut extras).err();
+                    failed = reap(r, &mut emitters, (&pool_tx, &mut extras)).err();
                     continue;
                 }
             }
@@ -1020,7 +1020,7 @@ pub async fn run_engine(
                 biased;
                 s = pool_rx.recv() => break s.map(|s| (s, false)),
                 Some(r) = running.join_next(), if !running.is_empty() => {
-                    if let Err(why) = reap(r, &mut emitters, &mut extras) {
+                    if let Err(why) = reap(r, &mut emitters, (&pool_tx, &mut extras)) {
                         failed = Some(why);
                         break None;
                     }
@@ -1053,7 +1053,6 @@ pub async fn run_engine(
         }
         last_start = Instant::now();
         let shared2 = shared.clone();
-        let pool_tx2 = pool_tx.clone();
         let stop_rx = shutdown.clone();
         running.spawn(async move {
             #[cfg(debug_assertions)]
@@ -1111,15 +1110,6 @@ pub async fn run_engine(
             emitter.drain().await;
             (0..dues.len()).for_each(&mut complete);
             m.skipped_slots.add(skipped);
-            // A base driver goes back to the pool now; an extra with the emitter, to the
-            // loop's idle extras.
-            let extra = match extra {
-                true => Some(slot),
-                false => {
-                    let _ = pool_tx2.send(slot);
-                    None
-                }
-            };
             shared2.wake.notify_waiters();
             if lateness > shared2.limits.late_after {
                 m.late_iterations.inc();
@@ -1142,12 +1132,16 @@ pub async fn run_engine(
                 lateness_s = format_args!("{:.3}", lateness.as_secs_f64()),
                 "iteration"
             );
-            (emitter, extra)
+            // The driver goes back with the emitter, when the loop reaps this
+            // iteration: a driver back in the pool before its emitter was taken by the
+            // loop with work due, which found no emitter, put it back and took it
+            // again, never reaping (the engine spun and polled nothing more).
+            (emitter, slot, extra)
         });
     }
     // Shutdown: no new work; let running iterations reach their deadline and flush.
     while let Some(r) = running.join_next().await {
-        if let Err(why) = reap(r, &mut emitters, &mut extras) {
+        if let Err(why) = reap(r, &mut emitters, (&pool_tx, &mut extras)) {
             failed.get_or_insert(why);
         }
     }
@@ -1218,20 +1212,19 @@ impl Extras {
     }
 }
 
-/// Takes back the emitter (and an extra SNMP driver) of an iteration that ended; `Err`
-/// with the panic's message when it panicked (its emitter, driver and taken items are
-/// lost with it).
+/// Takes back the emitter and the driver of an iteration that ended (a base driver to
+/// the pool, an extra one to the idle extras), together: the loop never finds a driver
+/// without an emitter for it. `Err` with the panic's message when it panicked (its
+/// emitter, driver and taken items are lost with it).
 fn reap(
-    r: Result<(Emitter, Option<Slot>), tokio::task::JoinError>,
+    r: Result<(Emitter, Slot, bool), tokio::task::JoinError>,
     emitters: &mut Vec<Emitter>,
-    extras: &mut Option<Extras>,
+    (pool, extras): (&mpsc::UnboundedSender<Slot>, &mut Option<Extras>),
 ) -> Result<(), String> {
     match r {
-        Ok((e, extra)) => {
+        Ok((e, slot, extra)) => {
             emitters.push(e);
-            if let (Some(x), Some(s)) = (extras.as_mut(), extra) {
-                x.idle.push(s);
-            }
+            put_back(slot, extra, pool, extras);
             Ok(())
         }
         Err(e) => Err(match e.try_into_panic() {
