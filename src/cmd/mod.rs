@@ -30,6 +30,13 @@ pub struct PlanArgs {
     /// Overrides `daemon.shard`.
     #[arg(long, value_name = "I/N", value_parser = config::parse_shard)]
     pub shard: Option<(u32, u32)>,
+    /// `run` once started: the `daemon.icmp_batch_hosts` its ICMP engines take sweeps
+    /// of (a setting that applies only at start). The plans of its reloads and re-plans
+    /// group ICMP hosts into sweeps of that size, whatever the file says now: grouped
+    /// for a larger one, a group was more hosts than one sweep takes, and its sweeps
+    /// queued behind each other (late iterations until the restart).
+    #[arg(skip)]
+    pub started_icmp_batch_hosts: Option<usize>,
 }
 
 impl PlanArgs {
@@ -97,7 +104,13 @@ impl PlanArgs {
     }
 
     fn plan(&self, mut cfg: Config, text: Arc<str>, found: Found) -> Loaded {
+        // The file's value stays in `cfg` (a reload names it as changed).
+        let asked = cfg.daemon.icmp_batch_hosts;
+        if let Some(started) = self.started_icmp_batch_hosts {
+            cfg.daemon.icmp_batch_hosts = started;
+        }
         let plan = cfg.take_plan(self.shard, trim_heap);
+        cfg.daemon.icmp_batch_hosts = asked;
         trim_heap();
         Loaded {
             cfg,

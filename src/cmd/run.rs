@@ -39,7 +39,7 @@ pub struct Args {
     pub user: Option<String>,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     hold_sighup(true);
     let super::Loaded {
         cfg,
@@ -53,6 +53,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
+    // The engines' sweeps are of this size until a restart: so are a reload's groups.
+    args.plan.started_icmp_batch_hosts = Some(cfg.daemon.icmp_batch_hosts);
     // Before any socket: every request leaves from the source address.
     crate::cmd::check_sources(&cfg)?;
     let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
@@ -1577,5 +1579,48 @@ mod tests {
             took < 2 * limit,
             "the start waited {took:?} for a server that never answers ({limit:?} each time)"
         );
+    }
+
+    /// `daemon.icmp_batch_hosts` raised in the file and reloaded (a setting the
+    /// engines take only at start, as the reload's warning says): the reload's plan
+    /// put 254 hosts on one phase for sweeps of 4,096, while the engines still took 64
+    /// a sweep: four sweeps of each group's hosts came due at once, queued behind
+    /// each other. Grouped for the engines' size, they are spread as before.
+    #[test]
+    fn a_reload_groups_icmp_sweeps_for_the_batch_the_engines_take() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let text = |batch: usize| {
+            format!(
+                "[daemon]\nicmp_batch_hosts = {batch}\n\
+                 [[templates]]\nname = \"icmp\"\nitems = [{{ key = \"icmpping\", interval = \"10s\" }}]\n\
+                 [[host_ranges]]\ncidr = \"127.0.42.0/24\"\nname = \"p-{{ip}}\"\ntemplates = [\"icmp\"]\n"
+            )
+        };
+        let phases = |args: &super::super::PlanArgs| {
+            let plan = args
+                .load(Some(&crate::config::Found::default()))
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{e}"))
+                .plan;
+            let phases: std::collections::HashSet<u64> =
+                plan.tasks.iter().map(|t| t.phase_ms).collect();
+            (plan.tasks.len(), phases.len())
+        };
+        let mut args = super::super::PlanArgs {
+            config: path.clone(),
+            shard: None,
+            started_icmp_batch_hosts: None,
+        };
+        std::fs::write(&path, text(64)).unwrap();
+        let (tasks, at_start) = phases(&args);
+        assert_eq!(tasks, 254);
+        assert!(at_start > 1, "{at_start} sweeps of 64 for 254 hosts");
+        args.started_icmp_batch_hosts = Some(64);
+        std::fs::write(&path, text(4_096)).unwrap();
+        assert_eq!(phases(&args), (254, at_start));
+        // Without a running daemon's size (check-config, poll-once): the file's.
+        args.started_icmp_batch_hosts = None;
+        assert_eq!(phases(&args), (254, 1));
     }
 }
