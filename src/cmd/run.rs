@@ -508,25 +508,27 @@ fn reload(
             }
             let cfg = &loaded.cfg;
             let plan = std::mem::take(&mut loaded.plan);
-            let fixed = restart_only_changes(running, cfg);
-            if !fixed.is_empty() {
-                tracing::warn!(
-                    keys = %fixed.join(", "),
-                    "SIGHUP: these settings changed but apply only at start; restart to use them (hosts and items are reloaded)"
-                );
-            }
             let (h, i) = (plan.hosts.len(), plan.items.len());
             let old = shared.plan();
             let before = old.hosts.len();
             if h == 0 && before > 0 {
                 // A file caught empty or half-written (an editor, a deployment tool) by
-                // the reload would stop all polling without a word.
+                // the reload would stop all polling without a word. (Checked before
+                // the settings that need a restart: an empty file's defaults are no
+                // change to warn of.)
                 shared.reload_failed();
                 tracing::error!(
                     hosts_before = before,
                     "SIGHUP: new configuration rejected, the old one keeps running: it has no hosts (an empty or half-written file?); to poll nothing, stop the daemon"
                 );
                 return None;
+            }
+            let fixed = restart_only_changes(running, cfg);
+            if !fixed.is_empty() {
+                tracing::warn!(
+                    keys = %fixed.join(", "),
+                    "SIGHUP: these settings changed but apply only at start; restart to use them (hosts and items are reloaded)"
+                );
             }
             let rate = plan.icmp_probe_rate();
             let wanted = wanted(rate);
@@ -1622,5 +1624,45 @@ mod tests {
         // Without a running daemon's size (check-config, poll-once): the file's.
         args.started_icmp_batch_hosts = None;
         assert_eq!(phases(&args), (254, 1));
+    }
+
+    /// A reload that finds the file empty is refused, and says only that: it warned
+    /// first that `[clickhouse]`, `daemon.shards`, ... "changed but apply only at
+    /// start; restart to use them" (the empty file's defaults), which a restart would
+    /// have done, with no hosts.
+    #[test]
+    fn a_refused_empty_reload_names_no_settings_to_restart_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let running = crate::config::parse(
+            "[daemon]\nshards = 2\nmetrics_listen = \"127.0.42.1:9464\"\n\
+             [[hosts]]\nname = \"h\"\nip = \"127.0.42.30\"\n\
+             items = [{ key = \"icmpping\", interval = \"10s\" }]\n",
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        let plan = plan_of(&["a"]);
+        let shared = Shared::new(plan, 2, Clock::new(), Limits::default());
+        std::fs::write(&path, "").unwrap();
+        let args = Args {
+            plan: super::super::PlanArgs {
+                config: path,
+                shard: None,
+                started_icmp_batch_hosts: None,
+            },
+            user: None,
+        };
+        let log = crate::test_util::SharedBuf::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish();
+        let reloaded = tracing::subscriber::with_default(sub, || {
+            let mut found = crate::config::Found::default();
+            reload(&args, &running, &shared, 1, |_| 1, (&mut found, &[])).is_some()
+        });
+        assert!(!reloaded);
+        let text = log.text();
+        assert!(text.contains("it has no hosts"), "{text}");
+        assert!(!text.contains("apply only at start"), "{text}");
     }
 }
