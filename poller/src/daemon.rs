@@ -60,6 +60,14 @@ impl Clock {
     }
 }
 
+/// Unix time now in milliseconds, from the wall clock: what a timestamp others read
+/// is (the scheduler's [`Clock`] goes by the monotonic clock since the start, and
+/// drifts from it by every step of the wall clock since).
+fn unix_ms() -> u64 {
+    let (s, ns) = clock_now();
+    u64::from(s) * 1000 + u64::from(ns / 1_000_000)
+}
+
 impl Default for Clock {
     fn default() -> Self {
         Self::new()
@@ -223,7 +231,7 @@ impl Shared {
             pipeline: Arc::new(PipelineCounters::default()),
             reloads_ok: Counter::default(),
             reloads_failed: Counter::default(),
-            loaded_at_ms: AtomicU64::new(clock.now_ms()),
+            loaded_at_ms: AtomicU64::new(unix_ms()),
             last_reload_failed: AtomicBool::new(false),
             failing: Arc::default(),
             generation: AtomicU64::new(0),
@@ -247,8 +255,7 @@ impl Shared {
     pub fn reload(&self, plan: Plan) {
         self.replace_plan(plan);
         self.reloads_ok.inc();
-        self.loaded_at_ms
-            .store(self.clock.now_ms(), Ordering::Relaxed);
+        self.loaded_at_ms.store(unix_ms(), Ordering::Relaxed);
         self.last_reload_failed.store(false, Ordering::Relaxed);
     }
 
@@ -1337,4 +1344,31 @@ pub async fn poll_once(
     };
     let (a, b) = tokio::join!(icmp_fut, snmp_fut);
     a.and(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The reload timestamp is read against wall clocks (alerts: "no reload took in a
+    /// day"): stamped with the scheduler's clock, it was off by every step of the wall
+    /// clock since the start (here, an hour of the scheduler's time that the wall clock
+    /// did not see).
+    #[tokio::test(start_paused = true)]
+    async fn the_reload_timestamp_is_wall_time() {
+        let shared = Shared::new(Plan::build(Vec::new()), 1, Clock::new(), Limits::default());
+        tokio::time::advance(Duration::from_secs(3600)).await;
+        shared.reload(Plan::build(Vec::new()));
+        let mut out = Exposition::new();
+        shared.render(&mut out);
+        let text = out.finish();
+        let stamped: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("netpoller_config_last_reload_success_timestamp_seconds "))
+            .expect("the gauge")
+            .parse()
+            .unwrap();
+        let wall = unix_ms() as f64 / 1000.0;
+        assert!((wall - stamped).abs() < 60.0, "{stamped} against {wall}");
+    }
 }
