@@ -706,10 +706,16 @@ pub(crate) async fn replay_segment(
     let w = shared.writer.as_ref().expect("replay needs a writer");
     // Reading and scanning a segment (up to 64 MiB) off the runtime's thread: the
     // daemon's runs signals, the sink and the metrics endpoint.
-    let (seg2, metrics) = (seg.clone(), shared.metrics.clone());
+    // Its damage is counted (and logged) at its first scan only: a segment held back
+    // is scanned again at each pass.
+    let (seg2, sh) = (seg.clone(), shared.clone());
     let (bytes, records) = tokio::task::spawn_blocking(move || {
         let bytes = spool::read_segment(&seg2)?;
-        let records = spool::scan_logged(&seg2, &bytes, &metrics);
+        let records = if lock(&sh.spool).first_scan(seg2.seq) {
+            spool::scan_logged(&seg2, &bytes, &sh.metrics)
+        } else {
+            crate::record::scan(&bytes).0
+        };
         Ok::<_, SpoolError>((bytes, records))
     })
     .await

@@ -115,6 +115,10 @@ pub struct Spool {
     /// dropped. One segment is replayed at a time: another number replaces them. Lost
     /// at a stop: a restart may send these records once more.
     acked_in_memory: (u64, HashSet<u64>),
+    /// Segments whose damaged records were counted lost (and logged): a segment
+    /// scanned again (a later pass over one ClickHouse held back) does not count them
+    /// once more.
+    damage_counted: HashSet<u64>,
 }
 
 /// Which spool: their metrics differ (rejected batches were counted as rejected, not
@@ -318,6 +322,7 @@ impl Spool {
             metrics,
             kind,
             acked_in_memory: (0, HashSet::new()),
+            damage_counted: HashSet::new(),
         };
         s.publish();
         if !s.sealed.is_empty() {
@@ -499,6 +504,13 @@ impl Spool {
         acks
     }
 
+    /// Whether segment `seq`'s damaged records are still to be counted and logged
+    /// ([`scan_logged`]): true the first time it is asked only. A segment is scanned at
+    /// each pass of a replay; its damage is lost once.
+    pub(crate) fn first_scan(&mut self, seq: u64) -> bool {
+        self.damage_counted.insert(seq)
+    }
+
     fn enforce_cap(&mut self) {
         while self.total_bytes() > self.cfg.max_bytes {
             let Some(i) = self
@@ -623,6 +635,7 @@ impl Spool {
                 }
             }
         }
+        self.damage_counted.remove(&seq);
         self.release(seq);
         self.publish();
     }
