@@ -20,7 +20,7 @@ use crate::batch::Batch;
 use crate::config::SpoolConfig;
 use crate::metrics::{DropReason, SinkMetrics};
 use crate::record;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -108,13 +108,14 @@ pub struct Spool {
     dirty: bool,
     metrics: Arc<SinkMetrics>,
     kind: Kind,
-    /// Records of one segment (its number) that ClickHouse confirmed (or refused for
+    /// Records of each segment (by number) that ClickHouse confirmed (or refused for
     /// good) but whose `.ack` entry could not be written (a full disk): replay skips
     /// them as it does acknowledged ones, so a retry does not insert them again and
     /// the segment still drains (freeing the disk), and the cap does not count them as
-    /// dropped. One segment is replayed at a time: another number replaces them. Lost
-    /// at a stop: a restart may send these records once more.
-    acked_in_memory: (u64, HashSet<u64>),
+    /// dropped. Kept until the segment leaves the spool (replayed, set aside or dropped
+    /// by the cap): a segment held back is left for others and replayed again later.
+    /// Lost at a stop: a restart may send these records once more.
+    acked_in_memory: HashMap<u64, HashSet<u64>>,
     /// Segments whose damaged records were counted lost (and logged): a segment
     /// scanned again (a later pass over one ClickHouse held back) does not count them
     /// once more.
@@ -321,7 +322,7 @@ impl Spool {
             dirty: false,
             metrics,
             kind,
-            acked_in_memory: (0, HashSet::new()),
+            acked_in_memory: HashMap::new(),
             damage_counted: HashSet::new(),
         };
         s.publish();
@@ -488,18 +489,16 @@ impl Spool {
     /// `.ack` entry could not be written. True for the first of the segment (to say it
     /// once).
     pub fn remember_ack(&mut self, seq: u64, offset: u64) -> bool {
-        if self.acked_in_memory.0 != seq {
-            self.acked_in_memory = (seq, HashSet::new());
-        }
-        self.acked_in_memory.1.insert(offset) && self.acked_in_memory.1.len() == 1
+        let acks = self.acked_in_memory.entry(seq).or_default();
+        acks.insert(offset) && acks.len() == 1
     }
 
     /// Offsets of the records of `seg` done with: those of its `.ack` file and those
     /// remembered by [`Spool::remember_ack`].
     pub fn confirmed(&self, seg: &Segment) -> HashSet<u64> {
         let mut acks = load_acks(seg);
-        if self.acked_in_memory.0 == seg.seq {
-            acks.extend(&self.acked_in_memory.1);
+        if let Some(in_memory) = self.acked_in_memory.get(&seg.seq) {
+            acks.extend(in_memory);
         }
         acks
     }
@@ -539,6 +538,7 @@ impl Spool {
                     })
                     .unwrap_or(0),
             };
+            self.acked_in_memory.remove(&seg.seq);
             let _ = fs::remove_file(&seg.path);
             let _ = fs::remove_file(seg.ack_path());
             tracing::warn!(
@@ -598,6 +598,7 @@ impl Spool {
         let i = self.sealed.iter().position(|s| s.seq == seq)?;
         let seg = self.sealed.remove(i)?;
         self.release(seq);
+        self.acked_in_memory.remove(&seq);
         let first = seg.path.with_extension(format!("seg.{UNREADABLE}"));
         let to = std::iter::once(first.clone())
             .chain((2..1000).map(|k| first.with_extension(format!("{UNREADABLE}.{k}"))))
@@ -636,6 +637,7 @@ impl Spool {
             }
         }
         self.damage_counted.remove(&seq);
+        self.acked_in_memory.remove(&seq);
         self.release(seq);
         self.publish();
     }
@@ -980,6 +982,38 @@ mod tests {
         }
         // Of the segment dropped, only the record ClickHouse does not have.
         assert_eq!(m.dropped_rows(DropReason::SpoolCap), 2);
+    }
+
+    /// Confirmations noted in memory (the `.ack` file could not be written) are kept
+    /// per segment until it is done: the daemon turns to other segments while one is
+    /// held back (ClickHouse refuses records of it), and the first confirmation noted
+    /// for another segment replaced the held one's, so its next pass sent the records
+    /// ClickHouse already had again.
+    #[test]
+    fn confirmations_in_memory_outlive_the_replay_of_another_segment() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let mut s = Spool::open(&cfg(tmp.path(), 1 << 30), m).unwrap();
+        s.append(&batch(1, 100)).unwrap();
+        s.append(&batch(2, 100)).unwrap();
+        s.close();
+        s.append(&batch(3, 100)).unwrap();
+        s.close();
+        // Segment 1: its first record stored (noted in memory only), its second
+        // refused: held back.
+        let held = s.checkout_oldest().unwrap();
+        let recs = record::scan(&read_segment(&held).unwrap()).0;
+        assert!(s.remember_ack(held.seq, recs[0].offset));
+        s.release(held.seq);
+        // The replayer turns to segment 2, whose record is stored (noted in memory).
+        let next = s.checkout_oldest_but(&HashSet::from([held.seq])).unwrap();
+        assert_ne!(next.seq, held.seq);
+        assert!(s.remember_ack(next.seq, 0));
+        s.finish(next.seq);
+        // The next pass over segment 1 still skips its first record.
+        let again = s.checkout_oldest().unwrap();
+        assert_eq!(again.seq, held.seq);
+        assert_eq!(s.confirmed(&again), HashSet::from([recs[0].offset]));
     }
 
     #[test]
