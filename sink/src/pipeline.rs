@@ -663,7 +663,8 @@ pub(crate) const SUSPECT_AFTER: u32 = 5;
 /// A suspect is passed over, staying in its segment, and the records after it are
 /// tried. It goes to the reject spool only when, on a later pass, it fails
 /// [`SUSPECT_AFTER`] times again with the same ClickHouse exception code (an HTTP
-/// error without one never rejects) although ClickHouse has stored a batch of the
+/// error without one never rejects, nor does a code that describes the server's state,
+/// such as too many parts or read-only) although ClickHouse has stored a batch of the
 /// same table since it was suspected. A server or a table that
 /// refuses everything therefore never rejects anything: no batch of it is stored
 /// meanwhile, and a suspect then gets a single attempt per pass. A pass stops at the
@@ -786,15 +787,14 @@ pub(crate) async fn replay_segment(
                 let s = suspects.as_deref_mut().expect("checked");
                 let code = crate::writer::exception_code(&e.message);
                 let now = stored();
-                // Refused alike (a ClickHouse exception code, not a bare HTTP error), by
-                // a full round of tries, after a batch of its table was stored.
+                // Refused alike (a ClickHouse exception code, not a bare HTTP error nor
+                // one that describes the server's state, such as too many parts), by a
+                // full round of tries, after a batch of its table was stored.
                 let full = server_tries == Some(SUSPECT_AFTER);
+                let for_itself = code.is_some_and(|c| !crate::writer::is_server_state(c));
                 match s.records.get(&key) {
                     Some(known)
-                        if known.code == code
-                            && code.is_some()
-                            && full
-                            && known.stored_then < now =>
+                        if known.code == code && for_itself && full && known.stored_then < now =>
                     {
                         s.records.remove(&key);
                         reject(shared, batch, &e, Refusal::KeptRefusing).await;

@@ -532,6 +532,34 @@ const DATA_ERROR_CODES: &[u32] = &[
     271, // CANNOT_DECOMPRESS
 ];
 
+/// ClickHouse exception codes that describe the server's state (overloaded, read-only,
+/// out of disk, its coordination down), not the batch it refused: the same bytes are
+/// stored once the server recovers, and a spooled batch refused with one is never taken
+/// for one refused for itself (the replayer's suspects, set aside in the reject spool),
+/// even while other batches of its table are stored in between (a server just under
+/// its limit, then over it again).
+const SERVER_STATE_CODES: &[u32] = &[
+    159, // TIMEOUT_EXCEEDED
+    164, // READONLY
+    202, // TOO_MANY_SIMULTANEOUS_QUERIES
+    203, // NO_FREE_CONNECTION
+    209, // SOCKET_TIMEOUT
+    210, // NETWORK_ERROR
+    225, // NO_ZOOKEEPER
+    242, // TABLE_IS_READ_ONLY
+    243, // NOT_ENOUGH_SPACE
+    252, // TOO_MANY_PARTS
+    319, // UNKNOWN_STATUS_OF_INSERT
+    425, // SYSTEM_ERROR
+    999, // KEEPER_EXCEPTION
+];
+
+/// Whether exception `code` describes the server's state rather than the batch it
+/// refused ([`SERVER_STATE_CODES`]).
+pub(crate) fn is_server_state(code: u32) -> bool {
+    SERVER_STATE_CODES.contains(&code)
+}
+
 /// Extracts `N` from ClickHouse's `Code: N, e.displayText() = ...` (18.x) or
 /// `Code: N. DB::Exception: ...` (current), or from a bare exception-code header value.
 pub fn exception_code(message: &str) -> Option<u32> {

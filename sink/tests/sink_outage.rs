@@ -924,3 +924,96 @@ async fn batches_spooled_behind_inserts_that_never_end_are_reported_and_not_held
     );
     assert_eq!((report.rows_spooled, report.rows_dropped), (total, 0));
 }
+
+/// A fake ClickHouse node on 127.0.41.1 that stores every request (HTTP 200, empty
+/// answer: no rows for the schema check) but those whose body holds `poison`, which it
+/// refuses with `refusal` as a ClickHouse exception (HTTP 500). One request per
+/// connection. Returns its URL and how many poisoned requests it refused.
+fn poisoned_node(
+    poison: &'static [u8],
+    refusal: &'static str,
+) -> (String, Arc<std::sync::atomic::AtomicU64>) {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.41.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let r2 = refused.clone();
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            let Ok(mut c) = c else { continue };
+            let refused = r2.clone();
+            std::thread::spawn(move || {
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let Some((_, body)) = read_request(&mut c) else {
+                    return;
+                };
+                let (status, text) = if body.windows(poison.len()).any(|w| w == poison) {
+                    refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    ("500 Internal Server Error", refusal)
+                } else {
+                    ("200 OK", "")
+                };
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
+                    text.len()
+                );
+            });
+        }
+    });
+    (url, refused)
+}
+
+/// "Too many parts" says the server is behind with its merges, not that a batch is
+/// bad: a spooled batch refused with it while other batches of its table get stored
+/// in between (the server just under its limit, then over it again: what a replay of
+/// a large spool does to it) stays spooled. It went to the reject spool, out of the
+/// replay for good, once two passes over it had failed so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spooled_batch_refused_for_too_many_parts_is_never_rejected() {
+    common::init_logs();
+    let too_many_parts = "Code: 252, e.displayText() = DB::Exception: Too many parts (300). Merges are processing significantly slower than inserts., e.what() = DB::Exception\n";
+    let (url, refused) = poisoned_node(b"POISON", too_many_parts);
+    let cfg = ClickHouseConfig {
+        url: Some(url),
+        batch_rows: 10,
+        flush_interval: Duration::from_millis(50),
+        max_attempts: 1,
+        retry_backoff: Duration::from_millis(10),
+        retry_backoff_max: Duration::from_millis(50),
+        request_timeout: Duration::from_secs(5),
+        compression: Compression::None,
+        ..ClickHouseConfig::default()
+    };
+    let (sink, h, metrics, _spool) = start_sink(cfg).await;
+    let poison = Row {
+        hostname: "POISON".into(),
+        ..row(0)
+    };
+    h.send(poison, Table::Uint).await.unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || metrics.spooled_rows() == 1),
+        "the refused batch was not spooled"
+    );
+    // Other rows of the table keep being stored while the replayer passes over the
+    // refused batch again and again (5 tries at the first pass, 5 more at a pass after
+    // rows of its table were stored: a rejection came at the 10th).
+    let t0 = Instant::now();
+    let mut i = 1;
+    while refused.load(std::sync::atomic::Ordering::SeqCst) < 15 && metrics.rejected_rows() == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "{}",
+            metrics.render_text()
+        );
+        h.send(row(i), Table::Uint).await.unwrap();
+        i += 1;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(metrics.rejected_rows(), 0, "a good batch was rejected");
+    assert!(wait_until(Duration::from_secs(30), || written(&metrics) == i - 1));
+    drop(h);
+    let report = sink.shutdown().await.unwrap();
+    assert_eq!(report.rows_dropped, 0);
+    assert!(report.spool_bytes > 0, "the refused batch stays spooled");
+}
