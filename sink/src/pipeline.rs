@@ -667,9 +667,11 @@ pub(crate) const SUSPECT_AFTER: u32 = 5;
 /// such as too many parts or read-only) although ClickHouse has stored a batch of the
 /// same table since it was suspected. A server or a table that
 /// refuses everything therefore never rejects anything: no batch of it is stored
-/// meanwhile, and a suspect then gets a single attempt per pass. A pass stops at the
-/// second record in a row that fails, since the server, not the record, is then the
-/// likely cause.
+/// meanwhile, and a suspect then gets a single attempt per pass. A pass stops when two
+/// records in a row of two tables fail, since the server, not the record, is then the
+/// likely cause; two in a row of one table pass over that table's other records for
+/// the rest of the pass (ClickHouse refuses that table: read-only, or of other column
+/// types), and the records of the other tables are still replayed.
 #[derive(Debug, Default)]
 pub(crate) struct Suspects {
     /// (segment, record offset) → when it was suspected.
@@ -727,10 +729,17 @@ pub(crate) async fn replay_segment(
     })??;
     let bytes = Bytes::from(bytes);
     let acks = lock(&shared.spool).confirmed(seg);
-    // The last record passed over, and whether the one before it failed too.
+    // The last record passed over; the table of the last record tried, when it failed;
+    // the tables two records of which in a row failed in this pass (ClickHouse refuses
+    // that table: its other records are passed over without a try, and those of the
+    // other tables behind them are still replayed).
     let mut held: Option<InsertError> = None;
-    let mut failed_last = false;
+    let mut failed_last: Option<Table> = None;
+    let mut refused_tables: HashSet<Table> = HashSet::new();
     for rec in records.into_iter().filter(|r| !acks.contains(&r.offset)) {
+        if refused_tables.contains(&rec.table) {
+            continue;
+        }
         let batch = Batch {
             table: rec.table,
             rows: rec.rows,
@@ -769,7 +778,7 @@ pub(crate) async fn replay_segment(
             Attempts::Stored => {
                 shared.metrics.replayed(u64::from(batch.rows));
                 confirm(shared, seg, rec.offset);
-                failed_last = false;
+                failed_last = None;
                 if let Some(s) = suspects.as_deref_mut() {
                     s.records.remove(&key);
                 }
@@ -777,7 +786,7 @@ pub(crate) async fn replay_segment(
             Attempts::Refused(e) => {
                 reject(shared, batch, &e, Refusal::BadData).await;
                 confirm(shared, seg, rec.offset);
-                failed_last = false;
+                failed_last = None;
             }
             // Stopping: the record stays spooled.
             Attempts::GaveUp(_) | Attempts::Abandoned if *shutdown.borrow() => {
@@ -799,7 +808,7 @@ pub(crate) async fn replay_segment(
                         s.records.remove(&key);
                         reject(shared, batch, &e, Refusal::KeptRefusing).await;
                         confirm(shared, seg, rec.offset);
-                        failed_last = false;
+                        failed_last = None;
                         continue;
                     }
                     Some(known) if known.code == code => {}
@@ -811,8 +820,15 @@ pub(crate) async fn replay_segment(
                         s.records.insert(key, fresh);
                     }
                 }
-                if std::mem::replace(&mut failed_last, true) {
-                    return Ok(Replayed::Held(e));
+                // Two records in a row failed: of two tables, the server is the likely
+                // cause (the pass ends); of one, that table (its records are passed
+                // over for the rest of the pass).
+                match failed_last.replace(batch.table) {
+                    Some(t) if t != batch.table => return Ok(Replayed::Held(e)),
+                    Some(_) => {
+                        refused_tables.insert(batch.table);
+                    }
+                    None => {}
                 }
                 held = Some(e);
             }

@@ -926,11 +926,11 @@ async fn batches_spooled_behind_inserts_that_never_end_are_reported_and_not_held
 }
 
 /// A fake ClickHouse node on 127.0.41.1 that stores every request (HTTP 200, empty
-/// answer: no rows for the schema check) but those whose body holds `poison`, which it
-/// refuses with `refusal` as a ClickHouse exception (HTTP 500). One request per
-/// connection. Returns its URL and how many poisoned requests it refused.
+/// answer: no rows for the schema check) but those `poisoned(head, body)` says are,
+/// which it refuses with `refusal` as a ClickHouse exception (HTTP 500). One request
+/// per connection. Returns its URL and how many poisoned requests it refused.
 fn poisoned_node(
-    poison: &'static [u8],
+    poisoned: fn(&str, &[u8]) -> bool,
     refusal: &'static str,
 ) -> (String, Arc<std::sync::atomic::AtomicU64>) {
     use std::io::Write;
@@ -944,10 +944,10 @@ fn poisoned_node(
             let refused = r2.clone();
             std::thread::spawn(move || {
                 c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                let Some((_, body)) = read_request(&mut c) else {
+                let Some((head, body)) = read_request(&mut c) else {
                     return;
                 };
-                let (status, text) = if body.windows(poison.len()).any(|w| w == poison) {
+                let (status, text) = if poisoned(&head, &body) {
                     refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     ("500 Internal Server Error", refusal)
                 } else {
@@ -973,7 +973,10 @@ fn poisoned_node(
 async fn a_spooled_batch_refused_for_too_many_parts_is_never_rejected() {
     common::init_logs();
     let too_many_parts = "Code: 252, e.displayText() = DB::Exception: Too many parts (300). Merges are processing significantly slower than inserts., e.what() = DB::Exception\n";
-    let (url, refused) = poisoned_node(b"POISON", too_many_parts);
+    let (url, refused) = poisoned_node(
+        |_, body| body.windows(6).any(|w| w == b"POISON"),
+        too_many_parts,
+    );
     let cfg = ClickHouseConfig {
         url: Some(url),
         batch_rows: 10,
@@ -1016,4 +1019,74 @@ async fn a_spooled_batch_refused_for_too_many_parts_is_never_rejected() {
     let report = sink.shutdown().await.unwrap();
     assert_eq!(report.rows_dropped, 0);
     assert!(report.spool_bytes > 0, "the refused batch stays spooled");
+}
+
+/// Writes one spool segment to `dir` of a record of 10 rows per table of `tables`, in
+/// that order (rows `10k..10k+9` for the k-th record), as an earlier run left it.
+fn spool_tables(dir: &std::path::Path, tables: &[Table]) {
+    let m = Arc::new(SinkMetrics::default());
+    let mut sp = sink::spool::Spool::open(&SpoolConfig::new(dir), m).unwrap();
+    for (k, t) in tables.iter().enumerate() {
+        let mut buf = bytes::BytesMut::new();
+        for i in 0..10 {
+            let mut r = row((10 * k + i) as u64);
+            if *t == Table::Str {
+                r.value = RowValue::Str("x".into());
+            }
+            sink::rowbinary::encode_row(&mut buf, &r);
+        }
+        sp.append(&sink::Batch {
+            table: *t,
+            rows: 10,
+            first_clock: BASE,
+            data: buf.freeze(),
+        })
+        .unwrap();
+    }
+    sp.close();
+}
+
+/// One table ClickHouse refuses (read-only, or of other column types) while it takes
+/// the others: two of its records in a row in a spooled segment ended each pass over
+/// the segment ("the server, not the record, is the likely cause"), so the records of
+/// the other tables behind them were never replayed while the table was refused, and
+/// the spool's cap dropped them in the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_behind_a_refused_tables_are_replayed() {
+    common::init_logs();
+    let readonly = "Code: 242, e.displayText() = DB::Exception: Table is in readonly mode, e.what() = DB::Exception\n";
+    let (url, refused) = poisoned_node(|head, _| head.contains("history_str"), readonly);
+    let spool = tempfile::tempdir().unwrap();
+    spool_tables(
+        spool.path(),
+        &[Table::Str, Table::Str, Table::Uint, Table::Str, Table::Dbl],
+    );
+    let cfg = ClickHouseConfig {
+        url: Some(url),
+        retry_backoff: Duration::from_millis(10),
+        retry_backoff_max: Duration::from_millis(50),
+        compression: Compression::None,
+        ..ClickHouseConfig::default()
+    };
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(spool.path()), metrics.clone())
+        .await
+        .unwrap();
+    let m = metrics.clone();
+    let replayed = wait_until(Duration::from_secs(30), || {
+        m.rows_written(Table::Uint) == 10 && m.rows_written(Table::Dbl) == 10
+    });
+    drop(h);
+    sink.shutdown().await.unwrap();
+    assert!(
+        replayed,
+        "the other tables' records were not replayed ({} str INSERTs refused)",
+        refused.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    assert_eq!(metrics.rows_written(Table::Str), 0);
+    assert_eq!(metrics.rejected_rows(), 0);
+    assert!(
+        metrics.spool_bytes() > 0,
+        "the refused table's records stay spooled"
+    );
 }
