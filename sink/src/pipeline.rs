@@ -340,12 +340,23 @@ async fn insert_task(shared: Arc<Shared>, batch: Batch) {
         return;
     };
     let max = w.config().max_attempts;
-    let again = |failures: u32, _: &InsertError| {
-        failures < max && !shared.shutting_down.load(Ordering::SeqCst) && shared.ok()
+    // A batch of a table the server's check found with other columns: sent again, it
+    // is kept back again (until a check passes the table).
+    let again = |failures: u32, e: &InsertError| {
+        failures < max
+            && !e.table_mismatch()
+            && !shared.shutting_down.load(Ordering::SeqCst)
+            && shared.ok()
     };
     match insert_with_retries(&shared, w, &batch, again, None).await {
         Attempts::Stored => {}
         Attempts::Refused(e) => reject(&shared, batch, &e, Refusal::BadData).await,
+        // One table of other columns: the server takes the other tables' batches, so
+        // it is not unavailable (which would send every table's batches to the spool);
+        // this one is spooled until the table is fixed.
+        Attempts::GaveUp(e) if e.table_mismatch() => {
+            spool_batch(&shared, batch, "table columns do not match").await;
+        }
         Attempts::GaveUp(e) => {
             shared.set_unhealthy(&e);
             spool_batch(&shared, batch, "insert failed").await;
@@ -761,7 +772,11 @@ pub(crate) async fn replay_segment(
         let again = |failures: u32, e: &InsertError| {
             // As for a new batch: ClickHouse counts as unavailable once a record has
             // failed as often as a new batch may (one failure on one node of several
-            // sent every new batch to the spool, and kept it there).
+            // sent every new batch to the spool, and kept it there), unless only its
+            // table's columns do not match (which no retry changes: passed over).
+            if e.table_mismatch() {
+                return false;
+            }
             if failures >= w.config().max_attempts {
                 shared.set_unhealthy(e);
             }

@@ -193,7 +193,7 @@ impl Check {
                 } else {
                     ErrorClass::Server
                 },
-                format!("the table's columns do not match: {why}"),
+                format!("{COLUMNS_MISMATCH}: {why}"),
             )),
         }
     }
@@ -504,7 +504,17 @@ impl Writer {
     }
 }
 
+/// How the error of a batch the check keeps back begins ([`Check::verdict`]).
+const COLUMNS_MISMATCH: &str = "the table's columns do not match";
+
 impl InsertError {
+    /// The batch was kept back because the last check of the server found its table
+    /// with other columns: the server answers, and takes the other tables' batches.
+    /// Sending it again changes nothing until a check passes the table.
+    pub(crate) fn table_mismatch(&self) -> bool {
+        self.class == ErrorClass::Server && self.message.starts_with(COLUMNS_MISMATCH)
+    }
+
     /// The server has no such database or table.
     fn schema_missing(&self) -> bool {
         self.class == ErrorClass::Server
