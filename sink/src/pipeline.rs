@@ -773,11 +773,16 @@ pub(crate) async fn replay_segment(
             // As for a new batch: ClickHouse counts as unavailable once a record has
             // failed as often as a new batch may (one failure on one node of several
             // sent every new batch to the spool, and kept it there), unless only its
-            // table's columns do not match (which no retry changes: passed over).
+            // table's columns do not match (which no retry changes: passed over). A
+            // server error may be the record's own (too big for the memory limit)
+            // while the server takes everything else: new batches find out for
+            // themselves whether it refuses them too (and mark it unavailable then).
             if e.table_mismatch() {
                 return false;
             }
-            if failures >= w.config().max_attempts {
+            if failures >= w.config().max_attempts
+                && (e.class != ErrorClass::Server || shared.one_shot)
+            {
                 shared.set_unhealthy(e);
             }
             if e.class == ErrorClass::Server {

@@ -1200,3 +1200,63 @@ async fn a_table_of_other_types_does_not_send_the_other_tables_rows_to_the_spool
     assert_eq!(str_inserts.load(std::sync::atomic::Ordering::SeqCst), 0);
     assert_eq!(metrics.rows_written(Table::Str), 0);
 }
+
+/// A spooled batch ClickHouse refuses for itself (too big for its memory limit) while
+/// it takes every other: the replayer's first round of tries at it marked the whole
+/// server unavailable ("ClickHouse unavailable, spooling batches until it answers"),
+/// and every new batch of every table went to the spool until the replayer stored
+/// another; with nothing else spooled, the new batches themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spooled_batch_refused_for_itself_does_not_send_new_batches_to_the_spool() {
+    common::init_logs();
+    let (url, refused) = poisoned_node(|_, body| body.windows(6).any(|w| w == b"POISON"), TOO_BIG);
+    let spool = tempfile::tempdir().unwrap();
+    {
+        let m = Arc::new(SinkMetrics::default());
+        let mut sp = sink::spool::Spool::open(&SpoolConfig::new(spool.path()), m).unwrap();
+        let mut buf = bytes::BytesMut::new();
+        let poison = Row {
+            hostname: "POISON".into(),
+            ..row(0)
+        };
+        sink::rowbinary::encode_row(&mut buf, &poison);
+        sp.append(&sink::Batch {
+            table: Table::Uint,
+            rows: 1,
+            first_clock: BASE,
+            data: buf.freeze(),
+        })
+        .unwrap();
+        sp.close();
+    }
+    let cfg = ClickHouseConfig {
+        url: Some(url),
+        batch_rows: 10,
+        compression: Compression::None,
+        retry_backoff: Duration::from_millis(10),
+        retry_backoff_max: Duration::from_millis(50),
+        ..ClickHouseConfig::default()
+    };
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(spool.path()), metrics.clone())
+        .await
+        .unwrap();
+    // The replayer's first round at it (5 tries) is over.
+    assert!(wait_until(Duration::from_secs(20), || {
+        refused.load(std::sync::atomic::Ordering::SeqCst) >= 5
+    }));
+    for i in 1..=10 {
+        h.send(row(i), Table::Uint).await.unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || metrics
+            .rows_written(Table::Uint)
+            == 10),
+        "{}",
+        metrics.render_text()
+    );
+    assert_eq!(metrics.spooled_rows(), 0, "new rows were spooled");
+    drop(h);
+    sink.shutdown().await.unwrap();
+    assert_eq!(metrics.rejected_rows(), 0);
+}
