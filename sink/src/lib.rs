@@ -68,6 +68,17 @@ pub const CHANNEL_CAPACITY: usize = 4096;
 /// 30 s in the unit we ship), when unspooled batches would be lost to SIGKILL.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The sink's health, read apart from the sink ([`Sink::health_reader`]).
+#[derive(Clone)]
+pub struct HealthReader(Arc<Shared>);
+
+impl HealthReader {
+    /// As [`Sink::health`].
+    pub fn health(&self) -> Health {
+        self.0.health()
+    }
+}
+
 /// State of the sink, for logs, `/metrics` and health checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Health {
@@ -247,6 +258,13 @@ impl Sink {
     /// Current state.
     pub fn health(&self) -> Health {
         self.shared.health()
+    }
+
+    /// Reads [`Sink::health`] without holding the sink: what a health endpoint keeps.
+    /// Holding the sink itself, a connection task the endpoint had not dropped yet
+    /// when the daemon stopped kept it from being flushed.
+    pub fn health_reader(&self) -> HealthReader {
+        HealthReader(self.shared.clone())
     }
 
     /// The metrics passed to `start`.

@@ -133,7 +133,6 @@ async fn daemon(
     )
     .await
     .context("starting the sink")?;
-    let sink = Arc::new(sink);
     let shared = Shared::new(plan, cfg.daemon.shards, Clock::new(), super::limits(&cfg));
     // Bound before "started" is logged: a port in use is a failed start, not one that
     // said it started.
@@ -178,7 +177,7 @@ async fn daemon(
     let http = if let Some(listener) = metrics_listener {
         let (s1, s2, sm) = (shared.clone(), shared.clone(), sink_metrics.clone());
         let dm = discovery_metrics.clone();
-        let sink2 = sink.clone();
+        let sink2 = sink.health_reader();
         let render = Arc::new(move || {
             let mut out = poller::metrics::Exposition::new();
             out.gauge(
@@ -344,8 +343,6 @@ async fn daemon(
     if let Some(h) = http {
         let _ = h.await;
     }
-    let sink =
-        Arc::try_unwrap(sink).map_err(|_| anyhow::anyhow!("sink still shared at shutdown"))?;
     let report = sink.shutdown().await.context("flushing the sink")?;
     tracing::info!(
         values = delivered,
