@@ -373,6 +373,9 @@ struct HostState {
     next: u32,
     /// Items to (re)send before `next` (split or error leftovers).
     requeue: VecDeque<u32>,
+    /// Items to ask alone, one request each, before `requeue` (OIDs an agent left out
+    /// of its answer): the host's other items keep their request size.
+    solo: VecDeque<u32>,
     max_oids: usize,
     /// `max_oids` at the start of the iteration (the job's, or the learned limit).
     start_max_oids: usize,
@@ -403,6 +406,13 @@ struct HostState {
     finished: bool,
     /// SNMPv3 only.
     usm: Option<Box<UsmHost>>,
+}
+
+impl HostState {
+    /// Items not sent yet (or to send again).
+    fn unsent(&self, job: &HostJob) -> usize {
+        self.solo.len() + self.requeue.len() + (job.oids.len() - self.next as usize)
+    }
 }
 
 /// What an SNMPv3 host's state adds.
@@ -523,6 +533,7 @@ impl<'j> Iteration<'j> {
             it.hosts.push(HostState {
                 next: 0,
                 requeue: VecDeque::new(),
+                solo: VecDeque::new(),
                 max_oids,
                 start_max_oids: max_oids,
                 max_ok: 0,
@@ -630,7 +641,7 @@ impl<'j> Iteration<'j> {
             let job = &self.jobs[hu];
             let st = &mut self.hosts[hu];
             st.queued = false;
-            let unsent = st.requeue.len() + (job.oids.len() - st.next as usize);
+            let unsent = st.unsent(job);
             if st.finished || unsent == 0 || st.inflight.len() >= job.max_inflight.max(1) {
                 continue;
             }
@@ -652,21 +663,24 @@ impl<'j> Iteration<'j> {
                     return Some(self.launch(buf, h, id, items, bytes, now, Purpose::Discovery));
                 }
             }
-            while items.len() < st.max_oids {
-                if let Some(i) = st.requeue.pop_front() {
-                    items.push(i);
-                } else if (st.next as usize) < job.oids.len() {
-                    items.push(st.next);
-                    st.next += 1;
-                } else {
-                    break;
+            if let Some(i) = st.solo.pop_front() {
+                items.push(i);
+            } else {
+                while items.len() < st.max_oids {
+                    if let Some(i) = st.requeue.pop_front() {
+                        items.push(i);
+                    } else if (st.next as usize) < job.oids.len() {
+                        items.push(st.next);
+                        st.next += 1;
+                    } else {
+                        break;
+                    }
                 }
             }
             self.issued += 1;
             self.encode_get(hu, id, &items, &mut bytes, now);
             let st = &mut self.hosts[hu];
-            let more = st.inflight.len() + 1 < job.max_inflight.max(1)
-                && st.requeue.len() + (job.oids.len() - st.next as usize) > 0;
+            let more = st.inflight.len() + 1 < job.max_inflight.max(1) && st.unsent(job) > 0;
             if more {
                 st.queued = true;
                 self.ready.push_back(h);
@@ -1330,10 +1344,10 @@ impl<'j> Iteration<'j> {
                     self.shrink(host, n, n / 2, false);
                     self.requeue_front(host, &missing);
                 } else {
-                    // One at a time: an agent that leaves an OID out of a request of one
-                    // answers with no varbind, which fails that item alone.
-                    self.hosts[host].max_oids = 1;
-                    self.requeue_front(host, &missing);
+                    // Each alone: an agent that leaves an OID out of a request of one
+                    // answers with no varbind, which fails that item alone. The host's
+                    // other items keep their request size (it was not a size problem).
+                    self.hosts[host].solo.extend(missing);
                 }
                 return;
             }
@@ -1456,8 +1470,9 @@ impl<'j> Iteration<'j> {
         if self.stopping {
             let total = self.jobs[host].oids.len() as u32;
             let st = &mut self.hosts[host];
-            let unsent: Vec<u32> = std::mem::take(&mut st.requeue)
+            let unsent: Vec<u32> = std::mem::take(&mut st.solo)
                 .into_iter()
+                .chain(std::mem::take(&mut st.requeue))
                 .chain(std::mem::replace(&mut st.next, total)..total)
                 .collect();
             for i in unsent {
@@ -1466,7 +1481,7 @@ impl<'j> Iteration<'j> {
         }
         let job = &self.jobs[host];
         let st = &mut self.hosts[host];
-        let unsent = st.requeue.len() + (job.oids.len() - st.next as usize);
+        let unsent = st.unsent(job);
         if unsent == 0 && st.inflight.is_empty() {
             st.finished = true;
             self.open_hosts -= 1;
@@ -1504,8 +1519,12 @@ impl<'j> Iteration<'j> {
                 self.recycle(e);
             }
         }
-        let requeue = std::mem::take(&mut self.hosts[host].requeue);
-        for i in requeue {
+        let st = &mut self.hosts[host];
+        let unsent: Vec<u32> = std::mem::take(&mut st.solo)
+            .into_iter()
+            .chain(std::mem::take(&mut st.requeue))
+            .collect();
+        for i in unsent {
             self.fail(host, i as usize, f.clone());
         }
         let total = self.jobs[host].oids.len() as u32;

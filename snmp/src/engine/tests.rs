@@ -1202,6 +1202,24 @@ fn an_agent_that_leaves_an_unknown_oid_out_gets_the_others_paired_by_oid() {
 }
 
 #[test]
+fn an_oid_left_out_is_asked_alone_and_the_rest_keep_their_request_size() {
+    // 40 items at 10 OIDs per request, the third unknown to an agent that leaves it out
+    // of its answer: it is asked again alone (and fails), and the 30 items after it
+    // still go 10 per request, not one at a time for the rest of the iteration.
+    let (mut a, oids) = agent_with(40);
+    a.values.remove(&oid(&oids[2]));
+    a.omit_unknown = true;
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = iterate(&[job(1, &refs)], &mut agents, HostMemory::default());
+    assert_eq!(request_sizes(&out), [10, 1, 10, 10, 10]);
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.len(), 40);
+    assert_eq!(items[&2], Err(ItemFailure::EmptyResponse));
+    assert!(items.iter().all(|(&k, r)| k == 2 || r.is_ok()));
+}
+
+#[test]
 fn iteration_deadline_ends_everything() {
     let (mut a, oids) = agent_with(1);
     a.silent = true;
@@ -1270,6 +1288,9 @@ proptest! {
         // 3 forged unauthenticated answers, 4 an agent that rebooted since its engine
         // was remembered (time window resync), 5 an agent replaced since (new engine ID).
         modes in proptest::collection::vec(0u8..6, 12),
+        // Per v2c host: its agent does not know the second OID and leaves it out of
+        // its answers (instead of noSuchObject).
+        omits in proptest::collection::vec(any::<bool>(), 12),
         // Stopped (a shutdown) this long after the start, or never.
         stop_ms in proptest::option::of(0u64..4000),
     ) {
@@ -1303,6 +1324,10 @@ proptest! {
             a.silent = silent;
             a.silent_over = silent_over;
             a.latency = Duration::from_millis(lat);
+            if mode == 0 && omits[i] {
+                a.values.remove(&oid(&oids[1]));
+                a.omit_unknown = true;
+            }
             if mode > 0 {
                 let (id, boots): (&[u8], u32) = match mode {
                     4 => (ENGINE_A, 2),
@@ -1340,7 +1365,11 @@ proptest! {
                 }
             }
             let (.., drop_first, _, trunc, silent, _, _) = hosts[h];
-            if modes[h] == 0 && !silent && drop_first == 0 && trunc >= j.oids.len() && j.retries >= 1 {
+            let omitted = modes[h] == 0 && omits[h];
+            if omitted {
+                prop_assert!(items.get(&1).is_none_or(|r| r.is_err()));
+            }
+            if modes[h] == 0 && !omitted && !silent && drop_first == 0 && trunc >= j.oids.len() && j.retries >= 1 {
                 // An agent that answers one OID alone gets every value, whatever sizes it
                 // refuses (tooBig) or ignores (silence).
                 prop_assert!(items.values().all(Result::is_ok), "{:?} {:?}", hosts[h], items);
