@@ -387,6 +387,8 @@ struct HostState {
     /// `failed_at` was learned from silence only (no tooBig or short answer at that
     /// size): see [`RETRY_SILENT_AFTER`].
     failed_silent: bool,
+    /// Every failure behind `failed_at` in this iteration.
+    fails: Vec<SizeFail>,
     /// An attempt of one of its requests timed out in this iteration.
     timed_out: bool,
     /// The probe in flight (see [`Purpose::Probe`]); not in `inflight`: it holds up
@@ -406,6 +408,29 @@ struct HostState {
     finished: bool,
     /// SNMPv3 only.
     usm: Option<Box<UsmHost>>,
+}
+
+/// A request size that failed in this iteration (see [`Iteration::shrink`]).
+struct SizeFail {
+    size: usize,
+    silent: bool,
+    /// The request's items when the agent said tooBig; empty for a short or silent
+    /// answer.
+    items: Vec<u32>,
+}
+
+/// The smallest failed size and whether it failed by silence alone, with one more
+/// failure of `failed` OIDs.
+fn merge_fail(
+    (failed_at, failed_silent): (Option<usize>, bool),
+    failed: usize,
+    silent: bool,
+) -> (Option<usize>, bool) {
+    match failed_at {
+        Some(f) if f < failed => (Some(f), failed_silent),
+        Some(f) if f == failed => (Some(f), failed_silent && silent),
+        _ => (Some(failed), silent),
+    }
 }
 
 impl HostState {
@@ -539,6 +564,7 @@ impl<'j> Iteration<'j> {
                 max_ok: 0,
                 failed_at: None,
                 failed_silent: false,
+                fails: Vec::new(),
                 timed_out: false,
                 probe: None,
                 alive: false,
@@ -973,7 +999,7 @@ impl<'j> Iteration<'j> {
         } else {
             n / 2
         };
-        self.shrink(host, n, size, true);
+        self.shrink(host, n, size, true, &[]);
         self.requeue_front(host, &e.items);
         self.recycle(e);
         self.after_progress(host);
@@ -1341,7 +1367,7 @@ impl<'j> Iteration<'j> {
                     (0..n).filter(|&k| !answered[k]).map(|k| items[k]).collect();
                 if missing.len() == n {
                     // Nothing it answered was asked: as a short answer of nothing.
-                    self.shrink(host, n, n / 2, false);
+                    self.shrink(host, n, n / 2, false, &[]);
                     self.requeue_front(host, &missing);
                 } else {
                     // Each alone: an agent that leaves an OID out of a request of one
@@ -1373,7 +1399,7 @@ impl<'j> Iteration<'j> {
                 } else {
                     // The agent returned what fits: ask for the rest with that size.
                     let size = if count > 0 { count } else { n / 2 };
-                    self.shrink(host, n, size, false);
+                    self.shrink(host, n, size, false, &[]);
                     self.requeue_front(host, &items[count..]);
                 }
             }
@@ -1382,16 +1408,31 @@ impl<'j> Iteration<'j> {
         if status == ErrorStatus::TOO_BIG {
             self.stats.too_big += 1;
             if n > 1 {
-                self.shrink(host, n, n / 2, false);
+                self.shrink(host, n, n / 2, false, items);
                 self.requeue_front(host, items);
             } else {
-                self.fail(host, items[0] as usize, ItemFailure::ErrorStatus(status));
+                let culprit = items[0];
+                self.fail(host, culprit as usize, ItemFailure::ErrorStatus(status));
                 // One value too big for any message (a long string on an agent with a
                 // small message size): the halvings that isolated it went down to one
-                // OID for its sake. The host's other items go on at the largest size
-                // it answered in full in this iteration (what is learned too), not one
-                // at a time for good.
+                // OID for its sake. The tooBigs of the requests it was in say nothing
+                // of the agent's size limit: forgotten (else every iteration, which
+                // finds it again, would learn a limit of the size it was isolated at,
+                // and keep the host there for good). The host's other items go on at
+                // the largest size it answered in full in this iteration, or at the
+                // size it started with when nothing else failed.
                 let st = &mut self.hosts[host];
+                let before = st.fails.len();
+                st.fails.retain(|f| !f.items.contains(&culprit));
+                if st.fails.len() != before {
+                    (st.failed_at, st.failed_silent) = st
+                        .fails
+                        .iter()
+                        .fold((None, false), |acc, f| merge_fail(acc, f.size, f.silent));
+                    if st.failed_at.is_none() {
+                        st.max_oids = st.start_max_oids;
+                    }
+                }
                 st.max_oids = st.max_oids.max(st.max_ok).min(st.start_max_oids);
                 if let Some(f) = &mut st.failed_at {
                     *f = (*f).max(st.max_oids + 1);
@@ -1428,13 +1469,16 @@ impl<'j> Iteration<'j> {
 
     /// A request of `failed` OIDs was too big (said by the agent, or by its `silent`
     /// answer to nothing but one OID): use `size` from now on.
-    fn shrink(&mut self, host: usize, failed: usize, size: usize, silent: bool) {
+    /// `too_big`: the request's items when the agent said tooBig (empty otherwise).
+    fn shrink(&mut self, host: usize, failed: usize, size: usize, silent: bool, too_big: &[u32]) {
         let st = &mut self.hosts[host];
-        (st.failed_at, st.failed_silent) = match st.failed_at {
-            Some(f) if f < failed => (Some(f), st.failed_silent),
-            Some(f) if f == failed => (Some(f), st.failed_silent && silent),
-            _ => (Some(failed), silent),
-        };
+        st.fails.push(SizeFail {
+            size: failed,
+            silent,
+            items: too_big.to_vec(),
+        });
+        (st.failed_at, st.failed_silent) =
+            merge_fail((st.failed_at, st.failed_silent), failed, silent);
         let size = size.max(1);
         if size < st.max_oids {
             st.max_oids = size;

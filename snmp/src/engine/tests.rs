@@ -565,9 +565,9 @@ fn too_big_halves_and_is_remembered() {
 #[test]
 fn one_value_too_big_for_any_message_fails_alone_and_shrinks_nothing() {
     // 21 items, the 11th too big for any message of the agent: halvings isolate it
-    // (tooBig alone: unsupported), then the other items go on at the largest size
-    // answered in full (10), and the next iteration starts there too (the host fell
-    // to one OID per request for good).
+    // (tooBig alone: unsupported), then the other items go on at the size asked before
+    // (not one OID per request for good), and nothing is learned: the tooBigs were the
+    // culprit's, not the agent's limit.
     let (mut a, oids) = agent_with(21);
     a.too_big_with = Some(oid(&oids[10]));
     let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
@@ -582,14 +582,36 @@ fn one_value_too_big_for_any_message_fails_alone_and_shrinks_nothing() {
         Err(ItemFailure::ErrorStatus(ErrorStatus::TOO_BIG))
     );
     assert_eq!(items.values().filter(|r| r.is_ok()).count(), 20);
-    assert_eq!(out.memory.max_oids(&addr(1)), Some(10));
+    assert_eq!(out.memory.max_oids(&addr(1)), None);
     let out2 = iterate(&jobs, &mut agents, out.memory.clone());
     let sizes = request_sizes(&out2);
-    assert_eq!(sizes[0], 10, "{sizes:?}");
+    assert_eq!(sizes[0], 21, "{sizes:?}");
     // Within the first iteration too: after the culprit failed, the rest of its half
     // went at that size, not one at a time.
     let first = request_sizes(&out);
     assert!(first.len() <= 8, "{first:?}");
+}
+
+#[test]
+fn a_value_too_big_among_the_first_items_does_not_cap_the_host_for_good() {
+    // 40 items at 10 OIDs per request, the third too big for any message: isolating
+    // it takes requests of 5, 2 and 1, but those tooBigs were its own. The other items
+    // go on 10 per request, and every later iteration too (it once learned a limit of
+    // 2, never grown back: every iteration found the culprit again).
+    let (mut a, oids) = agent_with(40);
+    a.too_big_with = Some(oid(&oids[2]));
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let jobs = [job(1, &refs)];
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let mut memory = HostMemory::default();
+    for i in 0..3 {
+        let out = iterate(&jobs, &mut agents, memory);
+        let items = items_of(&out.events, 0);
+        assert_eq!(items.values().filter(|r| r.is_ok()).count(), 39);
+        assert_eq!(request_sizes(&out), [10, 5, 2, 2, 1, 10, 10, 10, 7], "{i}");
+        assert_eq!(out.memory.max_oids(&addr(1)), None);
+        memory = out.memory;
+    }
 }
 
 #[test]
