@@ -389,6 +389,9 @@ struct HostState {
     failed_silent: bool,
     /// Every failure behind `failed_at` in this iteration.
     fails: Vec<SizeFail>,
+    /// `max_oids` before an error-status without a usable error-index halved it to
+    /// isolate its culprit (restored once a request of one OID gets an error).
+    isolating: Option<usize>,
     /// An attempt of one of its requests timed out in this iteration.
     timed_out: bool,
     /// The probe in flight (see [`Purpose::Probe`]); not in `inflight`: it holds up
@@ -565,6 +568,7 @@ impl<'j> Iteration<'j> {
                 failed_at: None,
                 failed_silent: false,
                 fails: Vec::new(),
+                isolating: None,
                 timed_out: false,
                 probe: None,
                 alive: false,
@@ -1462,8 +1466,20 @@ impl<'j> Iteration<'j> {
             // No usable index: halve for this iteration to isolate the culprit, without
             // remembering the size.
             let st = &mut self.hosts[host];
+            st.isolating.get_or_insert(st.max_oids);
             st.max_oids = (n / 2).max(1).min(st.max_oids);
             self.requeue_front(host, items);
+        }
+        if n == 1 {
+            // The culprit of the halvings (if any) is found: the host's other items go
+            // on at the size they were asked at before, not one at a time (unless a
+            // tooBig meanwhile lowered it: that one is the agent's limit).
+            let st = &mut self.hosts[host];
+            if let Some(before) = st.isolating.take() {
+                if st.failed_at.is_none() {
+                    st.max_oids = st.max_oids.max(before);
+                }
+            }
         }
     }
 

@@ -30,6 +30,8 @@ struct Agent {
     /// Answer tooBig whenever a request asks for this OID (a value too big for any
     /// message of this agent).
     too_big_with: Option<Oid>,
+    /// Answer genErr without an error-index whenever a request asks for this OID.
+    gen_err_with: Option<Oid>,
     /// Answer only this many varbinds (a "short" response).
     truncate_to: usize,
     /// Drop this many first datagrams (forces retries).
@@ -61,6 +63,7 @@ impl Agent {
             values: values.iter().map(|(o, v)| (oid(o), v.clone())).collect(),
             too_big_over: usize::MAX,
             too_big_with: None,
+            gen_err_with: None,
             truncate_to: usize::MAX,
             drop_first: 0,
             omit_unknown: false,
@@ -114,6 +117,14 @@ impl Agent {
                 .is_some_and(|o| asked.contains(o))
         {
             echo(&mut out, 1, 0);
+            return Some(out);
+        }
+        if self
+            .gen_err_with
+            .as_ref()
+            .is_some_and(|o| asked.contains(o))
+        {
+            echo(&mut out, 5, 0);
             return Some(out);
         }
         if m.version == Version::V1 {
@@ -1239,6 +1250,26 @@ fn an_oid_left_out_is_asked_alone_and_the_rest_keep_their_request_size() {
     assert_eq!(items.len(), 40);
     assert_eq!(items[&2], Err(ItemFailure::EmptyResponse));
     assert!(items.iter().all(|(&k, r)| k == 2 || r.is_ok()));
+}
+
+#[test]
+fn an_error_without_index_is_isolated_and_the_rest_keep_their_request_size() {
+    // 40 items at 10 OIDs per request, the third answered genErr without an
+    // error-index: halvings isolate it (it fails alone), then the other items go on
+    // 10 per request, not one at a time for the rest of the iteration.
+    let (mut a, oids) = agent_with(40);
+    a.gen_err_with = Some(oid(&oids[2]));
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = iterate(&[job(1, &refs)], &mut agents, HostMemory::default());
+    let items = items_of(&out.events, 0);
+    assert_eq!(
+        items[&2],
+        Err(ItemFailure::ErrorStatus(ErrorStatus::GEN_ERR))
+    );
+    assert_eq!(items.values().filter(|r| r.is_ok()).count(), 39);
+    assert_eq!(request_sizes(&out), [10, 5, 2, 2, 1, 10, 10, 10, 7]);
+    assert!(out.memory.is_empty());
 }
 
 #[test]
