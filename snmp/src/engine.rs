@@ -1472,13 +1472,11 @@ impl<'j> Iteration<'j> {
         }
         if n == 1 {
             // The culprit of the halvings (if any) is found: the host's other items go
-            // on at the size they were asked at before, not one at a time (unless a
-            // tooBig meanwhile lowered it: that one is the agent's limit).
+            // on at the size they were asked at before, not one at a time (or at the
+            // agent's limit, when a tooBig meanwhile lowered it: see `shrink`).
             let st = &mut self.hosts[host];
             if let Some(before) = st.isolating.take() {
-                if st.failed_at.is_none() {
-                    st.max_oids = st.max_oids.max(before);
-                }
+                st.max_oids = st.max_oids.max(before);
             }
         }
     }
@@ -1498,6 +1496,9 @@ impl<'j> Iteration<'j> {
         let size = size.max(1);
         if size < st.max_oids {
             st.max_oids = size;
+        }
+        if let Some(before) = &mut st.isolating {
+            *before = (*before).min(size);
         }
     }
 

@@ -1273,6 +1273,27 @@ fn an_error_without_index_is_isolated_and_the_rest_keep_their_request_size() {
 }
 
 #[test]
+fn an_error_without_index_beside_a_size_limit_goes_on_at_the_limit() {
+    // As above, on an agent that also says tooBig above 4 OIDs: once the genErr's
+    // culprit is isolated, the rest goes at the size the tooBigs left (2, halved from
+    // 5), not one at a time.
+    let (mut a, oids) = agent_with(40);
+    a.gen_err_with = Some(oid(&oids[2]));
+    a.too_big_over = 4;
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = iterate(&[job(1, &refs)], &mut agents, HostMemory::default());
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.values().filter(|r| r.is_ok()).count(), 39);
+    let sizes = request_sizes(&out);
+    let culprit = sizes.iter().position(|&n| n == 1).unwrap();
+    assert!(
+        sizes[culprit + 1..sizes.len() - 1].iter().all(|&n| n == 2),
+        "{sizes:?}"
+    );
+}
+
+#[test]
 fn iteration_deadline_ends_everything() {
     let (mut a, oids) = agent_with(1);
     a.silent = true;
@@ -1341,9 +1362,10 @@ proptest! {
         // 3 forged unauthenticated answers, 4 an agent that rebooted since its engine
         // was remembered (time window resync), 5 an agent replaced since (new engine ID).
         modes in proptest::collection::vec(0u8..6, 12),
-        // Per v2c host: its agent does not know the second OID and leaves it out of
-        // its answers (instead of noSuchObject).
-        omits in proptest::collection::vec(any::<bool>(), 12),
+        // Per v2c host: 1 its agent does not know the second OID and leaves it out of
+        // its answers (instead of noSuchObject), 2 it answers genErr without an
+        // error-index to any request with the second OID.
+        faults in proptest::collection::vec(0u8..3, 12),
         // Stopped (a shutdown) this long after the start, or never.
         stop_ms in proptest::option::of(0u64..4000),
     ) {
@@ -1377,9 +1399,13 @@ proptest! {
             a.silent = silent;
             a.silent_over = silent_over;
             a.latency = Duration::from_millis(lat);
-            if mode == 0 && omits[i] {
-                a.values.remove(&oid(&oids[1]));
-                a.omit_unknown = true;
+            match (mode, faults[i]) {
+                (0, 1) => {
+                    a.values.remove(&oid(&oids[1]));
+                    a.omit_unknown = true;
+                }
+                (0, 2) => a.gen_err_with = Some(oid(&oids[1])),
+                _ => {}
             }
             if mode > 0 {
                 let (id, boots): (&[u8], u32) = match mode {
@@ -1418,7 +1444,7 @@ proptest! {
                 }
             }
             let (.., drop_first, _, trunc, silent, _, _) = hosts[h];
-            let omitted = modes[h] == 0 && omits[h];
+            let omitted = modes[h] == 0 && faults[h] > 0;
             if omitted {
                 prop_assert!(items.get(&1).is_none_or(|r| r.is_err()));
             }
