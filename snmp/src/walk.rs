@@ -5,7 +5,8 @@
 //! v1's noSuchName, or with [`WalkError::NotIncreasing`] when an agent loops (so a
 //! broken agent cannot keep it busy forever). The varbinds of a response before its
 //! first non-increasing OID are valid and delivered before that error, as net-snmp's
-//! walks print them before "OID not increasing".
+//! walks print them before "OID not increasing". A GETBULK answered tooBig is asked
+//! again from the same OID for half as many repetitions (down to one).
 
 use crate::message::{encode_request, ErrorStatus, Message, PduType, RequestKind, Version};
 use crate::oid::Oid;
@@ -135,6 +136,16 @@ impl Walk {
             return Err(WalkError::Unexpected);
         }
         self.request_id = None;
+        if msg.error_status == ErrorStatus::TOO_BIG
+            && self.version != Version::V1
+            && self.max_repetitions > 1
+        {
+            // An agent that says tooBig to a GETBULK instead of returning what fits
+            // (RFC 3416 §4.2.3 asks for the latter; some do this): ask again from the
+            // same OID for half as many, as Zabbix's walk does.
+            self.max_repetitions /= 2;
+            return Ok(());
+        }
         if msg.error_status != ErrorStatus::NO_ERROR {
             self.done = true;
             if msg.error_status == ErrorStatus::NO_SUCH_NAME && self.version == Version::V1 {
@@ -335,6 +346,37 @@ mod tests {
         assert_eq!((got.len(), r), (1, Ok(())));
         assert!(w.is_done());
         assert!(Walk::new_top(3, Version::V2c, 2).is_none());
+    }
+
+    #[test]
+    fn a_bulk_answered_too_big_is_asked_again_for_fewer() {
+        let mut w = Walk::new("1.3.6.1.2.1.2.2.1.2".parse().unwrap(), Version::V2c, 10);
+        let mut req = Vec::new();
+        w.next_request(&mut req, b"public", 1);
+        let resp = respond(&req, &[], 1);
+        assert_eq!(take(&mut w, &resp), (vec![], Ok(())));
+        assert!(!w.is_done());
+        for (id, reps) in [(2, 5), (3, 2), (4, 1)] {
+            req.clear();
+            w.next_request(&mut req, b"public", id);
+            let m = Message::decode(&req).unwrap();
+            assert_eq!(m.error_index, reps, "max-repetitions");
+            assert_eq!(
+                m.varbinds().next().unwrap().oid.to_string(),
+                ".1.3.6.1.2.1.2.2.1.2",
+                "from the same OID"
+            );
+            let resp = respond(&req, &[], 1);
+            if reps > 1 {
+                assert_eq!(take(&mut w, &resp), (vec![], Ok(())));
+                assert!(!w.is_done());
+            } else {
+                // One repetition still too big: the walk fails.
+                let (_, r) = take(&mut w, &resp);
+                assert!(matches!(r, Err(WalkError::ErrorStatus { .. })), "{r:?}");
+                assert!(w.is_done());
+            }
+        }
     }
 
     #[test]
