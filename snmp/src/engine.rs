@@ -28,7 +28,9 @@
 //!   (the agent was replaced) resynchronizes and resends, at most twice per host and
 //!   iteration.
 //! * Retries resend the same bytes with the same request-id (a late answer to the first
-//!   attempt still counts). A request that exhausts its retries kills its host for this
+//!   attempt still counts); SNMPv3 retries go encoded anew under a new msgID (RFC 3412
+//!   §6.2, as net-snmp's), the earlier ones kept as aliases so a late answer to any
+//!   attempt counts. A request that exhausts its retries kills its host for this
 //!   iteration: all of the host's remaining items fail with [`ItemFailure::Timeout`] at
 //!   once, so a dead host costs one `timeout × (retries + 1)` however many items it has
 //!   (unless a probe beside its first retry was answered: then the host is up and only
@@ -509,6 +511,9 @@ pub struct Iteration<'j> {
     /// that address (several users or contexts of one agent, a rediscovered engine): a
     /// salt is never used twice under one key, whatever the jobs.
     salts: HashMap<SocketAddr, u64>,
+    /// SNMPv3: the msgID of an earlier attempt of a request → the one it was sent
+    /// again under (see [`Self::renew_v3`]).
+    aliases: HashMap<i32, i32>,
     issued: u32,
     open_hosts: usize,
     /// [`Self::stop`] was called.
@@ -533,6 +538,7 @@ impl<'j> Iteration<'j> {
             pool: Vec::new(),
             scratch: Default::default(),
             salts: HashMap::new(),
+            aliases: HashMap::new(),
             issued: 0,
             open_hosts: 0,
             stopping: false,
@@ -628,7 +634,11 @@ impl<'j> Iteration<'j> {
         if self.stopping {
             return None;
         }
-        while let Some(id) = self.retransmit.pop_front() {
+        while let Some(mut id) = self.retransmit.pop_front() {
+            if !self.table.contains_key(&id) {
+                continue;
+            }
+            id = self.renew_v3(id, now);
             let Some(e) = self.table.get_mut(&id) else {
                 continue;
             };
@@ -719,6 +729,53 @@ impl<'j> Iteration<'j> {
             return Some(self.launch(buf, h, id, items, bytes, now, Purpose::Get));
         }
         None
+    }
+
+    /// SNMPv3: request `id`, about to be sent again, is encoded anew under a new msgID
+    /// (RFC 3412 §6.2: a retransmission SHOULD take a new msgID, as net-snmp's do;
+    /// an agent may drop a msgID it has seen as a duplicate) with the engine's clock
+    /// now (a retry after a long timeout would be out of the time window) and a fresh
+    /// salt. The old id stays an alias, so a late answer to an earlier attempt still
+    /// counts. Returns the id the request goes under (`id` itself for v1/v2c, a
+    /// discovery, or a host whose engine is gone).
+    fn renew_v3(&mut self, id: i32, now: Instant) -> i32 {
+        let Some(e) = self.table.get(&id) else {
+            return id;
+        };
+        let h = e.host as usize;
+        let Some(generation) = self.hosts[h]
+            .usm
+            .as_deref()
+            .filter(|u| u.engine.is_some())
+            .map(|u| u.generation)
+        else {
+            return id;
+        };
+        if e.purpose == Purpose::Discovery {
+            return id;
+        }
+        let Some(mut e) = self.table.remove(&id) else {
+            return id;
+        };
+        let new = ((self.opts.first_request_id.wrapping_add(self.issued)) & ID_MASK) as i32;
+        self.issued += 1;
+        let mut bytes = std::mem::take(&mut e.bytes);
+        bytes.clear();
+        self.encode_get(h, new, &e.items, &mut bytes, now);
+        e.bytes = bytes;
+        e.generation = generation;
+        let st = &mut self.hosts[h];
+        for x in st.inflight.iter_mut().chain(st.parked.iter_mut()) {
+            if *x == id {
+                *x = new;
+            }
+        }
+        if st.probe == Some(id) {
+            st.probe = Some(new);
+        }
+        self.table.insert(new, e);
+        self.aliases.insert(id, new);
+        new
     }
 
     /// Encodes request `id`, a GET of `items` of host `h`, into `bytes`.
@@ -1061,9 +1118,8 @@ impl<'j> Iteration<'j> {
             self.stats.not_response += 1;
             return Received::NotResponse;
         }
-        let id = msg.request_id;
-        let host = match self.match_request(id, src) {
-            Ok(h) => h,
+        let (host, id) = match self.match_request(msg.request_id, src) {
+            Ok(m) => m,
             Err(r) => return r,
         };
         let job = &self.jobs[host];
@@ -1078,8 +1134,17 @@ impl<'j> Iteration<'j> {
         self.complete(id, &msg)
     }
 
-    /// The host of in-flight request `id`, if `src` is where it went.
-    fn match_request(&mut self, id: i32, src: SocketAddr) -> Result<usize, Received> {
+    /// The host of in-flight request `id` (or of the request an earlier attempt `id` of
+    /// was renewed to: see [`Self::renew_v3`]), and the id it is in flight under, if
+    /// `src` is where it went.
+    fn match_request(&mut self, id: i32, src: SocketAddr) -> Result<(usize, i32), Received> {
+        let mut id = id;
+        while !self.table.contains_key(&id) {
+            match self.aliases.get(&id) {
+                Some(&next) => id = next,
+                None => break,
+            }
+        }
         let Some(e) = self.table.get(&id) else {
             let off = (id as u32).wrapping_sub(self.opts.first_request_id) & ID_MASK;
             if id >= 0 && off < self.issued {
@@ -1095,7 +1160,7 @@ impl<'j> Iteration<'j> {
             self.hosts[host].dropped = Some(Dropped::FromElsewhere(src));
             return Err(Received::WrongSource);
         }
-        Ok(host)
+        Ok((host, id))
     }
 
     /// Request `id` was answered by `msg`, an accepted Response.
@@ -1128,9 +1193,8 @@ impl<'j> Iteration<'j> {
                 return Received::Malformed;
             }
         };
-        let id = msg.msg_id;
-        let host = match self.match_request(id, src) {
-            Ok(h) => h,
+        let (host, id) = match self.match_request(msg.msg_id, src) {
+            Ok(m) => m,
             Err(r) => return r,
         };
         let Some(u) = self.hosts[host].usm.as_deref() else {
@@ -1189,7 +1253,7 @@ impl<'j> Iteration<'j> {
                 Received::Report
             }
             PduType::Response if !discovery => {
-                if pdu.request_id != id
+                if pdu.request_id != msg.msg_id
                     || !v3::accept_response(&user, self.engine_mut(host), msg, authentic, now)
                 {
                     self.stats.not_authentic += 1;

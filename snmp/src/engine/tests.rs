@@ -36,6 +36,10 @@ struct Agent {
     truncate_to: usize,
     /// Drop this many first datagrams (forces retries).
     drop_first: usize,
+    /// Lose this many first answers (the agent did the work, the reply got lost).
+    lose_replies: usize,
+    /// SNMPv3: drop a message whose msgID it has seen, as a duplicate (RFC 3412 §6.2).
+    dedupe_msg_ids: Option<std::collections::HashSet<i32>>,
     /// Leave OIDs it does not know out of its answers (instead of noSuchObject).
     omit_unknown: bool,
     silent: bool,
@@ -66,6 +70,8 @@ impl Agent {
             gen_err_with: None,
             truncate_to: usize::MAX,
             drop_first: 0,
+            lose_replies: 0,
+            dedupe_msg_ids: None,
             omit_unknown: false,
             silent: false,
             silent_over: usize::MAX,
@@ -90,7 +96,17 @@ impl Agent {
             return None;
         }
         if self.usm.is_some() {
-            return self.answer_v3(req, now);
+            if let Some(seen) = &mut self.dedupe_msg_ids {
+                if !seen.insert(V3Message::decode(req).ok()?.msg_id) {
+                    return None;
+                }
+            }
+            let out = self.answer_v3(req, now);
+            if self.lose_replies > 0 {
+                self.lose_replies -= 1;
+                return None;
+            }
+            return out;
         }
         let m = Message::decode(req).ok()?;
         if m.community != self.community.as_bytes() || m.varbind_count() > self.silent_over {
@@ -1464,7 +1480,7 @@ proptest! {
                 prop_assert!(items.values().all(|r| r.is_ok()), "host {}: {:?}", h, items);
             }
         }
-        // No salt twice under one engine's key (retransmissions resend the same bytes).
+        // No salt twice under one engine's key (a retransmission may resend the same bytes).
         let mut salts = std::collections::HashSet::new();
         for (_, t, bytes) in out.sent.iter().filter(|(_, t, _)| !t.retry) {
             if let Ok(m) = V3Message::decode(bytes) {
@@ -1671,6 +1687,43 @@ fn v3_resynchronizes_after_a_reboot_or_a_new_engine_id() {
     all_ok(&out, 10);
     assert_eq!((out.stats.reports, out.stats.discoveries), (2, 1));
     assert_eq!(out.memory.engine(&addr(1)).unwrap().id(), b"engine-b");
+}
+
+#[test]
+fn v3_retransmissions_take_a_new_msg_id_and_late_answers_still_count() {
+    // An agent that drops a msgID it has seen (a duplicate, RFC 3412 §6.2) and whose
+    // first answer is lost: the retry goes under a new msgID (as net-snmp's), with a
+    // fresh salt, and is answered.
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let (mut agents, oids) = v3_setup(&user, t0);
+    let mut memory = HostMemory::default();
+    memory.remember_engine(addr(1), Engine::new(user.clone(), ENGINE_A, 3, 0, t0));
+    let a = agents.get_mut(&addr(1)).unwrap();
+    a.dedupe_msg_ids = Some(Default::default());
+    a.lose_replies = 1;
+    let jobs = [v3_job(&user, &oids[..1])];
+    let out = simulate(&jobs, &mut agents, memory.clone(), Default::default(), t0);
+    all_ok(&out, 1);
+    let sent: Vec<(bool, V3Message<'_>)> = out
+        .sent
+        .iter()
+        .map(|(_, t, b)| (t.retry, V3Message::decode(b).unwrap()))
+        .collect();
+    assert_eq!(sent.len(), 2, "the request and its retry");
+    let (first, retry) = (&sent[0].1, &sent.iter().find(|s| s.0).unwrap().1);
+    assert_ne!(first.msg_id, retry.msg_id);
+    assert_ne!(first.priv_params, retry.priv_params);
+    assert_eq!(out.stats.timeouts, 1);
+
+    // An answer to the first attempt that comes after the retry left still counts
+    // (and the retry's own answer is then stale).
+    let (mut agents, _) = v3_setup(&user, t0);
+    agents.get_mut(&addr(1)).unwrap().latency = Duration::from_millis(1500);
+    let out = simulate(&jobs, &mut agents, memory, Default::default(), t0);
+    all_ok(&out, 1);
+    assert_eq!(out.elapsed, Duration::from_millis(1500));
+    assert_eq!((out.stats.retries, out.stats.stale), (1, 0));
 }
 
 #[test]
