@@ -24,9 +24,9 @@
 //!   key for that engine and carries at least the user's security level, so a forged
 //!   or mangled answer is dropped like a foreign one. Reports (unknown user, wrong
 //!   digest, ...) fail the host's items with [`ItemFailure::Report`]; a report that the
-//!   clock is out of the time window (authenticated) or that the engine ID is unknown
-//!   (the agent was replaced) resynchronizes and resends, at most twice per host and
-//!   iteration.
+//!   clock is out of the time window (authenticated: its clock is taken; not: the
+//!   engine is discovered again) or that the engine ID is unknown (the agent was
+//!   replaced) resynchronizes and resends, at most twice per host and iteration.
 //! * Retries resend the same bytes with the same request-id (a late answer to the first
 //!   attempt still counts); SNMPv3 retries go encoded anew under a new msgID (RFC 3412
 //!   §6.2, as net-snmp's), the earlier ones kept as aliases so a late answer to any
@@ -1324,8 +1324,12 @@ impl<'j> Iteration<'j> {
                 u.generation += 1;
                 true
             }
-            // The agent has another engine now (replaced, or its engine ID reset).
-            ReportKind::UnknownEngineId => {
+            // The agent has another engine now (replaced, or its engine ID reset); or
+            // its clock differs but it did not authenticate its report (against RFC
+            // 3414 §3.2 7a): rediscover it, as a discovery's report is taken
+            // unauthenticated anyway (kept, the stale clock would fail every later
+            // iteration the same way).
+            ReportKind::UnknownEngineId | ReportKind::NotInTimeWindow => {
                 u.engine = None;
                 u.generation += 1;
                 true

@@ -58,6 +58,8 @@ struct AgentUsm {
     engine: Engine,
     /// Answer with an unauthenticated response, whatever the request's level.
     forge: bool,
+    /// Send its notInTimeWindow reports unauthenticated (against RFC 3414 §3.2 7a).
+    unsigned_time_reports: bool,
 }
 
 impl Agent {
@@ -86,6 +88,7 @@ impl Agent {
         self.usm = Some(AgentUsm {
             engine: Engine::new(user.clone(), id, boots, 0, t0),
             forge: false,
+            unsigned_time_reports: false,
         });
         self
     }
@@ -220,7 +223,7 @@ impl Agent {
             }
             let (boots, time) = u.engine.clock(now);
             if m.boots != boots || m.time.abs_diff(time) > 150 {
-                return Some(report(2, true));
+                return Some(report(2, !u.unsigned_time_reports));
             }
         }
         let mut plain = Vec::new();
@@ -1724,6 +1727,31 @@ fn v3_retransmissions_take_a_new_msg_id_and_late_answers_still_count() {
     all_ok(&out, 1);
     assert_eq!(out.elapsed, Duration::from_millis(1500));
     assert_eq!((out.stats.retries, out.stats.stale), (1, 0));
+}
+
+#[test]
+fn v3_an_unsigned_time_window_report_leads_to_a_rediscovery() {
+    // The agent rebooted since its engine was remembered (boots 3 → 4) and says so in
+    // an unauthenticated notInTimeWindow report: its clock cannot be taken from it, but
+    // a rediscovery (whose report is unauthenticated anyway) can. Without one, every
+    // later iteration failed the same way until the daemon restarted.
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let (mut agents, oids) = v3_setup(&user, t0);
+    let t1 = t0 + Duration::from_secs(600);
+    let a = agents.get_mut(&addr(1)).unwrap();
+    let au = a.usm.as_mut().unwrap();
+    au.engine = Engine::new(user.clone(), ENGINE_A, 4, 0, t1);
+    au.unsigned_time_reports = true;
+    let mut memory = HostMemory::default();
+    memory.remember_engine(addr(1), Engine::new(user.clone(), ENGINE_A, 3, 0, t0));
+    let jobs = [v3_job(&user, &oids)];
+    let out = simulate(&jobs, &mut agents, memory, Default::default(), t1);
+    all_ok(&out, 10);
+    assert_eq!(out.stats.discoveries, 1);
+    let out = simulate(&jobs, &mut agents, out.memory, Default::default(), t1);
+    all_ok(&out, 10);
+    assert_eq!((out.stats.discoveries, out.stats.reports), (0, 0));
 }
 
 #[test]
