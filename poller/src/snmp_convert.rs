@@ -6,7 +6,8 @@
 //!   exception's name as text.
 //! * uint: INTEGER ≥ 0, Counter32, Gauge32, TimeTicks (hundredths of a second),
 //!   Counter64, an OCTET STRING holding a decimal unsigned integer (surrounding
-//!   whitespace ignored), or an Opaque float/double ≥ 0, its fraction cut (as a
+//!   whitespace ignored), an Opaque UInt64 or Counter64 (net-snmp's, which Zabbix reads
+//!   as a number too), or an Opaque float/double ≥ 0, its fraction cut (as a
 //!   preprocessing step converts it). Negative numbers and other text are errors.
 //! * float: any of the numbers above, an OCTET STRING holding a finite decimal number
 //!   (UCD-SNMP's `laLoad` "0.15"), or an Opaque-wrapped float/double (net-snmp's
@@ -17,7 +18,7 @@
 //!   than a letter or digit before it is a bit string, BITS `40 00` or a port list
 //!   `20 00`, and stays hex), otherwise hex octets
 //!   `AA BB CC` like net-snmp's Hex-STRING; OID as `.1.3.6…`; IpAddress as a dotted
-//!   quad; an Opaque float/double as the number (as Zabbix stores it), other Opaque as
+//!   quad; an Opaque float/double/UInt64/Counter64 as the number (as Zabbix stores it), other Opaque as
 //!   hex.
 //! * NULL is an error for every type.
 //!
@@ -82,6 +83,7 @@ pub fn natural_type(v: &VarValue) -> ValueType {
         | VarValue::TimeTicks(_)
         | VarValue::Counter64(_) => ValueType::Uint,
         VarValue::Opaque(ref b) if opaque_float(b).is_some() => ValueType::Float,
+        VarValue::Opaque(ref b) if opaque_u64(b).is_some() => ValueType::Uint,
         _ => ValueType::Str,
     }
 }
@@ -95,11 +97,14 @@ fn to_uint(v: &VarValue) -> Result<u64, ItemError> {
         VarValue::Counter64(n) => Ok(n),
         VarValue::OctetString(ref s) => text_to_uint(text_of(s).unwrap_or_default())
             .map_err(|why| misfit(v, ValueType::Uint, why)),
-        // Its fraction cut, as with a preprocessing step (`Value::into_type`).
-        VarValue::Opaque(ref b) => opaque_float(b)
-            .ok_or("is not an Opaque float")
-            .and_then(float_to_uint)
-            .map_err(|why| misfit(v, ValueType::Uint, why)),
+        VarValue::Opaque(ref b) => match opaque_u64(b) {
+            Some(n) => Ok(n),
+            // Its fraction cut, as with a preprocessing step (`Value::into_type`).
+            None => opaque_float(b)
+                .ok_or("is not an Opaque float")
+                .and_then(float_to_uint)
+                .map_err(|why| misfit(v, ValueType::Uint, why)),
+        },
         _ => Err(misfit(v, ValueType::Uint, "does not fit")),
     }
 }
@@ -111,9 +116,11 @@ fn to_float(v: &VarValue) -> Result<f64, ItemError> {
         VarValue::Counter64(n) => n as f64,
         VarValue::OctetString(ref s) => text_to_float(text_of(s).unwrap_or_default())
             .map_err(|why| misfit(v, ValueType::Float, why))?,
-        VarValue::Opaque(ref b) => {
-            opaque_float(b).ok_or_else(|| misfit(v, ValueType::Float, "is not an Opaque float"))?
-        }
+        VarValue::Opaque(ref b) => match opaque_u64(b) {
+            Some(n) => n as f64,
+            None => opaque_float(b)
+                .ok_or_else(|| misfit(v, ValueType::Float, "is not an Opaque float"))?,
+        },
         _ => return Err(misfit(v, ValueType::Float, "does not fit")),
     };
     storable_float(f).map_err(|why| misfit(v, ValueType::Float, why))
@@ -122,6 +129,23 @@ fn to_float(v: &VarValue) -> Result<f64, ItemError> {
 /// net-snmp's Opaque Float or Double, as a number.
 fn opaque_float(b: &[u8]) -> Option<f64> {
     snmp::opaque_number(b).map(snmp::OpaqueNumber::as_f64)
+}
+
+/// net-snmp's Opaque UInt64 or Counter64 (`9f 7b` / `9f 76`, a length and a BER
+/// unsigned integer of up to 8 octets after an optional sign octet), which Zabbix reads
+/// as a uint (`ASN_OPAQUE_U64`, `ASN_OPAQUE_COUNTER64`).
+fn opaque_u64(b: &[u8]) -> Option<u64> {
+    let [0x9f, 0x76 | 0x7b, len, x @ ..] = b else {
+        return None;
+    };
+    if usize::from(*len) != x.len() || x.is_empty() {
+        return None;
+    }
+    let x = match x {
+        [0, rest @ ..] if !rest.is_empty() => rest,
+        _ => x,
+    };
+    (x.len() <= 8).then(|| x.iter().fold(0u64, |n, &o| n << 8 | u64::from(o)))
 }
 
 /// The octets as text, if they are text (see the module docs).
@@ -160,9 +184,10 @@ fn to_str(v: &VarValue) -> String {
         VarValue::Counter64(n) => n.to_string(),
         // An Opaque float is a number to Zabbix in any item (its GET and its walk
         // print one): as a float prints; other Opaque values as hex.
-        VarValue::Opaque(b) => match opaque_float(b) {
-            Some(f) => Value::Float(f).to_string(),
-            None => snmp::hex_string(b),
+        VarValue::Opaque(b) => match (opaque_float(b), opaque_u64(b)) {
+            (Some(f), _) => Value::Float(f).to_string(),
+            (None, Some(n)) => n.to_string(),
+            (None, None) => snmp::hex_string(b),
         },
         // Handled before (exceptions, NULL).
         other => other.net_snmp_value(),
@@ -428,6 +453,33 @@ mod tests {
         assert_eq!(convert(&v, ValueType::Uint), Ok(Value::Uint(5)));
         assert_eq!(convert(&v, ValueType::Float), Ok(Value::Float(5.0)));
         assert_eq!(convert(&v, ValueType::Str), Ok(Value::Str("5".into())));
+    }
+
+    /// net-snmp's Opaque UInt64 (`9f 7b`) and Counter64 (`9f 76`): numbers to Zabbix
+    /// (`ASN_OPAQUE_U64`, `ASN_OPAQUE_COUNTER64`), once an error for a uint item.
+    #[test]
+    fn opaque_64_bit_unsigned_numbers() {
+        let u64_max = vec![
+            0x9f, 0x7b, 0x09, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        ];
+        assert_eq!(
+            ok(VarValue::Opaque(u64_max), ValueType::Uint),
+            Value::Uint(u64::MAX)
+        );
+        let c64 = VarValue::Opaque(vec![0x9f, 0x76, 0x02, 0x01, 0x00]);
+        assert_eq!(ok(c64.clone(), ValueType::Uint), Value::Uint(256));
+        assert_eq!(ok(c64.clone(), ValueType::Float), Value::Float(256.0));
+        assert_eq!(ok(c64.clone(), ValueType::Str), Value::Str("256".into()));
+        assert_eq!(natural_type(&c64), ValueType::Uint);
+        // A length that does not match, or too many octets: not a number.
+        err(
+            VarValue::Opaque(vec![0x9f, 0x7b, 0x03, 0x01]),
+            ValueType::Uint,
+        );
+        err(
+            VarValue::Opaque([&[0x9f, 0x7b, 0x09][..], &[1; 9]].concat()),
+            ValueType::Uint,
+        );
     }
 
     #[test]
