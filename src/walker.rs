@@ -106,11 +106,19 @@ fn walk_at_most(
         Some(user) => {
             id = id.wrapping_add(1) & 0x7fff_ffff;
             snmp::v3::encode_discovery(&mut req, id);
-            let found = exchange(&sock, &req, t, stop, &mut rbuf, |bytes| {
-                let m = V3Message::decode(bytes).ok()?;
-                (m.msg_id == id && !m.engine_id.is_empty())
-                    .then(|| (m.engine_id.to_vec(), m.boots, m.time))
-            })?;
+            // Sent again as it is: a discovery has no clock, and no agent's engine
+            // knows its msgID.
+            let mut found = None;
+            for _ in 0..=t.snmp.retries {
+                found = attempt(&sock, &req, t, stop, &mut rbuf, |bytes| {
+                    let m = V3Message::decode(bytes).ok()?;
+                    (m.msg_id == id && !m.engine_id.is_empty())
+                        .then(|| (m.engine_id.to_vec(), m.boots, m.time))
+                })?;
+                if found.is_some() {
+                    break;
+                }
+            }
             let (eid, boots, time) =
                 found.with_context(|| format!("timeout: no response from {addr}"))?;
             Some(Engine::new(user.clone(), &eid, boots, time, Instant::now()))
@@ -134,26 +142,44 @@ fn walk_at_most(
                 }
                 None => w.next_request(&mut req, t.snmp.community.as_bytes(), id),
             }
-            let answered = exchange(&sock, &req, t, stop, &mut rbuf, |bytes| {
-                // Foreign, stale or forged datagrams are skipped, not fatal.
-                let Some(e) = engine.as_mut() else {
-                    let m = Message::decode(bytes).ok()?;
-                    return (w.matches(&m) && m.community == t.snmp.community.as_bytes()).then(
-                        || {
-                            w.handle_response(&m, &mut vbs)
-                                .map_err(|e| (e.to_string(), None))
-                        },
-                    );
-                };
-                match v3_pdu(bytes, e, id, &mut mac, &mut plain)? {
-                    Ok(m) if w.matches(&m) => Some(
-                        w.handle_response(&m, &mut vbs)
-                            .map_err(|e| (e.to_string(), None)),
-                    ),
-                    Ok(_) => None,
-                    Err(kind) => Some(Err((format!("SNMPv3 {kind}"), Some(kind)))),
+            // The msgIDs of the request's attempts: an SNMPv3 retry is encoded anew
+            // under a new one (RFC 3412 §6.2: an agent may drop a msgID it has seen as
+            // a duplicate; and its clock is now's), its request-id kept; an answer to
+            // any attempt counts. v1/v2c attempts are the same bytes.
+            let mut sent = vec![id];
+            let mut answered = None;
+            for k in 0..=t.snmp.retries {
+                if let (true, Some(e)) = (k > 0, engine.as_ref()) {
+                    id = id.wrapping_add(1) & 0x7fff_ffff;
+                    req.clear();
+                    w.resend_v3(&mut req, e, &mut salt, Instant::now(), id)
+                        .context("the privacy key does not fit its cipher")?;
+                    sent.push(id);
                 }
-            })?;
+                answered = attempt(&sock, &req, t, stop, &mut rbuf, |bytes| {
+                    // Foreign, stale or forged datagrams are skipped, not fatal.
+                    let Some(e) = engine.as_mut() else {
+                        let m = Message::decode(bytes).ok()?;
+                        return (w.matches(&m) && m.community == t.snmp.community.as_bytes()).then(
+                            || {
+                                w.handle_response(&m, &mut vbs)
+                                    .map_err(|e| (e.to_string(), None))
+                            },
+                        );
+                    };
+                    match v3_pdu(bytes, e, &sent, &mut mac, &mut plain)? {
+                        Ok(m) if w.matches(&m) => Some(
+                            w.handle_response(&m, &mut vbs)
+                                .map_err(|e| (e.to_string(), None)),
+                        ),
+                        Ok(_) => None,
+                        Err(kind) => Some(Err((format!("SNMPv3 {kind}"), Some(kind)))),
+                    }
+                })?;
+                if answered.is_some() {
+                    break;
+                }
+            }
             match answered {
                 Some(Err((_, Some(ReportKind::NotInTimeWindow)))) if !resynced => resynced = true,
                 other => break other.map(|r| r.map_err(|(text, _)| text)),
@@ -322,9 +348,9 @@ fn random_id() -> i32 {
     (h.finish() as i32) & 0x7fff_ffff
 }
 
-/// Sends `req` and waits for a datagram `accept` takes, resending after each timeout
-/// (the target's timeout and retries); `None` when every attempt timed out.
-fn exchange<T>(
+/// One attempt: sends `req` and waits the target's timeout for a datagram `accept`
+/// takes; `None` when none came (the caller makes the target's retries).
+fn attempt<T>(
     sock: &UdpSocket,
     req: &[u8],
     t: &Target<'_>,
@@ -333,56 +359,54 @@ fn exchange<T>(
     mut accept: impl FnMut(&[u8]) -> Option<T>,
 ) -> anyhow::Result<Option<T>> {
     let addr = sock.peer_addr()?;
-    for _ in 0..=t.snmp.retries {
+    anyhow::ensure!(!stop.load(Ordering::Relaxed), "stopped");
+    sock.send(req)
+        .with_context(|| format!("sending to {addr}"))?;
+    let deadline = Instant::now() + t.snmp.timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(None);
+        }
         anyhow::ensure!(!stop.load(Ordering::Relaxed), "stopped");
-        sock.send(req)
-            .with_context(|| format!("sending to {addr}"))?;
-        let deadline = Instant::now() + t.snmp.timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
+        sock.set_read_timeout(Some(left.min(STOP_CHECK)))?;
+        let n = match sock.recv(rbuf) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                // A slice of the wait has passed (the deadline is checked above).
+                continue;
             }
-            anyhow::ensure!(!stop.load(Ordering::Relaxed), "stopped");
-            sock.set_read_timeout(Some(left.min(STOP_CHECK)))?;
-            let n = match sock.recv(rbuf) {
-                Ok(n) => n,
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    // A slice of the wait has passed (the deadline is checked above).
-                    continue;
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                    bail!("{addr}: port unreachable (nothing listens there)")
-                }
-                Err(e) => return Err(e).context("receiving"),
-            };
-            if let Some(t) = accept(&rbuf[..n]) {
-                return Ok(Some(t));
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                bail!("{addr}: port unreachable (nothing listens there)")
             }
+            Err(e) => return Err(e).context("receiving"),
+        };
+        if let Some(t) = accept(&rbuf[..n]) {
+            return Ok(Some(t));
         }
     }
-    Ok(None)
 }
 
-/// The PDU of an SNMPv3 answer to request `id` from `engine`: a Response at the user's
+/// The PDU of an SNMPv3 answer to a request sent under one of the msgIDs `ids` (its
+/// attempts) from `engine`: a Response at the user's
 /// level that authenticates (the engine's clock then follows it), or the kind of a
 /// Report. `None` for anything else (skipped, as a foreign datagram is).
 fn v3_pdu<'b>(
     bytes: &'b [u8],
     engine: &mut Engine,
-    id: i32,
+    ids: &[i32],
     mac: &mut Vec<u8>,
     plain: &'b mut Vec<u8>,
 ) -> Option<Result<Message<'b>, ReportKind>> {
     let m = V3Message::decode(bytes).ok()?;
     let user = engine.user().clone();
     let authentic = m.verify(bytes, engine, mac);
-    if m.msg_id != id || (m.flags & snmp::v3::FLAG_AUTH != 0 && !authentic) {
+    if !ids.contains(&m.msg_id) || (m.flags & snmp::v3::FLAG_AUTH != 0 && !authentic) {
         return None;
     }
     let pdu = m.scoped_pdu(Some(engine), plain).ok()?.pdu;

@@ -933,3 +933,60 @@ snmp = {{ auth_passphrase = "not-the-passphrase" }}
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An agent that drops a request whose SNMPv3 msgID it has seen (RFC 3412 §6.2 has a
+/// retransmission take a new one, as net-snmp's do): a walk whose first GETBULK is
+/// lost goes on with its retry. The retry was the same bytes under the same msgID,
+/// dropped too, and the walk failed on a timeout.
+#[test]
+fn an_snmpv3_walk_retries_under_a_new_msg_id() {
+    use std::net::UdpSocket;
+    use std::time::{Duration, Instant};
+    let (agent, _) = first_agent();
+    // A relay on loopback in front of the real agent: it drops the second datagram
+    // (the first GETBULK, after the engine's discovery) and any msgID seen before.
+    let front = UdpSocket::bind("127.0.46.1:0").unwrap();
+    let back = UdpSocket::bind("127.0.46.1:0").unwrap();
+    back.connect(&agent).unwrap();
+    let addr = front.local_addr().unwrap();
+    let relay = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(30);
+        let (mut seen, mut n, mut dropped) = (Vec::new(), 0, 0);
+        front.set_nonblocking(true).unwrap();
+        back.set_nonblocking(true).unwrap();
+        let mut client = None;
+        let mut buf = [0u8; 65_536];
+        let mut quiet = Instant::now();
+        // Ends 3 s after the last datagram (the walk is over), at most at `until`.
+        while Instant::now() < until && quiet.elapsed() < Duration::from_secs(3) {
+            if let Ok((len, from)) = front.recv_from(&mut buf) {
+                quiet = Instant::now();
+                client = Some(from);
+                n += 1;
+                let id = snmp::v3::V3Message::decode(&buf[..len]).unwrap().msg_id;
+                if n == 2 || seen.contains(&id) {
+                    dropped += 1;
+                } else {
+                    back.send(&buf[..len]).unwrap();
+                }
+                seen.push(id);
+            } else if let (Ok(len), Some(c)) = (back.recv(&mut buf), client) {
+                quiet = Instant::now();
+                front.send_to(&buf[..len], c).unwrap();
+            } else {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+        dropped
+    });
+    let o = netpoller()
+        .args(["snmp", "walk", "-v", "3", "-t", "1s", "-r", "1"])
+        .args(V3_OPTIONS[0])
+        .args([&addr.to_string(), ".1.3.6.1.2.1.1"])
+        .output()
+        .unwrap();
+    let dropped = relay.join().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(text(&o).contains("STRING: \"agent1\""), "{}", text(&o));
+    assert_eq!(dropped, 1, "the first GETBULK, and no retry");
+}

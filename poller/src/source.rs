@@ -71,7 +71,8 @@ const NOT_DEVICES: [Block; 6] = [
 /// * Not an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`). RFC 4291 keeps those off the
 ///   wire, but the kernel sends to one as IPv6, through the IPv6 default route, to an
 ///   address no host has; the user meant `a.b.c.d`, which the error says.
-/// * Not link-local (fe80::/10, [`LINK_LOCAL_WHY`]).
+/// * Not link-local (fe80::/10): such an address names a device only with an interface,
+///   which targets do not carry (`LINK_LOCAL_WHY`).
 /// * Not in one of `NOT_DEVICES`: the unspecified address (`0.0.0.0`, `::`: a
 ///   placeholder of exports, which Linux delivers to this host), 0.0.0.0/8, a
 ///   multicast or the broadcast address (many hosts or none would answer for one

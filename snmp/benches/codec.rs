@@ -190,7 +190,7 @@ fn v3(c: &mut Criterion) {
                     &e,
                     &mut salt,
                     now,
-                    black_box(12345),
+                    black_box((12345, 12345)),
                     RequestKind::Get,
                     ten.iter(),
                 )

@@ -789,7 +789,8 @@ impl<'j> Iteration<'j> {
                     .entry(job.addr)
                     .or_insert_with(|| first_salt(self.opts.salt_seed, h));
                 // Keys localized by `Engine` always fit their cipher.
-                let _ = v3::encode_request(bytes, engine, salt, now, id, RequestKind::Get, oids);
+                let _ =
+                    v3::encode_request(bytes, engine, salt, now, (id, id), RequestKind::Get, oids);
             }
             None => {
                 encode_request(

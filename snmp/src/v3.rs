@@ -508,14 +508,15 @@ pub fn encode_discovery(out: &mut Vec<u8>, msg_id: i32) -> usize {
     .unwrap_or(0)
 }
 
-/// A request from `engine`'s user to `engine` (msgID and request-id both `msg_id`), at
-/// the user's level; takes a fresh salt from `salt` when it encrypts.
+/// A request from `engine`'s user to `engine` under `(msgID, request-id)` (the same
+/// number but for a retransmission, which takes a new msgID: RFC 3412 §6.2), at the
+/// user's level; takes a fresh salt from `salt` when it encrypts.
 pub fn encode_request<'o, I>(
     out: &mut Vec<u8>,
     engine: &Engine,
     salt: &mut u64,
     now: Instant,
-    msg_id: i32,
+    (msg_id, request_id): (i32, i32),
     kind: RequestKind,
     oids: I,
 ) -> Option<usize>
@@ -528,7 +529,7 @@ where
         out,
         &o,
         pdu,
-        msg_id,
+        request_id,
         f1,
         f2,
         oids.map(|o| (o.as_ref(), ValueRef::Null)),

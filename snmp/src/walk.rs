@@ -74,6 +74,11 @@ impl Walk {
     /// The next request's kind, now outstanding as `request_id`.
     fn next_kind(&mut self, request_id: i32) -> RequestKind {
         self.request_id = Some(request_id);
+        self.kind()
+    }
+
+    /// The kind of the next (or outstanding) request.
+    fn kind(&self) -> RequestKind {
         match self.version {
             Version::V1 => RequestKind::GetNext,
             Version::V2c | Version::V3 => RequestKind::GetBulk {
@@ -112,8 +117,32 @@ impl Walk {
             engine,
             salt,
             now,
-            request_id,
+            (request_id, request_id),
             kind,
+            std::iter::once(&self.last),
+        )
+    }
+
+    /// Writes the outstanding SNMPv3 request again (appending to `out`), under a new
+    /// `msg_id` (RFC 3412 §6.2: an agent may drop a msgID it has seen) and with the
+    /// engine's clock now; its request-id stays, so that the answer to any attempt
+    /// [`matches`](Self::matches). `None` if nothing is outstanding, or as
+    /// [`Self::next_request_v3`].
+    pub fn resend_v3(
+        &self,
+        out: &mut Vec<u8>,
+        engine: &crate::v3::Engine,
+        salt: &mut u64,
+        now: std::time::Instant,
+        msg_id: i32,
+    ) -> Option<usize> {
+        crate::v3::encode_request(
+            out,
+            engine,
+            salt,
+            now,
+            (msg_id, self.request_id?),
+            self.kind(),
             std::iter::once(&self.last),
         )
     }
