@@ -436,7 +436,19 @@ mod tests {
     /// Its parameters (v2c, a 1 s timeout, no retries); it stops 5 s after the last
     /// request.
     fn agent(column: &Oid, rows: impl Fn(u32) -> Vec<u32> + Send + 'static) -> SnmpParams {
-        let agent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        agent_at("127.0.0.1", column, true, rows)
+    }
+
+    /// [`agent`], on address `ip` (a loopback address). `ends`: where `rows` gives none,
+    /// the answer is the next column's first cell, as a real agent's past the column's
+    /// end; otherwise an answer without varbinds.
+    fn agent_at(
+        ip: &str,
+        column: &Oid,
+        ends: bool,
+        rows: impl Fn(u32) -> Vec<u32> + Send + 'static,
+    ) -> SnmpParams {
+        let agent = std::net::UdpSocket::bind((ip, 0)).unwrap();
         let port = agent.local_addr().unwrap().port();
         let col = column.clone();
         std::thread::spawn(move || {
@@ -448,10 +460,17 @@ mod tests {
                 let m = Message::decode(&buf[..n]).unwrap();
                 let asked = m.varbinds().next().unwrap().oid.to_owned();
                 let at = asked.arcs().nth(col.arcs().count()).unwrap_or(0);
-                let rows: Vec<(Oid, VarValue)> = rows(at)
+                let mut rows: Vec<(Oid, VarValue)> = rows(at)
                     .into_iter()
                     .map(|i| (format!("{col}.{i}").parse().unwrap(), VarValue::Integer(1)))
                     .collect();
+                if rows.is_empty() && ends {
+                    let arcs: Vec<u32> = col.arcs().collect();
+                    let (last, parent) = arcs.split_last().unwrap();
+                    let mut next = parent.to_vec();
+                    next.extend([last + 1, 1]);
+                    rows.push((Oid::from_arcs(&next).unwrap(), VarValue::Integer(1)));
+                }
                 let mut out = Vec::new();
                 snmp::encode_response(
                     &mut out,
@@ -508,12 +527,44 @@ mod tests {
                 .ends_with("stopped after 25 varbinds: the agent may loop"),
             "{e}"
         );
-        // A walk of exactly the bound is whole: the agent's column ends at 20.
+    }
+
+    #[test]
+    fn a_walk_of_exactly_the_bound_is_whole() {
+        // The agent's column ends at 20: the answer after row 20 is past the column.
+        let stop = AtomicBool::new(false);
         let column: Oid = "1.3.6.1.4.1.99999.4".parse().unwrap();
-        let params = agent(&column, |at| (at + 1..=(at + 10).min(20)).collect());
-        let t = loopback(&params);
+        let params = agent_at("127.0.44.1", &column, true, |at| {
+            (at + 1..=(at + 10).min(20)).collect()
+        });
+        let t = Target::of_host(
+            "127.0.44.1".parse().unwrap(),
+            &params,
+            SourceAddrs::default(),
+        );
         let n = walk_at_most(&t, &column.to_string(), &stop, 20, |_, _| Ok(())).unwrap();
         assert_eq!(n, 20);
+    }
+
+    #[test]
+    fn an_answer_without_varbinds_fails_the_walk() {
+        // An agent that cuts a GETBULK answer to nothing (RFC 3416 lets it drop
+        // varbinds from the end to fit a size limit; one under load may drop all):
+        // rows 1-20, then an empty answer although the column goes on. That is not
+        // the column's end: taken as one, discovery would drop every row after it.
+        let column: Oid = "1.3.6.1.4.1.99999.5".parse().unwrap();
+        let params = agent_at("127.0.44.1", &column, false, |at| match at {
+            20.. => Vec::new(),
+            _ => (at + 1..=at + 10).collect(),
+        });
+        let t = Target::of_host(
+            "127.0.44.1".parse().unwrap(),
+            &params,
+            SourceAddrs::default(),
+        );
+        let stop = AtomicBool::new(false);
+        let e = table_rows(&t, &column, |_| true, &stop).unwrap_err();
+        assert!(e.to_string().contains("no varbinds"), "{e}");
     }
 
     #[test]

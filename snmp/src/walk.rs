@@ -3,10 +3,12 @@
 //! Invariants: the walk only ever yields OIDs inside the root's subtree, in strictly
 //! increasing order; it stops at endOfMibView, at the first OID outside the subtree, at
 //! v1's noSuchName, or with [`WalkError::NotIncreasing`] when an agent loops (so a
-//! broken agent cannot keep it busy forever). The varbinds of a response before its
-//! first non-increasing OID are valid and delivered before that error, as net-snmp's
-//! walks print them before "OID not increasing". A GETBULK answered tooBig is asked
-//! again from the same OID for half as many repetitions (down to one).
+//! broken agent cannot keep it busy forever); an answer without varbinds fails it
+//! ([`WalkError::NoVarbinds`]: it says nothing of where the subtree ends). The
+//! varbinds of a response before its first non-increasing OID are valid and delivered
+//! before that error, as net-snmp's walks print them before "OID not increasing". A
+//! GETBULK answered tooBig is asked again from the same OID for half as many
+//! repetitions (down to one).
 
 use crate::message::{encode_request, ErrorStatus, Message, PduType, RequestKind, Version};
 use crate::oid::Oid;
@@ -21,6 +23,12 @@ pub enum WalkError {
     ErrorStatus { status: ErrorStatus, index: u32 },
     #[error("response is not a Response PDU or has the wrong request-id")]
     Unexpected,
+    /// An answer of no varbinds and no error: not the subtree's end (that is an OID
+    /// past it, or endOfMibView), but an agent that cut its answer to nothing (RFC 3416
+    /// lets a GETBULK answer drop varbinds from its end to fit a size limit). What
+    /// comes after is unknown.
+    #[error("agent answered with no varbinds and no error (an answer cut to nothing): the rest of the subtree is unknown")]
+    NoVarbinds,
 }
 
 /// State of one walk.
@@ -185,6 +193,10 @@ impl Walk {
                 index: msg.error_index,
             });
         }
+        if msg.varbind_count() == 0 {
+            self.done = true;
+            return Err(WalkError::NoVarbinds);
+        }
         for vb in msg.varbinds() {
             if vb.value == ValueRef::EndOfMibView || !self.in_subtree(&vb.oid) {
                 self.done = true;
@@ -200,9 +212,6 @@ impl Walk {
             }
             self.last = oid.clone();
             out.push((oid, vb.value.to_owned()));
-        }
-        if msg.varbind_count() == 0 {
-            self.done = true;
         }
         Ok(())
     }
