@@ -104,6 +104,37 @@ struct Rule {
     preprocessing: Vec<Step>,
     #[serde(default)]
     filter: Option<Filter>,
+    /// Zabbix's LLD overrides: what changes for the rows each one's filter takes.
+    #[serde(default)]
+    overrides: Vec<Override>,
+}
+
+/// An LLD override: operations on the prototypes of the rows its filter takes.
+#[derive(Deserialize)]
+struct Override {
+    name: String,
+    #[serde(default)]
+    operations: Vec<OverrideOperation>,
+}
+
+#[derive(Deserialize)]
+struct OverrideOperation {
+    /// `ITEM_PROTOTYPE` (the default, left out of exports), `TRIGGER_PROTOTYPE`,
+    /// `GRAPH_PROTOTYPE`, `HOST_PROTOTYPE`.
+    #[serde(default)]
+    operationobject: Option<String>,
+}
+
+impl Override {
+    /// Whether it changes item prototypes (which rows have an item, its status or
+    /// interval), what netpoller polls.
+    fn on_items(&self) -> bool {
+        self.operations.iter().any(|o| {
+            o.operationobject
+                .as_deref()
+                .is_none_or(|k| k == "ITEM_PROTOTYPE")
+        })
+    }
 }
 
 /// A discovery rule's filter: `AND_OR` (the default: conditions on the same macro
@@ -845,6 +876,15 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
             let mut head = vec![format!(
                 "Zabbix's {what} finds the rows of these items; netpoller"
             )];
+            // netpoller polls every prototype for every row the rule takes.
+            for o in rule.overrides.iter().filter(|o| o.on_items()) {
+                let l = format!(
+                    "its override {:?} changes item prototypes for the rows its filter takes (not discovered, disabled, another interval): not applied, every item is polled for every row",
+                    o.name
+                );
+                head.push(format!("discovery: {l}"));
+                done.skipped.push(format!("{name}: discovery: {l}"));
+            }
             let walked = match discovery_rule(rule, &name, &macros, &masters) {
                 Ok(r) => {
                     head.extend(r.remark.map(|m| format!("discovery: {m}")));
@@ -1383,6 +1423,46 @@ zabbix_export:
         }
         let export = parse(&big).unwrap_or_else(|e| panic!("{e:#}"));
         assert_eq!(export.templates[0].items.len(), n);
+    }
+
+    /// Zabbix's LLD overrides change item prototypes for the rows their filter takes
+    /// (not discovered, disabled, another interval): netpoller polls every prototype
+    /// for every row, so each override that acts on item prototypes is said; one on
+    /// triggers or graphs only changes nothing netpoller polls.
+    #[test]
+    fn overrides_of_item_prototypes_are_said_not_applied() {
+        let proto = serde_json::json!({"name": "in", "type": "SNMP_AGENT",
+            "key": "in[{#SNMPINDEX}]", "snmp_oid": "1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}"});
+        let yaml = serde_json::json!({"zabbix_export": {"version": "7.0", "templates": [{
+        "template": "T",
+        "discovery_rules": [{
+            "name": "If", "key": "if.discovery", "type": "SNMP_AGENT",
+            "snmp_oid": "discovery[{#IFTYPE},1.3.6.1.2.1.2.2.1.3]",
+            "item_prototypes": [proto],
+            "overrides": [
+                // operationobject left out: Zabbix's default, ITEM_PROTOTYPE.
+                {"name": "Skip virtual", "step": "1",
+                 "filter": {"conditions": [{"macro": "{#IFTYPE}", "value": "^53$", "formulaid": "A"}]},
+                 "operations": [{"operator": "LIKE", "value": "in", "discover": "NO_DISCOVER"}]},
+                {"name": "Quiet triggers", "step": "2",
+                 "operations": [{"operationobject": "TRIGGER_PROTOTYPE", "status": "DISABLED"}]},
+            ]}]}]}});
+        let export: Export = serde_json::from_value(yaml).unwrap();
+        let done = convert(&export.zabbix_export, &[], "t.json");
+        assert_eq!(done.items, 1, "{}", done.toml);
+        let said: Vec<&String> = done
+            .skipped
+            .iter()
+            .filter(|s| s.contains("override"))
+            .collect();
+        assert_eq!(said.len(), 1, "{:#?}", done.skipped);
+        assert!(said[0].contains("\"Skip virtual\""), "{said:?}");
+        assert!(
+            done.toml
+                .contains("# discovery: its override \"Skip virtual\""),
+            "{}",
+            done.toml
+        );
     }
 
     #[test]
