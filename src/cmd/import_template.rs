@@ -539,9 +539,16 @@ fn item<'a>(
                 None => resolve(it.snmp_oid.as_deref().unwrap_or_default(), macros)?,
             };
             let oid = oid.trim();
-            // Zabbix 7's asynchronous form of one OID: `get[1.3.6.1.2.1.1.3.0]`.
+            // Zabbix 7's asynchronous form of one OID: `get[1.3.6.1.2.1.1.3.0]`, quoted
+            // or not (Zabbix's key syntax).
             let oid = match oid.strip_prefix("get[").and_then(|o| o.strip_suffix(']')) {
-                Some(one) if !one.contains(',') => one.trim(),
+                Some(one) if !one.contains(',') => {
+                    let one = one.trim();
+                    one.strip_prefix('"')
+                        .and_then(|o| o.strip_suffix('"'))
+                        .unwrap_or(one)
+                        .trim()
+                }
                 _ => oid,
             };
             if oid.ends_with(']') {
@@ -1460,6 +1467,23 @@ zabbix_export:
         assert!(
             done.toml
                 .contains("# discovery: its override \"Skip virtual\""),
+            "{}",
+            done.toml
+        );
+    }
+
+    /// Zabbix's key syntax lets get[]'s OID be quoted, as walk[]'s (which is read so).
+    #[test]
+    fn a_quoted_get_oid_is_that_oid() {
+        let export = serde_json::json!({"zabbix_export": {"version": "7.0", "templates": [{
+        "template": "T",
+        "items": [{"name": "name", "type": "SNMP_AGENT", "key": "system.name",
+                   "snmp_oid": "get[\"1.3.6.1.2.1.1.5.0\"]", "value_type": "CHAR"}]}]}});
+        let export: Export = serde_json::from_value(export).unwrap();
+        let done = convert(&export.zabbix_export, &[], "t.json");
+        assert_eq!(done.items, 1, "{:?}", done.skipped);
+        assert!(
+            done.toml.contains(r#"oid = "1.3.6.1.2.1.1.5.0""#),
             "{}",
             done.toml
         );
