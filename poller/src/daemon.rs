@@ -929,7 +929,8 @@ pub enum Drivers {
 /// slow devices could hold every driver while the rest of the network comes due. When
 /// every driver is busy, the newest iteration has run past [`SLOW_ITERATION`] and work
 /// is due, an extra driver takes it: an idle extra, or a new one from `open`, at most
-/// `extra` of them. Extras are kept for the next time (with what they learned of the
+/// `extra` of them; never while the samples' channel is full (drivers held by the
+/// sink's backpressure, not by slow devices). Extras are kept for the next time (with what they learned of the
 /// agents) but used only then: while the base drivers keep up, iterations stay few and
 /// large.
 pub struct SnmpDrivers {
@@ -973,6 +974,7 @@ pub async fn run_engine(
                 max: d.extra,
                 open: d.open,
                 tx: tx.clone(),
+                not_before: Instant::now(),
             }),
         ),
     };
@@ -1021,7 +1023,7 @@ pub async fn run_engine(
             let grow_at = extras
                 .as_ref()
                 .filter(|x| !x.idle.is_empty() || x.opened < x.max)
-                .map(|_| last_start + SLOW_ITERATION);
+                .map(|x| (last_start + SLOW_ITERATION).max(x.not_before));
             tokio::select! {
                 // A base driver first: extras only while none is free.
                 biased;
@@ -1185,12 +1187,22 @@ struct Extras {
     open: Box<dyn FnMut() -> std::io::Result<SnmpDriver> + Send>,
     /// For the emitters of new extras.
     tx: mpsc::Sender<Samples>,
+    /// No extra is taken before then: the channel was full at the last try.
+    not_before: Instant,
 }
 
 impl Extras {
     /// An idle extra driver, or a new one (with an emitter of its own added to
     /// `emitters`); `None` when none may be opened.
+    /// Not while the channel is full: the base drivers are then held by iterations
+    /// whose samples wait for the sink (see [`Emitter::drain`]), not by slow devices,
+    /// and an extra would only take more work for the sink; tried again
+    /// [`SLOW_ITERATION`] later.
     fn take(&mut self, shared: &Shared, emitters: &mut Vec<Emitter>) -> Option<Slot> {
+        if self.tx.capacity() == 0 {
+            self.not_before = Instant::now() + SLOW_ITERATION;
+            return None;
+        }
         if let Some(s) = self.idle.pop() {
             return Some(s);
         }
@@ -1349,6 +1361,87 @@ pub async fn poll_once(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::{HostSpec, ItemSpec, SnmpParams, SnmpVersion};
+    use crate::snmp_driver::SnmpDriverOptions;
+
+    /// An SNMP host `name` at `ip`, port 16161 (nothing listens: every poll times out
+    /// after 100 ms), one item every second.
+    fn silent_snmp_host(name: &str, ip: [u8; 4]) -> HostSpec {
+        HostSpec {
+            name: name.into(),
+            ip: std::net::IpAddr::from(ip),
+            snmp: Some(Arc::new(SnmpParams {
+                version: SnmpVersion::V2c,
+                community: "public".into(),
+                usm: None,
+                port: 16161,
+                timeout: Duration::from_millis(100),
+                retries: 0,
+                max_oids_per_request: 16,
+                max_inflight_per_host: 1,
+            })),
+            items: vec![ItemSpec {
+                itemid: crate::plan::derive_itemid(name, "k"),
+                key: "k".into(),
+                value_type: crate::value::ValueType::Uint,
+                interval_ms: 1_000,
+                kind: ItemKind::Snmp {
+                    oid: snmp::Oid::from_arcs(&[1, 3, 6, 1, 2, 1, 1, 3, 0]).unwrap(),
+                },
+                pre: None,
+            }],
+        }
+    }
+
+    fn snmp_driver() -> std::io::Result<SnmpDriver> {
+        SnmpDriver::open(SnmpDriverOptions {
+            sockets: 1,
+            source: std::net::IpAddr::from([127, 0, 45, 1]).into(),
+            ..SnmpDriverOptions::default()
+        })
+    }
+
+    /// The sink behind (the channel full, nothing read): the only base driver's
+    /// iteration waits for channel room at its end. That is backpressure, not slow
+    /// devices: the engine took an extra driver for the work that came due meanwhile,
+    /// and another every 200 ms up to the limit, each polling more for a sink that
+    /// could not take it (and the gauge and the log blamed slow devices).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_full_channel_opens_no_extra_snmp_drivers() {
+        let plan = Plan::build(
+            (0..4)
+                .map(|i| silent_snmp_host(&format!("h{i}"), [127, 0, 45, 11 + i]))
+                .collect(),
+        );
+        let limits = Limits {
+            batch_window: Duration::ZERO,
+            ..Limits::default()
+        };
+        let shared = Shared::new(plan, 1, Clock::new(), limits);
+        let (tx, mut rx) = mpsc::channel(1);
+        tx.try_send(Vec::new()).unwrap(); // full
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let drivers = Drivers::Snmp(SnmpDrivers {
+            base: vec![snmp_driver().unwrap()],
+            extra: 3,
+            open: Box::new(snmp_driver),
+        });
+        let engine = tokio::spawn(run_engine(
+            shared.clone(),
+            Engine::Snmp,
+            drivers,
+            tx,
+            stop_rx,
+        ));
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        let extras = shared.snmp.snmp_extra_drivers.get();
+        let iterations = shared.snmp.iterations.get();
+        stop_tx.send(true).unwrap();
+        while rx.recv().await.is_some() {}
+        engine.await.unwrap().unwrap();
+        assert_eq!(extras, 0, "extra drivers opened for a full channel");
+        assert_eq!(iterations, 1, "iterations polled for a full channel");
+    }
 
     /// The reload timestamp is read against wall clocks (alerts: "no reload took in a
     /// day"): stamped with the scheduler's clock, it was off by every step of the wall
