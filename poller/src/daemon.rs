@@ -1010,7 +1010,12 @@ pub async fn run_engine(
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = woken => continue,
-                _ = shutdown.changed() => continue,
+                // A dropped sender stops the loop too (as it does the iterations):
+                // `changed` would be ready again at once, and the loop spin.
+                changed = shutdown.changed() => match changed {
+                    Ok(()) => continue,
+                    Err(_) => break,
+                },
                 Some(r) = running.join_next(), if !running.is_empty() => {
                     failed = reap(r, &mut emitters, (&pool_tx, &mut extras)).err();
                     continue;
@@ -1034,7 +1039,7 @@ pub async fn run_engine(
                         break None;
                     }
                 }
-                _ = shutdown.changed() => if *shutdown.borrow() { break None },
+                changed = shutdown.changed() => if changed.is_err() || *shutdown.borrow() { break None },
                 _ = tokio::time::sleep_until(grow_at.unwrap_or(last_start)), if grow_at.is_some() => {
                     let x = extras.as_mut().expect("grow_at needs extras");
                     if let Some(s) = x.take(&shared, &mut emitters) {
@@ -1441,6 +1446,36 @@ mod tests {
         engine.await.unwrap().unwrap();
         assert_eq!(extras, 0, "extra drivers opened for a full channel");
         assert_eq!(iterations, 1, "iterations polled for a full channel");
+    }
+
+    /// The stop's sender dropped without a stop (the daemon's start failing after the
+    /// first engines were started, returning through `?`): the loop's `changed()` was
+    /// ready at once, every time, and the loop spun on a core without ever returning.
+    /// It stops, as the iterations do.
+    #[test]
+    fn a_dropped_stop_sender_ends_the_engine_loop() {
+        let shared = Shared::new(Plan::build(Vec::new()), 1, Clock::new(), Limits::default());
+        let (tx, _rx) = mpsc::channel(1);
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let r = rt.block_on(run_engine(
+                shared,
+                Engine::Icmp,
+                Drivers::Icmp(Vec::new()),
+                tx,
+                stop_rx,
+            ));
+            let _ = done_tx.send(r.is_ok());
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        drop(stop_tx);
+        let ended = done_rx.recv_timeout(Duration::from_secs(10));
+        assert_eq!(ended, Ok(true), "the engine loop did not end");
     }
 
     /// The reload timestamp is read against wall clocks (alerts: "no reload took in a
