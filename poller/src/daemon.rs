@@ -372,7 +372,7 @@ impl Shared {
             }
             out.gauge(
                 "netpoller_inflight",
-                "Hosts (ICMP) or OIDs (SNMP) in running iterations.",
+                "Hosts (ICMP) or OIDs (SNMP) in running iterations, until done and handed back for their next poll.",
                 &l,
                 m.in_flight.get() as f64,
             );
@@ -663,7 +663,7 @@ pub async fn icmp_iteration(
     };
     // The sweep's callback and the timer that reports done hosts share these (one
     // task: the lock is never contended).
-    let state = std::sync::Mutex::new((&mut sum, &mut *emitter, Vec::<usize>::new()));
+    let state = std::sync::Mutex::new((&mut sum, &mut *emitter, Done::default()));
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
     let cut = async {
         stop.await;
@@ -675,7 +675,8 @@ pub async fn icmp_iteration(
             let mut g = lock();
             let (sum, emitter, done) = &mut *g;
             deliver_task(sum, emitter, idx, Ok(stats));
-            done.push(idx);
+            done.dues.push(idx);
+            done.weight += 1;
         }
     });
     let cut_short = async {
@@ -688,11 +689,11 @@ pub async fn icmp_iteration(
     let report = with_ticks(cut_short, ICMP_DONE_EVERY, || {
         let mut g = lock();
         let (_, emitter, done) = &mut *g;
-        hand_back(emitter, done, host_done);
+        hand_back(emitter, done, host_done, &metrics.in_flight);
     })
     .await;
-    drop(state);
-    metrics.in_flight.add(-(jobs.len() as i64));
+    let (_, _, done) = state.into_inner().unwrap_or_else(|e| e.into_inner());
+    metrics.in_flight.add(done.handed - jobs.len() as i64);
     let Some(report) = report else {
         tracing::info!(
             hosts = jobs.len(),
@@ -743,15 +744,32 @@ pub async fn icmp_iteration(
 /// and empties it, once their samples are in the channel: the consumer must have them
 /// before the hosts' next polls, which another iteration may deliver before this one
 /// ends (parked by a full channel: not yet, they wait).
+/// They leave the in-flight gauge then (they may be polled again, by another iteration,
+/// before this one ends).
 fn hand_back(
     emitter: &mut Emitter,
-    done: &mut Vec<usize>,
+    done: &mut Done,
     host_done: &mut (dyn FnMut(&[usize]) + Send),
+    in_flight: &Gauge,
 ) {
-    if !done.is_empty() && emitter.flush() {
-        host_done(done);
-        done.clear();
+    if !done.dues.is_empty() && emitter.flush() {
+        host_done(&done.dues);
+        done.dues.clear();
+        in_flight.add(-done.weight);
+        done.handed += done.weight;
+        done.weight = 0;
     }
+}
+
+/// The dues of an iteration's hosts that are done and not handed back yet (see
+/// [`hand_back`]).
+#[derive(Default)]
+struct Done {
+    dues: Vec<usize>,
+    /// What they count in the in-flight gauge (ICMP: hosts; SNMP: OIDs).
+    weight: i64,
+    /// What the hand-backs so far took out of the gauge.
+    handed: i64,
 }
 
 /// Drives `work` to its end, running `on_tick` every `every` (the first `every` after
@@ -849,7 +867,7 @@ pub async fn snmp_iteration(
     // every SLOW_ITERATION while none comes (a silent host's timeout held them).
     // The driver's callback and that timer share them (one task: never contended).
     // `done`: the dues of those hosts.
-    let state = std::sync::Mutex::new((&mut sum, &mut *emitter, Vec::<usize>::new(), host_done));
+    let state = std::sync::Mutex::new((&mut sum, &mut *emitter, Done::default(), host_done));
     let lock = || state.lock().unwrap_or_else(|e| e.into_inner());
     let mut last: Option<usize> = None;
     let started = Instant::now();
@@ -857,7 +875,7 @@ pub async fn snmp_iteration(
         let mut g = lock();
         let (sum, emitter, done, host_done) = &mut *g;
         if last != Some(j) && started.elapsed() >= SLOW_ITERATION {
-            hand_back(emitter, done, *host_done);
+            hand_back(emitter, done, *host_done, &metrics.in_flight);
         }
         last = Some(j);
         let index = refs[j][o];
@@ -879,17 +897,18 @@ pub async fn snmp_iteration(
         );
         left[j] -= 1;
         if left[j] == 0 {
-            done.extend_from_slice(&job_dues[j]);
+            done.dues.extend_from_slice(&job_dues[j]);
+            done.weight += jobs[j].oids.len() as i64;
         }
     });
     let report = with_ticks(run, SLOW_ITERATION, || {
         let mut g = lock();
         let (_, emitter, done, host_done) = &mut *g;
-        hand_back(emitter, done, *host_done);
+        hand_back(emitter, done, *host_done, &metrics.in_flight);
     })
     .await;
-    drop(state);
-    metrics.in_flight.add(-(oids as i64));
+    let (_, _, done, _) = state.into_inner().unwrap_or_else(|e| e.into_inner());
+    metrics.in_flight.add(done.handed - oids as i64);
     let st = &report.stats;
     metrics.unmatched.add(
         st.unknown_request_id
@@ -1446,6 +1465,55 @@ mod tests {
         engine.await.unwrap().unwrap();
         assert_eq!(extras, 0, "extra drivers opened for a full channel");
         assert_eq!(iterations, 1, "iterations polled for a full channel");
+    }
+
+    /// A host handed back early (done, rescheduled) while a slower host holds its
+    /// SNMP iteration is no longer in flight: the gauge counted its OIDs until the
+    /// iteration ended, and again when another iteration polled it meanwhile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn hosts_handed_back_leave_the_in_flight_gauge() {
+        let mut quick = silent_snmp_host("quick", [127, 0, 45, 21]);
+        let mut slow = silent_snmp_host("slow", [127, 0, 45, 22]);
+        for (h, ms) in [(&mut quick, 300), (&mut slow, 2_000)] {
+            let p = Arc::make_mut(h.snmp.as_mut().unwrap());
+            p.timeout = Duration::from_millis(ms);
+        }
+        let plan = Plan::build(vec![quick, slow]);
+        let dues: Vec<Due> = (0..plan.tasks.len() as u32)
+            .map(Scheduler::one_shot)
+            .collect();
+        let (tx, mut rx) = mpsc::channel(16);
+        let reader = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let mut emitter = Emitter::new(tx, Arc::default());
+        let metrics = EngineMetrics::default();
+        let mut driver = snmp_driver().unwrap();
+        let mut handed = Vec::new();
+        let seen;
+        {
+            let mut host_done = |idxs: &[usize]| handed.extend_from_slice(idxs);
+            let iteration = snmp_iteration(
+                &mut driver,
+                &plan,
+                &dues,
+                &metrics,
+                &mut emitter,
+                &mut host_done,
+                std::future::pending(),
+            );
+            tokio::pin!(iteration);
+            tokio::select! {
+                _ = &mut iteration => panic!("the slow host's timeout is 2 s"),
+                () = tokio::time::sleep(Duration::from_millis(1_200)) => {
+                    seen = metrics.in_flight.get();
+                }
+            }
+            iteration.await;
+        }
+        drop(emitter);
+        reader.await.unwrap();
+        assert_eq!(handed.len(), 1, "the quick host handed back early");
+        assert_eq!(seen, 1, "OIDs in flight while only the slow host is");
+        assert_eq!(metrics.in_flight.get(), 0);
     }
 
     /// The stop's sender dropped without a stop (the daemon's start failing after the
