@@ -974,7 +974,8 @@ pub struct EngineFailed {
 
 /// Run one engine's loop until `shutdown` turns true; returns after the running
 /// iterations ended. An iteration that panics ends the loop too: the other running
-/// iterations finish and their values are handed on, then [`EngineFailed`].
+/// iterations end as at a stop (within [`STOP_GRACE`]) and their values are handed on,
+/// then [`EngineFailed`].
 pub async fn run_engine(
     shared: Arc<Shared>,
     engine: Engine,
@@ -1007,6 +1008,10 @@ pub async fn run_engine(
         .collect();
     drop(tx);
     let mut failed: Option<String> = None;
+    // Stops the running iterations, as the daemon's stop does, once one has failed: the
+    // engine says so within STOP_GRACE, not when its slowest iteration ends (an SNMP
+    // iteration has no deadline), polling nothing more meanwhile.
+    let (abort_tx, abort_rx) = watch::channel(false);
     // When the newest running iteration started (see `SnmpDrivers`).
     let mut last_start = Instant::now();
     loop {
@@ -1087,6 +1092,7 @@ pub async fn run_engine(
         last_start = Instant::now();
         let shared2 = shared.clone();
         let stop_rx = shutdown.clone();
+        let mut abort = abort_rx.clone();
         running.spawn(async move {
             #[cfg(debug_assertions)]
             test_failpoint(engine.as_str());
@@ -1117,7 +1123,10 @@ pub async fn run_engine(
             let mut stop = stop_rx;
             let stop = async move {
                 // A dropped sender (the daemon ending) stops it too.
-                let _ = stop.wait_for(|s| *s).await;
+                tokio::select! {
+                    _ = stop.wait_for(|s| *s) => {}
+                    _ = abort.wait_for(|a| *a) => {}
+                }
             };
             let (mut sum, slot) = match slot {
                 Slot::Icmp(mut d) => {
@@ -1173,6 +1182,9 @@ pub async fn run_engine(
         });
     }
     // Shutdown: no new work; let running iterations reach their deadline and flush.
+    if failed.is_some() {
+        abort_tx.send_replace(true);
+    }
     while let Some(r) = running.join_next().await {
         if let Err(why) = reap(r, &mut emitters, (&pool_tx, &mut extras)) {
             failed.get_or_insert(why);
@@ -1514,6 +1526,53 @@ mod tests {
         assert_eq!(handed.len(), 1, "the quick host handed back early");
         assert_eq!(seen, 1, "OIDs in flight while only the slow host is");
         assert_eq!(metrics.in_flight.get(), 0);
+    }
+
+    /// An iteration panics (a bug) while another runs a slow device's requests: the
+    /// engine fails, but said so only once that other iteration had ended on its own
+    /// (an SNMP iteration has no deadline: here a 60 s timeout), polling nothing more
+    /// meanwhile and the daemon not restarted. The running iterations now end as at a
+    /// stop, within STOP_GRACE.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_failed_iteration_stops_the_others_within_the_grace() {
+        let mut slow = silent_snmp_host("slow", [127, 0, 45, 41]);
+        Arc::make_mut(slow.snmp.as_mut().unwrap()).timeout = Duration::from_secs(60);
+        let broken = silent_snmp_host("broken", [127, 0, 45, 42]);
+        let mut plan = Plan::build(vec![slow, broken]);
+        let clock = Clock::new();
+        let now = clock.now_ms();
+        for t in &mut plan.tasks {
+            let host = &*plan.hosts[t.host as usize].name;
+            // The slow host first, the broken one 300 ms later.
+            let offset = if host == "slow" { 100 } else { 400 };
+            t.phase_ms = (now + offset) % t.interval_ms;
+            if host == "broken" {
+                // An item past the plan's: its iteration panics (index out of bounds).
+                t.items = 1_000..1_001;
+            }
+        }
+        let limits = Limits {
+            batch_window: Duration::ZERO,
+            ..Limits::default()
+        };
+        let shared = Shared::new(plan, 1, clock, limits);
+        let (tx, mut rx) = mpsc::channel(16);
+        let reader = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let (_stop_tx, stop_rx) = watch::channel(false);
+        let drivers = Drivers::Snmp(SnmpDrivers {
+            base: vec![snmp_driver().unwrap(), snmp_driver().unwrap()],
+            extra: 0,
+            open: Box::new(snmp_driver),
+        });
+        let t0 = Instant::now();
+        let r = run_engine(shared, Engine::Snmp, drivers, tx, stop_rx).await;
+        let took = t0.elapsed();
+        reader.await.unwrap();
+        assert!(r.is_err(), "{r:?}");
+        assert!(
+            took < Duration::from_secs(30),
+            "the failure was reported after {took:?}"
+        );
     }
 
     /// The stop's sender dropped without a stop (the daemon's start failing after the
