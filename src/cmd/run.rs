@@ -325,10 +325,21 @@ async fn daemon(
         match tokio::task::spawn_blocking(move || thread.join()).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => {
-                tracing::error!(engine = engine.as_str(), error = %e, "engine runtime failed")
+                tracing::error!(engine = engine.as_str(), error = %e, "engine runtime failed");
+                exit = ExitCode::FAILURE;
             }
-            _ => tracing::error!(engine = engine.as_str(), "engine thread panicked"),
+            _ => {
+                tracing::error!(engine = engine.as_str(), "engine thread panicked");
+                exit = ExitCode::FAILURE;
+            }
         }
+    }
+    // An engine that failed while the daemon was stopping (its iterations cut short,
+    // or a failure that came with the signal): the loop above no longer read it, and
+    // the exit said all was well.
+    while let Ok(why) = failed_rx.try_recv() {
+        tracing::error!(error = %why, "an engine failed while stopping: exit status 1 (a bug: please report it with this log)");
+        exit = ExitCode::FAILURE;
     }
     // A consumer that failed still leaves the sink to flush what it was given.
     let delivered = match consumer_ended {
