@@ -512,8 +512,9 @@ pub struct Iteration<'j> {
     /// salt is never used twice under one key, whatever the jobs.
     salts: HashMap<SocketAddr, u64>,
     /// SNMPv3: the msgID of an earlier attempt of a request → the one it was sent
-    /// again under (see [`Self::renew_v3`]).
-    aliases: HashMap<i32, i32>,
+    /// again under (see [`Self::renew_v3`]), and the engine generation that earlier
+    /// attempt was encoded for (a Report to it speaks of that engine and clock).
+    aliases: HashMap<i32, (i32, u32)>,
     issued: u32,
     open_hosts: usize,
     /// [`Self::stop`] was called.
@@ -757,6 +758,7 @@ impl<'j> Iteration<'j> {
         let Some(mut e) = self.table.remove(&id) else {
             return id;
         };
+        let sent_under = e.generation;
         let new = ((self.opts.first_request_id.wrapping_add(self.issued)) & ID_MASK) as i32;
         self.issued += 1;
         let mut bytes = std::mem::take(&mut e.bytes);
@@ -774,7 +776,7 @@ impl<'j> Iteration<'j> {
             st.probe = Some(new);
         }
         self.table.insert(new, e);
-        self.aliases.insert(id, new);
+        self.aliases.insert(id, (new, sent_under));
         new
     }
 
@@ -1142,7 +1144,7 @@ impl<'j> Iteration<'j> {
         let mut id = id;
         while !self.table.contains_key(&id) {
             match self.aliases.get(&id) {
-                Some(&next) => id = next,
+                Some(&(next, _)) => id = next,
                 None => break,
             }
         }
@@ -1292,7 +1294,16 @@ impl<'j> Iteration<'j> {
         if !discovery {
             self.stats.refusals[kind.index()] += 1;
         }
-        let (items, generation) = (e.items.clone(), e.generation);
+        // A Report to an earlier attempt of a request sent again since (under a new
+        // msgID, see `renew_v3`) speaks of the engine and clock that attempt was sent
+        // with, not the retry's: judged as a report to it (taken for one to the retry,
+        // a late notInTimeWindow after the clock was set spent another resync, and
+        // could fail the host).
+        let generation = match self.aliases.get(&msg.msg_id) {
+            Some(&(_, sent_under)) if msg.msg_id != id => sent_under,
+            _ => e.generation,
+        };
+        let items = e.items.clone();
         self.recycle(e);
         let Some(u) = self.hosts[host].usm.as_deref_mut() else {
             return;

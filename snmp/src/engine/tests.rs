@@ -1755,6 +1755,75 @@ fn v3_an_unsigned_time_window_report_leads_to_a_rediscovery() {
 }
 
 #[test]
+fn v3_a_late_report_to_an_earlier_attempt_is_judged_by_that_attempts_clock() {
+    // The agent rebooted since its engine was remembered, and answers slowly: three
+    // requests go with the stale clock. The first one's report sets the clock; the
+    // others' reports come after their retries went under new msgIDs with the right
+    // clock. Each late report speaks of the attempt it answers (sent before the
+    // clock was set): no resync to spend, and no reason to fail the host. Taken as
+    // reports to the retries, they spent both resyncs and the second failed the
+    // host's items with notInTimeWindow although the agent answers every request.
+    let t0 = Instant::now();
+    let user = users().0.clone();
+    let (mut agents, oids) = v3_setup(&user, t0);
+    let mut memory = HostMemory::default();
+    memory.remember_engine(addr(1), Engine::new(user.clone(), ENGINE_A, 2, 0, t0));
+    let mut j = v3_job(&user, &oids[..9]);
+    j.max_oids = 3;
+    j.max_inflight = 3;
+    j.retries = 3;
+    let jobs = [j];
+    let mut it = Iteration::new(&jobs, &memory, IterationOptions::default());
+    let agent = agents.get_mut(&addr(1)).unwrap();
+    let mut buf = Vec::new();
+    let mut held = Vec::new();
+    while let Some(_t) = it.poll_transmit(t0, &mut buf) {
+        held.push(agent.answer(&buf, t0).unwrap());
+    }
+    assert_eq!(held.len(), 3);
+    // Sends what the iteration has at `now`; `answered`: the agent's answers come at
+    // once (until nothing is left to send), else they are lost.
+    let mut exchange = |it: &mut Iteration<'_>, now: Instant, answered: bool| {
+        while let Some(_t) = it.poll_transmit(now, &mut buf) {
+            let a = agent.answer(&buf, now);
+            if let (true, Some(a)) = (answered, a) {
+                it.handle_datagram(addr(1), &a, now);
+            }
+        }
+    };
+    let ms = |n: u64| t0 + Duration::from_millis(n);
+    // The first request's report: the clock is set, the request goes again.
+    assert_eq!(
+        it.handle_datagram(addr(1), &held[0], ms(100)),
+        Received::Report
+    );
+    exchange(&mut it, ms(100), true);
+    // The other two time out: retried under new msgIDs with the clock set (lost).
+    it.handle_timeout(ms(1_000));
+    exchange(&mut it, ms(1_000), false);
+    // The second request's first report, late.
+    assert_eq!(
+        it.handle_datagram(addr(1), &held[1], ms(1_100)),
+        Received::Report
+    );
+    exchange(&mut it, ms(1_100), true);
+    // The third's retry times out again: retried once more (lost); then its first
+    // attempt's report comes, later still.
+    it.handle_timeout(ms(2_000));
+    exchange(&mut it, ms(2_000), false);
+    it.handle_datagram(addr(1), &held[2], ms(2_100));
+    exchange(&mut it, ms(2_100), true);
+    let mut events = Vec::new();
+    while let Some(e) = it.poll_event() {
+        events.push(e);
+    }
+    let items = items_of(&events, 0);
+    assert_eq!(items.len(), 9, "{events:?}");
+    assert!(items.values().all(Result::is_ok), "{items:?}");
+    assert!(it.is_done());
+}
+
+#[test]
 fn v3_job_without_a_user_fails_its_items_without_sending() {
     let mut j = job(1, &["1.3.6.1.2.1.1.5.0"]);
     j.version = Version::V3;
