@@ -422,6 +422,9 @@ struct SizeFail {
     /// The request's items when the agent said tooBig; empty for a short or silent
     /// answer.
     items: Vec<u32>,
+    /// The items a short answer of the first OIDs asked left out (taken for what did
+    /// not fit); empty otherwise.
+    left_out: Vec<u32>,
 }
 
 /// The smallest failed size and whether it failed by silence alone, with one more
@@ -1456,8 +1459,28 @@ impl<'j> Iteration<'j> {
                 } else {
                     // Each alone: an agent that leaves an OID out of a request of one
                     // answers with no varbind, which fails that item alone. The host's
-                    // other items keep their request size (it was not a size problem).
-                    self.hosts[host].solo.extend(missing);
+                    // other items keep their request size (it was not a size problem):
+                    // also when an earlier answer left one of them out at its end,
+                    // which read as the agent returning what fits (a short answer of
+                    // the first OIDs) and shrank the size, to be learned for good.
+                    let st = &mut self.hosts[host];
+                    let before = st.fails.len();
+                    st.fails
+                        .retain(|f| !f.left_out.iter().any(|i| missing.contains(i)));
+                    if st.fails.len() != before {
+                        (st.failed_at, st.failed_silent) = st
+                            .fails
+                            .iter()
+                            .fold((None, false), |acc, f| merge_fail(acc, f.size, f.silent));
+                        if st.failed_at.is_none() {
+                            st.max_oids = st.start_max_oids;
+                        }
+                        st.max_oids = st.max_oids.max(st.max_ok).min(st.start_max_oids);
+                        if let Some(f) = &mut st.failed_at {
+                            *f = (*f).max(st.max_oids + 1);
+                        }
+                    }
+                    st.solo.extend(missing);
                 }
                 return;
             }
@@ -1484,6 +1507,9 @@ impl<'j> Iteration<'j> {
                     // The agent returned what fits: ask for the rest with that size.
                     let size = if count > 0 { count } else { n / 2 };
                     self.shrink(host, n, size, false, &[]);
+                    if let Some(f) = self.hosts[host].fails.last_mut() {
+                        f.left_out = items[count..].to_vec();
+                    }
                     self.requeue_front(host, &items[count..]);
                 }
             }
@@ -1570,6 +1596,7 @@ impl<'j> Iteration<'j> {
             size: failed,
             silent,
             items: too_big.to_vec(),
+            left_out: Vec::new(),
         });
         (st.failed_at, st.failed_silent) =
             merge_fail((st.failed_at, st.failed_silent), failed, silent);

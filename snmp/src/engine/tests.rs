@@ -1272,6 +1272,31 @@ fn an_oid_left_out_is_asked_alone_and_the_rest_keep_their_request_size() {
 }
 
 #[test]
+fn an_oid_left_out_at_the_end_of_an_answer_shrinks_nothing_for_good() {
+    // As above, the unknown OID the last of the first request: its answer (the first 9
+    // OIDs) reads as the agent returning what fits, and the size shrank to 9. The next
+    // request, from that OID, shows it left out (its answer lacks the first OID): the
+    // shrink is undone, nothing is learned, and the next iteration starts at 10 again.
+    // It stayed at 9 for good (its failure at 10 kept it from growing back).
+    let (mut a, oids) = agent_with(40);
+    a.values.remove(&oid(&oids[9]));
+    a.omit_unknown = true;
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let jobs = [job(1, &refs)];
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let mut memory = HostMemory::default();
+    for i in 0..2 {
+        let out = iterate(&jobs, &mut agents, memory);
+        let items = items_of(&out.events, 0);
+        assert_eq!(items[&9], Err(ItemFailure::EmptyResponse));
+        assert!(items.iter().all(|(&k, r)| k == 9 || r.is_ok()));
+        assert_eq!(request_sizes(&out), [10, 9, 1, 10, 10, 2], "iteration {i}");
+        assert_eq!(out.memory.max_oids(&addr(1)), None, "iteration {i}");
+        memory = out.memory;
+    }
+}
+
+#[test]
 fn an_error_without_index_is_isolated_and_the_rest_keep_their_request_size() {
     // 40 items at 10 OIDs per request, the third answered genErr without an
     // error-index: halvings isolate it (it fails alone), then the other items go on
