@@ -1463,24 +1463,8 @@ impl<'j> Iteration<'j> {
                     // also when an earlier answer left one of them out at its end,
                     // which read as the agent returning what fits (a short answer of
                     // the first OIDs) and shrank the size, to be learned for good.
-                    let st = &mut self.hosts[host];
-                    let before = st.fails.len();
-                    st.fails
-                        .retain(|f| !f.left_out.iter().any(|i| missing.contains(i)));
-                    if st.fails.len() != before {
-                        (st.failed_at, st.failed_silent) = st
-                            .fails
-                            .iter()
-                            .fold((None, false), |acc, f| merge_fail(acc, f.size, f.silent));
-                        if st.failed_at.is_none() {
-                            st.max_oids = st.start_max_oids;
-                        }
-                        st.max_oids = st.max_oids.max(st.max_ok).min(st.start_max_oids);
-                        if let Some(f) = &mut st.failed_at {
-                            *f = (*f).max(st.max_oids + 1);
-                        }
-                    }
-                    st.solo.extend(missing);
+                    self.forget_left_out(host, &missing);
+                    self.hosts[host].solo.extend(missing);
                 }
                 return;
             }
@@ -1503,6 +1487,8 @@ impl<'j> Iteration<'j> {
                 self.stats.short_responses += 1;
                 if n == 1 {
                     self.fail(host, items[0] as usize, ItemFailure::EmptyResponse);
+                    // Left out alone too: so it was in a short answer before.
+                    self.forget_left_out(host, items);
                 } else {
                     // The agent returned what fits: ask for the rest with that size.
                     let size = if count > 0 { count } else { n / 2 };
@@ -1606,6 +1592,30 @@ impl<'j> Iteration<'j> {
         }
         if let Some(before) = &mut st.isolating {
             *before = (*before).min(size);
+        }
+    }
+
+    /// `items` turned out to be left out by the agent (not for their size): the size
+    /// failures of short answers that left them out are forgotten (else the size they
+    /// shrank to was learned, a failure at the full size keeping it from growing back).
+    fn forget_left_out(&mut self, host: usize, items: &[u32]) {
+        let st = &mut self.hosts[host];
+        let before = st.fails.len();
+        st.fails
+            .retain(|f| !f.left_out.iter().any(|i| items.contains(i)));
+        if st.fails.len() == before {
+            return;
+        }
+        (st.failed_at, st.failed_silent) = st
+            .fails
+            .iter()
+            .fold((None, false), |acc, f| merge_fail(acc, f.size, f.silent));
+        if st.failed_at.is_none() {
+            st.max_oids = st.start_max_oids;
+        }
+        st.max_oids = st.max_oids.max(st.max_ok).min(st.start_max_oids);
+        if let Some(f) = &mut st.failed_at {
+            *f = (*f).max(st.max_oids + 1);
         }
     }
 

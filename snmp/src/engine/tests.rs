@@ -1297,6 +1297,28 @@ fn an_oid_left_out_at_the_end_of_an_answer_shrinks_nothing_for_good() {
 }
 
 #[test]
+fn an_oid_left_out_of_an_answer_of_two_leaves_the_host_at_two() {
+    // Two OIDs per request, the second unknown to an agent that leaves it out: the
+    // answer of the first alone reads as what fits, the size fell to 1; asked alone the
+    // OID gets an answer of nothing, so it was left out, not too big: the rest go two
+    // per request again, and nothing is learned (the host stayed at one OID per
+    // request, learned for good).
+    let (mut a, oids) = agent_with(10);
+    a.values.remove(&oid(&oids[1]));
+    a.omit_unknown = true;
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let mut j = job(1, &refs);
+    j.max_oids = 2;
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = iterate(&[j], &mut agents, HostMemory::default());
+    let items = items_of(&out.events, 0);
+    assert_eq!(items[&1], Err(ItemFailure::EmptyResponse));
+    assert!(items.iter().all(|(&k, r)| k == 1 || r.is_ok()));
+    assert_eq!(request_sizes(&out), [2, 1, 2, 2, 2, 2]);
+    assert_eq!(out.memory.max_oids(&addr(1)), None);
+}
+
+#[test]
 fn an_error_without_index_is_isolated_and_the_rest_keep_their_request_size() {
     // 40 items at 10 OIDs per request, the third answered genErr without an
     // error-index: halvings isolate it (it fails alone), then the other items go on
