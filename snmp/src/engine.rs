@@ -446,6 +446,35 @@ impl HostState {
     fn unsent(&self, job: &HostJob) -> usize {
         self.solo.len() + self.requeue.len() + (job.oids.len() - self.next as usize)
     }
+
+    /// Forgets the size failures `wrong` says were not the agent's size limit, and
+    /// figures the failed size from the others (none left: back to the starting size).
+    /// Whether any was forgotten.
+    fn forget_fails(&mut self, wrong: impl Fn(&SizeFail) -> bool) -> bool {
+        let before = self.fails.len();
+        self.fails.retain(|f| !wrong(f));
+        if self.fails.len() == before {
+            return false;
+        }
+        (self.failed_at, self.failed_silent) = self
+            .fails
+            .iter()
+            .fold((None, false), |acc, f| merge_fail(acc, f.size, f.silent));
+        if self.failed_at.is_none() {
+            self.max_oids = self.start_max_oids;
+        }
+        true
+    }
+
+    /// After a culprit was found (not a size problem): the host goes on at the largest
+    /// size it answered in full in this iteration at least, at most the size it
+    /// started with; a size that still failed is kept above it.
+    fn settle_size(&mut self) {
+        self.max_oids = self.max_oids.max(self.max_ok).min(self.start_max_oids);
+        if let Some(f) = &mut self.failed_at {
+            *f = (*f).max(self.max_oids + 1);
+        }
+    }
 }
 
 /// What an SNMPv3 host's state adds.
@@ -1518,21 +1547,8 @@ impl<'j> Iteration<'j> {
                 // the largest size it answered in full in this iteration, or at the
                 // size it started with when nothing else failed.
                 let st = &mut self.hosts[host];
-                let before = st.fails.len();
-                st.fails.retain(|f| !f.items.contains(&culprit));
-                if st.fails.len() != before {
-                    (st.failed_at, st.failed_silent) = st
-                        .fails
-                        .iter()
-                        .fold((None, false), |acc, f| merge_fail(acc, f.size, f.silent));
-                    if st.failed_at.is_none() {
-                        st.max_oids = st.start_max_oids;
-                    }
-                }
-                st.max_oids = st.max_oids.max(st.max_ok).min(st.start_max_oids);
-                if let Some(f) = &mut st.failed_at {
-                    *f = (*f).max(st.max_oids + 1);
-                }
+                st.forget_fails(|f| f.items.contains(&culprit));
+                st.settle_size();
             }
             return;
         }
@@ -1600,22 +1616,8 @@ impl<'j> Iteration<'j> {
     /// shrank to was learned, a failure at the full size keeping it from growing back).
     fn forget_left_out(&mut self, host: usize, items: &[u32]) {
         let st = &mut self.hosts[host];
-        let before = st.fails.len();
-        st.fails
-            .retain(|f| !f.left_out.iter().any(|i| items.contains(i)));
-        if st.fails.len() == before {
-            return;
-        }
-        (st.failed_at, st.failed_silent) = st
-            .fails
-            .iter()
-            .fold((None, false), |acc, f| merge_fail(acc, f.size, f.silent));
-        if st.failed_at.is_none() {
-            st.max_oids = st.start_max_oids;
-        }
-        st.max_oids = st.max_oids.max(st.max_ok).min(st.start_max_oids);
-        if let Some(f) = &mut st.failed_at {
-            *f = (*f).max(st.max_oids + 1);
+        if st.forget_fails(|f| f.left_out.iter().any(|i| items.contains(i))) {
+            st.settle_size();
         }
     }
 
