@@ -503,6 +503,13 @@ impl Spool {
         acks
     }
 
+    /// What is kept in memory of segment `seq`, which left the spool (replayed, set
+    /// aside or dropped by the cap).
+    fn forget(&mut self, seq: u64) {
+        self.acked_in_memory.remove(&seq);
+        self.damage_counted.remove(&seq);
+    }
+
     /// Whether segment `seq`'s damaged records are still to be counted and logged
     /// ([`scan_logged`]): true the first time it is asked only. A segment is scanned at
     /// each pass of a replay; its damage is lost once.
@@ -538,7 +545,7 @@ impl Spool {
                     })
                     .unwrap_or(0),
             };
-            self.acked_in_memory.remove(&seg.seq);
+            self.forget(seg.seq);
             let _ = fs::remove_file(&seg.path);
             let _ = fs::remove_file(seg.ack_path());
             tracing::warn!(
@@ -598,7 +605,7 @@ impl Spool {
         let i = self.sealed.iter().position(|s| s.seq == seq)?;
         let seg = self.sealed.remove(i)?;
         self.release(seq);
-        self.acked_in_memory.remove(&seq);
+        self.forget(seq);
         let first = seg.path.with_extension(format!("seg.{UNREADABLE}"));
         let to = std::iter::once(first.clone())
             .chain((2..1000).map(|k| first.with_extension(format!("{UNREADABLE}.{k}"))))
@@ -636,8 +643,7 @@ impl Spool {
                 }
             }
         }
-        self.damage_counted.remove(&seq);
-        self.acked_in_memory.remove(&seq);
+        self.forget(seq);
         self.release(seq);
         self.publish();
     }
@@ -1014,6 +1020,26 @@ mod tests {
         let again = s.checkout_oldest().unwrap();
         assert_eq!(again.seq, held.seq);
         assert_eq!(s.confirmed(&again), HashSet::from([recs[0].offset]));
+    }
+
+    /// What the spool keeps in memory of a segment (its damage counted, its acks noted)
+    /// goes with the segment when the cap drops it: a long outage's dropped segments
+    /// each left an entry behind.
+    #[test]
+    fn a_segment_the_cap_drops_leaves_nothing_in_memory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let mut s = Spool::open(&cfg(tmp.path(), 200 << 10), m).unwrap();
+        s.append(&batch(1, 40 << 10)).unwrap();
+        s.close();
+        let first = list_segments(tmp.path()).unwrap()[0].seq;
+        assert!(s.first_scan(first));
+        assert!(s.remember_ack(first, 0));
+        for i in 2..=12 {
+            s.append(&batch(i, 40 << 10)).unwrap();
+        }
+        assert!(list_segments(tmp.path()).unwrap()[0].seq > first, "dropped");
+        assert!(s.damage_counted.is_empty() && s.acked_in_memory.is_empty());
     }
 
     #[test]
