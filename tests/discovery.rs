@@ -468,12 +468,16 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
         &format!("started hosts=2 items={}", n + 1),
         Duration::from_secs(10),
     );
-    // A reload that changes a rule walks it again at once: every row now.
+    // A reload that changes a rule walks it again at once: every row now. It also
+    // moves `discovery_file`, which applies at the next start, as the reload warns:
+    // the rows found meanwhile are saved where the running daemon read them.
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
-        .replace(r#"matches = "^lo$""#, r#"matches = ".""#);
+        .replace(r#"matches = "^lo$""#, r#"matches = ".""#)
+        .replace("/discovered.json", "/moved.json");
     std::fs::write(&cfg, text).unwrap();
     d.signal(libc::SIGHUP);
+    d.expect_log("daemon.discovery_file", Duration::from_secs(10));
     let all = format!(
         r#""if-lo": "{}""#,
         saved["hosts"]["agent"]["if"].as_str().unwrap()
@@ -485,12 +489,14 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
         || std::fs::read_to_string(&file).is_ok_and(|t| t.contains(&all)),
     );
     assert!(d.stop().success());
+    assert!(!dir.join("moved.json").exists());
 
     // A restart with a rule changed meanwhile does not take its saved rows (the rest
     // it does): 2 x rows + 1 items for the agent, 1 for the silent host; then walks it.
     let text = std::fs::read_to_string(&cfg)
         .unwrap()
-        .replace(r#"not_matches = "^24$""#, r#"not_matches = "^999$""#);
+        .replace(r#"not_matches = "^24$""#, r#"not_matches = "^999$""#)
+        .replace("/moved.json", "/discovered.json");
     std::fs::write(&cfg, text).unwrap();
     let d = Daemon::start(&cfg, &[], dir.join("run3.log"));
     d.expect_log(

@@ -161,6 +161,8 @@ async fn daemon(
     // `applied`: the rows of the running plan; `found`: those discovery found since;
     // `targets_tx` holds the running plan's targets, what its rows were found for.
     let mut applied = found.clone();
+    // The rows discovery finds are saved where this start read them, until a restart.
+    let discovery_file = cfg.discovery_file(args.plan.shard);
     let found = Arc::new(Mutex::new(found));
     let discovery_metrics = Arc::new(DiscoveryMetrics::default());
     let (targets_tx, targets_rx) = watch::channel(cfg.discovery.clone());
@@ -314,7 +316,7 @@ async fn daemon(
                 }
             }
             Some(()) = replan_rx.recv() => {
-                replan_found(&args, &shared, &text, &found, &mut applied, &discovery_metrics).await;
+                replan_found(&args, &discovery_file, &shared, &text, &found, &mut applied, &discovery_metrics).await;
             }
         }
     }
@@ -372,6 +374,7 @@ async fn daemon(
 /// the running plan (`applied`), so that a reload does not take them either.
 async fn replan_found(
     args: &Args,
+    discovery_file: &Path,
     shared: &Shared,
     text: &Arc<str>,
     found: &Mutex<Found>,
@@ -394,7 +397,9 @@ async fn replan_found(
                 "discovery: plan rebuilt for the rows found"
             );
             // Saved once planned: a restart takes them as they are.
-            let path = l.cfg.discovery_file(args.plan.shard);
+            // Where the daemon read them at its start: `daemon.discovery_file`
+            // applies at the next start (a reload says so), and that start reads it.
+            let path = discovery_file.to_path_buf();
             let targets = std::mem::take(&mut l.cfg.discovery);
             *applied = rows.clone();
             let save = move || crate::discovery::write_file(&path, &rows, &targets);
