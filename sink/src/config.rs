@@ -193,6 +193,12 @@ fn default_database() -> String {
 fn default_user() -> String {
     "default".into()
 }
+/// Most rows of one batch: ClickHouse's default `max_insert_block_size`. The server
+/// cuts a larger INSERT into blocks of this many rows, each stored on its own: one that
+/// fails part-way has stored some, and retried (or spooled and replayed) they would be
+/// stored twice. A batch within it is one block, stored whole or not at all.
+pub const MAX_BATCH_ROWS: usize = 1 << 20;
+
 fn default_batch_rows() -> usize {
     50_000
 }
@@ -355,8 +361,15 @@ impl ClickHouseConfig {
                 ),
             ));
         }
-        if self.batch_rows == 0 {
-            p.push(("batch_rows", "must be at least 1".to_string()));
+        if !(1..=MAX_BATCH_ROWS).contains(&self.batch_rows) {
+            p.push((
+                "batch_rows",
+                format!(
+                    "must be between 1 and {MAX_BATCH_ROWS} (ClickHouse's max_insert_block_size: \
+                     a larger INSERT is stored as several blocks, and one that fails part-way \
+                     leaves rows stored that its retry or the spool then inserts again)"
+                ),
+            ));
         }
         if !(1024..=1 << 30).contains(&self.batch_bytes) {
             // Spool records carry a u32 length; ClickHouse reads strings up to 1 GiB.
@@ -526,6 +539,20 @@ mod tests {
             keys.contains(&"database") && keys.contains(&"batch_rows") && keys.contains(&"urls")
         );
         assert!(!format!("{:?}", c.validate()).contains("pw"));
+        // Within one ClickHouse block, or an INSERT failing part-way stores some rows.
+        for (rows, ok) in [
+            (MAX_BATCH_ROWS, true),
+            (MAX_BATCH_ROWS + 1, false),
+            (1, true),
+        ] {
+            let c = ClickHouseConfig {
+                batch_rows: rows,
+                url: Some("http://127.0.0.1:8123".into()),
+                ..ClickHouseConfig::default()
+            };
+            let keys: Vec<_> = c.validate().into_iter().map(|(k, _)| k).collect();
+            assert_eq!(keys.is_empty(), ok, "{rows}: {keys:?}");
+        }
         assert!(ClickHouseConfig::default()
             .validate()
             .iter()
