@@ -667,11 +667,8 @@ impl<'j> Iteration<'j> {
         if self.stopping {
             return None;
         }
-        while let Some(mut id) = self.retransmit.pop_front() {
-            if !self.table.contains_key(&id) {
-                continue;
-            }
-            id = self.renew_v3(id, now);
+        while let Some(id) = self.retransmit.pop_front() {
+            let id = self.renew_v3(id, now);
             let Some(e) = self.table.get_mut(&id) else {
                 continue;
             };
@@ -1173,12 +1170,11 @@ impl<'j> Iteration<'j> {
     /// was renewed to: see [`Self::renew_v3`]), and the id it is in flight under, if
     /// `src` is where it went.
     fn match_request(&mut self, id: i32, src: SocketAddr) -> Result<(usize, i32), Received> {
+        // An earlier attempt's msgID leads to the request's latest (an alias is never
+        // in the table: `renew_v3` moved its request). Empty but for SNMPv3 retries.
         let mut id = id;
-        while !self.table.contains_key(&id) {
-            match self.aliases.get(&id) {
-                Some(&(next, _)) => id = next,
-                None => break,
-            }
+        while let Some(&(next, _)) = self.aliases.get(&id) {
+            id = next;
         }
         let Some(e) = self.table.get(&id) else {
             let off = (id as u32).wrapping_sub(self.opts.first_request_id) & ID_MASK;

@@ -119,20 +119,12 @@ impl Walk {
         now: std::time::Instant,
         request_id: i32,
     ) -> Option<usize> {
-        let kind = self.next_kind(request_id);
-        crate::v3::encode_request(
-            out,
-            engine,
-            salt,
-            now,
-            (request_id, request_id),
-            kind,
-            std::iter::once(&self.last),
-        )
+        self.next_kind(request_id);
+        self.resend_v3(out, engine, salt, now, request_id)
     }
 
-    /// Writes the outstanding SNMPv3 request again (appending to `out`), under a new
-    /// `msg_id` (RFC 3412 §6.2: an agent may drop a msgID it has seen) and with the
+    /// Writes the outstanding SNMPv3 request (appending to `out`) under `msg_id`: again,
+    /// under a new one (RFC 3412 §6.2: an agent may drop a msgID it has seen), with the
     /// engine's clock now; its request-id stays, so that the answer to any attempt
     /// [`matches`](Self::matches). `None` if nothing is outstanding, or as
     /// [`Self::next_request_v3`].
