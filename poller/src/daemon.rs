@@ -1626,4 +1626,43 @@ mod tests {
         let wall = unix_ms() as f64 / 1000.0;
         assert!((wall - stamped).abs() < 60.0, "{stamped} against {wall}");
     }
+
+    /// Every iteration's driver busy (one here) while work comes due: a slow host (silent,
+    /// a 1.5 s timeout) holds the only driver while a quick one's 1 s slots come and pass.
+    /// When the slow iteration ended, its driver came back to the engine's loop before its
+    /// emitter (which the loop takes back only when it reaps the ended iteration); with
+    /// work due, the loop took the driver, found no emitter, put the driver back and took
+    /// it again, never reaping: the engine spun on one core and polled nothing more.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_engine_whose_drivers_were_all_busy_goes_on_polling() {
+        let mut slow = silent_snmp_host("slow", [127, 0, 42, 21]);
+        Arc::make_mut(slow.snmp.as_mut().unwrap()).timeout = Duration::from_millis(1_500);
+        let plan = Plan::build(vec![slow, silent_snmp_host("quick", [127, 0, 42, 22])]);
+        let limits = Limits {
+            batch_window: Duration::ZERO,
+            ..Limits::default()
+        };
+        let shared = Shared::new(plan, 1, Clock::new(), limits);
+        let (tx, mut rx) = crate::engine::channel(4096);
+        let quick = tokio::spawn(async move {
+            let mut n = 0;
+            while let Some(b) = rx.recv().await {
+                n += b.iter().filter(|s| &*s.host == "quick").count();
+            }
+            n
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let drivers = Drivers::Snmp(SnmpDrivers {
+            base: vec![snmp_driver().unwrap()],
+            extra: 0,
+            open: Box::new(snmp_driver),
+        });
+        let engine = tokio::spawn(run_engine(shared, Engine::Snmp, drivers, tx, stop_rx));
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        stop_tx.send(true).unwrap();
+        engine.await.unwrap().unwrap();
+        // Polled every 1.5 to 2 s (it waits for the slow host's iterations): 4 or more.
+        let n = quick.await.unwrap();
+        assert!(n >= 3, "the quick host was polled {n} times in 8 s");
+    }
 }

@@ -3,7 +3,9 @@
 
 mod common;
 
-use common::{ch_url, free_port, q, wait_until, PrivateServer, TestDb};
+use common::{
+    ch_url, free_port, q, read_request, scripted_node, wait_until, PrivateServer, TestDb,
+};
 use sink::{
     schema, ClickHouseConfig, Compression, Health, Row, RowValue, Sink, SinkMetrics, SpoolConfig,
     Table,
@@ -477,54 +479,6 @@ fn refusing_proxy(
     url
 }
 
-/// One HTTP/1.1 request from `c`: its head (without the blank line) and its body as
-/// sent (chunks included), whether sized by `Content-Length` or chunked.
-fn read_request(c: &mut std::net::TcpStream) -> Option<(String, Vec<u8>)> {
-    use std::io::Read;
-    let mut buf = Vec::new();
-    let mut byte = [0u8; 1];
-    while !buf.ends_with(b"\r\n\r\n") {
-        if c.read(&mut byte).ok()? == 0 {
-            return None;
-        }
-        buf.push(byte[0]);
-    }
-    let head = String::from_utf8_lossy(&buf[..buf.len() - 4]).to_string();
-    let header = |name: &str| {
-        head.lines().find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_string())
-        })
-    };
-    let mut body = Vec::new();
-    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
-        loop {
-            let mut line = Vec::new();
-            while !line.ends_with(b"\r\n") {
-                if c.read(&mut byte).ok()? == 0 {
-                    return None;
-                }
-                line.push(byte[0]);
-            }
-            let size_text = String::from_utf8_lossy(&line[..line.len() - 2]).to_string();
-            let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-            body.extend_from_slice(&line);
-            let mut chunk = vec![0u8; size + 2];
-            c.read_exact(&mut chunk).ok()?;
-            body.extend_from_slice(&chunk);
-            if size == 0 {
-                break;
-            }
-        }
-    } else if let Some(n) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
-        body.resize(n, 0);
-        c.read_exact(&mut body).ok()?;
-    }
-    Some((head, body))
-}
-
 /// What ClickHouse says when one INSERT needs more memory than it may take.
 const TOO_BIG: &str = "Code: 241, e.displayText() = DB::Exception: Memory limit (for query) exceeded: would use 9.31 GiB, maximum: 9.31 GiB, e.what() = DB::Exception\n";
 
@@ -933,32 +887,14 @@ fn poisoned_node(
     poisoned: fn(&str, &[u8]) -> bool,
     refusal: &'static str,
 ) -> (String, Arc<std::sync::atomic::AtomicU64>) {
-    use std::io::Write;
-    let listener = std::net::TcpListener::bind("127.0.41.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let r2 = refused.clone();
-    std::thread::spawn(move || {
-        for c in listener.incoming() {
-            let Ok(mut c) = c else { continue };
-            let refused = r2.clone();
-            std::thread::spawn(move || {
-                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                let Some((head, body)) = read_request(&mut c) else {
-                    return;
-                };
-                let (status, text) = if poisoned(&head, &body) {
-                    refused.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    ("500 Internal Server Error", refusal)
-                } else {
-                    ("200 OK", "")
-                };
-                let _ = write!(
-                    c,
-                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{text}",
-                    text.len()
-                );
-            });
+    let url = scripted_node(move |head, body| {
+        if poisoned(head, body) {
+            r2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            ("500 Internal Server Error", refusal.as_bytes().to_vec())
+        } else {
+            ("200 OK", Vec::new())
         }
     });
     (url, refused)
@@ -1116,37 +1052,17 @@ fn columns_with_a_wrong_history_str() -> Vec<u8> {
 /// and that stores every other INSERT, on 127.0.41.1: its URL and the INSERTs into
 /// `history_str` it got (none should come: the check keeps them back).
 fn node_with_a_wrong_history_str() -> (String, Arc<std::sync::atomic::AtomicU64>) {
-    use std::io::Write;
-    let listener = std::net::TcpListener::bind("127.0.41.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
     let str_inserts = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let s2 = str_inserts.clone();
-    std::thread::spawn(move || {
-        for c in listener.incoming() {
-            let Ok(mut c) = c else { continue };
-            let str_inserts = s2.clone();
-            std::thread::spawn(move || {
-                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-                let Some((head, body)) = read_request(&mut c) else {
-                    return;
-                };
-                let text = format!("{head}{}", String::from_utf8_lossy(&body));
-                let answer = if text.contains("system.columns") {
-                    columns_with_a_wrong_history_str()
-                } else {
-                    if text.contains("history_str") {
-                        str_inserts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    }
-                    Vec::new()
-                };
-                let _ = write!(
-                    c,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    answer.len()
-                );
-                let _ = c.write_all(&answer);
-            });
+    let url = scripted_node(move |head, body| {
+        let text = format!("{head}{}", String::from_utf8_lossy(body));
+        if text.contains("system.columns") {
+            return ("200 OK", columns_with_a_wrong_history_str());
         }
+        if text.contains("history_str") {
+            s2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        ("200 OK", Vec::new())
     });
     (url, str_inserts)
 }

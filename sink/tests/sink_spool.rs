@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{ch_url, q, TestDb};
+use common::{ch_url, q, scripted_node, TestDb};
 use sink::{schema, Row, RowValue, Sink, SinkMetrics, SpoolConfig, Table};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -292,72 +292,6 @@ fn a_segment_deleted_after_it_was_listed_is_gone_not_unreadable() {
     assert!(!e.is_gone() && e.is_unreadable(), "{e}");
 }
 
-/// A server on loopback that answers every request with `refusal` as a ClickHouse
-/// exception (HTTP 500), after reading the request whole: its URL and how many
-/// requests it answered.
-fn refusing_server(refusal: &'static str) -> (String, Arc<std::sync::atomic::AtomicU64>) {
-    use std::io::{BufRead, BufReader, Read};
-    let listener = std::net::TcpListener::bind("127.0.41.1:0").unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let answered = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let count = answered.clone();
-    std::thread::spawn(move || {
-        for c in listener.incoming() {
-            let Ok(mut c) = c else { continue };
-            let count = count.clone();
-            std::thread::spawn(move || {
-                let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(10)));
-                let mut r = BufReader::new(c.try_clone().unwrap());
-                loop {
-                    // One request: its head, then its body (sized or chunked).
-                    let (mut len, mut chunked, mut line) = (0usize, false, String::new());
-                    loop {
-                        line.clear();
-                        if r.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        let l = line.trim_end().to_ascii_lowercase();
-                        if l.is_empty() {
-                            break;
-                        }
-                        if let Some(v) = l.strip_prefix("content-length:") {
-                            len = v.trim().parse().unwrap_or(0);
-                        }
-                        chunked |= l.starts_with("transfer-encoding:") && l.contains("chunked");
-                    }
-                    if chunked {
-                        loop {
-                            line.clear();
-                            if r.read_line(&mut line).unwrap_or(0) == 0 {
-                                return;
-                            }
-                            let size = usize::from_str_radix(line.trim(), 16).unwrap_or(0);
-                            let mut chunk = vec![0u8; size + 2];
-                            if r.read_exact(&mut chunk).is_err() {
-                                return;
-                            }
-                            if size == 0 {
-                                break;
-                            }
-                        }
-                    } else if r.read_exact(&mut vec![0u8; len]).is_err() {
-                        return;
-                    }
-                    count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let answer = format!(
-                        "HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: {}\r\n\r\n{refusal}",
-                        refusal.len()
-                    );
-                    if c.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (url, answered)
-}
-
 /// A damaged record is counted lost once, however often its segment is replayed: a
 /// server that refuses every INSERT (read-only here) holds the segment, and the daemon
 /// tries it again every `retry_backoff_max`, scanning it each time. Each pass counted
@@ -372,7 +306,7 @@ async fn a_damaged_record_is_counted_once_however_often_its_segment_is_replayed(
     bytes[starts[1] as usize + 40] ^= 0x01; // flip one payload bit of record 2
     std::fs::write(&seg.path, &bytes).unwrap();
     let readonly = "Code: 164, e.displayText() = DB::Exception: Cannot execute query in readonly mode, e.what() = DB::Exception\n";
-    let (url, _answered) = refusing_server(readonly);
+    let url = scripted_node(|_, _| ("500 Internal Server Error", readonly.as_bytes().to_vec()));
     let cfg = sink::ClickHouseConfig {
         url: Some(url),
         retry_backoff: std::time::Duration::from_millis(10),

@@ -234,3 +234,82 @@ pub fn init_logs() {
         .with_test_writer()
         .try_init();
 }
+
+/// One HTTP/1.1 request from `c`: its head (without the blank line) and its body as
+/// sent (chunks included), whether sized by `Content-Length` or chunked.
+pub fn read_request(c: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if c.read(&mut byte).ok()? == 0 {
+            return None;
+        }
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&buf[..buf.len() - 4]).to_string();
+    let header = |name: &str| {
+        head.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    };
+    let mut body = Vec::new();
+    if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        loop {
+            let mut line = Vec::new();
+            while !line.ends_with(b"\r\n") {
+                if c.read(&mut byte).ok()? == 0 {
+                    return None;
+                }
+                line.push(byte[0]);
+            }
+            let size_text = String::from_utf8_lossy(&line[..line.len() - 2]).to_string();
+            let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+            body.extend_from_slice(&line);
+            let mut chunk = vec![0u8; size + 2];
+            c.read_exact(&mut chunk).ok()?;
+            body.extend_from_slice(&chunk);
+            if size == 0 {
+                break;
+            }
+        }
+    } else if let Some(n) = header("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        body.resize(n, 0);
+        c.read_exact(&mut body).ok()?;
+    }
+    Some((head, body))
+}
+
+/// A fake ClickHouse node on 127.0.41.1, one request per connection: each request is
+/// read whole ([`read_request`]) and answered with what `answer` makes of its head and
+/// body, an HTTP status (`"200 OK"`) and a body (ClickHouse's exception text for a
+/// refusal). Returns its URL.
+pub fn scripted_node(
+    answer: impl Fn(&str, &[u8]) -> (&'static str, Vec<u8>) + Send + Sync + 'static,
+) -> String {
+    let listener = TcpListener::bind("127.0.41.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let answer = std::sync::Arc::new(answer);
+    std::thread::spawn(move || {
+        for c in listener.incoming() {
+            let Ok(mut c) = c else { continue };
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let Some((head, body)) = read_request(&mut c) else {
+                    return;
+                };
+                let (status, text) = answer(&head, &body);
+                let _ = write!(
+                    c,
+                    "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=UTF-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    text.len()
+                );
+                let _ = c.write_all(&text);
+            });
+        }
+    });
+    url
+}
