@@ -20,7 +20,6 @@
 //!   then the loops return (dropping their senders closes the channel).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -816,6 +815,9 @@ pub async fn snmp_iteration(
     host_done: &mut (dyn FnMut(&[usize]) + Send),
     stop: impl std::future::Future<Output = ()>,
 ) -> IterationSummary {
+    // Forget the hosts a reload or discovery removed: the driver's memory is per
+    // address, and nothing else prunes it.
+    driver.follow_plan(plan);
     let mut sum = IterationSummary::default();
     let mut by_host: HashMap<u32, usize> = HashMap::new();
     let mut jobs: Vec<SnmpHostJob> = Vec::new();
@@ -828,12 +830,12 @@ pub async fn snmp_iteration(
     for (di, d) in dues.iter().enumerate() {
         let task = &plan.tasks[d.task as usize];
         let host = &plan.hosts[task.host as usize];
-        let Some(params) = host.snmp.as_ref() else {
+        let (Some(params), Some(addr)) = (host.snmp.as_ref(), host.snmp_addr()) else {
             continue;
         };
         let j = *by_host.entry(task.host).or_insert_with(|| {
             jobs.push(SnmpHostJob {
-                addr: SocketAddr::new(host.ip, params.port),
+                addr,
                 version: params.version,
                 community: params.community.clone(),
                 usm: params.usm.clone(),
@@ -1435,6 +1437,55 @@ mod tests {
             source: std::net::IpAddr::from([127, 0, 45, 1]).into(),
             ..SnmpDriverOptions::default()
         })
+    }
+
+    /// A reload that removes a host: the SNMP driver forgets what it knew of its
+    /// address (kept for as long as the daemon ran: a driver's memory is per address,
+    /// and nothing pruned it), and keeps what it knew of the host still polled.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_reload_forgets_the_removed_hosts_and_only_them() {
+        let kept = silent_snmp_host("kept", [127, 0, 50, 11]);
+        let removed = silent_snmp_host("removed", [127, 0, 50, 12]);
+        let a_kept = std::net::SocketAddr::new(kept.ip, 16161);
+        let a_removed = std::net::SocketAddr::new(removed.ip, 16161);
+        let user = Arc::new(snmp::v3::UsmUser::new("np-user", None, None).unwrap());
+        let mut driver = SnmpDriver::open(SnmpDriverOptions {
+            sockets: 1,
+            source: std::net::IpAddr::from([127, 0, 50, 1]).into(),
+            ..SnmpDriverOptions::default()
+        })
+        .unwrap();
+        for a in [a_kept, a_removed] {
+            let engine =
+                snmp::v3::Engine::new(user.clone(), b"engine", 1, 1, std::time::Instant::now());
+            driver.memory_mut().remember_engine(a, engine);
+        }
+        let (tx, mut rx) = mpsc::channel(16);
+        let reader = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let mut emitter = Emitter::new(tx, Arc::default());
+        let metrics = EngineMetrics::default();
+        let before = Plan::build(vec![kept.clone(), removed]);
+        let after = Plan::build(vec![kept]);
+        for (plan, removed_known) in [(&before, true), (&after, false)] {
+            let dues: Vec<Due> = (0..plan.tasks.len() as u32)
+                .map(Scheduler::one_shot)
+                .collect();
+            snmp_iteration(
+                &mut driver,
+                plan,
+                &dues,
+                &metrics,
+                &mut emitter,
+                &mut |_| {},
+                std::future::pending(),
+            )
+            .await;
+            let memory = driver.memory();
+            assert!(memory.engine(&a_kept).is_some(), "the polled host's engine");
+            assert_eq!(memory.engine(&a_removed).is_some(), removed_known);
+        }
+        drop(emitter);
+        reader.await.unwrap();
     }
 
     /// The sink behind (the channel full, nothing read): the only base driver's

@@ -15,8 +15,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -121,6 +122,14 @@ pub struct PlanHost {
     pub hash: u64,
 }
 
+impl PlanHost {
+    /// The address its SNMP requests go to (what the SNMP engine knows the host by),
+    /// when it has SNMP parameters.
+    pub fn snmp_addr(&self) -> Option<SocketAddr> {
+        self.snmp.as_ref().map(|p| SocketAddr::new(self.ip, p.port))
+    }
+}
+
 /// A polled item.
 #[derive(Debug, Clone)]
 pub struct PlanItem {
@@ -152,8 +161,9 @@ pub struct Task {
     pub items: Range<u32>,
 }
 
-/// The whole resolved configuration.
-#[derive(Debug, Default)]
+/// The whole resolved configuration. `Debug` shows its contents, not its [`Plan::id`]
+/// (two plans built alike print alike).
+#[derive(Default)]
 pub struct Plan {
     pub hosts: Vec<PlanHost>,
     pub items: Vec<PlanItem>,
@@ -161,6 +171,22 @@ pub struct Plan {
     /// The distinct preprocessing pipelines of the items (shared: items with the same
     /// steps have the same `Arc`).
     pub pipelines: Vec<Arc<crate::preprocess::Steps>>,
+    /// Unique per built plan (see [`Plan::id`]); 0 for a default one.
+    id: u64,
+}
+
+/// The next [`Plan::id`].
+static NEXT_PLAN_ID: AtomicU64 = AtomicU64::new(1);
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("hosts", &self.hosts)
+            .field("items", &self.items)
+            .field("tasks", &self.tasks)
+            .field("pipelines", &self.pipelines)
+            .finish()
+    }
 }
 
 /// The ICMP tasks of one interval and how many phase groups (sweeps per interval, with
@@ -280,6 +306,7 @@ impl Plan {
             items: Vec::with_capacity(n_items),
             // At most one task per item.
             tasks: Vec::with_capacity(n_items),
+            id: NEXT_PLAN_ID.fetch_add(1, Ordering::Relaxed),
         };
         // Item indices of the host by task (engine, interval, probe).
         let mut groups: HashMap<(Engine, u64, Option<IcmpProbe>), Vec<usize>> = HashMap::new();
@@ -469,6 +496,14 @@ impl Plan {
             ItemKind::Icmp { probe, .. } => Some(probe),
             ItemKind::Snmp { .. } => None,
         }
+    }
+
+    /// Tells plans apart: no two built in one process have the same (an address would
+    /// not do: a plan freed at a reload can leave its place to the next one). What
+    /// keeps state per plan (an SNMP driver's [`snmp::HostMemory`]) notices a reload
+    /// or a discovery's re-plan by it.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The preprocessing steps of `item`, if it has any.

@@ -39,13 +39,16 @@
 //!   and otherwise ignored: the host simply times out, once.
 //! * Learned OIDs-per-request limits and discovered SNMPv3 engines (ID, clock, salt
 //!   counter: [`snmp::HostMemory`]) persist across iterations, so an agent's engine is
-//!   discovered once per driver. Each iteration gets a random salt seed: two drivers
+//!   discovered once per driver; those of an address the plan no longer polls are
+//!   forgotten at the driver's first iteration on the new plan
+//!   ([`SnmpDriver::follow_plan`]). Each iteration gets a random salt seed: two drivers
 //!   polling one agent with one user never encrypt under the same IV.
 //! * Communities and SNMPv3 keys are secrets: nothing here logs or formats them.
 //! * Must be used inside a tokio runtime with I/O and time enabled; the sockets are
 //!   registered with the runtime of the first `run_iteration` call.
 
 use std::collections::hash_map::RandomState;
+use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::mem::size_of;
@@ -59,6 +62,7 @@ use icmp::SharedPacer;
 use snmp::{Event, HostMemory, ItemFailure, Iteration, IterationOptions};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
+use crate::plan::Plan;
 use crate::source::SourceAddrs;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
@@ -128,6 +132,8 @@ pub struct SnmpDriver {
     v4: Vec<Slot>,
     v6: Option<Slot>,
     memory: HostMemory,
+    /// [`Plan::id`] of the plan `memory` was last fitted to (see [`Self::follow_plan`]).
+    plan: u64,
     /// recvmmsg buffers (2 MiB of address space, only touched pages count), kept
     /// across iterations.
     recv: Option<Box<RecvBatch>>,
@@ -251,6 +257,7 @@ impl SnmpDriver {
             v4,
             v6,
             memory: HostMemory::default(),
+            plan: 0,
             recv: None,
         })
     }
@@ -269,6 +276,24 @@ impl SnmpDriver {
     /// Learned per-host limits (tooBig / short answers), kept across iterations.
     pub fn memory(&self) -> &HostMemory {
         &self.memory
+    }
+
+    /// Iterations from now on poll hosts of `plan`: when it is not the plan of the last
+    /// call (a reload or a discovery replaced it), what is remembered of addresses it
+    /// no longer polls is forgotten, and kept for the others. Called before each
+    /// iteration: costs a look at the plan's hosts once per plan and driver.
+    pub fn follow_plan(&mut self, plan: &Plan) {
+        if std::mem::replace(&mut self.plan, plan.id()) == plan.id() {
+            return;
+        }
+        let planned: HashSet<SocketAddr> =
+            plan.hosts.iter().filter_map(|h| h.snmp_addr()).collect();
+        self.memory.retain(|a| planned.contains(a));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn memory_mut(&mut self) -> &mut HostMemory {
+        &mut self.memory
     }
 
     /// Local addresses of the sockets (IPv4 ones first).

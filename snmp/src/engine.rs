@@ -215,6 +215,15 @@ impl HostMemory {
         self.salts.remove(addr);
     }
 
+    /// Keeps what is known of the addresses `keep` says are still polled and forgets
+    /// the others (hosts a config reload or a discovery removed): nothing else ever
+    /// forgets an address, so a driver would keep every host it ever polled.
+    pub fn retain(&mut self, keep: impl Fn(&SocketAddr) -> bool) {
+        self.max_oids.retain(|a, _| keep(a));
+        self.engines.retain(|a, _| keep(a));
+        self.salts.retain(|a, _| keep(a));
+    }
+
     pub fn len(&self) -> usize {
         self.max_oids.len()
     }

@@ -593,6 +593,31 @@ fn too_big_halves_and_is_remembered() {
 }
 
 #[test]
+fn retain_forgets_every_memory_of_the_addresses_left_out_only() {
+    let (mut a, oids) = agent_with(10);
+    a.too_big_over = 3;
+    let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    let jobs = [job(1, &refs), job(2, &refs)];
+    let mut agents = HashMap::from([(addr(1), a.clone()), (addr(2), a)]);
+    let mut memory = iterate(&jobs, &mut agents, HostMemory::default()).memory;
+    let user = Arc::new(UsmUser::new("np-user", None, None).unwrap());
+    for i in [1, 2] {
+        memory.remember_engine(
+            addr(i),
+            Engine::new(user.clone(), b"e", 1, 1, Instant::now()),
+        );
+        memory.salts.insert(addr(i), 7);
+    }
+    memory.retain(|&x| x == addr(1));
+    assert_eq!(memory.max_oids(&addr(1)), Some(2));
+    assert!(memory.engine(&addr(1)).is_some());
+    assert!(memory.salts.contains_key(&addr(1)));
+    assert_eq!(memory.max_oids(&addr(2)), None);
+    assert!(memory.engine(&addr(2)).is_none());
+    assert!(!memory.salts.contains_key(&addr(2)));
+}
+
+#[test]
 fn one_value_too_big_for_any_message_fails_alone_and_shrinks_nothing() {
     // 21 items, the 11th too big for any message of the agent: halvings isolate it
     // (tooBig alone: unsupported), then the other items go on at the size asked before
