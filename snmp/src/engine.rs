@@ -18,6 +18,9 @@
 //!   with missing varbinds, or on silence while the agent answers one OID alone (a
 //!   probe, see [`Iteration::handle_timeout`]), and remembered per host address in
 //!   [`HostMemory`] (which lets a limit grow back slowly, never to a size that failed).
+//!   An OID the agent answers with an error of its own (found by an error-index, by
+//!   halvings, or asked alone after an answer left it out) is remembered there too:
+//!   later iterations ask it alone from the start, not search for it again.
 //! * SNMPv3 ([`crate::v3`]): a host whose agent's engine is not known yet first gets a
 //!   discovery request (one more round trip, once per driver: the engine is kept in
 //!   [`HostMemory`]); a response counts only if it authenticates with the host's user's
@@ -174,12 +177,26 @@ pub const RETRY_SILENT_AFTER: u32 = 100;
 ///
 /// It also keeps the SNMPv3 engines discovered per address, with their clocks, and
 /// each address's encryption salt counter (which outlives a rediscovered engine).
+///
+/// And each address's culprits: OIDs the agent answered with an error of their own
+/// (an error-status, tooBig alone, or no varbind when asked alone), which it takes
+/// extra requests to single out of a request of several (halvings, a solo request
+/// after a short answer). Later iterations ask them alone from the start and the rest
+/// together, instead of searching again; the item still gets the agent's error each
+/// time. An OID is a culprit until it gets a value (or [`MAX_CULPRITS`] newer ones push
+/// it out).
 #[derive(Debug, Clone, Default)]
 pub struct HostMemory {
     max_oids: HashMap<SocketAddr, Learned>,
     engines: HashMap<SocketAddr, Engine>,
     salts: HashMap<SocketAddr, u64>,
+    /// Oldest first. Only addresses with culprits have an entry.
+    culprits: HashMap<SocketAddr, Vec<Oid>>,
 }
+
+/// Culprits remembered per address (see [`HostMemory`]); beyond that the oldest is
+/// forgotten (found again by a search when it fails again, as before it was known).
+pub const MAX_CULPRITS: usize = 32;
 
 #[derive(Debug, Clone, Copy)]
 struct Learned {
@@ -209,10 +226,16 @@ impl HostMemory {
         self.engines.insert(addr, engine);
     }
 
+    /// The culprits remembered for `addr`, oldest first (see [`HostMemory`]).
+    pub fn culprits(&self, addr: &SocketAddr) -> &[Oid] {
+        self.culprits.get(addr).map_or(&[], Vec::as_slice)
+    }
+
     pub fn forget(&mut self, addr: &SocketAddr) {
         self.max_oids.remove(addr);
         self.engines.remove(addr);
         self.salts.remove(addr);
+        self.culprits.remove(addr);
     }
 
     /// Keeps what is known of the addresses `keep` says are still polled and forgets
@@ -222,8 +245,10 @@ impl HostMemory {
         self.max_oids.retain(|a, _| keep(a));
         self.engines.retain(|a, _| keep(a));
         self.salts.retain(|a, _| keep(a));
+        self.culprits.retain(|a, _| keep(a));
     }
 
+    /// Addresses with a learned limit.
     pub fn len(&self) -> usize {
         self.max_oids.len()
     }
@@ -385,8 +410,17 @@ struct HostState {
     /// Items to (re)send before `next` (split or error leftovers).
     requeue: VecDeque<u32>,
     /// Items to ask alone, one request each, before `requeue` (OIDs an agent left out
-    /// of its answer): the host's other items keep their request size.
+    /// of its answer, remembered culprits): the host's other items keep their request
+    /// size.
     solo: VecDeque<u32>,
+    /// Items [`HostMemory`] names culprits: asked alone from the start (empty for most
+    /// hosts, which then pay nothing for the feature).
+    culprits: Vec<u32>,
+    /// Items the agent answered with an error of their own in this iteration (see
+    /// [`Iteration::fail`]): the culprits saved to HostMemory.
+    found: Vec<u32>,
+    /// Items of `culprits` that got a value: no longer culprits.
+    cleared: Vec<u32>,
     max_oids: usize,
     /// `max_oids` at the start of the iteration (the job's, or the learned limit).
     start_max_oids: usize,
@@ -592,6 +626,31 @@ impl<'j> Iteration<'j> {
                 max_oids = max_oids.min(m.max(1));
             }
             let empty = job.oids.is_empty();
+            // Known culprits go alone first, the other items together after them (in
+            // `requeue`, so the hot path that takes items from `next` never checks).
+            let (mut solo, mut requeue, mut next, mut culprits) =
+                (VecDeque::new(), VecDeque::new(), 0, Vec::new());
+            let known = match memory.culprits.is_empty() {
+                true => &[][..],
+                false => memory.culprits(&job.addr),
+            };
+            if !known.is_empty() {
+                culprits.extend(
+                    (0..job.oids.len() as u32).filter(|&i| known.contains(&job.oids[i as usize])),
+                );
+                if !culprits.is_empty() {
+                    solo.extend(culprits.iter().copied());
+                    let mut c = culprits.iter().peekable();
+                    requeue.extend((0..job.oids.len() as u32).filter(|&i| {
+                        let is = c.peek() == Some(&&i);
+                        if is {
+                            c.next();
+                        }
+                        !is
+                    }));
+                    next = job.oids.len() as u32;
+                }
+            }
             let usm = match (job.version, &job.usm) {
                 (Version::V3, Some(user)) => {
                     if let Some(&salt) = memory.salts.get(&job.addr) {
@@ -607,9 +666,12 @@ impl<'j> Iteration<'j> {
                 _ => None,
             };
             it.hosts.push(HostState {
-                next: 0,
-                requeue: VecDeque::new(),
-                solo: VecDeque::new(),
+                next,
+                requeue,
+                solo,
+                culprits,
+                found: Vec::new(),
+                cleared: Vec::new(),
                 max_oids,
                 start_max_oids: max_oids,
                 max_ok: 0,
@@ -1420,6 +1482,9 @@ impl<'j> Iteration<'j> {
             if let Some(&salt) = self.salts.get(&job.addr) {
                 memory.salts.insert(job.addr, salt);
             }
+            if !st.cleared.is_empty() || !st.found.is_empty() {
+                save_culprits(st, job, memory);
+            }
             match (st.failed_at, memory.max_oids.get_mut(&job.addr)) {
                 (Some(failed), entry) => {
                     let (failed_at, silent) = match entry {
@@ -1636,6 +1701,11 @@ impl<'j> Iteration<'j> {
     fn deliver(&mut self, host: usize, item: usize, result: Result<VarValue, ItemFailure>) {
         if result.is_ok() {
             self.stats.items_ok += 1;
+            let st = &mut self.hosts[host];
+            // A branch on an empty Vec for hosts without culprits.
+            if !st.culprits.is_empty() && st.culprits.contains(&(item as u32)) {
+                st.cleared.push(item as u32);
+            }
         } else {
             self.stats.items_failed += 1;
         }
@@ -1643,6 +1713,11 @@ impl<'j> Iteration<'j> {
     }
 
     fn fail(&mut self, host: usize, item: usize, f: ItemFailure) {
+        // The agent's own answer for this item (not a timeout, a send error or a
+        // refusal of the host): a culprit to ask alone next time.
+        if matches!(f, ItemFailure::ErrorStatus(_) | ItemFailure::EmptyResponse) {
+            self.hosts[host].found.push(item as u32);
+        }
         self.deliver(host, item, Err(f));
     }
 
@@ -1734,6 +1809,33 @@ impl<'j> Iteration<'j> {
         if self.pool.len() < 4096 {
             self.pool.push((e.items, e.bytes));
         }
+    }
+}
+
+/// Saves the culprits of host `st` (polling `job`) to `memory`: the remembered ones
+/// that got a value are forgotten, the ones found (again) are the newest, at most
+/// [`MAX_CULPRITS`] kept. The others (not asked: the host timed out; or OIDs of the
+/// host's other tasks) stay.
+fn save_culprits(st: &HostState, job: &HostJob, memory: &mut HostMemory) {
+    let list = memory.culprits.entry(job.addr).or_default();
+    let oid = |i: &u32| &job.oids[*i as usize];
+    if !st.cleared.is_empty() {
+        list.retain(|o| !st.cleared.iter().map(oid).any(|c| c == o));
+    }
+    for o in st.found.iter().map(oid) {
+        if let Some(k) = list.iter().position(|x| x == o) {
+            // Found again: the newest.
+            let o = list.remove(k);
+            list.push(o);
+        } else {
+            list.push(o.clone());
+        }
+    }
+    if list.len() > MAX_CULPRITS {
+        list.drain(..list.len() - MAX_CULPRITS);
+    }
+    if list.is_empty() {
+        memory.culprits.remove(&job.addr);
     }
 }
 
