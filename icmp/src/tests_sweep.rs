@@ -381,6 +381,23 @@ fn datagram_socket_matches_despite_rewritten_identifier() {
     assert!(s.is_finished());
 }
 
+/// A reply with a non-zero code (some devices and middleboxes send one) answers its
+/// probe, as it does for fping and Zabbix: it was counted malformed and its host lost.
+#[test]
+fn a_reply_with_a_non_zero_code_answers_its_probe() {
+    let base = Instant::now();
+    let mut s = Sweep::new(vec![job(0, 1)], cfg(0), base).unwrap();
+    let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+    let mut reply = raw_reply_for(a, &req);
+    let mut p = EchoPacket::new_unchecked(&mut reply[20..]);
+    p.set_code(1);
+    p.fill_checksum_v4();
+    let out = s.handle_reply(&reply, a, base + ms(1));
+    assert_eq!(out, ReplyOutcome::Matched { job: 0, rtt: ms(1) });
+    assert_eq!((s.counters().received, s.counters().malformed), (1, 0));
+    assert_eq!(done_events(&mut s)[0].1.received, 1);
+}
+
 #[test]
 fn send_error_counts_as_lost() {
     let base = Instant::now();

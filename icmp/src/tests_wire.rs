@@ -209,6 +209,33 @@ fn icmpv6_reply_without_checksum_check() {
     );
 }
 
+/// An echo reply whose code is not 0 is a reply: iputils ping and fping (Zabbix's
+/// icmpping) take it by its type alone, as hosts and middleboxes that set a code are up.
+#[test]
+fn reply_with_a_non_zero_code_is_a_reply() {
+    for code in [1u8, 3, 255] {
+        let mut icmp = REPLY;
+        let mut p = EchoPacket::new_unchecked(&mut icmp[..]);
+        p.set_code(code);
+        p.fill_checksum_v4();
+        let mut bytes = IP_HEADER.to_vec();
+        bytes.extend_from_slice(&icmp);
+        let rx = parse_reply(&bytes, Framing::Ipv4Header, lo()).unwrap();
+        assert_eq!(
+            (rx.echo.kind, rx.echo.ident, rx.echo.seq, rx.echo.payload),
+            (EchoKind::Reply, 0x1234, 1, &b"abcd"[..]),
+            "code {code}"
+        );
+        let v6 = [129, code, 0xde, 0xad, 0, 7, 0, 9, b'x'];
+        let rx = parse_reply(&v6, Framing::IcmpOnly, IpAddr::V6(Ipv6Addr::LOCALHOST)).unwrap();
+        assert_eq!(
+            (rx.echo.kind, rx.echo.seq),
+            (EchoKind::Reply, 9),
+            "code {code}"
+        );
+    }
+}
+
 #[test]
 fn hostile_inputs_are_errors() {
     let cases: Vec<(Vec<u8>, WireError)> = vec![
@@ -291,8 +318,13 @@ fn hostile_inputs_are_errors() {
         ),
         (
             {
-                let mut b = raw_reply();
-                b[21] = 1;
+                // A request with code 1 (its checksum made right): RFC 792's code 0 holds
+                // for requests, not replies (see reply_with_a_non_zero_code_is_a_reply).
+                let mut b = IP_HEADER.to_vec();
+                b.extend_from_slice(&REQUEST);
+                let mut p = EchoPacket::new_unchecked(&mut b[20..]);
+                p.set_code(1);
+                p.fill_checksum_v4();
                 b
             },
             WireError::BadCode(1),

@@ -101,8 +101,8 @@ pub enum WireError {
     /// A well-formed ICMP message that is not an echo request/reply (type given).
     #[error("ICMP type {0} is not an echo message")]
     NotEcho(u8),
-    /// An echo message with a non-zero code.
-    #[error("echo message with code {0}")]
+    /// An echo request with a non-zero code (a reply's code is not checked).
+    #[error("echo request with code {0}")]
     BadCode(u8),
 }
 
@@ -146,7 +146,7 @@ impl<T: AsRef<[u8]>> EchoPacket<T> {
         self.view().map_or(0, |v| v.get_icmp_type().0)
     }
 
-    /// ICMP code (0 for echo).
+    /// ICMP code (0 in echo messages we send; a reply's is not checked).
     pub fn code(&self) -> u8 {
         self.view().map_or(0, |v| v.get_icmp_code().0)
     }
@@ -277,7 +277,12 @@ impl<'a> EchoRepr<'a> {
         let kind = family
             .kind_of(packet.msg_type())
             .ok_or(WireError::NotEcho(packet.msg_type()))?;
-        if packet.code() != 0 {
+        // RFC 792 and 4443 say code 0, but a reply's code is not checked: iputils ping and
+        // fping (which Zabbix's icmpping items run) take any echo reply by its type alone,
+        // and hosts or middleboxes that answer with another code are alive all the same;
+        // refusing them made such a host read as down here and up in Zabbix. A reply is
+        // still ours only by its tag. A request (never a result) keeps RFC 792's code 0.
+        if kind == EchoKind::Request && packet.code() != 0 {
             return Err(WireError::BadCode(packet.code()));
         }
         if verify_checksum && family == Family::V4 && !packet.verify_checksum_v4() {
