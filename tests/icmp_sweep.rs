@@ -3,7 +3,7 @@
 //! exact counts of stale/foreign replies and for the unprivileged datagram socket.
 //!
 //! Needs root (CAP_NET_RAW, CAP_NET_ADMIN for nft and `ip netns`). Traffic goes only to
-//! 127.77.0.0/16 and ::1 in the host namespace, and to 127.0.0.0/8 inside namespaces
+//! 127.77.0.0/16, 127.0.54.0/24 and ::1 in the host namespace, and to 127.0.0.0/8 inside namespaces
 //! created here.
 
 use std::collections::HashMap;
@@ -1217,6 +1217,66 @@ fn an_interrupted_sweep_prints_the_hosts_it_is_done_with() {
         err.contains("1 of 2 hosts done, 1 alive; the other 1 not reported"),
         "{err}"
     );
+}
+
+#[test]
+fn an_interrupted_sweep_ends_while_nobody_reads_its_output() {
+    // `netpoller sweep … | less` left on its first page: stdout is a pipe nobody reads.
+    // The results' writes blocked the sweep's thread, where the signals are handled, so
+    // Ctrl-C could not end it. Here the pipe holds 4 KiB and 254 hosts' JSON lines are
+    // more; once it is full, SIGINT ends the sweep with a SIGINT's status, saying what
+    // was not printed. (The waits are bounded only so that a hang fails, not for speed.)
+    let (reader, writer) = std::io::pipe().unwrap();
+    // SAFETY: fcntl on a pipe this test owns.
+    let size = unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    assert!(size >= 4096, "{}", std::io::Error::last_os_error());
+    let mut child = common::netpoller()
+        .args(["sweep", "--json", "-c", "5", "-i", "20ms", "-t", "200ms"])
+        .arg("127.0.54.0/24")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let queued = || {
+        let mut n: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int.
+        assert_eq!(
+            unsafe { libc::ioctl(reader.as_raw_fd(), libc::FIONREAD, &mut n) },
+            0
+        );
+        n as usize
+    };
+    let start = Instant::now();
+    while queued() < size as usize {
+        if start.elapsed() > Duration::from_secs(60) || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            panic!("the pipe never filled: {} bytes", queued());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("SIGINT did not end a sweep whose stdout is blocked");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(err.contains("254 of 254 hosts done ("), "{err}");
+    assert!(
+        err.contains("of them not printed: standard output was not read)"),
+        "{err}"
+    );
+    drop(reader);
 }
 
 #[test]

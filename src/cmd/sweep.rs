@@ -6,14 +6,17 @@
 //! comments). Duplicate addresses are probed once. More than 2^20 addresses are refused
 //! unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
 //! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
-//! done so far and exits 130 (143). The global `--quiet` leaves out the progress line and the
-//! notes on stderr, not the hosts' lines (as `fping -q -c` still prints each host's
-//! statistics).
+//! done so far and exits 130 (143), even while stdout is not read (the results are
+//! written by a thread of their own, see [`Output`]). The global `--quiet` leaves out
+//! the progress line and the notes on stderr, not the hosts' lines (as `fping -q -c`
+//! still prints each host's statistics).
 
 use std::collections::HashSet;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::net::IpAddr;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
@@ -283,6 +286,104 @@ fn notes(report: &poller::icmp_driver::SweepReport) -> Vec<String> {
     out
 }
 
+/// Bytes of result lines gathered before they go to stdout (when it is not a terminal).
+const CHUNK: usize = 1 << 16;
+
+/// How long an interrupted sweep waits for its last lines to reach stdout: a reader
+/// takes them at once, and one that does not (a pager left on its first page) must not
+/// keep Ctrl-C from ending the sweep.
+const INTERRUPT_GRACE: Duration = Duration::from_millis(500);
+
+/// The hosts' lines, written to stdout by a thread of their own. A write to a pipe
+/// nobody reads blocks; on the sweep's thread it held up the sweep and the signal
+/// handling that runs beside it, so Ctrl-C and SIGTERM could not end the sweep. The
+/// lines are gathered here (no allocation per host but on a terminal, where each line
+/// goes at once) and handed over in chunks, which pile up meanwhile (at most the
+/// sweep's whole output) while stdout is blocked.
+struct Output {
+    buf: Vec<u8>,
+    /// Lines in `buf`.
+    lines: u64,
+    live: bool,
+    tx: Option<mpsc::Sender<(Vec<u8>, u64)>>,
+    done: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
+    /// Lines the thread has written.
+    written: Arc<AtomicU64>,
+}
+
+impl Output {
+    /// `live`: each line goes to stdout as it comes (a terminal), else in [`CHUNK`]s.
+    fn start(live: bool) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<(Vec<u8>, u64)>();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let written = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&written);
+        std::thread::Builder::new()
+            .name("sweep-stdout".into())
+            .spawn(move || {
+                let mut out = std::io::stdout().lock();
+                let mut result = Ok(());
+                for (chunk, lines) in rx {
+                    if let Err(e) = out.write_all(&chunk).and_then(|()| out.flush()) {
+                        result = Err(e);
+                        break;
+                    }
+                    counted.fetch_add(lines, Ordering::Relaxed);
+                }
+                let _ = done_tx.send(result);
+            })?;
+        Ok(Output {
+            buf: Vec::with_capacity(if live { 0 } else { CHUNK }),
+            lines: 0,
+            live,
+            tx: Some(tx),
+            done,
+            written,
+        })
+    }
+
+    /// Adds one host's line (written by `line` into the buffer).
+    fn line(&mut self, line: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) {
+        // Writing into a Vec does not fail.
+        let _ = line(&mut self.buf);
+        self.lines += 1;
+        if self.live || self.buf.len() >= CHUNK {
+            self.hand_over();
+        }
+    }
+
+    fn hand_over(&mut self) {
+        if self.buf.is_empty() {
+            return;
+        }
+        let next = Vec::with_capacity(if self.live { 0 } else { CHUNK });
+        let chunk = std::mem::replace(&mut self.buf, next);
+        if let Some(tx) = &self.tx {
+            // The thread gone (a write failed): its error is in `done`.
+            let _ = tx.send((chunk, std::mem::take(&mut self.lines)));
+        }
+    }
+
+    /// Hands over what is left; the thread ends once it has written it.
+    fn close(&mut self) {
+        self.hand_over();
+        self.tx = None;
+    }
+
+    /// Waits for the thread to have written everything handed over (after [`Self::close`]).
+    async fn finished(&mut self) -> std::io::Result<()> {
+        (&mut self.done).await.unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the thread writing the results ended early",
+            ))
+        })
+    }
+
+    fn written(&self) -> u64 {
+        self.written.load(Ordering::Relaxed)
+    }
+}
+
 /// Most probes of one sweep without `--force`: each keeps 16 bytes of state (2^24: 256
 /// MiB), and one sweep holds at most 2^32.
 pub const MAX_PROBES: u64 = 1 << 24;
@@ -344,56 +445,75 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
-    let mut write_err = None;
-    let mut progress =
-        crate::progress::Progress::beside_results(jobs.len() as u64, "sweeping", quiet);
     // On a terminal, each host's line as it completes (fping's way).
     let live = crate::progress::stdout_is_tty();
+    let mut out = Output::start(live).context("starting the thread writing the results")?;
+    let mut progress =
+        crate::progress::Progress::beside_results(jobs.len() as u64, "sweeping", quiet);
     let (mut finished, mut alive) = (0usize, 0usize);
     let started = std::time::Instant::now();
-    let report = rt.block_on(async {
+    let (report, written) = rt.block_on(async {
         let sweep = driver.sweep(&jobs, |i, stats| {
             progress.inc(1);
             finished += 1;
             alive += usize::from(stats.is_alive());
-            if write_err.is_some() {
-                return;
-            }
-            let written = if args.json {
-                writeln!(out, "{}", json_line(addrs[i], stats))
+            if args.json {
+                out.line(|b| writeln!(b, "{}", json_line(addrs[i], stats)));
             } else {
-                write_text(&mut out, addrs[i], stats)
-            }
-            .and_then(|()| if live { out.flush() } else { Ok(()) });
-            if let Err(e) = written {
-                write_err = Some(e);
+                out.line(|b| write_text(b, addrs[i], stats));
             }
         });
-        tokio::select! {
+        // One listener for the sweep and the wait after it: a signal between the two is
+        // not missed.
+        let signal = super::interrupted();
+        tokio::pin!(signal);
+        let report = tokio::select! {
             r = sweep => Ok(r),
-            signal = super::interrupted() => Err(signal),
-        }
+            signal = &mut signal => Err(signal),
+        };
+        out.close();
+        // The lines still to be written: all of them after a whole sweep (a signal
+        // meanwhile ends the wait, as it ends the sweep), the hosts done so far after a
+        // signal, for as long as stdout takes them (INTERRUPT_GRACE at most).
+        let written = match report {
+            Ok(_) => tokio::select! {
+                w = out.finished() => Some(w),
+                signal = &mut signal => return (Err(signal), None),
+            },
+            Err(_) => tokio::select! {
+                w = out.finished() => Some(w),
+                () = tokio::time::sleep(INTERRUPT_GRACE) => None,
+                _ = super::interrupted() => None,
+            },
+        };
+        (report, written)
     });
-    if let Some(e) = write_err {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(e).context("writing results");
-        }
-    }
-    out.flush().ok();
-    drop(out);
     progress.finish();
+    // None: stdout did not take the last lines in time after a signal.
+    let all_written = match written {
+        Some(Err(e)) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            return Err(e).context("writing results")
+        }
+        Some(_) => true,
+        None => false,
+    };
     let report = match report {
         Ok(report) => report,
         Err(signal) => {
             // Ctrl-C or SIGTERM: the hosts done so far are printed; the others never are.
+            let held = (finished as u64).saturating_sub(out.written());
+            let held = if all_written || held == 0 {
+                String::new()
+            } else {
+                format!(" ({held} of them not printed: standard output was not read)")
+            };
             eprintln!(
-                "interrupted after {:.3} s: {finished} of {} hosts done, {alive} alive; the other {} not reported",
+                "interrupted after {:.3} s: {finished} of {} hosts done{held}, {alive} alive; the other {} not reported",
                 started.elapsed().as_secs_f64(),
                 jobs.len(),
                 jobs.len() - finished
             );
+            // The thread writing may be blocked for good: the process ends without it.
             return Ok(ExitCode::from(128 + signal));
         }
     };
