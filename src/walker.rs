@@ -225,10 +225,27 @@ pub fn table_rows(
         .collect();
     rows.sort_unstable();
     rows.dedup();
-    if looks_like_columns(&rows) {
-        tracing::warn!(oid = %column, "its rows look like a table's columns × rows (k.1, k.2, … for several k): if it is a table or its entry, walk one column of it instead (ifDescr: 1.3.6.1.2.1.2.2.1.2)");
-    }
+    warn_if_columns(column, &rows);
     Ok(rows)
+}
+
+/// Warns that a walk of `column` found `rows` (sorted) that look like a table's
+/// columns × rows ([`looks_like_columns`]), once per OID for the process: discovery
+/// walks a rule's column on every host at every interval, and the advice is about the
+/// OID configured, which the first warning has said (later ones log at debug).
+fn warn_if_columns(column: &Oid, rows: &[Index]) {
+    // Only OIDs warned of are kept: a few, however many walks.
+    static WARNED: std::sync::Mutex<Vec<Oid>> = std::sync::Mutex::new(Vec::new());
+    if !looks_like_columns(column, rows) {
+        return;
+    }
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if warned.contains(column) {
+        tracing::debug!(oid = %column, "its rows look like a table's columns × rows again");
+        return;
+    }
+    warned.push(column.clone());
+    tracing::warn!(oid = %column, "its rows look like a table's columns × rows (k.1, k.2, … for several k): if it is a table or its entry, walk one column of it instead (ifDescr: 1.3.6.1.2.1.2.2.1.2); said once for this OID");
 }
 
 /// Each row of a table column with its value as text ([`value_text`]; `None` for an
@@ -297,27 +314,48 @@ impl std::error::Error for NotAColumn {}
 /// filling the daemon's memory for rows no item could stand for.
 pub const MAX_COLUMN_ROWS: usize = 1 << 20;
 
-/// Whether `rows` (sorted) look like a table's columns × rows rather than one column's
-/// rows: they fall in several groups by their first arc (a column number), each of more
-/// than one row, all with the same rest (the row indices). A walk of a table or its
-/// entry whose columns share one type gets past [`column_values`]' check; this catches
-/// most of those. A table indexed by two numbers where every first has the same seconds
-/// (slot × port) looks the same, so it is a warning, not a refusal.
-fn looks_like_columns(rows: &[Index]) -> bool {
+/// Column numbers a table's entry has at most, as far as [`looks_like_columns`] is
+/// concerned: an entry numbers its columns 1, 2, … and has a few dozen at most, while
+/// the first arc of a multi-arc index (an ifIndex of 11001 on a Cisco switch, a policy
+/// index, an address's first octet) is often larger.
+const MAX_COLUMN: u32 = 255;
+
+/// Whether the `rows` (sorted) that a walk of `root` found look like a table's columns
+/// × rows rather than one column's rows. The walk of an entry (`TABLE.1`: SMIv2 names a
+/// table's entry so) finds `k.i` for each column number `k` and row index `i`; that of
+/// the table itself `1.k.i`. So: the walk was of an OID that ends in 1 (an entry), or
+/// every row begins with 1 (a table's entry); the arc after it falls in several small
+/// numbers ([`MAX_COLUMN`]), each with more than one row; and each of these repeats
+/// the same indices. A walk of a table or its entry whose columns share one type gets
+/// past [`column_values`]' check; this catches most of those.
+///
+/// One column's rows of a multi-arc index can have that shape too (ifIndex × queue,
+/// `cbQosPolicyIndex.cbQosObjectsIndex`, peers' addresses in 10.0.x.y and 10.1.x.y):
+/// they are taken for columns only when the walk's OID could be an entry's or each
+/// row begins with 1, the first arcs are small, and every group has the same rest. A
+/// table's first column (`TABLE.1.1`, ending in 1) indexed by two small numbers where
+/// every first has the same seconds still looks the same, so it is a warning, not a
+/// refusal.
+fn looks_like_columns(root: &Oid, rows: &[Index]) -> bool {
+    let entry = root.arcs().last() == Some(1) && columns_by_rows(rows);
+    let table = !rows.is_empty() && rows.iter().all(|r| r.len() > 2 && r[0] == 1) && {
+        let under_entry: Vec<Index> = rows.iter().map(|r| Box::from(&r[1..])).collect();
+        columns_by_rows(&under_entry)
+    };
+    entry || table
+}
+
+/// Whether `rows` (sorted) are `k.i` for several column numbers `k`, each with more
+/// than one row, all with the same `i`s.
+fn columns_by_rows(rows: &[Index]) -> bool {
     let groups: Vec<&[Index]> = rows
         .chunk_by(|a, b| a.len() > 1 && b.len() > 1 && a[0] == b[0])
         .collect();
-    // All under one first arc (a table's entry, `1`): the same question one arc down.
-    if let [one] = groups[..] {
-        if one.len() > 1 && one.iter().all(|r| r.len() > 2) {
-            let tails: Vec<Index> = one.iter().map(|r| Box::from(&r[1..])).collect();
-            return looks_like_columns(&tails);
-        }
-    }
     groups.len() > 1
         && groups[0].len() > 1
         && groups.iter().all(|g| {
-            g.len() == groups[0].len()
+            (1..=MAX_COLUMN).contains(&g[0][0])
+                && g.len() == groups[0].len()
                 && g.iter()
                     .zip(groups[0])
                     .all(|(a, b)| a.len() > 1 && a[1..] == b[1..])
@@ -590,14 +628,74 @@ mod tests {
 
     #[test]
     fn rows_of_several_columns_are_told_from_one_columns() {
-        // hrSWRunPerfTable's entry: two INTEGER columns (1, 2) of the same three rows.
+        let oid = |s: &str| s.parse::<Oid>().unwrap();
+        // hrSWRunPerfTable (1.3.6.1.2.1.25.5.1): two INTEGER columns (1, 2) of the same
+        // three rows, walked at its entry and at the table (one arc more in front).
         let entry = rows(&[&[1, 1], &[1, 2], &[1, 7], &[2, 1], &[2, 2], &[2, 7]]);
-        assert!(looks_like_columns(&entry));
-        // The table itself: one arc more in front, the same shape under it.
+        assert!(looks_like_columns(&oid("1.3.6.1.2.1.25.5.1.1"), &entry));
         let table = rows(&[&[1, 1, 1], &[1, 1, 2], &[1, 2, 1], &[1, 2, 2]]);
-        assert!(looks_like_columns(&table));
-        // One column's rows: an address index (udpTable), one-arc rows, a group whose
-        // rows differ, a single row per group.
+        assert!(looks_like_columns(&oid("1.3.6.1.2.1.25.5.1"), &table));
+        // ifRcvAddressTable (1.3.6.1.2.1.31.1.4): columns 2, 3 of rows ifIndex.6.MAC.
+        let mac = [6, 0, 22, 199, 2, 110, 192];
+        let rcv: Vec<Index> = [2, 3]
+            .iter()
+            .flat_map(|&c| [1, 60].map(|i| [&[1, c, i][..], &mac[..]].concat().into()))
+            .collect();
+        assert!(looks_like_columns(&oid("1.3.6.1.2.1.31.1.4"), &rcv));
+        // One column's rows of a multi-arc index, each first arc with the same rest: a
+        // Cisco switch's ifIndex × queue (snmpsim's cisco_16_switch recording,
+        // 1.3.6.1.4.1.9.9.189.1.3.5.1.3), policy × object
+        // (cbQosCMStatsTable), ifIndex × address (ipNetToMediaPhysAddress), peers'
+        // addresses (bgpPeerState): none is a table's entry, nor begins with 1.
+        let by_if = |firsts: &[u32], seconds: &[u32]| -> Vec<Index> {
+            firsts
+                .iter()
+                .flat_map(|&a| seconds.iter().map(move |&b| Box::from([a, b])))
+                .collect()
+        };
+        let peers = rows(&[
+            &[10, 0, 0, 1],
+            &[10, 0, 0, 2],
+            &[10, 1, 0, 1],
+            &[10, 1, 0, 2],
+        ]);
+        for (root, column) in [
+            (
+                "1.3.6.1.4.1.9.9.189.1.3.5.1.3",
+                by_if(&[11001, 11002], &[1, 2, 3]),
+            ),
+            (
+                "1.3.6.1.4.1.9.9.166.1.15.1.1.3",
+                by_if(&[2, 3], &[1593, 1595]),
+            ),
+            (
+                "1.3.6.1.2.1.4.22.1.2",
+                rows(&[
+                    &[2, 10, 0, 1, 5],
+                    &[2, 10, 0, 1, 6],
+                    &[3, 10, 0, 1, 5],
+                    &[3, 10, 0, 1, 6],
+                ]),
+            ),
+            ("1.3.6.1.2.1.15.3.1.2", peers.clone()),
+            // A table's first column ends in 1, as an entry does: its first arcs are
+            // not column numbers (an ifIndex past MAX_COLUMN; 0, which no column is),
+            // or fall in one group.
+            (
+                "1.3.6.1.4.1.9.9.362.1.2.1.1.1",
+                by_if(&[11001, 11002], &[1, 2, 3]),
+            ),
+            ("1.3.6.1.4.1.99999.1.1.1", by_if(&[0, 1], &[5, 6])),
+            ("1.3.6.1.2.1.15.3.1.1", peers),
+        ] {
+            assert!(
+                !looks_like_columns(&oid(root), &column),
+                "{root} {column:?}"
+            );
+        }
+        // One column's rows, walked at an OID that could be an entry's: an address
+        // index (udpTable), one-arc rows, a group whose rows differ, a single row per
+        // group.
         for column in [
             rows(&[&[127, 0, 0, 1, 161], &[127, 0, 20, 1, 161]]),
             rows(&[
@@ -611,7 +709,38 @@ mod tests {
             rows(&[&[1, 5], &[2, 5], &[3, 5]]),
             rows(&[]),
         ] {
-            assert!(!looks_like_columns(&column), "{column:?}");
+            assert!(
+                !looks_like_columns(&oid("1.3.6.1.2.1.7.5.1.1"), &column),
+                "{column:?}"
+            );
         }
+    }
+
+    #[test]
+    fn a_walk_like_a_tables_is_warned_of_once_per_oid() {
+        // Discovery walks a rule's OID on every host at every interval: the advice is
+        // said once, not each time. Another OID has its own warning.
+        let log = crate::test_util::SharedBuf::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish();
+        let entry = rows(&[&[1, 1], &[1, 2], &[2, 1], &[2, 2]]);
+        // OIDs no other test walks: the set of those warned of is the process's.
+        let a: Oid = "1.3.6.1.4.1.99999.53.1.1".parse().unwrap();
+        let b: Oid = "1.3.6.1.4.1.99999.53.2.1".parse().unwrap();
+        tracing::subscriber::with_default(sub, || {
+            for _ in 0..3 {
+                warn_if_columns(&a, &entry);
+            }
+            warn_if_columns(&b, &entry);
+        });
+        let text = log.text();
+        let warned = |o: &Oid| {
+            text.lines()
+                .filter(|l| l.contains("WARN") && l.ends_with(&format!("oid={o}")))
+                .count()
+        };
+        assert_eq!((warned(&a), warned(&b)), (1, 1), "{text}");
     }
 }

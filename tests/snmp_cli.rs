@@ -481,6 +481,51 @@ fn walk_prints_what_snmpbulkwalk_prints() {
     );
 }
 
+/// `snmp walk --indices` warns of a walk whose rows look like a table's columns × rows
+/// (a table or its entry whose columns share one type) and not of one column indexed by
+/// several arcs whose every first arc has the same rest: snmpsim's recording of a Cisco
+/// switch has both.
+#[test]
+fn walk_indices_warns_of_a_tables_walk_not_of_a_multi_arc_column() {
+    let sim: SocketAddr = service_env("NETPOLLER_SNMPSIM_ADDR").parse().unwrap();
+    assert!(sim.ip().is_loopback());
+    let sim = sim.to_string();
+    let warned = |oid: &str| {
+        let o = netpoller()
+            .args([
+                "snmp",
+                "walk",
+                "--indices",
+                "-c",
+                "cisco_16_switch",
+                &sim,
+                oid,
+            ])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(text(&o).starts_with("indices = "), "{}", text(&o));
+        String::from_utf8_lossy(&o.stderr).contains("look like a table's columns")
+    };
+    // Columns of Cisco's MIBs (enterprises.9.9.189, .362) of rows ifIndex.a.b and
+    // ifIndex.a, the same a.b for each of the 104 ports; the last is its table's first
+    // column (its OID ends in 1, as an entry's does).
+    for column in [
+        ".1.3.6.1.4.1.9.9.189.1.3.5.1.3",
+        ".1.3.6.1.4.1.9.9.189.1.3.2.1.7",
+        ".1.3.6.1.4.1.9.9.189.1.3.8.1.2",
+        ".1.3.6.1.4.1.9.9.362.1.2.1.1.2",
+        ".1.3.6.1.4.1.9.9.362.1.2.1.1.1",
+    ] {
+        assert!(!warned(column), "{column}");
+    }
+    // An entry of two INTEGER columns (2, 3) of the same 20 rows; ifRcvAddressTable, a
+    // table of two INTEGER columns.
+    for table in [".1.3.6.1.4.1.9.9.68.1.2.1.1", ".1.3.6.1.2.1.31.1.4"] {
+        assert!(warned(table), "{table}");
+    }
+}
+
 /// `snmp walk --indices` of a column: the rows net-snmp's walk shows, as an `indices`
 /// value; `--matches` keeps the rows whose value matches, as a discovery filter; a
 /// table indexed by more than one arc is refused with the reason.
