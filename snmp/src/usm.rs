@@ -235,12 +235,30 @@ const EXPANDED_PASSPHRASE_LEN: usize = 1_048_576;
 /// than looping or panicking. Callers should refuse passphrases shorter than 8 bytes as
 /// net-snmp does (RFC 3414 11.2 recommends at least 8).
 pub fn password_to_key(proto: AuthProtocol, passphrase: &[u8]) -> Vec<u8> {
+    derived();
     with_digest!(proto, D => expand_passphrase::<D>(passphrase))
+}
+
+thread_local! {
+    static DERIVED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many keys this thread has derived: passphrases turned into keys
+/// ([`password_to_key`]) and keys localized to an engine ([`localize_key`]). What
+/// loading a config or reusing an engine costs is counted so: tests check that users
+/// that differ only in their context derive their keys once.
+pub fn keys_derived() -> u64 {
+    DERIVED.with(|d| d.get())
+}
+
+fn derived() {
+    DERIVED.with(|d| d.set(d.get() + 1));
 }
 
 /// Kul = H(Ku || engineID || Ku) (RFC 3414 2.6): one key per authoritative engine, so a
 /// compromised agent does not expose the user's key on other agents.
 pub fn localize_key(proto: AuthProtocol, ku: &[u8], engine_id: &[u8]) -> Vec<u8> {
+    derived();
     with_digest!(proto, D => D::new()
         .chain_update(ku)
         .chain_update(engine_id)

@@ -19,9 +19,10 @@
 //! * Decoding never panics and never trusts a length: [`V3Message::decode`] validates the
 //!   envelope; the PDU is validated whole by [`decode_scoped_pdu`] only after the caller
 //!   has checked the message's authenticity ([`V3Message::verify`]) and decrypted it.
-//! * Passphrases are turned into keys (Ku, ~1 MiB of hashing) once per [`UsmUser`];
-//!   keys are localized to an agent's engine once per discovery ([`Engine`]). No key or
-//!   passphrase is ever printed (`Debug` redacts them).
+//! * Passphrases are turned into keys (Ku, ~1 MiB of hashing) once per [`UsmUser`],
+//!   whose users of other contexts share them; keys are localized to an agent's engine
+//!   once per discovery and credentials ([`Engine`]; the context is no part of a key).
+//!   No key or passphrase is ever printed (`Debug` redacts them).
 //! * Every encrypted message takes a fresh salt from a counter the caller keeps per
 //!   agent ([`encode_request`]; the engine's is per address, starting at a random
 //!   value), so no IV repeats under one key.
@@ -99,8 +100,17 @@ impl std::str::FromStr for SecurityLevel {
 /// into keys (Ku). Equal users compare equal whatever `Arc` holds them.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct UsmUser {
-    name: Box<[u8]>,
+    /// What the keys are made of, and the user's keys (Ku): shared by the users
+    /// [`UsmUser::with_context`] makes of one.
+    keys: Arc<Credentials>,
     context: Box<[u8]>,
+}
+
+/// A user's name and protocols, with the passphrases turned into keys (Ku): all that
+/// its keys, and those localized to an engine, depend on (the context does not).
+#[derive(PartialEq, Eq, Hash)]
+struct Credentials {
+    name: Box<[u8]>,
     auth: Option<(AuthProtocol, Box<[u8]>)>,
     privacy: Option<(PrivProtocol, Box<[u8]>)>,
 }
@@ -108,10 +118,10 @@ pub struct UsmUser {
 impl fmt::Debug for UsmUser {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("UsmUser")
-            .field("name", &String::from_utf8_lossy(&self.name))
+            .field("name", &String::from_utf8_lossy(&self.keys.name))
             .field("level", &self.level())
-            .field("auth", &self.auth.as_ref().map(|a| a.0))
-            .field("privacy", &self.privacy.as_ref().map(|p| p.0))
+            .field("auth", &self.auth_protocol())
+            .field("privacy", &self.priv_protocol())
             .field("context", &String::from_utf8_lossy(&self.context))
             .finish_non_exhaustive()
     }
@@ -165,21 +175,24 @@ impl UsmUser {
             }
         };
         Ok(UsmUser {
-            name: name.as_bytes().into(),
+            keys: Arc::new(Credentials {
+                name: name.as_bytes().into(),
+                auth,
+                privacy,
+            }),
             context: Box::default(),
-            auth,
-            privacy,
         })
     }
 
-    /// Sets the context name (default empty, the agent's default context).
+    /// Sets the context name (default empty, the agent's default context). The keys
+    /// stay those derived for `self`: a user of another context derives none.
     pub fn with_context(mut self, context: &str) -> UsmUser {
         self.context = context.as_bytes().into();
         self
     }
 
     pub fn name(&self) -> &[u8] {
-        &self.name
+        &self.keys.name
     }
 
     pub fn context(&self) -> &[u8] {
@@ -187,15 +200,15 @@ impl UsmUser {
     }
 
     pub fn auth_protocol(&self) -> Option<AuthProtocol> {
-        self.auth.as_ref().map(|a| a.0)
+        self.keys.auth.as_ref().map(|a| a.0)
     }
 
     pub fn priv_protocol(&self) -> Option<PrivProtocol> {
-        self.privacy.as_ref().map(|p| p.0)
+        self.keys.privacy.as_ref().map(|p| p.0)
     }
 
     pub fn level(&self) -> SecurityLevel {
-        match (&self.auth, &self.privacy) {
+        match (&self.keys.auth, &self.keys.privacy) {
             (None, _) => SecurityLevel::NoAuthNoPriv,
             (Some(_), None) => SecurityLevel::AuthNoPriv,
             (Some(_), Some(_)) => SecurityLevel::AuthPriv,
@@ -231,15 +244,16 @@ impl Engine {
     /// The engine `id` whose clock read `boots` / `time` at `at`; `user`'s keys are
     /// localized to it.
     pub fn new(user: Arc<UsmUser>, id: &[u8], boots: u32, time: u32, at: Instant) -> Engine {
-        let (auth_key, priv_key): (Box<[u8]>, Box<[u8]>) = match (&user.auth, &user.privacy) {
-            (Some((a, ku)), p) => (
-                usm::localize_key(*a, ku, id).into(),
-                p.as_ref()
-                    .map(|(p, k)| usm::localize_priv_key(*a, *p, k, id).into())
-                    .unwrap_or_default(),
-            ),
-            (None, _) => Default::default(),
-        };
+        let (auth_key, priv_key): (Box<[u8]>, Box<[u8]>) =
+            match (&user.keys.auth, &user.keys.privacy) {
+                (Some((a, ku)), p) => (
+                    usm::localize_key(*a, ku, id).into(),
+                    p.as_ref()
+                        .map(|(p, k)| usm::localize_priv_key(*a, *p, k, id).into())
+                        .unwrap_or_default(),
+                ),
+                (None, _) => Default::default(),
+            };
         Engine {
             id: id.into(),
             boots,
@@ -252,11 +266,19 @@ impl Engine {
     }
 
     /// The same engine and clock with `user`'s keys (a reloaded config may change them).
+    /// Keys are localized again only when `user`'s credentials differ from this
+    /// engine's user's: localizing costs a hash (and 1 MiB of hashing for a privacy
+    /// protocol of Reeder's key extension), and hosts at one address that differ only
+    /// in their context (one per VLAN) each take the engine in turn at every
+    /// iteration.
     pub fn for_user(&self, user: &Arc<UsmUser>) -> Engine {
-        if self.user == *user {
-            return self.clone();
+        if self.user.keys != user.keys {
+            return Engine::new(user.clone(), &self.id, self.boots, self.time, self.at);
         }
-        Engine::new(user.clone(), &self.id, self.boots, self.time, self.at)
+        Engine {
+            user: user.clone(),
+            ..self.clone()
+        }
     }
 
     pub fn id(&self) -> &[u8] {
@@ -317,7 +339,7 @@ impl Engine {
             engine_id: &self.id,
             boots,
             time,
-            user_name: &self.user.name,
+            user_name: &self.user.keys.name,
             auth: self.auth(),
             privacy: self.privacy(),
             salt,
@@ -327,11 +349,16 @@ impl Engine {
     }
 
     fn auth(&self) -> Option<(AuthProtocol, &[u8])> {
-        self.user.auth.as_ref().map(|(p, _)| (*p, &*self.auth_key))
+        self.user
+            .keys
+            .auth
+            .as_ref()
+            .map(|(p, _)| (*p, &*self.auth_key))
     }
 
     fn privacy(&self) -> Option<(PrivProtocol, &[u8])> {
         self.user
+            .keys
             .privacy
             .as_ref()
             .map(|(p, _)| (*p, &*self.priv_key))
@@ -535,7 +562,7 @@ where
         oids.map(|o| (o.as_ref(), ValueRef::Null)),
     )
     .inspect(|_| {
-        if engine.user.privacy.is_some() {
+        if engine.user.keys.privacy.is_some() {
             *salt = salt.wrapping_add(1);
         }
     })
@@ -862,5 +889,71 @@ impl fmt::Display for ReportKind {
             ReportKind::Other => "the agent refused the message",
         };
         write!(f, "{what} ({})", self.counter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::usm::keys_derived;
+
+    #[test]
+    fn an_engine_keeps_its_keys_for_a_user_of_another_context() {
+        // Hosts at one address that differ only in their context (one per VLAN) take
+        // the address's engine in turn: its keys are the same for each (they depend
+        // on the credentials and the engine id alone), and AES-256-C's key extension
+        // alone hashes 1 MiB.
+        let user = UsmUser::new(
+            "np-ctx",
+            Some((AuthProtocol::Sha1, "np-auth-pass")),
+            Some((PrivProtocol::Aes256C, "np-priv-pass")),
+        )
+        .unwrap();
+        let vlan = Arc::new(user.clone().with_context("vlan-10"));
+        let (user, t0) = (Arc::new(user), Instant::now());
+        let e = Engine::new(user.clone(), b"engine-a", 3, 100, t0);
+        let before = keys_derived();
+        let v = e.for_user(&vlan);
+        assert_eq!(keys_derived(), before, "keys derived again for a context");
+        assert_eq!(v.user().context(), b"vlan-10");
+        let o = v.outgoing(1, true, 0, t0);
+        assert_eq!(o.context_name, b"vlan-10");
+        assert_eq!(
+            (o.auth, o.privacy),
+            (
+                e.outgoing(1, true, 0, t0).auth,
+                e.outgoing(1, true, 0, t0).privacy
+            )
+        );
+        // Back to the first context, and to an equal user made anew (a reload): none
+        // either.
+        let again = Arc::new(
+            UsmUser::new(
+                "np-ctx",
+                Some((AuthProtocol::Sha1, "np-auth-pass")),
+                Some((PrivProtocol::Aes256C, "np-priv-pass")),
+            )
+            .unwrap(),
+        );
+        let before = keys_derived();
+        v.for_user(&user).for_user(&again);
+        assert_eq!(keys_derived(), before);
+        // Another passphrase: its keys localized to the engine (auth, privacy and the
+        // extension's).
+        let other = Arc::new(
+            UsmUser::new(
+                "np-ctx",
+                Some((AuthProtocol::Sha1, "np-auth-pass")),
+                Some((PrivProtocol::Aes256C, "np-other-pass")),
+            )
+            .unwrap(),
+        );
+        let before = keys_derived();
+        let o = e.for_user(&other);
+        assert!(keys_derived() > before);
+        assert_ne!(
+            o.outgoing(1, true, 0, t0).privacy,
+            e.outgoing(1, true, 0, t0).privacy
+        );
     }
 }
