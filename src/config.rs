@@ -1611,20 +1611,38 @@ impl<'c, 'a> Resolver<'c, 'a> {
         }
     }
 
-    /// The SNMPv3 user of `fields`, made once per distinct fields; an error is reported
-    /// once, at `path` (the `snmp` table that first used them).
+    /// The SNMPv3 user of `fields`, made once per distinct fields, its keys once per
+    /// distinct fields but the context: hosts that differ only in their context (one
+    /// per VLAN) share them ([`snmp::v3::UsmUser::with_context`]), as a passphrase is
+    /// hashed into a key (~1 MiB) for each user made. An error is reported once, at
+    /// `path` (the `snmp` table that first used them); the context is never at fault.
     fn usm_user(&mut self, path: &[Seg<'_>], fields: UsmSection) -> Option<Arc<snmp::v3::UsmUser>> {
         if let Some(u) = self.users.get(&fields) {
             return u.clone();
         }
-        let user = match fields.user() {
-            Ok(u) => Some(Arc::new(u)),
-            Err((field, msg)) => {
-                let p = under(path, [Seg::Key(field)]);
-                self.c.push(&p, msg);
-                None
+        let credentials = UsmSection {
+            context_name: None,
+            ..fields.clone()
+        };
+        let keyed = match self.users.get(&credentials) {
+            Some(u) => u.clone(),
+            None => {
+                let user = match credentials.user() {
+                    Ok(u) => Some(Arc::new(u)),
+                    Err((field, msg)) => {
+                        let p = under(path, [Seg::Key(field)]);
+                        self.c.push(&p, msg);
+                        None
+                    }
+                };
+                self.users.insert(credentials, user.clone());
+                user
             }
         };
+        let user = keyed.map(|u| match fields.context_name.as_deref().unwrap_or("") {
+            "" => u,
+            context => Arc::new(u.as_ref().clone().with_context(context)),
+        });
         self.users.insert(fields, user.clone());
         user
     }

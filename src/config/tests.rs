@@ -801,6 +801,52 @@ snmp = { version = "2c", community = "s3cret" }
 "#;
 
 #[test]
+fn snmpv3_users_of_other_contexts_share_their_keys() {
+    // One switch's VLANs, each polled in its context (Cisco's "vlan-N") with the same
+    // credentials: their passphrases are hashed once (~1 MiB each), not per context.
+    let text = r#"
+[snmp]
+version = "3"
+security_name = "np-shaaes"
+auth_protocol = "SHA"
+auth_passphrase = "topsecret-auth"
+priv_protocol = "AES"
+priv_passphrase = "topsecret-priv"
+[[templates]]
+name = "sys"
+items = [ { key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval = "1m" } ]
+[[hosts]]
+name = "sw"
+ip = "127.0.53.1"
+templates = ["sys"]
+[[hosts]]
+name = "sw-vlan-10"
+ip = "127.0.53.1"
+templates = ["sys"]
+snmp = { context_name = "vlan-10" }
+[[hosts]]
+name = "sw-vlan-20"
+ip = "127.0.53.1"
+templates = ["sys"]
+snmp = { context_name = "vlan-20" }
+"#;
+    let before = snmp::usm::keys_derived();
+    let cfg = parse(text).unwrap_or_else(|e| panic!("{e:#?}"));
+    // Two passphrases, two keys.
+    assert_eq!(snmp::usm::keys_derived() - before, 2);
+    let users: Vec<_> = cfg
+        .hosts
+        .iter()
+        .map(|h| h.snmp.as_ref().unwrap().usm.clone().unwrap())
+        .collect();
+    let contexts: Vec<&[u8]> = users.iter().map(|u| u.context()).collect();
+    assert_eq!(contexts, [&b""[..], b"vlan-10", b"vlan-20"]);
+    assert!(users
+        .iter()
+        .all(|u| u.name() == b"np-shaaes" && u.level() == snmp::v3::SecurityLevel::AuthPriv));
+}
+
+#[test]
 fn snmpv3_users_resolve_once_and_their_secrets_stay_out_of_debug() {
     let text = format!(
         "[snmp]\nversion = \"3\"\nsecurity_name = \"np-shaaes\"\nauth_protocol = \"sha\"\nauth_passphrase = \"topsecret-auth\"\npriv_protocol = \"AES\"\npriv_passphrase = \"topsecret-priv\"\ncontext_name = \"ctx\"\n{V3_HOSTS}"
