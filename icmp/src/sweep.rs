@@ -355,6 +355,11 @@ pub enum IgnoreReason {
     /// Claims to be ours (our identifier) but the tag does not verify, or the tag
     /// verifies but the identifier was altered.
     Spoofed,
+    /// Ours (our identifier, and the tag verifies for the address the probe went to)
+    /// but from another address: a host with several addresses answering from
+    /// another, a NAT. Not an answer (only replies from the probed address count,
+    /// Zabbix's default without `allow_redirect`), nor a forgery.
+    Redirected,
     /// A valid reply to an earlier iteration.
     Stale,
     /// A valid reply to a probe no longer in flight (duplicate, or after a send error).
@@ -394,6 +399,8 @@ pub struct SweepCounters {
     pub foreign: u64,
     /// See [`IgnoreReason::Spoofed`].
     pub spoofed: u64,
+    /// See [`IgnoreReason::Redirected`].
+    pub redirected: u64,
     /// See [`IgnoreReason::Stale`].
     pub stale: u64,
     /// See [`IgnoreReason::Duplicate`].
@@ -409,6 +416,7 @@ impl SweepCounters {
             IgnoreReason::NotEchoReply => &mut self.not_echo_reply,
             IgnoreReason::Foreign => &mut self.foreign,
             IgnoreReason::Spoofed => &mut self.spoofed,
+            IgnoreReason::Redirected => &mut self.redirected,
             IgnoreReason::Stale => &mut self.stale,
             IgnoreReason::Duplicate => &mut self.duplicate,
             IgnoreReason::Late => &mut self.late,
@@ -959,7 +967,20 @@ impl Sweep {
             SocketKind::Datagram => true,
         };
         let j = match tag::check(rx.echo.payload, self.cfg.key, rx.src, rx.echo.seq) {
-            TagCheck::Invalid if ident_ours => return self.ignore(IgnoreReason::Spoofed),
+            TagCheck::Invalid if ident_ours => {
+                // Built by us for the address of the job it names, which is not where
+                // it came from: a redirect, which says nothing of a forger.
+                let redirected = tag::job_of(rx.echo.payload)
+                    .and_then(|j| self.jobs.get(j as usize))
+                    .is_some_and(|st| {
+                        tag::check(rx.echo.payload, self.cfg.key, st.job.addr, rx.echo.seq)
+                            != TagCheck::Invalid
+                    });
+                return self.ignore(match redirected {
+                    true => IgnoreReason::Redirected,
+                    false => IgnoreReason::Spoofed,
+                });
+            }
             TagCheck::Invalid => return self.ignore(IgnoreReason::Foreign),
             TagCheck::Valid { iter, .. } if iter != self.cfg.iteration => {
                 return self.ignore(IgnoreReason::Stale)

@@ -13,7 +13,9 @@
 //! The identifier is left out on purpose: Linux datagram ping sockets rewrite it.
 //! A reply whose tag verifies under another `iter` is a late reply of an earlier
 //! iteration (stale); one that does not verify at all was not built by us for this
-//! address and sequence (foreign or spoofed). The secret is 128 bits chosen by the
+//! address and sequence (foreign or spoofed), unless it verifies for the address of
+//! the job it names: then it is our probe's, answered from another address
+//! (redirected). The secret is 128 bits chosen by the
 //! caller (the driver draws it at random once per process).
 
 use std::net::IpAddr;
@@ -74,6 +76,13 @@ pub enum TagCheck {
     },
     /// Not built by us for this address and sequence.
     Invalid,
+}
+
+/// The job a payload names, its tag unchecked: where to look for the address a reply
+/// that does not verify for its source was built for ([`check`] it against that).
+pub fn job_of(payload: &[u8]) -> Option<u32> {
+    let head = payload.first_chunk::<TAG_LEN>()?;
+    Some(u32::from_be_bytes([head[12], head[13], head[14], head[15]]))
 }
 
 /// Checks the tag of a reply payload from `src` with sequence `seq`.

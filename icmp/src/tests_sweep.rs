@@ -271,7 +271,7 @@ fn stale_reply_of_previous_iteration_is_counted_not_matched() {
 }
 
 #[test]
-fn foreign_and_spoofed_replies_are_rejected() {
+fn foreign_spoofed_and_redirected_replies_are_rejected() {
     let base = Instant::now();
     let mut s = Sweep::new(vec![job(0, 1)], cfg(0), base).unwrap();
     let (a, req) = drain_sends(&mut s, base).pop().unwrap();
@@ -291,9 +291,12 @@ fn foreign_and_spoofed_replies_are_rejected() {
     EchoPacket::new_unchecked(&mut moved[..]).set_ident(0x2222);
     let out = s.handle_reply(&raw_reply_for(a, &moved), a, base + ms(1));
     assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Spoofed));
-    // Our payload answered from another address.
+    // Our payload answered from another address (a host with several, a NAT): ours,
+    // redirected, not taken, and no forgery. Forged and answered from elsewhere: one.
     let other = addr(9);
     let out = s.handle_reply(&raw_reply_for(other, &req), other, base + ms(1));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Redirected));
+    let out = s.handle_reply(&raw_reply_for(other, &forged), other, base + ms(1));
     assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Spoofed));
     // Our own request looped back (raw sockets see it) and garbage.
     let mut own = raw_reply_for(a, &req);
@@ -308,11 +311,12 @@ fn foreign_and_spoofed_replies_are_rejected() {
         (
             c.foreign,
             c.spoofed,
+            c.redirected,
             c.not_echo_reply,
             c.malformed,
             c.received
         ),
-        (1, 3, 1, 1, 0)
+        (1, 3, 1, 1, 1, 0)
     );
     assert_eq!(s.in_flight(), 1, "nothing matched");
     // The genuine reply, then a duplicate of it.

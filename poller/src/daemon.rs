@@ -711,7 +711,7 @@ pub async fn icmp_iteration(
     let c = report.counters;
     metrics
         .unmatched
-        .add(c.foreign + c.spoofed + c.stale + c.duplicate + c.late);
+        .add(c.foreign + c.spoofed + c.redirected + c.stale + c.duplicate + c.late);
     metrics.malformed.add(c.malformed);
     metrics.icmp_send_errors.add(c.send_errors);
     metrics.icmp_receive_drops.add(report.receive_drops);

@@ -209,7 +209,8 @@ pub struct SweepReport {
     /// Jobs with at least one reply.
     pub alive: usize,
     /// Probe and reply totals, and every ignored datagram counted by reason
-    /// (`stale`, `foreign`, `spoofed`, `malformed`, `duplicate`, `late`, `not_echo_reply`)
+    /// (`stale`, `foreign`, `spoofed`, `redirected`, `malformed`, `duplicate`, `late`,
+    /// `not_echo_reply`)
     /// and `send_errors`.
     pub counters: SweepCounters,
     /// `recvmmsg` failures other than "would block".

@@ -268,14 +268,15 @@ fn json_line(addr: IpAddr, s: &PingStats) -> String {
 /// firewall rule, a broadcast address), as the daemon logs it.
 fn notes(report: &poller::icmp_driver::SweepReport) -> Vec<String> {
     let c = &report.counters;
-    let ignored = c.stale + c.foreign + c.spoofed + c.malformed + c.duplicate + c.late;
+    let ignored =
+        c.stale + c.foreign + c.spoofed + c.redirected + c.malformed + c.duplicate + c.late;
     let noted =
         ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 || report.receive_drops > 0;
     let mut out = Vec::new();
     if noted {
         out.push(format!(
-            "ignored replies: {} stale, {} foreign, {} spoofed, {} malformed, {} duplicate, {} late; {} send errors, {} receive errors, {} dropped for a full receive buffer",
-            c.stale, c.foreign, c.spoofed, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors, report.receive_drops
+            "ignored replies: {} stale, {} foreign, {} spoofed, {} redirected, {} malformed, {} duplicate, {} late; {} send errors, {} receive errors, {} dropped for a full receive buffer",
+            c.stale, c.foreign, c.spoofed, c.redirected, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors, report.receive_drops
         ));
     }
     if let Some((target, error)) = &report.first_send_error {
@@ -660,7 +661,7 @@ mod tests {
         assert!(e.to_string().contains("more than one sweep holds"), "{e}");
         // An IPv6 range's network address is a router's (Subnet-Router anycast), and
         // `::` no device's: ::1/127 would have probed it (and read ::1's reply as
-        // spoofed).
+        // redirected).
         let got = expand_targets(&s(&["fd00::/126", "fd00::10/127"]), 1, false).unwrap();
         let want: Vec<IpAddr> = ["fd00::1", "fd00::2", "fd00::3", "fd00::10", "fd00::11"]
             .iter()
@@ -694,6 +695,11 @@ mod tests {
             got[1].ends_with("the first to 127.255.255.255: Permission denied (os error 13)"),
             "{got:?}"
         );
+        // A reply of ours from another address is said as such, not as a forgery.
+        let mut report = poller::icmp_driver::SweepReport::default();
+        report.counters.redirected = 1;
+        let got = notes(&report);
+        assert!(got[0].contains(" 0 spoofed, 1 redirected,"), "{got:?}");
     }
 
     fn text_line(a: IpAddr, st: &PingStats) -> String {
