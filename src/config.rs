@@ -2468,7 +2468,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
     /// of them finds out at 8 bytes per item; a map from itemid to its item, as this
     /// used to be, was 34 MB at 1 M items, the loader's peak. Only when an itemid
     /// repeats does a map name both users, in file order: each host that reuses one is
-    /// reported and dropped (so later messages do not name it).
+    /// reported and dropped. A dropped host keeps its claims: a later host that shares
+    /// another of its itemids is reported in the same run, not once the first is fixed
+    /// (the map's indices are into `out` as it was, which the loop does not change).
     fn check_itemids(&mut self, out: &mut Vec<HostSpec>, origins: &[Origin]) {
         let mut ids = Vec::with_capacity(out.iter().map(|h| h.items.len()).sum());
         ids.extend(out.iter().flat_map(|h| h.items.iter().map(|i| i.itemid)));
@@ -2494,15 +2496,6 @@ impl<'c, 'a> Resolver<'c, 'a> {
                         ),
                     );
                     keep[h] = false;
-                }
-            }
-            if !keep[h] {
-                // Only this host's own entries: a scan of the whole map per rejected host
-                // would be quadratic when one itemid is pasted onto thousands of hosts.
-                for (j, it) in host.items.iter().enumerate() {
-                    if seen.get(&it.itemid) == Some(&at(j)) {
-                        seen.remove(&it.itemid);
-                    }
                 }
             }
         }

@@ -529,6 +529,24 @@ fn duplicate_itemids_and_keys() {
         ],
         "{e:#?}"
     );
+    // A rejected host keeps its claims: a later host that shares an itemid with it is
+    // reported in the same run, not only once the first is fixed.
+    let e = errs("[[hosts]]\nname = \"a\"\nip = \"127.0.56.1\"\nitems = [{ key = \"icmpping\", itemid = 9, interval = \"10s\" }, { key = \"icmppingloss\", itemid = 9, interval = \"10s\" }, { key = \"icmppingsec\", itemid = 10, interval = \"10s\" }]\n[[hosts]]\nname = \"b\"\nip = \"127.0.56.2\"\nitems = [{ key = \"icmpping\", itemid = 10, interval = \"10s\" }]\n");
+    let got: Vec<(&str, &str)> = e.iter().map(|e| (&*e.path, &*e.message)).collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "hosts[0]",
+                "itemid 9 of a/icmppingloss is also used by a/icmpping"
+            ),
+            (
+                "hosts[1]",
+                "itemid 10 of b/icmpping is also used by a/icmppingsec"
+            ),
+        ],
+        "{e:#?}"
+    );
     // A range's derived itemid cannot be taken by a listed host: explicit itemids stay
     // below the derived range.
     let taken = derive_itemid("cpe-127.1.0.2", "icmpping");
