@@ -1558,7 +1558,9 @@ fn polls_snmp(items: &[ResolvedEntry]) -> bool {
 
 struct Resolver<'c, 'a> {
     c: &'c mut Collector<'a>,
-    icmp: &'c IcmpSection,
+    /// `[icmp]`'s defaults for ICMP keys, within Zabbix's limits: one it refused is
+    /// reported there, once, and keys are checked against the built-in one instead.
+    icmp: IcmpDefaults,
     snmp: &'c SnmpSection,
     /// Template name → resolved items (keys interned once per template item).
     templates: HashMap<String, Vec<ResolvedEntry>>,
@@ -1595,7 +1597,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
     ) -> Self {
         Resolver {
             c,
-            icmp,
+            icmp: icmp.key_defaults().within_limits(),
             snmp,
             templates: HashMap::new(),
             unreadable,
@@ -1820,7 +1822,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 );
                 return None;
             }
-            let k = match IcmpKey::parse(&key, &self.icmp.key_defaults()) {
+            let k = match IcmpKey::parse(&key, &self.icmp) {
                 Ok(k) => k,
                 Err(err) => {
                     self.c.push(&at("key"), err.0);

@@ -312,6 +312,24 @@ impl IcmpDefaults {
         check_timeout(self.timeout, |m| out.push(("timeout", m)));
         out
     }
+
+    /// These defaults with each one [`Self::check`] refuses replaced by the built-in
+    /// one: what keys are checked against once the refused defaults are reported where
+    /// they are written. Parsed against the refused ones, every key that leaves one
+    /// empty was refused for it too, for a value its text does not hold.
+    pub fn within_limits(&self) -> IcmpDefaults {
+        let (mut d, builtin) = (*self, IcmpDefaults::default());
+        for (field, _) in self.check() {
+            match field {
+                "packets" => d.packets = builtin.packets,
+                "interval" => d.interval = builtin.interval,
+                "size" => d.size = builtin.size,
+                "timeout" => d.timeout = builtin.timeout,
+                _ => {}
+            }
+        }
+        d
+    }
 }
 
 fn check_packets(v: u32, mut f: impl FnMut(String)) {

@@ -305,6 +305,31 @@ fn icmp_limits_are_checked_in_defaults_and_keys() {
     );
     assert_eq!(e[0].line, Some(2));
     assert_eq!(e[3].line, Some(5));
+    // A wrong default is said once, where it is written: not again at every key that
+    // leaves it empty (whose text does not hold it). A key's own values are still
+    // checked, and the section's right defaults still apply to the keys.
+    let e = errs(
+        "[icmp]\ninterval = \"10ms\"\npackets = 500\n[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping\", interval = \"1m\" }, { key = \"icmppingloss[,,19]\", interval = \"10s\" }, { key = \"icmppingsec[,,,,1000]\", interval = \"9s\" } ]\n",
+    );
+    let got: Vec<(&str, &str)> = e.iter().map(|e| (&*e.path, &*e.message)).collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "icmp.interval",
+                "interval 10 ms below Zabbix's minimum of 20 ms"
+            ),
+            (
+                "templates[0].items[1].key",
+                "interval 19 ms below Zabbix's minimum of 20 ms"
+            ),
+            (
+                "templates[0].items[2].key",
+                "its probes last 10s 980ms ((packets - 1) × interval + timeout), longer than the item's interval of 9s: every poll would come late; send fewer or closer packets, or poll less often"
+            ),
+        ],
+        "{e:#?}"
+    );
     let e = one_err(
         "[[templates]]\nname = \"t\"\nitems = [ { key = \"icmpping[,10001]\", interval = \"10s\" } ]\n",
     );
