@@ -327,13 +327,22 @@ impl Plan {
             }
             keys.clear();
             keys.extend(groups.keys().copied());
+            // Every field of the group's key: one left out gives its groups the map's
+            // order, another at every build.
             keys.sort_by_key(|(e, i, p)| {
                 (
                     *e,
                     *i,
                     p.map(|p| {
                         let backoff = p.retry_backoff_pct;
-                        (p.packets, p.interval_ms, p.size, p.timeout_ms, backoff)
+                        (
+                            p.packets,
+                            p.interval_ms,
+                            p.size,
+                            p.timeout_ms,
+                            backoff,
+                            p.target,
+                        )
                     }),
                 )
             });
@@ -767,6 +776,34 @@ pub(crate) mod tests {
         let v = plan.values_per_second(Engine::Icmp);
         assert!((v - (0.4 + 1.0 / 60.0)).abs() < 1e-9, "{v}");
         assert_eq!(plan.values_per_second(Engine::Snmp), 0.0);
+    }
+
+    /// A host's tasks come in one order whatever the hash map's: probes that differ
+    /// only by their target too (the sort left the target out, so their order was the
+    /// map's, another at every build).
+    #[test]
+    fn tasks_of_probes_to_other_targets_come_in_one_order() {
+        let host = |h: &str| HostSpec {
+            name: h.into(),
+            ip: "127.0.56.1".parse().unwrap(),
+            snmp: None,
+            items: (1..=8)
+                .map(|i| icmp_item(h, &format!("icmpping[127.0.56.{i}]"), 10))
+                .collect(),
+        };
+        let order = |p: &Plan| -> Vec<Option<IpAddr>> {
+            p.tasks
+                .iter()
+                .map(|t| p.task_probe(t).unwrap().target)
+                .collect()
+        };
+        let first = order(&Plan::build(vec![host("a")]));
+        let mut sorted = first.clone();
+        sorted.sort();
+        assert_eq!(first, sorted);
+        for _ in 0..4 {
+            assert_eq!(order(&Plan::build(vec![host("a")])), first);
+        }
     }
 
     #[test]
