@@ -263,10 +263,19 @@ pub(crate) async fn spool_batch(shared: &Arc<Shared>, batch: Batch, why: &'stati
         }
         Err(e) => e,
     };
-    tracing::error!(table = %table, rows, error = %err, "sink: cannot write the spool, rows dropped");
+    spool_write_failed(shared, "spool", table, rows, &err);
+}
+
+/// An append to a spool (`which`: the data spool or the reject spool) failed: the
+/// batch's rows are lost, logged and counted (`reason="spool_write"`), and the health
+/// says so (`Failing`) until a batch is spooled or ClickHouse stores one again. The one
+/// place for both spools, so that a broken `rejected/` is not lost silently while
+/// `/healthz` answers OK.
+fn spool_write_failed(shared: &Shared, which: &str, table: Table, rows: u64, err: &str) {
+    tracing::error!(table = %table, rows, error = %err, "sink: cannot write the {which}, rows dropped");
     shared.metrics.dropped(DropReason::SpoolWrite, rows);
     *lock(&shared.health) = Health::Failing {
-        reason: format!("spool write failed: {err}"),
+        reason: format!("{which} write failed: {err}"),
     };
 }
 
@@ -302,10 +311,7 @@ async fn reject(shared: &Arc<Shared>, batch: Batch, err: &InsertError, why: Refu
     let rows = u64::from(batch.rows);
     match append(shared, true, batch).await {
         Ok(()) => shared.metrics.rejected(rows),
-        Err(e) => {
-            tracing::error!(error = %e, rows, "sink: cannot write the reject spool, rows dropped");
-            shared.metrics.dropped(DropReason::SpoolWrite, rows);
-        }
+        Err(e) => spool_write_failed(shared, "reject spool", table, rows, &e),
     }
 }
 
@@ -1142,6 +1148,44 @@ mod tests {
         assert_eq!(metrics.dropped_rows(DropReason::Corrupt), 5);
         stop.send(true).unwrap();
         replayer.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_batch_the_reject_spool_cannot_keep_is_counted_lost_and_fails_the_health() {
+        // ClickHouse refused a batch as bad data and `rejected/` cannot take it (a file
+        // where its directory was, as a broken disk would have it: root ignores
+        // permissions). The rows are lost: counted as such, and the health says so,
+        // as for the data spool (it stayed `Writing`, `/healthz` answering OK).
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = spool_cfg(dir.path(), Duration::from_secs(1));
+        let metrics = Arc::new(SinkMetrics::default());
+        let sp = Spool::open(&cfg, metrics.clone()).unwrap();
+        let rejected = dir.path().join("rejected");
+        let rc = spool_cfg(&rejected, Duration::from_secs(1));
+        let rejects = Spool::open_rejects(&rc, metrics.clone()).unwrap();
+        std::fs::remove_dir_all(&rejected).unwrap();
+        std::fs::write(&rejected, b"not a directory").unwrap();
+        let shared = Arc::new(Shared::new(
+            None,
+            sp,
+            Some(rejects),
+            metrics.clone(),
+            Health::Writing,
+            1,
+        ));
+        let bad_data = InsertError {
+            class: crate::metrics::ErrorClass::Data,
+            message: "Code: 53. DB::Exception: Type mismatch".into(),
+            ..refused()
+        };
+        reject(&shared, batch(3), &bad_data, Refusal::BadData).await;
+        assert_eq!(metrics.dropped_rows(DropReason::SpoolWrite), 3);
+        assert_eq!(metrics.rejected_rows(), 0);
+        assert!(
+            matches!(shared.health(), Health::Failing { ref reason } if reason.starts_with("reject spool write failed")),
+            "{:?}",
+            shared.health()
+        );
     }
 
     #[tokio::test]
