@@ -23,8 +23,10 @@
 //!
 //! # What can be lost or duplicated
 //! * Lost: rows beyond the spool cap (`dropped_rows_total{reason="spool_cap"}`), rows
-//!   that could not be spooled (`spool_write`), corrupted spool records (`corrupt`), and
-//!   on power loss the appends of the last `fsync_interval`. A `kill -9` loses only rows
+//!   that could not be spooled (`spool_write`), corrupted spool records (`corrupt`), the
+//!   rows a sink task that panicked held (`internal`: a bug; a panicking batcher's
+//!   queued batches and INSERTs are still stored or spooled), and on power loss the
+//!   appends of the last `fsync_interval`. A `kill -9` loses only rows
 //!   still in memory (the pending batches, at most `flush_interval` old, and batches
 //!   being inserted).
 //! * Duplicated: a batch whose INSERT succeeded on the server but whose answer was lost
@@ -283,8 +285,12 @@ impl Sink {
             replayer,
         } = self;
         let _ = shutdown.send(true);
+        let sh = shared.clone();
         let tasks = async move {
             let r1 = batcher.await;
+            // A batcher that panicked left its INSERT tasks running: their batches are
+            // stored or spooled before the spools close.
+            pipeline::join_orphans(&sh).await;
             let r2 = match replayer {
                 Some(h) => h.await,
                 None => Ok(()),

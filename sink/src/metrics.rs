@@ -64,7 +64,8 @@ pub enum DropReason {
     /// The reject spool (`rejected/`, batches ClickHouse refused as bad data) exceeded
     /// `spool_max_bytes`: its oldest segment was deleted.
     RejectSpoolCap,
-    /// A sink task panicked (a bug) with the batch it held.
+    /// A sink task panicked (a bug) with the rows it held: an INSERT task's batch, or
+    /// the batcher's pending rows and the rows left in its channel.
     Internal,
 }
 

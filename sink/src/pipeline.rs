@@ -63,6 +63,12 @@ pub(crate) struct Shared {
     /// When the log last said that batches are spooled for an INSERT backlog
     /// ([`Shared::set_backlogged`]): at most once per [`OUTAGE_REMINDER`].
     pub backlog_logged: Mutex<Option<Instant>>,
+    /// The INSERT tasks of a batcher that panicked (a bug), left running so that their
+    /// batches are stored or spooled; the stop waits for them ([`join_orphans`]).
+    pub orphans: Mutex<Option<InsertTasks>>,
+    /// Tests: the batcher panics on a row of this item (a bug's stand-in).
+    #[cfg(test)]
+    pub panic_on_item: std::sync::atomic::AtomicU64,
 }
 
 /// How often a long outage is recalled in the log (with what it has spooled).
@@ -131,6 +137,9 @@ impl Shared {
             one_shot: false,
             outage: Mutex::new(None),
             backlog_logged: Mutex::new(None),
+            orphans: Mutex::new(None),
+            #[cfg(test)]
+            panic_on_item: std::sync::atomic::AtomicU64::new(u64::MAX),
         }
     }
 
@@ -473,15 +482,16 @@ pub(crate) async fn run_fsyncer(
 /// The batcher: owns the input channel and the per-table pending batches.
 pub(crate) async fn run_batcher(
     shared: Arc<Shared>,
-    mut rx: mpsc::Receiver<Msg>,
+    rx: mpsc::Receiver<Msg>,
     limits: Limits,
     max_tasks: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut b = Batcher {
+        rx,
+        unplaced: 0,
         pending: Table::ALL.map(Pending::new),
-        tasks: JoinSet::new(),
-        in_tasks: HashMap::new(),
+        tasks: InsertTasks::default(),
         queue: VecDeque::new(),
         shared,
         limits,
@@ -493,7 +503,7 @@ pub(crate) async fn run_batcher(
         tokio::select! {
             biased;
             _ = shutdown.changed() => break,
-            Some(r) = b.tasks.join_next_with_id(), if !b.tasks.is_empty() => {
+            Some(r) = b.tasks.set.join_next_with_id(), if !b.tasks.set.is_empty() => {
                 b.reaped(r);
                 b.pump().await
             }
@@ -505,42 +515,86 @@ pub(crate) async fn run_batcher(
                     }
                 }
             }
-            msg = rx.recv() => match msg {
-                Some(Msg::One(t, row)) => b.add(t, row).await,
-                Some(Msg::Many(rows)) => for (t, row) in rows { b.add(t, row).await },
+            msg = b.rx.recv() => match msg {
+                Some(msg) => b.take(msg).await,
                 None => break,
             },
         }
     }
     // Shutdown: take what is still in the channel, flush every table, no more retries.
-    rx.close();
-    while let Some(msg) = rx.recv().await {
-        match msg {
-            Msg::One(t, row) => b.add(t, row).await,
-            Msg::Many(rows) => {
-                for (t, row) in rows {
-                    b.add(t, row).await;
-                }
-            }
-        }
+    b.rx.close();
+    while let Some(msg) = b.rx.recv().await {
+        b.take(msg).await;
     }
     for t in Table::ALL {
         b.seal(t, FlushTrigger::Shutdown).await;
     }
     b.shared.shutting_down.store(true, Ordering::SeqCst);
-    while !b.queue.is_empty() || !b.tasks.is_empty() {
-        if let Some(r) = b.tasks.join_next_with_id().await {
+    while !b.queue.is_empty() || !b.tasks.set.is_empty() {
+        if let Some(r) = b.tasks.set.join_next_with_id().await {
             b.reaped(r);
         }
         b.pump().await;
     }
 }
 
+/// The INSERT tasks of new batches, with the rows of each one's batch.
+#[derive(Default)]
+pub(crate) struct InsertTasks {
+    set: JoinSet<()>,
+    /// Rows of each task's batch, to count them lost should the task panic.
+    rows: HashMap<tokio::task::Id, u32>,
+}
+
+impl InsertTasks {
+    /// Hands `batch` to an INSERT task.
+    fn start(&mut self, shared: &Arc<Shared>, batch: Batch) {
+        let rows = batch.rows;
+        let task = self.set.spawn(insert_task(shared.clone(), batch));
+        self.rows.insert(task.id(), rows);
+    }
+
+    /// An INSERT task ended. One that panicked (a bug) took its batch with it: logged
+    /// and counted (`reason="internal"`), as every row lost is.
+    fn ended(
+        &mut self,
+        r: Result<(tokio::task::Id, ()), tokio::task::JoinError>,
+        metrics: &SinkMetrics,
+    ) {
+        match r {
+            Ok((id, ())) => {
+                self.rows.remove(&id);
+            }
+            Err(e) => {
+                let rows = self.rows.remove(&e.id()).unwrap_or(0);
+                tracing::error!(error = %e, rows, "sink: an INSERT task failed; its batch is lost (a bug: please report it)");
+                metrics.dropped(DropReason::Internal, u64::from(rows));
+            }
+        }
+    }
+}
+
+/// Waits for the INSERT tasks a batcher that panicked left ([`Shared::orphans`]):
+/// called by the stop before it closes the spools, so that their batches are stored
+/// or spooled (or, past the grace, spooled) rather than cut off by the exit.
+pub(crate) async fn join_orphans(shared: &Shared) {
+    let taken = lock(&shared.orphans).take();
+    let Some(mut tasks) = taken else {
+        return;
+    };
+    shared.shutting_down.store(true, Ordering::SeqCst);
+    while let Some(r) = tasks.set.join_next_with_id().await {
+        tasks.ended(r, &shared.metrics);
+    }
+}
+
 struct Batcher {
+    /// The sink's input channel.
+    rx: mpsc::Receiver<Msg>,
+    /// Rows of the message being taken ([`Batcher::take`]) not yet in a pending batch.
+    unplaced: usize,
     pending: [Pending; Table::COUNT],
-    tasks: JoinSet<()>,
-    /// Rows of each INSERT task's batch, to count them lost should the task panic.
-    in_tasks: HashMap<tokio::task::Id, u32>,
+    tasks: InsertTasks,
     queue: VecDeque<Batch>,
     shared: Arc<Shared>,
     limits: Limits,
@@ -551,14 +605,37 @@ struct Batcher {
 }
 
 impl Batcher {
+    /// Takes the rows of one message of the channel.
+    async fn take(&mut self, msg: Msg) {
+        match msg {
+            Msg::One(t, row) => {
+                self.unplaced = 1;
+                self.add(t, row).await;
+            }
+            Msg::Many(rows) => {
+                self.unplaced = rows.len();
+                for (t, row) in rows {
+                    self.add(t, row).await;
+                }
+            }
+        }
+    }
+
     async fn add(&mut self, table: Table, row: Row) {
+        #[cfg(test)]
+        if row.itemid == self.shared.panic_on_item.load(Ordering::SeqCst) {
+            panic!("test: the batcher panics on item {}", row.itemid);
+        }
         if !table.accepts(&row.value) {
             tracing::warn!(table = %table, itemid = row.itemid, value = ?row.value, "sink: value does not fit the table, row dropped");
             self.shared.metrics.dropped(DropReason::WrongType, 1);
+            self.unplaced = self.unplaced.saturating_sub(1);
             return;
         }
         self.shared.metrics.row_received(table);
-        if let Some(trigger) = self.pending[table.index()].push(&row, Instant::now, &self.limits) {
+        let trigger = self.pending[table.index()].push(&row, Instant::now, &self.limits);
+        self.unplaced = self.unplaced.saturating_sub(1);
+        if let Some(trigger) = trigger {
             self.seal(table, trigger).await;
         }
     }
@@ -575,7 +652,7 @@ impl Batcher {
             spool_batch(&self.shared, batch, "file sink").await;
         } else if !self.shared.ok() {
             spool_batch(&self.shared, batch, "clickhouse unhealthy").await;
-        } else if self.tasks.len() < self.max_tasks {
+        } else if self.tasks.set.len() < self.max_tasks {
             self.start(batch);
         } else if self.queue.len() < 2 * self.max_tasks {
             self.queue.push_back(batch);
@@ -590,12 +667,14 @@ impl Batcher {
             if self.stalled {
                 // An INSERT may have ended meanwhile, not yet reaped (the batcher was
                 // busy with a message of many samples): its slot is free.
-                if let Some(r) = self.tasks.try_join_next_with_id() {
+                if let Some(r) = self.tasks.set.try_join_next_with_id() {
                     self.reaped(r);
                     self.pump().await;
                 }
             } else {
-                match tokio::time::timeout(self.limits.age, self.tasks.join_next_with_id()).await {
+                match tokio::time::timeout(self.limits.age, self.tasks.set.join_next_with_id())
+                    .await
+                {
                     Ok(Some(r)) => {
                         self.reaped(r);
                         self.pump().await;
@@ -609,7 +688,7 @@ impl Batcher {
                 self.pump().await;
             } else {
                 spool_batch(&self.shared, batch, "insert backlog").await;
-                let (inflight, age) = (self.tasks.len(), self.limits.age);
+                let (inflight, age) = (self.tasks.set.len(), self.limits.age);
                 self.shared.set_backlogged(|| {
                     format!("insert backlog: none of the {inflight} INSERTs in flight ended within flush_interval ({age:?}); new batches are spooled")
                 });
@@ -622,7 +701,7 @@ impl Batcher {
         while let Some(batch) = self.queue.pop_front() {
             if !self.shared.ok() {
                 spool_batch(&self.shared, batch, "clickhouse unhealthy").await;
-            } else if self.tasks.len() < self.max_tasks {
+            } else if self.tasks.set.len() < self.max_tasks {
                 self.start(batch);
             } else {
                 self.queue.push_front(batch);
@@ -633,27 +712,60 @@ impl Batcher {
 
     /// Hands `batch` to an INSERT task.
     fn start(&mut self, batch: Batch) {
-        let rows = batch.rows;
-        let task = self.tasks.spawn(insert_task(self.shared.clone(), batch));
-        self.in_tasks.insert(task.id(), rows);
+        self.tasks.start(&self.shared, batch);
     }
 
-    /// An INSERT task ended. One that panicked (a bug) took its batch with it: logged
-    /// and counted (`reason="internal"`), as every row lost is.
+    /// An INSERT task ended ([`InsertTasks::ended`]).
     fn reaped(&mut self, r: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
         self.stalled = false;
-        match r {
-            Ok((id, ())) => {
-                self.in_tasks.remove(&id);
-            }
-            Err(e) => {
-                let rows = self.in_tasks.remove(&e.id()).unwrap_or(0);
-                tracing::error!(error = %e, rows, "sink: an INSERT task failed; its batch is lost (a bug: please report it)");
-                self.shared
-                    .metrics
-                    .dropped(DropReason::Internal, u64::from(rows));
-            }
+        self.tasks.ended(r, &self.shared.metrics);
+    }
+}
+
+impl Drop for Batcher {
+    /// A batcher dropped while unwinding panicked (a bug). Dropped with it, its
+    /// channel's messages, its pending batches and the rows of the message it was
+    /// taking were lost without a count, and its INSERT tasks were aborted with their
+    /// batches. Here its queued batches get INSERT tasks of their own, those tasks are
+    /// left running for the stop to wait for ([`join_orphans`]), and the rest is
+    /// counted lost (`reason="internal"`). Not counted: a batch it had sealed and not
+    /// yet placed when it panicked (in a task, the queue or the spool: nothing says
+    /// which). Nothing here may panic: a panic while
+    /// unwinding aborts the process.
+    fn drop(&mut self) {
+        // Else it ran to its end (its channel emptied, its batches placed), or its
+        // runtime is going away with the process.
+        if !std::thread::panicking() {
+            return;
         }
+        self.rx.close();
+        let mut channel = 0u64;
+        while let Ok(msg) = self.rx.try_recv() {
+            channel += match msg {
+                Msg::One(..) => 1,
+                Msg::Many(rows) => rows.len() as u64,
+            };
+        }
+        let pending: u64 = self.pending.iter().map(|p| u64::from(p.rows())).sum();
+        let rows = channel + pending + self.unplaced as u64;
+        tracing::error!(
+            rows,
+            in_channel = channel,
+            pending,
+            inserts_left_running = self.tasks.set.len() + self.queue.len(),
+            "sink: the batcher failed; the rows it held are lost, new rows are refused (a bug: please report it)"
+        );
+        self.shared.metrics.dropped(DropReason::Internal, rows);
+        // Spawning needs the runtime, which a panic inside the batcher's task has.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            while let Some(batch) = self.queue.pop_front() {
+                self.tasks.start(&self.shared, batch);
+            }
+        } else {
+            let queued: u64 = self.queue.drain(..).map(|b| u64::from(b.rows)).sum();
+            self.shared.metrics.dropped(DropReason::Internal, queued);
+        }
+        *lock(&self.shared.orphans) = Some(std::mem::take(&mut self.tasks));
     }
 }
 
@@ -1150,6 +1262,70 @@ mod tests {
         replayer.await.unwrap();
     }
 
+    fn uint_row(itemid: u64) -> Row {
+        Row {
+            itemid,
+            clock: 1_720_000_000,
+            ns: 0,
+            hostname: "h".into(),
+            itemname: "k".into(),
+            value: crate::RowValue::Uint(itemid),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_batcher_that_panics_counts_the_rows_it_held_and_its_inserts_still_end() {
+        // The batcher panics (a bug; the test hook stands for it) on item 9. Rows 0-3
+        // are an INSERT task's batch, 4-7 a queued batch (one INSERT at a time), 8 is
+        // pending, 9 and 10 the message being taken, 11 still in the channel. The
+        // batches of the task and of the queue are spooled (ClickHouse never answers);
+        // rows 8-11 are counted lost. The panic lost all twelve uncounted: the
+        // channel, the pending rows and the queue dropped, the INSERT task aborted.
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = spool_cfg(dir.path(), Duration::from_secs(1));
+        let metrics = Arc::new(SinkMetrics::default());
+        let sp = Spool::open(&cfg, metrics.clone()).unwrap();
+        let (url, _held) = hung_server_on("127.0.52.1");
+        let ch = ClickHouseConfig {
+            max_attempts: 1,
+            request_timeout: Duration::from_millis(300),
+            ..ch_at(&url)
+        };
+        let shared = Arc::new(Shared::new(
+            Some(Writer::new(&ch)),
+            sp,
+            None,
+            metrics.clone(),
+            Health::Writing,
+            1,
+        ));
+        shared.panic_on_item.store(9, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel(16);
+        for i in 0..9 {
+            tx.send(Msg::One(Table::Uint, uint_row(i))).await.unwrap();
+        }
+        let two = vec![(Table::Uint, uint_row(9)), (Table::Uint, uint_row(10))];
+        tx.send(Msg::Many(two)).await.unwrap();
+        tx.send(Msg::One(Table::Uint, uint_row(11))).await.unwrap();
+        let limits = Limits {
+            rows: 4,
+            bytes: 1 << 20,
+            age: Duration::from_secs(60),
+        };
+        let (_stop, stop_rx) = watch::channel(false);
+        let batcher = tokio::spawn(run_batcher(shared.clone(), rx, limits, 1, stop_rx));
+        assert!(batcher.await.unwrap_err().is_panic());
+        assert_eq!(metrics.dropped_rows(DropReason::Internal), 4);
+        // What the stop does after the batcher ended.
+        join_orphans(&shared).await;
+        assert_eq!(metrics.spooled_rows(), 8);
+        assert_eq!(metrics.dropped_rows(DropReason::Internal), 4);
+        assert!(
+            tx.send(Msg::One(Table::Uint, uint_row(12))).await.is_err(),
+            "new rows are refused, not left in a channel nobody reads"
+        );
+    }
+
     #[tokio::test]
     async fn a_batch_the_reject_spool_cannot_keep_is_counted_lost_and_fails_the_health() {
         // ClickHouse refused a batch as bad data and `rejected/` cannot take it (a file
@@ -1268,7 +1444,12 @@ mod tests {
     /// A server on loopback that accepts connections and never answers (a hung
     /// ClickHouse, a stalled load balancer): its URL and the connections it holds.
     fn hung_server() -> (String, Arc<Mutex<Vec<std::net::TcpStream>>>) {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        hung_server_on("127.0.0.1")
+    }
+
+    /// [`hung_server`] on loopback address `ip`.
+    fn hung_server_on(ip: &str) -> (String, Arc<Mutex<Vec<std::net::TcpStream>>>) {
+        let listener = std::net::TcpListener::bind((ip, 0)).unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let held = Arc::new(Mutex::new(Vec::new()));
         let h = held.clone();
