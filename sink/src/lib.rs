@@ -305,7 +305,7 @@ impl Sink {
                     grace_s = SHUTDOWN_GRACE.as_secs(),
                     "sink: INSERTs still unconfirmed at shutdown; their batches go to the spool (stored twice if ClickHouse did store them)"
                 );
-                let _ = shared.give_up.send(true);
+                shared.stop_waiting();
                 tasks.await
             }
         };

@@ -204,6 +204,17 @@ impl Shared {
         self.ch_ok.load(Ordering::SeqCst)
     }
 
+    /// The shutdown grace is over: every wait on ClickHouse ends, those in progress and
+    /// those to come ([`Shared::unless_given_up`]). Stored whether or not anything
+    /// waits now: `watch::Sender::send` drops a value nobody receives, so a grace that
+    /// ended while no INSERT was waiting (the tasks appending to the spool, the
+    /// replayer reading a segment) was never seen by the INSERTs started after it,
+    /// which then waited for a hung server past the grace, and past the service
+    /// manager's stop timeout.
+    pub fn stop_waiting(&self) {
+        self.give_up.send_replace(true);
+    }
+
     /// `fut`'s output, or `None` once the shutdown grace is over (at once if it is):
     /// every wait on ClickHouse (an INSERT, a retry's backoff, a probe) goes through
     /// here, so none outlasts the grace. An abandoned INSERT may or may not have been
@@ -1324,6 +1335,28 @@ mod tests {
             tx.send(Msg::One(Table::Uint, uint_row(12))).await.is_err(),
             "new rows are refused, not left in a channel nobody reads"
         );
+    }
+
+    #[tokio::test]
+    async fn the_end_of_the_grace_ends_the_waits_started_after_it_with_none_waiting_then() {
+        // The grace ends while nothing waits on ClickHouse (the INSERT tasks appending
+        // to the spool, the replayer reading a segment): an INSERT started afterwards
+        // must not wait for the server either.
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(SinkMetrics::default());
+        let sp = Spool::open(
+            &spool_cfg(dir.path(), Duration::from_secs(1)),
+            metrics.clone(),
+        )
+        .unwrap();
+        let shared = Shared::new(None, sp, None, metrics, file_only_health(), 1);
+        shared.stop_waiting();
+        assert!(
+            *shared.give_up.borrow(),
+            "the end of the grace was not kept"
+        );
+        let never = std::future::pending::<()>();
+        assert_eq!(shared.unless_given_up(never).await, None);
     }
 
     #[tokio::test]
