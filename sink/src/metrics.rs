@@ -321,7 +321,7 @@ impl SinkMetrics {
             ("netpoller_sink_replayed_rows_total", "Spooled rows confirmed by ClickHouse.", &self.replayed_rows),
             ("netpoller_sink_rejected_rows_total", "Rows refused by ClickHouse as bad data, kept in the reject file.", &self.rejected_rows),
             ("netpoller_sink_spool_corrupt_records_total", "Spool records skipped as truncated or corrupted.", &self.corrupt_records),
-            ("netpoller_sink_spool_fsync_errors_total", "Spool fsyncs that failed: what was spooled since the last good one may not survive a power loss (its segment is closed, new data goes to a new one).", &self.fsync_errors),
+            ("netpoller_sink_spool_fsync_errors_total", "Spool fsyncs that failed: what was spooled since the last good one may not survive a power loss (its segment is closed, new data goes to a new one); or, of the spool directory, a new segment may not.", &self.fsync_errors),
         ] {
             out.counter(name, help, &[], load(v));
         }

@@ -69,7 +69,12 @@ pub(crate) const READING: &str = "reading segment";
 /// reached the disk no test sees short of cutting its power).
 fn fsync(file: &File, path: &Path, dir: bool) -> io::Result<()> {
     #[cfg(test)]
-    FSYNCS.with(|f| f.borrow_mut().push(path.to_path_buf()));
+    {
+        FSYNCS.with(|f| f.borrow_mut().push(path.to_path_buf()));
+        if FSYNC_FAILS.with(|f| f.borrow().as_deref() == Some(path)) {
+            return Err(io::Error::other("test: this fsync fails"));
+        }
+    }
     #[cfg(not(test))]
     let _ = path;
     if dir {
@@ -83,6 +88,8 @@ fn fsync(file: &File, path: &Path, dir: bool) -> io::Result<()> {
 thread_local! {
     /// Tests: the paths this thread's spools fsynced, in order ([`fsync`]).
     static FSYNCS: std::cell::RefCell<Vec<PathBuf>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Tests: the path whose fsyncs fail on this thread (a failing disk).
+    static FSYNC_FAILS: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
 }
 
 fn ioe(path: &Path, what: &'static str) -> impl FnOnce(io::Error) -> SpoolError {
@@ -420,9 +427,15 @@ impl Spool {
             .append(true)
             .open(&path)
             .map_err(ioe(&path, "creating segment"))?;
-        // Make the new directory entry durable too.
-        if let Ok(d) = File::open(&self.cfg.dir) {
-            let _ = fsync(&d, &self.cfg.dir, true);
+        // Make the new directory entry durable too: without it a power loss may take
+        // the segment, its fsynced data with it. A failure is said and counted as the
+        // data's are (it went unnoticed); the segment is used all the same (its data
+        // is as safe as the disk allows, and the next segment's fsync may still save
+        // its entry).
+        let dir = &self.cfg.dir;
+        if let Err(e) = File::open(dir).and_then(|d| fsync(&d, dir, true)) {
+            tracing::error!(dir = %dir.display(), segment = %path.display(), error = %e, "spool: fsync of the spool directory failed: the new segment may not survive a power loss");
+            self.metrics.fsync_error();
         }
         self.active = Some(Active {
             seg: Segment {
@@ -764,6 +777,20 @@ mod tests {
         assert_eq!(fsyncs(), std::slice::from_ref(&second), "appended");
         s.close();
         assert_eq!(fsyncs(), [second], "sealed at the stop");
+    }
+
+    #[test]
+    fn a_failed_fsync_of_the_directory_is_counted() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let mut s = Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()).unwrap();
+        FSYNC_FAILS.with(|f| *f.borrow_mut() = Some(tmp.path().to_path_buf()));
+        s.append(&batch(1, 100)).unwrap();
+        assert_eq!(
+            m.fsync_errors(),
+            1,
+            "the new segment's entry is not durable"
+        );
     }
 
     #[test]
