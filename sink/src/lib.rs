@@ -145,6 +145,7 @@ pub struct ShutdownReport {
 #[derive(Clone, Debug)]
 pub struct SinkHandle {
     tx: mpsc::Sender<Msg>,
+    metrics: Arc<SinkMetrics>,
 }
 
 impl std::fmt::Debug for Msg {
@@ -162,6 +163,13 @@ impl SinkHandle {
             .send(Msg::One(table, row))
             .await
             .map_err(|_| SinkError::Closed)
+    }
+
+    /// Counts `rows` lost on their way to the sink by a part of the caller that
+    /// panicked (a bug): `dropped_rows_total{reason="internal"}`, with the rows the
+    /// sink's own tasks lose so, so that every row lost is counted in one place.
+    pub fn lost(&self, rows: u64) {
+        self.metrics.dropped(DropReason::Internal, rows);
     }
 
     /// Queues many rows at once (one channel slot): cheaper per row for large sweeps.
@@ -246,6 +254,7 @@ impl Sink {
         let replayer = ch
             .is_some()
             .then(|| tokio::spawn(pipeline::run_replayer(shared.clone(), srx)));
+        let metrics = shared.metrics.clone();
         Ok((
             Sink {
                 shared,
@@ -253,7 +262,7 @@ impl Sink {
                 batcher,
                 replayer,
             },
-            SinkHandle { tx },
+            SinkHandle { tx, metrics },
         ))
     }
 

@@ -936,6 +936,42 @@ fn read_saved(path: &Path, what: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// The engines' channel as the consumer holds it, with the batches it took from it
+/// and has not yet delivered. Should the consumer panic (a bug), the values of both
+/// are counted lost with the sink's (`netpoller_sink_dropped_rows_total{reason=
+/// "internal"}`) as they are dropped: they went uncounted. Values already being
+/// delivered when it panicked, and those the engines park after it (refused by the
+/// closed channel), are not counted.
+struct Input {
+    rx: mpsc::Receiver<Samples>,
+    batches: Vec<Samples>,
+    sink: sink::SinkHandle,
+}
+
+impl Drop for Input {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        self.rx.close();
+        let mut left = std::mem::take(&mut self.batches);
+        while let Ok(b) = self.rx.try_recv() {
+            left.push(b);
+        }
+        // A value is a history row; a failed poll is none.
+        let values = left.iter().flatten().filter(|s| s.result.is_ok()).count() as u64;
+        tracing::error!(
+            values,
+            "the sink consumer failed: the values in its channel are lost (a bug: please report it with this log)"
+        );
+        self.sink.lost(values);
+    }
+}
+
+/// Tests: the consumer panics on a sample of this key (a bug's stand-in).
+#[cfg(test)]
+const TEST_PANIC_KEY: &str = "test-panic";
+
 /// Move values from the engines' channel into the sink, up to 4,096 values (whole
 /// batches of the engines) per message, with the trends rows they close (`trends`).
 /// With `files`, the hours still open at stop are saved there rather than written,
@@ -943,7 +979,7 @@ fn read_saved(path: &Path, what: &str) -> Option<Vec<u8>> {
 /// hour makes one trends row of it, not two; checkpoints keep most of them over a
 /// crash. Returns the values delivered.
 async fn consume(
-    mut rx: mpsc::Receiver<Samples>,
+    rx: mpsc::Receiver<Samples>,
     sink: sink::SinkHandle,
     shared: Arc<Shared>,
     trends: bool,
@@ -953,7 +989,11 @@ async fn consume(
     // `recv_many` with a limit of 0 returns 0, which means "every engine stopped".
     const _: () = assert!(BATCHES > 0);
     let mut n = 0;
-    let mut batches = Vec::with_capacity(BATCHES);
+    let mut input = Input {
+        rx,
+        batches: Vec::with_capacity(BATCHES),
+        sink: sink.clone(),
+    };
     let mut states = ItemStates::new(shared.failing.clone());
     let mut pre = Preprocessor::default();
     // The generation before the plan: a reload in between is then seen at once.
@@ -971,7 +1011,7 @@ async fn consume(
     let mut stale = StalePlans::default();
     loop {
         let wake = tokio::select! {
-            got = rx.recv_many(&mut batches, BATCHES) => Wake::Batches(got),
+            got = input.rx.recv_many(&mut input.batches, BATCHES) => Wake::Batches(got),
             _ = tokio::time::sleep_until(sweep_at), if trends.is_some() => Wake::Sweep,
             _ = sleep_until_some(checkpoint_at(&files)), if trends.is_some() => Wake::Checkpoint,
         };
@@ -991,6 +1031,15 @@ async fn consume(
                 }
             }
             Wake::Batches(_) => {
+                #[cfg(test)]
+                if input
+                    .batches
+                    .iter()
+                    .flatten()
+                    .any(|s| &*s.key == TEST_PANIC_KEY)
+                {
+                    panic!("test: the sink consumer panics");
+                }
                 #[cfg(debug_assertions)]
                 poller::daemon::test_failpoint("consumer");
                 if shared.generation() != generation {
@@ -1014,7 +1063,7 @@ async fn consume(
                     }
                 }
                 n += deliver(
-                    &mut batches,
+                    &mut input.batches,
                     &mut pre,
                     &mut states,
                     trends.as_mut().map(|t| (t, &mut closed)),
@@ -1265,6 +1314,51 @@ mod tests {
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
+    }
+
+    #[tokio::test]
+    async fn a_consumer_that_panics_counts_the_values_left_in_its_channel() {
+        // The consumer panics (a bug; the test hook stands for it) on the first of six
+        // batches, having taken four from the channel at once (4,096 values a take);
+        // two wait in it. Their values are lost (a failed poll is no row): counted
+        // with the sink's lost rows, where they went uncounted.
+        let plan = plan_of(&["a"]);
+        let shared = Shared::new(plan_of(&["a"]), 1, Clock::new(), Limits::default());
+        let spool = tempfile::tempdir().unwrap();
+        let metrics = Arc::new(sink::SinkMetrics::default());
+        let (sink, handle) =
+            sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
+                .await
+                .unwrap();
+        let values = |n: usize| -> Samples {
+            let v = || {
+                one(
+                    &plan,
+                    "a",
+                    (1_720_000_000, 0),
+                    Ok(poller::value::Value::Uint(7)),
+                )
+            };
+            (0..n).flat_map(|_| v()).collect()
+        };
+        let mut first = values(1);
+        first[0].key = TEST_PANIC_KEY.into();
+        let (tx, rx) = mpsc::channel(8);
+        for b in [
+            first,
+            values(2),
+            timeout(&plan, "a"),
+            values(1),
+            values(3),
+            values(1),
+        ] {
+            tx.send(b).await.unwrap();
+        }
+        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
+        assert!(consumer.await.unwrap_err().is_panic());
+        assert_eq!(metrics.dropped_rows(sink::DropReason::Internal), 8);
+        assert!(tx.send(values(1)).await.is_err(), "the engines are told");
+        sink.shutdown().await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
