@@ -37,6 +37,7 @@ use anyhow::Context as _;
 use serde::Deserialize;
 
 use crate::config::SNMPINDEX;
+use poller::keys::{ItemKey, Param};
 
 mod discovery;
 use discovery::discovery_rule;
@@ -429,15 +430,14 @@ fn walk_value<'a>(
 /// without a value.
 fn walk_columns(master: &Item, macros: &Macros) -> Result<Result<Vec<String>, String>, String> {
     let walk = resolve(master.snmp_oid.as_deref().unwrap_or_default(), macros)?;
-    let columns = match walk
-        .trim()
-        .strip_prefix("walk[")
-        .and_then(|w| w.strip_suffix(']'))
-    {
-        Some(list) if master.kind == "SNMP_AGENT" => list,
-        _ => return Ok(Err("its master is not an SNMP walk[] item".into())),
+    let walk = walk.trim();
+    if master.kind != "SNMP_AGENT" || !walk.starts_with("walk[") {
+        return Ok(Err("its master is not an SNMP walk[] item".into()));
+    }
+    let columns = match key_params(walk) {
+        Ok(columns) => columns,
+        Err(why) => return Ok(Err(format!("its master's {why}"))),
     };
-    let columns = key_params(columns);
     if let Some(name) = columns
         .iter()
         .find(|c| !c.is_empty() && !c.starts_with(|ch: char| ch.is_ascii_digit()))
@@ -452,17 +452,22 @@ fn walk_columns(master: &Item, macros: &Macros) -> Result<Result<Vec<String>, St
     Ok(Ok(columns))
 }
 
-/// The parameters of an item key's brackets as Zabbix reads them: quoted or not; an
-/// OID's leading dot left out.
-fn key_params(list: &str) -> Vec<String> {
-    list.split(',')
-        .map(|c| {
-            let c = c.trim();
-            let c = c
-                .strip_prefix('"')
-                .and_then(|c| c.strip_suffix('"'))
-                .unwrap_or(c);
-            c.strip_prefix('.').unwrap_or(c).to_owned()
+/// The parameters of a `walk[…]` or `discovery[…]` key, read as Zabbix reads item keys
+/// (the loader's [`ItemKey::parse`]: quoted or not, a quoted one may hold `,` and `]`);
+/// an OID's leading dot left out.
+fn key_params(key: &str) -> Result<Vec<String>, String> {
+    let parsed = ItemKey::parse(key).map_err(|e| format!("key {key:?}: {e}"))?;
+    parsed
+        .params
+        .into_iter()
+        .map(|p| match p {
+            Param::Str(s) => {
+                let s = s.trim_end();
+                Ok(s.strip_prefix('.').unwrap_or(s).to_owned())
+            }
+            Param::Array(_) => Err(format!(
+                "key {key:?} has an array parameter (it takes OIDs and macros)"
+            )),
         })
         .collect()
 }
@@ -541,16 +546,11 @@ fn item<'a>(
             let oid = oid.trim();
             // Zabbix 7's asynchronous form of one OID: `get[1.3.6.1.2.1.1.3.0]`, quoted
             // or not (Zabbix's key syntax).
-            let oid = match oid.strip_prefix("get[").and_then(|o| o.strip_suffix(']')) {
-                Some(one) if !one.contains(',') => {
-                    let one = one.trim();
-                    one.strip_prefix('"')
-                        .and_then(|o| o.strip_suffix('"'))
-                        .unwrap_or(one)
-                        .trim()
-                }
-                _ => oid,
+            let one = match oid.starts_with("get[").then(|| key_params(oid)) {
+                Some(Ok(mut p)) if p.len() == 1 => p.pop(),
+                _ => None,
             };
+            let oid = one.as_deref().unwrap_or(oid);
             if oid.ends_with(']') {
                 return Err(format!(
                     "SNMP OID {oid:?} reads a table (walk[]: not imported; list one numeric OID per item)"
@@ -1487,6 +1487,23 @@ zabbix_export:
             "{}",
             done.toml
         );
+    }
+
+    /// walk[], discovery[] and get[] keys are read by the loader's key parser: a quoted
+    /// parameter may hold a comma, an array parameter is refused.
+    #[test]
+    fn oid_keys_are_read_as_item_keys() {
+        assert_eq!(
+            key_params(r#"walk[.1.3.6.1.2.1.2.2.1.2, "1.3.6.1.2.1.31.1.1.1.18"]"#).unwrap(),
+            ["1.3.6.1.2.1.2.2.1.2", "1.3.6.1.2.1.31.1.1.1.18"]
+        );
+        assert_eq!(
+            key_params(r#"discovery[{#A},"x,y",{#B},1.3.6.1]"#).unwrap(),
+            ["{#A}", "x,y", "{#B}", "1.3.6.1"]
+        );
+        let err = key_params("walk[[1.3.6.1,1.3.6.2]]").unwrap_err();
+        assert!(err.contains("array"), "{err}");
+        assert!(key_params("walk[1.3.6.1").is_err());
     }
 
     #[test]

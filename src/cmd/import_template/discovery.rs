@@ -48,8 +48,8 @@ pub(super) fn discovery_rule(
             {
                 // Zabbix 7: the rule walks itself, its first step makes the rows.
                 _ if oid.starts_with("walk[") => walk_to_json(rule, macros)?,
-                Some(list) => {
-                    let p = key_params(list);
+                Some(_) => {
+                    let p = key_params(oid)?;
                     if !p.len().is_multiple_of(2) {
                         return Err(format!("{oid:?} does not pair each macro with an OID"));
                     }
