@@ -21,7 +21,8 @@
 //! * The daemon re-plans at most once per [`REPLAN_EVERY`] however many hosts change,
 //!   and the rows of each plan are saved to `daemon.discovery_file`, so a restart polls
 //!   what was found without waiting for the walks; rows the loader refused are never
-//!   saved.
+//!   saved. A refusal keeps out the rows of the host's rules refused, not the other
+//!   hosts' rows found meanwhile ([`plan_rows`]).
 //! * A walk waits at most [`walker::STOP_CHECK`] before it sees the daemon stopping.
 //! * Walks run on blocking threads, at most [`CONCURRENT_WALKS`] at once, never on the
 //!   engines' threads: discovery cannot delay polling.
@@ -234,6 +235,153 @@ pub fn write_file(path: &Path, found: &Found, targets: &[DiscoveryTarget]) -> an
     crate::fsutil::replace(path, |w| std::io::Write::write_all(w, text.as_bytes()))
 }
 
+/// A host's rule: `(host, rule)`.
+pub type RuleOf = (Arc<str>, Arc<str>);
+
+/// What [`plan_rows`] did with the rows found.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// Plans the loader took (each was swapped in; the last one's rows are `applied`).
+    pub planned: usize,
+    /// The host's rules whose rows the loader refused, with why: their rows in `found`
+    /// are the running plan's again, so that their next walk finds the change again
+    /// (and tries again) rather than a plan or a reload taking rows that cannot be
+    /// planned.
+    pub refused: Vec<Refused>,
+    /// The host's rules left untried once the round's plans were spent: still pending
+    /// in `found`, for the next round.
+    pub untried: usize,
+    /// Why a plan of the rows the running plan has was refused (not expected: they
+    /// were planned with the same text).
+    pub unexplained: Option<String>,
+}
+
+/// A host's rule whose rows the loader refused.
+#[derive(Debug)]
+pub struct Refused {
+    pub host: Arc<str>,
+    pub rule: Arc<str>,
+    /// The rows refused (none: that the rule has none known was refused).
+    pub rows: Option<crate::config::Rows>,
+    /// The loader's errors.
+    pub why: String,
+}
+
+/// Plans more than this many times in one round (past the first) only to find one
+/// refused host's rule among many pending: each plan parses the whole file again on
+/// the daemon's thread (about 0.35 s at a million items).
+pub const SPLIT_PLANS: u32 = 4;
+
+/// Plans the rows `found` has that the running plan's rows `applied` have not, with
+/// `try_plan` (which swaps in a plan it makes): all of them at once if the loader takes
+/// them; if not, the pending rows are split in halves, each planned on its own, until
+/// the host's rules the loader refuses are one each. So one host whose rows cannot be
+/// planned (a limit, an itemid taken) keeps its rows out, not every other host's rows
+/// found meanwhile, which would otherwise stop being polled until each host's next walk.
+///
+/// A round makes at most [`SPLIT_PLANS`] plans more than the halving needs to reach
+/// one host's rule (so that each round settles one at least); the rest stay pending
+/// ([`Settled::untried`]). `applied` follows each plan taken; `found` gets back the
+/// running plan's rows of each refused host's rule.
+pub fn plan_rows(
+    applied: &mut Found,
+    found: &mut Found,
+    mut try_plan: impl FnMut(&Found) -> Result<(), crate::config::ConfigErrors>,
+) -> Settled {
+    let mut settled = Settled::default();
+    // Pending: the host's rules whose rows differ (in a fixed order: the halves, and
+    // so which rows a limit leaves out, do not depend on a map's order).
+    let mut pending: Vec<RuleOf> = found
+        .0
+        .iter()
+        .flat_map(|(h, rules)| rules.keys().map(move |r| (h.clone(), r.clone())))
+        .chain(
+            applied
+                .0
+                .iter()
+                .flat_map(|(h, rules)| rules.keys().map(move |r| (h.clone(), r.clone()))),
+        )
+        .filter(|(h, r)| found.rows(h, r) != applied.rows(h, r))
+        .collect();
+    pending.sort_unstable();
+    pending.dedup();
+    // Also when nothing differs (a plan of the rows it runs with is not expected to be
+    // refused, but then it is said, not lost).
+    let first = match try_plan(found) {
+        Ok(()) => {
+            *applied = found.clone();
+            settled.planned = 1;
+            return settled;
+        }
+        Err(e) => e,
+    };
+    let mut plans = (usize::BITS - pending.len().leading_zeros()) + SPLIT_PLANS;
+    // Depth first, the first half before the second: (part, why it was refused, if
+    // already planned).
+    let mut parts = vec![(&pending[..], Some(first))];
+    while let Some((part, refused)) = parts.pop() {
+        let why = match refused {
+            Some(e) => e,
+            None if plans == 0 => {
+                settled.untried += part.len();
+                continue;
+            }
+            None => {
+                plans -= 1;
+                let mut trial = applied.clone();
+                for key in part {
+                    set_as(&mut trial, found, key);
+                }
+                match try_plan(&trial) {
+                    Ok(()) => {
+                        *applied = trial;
+                        settled.planned += 1;
+                        continue;
+                    }
+                    Err(e) => e,
+                }
+            }
+        };
+        match part {
+            [] => settled.unexplained = Some(why.to_string()),
+            [(host, rule)] => settled.refused.push(Refused {
+                host: host.clone(),
+                rule: rule.clone(),
+                rows: found.rows(host, rule).cloned(),
+                why: why.to_string(),
+            }),
+            _ => {
+                let (a, b) = part.split_at(part.len() / 2);
+                parts.push((b, None));
+                parts.push((a, None));
+            }
+        }
+    }
+    for r in &settled.refused {
+        set_as(found, applied, &(r.host.clone(), r.rule.clone()));
+    }
+    settled
+}
+
+/// Gives `to` the rows `from` has for `key`'s host and rule (none if it has none).
+fn set_as(to: &mut Found, from: &Found, (host, rule): &RuleOf) {
+    match from.rows(host, rule) {
+        Some(rows) => {
+            to.0.entry(host.clone())
+                .or_default()
+                .insert(rule.clone(), rows.clone());
+        }
+        None => {
+            if let Some(rules) = to.0.get_mut(host) {
+                rules.remove(rule);
+                if rules.is_empty() {
+                    to.0.remove(host);
+                }
+            }
+        }
+    }
+}
+
 /// Discovery's counters, for `/metrics`.
 #[derive(Default)]
 pub struct DiscoveryMetrics {
@@ -267,7 +415,7 @@ impl DiscoveryMetrics {
             get(&self.changes),
         );
         let replans = "netpoller_discovery_replans_total";
-        let help = "Plans rebuilt because discovery found other rows, by result (refused: past a limit of the loader; the plan stays).";
+        let help = "Plans rebuilt because discovery found other rows, by result (refused: rows of some host past a limit of the loader, left out and logged; the other hosts' rows are planned).";
         out.counter(replans, help, &[("result", "ok")], get(&self.replans_ok));
         out.counter(
             replans,
@@ -534,6 +682,110 @@ mod tests {
             );
         }
         f
+    }
+
+    fn refusal(why: &str) -> crate::config::ConfigErrors {
+        crate::config::ConfigErrors {
+            source: "netpoller.toml".into(),
+            errors: vec![crate::config::ConfigError {
+                path: "hosts[2]".into(),
+                line: None,
+                message: why.into(),
+            }],
+        }
+    }
+
+    fn rows_in(f: &Found) -> u64 {
+        f.0.values()
+            .flat_map(HashMap::values)
+            .map(|r| r.len())
+            .sum()
+    }
+
+    /// One host's rows the loader refuses (an itemid another item has, say) are left
+    /// out, named; the rows found meanwhile on the other hosts are planned, not put
+    /// back to wait for each host's next walk.
+    #[test]
+    fn a_refused_host_keeps_out_its_own_rows_only() {
+        let mut applied = found(&[("a", "r")]);
+        let mut f = found(&[("a", "r"), ("b", "r"), ("bad", "r"), ("c", "r"), ("c", "s")]);
+        f.set(&"a".into(), &"r".into(), Indices::parse("1-3").unwrap());
+        let mut planned = Vec::new();
+        let settled = plan_rows(&mut applied, &mut f, |rows| match rows.rows("bad", "r") {
+            Some(_) => Err(refusal("itemid 7 is also the item d[1] of bad's")),
+            None => {
+                planned.push(rows.clone());
+                Ok(())
+            }
+        });
+        let mut want = found(&[("a", "r"), ("b", "r"), ("c", "r"), ("c", "s")]);
+        want.set(&"a".into(), &"r".into(), Indices::parse("1-3").unwrap());
+        assert_eq!(applied, want, "the other hosts' rows are planned");
+        assert_eq!(planned.last(), Some(&want), "the plan swapped in last");
+        assert_eq!(f, want, "the refused rows are the running plan's again");
+        let [r] = &settled.refused[..] else {
+            panic!("{settled:?}")
+        };
+        assert_eq!((&*r.host, &*r.rule), ("bad", "r"));
+        assert_eq!(
+            r.rows.as_deref().map(Indices::to_string),
+            Some("1-2".into())
+        );
+        assert!(r.why.contains("itemid 7"), "{}", r.why);
+        assert_eq!(settled.untried, 0);
+        assert!(settled.unexplained.is_none());
+
+        // All taken at once: one plan, nothing refused.
+        let mut f2 = f.clone();
+        f2.set(&"d".into(), &"r".into(), Indices::parse("4").unwrap());
+        let mut plans = 0;
+        let settled = plan_rows(&mut applied, &mut f2, |_| {
+            plans += 1;
+            Ok(())
+        });
+        assert_eq!((plans, settled.planned, settled.refused.len()), (1, 1, 0));
+        assert_eq!(applied, f2);
+    }
+
+    /// A limit many hosts' rows reach together: each round plans what fits and refuses
+    /// some at least, within its plans; what it leaves untried stays pending (not
+    /// dropped) for the next round, until every host's rule is settled.
+    #[test]
+    fn a_limit_takes_what_fits_over_rounds_of_few_plans() {
+        let mut applied = Found::default();
+        let names: Vec<String> = (0..40).map(|i| format!("h{i:02}")).collect();
+        let mut f = Found::default();
+        for n in &names {
+            f.set(&Arc::from(&**n), &"r".into(), Indices::parse("1").unwrap());
+        }
+        let (mut refused, mut rounds) = (0, 0);
+        loop {
+            let mut plans = 0;
+            let before = f.clone();
+            let s = plan_rows(&mut applied, &mut f, |rows| {
+                plans += 1;
+                match rows_in(rows) {
+                    n if n > 25 => Err(refusal("past the limit")),
+                    _ => Ok(()),
+                }
+            });
+            rounds += 1;
+            assert!(plans <= 1 + 6 + SPLIT_PLANS, "{plans} plans in one round");
+            assert!(
+                s.planned + s.refused.len() > 0,
+                "round {rounds} settled nothing"
+            );
+            // Untried rows are still pending.
+            assert_eq!(rows_in(&f), rows_in(&before) - s.refused.len() as u64);
+            refused += s.refused.len();
+            if s.untried == 0 {
+                break;
+            }
+            assert!(rounds < 40, "{rounds} rounds");
+        }
+        assert_eq!(rows_in(&applied), 25);
+        assert_eq!(refused, 15);
+        assert_eq!(f, applied);
     }
 
     #[test]

@@ -30,3 +30,33 @@ impl SharedBuf {
         String::from_utf8(self.0.lock().unwrap().clone()).unwrap()
     }
 }
+
+/// The rows `entries` give: `(host, rule, rows as an indices value)`.
+pub fn found(entries: &[(&str, &str, &str)]) -> crate::config::Found {
+    let mut f = crate::config::Found::default();
+    for (host, rule, rows) in entries {
+        let rows = crate::config::Indices::parse(rows).unwrap();
+        f.set(&Arc::from(*host), &Arc::from(*rule), rows);
+    }
+    f
+}
+
+/// A file (`daemon`: its `[daemon]` keys) of hosts `big` and `small` with a template of
+/// 129 items per row of the discovery rule `if`: 65,536 rows of one host (what one item
+/// may stand for) take it past the loader's `MAX_ITEMS`, and are refused.
+pub fn one_host_past_the_item_limit(daemon: &str) -> String {
+    let prototypes: Vec<String> = (0..129)
+        .map(|k| format!("{{ key = \"p{k}[{{#SNMPINDEX}}]\", oid = \"1.3.6.1.2.1.2.2.1.{k}.{{#SNMPINDEX}}\", type = \"uint\", interval = \"1m\", discovery = \"if\" }}"))
+        .collect();
+    let host = |name: &str, ip: &str| {
+        format!("[[hosts]]\nname = \"{name}\"\nip = \"{ip}\"\ntemplates = [\"t\"]\nsnmp = {{ community = \"public\" }}\n")
+    };
+    format!(
+        "[daemon]\n{daemon}\n[[templates]]\nname = \"t\"\n\
+         discovery = [{{ name = \"if\", oid = \"1.3.6.1.2.1.2.2.1.2\" }}]\n\
+         items = [{}]\n{}{}",
+        prototypes.join(", "),
+        host("big", "127.0.51.1"),
+        host("small", "127.0.51.2"),
+    )
+}

@@ -280,6 +280,8 @@ async fn daemon(
     // read the engines' values any more).
     let mut consumer_ended = None;
     let mut exit = ExitCode::SUCCESS;
+    // When to plan again the rows a discovery re-plan left untried.
+    let mut replan_again: Option<tokio::time::Instant> = None;
     loop {
         tokio::select! {
             r = &mut consumer => {
@@ -316,7 +318,16 @@ async fn daemon(
                 }
             }
             Some(()) = replan_rx.recv() => {
-                replan_found(&args, &discovery_file, &shared, &text, &found, &mut applied, &discovery_metrics).await;
+                let more = replan_found(&args, &discovery_file, &shared, &text, &found, &mut applied, &discovery_metrics).await;
+                replan_again = more.then(|| tokio::time::Instant::now() + crate::discovery::REPLAN_EVERY);
+            }
+            // Rows a round left untried (one host's refusal among many pending).
+            _ = async { match replan_again {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            } } => {
+                let more = replan_found(&args, &discovery_file, &shared, &text, &found, &mut applied, &discovery_metrics).await;
+                replan_again = more.then(|| tokio::time::Instant::now() + crate::discovery::REPLAN_EVERY);
             }
         }
     }
@@ -369,9 +380,11 @@ async fn daemon(
     Ok(exit)
 }
 
-/// Plans the rows discovery `found` with the running config `text`: swaps the plan in
-/// and saves the rows with it, or, when the loader refuses them, puts back the rows of
-/// the running plan (`applied`), so that a reload does not take them either.
+/// Plans the rows discovery `found` with the running config `text`
+/// ([`crate::discovery::plan_rows`]): swaps in each plan the loader takes and saves its
+/// rows; the host's rules whose rows it refuses get back the running plan's rows
+/// (`applied`), so that a reload does not take them either, and are logged with the
+/// loader's reasons. Returns whether rows are still pending (not tried this round).
 async fn replan_found(
     args: &Args,
     discovery_file: &Path,
@@ -380,45 +393,82 @@ async fn replan_found(
     found: &Mutex<Found>,
     applied: &mut Found,
     metrics: &DiscoveryMetrics,
-) {
+) -> bool {
     use std::sync::atomic::Ordering::Relaxed;
-    let rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let started = std::time::Instant::now();
-    match args.plan.replan(text.clone(), &rows) {
-        Ok(mut l) => {
-            let (h, i) = (l.plan.hosts.len(), l.plan.items.len());
+    // The targets of the last plan taken, whose rows are saved.
+    let mut targets = None;
+    let settled = {
+        // (No await while it is held: the discovery task shares this thread.)
+        let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
+        crate::discovery::plan_rows(applied, &mut found, |rows| {
+            let mut l = args.plan.replan(text.clone(), rows)?;
             shared.replace_plan(std::mem::take(&mut l.plan));
-            metrics.replans_ok.fetch_add(1, Relaxed);
-            let seconds = started.elapsed().as_secs_f64();
-            tracing::info!(
-                hosts = h,
-                items = i,
-                seconds,
-                "discovery: plan rebuilt for the rows found"
-            );
-            // Saved once planned: a restart takes them as they are.
-            // Where the daemon read them at its start: `daemon.discovery_file`
-            // applies at the next start (a reload says so), and that start reads it.
-            let path = discovery_file.to_path_buf();
-            let targets = std::mem::take(&mut l.cfg.discovery);
-            *applied = rows.clone();
-            let save = move || crate::discovery::write_file(&path, &rows, &targets);
-            match tokio::task::spawn_blocking(save).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %format!("{e:#}"), "discovery: the rows found could not be saved (a restart walks every host again)")
-                }
-                Err(e) => tracing::warn!(error = %e, "discovery: saving the rows failed"),
+            targets = Some(std::mem::take(&mut l.cfg.discovery));
+            Ok(())
+        })
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    if settled.planned > 0 {
+        metrics.replans_ok.fetch_add(1, Relaxed);
+        let plan = shared.plan();
+        tracing::info!(
+            hosts = plan.hosts.len(),
+            items = plan.items.len(),
+            seconds,
+            "discovery: plan rebuilt for the rows found"
+        );
+    }
+    if !settled.refused.is_empty() || settled.unexplained.is_some() {
+        metrics.replans_refused.fetch_add(1, Relaxed);
+    }
+    // Each host's rule refused, with the loader's reasons (a limit hit by many is
+    // logged for the first few).
+    const NAMED: usize = 5;
+    for r in settled.refused.iter().take(NAMED) {
+        let rows = r.rows.as_deref().cloned().unwrap_or_default();
+        tracing::error!(
+            host = %r.host,
+            rule = %r.rule,
+            rows = rows.len(),
+            indices = %rows,
+            "discovery: the rows found on this host were refused (other hosts' rows are planned); its items stay as they were until its next walk tries again:\n{}",
+            r.why
+        );
+    }
+    if settled.refused.len() > NAMED {
+        tracing::error!(
+            refused = settled.refused.len(),
+            "discovery: rows of {} more host rules were refused, as above",
+            settled.refused.len() - NAMED
+        );
+    }
+    if let Some(why) = &settled.unexplained {
+        tracing::error!("discovery: the plan could not be rebuilt, it stays as it was:\n{why}");
+    }
+    if settled.untried > 0 {
+        tracing::warn!(
+            untried = settled.untried,
+            "discovery: rows of host rules not yet planned (the plans of this round are spent): tried again in {}s",
+            crate::discovery::REPLAN_EVERY.as_secs()
+        );
+    }
+    if let Some(targets) = targets {
+        // Saved once planned: a restart takes them as they are.
+        // Where the daemon read them at its start: `daemon.discovery_file`
+        // applies at the next start (a reload says so), and that start reads it.
+        let path = discovery_file.to_path_buf();
+        let rows = applied.clone();
+        let save = move || crate::discovery::write_file(&path, &rows, &targets);
+        match tokio::task::spawn_blocking(save).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %format!("{e:#}"), "discovery: the rows found could not be saved (a restart walks every host again)")
             }
-        }
-        Err(e) => {
-            *found.lock().unwrap_or_else(|e| e.into_inner()) = applied.clone();
-            metrics.replans_refused.fetch_add(1, Relaxed);
-            tracing::error!(
-                "discovery: the rows found were refused, the plan stays as it was:\n{e}"
-            );
+            Err(e) => tracing::warn!(error = %e, "discovery: saving the rows failed"),
         }
     }
+    settled.untried > 0
 }
 
 /// Echo requests per second one ICMP engine thread is given before another is started.
@@ -1771,5 +1821,68 @@ mod tests {
         let text = log.text();
         assert!(text.contains("it has no hosts"), "{text}");
         assert!(!text.contains("apply only at start"), "{text}");
+    }
+
+    /// A re-plan the loader refuses for one host's rows (here past the file's item
+    /// limit) plans the rows found on the other hosts, saves them, names the refused
+    /// host, and puts back only its rows (all rows were put back, none planned).
+    #[test]
+    fn a_refused_replan_plans_the_other_hosts_rows_and_names_the_refused_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let text = crate::test_util::one_host_past_the_item_limit("");
+        std::fs::write(&path, text).unwrap();
+        let args = Args {
+            plan: super::super::PlanArgs {
+                config: path,
+                shard: None,
+                started_icmp_batch_hosts: None,
+            },
+            user: None,
+        };
+        let running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
+        let shared = Shared::new(running.plan, 2, Clock::new(), Limits::default());
+        let rows = crate::test_util::found;
+        let found = Mutex::new(rows(&[("big", "if", "1-65536"), ("small", "if", "1-3")]));
+        let mut applied = Found::default();
+        let metrics = DiscoveryMetrics::default();
+        let file = dir.path().join("discovered.json");
+        let log = crate::test_util::SharedBuf::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let more = tracing::subscriber::with_default(sub, || {
+            let replan = replan_found(
+                &args,
+                &file,
+                &shared,
+                &running.text,
+                &found,
+                &mut applied,
+                &metrics,
+            );
+            rt.block_on(replan)
+        });
+        let text = log.text();
+        assert!(!more, "{text}");
+        assert_eq!(shared.plan().items.len(), 129 * 3, "{text}");
+        assert_eq!(applied, rows(&[("small", "if", "1-3")]));
+        assert_eq!(*found.lock().unwrap(), applied, "big's rows put back");
+        assert!(
+            text.contains("past the") && text.contains("host=big rule=if"),
+            "{text}"
+        );
+        use std::sync::atomic::Ordering::Relaxed;
+        let counted = (
+            metrics.replans_ok.load(Relaxed),
+            metrics.replans_refused.load(Relaxed),
+        );
+        assert_eq!(counted, (1, 1));
+        let saved = crate::discovery::read_file(&file).unwrap();
+        assert_eq!(saved.for_rules(&running.cfg.discovery), applied);
     }
 }
