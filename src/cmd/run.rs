@@ -299,14 +299,10 @@ async fn daemon(
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 let wanted = |rate| icmp_thread_count(rate, icmp_sockets, cores);
-                let mut rows = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 let running = targets_tx.borrow().clone();
-                if let Some(l) = reload(&args, &cfg, &shared, icmp_threads, wanted, (&mut rows, &running)) {
+                let rows = (&*found, &mut applied, &running[..]);
+                if let Some(l) = reload_with_rows(&args, &cfg, &shared, icmp_threads, wanted, rows) {
                     text = l.text;
-                    // The rows of what the reload changed are gone before the
-                    // discovery task sees its new targets.
-                    *found.lock().unwrap_or_else(|e| e.into_inner()) = rows.clone();
-                    applied = rows;
                     let mut targets = l.cfg.discovery;
                     // Walks leave from where the engines' sockets do: the start's
                     // source_ip (a new one needs a restart, as the warning says).
@@ -536,6 +532,36 @@ fn unreachable(e: &sink::SchemaError) -> bool {
 fn icmp_thread_count(probe_rate: f64, sockets: usize, cores: usize) -> usize {
     let want = (probe_rate / PROBES_PER_ICMP_THREAD).ceil().max(1.0) as usize;
     want.min(sockets).min(cores.max(1))
+}
+
+/// SIGHUP: [`reload`] with the rows of the running plan (`applied`), not with the rows
+/// discovery `found` since, which wait for their own re-plan (due: the discovery task
+/// asks for it, [`replan_found`] plans what the loader takes): planned by the reload,
+/// they were counted in its log line as what the new file added and changed, and rows
+/// the loader refuses had the new file refused. Both lose the rows of what the reload
+/// changed (which were found for the `running` targets), before the discovery task
+/// sees its new targets.
+fn reload_with_rows(
+    args: &Args,
+    running_cfg: &Config,
+    shared: &Shared,
+    icmp_threads: usize,
+    wanted: impl Fn(f64) -> usize,
+    (found, applied, running): (&Mutex<Found>, &mut Found, &[crate::config::DiscoveryTarget]),
+) -> Option<super::Loaded> {
+    let mut rows = applied.clone();
+    let l = reload(
+        args,
+        running_cfg,
+        shared,
+        icmp_threads,
+        wanted,
+        (&mut rows, running),
+    )?;
+    let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
+    crate::discovery::prune(&mut found, running, &l.cfg.discovery);
+    *applied = rows;
+    Some(l)
 }
 
 /// Loads the config again and swaps the plan in; the ICMP thread count stays (threads
@@ -1781,6 +1807,73 @@ mod tests {
         // Without a running daemon's size (check-config, poll-once): the file's.
         args.started_icmp_batch_hosts = None;
         assert_eq!(phases(&args), (254, 1));
+    }
+
+    /// A reload plans the rows of the running plan, not those discovery found since
+    /// (pending their re-plan, which is due): its log line counts what the file
+    /// changed, here one item of `b`, and not `a`'s new rows as added by the file.
+    /// Rows of what it changed are dropped from both, and counted: `c` moved, its item
+    /// of a row is no longer polled (until its next walk at the new address).
+    #[test]
+    fn a_reload_counts_what_the_file_changed_not_rows_found_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let text = |b_items: &str, c_ip: &str| {
+            format!(
+                "[[templates]]\nname = \"t\"\n\
+                 discovery = [{{ name = \"if\", oid = \"1.3.6.1.2.1.2.2.1.2\" }}]\n\
+                 items = [{{ key = \"d[{{#SNMPINDEX}}]\", oid = \"1.3.6.1.2.1.2.2.1.2.{{#SNMPINDEX}}\", type = \"str\", interval = \"1m\", discovery = \"if\" }}]\n\
+                 [[hosts]]\nname = \"a\"\nip = \"127.0.51.1\"\ntemplates = [\"t\"]\nsnmp = {{ community = \"public\" }}\n\
+                 [[hosts]]\nname = \"b\"\nip = \"127.0.51.2\"\nitems = [{b_items}]\n\
+                 [[hosts]]\nname = \"c\"\nip = \"{c_ip}\"\ntemplates = [\"t\"]\nsnmp = {{ community = \"public\" }}\n"
+            )
+        };
+        let ping = r#"{ key = "icmpping", interval = "10s" }"#;
+        let rows = crate::test_util::found;
+        let mut applied = rows(&[("a", "if", "1-2"), ("c", "if", "1")]);
+        let found = Mutex::new(rows(&[("a", "if", "1-4"), ("c", "if", "1-3")]));
+        std::fs::write(&path, text(ping, "127.0.51.3")).unwrap();
+        let args = Args {
+            plan: super::super::PlanArgs {
+                config: path.clone(),
+                shard: None,
+                started_icmp_batch_hosts: None,
+            },
+            user: None,
+        };
+        let running = args.plan.load(Some(&applied)).unwrap().unwrap();
+        assert_eq!(running.plan.items.len(), 2 + 1 + 1);
+        let targets = running.cfg.discovery.clone();
+        let shared = Shared::new(running.plan, 2, Clock::new(), Limits::default());
+        let more = format!(r#"{ping}, {{ key = "icmppingsec", interval = "10s" }}"#);
+        std::fs::write(&path, text(&more, "127.0.51.9")).unwrap();
+        let log = crate::test_util::SharedBuf::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish();
+        let reloaded = tracing::subscriber::with_default(sub, || {
+            let rows = (&found, &mut applied, &targets[..]);
+            reload_with_rows(&args, &running.cfg, &shared, 1, |_| 1, rows).is_some()
+        });
+        let text = log.text();
+        assert!(reloaded, "{text}");
+        for counted in [
+            "items=4 ",
+            "hosts_changed=2 ",
+            "items_added=1 ",
+            "items_removed=1 ",
+            "items_changed=0 ",
+            "changes=changed: b, c",
+        ] {
+            assert!(text.contains(counted), "{counted}: {text}");
+        }
+        assert_eq!(applied, rows(&[("a", "if", "1-2")]));
+        assert_eq!(
+            *found.lock().unwrap(),
+            rows(&[("a", "if", "1-4")]),
+            "a's rows found still pending, c's dropped"
+        );
     }
 
     /// A reload that finds the file empty is refused, and says only that: it warned
