@@ -80,17 +80,21 @@ impl PlanArgs {
                 if saved.0.is_empty() {
                     saved
                 } else {
-                    // Rows the loader refuses (past a limit) must not stop a start.
-                    match config::parse_text(&self.config, &text, &saved) {
-                        Ok(c) => {
-                            cfg = c;
-                            saved
-                        }
-                        Err(e) => {
-                            tracing::warn!(file = %file.display(), "discovery: the rows saved before are refused with the configuration, so not used (each host is walked again):\n{e}");
-                            none
-                        }
+                    // Rows the loader refuses (past a limit) must not stop a start, nor
+                    // keep out the other hosts' rows: those of the host rules refused
+                    // are left out ([`crate::discovery::plan_rows`]).
+                    let (mut taken, mut saved) = (Found::default(), saved);
+                    let settled = crate::discovery::plan_rows(&mut taken, &mut saved, |rows| {
+                        cfg = config::parse_text(&self.config, &text, rows)?;
+                        Ok(())
+                    });
+                    for r in &settled.refused {
+                        tracing::warn!(file = %file.display(), host = %r.host, rule = %r.rule, "discovery: the rows saved before for this host are refused with the configuration, so not used (it is walked again):\n{}", r.why);
                     }
+                    if settled.untried > 0 {
+                        tracing::warn!(file = %file.display(), untried = settled.untried, "discovery: rows saved before not tried with the configuration, so not used (their hosts are walked again)");
+                    }
+                    taken
                 }
             }
         };
@@ -291,3 +295,53 @@ pub fn open_snmp_drivers(cfg: &Config) -> anyhow::Result<poller::daemon::SnmpDri
 
 /// See [`open_snmp_drivers`].
 pub const EXTRA_SNMP_DRIVERS: usize = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A start whose saved rows of one host take the file past the loader's item
+    /// limit leaves out that host's rows only: the other hosts' saved rows are planned
+    /// at once (all of them were dropped, each host waiting for its walk).
+    #[test]
+    fn a_start_leaves_out_the_saved_rows_of_a_refused_host_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let daemon = format!(
+            "discovery_file = \"{}/discovered.json\"",
+            dir.path().display()
+        );
+        let text = crate::test_util::one_host_past_the_item_limit(&daemon);
+        std::fs::write(&path, text).unwrap();
+        let args = PlanArgs {
+            config: path,
+            shard: None,
+            started_icmp_batch_hosts: None,
+        };
+        let targets = args
+            .load(Some(&Found::default()))
+            .unwrap()
+            .unwrap()
+            .cfg
+            .discovery;
+        let saved = crate::test_util::found(&[("big", "if", "1-65536"), ("small", "if", "1-3")]);
+        let file = dir.path().join("discovered.json");
+        crate::discovery::write_file(&file, &saved, &targets).unwrap();
+        let log = crate::test_util::SharedBuf::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish();
+        let loaded = tracing::subscriber::with_default(sub, || args.load(None))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loaded.plan.items.len(), 129 * 3);
+        let want = crate::test_util::found(&[("small", "if", "1-3")]);
+        assert_eq!(loaded.found, want);
+        let text = log.text();
+        assert!(
+            text.contains("past the") && text.contains("host=big rule=if"),
+            "{text}"
+        );
+    }
+}
