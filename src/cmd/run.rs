@@ -577,7 +577,23 @@ fn reload(
     wanted: impl Fn(f64) -> usize,
     (found, targets): (&mut Found, &[crate::config::DiscoveryTarget]),
 ) -> Option<super::Loaded> {
-    match args.plan.load(Some(found)) {
+    let mut load = args.plan.load(Some(found));
+    if matches!(load, Ok(Err(_))) && !found.0.is_empty() {
+        // Refused with the rows found, maybe for rows the new file does not take (of a
+        // rule it changed, past its item limit with its new items): which those are is
+        // known from the file loaded without rows; planned again without them.
+        if let Ok(Ok(bare)) = args.plan.load(Some(&Found::default())) {
+            if crate::discovery::prune(found, targets, &bare.cfg.discovery) {
+                let text = bare.text.clone();
+                // (Not two plans at once.)
+                drop(bare);
+                if let Ok(l) = args.plan.replan(text, found) {
+                    load = Ok(Ok(l));
+                }
+            }
+        }
+    }
+    match load {
         Ok(Ok(mut loaded)) => {
             // Rows found for what the new config changed (a rule, a host's address, a
             // host or rule gone) are not its: planned again without them.
@@ -1874,6 +1890,58 @@ mod tests {
             rows(&[("a", "if", "1-4")]),
             "a's rows found still pending, c's dropped"
         );
+    }
+
+    /// A reload is not refused for rows it drops anyway: `big`'s rows of a rule the
+    /// new file changes would take it past the item limit with its new items, but are
+    /// not the new rule's (the load with them was refused, the old file kept running).
+    #[test]
+    fn a_reload_is_not_refused_for_rows_of_a_rule_it_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let new = crate::test_util::one_host_past_the_item_limit("");
+        // Walked another column, with one item per row.
+        let old: String = new
+            .lines()
+            .map(|l| match l.starts_with("items = [") {
+                true => r#"items = [{ key = "p[{#SNMPINDEX}]", oid = "1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}", type = "uint", interval = "1m", discovery = "if" }]"#,
+                false => l,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+            .replace(
+                r#"oid = "1.3.6.1.2.1.2.2.1.2" }]"#,
+                r#"oid = "1.3.6.1.2.1.2.2.1.3" }]"#,
+            );
+        assert_ne!(old, new);
+        std::fs::write(&path, &old).unwrap();
+        let args = Args {
+            plan: super::super::PlanArgs {
+                config: path.clone(),
+                shard: None,
+                started_icmp_batch_hosts: None,
+            },
+            user: None,
+        };
+        let mut rows = crate::test_util::found(&[("big", "if", "1-65536")]);
+        let running = args.plan.load(Some(&rows)).unwrap().unwrap();
+        assert_eq!(running.cfg.discovery.len(), 2);
+        assert_eq!(running.plan.items.len(), 65_536);
+        let shared = Shared::new(running.plan, 2, Clock::new(), Limits::default());
+        std::fs::write(&path, &new).unwrap();
+        let log = crate::test_util::SharedBuf::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .finish();
+        let reloaded = tracing::subscriber::with_default(sub, || {
+            let found = (&mut rows, &running.cfg.discovery[..]);
+            reload(&args, &running.cfg, &shared, 1, |_| 1, found).is_some()
+        });
+        let text = log.text();
+        assert!(reloaded, "{text}");
+        assert!(text.contains("SIGHUP: configuration reloaded"), "{text}");
+        assert_eq!(rows, Found::default());
     }
 
     /// A reload that finds the file empty is refused, and says only that: it warned
