@@ -71,7 +71,8 @@ pub struct DaemonSection {
     #[serde(with = "sink::config::duration_str")]
     pub spool_fsync_interval: Duration,
     /// Values buffered between the engines and the sink (the channel holds
-    /// `channel_capacity / 256` batches of up to 256). Default 65,536.
+    /// `channel_capacity / 1024` batches, at least one, of up to
+    /// [`poller::engine::EMIT_BATCH`]). Default 65,536.
     pub channel_capacity: usize,
     /// Most hosts in one ICMP sweep. Default 4,096.
     pub icmp_batch_hosts: usize,

@@ -1938,3 +1938,47 @@ fn a_multicast_range_is_refused_as_a_multicast_host_is() {
         assert!(r.is_err(), "{cidr} taken");
     }
 }
+
+/// The row of `key` in the README's configuration table of `section` (`"[daemon]"`).
+fn readme_row(section: &str, key: &str) -> String {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let heading = format!("### `{section}`");
+    let from = readme
+        .find(&heading)
+        .unwrap_or_else(|| panic!("no {heading} in README.md"));
+    let table = &readme[from..];
+    let end = table[heading.len()..]
+        .find("\n### ")
+        .map_or(table.len(), |e| e + heading.len());
+    table[..end]
+        .lines()
+        .find(|l| l.starts_with(&format!("| `{key}`")))
+        .unwrap_or_else(|| panic!("no row for `{key}` under {heading} in README.md"))
+        .to_string()
+}
+
+/// `n` as the README writes numbers: `1,024`.
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The README says how many values the engines hand over at once (it said 256 after
+/// the batch had grown to 1,024).
+#[test]
+fn the_readme_gives_the_channel_batch_size() {
+    let row = readme_row("[daemon]", "channel_capacity");
+    let size = grouped(poller::engine::EMIT_BATCH);
+    assert!(
+        row.contains(&format!("batches of up to {size} ")),
+        "README's channel_capacity row does not say batches of up to {size}: {row}"
+    );
+}
