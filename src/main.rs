@@ -123,3 +123,21 @@ fn main() -> std::process::ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// The quick start names the Rust the build needs: Debian 12's own rustc is older
+    /// than the workspace's `rust-version`, and "with Rust" sent a fresh machine's
+    /// `scripts/lab.sh` into a build that Cargo refuses.
+    #[test]
+    fn the_quick_start_names_the_rust_version() {
+        let readme = crate::test_util::readme();
+        let start = readme.find("## Quick start").expect("a quick start");
+        let quick_start = &readme[start..start + readme[start..].find("```").unwrap()];
+        let needed = format!("Rust {} or later", env!("CARGO_PKG_RUST_VERSION"));
+        assert!(
+            quick_start.contains(&needed),
+            "the quick start does not say {needed:?}:\n{quick_start}"
+        );
+    }
+}

@@ -60,3 +60,8 @@ pub fn one_host_past_the_item_limit(daemon: &str) -> String {
         host("small", "127.0.51.2"),
     )
 }
+
+/// The README, as the operator reads it.
+pub fn readme() -> String {
+    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
+}

@@ -1941,8 +1941,7 @@ fn a_multicast_range_is_refused_as_a_multicast_host_is() {
 
 /// The row of `key` in the README's configuration table of `section` (`"[daemon]"`).
 fn readme_row(section: &str, key: &str) -> String {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+    let readme = crate::test_util::readme();
     let heading = format!("### `{section}`");
     let from = readme
         .find(&heading)
