@@ -3,8 +3,8 @@
 //! Targets are IP addresses, CIDR prefixes (their host addresses, as `fping -g` and
 //! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31, an
 //! IPv6 network's address below /127) or `@file` (one address or CIDR per line, `#`
-//! comments). Duplicate addresses are probed once. More than 2^20 addresses are refused
-//! unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
+//! comments). Duplicate addresses are probed once. More than 2^20 addresses, or 2^24
+//! probes, are refused unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
 //! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
 //! done so far and exits 130 (143), even while stdout is not read (the results are
 //! written by a thread of their own, see [`Output`]). The global `--quiet` leaves out
@@ -65,11 +65,13 @@ pub struct Args {
     /// One JSON object per host instead of text lines.
     #[arg(long)]
     pub json: bool,
-    /// Expand more than 2^20 addresses.
+    /// Sweep more than 2^20 addresses, or more than 2^24 probes (addresses × count),
+    /// which are refused without it.
     #[arg(long)]
     pub force: bool,
     /// IP address, CIDR prefix (its host addresses: network and broadcast excluded below
-    /// /31, as `fping -g`) or @file (one address or CIDR per line).
+    /// /31, as `fping -g`; an IPv6 prefix's network address below /127) or @file (one
+    /// address or CIDR per line).
     #[arg(required = true, value_name = "TARGET")]
     pub targets: Vec<String>,
 }
@@ -558,6 +560,28 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// `--help` names both limits `--force` lifts: it named the addresses' alone, and
+    /// a sweep refused for its probes (addresses × count) seemed not to be its business.
+    #[test]
+    fn the_help_of_force_names_both_limits() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sweep: Args,
+        }
+        let cmd = Cli::command();
+        let force = cmd.get_arguments().find(|a| a.get_id() == "force").unwrap();
+        let help = force.get_help().unwrap().to_string();
+        let probes = MAX_PROBES.trailing_zeros();
+        let addrs = MAX_TARGETS.trailing_zeros();
+        assert!(
+            help.contains(&format!("2^{addrs} addresses"))
+                && help.contains(&format!("2^{probes} probes")),
+            "{help}"
+        );
     }
 
     #[test]
