@@ -126,6 +126,29 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
+    /// Every subcommand's `--quiet` is the global one, with its help: poll-once had a
+    /// flag of its own whose help said "No progress line", while `-q` also lowered
+    /// the log level to `warn` there, as everywhere.
+    #[test]
+    fn every_quiet_is_the_global_one() {
+        use clap::CommandFactory;
+        let mut cli = super::Cli::command();
+        // Global arguments reach the subcommands when the command is built.
+        cli.build();
+        for sub in cli.get_subcommands().filter(|s| s.get_name() != "help") {
+            let quiet = sub
+                .get_arguments()
+                .find(|a| a.get_id() == "quiet")
+                .unwrap_or_else(|| panic!("{} has no --quiet", sub.get_name()));
+            let help = quiet.get_help().unwrap().to_string();
+            assert!(
+                quiet.is_global_set() && help.contains("default log level `warn`"),
+                "{}: --quiet: {help}",
+                sub.get_name()
+            );
+        }
+    }
+
     /// The quick start names the Rust the build needs: Debian 12's own rustc is older
     /// than the workspace's `rust-version`, and "with Rust" sent a fresh machine's
     /// `scripts/lab.sh` into a build that Cargo refuses.

@@ -26,9 +26,6 @@ pub struct Args {
     /// One JSON object per line (default: aligned text).
     #[arg(long)]
     pub json: bool,
-    /// No progress line.
-    #[arg(long, short)]
-    pub quiet: bool,
 }
 
 /// Why a value polled once would not be stored by the daemon (shown with the value as
@@ -183,8 +180,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             tx,
             counters,
         ));
-        let mut progress =
-            crate::progress::Progress::beside_results(total as u64, "polling", args.quiet);
+        let mut progress = crate::progress::Progress::beside_results(
+            total as u64,
+            "polling",
+            crate::telemetry::quiet(),
+        );
         let live = crate::progress::stdout_is_tty();
         let (mut values, mut errors, mut kept_back) = (0usize, 0usize, 0usize);
         let stdout = std::io::stdout();
