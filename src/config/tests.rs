@@ -1981,3 +1981,40 @@ fn the_readme_gives_the_channel_batch_size() {
         "README's channel_capacity row does not say batches of up to {size}: {row}"
     );
 }
+
+/// The README's configuration reference states the limits the loader enforces that an
+/// operator would otherwise learn from `check-config` alone: `icmp.max_pps = 0` is
+/// refused (where `snmp.max_pps = 0` means no cap), `daemon.trends_checkpoint` is `0s`
+/// or at least `1s`, a ClickHouse URL is `http://`, and a host range's `name` defaults
+/// to `{ip}`.
+#[test]
+fn the_readme_states_the_limits_the_loader_enforces() {
+    for (section, key, refused, said) in [
+        ("[icmp]", "max_pps", "[icmp]\nmax_pps = 0\n", "at least 1"),
+        (
+            "[daemon]",
+            "trends_checkpoint",
+            "[daemon]\ntrends_checkpoint = \"500ms\"\n",
+            "at least `1s`",
+        ),
+        (
+            "[clickhouse]",
+            "url` / `urls",
+            "[clickhouse]\nurl = \"https://127.0.0.1:8123\"\n",
+            "`http://` only",
+        ),
+    ] {
+        errs(refused);
+        let row = readme_row(section, key);
+        assert!(row.contains(said), "{section} {key}: not {said:?}: {row}");
+    }
+    let cfg = parse(
+        "[[host_ranges]]\ncidr = \"127.0.55.0/30\"\nitems = [ { key = \"icmpping\", interval = \"1m\" } ]\n",
+    )
+    .unwrap();
+    assert_eq!(&*cfg.hosts[0].name, "127.0.55.1");
+    let readme = crate::test_util::readme();
+    let range = &readme[readme.find("\n[[host_ranges]]").unwrap()..];
+    let name = range.lines().find(|l| l.starts_with("name =")).unwrap();
+    assert!(name.contains("default \"{ip}\""), "{name}");
+}
