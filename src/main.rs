@@ -126,6 +126,56 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
+    /// The README's command table names every option of every command (by its long
+    /// name or its short one), but for the tuning ones below, which `help <command>`
+    /// explains: `schema --server-version` and `spool --dir` / `--rejected` were
+    /// missing, and docs/production.md sent operators to `spool dump --rejected`.
+    #[test]
+    fn the_readme_names_every_option() {
+        use clap::CommandFactory;
+        // Tuning knobs with working defaults.
+        const HELP_ONLY: &[&str] = &["rcvbuf", "max-oids", "max-repetitions"];
+        let readme = crate::test_util::readme();
+        let start = readme.find("## Command line").unwrap();
+        let end = readme.find("## Configuration reference").unwrap();
+        let table = &readme[start..end];
+        let mut cli = super::Cli::command();
+        cli.build();
+        let mut missing = Vec::new();
+        let mut todo: Vec<(String, &clap::Command)> = vec![(String::new(), &cli)];
+        while let Some((path, cmd)) = todo.pop() {
+            // Hidden commands (`snmp load`, a benchmark's) are not the operator's.
+            let shown = cmd
+                .get_subcommands()
+                .filter(|s| s.get_name() != "help" && !s.is_hide_set());
+            for sub in shown {
+                todo.push((format!("{path} {}", sub.get_name()), sub));
+            }
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long().filter(|_| !arg.is_hide_set()) else {
+                    continue;
+                };
+                if long == "help"
+                    || (long == "version" && path.is_empty())
+                    || HELP_ONLY.contains(&long)
+                {
+                    continue;
+                }
+                let named = table.contains(&format!("--{long}"))
+                    || arg
+                        .get_short()
+                        .is_some_and(|c| table.contains(&format!("-{c} ")));
+                if !named {
+                    missing.push(format!("{path}: --{long}"));
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "not in the README's command table: {missing:?}"
+        );
+    }
+
     /// Every subcommand's `--quiet` is the global one, with its help: poll-once had a
     /// flag of its own whose help said "No progress line", while `-q` also lowered
     /// the log level to `warn` there, as everywhere.
