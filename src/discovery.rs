@@ -642,6 +642,22 @@ pub async fn run(
 mod tests {
     use super::*;
 
+    /// Both documents give the retry of a failed walk as the code takes it: the
+    /// shorter of RETRY_AFTER and the rule's interval (docs/production.md said 5
+    /// minutes alone, while a rule walked every minute is tried again after one).
+    #[test]
+    fn the_docs_give_the_retry_of_a_failed_walk() {
+        let minutes = RETRY_AFTER.as_secs() / 60;
+        let readme = crate::test_util::readme();
+        assert!(readme.contains(&format!("`min({minutes}m, interval)`")));
+        let production = crate::test_util::doc("docs/production.md").replace('\n', " ");
+        let said = format!("tried again after {minutes} minutes (the rule's interval, if shorter)");
+        assert!(
+            production.contains(&said),
+            "docs/production.md does not say {said:?}"
+        );
+    }
+
     fn rule(name: &str, matches: Option<&str>) -> Arc<DiscoveryRule> {
         Arc::new(DiscoveryRule {
             name: name.into(),

@@ -63,5 +63,11 @@ pub fn one_host_past_the_item_limit(daemon: &str) -> String {
 
 /// The README, as the operator reads it.
 pub fn readme() -> String {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).expect("README.md")
+    doc("README.md")
+}
+
+/// A document of the repository (`docs/production.md`), as the operator reads it.
+pub fn doc(path: &str) -> String {
+    let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+    std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
 }
