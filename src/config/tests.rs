@@ -2018,3 +2018,20 @@ fn the_readme_states_the_limits_the_loader_enforces() {
     let name = range.lines().find(|l| l.starts_with("name =")).unwrap();
     assert!(name.contains("default \"{ip}\""), "{name}");
 }
+
+/// The README says when extra SNMP socket sets are opened as the engine opens them:
+/// past SLOW_ITERATION, up to EXTRA_SNMP_DRIVERS times as many, and never while the
+/// samples' channel is full (389f6e7, which the row had not caught up with).
+#[test]
+fn the_readme_says_when_extra_snmp_sets_open() {
+    let row = readme_row("[daemon]", "snmp_concurrent_iterations");
+    let slow = poller::daemon::SLOW_ITERATION.as_millis();
+    let extra = crate::cmd::EXTRA_SNMP_DRIVERS;
+    for said in [
+        format!("past {slow} ms"),
+        format!("up to {extra}× this many"),
+        "not while the channel to the sink is full".to_string(),
+    ] {
+        assert!(row.contains(&said), "not {said:?}: {row}");
+    }
+}
