@@ -1985,8 +1985,8 @@ fn the_readme_gives_the_channel_batch_size() {
 /// The README's configuration reference states the limits the loader enforces that an
 /// operator would otherwise learn from `check-config` alone: `icmp.max_pps = 0` is
 /// refused (where `snmp.max_pps = 0` means no cap), `daemon.trends_checkpoint` is `0s`
-/// or at least `1s`, a ClickHouse URL is `http://`, and a host range's `name` defaults
-/// to `{ip}`.
+/// or at least `1s`, a ClickHouse URL is `http://`, `clickhouse.batch_bytes` is within
+/// 1 KiB..1 GiB, and a host range's `name` defaults to `{ip}`.
 #[test]
 fn the_readme_states_the_limits_the_loader_enforces() {
     for (section, key, refused, said) in [
@@ -2002,6 +2002,18 @@ fn the_readme_states_the_limits_the_loader_enforces() {
             "url` / `urls",
             "[clickhouse]\nurl = \"https://127.0.0.1:8123\"\n",
             "`http://` only",
+        ),
+        (
+            "[clickhouse]",
+            "batch_bytes",
+            "[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nbatch_bytes = 1023\n",
+            "(1 KiB..1 GiB)",
+        ),
+        (
+            "[clickhouse]",
+            "batch_bytes",
+            "[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nbatch_bytes = 1073741825\n",
+            "(1 KiB..1 GiB)",
         ),
     ] {
         errs(refused);
