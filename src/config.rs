@@ -1049,6 +1049,9 @@ impl Collector<'_> {
             }
             let message = match unknown_key_hint(&message) {
                 Some((key, hint, rest)) => format!("unknown field `{key}` ({hint}){rest}"),
+                None if matches!(at.last(), Some(Seg::Key(k)) if SECRET_KEYS.contains(k)) => {
+                    secret_refused(&message)
+                }
                 None => message,
             };
             self.push(&under(path, at), message);
@@ -1059,6 +1062,28 @@ impl Collector<'_> {
         }
         None
     }
+}
+
+/// Keys whose values are secrets: a message about one never shows its value.
+const SECRET_KEYS: &[&str] = &[
+    "community",
+    "auth_passphrase",
+    "priv_passphrase",
+    "password",
+];
+
+/// serde's message about a refused secret without the value it quotes (a passphrase
+/// or community written as a TOML number: "invalid type: integer `12345678`, expected a
+/// string" would print it to the terminal and, at a reload, to the journal).
+fn secret_refused(message: &str) -> String {
+    let (what, expected) = message
+        .rsplit_once(", expected ")
+        .map_or((message, String::new()), |(w, e)| {
+            (w, format!(", expected {e}"))
+        });
+    // serde quotes the value (`8675309`, "text"): what comes before is its type.
+    let what = what.split(['`', '"']).next().unwrap_or_default().trim_end();
+    format!("{what} (the value of a secret is not shown){expected}")
 }
 
 /// Zabbix's names of keys that have another name here (item `delay`, `value_type`,

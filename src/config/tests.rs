@@ -2047,3 +2047,41 @@ fn the_readme_says_when_extra_snmp_sets_open() {
         assert!(row.contains(&said), "not {said:?}: {row}");
     }
 }
+
+/// A secret the file gives as a TOML number (or any value serde refuses) is reported
+/// without its value: serde's message quotes it ("invalid type: integer `8675309`"),
+/// which check-config printed and a refused reload logged, while the docs promise no
+/// community, passphrase or password in error messages.
+#[test]
+fn refused_secrets_are_not_shown() {
+    let e = errs(
+        "[snmp]\ncommunity = 8675309\n\
+         [clickhouse]\nurl = \"http://127.0.0.1:8123\"\npassword = 31415926\n\
+         [[hosts]]\nname = \"h\"\nip = \"127.0.55.1\"\n\
+         snmp = { version = \"3\", security_name = \"u\", auth_protocol = \"SHA\", \
+         auth_passphrase = 27182818284, priv_protocol = \"AES\", priv_passphrase = 1.5 }\n\
+         items = [ { key = \"k\", oid = \"1.3.6.1\", type = \"uint\", interval = \"1m\" } ]\n",
+    );
+    let paths: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "snmp.community",
+            "clickhouse.password",
+            "hosts[0].snmp.auth_passphrase",
+            "hosts[0].snmp.priv_passphrase"
+        ],
+        "{e:#?}"
+    );
+    for e in &e {
+        for secret in ["8675309", "31415926", "27182818284", "1.5"] {
+            assert!(!e.message.contains(secret), "{}: {}", e.path, e.message);
+        }
+        assert!(e.message.ends_with("expected a string"), "{}", e.message);
+    }
+    // Other keys keep serde's message, value and all.
+    assert_eq!(
+        one_err("[snmp]\nport = \"x\"\n").message,
+        "invalid type: string \"x\", expected u16"
+    );
+}
