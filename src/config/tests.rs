@@ -2085,3 +2085,28 @@ fn refused_secrets_are_not_shown() {
         "invalid type: string \"x\", expected u16"
     );
 }
+
+/// A template, host or range that does not read (an unknown key, a value of the wrong
+/// type) has its values checked once it reads, as the README says: the sections are
+/// read without what they refused and checked in the same run, these pieces are not
+/// (the README said every problem is reported at once, and an operator fixing the
+/// typo met the next error only then).
+#[test]
+fn a_piece_that_does_not_read_is_checked_once_it_reads() {
+    let text = |first: &str| {
+        format!(
+            "[[templates]]\nname = \"t\"\nitems = [ {{ key = \"x\", oid = \"1.3.6.1\", type = \"uint\", {first} = \"1m\" }},\n  {{ key = \"icmpping\", interval = \"0s\" }} ]\n"
+        )
+    };
+    let e = one_err(&text("delay"));
+    assert_eq!(e.path, "templates[0].items[0].delay");
+    let e = one_err(&text("interval"));
+    assert_eq!(e.path, "templates[0].items[1].interval");
+    let readme = crate::test_util::readme().replace('\n', " ");
+    assert!(
+        readme.contains(
+            "but for the values of a template, host or range with an unknown key or a value of the wrong type: they are checked once it reads"
+        ),
+        "README.md overstates what one check-config run reports"
+    );
+}
