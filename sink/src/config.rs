@@ -345,7 +345,7 @@ impl ClickHouseConfig {
                     ),
                 ));
             }
-            if has_userinfo(u) {
+            if has_userinfo(u) || query_credentials(u).is_some() {
                 p.push((
                     key,
                     "put credentials in `user` / `password`, not in the URL".to_string(),
@@ -466,12 +466,29 @@ fn has_userinfo(url: &str) -> bool {
     authority.contains('@')
 }
 
-/// `url` with any `user:password@` part replaced by `<redacted>@`, for logs.
+/// Where the query string of `url` begins, if it names ClickHouse's HTTP credentials
+/// (`?user=...&password=...`, which ClickHouse takes as well as userinfo).
+fn query_credentials(url: &str) -> Option<usize> {
+    let q = url.find('?')? + 1;
+    let query = url[q..].split('#').next().unwrap_or_default();
+    query
+        .split('&')
+        .map(|pair| pair.split('=').next().unwrap_or_default())
+        .any(|k| k.eq_ignore_ascii_case("user") || k.eq_ignore_ascii_case("password"))
+        .then_some(q)
+}
+
+/// `url` with any `user:password@` part replaced by `<redacted>@`, and a query string
+/// that names credentials by `<redacted>`, for logs.
 pub fn redact_url(url: &str) -> String {
-    if !has_userinfo(url) {
-        return url.to_string();
+    let url = match query_credentials(url) {
+        Some(q) => format!("{}<redacted>", &url[..q]),
+        None => url.to_string(),
+    };
+    if !has_userinfo(&url) {
+        return url;
     }
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", &url));
     let at = rest.find('@').map_or(0, |i| i + 1);
     format!("{scheme}://<redacted>@{}", &rest[at..])
 }
@@ -571,6 +588,35 @@ mod tests {
     fn redacts_userinfo() {
         assert_eq!(redact_url("http://a:b@h:1/x"), "http://<redacted>@h:1/x");
         assert_eq!(redact_url("http://h:1/x@y"), "http://h:1/x@y");
+    }
+
+    /// ClickHouse also takes credentials as URL parameters: such a URL is refused as
+    /// one with userinfo is ("put credentials in user / password"), and shown without
+    /// them. It passed the validator, and its password went to every log line and
+    /// error that names the URL, where the docs promise none.
+    #[test]
+    fn credentials_in_the_query_are_refused_and_redacted() {
+        let url = "http://127.0.0.1:8123/?user=netpoller&password=s3cret";
+        let c = ClickHouseConfig {
+            url: Some(url.into()),
+            urls: vec!["ftp://127.0.0.2/?PASSWORD=s3cret#x".into()],
+            ..ClickHouseConfig::default()
+        };
+        let problems = c.validate();
+        assert!(
+            problems
+                .iter()
+                .any(|(k, m)| *k == "url" && m.contains("not in the URL")),
+            "{problems:?}"
+        );
+        assert!(!format!("{problems:?}").contains("s3cret"), "{problems:?}");
+        assert!(!format!("{c:?}").contains("s3cret"));
+        assert_eq!(redact_url(url), "http://127.0.0.1:8123/?<redacted>");
+        // Other parameters are not credentials.
+        assert_eq!(
+            redact_url("http://127.0.0.1:8123/?async_insert=1"),
+            "http://127.0.0.1:8123/?async_insert=1"
+        );
     }
 
     #[test]
