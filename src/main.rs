@@ -126,6 +126,30 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(test)]
 mod tests {
+    /// The README's lint commands are CI's (scripts/test.sh with NETPOLLER_LINT=1): it
+    /// gave `cargo fmt` and `cargo clippy` without `--all` / `--workspace`, which at
+    /// the workspace's root check the netpoller package alone, not the five crates.
+    #[test]
+    fn the_readme_lints_as_ci_does() {
+        let readme = crate::test_util::readme().replace("\n  ", " ");
+        let script = crate::test_util::doc("scripts/test.sh");
+        let block = script
+            .split_once("if [[ ${NETPOLLER_LINT:-0} == 1 ]]; then")
+            .and_then(|(_, rest)| rest.split_once("\nfi"))
+            .expect("the lint step of scripts/test.sh")
+            .0;
+        let lints: Vec<&str> = block
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("run "))
+            .filter_map(|l| l.split_once(' ').map(|(_, cmd)| cmd))
+            .map(|cmd| cmd.strip_prefix("env ").unwrap_or(cmd))
+            .collect();
+        assert_eq!(lints.len(), 3, "{lints:?}");
+        for cmd in lints {
+            assert!(readme.contains(&format!("`{cmd}`")), "README lacks `{cmd}`");
+        }
+    }
+
     /// The README's command table names every option of every command (by its long
     /// name or its short one), but for the tuning ones below, which `help <command>`
     /// explains: `schema --server-version` and `spool --dir` / `--rejected` were
