@@ -17,7 +17,8 @@
 //!   Zabbix refuses them as values at all.
 //! * Float averages are `sum / count` in `f64`, the sum kept scaled by
 //!   `FLOAT_SUM_SCALE` (2^-16, exact) so that it cannot overflow: two values of
-//!   1e308 averaged `inf`, and hours merged at a start (`+inf` and `-inf`) `NaN`.
+//!   1e308 averaged `inf`, and hours merged at a start (`+inf` and `-inf`) `NaN`;
+//!   then held within the minimum and the maximum, which rounding could pass.
 //!   Unsigned averages are the exact 80-bit sum divided by the count, truncated, as
 //!   Zabbix's 128-bit sum does.
 //! * An hour is written when the item's first value of a later hour arrives, by the
@@ -193,6 +194,12 @@ impl Acc {
         match vt {
             ValueType::Float => {
                 let avg = f64::from_bits(self.sum) / f64::from(count) / FLOAT_SUM_SCALE;
+                // The sum's rounding can put the quotient an ulp or more past the values
+                // (0.1 a whole hour averaged 0.10000000000000067); the true average is
+                // within them, and a constant keeps itself, as Zabbix's running average
+                // does. `max`/`min`, not `clamp`: no panic on what a damaged save holds.
+                let (min, max) = (f64::from_bits(self.min), f64::from_bits(self.max));
+                let avg = avg.max(min).min(max);
                 Some(TrendStats::Float(words(avg.to_bits()).map(f64::from_bits)))
             }
             ValueType::Uint => {
@@ -813,6 +820,29 @@ mod tests {
             .filter(|r| &*r.key == key)
             .map(|r| (r.clock, r.stats))
             .collect()
+    }
+
+    /// A float item that keeps one value all hour (a gauge at rest, a constant speed)
+    /// has that value for its average, as Zabbix's running average keeps it: a sum of
+    /// 0.1 three times is 0.30000000000000004, a third of which is above the maximum.
+    #[test]
+    fn a_constant_float_averages_to_itself_and_averages_stay_within_min_and_max() {
+        let p = plan(&[("h", &[("f", ValueType::Float), ("g", ValueType::Float)])]);
+        let mut t = Trends::new(p.clone());
+        let mut out = Vec::new();
+        let t0 = H * 3600;
+        for n in 0..360 {
+            t.record(&sample(&p, "h", "f", t0 + n, Value::Float(0.1)), &mut out);
+        }
+        for v in [0.1, 0.1, 0.2, 0.1, 0.1] {
+            t.record(&sample(&p, "h", "g", t0, Value::Float(v)), &mut out);
+        }
+        t.drain(&mut out);
+        assert_eq!(stats(&out, "f"), [(t0, float(0.1, 0.1, 0.1, 360))]);
+        let [(_, TrendStats::Float(g))] = stats(&out, "g")[..] else {
+            panic!("{out:?}")
+        };
+        assert!(g.min <= g.avg && g.avg <= g.max, "{g:?}");
     }
 
     /// Trends of `p` whose item `g` of host `h` has the values 1e308 and 1.5e308 in
