@@ -63,7 +63,8 @@ enum Command {
     /// not store shows as polled, marked with the reason (one poll gives a change step
     /// such as CHANGE_PER_SECOND nothing to compare with; a step's error handler may
     /// discard it). Discovery rules are walked first (each host's rows on stderr), and
-    /// their items polled for the rows found.
+    /// their items polled for the rows found; a host's rows the loader refuses are
+    /// left out, named on stderr, and the rest polled, then exit 1.
     PollOnce(cmd::poll_once::Args),
     /// Ping addresses, CIDRs or @files once (fping-style summary, or --json); exit 1 when
     /// a host did not answer, as fping.

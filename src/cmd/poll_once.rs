@@ -5,7 +5,8 @@
 //! value the daemon would not store shows as polled, marked with the reason: one poll
 //! gives a change step nothing to compare with; a step's error handler may discard
 //! it). Discovery rules are walked first, so their items stand for the rows each host
-//! has now.
+//! has now; a host's rows the loader refuses (past a limit) are left out as the daemon
+//! leaves them out, named on stderr, and the rest polled, with exit status 1.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -17,6 +18,8 @@ use poller::engine::{PipelineCounters, Sample};
 use poller::plan::Engine;
 use poller::preprocess::{Outcome, Preprocessor, Why};
 use poller::value::Value;
+
+use crate::discovery::Refused;
 
 /// Arguments of `netpoller poll-once`.
 #[derive(clap::Args, Debug)]
@@ -96,11 +99,13 @@ fn text_line(s: &Sample) -> String {
 /// Walks every discovery rule's table on its hosts now and plans their items for the
 /// rows found (a host that does not answer keeps the rows saved by `run`, if any),
 /// saying on stderr what each walk found. The discovery file is not written: that is
-/// the daemon's.
+/// the daemon's. Returns the host's rules whose rows the loader refused (said on
+/// stderr too): their items are left out or keep the saved rows, and the rest is
+/// polled ([`plan_found`]).
 fn discover(
     plan: &super::PlanArgs,
     loaded: super::Loaded,
-) -> Result<super::Loaded, crate::config::ConfigErrors> {
+) -> Result<(super::Loaded, Vec<Refused>), crate::config::ConfigErrors> {
     let super::Loaded {
         cfg,
         plan: before,
@@ -109,6 +114,8 @@ fn discover(
     } = loaded;
     // Planned again below: not two plans at once.
     drop(before);
+    // The rows the loaded plan stood for (those saved by `run`): the loader took them.
+    let applied = found.clone();
     for (host, rule, rows) in crate::discovery::walk_all(&cfg.discovery) {
         match rows {
             Ok(rows) => {
@@ -127,19 +134,80 @@ fn discover(
             }
         }
     }
-    plan.replan(text, &found)
+    drop(cfg);
+    let (loaded, refused) = plan_found(plan, text, applied, found)?;
+    for r in &refused {
+        eprint!("{}", refusal(r, &loaded.found));
+    }
+    Ok((loaded, refused))
+}
+
+/// What stderr says of a host's rule whose rows the loader refused, with its reasons;
+/// `planned`: the rows the plan stands for (the refused rule's, if any, are those `run`
+/// saved).
+fn refusal(r: &Refused, planned: &crate::config::Found) -> String {
+    let n = r.rows.as_ref().map_or(0, |rows| rows.len());
+    let s = if n == 1 { "" } else { "s" };
+    let kept = match planned.rows(&r.host, &r.rule) {
+        Some(saved) => format!("the rows `run` saved are polled ({saved})"),
+        None => "its items are not polled".into(),
+    };
+    let mut line = format!(
+        "discovery {} {}: {n} row{s} found, refused by the loader (the rest is polled); {kept}:\n{}",
+        r.host, r.rule, r.why
+    );
+    if !line.ends_with('\n') {
+        line.push('\n');
+    }
+    line
+}
+
+/// Plans the rows `found` (walked now) with the config `text`, whose rows `applied`
+/// (saved by `run`) the loader took: the rows of a host's rule the loader refuses (past
+/// a limit, an itemid taken) are left out, as the daemon's re-plan leaves them out
+/// ([`crate::discovery::plan_rows`]), and the other hosts' rows planned; a refused
+/// host's rule keeps its `applied` rows. Returns the plan and the refusals. An error:
+/// the `applied` rows themselves were refused (not expected, the loader took them).
+fn plan_found(
+    args: &super::PlanArgs,
+    text: Arc<str>,
+    mut applied: crate::config::Found,
+    mut found: crate::config::Found,
+) -> Result<(super::Loaded, Vec<Refused>), crate::config::ConfigErrors> {
+    let mut refused = Vec::new();
+    // The config of the last rows taken (`applied`): planned once, below.
+    let mut cfg = None;
+    loop {
+        let settled = crate::discovery::plan_rows(&mut applied, &mut found, |rows| {
+            cfg = Some(crate::config::parse_text(&args.config, &text, rows)?);
+            Ok(())
+        });
+        refused.extend(settled.refused);
+        // A round plans a bounded number of times (the daemon's thread is not held);
+        // each settles one host's rule at least, so this one-shot command goes on
+        // until every one is.
+        if settled.untried == 0 {
+            break;
+        }
+    }
+    let loaded = match cfg {
+        Some(cfg) => args.plan(cfg, text, applied),
+        // Nothing taken: the rows it was loaded with.
+        None => args.replan(text, &applied)?,
+    };
+    Ok((loaded, refused))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let loaded = match args.plan.load(None)? {
+    let (loaded, refused) = match args.plan.load(None)? {
         Ok(loaded) => {
             // Before anything is sent: walks and polls leave from the source address.
             super::check_sources(&loaded.cfg)?;
             if loaded.cfg.discovery.is_empty() {
-                loaded
+                (loaded, Vec::new())
             } else {
                 match discover(&args.plan, loaded) {
-                    Ok(loaded) => loaded,
+                    Ok(found) => found,
                     Err(e) => {
                         eprint!("{e}");
                         return Ok(ExitCode::from(1));
@@ -220,11 +288,93 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         poll.await
             .context("poll task")?
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let refused = match refused.len() {
+            0 => String::new(),
+            n => format!("; discovery rows of {n} host rule(s) refused, their items left out (above)"),
+        };
         eprintln!(
-            "{} items, {values} values, {errors} errors, {kept_back} not stored in {:.3} s",
+            "{} items, {values} values, {errors} errors, {kept_back} not stored in {:.3} s{refused}",
             values + errors + kept_back,
             started.elapsed().as_secs_f64()
         );
-        Ok(ExitCode::SUCCESS)
+        // Something the config asks for was not polled: a script checking the status
+        // must not take the output for the whole of it (1, as for a config refused).
+        Ok(if refused.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Found;
+
+    /// One host's walked rows that take the file past the loader's item limit are
+    /// left out, named with the loader's reason; the other host's rows are planned and
+    /// polled (the whole command stopped with the loader's error, polling nothing).
+    #[test]
+    fn rows_the_loader_refuses_leave_out_their_host_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        std::fs::write(&path, crate::test_util::one_host_past_the_item_limit("")).unwrap();
+        let args = super::super::PlanArgs {
+            config: path,
+            shard: None,
+            started_icmp_batch_hosts: None,
+        };
+        // As `run` loads it before the walks: no rows saved.
+        let loaded = args
+            .load(Some(&Found::default()))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (text, applied) = (loaded.text.clone(), loaded.found.clone());
+        drop(loaded);
+        // What the walks found: `big` 65,536 rows of 129 items, past the limit.
+        let walked = crate::test_util::found(&[("big", "if", "1-65536"), ("small", "if", "1-3")]);
+        let (loaded, refused) =
+            plan_found(&args, text, applied, walked).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loaded.plan.items.len(), 129 * 3);
+        assert_eq!(
+            loaded.found,
+            crate::test_util::found(&[("small", "if", "1-3")])
+        );
+        let [r] = &refused[..] else {
+            panic!("{refused:?}")
+        };
+        assert_eq!((&*r.host, &*r.rule), ("big", "if"));
+        assert_eq!(r.rows.as_ref().map(|r| r.len()), Some(65536));
+        assert!(r.why.contains("past the"), "{}", r.why);
+        let said = refusal(r, &loaded.found);
+        assert!(
+            said.starts_with("discovery big if: 65536 rows found, refused by the loader (the rest is polled); its items are not polled:\n")
+                && said.contains("past the"),
+            "{said}"
+        );
+
+        // Rows `run` saved for it (planned at the load): it keeps them.
+        let saved = crate::test_util::found(&[("big", "if", "1-3")]);
+        let loaded = args
+            .load(Some(&saved))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (text, applied) = (loaded.text.clone(), loaded.found.clone());
+        drop(loaded);
+        let walked = crate::test_util::found(&[("big", "if", "1-65536"), ("small", "if", "1-3")]);
+        let (loaded, refused) =
+            plan_found(&args, text, applied, walked).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loaded.plan.items.len(), 129 * 6);
+        let both = crate::test_util::found(&[("big", "if", "1-3"), ("small", "if", "1-3")]);
+        assert_eq!(loaded.found, both);
+        let [r] = &refused[..] else {
+            panic!("{refused:?}")
+        };
+        let said = refusal(r, &loaded.found);
+        assert!(
+            said.contains("; the rows `run` saved are polled (1-3):\n"),
+            "{said}"
+        );
+    }
 }
