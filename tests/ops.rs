@@ -560,6 +560,67 @@ templates = ["icmp"]
     );
 }
 
+/// `check-config --against RUNNING` names the settings changed that a reload does not
+/// apply (`[clickhouse]`, `max_pps`, most `[daemon]` keys), as the reload's warning
+/// does: it listed the hosts and items a reload changes and left these out, so a
+/// look before `systemctl reload` did not say a restart was needed.
+#[test]
+fn check_config_against_names_the_settings_that_need_a_restart() {
+    let dir = scratch("ops-against-restart");
+    let (old, new) = (dir.join("old.toml"), dir.join("new.toml"));
+    let hosts = "[[hosts]]\nname = \"core-1\"\nip = \"127.0.59.1\"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n";
+    // Nothing is sent: the sink is not opened by a check.
+    let file = |daemon: &str, database: &str, icmp_pps: u32| {
+        format!(
+            "[daemon]\n{daemon}\n[clickhouse]\nurl = \"http://127.0.0.1:8123\"\ndatabase = \"{database}\"\n[icmp]\nmax_pps = {icmp_pps}\n{hosts}"
+        )
+    };
+    std::fs::write(&old, file("source_ip = \"127.0.0.1\"", "h_ops2_a", 1000)).unwrap();
+    let check = || {
+        let o = netpoller()
+            .args(["check-config", "-c"])
+            .arg(&new)
+            .arg("--against")
+            .arg(&old)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{out}{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        out
+    };
+    // Reloaded settings changed (icmp_phases), and the same address written as a
+    // list: nothing needs a restart, and no such line.
+    std::fs::write(
+        &new,
+        file(
+            "source_ip = [\"127.0.0.1\"]\nicmp_phases = \"spread\"",
+            "h_ops2_a",
+            1000,
+        ),
+    )
+    .unwrap();
+    let out = check();
+    assert!(!out.contains("needs a restart"), "{out}");
+    std::fs::write(
+        &new,
+        file("source_ip = \"127.0.0.1\"\nshards = 8", "h_ops2_b", 2000),
+    )
+    .unwrap();
+    let out = check();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("needs a restart: "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        line.starts_with("needs a restart: daemon.shards, [clickhouse], icmp.max_pps ("),
+        "{line}"
+    );
+}
+
 /// `check-config` states the load the file asks for, the figure sizing goes by, and how
 /// the ICMP targets are swept.
 #[test]

@@ -18,9 +18,10 @@ pub struct Args {
     /// Also say what loading FILE in place of RUNNING would change: hosts and items
     /// added, removed and changed, as the daemon's reload log line counts them (a
     /// host is matched by name, an item by itemid), and the hosts moved to other slots
-    /// (their ICMP sweeps regrouped: polled at another offset of their interval). For
-    /// a look before `systemctl reload`. Items of discovery rules are not compared:
-    /// their rows come from walks.
+    /// (their ICMP sweeps regrouped: polled at another offset of their interval), and
+    /// the settings changed that only a restart applies (`needs a restart: ...`, as the
+    /// reload warns). For a look before `systemctl reload`. Items of discovery rules
+    /// are not compared: their rows come from walks.
     #[arg(long, value_name = "RUNNING")]
     pub against: Option<PathBuf>,
     /// Check as `run --shard I/N` would run it: the load and `--against` for the hosts
@@ -69,11 +70,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             // running config that does not load fails the command.
             if let Some(running) = &args.against {
                 match crate::config::load(running) {
-                    Ok(mut old) => {
+                    Ok(mut old_cfg) => {
                         // The shard the running daemon polls: its file's, or the CLI's.
-                        let old = old.take_plan(args.shard, super::trim_heap);
+                        let old = old_cfg.take_plan(args.shard, super::trim_heap);
                         let diff = PlanDiff::between(&old, &plan);
                         println!("{}", against(running, &diff));
+                        // What the reload would warn of: changed, but not applied by it.
+                        if let Some(line) = needs_restart(&old_cfg, &cfg) {
+                            println!("{line}");
+                        }
                         // As the daemon's reload refuses it (an empty or half-written
                         // file): this check must not pass what the reload will not.
                         if plan.hosts.is_empty() && !old.hosts.is_empty() {
@@ -274,6 +279,19 @@ fn against(running: &std::path::Path, d: &PlanDiff) -> String {
         )
     };
     format!("against {}: {what}", running.display())
+}
+
+/// `needs a restart: daemon.shards, [clickhouse] (...)`: the settings changed from
+/// `running` that a reload does not apply ([`super::run::restart_only_changes`], which
+/// the reload's warning names), if any.
+fn needs_restart(running: &crate::config::Config, new: &crate::config::Config) -> Option<String> {
+    let keys = super::run::restart_only_changes(running, new);
+    (!keys.is_empty()).then(|| {
+        format!(
+            "needs a restart: {} (changed, but applied only at start: a reload keeps the running values)",
+            keys.join(", ")
+        )
+    })
 }
 
 /// A rate for people: whole numbers from 10 up, one decimal below, two below 1.

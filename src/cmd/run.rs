@@ -683,8 +683,9 @@ fn reload(
 /// The keys whose value differs between `running` and `new` but that only take effect at
 /// start: the sockets, threads, scheduler shards, sink and HTTP endpoint are built once.
 /// (Hosts, items, `[icmp]`/`[snmp]` key defaults, `daemon.shard` and
-/// `daemon.icmp_phases` are reloaded.)
-fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
+/// `daemon.icmp_phases` are reloaded.) The reload warns of them, and `check-config
+/// --against` lists them.
+pub(super) fn restart_only_changes(running: &Config, new: &Config) -> Vec<&'static str> {
     // Destructured so that a new `[daemon]` key cannot be left out of this list.
     let crate::config::DaemonSection {
         shards,
