@@ -3,8 +3,8 @@
 //! exact counts of stale/foreign replies and for the unprivileged datagram socket.
 //!
 //! Needs root (CAP_NET_RAW, CAP_NET_ADMIN for nft and `ip netns`). Traffic goes only to
-//! 127.77.0.0/16, 127.0.54.0/24 and ::1 in the host namespace, and to 127.0.0.0/8 inside namespaces
-//! created here.
+//! 127.77.0.0/16, 127.0.54.0/24, 127.0.59.0/24 and ::1 in the host namespace, and to
+//! 127.0.0.0/8 inside namespaces created here.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -154,6 +154,51 @@ fn probes_the_kernel_refuses_count_as_lost_and_are_reported() {
         (j["addr"].as_str(), j["received"].as_u64()),
         (Some("127.77.97.2"), Some(1))
     );
+}
+
+/// `sweep --quiet` prints the hosts' lines and nothing on stderr, as `fping -q -c`
+/// prints each host's statistics and its totals only with `-s`: the totals line was
+/// still printed. (Raw sockets or datagram ones: no notes either way with --quiet.)
+#[test]
+fn a_quiet_sweep_prints_the_hosts_lines_only() {
+    let sweep = |quiet: bool| {
+        let mut c = common::netpoller();
+        if quiet {
+            c.arg("--quiet");
+        }
+        let o = c
+            .args([
+                "sweep",
+                "-c",
+                "1",
+                "-t",
+                "300ms",
+                "127.0.59.1",
+                "127.0.59.2",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{o:?}");
+        (
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (out, err) = sweep(false);
+    assert!(err.contains("2 hosts, 2 alive, 0 unreachable in "), "{err}");
+    let (quiet_out, quiet_err) = sweep(true);
+    assert_eq!(quiet_err, "");
+    // Each host as it is done: in the order its reply came.
+    let addrs = |out: &str| -> Vec<String> {
+        let mut v: Vec<String> = out
+            .lines()
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(addrs(&quiet_out), addrs(&out));
+    assert_eq!(addrs(&out), ["127.0.59.1 alive", "127.0.59.2 alive"]);
 }
 
 #[test]

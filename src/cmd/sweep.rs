@@ -8,8 +8,8 @@
 //! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
 //! done so far and exits 130 (143), even while stdout is not read (the results are
 //! written by a thread of their own, see [`Output`]). The global `--quiet` leaves out
-//! the progress line and the notes on stderr, not the hosts' lines (as `fping -q -c`
-//! still prints each host's statistics).
+//! the progress line, the notes and the closing totals on stderr, not the hosts' lines
+//! (as `fping -q -c` prints each host's statistics, and its totals only with `-s`).
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -409,8 +409,8 @@ fn check_probes(hosts: u64, count: u32, force: bool) -> anyhow::Result<()> {
 /// Runs `netpoller sweep`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     validate(&args)?;
-    // The global --quiet: no progress line and no notes (the hosts' lines stay: they
-    // are the results, as fping -q -c prints each host's statistics).
+    // The global --quiet: no progress line, no notes and no totals (the hosts' lines
+    // stay: they are the results, as fping -q -c prints each host's statistics).
     let quiet = crate::telemetry::quiet();
     let retry = retry_probe(&args)?;
     let packets = retry.map_or(args.count, |p| p.packets);
@@ -536,14 +536,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         wall_s = report.wall.as_secs_f64(),
         "sweep done"
     );
-    eprintln!(
-        "{} host{}, {} alive, {} unreachable in {:.3} s",
-        report.hosts,
-        if report.hosts == 1 { "" } else { "s" },
-        report.alive,
-        report.hosts - report.alive,
-        report.wall.as_secs_f64()
-    );
+    // The totals: fping prints its own only with -s, not with -q -c.
+    if !quiet {
+        eprintln!(
+            "{} host{}, {} alive, {} unreachable in {:.3} s",
+            report.hosts,
+            if report.hosts == 1 { "" } else { "s" },
+            report.alive,
+            report.hosts - report.alive,
+            report.wall.as_secs_f64()
+        );
+    }
     // As fping: 1 when a host did not answer (or could not be probed), for scripts.
     Ok(
         if report.alive == report.hosts && report.rejected.is_empty() {
