@@ -1056,6 +1056,24 @@ fn one_pinged_host(dir: &Path, metrics: &str, sections: &str, ip: &str) -> Strin
     )
 }
 
+/// The start's ICMP engine line gives a low rate as it is: one host pinged every 10 s
+/// (3 echo requests) is 0.3 probes/s, which it logged as `probes_per_second=0.0`.
+#[test]
+fn the_start_logs_a_low_icmp_rate_as_it_is() {
+    let dir = scratch("ops-low-rate");
+    let cfg = dir.join("c.toml");
+    std::fs::write(&cfg, one_pinged_host(&dir, "", "", "127.0.59.3")).unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    d.expect_log("netpoller 0.1.0 started", Duration::from_secs(20));
+    let log = d.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("ICMP engine:"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(line.ends_with("probes_per_second=0.3"), "{line}");
+    assert!(d.stop().success());
+}
+
 /// A SIGHUP while the daemon is still starting (here: a ClickHouse that takes the
 /// connection and never answers, 2 s of schema check) is held until the reload handler
 /// is in place and taken as a reload; its default action ended the process (status 129,

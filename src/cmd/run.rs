@@ -232,7 +232,7 @@ async fn daemon(
     let icmp_threads = icmp_thread_count(probe_rate, icmp_sockets, cores);
     tracing::info!(
         icmp_threads,
-        probes_per_second = probe_rate.round(),
+        probes_per_second = rate_field(probe_rate),
         "ICMP engine: one thread per {PROBES_PER_ICMP_THREAD} probes/s configured, up to one per core and socket"
     );
     let mut groups: Vec<Vec<_>> = (0..icmp_threads).map(|_| Vec::new()).collect();
@@ -526,6 +526,17 @@ fn unreachable(e: &sink::SchemaError) -> bool {
         if matches!(sink::writer::classify(cause), sink::ErrorClass::Network | sink::ErrorClass::Timeout))
 }
 
+/// A rate as a log field: whole from 10 up, two significant digits below (a lab's one
+/// host pinged every 10 s is 0.3 probes/s, which rounding to whole logged as 0.0), and
+/// still a number in JSON logs.
+fn rate_field(r: f64) -> f64 {
+    if !r.is_finite() || r <= 0.0 || r >= 10.0 {
+        return r.round();
+    }
+    let scale = 10f64.powi(1 - r.log10().floor() as i32);
+    (r * scale).round() / scale
+}
+
 /// ICMP engine threads for `probe_rate` echo requests per second over `sockets` sweep
 /// sockets: one per [`PROBES_PER_ICMP_THREAD`], at least one, at most one per core and
 /// per socket (a socket's sweeps run on one thread); none without sockets.
@@ -641,7 +652,7 @@ fn reload(
                 tracing::warn!(
                     icmp_threads,
                     wanted,
-                    probes_per_second = rate.round(),
+                    probes_per_second = rate_field(rate),
                     "SIGHUP: the new configuration asks for more ICMP threads than were started; restart to use them"
                 );
             }
@@ -1486,6 +1497,24 @@ mod tests {
         assert_eq!(trends_rows(), 1, "the sweep wrote it");
         running.stop(tx).await;
         assert_eq!(trends_rows(), 1, "and the stop not again");
+    }
+
+    /// Low rates keep two significant digits (they were rounded to 0.0); high ones
+    /// are whole.
+    #[test]
+    fn rates_are_logged_with_the_digits_that_say_something() {
+        for (r, want) in [
+            (0.3, 0.3),
+            (0.05, 0.05),
+            (1.0 / 900.0, 0.0011),
+            (3.456, 3.5),
+            (9.96, 10.0),
+            (12_345.6, 12_346.0),
+            (0.0, 0.0),
+        ] {
+            assert_eq!(rate_field(r), want, "{r}");
+        }
+        assert_eq!(format!("{:?}", rate_field(3.0 / 10.0)), "0.3");
     }
 
     #[test]
