@@ -187,6 +187,32 @@ fn walks_exit_as_snmpwalk_does() {
     }
 }
 
+/// `get` and `walk` name an OID alike, with net-snmp `-On`'s leading dot as every row
+/// is printed, however it was typed: a walk's error (here: no agent at the address)
+/// gave the OID as typed, `1.3.6.1.2.1.1.3.0` beside `get`'s `.1.3.6.1.2.1.1.3.0`.
+#[test]
+fn get_and_walk_name_the_oid_of_an_error_alike() {
+    // Loopback, no agent there: the port is unreachable.
+    let silent = "127.0.59.4:16199";
+    let oid = "1.3.6.1.2.1.1.3.0";
+    for cmd in ["get", "walk"] {
+        let run = |json: bool| {
+            let mut c = netpoller();
+            c.args(["snmp", cmd, "-t", "100ms", "-r", "0", "-c", "public"]);
+            if json {
+                c.arg("--json");
+            }
+            let o = c.args([silent, oid]).output().unwrap();
+            assert_eq!(o.status.code(), Some(1), "{cmd} {o:?}");
+            o
+        };
+        let j: serde_json::Value = serde_json::from_str(text(&run(true)).trim()).unwrap();
+        assert_eq!(j["oid"], format!(".{oid}"), "{cmd}: {j}");
+        let err = String::from_utf8_lossy(&run(false).stderr).into_owned();
+        assert!(err.starts_with(&format!(".{oid}: ")), "{cmd}: {err}");
+    }
+}
+
 /// An agent that loops within an answer (each GETBULK at `root.N` gets `root.N+1`,
 /// `root.N+2`, `root.N+1`): the rows before the repeated OID are printed, then the walk
 /// fails, exit 1, as snmpwalk's "OID not increasing". (snmpbulkwalk checks only each

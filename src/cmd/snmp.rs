@@ -131,7 +131,8 @@ pub struct Common {
     /// route's.
     #[arg(long = "source", value_name = "ADDR")]
     pub source: Option<std::net::IpAddr>,
-    /// Print one JSON object per line: {"oid","type","value"} or {"oid","error"}.
+    /// Print one JSON object per line: {"oid","type","value"} or {"oid","error"}; OIDs
+    /// as -On prints them, with a leading dot.
     #[arg(long)]
     pub json: bool,
     /// Agent address: IP, IP:PORT or `[IPv6]:PORT` (names are not looked up).
@@ -391,9 +392,24 @@ fn get_and_print(
     Ok(all)
 }
 
+/// The walk's root as the lines print OIDs (net-snmp's `-On`, `get`'s and each row's
+/// form: a leading dot), whether or not it was typed with one; as typed if it is no
+/// OID (its error says so).
+fn dotted(root: &str) -> String {
+    let bare = root.strip_prefix('.').unwrap_or(root);
+    match (root.parse::<Oid>(), bare.parse::<u32>()) {
+        (Ok(oid), _) => oid.to_string(),
+        // A top arc (`2`), which is no OID to parse.
+        (_, Ok(_)) => format!(".{bare}"),
+        _ => root.to_string(),
+    }
+}
+
 fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     let c = &a.common;
     let addr = c.addr()?;
+    // Its errors name it as `get` names its OIDs, and as the rows are printed.
+    let shown = dotted(&a.oid);
     let snmp = SnmpParams {
         version: c.version,
         community: Arc::from(c.community.as_str()),
@@ -439,7 +455,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
             Ok(rows) => crate::config::Indices::from_rows(rows),
             Err(e) if e.downcast_ref::<walker::NotAColumn>().is_some() => return Err(e),
             Err(e) => {
-                print_error(&mut out, c.json, &a.oid, &format!("{e:#}"))?;
+                print_error(&mut out, c.json, &shown, &format!("{e:#}"))?;
                 return Ok(ExitCode::from(1));
             }
         };
@@ -448,7 +464,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
                 Some(m) => format!("no rows whose value matches {m:?}"),
                 None => "no rows".to_string(),
             };
-            print_error(&mut out, c.json, &a.oid, &why)?;
+            print_error(&mut out, c.json, &shown, &why)?;
             return Ok(ExitCode::from(1));
         }
         let indices = rows.to_string();
@@ -477,7 +493,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     if let Err(e) = walked {
         // As snmpwalk: the rows printed so far stay, the error is said (in --json as
         // an object of its own, as `get` gives one), exit 1.
-        print_error(&mut out, c.json, &a.oid, &format!("{e:#}"))?;
+        print_error(&mut out, c.json, &shown, &format!("{e:#}"))?;
         return Ok(ExitCode::from(1));
     }
     if seen == 0 {
