@@ -224,6 +224,21 @@ mod tests {
         }
     }
 
+    /// packaging/README.md names each file setting whose path the daemon writes, and
+    /// must have under the unit's only writable directory: it named `daemon.spool_dir`
+    /// alone, and a `daemon.discovery_file` elsewhere was never saved (each restart
+    /// walked every host again). The trends checkpoint is in the spool.
+    #[test]
+    fn the_packaging_readme_names_every_path_the_daemon_writes() {
+        let text = crate::test_util::doc("packaging/README.md");
+        for key in ["daemon.spool_dir", "daemon.discovery_file"] {
+            assert!(
+                text.contains(&format!("`{key}`")),
+                "packaging/README.md does not name `{key}`"
+            );
+        }
+    }
+
     /// The quick start names the Rust the build needs: Debian 12's own rustc is older
     /// than the workspace's `rust-version`, and "with Rust" sent a fresh machine's
     /// `scripts/lab.sh` into a build that Cargo refuses.
