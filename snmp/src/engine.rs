@@ -184,7 +184,7 @@ pub const RETRY_SILENT_AFTER: u32 = 100;
 /// after a short answer). Later iterations ask them alone from the start and the rest
 /// together, instead of searching again; the item still gets the agent's error each
 /// time. An OID is a culprit until it gets a value (or [`MAX_CULPRITS`] newer ones push
-/// it out).
+/// it out), unless another host at the address found it again in that iteration.
 #[derive(Debug, Clone, Default)]
 pub struct HostMemory {
     max_oids: HashMap<SocketAddr, Learned>,
@@ -1468,6 +1468,7 @@ impl<'j> Iteration<'j> {
     /// Stores what this iteration learned (tooBig / short answers, or clean runs that
     /// let a limit grow again) into `memory`. Call once, after the iteration is done.
     pub fn save_learned(&self, memory: &mut HostMemory) {
+        save_culprits(&self.hosts, self.jobs, memory);
         for (st, job) in self.hosts.iter().zip(self.jobs) {
             if let Some(u) = &st.usm {
                 match &u.engine {
@@ -1481,9 +1482,6 @@ impl<'j> Iteration<'j> {
             }
             if let Some(&salt) = self.salts.get(&job.addr) {
                 memory.salts.insert(job.addr, salt);
-            }
-            if !st.cleared.is_empty() || !st.found.is_empty() {
-                save_culprits(st, job, memory);
             }
             match (st.failed_at, memory.max_oids.get_mut(&job.addr)) {
                 (Some(failed), entry) => {
@@ -1812,30 +1810,47 @@ impl<'j> Iteration<'j> {
     }
 }
 
-/// Saves the culprits of host `st` (polling `job`) to `memory`: the remembered ones
-/// that got a value are forgotten, the ones found (again) are the newest, at most
-/// [`MAX_CULPRITS`] kept. The others (not asked: the host timed out; or OIDs of the
-/// host's other tasks) stay.
-fn save_culprits(st: &HostState, job: &HostJob, memory: &mut HostMemory) {
-    let list = memory.culprits.entry(job.addr).or_default();
-    let oid = |i: &u32| &job.oids[*i as usize];
-    if !st.cleared.is_empty() {
-        list.retain(|o| !st.cleared.iter().map(oid).any(|c| c == o));
-    }
-    for o in st.found.iter().map(oid) {
-        if let Some(k) = list.iter().position(|x| x == o) {
-            // Found again: the newest.
-            let o = list.remove(k);
-            list.push(o);
-        } else {
-            list.push(o.clone());
+/// Saves the culprits of the iteration's `hosts` (polling `jobs`) to `memory`: the
+/// remembered ones that got a value are forgotten, then the ones found (again) are the
+/// newest, at most [`MAX_CULPRITS`] kept per address. The others (not asked: the host
+/// timed out; or OIDs of the host's other tasks) stay.
+///
+/// Every host's values first, every host's finds after: hosts at one address (other
+/// communities, contexts or versions) can differ on an OID, and one host's value for
+/// it must not undo another's find, which the order of the jobs decided (the culprit
+/// was searched out again every other iteration). An OID one host found stays a
+/// culprit; the others ask it alone too, one request, which the search costs at least.
+fn save_culprits(hosts: &[HostState], jobs: &[HostJob], memory: &mut HostMemory) {
+    for (st, job) in hosts.iter().zip(jobs) {
+        if st.cleared.is_empty() {
+            continue;
+        }
+        if let Some(list) = memory.culprits.get_mut(&job.addr) {
+            list.retain(|o| !st.cleared.iter().any(|&c| job.oids[c as usize] == *o));
+            if list.is_empty() {
+                memory.culprits.remove(&job.addr);
+            }
         }
     }
-    if list.len() > MAX_CULPRITS {
-        list.drain(..list.len() - MAX_CULPRITS);
-    }
-    if list.is_empty() {
-        memory.culprits.remove(&job.addr);
+    for (st, job) in hosts.iter().zip(jobs) {
+        if st.found.is_empty() {
+            continue;
+        }
+        let list = memory.culprits.entry(job.addr).or_default();
+        for &i in &st.found {
+            let o = &job.oids[i as usize];
+            match list.iter().position(|x| x == o) {
+                // Found again: the newest.
+                Some(k) => {
+                    let o = list.remove(k);
+                    list.push(o);
+                }
+                None => list.push(o.clone()),
+            }
+        }
+        if list.len() > MAX_CULPRITS {
+            list.drain(..list.len() - MAX_CULPRITS);
+        }
     }
 }
 

@@ -1465,6 +1465,35 @@ fn a_culprit_that_gets_a_value_is_asked_with_the_others_again() {
 }
 
 #[test]
+fn a_culprit_one_host_finds_is_kept_whatever_another_host_at_its_address_gets() {
+    // Two hosts at one address asking the same OID (here v1, which the agent answers
+    // noSuchName, and v2c, noSuchObject: a value; as a community or context can differ
+    // in what it shows). The v1 host's culprit stays known, in either order of the
+    // jobs: the v2c host's value for it cleared it every other iteration (when its job
+    // came after), and the v1 host searched it out again.
+    let (mut a, oids) = agent_with(10);
+    let bad = oid(&oids[2]);
+    a.values.remove(&bad);
+    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
+    let mut v1 = job(1, &refs);
+    v1.version = Version::V1;
+    let v2c = job(1, &refs);
+    for jobs in [[v1.clone(), v2c.clone()], [v2c, v1]] {
+        let mut agents = HashMap::from([(addr(1), a.clone())]);
+        let mut memory = HostMemory::default();
+        for i in 0..4 {
+            let out = iterate(&jobs, &mut agents, memory);
+            memory = out.memory;
+            assert_eq!(
+                memory.culprits(&addr(1)),
+                std::slice::from_ref(&bad),
+                "iteration {i}"
+            );
+        }
+    }
+}
+
+#[test]
 fn culprits_are_kept_while_their_host_times_out_and_bounded() {
     // A host that goes silent says nothing of its culprits: kept.
     let (mut a, oids) = agent_with(40);
