@@ -363,6 +363,25 @@ pub fn plan_rows(
     settled
 }
 
+/// [`plan_rows`] round after round until every pending host's rule is settled, for a
+/// plan made once that holds no polling thread (a start, `poll-once`): the round's
+/// bound on plans keeps the daemon's thread free, not these. Returns the host's rules
+/// refused (each round settles one at least).
+pub fn plan_all_rows(
+    applied: &mut Found,
+    found: &mut Found,
+    mut try_plan: impl FnMut(&Found) -> Result<(), crate::config::ConfigErrors>,
+) -> Vec<Refused> {
+    let mut refused = Vec::new();
+    loop {
+        let settled = plan_rows(applied, found, &mut try_plan);
+        refused.extend(settled.refused);
+        if settled.untried == 0 {
+            return refused;
+        }
+    }
+}
+
 /// Gives `to` the rows `from` has for `key`'s host and rule (none if it has none).
 fn set_as(to: &mut Found, from: &Found, (host, rule): &RuleOf) {
     match from.rows(host, rule) {

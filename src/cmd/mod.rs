@@ -84,15 +84,12 @@ impl PlanArgs {
                     // keep out the other hosts' rows: those of the host rules refused
                     // are left out ([`crate::discovery::plan_rows`]).
                     let (mut taken, mut saved) = (Found::default(), saved);
-                    let settled = crate::discovery::plan_rows(&mut taken, &mut saved, |rows| {
+                    let refused = crate::discovery::plan_all_rows(&mut taken, &mut saved, |rows| {
                         cfg = config::parse_text(&self.config, &text, rows)?;
                         Ok(())
                     });
-                    for r in &settled.refused {
+                    for r in &refused {
                         tracing::warn!(file = %file.display(), host = %r.host, rule = %r.rule, "discovery: the rows saved before for this host are refused with the configuration, so not used (it is walked again):\n{}", r.why);
-                    }
-                    if settled.untried > 0 {
-                        tracing::warn!(file = %file.display(), untried = settled.untried, "discovery: rows saved before not tried with the configuration, so not used (their hosts are walked again)");
                     }
                     taken
                 }
@@ -300,18 +297,22 @@ pub const EXTRA_SNMP_DRIVERS: usize = 3;
 mod tests {
     use super::*;
 
-    /// A start whose saved rows of one host take the file past the loader's item
-    /// limit leaves out that host's rows only: the other hosts' saved rows are planned
-    /// at once (all of them were dropped, each host waiting for its walk).
-    #[test]
-    fn a_start_leaves_out_the_saved_rows_of_a_refused_host_only() {
+    /// Starts with the file of `one_host_past_the_item_limit` and `extra` hosts of its
+    /// template, after a run saved the discovered rows `saved`: what the start planned,
+    /// and its log.
+    fn start_with_saved(extra: &[(&str, &str)], saved: &[(&str, &str, &str)]) -> (Loaded, String) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("netpoller.toml");
         let daemon = format!(
             "discovery_file = \"{}/discovered.json\"",
             dir.path().display()
         );
-        let text = crate::test_util::one_host_past_the_item_limit(&daemon);
+        let mut text = crate::test_util::one_host_past_the_item_limit(&daemon);
+        for (name, ip) in extra {
+            text.push_str(&format!(
+                "[[hosts]]\nname = \"{name}\"\nip = \"{ip}\"\ntemplates = [\"t\"]\nsnmp = {{ community = \"public\" }}\n"
+            ));
+        }
         std::fs::write(&path, text).unwrap();
         let args = PlanArgs {
             config: path,
@@ -324,7 +325,7 @@ mod tests {
             .unwrap()
             .cfg
             .discovery;
-        let saved = crate::test_util::found(&[("big", "if", "1-65536"), ("small", "if", "1-3")]);
+        let saved = crate::test_util::found(saved);
         let file = dir.path().join("discovered.json");
         crate::discovery::write_file(&file, &saved, &targets).unwrap();
         let log = crate::test_util::SharedBuf::default();
@@ -335,13 +336,40 @@ mod tests {
         let loaded = tracing::subscriber::with_default(sub, || args.load(None))
             .unwrap()
             .unwrap_or_else(|e| panic!("{e}"));
+        (loaded, log.text())
+    }
+
+    /// A start whose saved rows of one host take the file past the loader's item
+    /// limit leaves out that host's rows only: the other hosts' saved rows are planned
+    /// at once (all of them were dropped, each host waiting for its walk).
+    #[test]
+    fn a_start_leaves_out_the_saved_rows_of_a_refused_host_only() {
+        let saved = [("big", "if", "1-65536"), ("small", "if", "1-3")];
+        let (loaded, text) = start_with_saved(&[], &saved);
         assert_eq!(loaded.plan.items.len(), 129 * 3);
         let want = crate::test_util::found(&[("small", "if", "1-3")]);
         assert_eq!(loaded.found, want);
-        let text = log.text();
         assert!(
             text.contains("past the") && text.contains("host=big rule=if"),
             "{text}"
         );
+    }
+
+    /// Many hosts' saved rows refused at a start: the others' are planned however many
+    /// plans it takes to single the refused ones out (a round of the daemon's re-plan
+    /// stops after a few, and left the rest, here `small`'s rows, out until a walk).
+    #[test]
+    fn a_start_plans_the_saved_rows_of_every_host_not_refused() {
+        let names: Vec<(String, String)> = (1..=8)
+            .map(|i| (format!("a{i}"), format!("127.0.51.{}", 10 + i)))
+            .collect();
+        let extra: Vec<(&str, &str)> = names.iter().map(|(n, ip)| (&n[..], &ip[..])).collect();
+        let mut saved: Vec<(&str, &str, &str)> =
+            extra.iter().map(|(h, _)| (*h, "if", "1-65536")).collect();
+        saved.extend([("big", "if", "1-65536"), ("small", "if", "1-3")]);
+        let (loaded, _) = start_with_saved(&extra, &saved);
+        let want = crate::test_util::found(&[("small", "if", "1-3")]);
+        assert_eq!(loaded.found, want);
+        assert_eq!(loaded.plan.items.len(), 129 * 3);
     }
 }

@@ -174,22 +174,12 @@ fn plan_found(
     mut applied: crate::config::Found,
     mut found: crate::config::Found,
 ) -> Result<(super::Loaded, Vec<Refused>), crate::config::ConfigErrors> {
-    let mut refused = Vec::new();
     // The config of the last rows taken (`applied`): planned once, below.
     let mut cfg = None;
-    loop {
-        let settled = crate::discovery::plan_rows(&mut applied, &mut found, |rows| {
-            cfg = Some(crate::config::parse_text(&args.config, &text, rows)?);
-            Ok(())
-        });
-        refused.extend(settled.refused);
-        // A round plans a bounded number of times (the daemon's thread is not held);
-        // each settles one host's rule at least, so this one-shot command goes on
-        // until every one is.
-        if settled.untried == 0 {
-            break;
-        }
-    }
+    let refused = crate::discovery::plan_all_rows(&mut applied, &mut found, |rows| {
+        cfg = Some(crate::config::parse_text(&args.config, &text, rows)?);
+        Ok(())
+    });
     let loaded = match cfg {
         Some(cfg) => args.plan(cfg, text, applied),
         // Nothing taken: the rows it was loaded with.
