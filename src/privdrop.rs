@@ -7,7 +7,8 @@
 //! 3. shrink the bounding set to what is kept (best effort: needs CAP_SETPCAP);
 //! 4. `setgroups([])`, `setresgid(gid)`, `setresuid(uid)` (all of real/effective/saved, so
 //!    root cannot be regained), skipped when the process already runs as that user
-//!    (e.g. systemd `User=` + `AmbientCapabilities=CAP_NET_RAW`);
+//!    (e.g. systemd `User=` + `AmbientCapabilities=CAP_NET_RAW`, whose `initgroups`
+//!    lists the primary group as the only supplementary one: no extra group);
 //! 5. `capset`: effective = permitted = {CAP_NET_RAW} or {}, inheritable = {}; the
 //!    ambient set is cleared (the daemon never executes programs, and children must not
 //!    inherit raw-socket rights);
@@ -135,7 +136,8 @@ pub fn drop_privileges(user: &str, keep_net_raw: bool) -> anyhow::Result<()> {
             before.permitted
         );
     }
-    let switch = before.uids != [uid; 4] || before.gids != [gid; 4] || !before.groups.is_empty();
+    let switch =
+        before.uids != [uid; 4] || before.gids != [gid; 4] || other_groups(&before.groups, gid);
 
     // SAFETY (all blocks below): plain syscalls on integers / valid pointers to locals.
     prctl(libc::PR_SET_KEEPCAPS, 1).context("prctl(PR_SET_KEEPCAPS, 1)")?;
@@ -200,7 +202,7 @@ fn verify(uid: u32, gid: u32, keep: u64) -> anyhow::Result<()> {
     if now.gids != [gid; 4] {
         bail!("gids are {:?}, expected {gid}", now.gids);
     }
-    if !now.groups.is_empty() {
+    if other_groups(&now.groups, gid) {
         bail!("supplementary groups {:?} remain", now.groups);
     }
     if now.effective != keep || now.permitted != keep {
@@ -224,6 +226,14 @@ fn verify(uid: u32, gid: u32, keep: u64) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Whether `groups` (supplementary) grant anything beyond the primary group `gid`. A
+/// process started as the user by `initgroups` (systemd's `User=`, login, su) lists its
+/// primary group there too: that is no extra group, and without CAP_SETGID it could not
+/// be cleared anyway.
+fn other_groups(groups: &[u32], gid: u32) -> bool {
+    groups.iter().any(|&g| g != gid)
 }
 
 /// `(uid, primary gid)` of `user`, via `getpwnam_r` (NSS: files, LDAP, systemd's dynamic
@@ -550,6 +560,36 @@ mod tests {
         assert_eq!(raw_icmp().unwrap_err().raw_os_error(), Some(libc::EPERM));
         // ... but the descriptor opened while privileged keeps working.
         echo_loopback(&opened, 0x5e03);
+        println!("{CHILD_OK}");
+    }
+
+    /// systemd's `User=nobody` + `AmbientCapabilities=CAP_NET_RAW` starts the process
+    /// with `initgroups("nobody", gid)`: its primary group is its one supplementary group,
+    /// which it cannot clear (no CAP_SETGID). That is the user already, nothing to
+    /// switch: `daemon.user = "nobody"` there was refused with `setgroups([]) failed`.
+    #[test]
+    fn already_the_user_with_its_primary_group_as_supplementary_group() {
+        if !in_child(
+            "already_the_user_with_its_primary_group_as_supplementary_group",
+            "initgroups",
+        ) {
+            return;
+        }
+        let (uid, gid) = expected_nobody();
+        // The state systemd sets up: ids of nobody, groups [gid], CAP_NET_RAW only.
+        // SAFETY: plain syscalls on integers and a pointer to a local.
+        unsafe {
+            assert_eq!(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0), 0);
+            assert_eq!(libc::setgroups(1, &gid), 0);
+            assert_eq!(libc::setresgid(gid, gid, gid), 0);
+            assert_eq!(libc::setresuid(uid, uid, uid), 0);
+        }
+        capset(1 << CAP_NET_RAW, 1 << CAP_NET_RAW, 0).unwrap();
+        assert_eq!(current_caps().unwrap().groups, [gid]);
+        drop_privileges("nobody", true).unwrap();
+        let c = current_caps().unwrap();
+        assert_eq!((c.uids, c.gids), ([uid; 4], [gid; 4]));
+        assert_eq!((c.effective, c.permitted), (1 << 13, 1 << 13));
         println!("{CHILD_OK}");
     }
 
