@@ -263,14 +263,21 @@ pub(crate) fn respond(
     }
 }
 
-/// Index just past the blank line ending the head (`\r\n\r\n`, or bare `\n\n`).
+/// Index just past the blank line ending the head. Lines end with LF, a CR before it
+/// ignored (RFC 9112 2.2, as the request line is read in [`route`]): so `\r\n\r\n`,
+/// `\n\n`, and the mixed `\r\n\n` of `echo -e 'GET /metrics HTTP/1.0\r\n' | nc`
+/// or `\n\r\n` all end it.
 fn head_end(buf: &[u8]) -> Option<usize> {
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    let mut line_start = 0;
+    for (i, &b) in buf.iter().enumerate() {
+        if b == b'\n' {
+            if matches!(&buf[line_start..i], b"" | b"\r") {
+                return Some(i + 1);
+            }
+            line_start = i + 1;
+        }
     }
+    None
 }
 
 fn route(head: &[u8], render: &RenderFn, health: &HealthFn) -> Vec<u8> {
@@ -618,6 +625,34 @@ mod tests {
         }
         srv.stop.send(true).unwrap();
         srv.task.await.unwrap();
+    }
+
+    /// A head whose lines end in LF, some with a CR before it, ends at its first empty
+    /// line: `echo -e 'GET /metrics HTTP/1.0\r\n' | nc` sends `\r\n\n`, which was
+    /// never taken for the end, so the client got no answer (or a 408 after 5 s).
+    #[test]
+    fn a_head_with_mixed_line_ends_is_complete_at_its_empty_line() {
+        let render: RenderFn = Arc::new(|| "up 1\n".to_string());
+        let health: HealthFn = Arc::new(|| Ok("ok".into()));
+        for (req, status) in [
+            ("GET /metrics HTTP/1.0\r\n\n", 200),
+            ("GET /metrics HTTP/1.1\nHost: x\n\r\n", 200),
+            ("GET /healthz HTTP/1.1\r\nHost: x\r\n\n", 200),
+            ("GET /nothing HTTP/1.1\r\n\n", 404),
+            ("GET /metrics HTTP/1.1\r\n\r\n", 200),
+            ("GET /metrics HTTP/1.1\n\n", 200),
+        ] {
+            let resp = respond(req.as_bytes(), MAX_REQUEST_BYTES, &render, &health);
+            let resp = resp.unwrap_or_else(|| panic!("{req:?} taken for an incomplete head"));
+            assert_eq!(parse(&resp).0, status, "{req:?}");
+        }
+        // Still incomplete: no empty line yet (a CR alone does not end a line).
+        for req in [
+            "GET /metrics HTTP/1.1\r\n",
+            "GET /metrics HTTP/1.1\r\nHost: x\r\r",
+        ] {
+            assert!(respond(req.as_bytes(), MAX_REQUEST_BYTES, &render, &health).is_none());
+        }
     }
 
     /// RFC 9112 3.2.2: a server must accept the absolute form (clients that take the
