@@ -12,7 +12,8 @@
 //!   exhaust memory or descriptors. When they are all taken, a new connection closes
 //!   the oldest one open for at least [`MIN_AGE`] (100 ms: a scrape is answered
 //!   sooner) and takes its place; when every one is younger, it gets `503` at once
-//!   and is closed. So idle or slow connections (a client that sends nothing, or
+//!   and is closed (at most [`MAX_CONNECTIONS`] of those at once as well; more are
+//!   closed unanswered). So idle or slow connections (a client that sends nothing, or
 //!   reads nothing) cannot keep scrapes out: to do so, they would have to be
 //!   replaced faster than a scrape is answered (each connection is its own task, so a slow
 //!   client never blocks another either).
@@ -125,6 +126,7 @@ async fn serve_with(
     limits: Limits,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let refusals = Arc::new(Semaphore::new(limits.max_connections));
     let mut conns = JoinSet::new();
     // The connections let in, oldest first, with what closes each (an entry whose
     // task has ended holds the only reference left, and is pruned).
@@ -166,8 +168,17 @@ async fn serve_with(
                     };
                     let (render, health, slots) = (render.clone(), health.clone(), slots.clone());
                     let Some(permit) = admitted else {
+                        // A 503 lingers too (see `finish`), holding its descriptor: as many
+                        // at once as connections served, so that a flood of connects
+                        // cannot take every descriptor the daemon has (its sockets, spool
+                        // files, ClickHouse connections); past that, closed unanswered.
+                        let Ok(refusing) = refusals.clone().try_acquire_owned() else {
+                            tracing::debug!(%peer, "metrics endpoint flooded: connection closed");
+                            continue;
+                        };
                         tracing::debug!(%peer, "metrics endpoint busy: connection refused with 503");
                         conns.spawn(async move {
+                            let _refusing = refusing;
                             let resp = response(503, TEXT_CONTENT_TYPE, "too many connections\n", false);
                             finish(stream, &resp, limits).await;
                         });
@@ -586,6 +597,41 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(get(srv.addr, "/metrics").await.0, 200);
+        srv.stop.send(true).unwrap();
+        srv.task.await.unwrap();
+    }
+
+    /// The 503s are bounded too: each lingers after its answer (up to `linger`, here
+    /// while the client keeps its end open), and a flood of connects when every slot was
+    /// young held one descriptor per connect for up to 500 ms: 2,000 connects/s took the
+    /// 1,024 a daemon started without the unit's LimitNOFILE may have.
+    #[tokio::test]
+    async fn refusals_are_bounded_like_the_connections_served() {
+        let limits = Limits {
+            max_connections: 1,
+            read_timeout: Duration::from_secs(30),
+            min_age: Duration::from_secs(60),
+            linger: Duration::from_secs(30),
+            ..Limits::default()
+        };
+        let srv = start(limits).await;
+        // Accepted first (connections are accepted in order), it takes the one slot.
+        let _held = TcpStream::connect(srv.addr).await.unwrap();
+        // Each client reads the answer to its connect and keeps its end open, as a flood
+        // that never closes would: the server's refusal lingers on it.
+        let mut answers = Vec::new();
+        let mut kept = Vec::new();
+        for _ in 0..3 {
+            let mut s = TcpStream::connect(srv.addr).await.unwrap();
+            let mut resp = Vec::new();
+            timeout(Duration::from_secs(10), s.read_to_end(&mut resp))
+                .await
+                .expect("answered or closed")
+                .unwrap();
+            answers.push(if resp.is_empty() { 0 } else { parse(&resp).0 });
+            kept.push(s);
+        }
+        assert_eq!(answers, [503, 0, 0]);
         srv.stop.send(true).unwrap();
         srv.task.await.unwrap();
     }
