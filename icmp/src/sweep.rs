@@ -900,12 +900,31 @@ impl Sweep {
     }
 
     /// Reports that the probe `token` could not be sent: it counts as sent and lost
-    /// (a retrying job's next probe leaves when its timeout would have run out).
+    /// (a retrying job's next probe leaves when its timeout would have run out). A probe
+    /// whose timeout ran out before the kernel refused it (one the caller kept retrying)
+    /// was lost already: it only counts as a send error.
     pub fn on_send_error(&mut self, token: ProbeToken) {
         if let Some(sent) = self.take(token.job, token.packet) {
             self.counters.send_errors += 1;
             self.resolve(token.job as usize, Some(sent));
+        } else if matches!(self.probe(token), Some(Probe::Lost(_))) {
+            self.counters.send_errors += 1;
         }
+    }
+
+    /// Whether probe `token` is still in flight: handed out, neither answered nor
+    /// failed, and its timeout not yet handled as run out ([`Self::handle_timeout`]).
+    /// A caller that retries a probe the kernel could not take yet (a full buffer or
+    /// device queue) retries it only while it can still count.
+    pub fn is_in_flight(&self, token: ProbeToken) -> bool {
+        matches!(self.probe(token), Some(Probe::InFlight(_)))
+    }
+
+    fn probe(&self, token: ProbeToken) -> Option<Probe> {
+        let st = self.jobs.get(token.job as usize)?;
+        self.probes
+            .get((st.probe_base + token.packet) as usize)
+            .copied()
     }
 
     /// A probe of job `j` is out of flight: answered (`lost` = `None`), or lost, sent at

@@ -844,6 +844,17 @@ impl SendBatch {
     /// A probe the kernel refuses for any other reason is reported to the sweep as a
     /// send error (it counts as sent and lost).
     fn flush(&mut self, v4: Option<RawFd>, v6: Option<RawFd>, sweep: &mut Sweep) -> (usize, bool) {
+        self.flush_with(v4, v6, sweep, sendmmsg)
+    }
+
+    /// [`Self::flush`], sending with `send` (`sendmmsg`; a test's stand-in).
+    fn flush_with(
+        &mut self,
+        v4: Option<RawFd>,
+        v6: Option<RawFd>,
+        sweep: &mut Sweep,
+        mut send: impl FnMut(RawFd, &mut [libc::mmsghdr]) -> io::Result<usize>,
+    ) -> (usize, bool) {
         let mut sent = 0;
         let mut blocked = false;
         while self.head < self.items.len() {
@@ -871,40 +882,37 @@ impl SendBatch {
                 msgs[k].msg_hdr.msg_iovlen = 1;
             }
             let before = Instant::now();
-            // SAFETY: msgs[..run] point into self.data and self.items, alive and unmoved
-            // for the duration of the call; the kernel only reads them.
-            let r = unsafe {
-                libc::sendmmsg(
-                    fd,
-                    msgs.as_mut_ptr(),
-                    run as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if r > 0 {
-                // Each probe left during the call, in order: the k-th of r no sooner
-                // than k/r of the way through. Counting its RTT from when it was handed
-                // out added the building of the batch and the sending of the probes
-                // ahead of it (fping reads the clock before each sendto).
-                let (r, took) = (r as usize, before.elapsed());
-                for (k, item) in (0u32..).zip(&self.items[self.head..self.head + r]) {
-                    sweep.sent_at(item.3, before + took * k / r as u32);
+            // msgs[..run] point into self.data and self.items, alive and unmoved for the
+            // duration of the call; the kernel only reads them.
+            let e = match send(fd, &mut msgs[..run]) {
+                Ok(r) if r > 0 => {
+                    // Each probe left during the call, in order: the k-th of r no sooner
+                    // than k/r of the way through. Counting its RTT from when it was
+                    // handed out added the building of the batch and the sending of the
+                    // probes ahead of it (fping reads the clock before each sendto).
+                    let (r, took) = (r.min(run), before.elapsed());
+                    for (k, item) in (0u32..).zip(&self.items[self.head..self.head + r]) {
+                        sweep.sent_at(item.3, before + took * k / r as u32);
+                    }
+                    self.head += r;
+                    sent += r;
+                    continue;
                 }
-                self.head += r;
-                sent += r;
-                continue;
-            }
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ENOBUFS) {
-                // A full device queue, not a bad probe: retry after a short pause.
+                Ok(_) => io::Error::from(io::ErrorKind::WriteZero),
+                Err(e) => e,
+            };
+            // A full device queue (ENOBUFS) or socket buffer, not a bad probe: retry
+            // after a short pause, but only while the probe can still count. ENOBUFS
+            // is also what a lasting drop returns (a `tc` egress filter's), and
+            // retrying such a probe for ever held every probe behind it: the sweep
+            // never ended. Once its timeout ran out it is a send error, and the rest go.
+            let full =
+                e.raw_os_error() == Some(libc::ENOBUFS) || e.kind() == io::ErrorKind::WouldBlock;
+            if full && sweep.is_in_flight(self.items[self.head].3) {
                 blocked = true;
                 break;
             }
             match e.kind() {
-                io::ErrorKind::WouldBlock => {
-                    blocked = true;
-                    break;
-                }
                 io::ErrorKind::Interrupted => {}
                 _ => {
                     let (_, _, addr, token) = &self.items[self.head];
@@ -925,6 +933,22 @@ impl SendBatch {
         }
         (sent, blocked)
     }
+}
+
+/// `sendmmsg` of `msgs` on `fd`, without blocking: how many were sent. Only for
+/// [`SendBatch::flush_with`], whose messages point at its own live buffers.
+fn sendmmsg(fd: RawFd, msgs: &mut [libc::mmsghdr]) -> io::Result<usize> {
+    // SAFETY: flush_with's msgs point into its data and items, alive and unmoved for the
+    // call, with the lengths they state; the kernel only reads them.
+    let r = unsafe {
+        libc::sendmmsg(
+            fd,
+            msgs.as_mut_ptr(),
+            msgs.len() as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    usize::try_from(r).map_err(|_| io::Error::last_os_error())
 }
 
 fn emit<F: FnMut(usize, &PingStats)>(
@@ -1238,6 +1262,59 @@ mod tests {
         );
         assert_eq!(received_at(now, wall, Some(wall - ms(10_001)), None), now);
         assert_eq!(received_at(now, wall, None, empty), now);
+    }
+
+    /// A probe the kernel keeps refusing with ENOBUFS (what a `tc` egress filter's drop
+    /// returns; a full device queue returns it too, for a while) is retried only while
+    /// its timeout has not run out: then it is a send error and the probes behind it
+    /// go. It was retried for ever, holding every later probe: a sweep of more hosts
+    /// than one send turn never ended. No socket: a stand-in for `sendmmsg`.
+    #[test]
+    fn a_probe_refused_with_enobufs_for_good_does_not_hold_the_sweep() {
+        let t0 = Instant::now();
+        let dropped = Ipv4Addr::new(127, 0, 62, 1);
+        let jobs: Vec<PingJob> = [dropped, Ipv4Addr::new(127, 0, 62, 2)]
+            .into_iter()
+            .map(|a| PingJob {
+                addr: IpAddr::V4(a),
+                packets: 1,
+                interval: Duration::from_millis(20),
+                size: 56,
+                timeout: Duration::from_millis(100),
+                retry: None,
+            })
+            .collect();
+        let cfg = SweepConfig {
+            max_pps: 0,
+            ..SweepConfig::new(TagKey([1, 2]))
+        };
+        let mut sweep = Sweep::new(jobs, cfg, t0).unwrap();
+        let mut batch = SendBatch::default();
+        while let Some(tx) = sweep.poll_transmit(t0) {
+            batch.push(&tx);
+        }
+        // Refuses every run that starts with a probe to `dropped`; sends any other.
+        let mut send = |_: RawFd, msgs: &mut [libc::mmsghdr]| {
+            // SAFETY: flush points msg_name at the probe's sockaddr_in.
+            let to = unsafe { &*msgs[0].msg_hdr.msg_name.cast::<libc::sockaddr_in>() };
+            if Ipv4Addr::from(u32::from_be(to.sin_addr.s_addr)) == dropped {
+                return Err(io::Error::from_raw_os_error(libc::ENOBUFS));
+            }
+            Ok(msgs.len())
+        };
+        let (v4, v6) = (Some(0), None);
+        // Within its timeout: retried later, nothing sent past it.
+        assert_eq!(batch.flush_with(v4, v6, &mut sweep, &mut send), (0, true));
+        sweep.handle_timeout(t0 + Duration::from_millis(50));
+        assert_eq!(batch.flush_with(v4, v6, &mut sweep, &mut send), (0, true));
+        // Its timeout ran out: a send error, and the probe behind it leaves.
+        sweep.handle_timeout(t0 + Duration::from_millis(100));
+        assert_eq!(batch.flush_with(v4, v6, &mut sweep, &mut send), (1, false));
+        assert!(batch.items.is_empty());
+        assert_eq!(sweep.counters().send_errors, 1);
+        let (to, error) = batch.first_error.expect("the refusal is reported");
+        assert_eq!(to, IpAddr::V4(dropped));
+        assert!(error.contains("buffer"), "{error}");
     }
 
     /// A probe's RTT counts from when it left, not from when the batch it went in began
