@@ -874,7 +874,7 @@ fn a_small_receive_buffer_holds_every_reply_of_a_send_turn() {
 fn replies_the_kernel_drops_for_a_full_buffer_are_counted() {
     // A 4 KiB receive buffer and 1,000-byte replies: even 8 probes per read overflow it.
     // The replies the kernel dropped read as lost; the report counts them
-    // (`SO_RXQ_OVFL`), which is what tells an operator the hosts did answer.
+    // (`SO_MEMINFO`), which is what tells an operator the hosts did answer.
     let ((report, alive), _) = big_replies_behind_tun(4096, 256, 500);
     assert!(report.receive_drops > 0, "{alive} alive: {report:?}");
     assert!(

@@ -96,7 +96,8 @@ pub struct EngineMetrics {
     /// ...): counted as sent and lost, as fping counts them, and counted here so that a
     /// local fault is not mistaken for hosts going down.
     pub icmp_send_errors: Counter,
-    /// ICMP only: replies the kernel dropped for a full receive buffer (`SO_RXQ_OVFL`).
+    /// ICMP only: replies the kernel dropped for a full receive buffer during sweeps
+    /// (`SO_MEMINFO`).
     pub icmp_receive_drops: Counter,
     /// SNMP only: SNMPv3 engine discoveries sent, and Reports to requests by kind
     /// ([`snmp::v3::ReportKind::index`]).
@@ -962,7 +963,9 @@ pub struct SnmpDrivers {
 
 enum Slot {
     Icmp(IcmpDriver),
-    Snmp(SnmpDriver),
+    // Boxed: a slot moves through the pool channel every iteration, at the size of its
+    // largest variant.
+    Snmp(Box<SnmpDriver>),
 }
 
 /// An iteration of the engine panicked (a bug): its driver and the items it had taken
@@ -989,7 +992,10 @@ pub async fn run_engine(
     let (slots, mut extras) = match drivers {
         Drivers::Icmp(v) => (v.into_iter().map(Slot::Icmp).collect::<Vec<_>>(), None),
         Drivers::Snmp(d) => (
-            d.base.into_iter().map(Slot::Snmp).collect(),
+            d.base
+                .into_iter()
+                .map(|d| Slot::Snmp(Box::new(d)))
+                .collect(),
             (d.extra > 0).then(|| Extras {
                 idle: Vec::new(),
                 opened: 0,
@@ -1257,7 +1263,7 @@ impl Extras {
                 );
                 emitters.push(Emitter::new(self.tx.clone(), shared.pipeline.clone()));
                 shared.metrics(Engine::Snmp).snmp_extra_drivers.add(1);
-                Some(Slot::Snmp(d))
+                Some(Slot::Snmp(Box::new(d)))
             }
             Err(e) => {
                 // Not again: the base drivers go on alone.

@@ -224,9 +224,10 @@ pub struct SweepReport {
     /// The first probe the kernel refused to send (`counters.send_errors` counts them
     /// all): target and error. Such probes count as sent and lost, as fping counts them.
     pub first_send_error: Option<(IpAddr, String)>,
-    /// Datagrams the kernel dropped because a socket's receive buffer was full
-    /// (`SO_RXQ_OVFL`), as far as the replies read in this sweep tell: replies that read
-    /// as lost though they came.
+    /// Datagrams the kernel dropped during the sweep because a socket's receive buffer
+    /// was full (the sockets' drop counts, `SO_MEMINFO`, at its start and end): replies
+    /// that read as lost though they came, and other ICMP that reached a full socket
+    /// (Linux 6.x counts even what the socket's filters would have dropped).
     pub receive_drops: u64,
 }
 
@@ -247,9 +248,6 @@ pub struct IcmpDriver {
     /// The send rate (`None` = unpaced): this driver's own, or one shared with other
     /// drivers (see [`Self::share_pacer`]). Sweeps themselves run unpaced.
     pacer: Option<std::sync::Arc<SharedPacer>>,
-    /// Per socket (v4, v6): the kernel's count of datagrams it dropped on it, as the
-    /// last reply read carried it (`SO_RXQ_OVFL`, cumulative).
-    rx_drops: [u32; 2],
 }
 
 #[derive(Debug)]
@@ -325,10 +323,6 @@ fn configure(
         &1 as &libc::c_int,
     ) {
         tracing::debug!(error = %e, "SO_TIMESTAMPNS unavailable; RTTs use read time");
-    }
-    // Each datagram then carries the socket's count of drops for a full buffer.
-    if let Err(e) = setsockopt(fd, libc::SOL_SOCKET, libc::SO_RXQ_OVFL, &1 as &libc::c_int) {
-        tracing::debug!(error = %e, "SO_RXQ_OVFL unavailable; receive drops are not counted");
     }
     if kind == SocketKind::Raw {
         if v6 {
@@ -425,7 +419,6 @@ impl IcmpDriver {
             df: None,
             armed: None,
             pacer: SharedPacer::shared(opts.max_pps, SEND_BURST),
-            rx_drops: [0; 2],
         };
         // Armed from the start: replies to other drivers must not queue up on this
         // socket before its first sweep.
@@ -624,17 +617,20 @@ impl IcmpDriver {
 
         // Per socket (v4, v6): when its queue was last found empty.
         let mut empty_since: [Option<Instant>; 2] = [None, None];
-        let drops_before = self.rx_drops;
+        // The kernel's counts of drops, read at the start and the end: drops before the
+        // sweep (nobody reads the sockets between sweeps, and other pingers' replies
+        // can fill them) are not the sweep's, and those after the last reply it read
+        // are (a count each datagram carries, SO_RXQ_OVFL, missed them and counted
+        // the former with the sweep's first reply).
+        let drops_before = rx_fds.map(|fd| fd.and_then(socket_drops));
         let mut timeouts = crate::sockets::TimeoutGate::default();
         loop {
             let woke = Instant::now();
             // 1. Receive first: replies already queued must never wait for our sends.
             let mut cut = false;
-            for ((fd, empty), drops) in rx_fds.iter().zip(&mut empty_since).zip(&mut self.rx_drops)
-            {
+            for (fd, empty) in rx_fds.iter().zip(&mut empty_since) {
                 if let Some(fd) = fd {
-                    let at = Marks { empty, drops };
-                    let n = drain(*fd, &mut rx, &mut sweep, &mut report.recv_errors, at);
+                    let n = drain(*fd, &mut rx, &mut sweep, &mut report.recv_errors, empty);
                     cut |= n >= RECV_TURN;
                 }
             }
@@ -747,8 +743,9 @@ impl IcmpDriver {
         report.wall = start.elapsed();
         report.receive_drops = drops_before
             .iter()
-            .zip(&self.rx_drops)
-            .map(|(a, b)| u64::from(b.wrapping_sub(*a)))
+            .zip(rx_fds)
+            .filter_map(|(a, fd)| Some(socket_drops(fd?)?.wrapping_sub((*a)?)))
+            .map(u64::from)
             .sum();
         // Between sweeps, let nothing but the next sweep's replies queue up.
         self.arm_ident_filter(self.next_ident());
@@ -1007,42 +1004,46 @@ const CMSG_LEN: usize = 64;
 #[repr(C, align(8))]
 struct CmsgBuf([u8; CMSG_LEN]);
 
-/// The `SCM_TIMESTAMPNS` of a received message, as time since the Unix epoch.
-/// A received datagram's kernel timestamp (`SO_TIMESTAMPNS`) and its socket's count of
-/// drops for a full buffer (`SO_RXQ_OVFL`), where present.
-fn rx_meta(hdr: &libc::msghdr) -> (Option<Duration>, Option<u32>) {
-    let (mut ts, mut drops) = (None, None);
+/// The `SCM_TIMESTAMPNS` of a received message (`SO_TIMESTAMPNS`), as time since the
+/// Unix epoch, where present.
+fn rx_meta(hdr: &libc::msghdr) -> Option<Duration> {
+    let mut ts = None;
     // SAFETY: hdr's control buffer was filled by recvmmsg and msg_controllen says how
     // much of it is valid; the CMSG_* macros stay within it.
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(hdr);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET {
-                match (*c).cmsg_type {
-                    libc::SO_TIMESTAMPNS => {
-                        let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                        ts = u64::try_from(t.tv_sec)
-                            .ok()
-                            .zip(u32::try_from(t.tv_nsec).ok().filter(|n| *n < 1_000_000_000));
-                    }
-                    libc::SO_RXQ_OVFL => {
-                        drops = Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<u32>()));
-                    }
-                    _ => {}
-                }
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SO_TIMESTAMPNS {
+                let t: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                ts = u64::try_from(t.tv_sec)
+                    .ok()
+                    .zip(u32::try_from(t.tv_nsec).ok().filter(|n| *n < 1_000_000_000));
             }
             c = libc::CMSG_NXTHDR(hdr, c);
         }
     }
-    (ts.map(|(s, n)| Duration::new(s, n)), drops)
+    ts.map(|(s, n)| Duration::new(s, n))
 }
 
-/// What [`drain`] keeps up to date for its socket.
-struct Marks<'a> {
-    /// When the socket's queue was last found empty.
-    empty: &'a mut Option<Instant>,
-    /// The kernel's count of drops on it, as the last datagram read carried it.
-    drops: &'a mut u32,
+/// The kernel's count of datagrams socket `fd` dropped (`SO_MEMINFO`'s
+/// `SK_MEMINFO_DROPS`: for a full receive buffer, cumulative, wrapping); `None` where
+/// the kernel does not tell (before Linux 4.7).
+fn socket_drops(fd: RawFd) -> Option<u32> {
+    const DROPS: usize = libc::SK_MEMINFO_DROPS as usize;
+    let mut mem = [0u32; DROPS + 1];
+    let mut len = size_of_val(&mem) as libc::socklen_t;
+    // SAFETY: mem and len are valid for writes of their sizes; the kernel writes at
+    // most len bytes.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_MEMINFO,
+            mem.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && len as usize > DROPS * size_of::<u32>()).then_some(mem[DROPS])
 }
 
 /// When a reply was received: its kernel timestamp `ts` (wall clock, `SO_TIMESTAMPNS`)
@@ -1069,18 +1070,14 @@ fn received_at(
 }
 
 /// Reads up to `RECV_TURN` datagrams from `fd` into `sweep`; returns how many.
-/// `marks`: this socket's, updated here.
+/// `empty_since`: when this socket's queue was last found empty, updated here.
 fn drain(
     fd: RawFd,
     rx: &mut RecvBuf,
     sweep: &mut Sweep,
     errors: &mut u64,
-    marks: Marks<'_>,
+    empty_since: &mut Option<Instant>,
 ) -> usize {
-    let Marks {
-        empty: empty_since,
-        drops,
-    } = marks;
     let mut total = 0;
     // A clock read before each call: a queue a call leaves empty was empty at some
     // point after the call began, not only when it returned (a thread preempted on
@@ -1140,10 +1137,7 @@ fn drain(
         }
         before_call = now;
         for i in 0..n {
-            let (ts, dropped) = rx_meta(&msgs[i].msg_hdr);
-            if let Some(d) = dropped {
-                *drops = d;
-            }
+            let ts = rx_meta(&msgs[i].msg_hdr);
             let at = received_at(now, wall_now, ts, before);
             let len = (msgs[i].msg_len as usize).min(rx.slot);
             // SAFETY: the kernel initialised the sockaddr (zeroed before, so valid either way).
@@ -1211,7 +1205,7 @@ fn wait_for_rx_timestamps() {
         if unsafe { libc::recvmsg(fd, &mut hdr, 0) } < 0 {
             return;
         }
-        match rx_meta(&hdr).0 {
+        match rx_meta(&hdr) {
             Some(ts) if ts < before => return,
             Some(_) => {}
             None => return,
@@ -1381,6 +1375,60 @@ mod tests {
             .collect();
         let report = rt.block_on(d.sweep(&jobs, |_, _| {}));
         assert_eq!(report.counters.received, 62, "{report:?}");
+        assert_eq!(report.receive_drops, 0, "{report:?}");
+    }
+
+    /// `receive_drops` counts what the kernel dropped during the sweep, not before it:
+    /// between sweeps nobody reads the sockets, and replies meant for someone else (a
+    /// raw socket gets every echo reply that passes its filters) can fill the buffer.
+    /// They were counted with the first reply the sweep read after them
+    /// (`SO_RXQ_OVFL` carries the socket's running count): a sweep whose every host
+    /// answered reported drops, "replies that read as lost though they came".
+    /// Here 64 replies carrying the next sweep's identifier fill a minimal receive
+    /// buffer before it. Loopback only (127.0.62.0/24); needs root.
+    #[test]
+    fn drops_before_a_sweep_are_not_counted_in_it() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // The identifier filter keeps other pingers' replies out of the tiny buffer.
+        let opts = IcmpOptions {
+            rcvbuf: 1,
+            ident_filter: true,
+            ..IcmpOptions::default()
+        };
+        let mut d = IcmpDriver::open(opts).unwrap();
+        let ident = d.next_ident();
+        // Echo requests from another socket with that identifier: the kernel's replies
+        // (generated as each request is sent, on loopback) queue on `d`'s socket.
+        let flood = open_socket(SocketKind::Raw, false).unwrap();
+        let to = SockAddr::from(SocketAddr::new(Ipv4Addr::new(127, 0, 62, 30).into(), 0));
+        for seq in 0..64u16 {
+            let mut req = [0u8; 64];
+            let mut p = icmp::EchoPacket::new_unchecked(&mut req[..]);
+            p.set_msg_type(8);
+            p.set_ident(ident);
+            p.set_seq(seq);
+            p.fill_checksum_v4();
+            flood.send_to(&req, &to).unwrap();
+        }
+        drop(flood);
+        let before = socket_drops(d.v4.fd().unwrap()).expect("SO_MEMINFO");
+        assert!(
+            before >= 32,
+            "the flood overflowed the buffer: {before} drops"
+        );
+        let jobs = [PingJob {
+            addr: IpAddr::V4(Ipv4Addr::new(127, 0, 62, 31)),
+            packets: 1,
+            interval: Duration::from_millis(20),
+            size: 56,
+            timeout: Duration::from_secs(2),
+            retry: None,
+        }];
+        let report = rt.block_on(d.sweep(&jobs, |_, _| {}));
+        assert_eq!(report.counters.received, 1, "{report:?}");
         assert_eq!(report.receive_drops, 0, "{report:?}");
     }
 }
