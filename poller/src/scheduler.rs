@@ -24,9 +24,9 @@
 //!   the whole interval rather than fired together at second 0; ICMP tasks are then
 //!   gathered onto one phase per sweep ([`Plan::group_icmp_phases`]; a reload that
 //!   changes how many sweeps an interval needs moves them).
-//! * A task that completes late is put on its first slot after `now`, never on a slot in
-//!   the past: the schedule catches up by skipping (and counting) missed slots, without a
-//!   burst of back-to-back polls.
+//! * A task that completes late is put on its first slot at or after `now` (one at `now`
+//!   is still due, not missed), never on a slot in the past: the schedule catches up by
+//!   skipping (and counting) missed slots, without a burst of back-to-back polls.
 //! * A reload replaces the queues; completions of tasks taken from a queue it replaced
 //!   carry an older generation than the queue they meet and are not queued (the new
 //!   queues already hold their next slot), though they still end their host's time in
@@ -730,8 +730,10 @@ impl Scheduler {
         let (interval, phase) = (u64::from(due.interval_ms), u64::from(due.phase_ms));
         let mut next = next_slot_after(due.due_ms, interval, phase);
         let mut skipped = 0;
-        if next <= now_ms {
-            let after_now = next_slot_after(now_ms, interval, phase);
+        // A slot at `now_ms` itself is due, not missed: `take` hands out `due <= now`.
+        if next < now_ms {
+            // The first slot at or after `now_ms` (> 0 here: `next < now_ms`).
+            let after_now = next_slot_after(now_ms - 1, interval, phase);
             skipped = (after_now - next) / interval;
             next = after_now;
         }
@@ -949,6 +951,35 @@ mod tests {
             Rescheduled::At {
                 next_ms: first + 40_000,
                 skipped: 3
+            }
+        );
+    }
+
+    #[test]
+    fn a_poll_ending_on_its_next_slot_skips_nothing() {
+        // A poll that ends exactly on its next slot (a 10 s sweep whose timeout is the
+        // interval, on a paused clock): that slot can still be polled on time. It was
+        // counted as skipped and the task put a whole interval later.
+        let p = plan(1, &[10]);
+        let s = Scheduler::new(&p, 1, 0);
+        let first = s.next_due(Engine::Snmp).unwrap();
+        let out = take_all(&s, first);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            s.complete(out[0], first + 10_000),
+            Rescheduled::At {
+                next_ms: first + 10_000,
+                skipped: 0
+            }
+        );
+        // One ending late, on a later slot: the slots before are skipped, not that one.
+        let out = take_all(&s, first + 10_000);
+        assert_eq!(out.len(), 1);
+        assert_eq!(
+            s.complete(out[0], first + 30_000),
+            Rescheduled::At {
+                next_ms: first + 30_000,
+                skipped: 1
             }
         );
     }
