@@ -436,8 +436,10 @@ pub struct Scheduler {
     /// takes tasks up to a batch window early). Every slot up to it was handed out, or
     /// its entry is still queued.
     taken_to: [AtomicU64; 2],
-    /// Where the next `take_due` starts, so no shard is always served last.
-    cursor: AtomicUsize,
+    /// Per engine: where its next `take_due` starts, so no shard is always served last.
+    /// One per engine: a shared one, with the engines' takes alternating and an even
+    /// number of shards, started each engine on the same shards every time.
+    cursor: [AtomicUsize; 2],
     /// Serialises reloads (never taken on the poll path).
     reload: Mutex<()>,
 }
@@ -477,7 +479,7 @@ impl Scheduler {
                 .collect(),
             generation: AtomicU64::new(0),
             taken_to: [AtomicU64::new(0), AtomicU64::new(0)],
-            cursor: AtomicUsize::new(0),
+            cursor: [AtomicUsize::new(0), AtomicUsize::new(0)],
             reload: Mutex::new(()),
         };
         s.load(plan, now_ms);
@@ -648,7 +650,7 @@ impl Scheduler {
     ) -> usize {
         let n = self.shards.len();
         self.taken_to[engine as usize].fetch_max(now_ms, Ordering::AcqRel);
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n;
+        let start = self.cursor[engine as usize].fetch_add(1, Ordering::Relaxed) % n;
         let mut spent = 0u64;
         let mut taken = 0;
         for k in 0..n {
@@ -997,6 +999,25 @@ mod tests {
             s.take_due(Engine::Icmp, 20_000, u64::MAX, |_| 1, &mut out),
             0
         );
+    }
+
+    #[test]
+    fn every_shard_leads_in_turn_whatever_the_other_engine_takes() {
+        // Behind schedule (every task overdue, batches of one), the engines' takes
+        // alternating: SNMP's batches came from every shard in turn. The cursor was
+        // shared by both engines, so with two shards the SNMP takes all started on shard
+        // 1 and shard 0's tasks waited until shard 1 had none due.
+        let p = plan(200, &[10]);
+        let s = Scheduler::new(&p, 2, 0);
+        let mut shards = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for _ in 0..10 {
+            s.take_due(Engine::Icmp, 20_000, 1, |_| 1, &mut out);
+            out.clear();
+            assert_eq!(s.take_due(Engine::Snmp, 20_000, 1, |_| 1, &mut out), 1);
+            shards.insert(out[0].shard);
+        }
+        assert_eq!(shards.len(), 2, "SNMP served from shards {shards:?} only");
     }
 
     #[test]
