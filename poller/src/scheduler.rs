@@ -28,7 +28,7 @@
 //!   is still due, not missed), never on a slot in the past: the schedule catches up by
 //!   skipping (and counting) missed slots, without a burst of back-to-back polls.
 //! * A reload replaces the queues; completions of tasks taken from a queue it replaced
-//!   carry an older generation than the queue they meet and are not queued (the new
+//!   carry an older generation than the queue they meet and queue nothing more (the new
 //!   queues already hold their next slot), though they still end their host's time in
 //!   flight. A take or a completion during a reload goes by the generation of the queue
 //!   it meets, not the scheduler's, which moves first. No
@@ -36,7 +36,9 @@
 //!   the engines took, batch window included) and none still queued is lost (an
 //!   unchanged task keeps a slot the old queues had not handed out yet, overdue or not):
 //!   see [`Scheduler::install`]. A task new to the plan starts after that too, up to one
-//!   batch window later than it could.
+//!   batch window later than it could. A task in flight at the reload gets back, when
+//!   its poll completes, the next slot it would have had without the reload
+//!   (`DueQueue::resume`), unless a second reload came before that completion.
 //! * A queue entry is 24 bytes (due time, task index, interval, phase, host key) and
 //!   carries all
 //!   that [`Scheduler::complete`] needs, so putting a task back touches only its own
@@ -103,7 +105,8 @@ pub struct Due {
 pub enum Rescheduled {
     /// Queued for `next_ms`; `skipped` slots were missed because the poll finished late.
     At { next_ms: u64, skipped: u64 },
-    /// The plan was reloaded since the task was taken; nothing was queued.
+    /// The plan was reloaded since the task was taken; nothing was queued (the new
+    /// queues hold its next slot, if the new plan has it).
     Stale,
 }
 
@@ -141,6 +144,10 @@ struct DueQueue {
     /// completion while a reload is under way, the generation moved but this queue
     /// not yet replaced, belongs to the queue it meets.
     generation: u64,
+    /// For a queue a reload installed: the time up to which the engines had been served
+    /// then. Tasks it did not find queued (new, or in flight) start on their first slot
+    /// after it ([`DueQueue::resume`]).
+    served_to: u64,
 }
 
 /// The hosts of a [`DueQueue`] with tasks in flight that are followed: those with
@@ -297,11 +304,12 @@ impl DueQueue {
     /// a wanted due time is scanned once, whatever the number wanted (a search per entry
     /// was quadratic: 17 s for a reload of 1 M tasks half overdue), and an entry's
     /// identity is looked up only when its due time is wanted.
+    /// Returns how many it moved.
     fn retarget<I: Eq + std::hash::Hash>(
         &mut self,
         mut want: HashMap<(u64, I), u64>,
-        ident: impl Fn(u32) -> I,
-    ) {
+        ident: impl Fn(&Entry) -> I,
+    ) -> usize {
         let dues: std::collections::HashSet<u64> = want.keys().map(|k| k.0).collect();
         let mut keys: Vec<(bool, u64)> = dues
             .iter()
@@ -322,7 +330,7 @@ impl DueQueue {
             while i < v.len() {
                 let e = v[i];
                 let hit = match dues.contains(&e.due) {
-                    true => want.remove(&(e.due, ident(e.task))),
+                    true => want.remove(&(e.due, ident(&e))),
                     false => None,
                 };
                 match hit {
@@ -338,9 +346,34 @@ impl DueQueue {
             }
         }
         self.len -= moved.len();
+        let n = moved.len();
         for e in moved {
             self.push(e);
         }
+        n
+    }
+
+    /// `due`, of the plan this queue's reload replaced and in flight then, is done; its
+    /// next slot is `next` ([`Scheduler::complete`]'s, missed slots skipped). The reload
+    /// queued its task (if the new plan has it unchanged: same host, interval and phase)
+    /// on its first slot after [`Self::served_to`], as if the slots before it had been
+    /// handed out, though this task's were not: it was in flight. That entry goes to
+    /// `next`, as the completion would have put it without the reload (else every slot
+    /// of the task in the batch window taken ahead of the reload was lost). Whether the
+    /// entry was found (not found: the task is gone, changed, or already taken again).
+    fn resume(&mut self, due: &Due, next: u64) -> bool {
+        let (iv, ph) = (u64::from(due.interval_ms), u64::from(due.phase_ms));
+        let placed = next_slot_after(self.served_to, iv, ph);
+        // Into fine buckets (as `take` would once its window starts, each entry once):
+        // one 16 ms bucket to scan, not a 16.4 s one.
+        self.advance(placed);
+        let ident = |host: u32, iv: u32, ph: u32| (host & !MULTI, iv, ph);
+        let mut want = HashMap::with_capacity(1);
+        want.insert(
+            (placed, ident(due.host, due.interval_ms, due.phase_ms)),
+            next,
+        );
+        self.retarget(want, |e| ident(e.host, e.interval_ms, e.phase_ms)) == 1
     }
 
     /// The entries due at or before `t`, left where they are (for a queue about to be
@@ -599,6 +632,7 @@ impl Scheduler {
                 let in_flight = q.serial.as_ref().map(|s| s.in_flight.clone());
                 q.serial = live.serial.take();
                 q.generation = self.generation();
+                q.served_to = served_to;
                 if let (Some(s), Some(bits)) = (q.serial.as_mut(), in_flight) {
                     // Of the new plan: nothing of it is in flight yet.
                     s.in_flight = bits;
@@ -620,7 +654,7 @@ impl Scheduler {
                         // Two tasks of one identity share their slots: either takes it.
                         want.insert((at, ident(was, u.task)), u.due);
                     }
-                    q.retarget(want, |task| ident(is, task));
+                    q.retarget(want, |e| ident(is, e.task));
                 }
                 old.push(std::mem::replace(&mut *live, q));
             }
@@ -753,6 +787,14 @@ impl Scheduler {
             q.landed(due.task);
         }
         if !current {
+            // Only right after the reload that installed this queue: with another since,
+            // the slots before `next` may have been handed out by the queue between.
+            if due.generation.checked_add(1) == Some(q.generation) && q.resume(&due, next) {
+                return Rescheduled::At {
+                    next_ms: next,
+                    skipped,
+                };
+            }
             return Rescheduled::Stale;
         }
         q.push(Entry {
@@ -1061,9 +1103,17 @@ mod tests {
         // Reload with 150 hosts (50 new) and a second interval.
         let p2 = plan(150, &[10, 60]);
         s.reload(&p1, &p2, 5_000);
-        // Completions from the old generation are ignored: no duplicate entries.
+        // Completions from the old generation queue nothing more: the new queues hold
+        // their tasks' next slots already (which the completions confirm).
         for d in &taken_before {
-            assert_eq!(s.complete(*d, 5_001), Rescheduled::Stale);
+            let next = next_slot_after(5_000, 10_000, u64::from(d.phase_ms));
+            assert_eq!(
+                s.complete(*d, 5_001),
+                Rescheduled::At {
+                    next_ms: next,
+                    skipped: 0
+                }
+            );
         }
         assert_eq!(s.queued(Engine::Snmp).iter().sum::<usize>(), p2.tasks.len());
         // Over the next 60 s every new task fires, the same host keeps its slot phase.
@@ -1191,6 +1241,83 @@ mod tests {
     }
 
     #[test]
+    fn a_reload_during_a_poll_keeps_the_next_slot_taken_ahead_of() {
+        // A 1 s task is polled for its slot; an engine then takes up to a batch window
+        // ahead (1 s) and the plan is reloaded while the poll still runs. Its next slot
+        // falls in that window, but was never handed out: the task was in flight. The
+        // new queues put it past the window and the poll's completion (of the old plan)
+        // was dropped, so that slot was never polled.
+        let p = plan(1, &[1]);
+        let s = Scheduler::new(&p, 1, 0);
+        let first = s.next_due(Engine::Snmp).unwrap();
+        let running = take_all(&s, first);
+        assert_eq!(running.len(), 1);
+        assert!(take_all(&s, first + 100 + 1_000).is_empty());
+        s.reload(&p, &p, first + 200);
+        let done = s.complete(running[0], first + 300);
+        assert_eq!(
+            done,
+            Rescheduled::At {
+                next_ms: first + 1_000,
+                skipped: 0
+            }
+        );
+        let out = take_all(&s, first + 1_000);
+        assert_eq!(out.len(), 1, "slot {} lost", first + 1_000);
+        assert_eq!(out[0].due_ms, first + 1_000);
+        assert_eq!(s.queued(Engine::Snmp), vec![0]);
+    }
+
+    #[test]
+    fn reloads_during_long_polls_neither_repeat_nor_lose_a_slot() {
+        // 2 s tasks, polls of 1 s to 1.9 s (never past their next slot: nothing is
+        // skipped), takes a batch window (1 s) ahead every 50 ms to 950 ms, a reload
+        // every 3 s to 4 s (no poll outlasts two): every task is handed each of its
+        // slots once, in order.
+        let p = plan(50, &[2]);
+        let s = Scheduler::new(&p, 3, 0);
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut rand = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let mut handed: HashMap<u32, Vec<u64>> = HashMap::new();
+        let mut skipped: HashMap<u32, u64> = HashMap::new();
+        let mut running: Vec<(u64, Due)> = Vec::new();
+        let (mut now, mut reload_at, mut reloads) = (0u64, 1_000u64, 0);
+        while now < 120_000 {
+            now += 50 + rand(900);
+            for (end, d) in std::mem::take(&mut running) {
+                if end > now {
+                    running.push((end, d));
+                } else if let Rescheduled::At { skipped: n, .. } = s.complete(d, end) {
+                    *skipped.entry(d.task).or_default() += n;
+                }
+            }
+            if now >= reload_at {
+                s.reload(&p, &p, now);
+                reload_at = now + 3_000 + rand(1_000);
+                reloads += 1;
+            }
+            for d in take_all(&s, now + 1_000) {
+                handed.entry(d.task).or_default().push(d.due_ms);
+                running.push((now + 1_000 + rand(900), d));
+            }
+        }
+        assert!(reloads > 30);
+        let mut lost = 0;
+        for (t, v) in &handed {
+            assert!(v.windows(2).all(|w| w[0] < w[1]), "task {t}: {v:?}");
+            let span = (v[v.len() - 1] - v[0]) / 2_000 + 1;
+            let missing = span - v.len() as u64 - skipped.get(t).copied().unwrap_or(0);
+            lost += missing;
+        }
+        assert_eq!(lost, 0, "{lost} slots lost over {reloads} reloads");
+    }
+
+    #[test]
     fn phases_survive_a_reload() {
         let p1 = plan(50, &[10]);
         let p2 = plan(60, &[10]);
@@ -1274,11 +1401,19 @@ mod tests {
             let out = take_all(&s, now);
             assert!(out.is_empty(), "{out:?} at {now} while {running:?} runs");
         }
-        // Its completion (of the old generation) lets the slot that waited go.
-        assert_eq!(s.complete(running, t0 + 30_000), Rescheduled::Stale);
-        let out = take_all(&s, t0 + 30_000);
+        // Its completion (of the old generation) puts it on its first slot from then
+        // on, the slots the poll outlasted skipped, as without the reload.
+        let next = next_slot_after(t0 + 30_000 - 1, 10_000, u64::from(running.phase_ms));
+        assert_eq!(
+            s.complete(running, t0 + 30_000),
+            Rescheduled::At {
+                next_ms: next,
+                skipped: (next - running.due_ms) / 10_000 - 1
+            }
+        );
+        let out = take_all(&s, next);
         assert_eq!(out.len(), 1, "{out:?}");
-        assert!(out[0].due_ms > t0 + 2_000 && out[0].due_ms <= t0 + 30_000);
+        assert_eq!(out[0].due_ms, next);
     }
 
     #[test]
@@ -1290,10 +1425,13 @@ mod tests {
         assert!(take_all(&s, now).is_empty());
         s.reload(&p, &p, now);
         assert!(take_all(&s, now).is_empty());
-        assert_eq!(s.complete(first, now), Rescheduled::Stale);
+        // The running one goes to its first slot from `now` on, as without the reload.
+        assert!(matches!(
+            s.complete(first, now),
+            Rescheduled::At { next_ms, .. } if next_ms >= now
+        ));
         let out = take_all(&s, now);
-        // The task that waited, for the slot it waited on (the reload moved the
-        // running one past `now`).
+        // The task that waited, for the slot it waited on.
         assert_eq!(out.len(), 1, "{out:?}");
         assert_ne!(out[0].task, first.task);
         assert_eq!(out[0].due_ms, first.due_ms);
