@@ -31,6 +31,17 @@ impl SharedBuf {
     }
 }
 
+/// What `f` returns, with what it logged (plain text, no colours) on this thread.
+pub fn logged<R>(f: impl FnOnce() -> R) -> (R, String) {
+    let log = SharedBuf::default();
+    let sub = tracing_subscriber::fmt()
+        .with_writer(log.clone())
+        .with_ansi(false)
+        .finish();
+    let r = tracing::subscriber::with_default(sub, f);
+    (r, log.text())
+}
+
 /// The rows `entries` give: `(host, rule, rows as an indices value)`.
 pub fn found(entries: &[(&str, &str, &str)]) -> crate::config::Found {
     let mut f = crate::config::Found::default();

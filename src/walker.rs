@@ -720,22 +720,16 @@ mod tests {
     fn a_walk_like_a_tables_is_warned_of_once_per_oid() {
         // Discovery walks a rule's OID on every host at every interval: the advice is
         // said once, not each time. Another OID has its own warning.
-        let log = crate::test_util::SharedBuf::default();
-        let sub = tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .finish();
         let entry = rows(&[&[1, 1], &[1, 2], &[2, 1], &[2, 2]]);
         // OIDs no other test walks: the set of those warned of is the process's.
         let a: Oid = "1.3.6.1.4.1.99999.53.1.1".parse().unwrap();
         let b: Oid = "1.3.6.1.4.1.99999.53.2.1".parse().unwrap();
-        tracing::subscriber::with_default(sub, || {
+        let ((), text) = crate::test_util::logged(|| {
             for _ in 0..3 {
                 warn_if_columns(&a, &entry);
             }
             warn_if_columns(&b, &entry);
         });
-        let text = log.text();
         let warned = |o: &Oid| {
             text.lines()
                 .filter(|l| l.contains("WARN") && l.ends_with(&format!("oid={o}")))

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     ch, free_port, http_get as get, line_of, netpoller, poll_once_json, scratch, service_env,
-    Daemon,
+    succeeds, Daemon,
 };
 
 /// Scrapes `/metrics` on 127.0.0.1:`port` until `done` holds (at most 20 s): whether it
@@ -577,20 +577,12 @@ fn check_config_against_names_the_settings_that_need_a_restart() {
     };
     std::fs::write(&old, file("source_ip = \"127.0.0.1\"", "h_ops2_a", 1000)).unwrap();
     let check = || {
-        let o = netpoller()
-            .args(["check-config", "-c"])
+        let mut cmd = netpoller();
+        cmd.args(["check-config", "-c"])
             .arg(&new)
             .arg("--against")
-            .arg(&old)
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert!(
-            o.status.success(),
-            "{out}{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        out
+            .arg(&old);
+        succeeds(&mut cmd).0
     };
     // Reloaded settings changed (icmp_phases), and the same address written as a
     // list: nothing needs a restart, and no such line.
@@ -651,20 +643,7 @@ templates = ["icmp"]
 "#,
     )
     .unwrap();
-    let check = || {
-        let o = netpoller()
-            .args(["check-config", "-c"])
-            .arg(&cfg)
-            .output()
-            .unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).into_owned();
-        assert!(
-            o.status.success(),
-            "{out}{}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        out
-    };
+    let check = || succeeds(netpoller().args(["check-config", "-c"]).arg(&cfg)).0;
     let out = check();
     // 6 hosts in the /29 × 2 ICMP items every 10 s = 1.2 values/s; the two items share one
     // probe of 3 packets per host: 1.8 requests/s; 1 SNMP item every 60 s.

@@ -40,6 +40,16 @@ pub struct PlanArgs {
 }
 
 impl PlanArgs {
+    /// Tests: `config`, all of it, as a command line of `-c config` gives it.
+    #[cfg(test)]
+    pub fn of(config: PathBuf) -> PlanArgs {
+        PlanArgs {
+            config,
+            shard: None,
+            started_icmp_batch_hosts: None,
+        }
+    }
+
     /// Load and validate the config and build this process's plan from the hosts of
     /// its shard (moved out of the config, which keeps no second copy).
     ///
@@ -314,11 +324,7 @@ mod tests {
             ));
         }
         std::fs::write(&path, text).unwrap();
-        let args = PlanArgs {
-            config: path,
-            shard: None,
-            started_icmp_batch_hosts: None,
-        };
+        let args = PlanArgs::of(path);
         let targets = args
             .load(Some(&Found::default()))
             .unwrap()
@@ -328,15 +334,8 @@ mod tests {
         let saved = crate::test_util::found(saved);
         let file = dir.path().join("discovered.json");
         crate::discovery::write_file(&file, &saved, &targets).unwrap();
-        let log = crate::test_util::SharedBuf::default();
-        let sub = tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .finish();
-        let loaded = tracing::subscriber::with_default(sub, || args.load(None))
-            .unwrap()
-            .unwrap_or_else(|e| panic!("{e}"));
-        (loaded, log.text())
+        let (loaded, text) = crate::test_util::logged(|| args.load(None));
+        (loaded.unwrap().unwrap_or_else(|e| panic!("{e}")), text)
     }
 
     /// A start whose saved rows of one host take the file past the loader's item

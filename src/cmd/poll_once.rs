@@ -310,22 +310,22 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("netpoller.toml");
         std::fs::write(&path, crate::test_util::one_host_past_the_item_limit("")).unwrap();
-        let args = super::super::PlanArgs {
-            config: path,
-            shard: None,
-            started_icmp_batch_hosts: None,
+        let args = super::super::PlanArgs::of(path);
+        // Loaded as `run` would with the rows it `saved`, then planned with what the
+        // walks found: `big` 65,536 rows of 129 items, past the limit.
+        let walk = |saved: &Found| {
+            let loaded = args
+                .load(Some(saved))
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{e}"));
+            let (text, applied) = (loaded.text.clone(), loaded.found.clone());
+            drop(loaded);
+            let walked =
+                crate::test_util::found(&[("big", "if", "1-65536"), ("small", "if", "1-3")]);
+            plan_found(&args, text, applied, walked).unwrap_or_else(|e| panic!("{e}"))
         };
-        // As `run` loads it before the walks: no rows saved.
-        let loaded = args
-            .load(Some(&Found::default()))
-            .unwrap()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let (text, applied) = (loaded.text.clone(), loaded.found.clone());
-        drop(loaded);
-        // What the walks found: `big` 65,536 rows of 129 items, past the limit.
-        let walked = crate::test_util::found(&[("big", "if", "1-65536"), ("small", "if", "1-3")]);
-        let (loaded, refused) =
-            plan_found(&args, text, applied, walked).unwrap_or_else(|e| panic!("{e}"));
+        // No rows saved.
+        let (loaded, refused) = walk(&Found::default());
         assert_eq!(loaded.plan.items.len(), 129 * 3);
         assert_eq!(
             loaded.found,
@@ -345,16 +345,7 @@ mod tests {
         );
 
         // Rows `run` saved for it (planned at the load): it keeps them.
-        let saved = crate::test_util::found(&[("big", "if", "1-3")]);
-        let loaded = args
-            .load(Some(&saved))
-            .unwrap()
-            .unwrap_or_else(|e| panic!("{e}"));
-        let (text, applied) = (loaded.text.clone(), loaded.found.clone());
-        drop(loaded);
-        let walked = crate::test_util::found(&[("big", "if", "1-65536"), ("small", "if", "1-3")]);
-        let (loaded, refused) =
-            plan_found(&args, text, applied, walked).unwrap_or_else(|e| panic!("{e}"));
+        let (loaded, refused) = walk(&crate::test_util::found(&[("big", "if", "1-3")]));
         assert_eq!(loaded.plan.items.len(), 129 * 6);
         let both = crate::test_util::found(&[("big", "if", "1-3"), ("small", "if", "1-3")]);
         assert_eq!(loaded.found, both);

@@ -1838,11 +1838,7 @@ mod tests {
                 plan.tasks.iter().map(|t| t.phase_ms).collect();
             (plan.tasks.len(), phases.len())
         };
-        let mut args = super::super::PlanArgs {
-            config: path.clone(),
-            shard: None,
-            started_icmp_batch_hosts: None,
-        };
+        let mut args = super::super::PlanArgs::of(path.clone());
         std::fs::write(&path, text(64)).unwrap();
         let (tasks, at_start) = phases(&args);
         assert_eq!(tasks, 254);
@@ -1880,11 +1876,7 @@ mod tests {
         let found = Mutex::new(rows(&[("a", "if", "1-4"), ("c", "if", "1-3")]));
         std::fs::write(&path, text(ping, "127.0.51.3")).unwrap();
         let args = Args {
-            plan: super::super::PlanArgs {
-                config: path.clone(),
-                shard: None,
-                started_icmp_batch_hosts: None,
-            },
+            plan: super::super::PlanArgs::of(path.clone()),
             user: None,
         };
         let running = args.plan.load(Some(&applied)).unwrap().unwrap();
@@ -1893,16 +1885,10 @@ mod tests {
         let shared = Shared::new(running.plan, 2, Clock::new(), Limits::default());
         let more = format!(r#"{ping}, {{ key = "icmppingsec", interval = "10s" }}"#);
         std::fs::write(&path, text(&more, "127.0.51.9")).unwrap();
-        let log = crate::test_util::SharedBuf::default();
-        let sub = tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .finish();
-        let reloaded = tracing::subscriber::with_default(sub, || {
+        let (reloaded, text) = crate::test_util::logged(|| {
             let rows = (&found, &mut applied, &targets[..]);
             reload_with_rows(&args, &running.cfg, &shared, 1, |_| 1, rows).is_some()
         });
-        let text = log.text();
         assert!(reloaded, "{text}");
         for counted in [
             "items=4 ",
@@ -1946,11 +1932,7 @@ mod tests {
         assert_ne!(old, new);
         std::fs::write(&path, &old).unwrap();
         let args = Args {
-            plan: super::super::PlanArgs {
-                config: path.clone(),
-                shard: None,
-                started_icmp_batch_hosts: None,
-            },
+            plan: super::super::PlanArgs::of(path.clone()),
             user: None,
         };
         let mut rows = crate::test_util::found(&[("big", "if", "1-65536")]);
@@ -1959,16 +1941,10 @@ mod tests {
         assert_eq!(running.plan.items.len(), 65_536);
         let shared = Shared::new(running.plan, 2, Clock::new(), Limits::default());
         std::fs::write(&path, &new).unwrap();
-        let log = crate::test_util::SharedBuf::default();
-        let sub = tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .finish();
-        let reloaded = tracing::subscriber::with_default(sub, || {
+        let (reloaded, text) = crate::test_util::logged(|| {
             let found = (&mut rows, &running.cfg.discovery[..]);
             reload(&args, &running.cfg, &shared, 1, |_| 1, found).is_some()
         });
-        let text = log.text();
         assert!(reloaded, "{text}");
         assert!(text.contains("SIGHUP: configuration reloaded"), "{text}");
         assert_eq!(rows, Found::default());
@@ -1992,24 +1968,14 @@ mod tests {
         let shared = Shared::new(plan, 2, Clock::new(), Limits::default());
         std::fs::write(&path, "").unwrap();
         let args = Args {
-            plan: super::super::PlanArgs {
-                config: path,
-                shard: None,
-                started_icmp_batch_hosts: None,
-            },
+            plan: super::super::PlanArgs::of(path),
             user: None,
         };
-        let log = crate::test_util::SharedBuf::default();
-        let sub = tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .finish();
-        let reloaded = tracing::subscriber::with_default(sub, || {
+        let (reloaded, text) = crate::test_util::logged(|| {
             let mut found = crate::config::Found::default();
             reload(&args, &running, &shared, 1, |_| 1, (&mut found, &[])).is_some()
         });
         assert!(!reloaded);
-        let text = log.text();
         assert!(text.contains("it has no hosts"), "{text}");
         assert!(!text.contains("apply only at start"), "{text}");
     }
@@ -2024,11 +1990,7 @@ mod tests {
         let text = crate::test_util::one_host_past_the_item_limit("");
         std::fs::write(&path, text).unwrap();
         let args = Args {
-            plan: super::super::PlanArgs {
-                config: path,
-                shard: None,
-                started_icmp_batch_hosts: None,
-            },
+            plan: super::super::PlanArgs::of(path),
             user: None,
         };
         let running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
@@ -2038,15 +2000,10 @@ mod tests {
         let mut applied = Found::default();
         let metrics = DiscoveryMetrics::default();
         let file = dir.path().join("discovered.json");
-        let log = crate::test_util::SharedBuf::default();
-        let sub = tracing_subscriber::fmt()
-            .with_writer(log.clone())
-            .with_ansi(false)
-            .finish();
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let more = tracing::subscriber::with_default(sub, || {
+        let (more, text) = crate::test_util::logged(|| {
             let replan = replan_found(
                 &args,
                 &file,
@@ -2058,7 +2015,6 @@ mod tests {
             );
             rt.block_on(replan)
         });
-        let text = log.text();
         assert!(!more, "{text}");
         assert_eq!(shared.plan().items.len(), 129 * 3, "{text}");
         assert_eq!(applied, rows(&[("small", "if", "1-3")]));
