@@ -313,15 +313,18 @@ async fn daemon(
                     targets_tx.send_replace(targets);
                 }
             }
-            Some(()) = replan_rx.recv() => {
-                let more = replan_found(&args, &discovery_file, &shared, &text, &found, &mut applied, &discovery_metrics).await;
-                replan_again = more.then(|| tokio::time::Instant::now() + crate::discovery::REPLAN_EVERY);
-            }
-            // Rows a round left untried (one host's refusal among many pending).
-            _ = async { match replan_again {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            } } => {
+            // Discovery found other rows, or a round left rows untried (one host's
+            // refusal among many pending) and their time came.
+            () = async {
+                let untried = async { match replan_again {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                } };
+                tokio::select! {
+                    Some(()) = replan_rx.recv() => {}
+                    () = untried => {}
+                }
+            } => {
                 let more = replan_found(&args, &discovery_file, &shared, &text, &found, &mut applied, &discovery_metrics).await;
                 replan_again = more.then(|| tokio::time::Instant::now() + crate::discovery::REPLAN_EVERY);
             }
