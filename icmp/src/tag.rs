@@ -81,22 +81,24 @@ pub enum TagCheck {
 /// The job a payload names, its tag unchecked: where to look for the address a reply
 /// that does not verify for its source was built for ([`check`] it against that).
 pub fn job_of(payload: &[u8]) -> Option<u32> {
-    let head = payload.first_chunk::<TAG_LEN>()?;
-    Some(u32::from_be_bytes([head[12], head[13], head[14], head[15]]))
+    fields(payload).map(|(_, _, job)| job)
 }
 
 /// Checks the tag of a reply payload from `src` with sequence `seq`.
 pub fn check(payload: &[u8], key: TagKey, src: IpAddr, seq: u16) -> TagCheck {
-    let Some(head) = payload.first_chunk::<TAG_LEN>() else {
-        return TagCheck::Invalid;
-    };
-    let word = |r: std::ops::Range<usize>| head[r].iter().fold(0u64, |w, &b| w << 8 | u64::from(b));
-    let (iter, tag, job) = (word(0..4) as u32, word(4..12), word(12..16) as u32);
-    if tag == compute(key, iter, src, seq, job) {
-        TagCheck::Valid { iter, job }
-    } else {
-        TagCheck::Invalid
+    match fields(payload) {
+        Some((iter, tag, job)) if tag == compute(key, iter, src, seq, job) => {
+            TagCheck::Valid { iter, job }
+        }
+        _ => TagCheck::Invalid,
     }
+}
+
+/// The iteration, tag and job a payload carries, as [`write_payload`] lays them out.
+fn fields(payload: &[u8]) -> Option<(u32, u64, u32)> {
+    let head = payload.first_chunk::<TAG_LEN>()?;
+    let word = |r: std::ops::Range<usize>| head[r].iter().fold(0u64, |w, &b| w << 8 | u64::from(b));
+    Some((word(0..4) as u32, word(4..12), word(12..16) as u32))
 }
 
 /// SipHash-2-4 (Aumasson & Bernstein), 64-bit output.
