@@ -1392,13 +1392,25 @@ mod tests {
         async fn start(
             shared: &Arc<Shared>,
         ) -> (mpsc::Sender<Samples>, Arc<sink::SinkMetrics>, Consuming) {
+            Consuming::start_after(shared, Vec::new()).await
+        }
+
+        /// [`Consuming::start`], the consumer spawned once `sent` is in its channel
+        /// (it then takes them in one go).
+        async fn start_after(
+            shared: &Arc<Shared>,
+            sent: Vec<Samples>,
+        ) -> (mpsc::Sender<Samples>, Arc<sink::SinkMetrics>, Consuming) {
             let spool = tempfile::tempdir().unwrap();
             let metrics = Arc::new(sink::SinkMetrics::default());
             let (sink, handle) =
                 sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
                     .await
                     .unwrap();
-            let (tx, rx) = mpsc::channel(4);
+            let (tx, rx) = mpsc::channel(sent.len().max(4));
+            for b in sent {
+                tx.send(b).await.unwrap();
+            }
             let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
             let running = Consuming {
                 consumer,
@@ -1431,12 +1443,6 @@ mod tests {
         // with the sink's lost rows, where they went uncounted.
         let plan = plan_of(&["a"]);
         let shared = Shared::new(plan_of(&["a"]), 1, Clock::new(), Limits::default());
-        let spool = tempfile::tempdir().unwrap();
-        let metrics = Arc::new(sink::SinkMetrics::default());
-        let (sink, handle) =
-            sink::Sink::start(None, sink::SpoolConfig::new(spool.path()), metrics.clone())
-                .await
-                .unwrap();
         let values = |n: usize| -> Samples {
             let v = || {
                 one(
@@ -1450,22 +1456,19 @@ mod tests {
         };
         let mut first = values(1);
         first[0].key = TEST_PANIC_KEY.into();
-        let (tx, rx) = mpsc::channel(8);
-        for b in [
+        let sent = vec![
             first,
             values(2),
             timeout(&plan, "a"),
             values(1),
             values(3),
             values(1),
-        ] {
-            tx.send(b).await.unwrap();
-        }
-        let consumer = tokio::spawn(consume(rx, handle, shared.clone(), true, None));
-        assert!(consumer.await.unwrap_err().is_panic());
+        ];
+        let (tx, metrics, running) = Consuming::start_after(&shared, sent).await;
+        assert!(running.consumer.await.unwrap_err().is_panic());
         assert_eq!(metrics.dropped_rows(sink::DropReason::Internal), 8);
         assert!(tx.send(values(1)).await.is_err(), "the engines are told");
-        sink.shutdown().await.unwrap();
+        running.sink.shutdown().await.unwrap();
     }
 
     #[tokio::test(start_paused = true)]
