@@ -268,8 +268,9 @@ pub struct Refused {
 }
 
 /// Plans more than this many times in one round (past the first) only to find one
-/// refused host's rule among many pending: each plan parses the whole file again on
-/// the daemon's thread (about 0.35 s at a million items).
+/// refused host's rule among many pending: each plan parses the whole file again
+/// (about 0.35 s at a million items), and while a round plans, on a thread of its own,
+/// the daemon's reloads, stop and next round wait for it.
 pub const SPLIT_PLANS: u32 = 4;
 
 /// Plans the rows `found` has that the running plan's rows `applied` have not, with
@@ -357,15 +358,25 @@ pub fn plan_rows(
             }
         }
     }
-    for r in &settled.refused {
-        set_as(found, applied, &(r.host.clone(), r.rule.clone()));
-    }
+    put_back(found, applied, &settled.refused);
     settled
+}
+
+/// Gives `found` back the running plan's rows (`applied`) of each host's rule
+/// `refused`, so that a reload does not take them either; but not where `found` has
+/// other rows than those refused: discovery found them while the round planned (on a
+/// copy, off the daemon's thread), and they are tried in a round of their own.
+pub fn put_back(found: &mut Found, applied: &Found, refused: &[Refused]) {
+    for r in refused {
+        if found.rows(&r.host, &r.rule) == r.rows.as_ref() {
+            set_as(found, applied, &(r.host.clone(), r.rule.clone()));
+        }
+    }
 }
 
 /// [`plan_rows`] round after round until every pending host's rule is settled, for a
 /// plan made once that holds no polling thread (a start, `poll-once`): the round's
-/// bound on plans keeps the daemon's thread free, not these. Returns the host's rules
+/// bound on plans keeps the daemon's reloads and stop from waiting long, not these. Returns the host's rules
 /// refused (each round settles one at least).
 pub fn plan_all_rows(
     applied: &mut Found,

@@ -21,7 +21,7 @@ use poller::plan::Plan;
 
 /// `-c FILE [--shard I/N]`: the config and the part of it this process polls
 /// (`run` and `poll-once`).
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct PlanArgs {
     /// Configuration file (TOML).
     #[arg(short, long, value_name = "FILE")]

@@ -384,10 +384,17 @@ async fn daemon(
 /// rows; the host's rules whose rows it refuses get back the running plan's rows
 /// (`applied`), so that a reload does not take them either, and are logged with the
 /// loader's reasons. Returns whether rows are still pending (not tried this round).
+///
+/// The round plans on a thread of the blocking pool, from a copy of `found`: each plan
+/// parses the whole file (0.35 s at a million items; when rows are refused, a round
+/// plans up to log2(pending) + 1 + [`crate::discovery::SPLIT_PLANS`] times), and this
+/// thread meanwhile runs the sink, its ClickHouse client, the HTTP endpoint (whose
+/// `/health` a supervisor may probe) and the discovery task, which may find rows
+/// meanwhile: those stay in `found` for the next round, which it asks for.
 async fn replan_found(
     args: &Args,
     discovery_file: &Path,
-    shared: &Shared,
+    shared: &Arc<Shared>,
     text: &Arc<str>,
     found: &Mutex<Found>,
     applied: &mut Found,
@@ -395,18 +402,35 @@ async fn replan_found(
 ) -> bool {
     use std::sync::atomic::Ordering::Relaxed;
     let started = std::time::Instant::now();
-    // The targets of the last plan taken, whose rows are saved.
-    let mut targets = None;
-    let settled = {
-        // (No await while it is held: the discovery task shares this thread.)
-        let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
-        crate::discovery::plan_rows(applied, &mut found, |rows| {
-            let mut l = args.plan.replan(text.clone(), rows)?;
-            shared.replace_plan(std::mem::take(&mut l.plan));
-            targets = Some(std::mem::take(&mut l.cfg.discovery));
-            Ok(())
-        })
+    let round = {
+        let (plan_args, shared, text) = (args.plan.clone(), shared.clone(), text.clone());
+        let mut tried = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut applied = applied.clone();
+        move || {
+            // The targets of the last plan taken, whose rows are saved.
+            let mut targets = None;
+            let settled = crate::discovery::plan_rows(&mut applied, &mut tried, |rows| {
+                let mut l = plan_args.replan(text.clone(), rows)?;
+                shared.replace_plan(std::mem::take(&mut l.plan));
+                targets = Some(std::mem::take(&mut l.cfg.discovery));
+                Ok(())
+            });
+            (applied, settled, targets)
+        }
     };
+    let (now_applied, settled, targets) = match tokio::task::spawn_blocking(round).await {
+        Ok(done) => done,
+        // A bug in the loader: as if it had panicked here.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Cancelled: only when the runtime shuts down, which drops this future too.
+        Err(_) => return false,
+    };
+    *applied = now_applied;
+    crate::discovery::put_back(
+        &mut found.lock().unwrap_or_else(|e| e.into_inner()),
+        applied,
+        &settled.refused,
+    );
     let seconds = started.elapsed().as_secs_f64();
     if settled.planned > 0 {
         metrics.replans_ok.fetch_add(1, Relaxed);
@@ -1986,43 +2010,77 @@ mod tests {
         assert!(!text.contains("apply only at start"), "{text}");
     }
 
+    /// A daemon running [`crate::test_util::one_host_past_the_item_limit`]'s file with no
+    /// rows found yet, for re-plans.
+    struct Replanning {
+        dir: tempfile::TempDir,
+        args: Args,
+        running: super::super::Loaded,
+        shared: Arc<Shared>,
+        metrics: DiscoveryMetrics,
+    }
+
+    impl Replanning {
+        fn new() -> Replanning {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("netpoller.toml");
+            std::fs::write(&path, crate::test_util::one_host_past_the_item_limit("")).unwrap();
+            let args = Args {
+                plan: super::super::PlanArgs::of(path),
+                user: None,
+            };
+            let mut running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
+            let plan = std::mem::take(&mut running.plan);
+            let shared = Shared::new(plan, 2, Clock::new(), Limits::default());
+            let metrics = DiscoveryMetrics::default();
+            Replanning {
+                dir,
+                args,
+                running,
+                shared,
+                metrics,
+            }
+        }
+
+        /// Where the rows planned are saved.
+        fn file(&self) -> std::path::PathBuf {
+            self.dir.path().join("discovered.json")
+        }
+
+        /// One round of [`replan_found`] on a daemon's thread that runs `beside` too:
+        /// whether rows were left untried, and the log.
+        fn round(
+            &self,
+            found: &Mutex<Found>,
+            applied: &mut Found,
+            beside: impl std::future::Future<Output = ()> + Send + 'static,
+        ) -> (bool, String) {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            crate::test_util::logged(|| {
+                rt.block_on(async {
+                    drop(tokio::spawn(beside));
+                    let (file, text) = (self.file(), &self.running.text);
+                    let m = &self.metrics;
+                    replan_found(&self.args, &file, &self.shared, text, found, applied, m).await
+                })
+            })
+        }
+    }
+
     /// A re-plan the loader refuses for one host's rows (here past the file's item
     /// limit) plans the rows found on the other hosts, saves them, names the refused
     /// host, and puts back only its rows (all rows were put back, none planned).
     #[test]
     fn a_refused_replan_plans_the_other_hosts_rows_and_names_the_refused_one() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("netpoller.toml");
-        let text = crate::test_util::one_host_past_the_item_limit("");
-        std::fs::write(&path, text).unwrap();
-        let args = Args {
-            plan: super::super::PlanArgs::of(path),
-            user: None,
-        };
-        let running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
-        let shared = Shared::new(running.plan, 2, Clock::new(), Limits::default());
+        let r = Replanning::new();
         let rows = crate::test_util::found;
         let found = Mutex::new(rows(&[("big", "if", "1-65536"), ("small", "if", "1-3")]));
         let mut applied = Found::default();
-        let metrics = DiscoveryMetrics::default();
-        let file = dir.path().join("discovered.json");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let (more, text) = crate::test_util::logged(|| {
-            let replan = replan_found(
-                &args,
-                &file,
-                &shared,
-                &running.text,
-                &found,
-                &mut applied,
-                &metrics,
-            );
-            rt.block_on(replan)
-        });
+        let (more, text) = r.round(&found, &mut applied, async {});
         assert!(!more, "{text}");
-        assert_eq!(shared.plan().items.len(), 129 * 3, "{text}");
+        assert_eq!(r.shared.plan().items.len(), 129 * 3, "{text}");
         assert_eq!(applied, rows(&[("small", "if", "1-3")]));
         assert_eq!(*found.lock().unwrap(), applied, "big's rows put back");
         assert!(
@@ -2031,11 +2089,47 @@ mod tests {
         );
         use std::sync::atomic::Ordering::Relaxed;
         let counted = (
-            metrics.replans_ok.load(Relaxed),
-            metrics.replans_refused.load(Relaxed),
+            r.metrics.replans_ok.load(Relaxed),
+            r.metrics.replans_refused.load(Relaxed),
         );
         assert_eq!(counted, (1, 1));
-        let saved = crate::discovery::read_file(&file).unwrap();
-        assert_eq!(saved.for_rules(&running.cfg.discovery), applied);
+        let saved = crate::discovery::read_file(&r.file()).unwrap();
+        assert_eq!(saved.for_rules(&r.running.cfg.discovery), applied);
+    }
+
+    /// A re-plan plans off the daemon's thread: its tasks (the sink, the HTTP endpoint,
+    /// discovery) run while the loader parses, and rows discovery finds meanwhile for
+    /// the host's rule refused stay for the next round (not replaced by the running
+    /// plan's rows). Before, the whole round ran on the daemon's thread: at a million
+    /// items, refused rows held it up to ~5 s.
+    #[test]
+    fn a_replan_plans_off_the_daemons_thread_and_keeps_rows_found_meanwhile() {
+        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+        let r = Replanning::new();
+        let rows = crate::test_util::found;
+        // Only rows the loader refuses: no plan is taken, nothing saved.
+        let found = Arc::new(Mutex::new(rows(&[("big", "if", "1-65536")])));
+        let mut applied = Found::default();
+        // A task of the daemon's thread: finds other rows for big's rule, then counts
+        // the times it ran.
+        let ran = Arc::new(AtomicUsize::new(0));
+        let task = {
+            let (found, ran) = (found.clone(), ran.clone());
+            async move {
+                *found.lock().unwrap() = rows(&[("big", "if", "1-2")]);
+                for _ in 0..1_000_000 {
+                    ran.fetch_add(1, Relaxed);
+                    tokio::task::yield_now().await;
+                }
+            }
+        };
+        let (more, text) = r.round(&found, &mut applied, task);
+        assert!(!more, "{text}");
+        assert!(text.contains("host=big rule=if"), "refused: {text}");
+        assert!(ran.load(Relaxed) > 0, "the daemon's thread ran meanwhile");
+        assert_eq!(applied, Found::default());
+        let kept = rows(&[("big", "if", "1-2")]);
+        assert_eq!(*found.lock().unwrap(), kept, "the rows found meanwhile");
+        assert!(!r.file().exists());
     }
 }
