@@ -29,7 +29,7 @@ use crate::config::{Config, Found};
 use crate::discovery::DiscoveryMetrics;
 
 /// Arguments of `netpoller run`.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     #[command(flatten)]
     pub plan: super::PlanArgs,
@@ -119,6 +119,8 @@ async fn daemon(
         poller::daemon::SnmpDrivers,
     ),
 ) -> anyhow::Result<ExitCode> {
+    // Shared with the reloads, which run off this thread.
+    let cfg = Arc::new(cfg);
     let (hosts, items) = (plan.hosts.len(), plan.items.len());
     let probe_rate = plan.icmp_probe_rate();
     let sink_metrics = Arc::new(sink::SinkMetrics::default());
@@ -298,10 +300,11 @@ async fn daemon(
             _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
-                let wanted = |rate| icmp_thread_count(rate, icmp_sockets, cores);
-                let running = targets_tx.borrow().clone();
-                let rows = (&*found, &mut applied, &running[..]);
-                if let Some(l) = reload_with_rows(&args, &cfg, &shared, icmp_threads, wanted, rows) {
+                let wanted = move |rate| icmp_thread_count(rate, icmp_sockets, cores);
+                let rows = (&found, &mut applied, targets_tx.borrow().clone());
+                let reload = reload_off_thread(&args, &cfg, &shared, icmp_threads, wanted, rows);
+                let Some(loaded) = reload.await else { break };
+                if let Some(l) = loaded {
                     text = l.text;
                     let mut targets = l.cfg.discovery;
                     // Walks leave from where the engines' sockets do: the start's
@@ -379,18 +382,33 @@ async fn daemon(
     Ok(exit)
 }
 
+/// Runs `f` (a reload, a re-plan: they parse the whole file, 0.35 s at a million items)
+/// on a thread of the blocking pool, so that the daemon's thread runs the sink, its
+/// ClickHouse client, the HTTP endpoint (whose `/health` a supervisor may probe) and
+/// the discovery walks meanwhile; the caller waits for it (so reloads and re-plans
+/// still come one at a time). A panic in `f` goes on here; `None` only when the
+/// runtime shuts down.
+async fn off_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    // Its logs go where this thread's go (the global subscriber; a test's own).
+    let logs = tracing::dispatcher::get_default(|d| d.clone());
+    match tokio::task::spawn_blocking(move || tracing::dispatcher::with_default(&logs, f)).await {
+        Ok(done) => Some(done),
+        // A bug in the loader: as if it had panicked here.
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => None,
+    }
+}
+
 /// Plans the rows discovery `found` with the running config `text`
 /// ([`crate::discovery::plan_rows`]): swaps in each plan the loader takes and saves its
 /// rows; the host's rules whose rows it refuses get back the running plan's rows
 /// (`applied`), so that a reload does not take them either, and are logged with the
 /// loader's reasons. Returns whether rows are still pending (not tried this round).
 ///
-/// The round plans on a thread of the blocking pool, from a copy of `found`: each plan
-/// parses the whole file (0.35 s at a million items; when rows are refused, a round
-/// plans up to log2(pending) + 1 + [`crate::discovery::SPLIT_PLANS`] times), and this
-/// thread meanwhile runs the sink, its ClickHouse client, the HTTP endpoint (whose
-/// `/health` a supervisor may probe) and the discovery task, which may find rows
-/// meanwhile: those stay in `found` for the next round, which it asks for.
+/// The round plans [`off_thread`] (when rows are refused, a round plans up to
+/// log2(pending) + 1 + [`crate::discovery::SPLIT_PLANS`] times), from a copy of
+/// `found`: rows the discovery task finds meanwhile stay in `found` for the next round,
+/// which it asks for.
 async fn replan_found(
     args: &Args,
     discovery_file: &Path,
@@ -418,12 +436,8 @@ async fn replan_found(
             (applied, settled, targets)
         }
     };
-    let (now_applied, settled, targets) = match tokio::task::spawn_blocking(round).await {
-        Ok(done) => done,
-        // A bug in the loader: as if it had panicked here.
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        // Cancelled: only when the runtime shuts down, which drops this future too.
-        Err(_) => return false,
+    let Some((now_applied, settled, targets)) = off_thread(round).await else {
+        return false;
     };
     *applied = now_applied;
     crate::discovery::put_back(
@@ -570,6 +584,31 @@ fn rate_field(r: f64) -> f64 {
 fn icmp_thread_count(probe_rate: f64, sockets: usize, cores: usize) -> usize {
     let want = (probe_rate / PROBES_PER_ICMP_THREAD).ceil().max(1.0) as usize;
     want.min(sockets).min(cores.max(1))
+}
+
+/// SIGHUP: [`reload_with_rows`] [`off_thread`]; `None` only when the runtime shuts down.
+async fn reload_off_thread(
+    args: &Args,
+    running_cfg: &Arc<Config>,
+    shared: &Arc<Shared>,
+    icmp_threads: usize,
+    wanted: impl Fn(f64) -> usize + Send + 'static,
+    (found, applied, running): (
+        &Arc<Mutex<Found>>,
+        &mut Found,
+        Vec<crate::config::DiscoveryTarget>,
+    ),
+) -> Option<Option<super::Loaded>> {
+    let (args, cfg) = (args.clone(), running_cfg.clone());
+    let (shared, found, mut rows) = (shared.clone(), found.clone(), applied.clone());
+    let (loaded, rows) = off_thread(move || {
+        let with = (&*found, &mut rows, &running[..]);
+        let loaded = reload_with_rows(&args, &cfg, &shared, icmp_threads, wanted, with);
+        (loaded, rows)
+    })
+    .await?;
+    *applied = rows;
+    Some(loaded)
 }
 
 /// SIGHUP: [`reload`] with the rows of the running plan (`applied`), not with the rows
@@ -1370,6 +1409,7 @@ mod tests {
     use super::*;
     use poller::daemon::{Clock, Limits};
     use poller::value::{ErrorReason, ItemError};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
     /// The plan of a config with SNMP hosts `names`, one item `k` each.
     fn plan_of(names: &[&str]) -> Plan {
@@ -1903,7 +1943,7 @@ mod tests {
         let ping = r#"{ key = "icmpping", interval = "10s" }"#;
         let rows = crate::test_util::found;
         let mut applied = rows(&[("a", "if", "1-2"), ("c", "if", "1")]);
-        let found = Mutex::new(rows(&[("a", "if", "1-4"), ("c", "if", "1-3")]));
+        let found = Arc::new(Mutex::new(rows(&[("a", "if", "1-4"), ("c", "if", "1-3")])));
         std::fs::write(&path, text(ping, "127.0.51.3")).unwrap();
         let args = Args {
             plan: super::super::PlanArgs::of(path.clone()),
@@ -1915,11 +1955,14 @@ mod tests {
         let shared = Shared::new(running.plan, 2, Clock::new(), Limits::default());
         let more = format!(r#"{ping}, {{ key = "icmppingsec", interval = "10s" }}"#);
         std::fs::write(&path, text(&more, "127.0.51.9")).unwrap();
-        let (reloaded, text) = crate::test_util::logged(|| {
-            let rows = (&found, &mut applied, &targets[..]);
-            reload_with_rows(&args, &running.cfg, &shared, 1, |_| 1, rows).is_some()
+        let (ran, counting) = counting();
+        let running = Arc::new(running.cfg);
+        let (reloaded, text) = on_daemon_thread(counting, async {
+            let rows = (&found, &mut applied, targets);
+            reload_off_thread(&args, &running, &shared, 1, |_| 1, rows).await
         });
-        assert!(reloaded, "{text}");
+        assert!(matches!(reloaded, Some(Some(_))), "{text}");
+        assert!(ran.load(Relaxed) > 0, "the daemon's thread ran meanwhile");
         for counted in [
             "items=4 ",
             "hosts_changed=2 ",
@@ -2055,18 +2098,40 @@ mod tests {
             applied: &mut Found,
             beside: impl std::future::Future<Output = ()> + Send + 'static,
         ) -> (bool, String) {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .unwrap();
-            crate::test_util::logged(|| {
-                rt.block_on(async {
-                    drop(tokio::spawn(beside));
-                    let (file, text) = (self.file(), &self.running.text);
-                    let m = &self.metrics;
-                    replan_found(&self.args, &file, &self.shared, text, found, applied, m).await
-                })
+            let (file, text, m) = (self.file(), &self.running.text, &self.metrics);
+            on_daemon_thread(beside, async {
+                replan_found(&self.args, &file, &self.shared, text, found, applied, m).await
             })
         }
+    }
+
+    /// What `f` gives on a daemon's thread (a current-thread runtime) that runs the task
+    /// `beside` too, and what both logged.
+    fn on_daemon_thread<T>(
+        beside: impl std::future::Future<Output = ()> + Send + 'static,
+        f: impl std::future::Future<Output = T>,
+    ) -> (T, String) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        crate::test_util::logged(|| {
+            rt.block_on(async {
+                drop(tokio::spawn(beside));
+                f.await
+            })
+        })
+    }
+
+    /// A task for [`on_daemon_thread`] that counts the times it ran.
+    fn counting() -> (Arc<AtomicUsize>, impl std::future::Future<Output = ()>) {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counter = ran.clone();
+        (ran, async move {
+            for _ in 0..1_000_000 {
+                counter.fetch_add(1, Relaxed);
+                tokio::task::yield_now().await;
+            }
+        })
     }
 
     /// A re-plan the loader refuses for one host's rows (here past the file's item
@@ -2087,7 +2152,6 @@ mod tests {
             text.contains("past the") && text.contains("host=big rule=if"),
             "{text}"
         );
-        use std::sync::atomic::Ordering::Relaxed;
         let counted = (
             r.metrics.replans_ok.load(Relaxed),
             r.metrics.replans_refused.load(Relaxed),
@@ -2104,7 +2168,6 @@ mod tests {
     /// items, refused rows held it up to ~5 s.
     #[test]
     fn a_replan_plans_off_the_daemons_thread_and_keeps_rows_found_meanwhile() {
-        use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
         let r = Replanning::new();
         let rows = crate::test_util::found;
         // Only rows the loader refuses: no plan is taken, nothing saved.
@@ -2112,15 +2175,12 @@ mod tests {
         let mut applied = Found::default();
         // A task of the daemon's thread: finds other rows for big's rule, then counts
         // the times it ran.
-        let ran = Arc::new(AtomicUsize::new(0));
+        let (ran, counting) = counting();
         let task = {
-            let (found, ran) = (found.clone(), ran.clone());
+            let found = found.clone();
             async move {
                 *found.lock().unwrap() = rows(&[("big", "if", "1-2")]);
-                for _ in 0..1_000_000 {
-                    ran.fetch_add(1, Relaxed);
-                    tokio::task::yield_now().await;
-                }
+                counting.await
             }
         };
         let (more, text) = r.round(&found, &mut applied, task);
