@@ -96,7 +96,8 @@ pub struct DaemonSection {
     pub icmp_concurrent_sweeps: usize,
     /// SNMP iterations that may run at once. Default 2.
     pub snmp_concurrent_iterations: usize,
-    /// Drop privileges to this user after opening raw sockets (`run --user`). Default: none.
+    /// Switch to this user after opening raw sockets, holding no capability (`run
+    /// --user`). Default: none.
     pub user: Option<String>,
     /// Where `run` keeps the table rows discovery found (`[[templates.discovery]]`), so
     /// that a restart polls them at once. Default `./discovered.json`.

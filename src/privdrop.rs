@@ -1,28 +1,42 @@
-//! Dropping root after the raw ICMP sockets are open: switch to an unprivileged user and
-//! keep at most CAP_NET_RAW.
+//! Dropping root after the raw ICMP sockets are open: switch to an unprivileged user
+//! holding no capability, CAP_NET_RAW included.
 //!
-//! Order of operations (each step checked, the first failure is returned by name):
+//! **Why nothing needs CAP_NET_RAW later** (checked against poller's ICMP and SNMP
+//! drivers and `netpoller run`; keep it true): the raw ICMP sockets are opened once, at
+//! start, before [`drop_privileges`], and never again. A reload opens none: more sockets
+//! (`daemon.icmp_concurrent_sweeps`) or engine threads apply at the next start, and the
+//! reload warns so; an ICMPv6 socket that did not open stays closed until a restart.
+//! The kernel checks CAP_NET_RAW when a raw socket is created (`socket(2)`), not when an
+//! open one is used, and nothing done to the open sockets needs a capability: the
+//! sweeps' `sendmmsg`/`recvmmsg` (no control message is sent), the identifier filter
+//! attached per sweep (`SO_ATTACH_FILTER`, classic BPF), `IP_MTU_DISCOVER` per sweep,
+//! `getsockopt` (`SO_RCVBUF`, `SO_MEMINFO`). `ICMP_FILTER`, `SO_TIMESTAMPNS`, the
+//! receive buffer (`SO_RCVBUFFORCE`, which needs CAP_NET_ADMIN, not CAP_NET_RAW) and the
+//! source address are set when a socket opens; nothing sets `SO_MARK`,
+//! `SO_BINDTODEVICE`, `IP_TRANSPARENT` or `IP_HDRINCL`. The SNMP sockets opened later
+//! for slow devices are UDP. A daemon that kept CAP_NET_RAW could, if compromised, open
+//! raw and packet sockets to read and forge any traffic of the host.
+//!
+//! [`drop_privileges`] (`run --user`, `daemon.user`), order of operations (each step
+//! checked, the first failure is returned by name):
 //! 1. look the user up (`getpwnam_r`);
-//! 2. `prctl(PR_SET_KEEPCAPS, 1)` so that the uid change does not clear the permitted set;
-//! 3. shrink the bounding set to what is kept (best effort: needs CAP_SETPCAP);
-//! 4. `setgroups([])`, `setresgid(gid)`, `setresuid(uid)` (all of real/effective/saved, so
+//! 2. empty the bounding set (best effort: needs CAP_SETPCAP), so that executing a
+//!    set-user-ID-root or file-capability program gives no capability back;
+//! 3. `setgroups([])`, `setresgid(gid)`, `setresuid(uid)` (all of real/effective/saved, so
 //!    root cannot be regained), skipped when the process already runs as that user
 //!    (e.g. systemd `User=` + `AmbientCapabilities=CAP_NET_RAW`, whose `initgroups`
 //!    lists the primary group as the only supplementary one: no extra group);
-//! 5. `capset`: effective = permitted = {CAP_NET_RAW} or {}, inheritable = {}; the
-//!    ambient set is cleared (the daemon never executes programs, and children must not
-//!    inherit raw-socket rights);
-//! 6. `prctl(PR_SET_KEEPCAPS, 0)`;
-//! 7. verify from `/proc/thread-self/status` (uids, gids, groups, CapEff, CapPrm, CapAmb)
-//!    and that `setuid(0)` now fails.
+//! 4. `capset`: effective = permitted = inheritable = {}; the ambient set is cleared
+//!    (the daemon never executes programs, and children must not inherit rights);
+//! 5. verify from `/proc/thread-self/status` (uids, gids, groups, CapEff, CapPrm, CapInh,
+//!    CapAmb) and that `setuid(0)` now fails.
 //!
 //! **Threads.** Capabilities are per thread. glibc's `setgroups`/`setresgid`/`setresuid`
-//! apply the ids to every thread of the process, but `capset` and `PR_SET_KEEPCAPS`
-//! affect only the calling thread: other threads end up as the new user with *no*
-//! capabilities. So call [`drop_privileges`] from `main` **before** building the tokio
-//! runtime or spawning any thread (and after opening the raw sockets, which stay usable:
-//! a descriptor keeps the rights it was opened with). Verification reads the calling
-//! thread's status, which in a single-threaded process is the process's.
+//! apply the ids to every thread of the process, but `capset` affects only the calling
+//! thread. Hence the call from `main` **before** the tokio runtime or any thread is
+//! started (and after opening the raw sockets, which stay usable: a descriptor keeps
+//! the rights it was opened with). Verification reads the calling thread's status,
+//! which in a single-threaded process is the process's.
 //!
 //! Opening sockets is not done here: the caller opens them (poller's ICMP driver, whose
 //! error already explains how to grant CAP_NET_RAW) before calling [`drop_privileges`].
@@ -31,8 +45,6 @@ use anyhow::{bail, Context as _};
 use std::ffi::CString;
 use std::io;
 
-/// Capability number of CAP_NET_RAW (`linux/capability.h`).
-pub const CAP_NET_RAW: u32 = 13;
 const CAP_SETPCAP: u32 = 8;
 
 /// Identity and capability sets of the calling thread (from `/proc/thread-self/status`).
@@ -60,6 +72,12 @@ impl Caps {
     /// Whether capability `cap` is effective.
     pub fn has_effective(&self, cap: u32) -> bool {
         self.effective & (1u64 << cap) != 0
+    }
+
+    /// The capabilities in any of the effective, permitted, inheritable and ambient
+    /// sets: what the process can use or pass on (the bounding set only limits).
+    pub fn held(&self) -> u64 {
+        self.effective | self.permitted | self.inheritable | self.ambient
     }
 
     fn parse(status: &str) -> anyhow::Result<Caps> {
@@ -112,40 +130,22 @@ pub fn current_caps() -> anyhow::Result<Caps> {
     Caps::parse(&text).context("parsing /proc/thread-self/status")
 }
 
-/// Switches the process to `user` (its primary group, no supplementary groups) keeping
-/// only CAP_NET_RAW when `keep_net_raw`, otherwise no capability at all. Sockets opened
-/// before stay usable. Must run before any other thread exists (see the module docs).
-/// Errors name the step that failed; the process should then exit.
-pub fn drop_privileges(user: &str, keep_net_raw: bool) -> anyhow::Result<()> {
+/// Switches the process to `user` (its primary group, no supplementary groups) holding
+/// no capability. Sockets opened before stay usable. Must run before any other thread
+/// exists (see the module docs). Errors name the step that failed; the process should
+/// then exit.
+pub fn drop_privileges(user: &str) -> anyhow::Result<()> {
     let (uid, gid) = lookup_user(user)?;
-    let keep: u64 = if keep_net_raw { 1 << CAP_NET_RAW } else { 0 };
     let before = current_caps()?;
-    if let Ok(threads) = thread_count() {
-        if threads > 1 {
-            tracing::warn!(
-                threads,
-                "dropping privileges in a multi-threaded process: only this thread keeps \
-                 CAP_NET_RAW (call it before starting the runtime)"
-            );
-        }
-    }
-    if keep_net_raw && before.permitted & keep == 0 {
-        bail!(
-            "cannot keep CAP_NET_RAW: the process does not have it (CapPrm={:016x}); run as root, \
-             give the binary `setcap cap_net_raw+ep`, or use systemd AmbientCapabilities=CAP_NET_RAW",
-            before.permitted
-        );
-    }
+    warn_if_threaded();
     let switch =
         before.uids != [uid; 4] || before.gids != [gid; 4] || other_groups(&before.groups, gid);
 
     // SAFETY (all blocks below): plain syscalls on integers / valid pointers to locals.
-    prctl(libc::PR_SET_KEEPCAPS, 1).context("prctl(PR_SET_KEEPCAPS, 1)")?;
-    let result = (|| {
+    (|| {
         if before.has_effective(CAP_SETPCAP) {
-            let last = last_cap();
-            for cap in 0..=last {
-                if keep & (1 << cap) == 0 && before.bounding & (1 << cap) != 0 {
+            for cap in 0..=last_cap() {
+                if before.bounding & (1 << cap) != 0 {
                     prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong)
                         .with_context(|| format!("prctl(PR_CAPBSET_DROP, {cap})"))?;
                 }
@@ -166,6 +166,9 @@ pub fn drop_privileges(user: &str, keep_net_raw: bool) -> anyhow::Result<()> {
                     "CAP_SETGID",
                 ));
             }
+            // Leaving uid 0 clears the effective, permitted and ambient sets (no
+            // PR_SET_KEEPCAPS: nothing is kept); the inheritable set stays, and a
+            // process already the user keeps all: the capset below empties them.
             if unsafe { libc::setresuid(uid, uid, uid) } != 0 {
                 return Err(with_hint(
                     io::Error::last_os_error(),
@@ -174,9 +177,9 @@ pub fn drop_privileges(user: &str, keep_net_raw: bool) -> anyhow::Result<()> {
                 ));
             }
         }
-        capset(keep, keep, 0).with_context(|| format!("capset(effective=permitted={keep:#x})"))?;
+        capset(0, 0, 0).context("capset(effective=permitted=inheritable=0)")?;
         // Ambient capabilities exist since Linux 4.3; EINVAL before that means "none".
-        if let Err(e) = prctl4(
+        if let Err(e) = prctl(
             libc::PR_CAP_AMBIENT,
             libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
         ) {
@@ -185,16 +188,12 @@ pub fn drop_privileges(user: &str, keep_net_raw: bool) -> anyhow::Result<()> {
             }
         }
         Ok(())
-    })();
-    // Always reset: a later exec or uid change must not keep capabilities silently.
-    let reset = prctl(libc::PR_SET_KEEPCAPS, 0).context("prctl(PR_SET_KEEPCAPS, 0)");
-    result
-        .with_context(|| format!("dropping privileges to user {user:?} (uid {uid}, gid {gid})"))?;
-    reset?;
-    verify(uid, gid, keep).with_context(|| format!("verifying the switch to user {user:?}"))
+    })()
+    .with_context(|| format!("dropping privileges to user {user:?} (uid {uid}, gid {gid})"))?;
+    verify(uid, gid).with_context(|| format!("verifying the switch to user {user:?}"))
 }
 
-fn verify(uid: u32, gid: u32, keep: u64) -> anyhow::Result<()> {
+fn verify(uid: u32, gid: u32) -> anyhow::Result<()> {
     let now = current_caps()?;
     if now.uids != [uid; 4] {
         bail!("uids are {:?}, expected {uid}", now.uids);
@@ -205,20 +204,7 @@ fn verify(uid: u32, gid: u32, keep: u64) -> anyhow::Result<()> {
     if other_groups(&now.groups, gid) {
         bail!("supplementary groups {:?} remain", now.groups);
     }
-    if now.effective != keep || now.permitted != keep {
-        bail!(
-            "CapEff={:016x} CapPrm={:016x}, expected {keep:016x}",
-            now.effective,
-            now.permitted
-        );
-    }
-    if now.ambient != 0 || now.inheritable != 0 {
-        bail!(
-            "CapAmb={:016x} CapInh={:016x}, expected 0",
-            now.ambient,
-            now.inheritable
-        );
-    }
+    none_held(&now, u64::MAX)?;
     if uid != 0 {
         // SAFETY: a failing setuid changes nothing; success would be the bug we check for.
         if unsafe { libc::setuid(0) } == 0 {
@@ -226,6 +212,36 @@ fn verify(uid: u32, gid: u32, keep: u64) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Fails naming the sets when `now` holds any capability of `mask` in its effective,
+/// permitted, inheritable or ambient set.
+fn none_held(now: &Caps, mask: u64) -> anyhow::Result<()> {
+    if now.held() & mask != 0 {
+        bail!(
+            "CapEff={:016x} CapPrm={:016x} CapInh={:016x} CapAmb={:016x}, expected none of \
+             {mask:016x}",
+            now.effective,
+            now.permitted,
+            now.inheritable,
+            now.ambient
+        );
+    }
+    Ok(())
+}
+
+/// Capabilities are per thread: [`drop_privileges`] changes (and verifies) the calling
+/// thread's only, so other threads would be left as they were.
+fn warn_if_threaded() {
+    if let Ok(threads) = thread_count() {
+        if threads > 1 {
+            tracing::warn!(
+                threads,
+                "changing capabilities in a multi-threaded process: they are per thread, \
+                 and only this thread's are changed (call it before starting the runtime)"
+            );
+        }
+    }
 }
 
 /// Whether `groups` (supplementary) grant anything beyond the primary group `gid`. A
@@ -297,10 +313,6 @@ fn with_hint(e: io::Error, what: &str, cap: &str) -> anyhow::Error {
 }
 
 fn prctl(option: libc::c_int, arg: libc::c_ulong) -> io::Result<()> {
-    prctl4(option, arg)
-}
-
-fn prctl4(option: libc::c_int, arg: libc::c_ulong) -> io::Result<()> {
     // SAFETY: the options used here take integer arguments only.
     if unsafe {
         libc::prctl(
@@ -368,6 +380,8 @@ mod tests {
     use std::net::{Ipv4Addr, SocketAddrV4};
     use std::time::{Duration, Instant};
 
+    /// Capability number of CAP_NET_RAW (`linux/capability.h`).
+    const CAP_NET_RAW: u32 = 13;
     const CHILD_ENV: &str = "NETPOLLER_PRIVDROP_TEST_CHILD";
     const CHILD_OK: &str = "PRIVDROP-CHILD-OK";
 
@@ -417,7 +431,7 @@ mod tests {
         let before = current_caps().unwrap();
         let e = format!(
             "{:#}",
-            drop_privileges("no-such-user-netpoller", true).unwrap_err()
+            drop_privileges("no-such-user-netpoller").unwrap_err()
         );
         assert!(e.contains("no such user \"no-such-user-netpoller\""), "{e}");
         assert!(format!("{:#}", lookup_user("a\0b").unwrap_err()).contains("NUL"));
@@ -475,7 +489,10 @@ mod tests {
         !(sum as u16)
     }
 
-    /// Sends one echo request to 127.0.0.1 on `sock` and waits (bounded) for its reply.
+    /// Where the tests' echo requests go: loopback, in the range kept for these tests.
+    const ECHO_TO: Ipv4Addr = Ipv4Addr::new(127, 0, 151, 1);
+
+    /// Sends one echo request to [`ECHO_TO`] on `sock` and waits (bounded) for its reply.
     fn echo_loopback(sock: &Socket, ident: u16) {
         let mut pkt = vec![8u8, 0, 0, 0];
         pkt.extend_from_slice(&ident.to_be_bytes());
@@ -483,9 +500,9 @@ mod tests {
         pkt.extend_from_slice(b"netpoller-privdrop-test");
         let c = checksum(&pkt);
         pkt[2..4].copy_from_slice(&c.to_be_bytes());
-        let dst = SockAddr::from(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+        let dst = SockAddr::from(SocketAddrV4::new(ECHO_TO, 0));
         sock.send_to(&pkt, &dst)
-            .expect("send echo request on the kept raw socket");
+            .expect("send echo request on the raw socket opened before");
         sock.set_read_timeout(Some(Duration::from_millis(200)))
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(3);
@@ -503,63 +520,84 @@ mod tests {
                 return;
             }
         }
-        panic!("no echo reply from 127.0.0.1 within 3 s");
+        panic!("no echo reply from {ECHO_TO} within 3 s");
     }
 
     fn expected_nobody() -> (u32, u32) {
         lookup_user("nobody").expect("user nobody exists")
     }
 
+    const NET_RAW: u64 = 1 << CAP_NET_RAW;
+    /// CAP_NET_BIND_SERVICE: a capability besides CAP_NET_RAW that an operator may grant.
+    const NET_BIND_SERVICE: u64 = 1 << 10;
+
+    /// Puts this (child) process in the state systemd's `User=nobody` +
+    /// `AmbientCapabilities=` starts it in: the ids of `nobody`, the supplementary
+    /// `groups`, and `caps` in its effective, permitted, inheritable and ambient sets.
+    fn become_nobody_with(groups: &[u32], caps: u64) -> (u32, u32) {
+        let (uid, gid) = expected_nobody();
+        // SAFETY: plain syscalls on integers and a pointer to a live slice.
+        unsafe {
+            assert_eq!(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0), 0);
+            assert_eq!(libc::setgroups(groups.len(), groups.as_ptr()), 0);
+            assert_eq!(libc::setresgid(gid, gid, gid), 0);
+            assert_eq!(libc::setresuid(uid, uid, uid), 0);
+            assert_eq!(libc::prctl(libc::PR_SET_KEEPCAPS, 0, 0, 0, 0), 0);
+        }
+        capset(caps, caps, caps).unwrap();
+        for cap in (0..64u32).filter(|c| caps & (1 << c) != 0) {
+            // SAFETY: integer arguments only.
+            let rc = unsafe {
+                libc::prctl(
+                    libc::PR_CAP_AMBIENT,
+                    libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong,
+                    libc::c_ulong::from(cap),
+                    0 as libc::c_ulong,
+                    0 as libc::c_ulong,
+                )
+            };
+            assert_eq!(rc, 0, "raising {cap}: {}", io::Error::last_os_error());
+        }
+        let c = current_caps().unwrap();
+        assert_eq!((c.uids, c.gids), ([uid; 4], [gid; 4]));
+        assert_eq!(
+            (c.effective, c.permitted, c.inheritable, c.ambient),
+            (caps, caps, caps, caps)
+        );
+        (uid, gid)
+    }
+
     #[test]
-    fn drop_to_nobody_keeping_net_raw() {
-        if !in_child("drop_to_nobody_keeping_net_raw", "keep") {
+    fn drop_to_nobody_keeps_the_open_raw_socket_and_no_capability() {
+        if !in_child(
+            "drop_to_nobody_keeps_the_open_raw_socket_and_no_capability",
+            "drop",
+        ) {
             return;
         }
         let opened = raw_icmp().expect("raw socket as root");
-        drop_privileges("nobody", true).unwrap();
+        drop_privileges("nobody").unwrap();
         let (uid, gid) = expected_nobody();
         let c = current_caps().unwrap();
         assert_eq!(c.uids, [uid; 4]);
         assert_eq!(c.gids, [gid; 4]);
         assert!(c.groups.is_empty(), "{:?}", c.groups);
-        assert_eq!(c.effective, 1 << 13, "CapEff");
-        assert_eq!(c.permitted, 1 << 13, "CapPrm");
-        assert_eq!((c.inheritable, c.ambient), (0, 0));
         assert_eq!(
-            c.bounding & !(1 << 13),
-            0,
-            "bounding set reduced too: {:x}",
-            c.bounding
+            (c.effective, c.permitted, c.inheritable, c.ambient),
+            (0, 0, 0, 0),
+            "CapEff, CapPrm, CapInh, CapAmb"
         );
-        // The socket opened before still works ...
+        assert_eq!(c.bounding, 0, "bounding set emptied too");
+        // The socket opened before still sends and receives ...
         echo_loopback(&opened, 0x5e01);
-        // ... and a new one can be opened: CAP_NET_RAW is kept.
-        let fresh = raw_icmp().expect("new raw socket with CAP_NET_RAW kept");
-        echo_loopback(&fresh, 0x5e02);
-        // Everything else is gone: privileged port, root, chown.
-        let port80 = std::net::TcpListener::bind("127.0.0.1:80");
+        // ... but no new raw socket: CAP_NET_RAW is gone.
+        assert_eq!(raw_icmp().unwrap_err().raw_os_error(), Some(libc::EPERM));
+        // Everything else is gone too: privileged port, root, chown.
+        let port80 = std::net::TcpListener::bind((ECHO_TO, 80));
         assert_eq!(port80.unwrap_err().kind(), io::ErrorKind::PermissionDenied);
         // SAFETY: failing calls change nothing.
         assert_eq!(unsafe { libc::setuid(0) }, -1);
         assert_eq!(unsafe { libc::setgid(0) }, -1);
-        println!("{CHILD_OK}");
-    }
-
-    #[test]
-    fn drop_to_nobody_without_capabilities() {
-        if !in_child("drop_to_nobody_without_capabilities", "none") {
-            return;
-        }
-        let opened = raw_icmp().expect("raw socket as root");
-        drop_privileges("nobody", false).unwrap();
-        let (uid, _) = expected_nobody();
-        let c = current_caps().unwrap();
-        assert_eq!(c.uids, [uid; 4]);
-        assert_eq!((c.effective, c.permitted, c.ambient), (0, 0, 0));
-        // No new raw socket ...
-        assert_eq!(raw_icmp().unwrap_err().raw_os_error(), Some(libc::EPERM));
-        // ... but the descriptor opened while privileged keeps working.
-        echo_loopback(&opened, 0x5e03);
         println!("{CHILD_OK}");
     }
 
@@ -576,49 +614,34 @@ mod tests {
             return;
         }
         let (uid, gid) = expected_nobody();
-        // The state systemd sets up: ids of nobody, groups [gid], CAP_NET_RAW only.
-        // SAFETY: plain syscalls on integers and a pointer to a local.
-        unsafe {
-            assert_eq!(libc::prctl(libc::PR_SET_KEEPCAPS, 1, 0, 0, 0), 0);
-            assert_eq!(libc::setgroups(1, &gid), 0);
-            assert_eq!(libc::setresgid(gid, gid, gid), 0);
-            assert_eq!(libc::setresuid(uid, uid, uid), 0);
-        }
-        capset(1 << CAP_NET_RAW, 1 << CAP_NET_RAW, 0).unwrap();
-        assert_eq!(current_caps().unwrap().groups, [gid]);
-        drop_privileges("nobody", true).unwrap();
+        become_nobody_with(&[gid], NET_RAW);
+        drop_privileges("nobody").unwrap();
         let c = current_caps().unwrap();
-        assert_eq!((c.uids, c.gids), ([uid; 4], [gid; 4]));
-        assert_eq!((c.effective, c.permitted), (1 << 13, 1 << 13));
+        assert_eq!(
+            (c.uids, c.gids, c.groups.clone()),
+            ([uid; 4], [gid; 4], vec![gid])
+        );
+        assert_eq!(c.held(), 0);
         println!("{CHILD_OK}");
     }
 
     #[test]
-    fn already_unprivileged_user_keeps_net_raw_without_setuid() {
-        // Like systemd `User=nobody` + `AmbientCapabilities=CAP_NET_RAW`: the process is
-        // already the target user with CAP_NET_RAW (and nothing to switch).
+    fn already_the_user_drops_its_capabilities_without_setuid() {
         if !in_child(
-            "already_unprivileged_user_keeps_net_raw_without_setuid",
+            "already_the_user_drops_its_capabilities_without_setuid",
             "already",
         ) {
             return;
         }
-        let (uid, _) = expected_nobody();
-        // Become nobody while keeping CAP_NET_RAW + CAP_SETPCAP, the state systemd sets up.
-        drop_privileges("nobody", true).unwrap();
+        let (uid, gid) = become_nobody_with(&[], NET_RAW | NET_BIND_SERVICE);
+        // Dropping every capability needs no CAP_SETUID/SETGID.
+        drop_privileges("nobody").unwrap();
         let c = current_caps().unwrap();
-        assert_eq!(c.uids, [uid; 4]);
-        // A second call is a no-op switch and still verifies.
-        drop_privileges("nobody", true).unwrap();
-        assert_eq!(current_caps().unwrap().effective, 1 << 13);
-        // Dropping the last capability works without CAP_SETUID/SETGID.
-        drop_privileges("nobody", false).unwrap();
-        assert_eq!(current_caps().unwrap().effective, 0);
-        // Asking to keep what is gone fails with an explanation, not silently.
-        let e = format!("{:#}", drop_privileges("nobody", true).unwrap_err());
-        assert!(e.contains("cannot keep CAP_NET_RAW"), "{e}");
+        assert_eq!((c.uids, c.gids, c.held()), ([uid; 4], [gid; 4], 0));
+        // A second call is a no-op and still verifies.
+        drop_privileges("nobody").unwrap();
         // Switching to another user is now impossible and says why.
-        let e = format!("{:#}", drop_privileges("root", false).unwrap_err());
+        let e = format!("{:#}", drop_privileges("root").unwrap_err());
         assert!(e.contains("failed") && e.contains("needs CAP_SET"), "{e}");
         println!("{CHILD_OK}");
     }

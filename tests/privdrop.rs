@@ -1,19 +1,25 @@
-//! `netpoller run --user nobody` started as root: after start the process (every thread
-//! of it) runs as `nobody` with only CAP_NET_RAW, and its raw ICMP socket still works
-//! (values for 127.0.0.1 keep coming, scraped from `/metrics`). Also: the SNMP community
-//! never shows up in logs or metrics, and an unknown user is a clear startup error.
+//! `netpoller run --user nobody` started as root: once its raw ICMP sockets are open,
+//! every thread of it runs as `nobody` holding no capability at all (bounding set
+//! emptied too), and the raw socket opened before still works: values for 127.0.151.1 keep
+//! coming (scraped from `/metrics`), the identifier filter attached to it per sweep
+//! included. Also: the SNMP community never shows up in logs or metrics, and an unknown
+//! user is a clear startup error.
 //!
-//! Needs root (skipped otherwise, with a message). Traffic: ICMP echo to 127.0.0.1 only.
+//! Needs root (skipped otherwise, with a message). Traffic:
+//! ICMP echo to 127.0.151.1 and the metrics endpoint on 127.0.151.1 only.
 
 mod common;
 
-use common::{free_port, http_get};
+use common::{free_port_on, http_get_from};
+use std::net::Ipv4Addr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const COMMUNITY: &str = "privdrop-s3cret-community-7f3a";
+/// The polled host and the metrics endpoint: loopback, in the range kept for this test.
+const IP: Ipv4Addr = Ipv4Addr::new(127, 0, 151, 1);
 
 fn is_root() -> bool {
     // SAFETY: getter without side effects.
@@ -108,8 +114,10 @@ fn write_config(dir: &Path, port: u16) -> std::path::PathBuf {
         format!(
             r#"
 [daemon]
-metrics_listen = "127.0.0.1:{port}"
+metrics_listen = "{IP}:{port}"
 spool_dir = "{}"
+# Two sweeps: each attaches its identifier filter to its raw socket, after the drop.
+icmp_concurrent_sweeps = 2
 
 [icmp]
 timeout = "500ms"
@@ -123,7 +131,7 @@ items = [ {{ key = "icmpping", interval = "1s" }} ]
 
 [[hosts]]
 name = "loopback"
-ip = "127.0.0.1"
+ip = "{IP}"
 templates = ["icmp"]
 "#,
             spool.display()
@@ -133,45 +141,56 @@ templates = ["icmp"]
     cfg
 }
 
-#[test]
-fn run_as_root_with_user_drops_to_net_raw_only() {
-    if !is_root() {
-        eprintln!("skipping: needs root to start the daemon privileged");
-        return;
-    }
+/// What a daemon showed while it polled, and its log once it stopped.
+struct Polled {
+    /// `/proc/<pid>/task/<tid>/status` of each of its threads.
+    statuses: Vec<String>,
+    /// Receive buffers of its UDP (SNMP) sockets.
+    udp_buffers: Vec<u64>,
+    /// Its log.
+    stderr: String,
+}
+
+/// Runs `netpoller run -c CONFIG --log-format json` with `args` through `launcher` (a
+/// program and its arguments, the daemon's command line appended; none: started
+/// directly), until its raw socket has given ICMP values for [`IP`]; then reads its
+/// threads' statuses and stops it with SIGTERM (exit status 0).
+fn run_until_polled(launcher: &[String], args: &[&str]) -> Polled {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
+    let port = free_port_on(IP);
     let cfg = write_config(dir.path(), port);
     let (stdout_path, stderr_path) = (dir.path().join("stdout"), dir.path().join("stderr"));
-    let child = Command::new(env!("CARGO_BIN_EXE_netpoller"))
-        .args([
-            "run",
-            "-c",
-            cfg.to_str().unwrap(),
-            "--user",
-            "nobody",
-            "--log-format",
-            "json",
-        ])
+    let bin = env!("CARGO_BIN_EXE_netpoller");
+    let mut cmd = match launcher.split_first() {
+        Some((program, first)) => {
+            let mut c = Command::new(program);
+            c.args(first).arg(bin);
+            c
+        }
+        None => Command::new(bin),
+    };
+    let child = cmd
+        .args(["run", "-c", cfg.to_str().unwrap(), "--log-format", "json"])
+        .args(args)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
         .stdout(std::fs::File::create(&stdout_path).unwrap())
         .stderr(std::fs::File::create(&stderr_path).unwrap())
         .spawn()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("starting {cmd:?}: {e}"));
     let mut daemon = Daemon(child);
     let pid = daemon.0.id();
 
-    // Values for 127.0.0.1 prove the raw socket works after the drop.
+    // Values for the host prove the raw socket works after the drop.
     let deadline = Instant::now() + Duration::from_secs(20);
-    let body = loop {
+    let metrics = loop {
         if let Some(status) = daemon.0.try_wait().unwrap() {
             panic!(
                 "daemon exited early ({status}): {}",
                 std::fs::read_to_string(&stderr_path).unwrap()
             );
         }
-        if let Some((200, body)) = http_get(port, "/metrics") {
+        if let Some((200, body)) = http_get_from(IP, port, "/metrics") {
             if metric(&body, "netpoller_values_total{engine=\"icmp\"}").unwrap_or(0.0) >= 2.0 {
                 break body;
             }
@@ -181,56 +200,15 @@ fn run_as_root_with_user_drops_to_net_raw_only() {
     };
     assert_eq!(
         metric(
-            &body,
+            &metrics,
             "netpoller_item_errors_total{engine=\"icmp\",reason=\"send\"}"
         ),
         Some(0.0)
     );
-
-    let (uid, gid) = nobody();
     let statuses = thread_statuses(pid);
     assert!(statuses.len() > 1, "the runtime's threads exist");
-    for s in &statuses {
-        let ids = |name| {
-            field(s, name)
-                .split_whitespace()
-                .map(|v| v.parse::<u32>().unwrap())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(ids("Uid"), [uid; 4], "{s}");
-        assert_eq!(ids("Gid"), [gid; 4], "{s}");
-        assert_eq!(field(s, "Groups"), "", "no supplementary groups");
-        assert_eq!(
-            field(s, "CapEff"),
-            "0000000000002000",
-            "only CAP_NET_RAW effective"
-        );
-        assert_eq!(
-            field(s, "CapPrm"),
-            "0000000000002000",
-            "only CAP_NET_RAW permitted"
-        );
-        assert_eq!(field(s, "CapInh"), "0000000000000000");
-        assert_eq!(field(s, "CapAmb"), "0000000000000000");
-    }
-
-    // The SNMP sockets were opened before the drop: the receive buffer asked for, not
-    // the unprivileged cap (2 × net.core.rmem_max), which they got when opened after it.
-    let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    let bufs = udp_receive_buffers(pid);
-    assert!(!bufs.is_empty(), "the daemon's SNMP sockets");
-    if 2 * rmem_max < 16 << 20 {
-        assert!(
-            bufs.iter().all(|&b| b > 2 * rmem_max),
-            "{bufs:?}: capped at 2 × rmem_max ({rmem_max})"
-        );
-    }
-
-    let (st, body_h) = http_get(port, "/healthz").expect("healthz answers");
+    let udp_buffers = udp_receive_buffers(pid);
+    let (st, body_h) = http_get_from(IP, port, "/healthz").expect("healthz answers");
     assert_eq!((st, body_h.as_str()), (200, "ok\n"));
 
     // SAFETY: signalling our own child by pid.
@@ -249,27 +227,97 @@ fn run_as_root_with_user_drops_to_net_raw_only() {
     let stderr = std::fs::read_to_string(&stderr_path).unwrap();
     let stdout = std::fs::read_to_string(&stdout_path).unwrap();
     assert!(status.success(), "exit {status}: {stderr}");
-
-    // JSON logs: every line an object with level and message; the drop is logged.
-    let mut dropped = false;
-    for line in stderr.lines() {
-        let v: serde_json::Value =
-            serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
-        dropped |= v["message"]
-            .as_str()
-            .unwrap()
-            .contains("dropped privileges")
-            && v["user"] == "nobody";
-    }
-    assert!(dropped, "privilege drop not logged: {stderr}");
+    // The per-sweep identifier filter needs no capability on the open socket.
+    assert!(
+        !stderr.contains("cannot attach the ICMP identifier filter"),
+        "{stderr}"
+    );
     for (what, text) in [
         ("stderr", &stderr),
         ("stdout", &stdout),
-        ("/metrics", &body),
+        ("/metrics", &metrics),
     ] {
         assert!(!text.contains(COMMUNITY), "community leaked to {what}");
     }
+    Polled {
+        statuses,
+        udp_buffers,
+        stderr,
+    }
+}
+
+impl Polled {
+    /// Asserts that every thread runs as `nobody` (no supplementary group) with the
+    /// capability sets `caps` ([CapEff, CapPrm, CapInh, CapAmb], hex as in `status`).
+    fn assert_threads(&self, caps: [&str; 4]) {
+        let (uid, gid) = nobody();
+        for s in &self.statuses {
+            let ids = |name| {
+                field(s, name)
+                    .split_whitespace()
+                    .map(|v| v.parse::<u32>().unwrap())
+                    .collect::<Vec<_>>()
+            };
+            assert_eq!(ids("Uid"), [uid; 4], "{s}");
+            assert_eq!(ids("Gid"), [gid; 4], "{s}");
+            assert_eq!(field(s, "Groups"), "", "no supplementary groups");
+            let sets = ["CapEff", "CapPrm", "CapInh", "CapAmb"].map(|set| field(s, set));
+            assert_eq!(sets, caps, "CapEff, CapPrm, CapInh, CapAmb: {s}");
+        }
+    }
+
+    /// The JSON log lines (every one an object with level and message) whose message
+    /// contains `text`.
+    fn logged(&self, text: &str) -> Vec<serde_json::Value> {
+        let mut found = Vec::new();
+        for line in self.stderr.lines() {
+            let v: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+            assert!(v["level"].is_string() && v["message"].is_string(), "{line}");
+            if v["message"].as_str().unwrap().contains(text) {
+                found.push(v);
+            }
+        }
+        found
+    }
+}
+
+const NO_CAPS: &str = "0000000000000000";
+
+#[test]
+fn run_as_root_with_user_drops_every_capability() {
+    if !is_root() {
+        eprintln!("skipping: needs root to start the daemon privileged");
+        return;
+    }
+    let polled = run_until_polled(&[], &["--user", "nobody"]);
+    polled.assert_threads([NO_CAPS; 4]);
+    for s in &polled.statuses {
+        assert_eq!(field(s, "CapBnd"), NO_CAPS, "bounding set emptied: {s}");
+    }
+
+    // The SNMP sockets were opened before the drop: the receive buffer asked for, not
+    // the unprivileged cap (2 × net.core.rmem_max), which they got when opened after it.
+    let rmem_max: u64 = std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let bufs = &polled.udp_buffers;
+    assert!(!bufs.is_empty(), "the daemon's SNMP sockets");
+    if 2 * rmem_max < 16 << 20 {
+        assert!(
+            bufs.iter().all(|&b| b > 2 * rmem_max),
+            "{bufs:?}: capped at 2 × rmem_max ({rmem_max})"
+        );
+    }
+
+    let dropped = polled.logged("dropped privileges (no capability left)");
+    assert!(
+        dropped.iter().any(|v| v["user"] == "nobody"),
+        "privilege drop not logged: {}",
+        polled.stderr
+    );
 }
 
 #[test]
@@ -279,7 +327,7 @@ fn unknown_user_is_a_clear_startup_error() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write_config(dir.path(), free_port());
+    let cfg = write_config(dir.path(), free_port_on(IP));
     let out = Command::new(env!("CARGO_BIN_EXE_netpoller"))
         .args([
             "run",

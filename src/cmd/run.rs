@@ -2,8 +2,9 @@
 //!
 //! Start-up order matters: the config is loaded and the raw ICMP sockets are opened
 //! while the process is still single-threaded and privileged; then privileges are
-//! dropped (`--user`), and only then is the tokio runtime (its threads) started — so
-//! the capability change applies to every thread the daemon will ever run.
+//! dropped (`--user`: every capability), and only then is the tokio runtime (its
+//! threads) started — so the capability change applies to
+//! every thread the daemon will ever run.
 //!
 //! Signals: SIGTERM / SIGINT stop taking new work, let running iterations end at their
 //! deadline, save the trends hours still open for the next start (or write them, if
@@ -33,8 +34,8 @@ use crate::discovery::DiscoveryMetrics;
 pub struct Args {
     #[command(flatten)]
     pub plan: super::PlanArgs,
-    /// After opening the raw ICMP sockets, switch to this user (keeping only
-    /// CAP_NET_RAW). Overrides `daemon.user`.
+    /// After opening the raw ICMP sockets, switch to this user, holding no
+    /// capability. Overrides `daemon.user`.
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
 }
@@ -64,16 +65,13 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     // The SNMP sockets too: privileged, they get the receive buffer asked for beyond
     // net.core.rmem_max (SO_RCVBUFFORCE); only extras opened later are capped by it.
     let snmp_drivers = crate::cmd::open_snmp_drivers(&cfg)?;
+    // The raw sockets are open, and nothing opens one again (privdrop's module docs):
+    // `--user` keeps no capability.
     let user = args.user.clone().or_else(|| cfg.daemon.user.clone());
     if let Some(user) = &user {
-        // Raw sockets are open already; CAP_NET_RAW is kept so that the process could
-        // open them again, and is not needed at all with unprivileged ping sockets.
-        let keep_net_raw = icmp_drivers
-            .iter()
-            .any(|d| d.kind() == poller::icmp_driver::SocketKind::Raw);
-        crate::privdrop::drop_privileges(user, keep_net_raw)
+        crate::privdrop::drop_privileges(user)
             .with_context(|| format!("dropping privileges to {user:?}"))?;
-        tracing::info!(user = %user, "dropped privileges (keeping CAP_NET_RAW only)");
+        tracing::info!(user = %user, "dropped privileges (no capability left)");
     }
     // The engines run on threads of their own (engine_thread); what is left here (the
     // sink, its ClickHouse client, the HTTP endpoint, signals) takes ~4% of a core at

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -173,7 +173,12 @@ impl Drop for Daemon {
 
 /// A free TCP port on 127.0.0.1 (for a metrics endpoint).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
+    free_port_on(Ipv4Addr::LOCALHOST)
+}
+
+/// A free TCP port on `ip` (a test's own loopback address).
+pub fn free_port_on(ip: Ipv4Addr) -> u16 {
+    std::net::TcpListener::bind((ip, 0))
         .unwrap()
         .local_addr()
         .unwrap()
@@ -182,11 +187,16 @@ pub fn free_port() -> u16 {
 
 /// GET `path` from 127.0.0.1:`port`: (status code, body); `None` if nothing answers yet.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    http_get_from(Ipv4Addr::LOCALHOST, port, path)
+}
+
+/// [`http_get`] from `ip`:`port`.
+pub fn http_get_from(ip: Ipv4Addr, port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect((ip, port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n"
     )
     .ok()?;
     let mut buf = String::new();
