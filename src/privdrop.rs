@@ -1,9 +1,9 @@
-//! Dropping root after the raw ICMP sockets are open: switch to an unprivileged user
-//! holding no capability, CAP_NET_RAW included.
+//! Privileges once the ICMP sockets are open: from then on the daemon holds no
+//! CAP_NET_RAW, and after `--user` no capability at all.
 //!
 //! **Why nothing needs CAP_NET_RAW later** (checked against poller's ICMP and SNMP
 //! drivers and `netpoller run`; keep it true): the raw ICMP sockets are opened once, at
-//! start, before [`drop_privileges`], and never again. A reload opens none: more sockets
+//! start, before the calls here, and never again. A reload opens none: more sockets
 //! (`daemon.icmp_concurrent_sweeps`) or engine threads apply at the next start, and the
 //! reload warns so; an ICMPv6 socket that did not open stays closed until a restart.
 //! The kernel checks CAP_NET_RAW when a raw socket is created (`socket(2)`), not when an
@@ -17,8 +17,11 @@
 //! for slow devices are UDP. A daemon that kept CAP_NET_RAW could, if compromised, open
 //! raw and packet sockets to read and forge any traffic of the host.
 //!
-//! [`drop_privileges`] (`run --user`, `daemon.user`), order of operations (each step
-//! checked, the first failure is returned by name):
+//! Two ways to give it up, both called from `main` before any other thread exists:
+//!
+//! [`drop_privileges`] (`run --user`, `daemon.user`): switch to a user, holding no
+//! capability. Order of operations (each step checked, the first failure is returned by
+//! name):
 //! 1. look the user up (`getpwnam_r`);
 //! 2. empty the bounding set (best effort: needs CAP_SETPCAP), so that executing a
 //!    set-user-ID-root or file-capability program gives no capability back;
@@ -31,20 +34,32 @@
 //! 5. verify from `/proc/thread-self/status` (uids, gids, groups, CapEff, CapPrm, CapInh,
 //!    CapAmb) and that `setuid(0)` now fails.
 //!
+//! [`shed_net_raw`] (no user to switch to: systemd's `User=` +
+//! `AmbientCapabilities=CAP_NET_RAW`, or a `setcap cap_net_raw+ep` binary): a process
+//! that is not root gives up CAP_NET_RAW from its effective, permitted, inheritable and
+//! ambient sets, and keeps any other capability it was given (the operator's choice,
+//! for work that comes later: a metrics port below 1024 is bound after this, SNMP
+//! sockets opened for slow devices set their receive buffer then). Root is left as it
+//! is: root without capabilities still owns every root-owned file (the binary, `/etc`)
+//! and gets them all back by executing a program, so shedding them would not make it
+//! safe; `--user` is the way to run a daemon started as root.
+//!
 //! **Threads.** Capabilities are per thread. glibc's `setgroups`/`setresgid`/`setresuid`
 //! apply the ids to every thread of the process, but `capset` affects only the calling
-//! thread. Hence the call from `main` **before** the tokio runtime or any thread is
+//! thread. Hence the calls from `main` **before** the tokio runtime or any thread is
 //! started (and after opening the raw sockets, which stay usable: a descriptor keeps
 //! the rights it was opened with). Verification reads the calling thread's status,
 //! which in a single-threaded process is the process's.
 //!
 //! Opening sockets is not done here: the caller opens them (poller's ICMP driver, whose
-//! error already explains how to grant CAP_NET_RAW) before calling [`drop_privileges`].
+//! error already explains how to grant CAP_NET_RAW) before calling either function.
 
 use anyhow::{bail, Context as _};
 use std::ffi::CString;
 use std::io;
 
+/// Capability number of CAP_NET_RAW (`linux/capability.h`).
+pub const CAP_NET_RAW: u32 = 13;
 const CAP_SETPCAP: u32 = 8;
 
 /// Identity and capability sets of the calling thread (from `/proc/thread-self/status`).
@@ -214,6 +229,43 @@ fn verify(uid: u32, gid: u32) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// What [`shed_net_raw`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shed {
+    /// CAP_NET_RAW was held and is now in none of the sets.
+    Dropped,
+    /// The process did not hold it (ping sockets, or it was never granted).
+    NotHeld,
+    /// The process is root (a real, effective or saved uid of 0): left as it is.
+    Root,
+}
+
+/// Gives up CAP_NET_RAW once the sockets are open, in a process that is not root and
+/// has no user to switch to; any other capability stays, and root is left as it is
+/// (see the module docs). Must run before any other thread exists. An error says what
+/// failed; the process is then as it was.
+pub fn shed_net_raw() -> anyhow::Result<Shed> {
+    let before = current_caps()?;
+    if before.uids[..3].contains(&0) {
+        return Ok(Shed::Root);
+    }
+    let raw = 1 << CAP_NET_RAW;
+    if before.held() & raw == 0 {
+        return Ok(Shed::NotHeld);
+    }
+    warn_if_threaded();
+    // Lowering needs no privilege. The kernel keeps the ambient set within permitted
+    // and inheritable, so it loses CAP_NET_RAW with them.
+    capset(
+        before.effective & !raw,
+        before.permitted & !raw,
+        before.inheritable & !raw,
+    )
+    .context("capset without CAP_NET_RAW")?;
+    none_held(&current_caps()?, raw).context("verifying that CAP_NET_RAW is gone")?;
+    Ok(Shed::Dropped)
+}
+
 /// Fails naming the sets when `now` holds any capability of `mask` in its effective,
 /// permitted, inheritable or ambient set.
 fn none_held(now: &Caps, mask: u64) -> anyhow::Result<()> {
@@ -230,7 +282,7 @@ fn none_held(now: &Caps, mask: u64) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Capabilities are per thread: [`drop_privileges`] changes (and verifies) the calling
+/// Capabilities are per thread: the calls here change (and verify) the calling
 /// thread's only, so other threads would be left as they were.
 fn warn_if_threaded() {
     if let Ok(threads) = thread_count() {
@@ -380,8 +432,6 @@ mod tests {
     use std::net::{Ipv4Addr, SocketAddrV4};
     use std::time::{Duration, Instant};
 
-    /// Capability number of CAP_NET_RAW (`linux/capability.h`).
-    const CAP_NET_RAW: u32 = 13;
     const CHILD_ENV: &str = "NETPOLLER_PRIVDROP_TEST_CHILD";
     const CHILD_OK: &str = "PRIVDROP-CHILD-OK";
 
@@ -643,6 +693,53 @@ mod tests {
         // Switching to another user is now impossible and says why.
         let e = format!("{:#}", drop_privileges("root").unwrap_err());
         assert!(e.contains("failed") && e.contains("needs CAP_SET"), "{e}");
+        println!("{CHILD_OK}");
+    }
+
+    /// systemd's unit (`User=` + `AmbientCapabilities=CAP_NET_RAW`, no `--user`):
+    /// CAP_NET_RAW goes from every set once the sockets are open, the open raw socket
+    /// still works, and a capability the operator also granted stays.
+    #[test]
+    fn the_user_with_ambient_net_raw_sheds_it_and_keeps_the_rest() {
+        if !in_child(
+            "the_user_with_ambient_net_raw_sheds_it_and_keeps_the_rest",
+            "shed",
+        ) {
+            return;
+        }
+        let opened = raw_icmp().expect("raw socket as root");
+        let (uid, _) = become_nobody_with(&[], NET_RAW | NET_BIND_SERVICE);
+        assert_eq!(shed_net_raw().unwrap(), Shed::Dropped);
+        let c = current_caps().unwrap();
+        assert_eq!(c.uids, [uid; 4]);
+        assert_eq!(
+            (c.effective, c.permitted, c.inheritable, c.ambient),
+            (
+                NET_BIND_SERVICE,
+                NET_BIND_SERVICE,
+                NET_BIND_SERVICE,
+                NET_BIND_SERVICE
+            ),
+            "CapEff, CapPrm, CapInh, CapAmb"
+        );
+        echo_loopback(&opened, 0x5e02);
+        assert_eq!(raw_icmp().unwrap_err().raw_os_error(), Some(libc::EPERM));
+        // Nothing left to shed.
+        assert_eq!(shed_net_raw().unwrap(), Shed::NotHeld);
+        println!("{CHILD_OK}");
+    }
+
+    /// Root without `--user`: shedding capabilities would not make it safe (module
+    /// docs), so it keeps them, CAP_NET_RAW included.
+    #[test]
+    fn root_without_a_user_keeps_its_capabilities() {
+        if !in_child("root_without_a_user_keeps_its_capabilities", "root") {
+            return;
+        }
+        let before = current_caps().unwrap();
+        assert_ne!(before.held() & NET_RAW, 0, "root holds CAP_NET_RAW");
+        assert_eq!(shed_net_raw().unwrap(), Shed::Root);
+        assert_eq!(current_caps().unwrap(), before);
         println!("{CHILD_OK}");
     }
 }

@@ -1,11 +1,16 @@
-//! `netpoller run --user nobody` started as root: once its raw ICMP sockets are open,
-//! every thread of it runs as `nobody` holding no capability at all (bounding set
-//! emptied too), and the raw socket opened before still works: values for 127.0.151.1 keep
+//! `netpoller run` holds no CAP_NET_RAW once its raw ICMP sockets are open:
+//! * started as root with `--user nobody`, every thread of it runs as `nobody` holding
+//!   no capability at all (bounding set emptied too);
+//! * started as `nobody` with CAP_NET_RAW and CAP_NET_BIND_SERVICE ambient, as systemd's
+//!   `User=` + `AmbientCapabilities=` starts it (here `setpriv` does), every thread sheds
+//!   CAP_NET_RAW and keeps the other capability;
+//!
+//! and either way the raw socket opened before still works: values for 127.0.151.1 keep
 //! coming (scraped from `/metrics`), the identifier filter attached to it per sweep
 //! included. Also: the SNMP community never shows up in logs or metrics, and an unknown
 //! user is a clear startup error.
 //!
-//! Needs root (skipped otherwise, with a message). Traffic:
+//! Needs root (skipped otherwise, with a message) and `setpriv` (util-linux). Traffic:
 //! ICMP echo to 127.0.151.1 and the metrics endpoint on 127.0.151.1 only.
 
 mod common;
@@ -316,6 +321,37 @@ fn run_as_root_with_user_drops_every_capability() {
     assert!(
         dropped.iter().any(|v| v["user"] == "nobody"),
         "privilege drop not logged: {}",
+        polled.stderr
+    );
+}
+
+/// systemd's unit: `User=` + `AmbientCapabilities=CAP_NET_RAW`, no `--user`. The
+/// daemon sheds CAP_NET_RAW itself once its sockets are open; CAP_NET_BIND_SERVICE,
+/// granted too, stays (the operator's, for what comes later).
+#[test]
+fn started_as_the_user_with_ambient_net_raw_sheds_it() {
+    if !is_root() {
+        eprintln!("skipping: needs root to start the daemon as nobody with capabilities");
+        return;
+    }
+    let (uid, gid) = nobody();
+    let caps = "+net_raw,+net_bind_service";
+    let setpriv = [
+        "setpriv".to_string(),
+        format!("--reuid={uid}"),
+        format!("--regid={gid}"),
+        "--clear-groups".to_string(),
+        format!("--inh-caps={caps}"),
+        format!("--ambient-caps={caps}"),
+        "--".to_string(),
+    ];
+    let polled = run_until_polled(&setpriv, &[]);
+    // Bit 10, CAP_NET_BIND_SERVICE; bit 13 (0x2000), CAP_NET_RAW, gone.
+    polled.assert_threads(["0000000000000400"; 4]);
+    assert_eq!(
+        polled.logged("dropped CAP_NET_RAW").len(),
+        1,
+        "{}",
         polled.stderr
     );
 }

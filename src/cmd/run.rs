@@ -2,8 +2,8 @@
 //!
 //! Start-up order matters: the config is loaded and the raw ICMP sockets are opened
 //! while the process is still single-threaded and privileged; then privileges are
-//! dropped (`--user`: every capability), and only then is the tokio runtime (its
-//! threads) started — so the capability change applies to
+//! dropped (`--user`: every capability; else CAP_NET_RAW, unless root), and only then
+//! is the tokio runtime (its threads) started — so the capability change applies to
 //! every thread the daemon will ever run.
 //!
 //! Signals: SIGTERM / SIGINT stop taking new work, let running iterations end at their
@@ -66,12 +66,26 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     // net.core.rmem_max (SO_RCVBUFFORCE); only extras opened later are capped by it.
     let snmp_drivers = crate::cmd::open_snmp_drivers(&cfg)?;
     // The raw sockets are open, and nothing opens one again (privdrop's module docs):
-    // `--user` keeps no capability.
+    // from here on the daemon holds no CAP_NET_RAW, unless it is root.
     let user = args.user.clone().or_else(|| cfg.daemon.user.clone());
     if let Some(user) = &user {
         crate::privdrop::drop_privileges(user)
             .with_context(|| format!("dropping privileges to {user:?}"))?;
         tracing::info!(user = %user, "dropped privileges (no capability left)");
+    } else {
+        use crate::privdrop::Shed;
+        match crate::privdrop::shed_net_raw() {
+            Ok(Shed::Dropped) => tracing::info!(
+                "dropped CAP_NET_RAW: the ICMP sockets are open (more of them need a restart)"
+            ),
+            Ok(Shed::NotHeld | Shed::Root) => {}
+            // Not fatal: holding it is an exposure, not a fault, and a seccomp filter
+            // that refuses capset (a container's) should not stop the polling.
+            Err(e) => tracing::warn!(
+                error = %format!("{e:#}"),
+                "could not drop CAP_NET_RAW: the daemon keeps it"
+            ),
+        }
     }
     // The engines run on threads of their own (engine_thread); what is left here (the
     // sink, its ClickHouse client, the HTTP endpoint, signals) takes ~4% of a core at
