@@ -6,26 +6,32 @@
 //!   exception's name as text.
 //! * uint: INTEGER ≥ 0, Counter32, Gauge32, TimeTicks (hundredths of a second),
 //!   Counter64, an OCTET STRING holding a decimal unsigned integer (surrounding
-//!   whitespace ignored), an Opaque UInt64 or Counter64 (net-snmp's, which Zabbix reads
-//!   as a number too), or an Opaque float/double ≥ 0, its fraction cut (as a
-//!   preprocessing step converts it). Negative numbers and other text are errors.
+//!   whitespace ignored), net-snmp's Opaque-wrapped numbers ([`snmp::OpaqueNumber`]):
+//!   a UInt64 or Counter64 as a Counter64, an Int64 as an INTEGER (≥ 0), a Float or
+//!   Double ≥ 0 with its fraction cut (as a preprocessing step converts it). Negative
+//!   numbers and other text are errors.
 //! * float: any of the numbers above, an OCTET STRING holding a finite decimal number
-//!   (UCD-SNMP's `laLoad` "0.15"), or an Opaque-wrapped float/double (net-snmp's
-//!   encoding). NaN and infinities are errors.
+//!   (UCD-SNMP's `laLoad` "0.15"), or any Opaque-wrapped number, a negative Int64
+//!   included. NaN and infinities are errors.
 //! * str: numbers in decimal; OCTET STRING as text when it is valid UTF-8 without control
 //!   characters other than tab/CR/LF (a NUL ending text is dropped, as devices that send
 //!   C strings mean it, where net-snmp would show the octets in hex; but one byte other
 //!   than a letter or digit before it is a bit string, BITS `40 00` or a port list
 //!   `20 00`, and stays hex), otherwise hex octets
 //!   `AA BB CC` like net-snmp's Hex-STRING; OID as `.1.3.6…`; IpAddress as a dotted
-//!   quad; an Opaque float/double/UInt64/Counter64 as the number (as Zabbix stores it), other Opaque as
-//!   hex.
+//!   quad; an Opaque-wrapped number as the number (a Float or Double as a float prints,
+//!   an integer in decimal), other Opaque as hex.
 //! * NULL is an error for every type.
+//!
+//! Zabbix (checks_snmp.c) converts an Opaque Int64 as an INTEGER and a UInt64 as a
+//! Counter32 (a Counter64 as a Counter64), but reads both through `val.integer`, a
+//! `long` over net-snmp's `counter64` struct, whose first word is the value's high
+//! half: not the value. The numbers here are the whole values.
 //!
 //! An item with preprocessing steps gets the answer in its own type
 //! ([`natural_type`]); the steps' result takes the item's type after them.
 
-use snmp::VarValue;
+use snmp::{OpaqueNumber, VarValue};
 
 use crate::value::{
     float_to_uint, storable_float, text_to_float, text_to_uint, ErrorReason, ItemError, Value,
@@ -72,8 +78,9 @@ pub fn convert(v: &VarValue, vt: ValueType) -> Result<Value, ItemError> {
 /// steps gets it: its steps run on what the device answered, and their result is
 /// converted to the item's type after them (Zabbix's order: a `REGEX` takes the number
 /// out of a text answer for a numeric item). Non-negative integers (counters, gauges,
-/// TimeTicks) are `uint`, a negative INTEGER and an Opaque float `float`, the rest text
-/// (OCTET STRING, OID, IpAddress, other Opaque).
+/// TimeTicks, Opaque-wrapped integers) are `uint`, a negative INTEGER or Opaque Int64
+/// and an Opaque float `float`, the rest text (OCTET STRING, OID, IpAddress, other
+/// Opaque).
 pub fn natural_type(v: &VarValue) -> ValueType {
     match *v {
         VarValue::Integer(i) if i < 0 => ValueType::Float,
@@ -82,29 +89,31 @@ pub fn natural_type(v: &VarValue) -> ValueType {
         | VarValue::Gauge32(_)
         | VarValue::TimeTicks(_)
         | VarValue::Counter64(_) => ValueType::Uint,
-        VarValue::Opaque(ref b) if opaque_float(b).is_some() => ValueType::Float,
-        VarValue::Opaque(ref b) if opaque_u64(b).is_some() => ValueType::Uint,
+        VarValue::Opaque(ref b) => match snmp::opaque_number(b) {
+            Some(OpaqueNumber::Int64(i)) if i < 0 => ValueType::Float,
+            Some(OpaqueNumber::Float(_) | OpaqueNumber::Double(_)) => ValueType::Float,
+            Some(_) => ValueType::Uint,
+            None => ValueType::Str,
+        },
         _ => ValueType::Str,
     }
 }
 
 fn to_uint(v: &VarValue) -> Result<u64, ItemError> {
     match *v {
-        VarValue::Integer(i) => {
-            u64::try_from(i).map_err(|_| misfit(v, ValueType::Uint, "is negative"))
-        }
+        VarValue::Integer(i) => int_to_uint(i).map_err(|why| misfit(v, ValueType::Uint, why)),
         VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => Ok(n as u64),
         VarValue::Counter64(n) => Ok(n),
         VarValue::OctetString(ref s) => text_to_uint(text_of(s).unwrap_or_default())
             .map_err(|why| misfit(v, ValueType::Uint, why)),
-        VarValue::Opaque(ref b) => match opaque_u64(b) {
-            Some(n) => Ok(n),
+        VarValue::Opaque(ref b) => match snmp::opaque_number(b) {
+            Some(OpaqueNumber::UInt64(n) | OpaqueNumber::Counter64(n)) => Ok(n),
+            Some(OpaqueNumber::Int64(i)) => int_to_uint(i),
             // Its fraction cut, as with a preprocessing step (`Value::into_type`).
-            None => opaque_float(b)
-                .ok_or("is not an Opaque float")
-                .and_then(float_to_uint)
-                .map_err(|why| misfit(v, ValueType::Uint, why)),
-        },
+            Some(n) => float_to_uint(n.as_f64()),
+            None => Err("is not an Opaque number"),
+        }
+        .map_err(|why| misfit(v, ValueType::Uint, why)),
         _ => Err(misfit(v, ValueType::Uint, "does not fit")),
     }
 }
@@ -116,36 +125,17 @@ fn to_float(v: &VarValue) -> Result<f64, ItemError> {
         VarValue::Counter64(n) => n as f64,
         VarValue::OctetString(ref s) => text_to_float(text_of(s).unwrap_or_default())
             .map_err(|why| misfit(v, ValueType::Float, why))?,
-        VarValue::Opaque(ref b) => match opaque_u64(b) {
-            Some(n) => n as f64,
-            None => opaque_float(b)
-                .ok_or_else(|| misfit(v, ValueType::Float, "is not an Opaque float"))?,
-        },
+        VarValue::Opaque(ref b) => snmp::opaque_number(b)
+            .map(OpaqueNumber::as_f64)
+            .ok_or_else(|| misfit(v, ValueType::Float, "is not an Opaque number"))?,
         _ => return Err(misfit(v, ValueType::Float, "does not fit")),
     };
     storable_float(f).map_err(|why| misfit(v, ValueType::Float, why))
 }
 
-/// net-snmp's Opaque Float or Double, as a number.
-fn opaque_float(b: &[u8]) -> Option<f64> {
-    snmp::opaque_number(b).map(snmp::OpaqueNumber::as_f64)
-}
-
-/// net-snmp's Opaque UInt64 or Counter64 (`9f 7b` / `9f 76`, a length and a BER
-/// unsigned integer of up to 8 octets after an optional sign octet), which Zabbix reads
-/// as a uint (`ASN_OPAQUE_U64`, `ASN_OPAQUE_COUNTER64`).
-fn opaque_u64(b: &[u8]) -> Option<u64> {
-    let [0x9f, 0x76 | 0x7b, len, x @ ..] = b else {
-        return None;
-    };
-    if usize::from(*len) != x.len() || x.is_empty() {
-        return None;
-    }
-    let x = match x {
-        [0, rest @ ..] if !rest.is_empty() => rest,
-        _ => x,
-    };
-    (x.len() <= 8).then(|| x.iter().fold(0u64, |n, &o| n << 8 | u64::from(o)))
+/// A signed integer as a `uint` item takes it: a negative one is an error, not a wrap.
+fn int_to_uint(i: i64) -> Result<u64, &'static str> {
+    u64::try_from(i).map_err(|_| "is negative")
 }
 
 /// The octets as text, if they are text (see the module docs).
@@ -182,12 +172,16 @@ fn to_str(v: &VarValue) -> String {
         VarValue::IpAddress(a) => a.to_string(),
         VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n.to_string(),
         VarValue::Counter64(n) => n.to_string(),
-        // An Opaque float is a number to Zabbix in any item (its GET and its walk
-        // print one): as a float prints; other Opaque values as hex.
-        VarValue::Opaque(b) => match (opaque_float(b), opaque_u64(b)) {
-            (Some(f), _) => Value::Float(f).to_string(),
-            (None, Some(n)) => n.to_string(),
-            (None, None) => snmp::hex_string(b),
+        // An Opaque-wrapped number is a number to Zabbix in any item (its GET and its
+        // walk print one): a float as a float prints, an integer in decimal; other
+        // Opaque values as hex.
+        VarValue::Opaque(b) => match snmp::opaque_number(b) {
+            Some(n @ (OpaqueNumber::Float(_) | OpaqueNumber::Double(_))) => {
+                Value::Float(n.as_f64()).to_string()
+            }
+            Some(OpaqueNumber::Int64(i)) => i.to_string(),
+            Some(OpaqueNumber::UInt64(n) | OpaqueNumber::Counter64(n)) => n.to_string(),
+            None => snmp::hex_string(b),
         },
         // Handled before (exceptions, NULL).
         other => other.net_snmp_value(),
@@ -480,6 +474,60 @@ mod tests {
             VarValue::Opaque([&[0x9f, 0x7b, 0x09][..], &[1; 9]].concat()),
             ValueType::Uint,
         );
+    }
+
+    /// net-snmp's Opaque Int64 (`9f 7a`) converts as an INTEGER does, as Zabbix's
+    /// checks_snmp.c takes it: a negative one in a uint item is an error, not a wrap,
+    /// and a float for preprocessing steps; it was refused by number items and hex in a
+    /// str item.
+    #[test]
+    fn opaque_int64_converts_as_an_integer() {
+        let minus_one = VarValue::Opaque(vec![0x9f, 0x7a, 0x01, 0xff]);
+        let e = err(minus_one.clone(), ValueType::Uint);
+        assert_eq!(e.reason, ErrorReason::Unsupported);
+        assert_eq!(
+            e.text,
+            "Opaque value Int64: -1 is negative for value type uint"
+        );
+        assert_eq!(ok(minus_one.clone(), ValueType::Float), Value::Float(-1.0));
+        assert_eq!(
+            ok(minus_one.clone(), ValueType::Str),
+            Value::Str("-1".into())
+        );
+        assert_eq!(natural_type(&minus_one), ValueType::Float);
+        let big = VarValue::Opaque(vec![
+            0x9f, 0x7a, 0x08, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        ]);
+        assert_eq!(
+            ok(big.clone(), ValueType::Uint),
+            Value::Uint(i64::MAX as u64)
+        );
+        assert_eq!(
+            ok(big.clone(), ValueType::Str),
+            Value::Str(i64::MAX.to_string())
+        );
+        assert_eq!(natural_type(&big), ValueType::Uint);
+        // Every Opaque integer against the INTEGER or Counter64 it stands for, in
+        // every type and for preprocessing.
+        for (opaque, plain) in [
+            (vec![0x9f, 0x7a, 0x02, 0xfe, 0x0c], VarValue::Integer(-500)),
+            (vec![0x9f, 0x7a, 0x01, 0x00], VarValue::Integer(0)),
+            (vec![0x9f, 0x7b, 0x02, 0x01, 0x00], VarValue::Counter64(256)),
+            (vec![0x9f, 0x76, 0x01, 0x80], VarValue::Counter64(128)),
+        ] {
+            let opaque = VarValue::Opaque(opaque);
+            for vt in [ValueType::Uint, ValueType::Float, ValueType::Str] {
+                assert_eq!(
+                    convert(&opaque, vt).map_err(|e| e.reason),
+                    convert(&plain, vt).map_err(|e| e.reason),
+                    "{opaque:?} as {vt}"
+                );
+            }
+            assert_eq!(natural_type(&opaque), natural_type(&plain), "{opaque:?}");
+        }
+        // A malformed Int64 is no number.
+        let e = err(VarValue::Opaque(vec![0x9f, 0x7a, 0x00]), ValueType::Float);
+        assert!(e.text.contains("is not an Opaque number"), "{e}");
     }
 
     #[test]

@@ -263,11 +263,16 @@ impl VarValue {
                 out.push('"');
                 out
             }
-            // C's "%f".
             VarValue::Opaque(b) => match opaque_number(b) {
+                // C's "%f".
                 Some(OpaqueNumber::Float(f)) => format!("Float: {:.6}", f64::from(f)),
                 // net-snmp 5.9 labels a double "Float" too (its sprint_realloc_double).
                 Some(OpaqueNumber::Double(d)) => format!("Float: {d:.6}"),
+                // Its sprint_realloc_counter64: printI64 (a minus sign, then the
+                // magnitude) and printU64 are plain decimal.
+                Some(OpaqueNumber::Int64(i)) => format!("Int64: {i}"),
+                Some(OpaqueNumber::UInt64(n)) => format!("UInt64: {n}"),
+                Some(OpaqueNumber::Counter64(n)) => format!("Counter64: {n}"),
                 None => hex_lines(b),
             },
             VarValue::OctetString(s) => hex_lines(s),
@@ -313,35 +318,57 @@ pub fn is_net_snmp_printable(s: &[u8]) -> bool {
         .all(|&b| (0x20..0x7f).contains(&b) || (b'\t'..=b'\r').contains(&b))
 }
 
-/// An Opaque-wrapped number (net-snmp's encoding, UCD-SNMP's `laLoadFloat`).
+/// A number net-snmp wraps in an Opaque (its `NETSNMP_WITH_OPAQUE_SPECIAL_TYPES`, what
+/// UCD-SNMP's `laLoadFloat` answers): the Opaque's contents are one more BER element,
+/// tag `9f 76` (Counter64), `9f 78` (Float), `9f 79` (Double), `9f 7a` (Int64) or
+/// `9f 7b` (UInt64), its length and the value.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum OpaqueNumber {
     Float(f32),
     Double(f64),
+    Int64(i64),
+    UInt64(u64),
+    Counter64(u64),
 }
 
 impl OpaqueNumber {
-    /// The number, as a double.
+    /// The number, as a double (a 64-bit integer past 2^53 rounded, as Zabbix's float
+    /// items round a Counter64).
     pub fn as_f64(self) -> f64 {
         match self {
             OpaqueNumber::Float(f) => f64::from(f),
             OpaqueNumber::Double(d) => d,
+            OpaqueNumber::Int64(i) => i as f64,
+            OpaqueNumber::UInt64(n) | OpaqueNumber::Counter64(n) => n as f64,
         }
     }
 }
 
-/// The number an Opaque value wraps: `9f 78 04` + an IEEE float, or `9f 79 08` + a
-/// double, big-endian; `None` for any other Opaque.
+/// The number an Opaque value wraps, `None` for any other Opaque (its octets are then
+/// shown in hex). The value octets are read as the same types are read unwrapped: an
+/// Int64 as an INTEGER (two's complement, 1..=8 octets); a UInt64 or Counter64 as a
+/// Counter64 (up to 8 octets, and a leading 0x00 sign octet on top: 9 in all, as
+/// net-snmp encodes 2^63 and more); a Float in 4 octets and a Double in 8, IEEE
+/// big-endian. The length octet must count the octets after it (short form, what
+/// net-snmp sends): a wrong or long-form length, no value octets or too many give
+/// `None`, never a panic (these are a device's octets). snmpget 5.9.3 is laxer with two
+/// Int64s that are not BER (9 octets after a 0x00, none at all: it prints a number) and
+/// drops the whole reply for a wrong length (a timeout): both are hex here.
 pub fn opaque_number(b: &[u8]) -> Option<OpaqueNumber> {
-    match b {
-        [0x9f, 0x78, 0x04, x @ ..] => {
-            Some(OpaqueNumber::Float(f32::from_be_bytes(x.try_into().ok()?)))
-        }
-        [0x9f, 0x79, 0x08, x @ ..] => {
-            Some(OpaqueNumber::Double(f64::from_be_bytes(x.try_into().ok()?)))
-        }
-        _ => None,
+    let [0x9f, kind, len, x @ ..] = b else {
+        return None;
+    };
+    if usize::from(*len) != x.len() {
+        return None;
     }
+    Some(match kind {
+        0x76 => OpaqueNumber::Counter64(ber::decode_unsigned(x, 8).ok()?),
+        0x78 => OpaqueNumber::Float(f32::from_be_bytes(x.try_into().ok()?)),
+        0x79 => OpaqueNumber::Double(f64::from_be_bytes(x.try_into().ok()?)),
+        0x7a => OpaqueNumber::Int64(ber::decode_i64(x).ok()?),
+        0x7b => OpaqueNumber::UInt64(ber::decode_unsigned(x, 8).ok()?),
+        _ => return None,
+    })
 }
 
 /// Octets as net-snmp prints a Hex-STRING: "%02X " per octet, a line break after every
@@ -463,6 +490,65 @@ mod tests {
         assert_eq!(
             VarValue::Counter64(u64::MAX).to_string(),
             "Counter64: 18446744073709551615"
+        );
+    }
+
+    /// net-snmp's Opaque Int64, UInt64 and Counter64, as snmpget 5.9.3 printed them
+    /// from snmpsim (type 68, these octets): they were shown as OPAQUE hex.
+    #[test]
+    fn opaque_64_bit_integers_print_as_snmpget_prints_them() {
+        let shown = |b: &[u8]| VarValue::Opaque(b.to_vec()).to_string();
+        assert_eq!(shown(&[0x9f, 0x7a, 1, 0xff]), "Opaque: Int64: -1");
+        assert_eq!(shown(&[0x9f, 0x7a, 2, 0x01, 0x00]), "Opaque: Int64: 256");
+        assert_eq!(
+            shown(&[0x9f, 0x7a, 8, 0x80, 0, 0, 0, 0, 0, 0, 0]),
+            "Opaque: Int64: -9223372036854775808"
+        );
+        assert_eq!(
+            shown(&[0x9f, 0x7b, 9, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
+            "Opaque: UInt64: 18446744073709551615"
+        );
+        assert_eq!(shown(&[0x9f, 0x7b, 1, 0]), "Opaque: UInt64: 0");
+        assert_eq!(
+            shown(&[0x9f, 0x76, 2, 0x01, 0x00]),
+            "Opaque: Counter64: 256"
+        );
+    }
+
+    /// A device's malformed Opaque numbers are its octets in hex, never a panic nor a
+    /// number read from the wrong octets.
+    #[test]
+    fn malformed_opaque_integers_are_not_numbers() {
+        for b in [
+            // The length says more or fewer octets than follow.
+            &[0x9f, 0x7a, 2, 0xff][..],
+            &[0x9f, 0x7b, 1, 0x01, 0x02],
+            &[0x9f, 0x76, 9, 0x01],
+            // No value octets.
+            &[0x9f, 0x7a, 0],
+            &[0x9f, 0x7b, 0],
+            &[0x9f, 0x76],
+            // An Int64 of 9 octets, a UInt64 of 9 without its sign octet, 10 with it.
+            &[0x9f, 0x7a, 9, 0, 0x7f, 0, 0, 0, 0, 0, 0, 0],
+            &[0x9f, 0x7b, 9, 1, 0, 0, 0, 0, 0, 0, 0, 0],
+            &[0x9f, 0x76, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1],
+            // A long-form length.
+            &[0x9f, 0x7b, 0x81, 1, 5],
+            // net-snmp's other tags after 9f (0x77 is none of its types).
+            &[0x9f, 0x77, 1, 5],
+        ] {
+            assert_eq!(opaque_number(b), None, "{b:02x?}");
+            let v = VarValue::Opaque(b.to_vec());
+            assert_eq!(v.to_string(), format!("OPAQUE: {}", hex_lines(b)));
+        }
+        assert_eq!(
+            opaque_number(&[0x9f, 0x7a, 8, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff]),
+            Some(OpaqueNumber::Int64(i64::MAX))
+        );
+        assert_eq!(OpaqueNumber::Int64(-3).as_f64(), -3.0);
+        assert_eq!(
+            OpaqueNumber::Counter64(1 << 40).as_f64(),
+            (1u64 << 40) as f64
         );
     }
 

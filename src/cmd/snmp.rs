@@ -292,6 +292,11 @@ fn print_value(out: &mut impl Write, json: bool, oid: &str, v: &VarValue) -> std
                 VarValue::Counter64(n) => serde_json::json!(n),
                 VarValue::Null => serde_json::Value::Null,
                 VarValue::Opaque(b) => match snmp::opaque_number(b) {
+                    // Whole, not through a double (2^53 and more would round).
+                    Some(snmp::OpaqueNumber::Int64(i)) => serde_json::json!(i),
+                    Some(snmp::OpaqueNumber::UInt64(n) | snmp::OpaqueNumber::Counter64(n)) => {
+                        serde_json::json!(n)
+                    }
                     Some(n) => serde_json::json!(n.as_f64()),
                     None => serde_json::Value::String(snmp::hex_string(b)),
                 },
@@ -638,4 +643,32 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
     });
     writeln!(out, "{summary}")?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--json` gives an Opaque-wrapped integer whole (through a double, u64::MAX would
+    /// come out as 18446744073709552000) and a float as a number; they were hex.
+    #[test]
+    fn json_opaque_numbers_are_whole() {
+        let json = |b: Vec<u8>| {
+            let mut out = Vec::new();
+            print_value(&mut out, true, ".1.3.6.1.4.1.99.1", &VarValue::Opaque(b)).unwrap();
+            let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+            assert_eq!(v["type"], "Opaque", "{v}");
+            v["value"].clone()
+        };
+        let u64_max = vec![
+            0x9f, 0x7b, 9, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+        ];
+        assert_eq!(json(u64_max), serde_json::json!(u64::MAX));
+        let c64 = vec![0x9f, 0x76, 8, 0, 0x20, 0, 0, 0, 0, 0, 1];
+        assert_eq!(json(c64), serde_json::json!((1u64 << 53) + 1));
+        let min = vec![0x9f, 0x7a, 8, 0x80, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(json(min), serde_json::json!(i64::MIN));
+        let half = [&[0x9f, 0x78, 4][..], &0.5f32.to_be_bytes()].concat();
+        assert_eq!(json(half), serde_json::json!(0.5));
+    }
 }
