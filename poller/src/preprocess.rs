@@ -855,10 +855,7 @@ fn as_text(v: &mut Value) -> &mut String {
 fn read_number(t: &str) -> Result<Num, &'static str> {
     let t = crate::value::bare(t);
     let t = t.strip_prefix('+').unwrap_or(t);
-    let whole = match t.split_once('.') {
-        Some((i, f)) if !i.is_empty() && f.bytes().all(|b| b == b'0') => i,
-        _ => t,
-    };
+    let whole = crate::value::del_zeros(t);
     match whole.parse::<u64>() {
         Ok(u) if whole.bytes().all(|b| b.is_ascii_digit()) => Ok(Num::U(u)),
         _ => text_to_float(t).map(Num::F),

@@ -201,6 +201,14 @@ mod tests {
         convert(&v, vt).expect_err("must not fit")
     }
 
+    /// An OCTET STRING of `text` in a uint item.
+    fn text_as_uint(text: &str) -> Value {
+        ok(
+            VarValue::OctetString(text.as_bytes().to_vec()),
+            ValueType::Uint,
+        )
+    }
+
     #[test]
     fn numbers() {
         assert_eq!(ok(VarValue::Integer(5), ValueType::Uint), Value::Uint(5));
@@ -252,14 +260,7 @@ mod tests {
             ("\"5\"", 5),
             ("1e3", 1000),
         ] {
-            assert_eq!(
-                ok(
-                    VarValue::OctetString(text.as_bytes().to_vec()),
-                    ValueType::Uint
-                ),
-                Value::Uint(want),
-                "{text}"
-            );
+            assert_eq!(text_as_uint(text), Value::Uint(want), "{text}");
         }
         assert_eq!(
             ok(VarValue::OctetString(b"\"2.5\"".to_vec()), ValueType::Float),
@@ -279,6 +280,30 @@ mod tests {
         assert_eq!(
             e.text,
             "STRING value \"up\" is not an unsigned integer for value type uint"
+        );
+    }
+
+    /// A text integer with a fraction of zeros is the integer, exactly, as Zabbix's
+    /// `zbx_del_zeros` makes it before reading it: it went through a double, which
+    /// stored 9007199254740993.0 as ...992 and refused u64::MAX.0 as out of range.
+    #[test]
+    fn a_text_integer_with_a_zero_fraction_is_exact() {
+        for (text, want) in [
+            ("18446744073709551615.0", u64::MAX),
+            ("9007199254740993.00", 9_007_199_254_740_993),
+            ("\"+9007199254740993.\"", 9_007_199_254_740_993),
+            ("0.000", 0),
+            // Still through a double: a fraction that is not zeros (cut), an exponent.
+            ("7.50", 7),
+            ("2.0e1", 20),
+        ] {
+            assert_eq!(text_as_uint(text), Value::Uint(want), "{text}");
+        }
+        // Nothing before the point is no number, as in Zabbix.
+        err(VarValue::OctetString(b".0".to_vec()), ValueType::Uint);
+        err(
+            VarValue::OctetString(b"18446744073709551616.0".to_vec()),
+            ValueType::Uint,
         );
     }
 

@@ -65,17 +65,30 @@ pub fn bare(t: &str) -> &str {
 
 /// An unsigned integer written as text, as a `uint` item takes one (Zabbix 7's
 /// conversion): decimal digits (a leading `+`, quotes and whitespace around them
-/// ignored), or a decimal number, its fraction cut (`"5.0"`, `"5.5"` → 5, `"1e3"` →
-/// 1000). `Err`: why not, for an error text.
+/// ignored, and a fraction of zeros, exactly: `"5.0"` → 5), or a decimal number, its
+/// fraction cut (`"5.5"` → 5, `"1e3"` → 1000). `Err`: why not, for an error text.
 pub fn text_to_uint(t: &str) -> Result<u64, &'static str> {
     let t = bare(t);
-    let t = t.strip_prefix('+').unwrap_or(t);
+    let t = del_zeros(t.strip_prefix('+').unwrap_or(t));
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return t.parse().map_err(|_| "is out of range");
     }
     text_to_float(t)
         .map_err(|_| "is not an unsigned integer")
         .and_then(float_to_uint)
+}
+
+/// Zabbix's `zbx_del_zeros`, which a `uint` conversion and a numeric step's reading of
+/// text run before reading digits: a decimal fraction's trailing zeros dropped, and its
+/// point when nothing is left after it (`"5.0"` → `"5"`, `"5.10"` → `"5.1"`, `".0"` →
+/// `""`); a number with an exponent or more than one point as it is. So an integer with
+/// a zero fraction is read whole, not through a double (which rounds past 2^53).
+pub(crate) fn del_zeros(t: &str) -> &str {
+    if t.contains(['e', 'E']) || t.matches('.').count() != 1 {
+        return t;
+    }
+    let t = t.trim_end_matches('0');
+    t.strip_suffix('.').unwrap_or(t)
 }
 
 /// A number as a `uint` item keeps it: its fraction cut, as Zabbix stores it. `Err`:
