@@ -363,7 +363,8 @@ fn columns_by_rows(rows: &[Index]) -> bool {
 }
 
 /// A value as text, for a row filter (`None`: an exception, which never matches): a
-/// printable string as it is, binary as Hex-STRING, numbers in decimal.
+/// printable string as it is, binary as Hex-STRING, numbers in decimal (an
+/// Opaque-wrapped one too, as a `str` item has it: `0.15` for UCD-SNMP's `laLoadFloat`).
 pub fn value_text(v: &VarValue) -> Option<String> {
     Some(match v {
         VarValue::Integer(i) => i.to_string(),
@@ -372,7 +373,8 @@ pub fn value_text(v: &VarValue) -> Option<String> {
         VarValue::OctetString(s) if snmp::is_net_snmp_printable(s) => {
             String::from_utf8_lossy(s).into_owned()
         }
-        VarValue::OctetString(s) | VarValue::Opaque(s) => snmp::hex_string(s),
+        VarValue::OctetString(s) => snmp::hex_string(s),
+        VarValue::Opaque(b) => poller::snmp_convert::opaque_text(b),
         VarValue::Oid(o) => o.to_string(),
         VarValue::IpAddress(a) => a.to_string(),
         _ => return None,
@@ -464,6 +466,27 @@ fn v3_pdu<'b>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A discovery filter sees an Opaque-wrapped number as the number a `str` item of
+    /// it holds (UCD-SNMP's `laLoadFloat`), not its octets in hex (`9F 78 04 ...`),
+    /// which no filter on the value would match; other Opaque values stay hex.
+    #[test]
+    fn a_filter_sees_an_opaque_number_as_a_str_item_has_it() {
+        let opaque = |b: &[u8]| value_text(&VarValue::Opaque(b.to_vec()));
+        let mut float = vec![0x9f, 0x78, 4];
+        float.extend_from_slice(&0.15f32.to_be_bytes());
+        let as_item = |b: &[u8]| {
+            let v = VarValue::Opaque(b.to_vec());
+            match poller::snmp_convert::convert(&v, poller::value::ValueType::Str) {
+                Ok(poller::value::Value::Str(s)) => Some(s),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(opaque(&float), as_item(&float));
+        assert!(opaque(&float).unwrap().starts_with("0.15"));
+        assert_eq!(opaque(&[0x9f, 0x7a, 1, 0xff]).as_deref(), Some("-1"));
+        assert_eq!(opaque(&[0x9f, 0x77, 1, 5]).as_deref(), Some("9F 77 01 05"));
+    }
 
     fn rows(list: &[&[u32]]) -> Vec<Index> {
         list.iter().map(|r| Box::from(*r)).collect()

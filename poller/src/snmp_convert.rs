@@ -172,19 +172,23 @@ fn to_str(v: &VarValue) -> String {
         VarValue::IpAddress(a) => a.to_string(),
         VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n.to_string(),
         VarValue::Counter64(n) => n.to_string(),
-        // An Opaque-wrapped number is a number to Zabbix in any item (its GET and its
-        // walk print one): a float as a float prints, an integer in decimal; other
-        // Opaque values as hex.
-        VarValue::Opaque(b) => match snmp::opaque_number(b) {
-            Some(n @ (OpaqueNumber::Float(_) | OpaqueNumber::Double(_))) => {
-                Value::Float(n.as_f64()).to_string()
-            }
-            Some(OpaqueNumber::Int64(i)) => i.to_string(),
-            Some(OpaqueNumber::UInt64(n) | OpaqueNumber::Counter64(n)) => n.to_string(),
-            None => snmp::hex_string(b),
-        },
+        VarValue::Opaque(b) => opaque_text(b),
         // Handled before (exceptions, NULL).
         other => other.net_snmp_value(),
+    }
+}
+
+/// An Opaque value as text, as a `str` item and a discovery filter take it. An
+/// Opaque-wrapped number is a number to Zabbix in any item (its GET and its walk print
+/// one): a float as a float prints, an integer in decimal; other Opaque values as hex.
+pub fn opaque_text(b: &[u8]) -> String {
+    match snmp::opaque_number(b) {
+        Some(n @ (OpaqueNumber::Float(_) | OpaqueNumber::Double(_))) => {
+            Value::Float(n.as_f64()).to_string()
+        }
+        Some(OpaqueNumber::Int64(i)) => i.to_string(),
+        Some(OpaqueNumber::UInt64(n) | OpaqueNumber::Counter64(n)) => n.to_string(),
+        None => snmp::hex_string(b),
     }
 }
 
