@@ -36,9 +36,15 @@
 //!   the engines took, batch window included) and none still queued is lost (an
 //!   unchanged task keeps a slot the old queues had not handed out yet, overdue or not):
 //!   see [`Scheduler::install`]. A task new to the plan starts after that too, up to one
-//!   batch window later than it could. A task in flight at the reload gets back, when
-//!   its poll completes, the next slot it would have had without the reload
-//!   (`DueQueue::resume`), unless a second reload came before that completion.
+//!   batch window later than it could. A task in flight at a reload gets back, when
+//!   its poll completes, the next slot it would have had without the reload, however
+//!   many reloads came before that completion (up to `RELOADS_KEPT`, 64): each queue
+//!   keeps, per reload it descends from, how far the engines had been served then,
+//!   which says on which slot that reload put the task; still there, the task was not
+//!   handed out since (`DueQueue::resume`). Only reloads and such completions read or
+//!   write it: a take or a completion of the current plan does nothing more for it.
+//!   (Two ICMP probes of a host on one phase look alike in the queues: one in flight
+//!   keeps the slot the reload gave it.)
 //! * A queue entry is 24 bytes (due time, task index, interval, phase, host key) and
 //!   carries all
 //!   that [`Scheduler::complete`] needs, so putting a task back touches only its own
@@ -46,7 +52,7 @@
 //!   group a host's items, so the scheduler's memory per item is at most that.
 
 use std::collections::hash_map::Entry as Entry_;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -147,11 +153,19 @@ struct DueQueue {
     /// completion while a reload is under way, the generation moved but this queue
     /// not yet replaced, belongs to the queue it meets.
     generation: u64,
-    /// For a queue a reload installed: the time up to which the engines had been served
-    /// then. Tasks it did not find queued (new, or in flight) start on their first slot
-    /// after it ([`DueQueue::resume`]).
-    served_to: u64,
+    /// For the reload that installed this queue and those before it, [`RELOADS_KEPT`]
+    /// at most, newest last (the one that installed generation `generation - i` at
+    /// `len - 1 - i`): the time up to which the engines had been served then. Tasks
+    /// that reload did not find queued (new, or in flight) start on their first slot
+    /// after it; a completion of an older plan reads there where its task was put
+    /// ([`DueQueue::resume`]). Touched by reloads and stale completions only.
+    served_to: VecDeque<u64>,
 }
+
+/// How many reloads back a completion can still get its next slot back
+/// ([`DueQueue::served_after`]): 8 bytes per queue each. A poll that outlasts more
+/// completes as [`Rescheduled::Stale`].
+const RELOADS_KEPT: usize = 64;
 
 /// The hosts of a [`DueQueue`] with tasks in flight that are followed: those with
 /// several tasks ([`MULTI`]), and those with one that a reload found in flight.
@@ -356,22 +370,34 @@ impl DueQueue {
         n
     }
 
-    /// `due`, of the plan this queue's reload replaced and in flight then, is done; its
-    /// next slot is `next` ([`Scheduler::complete`]'s, missed slots skipped). The reload
-    /// queued its task (if the new plan has it unchanged: same host, interval and phase)
-    /// on its first slot after [`Self::served_to`], as if the slots before it had been
-    /// handed out, though this task's were not: it was in flight. That entry goes to
-    /// `next`, as the completion would have put it without the reload (else every slot
-    /// of the task in the batch window taken ahead of the reload was lost). Whether the
-    /// entry was found (not found: the task is gone, changed, or already taken again).
-    fn resume(&mut self, due: &Due, next: u64) -> bool {
+    /// The time up to which the engines had been served when the reload that replaced
+    /// the queue of `generation` installed its successor, if that reload is one this
+    /// queue remembers ([`Self::served_to`]).
+    fn served_after(&self, generation: u64) -> Option<u64> {
+        let back = self.generation.checked_sub(generation.checked_add(1)?)?;
+        let i = (self.served_to.len() as u64).checked_sub(back + 1)?;
+        self.served_to.get(i as usize).copied()
+    }
+
+    /// `due`, of an older plan and in flight when the reload after its take replaced
+    /// that plan, is done; its next slot is `next` ([`Scheduler::complete`]'s, missed
+    /// slots skipped). That reload queued its task (if the new plan has it unchanged:
+    /// same host, interval and phase) on `placed`, its first slot after what the
+    /// engines had been served then, as if the slots before had been handed out, though
+    /// this task's were not: it was in flight. An entry of the task still on `placed`
+    /// here means no queue has handed the task out since: every later reload keeps it
+    /// there (unserved, or its first slot after that reload's own serving), and a take
+    /// of it puts its next entry after the slot taken, which is `placed` or later. That
+    /// entry goes to `next`, as the completion would have put it without the reloads
+    /// (else every slot of the task in the batch window taken ahead of the reload was
+    /// lost). Whether the entry was found (not found: the task is gone, changed, or
+    /// handed out since).
+    fn resume(&mut self, due: &Due, placed: u64, next: u64) -> bool {
         if due.engine == Engine::Icmp && due.host & MULTI != 0 {
             // Another task of its host has the same identity here: the entry found
             // could be that one's, whose slot `next` may have been handed out.
             return false;
         }
-        let (iv, ph) = (u64::from(due.interval_ms), u64::from(due.phase_ms));
-        let placed = next_slot_after(self.served_to, iv, ph);
         // Into fine buckets (as `take` would once its window starts, each entry once):
         // one 16 ms bucket to scan, not a 16.4 s one.
         self.advance(placed);
@@ -663,7 +689,11 @@ impl Scheduler {
                 let in_flight = q.serial.as_ref().map(|s| s.in_flight.clone());
                 q.serial = live.serial.take();
                 q.generation = self.generation();
-                q.served_to = served_to;
+                q.served_to = std::mem::take(&mut live.served_to);
+                if q.served_to.len() == RELOADS_KEPT {
+                    q.served_to.pop_front();
+                }
+                q.served_to.push_back(served_to);
                 if let (Some(s), Some(bits)) = (q.serial.as_mut(), in_flight) {
                     // Of the new plan: nothing of it is in flight yet.
                     s.in_flight = bits;
@@ -819,13 +849,18 @@ impl Scheduler {
             q.landed(due.task);
         }
         if !current {
-            // Only right after the reload that installed this queue: with another since,
-            // the slots before `next` may have been handed out by the queue between.
-            if due.generation.checked_add(1) == Some(q.generation) && q.resume(&due, next) {
-                return Rescheduled::At {
-                    next_ms: next,
-                    skipped,
-                };
+            // Where the reload after its take put its task, if that one is remembered
+            // (none for a one-shot's, of no plan).
+            let placed = q
+                .served_after(due.generation)
+                .map(|served| next_slot_after(served, interval, phase));
+            if let Some(placed) = placed {
+                if q.resume(&due, placed, next) {
+                    return Rescheduled::At {
+                        next_ms: next,
+                        skipped,
+                    };
+                }
             }
             return Rescheduled::Stale;
         }
@@ -1278,37 +1313,118 @@ mod tests {
         // ahead (1 s) and the plan is reloaded while the poll still runs. Its next slot
         // falls in that window, but was never handed out: the task was in flight. The
         // new queues put it past the window and the poll's completion (of the old plan)
-        // was dropped, so that slot was never polled.
+        // was dropped, so that slot was never polled. Then so with two or three reloads
+        // (a discovery re-plan after a SIGHUP) before the poll completes: its completion
+        // met a queue two generations on and was dropped.
+        let p = plan(1, &[1]);
+        for reloads in 1..=3 {
+            let s = Scheduler::new(&p, 1, 0);
+            let first = s.next_due(Engine::Snmp).unwrap();
+            let running = take_all(&s, first);
+            assert_eq!(running.len(), 1);
+            assert!(take_all(&s, first + 100 + 1_000).is_empty());
+            for i in 0..reloads {
+                s.reload(&p, &p, first + 200 + i * 50);
+            }
+            let done = s.complete(running[0], first + 300);
+            assert_eq!(
+                done,
+                Rescheduled::At {
+                    next_ms: first + 1_000,
+                    skipped: 0
+                },
+                "after {reloads} reloads"
+            );
+            let out = take_all(&s, first + 1_000);
+            assert_eq!(out.len(), 1, "slot {} lost", first + 1_000);
+            assert_eq!(out[0].due_ms, first + 1_000);
+            assert_eq!(s.queued(Engine::Snmp), vec![0]);
+        }
+    }
+
+    #[test]
+    fn a_poll_gets_its_slot_back_across_as_many_reloads_as_are_kept() {
+        // The queues remember RELOADS_KEPT reloads (8 bytes each), not every one: a
+        // discovery re-planning all day would grow them without end.
         let p = plan(1, &[1]);
         let s = Scheduler::new(&p, 1, 0);
-        let first = s.next_due(Engine::Snmp).unwrap();
-        let running = take_all(&s, first);
-        assert_eq!(running.len(), 1);
-        assert!(take_all(&s, first + 100 + 1_000).is_empty());
-        s.reload(&p, &p, first + 200);
-        let done = s.complete(running[0], first + 300);
-        assert_eq!(
-            done,
-            Rescheduled::At {
-                next_ms: first + 1_000,
-                skipped: 0
+        for (reloads, kept) in [(RELOADS_KEPT, true), (RELOADS_KEPT + 1, false)] {
+            let now = s.next_due(Engine::Snmp).unwrap();
+            let running = take_all(&s, now);
+            assert_eq!(running.len(), 1);
+            assert!(take_all(&s, now + 1_500).is_empty());
+            for i in 0..reloads as u64 {
+                s.reload(&p, &p, now + 100 + i);
             }
-        );
-        let out = take_all(&s, first + 1_000);
-        assert_eq!(out.len(), 1, "slot {} lost", first + 1_000);
-        assert_eq!(out[0].due_ms, first + 1_000);
-        assert_eq!(s.queued(Engine::Snmp), vec![0]);
+            let done = s.complete(running[0], now + 500);
+            assert_eq!(
+                matches!(done, Rescheduled::At { next_ms, .. } if next_ms == now + 1_000),
+                kept,
+                "{done:?} after {reloads} reloads"
+            );
+            let q = s.shards[0].queues[Engine::Snmp as usize].lock().unwrap();
+            assert_eq!(q.served_to.len(), RELOADS_KEPT);
+            drop(q);
+            // The slot the lost one skipped to, and then on.
+            for d in take_all(&s, now + 3_000) {
+                s.complete(d, now + 3_000);
+            }
+        }
+    }
+
+    #[test]
+    fn a_completion_after_two_reloads_moves_no_slot_handed_out_between() {
+        // One probe (ICMP follows no host in flight), every 1 s. Its poll for `first`
+        // outlasts a reload, after which an engine taking ahead gets the task again for
+        // its next slot (the first after what had been served) and completes it, then
+        // another reload. The first poll's completion must not move the task back onto
+        // the slot handed out between (the newest queue's own placement says nothing
+        // of that one).
+        let mut p = Plan::build(vec![HostSpec {
+            name: "pinged".into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            snmp: None,
+            items: vec![crate::plan::tests::icmp_item("pinged", "icmpping", 1)],
+        }]);
+        p.group_icmp_phases(16);
+        let s = Scheduler::new(&p, 1, 0);
+        let take = |now| {
+            let mut out = Vec::new();
+            s.take_due(Engine::Icmp, now, u64::MAX, |_| 1, &mut out);
+            out
+        };
+        let first = s.next_due(Engine::Icmp).unwrap();
+        let slow = take(first);
+        assert_eq!(slow.len(), 1);
+        s.reload(&p, &p, first + 100);
+        let again = take(first + 1_000);
+        assert_eq!(again.len(), 1);
+        assert_eq!(again[0].due_ms, first + 1_000);
+        s.complete(again[0], first + 300);
+        s.reload(&p, &p, first + 400);
+        s.complete(slow[0], first + 500);
+        let mut handed = vec![first, first + 1_000];
+        for now in (first + 500..first + 5_000).step_by(100) {
+            for d in take(now) {
+                handed.push(d.due_ms);
+                s.complete(d, now);
+            }
+        }
+        let mut once = handed.clone();
+        once.dedup();
+        assert_eq!(handed, once, "a slot handed out twice");
     }
 
     #[test]
     fn reloads_during_long_polls_neither_repeat_nor_lose_a_slot() {
         // 2 s tasks, polls of 1 s to 1.9 s (never past their next slot: nothing is
         // skipped), takes a batch window (1 s) ahead every 50 ms to 950 ms, a reload
-        // every 3 s to 4 s (no poll outlasts two): every task is handed each of its
-        // slots once, in order. Both engines: ICMP follows no host in flight, and the
-        // two probes of an even host, when grouped on one phase, share their slots (a
-        // completion cannot tell which entry is its own: those may lose a slot, never
-        // poll one twice).
+        // every 3 s to 4 s or at the next step, one to three at once (bursts: a SIGHUP,
+        // then discovery's re-plans; polls outlast two reloads and more): every task is
+        // handed each of its slots once, in order. Both engines: ICMP follows no host
+        // in flight, and the two probes of an even host, when grouped on one phase,
+        // share their slots (a completion cannot tell which entry is its own: those may
+        // lose a slot, never poll one twice).
         let mut hosts: Vec<HostSpec> = (0..50).map(|h| host(h, &format!("h{h}"), &[2])).collect();
         for (i, h) in hosts.iter_mut().enumerate() {
             for key in ["icmpping", "icmpping[,4]"].iter().take(1 + (i + 1) % 2) {
@@ -1328,7 +1444,9 @@ mod tests {
         let mut handed: HashMap<u32, Vec<u64>> = HashMap::new();
         let mut skipped: HashMap<u32, u64> = HashMap::new();
         let mut running: Vec<(u64, Due)> = Vec::new();
-        let (mut now, mut reload_at, mut reloads) = (0u64, 1_000u64, 0);
+        let (mut now, mut reload_at, mut reloaded_at) = (0u64, 1_000u64, 0u64);
+        // Reloads, and those within the batch window of the one before.
+        let (mut reloads, mut bursts) = (0, 0);
         while now < 120_000 {
             now += 50 + rand(900);
             for (end, d) in std::mem::take(&mut running) {
@@ -1339,9 +1457,14 @@ mod tests {
                 }
             }
             if now >= reload_at {
-                s.reload(&p, &p, now);
-                reload_at = now + 3_000 + rand(1_000);
-                reloads += 1;
+                // Sometimes two or three at once.
+                for _ in 0..1 + rand(3) {
+                    s.reload(&p, &p, now);
+                    bursts += usize::from(now - reloaded_at < 1_000);
+                    reloaded_at = now;
+                    reloads += 1;
+                }
+                reload_at = now + [0, 3_000 + rand(1_000)][usize::from(rand(3) > 0)];
             }
             for e in Engine::ALL {
                 let mut out = Vec::new();
@@ -1352,7 +1475,10 @@ mod tests {
                 }
             }
         }
-        assert!(reloads > 30);
+        assert!(
+            reloads > 30 && bursts > 5,
+            "{reloads} reloads, {bursts} in bursts"
+        );
         assert_eq!(handed.len(), p.tasks.len());
         let shared = shared_icmp_slots(&p);
         assert!(shared.iter().any(|&x| x));
