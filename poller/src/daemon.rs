@@ -31,7 +31,7 @@ use crate::engine::{clock_now, icmp_value, Emitter, PipelineCounters, Sample, Sa
 use crate::icmp_driver::{IcmpDriver, PingJob};
 use crate::metrics::{Counter, Exposition, Gauge, Histogram};
 use crate::plan::{Engine, ItemKind, Plan};
-use crate::scheduler::{Due, Rescheduled, Scheduler};
+use crate::scheduler::{Due, Scheduler};
 use crate::snmp_driver::{SnmpDriver, SnmpHostJob};
 use crate::value::{ErrorReason, ItemError};
 
@@ -1116,11 +1116,7 @@ pub async fn run_engine(
             let mut complete = |i: usize| {
                 if !std::mem::replace(&mut completed[i], true) {
                     let done = shared2.clock.now_ms();
-                    if let Rescheduled::At { skipped: s, .. } =
-                        shared2.scheduler.complete(dues[i], done)
-                    {
-                        skipped += s;
-                    }
+                    skipped += shared2.scheduler.complete(dues[i], done).skipped();
                 }
             };
             // Hosts done before the iteration ends (a slow one), rescheduled then.

@@ -30,10 +30,12 @@
 //! * A reload replaces the queues; completions of tasks taken from a queue it replaced
 //!   carry an older generation than the queue they meet and queue nothing more (the new
 //!   queues already hold their next slot), though they still end their host's time in
-//!   flight. A take or a completion during a reload goes by the generation of the queue
-//!   it meets, not the scheduler's, which moves first. No
-//!   slot is handed out twice across a reload (tasks go to their first slot after what
-//!   the engines took, batch window included) and none still queued is lost (an
+//!   flight, and count as skipped the slots of their task that no poll gets (those
+//!   before the slot the reload after their take put it on: [`Rescheduled::Stale`]).
+//!   A take or a completion during a reload goes by the generation of the queue it
+//!   meets, not the scheduler's, which moves first. No slot is handed out twice across
+//!   a reload (tasks go to their first slot after what the engines took, batch window
+//!   included) and none still queued is lost (an
 //!   unchanged task keeps a slot the old queues had not handed out yet, overdue or not):
 //!   see [`Scheduler::install`]. A task new to the plan starts after that too, up to one
 //!   batch window later than it could. A task in flight at a reload gets back, when
@@ -115,8 +117,22 @@ pub enum Rescheduled {
     /// Queued for `next_ms`; `skipped` slots were missed because the poll finished late.
     At { next_ms: u64, skipped: u64 },
     /// The plan was reloaded since the task was taken; nothing was queued (the new
-    /// queues hold its next slot, if the new plan has it).
-    Stale,
+    /// queues hold its next slot, if the new plan has it). `skipped`: the task's slots
+    /// after the one polled that no poll gets: those before the slot the reload after
+    /// the take put it on (the reload took them as served, and the task, if the new
+    /// plan has it, is polled from there on; one the new plan no longer has, or has
+    /// on other slots, had no slot after that reload).
+    Stale { skipped: u64 },
+}
+
+impl Rescheduled {
+    /// Slots the task will never be polled for, of those up to its next (see the
+    /// variants): what `netpoller_skipped_slots_total` counts.
+    pub fn skipped(&self) -> u64 {
+        match *self {
+            Rescheduled::At { skipped, .. } | Rescheduled::Stale { skipped } => skipped,
+        }
+    }
 }
 
 /// Width of a queue bucket in ms (power of two). Entries are kept per bucket, unsorted
@@ -164,7 +180,7 @@ struct DueQueue {
 
 /// How many reloads back a completion can still get its next slot back
 /// ([`DueQueue::served_after`]): 8 bytes per queue each. A poll that outlasts more
-/// completes as [`Rescheduled::Stale`].
+/// completes as [`Rescheduled::Stale`], counting as skipped what its lateness missed.
 const RELOADS_KEPT: usize = 64;
 
 /// The hosts of a [`DueQueue`] with tasks in flight that are followed: those with
@@ -826,8 +842,8 @@ impl Scheduler {
     /// Put a polled task back on its next slot (see the module docs for catch-up).
     pub fn complete(&self, due: Due, now_ms: u64) -> Rescheduled {
         let (interval, phase) = (u64::from(due.interval_ms), u64::from(due.phase_ms));
-        let mut next = next_slot_after(due.due_ms, interval, phase);
-        let mut skipped = 0;
+        let first = next_slot_after(due.due_ms, interval, phase);
+        let (mut next, mut skipped) = (first, 0);
         // A slot at `now_ms` itself is due, not missed: `take` hands out `due <= now`.
         if next < now_ms {
             // The first slot at or after `now_ms` (> 0 here: `next < now_ms`).
@@ -854,15 +870,22 @@ impl Scheduler {
             let placed = q
                 .served_after(due.generation)
                 .map(|served| next_slot_after(served, interval, phase));
-            if let Some(placed) = placed {
-                if q.resume(&due, placed, next) {
+            let skipped = match placed {
+                Some(placed) if q.resume(&due, placed, next) => {
                     return Rescheduled::At {
                         next_ms: next,
                         skipped,
                     };
                 }
-            }
-            return Rescheduled::Stale;
+                // The task (if still there) is on `placed` or was handed out for it.
+                Some(placed) => placed.saturating_sub(first) / interval,
+                // Outlasted the reloads kept: what it missed by its own lateness, as
+                // without a reload.
+                None if due.generation < q.generation => skipped,
+                // A one-shot's: outside the schedule.
+                None => 0,
+            };
+            return Rescheduled::Stale { skipped };
         }
         q.push(Entry {
             due: next,
@@ -1424,7 +1447,7 @@ mod tests {
         // handed each of its slots once, in order. Both engines: ICMP follows no host
         // in flight, and the two probes of an even host, when grouped on one phase,
         // share their slots (a completion cannot tell which entry is its own: those may
-        // lose a slot, never poll one twice).
+        // lose a slot, counted as skipped, never poll one twice).
         let mut hosts: Vec<HostSpec> = (0..50).map(|h| host(h, &format!("h{h}"), &[2])).collect();
         for (i, h) in hosts.iter_mut().enumerate() {
             for key in ["icmpping", "icmpping[,4]"].iter().take(1 + (i + 1) % 2) {
@@ -1442,7 +1465,10 @@ mod tests {
             rng % n
         };
         let mut handed: HashMap<u32, Vec<u64>> = HashMap::new();
+        // Slots counted as skipped, and those of them that a reload took (the
+        // completion was stale).
         let mut skipped: HashMap<u32, u64> = HashMap::new();
+        let mut dropped: HashMap<u32, u64> = HashMap::new();
         let mut running: Vec<(u64, Due)> = Vec::new();
         let (mut now, mut reload_at, mut reloaded_at) = (0u64, 1_000u64, 0u64);
         // Reloads, and those within the batch window of the one before.
@@ -1452,8 +1478,12 @@ mod tests {
             for (end, d) in std::mem::take(&mut running) {
                 if end > now {
                     running.push((end, d));
-                } else if let Rescheduled::At { skipped: n, .. } = s.complete(d, end) {
-                    *skipped.entry(d.task).or_default() += n;
+                } else {
+                    let r = s.complete(d, end);
+                    *skipped.entry(d.task).or_default() += r.skipped();
+                    if matches!(r, Rescheduled::Stale { .. }) {
+                        *dropped.entry(d.task).or_default() += r.skipped();
+                    }
                 }
             }
             if now >= reload_at {
@@ -1482,16 +1512,22 @@ mod tests {
         assert_eq!(handed.len(), p.tasks.len());
         let shared = shared_icmp_slots(&p);
         assert!(shared.iter().any(|&x| x));
-        let mut lost = 0;
+        let (mut lost, mut uncounted) = (0, 0);
         for (t, v) in &handed {
             assert!(v.windows(2).all(|w| w[0] < w[1]), "task {t}: {v:?}");
             let span = (v[v.len() - 1] - v[0]) / 2_000 + 1;
-            let missing = span - v.len() as u64 - skipped.get(t).copied().unwrap_or(0);
+            // Every slot not polled is counted as skipped, and no other.
+            uncounted += span as i64 - v.len() as i64 - skipped.get(t).copied().unwrap_or(0) as i64;
+            // A task that its entries tell apart is skipped only by its own lateness.
             if !shared[*t as usize] {
-                lost += missing;
+                lost += dropped.get(t).copied().unwrap_or(0);
             }
         }
         assert_eq!(lost, 0, "{lost} slots lost over {reloads} reloads");
+        assert_eq!(
+            uncounted, 0,
+            "slots not polled less those counted as skipped"
+        );
     }
 
     #[test]
@@ -1560,6 +1596,47 @@ mod tests {
                 .any(|d| d.task == b.task && d.due_ms == due + 10_000),
             "{out:?}: B polled twice for {}",
             due + 10_000
+        );
+    }
+
+    #[test]
+    fn a_stale_completion_counts_the_slots_no_poll_gets() {
+        // Polls for a slot that outlast the next two, with a reload 25 s in: the
+        // completion is stale, and the task's slots at 10 s and 20 s are polled by no
+        // one (nothing ran them, and the reload took them as served). They went
+        // uncounted: netpoller_skipped_slots_total missed them.
+        // A task the reload removes: it had those slots, and no more after it.
+        let p = plan(1, &[10]);
+        let s = Scheduler::new(&p, 1, 0);
+        let due = s.next_due(Engine::Snmp).unwrap();
+        let running = take_all(&s, due);
+        s.reload(&p, &plan(0, &[]), due + 25_000);
+        assert_eq!(
+            s.complete(running[0], due + 28_000),
+            Rescheduled::Stale { skipped: 2 }
+        );
+        // Two probes of a host on one phase: the reload keeps a slot for each, on
+        // which the completion cannot tell its own (the task is polled from 30 s on).
+        let p = two_probes_on_one_phase();
+        let s = Scheduler::new(&p, 1, 0);
+        let due = s.next_due(Engine::Icmp).unwrap();
+        let mut running = Vec::new();
+        s.take_due(Engine::Icmp, due, u64::MAX, |_| 1, &mut running);
+        assert_eq!(running.len(), 2);
+        s.reload(&p, &p, due + 25_000);
+        for d in running {
+            assert_eq!(
+                s.complete(d, due + 28_000),
+                Rescheduled::Stale { skipped: 2 }
+            );
+        }
+        let mut out = Vec::new();
+        s.take_due(Engine::Icmp, due + 30_000, u64::MAX, |_| 1, &mut out);
+        assert!(out.len() == 2 && out.iter().all(|d| d.due_ms == due + 30_000));
+        // A one-shot poll, outside the schedule, skips nothing.
+        assert_eq!(
+            s.complete(Scheduler::one_shot(0), due + 28_000),
+            Rescheduled::Stale { skipped: 0 }
         );
     }
 
