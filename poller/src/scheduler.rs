@@ -13,9 +13,11 @@
 //!   a device gets its requests one after another. A task that comes due while another
 //!   task of its host, taken by an earlier [`Scheduler::take_due`], is in flight waits
 //!   (out of the queue, still counted) until the last of them completes, then is queued
-//!   again for the slot it waited on; tasks of one host taken by one call go to one
-//!   iteration, which merges them into one chain of requests. This holds across
-//!   reloads: what is in flight and what waits is carried into the new queues.
+//!   again for the slot it waited on (or, a task in flight at a reload whose poll
+//!   completed meanwhile, for the slot that completion put it on: see below); tasks
+//!   of one host taken by one call go to one iteration, which merges them into one
+//!   chain of requests. This holds across reloads: what is in flight and what waits
+//!   is carried into the new queues.
 //! * Slots are `phase + k * interval` (ms of Unix time). The phase is a stable hash of
 //!   the task (host, engine, interval, probe; an SNMP task's of its host alone, so that
 //!   a host's tasks of intervals that divide one another share slots and are polled
@@ -404,20 +406,37 @@ impl DueQueue {
     /// here means no queue has handed the task out since: every later reload keeps it
     /// there (unserved, or its first slot after that reload's own serving), and a take
     /// of it puts its next entry after the slot taken, which is `placed` or later. That
-    /// entry goes to `next`, as the completion would have put it without the reloads
-    /// (else every slot of the task in the batch window taken ahead of the reload was
-    /// lost). Whether the entry was found (not found: the task is gone, changed, or
-    /// handed out since).
+    /// entry (queued, or waiting for its host: [`Serial::waiting`]) goes to `next`, as
+    /// the completion would have put it without the reloads (else every slot of the
+    /// task in the batch window taken ahead of the reload was lost, and one waiting
+    /// for its host was polled, once the host was free, for a slot already past).
+    /// Whether the entry was found (not found: the task is gone, changed, or handed
+    /// out since).
     fn resume(&mut self, due: &Due, placed: u64, next: u64) -> bool {
         if due.engine == Engine::Icmp && due.host & MULTI != 0 {
             // Another task of its host has the same identity here: the entry found
             // could be that one's, whose slot `next` may have been handed out.
             return false;
         }
+        let ident = |host: u32, iv: u32, ph: u32| (host & !MULTI, iv, ph);
+        let own = |e: &Entry| {
+            e.due == placed
+                && ident(e.host, e.interval_ms, e.phase_ms)
+                    == ident(due.host, due.interval_ms, due.phase_ms)
+        };
+        // Come due while another task of its host is in flight, it waits for that one
+        // (still counted in `len`): it waits for `next` now.
+        let waiting = self
+            .serial
+            .as_mut()
+            .and_then(|s| s.waiting.get_mut(&(due.host & !MULTI)));
+        if let Some(e) = waiting.and_then(|w| w.iter_mut().find(|e| own(e))) {
+            e.due = next;
+            return true;
+        }
         // Into fine buckets (as `take` would once its window starts, each entry once):
         // one 16 ms bucket to scan, not a 16.4 s one.
         self.advance(placed);
-        let ident = |host: u32, iv: u32, ph: u32| (host & !MULTI, iv, ph);
         let mut want = HashMap::with_capacity(1);
         want.insert(
             (placed, ident(due.host, due.interval_ms, due.phase_ms)),
@@ -1451,8 +1470,13 @@ mod tests {
         // after next) and batches unbounded, no slot of a task its entries tell apart
         // is lost to a reload; with polls up to 4.9 s and batches of 1 to 40 tasks
         // (some left unserved at a reload), some are (an ICMP task is handed out
-        // again while its poll runs), but counted.
-        let mut hosts: Vec<HostSpec> = (0..50).map(|h| host(h, &format!("h{h}"), &[2])).collect();
+        // again while its poll runs), but counted. An SNMP task is never polled for a
+        // slot that had passed when its poll before ended.
+        // Every third host has SNMP items at 4 s too: its two tasks wait for each other.
+        let intervals: [&[u64]; 2] = [&[2, 4], &[2]];
+        let mut hosts: Vec<HostSpec> = (0..50)
+            .map(|h| host(h, &format!("h{h}"), intervals[usize::from(h % 3 > 0)]))
+            .collect();
         for (i, h) in hosts.iter_mut().enumerate() {
             for key in ["icmpping", "icmpping[,4]"].iter().take(1 + (i + 1) % 2) {
                 h.items.push(crate::plan::tests::icmp_item(&h.name, key, 2));
@@ -1476,10 +1500,14 @@ mod tests {
             // stale completion counted them (a reload took them as served).
             let mut handed: HashMap<u32, Vec<u64>> = HashMap::new();
             let mut skipped: HashMap<u32, Vec<(u64, bool)>> = HashMap::new();
+            // Per task: (slot, when its poll ended).
+            let mut polls: HashMap<u32, Vec<(u64, u64)>> = HashMap::new();
             let mut finish = |d: Due, end: u64| {
+                polls.entry(d.task).or_default().push((d.due_ms, end));
                 let r = s.complete(d, end);
                 let stale = matches!(r, Rescheduled::Stale { .. });
-                let slots = (1..=r.skipped()).map(|k| (d.due_ms + k * 2_000, stale));
+                let iv = u64::from(d.interval_ms);
+                let slots = (1..=r.skipped()).map(|k| (d.due_ms + k * iv, stale));
                 skipped.entry(d.task).or_default().extend(slots);
             };
             let mut running: Vec<(u64, Due)> = Vec::new();
@@ -1531,7 +1559,8 @@ mod tests {
                     v.iter().copied().chain(skips.iter().map(|s| s.0)).collect();
                 all.sort_unstable();
                 assert!(
-                    all.windows(2).all(|w| w[1] - w[0] == 2_000),
+                    all.windows(2)
+                        .all(|w| w[1] - w[0] == p.tasks[*t as usize].interval_ms),
                     "task {t}: polled {v:?}, skipped {skips:?}"
                 );
                 if !shared[*t as usize] {
@@ -1540,6 +1569,14 @@ mod tests {
             }
             if batch.is_none() {
                 assert_eq!(lost, 0, "{lost} slots lost over {reloads} reloads");
+            }
+            // An SNMP task (its host followed in flight) is polled for no slot that had
+            // passed when its poll before ended: no back-to-back catch-up.
+            for (t, mut v) in polls {
+                v.sort_unstable();
+                let snmp = p.tasks[t as usize].engine == Engine::Snmp;
+                let burst = v.windows(2).find(|w| snmp && w[1].0 < w[0].1);
+                assert!(burst.is_none(), "task {t}: {burst:?}");
             }
         }
     }
@@ -1925,6 +1962,40 @@ mod reload_and_collision_tests {
         t.join().unwrap();
         s.complete(taken[0], due + 100);
         assert_eq!(s.queued(Engine::Snmp), vec![1], "the task is queued twice");
+    }
+
+    /// A host with tasks every 1 s and 2 s, both polled for one slot when a reload
+    /// comes. The 1 s task's next slot comes while the 2 s one still runs: its entry
+    /// waits for the host. The 1 s poll then completes late, past that slot: without
+    /// the reload it would have been put on the first slot from then on (the one
+    /// passed skipped); its entry was not found where the reload put it (it waited),
+    /// so it was polled again at once when the host was free, for a slot already
+    /// past, right after the poll that ran over it.
+    #[test]
+    fn a_late_completion_after_a_reload_moves_its_task_waiting_for_the_host() {
+        let p = Plan::build(vec![host(0, "m", &[1, 2])]);
+        let s = Scheduler::new(&p, 1, 0);
+        let due = s.next_due(Engine::Snmp).unwrap();
+        let running = take_all(&s, due);
+        assert_eq!(running.len(), 2);
+        let (one, two) = match running[0].interval_ms {
+            1_000 => (running[0], running[1]),
+            _ => (running[1], running[0]),
+        };
+        s.reload(&p, &p, due + 200);
+        assert!(take_all(&s, due + 1_000).is_empty());
+        assert_eq!(
+            s.complete(one, due + 1_500),
+            Rescheduled::At {
+                next_ms: due + 2_000,
+                skipped: 1
+            }
+        );
+        s.complete(two, due + 1_600);
+        assert!(take_all(&s, due + 1_600).is_empty());
+        let out = take_all(&s, due + 2_000);
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(out.iter().all(|d| d.due_ms == due + 2_000), "{out:?}");
     }
 
     /// A task waiting for its busy host is overdue: counted by `due_counts` as by
