@@ -390,7 +390,7 @@ impl Shared {
             );
             out.counter(
                 "netpoller_skipped_slots_total",
-                "Poll slots skipped to catch up after late polls.",
+                "Poll slots no poll got: skipped to catch up after late polls, or taken from a poll running across a reload.",
                 &l,
                 m.skipped_slots.get(),
             );
