@@ -313,19 +313,11 @@ async fn daemon(
             _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
             _ = hup.recv() => {
                 let wanted = move |rate| icmp_thread_count(rate, icmp_sockets, cores);
-                let rows = (&found, &mut applied, targets_tx.borrow().clone());
+                let rows = (&*found, &mut applied, &targets_tx);
                 let reload = reload_off_thread(&args, &cfg, &shared, icmp_threads, wanted, rows);
                 let Some(loaded) = reload.await else { break };
-                if let Some(l) = loaded {
-                    text = l.text;
-                    let mut targets = l.cfg.discovery;
-                    // Walks leave from where the engines' sockets do: the start's
-                    // source_ip (a new one needs a restart, as the warning says).
-                    let source = cfg.daemon.source_addrs();
-                    for t in &mut targets {
-                        t.source = source;
-                    }
-                    targets_tx.send_replace(targets);
+                if let Some(new_text) = loaded {
+                    text = new_text;
                 }
             }
             // Discovery found other rows, or a round left rows untried (one host's
@@ -598,59 +590,59 @@ fn icmp_thread_count(probe_rate: f64, sockets: usize, cores: usize) -> usize {
     want.min(sockets).min(cores.max(1))
 }
 
-/// SIGHUP: [`reload_with_rows`] [`off_thread`]; `None` only when the runtime shuts down.
+/// SIGHUP: [`reload`] [`off_thread`] with the rows of the running plan (`applied`), not
+/// with the rows discovery `found` since, which wait for their own re-plan (due: the
+/// discovery task asks for it, [`replan_found`] plans what the loader takes): planned
+/// by the reload, they were counted in its log line as what the new file added and
+/// changed, and rows the loader refuses had the new file refused. Both lose the rows of
+/// what the reload changed (which were found for the discovery task's `targets`).
+///
+/// Those are dropped from `found` back on the daemon's thread, and the discovery task
+/// gets its new targets right after, with no await between: a walk of a job the reload
+/// changed (another address, another rule) that ends meanwhile is then either pruned
+/// with the rest or, once the task has its new targets, not taken. Pruned on the
+/// reload's thread, such a walk ending before the targets were sent put back the rows
+/// just dropped, and the next re-plan polled them at the new address. Returns the new
+/// config's text, if it was taken; `None` only when the runtime shuts down.
 async fn reload_off_thread(
     args: &Args,
     running_cfg: &Arc<Config>,
     shared: &Arc<Shared>,
     icmp_threads: usize,
     wanted: impl Fn(f64) -> usize + Send + 'static,
-    (found, applied, running): (
-        &Arc<Mutex<Found>>,
+    (found, applied, targets): (
+        &Mutex<Found>,
         &mut Found,
-        Vec<crate::config::DiscoveryTarget>,
+        &watch::Sender<Vec<crate::config::DiscoveryTarget>>,
     ),
-) -> Option<Option<super::Loaded>> {
+) -> Option<Option<Arc<str>>> {
+    let running = targets.borrow().clone();
     let (args, cfg) = (args.clone(), running_cfg.clone());
-    let (shared, found, mut rows) = (shared.clone(), found.clone(), applied.clone());
-    let (loaded, rows) = off_thread(move || {
-        let with = (&*found, &mut rows, &running[..]);
-        let loaded = reload_with_rows(&args, &cfg, &shared, icmp_threads, wanted, with);
-        (loaded, rows)
+    let (shared, mut rows) = (shared.clone(), applied.clone());
+    let (loaded, rows, running) = off_thread(move || {
+        // `rows` is a copy: a refused reload leaves `applied` as it was.
+        let with = (&mut rows, &running[..]);
+        let loaded = reload(&args, &cfg, &shared, icmp_threads, wanted, with);
+        (loaded, rows, running)
     })
     .await?;
+    let Some(l) = loaded else {
+        return Some(None);
+    };
     *applied = rows;
-    Some(loaded)
-}
-
-/// SIGHUP: [`reload`] with the rows of the running plan (`applied`), not with the rows
-/// discovery `found` since, which wait for their own re-plan (due: the discovery task
-/// asks for it, [`replan_found`] plans what the loader takes): planned by the reload,
-/// they were counted in its log line as what the new file added and changed, and rows
-/// the loader refuses had the new file refused. Both lose the rows of what the reload
-/// changed (which were found for the `running` targets), before the discovery task
-/// sees its new targets.
-fn reload_with_rows(
-    args: &Args,
-    running_cfg: &Config,
-    shared: &Shared,
-    icmp_threads: usize,
-    wanted: impl Fn(f64) -> usize,
-    (found, applied, running): (&Mutex<Found>, &mut Found, &[crate::config::DiscoveryTarget]),
-) -> Option<super::Loaded> {
-    let mut rows = applied.clone();
-    let l = reload(
-        args,
-        running_cfg,
-        shared,
-        icmp_threads,
-        wanted,
-        (&mut rows, running),
-    )?;
+    let mut new_targets = l.cfg.discovery;
+    // (No await from here on: see above.)
     let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
-    crate::discovery::prune(&mut found, running, &l.cfg.discovery);
-    *applied = rows;
-    Some(l)
+    crate::discovery::prune(&mut found, &running, &new_targets);
+    drop(found);
+    // Walks leave from where the engines' sockets do: the start's source_ip (a new one
+    // needs a restart, as the warning says).
+    let source = running_cfg.daemon.source_addrs();
+    for t in &mut new_targets {
+        t.source = source;
+    }
+    targets.send_replace(new_targets);
+    Some(Some(l.text))
 }
 
 /// Loads the config again and swaps the plan in; the ICMP thread count stays (threads
@@ -1933,6 +1925,76 @@ mod tests {
         assert_eq!(phases(&args), (254, 1));
     }
 
+    /// A daemon running a file of hosts `a` and `c` with a discovery rule and `b` with
+    /// an ICMP item; `a` polls rows 1-2, `c` row 1, and discovery has found rows 1-4
+    /// and 1-3 since. The file is then changed (not reloaded yet): `c` moved to
+    /// 127.0.51.9, `b` got an item more.
+    struct Moving {
+        _dir: tempfile::TempDir,
+        args: Args,
+        running: Arc<Config>,
+        shared: Arc<Shared>,
+        applied: Found,
+        found: Arc<Mutex<Found>>,
+        targets: watch::Sender<Vec<crate::config::DiscoveryTarget>>,
+    }
+
+    impl Moving {
+        fn new() -> Moving {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("netpoller.toml");
+            let text = |b_items: &str, c_ip: &str| {
+                format!(
+                    "[[templates]]\nname = \"t\"\n\
+                     discovery = [{{ name = \"if\", oid = \"1.3.6.1.2.1.2.2.1.2\" }}]\n\
+                     items = [{{ key = \"d[{{#SNMPINDEX}}]\", oid = \"1.3.6.1.2.1.2.2.1.2.{{#SNMPINDEX}}\", type = \"str\", interval = \"1m\", discovery = \"if\" }}]\n\
+                     [[hosts]]\nname = \"a\"\nip = \"127.0.51.1\"\ntemplates = [\"t\"]\nsnmp = {{ community = \"public\" }}\n\
+                     [[hosts]]\nname = \"b\"\nip = \"127.0.51.2\"\nitems = [{b_items}]\n\
+                     [[hosts]]\nname = \"c\"\nip = \"{c_ip}\"\ntemplates = [\"t\"]\nsnmp = {{ community = \"public\" }}\n"
+                )
+            };
+            let ping = r#"{ key = "icmpping", interval = "10s" }"#;
+            let rows = crate::test_util::found;
+            let applied = rows(&[("a", "if", "1-2"), ("c", "if", "1")]);
+            let found = rows(&[("a", "if", "1-4"), ("c", "if", "1-3")]);
+            std::fs::write(&path, text(ping, "127.0.51.3")).unwrap();
+            let args = Args {
+                plan: super::super::PlanArgs::of(path.clone()),
+                user: None,
+            };
+            let running = args.plan.load(Some(&applied)).unwrap().unwrap();
+            assert_eq!(running.plan.items.len(), 2 + 1 + 1);
+            let (targets, _) = watch::channel(running.cfg.discovery.clone());
+            let shared = Shared::new(running.plan, 2, Clock::new(), Limits::default());
+            let more = format!(r#"{ping}, {{ key = "icmppingsec", interval = "10s" }}"#);
+            std::fs::write(&path, text(&more, "127.0.51.9")).unwrap();
+            Moving {
+                _dir: dir,
+                args,
+                running: Arc::new(running.cfg),
+                shared,
+                applied,
+                found: Arc::new(Mutex::new(found)),
+                targets,
+            }
+        }
+
+        /// A SIGHUP's reload on a daemon's thread that runs `beside` too: whether the
+        /// new file was taken, and the log.
+        fn reload(
+            &mut self,
+            beside: impl std::future::Future<Output = ()> + Send + 'static,
+        ) -> (bool, String) {
+            let (args, running, shared) = (&self.args, &self.running, &self.shared);
+            let rows = (&*self.found, &mut self.applied, &self.targets);
+            let (reloaded, text) = on_daemon_thread(beside, async {
+                reload_off_thread(args, running, shared, 1, |_| 1, rows).await
+            });
+            assert!(reloaded.is_some(), "the runtime shut down: {text}");
+            (matches!(reloaded, Some(Some(_))), text)
+        }
+    }
+
     /// A reload plans the rows of the running plan, not those discovery found since
     /// (pending their re-plan, which is due): its log line counts what the file
     /// changed, here one item of `b`, and not `a`'s new rows as added by the file.
@@ -1940,40 +2002,11 @@ mod tests {
     /// of a row is no longer polled (until its next walk at the new address).
     #[test]
     fn a_reload_counts_what_the_file_changed_not_rows_found_meanwhile() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("netpoller.toml");
-        let text = |b_items: &str, c_ip: &str| {
-            format!(
-                "[[templates]]\nname = \"t\"\n\
-                 discovery = [{{ name = \"if\", oid = \"1.3.6.1.2.1.2.2.1.2\" }}]\n\
-                 items = [{{ key = \"d[{{#SNMPINDEX}}]\", oid = \"1.3.6.1.2.1.2.2.1.2.{{#SNMPINDEX}}\", type = \"str\", interval = \"1m\", discovery = \"if\" }}]\n\
-                 [[hosts]]\nname = \"a\"\nip = \"127.0.51.1\"\ntemplates = [\"t\"]\nsnmp = {{ community = \"public\" }}\n\
-                 [[hosts]]\nname = \"b\"\nip = \"127.0.51.2\"\nitems = [{b_items}]\n\
-                 [[hosts]]\nname = \"c\"\nip = \"{c_ip}\"\ntemplates = [\"t\"]\nsnmp = {{ community = \"public\" }}\n"
-            )
-        };
-        let ping = r#"{ key = "icmpping", interval = "10s" }"#;
-        let rows = crate::test_util::found;
-        let mut applied = rows(&[("a", "if", "1-2"), ("c", "if", "1")]);
-        let found = Arc::new(Mutex::new(rows(&[("a", "if", "1-4"), ("c", "if", "1-3")])));
-        std::fs::write(&path, text(ping, "127.0.51.3")).unwrap();
-        let args = Args {
-            plan: super::super::PlanArgs::of(path.clone()),
-            user: None,
-        };
-        let running = args.plan.load(Some(&applied)).unwrap().unwrap();
-        assert_eq!(running.plan.items.len(), 2 + 1 + 1);
-        let targets = running.cfg.discovery.clone();
-        let shared = Shared::new(running.plan, 2, Clock::new(), Limits::default());
-        let more = format!(r#"{ping}, {{ key = "icmppingsec", interval = "10s" }}"#);
-        std::fs::write(&path, text(&more, "127.0.51.9")).unwrap();
+        let mut m = Moving::new();
+        let mut targets = m.targets.subscribe();
         let (ran, counting) = counting();
-        let running = Arc::new(running.cfg);
-        let (reloaded, text) = on_daemon_thread(counting, async {
-            let rows = (&found, &mut applied, targets);
-            reload_off_thread(&args, &running, &shared, 1, |_| 1, rows).await
-        });
-        assert!(matches!(reloaded, Some(Some(_))), "{text}");
+        let (reloaded, text) = m.reload(counting);
+        assert!(reloaded, "{text}");
         assert!(ran.load(Relaxed) > 0, "the daemon's thread ran meanwhile");
         for counted in [
             "items=4 ",
@@ -1985,11 +2018,59 @@ mod tests {
         ] {
             assert!(text.contains(counted), "{counted}: {text}");
         }
-        assert_eq!(applied, rows(&[("a", "if", "1-2")]));
+        let rows = crate::test_util::found;
+        assert_eq!(m.applied, rows(&[("a", "if", "1-2")]));
         assert_eq!(
-            *found.lock().unwrap(),
+            *m.found.lock().unwrap(),
             rows(&[("a", "if", "1-4")]),
             "a's rows found still pending, c's dropped"
+        );
+        assert!(targets.has_changed().unwrap(), "discovery got its targets");
+        let c = targets
+            .borrow_and_update()
+            .iter()
+            .find(|t| &*t.host == "c")
+            .unwrap()
+            .ip;
+        assert_eq!(c, "127.0.51.9".parse::<std::net::IpAddr>().unwrap());
+    }
+
+    /// A walk of `c` at its old address that ends once the reload's thread is done, but
+    /// before the discovery task has its new targets (so it takes the walk's rows, as
+    /// discovery::run does), must not put back the rows the reload dropped: they were
+    /// pruned on the reload's thread, then the walk's rows came back, and the next
+    /// re-plan polled the old device's rows at the new address.
+    #[test]
+    fn a_walk_ending_as_a_reload_ends_does_not_bring_back_the_rows_it_dropped() {
+        let mut m = Moving::new();
+        // Everything that holds the daemon's Shared but the reload's thread.
+        let held = Arc::strong_count(&m.shared) + 1;
+        let walk = {
+            let (shared, found) = (m.shared.clone(), m.found.clone());
+            let targets = m.targets.subscribe();
+            async move {
+                // Until the reload has handed its work to its thread.
+                while Arc::strong_count(&shared) == held {
+                    tokio::task::yield_now().await;
+                }
+                // Holding the daemon's thread, as a task between two awaits does:
+                // the reload's thread runs to its end meanwhile.
+                while Arc::strong_count(&shared) > held {
+                    std::thread::yield_now();
+                }
+                // The task still walks for the old targets: it takes the rows.
+                if !targets.has_changed().unwrap() {
+                    let rows = crate::config::Indices::parse("1-3").unwrap();
+                    found.lock().unwrap().set(&"c".into(), &"if".into(), rows);
+                }
+            }
+        };
+        let (reloaded, text) = m.reload(walk);
+        assert!(reloaded, "{text}");
+        assert_eq!(
+            *m.found.lock().unwrap(),
+            crate::test_util::found(&[("a", "if", "1-4")]),
+            "c's rows of its old address"
         );
     }
 
