@@ -275,13 +275,18 @@ impl Shared {
         let plans = Some((&**guard, &*plan));
         self.scheduler.install(prepared, self.clock.now_ms(), plans);
         let old = std::mem::replace(&mut *guard, plan);
-        self.generation.fetch_add(1, Ordering::Relaxed);
-        drop(guard);
+        // Listed before the generation moves: the consumer, once it sees it move, takes
+        // the plans replaced (it waits for their iterations before forgetting removed
+        // items), and reloads run on a thread of their own. Listed after, the consumer
+        // could take the list before this plan was on it, and then forgot the removed
+        // items while its iterations still delivered.
         {
             let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
             replaced.retain(|p| p.strong_count() > 0);
             replaced.push(Arc::downgrade(&old));
         }
+        self.generation.fetch_add(1, Ordering::Release);
+        drop(guard);
         drop(old);
         self.wake.notify_waiters();
     }
@@ -292,9 +297,10 @@ impl Shared {
         std::mem::take(&mut *self.replaced.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Changes at each [`Shared::reload`].
+    /// Changes at each [`Shared::reload`], once [`Shared::take_replaced`] has the plan
+    /// replaced.
     pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Relaxed)
+        self.generation.load(Ordering::Acquire)
     }
 
     pub fn metrics(&self, e: Engine) -> &EngineMetrics {
@@ -1656,6 +1662,52 @@ mod tests {
         drop(stop_tx);
         let ended = done_rx.recv_timeout(Duration::from_secs(10));
         assert_eq!(ended, Ok(true), "the engine loop did not end");
+    }
+
+    /// A reload runs on a thread of its own while the consumer, seeing the generation
+    /// move, takes the plans replaced: the plan a reload replaced is among them as soon
+    /// as the generation has moved. It was listed after, so the consumer could miss it,
+    /// and forgot the items the reload removed while an iteration of that plan still
+    /// delivered. Here the reload's thread is held where it lists the plan (the test
+    /// holds the list's lock until the thread sleeps on it): the generation must not
+    /// have moved yet.
+    #[test]
+    fn the_generation_moves_once_the_replaced_plan_is_listed() {
+        let shared = Shared::new(Plan::build(Vec::new()), 1, Clock::new(), Limits::default());
+        let generation = shared.generation();
+        let list = shared.replaced.lock().unwrap();
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let reloading = std::thread::scope(|scope| {
+            let reload = scope.spawn(|| {
+                // SAFETY: gettid has no arguments and cannot fail.
+                tid_tx.send(unsafe { libc::gettid() }).unwrap();
+                shared.reload(Plan::build(Vec::new()));
+            });
+            let tid = tid_rx.recv().unwrap();
+            // Sleeping (on the list's lock: nothing else in a reload waits), or done.
+            let stat = format!("/proc/self/task/{tid}/stat");
+            let sleeping = || match std::fs::read_to_string(&stat) {
+                Ok(s) => s
+                    .rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('S')),
+                Err(_) => true,
+            };
+            while !(sleeping() || reload.is_finished()) {
+                std::thread::yield_now();
+            }
+            let moved = shared.generation() != generation;
+            let listed = list.len();
+            drop(list);
+            reload.join().unwrap();
+            (moved, listed)
+        });
+        assert_eq!(
+            reloading,
+            (false, 0),
+            "the generation moved before the plan was listed"
+        );
+        assert_ne!(shared.generation(), generation);
+        assert_eq!(shared.take_replaced().len(), 1);
     }
 
     /// The reload timestamp is read against wall clocks (alerts: "no reload took in a
