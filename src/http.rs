@@ -392,6 +392,20 @@ mod tests {
     use std::sync::Mutex;
     use std::time::Instant as StdInstant;
 
+    /// The documents name the health check by the path it is served on: production.md
+    /// said a supervisor's `/health` keeps answering during a reload, a path that
+    /// answers 404.
+    #[test]
+    fn the_docs_name_the_health_check_by_its_path() {
+        for path in ["README.md", "docs/production.md", "packaging/README.md"] {
+            let text = crate::test_util::doc(path);
+            for (at, _) in text.match_indices("/health") {
+                let named = &text[at..];
+                assert!(named.starts_with("/healthz"), "{path}: {:.40}", named);
+            }
+        }
+    }
+
     struct Server {
         addr: SocketAddr,
         stop: watch::Sender<bool>,

@@ -388,7 +388,7 @@ async fn daemon(
 
 /// Runs `f` (a reload, a re-plan: they parse the whole file, 0.35 s at a million items)
 /// on a thread of the blocking pool, so that the daemon's thread runs the sink, its
-/// ClickHouse client, the HTTP endpoint (whose `/health` a supervisor may probe) and
+/// ClickHouse client, the HTTP endpoint (whose `/healthz` a supervisor may probe) and
 /// the discovery walks meanwhile; the caller waits for it (so reloads and re-plans
 /// still come one at a time). A panic in `f` goes on here; `None` only when the
 /// runtime shuts down.
