@@ -562,7 +562,9 @@ pub async fn run(
             let failing = jobs.values().filter(|j| j.failing).count();
             metrics.jobs.store(jobs.len() as u64, Ordering::Relaxed);
             metrics.failing.store(failing as u64, Ordering::Relaxed);
-            // (The rows of what changed were pruned before the reload's plan.)
+            // (The rows of what changed were pruned from `found` just before these
+            // targets were sent, on this thread with no await between: see
+            // `reload_off_thread` in cmd::run.)
         }
         // Start what is due.
         for (key, j) in jobs.iter_mut() {
@@ -613,7 +615,8 @@ pub async fn run(
             .max(now + Duration::from_millis(10));
         // Biased: new targets before a walk's end, so that a walk of what a reload
         // changed (another address, another rule) meets its replaced job and is not
-        // taken, rather than putting back rows the reload has just dropped.
+        // taken, rather than putting back rows the reload has just dropped. (It relies
+        // on the reload dropping them and sending the targets with no await between.)
         tokio::select! {
             biased;
             _ = shutdown.changed() => break,
