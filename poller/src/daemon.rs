@@ -197,7 +197,9 @@ pub struct Limits {
     pub icmp_batch_hosts: u64,
     /// Most OIDs in one SNMP iteration (`daemon.snmp_batch_requests`, default 8,000).
     pub snmp_batch_requests: u64,
-    /// An iteration that starts this late is logged and counted as late.
+    /// An iteration that starts this late is logged and counted as late: late after
+    /// the earliest time one of its tasks could be taken (its slot, or for one that
+    /// waited for its device's other poll, when that ended: [`Due::ready_ms`]).
     pub late_after: Duration,
     /// An iteration takes every task due within this window from now
     /// (`daemon.batch_window`, default 1 s). Slots are spread over each interval, so
@@ -384,7 +386,7 @@ impl Shared {
             );
             out.histogram(
                 "netpoller_lateness_seconds",
-                "How late iterations start after their earliest due slot.",
+                "How late iterations start after their earliest due slot (for a task that waited for another poll of its device: after that poll ended).",
                 &l,
                 &m.lateness_seconds,
             );
@@ -554,7 +556,9 @@ impl Shared {
         }
     }
 
-    /// `Err(reason)` when some engine is behind its schedule by more than `max_lag`.
+    /// `Err(reason)` when some engine is behind its schedule by more than `max_lag`
+    /// (a task that waited for its device is due from when the device was free:
+    /// [`Scheduler::next_due`]).
     pub fn health(&self, max_lag: Duration) -> Result<(), String> {
         let now = self.clock.now_ms();
         for e in Engine::ALL {
@@ -1111,7 +1115,8 @@ pub async fn run_engine(
             #[cfg(debug_assertions)]
             test_failpoint(engine.as_str());
             let m = shared2.metrics(engine);
-            let earliest = dues.iter().map(|d| d.due_ms).min().unwrap_or(now);
+            // From when each task could be taken: a wait for its device is not lateness.
+            let earliest = dues.iter().map(|d| d.ready_ms).min().unwrap_or(now);
             let lateness = Duration::from_millis(now.saturating_sub(earliest));
             m.lateness_seconds.observe(lateness.as_secs_f64());
             let started = Instant::now();
@@ -1408,6 +1413,7 @@ pub async fn poll_once(
 mod tests {
     use super::*;
     use crate::plan::{HostSpec, ItemSpec, SnmpParams, SnmpVersion};
+    use crate::scheduler::next_slot_after;
     use crate::snmp_driver::SnmpDriverOptions;
 
     /// An SNMP host `name` at `ip`, port 16161 (nothing listens: every poll times out
@@ -1708,6 +1714,96 @@ mod tests {
         );
         assert_ne!(shared.generation(), generation);
         assert_eq!(shared.take_replaced().len(), 1);
+    }
+
+    /// `silent_snmp_host` at `ip` with a second item every 2 s: two tasks of one device,
+    /// polled one after the other.
+    fn silent_host_with_two_intervals(name: &str, ip: [u8; 4]) -> HostSpec {
+        let mut h = silent_snmp_host(name, ip);
+        let mut two = h.items[0].clone();
+        two.itemid = crate::plan::derive_itemid(name, "k2");
+        two.key = "k2".into();
+        two.interval_ms = 2_000;
+        h.items.push(two);
+        h
+    }
+
+    /// A slow device with items every 1 s and 2 s: one task's poll runs 40 s, the
+    /// other's slot passes meanwhile (it waits for the device). When the poll is done,
+    /// the one that waited read as the engine 40 s behind (`/healthz` 503) until it
+    /// was taken: it is due from then, not from its slot.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_waited_for_its_device_is_not_the_engine_behind() {
+        let plan = Plan::build(vec![silent_host_with_two_intervals(
+            "slow",
+            [127, 0, 153, 1],
+        )]);
+        let clock = Clock::new();
+        let shared = Shared::new(plan, 1, clock, Limits::default());
+        let s = &shared.scheduler;
+        let first = s.next_due(Engine::Snmp).unwrap();
+        tokio::time::advance(Duration::from_millis(first - clock.now_ms())).await;
+        let mut running = Vec::new();
+        // A batch full after one: the other task of the device is left to wait.
+        s.take_due(Engine::Snmp, clock.now_ms(), 1, |_| 1, &mut running);
+        assert_eq!(running.len(), 1);
+        tokio::time::advance(Duration::from_secs(40)).await;
+        let mut out = Vec::new();
+        s.take_due(Engine::Snmp, clock.now_ms(), u64::MAX, |_| 1, &mut out);
+        assert!(out.is_empty(), "{out:?} while the device is polled");
+        assert_eq!(shared.health(Duration::from_secs(30)), Ok(()));
+        s.complete(running[0], clock.now_ms());
+        assert_eq!(shared.health(Duration::from_secs(30)), Ok(()));
+    }
+
+    /// The same device in the engine, really polled (nothing answers; a 2.5 s timeout):
+    /// the task that waited for the other's poll, up to 1.5 s past its slot, is taken
+    /// as soon as the device is free. Its iteration was logged and counted as started
+    /// late ("the poller is not keeping up with its schedule"), a slow device read as
+    /// an engine overloaded; its cost is the slots it missed, counted as skipped.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slow_device_with_two_intervals_makes_no_late_iteration() {
+        let mut slow = silent_host_with_two_intervals("slow", [127, 0, 153, 2]);
+        Arc::make_mut(slow.snmp.as_mut().unwrap()).timeout = Duration::from_millis(2_500);
+        let plan = Plan::build(vec![slow]);
+        let limits = Limits {
+            batch_window: Duration::ZERO,
+            ..Limits::default()
+        };
+        let clock = Clock::new();
+        let two = plan.tasks.iter().find(|t| t.interval_ms == 2_000).unwrap();
+        let first = next_slot_after(clock.now_ms(), 2_000, two.phase_ms);
+        let shared = Shared::new(plan, 1, clock, limits);
+        let (tx, mut rx) = mpsc::channel(16);
+        let reader = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let source = || {
+            SnmpDriver::open(SnmpDriverOptions {
+                sockets: 1,
+                source: std::net::IpAddr::from([127, 0, 153, 1]).into(),
+                ..SnmpDriverOptions::default()
+            })
+        };
+        let drivers = Drivers::Snmp(SnmpDrivers {
+            base: vec![source().unwrap(), source().unwrap()],
+            extra: 0,
+            open: Box::new(source),
+        });
+        // Both polled at `first` (to +2.5 s); the 1 s task alone at +3 s (to +5.5 s),
+        // the 2 s task's slot +4 s passing meanwhile; it is polled at +5.5 s.
+        let until = first + 6_000 - clock.now_ms();
+        let stop = async move {
+            tokio::time::sleep(Duration::from_millis(until)).await;
+            stop_tx.send(true).unwrap();
+        };
+        let engine = run_engine(shared.clone(), Engine::Snmp, drivers, tx, stop_rx);
+        let (ran, ()) = tokio::join!(engine, stop);
+        ran.unwrap();
+        reader.await.unwrap();
+        let m = &shared.snmp;
+        assert!(m.iterations.get() >= 3, "{} iterations", m.iterations.get());
+        assert!(m.skipped_slots.get() > 0);
+        assert_eq!(m.late_iterations.get(), 0, "late iterations");
     }
 
     /// The reload timestamp is read against wall clocks (alerts: "no reload took in a

@@ -12,12 +12,20 @@
 //! * An SNMP host's tasks (one per interval) are in flight in one iteration at a time:
 //!   a device gets its requests one after another. A task that comes due while another
 //!   task of its host, taken by an earlier [`Scheduler::take_due`], is in flight waits
-//!   (out of the queue, still counted) until the last of them completes, then is queued
-//!   again for the slot it waited on (or, a task in flight at a reload whose poll
-//!   completed meanwhile, for the slot that completion put it on: see below); tasks
-//!   of one host taken by one call go to one iteration, which merges them into one
-//!   chain of requests. This holds across reloads: what is in flight and what waits
-//!   is carried into the new queues.
+//!   (out of the queue, still counted) until the last of them completes, then is
+//!   released: due from then on, for the slot it waited on (or, a task in flight at a
+//!   reload whose poll completed meanwhile, queued for the slot that completion put it
+//!   on: see below); tasks of one host taken by one call go to one iteration, which
+//!   merges them into one chain of requests. This holds across reloads: what is in
+//!   flight and what waits is carried into the new queues (what was released and not
+//!   taken yet, as due from its slot).
+//! * The wait for a host is the device's, not the engine's: the slots it costs are
+//!   counted as skipped when the task's poll ends ([`Rescheduled`]), and a released
+//!   task is ready for the engine from its release, not its slot ([`Due::ready_ms`],
+//!   [`Scheduler::next_due`]: what lateness and the health's lag are measured from).
+//!   Its slot ([`Due::due_ms`], the value's, and where its next is counted from) does
+//!   not change. Released tasks are kept apart from the buckets and offered first: a
+//!   take without any costs one look at an empty `Vec`.
 //! * Slots are `phase + k * interval` (ms of Unix time). The phase is a stable hash of
 //!   the task (host, engine, interval, probe; an SNMP task's of its host alone, so that
 //!   a host's tasks of intervals that divide one another share slots and are polled
@@ -101,6 +109,10 @@ pub struct Due {
     pub task: u32,
     /// The slot this poll is for.
     pub due_ms: u64,
+    /// When the engine could first take it: its slot, or, for a task that waited for
+    /// its host (see the module docs), when the host was free, if later. How late the
+    /// engine is with it counts from here: the wait was the device's.
+    pub ready_ms: u64,
     /// Plan generation the task index refers to.
     pub generation: u64,
     shard: u32,
@@ -196,9 +208,14 @@ struct Serial {
     /// [`DueQueue::take`] that took them last). Touched twice per task polled, so
     /// small and quickly hashed.
     busy: HashMap<u32, (u32, u32), KeyHash>,
-    /// Entries of busy hosts that came due meanwhile, queued again when their host's
+    /// Entries of busy hosts that came due meanwhile, released when their host's
     /// last task in flight completes.
     waiting: HashMap<u32, Vec<Entry>, KeyHash>,
+    /// Entries released by their host, each with when (in that order), until taken:
+    /// due since then, their slot (past) unchanged. Kept apart from the buckets,
+    /// which know only slots, so that [`DueQueue::next_due`] and [`Due::ready_ms`]
+    /// count from the release: the wait was the device's, not the engine's.
+    released: Vec<(u64, Entry)>,
     /// A bit per task of the queue's plan (by index, shared by every shard's queue of
     /// the plan, each writing only its own tasks' bits): taken and not completed, for
     /// tasks of hosts with one task. How a reload finds those in flight without a look
@@ -225,6 +242,62 @@ impl std::hash::Hasher for KeyHasher {
     fn finish(&self) -> u64 {
         self.0
     }
+}
+
+/// What [`DueQueue::take`] did with an entry due.
+enum Offered {
+    /// Put to wait for its host ([`Serial::waiting`]): the caller drops its copy.
+    Waits,
+    /// Accepted: the caller removes it (it is in flight).
+    Taken,
+    /// Refused (a batch full): the caller keeps it and stops.
+    Refused,
+}
+
+/// Offers `e`, due, to `accept` for [`DueQueue::take`]'s call `call`, `serial` being
+/// the queue's (if it follows hosts), `ready` when it could first be taken
+/// ([`Due::ready_ms`]).
+#[inline(always)]
+fn offer(
+    serial: Option<&mut Serial>,
+    call: u32,
+    e: &Entry,
+    ready: u64,
+    accept: &mut impl FnMut(&Entry, bool, u64) -> bool,
+) -> Offered {
+    let Some(s) = serial else {
+        return match accept(e, false, ready) {
+            true => Offered::Taken,
+            false => Offered::Refused,
+        };
+    };
+    // At most one look-up of the host per entry, none for a host with one task while
+    // no host is followed: it is the hot path.
+    let (host, multi) = (e.host & !MULTI, e.host & MULTI != 0);
+    let busy = match multi || !s.busy.is_empty() {
+        true => match s.busy.entry(host) {
+            Entry_::Occupied(b) if b.get().1 != call => {
+                s.waiting.entry(host).or_default().push(*e);
+                return Offered::Waits;
+            }
+            b @ Entry_::Occupied(_) => Some(b),
+            b => multi.then_some(b),
+        },
+        false => None,
+    };
+    if !accept(e, busy.is_some(), ready) {
+        return Offered::Refused;
+    }
+    match busy {
+        Some(b) => {
+            let b = b.or_insert((0, call));
+            *b = (b.0 + 1, call);
+        }
+        None => {
+            s.in_flight[e.task as usize / 64].fetch_or(1 << (e.task % 64), Ordering::Relaxed);
+        }
+    }
+    Offered::Taken
 }
 
 impl DueQueue {
@@ -263,26 +336,53 @@ impl DueQueue {
         }
     }
 
-    /// Earliest due time (scans one bucket: `near`'s entries all precede `far`'s).
+    /// Earliest time an entry can be taken: its due time, or for one released by its
+    /// host, when that was, if later ([`Due::ready_ms`]). Scans one bucket (`near`'s
+    /// entries all precede `far`'s) and what was released.
     fn next_due(&self) -> Option<u64> {
-        let (_, v) = self
+        let queued = self
             .near
             .first_key_value()
-            .or_else(|| self.far.first_key_value())?;
-        v.iter().map(|e| e.due).min()
+            .or_else(|| self.far.first_key_value())
+            .and_then(|(_, v)| v.iter().map(|e| e.due).min());
+        let released = self.serial.iter().flat_map(|s| &s.released);
+        queued
+            .into_iter()
+            .chain(released.map(|&(at, e)| at.max(e.due)))
+            .min()
     }
 
     /// Remove entries due at `now_ms` while `accept` says yes (it sees each entry once,
-    /// and whether its host is followed in flight, see [`Due::followed`]; returning
-    /// false stops the scan and keeps that entry). In a serial queue, an entry whose
-    /// host has tasks in flight from an earlier call waits for them
-    /// ([`Serial::waiting`]) and is not offered.
-    fn take(&mut self, now_ms: u64, mut accept: impl FnMut(&Entry, bool) -> bool) -> bool {
+    /// whether its host is followed in flight, see [`Due::followed`], and when it could
+    /// first be taken, see [`Due::ready_ms`]; returning false stops the scan and keeps
+    /// that entry). In a serial queue, an entry whose host has tasks in flight from an
+    /// earlier call waits for them ([`Serial::waiting`]) and is not offered; those
+    /// released since are offered first.
+    fn take(&mut self, now_ms: u64, mut accept: impl FnMut(&Entry, bool, u64) -> bool) -> bool {
         self.advance(now_ms);
-        let call = self.serial.as_mut().map(|s| {
+        let call = self.serial.as_mut().map_or(RELOADED, |s| {
             s.takes = s.takes.checked_add(1).unwrap_or(RELOADED + 1);
             s.takes
         });
+        // One look at an empty `Vec` per call: none per entry on the hot path.
+        if let Some(s) = self.serial.as_mut().filter(|s| !s.released.is_empty()) {
+            let mut released = std::mem::take(&mut s.released).into_iter();
+            while let Some((at, e)) = released.next() {
+                if e.due > now_ms {
+                    s.released.push((at, e));
+                    continue;
+                }
+                match offer(Some(&mut *s), call, &e, at.max(e.due), &mut accept) {
+                    Offered::Waits => {}
+                    Offered::Taken => self.len -= 1,
+                    Offered::Refused => {
+                        s.released.push((at, e));
+                        s.released.extend(released);
+                        return false;
+                    }
+                }
+            }
+        }
         while let Some(mut first) = self.near.first_entry() {
             if *first.key() > now_ms >> BUCKET_SHIFT {
                 return true;
@@ -294,35 +394,12 @@ impl DueQueue {
                     i += 1;
                     continue;
                 }
-                // At most one look-up of the host per entry, none for a host with one
-                // task while no host is followed: it is the hot path.
-                let (host, multi) = (v[i].host & !MULTI, v[i].host & MULTI != 0);
-                let busy = match (self.serial.as_mut(), call) {
-                    (Some(s), Some(call)) if multi || !s.busy.is_empty() => {
-                        match s.busy.entry(host) {
-                            Entry_::Occupied(b) if b.get().1 != call => {
-                                let e = v.swap_remove(i);
-                                s.waiting.entry(host).or_default().push(e);
-                                continue;
-                            }
-                            b @ Entry_::Occupied(_) => Some((b, call)),
-                            b => multi.then_some((b, call)),
-                        }
-                    }
-                    _ => None,
-                };
-                if !accept(&v[i], busy.is_some()) {
-                    return false;
+                match offer(self.serial.as_mut(), call, &v[i], v[i].due, &mut accept) {
+                    Offered::Waits => {}
+                    Offered::Taken => self.len -= 1,
+                    Offered::Refused => return false,
                 }
-                let e = v.swap_remove(i);
-                self.len -= 1;
-                if let Some((b, call)) = busy {
-                    let b = b.or_insert((0, call));
-                    *b = (b.0 + 1, call);
-                } else if let Some(s) = self.serial.as_ref() {
-                    s.in_flight[e.task as usize / 64]
-                        .fetch_or(1 << (e.task % 64), Ordering::Relaxed);
-                }
+                v.swap_remove(i);
             }
             if v.is_empty() {
                 first.remove();
@@ -424,15 +501,21 @@ impl DueQueue {
                 && ident(e.host, e.interval_ms, e.phase_ms)
                     == ident(due.host, due.interval_ms, due.phase_ms)
         };
-        // Come due while another task of its host is in flight, it waits for that one
-        // (still counted in `len`): it waits for `next` now.
-        let waiting = self
-            .serial
-            .as_mut()
-            .and_then(|s| s.waiting.get_mut(&(due.host & !MULTI)));
-        if let Some(e) = waiting.and_then(|w| w.iter_mut().find(|e| own(e))) {
-            e.due = next;
-            return true;
+        if let Some(s) = self.serial.as_mut() {
+            // Come due while another task of its host is in flight, it waits for that
+            // one (still counted in `len`): it waits for `next` now.
+            let waiting = s.waiting.get_mut(&(due.host & !MULTI));
+            if let Some(e) = waiting.and_then(|w| w.iter_mut().find(|e| own(e))) {
+                e.due = next;
+                return true;
+            }
+            // Released by its host since: due no more, back to the buckets for `next`.
+            if let Some(i) = s.released.iter().position(|(_, e)| own(e)) {
+                let (_, e) = s.released.remove(i);
+                self.len -= 1;
+                self.push(Entry { due: next, ..e });
+                return true;
+            }
         }
         // Into fine buckets (as `take` would once its window starts, each entry once):
         // one 16 ms bucket to scan, not a 16.4 s one.
@@ -461,7 +544,7 @@ impl DueQueue {
         let mut passed = Vec::new();
         // Moved, not taken: nothing is in flight for it.
         let serial = self.serial.take();
-        self.take(t, |e, _| {
+        self.take(t, |e, _, _| {
             passed.push(*e);
             true
         });
@@ -481,9 +564,10 @@ impl DueQueue {
         }
     }
 
-    /// A task of host `host` counted in flight is done: once none of its host's is left
-    /// in flight, what waited for them is queued again, due as it was.
-    fn done_with(&mut self, host: u32) {
+    /// A task of host `host` counted in flight is done at `now_ms`: once none of its
+    /// host's is left in flight, what waited for them is released, due since `now_ms`
+    /// for the slot it waited on ([`Serial::released`]).
+    fn done_with(&mut self, host: u32, now_ms: u64) {
         let Some(s) = self.serial.as_mut().filter(|s| !s.busy.is_empty()) else {
             return;
         };
@@ -501,21 +585,21 @@ impl DueQueue {
         }
         let waiting = s.waiting.remove(&host).unwrap_or_default();
         // Still counted in `len`.
-        self.len -= waiting.len();
-        for e in waiting {
-            self.push(e);
-        }
+        s.released.extend(waiting.into_iter().map(|e| (now_ms, e)));
     }
 
     fn due_count(&self, now_ms: u64) -> usize {
         let near = self.near.range(..=now_ms >> BUCKET_SHIFT);
         let far = self.far.range(..=now_ms >> FAR_SHIFT);
-        let waiting = self.serial.iter().flat_map(|s| s.waiting.values());
-        near.chain(far)
-            .map(|(_, v)| v)
+        let queued = near.chain(far).flat_map(|(_, v)| v);
+        let serial = self.serial.iter();
+        let waiting = serial.clone().flat_map(|s| s.waiting.values().flatten());
+        let released = serial.flat_map(|s| &s.released).map(|(_, e)| e);
+        queued
             .chain(waiting)
-            .map(|v| v.iter().filter(|e| e.due <= now_ms).count())
-            .sum()
+            .chain(released)
+            .filter(|e| e.due <= now_ms)
+            .count()
     }
 }
 
@@ -702,8 +786,10 @@ impl Scheduler {
                 // The hosts in flight stay so; what waits for them is queued again in
                 // the new plan's terms, as unserved.
                 let mut waited = Vec::new();
+                // (What was released and not taken yet is due from its slot again.)
                 if let Some(s) = live.serial.as_mut() {
                     waited.extend(s.waiting.drain().flat_map(|(_, v)| v));
+                    waited.extend(s.released.drain(..).map(|(_, e)| e));
                 }
                 // Hosts with one task in flight are followed from now on: their
                 // next slot, queued below, waits for the poll that runs. (This shard's
@@ -792,7 +878,7 @@ impl Scheduler {
                 .unwrap_or_else(|e| e.into_inner());
             // The queue's own: a reload replaces this queue under the same lock.
             let generation = q.generation;
-            let full = !q.take(now_ms, |e, followed| {
+            let full = !q.take(now_ms, |e, followed, ready_ms| {
                 let c = cost(e.task);
                 if taken > 0 && spent + c > max_cost {
                     return false;
@@ -802,6 +888,7 @@ impl Scheduler {
                 out.push(Due {
                     task: e.task,
                     due_ms: e.due,
+                    ready_ms,
                     generation,
                     shard: si as u32,
                     engine,
@@ -819,7 +906,9 @@ impl Scheduler {
         taken
     }
 
-    /// Earliest due time of `engine` over all shards.
+    /// Earliest time `engine` can take a task, over all shards: a due time, or for a
+    /// task that waited for its host, its release if later ([`Due::ready_ms`]). Past,
+    /// it says how far behind the engine is.
     pub fn next_due(&self, engine: Engine) -> Option<u64> {
         self.shards
             .iter()
@@ -878,7 +967,7 @@ impl Scheduler {
         // older plan (those in flight at a reload were counted then). A host with one
         // task sharing a key with a followed one must not count that one out.
         if due.followed || !current {
-            q.done_with(due.host);
+            q.done_with(due.host, now_ms);
         }
         if current && !due.followed {
             q.landed(due.task);
@@ -925,6 +1014,7 @@ impl Scheduler {
         Due {
             task,
             due_ms: 0,
+            ready_ms: 0,
             generation: u64::MAX,
             shard: 0,
             engine: Engine::Icmp,
@@ -1512,8 +1602,9 @@ mod tests {
             };
             let mut running: Vec<(u64, Due)> = Vec::new();
             let (mut now, mut reload_at, mut reloaded_at) = (0u64, 1_000u64, 0u64);
-            // Reloads, and those within the batch window of the one before.
-            let (mut reloads, mut bursts) = (0, 0);
+            // Reloads, and those within the batch window of the one before; tasks
+            // taken after waiting for their host, ready since it was free.
+            let (mut reloads, mut bursts, mut released) = (0, 0, 0);
             while now < 120_000 {
                 now += 50 + rand(900);
                 for (end, d) in std::mem::take(&mut running) {
@@ -1537,6 +1628,8 @@ mod tests {
                     let max = batch.map_or(u64::MAX, |b| 1 + rand(b));
                     s.take_due(e, now + 1_000, max, |_| 1, &mut out);
                     for d in out {
+                        assert!(d.due_ms <= d.ready_ms && d.ready_ms <= now + 1_000);
+                        released += usize::from(d.ready_ms > d.due_ms);
                         handed.entry(d.task).or_default().push(d.due_ms);
                         running.push((now + 1_000 + rand(polls_past), d));
                     }
@@ -1547,8 +1640,8 @@ mod tests {
                 finish(d, end);
             }
             assert!(
-                reloads > 30 && bursts > 5,
-                "{reloads} reloads, {bursts} in bursts"
+                reloads > 30 && bursts > 5 && released > 0,
+                "{reloads} reloads, {bursts} in bursts, {released} released"
             );
             assert_eq!(handed.len(), p.tasks.len());
             let mut lost = 0;
@@ -1816,7 +1909,8 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
         /// Random hosts, intervals, clock steps and poll durations: a task is never handed
         /// out twice while outstanding, nor while a task of its host taken by another call
-        /// is (SNMP), is never taken before its slot, and every task keeps firing.
+        /// is (SNMP), is never taken before its slot nor ready after the take, and every
+        /// task keeps firing.
         #[test]
         fn random_schedules_keep_their_invariants(
             hosts in 1usize..40,
@@ -1845,6 +1939,8 @@ mod tests {
                 s.take_due(Engine::Snmp, now, 50, |_| 1, &mut out);
                 for d in &out {
                     proptest::prop_assert!(d.due_ms <= now);
+                    // Ready since its slot, or since its host was free, if later.
+                    proptest::prop_assert!(d.due_ms <= d.ready_ms && d.ready_ms <= now);
                     proptest::prop_assert!(!outstanding.iter().any(|(o, _, _)| o.task == d.task), "task {} taken twice", d.task);
                     let t = &p.tasks[d.task as usize];
                     let busy = outstanding
@@ -1998,10 +2094,10 @@ mod reload_and_collision_tests {
         assert!(out.iter().all(|d| d.due_ms == due + 2_000), "{out:?}");
     }
 
-    /// A task waiting for its busy host is overdue: counted by `due_counts` as by
-    /// `queued` (netpoller_scheduler_due, "overdue if it stays > 0", read 0).
-    #[test]
-    fn a_waiting_overdue_task_is_counted_as_due() {
+    /// A device with items at 10 s and 15 s, slow: one task is polled from the first
+    /// slot (a batch full after it) and still runs 30 s later, the other's slot passed
+    /// meanwhile: it waits. The plan, the scheduler, that slot and the running poll.
+    fn a_task_waiting_for_a_slow_device() -> (Plan, Scheduler, u64, Due) {
         let p = Plan::build(vec![host(0, "m", &[10, 15])]);
         let s = Scheduler::new(&p, 1, 0);
         let due = s.next_due(Engine::Snmp).unwrap();
@@ -2009,7 +2105,34 @@ mod reload_and_collision_tests {
         s.take_due(Engine::Snmp, due, 1, |_| 1, &mut out);
         assert_eq!(out.len(), 1);
         assert!(take_all(&s, due + 30_000).is_empty());
+        (p, s, due, out[0])
+    }
+
+    /// A task waiting for its busy host is overdue: counted by `due_counts` as by
+    /// `queued` (netpoller_scheduler_due, "overdue if it stays > 0", read 0).
+    #[test]
+    fn a_waiting_overdue_task_is_counted_as_due() {
+        let (_, s, due, _) = a_task_waiting_for_a_slow_device();
         assert_eq!(s.queued(Engine::Snmp), vec![1]);
         assert_eq!(s.due_counts(Engine::Snmp, due + 30_000), vec![1]);
+    }
+
+    /// Once the device's poll is done, the task that waited for it is due from then
+    /// on, for the slot it waited on. Its old due time read as the engine's lag
+    /// (`/healthz`: "30 s behind") until it was taken.
+    #[test]
+    fn a_task_released_by_its_host_is_due_from_its_release() {
+        let (p, s, due, running) = a_task_waiting_for_a_slow_device();
+        let freed = due + 30_500;
+        s.complete(running, freed);
+        assert_eq!(s.next_due(Engine::Snmp), Some(freed));
+        assert_eq!(s.due_counts(Engine::Snmp, freed), vec![1]);
+        let taken = take_all(&s, freed);
+        assert_eq!(taken.len(), 1, "{taken:?}");
+        // The slot it waited on: its first (the plan started at 0).
+        let slot = p.tasks[taken[0].task as usize].phase_ms;
+        assert!(slot <= due + 30_000);
+        assert_eq!(taken[0].due_ms, slot, "the slot it waited on");
+        assert_eq!(taken[0].ready_ms, freed);
     }
 }
