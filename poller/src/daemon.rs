@@ -461,7 +461,8 @@ impl Shared {
             let now = self.clock.now_ms();
             let queued = self.scheduler.queued(e);
             let due = self.scheduler.due_counts(e, now);
-            for (i, (q, d)) in queued.iter().zip(&due).enumerate() {
+            let waiting = self.scheduler.waiting(e);
+            for (i, ((q, d), w)) in queued.iter().zip(&due).zip(&waiting).enumerate() {
                 let shard = i.to_string();
                 let l = [("engine", e.as_str()), ("shard", shard.as_str())];
                 out.gauge(
@@ -472,9 +473,15 @@ impl Shared {
                 );
                 out.gauge(
                     "netpoller_scheduler_due",
-                    "Queued tasks due now per shard (overdue if it stays > 0).",
+                    "Queued tasks due now that the engine could take, per shard: above 0 for long, the engine is behind.",
                     &l,
                     *d as f64,
+                );
+                out.gauge(
+                    "netpoller_scheduler_waiting",
+                    "Queued tasks whose slot came while another task of their host was polled, per shard: they wait for that poll (a device slower than its shortest interval), not for the engine.",
+                    &l,
+                    *w as f64,
                 );
             }
         }
@@ -1729,9 +1736,10 @@ mod tests {
     }
 
     /// A slow device with items every 1 s and 2 s: one task's poll runs 40 s, the
-    /// other's slot passes meanwhile (it waits for the device). When the poll is done,
-    /// the one that waited read as the engine 40 s behind (`/healthz` 503) until it
-    /// was taken: it is due from then, not from its slot.
+    /// other's slot passes meanwhile (it waits for the device; counted as due, it
+    /// fired the alert on `netpoller_scheduler_due`). When the poll is done, the one
+    /// that waited read as the engine 40 s behind (`/healthz` 503) until it was taken:
+    /// it is due from then, not from its slot.
     #[tokio::test(start_paused = true)]
     async fn a_task_that_waited_for_its_device_is_not_the_engine_behind() {
         let plan = Plan::build(vec![silent_host_with_two_intervals(
@@ -1752,6 +1760,14 @@ mod tests {
         s.take_due(Engine::Snmp, clock.now_ms(), u64::MAX, |_| 1, &mut out);
         assert!(out.is_empty(), "{out:?} while the device is polled");
         assert_eq!(shared.health(Duration::from_secs(30)), Ok(()));
+        // Not counted as due (the alert "the engine is behind"), but as waiting.
+        let mut text = Exposition::new();
+        shared.render(&mut text);
+        let text = text.finish();
+        for (gauge, n) in [("due", "0"), ("waiting", "1")] {
+            let line = format!("netpoller_scheduler_{gauge}{{engine=\"snmp\",shard=\"0\"}} {n}");
+            assert!(text.lines().any(|l| l == line), "no {line} in\n{text}");
+        }
         s.complete(running[0], clock.now_ms());
         assert_eq!(shared.health(Duration::from_secs(30)), Ok(()));
     }

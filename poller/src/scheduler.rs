@@ -20,12 +20,13 @@
 //!   flight and what waits is carried into the new queues (what was released and not
 //!   taken yet, as due from its slot).
 //! * The wait for a host is the device's, not the engine's: the slots it costs are
-//!   counted as skipped when the task's poll ends ([`Rescheduled`]), and a released
-//!   task is ready for the engine from its release, not its slot ([`Due::ready_ms`],
-//!   [`Scheduler::next_due`]: what lateness and the health's lag are measured from).
-//!   Its slot ([`Due::due_ms`], the value's, and where its next is counted from) does
-//!   not change. Released tasks are kept apart from the buckets and offered first: a
-//!   take without any costs one look at an empty `Vec`.
+//!   counted as skipped when the task's poll ends ([`Rescheduled`]), the tasks waiting
+//!   are counted apart ([`Scheduler::waiting`], not in [`Scheduler::due_counts`]), and
+//!   a released task is ready for the engine from its release, not its slot
+//!   ([`Due::ready_ms`], [`Scheduler::next_due`]: what lateness and the health's lag
+//!   are measured from). Its slot ([`Due::due_ms`], the value's, and where its next
+//!   is counted from) does not change. Released tasks are kept apart from the buckets
+//!   and offered first: a take without any costs one look at an empty `Vec`.
 //! * Slots are `phase + k * interval` (ms of Unix time). The phase is a stable hash of
 //!   the task (host, engine, interval, probe; an SNMP task's of its host alone, so that
 //!   a host's tasks of intervals that divide one another share slots and are polled
@@ -588,18 +589,19 @@ impl DueQueue {
         s.released.extend(waiting.into_iter().map(|e| (now_ms, e)));
     }
 
+    /// Entries the engine could take at `now_ms`: due, and not waiting for their host.
     fn due_count(&self, now_ms: u64) -> usize {
         let near = self.near.range(..=now_ms >> BUCKET_SHIFT);
         let far = self.far.range(..=now_ms >> FAR_SHIFT);
         let queued = near.chain(far).flat_map(|(_, v)| v);
-        let serial = self.serial.iter();
-        let waiting = serial.clone().flat_map(|s| s.waiting.values().flatten());
-        let released = serial.flat_map(|s| &s.released).map(|(_, e)| e);
-        queued
-            .chain(waiting)
-            .chain(released)
-            .filter(|e| e.due <= now_ms)
-            .count()
+        let released = self.serial.iter().flat_map(|s| &s.released).map(|(_, e)| e);
+        queued.chain(released).filter(|e| e.due <= now_ms).count()
+    }
+
+    /// Entries waiting for their host ([`Serial::waiting`]).
+    fn waiting_count(&self) -> usize {
+        let waiting = self.serial.iter().flat_map(|s| s.waiting.values());
+        waiting.map(Vec::len).sum()
     }
 }
 
@@ -921,30 +923,35 @@ impl Scheduler {
             .min()
     }
 
-    /// Number of queued tasks of `engine` due at `now_ms` (per shard).
+    /// Number of queued tasks of `engine` due at `now_ms` that it could take (per
+    /// shard): those waiting for their host are not ([`Self::waiting`]). Above 0 for
+    /// long, the engine is behind.
     pub fn due_counts(&self, engine: Engine, now_ms: u64) -> Vec<usize> {
+        self.per_queue(engine, |q| q.due_count(now_ms))
+    }
+
+    /// Number of queued tasks of `engine` waiting for another task of their host to
+    /// complete (per shard): a device slower than its shortest interval, not the
+    /// engine behind.
+    pub fn waiting(&self, engine: Engine) -> Vec<usize> {
+        self.per_queue(engine, DueQueue::waiting_count)
+    }
+
+    /// `f` of each shard's queue of `engine`, under its lock.
+    fn per_queue<T>(&self, engine: Engine, f: impl Fn(&DueQueue) -> T) -> Vec<T> {
         self.shards
             .iter()
             .map(|s| {
-                let q = s.queues[engine as usize]
+                f(&s.queues[engine as usize]
                     .lock()
-                    .unwrap_or_else(|e| e.into_inner());
-                q.due_count(now_ms)
+                    .unwrap_or_else(|e| e.into_inner()))
             })
             .collect()
     }
 
     /// Number of queued tasks per shard for `engine`.
     pub fn queued(&self, engine: Engine) -> Vec<usize> {
-        self.shards
-            .iter()
-            .map(|s| {
-                s.queues[engine as usize]
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .len
-            })
-            .collect()
+        self.per_queue(engine, |q| q.len)
     }
 
     /// Put a polled task back on its next slot (see the module docs for catch-up).
@@ -2108,13 +2115,15 @@ mod reload_and_collision_tests {
         (p, s, due, out[0])
     }
 
-    /// A task waiting for its busy host is overdue: counted by `due_counts` as by
-    /// `queued` (netpoller_scheduler_due, "overdue if it stays > 0", read 0).
+    /// What waits for the device is not the engine behind: `netpoller_scheduler_due`
+    /// (alerted on when it stays > 0) counted it, and fired for one slow device; it is
+    /// counted apart, as waiting (still queued).
     #[test]
-    fn a_waiting_overdue_task_is_counted_as_due() {
+    fn a_task_waiting_for_its_host_is_counted_as_waiting_not_due() {
         let (_, s, due, _) = a_task_waiting_for_a_slow_device();
         assert_eq!(s.queued(Engine::Snmp), vec![1]);
-        assert_eq!(s.due_counts(Engine::Snmp, due + 30_000), vec![1]);
+        assert_eq!(s.due_counts(Engine::Snmp, due + 30_000), vec![0]);
+        assert_eq!(s.waiting(Engine::Snmp), vec![1]);
     }
 
     /// Once the device's poll is done, the task that waited for it is due from then
@@ -2127,6 +2136,7 @@ mod reload_and_collision_tests {
         s.complete(running, freed);
         assert_eq!(s.next_due(Engine::Snmp), Some(freed));
         assert_eq!(s.due_counts(Engine::Snmp, freed), vec![1]);
+        assert_eq!(s.waiting(Engine::Snmp), vec![0]);
         let taken = take_all(&s, freed);
         assert_eq!(taken.len(), 1, "{taken:?}");
         // The slot it waited on: its first (the plan started at 0).
