@@ -11,16 +11,18 @@
 //! * At most [`MAX_CONNECTIONS`] connections are served at once, so a flood cannot
 //!   exhaust memory or descriptors. When they are all taken, a new connection closes
 //!   the oldest one open for at least [`MIN_AGE`] (100 ms: a scrape is answered
-//!   sooner) and takes its place; when every one is younger, it gets `503` at once
-//!   and is closed (at most [`MAX_CONNECTIONS`] of those at once as well; more are
-//!   closed unanswered). So idle or slow connections (a client that sends nothing, or
+//!   sooner) and takes its place; when every one is younger, it gets `503` and is
+//!   closed (its head read as a served connection's, under the same limits, so that
+//!   a `HEAD` gets no body; at most [`MAX_CONNECTIONS`] of those at once as well; more
+//!   are closed unanswered). So idle or slow connections (a client that sends nothing, or
 //!   reads nothing) cannot keep scrapes out: to do so, they would have to be
 //!   replaced faster than a scrape is answered (each connection is its own task, so a slow
 //!   client never blocks another either).
 //! * Only `GET` and `HEAD` (`405` otherwise). `/metrics` → `200 text/plain;
 //!   version=0.0.4` with the body of the render callback; `/healthz` → `200 "ok\n"` or
 //!   `503` with the reason from the health callback; anything else `404`. The query
-//!   string is ignored. `HEAD` sends the same headers (with `Content-Length`) and no body.
+//!   string is ignored. A `HEAD` gets, whatever the status (`503` refusal, `408`, `431`
+//!   and `400` included), the head a `GET` would get (`Content-Length` too) and no body.
 //! * Stop: when the shutdown value becomes `true` (or its sender is dropped) the listener
 //!   is closed at once; connections in progress get [`SHUTDOWN_GRACE`] to finish and are
 //!   then aborted.
@@ -179,8 +181,7 @@ async fn serve_with(
                         tracing::debug!(%peer, "metrics endpoint busy: connection refused with 503");
                         conns.spawn(async move {
                             let _refusing = refusing;
-                            let resp = response(503, TEXT_CONTENT_TYPE, "too many connections\n", false);
-                            finish(stream, &resp, limits).await;
+                            handle(stream, limits, |buf| refuse(buf, limits.max_request)).await;
                         });
                         continue;
                     };
@@ -197,7 +198,10 @@ async fn serve_with(
                                     _ => return,
                                 },
                             };
-                            handle(stream, &render, &health, limits).await;
+                            handle(stream, limits, |buf| {
+                                respond(buf, limits.max_request, &render, &health)
+                            })
+                            .await;
                         };
                         tokio::select! {
                             _ = serve => {}
@@ -226,18 +230,21 @@ async fn serve_with(
     tracing::debug!(addr = ?local, "metrics endpoint stopped");
 }
 
-async fn handle(mut stream: TcpStream, render: &RenderFn, health: &HealthFn, limits: Limits) {
+/// Reads the request head until `answer` has the response to the bytes received so far
+/// (it must have one at `limits.max_request` bytes), and sends it; `408` when the head is
+/// not complete within `limits.read_timeout`.
+async fn handle(mut stream: TcpStream, limits: Limits, answer: impl Fn(&[u8]) -> Option<Vec<u8>>) {
     let deadline = Instant::now() + limits.read_timeout;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     let resp = loop {
-        if let Some(resp) = respond(&buf, limits.max_request, render, health) {
+        if let Some(resp) = answer(&buf) {
             break resp;
         }
         let want = chunk.len().min(limits.max_request - buf.len());
         match timeout_at(deadline, stream.read(&mut chunk[..want])).await {
             Err(_) => {
-                let resp = response(408, TEXT_CONTENT_TYPE, "request timeout\n", false);
+                let resp = response(408, TEXT_CONTENT_TYPE, "request timeout\n", is_head(&buf));
                 return finish(stream, &resp, limits).await;
             }
             Ok(Ok(0)) | Ok(Err(_)) => return, // client went away
@@ -256,22 +263,35 @@ pub(crate) fn respond(
     render: &RenderFn,
     health: &HealthFn,
 ) -> Option<Vec<u8>> {
+    let head_only = is_head(buf);
     match head_end(buf) {
-        Some(end) if end <= max_request => Some(route(&buf[..end], render, health)),
-        Some(_) => Some(response(
-            431,
-            TEXT_CONTENT_TYPE,
-            "request too large\n",
-            false,
-        )),
-        None if buf.len() >= max_request => Some(response(
-            431,
-            TEXT_CONTENT_TYPE,
-            "request too large\n",
-            false,
-        )),
+        Some(end) if end <= max_request => Some(route(&buf[..end], head_only, render, health)),
+        Some(_) => Some(too_large(head_only)),
+        None if buf.len() >= max_request => Some(too_large(head_only)),
         None => None,
     }
+}
+
+/// The `503` for a connection over [`MAX_CONNECTIONS`], once its head is complete (or
+/// `max_request` long) like [`respond`]'s answers: only then is its method known, and a
+/// response to `HEAD` must have no body (RFC 9110 9.3.2).
+fn refuse(buf: &[u8], max_request: usize) -> Option<Vec<u8>> {
+    let complete = head_end(buf).is_some() || buf.len() >= max_request;
+    complete.then(|| {
+        let body = "too many connections\n";
+        response(503, TEXT_CONTENT_TYPE, body, is_head(buf))
+    })
+}
+
+fn too_large(head_only: bool) -> Vec<u8> {
+    response(431, TEXT_CONTENT_TYPE, "request too large\n", head_only)
+}
+
+/// Whether the request (complete or not) is a `HEAD`, whose every answer, error or not,
+/// has the head a `GET` would get and no body (RFC 9110 9.3.2). Methods are
+/// case-sensitive, and the request line's first space ends the method.
+fn is_head(buf: &[u8]) -> bool {
+    buf.starts_with(b"HEAD ")
 }
 
 /// Index just past the blank line ending the head. Lines end with LF, a CR before it
@@ -291,7 +311,8 @@ fn head_end(buf: &[u8]) -> Option<usize> {
     None
 }
 
-fn route(head: &[u8], render: &RenderFn, health: &HealthFn) -> Vec<u8> {
+/// The response to a complete `head`; `head_only`: it is a `HEAD` ([`is_head`]).
+fn route(head: &[u8], head_only: bool, render: &RenderFn, health: &HealthFn) -> Vec<u8> {
     let line = head.split(|&b| b == b'\n').next().unwrap_or_default();
     let line = std::str::from_utf8(line)
         .unwrap_or("")
@@ -299,16 +320,14 @@ fn route(head: &[u8], render: &RenderFn, health: &HealthFn) -> Vec<u8> {
     let mut parts = line.split(' ');
     let (method, target, version) = (parts.next(), parts.next(), parts.next());
     let (Some(method), Some(target), Some(version)) = (method, target, version) else {
-        return response(400, TEXT_CONTENT_TYPE, "bad request\n", false);
+        return response(400, TEXT_CONTENT_TYPE, "bad request\n", head_only);
     };
     if parts.next().is_some() || !version.starts_with("HTTP/1.") {
-        return response(400, TEXT_CONTENT_TYPE, "bad request\n", false);
+        return response(400, TEXT_CONTENT_TYPE, "bad request\n", head_only);
     }
-    let head_only = match method {
-        "GET" => false,
-        "HEAD" => true,
-        _ => return response(405, TEXT_CONTENT_TYPE, "method not allowed\n", false),
-    };
+    if !matches!(method, "GET" | "HEAD") {
+        return response(405, TEXT_CONTENT_TYPE, "method not allowed\n", false);
+    }
     // The absolute form (`http://host:port/metrics`, from clients that take this
     // endpoint for a proxy), which RFC 9112 says a server must accept: its path.
     let target = match target.get(..7) {
@@ -406,6 +425,9 @@ mod tests {
         }
     }
 
+    /// This module's tests listen on their own loopback address (any port).
+    const TEST_ADDR: &str = "127.0.155.1:0";
+
     struct Server {
         addr: SocketAddr,
         stop: watch::Sender<bool>,
@@ -414,7 +436,7 @@ mod tests {
     }
 
     async fn start(limits: Limits) -> Server {
-        let listener = bind("127.0.0.1:0").await.unwrap();
+        let listener = bind(TEST_ADDR).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let health = Arc::new(Mutex::new(Ok("ok".to_string())));
         let h = health.clone();
@@ -600,8 +622,12 @@ mod tests {
         }
         // Make sure the server has accepted both before the third arrives.
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let (st, _, body) = get(srv.addr, "/metrics").await;
+        let (st, get_head, body) = get(srv.addr, "/metrics").await;
         assert_eq!((st, body.as_str()), (503, "too many connections\n"));
+        // Refused after its head is read, a HEAD gets the same head and no body.
+        let (st, head, body) =
+            request(srv.addr, b"HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        assert_eq!((st, head, body.as_str()), (503, get_head, ""));
         // Freed slots are reused.
         for mut s in held.drain(..) {
             s.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
@@ -631,18 +657,24 @@ mod tests {
         let srv = start(limits).await;
         // Accepted first (connections are accepted in order), it takes the one slot.
         let _held = TcpStream::connect(srv.addr).await.unwrap();
-        // Each client reads the answer to its connect and keeps its end open, as a flood
-        // that never closes would: the server's refusal lingers on it.
+        // Each client sends a request, reads the answer and keeps its end open, as a
+        // flood that never closes would: the server's refusal lingers on it.
         let mut answers = Vec::new();
         let mut kept = Vec::new();
         for _ in 0..3 {
             let mut s = TcpStream::connect(srv.addr).await.unwrap();
+            // Closed unanswered, the connection may be reset under the request.
+            let _ = s
+                .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await;
             let mut resp = Vec::new();
-            timeout(Duration::from_secs(10), s.read_to_end(&mut resp))
+            let read = timeout(Duration::from_secs(10), s.read_to_end(&mut resp))
                 .await
-                .expect("answered or closed")
-                .unwrap();
-            answers.push(if resp.is_empty() { 0 } else { parse(&resp).0 });
+                .expect("answered or closed");
+            answers.push(match read {
+                Ok(_) if !resp.is_empty() => parse(&resp).0,
+                _ => 0,
+            });
             kept.push(s);
         }
         assert_eq!(answers, [503, 0, 0]);
@@ -683,6 +715,86 @@ mod tests {
             assert_eq!(rest.is_empty(), k % 2 == 0, "{k}");
             held.push(TcpStream::connect(srv.addr).await.unwrap());
         }
+        srv.stop.send(true).unwrap();
+        srv.task.await.unwrap();
+    }
+
+    /// A `HEAD` gets the head a `GET` of the same request gets, whatever the status, and
+    /// no body (RFC 9110 9.3.2): the 400 and 431 had one (and the 408 and the 503
+    /// refusal, checked over a socket). No `HEAD` gets a 405.
+    #[test]
+    fn head_gets_the_head_of_get_and_no_body_on_every_status() {
+        let render: RenderFn = Arc::new(|| "# TYPE up gauge\nup 1\n".to_string());
+        let healthy: HealthFn = Arc::new(|| Ok("ok: spooling (insert backlog)".into()));
+        let unhealthy: HealthFn = Arc::new(|| Err("scheduler 42 s behind".into()));
+        let filler = "X-Filler: aaaaaaaaaaaaaaaa\r\n".repeat(4);
+        for (get, health, max_request, status) in [
+            (
+                "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+                &healthy,
+                1024,
+                200,
+            ),
+            (
+                "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+                &healthy,
+                1024,
+                200,
+            ),
+            (
+                "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+                &unhealthy,
+                1024,
+                503,
+            ),
+            (
+                "GET /nothing?x=1 HTTP/1.0\r\n\r\n".into(),
+                &healthy,
+                1024,
+                404,
+            ),
+            ("GET /metrics HTTP/2.0\r\n\r\n".into(), &healthy, 1024, 400),
+            ("GET /metrics\r\n\r\n".into(), &healthy, 1024, 400),
+            // Complete but too large, and still incomplete at the limit.
+            (
+                format!("GET /metrics HTTP/1.1\r\n{filler}\r\n"),
+                &healthy,
+                64,
+                431,
+            ),
+            (
+                format!("GET /metrics HTTP/1.1\r\n{filler}"),
+                &healthy,
+                64,
+                431,
+            ),
+        ] {
+            let head = get.replacen("GET ", "HEAD ", 1);
+            let answer = |req: &str| respond(req.as_bytes(), max_request, &render, health);
+            let (get_status, get_head, get_body) = parse(&answer(&get).unwrap());
+            assert_eq!(get_status, status, "{get:?}");
+            assert!(!get_body.is_empty(), "{get:?}");
+            let (st, head_head, head_body) = parse(&answer(&head).unwrap());
+            assert_eq!(
+                (st, head_head, head_body.as_str()),
+                (status, get_head, ""),
+                "{head:?}"
+            );
+        }
+    }
+
+    /// A head not complete in time gets 408, with no body for a `HEAD`.
+    #[tokio::test]
+    async fn an_incomplete_head_gets_408_and_a_head_no_body() {
+        let limits = Limits {
+            read_timeout: Duration::from_millis(200),
+            ..Limits::default()
+        };
+        let srv = start(limits).await;
+        let (st, get_head, body) = request(srv.addr, b"GET /metrics HTTP/1.1\r\n").await;
+        assert_eq!((st, body.as_str()), (408, "request timeout\n"));
+        let (st, head, body) = request(srv.addr, b"HEAD /metrics HTTP/1.1\r\n").await;
+        assert_eq!((st, head, body.as_str()), (408, get_head, ""));
         srv.stop.send(true).unwrap();
         srv.task.await.unwrap();
     }
@@ -766,7 +878,7 @@ mod tests {
             .expect("serve returns")
             .unwrap();
 
-        let listener = bind("127.0.0.1:0").await.unwrap();
+        let listener = bind(TEST_ADDR).await.unwrap();
         let (_tx, rx) = watch::channel(true);
         let render: RenderFn = Arc::new(String::new);
         let health: HealthFn = Arc::new(|| Ok("ok".into()));
@@ -777,7 +889,7 @@ mod tests {
 
     #[tokio::test]
     async fn bind_errors_are_clear() {
-        let first = bind("127.0.0.1:0").await.unwrap();
+        let first = bind(TEST_ADDR).await.unwrap();
         let addr = first.local_addr().unwrap().to_string();
         let e = format!("{:#}", bind(&addr).await.unwrap_err());
         assert!(e.contains("already in use") && e.contains(&addr), "{e}");
