@@ -18,6 +18,12 @@
 //!   reads nothing) cannot keep scrapes out: to do so, they would have to be
 //!   replaced faster than a scrape is answered (each connection is its own task, so a slow
 //!   client never blocks another either).
+//! * A request that breaks RFC 9112's rules for a server gets `400` with the rule broken:
+//!   an HTTP/1.1 request without a `Host` header (HTTP/1.0 may omit it), more than one
+//!   `Host`, a `Host` that is not `host[:port]`, a header line that is not
+//!   `token ":" value` (whitespace before the colon, folded lines), a request line that
+//!   is not `method SP target SP HTTP/1.x`. Other headers are not read: a body a
+//!   request announces is never read as a request (one request per connection).
 //! * Only `GET` and `HEAD` (`405` otherwise). `/metrics` → `200 text/plain;
 //!   version=0.0.4` with the body of the render callback; `/healthz` → `200 "ok\n"` or
 //!   `503` with the reason from the health callback; anything else `404`. The query
@@ -322,8 +328,16 @@ fn route(head: &[u8], head_only: bool, render: &RenderFn, health: &HealthFn) -> 
     let (Some(method), Some(target), Some(version)) = (method, target, version) else {
         return response(400, TEXT_CONTENT_TYPE, "bad request\n", head_only);
     };
-    if parts.next().is_some() || !version.starts_with("HTTP/1.") {
+    // HTTP-version is "HTTP/" DIGIT "." DIGIT; a 1.x above 1.1 is served as 1.1.
+    let minor = match version.strip_prefix("HTTP/1.").map(str::as_bytes) {
+        Some(&[minor]) if minor.is_ascii_digit() => minor,
+        _ => return response(400, TEXT_CONTENT_TYPE, "bad request\n", head_only),
+    };
+    if parts.next().is_some() {
         return response(400, TEXT_CONTENT_TYPE, "bad request\n", head_only);
+    }
+    if let Err(why) = check_fields(head, minor != b'0') {
+        return response(400, TEXT_CONTENT_TYPE, why, head_only);
     }
     if !matches!(method, "GET" | "HEAD") {
         return response(405, TEXT_CONTENT_TYPE, "method not allowed\n", false);
@@ -351,6 +365,46 @@ fn route(head: &[u8], head_only: bool, render: &RenderFn, health: &HealthFn) -> 
             response(status, TEXT_CONTENT_TYPE, &body, head_only)
         }
         _ => response(404, TEXT_CONTENT_TYPE, "not found\n", head_only),
+    }
+}
+
+/// Checks the header field lines of `head` (after its request line, up to its empty
+/// line) as RFC 9112 requires of a server, whatever they are for: each is
+/// `name ":" value` with a token for name (no whitespace before the colon, 5.1; no
+/// line folding, 5.2); and there is exactly one `Host` (names are case-insensitive),
+/// whose value is a host and optional port, or none in HTTP/1.0 (`needs_host`
+/// false; 3.2). The endpoint does not route by host, but a request that breaks these
+/// rules is one that a proxy in front may have read otherwise, so it is refused
+/// rather than guessed at. `Err`: the 400's body, saying which rule.
+fn check_fields(head: &[u8], needs_host: bool) -> Result<(), &'static str> {
+    // tchar (RFC 9110 5.6.2) and what a Host value may hold: uri-host (a reg-name,
+    // IPv4 or bracketed IP literal: unreserved, pct-encoded, sub-delims, ':') and port.
+    let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
+    let host_char = |b: &u8| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(b);
+    let mut hosts = 0;
+    let lines = head.split(|&b| b == b'\n').skip(1);
+    for line in lines.map(|l| l.strip_suffix(b"\r").unwrap_or(l)) {
+        if line.is_empty() {
+            break;
+        }
+        let Some(colon) = line.iter().position(|&b| b == b':') else {
+            return Err("bad request: a header line without a colon (or folded)\n");
+        };
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        if name.is_empty() || !name.iter().all(tchar) {
+            return Err("bad request: a header name that is not a token (or folded)\n");
+        }
+        if name.eq_ignore_ascii_case(b"host") {
+            hosts += 1;
+            if !value.trim_ascii().iter().all(host_char) {
+                return Err("bad request: a Host header that is not a host[:port]\n");
+            }
+        }
+    }
+    match hosts {
+        0 if needs_host => Err("bad request: an HTTP/1.1 request needs a Host header\n"),
+        0 | 1 => Ok(()),
+        _ => Err("bad request: more than one Host header\n"),
     }
 }
 
@@ -520,14 +574,27 @@ mod tests {
         assert_eq!(get(srv.addr, "/metricsx").await.0, 404);
         let (st, head, _) = request(
             srv.addr,
-            b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n",
         )
         .await;
         assert_eq!(st, 405);
         assert!(head.contains("Allow: GET, HEAD"));
         assert_eq!(request(srv.addr, b"GARBAGE\r\n\r\n").await.0, 400);
+        let (st, _, body) = request(srv.addr, b"GET /metrics HTTP/1.1\r\n\r\n").await;
+        assert_eq!(
+            (st, body.as_str()),
+            (
+                400,
+                "bad request: an HTTP/1.1 request needs a Host header\n"
+            )
+        );
         // Bare-LF clients are tolerated.
-        assert_eq!(request(srv.addr, b"GET /healthz HTTP/1.1\n\n").await.0, 200);
+        assert_eq!(
+            request(srv.addr, b"GET /healthz HTTP/1.1\nHost: x\n\n")
+                .await
+                .0,
+            200
+        );
         srv.stop.send(true).unwrap();
         srv.task.await.unwrap();
     }
@@ -545,7 +612,7 @@ mod tests {
         let (st, _, body) = request(srv.addr, &req).await;
         assert_eq!((st, body.as_str()), (431, "request too large\n"));
         // Just under the limit is fine.
-        let mut req = b"GET /metrics HTTP/1.1\r\n".to_vec();
+        let mut req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n".to_vec();
         while req.len() < MAX_REQUEST_BYTES - 200 {
             req.extend_from_slice(b"X-Filler: aaaa\r\n");
         }
@@ -630,7 +697,9 @@ mod tests {
         assert_eq!((st, head, body.as_str()), (503, get_head, ""));
         // Freed slots are reused.
         for mut s in held.drain(..) {
-            s.write_all(b"GET /healthz HTTP/1.1\r\n\r\n").await.unwrap();
+            s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .unwrap();
             let mut resp = Vec::new();
             s.read_to_end(&mut resp).await.unwrap();
             assert_eq!(parse(&resp).0, 200);
@@ -699,7 +768,9 @@ mod tests {
             let mut s = TcpStream::connect(srv.addr).await.unwrap();
             if k % 2 == 1 {
                 // A complete request whose answer is never read.
-                s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").await.unwrap();
+                s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+                    .await
+                    .unwrap();
             }
             held.push(s);
         }
@@ -755,6 +826,7 @@ mod tests {
             ),
             ("GET /metrics HTTP/2.0\r\n\r\n".into(), &healthy, 1024, 400),
             ("GET /metrics\r\n\r\n".into(), &healthy, 1024, 400),
+            ("GET /metrics HTTP/1.1\r\n\r\n".into(), &healthy, 1024, 400),
             // Complete but too large, and still incomplete at the limit.
             (
                 format!("GET /metrics HTTP/1.1\r\n{filler}\r\n"),
@@ -810,9 +882,9 @@ mod tests {
             ("GET /metrics HTTP/1.0\r\n\n", 200),
             ("GET /metrics HTTP/1.1\nHost: x\n\r\n", 200),
             ("GET /healthz HTTP/1.1\r\nHost: x\r\n\n", 200),
-            ("GET /nothing HTTP/1.1\r\n\n", 404),
-            ("GET /metrics HTTP/1.1\r\n\r\n", 200),
-            ("GET /metrics HTTP/1.1\n\n", 200),
+            ("GET /nothing HTTP/1.0\r\n\n", 404),
+            ("GET /metrics HTTP/1.0\r\n\r\n", 200),
+            ("GET /metrics HTTP/1.0\n\n", 200),
         ] {
             let resp = respond(req.as_bytes(), MAX_REQUEST_BYTES, &render, &health);
             let resp = resp.unwrap_or_else(|| panic!("{req:?} taken for an incomplete head"));
@@ -824,6 +896,73 @@ mod tests {
             "GET /metrics HTTP/1.1\r\nHost: x\r\r",
         ] {
             assert!(respond(req.as_bytes(), MAX_REQUEST_BYTES, &render, &health).is_none());
+        }
+    }
+
+    /// RFC 9112 3.2: a server must answer 400 to an HTTP/1.1 request without `Host`, and
+    /// to any with more than one or an invalid one; 5.1: a field name followed by
+    /// whitespace; 5.2: a folded line may be. Each was served as if well-formed. Header
+    /// names are case-insensitive, HTTP/1.0 may omit `Host`, and other values are not
+    /// looked at.
+    #[test]
+    fn host_and_header_lines_follow_rfc_9112() {
+        let render: RenderFn = Arc::new(|| "up 1\n".to_string());
+        let health: HealthFn = Arc::new(|| Ok("ok".into()));
+        let host_needed = "bad request: an HTTP/1.1 request needs a Host header\n";
+        let two_hosts = "bad request: more than one Host header\n";
+        let bad_host = "bad request: a Host header that is not a host[:port]\n";
+        let no_colon = "bad request: a header line without a colon (or folded)\n";
+        let bad_name = "bad request: a header name that is not a token (or folded)\n";
+        let (bad_line, served) = ("bad request\n", "up 1\n");
+        let check = |req: &str, want: &str| {
+            let resp = respond(req.as_bytes(), MAX_REQUEST_BYTES, &render, &health).unwrap();
+            let status = if want == served { 200 } else { 400 };
+            let (st, _, body) = parse(&resp);
+            assert_eq!((st, body.as_str()), (status, want), "{req:?}");
+        };
+        // The header lines of `GET /metrics HTTP/1.1`.
+        for (fields, want) in [
+            ("", host_needed),
+            ("User-Agent: x\r\n", host_needed),
+            ("Host: a\r\nHost: a\r\n", two_hosts),
+            ("Host: a b\r\n", bad_host),
+            ("Host: a/b\r\n", bad_host),
+            ("Host: a\rb\r\n", bad_host),
+            ("Host : a\r\n", bad_name),
+            (" Host: a\r\n", bad_name),
+            ("Host: a\r\nX-A: b\r\n c\r\n", no_colon),
+            ("Host: a\r\nnonsense\r\n", no_colon),
+            // As Prometheus, curl and probes send them, and values not looked at.
+            ("hOsT:127.0.0.1:9464 \r\n", served),
+            ("Host: [::1]:9464\r\n", served),
+            ("Host:\r\n", served),
+            ("Host: a\r\nX-Y: caf\u{e9} \x01:\r\n", served),
+            (
+                "Host: a\r\nContent-Length: 3\r\nExpect: 100-continue\r\n",
+                served,
+            ),
+        ] {
+            check(&format!("GET /metrics HTTP/1.1\r\n{fields}\r\n"), want);
+        }
+        for (req, want) in [
+            (
+                "GET http://127.0.0.1:9464/metrics HTTP/1.1\r\n\r\n",
+                host_needed,
+            ),
+            ("POST /metrics HTTP/1.1\r\n\r\n", host_needed),
+            ("GET /metrics HTTP/1.2\r\n\r\n", host_needed),
+            (
+                "GET /metrics HTTP/1.0\r\nHost: a\r\nhost: b\r\n\r\n",
+                two_hosts,
+            ),
+            ("GET /metrics HTTP/1.0\r\nConnection: close\r\n\r\n", served),
+            ("GET /metrics HTTP/1.0\n\n", served),
+            // The version is HTTP/1.DIGIT (HTTP/1.1x was served).
+            ("GET /metrics HTTP/1.1x\r\nHost: a\r\n\r\n", bad_line),
+            ("GET /metrics HTTP/1.\r\nHost: a\r\n\r\n", bad_line),
+            ("GET /metrics HTTP/1.10\r\nHost: a\r\n\r\n", bad_line),
+        ] {
+            check(req, want);
         }
     }
 
