@@ -871,6 +871,21 @@ mod tests {
         srv.task.await.unwrap();
     }
 
+    /// One request per connection: what follows the head, a body a GET announces (here
+    /// shaped like a request) or a pipelined request, is drained, never answered.
+    #[tokio::test]
+    async fn a_body_or_pipelined_request_gets_no_second_answer() {
+        let srv = start(Limits::default()).await;
+        let req = b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 34\r\n\r\n\
+                    GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n\
+                    GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n";
+        let (st, head, body) = request(srv.addr, req).await;
+        assert_eq!((st, body.as_str()), (200, "# TYPE up gauge\nup 1\n"));
+        assert!(head.contains("Connection: close"), "{head}");
+        srv.stop.send(true).unwrap();
+        srv.task.await.unwrap();
+    }
+
     /// A head whose lines end in LF, some with a CR before it, ends at its first empty
     /// line: `echo -e 'GET /metrics HTTP/1.0\r\n' | nc` sends `\r\n\n`, which was
     /// never taken for the end, so the client got no answer (or a 408 after 5 s).

@@ -11,7 +11,9 @@ mod http;
 use libfuzzer_sys::fuzz_target;
 use std::sync::Arc;
 
-const LIMIT: usize = 8 * 1024;
+/// Below libFuzzer's default `-max_len` (4096), so that inputs reach the limit and its
+/// 431 (at the daemon's 8 KiB none did).
+const LIMIT: usize = 1024;
 
 fuzz_target!(|data: &[u8]| {
     let render: http::RenderFn = Arc::new(|| "# TYPE up gauge\nup 1\n".to_string());
