@@ -424,9 +424,14 @@ fn response(status: u16, content_type: &str, body: &str, head_only: bool) -> Vec
     } else {
         ""
     };
+    // RFC 9110 §6.6.1: a server with a clock sends the time of its response.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let date = http_date(now);
     let mut out = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
-         Cache-Control: no-store\r\n{allow}Connection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\nDate: {date}\r\nContent-Type: {content_type}\r\n\
+         Content-Length: {}\r\nCache-Control: no-store\r\n{allow}Connection: close\r\n\r\n",
         body.len()
     )
     .into_bytes();
@@ -434,6 +439,33 @@ fn response(status: u16, content_type: &str, body: &str, head_only: bool) -> Vec
         out.extend_from_slice(body.as_bytes());
     }
     out
+}
+
+/// Unix seconds as an HTTP date (RFC 9110's IMF-fixdate: `Sun, 06 Nov 1994 08:49:37
+/// GMT`); the calendar date from the day count by Howard Hinnant's `civil_from_days`.
+fn http_date(unix_secs: u64) -> String {
+    const DAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let (days, secs) = (unix_secs / 86_400, unix_secs % 86_400);
+    // Days since 0000-03-01, in 400-year eras of 146,097 days.
+    let z = days + 719_468;
+    let (era, doe) = (z / 146_097, z % 146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!(
+        "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        DAYS[(days % 7) as usize],
+        MONTHS[(month - 1) as usize],
+        secs / 3_600,
+        secs / 60 % 60,
+        secs % 60
+    )
 }
 
 /// Sends `resp`, half-closes, then drains what the client still sends for a moment:
@@ -481,6 +513,26 @@ mod tests {
 
     /// This module's tests listen on their own loopback address (any port).
     const TEST_ADDR: &str = "127.0.155.1:0";
+
+    /// Every response says when it was made (RFC 9110 §6.6.1: a server with a clock
+    /// MUST, on 2xx and 4xx), in IMF-fixdate.
+    #[test]
+    fn responses_carry_an_http_date() {
+        assert_eq!(http_date(0), "Thu, 01 Jan 1970 00:00:00 GMT");
+        assert_eq!(http_date(784_111_777), "Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(http_date(951_782_400), "Tue, 29 Feb 2000 00:00:00 GMT");
+        assert_eq!(http_date(4_107_542_399), "Sun, 28 Feb 2100 23:59:59 GMT");
+        // 2100 is not a leap year.
+        assert_eq!(http_date(4_107_542_400), "Mon, 01 Mar 2100 00:00:00 GMT");
+        for status in [200, 404, 400, 503] {
+            let head = String::from_utf8(response(status, "text/plain", "x", true)).unwrap();
+            let date = head
+                .lines()
+                .find_map(|l| l.strip_prefix("Date: "))
+                .unwrap_or_else(|| panic!("no Date: {head}"));
+            assert!(date.ends_with(" GMT") && date.len() == 29, "{date}");
+        }
+    }
 
     struct Server {
         addr: SocketAddr,
