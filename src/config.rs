@@ -805,6 +805,21 @@ pub fn range_hosts(net: ipnet::IpNet) -> (u128, impl Iterator<Item = IpAddr>) {
     (count, net.hosts().skip(skip))
 }
 
+/// `text` as an OID, or why not, for people: the form (`like`), and for a name such as
+/// `IF-MIB::ifDescr` (netpoller reads no MIBs) the net-snmp command that gives its
+/// number. The config's OIDs and the `snmp` commands' say it alike.
+pub(crate) fn numeric_oid(text: &str, like: &str) -> Result<snmp::Oid, String> {
+    text.parse().map_err(|e| {
+        let name = text.trim_start_matches('.');
+        match name.starts_with(|c: char| c.is_ascii_alphabetic()) {
+            true => format!(
+                "{text:?} is a name, not a numeric OID like {like}: netpoller reads no MIBs (`snmptranslate -On {name}` gives the number)"
+            ),
+            false => format!("{text:?} is not a numeric OID like {like}: {e}"),
+        }
+    })
+}
+
 /// The loaded, validated configuration.
 #[derive(Debug)]
 pub struct Config {
@@ -1994,13 +2009,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 self.c.push(&at("oid"), m);
                 return None;
             }
-            (Some(Ok(o)), _) => match o.parse::<snmp::Oid>() {
+            (Some(Ok(o)), _) => match numeric_oid(o, "1.3.6.1.2.1.1.1.0") {
                 Ok(o) => o,
                 Err(m) => {
-                    self.c.push(
-                        &at("oid"),
-                        format!("{o:?} is not a numeric OID like 1.3.6.1.2.1.1.1.0: {m}"),
-                    );
+                    self.c.push(&at("oid"), m);
                     return None;
                 }
             },
@@ -2361,7 +2373,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
 
     /// A table column to walk (`path`: where it is written), or `None` (reported).
     fn column(&mut self, path: &[Seg<'_>], oid: &str) -> Option<snmp::Oid> {
-        match oid.trim().parse::<snmp::Oid>() {
+        match numeric_oid(oid.trim(), "1.3.6.1.2.1.2.2.1.2") {
             Ok(o) if o.arcs().count() > 2 && o.arcs().count() < snmp::MAX_ARCS => Some(o),
             Ok(_) => {
                 self.c.push(
@@ -2371,10 +2383,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 None
             }
             Err(m) => {
-                self.c.push(
-                    path,
-                    format!("{oid:?} is not a numeric OID like 1.3.6.1.2.1.2.2.1.2: {m}"),
-                );
+                self.c.push(path, m);
                 None
             }
         }
@@ -2550,9 +2559,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
         self.v3_hosts |= version == SnmpVersion::V3;
         let usm = if version == SnmpVersion::V3 && polls_snmp {
             // Reported where the fields are: the host's own table if it has SNMPv3
-            // fields, else `[snmp]`.
+            // fields, or makes itself version 3 where `[snmp]` has none (the missing
+            // user is the host's: `[snmp]` may not even exist), else `[snmp]`.
             let fields = usm_of!(o);
-            let at = if !fields.is_empty() {
+            let own_v3 = o.version.is_some() && self.snmp_usm.is_empty();
+            let at = if !fields.is_empty() || own_v3 {
                 &sp[..]
             } else {
                 &[Seg::Key("snmp")][..]

@@ -239,8 +239,8 @@ pub struct GetArgs {
     /// Most OIDs per request (split further on tooBig).
     #[arg(long, default_value_t = 64)]
     pub max_oids: usize,
-    /// OIDs, numeric: .1.3.6.1.2.1.1.1.0 or 1.3.6.1.2.1.1.1.0.
-    #[arg(value_name = "OID", required = true)]
+    /// OIDs, numeric: .1.3.6.1.2.1.1.1.0 or 1.3.6.1.2.1.1.1.0 (no MIBs are read).
+    #[arg(value_name = "OID", required = true, value_parser = cli_oid)]
     pub oids: Vec<Oid>,
 }
 
@@ -397,6 +397,11 @@ fn get_and_print(
     Ok(all)
 }
 
+/// An OID of the command line, or why not (a name: how to get its number).
+fn cli_oid(text: &str) -> Result<Oid, String> {
+    crate::config::numeric_oid(text, "1.3.6.1.2.1.1.1.0")
+}
+
 /// The walk's root as the lines print OIDs (net-snmp's `-On`, `get`'s and each row's
 /// form: a leading dot), whether or not it was typed with one; as typed if it is no
 /// OID (its error says so).
@@ -415,6 +420,21 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     let addr = c.addr()?;
     // Its errors name it as `get` names its OIDs, and as the rows are printed.
     let shown = dotted(&a.oid);
+    // Said as `get` says it (a name: how to get its number), where the walk would
+    // fail with the bare parse error; a top arc (`2`) is walked.
+    // (`--indices` says what a column is, and exits 2, below.)
+    if !a.indices
+        && a.oid
+            .strip_prefix('.')
+            .unwrap_or(&a.oid)
+            .parse::<u32>()
+            .is_err()
+    {
+        if let Err(why) = cli_oid(&a.oid) {
+            print_error(&mut std::io::stdout().lock(), a.common.json, &shown, &why)?;
+            return Ok(ExitCode::from(1));
+        }
+    }
     let snmp = SnmpParams {
         version: c.version,
         community: Arc::from(c.community.as_str()),
@@ -648,6 +668,30 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A MIB name typed as snmpget takes it is told how to get its number; it was only
+    /// `OID arc "sysDescr" is not a number`.
+    #[test]
+    fn a_mib_name_is_told_how_to_get_its_number() {
+        let why = cli_oid("IF-MIB::ifDescr.1").unwrap_err();
+        assert_eq!(
+            why,
+            "\"IF-MIB::ifDescr.1\" is a name, not a numeric OID like 1.3.6.1.2.1.1.1.0: netpoller reads no MIBs (`snmptranslate -On IF-MIB::ifDescr.1` gives the number)"
+        );
+        assert!(cli_oid(".sysDescr.0")
+            .unwrap_err()
+            .contains("`snmptranslate -On sysDescr.0`"));
+        // A numeric typo keeps the parser's reason.
+        let why = cli_oid("1.3.6..1").unwrap_err();
+        assert!(
+            why.ends_with("like 1.3.6.1.2.1.1.1.0: OID arc \"\" is not a number in 0..=4294967295"),
+            "{why}"
+        );
+        assert_eq!(
+            cli_oid(".1.3.6.1.2.1.1.1.0").unwrap().to_string(),
+            ".1.3.6.1.2.1.1.1.0"
+        );
+    }
 
     /// `--json` gives an Opaque-wrapped integer whole (through a double, u64::MAX would
     /// come out as 18446744073709552000) and a float as a number; they were hex.

@@ -965,6 +965,44 @@ fn snmpv3_mistakes_are_reported_once_at_their_key_without_secrets() {
     }
 }
 
+/// An item's OID written as a MIB name is told how to get its number, at its line; a
+/// discovery rule's column too.
+#[test]
+fn a_mib_name_for_an_oid_is_told_how_to_get_its_number() {
+    let e =
+        bad(r#"{ key = "in", oid = "IF-MIB::ifHCInOctets.1", type = "uint", interval = "1m" }"#);
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("hosts[0].items[0].oid", Some(4))
+    );
+    assert!(
+        e.message.ends_with(
+            "netpoller reads no MIBs (`snmptranslate -On IF-MIB::ifHCInOctets.1` gives the number)"
+        ),
+        "{e}"
+    );
+    let e = one_err("[[templates]]\nname = \"t\"\ndiscovery = [ { name = \"r\", oid = \"ifType\" } ]\nitems = [ { key = \"x[{#SNMPINDEX}]\", oid = \"1.3.6.1.2.1.2.2.1.10.{#SNMPINDEX}\", type = \"uint\", interval = \"1m\", discovery = \"r\" } ]\n");
+    assert_eq!(e.path, "templates[0].discovery[0].oid", "{e}");
+    assert!(e.message.contains("`snmptranslate -On ifType`"), "{e}");
+}
+
+/// A host that makes itself SNMPv3 (`snmp = { version = "3" }`) with no `[snmp]` user to
+/// inherit is the one missing it: the error is at its table and line, not at a
+/// `snmp.security_name` of a `[snmp]` section the file does not have.
+#[test]
+fn a_host_of_its_own_v3_without_a_user_is_told_at_its_own_table() {
+    let text = "[[templates]]\nname = \"sys\"\nitems = [ { key = \"sysName\", oid = \"1.3.6.1.2.1.1.5.0\", type = \"str\", interval = \"1m\" } ]\n[[hosts]]\nname = \"a\"\nip = \"127.0.20.1\"\ntemplates = [\"sys\"]\nsnmp = { version = \"3\" }\n";
+    let e = one_err(text);
+    assert_eq!(e.path, "hosts[0].snmp.security_name", "{e}");
+    assert_eq!(e.line, Some(8), "{e}");
+    // With a `[snmp]` user to inherit, a mistake in it is still reported there.
+    let e = one_err(&text.replace(
+        "[[templates]]",
+        "[snmp]\nsecurity_name = \"u\"\nauth_passphrase = \"secret-aa\"\n[[templates]]",
+    ));
+    assert_eq!(e.path, "snmp.auth_protocol", "{e}");
+}
+
 #[test]
 fn preprocessing_steps_are_inherited_overridden_shared_and_checked() {
     use poller::preprocess::Step;
