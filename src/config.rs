@@ -832,6 +832,9 @@ pub struct Config {
     pub hosts: Vec<HostSpec>,
     /// The hosts whose items stand for discovered rows (before `--shard` selection).
     pub discovery: Vec<DiscoveryTarget>,
+    /// What the file may well not mean but is valid (`check-config` prints them): a
+    /// `[[host_ranges]]` CIDR inside another's, whose addresses each range polls.
+    pub warnings: Vec<ConfigError>,
 }
 
 /// One problem in the file.
@@ -973,15 +976,27 @@ impl<'a> Locator<'a> {
 struct Collector<'a> {
     loc: Locator<'a>,
     errors: Vec<ConfigError>,
+    /// What loads but is likely not meant ([`Config::warnings`]).
+    warnings: Vec<ConfigError>,
 }
 
 impl Collector<'_> {
     fn push(&mut self, path: &[Seg<'_>], message: impl Into<String>) {
-        self.errors.push(ConfigError {
+        let e = self.at(path, message);
+        self.errors.push(e);
+    }
+
+    fn warn(&mut self, path: &[Seg<'_>], message: impl Into<String>) {
+        let e = self.at(path, message);
+        self.warnings.push(e);
+    }
+
+    fn at(&self, path: &[Seg<'_>], message: impl Into<String>) -> ConfigError {
+        ConfigError {
             path: render_path(path),
             line: self.loc.line(path),
             message: message.into(),
-        });
+        }
     }
 
     /// Deserialize one piece on its own, recording its errors instead of stopping.
@@ -1225,6 +1240,7 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
     let mut c = Collector {
         loc: Locator::new(text),
         errors: Vec::new(),
+        warnings: Vec::new(),
     };
     for k in table.keys() {
         if !SECTIONS.contains(&k.as_str()) {
@@ -1352,6 +1368,7 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
             snmp,
             hosts: resolved,
             discovery,
+            warnings: c.warnings,
         })
     } else {
         c.errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
@@ -2190,6 +2207,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         }
         let mut budget = MAX_RANGE_HOSTS;
+        // The ranges' networks, for the overlap warning.
+        let mut nets: Vec<(ipnet::IpNet, usize)> = Vec::new();
         for (i, r) in ranges {
             let origin = Origin::Range(*i as u32);
             let rp = origin.path();
@@ -2224,6 +2243,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     continue;
                 }
             };
+            nets.push((net, *i));
             let (count, hosts) = range_hosts(net);
             if count > budget as u128 {
                 let what = match budget {
@@ -2290,6 +2310,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         }
         drop(names);
+        self.range_overlaps(nets);
         // `[snmp]`'s SNMPv3 fields are defaults for hosts of version 3: with none, they
         // are a forgotten `version = "3"` (a host's own are checked with the host).
         let version: SnmpVersion = self.snmp.version.into();
@@ -2298,6 +2319,34 @@ impl<'c, 'a> Resolver<'c, 'a> {
         }
         self.check_itemids(&mut out, &origins);
         (out, self.targets)
+    }
+
+    /// Warns of each range whose network lies inside an earlier one's (CIDRs nest or
+    /// are apart): a host per address and range, so each of its addresses is polled as
+    /// two hosts. Valid (Zabbix lets hosts share an address), but more often a pasted
+    /// range than meant; the names then differ, or a duplicate name error says it.
+    fn range_overlaps(&mut self, mut nets: Vec<(ipnet::IpNet, usize)>) {
+        // By network, the larger first: a network that holds the next one's first
+        // address holds all of it.
+        nets.sort_by_key(|(n, i)| (n.network(), n.prefix_len(), *i));
+        let mut cover: Option<(ipnet::IpNet, usize)> = None;
+        for (n, i) in nets {
+            match cover {
+                Some((c, j)) if c.contains(&n.network()) => {
+                    let (count, _) = range_hosts(n);
+                    let cidr = |k| [Seg::Key("host_ranges"), Seg::Index(k), Seg::Key("cidr")];
+                    let line = (self.c.loc.line(&cidr(j)))
+                        .map_or(String::new(), |l| format!(", line {l}"));
+                    self.c.warn(
+                        &cidr(i),
+                        format!(
+                            "{n} is inside host_ranges[{j}] ({c}{line}): each of its {count} addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)"
+                        ),
+                    );
+                }
+                _ => cover = Some((n, i)),
+            }
+        }
     }
 
     /// Checks a `[[templates.discovery]]` rule and keeps it by its name.

@@ -56,6 +56,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "none (values go to the spool)"
                 }
             );
+            for w in &cfg.warnings {
+                println!("warning: {w}");
+            }
             // The load this process would carry (its shard only: `--shard`, else
             // `daemon.shard`), for sizing
             // (docs/production.md): rates, not item counts, decide the CPU.

@@ -986,6 +986,34 @@ fn a_mib_name_for_an_oid_is_told_how_to_get_its_number() {
     assert!(e.message.contains("`snmptranslate -On ifType`"), "{e}");
 }
 
+/// A range inside another loads (hosts may share an address), with a warning at the
+/// inner range's `cidr` naming the outer one; ranges apart, of the other family, or a
+/// host inside a range (one device, several SNMP contexts) are not warned of.
+#[test]
+fn a_range_inside_another_is_warned_of_at_its_cidr() {
+    let range = |cidr: &str, name: &str| {
+        format!("[[host_ranges]]\ncidr = \"{cidr}\"\nname = \"{name}-{{ip}}\"\ntemplates = [\"icmp\"]\n")
+    };
+    let text = format!(
+        "{TEMPLATE}{}{}{}{}[[hosts]]\nname = \"h\"\nip = \"127.0.156.5\"\ntemplates = [\"icmp\"]\n",
+        range("127.0.156.8/29", "b"),
+        range("127.0.156.0/28", "a"),
+        range("127.0.157.0/29", "c"),
+        range("::1/128", "d"),
+    );
+    let cfg = parse(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+    let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        w,
+        ["line 10: host_ranges[0].cidr: 127.0.156.8/29 is inside host_ranges[1] (127.0.156.0/28, line 14): each of its 6 addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)"],
+    );
+    let apart = text.replace("127.0.156.8/29", "127.0.158.8/29");
+    assert!(parse(&apart)
+        .unwrap_or_else(|e| panic!("{e:#?}"))
+        .warnings
+        .is_empty());
+}
+
 /// A host that makes itself SNMPv3 (`snmp = { version = "3" }`) with no `[snmp]` user to
 /// inherit is the one missing it: the error is at its table and line, not at a
 /// `snmp.security_name` of a `[snmp]` section the file does not have.
