@@ -19,7 +19,8 @@ pub struct Args {
 /// `spool` subcommands.
 #[derive(clap::Subcommand, Debug)]
 pub enum SpoolCommand {
-    /// Print spooled rows as TSV on stdout.
+    /// Print spooled rows as TSV on stdout, no header: table, itemid, clock, ns,
+    /// hostname, itemname, value (a trends row's value: `min=… max=… avg=… count=…`).
     Dump {
         /// Configuration file (for `daemon.spool_dir`).
         #[arg(short, long, value_name = "FILE", required_unless_present = "dir")]
