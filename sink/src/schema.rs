@@ -175,8 +175,9 @@ pub enum SchemaError {
         /// What the server said.
         version: String,
     },
-    /// Existing tables are incompatible; nothing was changed.
-    #[error("ClickHouse {url}: incompatible schema: {}", problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    /// Existing tables are incompatible, or (`verify`) tables are missing; nothing was
+    /// changed.
+    #[error("ClickHouse {url}: {}", problems_text(problems))]
     Incompatible {
         /// Endpoint.
         url: String,
@@ -186,6 +187,26 @@ pub enum SchemaError {
     /// The configuration has no endpoint.
     #[error("no ClickHouse url configured")]
     NoEndpoint,
+}
+
+/// What [`SchemaError::Incompatible`] says: tables only missing are a schema not
+/// created yet (`schema --check` before `--apply` or the first `run`), which an
+/// operator must not read as tables of a wrong shape.
+fn problems_text(problems: &[SchemaProblem]) -> String {
+    let list = problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ");
+    match problems
+        .iter()
+        .all(|p| matches!(p, SchemaProblem::MissingTable { .. }))
+    {
+        true => format!(
+            "schema not created: {list} (`netpoller schema --apply` creates the missing tables, as `run` does at start)"
+        ),
+        false => format!("incompatible schema: {list}"),
+    }
 }
 
 fn qerr(
@@ -419,6 +440,40 @@ pub async fn apply_at(cfg: &ClickHouseConfig, url: &str) -> Result<Applied, Sche
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// `schema --check` of a database not created yet said "incompatible schema:
+    /// table ... does not exist"; a wrong column still says incompatible.
+    #[test]
+    fn missing_tables_alone_are_a_schema_not_created() {
+        let missing = |t: &str| SchemaProblem::MissingTable {
+            table: format!("db.{t}"),
+        };
+        let e = SchemaError::Incompatible {
+            url: "http://127.0.0.1:8123".into(),
+            problems: vec![missing("history_dbl"), missing("history_uint")],
+        };
+        assert_eq!(
+            e.to_string(),
+            "ClickHouse http://127.0.0.1:8123: schema not created: table db.history_dbl does not exist; table db.history_uint does not exist (`netpoller schema --apply` creates the missing tables, as `run` does at start)"
+        );
+        let e = SchemaError::Incompatible {
+            url: "http://127.0.0.1:8123".into(),
+            problems: vec![
+                missing("history_dbl"),
+                SchemaProblem::MissingColumn {
+                    table: "db.history_uint".into(),
+                    column: "ns",
+                    expected: "UInt32",
+                },
+            ],
+        };
+        assert!(
+            e.to_string().starts_with(
+                "ClickHouse http://127.0.0.1:8123: incompatible schema: table db.history_dbl does not exist; "
+            ),
+            "{e}"
+        );
+    }
 
     #[test]
     fn version_parse_and_features() {
