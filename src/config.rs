@@ -805,6 +805,25 @@ pub fn range_hosts(net: ipnet::IpNet) -> (u128, impl Iterator<Item = IpAddr>) {
     (count, net.hosts().skip(skip))
 }
 
+/// What is wrong with a `cidr` that does not parse, when it can be said: an address
+/// without its prefix length, or a prefix length too long for its family.
+fn cidr_hint(cidr: &str) -> String {
+    let cidr = cidr.trim();
+    let (addr, len) = match cidr.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (cidr, None),
+    };
+    let Ok(ip) = addr.parse::<IpAddr>() else {
+        return String::new();
+    };
+    let max = if ip.is_ipv4() { 32 } else { 128 };
+    match len.map(str::parse::<u32>) {
+        None => format!(": no prefix length (a network, {addr}/{max} for this address alone, or list it as a [[hosts]] entry)"),
+        Some(Ok(l)) if l > max => format!(": the prefix length is at most {max}"),
+        Some(_) => String::new(),
+    }
+}
+
 /// `text` as an OID, or why not, for people: the form (`like`), and for a name such as
 /// `IF-MIB::ifDescr` (netpoller reads no MIBs) the net-snmp command that gives its
 /// number. The config's OIDs and the `snmp` commands' say it alike.
@@ -2238,7 +2257,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 Err(_) => {
                     self.c.push(
                         &[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")],
-                        format!("{:?} is not a CIDR like 127.1.0.0/22", r.cidr),
+                        format!(
+                            "{:?} is not a CIDR like 127.1.0.0/22{}",
+                            r.cidr,
+                            cidr_hint(&r.cidr)
+                        ),
                     );
                     continue;
                 }

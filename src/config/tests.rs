@@ -986,6 +986,25 @@ fn a_mib_name_for_an_oid_is_told_how_to_get_its_number() {
     assert!(e.message.contains("`snmptranslate -On ifType`"), "{e}");
 }
 
+/// A range's cidr that does not parse says why when it can: no prefix length, or one
+/// too long for the family; it said only `is not a CIDR like 127.1.0.0/22`.
+#[test]
+fn a_cidr_without_or_with_too_long_a_prefix_says_so() {
+    let err = |cidr: &str| {
+        one_err(&format!(
+            "{TEMPLATE}[[host_ranges]]\ncidr = \"{cidr}\"\ntemplates = [\"icmp\"]\n"
+        ))
+        .to_string()
+    };
+    assert_eq!(
+        err("127.0.156.0"),
+        "line 10: host_ranges[0].cidr: \"127.0.156.0\" is not a CIDR like 127.1.0.0/22: no prefix length (a network, 127.0.156.0/32 for this address alone, or list it as a [[hosts]] entry)"
+    );
+    assert!(err("127.0.156.0/33").ends_with("127.1.0.0/22: the prefix length is at most 32"));
+    assert!(err("2001:db8::/129").ends_with(": the prefix length is at most 128"));
+    assert!(err("127.0.156.x/24").ends_with("is not a CIDR like 127.1.0.0/22"));
+}
+
 /// A range inside another loads (hosts may share an address), with a warning at the
 /// inner range's `cidr` naming the outer one; ranges apart, of the other family, or a
 /// host inside a range (one device, several SNMP contexts) are not warned of.
