@@ -297,11 +297,14 @@ fn needs_restart(running: &crate::config::Config, new: &crate::config::Config) -
     })
 }
 
-/// A rate for people: whole numbers from 10 up, one decimal below, two below 1.
+/// A rate for people: whole numbers from 10 up, one decimal below, two below 1, and
+/// `<0.01` for a load there is but two decimals would show as none (one SNMP item
+/// every 5 minutes printed `SNMP 0.00`).
 fn rate(r: f64) -> String {
     match r {
         r if r >= 10.0 => format!("{r:.0}"),
         r if r >= 1.0 => format!("{r:.1}"),
+        r if r > 0.0 && r < 0.005 => "<0.01".to_string(),
         r => format!("{r:.2}"),
     }
 }
@@ -360,6 +363,17 @@ mod tests {
             line.contains("saves them in /var/lib/netpoller/discovered.json,"),
             "{line}"
         );
+    }
+
+    /// A load too small for two decimals is not shown as none.
+    #[test]
+    fn a_small_rate_is_not_printed_as_zero() {
+        assert_eq!(rate(1.0 / 300.0), "<0.01");
+        assert_eq!(rate(1.0 / 86_400.0), "<0.01");
+        assert_eq!(rate(0.0), "0.00");
+        assert_eq!(rate(0.02), "0.02");
+        assert_eq!(rate(0.005), "0.01");
+        assert_eq!(rate(4.2), "4.2");
     }
 
     /// `snmp.max_pps = 0` is no cap: there is no rate to be over.
