@@ -1158,9 +1158,35 @@ fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
     {
         return Some((key, format!("Zabbix's `{key}` is `{ours}` here"), rest));
     }
+    // A host's or range's SNMP setting written beside `snmp` instead of in it.
+    if SNMP_KEYS.contains(&key) && expected.contains(&"snmp") {
+        return Some((
+            key,
+            format!("an SNMP setting: write it in `snmp = {{ {key} = ... }}`"),
+            rest,
+        ));
+    }
     let close = closest(key, expected.into_iter())?;
     Some((key, format!("did you mean `{close}`?"), rest))
 }
+
+/// The keys of a host's `snmp = { ... }` table ([`SnmpOverride`]).
+const SNMP_KEYS: &[&str] = &[
+    "version",
+    "community",
+    "security_name",
+    "security_level",
+    "auth_protocol",
+    "auth_passphrase",
+    "priv_protocol",
+    "priv_passphrase",
+    "context_name",
+    "port",
+    "timeout",
+    "retries",
+    "max_oids_per_request",
+    "max_inflight_per_host",
+];
 
 /// The one of `expected` that `key` is a typo of (at most one edit per three letters).
 fn closest<'a>(key: &str, expected: impl Iterator<Item = &'a str>) -> Option<&'a str> {

@@ -7,6 +7,11 @@ fn errs(text: &str) -> Vec<ConfigError> {
     }
 }
 
+/// The errors of `text`, none if it loads.
+fn errs_or_none(text: &str) -> Vec<ConfigError> {
+    parse(text).err().unwrap_or_default()
+}
+
 fn one_err(text: &str) -> ConfigError {
     let e = errs(text);
     assert_eq!(e.len(), 1, "expected one error, got {e:#?}");
@@ -1003,6 +1008,45 @@ fn a_cidr_without_or_with_too_long_a_prefix_says_so() {
     assert!(err("127.0.156.0/33").ends_with("127.1.0.0/22: the prefix length is at most 32"));
     assert!(err("2001:db8::/129").ends_with(": the prefix length is at most 128"));
     assert!(err("127.0.156.x/24").ends_with("is not a CIDR like 127.1.0.0/22"));
+}
+
+/// `community = "..."` (or any SNMP setting) written in a host or range beside
+/// `snmp` instead of inside it is told where it goes; it was "unknown field (the value
+/// of a secret is not shown)". SNMP_KEYS are the `snmp` table's keys: each loads there.
+#[test]
+fn an_snmp_setting_beside_snmp_is_told_to_go_in_it() {
+    let host = |line: &str| {
+        format!("{TEMPLATE}[[hosts]]\nname = \"h\"\nip = \"127.0.20.1\"\ntemplates = [\"icmp\"]\n{line}\n")
+    };
+    let e = one_err(&host("community = \"s3cret\""));
+    assert_eq!(e.path, "hosts[0].community", "{e}");
+    assert!(
+        e.message.starts_with("unknown field `community` (an SNMP setting: write it in `snmp = { community = ... }`), expected one of"),
+        "{e}"
+    );
+    assert!(!e.message.contains("s3cret"), "{e}");
+    let e = one_err(&format!("{TEMPLATE}[[host_ranges]]\ncidr = \"127.0.156.0/30\"\ntemplates = [\"icmp\"]\nport = 1161\n"));
+    assert!(
+        e.message.contains("write it in `snmp = { port = ... }`"),
+        "{e}"
+    );
+    // A typo of a host's own key is still one.
+    assert!(one_err(&host("tempaltes = []"))
+        .message
+        .contains("did you mean `templates`?"));
+    for key in super::SNMP_KEYS {
+        let value = match *key {
+            "port" | "retries" | "max_oids_per_request" | "max_inflight_per_host" => "1",
+            "timeout" => "\"1s\"",
+            "version" => "\"2c\"",
+            _ => "\"x\"",
+        };
+        let text = host(&format!("snmp = {{ {key} = {value} }}"));
+        let unknown = errs_or_none(&text)
+            .into_iter()
+            .any(|e| e.message.contains("unknown field"));
+        assert!(!unknown, "{key} is not a key of snmp = {{ ... }}");
+    }
 }
 
 /// A range inside another loads (hosts may share an address), with a warning at the
