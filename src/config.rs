@@ -805,6 +805,22 @@ pub fn range_hosts(net: ipnet::IpNet) -> (u128, impl Iterator<Item = IpAddr>) {
     (count, net.hosts().skip(skip))
 }
 
+/// What a host's `ip` that does not parse most likely is: a network (a range's), or a
+/// name (never resolved: a poller must not depend on DNS, nor poll what it resolves to
+/// today).
+fn ip_hint(ip: &str) -> &'static str {
+    let ip = ip.trim();
+    match ip.split_once('/') {
+        Some((a, _)) if a.parse::<IpAddr>().is_ok() => {
+            ": a network is a [[host_ranges]] entry's cidr; a host has one address"
+        }
+        _ if ip.starts_with(|c: char| c.is_ascii_alphabetic()) && !ip.contains(':') => {
+            ": names are never resolved, write the device's address"
+        }
+        _ => "",
+    }
+}
+
 /// What is wrong with a `cidr` that does not parse, when it can be said: an address
 /// without its prefix length, or a prefix length too long for its family.
 fn cidr_hint(cidr: &str) -> String {
@@ -2212,7 +2228,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 Err(_) => {
                     self.c.push(
                         &[hp[0].clone(), hp[1].clone(), Seg::Key("ip")],
-                        format!("{:?} is not an IP address", h.ip),
+                        format!("{:?} is not an IP address{}", h.ip, ip_hint(&h.ip)),
                     );
                     None
                 }

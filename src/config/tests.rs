@@ -1049,6 +1049,26 @@ fn an_snmp_setting_beside_snmp_is_told_to_go_in_it() {
     }
 }
 
+/// A host's `ip` written as a name or a network says what to write instead.
+#[test]
+fn a_host_ip_that_is_a_name_or_a_network_says_what_to_write() {
+    let err = |ip: &str| {
+        one_err(&format!(
+            "{TEMPLATE}[[hosts]]\nname = \"h\"\nip = \"{ip}\"\ntemplates = [\"icmp\"]\n"
+        ))
+        .to_string()
+    };
+    assert_eq!(
+        err("localhost"),
+        "line 11: hosts[0].ip: \"localhost\" is not an IP address: names are never resolved, write the device's address"
+    );
+    assert!(err("127.0.20.0/24").ends_with(
+        "is not an IP address: a network is a [[host_ranges]] entry's cidr; a host has one address"
+    ));
+    assert!(err("fe80::1/64").ends_with("a host has one address"));
+    assert!(err("127.0.20.300").ends_with("\"127.0.20.300\" is not an IP address"));
+}
+
 /// A range inside another loads (hosts may share an address), with a warning at the
 /// inner range's `cidr` naming the outer one; ranges apart, of the other family, or a
 /// host inside a range (one device, several SNMP contexts) are not warned of.
