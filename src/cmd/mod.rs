@@ -132,6 +132,14 @@ impl PlanArgs {
     }
 }
 
+/// Logs what the file may well not mean but is valid (`check-config` prints the same
+/// lines): at a start, a reload and `poll-once`, where nobody ran `check-config`.
+pub fn warn_of(cfg: &Config) {
+    for w in &cfg.warnings {
+        tracing::warn!("configuration: {w}");
+    }
+}
+
 /// A config loaded for polling.
 pub struct Loaded {
     pub cfg: Config,

@@ -191,6 +191,7 @@ fn plan_found(
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (loaded, refused) = match args.plan.load(None)? {
         Ok(loaded) => {
+            super::warn_of(&loaded.cfg);
             // Before anything is sent: walks and polls leave from the source address.
             super::check_sources(&loaded.cfg)?;
             if loaded.cfg.discovery.is_empty() {

@@ -54,6 +54,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
+    super::warn_of(&cfg);
     // The engines' sweeps are of this size until a restart: so are a reload's groups.
     args.plan.started_icmp_batch_hosts = Some(cfg.daemon.icmp_batch_hosts);
     // Before any socket: every request leaves from the source address.
@@ -709,6 +710,7 @@ fn reload(
                 );
                 return None;
             }
+            super::warn_of(cfg);
             let fixed = restart_only_changes(running, cfg);
             if !fixed.is_empty() {
                 tracing::warn!(
@@ -2071,6 +2073,44 @@ mod tests {
             *m.found.lock().unwrap(),
             crate::test_util::found(&[("a", "if", "1-4")]),
             "c's rows of its old address"
+        );
+    }
+
+    /// A reload logs what the file may well not mean (a host range inside another,
+    /// whose addresses are polled twice), as `check-config` prints it: a daemon's
+    /// operator reads its log, not always `check-config`'s output.
+    #[test]
+    fn a_reload_logs_the_files_warnings() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let range = |cidr: &str, name: &str| {
+            format!(
+                "[[host_ranges]]\ncidr = \"{cidr}\"\nname = \"{name}-{{ip}}\"\n\
+                 items = [{{ key = \"icmpping\", interval = \"10s\" }}]\n"
+            )
+        };
+        let apart = format!(
+            "{}{}",
+            range("127.0.42.0/29", "a"),
+            range("127.0.43.0/30", "b")
+        );
+        std::fs::write(&path, &apart).unwrap();
+        let args = Args {
+            plan: super::super::PlanArgs::of(path.clone()),
+            user: None,
+        };
+        let mut running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
+        let plan = std::mem::take(&mut running.plan);
+        let shared = Shared::new(plan, 1, Clock::new(), Limits::default());
+        std::fs::write(&path, apart.replace("127.0.43.0/30", "127.0.42.4/30")).unwrap();
+        let (reloaded, text) = crate::test_util::logged(|| {
+            let rows = (&mut Found::default(), &[][..]);
+            reload(&args, &running.cfg, &shared, 1, |_| 1, rows).is_some()
+        });
+        assert!(reloaded, "{text}");
+        assert!(
+            text.contains("configuration: line 6: host_ranges[1].cidr: 127.0.42.4/30 is inside host_ranges[0]"),
+            "{text}"
         );
     }
 
