@@ -229,7 +229,7 @@ for env in "${ENVS[@]}"; do
         # network and broadcast addresses, as fping -g does).
         cidr="@$f"
         measure "$env" "$n" "netpoller -c1 (100k pps)" "$expect" "$ns" \
-            "$NETPOLLER" --quiet --log-level info sweep -c1 -t "${TS}s" "$cidr"
+            "$NETPOLLER" --log-level info,netpoller::cmd::sweep=debug sweep -c1 -t "${TS}s" "$cidr"
         if [[ $n -le 32768 ]]; then
             measure "$env" "$n" "fping -c1 -r0 -i0" "$expect" "$ns" \
                 fping -q -c1 -t"$T" -r0 -i0 -f "$f"
@@ -241,9 +241,9 @@ for env in "${ENVS[@]}"; do
         fi
         if [[ $n == 4096 ]]; then
             measure "$env" "$n" "netpoller -c3 -i20ms (100k pps)" "$expect" "$ns" \
-                "$NETPOLLER" --quiet --log-level info sweep -c3 -i 20ms -t "${TS}s" "$cidr"
+                "$NETPOLLER" --log-level info,netpoller::cmd::sweep=debug sweep -c3 -i 20ms -t "${TS}s" "$cidr"
             measure "$env" "$n" "netpoller -c3 -i20ms (unpaced)" "$expect" "$ns" \
-                "$NETPOLLER" --quiet --log-level info sweep -c3 -i 20ms -t "${TS}s" --max-pps 0 "$cidr"
+                "$NETPOLLER" --log-level info,netpoller::cmd::sweep=debug sweep -c3 -i 20ms -t "${TS}s" --max-pps 0 "$cidr"
             measure "$env" "$n" "fping -C3 -p20 -r0 -i0" "$expect" "$ns" \
                 fping -q -C3 -p20 -t"$T" -r0 -i0 -f "$f"
         fi

@@ -186,6 +186,8 @@ fn a_quiet_sweep_prints_the_hosts_lines_only() {
     };
     let (out, err) = sweep(false);
     assert!(err.contains("2 hosts, 2 alive, 0 unreachable in "), "{err}");
+    // The totals alone: no log line of the sweep's own figures among the results.
+    assert_eq!(err.lines().count(), 1, "{err}");
     let (quiet_out, quiet_err) = sweep(true);
     assert_eq!(quiet_err, "");
     // Each host as it is done: in the order its reply came.
