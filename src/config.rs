@@ -1118,7 +1118,7 @@ impl Collector<'_> {
                 None if matches!(at.last(), Some(Seg::Key(k)) if SECRET_KEYS.contains(k)) => {
                     secret_refused(&message)
                 }
-                None => message,
+                None => list_hint(message),
             };
             self.push(&under(path, at), message);
             match took {
@@ -1127,6 +1127,18 @@ impl Collector<'_> {
             }
         }
         None
+    }
+}
+
+/// serde's message about one string where a list is wanted (`templates = "if-mib"`),
+/// with the list to write; any other message as it is.
+fn list_hint(message: String) -> String {
+    let one = message
+        .strip_prefix("invalid type: string ")
+        .and_then(|m| m.strip_suffix(", expected a sequence"));
+    match one {
+        Some(value) => format!("{message}: write a list, [{value}]"),
+        None => message,
     }
 }
 

@@ -2259,3 +2259,17 @@ fn a_piece_that_does_not_read_is_checked_once_it_reads() {
         "README.md overstates what one check-config run reports"
     );
 }
+
+/// One template named as a string, not a list (`templates = "t"`): the error says to
+/// write the list, not only serde's "expected a sequence".
+#[test]
+fn a_string_where_a_list_is_wanted_is_told_to_be_a_list() {
+    let text =
+        "[[templates]]\nname = \"t\"\nitems = [{ key = \"icmpping\", interval = \"10s\" }]\n\
+                [[hosts]]\nname = \"h\"\nip = \"127.0.156.1\"\ntemplates = \"t\"\n";
+    let e = one_err(text).to_string();
+    assert!(
+        e.contains("line 7: hosts[0].templates: invalid type: string \"t\", expected a sequence: write a list, [\"t\"]"),
+        "{e}"
+    );
+}
