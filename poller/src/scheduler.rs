@@ -18,7 +18,7 @@
 //!   on: see below); tasks of one host taken by one call go to one iteration, which
 //!   merges them into one chain of requests. This holds across reloads: what is in
 //!   flight and what waits is carried into the new queues (what was released and not
-//!   taken yet, as due from its slot).
+//!   taken yet stays released, due since its release).
 //! * The wait for a host is the device's, not the engine's: the slots it costs are
 //!   counted as skipped when the task's poll ends ([`Rescheduled`]), the tasks waiting
 //!   are counted apart ([`Scheduler::waiting`], not in [`Scheduler::due_counts`]), and
@@ -212,8 +212,10 @@ struct Serial {
     /// Entries of busy hosts that came due meanwhile, released when their host's
     /// last task in flight completes.
     waiting: HashMap<u32, Vec<Entry>, KeyHash>,
-    /// Entries released by their host, each with when (in that order), until taken:
-    /// due since then, their slot (past) unchanged. Kept apart from the buckets,
+    /// Entries released by their host, each with when, until taken (across reloads
+    /// too): due since then, or from their slot if later (one taken a batch window
+    /// ahead), their slot unchanged. In no order: every look reads them all (few:
+    /// taken by the next take). Kept apart from the buckets,
     /// which know only slots, so that [`DueQueue::next_due`] and [`Due::ready_ms`]
     /// count from the release: the wait was the device's, not the engine's.
     released: Vec<(u64, Entry)>,
@@ -413,14 +415,16 @@ impl DueQueue {
     }
 
     /// Moves entries to other slots: `want` maps (due time, identity) of an entry to its
-    /// new due time; `ident` gives an entry's identity from its task. Each bucket holding
+    /// new due time and, for one its host had released ([`Serial::released`], a serial
+    /// queue's), when: it goes there, not to the buckets. `ident` gives an entry's
+    /// identity from its task. Each bucket holding
     /// a wanted due time is scanned once, whatever the number wanted (a search per entry
     /// was quadratic: 17 s for a reload of 1 M tasks half overdue), and an entry's
     /// identity is looked up only when its due time is wanted.
     /// Returns how many it moved.
     fn retarget<I: Eq + std::hash::Hash>(
         &mut self,
-        mut want: HashMap<(u64, I), u64>,
+        mut want: HashMap<(u64, I), (u64, Option<u64>)>,
         ident: impl Fn(&Entry) -> I,
     ) -> usize {
         let dues: std::collections::HashSet<u64> = want.keys().map(|k| k.0).collect();
@@ -447,9 +451,9 @@ impl DueQueue {
                     false => None,
                 };
                 match hit {
-                    Some(due) => {
+                    Some((due, released)) => {
                         v.swap_remove(i);
-                        moved.push(Entry { due, ..e });
+                        moved.push((Entry { due, ..e }, released));
                     }
                     None => i += 1,
                 }
@@ -460,8 +464,14 @@ impl DueQueue {
         }
         self.len -= moved.len();
         let n = moved.len();
-        for e in moved {
-            self.push(e);
+        for (e, released) in moved {
+            match (released, self.serial.as_mut()) {
+                (Some(at), Some(s)) => {
+                    s.released.push((at, e));
+                    self.len += 1;
+                }
+                _ => self.push(e),
+            }
         }
         n
     }
@@ -524,7 +534,7 @@ impl DueQueue {
         let mut want = HashMap::with_capacity(1);
         want.insert(
             (placed, ident(due.host, due.interval_ms, due.phase_ms)),
-            next,
+            (next, None),
         );
         self.retarget(want, |e| ident(e.host, e.interval_ms, e.phase_ms)) == 1
     }
@@ -787,11 +797,12 @@ impl Scheduler {
                 let served_to = now_ms.max(self.taken_to[e as usize].load(Ordering::Acquire));
                 // The hosts in flight stay so; what waits for them is queued again in
                 // the new plan's terms, as unserved.
+                // What was released and not taken yet stays so, due since its release
+                // (queued as due from its slot, it read as the engine behind): with when.
                 let mut waited = Vec::new();
-                // (What was released and not taken yet is due from its slot again.)
                 if let Some(s) = live.serial.as_mut() {
-                    waited.extend(s.waiting.drain().flat_map(|(_, v)| v));
-                    waited.extend(s.released.drain(..).map(|(_, e)| e));
+                    waited.extend(s.waiting.drain().flat_map(|(_, v)| v).map(|e| (e, None)));
+                    waited.extend(s.released.drain(..).map(|(at, e)| (e, Some(at))));
                 }
                 // Hosts with one task in flight are followed from now on: their
                 // next slot, queued below, waits for the poll that runs. (This shard's
@@ -821,8 +832,12 @@ impl Scheduler {
                     // Of the new plan: nothing of it is in flight yet.
                     s.in_flight = bits;
                 }
-                let unserved: Vec<Entry> = match plans {
-                    Some(_) => live.due_by(served_to).copied().chain(waited).collect(),
+                let unserved: Vec<(Entry, Option<u64>)> = match plans {
+                    Some(_) => live
+                        .due_by(served_to)
+                        .map(|&e| (e, None))
+                        .chain(waited)
+                        .collect(),
                     None => Vec::new(),
                 };
                 if served_to > prepared.at {
@@ -832,12 +847,12 @@ impl Scheduler {
                 if let (Some((was, is)), false) = (plans, unserved.is_empty()) {
                     // The same task of the new plan is where `move_past` put it.
                     let mut want = HashMap::with_capacity(unserved.len());
-                    for u in unserved {
+                    for (u, released) in unserved {
                         let (iv, ph) = (u64::from(u.interval_ms), u64::from(u.phase_ms));
                         let at = next_slot_after(served_to, iv, ph);
                         // Identities are unique in a plan (a host's tasks are one per
                         // engine, interval and probe).
-                        want.insert((at, ident(was, u.task)), u.due);
+                        want.insert((at, ident(was, u.task)), (u.due, released));
                     }
                     q.retarget(want, |e| ident(is, e.task));
                 }
@@ -2143,6 +2158,27 @@ mod reload_and_collision_tests {
         let slot = p.tasks[taken[0].task as usize].phase_ms;
         assert!(slot <= due + 30_000);
         assert_eq!(taken[0].due_ms, slot, "the slot it waited on");
+        assert_eq!(taken[0].ready_ms, freed);
+    }
+
+    /// A reload between the release and the take keeps the release: the task stays due
+    /// from when its device was free. Queued again as due from its slot, it read as the
+    /// engine 30 s behind (`/healthz` 503, a late iteration) until taken.
+    #[test]
+    fn a_reload_keeps_a_released_task_due_from_its_release() {
+        let (p, s, due, running) = a_task_waiting_for_a_slow_device();
+        let freed = due + 30_500;
+        s.complete(running, freed);
+        s.reload(&p, &p, freed);
+        assert_eq!(s.next_due(Engine::Snmp), Some(freed));
+        assert_eq!(s.queued(Engine::Snmp), vec![2]);
+        let taken = take_all(&s, freed);
+        assert_eq!(taken.len(), 1, "{taken:?}");
+        let slot = p.tasks[taken[0].task as usize].phase_ms;
+        assert_eq!(
+            taken[0].due_ms, slot,
+            "the slot it waited on, still unserved"
+        );
         assert_eq!(taken[0].ready_ms, freed);
     }
 }
