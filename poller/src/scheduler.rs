@@ -646,28 +646,20 @@ pub struct Scheduler {
 /// (calls count from 1 and skip it).
 const RELOADED: u32 = 0;
 
-/// Per host of `plan`: whether it has more than one SNMP task.
-fn several_snmp_tasks(plan: &Plan) -> Vec<bool> {
-    let mut count = vec![0u8; plan.hosts.len()];
-    for t in plan.tasks.iter().filter(|t| t.engine == Engine::Snmp) {
-        let c = &mut count[t.host as usize];
-        *c = c.saturating_add(1);
+/// Per task of `plan`: whether its entries are [`MULTI`]. An SNMP task of a host with
+/// other SNMP tasks (whose requests go one at a time), or an ICMP task with another
+/// ICMP task of its host on the same interval and phase (other probes, grouped on one
+/// sweep's phase): tasks that the host alone does not tell apart.
+fn multi_tasks(plan: &Plan) -> Vec<bool> {
+    let key = |t: &Task| match t.engine {
+        Engine::Snmp => (t.engine, t.host, 0, 0),
+        Engine::Icmp => (t.engine, t.host, t.interval_ms, t.phase_ms),
+    };
+    let mut count: HashMap<(Engine, u32, u64, u64), u32> = HashMap::new();
+    for t in &plan.tasks {
+        *count.entry(key(t)).or_default() += 1;
     }
-    count.into_iter().map(|c| c > 1).collect()
-}
-
-/// Per task of `plan`: an ICMP task with another ICMP task of its host on the same
-/// interval and phase (other probes, grouped on one sweep's phase).
-fn shared_icmp_slots(plan: &Plan) -> Vec<bool> {
-    let key = |t: &Task| (t.host, t.interval_ms, t.phase_ms);
-    let mut seen: HashMap<(u32, u64, u64), u32> = HashMap::new();
-    for t in plan.tasks.iter().filter(|t| t.engine == Engine::Icmp) {
-        *seen.entry(key(t)).or_default() += 1;
-    }
-    plan.tasks
-        .iter()
-        .map(|t| t.engine == Engine::Icmp && seen[&key(t)] > 1)
-        .collect()
+    plan.tasks.iter().map(|t| count[&key(t)] > 1).collect()
 }
 
 /// First slot strictly after `t`.
@@ -717,8 +709,7 @@ impl Scheduler {
         let mut fresh: Vec<[DueQueue; 2]> = (0..n)
             .map(|_| Engine::ALL.map(|e| DueQueue::new(e, &in_flight)))
             .collect();
-        let several = several_snmp_tasks(plan);
-        let shared = shared_icmp_slots(plan);
+        let multi = multi_tasks(plan);
         for (i, t) in plan.tasks.iter().enumerate() {
             let t: &Task = t;
             let shard = (plan.hosts[t.host as usize].hash % n) as usize;
@@ -730,12 +721,7 @@ impl Scheduler {
                 task: i as u32,
                 interval_ms,
                 phase_ms: t.phase_ms as u32,
-                host: host_key(plan.hosts[t.host as usize].hash)
-                    | if (t.engine == Engine::Snmp && several[t.host as usize]) || shared[i] {
-                        MULTI
-                    } else {
-                        0
-                    },
+                host: host_key(plan.hosts[t.host as usize].hash) | if multi[i] { MULTI } else { 0 },
             });
         }
         Prepared {
@@ -1534,13 +1520,7 @@ mod tests {
         // another reload. The first poll's completion must not move the task back onto
         // the slot handed out between (the newest queue's own placement says nothing
         // of that one).
-        let mut p = Plan::build(vec![HostSpec {
-            name: "pinged".into(),
-            ip: "127.0.0.1".parse().unwrap(),
-            snmp: None,
-            items: vec![crate::plan::tests::icmp_item("pinged", "icmpping", 1)],
-        }]);
-        p.group_icmp_phases(16);
+        let p = probes_on_one_phase(&["icmpping"], 1);
         let s = Scheduler::new(&p, 1, 0);
         let take = |now| {
             let mut out = Vec::new();
@@ -1596,7 +1576,10 @@ mod tests {
         }
         let mut p = Plan::build(hosts);
         p.group_icmp_phases(16);
-        let shared = shared_icmp_slots(&p);
+        // ICMP tasks sharing their host's slots with another probe.
+        let shared: Vec<bool> = (p.tasks.iter().zip(multi_tasks(&p)))
+            .map(|(t, m)| m && t.engine == Engine::Icmp)
+            .collect();
         assert!(shared.iter().any(|&x| x));
         let mut rng = 0x2545_f491_4f6c_dd1du64;
         let mut rand = |n: u64| {
@@ -1719,18 +1702,24 @@ mod tests {
 
     /// One host pinged with two probes every 10 s, grouped on one phase.
     fn two_probes_on_one_phase() -> Plan {
+        let p = probes_on_one_phase(&["icmpping", "icmpping[,4]"], 10);
+        assert_eq!(p.tasks.len(), 2);
+        assert_eq!(p.tasks[0].phase_ms, p.tasks[1].phase_ms);
+        p
+    }
+
+    /// One host pinged with the probes of `keys` every `interval_s`, grouped on one
+    /// phase.
+    fn probes_on_one_phase(keys: &[&str], interval_s: u64) -> Plan {
         let mut p = Plan::build(vec![HostSpec {
             name: "pinged".into(),
             ip: "127.0.0.1".parse().unwrap(),
             snmp: None,
-            items: ["icmpping", "icmpping[,4]"]
-                .iter()
-                .map(|k| crate::plan::tests::icmp_item("pinged", k, 10))
+            items: (keys.iter())
+                .map(|k| crate::plan::tests::icmp_item("pinged", k, interval_s))
                 .collect(),
         }]);
         p.group_icmp_phases(16);
-        assert_eq!(p.tasks.len(), 2);
-        assert_eq!(p.tasks[0].phase_ms, p.tasks[1].phase_ms);
         p
     }
 
