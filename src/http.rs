@@ -541,6 +541,14 @@ mod tests {
         health: Arc<Mutex<Result<String, String>>>,
     }
 
+    impl Server {
+        /// Stops the server and waits for its task.
+        async fn end(self) {
+            self.stop.send(true).unwrap();
+            self.task.await.unwrap();
+        }
+    }
+
     async fn start(limits: Limits) -> Server {
         let listener = bind(TEST_ADDR).await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -647,8 +655,7 @@ mod tests {
                 .0,
             200
         );
-        srv.stop.send(true).unwrap();
-        srv.task.await.unwrap();
+        srv.end().await;
     }
 
     #[tokio::test]
@@ -670,8 +677,7 @@ mod tests {
         }
         req.extend_from_slice(b"\r\n");
         assert_eq!(request(srv.addr, &req).await.0, 200);
-        srv.stop.send(true).unwrap();
-        srv.task.await.unwrap();
+        srv.end().await;
     }
 
     #[tokio::test]
@@ -721,8 +727,7 @@ mod tests {
                 .expect("closed by server");
             assert_eq!(parse(&resp).0, 408);
         }
-        srv.stop.send(true).unwrap();
-        srv.task.await.unwrap();
+        srv.end().await;
     }
 
     #[tokio::test]
@@ -758,8 +763,7 @@ mod tests {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert_eq!(get(srv.addr, "/metrics").await.0, 200);
-        srv.stop.send(true).unwrap();
-        srv.task.await.unwrap();
+        srv.end().await;
     }
 
     /// The 503s are bounded too: each lingers after its answer (up to `linger`, here
@@ -799,8 +803,7 @@ mod tests {
             kept.push(s);
         }
         assert_eq!(answers, [503, 0, 0]);
-        srv.stop.send(true).unwrap();
-        srv.task.await.unwrap();
+        srv.end().await;
     }
 
     /// Connections that send nothing, or send a request and read nothing, do not keep
@@ -838,8 +841,7 @@ mod tests {
             assert_eq!(rest.is_empty(), k % 2 == 0, "{k}");
             held.push(TcpStream::connect(srv.addr).await.unwrap());
         }
-        srv.stop.send(true).unwrap();
-        srv.task.await.unwrap();
+        srv.end().await;
     }
 
     /// A `HEAD` gets the head a `GET` of the same request gets, whatever the status, and
@@ -919,8 +921,7 @@ mod tests {
         assert_eq!((st, body.as_str()), (408, "request timeout\n"));
         let (st, head, body) = request(srv.addr, b"HEAD /metrics HTTP/1.1\r\n").await;
         assert_eq!((st, head, body.as_str()), (408, get_head, ""));
-        srv.stop.send(true).unwrap();
-        srv.task.await.unwrap();
+        srv.end().await;
     }
 
     /// One request per connection: what follows the head, a body a GET announces (here
@@ -934,8 +935,7 @@ mod tests {
         let (st, head, body) = request(srv.addr, req).await;
         assert_eq!((st, body.as_str()), (200, "# TYPE up gauge\nup 1\n"));
         assert!(head.contains("Connection: close"), "{head}");
-        srv.stop.send(true).unwrap();
-        srv.task.await.unwrap();
+        srv.end().await;
     }
 
     /// A head whose lines end in LF, some with a CR before it, ends at its first empty
@@ -1125,7 +1125,6 @@ mod tests {
         }
         let n = OPEN_ENTRIES.with(|n| n.get());
         assert!(n <= 2 * 4, "{n} entries kept for 50 finished connections");
-        srv.stop.send(true).unwrap();
-        srv.task.await.unwrap();
+        srv.end().await;
     }
 }

@@ -1187,6 +1187,13 @@ mod tests {
         }
     }
 
+    /// A spool in `dir` fsynced every `fsync`, with the metrics it counts into.
+    fn spool_in(dir: &std::path::Path, fsync: Duration) -> (Spool, Arc<SinkMetrics>) {
+        let metrics = Arc::new(SinkMetrics::default());
+        let sp = Spool::open(&spool_cfg(dir, fsync), metrics.clone()).unwrap();
+        (sp, metrics)
+    }
+
     /// Voluntary context switches of the calling thread so far: each time it slept
     /// and was woken.
     fn wake_ups() -> u64 {
@@ -1236,9 +1243,7 @@ mod tests {
         // stands for it): three reads fail, then it is set aside and segment 2 is
         // replayed (to a port where nothing listens on loopback: it stays spooled).
         let dir = tempfile::tempdir().unwrap();
-        let cfg = spool_cfg(dir.path(), Duration::from_secs(1));
-        let metrics = Arc::new(SinkMetrics::default());
-        let mut sp = Spool::open(&cfg, metrics.clone()).unwrap();
+        let (mut sp, metrics) = spool_in(dir.path(), Duration::from_secs(1));
         sp.append(&batch(5)).unwrap();
         sp.close();
         sp.append(&batch(7)).unwrap();
@@ -1293,9 +1298,7 @@ mod tests {
         // rows 8-11 are counted lost. The panic lost all twelve uncounted: the
         // channel, the pending rows and the queue dropped, the INSERT task aborted.
         let dir = tempfile::tempdir().unwrap();
-        let cfg = spool_cfg(dir.path(), Duration::from_secs(1));
-        let metrics = Arc::new(SinkMetrics::default());
-        let sp = Spool::open(&cfg, metrics.clone()).unwrap();
+        let (sp, metrics) = spool_in(dir.path(), Duration::from_secs(1));
         let (url, _held) = hung_server_on("127.0.52.1");
         let ch = ClickHouseConfig {
             max_attempts: 1,
@@ -1343,12 +1346,7 @@ mod tests {
         // to the spool, the replayer reading a segment): an INSERT started afterwards
         // must not wait for the server either.
         let dir = tempfile::tempdir().unwrap();
-        let metrics = Arc::new(SinkMetrics::default());
-        let sp = Spool::open(
-            &spool_cfg(dir.path(), Duration::from_secs(1)),
-            metrics.clone(),
-        )
-        .unwrap();
+        let (sp, metrics) = spool_in(dir.path(), Duration::from_secs(1));
         let shared = Shared::new(None, sp, None, metrics, file_only_health(), 1);
         shared.stop_waiting();
         assert!(
@@ -1366,9 +1364,7 @@ mod tests {
         // permissions). The rows are lost: counted as such, and the health says so,
         // as for the data spool (it stayed `Writing`, `/healthz` answering OK).
         let dir = tempfile::tempdir().unwrap();
-        let cfg = spool_cfg(dir.path(), Duration::from_secs(1));
-        let metrics = Arc::new(SinkMetrics::default());
-        let sp = Spool::open(&cfg, metrics.clone()).unwrap();
+        let (sp, metrics) = spool_in(dir.path(), Duration::from_secs(1));
         let rejected = dir.path().join("rejected");
         let rc = spool_cfg(&rejected, Duration::from_secs(1));
         let rejects = Spool::open_rejects(&rc, metrics.clone()).unwrap();
@@ -1401,9 +1397,7 @@ mod tests {
     async fn an_append_is_fsynced_within_the_interval_with_no_traffic_after_it() {
         let dir = tempfile::tempdir().unwrap();
         let fsync = Duration::from_secs(1);
-        let cfg = spool_cfg(dir.path(), fsync);
-        let metrics = Arc::new(SinkMetrics::default());
-        let sp = Spool::open(&cfg, metrics.clone()).unwrap();
+        let (sp, metrics) = spool_in(dir.path(), fsync);
         let shared = Arc::new(Shared::new(None, sp, None, metrics, file_only_health(), 1));
         let (_tx, rx) = mpsc::channel(1);
         let (_stop, stop_rx) = watch::channel(false);
