@@ -94,10 +94,10 @@ impl PlanArgs {
                     // keep out the other hosts' rows: those of the host rules refused
                     // are left out ([`crate::discovery::plan_rows`]).
                     let (mut taken, mut saved) = (Found::default(), saved);
-                    let refused = crate::discovery::plan_all_rows(&mut taken, &mut saved, |rows| {
-                        cfg = config::parse_text(&self.config, &text, rows)?;
-                        Ok(())
-                    });
+                    let (took, refused) = self.plan_all_rows(&text, &mut taken, &mut saved);
+                    if let Some(took) = took {
+                        cfg = took;
+                    }
                     for r in &refused {
                         tracing::warn!(file = %file.display(), host = %r.host, rule = %r.rule, "discovery: the rows saved before for this host are refused with the configuration, so not used (it is walked again):\n{}", r.why);
                     }
@@ -106,6 +106,24 @@ impl PlanArgs {
             }
         };
         Ok(Ok(self.plan(cfg, text, found)))
+    }
+
+    /// Plans the rows `found` on top of those the loader took before (`applied`), round
+    /// after round ([`crate::discovery::plan_all_rows`]): the config of the last plan the
+    /// loader took (`None` if it took none: `applied` is then as it was), and the host
+    /// rules refused.
+    fn plan_all_rows(
+        &self,
+        text: &str,
+        applied: &mut Found,
+        found: &mut Found,
+    ) -> (Option<Config>, Vec<crate::discovery::Refused>) {
+        let mut cfg = None;
+        let refused = crate::discovery::plan_all_rows(applied, found, |rows| {
+            cfg = Some(config::parse_text(&self.config, text, rows)?);
+            Ok(())
+        });
+        (cfg, refused)
     }
 
     /// Builds the plan again from the `text` loaded before, with other rows `found`.

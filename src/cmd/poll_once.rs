@@ -175,11 +175,7 @@ fn plan_found(
     mut found: crate::config::Found,
 ) -> Result<(super::Loaded, Vec<Refused>), crate::config::ConfigErrors> {
     // The config of the last rows taken (`applied`): planned once, below.
-    let mut cfg = None;
-    let refused = crate::discovery::plan_all_rows(&mut applied, &mut found, |rows| {
-        cfg = Some(crate::config::parse_text(&args.config, &text, rows)?);
-        Ok(())
-    });
+    let (cfg, refused) = args.plan_all_rows(&text, &mut applied, &mut found);
     let loaded = match cfg {
         Some(cfg) => args.plan(cfg, text, applied),
         // Nothing taken: the rows it was loaded with.
