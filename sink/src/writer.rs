@@ -119,7 +119,12 @@ impl Endpoint {
         *r = match result {
             Err(e) if e.class.is_retryable() => {
                 let n = r.0.saturating_add(1);
-                let rest = backoff(n, cfg.retry_backoff, cfg.retry_backoff_max);
+                // Not jittered: as long as the longest wait before a batch's next
+                // attempt (at most `n` failures of its own here). Jittered alike, the
+                // rest ended before the retry half the time, and round-robin sent the
+                // retry back here: a batch whose every attempt landed on a dead node of
+                // two was spooled, and the sink turned unhealthy.
+                let rest = backoff_bound(n, cfg.retry_backoff, cfg.retry_backoff_max);
                 (n, Some(std::time::Instant::now() + rest))
             }
             _ => (0, None),
@@ -616,14 +621,20 @@ pub fn classify(err: &clickhouse::error::Error) -> ErrorClass {
 }
 
 /// Delay before attempt `attempt + 1` (`attempt` ≥ 1): `initial * 2^(attempt-1)` capped
-/// at `max`, with "equal jitter" (half fixed, half random) so that several pollers do
-/// not retry in lockstep.
+/// at `max` ([`backoff_bound`]), with "equal jitter" (half fixed, half random) so that
+/// several pollers do not retry in lockstep.
 pub fn backoff(attempt: u32, initial: Duration, max: Duration) -> Duration {
-    let exp = initial
-        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
-        .min(max);
+    let exp = backoff_bound(attempt, initial, max);
     let half = exp / 2;
     half + half.mul_f64(fastrand::f64())
+}
+
+/// The longest [`backoff`] after `attempt` failures: `initial * 2^(attempt-1)` capped at
+/// `max`.
+pub fn backoff_bound(attempt: u32, initial: Duration, max: Duration) -> Duration {
+    initial
+        .saturating_mul(1u32 << attempt.saturating_sub(1).min(16))
+        .min(max)
 }
 
 #[cfg(test)]
@@ -631,23 +642,31 @@ mod tests {
     use super::*;
     use clickhouse::error::Error as E;
 
+    /// A writer on `urls` (nothing is sent: the tests look at its endpoints), with the
+    /// runtime its client needs, entered until the runtime is dropped.
+    fn writer_on(urls: &[&str]) -> (tokio::runtime::Runtime, Writer) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let w = {
+            let _enter = rt.enter();
+            Writer::new(&ClickHouseConfig {
+                url: Some(urls[0].into()),
+                urls: urls[1..].iter().map(|u| u.to_string()).collect(),
+                ..ClickHouseConfig::default()
+            })
+        };
+        (rt, w)
+    }
+
     /// Two nodes, both resting: one dead for a while (30 s left), one after a passing
     /// failure (100 ms left). Round-robin sent every other attempt to the dead node (a
     /// new batch whose attempts all landed there was spooled, the sink turned
     /// unhealthy); the node back first takes them.
     #[test]
     fn with_every_endpoint_resting_the_one_back_first_is_picked() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        let _enter = rt.enter();
-        let cfg = ClickHouseConfig {
-            url: Some("http://127.0.0.1:9".into()),
-            urls: vec!["http://127.0.0.2:9".into()],
-            ..ClickHouseConfig::default()
-        };
-        let w = Writer::new(&cfg);
+        let (_rt, w) = writer_on(&["http://127.0.0.1:9", "http://127.0.0.2:9"]);
         let now = std::time::Instant::now();
         *w.endpoints[0].resting.lock().unwrap() = (8, Some(now + Duration::from_secs(30)));
         *w.endpoints[1].resting.lock().unwrap() = (1, Some(now + Duration::from_millis(100)));
@@ -659,6 +678,32 @@ mod tests {
         *w.endpoints[1].resting.lock().unwrap() = (0, None);
         let picked: Vec<_> = (0..2).map(|_| w.pick().shown.clone()).collect();
         assert_ne!(picked[0], picked[1]);
+    }
+
+    /// A node that failed rests at least as long as a batch that failed there waits
+    /// before its next attempt, whatever their jitter: the retry goes to another node.
+    /// (The rest was jittered too: shorter than the batch's wait half the time.)
+    #[test]
+    fn a_failed_node_rests_past_the_retry_of_the_batch_that_failed_there() {
+        let (_rt, w) = writer_on(&["http://127.0.0.1:9"]);
+        let cfg = w.config();
+        let ep = &w.endpoints[0];
+        let failed = Err(InsertError {
+            url: ep.shown.clone(),
+            table: "history_uint",
+            class: ErrorClass::Network,
+            message: "connection refused".into(),
+        });
+        for n in 1..=12 {
+            let before = std::time::Instant::now();
+            ep.note(&failed, cfg);
+            let wait = backoff(n, cfg.retry_backoff, cfg.retry_backoff_max);
+            assert!(
+                ep.rests_until(before + wait).is_some(),
+                "failure {n}: resting until {:?}, the retry after {wait:?}",
+                ep.resting.lock().unwrap().1.map(|u| u - before)
+            );
+        }
     }
 
     /// A server on loopback that accepts connections and never answers: its URL and
