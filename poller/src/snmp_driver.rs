@@ -46,6 +46,9 @@
 //! * Communities and SNMPv3 keys are secrets: nothing here logs or formats them.
 //! * Must be used inside a tokio runtime with I/O and time enabled; the sockets are
 //!   registered with the runtime of the first `run_iteration` call.
+//! * Time is tokio's clock (`tokio_now`): the monotonic clock, except in a test that
+//!   pauses tokio's time, where timeouts then follow the same virtual clock as the
+//!   daemon's schedule (a test of the engine does not depend on the machine's speed).
 
 use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
@@ -68,6 +71,12 @@ use tokio::io::Interest;
 use tokio::net::UdpSocket;
 
 use crate::value::{ErrorReason, ItemError};
+
+/// Now, by tokio's clock: [`Instant::now`] in a build (tokio's `test-util` is a
+/// dev-dependency), the virtual clock in a test that pauses time.
+fn tokio_now() -> Instant {
+    tokio::time::Instant::now().into_std()
+}
 
 pub use snmp::{HostJob as SnmpHostJob, Stats as SnmpStats};
 
@@ -348,7 +357,7 @@ impl SnmpDriver {
         let mut stopped = false;
         // When the stop's grace runs out.
         let mut cut_at: Option<Instant> = None;
-        let start = Instant::now();
+        let start = tokio_now();
         let mut report = SnmpIterationReport::default();
         let mut reg_error = None;
         for s in self.v4.iter_mut().chain(self.v6.iter_mut()) {
@@ -372,7 +381,7 @@ impl SnmpDriver {
                 reg_error.map(|e| e.to_string()).unwrap_or_default()
             );
             let mut buf = Vec::new();
-            while let Some(t) = it.poll_transmit(Instant::now(), &mut buf) {
+            while let Some(t) = it.poll_transmit(tokio_now(), &mut buf) {
                 it.handle_send_error(t.request_id, &text);
             }
         }
@@ -404,7 +413,7 @@ impl SnmpDriver {
         loop {
             // Receive turn: drain every socket (bounded), recvmmsg batches, until the
             // kernel says WouldBlock (which also clears tokio's readiness flag).
-            let now = Instant::now();
+            let now = tokio_now();
             let mut budget = RECV_TURN;
             for s in &all {
                 while budget > 0 {
@@ -436,7 +445,7 @@ impl SnmpDriver {
             if timeouts.after_turn(budget == 0) {
                 it.handle_timeout(now);
             }
-            let now = Instant::now();
+            let now = tokio_now();
             if cut_at.is_some_and(|c| now >= c) {
                 it.abandon();
             }
@@ -526,7 +535,7 @@ impl SnmpDriver {
             if let Some(c) = cut_at {
                 wake = Some(wake.map_or(c, |w| w.min(c)));
             }
-            let wake = wake.unwrap_or_else(|| Instant::now() + Duration::from_millis(100));
+            let wake = wake.unwrap_or_else(|| tokio_now() + Duration::from_millis(100));
             sleep.as_mut().reset(wake.into());
             let readable = std::future::poll_fn(|cx| {
                 for s in &all {
@@ -550,7 +559,7 @@ impl SnmpDriver {
                 _ = &mut sleep => {}
                 _ = &mut stop, if !stopped => {
                     stopped = true;
-                    cut_at = Instant::now().checked_add(grace);
+                    cut_at = tokio_now().checked_add(grace);
                     it.stop();
                     Self::drain_events(&mut it, jobs, &mut on_result);
                     if it.is_done() {
@@ -564,7 +573,7 @@ impl SnmpDriver {
         self.recv = Some(rb);
         it.save_learned(&mut self.memory);
         report.stats = *it.stats();
-        report.wall = start.elapsed();
+        report.wall = tokio_now().saturating_duration_since(start);
         report
     }
 
