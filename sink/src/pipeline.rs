@@ -1194,6 +1194,26 @@ mod tests {
         (sp, metrics)
     }
 
+    /// The shared state of a sink writing to ClickHouse at `ch` (none: no server),
+    /// as it starts: healthy, one INSERT at a time, spooling to `sp` and refused
+    /// batches to `rejects`, counting into `metrics`.
+    fn writing(
+        ch: Option<&ClickHouseConfig>,
+        sp: Spool,
+        rejects: Option<Spool>,
+        metrics: &Arc<SinkMetrics>,
+    ) -> Arc<Shared> {
+        let writer = ch.map(Writer::new);
+        Arc::new(Shared::new(
+            writer,
+            sp,
+            rejects,
+            metrics.clone(),
+            Health::Writing,
+            1,
+        ))
+    }
+
     /// Voluntary context switches of the calling thread so far: each time it slept
     /// and was woken.
     fn wake_ups() -> u64 {
@@ -1255,14 +1275,7 @@ mod tests {
             retry_backoff_max: Duration::from_millis(20),
             ..ch_at("http://127.0.0.1:9")
         };
-        let shared = Arc::new(Shared::new(
-            Some(Writer::new(&ch)),
-            sp,
-            None,
-            metrics.clone(),
-            Health::Writing,
-            1,
-        ));
+        let shared = writing(Some(&ch), sp, None, &metrics);
         let (stop, stop_rx) = watch::channel(false);
         let replayer = tokio::spawn(run_replayer(shared.clone(), stop_rx));
         let aside = first.path.with_extension("seg.unreadable");
@@ -1305,14 +1318,7 @@ mod tests {
             request_timeout: Duration::from_millis(300),
             ..ch_at(&url)
         };
-        let shared = Arc::new(Shared::new(
-            Some(Writer::new(&ch)),
-            sp,
-            None,
-            metrics.clone(),
-            Health::Writing,
-            1,
-        ));
+        let shared = writing(Some(&ch), sp, None, &metrics);
         shared.panic_on_item.store(9, Ordering::SeqCst);
         let (tx, rx) = mpsc::channel(16);
         for i in 0..9 {
@@ -1370,14 +1376,7 @@ mod tests {
         let rejects = Spool::open_rejects(&rc, metrics.clone()).unwrap();
         std::fs::remove_dir_all(&rejected).unwrap();
         std::fs::write(&rejected, b"not a directory").unwrap();
-        let shared = Arc::new(Shared::new(
-            None,
-            sp,
-            Some(rejects),
-            metrics.clone(),
-            Health::Writing,
-            1,
-        ));
+        let shared = writing(None, sp, Some(rejects), &metrics);
         let bad_data = InsertError {
             class: crate::metrics::ErrorClass::Data,
             message: "Code: 53. DB::Exception: Type mismatch".into(),
