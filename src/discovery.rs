@@ -243,10 +243,10 @@ pub type RuleOf = (Arc<str>, Arc<str>);
 pub struct Settled {
     /// Plans the loader took (each was swapped in; the last one's rows are `applied`).
     pub planned: usize,
-    /// The host's rules whose rows the loader refused, with why: their rows in `found`
-    /// are the running plan's again, so that their next walk finds the change again
-    /// (and tries again) rather than a plan or a reload taking rows that cannot be
-    /// planned.
+    /// The host's rules whose rows the loader refused, with why: [`put_back`] makes
+    /// their rows in `found` the running plan's again, so that their next walk finds
+    /// the change again (and tries again) rather than a plan or a reload taking rows
+    /// that cannot be planned.
     pub refused: Vec<Refused>,
     /// The host's rules left untried once the round's plans were spent: still pending
     /// in `found`, for the next round.
@@ -282,11 +282,13 @@ pub const SPLIT_PLANS: u32 = 4;
 ///
 /// A round makes at most [`SPLIT_PLANS`] plans more than the halving needs to reach
 /// one host's rule (so that each round settles one at least); the rest stay pending
-/// ([`Settled::untried`]). `applied` follows each plan taken; `found` gets back the
-/// running plan's rows of each refused host's rule.
+/// ([`Settled::untried`]). `applied` follows each plan taken; `found` is only read:
+/// the caller gives the rows it keeps the running plan's rows of each refused host's
+/// rule ([`put_back`]), once (the daemon plans a copy off its thread and puts back
+/// into its live rows; putting back into the copy as well was work thrown away).
 pub fn plan_rows(
     applied: &mut Found,
-    found: &mut Found,
+    found: &Found,
     mut try_plan: impl FnMut(&Found) -> Result<(), crate::config::ConfigErrors>,
 ) -> Settled {
     let mut settled = Settled::default();
@@ -358,7 +360,6 @@ pub fn plan_rows(
             }
         }
     }
-    put_back(found, applied, &settled.refused);
     settled
 }
 
@@ -386,6 +387,7 @@ pub fn plan_all_rows(
     let mut refused = Vec::new();
     loop {
         let settled = plan_rows(applied, found, &mut try_plan);
+        put_back(found, applied, &settled.refused);
         refused.extend(settled.refused);
         if settled.untried == 0 {
             return refused;
@@ -760,13 +762,14 @@ mod tests {
         let mut f = found(&[("a", "r"), ("b", "r"), ("bad", "r"), ("c", "r"), ("c", "s")]);
         f.set(&"a".into(), &"r".into(), Indices::parse("1-3").unwrap());
         let mut planned = Vec::new();
-        let settled = plan_rows(&mut applied, &mut f, |rows| match rows.rows("bad", "r") {
+        let settled = plan_rows(&mut applied, &f, |rows| match rows.rows("bad", "r") {
             Some(_) => Err(refusal("itemid 7 is also the item d[1] of bad's")),
             None => {
                 planned.push(rows.clone());
                 Ok(())
             }
         });
+        put_back(&mut f, &applied, &settled.refused);
         let mut want = found(&[("a", "r"), ("b", "r"), ("c", "r"), ("c", "s")]);
         want.set(&"a".into(), &"r".into(), Indices::parse("1-3").unwrap());
         assert_eq!(applied, want, "the other hosts' rows are planned");
@@ -788,7 +791,7 @@ mod tests {
         let mut f2 = f.clone();
         f2.set(&"d".into(), &"r".into(), Indices::parse("4").unwrap());
         let mut plans = 0;
-        let settled = plan_rows(&mut applied, &mut f2, |_| {
+        let settled = plan_rows(&mut applied, &f2, |_| {
             plans += 1;
             Ok(())
         });
@@ -811,13 +814,14 @@ mod tests {
         loop {
             let mut plans = 0;
             let before = f.clone();
-            let s = plan_rows(&mut applied, &mut f, |rows| {
+            let s = plan_rows(&mut applied, &f, |rows| {
                 plans += 1;
                 match rows_in(rows) {
                     n if n > 25 => Err(refusal("past the limit")),
                     _ => Ok(()),
                 }
             });
+            put_back(&mut f, &applied, &s.refused);
             rounds += 1;
             assert!(plans <= 1 + 6 + SPLIT_PLANS, "{plans} plans in one round");
             assert!(

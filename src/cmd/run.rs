@@ -427,12 +427,12 @@ async fn replan_found(
     let started = std::time::Instant::now();
     let round = {
         let (plan_args, shared, text) = (args.plan.clone(), shared.clone(), text.clone());
-        let mut tried = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let tried = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut applied = applied.clone();
         move || {
             // The targets of the last plan taken, whose rows are saved.
             let mut targets = None;
-            let settled = crate::discovery::plan_rows(&mut applied, &mut tried, |rows| {
+            let settled = crate::discovery::plan_rows(&mut applied, &tried, |rows| {
                 let mut l = plan_args.replan(text.clone(), rows)?;
                 shared.replace_plan(std::mem::take(&mut l.plan));
                 targets = Some(std::mem::take(&mut l.cfg.discovery));
