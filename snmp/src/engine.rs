@@ -12,7 +12,9 @@
 //!   removed on reply, final timeout, send failure or host death. A datagram is matched
 //!   only if its request-id is in flight *and* it comes from the address the request went
 //!   to *and* carries the job's community and version; anything else is dropped and
-//!   counted in [`Stats`], never matched to the wrong item.
+//!   counted in [`Stats`], never matched to the wrong item. A matched response's
+//!   varbinds go to the items asked by position only while their OIDs agree; an answer
+//!   in another order, or with varbinds left out or not asked, is paired by OID.
 //! * Hybrid async: at most `max_inflight` requests per host (default 1) while all hosts
 //!   proceed at once; at most `max_oids` OIDs per PDU, lowered on tooBig, on a response
 //!   with missing varbinds, or on silence while the agent answers one OID alone (a
@@ -1524,18 +1526,21 @@ impl<'j> Iteration<'j> {
             let count = msg.varbind_count();
             let job = &self.jobs[host];
             let asked = |k: usize| job.oids[items[k] as usize].as_ber();
-            if count < n
-                && !msg
-                    .varbinds()
-                    .enumerate()
-                    .all(|(k, vb)| vb.oid.as_ber() == asked(k))
-            {
-                // A short answer that is not the first `count` OIDs asked: the agent left
-                // some out (as some do for an OID they do not know, instead of
-                // noSuchObject). Paired by position, every item after the gap would get
-                // its neighbour's OID; paired by OID, the answered items get their values
-                // and the others are asked again, alone.
-                self.stats.short_responses += 1;
+            // Whether the answer carries the OIDs asked, in their order (extra varbinds
+            // after them are ignored).
+            let in_order = msg
+                .varbinds()
+                .zip(0..n)
+                .all(|(vb, k)| vb.oid.as_ber() == asked(k));
+            if !in_order {
+                // Paired by position, every item after a gap or a foreign varbind would
+                // get its neighbour's OID (an error, though the answer may carry its
+                // value): paired by OID, the answered items get their values and the
+                // others are asked again, alone. A short answer like this is an agent
+                // that left some out (as some do for an OID they do not know, instead
+                // of noSuchObject); a full one, an agent that answered in another order
+                // or put in varbinds not asked (Zabbix halves the request until each
+                // OID is asked alone, and gets the values too).
                 let mut answered = vec![false; n];
                 let mut got = Vec::new();
                 for vb in msg.varbinds() {
@@ -1544,26 +1549,38 @@ impl<'j> Iteration<'j> {
                         got.push((items[k], vb.value.to_owned()));
                     }
                 }
-                for (i, v) in got {
-                    self.deliver(host, i as usize, Ok(v));
+                // A full answer of nothing asked: each item fails with the OID at its
+                // place (below), as a single-OID request would, without asking again.
+                if count < n || !got.is_empty() {
+                    if count < n {
+                        self.stats.short_responses += 1;
+                    }
+                    for (i, v) in got {
+                        self.deliver(host, i as usize, Ok(v));
+                    }
+                    let missing: Vec<u32> =
+                        (0..n).filter(|&k| !answered[k]).map(|k| items[k]).collect();
+                    if missing.len() == n {
+                        // Nothing it answered was asked: as a short answer of nothing.
+                        self.shrink(host, n, n / 2, false, &[]);
+                        self.requeue_front(host, &missing);
+                    } else if missing.is_empty() {
+                        // Every OID answered, in another order: answered in full.
+                        let st = &mut self.hosts[host];
+                        st.max_ok = st.max_ok.max(n);
+                    } else {
+                        // Each alone: an agent that leaves an OID out of a request of
+                        // one answers with no varbind, which fails that item alone. The
+                        // host's other items keep their request size (it was not a size
+                        // problem): also when an earlier answer left one of them out at
+                        // its end, which read as the agent returning what fits (a short
+                        // answer of the first OIDs) and shrank the size, to be learned
+                        // for good.
+                        self.forget_left_out(host, &missing);
+                        self.hosts[host].solo.extend(missing);
+                    }
+                    return;
                 }
-                let missing: Vec<u32> =
-                    (0..n).filter(|&k| !answered[k]).map(|k| items[k]).collect();
-                if missing.len() == n {
-                    // Nothing it answered was asked: as a short answer of nothing.
-                    self.shrink(host, n, n / 2, false, &[]);
-                    self.requeue_front(host, &missing);
-                } else {
-                    // Each alone: an agent that leaves an OID out of a request of one
-                    // answers with no varbind, which fails that item alone. The host's
-                    // other items keep their request size (it was not a size problem):
-                    // also when an earlier answer left one of them out at its end,
-                    // which read as the agent returning what fits (a short answer of
-                    // the first OIDs) and shrank the size, to be learned for good.
-                    self.forget_left_out(host, &missing);
-                    self.hosts[host].solo.extend(missing);
-                }
-                return;
             }
             for (vb, &i) in msg.varbinds().zip(items) {
                 let want = &job.oids[i as usize];

@@ -42,6 +42,9 @@ struct Agent {
     dedupe_msg_ids: Option<std::collections::HashSet<i32>>,
     /// Leave OIDs it does not know out of its answers (instead of noSuchObject).
     omit_unknown: bool,
+    /// Changes the varbinds of each answer without an error (reorders them, adds
+    /// some, renames some).
+    mangle: Option<Mangle>,
     silent: bool,
     /// Never answer a request with more varbinds than this (as some agents do instead
     /// of tooBig).
@@ -51,6 +54,9 @@ struct Agent {
     /// SNMPv3: the agent's engine and user.
     usm: Option<AgentUsm>,
 }
+
+/// Changes the varbinds an [`Agent`] answers with.
+type Mangle = fn(&mut Vec<(Oid, VarValue)>);
 
 /// The agent side of SNMPv3: its engine (the user's keys localized to it, its clock).
 #[derive(Clone)]
@@ -75,6 +81,7 @@ impl Agent {
             lose_replies: 0,
             dedupe_msg_ids: None,
             omit_unknown: false,
+            mangle: None,
             silent: false,
             silent_over: usize::MAX,
             latency: Duration::from_millis(1),
@@ -152,7 +159,7 @@ impl Agent {
                 return Some(out);
             }
         }
-        let vals: Vec<(Oid, VarValue)> = asked
+        let mut vals: Vec<(Oid, VarValue)> = asked
             .iter()
             .take(self.truncate_to)
             .filter(|o| !self.omit_unknown || self.values.contains_key(o))
@@ -166,6 +173,9 @@ impl Agent {
                 )
             })
             .collect();
+        if let Some(mangle) = self.mangle {
+            mangle(&mut vals);
+        }
         encode_message(
             &mut out,
             m.version,
@@ -1284,6 +1294,45 @@ fn an_agent_that_leaves_an_unknown_oid_out_gets_the_others_paired_by_oid() {
     );
 }
 
+/// Items and requests of one iteration of a host of 6 items whose agent `mangle`s its
+/// answers.
+fn mangled(mangle: Mangle) -> (Outcome, usize) {
+    let (jobs, mut agents) = one_host(6, |a| a.mangle = Some(mangle));
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
+    let items = items_of(&out.events, 0);
+    assert_eq!(
+        items,
+        (0..6)
+            .map(|k| (k, Ok(VarValue::Counter32(k as u32 * 100))))
+            .collect(),
+        "every item its own value"
+    );
+    let requests = out.sent.len();
+    (out, requests)
+}
+
+#[test]
+fn an_answer_in_another_order_or_with_varbinds_not_asked_is_paired_by_oid() {
+    // Paired by position, each item got another's OID and failed (though the answer
+    // carried its value); Zabbix halves until each OID goes alone, and gets them all.
+    let (out, requests) = mangled(|v| v.reverse());
+    assert_eq!(requests, 1, "every value in the one answer");
+    assert!(out.memory.is_empty(), "not a size problem");
+    // More varbinds than asked, a foreign one first.
+    let (_, requests) =
+        mangled(|v| v.insert(0, (oid("1.3.6.1.2.1.1.3.0"), VarValue::TimeTicks(5))));
+    assert_eq!(requests, 1);
+    // One asked OID answered under another name in a request of several (right when
+    // asked alone): the others are taken, that one is asked again alone.
+    let (out, _) = mangled(|v| {
+        if v.len() > 1 {
+            v[1].0 = oid("1.3.6.1.2.1.1.3.0");
+        }
+    });
+    assert_eq!(request_sizes(&out), [6, 1]);
+    assert!(out.memory.is_empty());
+}
+
 #[test]
 fn an_oid_left_out_is_asked_alone_and_the_rest_keep_their_request_size() {
     // 40 items at 10 OIDs per request, the third unknown to an agent that leaves it out
@@ -1612,8 +1661,9 @@ proptest! {
         modes in proptest::collection::vec(0u8..6, 12),
         // Per v2c host: 1 its agent does not know the second OID and leaves it out of
         // its answers (instead of noSuchObject), 2 it answers genErr without an
-        // error-index to any request with the second OID.
-        faults in proptest::collection::vec(0u8..3, 12),
+        // error-index to any request with the second OID, 3 it answers the varbinds in
+        // reverse order.
+        faults in proptest::collection::vec(0u8..4, 12),
         // Stopped (a shutdown) this long after the start, or never.
         stop_ms in proptest::option::of(0u64..4000),
     ) {
@@ -1653,6 +1703,7 @@ proptest! {
                     a.omit_unknown = true;
                 }
                 (0, 2) => a.gen_err_with = Some(oid(&oids[1])),
+                (0, 3) => a.mangle = Some(|v| v.reverse()),
                 _ => {}
             }
             if mode > 0 {
@@ -1692,7 +1743,7 @@ proptest! {
                 }
             }
             let (.., drop_first, _, trunc, silent, _, _) = hosts[h];
-            let omitted = modes[h] == 0 && faults[h] > 0;
+            let omitted = modes[h] == 0 && matches!(faults[h], 1 | 2);
             if omitted {
                 prop_assert!(items.get(&1).is_none_or(|r| r.is_err()));
             }
