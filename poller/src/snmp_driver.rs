@@ -230,7 +230,10 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
         ItemFailure::Dropped(why) => ItemError::new(
             match why {
                 snmp::Dropped::Undecodable(_) => ErrorReason::Decode,
-                snmp::Dropped::FromElsewhere(_) => ErrorReason::Timeout,
+                snmp::Dropped::FromElsewhere(_)
+                | snmp::Dropped::WrongCommunity
+                | snmp::Dropped::WrongVersion(_)
+                | snmp::Dropped::NotResponse(_) => ErrorReason::Timeout,
             },
             format!(
                 "no SNMP response taken from {} after {} attempt(s): {why}",
@@ -881,6 +884,11 @@ mod tests {
         assert_eq!(
             (e.reason, e.text.as_str()),
             (ErrorReason::Timeout, "no SNMP response taken from 127.0.0.1:161 after 2 attempt(s): replies came from 127.0.0.2:1161 instead, not taken (a reply must come from the address asked)")
+        );
+        let e = item_error(&job, &ItemFailure::Dropped(snmp::Dropped::WrongCommunity));
+        assert_eq!(
+            (e.reason, e.text.as_str()),
+            (ErrorReason::Timeout, "no SNMP response taken from 127.0.0.1:161 after 2 attempt(s): replies carried another community, not taken")
         );
         assert!(
             !format!("{job:?}").contains("s3cret"),

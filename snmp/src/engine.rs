@@ -300,6 +300,12 @@ pub enum Dropped {
     FromElsewhere(SocketAddr),
     /// They could not be decoded (a value of the wrong length, a broken encoding).
     Undecodable(DecodeError),
+    /// They carried another community than the one asked with (not told: a secret).
+    WrongCommunity,
+    /// They were of this SNMP version, not the one asked.
+    WrongVersion(Version),
+    /// They were not Response PDUs (a Report to a v1/v2c request, the request echoed).
+    NotResponse(PduType),
 }
 
 impl std::fmt::Display for Dropped {
@@ -310,6 +316,17 @@ impl std::fmt::Display for Dropped {
                 "replies came from {a} instead, not taken (a reply must come from the address asked)"
             ),
             Dropped::Undecodable(e) => write!(f, "replies could not be decoded: {e}"),
+            Dropped::WrongCommunity => {
+                write!(f, "replies carried another community, not taken")
+            }
+            Dropped::WrongVersion(v) => write!(
+                f,
+                "replies came in SNMP version {}, not the version asked, not taken",
+                v.as_str()
+            ),
+            Dropped::NotResponse(p) => {
+                write!(f, "replies were {p:?} PDUs instead of Responses, not taken")
+            }
         }
     }
 }
@@ -1208,19 +1225,15 @@ impl<'j> Iteration<'j> {
             }
             Err(e) => {
                 self.stats.malformed += 1;
-                // A reply to one of ours, by its request-id and source: its host's
-                // timeout will say why nothing was taken.
-                if let Some(e2) = peek_request_id(bytes).and_then(|id| self.table.get(&id)) {
-                    let host = e2.host as usize;
-                    if src == self.jobs[host].addr {
-                        self.hosts[host].dropped = Some(Dropped::Undecodable(e));
-                    }
+                if let Some(id) = peek_request_id(bytes) {
+                    self.note_dropped(id, src, Dropped::Undecodable(e));
                 }
                 return Received::Malformed;
             }
         };
         if msg.pdu_type != PduType::Response {
             self.stats.not_response += 1;
+            self.note_dropped(msg.request_id, src, Dropped::NotResponse(msg.pdu_type));
             return Received::NotResponse;
         }
         let (host, id) = match self.match_request(msg.request_id, src) {
@@ -1230,13 +1243,28 @@ impl<'j> Iteration<'j> {
         let job = &self.jobs[host];
         if msg.community != job.community.as_bytes() {
             self.stats.wrong_community += 1;
+            self.hosts[host].dropped = Some(Dropped::WrongCommunity);
             return Received::WrongCommunity;
         }
         if msg.version != job.version {
             self.stats.wrong_version += 1;
+            self.hosts[host].dropped = Some(Dropped::WrongVersion(msg.version));
             return Received::WrongVersion;
         }
         self.complete(id, &msg)
+    }
+
+    /// A datagram carrying request-id `id` was dropped for `why`: when `id` is in flight
+    /// and the datagram came from where the request went, it was the agent's reply,
+    /// and its host's timeout will say why nothing was taken (else an agent that
+    /// answers wrongly reads as one that never answers).
+    fn note_dropped(&mut self, id: i32, src: SocketAddr, why: Dropped) {
+        if let Some(e) = self.table.get(&id) {
+            let host = e.host as usize;
+            if src == self.jobs[host].addr {
+                self.hosts[host].dropped = Some(why);
+            }
+        }
     }
 
     /// The host of in-flight request `id` (or of the request an earlier attempt `id` of
@@ -1303,6 +1331,7 @@ impl<'j> Iteration<'j> {
         };
         let Some(u) = self.hosts[host].usm.as_deref() else {
             self.stats.wrong_version += 1;
+            self.hosts[host].dropped = Some(Dropped::WrongVersion(Version::V3));
             return Received::WrongVersion;
         };
         let (mut mac_buf, mut plain) = std::mem::take(&mut self.scratch);

@@ -1214,6 +1214,60 @@ fn a_host_whose_replies_were_dropped_says_why_when_it_times_out() {
         .starts_with("timeout: replies could not be decoded"));
 }
 
+/// One host, one item, no retry: its request gets a reply of `version`, `community` and
+/// `pdu` from the agent's address; then it times out: the item's failure.
+fn refused_reply(version: Version, community: &[u8], pdu: PduType) -> ItemFailure {
+    let (_, oids) = agent_with(1);
+    let mut j = job(1, &[&oids[0]]);
+    j.retries = 0;
+    let jobs = [j];
+    let mut it = Iteration::new(&jobs, &HostMemory::default(), IterationOptions::default());
+    let t0 = Instant::now();
+    let t = it.poll_transmit(t0, &mut Vec::new()).unwrap();
+    let mut reply = Vec::new();
+    encode_message(
+        &mut reply,
+        version,
+        community,
+        pdu,
+        t.request_id,
+        0,
+        0,
+        std::iter::once((jobs[0].oids[0].as_ref(), crate::ValueRef::Counter32(1))),
+    );
+    assert_ne!(it.handle_datagram(addr(1), &reply, t0), Received::Matched);
+    it.handle_timeout(t0 + Duration::from_secs(1));
+    match it.poll_event() {
+        Some(Event::Item { result: Err(f), .. }) => f,
+        e => panic!("{e:?}"),
+    }
+}
+
+#[test]
+fn replies_refused_for_their_community_version_or_pdu_say_so_when_the_host_times_out() {
+    // Not "no response": the agent answered, wrongly (a v1-only agent answering v2c
+    // requests in v1, a community rewritten on the way, a Report to a v2c request).
+    let f = refused_reply(Version::V2c, b"private", PduType::Response);
+    assert_eq!(f, ItemFailure::Dropped(Dropped::WrongCommunity));
+    assert!(!f.to_string().contains("private"), "a secret: {f}");
+    let f = refused_reply(Version::V1, b"public", PduType::Response);
+    assert_eq!(f, ItemFailure::Dropped(Dropped::WrongVersion(Version::V1)));
+    assert_eq!(
+        f.to_string(),
+        "timeout: replies came in SNMP version 1, not the version asked, not taken"
+    );
+    let f = refused_reply(Version::V2c, b"public", PduType::Report);
+    assert_eq!(
+        f.to_string(),
+        "timeout: replies were Report PDUs instead of Responses, not taken"
+    );
+    // The request echoed back (a reflector on the port).
+    assert_eq!(
+        refused_reply(Version::V2c, b"public", PduType::GetRequest),
+        ItemFailure::Dropped(Dropped::NotResponse(PduType::GetRequest))
+    );
+}
+
 /// A value the decoder cannot read (the obsolete UInteger32, a Counter32 of five
 /// significant octets) fails its own item, with why; the other varbinds of the reply
 /// are taken and the host goes on (the whole reply was refused: every item of the host
