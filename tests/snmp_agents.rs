@@ -360,6 +360,160 @@ async fn an_agent_that_ignores_big_requests_gets_smaller_ones() {
     }
 }
 
+/// A v1 trap from 127.0.164.1 (a different PDU layout: refused by the decoder).
+fn trap_v1() -> Vec<u8> {
+    fn tlv(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
+        let body = parts.concat();
+        assert!(body.len() < 128, "short form only");
+        [&[tag, body.len() as u8][..], &body].concat()
+    }
+    let enterprise: Oid = "1.3.6.1.4.1.99999".parse().unwrap();
+    let pdu = tlv(
+        0xa4,
+        &[
+            &tlv(0x06, &[enterprise.as_ber()]),
+            &tlv(0x40, &[&[127, 0, 164, 1]]),
+            &tlv(0x02, &[&[6]]),
+            &tlv(0x02, &[&[1]]),
+            &tlv(0x43, &[&[0]]),
+            &tlv(0x30, &[]),
+        ],
+    );
+    tlv(0x30, &[&tlv(0x02, &[&[0]]), &tlv(0x04, &[b"public"]), &pdu])
+}
+
+/// A message of `version`, `community`, `pdu` and request-id `id` with `varbinds`.
+fn crafted(
+    version: Version,
+    community: &[u8],
+    pdu: snmp::PduType,
+    id: i32,
+    varbinds: &[(Oid, VarValue)],
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    snmp::encode_message(
+        &mut out,
+        version,
+        community,
+        pdu,
+        id,
+        0,
+        0,
+        varbinds.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+    );
+    out
+}
+
+/// A hostile agent on 127.0.164.1 answers only every second request it gets (a retry
+/// gets what its first attempt did not), each answer with its varbinds in reverse
+/// order, sent twice, after a copy from another port of its address; and with every
+/// request it sends the poller garbage, a truncated answer, a v1 trap, the request
+/// echoed, answers of another community, version or PDU (Report), one of an unknown
+/// request-id, and its previous answer again (a late reply: of an earlier request, or
+/// of the previous iteration). Beside it, a host whose port is closed (ICMP port
+/// unreachable) and one whose agent answers in another community only. Two
+/// iterations: every item of the hostile agent gets its own value once, the others
+/// fail with the reason seen, and each counter saw its datagrams.
+#[tokio::test(flavor = "current_thread")]
+async fn hostile_datagrams_neither_panic_nor_misattribute_nor_starve() {
+    use snmp::PduType;
+    let oids: Vec<Oid> = (1..=6)
+        .map(|i| format!("1.3.6.1.4.1.99999.{i}.0").parse().unwrap())
+        .collect();
+    let value = |o: &Oid| VarValue::Integer(o.arcs().nth(7).unwrap().into());
+    let until = Some(Duration::from_secs(10));
+    let other_port = std::net::UdpSocket::bind("127.0.164.1:0").unwrap();
+    let (mut count, mut last) = (0usize, None::<Vec<u8>>);
+    let hostile = common::raw_agent("127.0.164.1:0".parse().unwrap(), until, move |m, from| {
+        count += 1;
+        let id = m.request_id;
+        let mut vbs: Vec<(Oid, VarValue)> = m
+            .varbinds()
+            .map(|vb| (vb.oid.to_owned(), value(&vb.oid.to_owned())))
+            .collect();
+        vbs.reverse();
+        let good = crafted(Version::V2c, b"public", PduType::Response, id, &vbs);
+        let mut out = vec![
+            b"\x30\x03garbage".to_vec(),
+            good[..good.len() / 2].to_vec(),
+            trap_v1(),
+            crafted(Version::V2c, b"public", PduType::GetRequest, id, &vbs),
+            crafted(Version::V2c, b"private", PduType::Response, id, &vbs),
+            crafted(Version::V1, b"public", PduType::Response, id, &vbs),
+            crafted(Version::V2c, b"public", PduType::Report, id, &vbs),
+            crafted(
+                Version::V2c,
+                b"public",
+                PduType::Response,
+                id ^ 0x4000_0000,
+                &vbs,
+            ),
+        ];
+        out.extend(last.take());
+        if count % 2 == 0 {
+            other_port.send_to(&good, from).unwrap();
+            out.extend([good.clone(), good.clone()]);
+            last = Some(good);
+        }
+        out
+    });
+    // Bound, then closed: nobody listens there.
+    let closed = std::net::UdpSocket::bind("127.0.164.2:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let other_community = common::raw_agent("127.0.164.3:0".parse().unwrap(), until, |m, _| {
+        let vbs: Vec<(Oid, VarValue)> = m
+            .varbinds()
+            .map(|vb| (vb.oid.to_owned(), VarValue::Integer(0)))
+            .collect();
+        vec![crafted(
+            Version::V2c,
+            b"private",
+            PduType::Response,
+            m.request_id,
+            &vbs,
+        )]
+    });
+    let mut jobs: Vec<SnmpHostJob> = [hostile, closed, other_community]
+        .into_iter()
+        .map(|a| job(a, "public", oids.clone()))
+        .collect();
+    for j in &mut jobs {
+        j.timeout = Duration::from_millis(300);
+        j.max_oids = 3;
+    }
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    for round in 0..2 {
+        let (res, report) = run(&mut driver, &jobs).await;
+        for (i, r) in &res[0] {
+            assert_eq!(r, &Ok(value(&oids[*i])), "round {round} item {i}");
+        }
+        let texts = [
+            format!("no SNMP response from {closed} after 2 attempt(s)"),
+            format!("no SNMP response taken from {other_community} after 2 attempt(s): replies carried another community, not taken"),
+        ];
+        for (r, text) in res[1..].iter().zip(texts) {
+            for e in r.values() {
+                let e = e.as_ref().unwrap_err();
+                assert_eq!((e.reason, &e.text), (ErrorReason::Timeout, &text));
+            }
+        }
+        let st = report.stats;
+        assert_eq!(st.hosts_timed_out, 2, "round {round}: {st:?}");
+        assert!(
+            st.malformed >= 3
+                && st.not_response >= 2
+                && st.wrong_source >= 1
+                && st.wrong_community >= 2
+                && st.wrong_version >= 1
+                && st.unknown_request_id >= 1
+                && st.stale >= 1,
+            "round {round}: {st:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn snmpsim_recordings_equal_net_snmp() {
     let addr = snmpsim_addr();

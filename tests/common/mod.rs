@@ -261,21 +261,36 @@ pub fn fake_agent<F>(answer: F) -> u16
 where
     F: Fn(&snmp::Message<'_>) -> Option<Vec<(snmp::Oid, snmp::VarValue)>> + Send + 'static,
 {
-    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    let port = sock.local_addr().unwrap().port();
+    let at = raw_agent("127.0.0.1:0".parse().unwrap(), None, move |m, _| {
+        answer(m).map(|vbs| response(m, &vbs)).into_iter().collect()
+    });
+    at.port()
+}
+
+/// An SNMP agent bound to `addr` (port 0: any), a thread of the test process: `answer`
+/// gets each request (v1/v2c; undecodable datagrams are ignored) and its sender, and
+/// gives the datagrams sent back to the sender, in order (crafted or broken ones too). Without `until` it
+/// lives until the process ends; with it, until that long passes without a request.
+/// Returns its address.
+pub fn raw_agent<F>(addr: SocketAddr, until: Option<Duration>, mut answer: F) -> SocketAddr
+where
+    F: FnMut(&snmp::Message<'_>, SocketAddr) -> Vec<Vec<u8>> + Send + 'static,
+{
+    let sock = std::net::UdpSocket::bind(addr).unwrap();
+    sock.set_read_timeout(until).unwrap();
+    let at = sock.local_addr().unwrap();
     std::thread::spawn(move || {
         let mut buf = [0u8; 65_536];
         while let Ok((n, from)) = sock.recv_from(&mut buf) {
             let Ok(m) = snmp::Message::decode(&buf[..n]) else {
                 continue;
             };
-            let Some(vbs) = answer(&m) else {
-                continue;
-            };
-            let _ = sock.send_to(&response(&m, &vbs), from);
+            for d in answer(&m, from) {
+                let _ = sock.send_to(&d, from);
+            }
         }
     });
-    port
+    at
 }
 
 /// The response to `request` with `varbinds`, encoded.
