@@ -36,6 +36,8 @@ struct Agent {
     truncate_to: usize,
     /// Drop this many first datagrams (forces retries).
     drop_first: usize,
+    /// Drop every datagram whose number is a multiple of this (0: none).
+    drop_every: usize,
     /// Lose this many first answers (the agent did the work, the reply got lost).
     lose_replies: usize,
     /// SNMPv3: drop a message whose msgID it has seen, as a duplicate (RFC 3412 §6.2).
@@ -78,6 +80,7 @@ impl Agent {
             gen_err_with: None,
             truncate_to: usize::MAX,
             drop_first: 0,
+            drop_every: 0,
             lose_replies: 0,
             dedupe_msg_ids: None,
             omit_unknown: false,
@@ -102,7 +105,10 @@ impl Agent {
 
     fn answer(&mut self, req: &[u8], now: Instant) -> Option<Vec<u8>> {
         self.received += 1;
-        if self.silent || self.received <= self.drop_first {
+        if self.silent
+            || self.received <= self.drop_first
+            || (self.drop_every > 0 && self.received.is_multiple_of(self.drop_every))
+        {
             return None;
         }
         if self.usm.is_some() {
@@ -532,6 +538,28 @@ fn retry_resends_same_bytes_and_id() {
     assert_eq!(out.stats.timeouts, 1);
     assert_eq!(items_of(&out.events, 0)[&0], Ok(VarValue::Counter32(0)));
     assert_eq!(out.elapsed, Duration::from_millis(1001));
+}
+
+#[test]
+fn an_agent_that_answers_every_second_datagram_starves_no_item() {
+    // Each request or its retry (the next datagram the host sends) is answered; the
+    // probes beside the retries of requests of several OIDs are lost or answered,
+    // neither of which fails anything while the retry is answered.
+    for max_oids in [1, 3] {
+        let (mut jobs, mut agents) = one_host(10, |a| a.drop_every = 2);
+        jobs[0].max_oids = max_oids;
+        let out = iterate(&jobs, &mut agents, HostMemory::default());
+        let items = items_of(&out.events, 0);
+        assert_eq!(items.len(), 10);
+        for (k, r) in &items {
+            assert_eq!(
+                r,
+                &Ok(VarValue::Counter32(*k as u32 * 100)),
+                "max_oids {max_oids}"
+            );
+        }
+        assert!(out.stats.retries > 0, "datagrams were lost");
+    }
 }
 
 #[test]
@@ -1720,6 +1748,8 @@ proptest! {
         faults in proptest::collection::vec(0u8..4, 12),
         // Stopped (a shutdown) this long after the start, or never.
         stop_ms in proptest::option::of(0u64..4000),
+        // Per host: its agent loses every second or third datagram (0: none).
+        drop_every in proptest::collection::vec(prop_oneof![Just(0usize), 2usize..4], 12),
     ) {
         let t0 = Instant::now();
         let (base, oids) = agent_with(12);
@@ -1746,6 +1776,7 @@ proptest! {
             jobs.push(j);
             let mut a = base.clone();
             a.drop_first = drop_first;
+            a.drop_every = drop_every[i];
             a.too_big_over = too_big;
             a.truncate_to = trunc;
             a.silent = silent;
@@ -1801,7 +1832,7 @@ proptest! {
             if omitted {
                 prop_assert!(items.get(&1).is_none_or(|r| r.is_err()));
             }
-            if modes[h] == 0 && !omitted && !silent && drop_first == 0 && trunc >= j.oids.len() && j.retries >= 1 {
+            if modes[h] == 0 && !omitted && !silent && drop_first == 0 && drop_every[h] == 0 && trunc >= j.oids.len() && j.retries >= 1 {
                 // An agent that answers one OID alone gets every value, whatever sizes it
                 // refuses (tooBig) or ignores (silence).
                 prop_assert!(items.values().all(Result::is_ok), "{:?} {:?}", hosts[h], items);
@@ -1811,7 +1842,7 @@ proptest! {
                 prop_assert!(items.values().all(|r| r.is_err()));
             }
             let (drops, retries, silent) = (hosts[h].4, hosts[h].3, hosts[h].7);
-            if matches!(modes[h], 1 | 4 | 5) && !silent && drops as u32 <= retries {
+            if matches!(modes[h], 1 | 4 | 5) && !silent && drops as u32 <= retries && drop_every[h] == 0 {
                 // The right key: discovery, a reboot or a replacement cost round trips,
                 // never values, however many requests were in flight.
                 prop_assert!(items.values().all(|r| r.is_ok()), "host {}: {:?}", h, items);
