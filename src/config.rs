@@ -1705,6 +1705,9 @@ struct Resolver<'c, 'a> {
     snmp_usm: UsmSection,
     /// Some host or range is of SNMP version 3 (SNMP items or not).
     v3_hosts: bool,
+    /// The first host or range (its path) that polls SNMPv1/v2c with `[snmp]`'s
+    /// community while that is empty: reported once, at `snmp.community`.
+    empty_community_user: Option<String>,
     /// Preprocessing pipelines: items with the same steps share one.
     pipelines: Vec<Arc<poller::preprocess::Steps>>,
     /// Items the file may still expand to ([`MAX_ITEMS`]).
@@ -1736,6 +1739,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             users: HashMap::new(),
             snmp_usm: usm_of!(snmp),
             v3_hosts: false,
+            empty_community_user: None,
             pipelines: Vec::new(),
             items_left: MAX_ITEMS,
             rules: HashMap::new(),
@@ -2394,6 +2398,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if version != SnmpVersion::V3 && !self.snmp_usm.is_empty() && !self.v3_hosts {
             self.c.push(&[Seg::Key("snmp")], v3_ignored(version));
         }
+        if let Some(user) = self.empty_community_user.take() {
+            let at = [Seg::Key("snmp"), Seg::Key("community")];
+            self.c.push(&at, empty_community(&format!(" ({user})")));
+        }
         self.check_itemids(&mut out, &origins);
         (out, self.targets)
     }
@@ -2683,6 +2691,29 @@ impl<'c, 'a> Resolver<'c, 'a> {
             self.c.push(&sp, v3_ignored(version));
         }
         self.v3_hosts |= version == SnmpVersion::V3;
+        // SNMPv1/v2c authenticate by community alone: agents drop a request with an
+        // empty one unanswered, so each poll would only time out. A host's own is
+        // reported at the host; `[snmp]`'s once, and only when a host of v1/v2c that
+        // polls SNMP takes it (a v3 host sends none: `community = ""` there is fine).
+        if version != SnmpVersion::V3 {
+            match &o.community {
+                Some(own) if own.is_empty() => {
+                    let at = under(&sp, [Seg::Key("community")]);
+                    self.c.push(&at, empty_community(""));
+                }
+                None if d.community.is_empty() && polls_snmp => {
+                    let user = || {
+                        format!(
+                            "{} polls SNMPv{} with it",
+                            render_path(path),
+                            version.as_str()
+                        )
+                    };
+                    self.empty_community_user.get_or_insert_with(user);
+                }
+                _ => {}
+            }
+        }
         let usm = if version == SnmpVersion::V3 && polls_snmp {
             // Reported where the fields are: the host's own table if it has SNMPv3
             // fields, or makes itself version 3 where `[snmp]` has none (the missing
@@ -2853,6 +2884,12 @@ fn v3_ignored(version: SnmpVersion) -> String {
         _ => "2c",
     };
     format!("SNMPv3 settings (security_name, auth_*, priv_*) but version {v}: set version = \"3\" (they would be ignored: polled with SNMPv{v} and the community, in clear)")
+}
+
+/// Why an empty SNMPv1/v2c community is refused, and what to write; `whose` names
+/// the host that takes `[snmp]`'s (`" (hosts[0] polls SNMPv2c with it)"`), or is empty.
+fn empty_community(whose: &str) -> String {
+    format!("an empty community{whose}: SNMPv1/v2c agents answer no request without theirs, so every poll would time out (Zabbix refuses it too); write the agent's, e.g. community = \"public\", or set version = \"3\" for SNMPv3")
 }
 
 /// What is wrong with a host name (or a range's name pattern), if anything. Zabbix

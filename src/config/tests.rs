@@ -2273,3 +2273,56 @@ fn a_string_where_a_list_is_wanted_is_told_to_be_a_list() {
         "{e}"
     );
 }
+
+/// An empty community where SNMPv1/v2c would send it is refused at its line, saying what
+/// to write (agents answer no request without theirs: every poll only timed out); where
+/// no v1/v2c poll takes it (a v3 host, a host with its own, an ICMP-only host) it is not.
+#[test]
+fn an_empty_v1_v2c_community_is_refused_at_its_line() {
+    let item = "items = [ { key = \"k\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"10s\" } ]";
+    let icmp = "items = [ { key = \"icmpping\", interval = \"10s\" } ]";
+    let what = "write the agent's, e.g. community = \"public\", or set version = \"3\" for SNMPv3";
+    // `[snmp]`'s, taken by a v2c host and a v1 range: reported once, naming the first.
+    let e = one_err(&format!("[snmp]\ncommunity = \"\"\n[[hosts]]\nname = \"a\"\nip = \"127.0.161.1\"\n{item}\n[[host_ranges]]\ncidr = \"127.0.161.8/30\"\nsnmp = {{ version = \"1\" }}\n{item}\n"));
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("snmp.community", Some(2)),
+        "{e}"
+    );
+    assert!(
+        e.message
+            .starts_with("an empty community (hosts[0] polls SNMPv2c with it): "),
+        "{e}"
+    );
+    assert!(e.message.ends_with(what), "{e}");
+    // A host's or a range's own, at its line, also without SNMP items (written there).
+    let e = one_err(&format!(
+        "[[hosts]]\nname = \"a\"\nip = \"127.0.161.1\"\nsnmp = {{ community = \"\" }}\n{icmp}\n"
+    ));
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("hosts[0].snmp.community", Some(4)),
+        "{e}"
+    );
+    assert!(
+        e.message.starts_with("an empty community: ") && e.message.ends_with(what),
+        "{e}"
+    );
+    let e = one_err(&format!("[[host_ranges]]\ncidr = \"127.0.161.8/30\"\n{item}\nsnmp = {{ version = \"1\", community = \"\" }}\n"));
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("host_ranges[0].snmp.community", Some(4)),
+        "{e}"
+    );
+    // Where no v1/v2c request carries it, it is nobody's mistake.
+    let v3 = "security_name = \"monitor\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"12345678\"";
+    for ok in [
+        format!("[snmp]\nversion = \"3\"\ncommunity = \"\"\n{v3}\n[[hosts]]\nname = \"a\"\nip = \"127.0.161.1\"\n{item}\n"),
+        format!("[snmp]\ncommunity = \"\"\n{v3}\n[[hosts]]\nname = \"a\"\nip = \"127.0.161.1\"\nsnmp = {{ version = \"3\" }}\n{item}\n"),
+        format!("[snmp]\ncommunity = \"\"\n[[hosts]]\nname = \"a\"\nip = \"127.0.161.1\"\nsnmp = {{ community = \"s3cret\" }}\n{item}\n"),
+        format!("[snmp]\ncommunity = \"\"\n[[hosts]]\nname = \"a\"\nip = \"127.0.161.1\"\n{icmp}\n"),
+        format!("[snmp]\n{v3}\n[[hosts]]\nname = \"a\"\nip = \"127.0.161.1\"\nsnmp = {{ version = \"3\", community = \"\" }}\n{item}\n"),
+    ] {
+        assert!(errs_or_none(&ok).is_empty(), "{ok}\n{:#?}", errs_or_none(&ok));
+    }
+}
