@@ -226,8 +226,8 @@ impl IcmpSection {
     }
 }
 
-/// SNMP version as written in the config: `"1"`, `"2c"` or `"3"`, the spellings
-/// `snmpget -v` takes (`"2"`, `"v2c"` too), or the integers 1, 2 (v2c, as
+/// SNMP version as written in the config: one of [`SnmpVersion::SPELLINGS`] (`"1"`,
+/// `"2c"`, `"3"`, `"v2c"`, ...), or the integers 1, 2 (v2c, as
 /// prometheus-snmp-exporter's `version: 2`) and 3.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VersionName(pub SnmpVersion);

@@ -31,6 +31,19 @@ pub enum Version {
 }
 
 impl Version {
+    /// Every spelling [`Version::from_str`](std::str::FromStr) takes: net-snmp's `-v`
+    /// ones (`"1"`, `"2c"`, `"3"`), `"2"` for v2c, and each with a leading `v`
+    /// (`"v2c"`). The one list the parser and the README's config reference follow.
+    pub const SPELLINGS: [(&'static str, Version); 7] = [
+        ("1", Version::V1),
+        ("v1", Version::V1),
+        ("2c", Version::V2c),
+        ("v2c", Version::V2c),
+        ("2", Version::V2c),
+        ("3", Version::V3),
+        ("v3", Version::V3),
+    ];
+
     pub fn wire(self) -> i64 {
         match self {
             Version::V1 => 0,
@@ -53,14 +66,11 @@ impl std::str::FromStr for Version {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Version, String> {
-        match s {
-            "1" | "v1" => Ok(Version::V1),
-            "2c" | "v2c" | "2" => Ok(Version::V2c),
-            "3" | "v3" => Ok(Version::V3),
-            other => Err(format!(
-                "unsupported SNMP version {other:?} (use 1, 2c or 3)"
-            )),
-        }
+        Version::SPELLINGS
+            .iter()
+            .find(|(name, _)| *name == s)
+            .map(|&(_, v)| v)
+            .ok_or_else(|| format!("unsupported SNMP version {s:?} (use 1, 2c or 3)"))
     }
 }
 

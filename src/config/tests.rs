@@ -2326,3 +2326,19 @@ fn an_empty_v1_v2c_community_is_refused_at_its_line() {
         assert!(errs_or_none(&ok).is_empty(), "{ok}\n{:#?}", errs_or_none(&ok));
     }
 }
+
+/// Every spelling of an SNMP version the loader takes is in the README's `[snmp]`
+/// `version` row (`"v2c"` and `"2"` were taken but said nowhere).
+#[test]
+fn the_readme_names_every_snmp_version_spelling() {
+    let row = readme_row("[snmp]", "version");
+    for (spelling, want) in SnmpVersion::SPELLINGS {
+        let cfg = parse(&format!("[snmp]\nversion = \"{spelling}\"\n"))
+            .unwrap_or_else(|e| panic!("{spelling}: {e:#?}"));
+        assert_eq!(SnmpVersion::from(cfg.snmp.version), want, "{spelling}");
+        assert!(
+            row.contains(&format!("`\"{spelling}\"`")),
+            "README's [snmp] version row lacks \"{spelling}\": {row}"
+        );
+    }
+}
