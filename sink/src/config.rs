@@ -20,6 +20,12 @@ pub const MAX_DURATION: Duration = Duration::from_secs(100 * 365 * 86_400);
 /// [`MAX_DURATION`]: every duration of the config and of the command line.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     match humantime::parse_duration(s) {
+        // humantime's "M" is a month; in Zabbix (and to most readers of "5M" beside
+        // "5m") it is minutes: an interval meant as minutes would poll once a month.
+        Ok(_) if s.split(|c: char| !c.is_alphabetic()).any(|unit| unit == "M") => Err(format!(
+            "invalid duration {s:?}: \"M\" would be months; write minutes as \"m\" (e.g. {:?}), months as \"months\"",
+            s.replace('M', "m")
+        )),
         Ok(d) if d <= MAX_DURATION => Ok(d),
         Ok(_) => Err(format!("invalid duration {s:?}: longer than 100 years")),
         // What Zabbix takes and netpoller does not, said as such.
@@ -540,6 +546,22 @@ mod tests {
             .err()
             .unwrap();
         assert!(e.to_string().contains("invalid duration"), "{e}");
+    }
+
+    /// "5M" is five months to humantime, five minutes to someone who writes Zabbix
+    /// intervals: refused, with both spellings; "m" and "months" are taken.
+    #[test]
+    fn a_capital_m_is_refused_as_months_or_minutes() {
+        for s in ["5M", "1h5M", "5M 10s"] {
+            let e = parse_duration(s).unwrap_err();
+            assert!(
+                e.contains("\"M\" would be months; write minutes as \"m\"")
+                    && e.contains(&format!("{:?}", s.replace('M', "m"))),
+                "{s}: {e}"
+            );
+        }
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert!(parse_duration("3months").unwrap() > Duration::from_secs(90 * 86_400));
     }
 
     #[test]
