@@ -850,15 +850,19 @@ fn as_text(v: &mut Value) -> &mut String {
 }
 
 /// A number in text as Zabbix's numeric steps read one (`zbx_variant_set_numeric`):
-/// quotes, whitespace and a leading `+` ignored, `"5.0"` the whole number 5; an
-/// unsigned integer exact, anything else by [`text_to_float`].
+/// trimmed as a `uint` item's text ([`crate::value::trim_integer`]: line ends at the
+/// end, spaces, one pair of quotes, one `+`), `"5.0"` the whole number 5; an unsigned
+/// integer exact, anything else by [`crate::value::plain_float`] (a second `+` is no
+/// number, as in Zabbix).
 fn read_number(t: &str) -> Result<Num, &'static str> {
-    let t = crate::value::bare(t);
-    let t = t.strip_prefix('+').unwrap_or(t);
+    let t = crate::value::trim_integer(t);
+    if t.starts_with('+') {
+        return Err("is not a number");
+    }
     let whole = crate::value::del_zeros(t);
     match whole.parse::<u64>() {
         Ok(u) if whole.bytes().all(|b| b.is_ascii_digit()) => Ok(Num::U(u)),
-        _ => text_to_float(t).map(Num::F),
+        _ => crate::value::plain_float(whole).map(Num::F),
     }
 }
 
@@ -1252,6 +1256,25 @@ mod tests {
         let half = [Step::Multiplier(0.5)];
         let one = p.apply(sample(9, ValueType::Uint, 0, Value::Uint(7), &half));
         assert_eq!(value(one), Some(Ok(Value::Uint(3))));
+    }
+
+    /// A numeric step reads text as Zabbix's `zbx_variant_set_numeric` does: line ends
+    /// at the end, spaces, one pair of quotes and one `+` ignored, nothing else (a tab
+    /// around the number, or a second `+`, was ignored: "\t5" and "++5" were 5).
+    #[test]
+    fn a_numeric_step_reads_text_as_zabbix_does() {
+        let doubled = |text: &str| {
+            let v = Value::Str(text.into());
+            let steps = [Step::Multiplier(2.0)];
+            value(Preprocessor::default().apply(sample(1, ValueType::Float, 0, v, &steps))).unwrap()
+        };
+        for (text, want) in [(" \"+5\" \r\n", 10.0), ("5.50", 11.0), ("-2", -4.0)] {
+            assert_eq!(doubled(text), Ok(Value::Float(want)), "{text:?}");
+        }
+        for text in ["\t5", "5\t", "\n5", "++5", "\" 5\""] {
+            let e = doubled(text).unwrap_err();
+            assert_eq!(e.reason, ErrorReason::Unsupported, "{text:?}");
+        }
     }
 
     #[test]

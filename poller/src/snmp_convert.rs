@@ -5,14 +5,16 @@
 //! * noSuchObject / noSuchInstance / endOfMibView → [`ErrorReason::Unsupported`] with the
 //!   exception's name as text.
 //! * uint: INTEGER ≥ 0, Counter32, Gauge32, TimeTicks (hundredths of a second),
-//!   Counter64, an OCTET STRING holding a decimal unsigned integer (surrounding
-//!   whitespace ignored), net-snmp's Opaque-wrapped numbers ([`snmp::OpaqueNumber`]):
+//!   Counter64, an OCTET STRING holding a decimal unsigned integer (read as Zabbix
+//!   reads text, [`crate::value::text_to_uint`]: line ends at its end, spaces and one
+//!   pair of quotes around it ignored, no other white space), net-snmp's
+//!   Opaque-wrapped numbers ([`snmp::OpaqueNumber`]):
 //!   a UInt64 or Counter64 as a Counter64, an Int64 as an INTEGER (≥ 0), a Float or
 //!   Double ≥ 0 with its fraction cut (as a preprocessing step converts it). Negative
 //!   numbers and other text are errors.
 //! * float: any of the numbers above, an OCTET STRING holding a finite decimal number
-//!   (UCD-SNMP's `laLoad` "0.15"), or any Opaque-wrapped number, a negative Int64
-//!   included. NaN and infinities are errors.
+//!   (UCD-SNMP's `laLoad` "0.15"; [`crate::value::text_to_float`]), or any
+//!   Opaque-wrapped number, a negative Int64 included. NaN and infinities are errors.
 //! * str: numbers in decimal; OCTET STRING as text when it is valid UTF-8 without control
 //!   characters other than tab/CR/LF (a NUL ending text is dropped, as devices that send
 //!   C strings mean it, where net-snmp would show the octets in hex; but one byte other
@@ -476,6 +478,28 @@ mod tests {
         assert_eq!(convert(&v, ValueType::Uint), Ok(Value::Uint(5)));
         assert_eq!(convert(&v, ValueType::Float), Ok(Value::Float(5.0)));
         assert_eq!(convert(&v, ValueType::Str), Ok(Value::Str("5".into())));
+    }
+
+    /// Text numbers are trimmed as Zabbix trims them: line ends at the end, spaces and
+    /// one pair of quotes; a tab, or a line end before the number, makes it no number
+    /// (they were ignored: "\t42" was 42).
+    #[test]
+    fn text_numbers_keep_white_space_zabbix_keeps() {
+        for (text, want) in [("42\r\n", 42), (" 42 \n", 42), (" \"+42\" ", 42)] {
+            assert_eq!(text_as_uint(text), Value::Uint(want), "{text:?}");
+        }
+        for text in ["\t42", "42\t", "\n42", "42\n ", "\" 42\"", "\u{a0}42"] {
+            let v = VarValue::OctetString(text.as_bytes().to_vec());
+            err(v.clone(), ValueType::Uint);
+            err(v, ValueType::Float);
+        }
+        assert_eq!(
+            ok(
+                VarValue::OctetString(b" \"0.5\"\r\n".to_vec()),
+                ValueType::Float
+            ),
+            Value::Float(0.5)
+        );
     }
 
     /// net-snmp's Opaque UInt64 (`9f 7b`) and Counter64 (`9f 76`): numbers to Zabbix

@@ -54,26 +54,38 @@ impl Value {
     }
 }
 
-/// A text that should hold a number as Zabbix reads it: whitespace around it and one
-/// pair of double quotes ignored.
+/// A text that should hold a number, trimmed as Zabbix trims one before reading it
+/// (`variant_to_dbl`, `variant_to_ui64` and `zbx_variant_set_numeric` in its
+/// variant.c): line ends at its end dropped (`zbx_rtrim(buffer, "\n\r")`), then
+/// spaces at both ends and one pair of double quotes around the rest
+/// (`zbx_trim_float`), what is inside the quotes kept as it is. No other white space
+/// is dropped: `"\t5"`, `"\n5"`, `"5\t"` and `"\" 5\""` are no numbers to Zabbix.
 pub fn bare(t: &str) -> &str {
-    let t = t.trim();
+    let t = t.trim_end_matches(['\n', '\r']).trim_matches(' ');
     t.strip_prefix('"')
         .and_then(|x| x.strip_suffix('"'))
-        .map_or(t, str::trim)
+        .unwrap_or(t)
+}
+
+/// [`bare`], then one leading `+` dropped: Zabbix's `zbx_trim_integer`, which reads
+/// text for a `uint` item and for a numeric preprocessing step (`"+5"` and
+/// `" \"+5\" "` are 5; a second `+` stays, and is no number).
+pub fn trim_integer(t: &str) -> &str {
+    let t = bare(t);
+    t.strip_prefix('+').unwrap_or(t)
 }
 
 /// An unsigned integer written as text, as a `uint` item takes one (Zabbix 7's
-/// conversion): decimal digits (a leading `+`, quotes and whitespace around them
-/// ignored, and a fraction of zeros, exactly: `"5.0"` → 5), or a decimal number, its
-/// fraction cut (`"5.5"` → 5, `"1e3"` → 1000). `Err`: why not, for an error text.
+/// `variant_to_ui64`): trimmed by [`trim_integer`], a fraction of zeros dropped
+/// ([`del_zeros`]: `"5.0"` → 5), then decimal digits, or else a decimal number
+/// ([`plain_float`]), its fraction cut (`"5.5"` → 5, `"1e3"` → 1000). `Err`: why not,
+/// for an error text.
 pub fn text_to_uint(t: &str) -> Result<u64, &'static str> {
-    let t = bare(t);
-    let t = del_zeros(t.strip_prefix('+').unwrap_or(t));
+    let t = del_zeros(trim_integer(t));
     if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
         return t.parse().map_err(|_| "is out of range");
     }
-    text_to_float(t)
+    plain_float(t)
         .map_err(|_| "is not an unsigned integer")
         .and_then(float_to_uint)
 }
@@ -83,7 +95,7 @@ pub fn text_to_uint(t: &str) -> Result<u64, &'static str> {
 /// point when nothing is left after it (`"5.0"` → `"5"`, `"5.10"` → `"5.1"`, `".0"` →
 /// `""`); a number with an exponent or more than one point as it is. So an integer with
 /// a zero fraction is read whole, not through a double (which rounds past 2^53).
-pub(crate) fn del_zeros(t: &str) -> &str {
+pub fn del_zeros(t: &str) -> &str {
     if t.contains(['e', 'E']) || t.matches('.').count() != 1 {
         return t;
     }
@@ -118,11 +130,16 @@ pub fn storable_float(f: f64) -> Result<f64, &'static str> {
     }
 }
 
-/// A number written as text, as a `float` item takes one: plain decimal notation
-/// ("0.15", "-3", "1e3"; never "inf", "nan" or hex), finite, quotes and whitespace
-/// around it ignored. `Err`: why not, for an error text.
+/// A number written as text, as a `float` item takes one (Zabbix's `variant_to_dbl`):
+/// trimmed by [`bare`], then [`plain_float`]. `Err`: why not, for an error text.
 pub fn text_to_float(t: &str) -> Result<f64, &'static str> {
-    let t = bare(t);
+    plain_float(bare(t))
+}
+
+/// A number in plain decimal notation and nothing around it, as Zabbix's
+/// `zbx_is_double` reads one ("0.15", "-3", "+1e3"; never "inf", "nan", hex or white
+/// space), that a `float` item may store ([`storable_float`]). `Err`: why not.
+pub fn plain_float(t: &str) -> Result<f64, &'static str> {
     let plain = !t.is_empty()
         && t.bytes()
             .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'+' | b'e' | b'E'));
@@ -291,6 +308,51 @@ mod tests {
             let t = Value::Float(v).to_string();
             assert_eq!(text_to_float(&t), Ok(v), "{t}");
         }
+    }
+
+    /// [`bare`] against the cases of Zabbix's own test of `zbx_trim_float`
+    /// (tests/libs/zbxcommon/zbx_trim_float.yaml), and the line ends its callers drop
+    /// first. All white space was trimmed, inside the quotes too.
+    #[test]
+    fn text_is_trimmed_as_zabbix_trims_a_number() {
+        for (text, want) in [
+            (" 123", "123"),
+            ("  123  ", "123"),
+            ("\"123\"", "123"),
+            ("  \"123\"  ", "123"),
+            ("", ""),
+            ("\"", "\""),
+            ("\"\"", ""),
+            (" \" \" ", " "),
+            (" \"", "\""),
+            ("\" 123 \"", " 123 "),
+            (" \"123 \" ", "123 "),
+            ("++123", "++123"),
+            ("+\"123\"", "+\"123\""),
+            (" \"+123\" ", "+123"),
+            // Line ends at the end only, before the spaces are trimmed.
+            ("123\r\n", "123"),
+            ("123 \n", "123"),
+            ("123\n ", "123\n"),
+            ("\n123", "\n123"),
+            ("\t123", "\t123"),
+            ("123\t", "123\t"),
+        ] {
+            assert_eq!(bare(text), want, "{text:?}");
+        }
+        assert_eq!(trim_integer(" \"+123\" "), "123");
+        assert_eq!(trim_integer("++123"), "+123");
+        assert_eq!(text_to_uint("\t5"), Err("is not an unsigned integer"));
+        assert_eq!(text_to_float("5\t"), Err("is not a number"));
+        assert_eq!(text_to_float("\" 5\""), Err("is not a number"));
+        // Zabbix 7's fallback reads the trimmed text once: a fraction cut, a second
+        // `+` read as a sign.
+        assert_eq!(text_to_uint(" \"7.9\" "), Ok(7));
+        assert_eq!(text_to_uint("++7.9"), Ok(7));
+        assert_eq!(
+            text_to_uint("\"\"7.9\"\""),
+            Err("is not an unsigned integer")
+        );
     }
 
     /// Zabbix's range of float values: ±1e308 (`zbx_validate_value_dbl`).
