@@ -16,13 +16,12 @@
 //!   (UCD-SNMP's `laLoad` "0.15"; [`crate::value::text_to_float`]), or any
 //!   Opaque-wrapped number, a negative Int64 included. NaN and infinities are errors.
 //! * str: numbers in decimal; OCTET STRING as text when it is valid UTF-8 without control
-//!   characters other than tab/CR/LF (a NUL ending text is dropped, as devices that send
-//!   C strings mean it, where net-snmp would show the octets in hex; but one byte other
-//!   than a letter or digit before it is a bit string, BITS `40 00` or a port list
-//!   `20 00`, and stays hex), otherwise hex octets
-//!   `AA BB CC` like net-snmp's Hex-STRING; OID as `.1.3.6…`; IpAddress as a dotted
-//!   quad; an Opaque-wrapped number as the number (a Float or Double as a float prints,
-//!   an integer in decimal), other Opaque as hex.
+//!   characters other than tab/CR/LF, otherwise hex octets `AA BB CC` like net-snmp's
+//!   Hex-STRING, which is what Zabbix stores for them (a NUL anywhere, a C string's
+//!   terminator too, makes the octets hex: `abc\0` is `61 62 63 00`, as net-snmp prints
+//!   it); OID as `.1.3.6…`; IpAddress as a dotted quad; an Opaque-wrapped number as the
+//!   number (a Float or Double as a float prints, an integer in decimal), other Opaque
+//!   as hex.
 //! * NULL is an error for every type.
 //!
 //! Zabbix (checks_snmp.c) converts an Opaque Int64 as an INTEGER and a UInt64 as a
@@ -140,33 +139,21 @@ fn int_to_uint(i: i64) -> Result<u64, &'static str> {
     u64::try_from(i).map_err(|_| "is negative")
 }
 
-/// The octets as text, if they are text (see the module docs).
+/// The octets as text, if they are text (see the module docs): valid UTF-8 without a
+/// control character other than tab, CR and LF. A NUL anywhere, a C string's
+/// terminator too, makes them binary: net-snmp prints them as a Hex-STRING, and
+/// Zabbix stores that hex (its UTF-8 reading refuses octets with a NUL as well).
 fn text_of(s: &[u8]) -> Option<&str> {
-    // A C string's terminator after text; a lone NUL is a byte, not empty text.
-    let s = match s.split_last() {
-        Some((0, body)) if !body.is_empty() => body,
-        _ => s,
-    };
     let t = std::str::from_utf8(s).ok()?;
     t.chars()
         .all(|c| !c.is_control() || matches!(c, '\t' | '\r' | '\n'))
         .then_some(t)
 }
 
-/// The octets as a str item keeps them: text, or hex when they are not text or are a
-/// bit string (BITS `40 00`, a port list `20 00`: one or two bytes ending in NUL read as
-/// a one-letter C string, but numbers and names are longer or have a digit or letter).
-fn str_of(s: &[u8]) -> Option<&str> {
-    match s {
-        [b, 0] if !b.is_ascii_alphanumeric() => None,
-        _ => text_of(s),
-    }
-}
-
 fn to_str(v: &VarValue) -> String {
     match v {
         VarValue::Integer(i) => i.to_string(),
-        VarValue::OctetString(s) => match str_of(s) {
+        VarValue::OctetString(s) => match text_of(s) {
             Some(t) => t.to_string(),
             None => snmp::hex_string(s),
         },
@@ -319,9 +306,10 @@ mod tests {
             ok(VarValue::OctetString(b"Linux box".to_vec()), ValueType::Str),
             Value::Str("Linux box".into())
         );
+        // A C string's terminator is a NUL like any other: hex, as Zabbix stores it.
         assert_eq!(
             ok(VarValue::OctetString(b"abc\0".to_vec()), ValueType::Str),
-            Value::Str("abc".into())
+            Value::Str("61 62 63 00".into())
         );
         // A lone NUL is a byte (a flag, a bitmask), not empty text.
         assert_eq!(
@@ -456,28 +444,25 @@ mod tests {
         assert_eq!(convert(&v, ValueType::Uint), Ok(Value::Uint(2)));
     }
 
-    /// A 2-octet BITS value such as hrPrinterDetectedErrorState noPaper(1) = 40 00
-    /// was stored as the text "@" (net-snmp and Zabbix: Hex-STRING 40 00), and a port
-    /// list 20 00 as a lone space; text with its C terminator is still text.
+    /// Octets with a NUL are hex, as net-snmp prints them and Zabbix stores them: a
+    /// 2-octet BITS value such as hrPrinterDetectedErrorState noPaper(1) = 40 00, a
+    /// port list 20 00, and text with a C string's terminator alike (its NUL was
+    /// dropped: "eth0", and "5\0" was the number 5, which Zabbix's `35 00` is not).
     #[test]
-    fn short_binary_ending_in_nul_stays_hex() {
-        assert_eq!(
-            ok(VarValue::OctetString(vec![0x40, 0x00]), ValueType::Str),
-            Value::Str("40 00".into())
-        );
-        assert_eq!(
-            ok(VarValue::OctetString(vec![0x20, 0x00]), ValueType::Str),
-            Value::Str("20 00".into())
-        );
-        assert_eq!(
-            ok(VarValue::OctetString(b"eth0\0".to_vec()), ValueType::Str),
-            Value::Str("eth0".into())
-        );
-        // A one-digit number as a C string is still the number, in every type.
-        let v = VarValue::OctetString(b"5\0".to_vec());
-        assert_eq!(convert(&v, ValueType::Uint), Ok(Value::Uint(5)));
-        assert_eq!(convert(&v, ValueType::Float), Ok(Value::Float(5.0)));
-        assert_eq!(convert(&v, ValueType::Str), Ok(Value::Str("5".into())));
+    fn octets_with_a_nul_are_hex() {
+        for (octets, hex) in [
+            (&b"@\0"[..], "40 00"),
+            (b" \0", "20 00"),
+            (b"eth0\0", "65 74 68 30 00"),
+            (b"ab\0cd", "61 62 00 63 64"),
+            (b"5\0", "35 00"),
+        ] {
+            let v = VarValue::OctetString(octets.to_vec());
+            assert_eq!(convert(&v, ValueType::Str), Ok(Value::Str(hex.into())));
+            assert_eq!(convert(&v, natural_type(&v)), Ok(Value::Str(hex.into())));
+            err(v.clone(), ValueType::Uint);
+            err(v, ValueType::Float);
+        }
     }
 
     /// Text numbers are trimmed as Zabbix trims them: line ends at the end, spaces and
