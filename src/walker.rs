@@ -364,9 +364,12 @@ fn columns_by_rows(rows: &[Index]) -> bool {
 
 /// A value as text, for a row filter (`None`: an exception, which never matches): a
 /// printable string as it is, binary as Hex-STRING, numbers in decimal (an
-/// Opaque-wrapped one too, as a `str` item has it: `0.15` for UCD-SNMP's `laLoadFloat`).
+/// Opaque-wrapped one too, as a `str` item has it: `0.15` for UCD-SNMP's `laLoadFloat`),
+/// a NULL as the text `NULL` (Zabbix's walk hands a discovery that text, as a `str`
+/// item stores it).
 pub fn value_text(v: &VarValue) -> Option<String> {
     Some(match v {
+        VarValue::Null => poller::snmp_convert::NULL_TEXT.into(),
         VarValue::Integer(i) => i.to_string(),
         VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => n.to_string(),
         VarValue::Counter64(n) => n.to_string(),
@@ -486,6 +489,20 @@ mod tests {
         assert!(opaque(&float).unwrap().starts_with("0.15"));
         assert_eq!(opaque(&[0x9f, 0x7a, 1, 0xff]).as_deref(), Some("-1"));
         assert_eq!(opaque(&[0x9f, 0x77, 1, 5]).as_deref(), Some("9F 77 01 05"));
+    }
+
+    /// A filter sees a NULL as the text `NULL`, as a `str` item holds it and Zabbix's
+    /// walk gives a discovery macro (it saw no value, which no condition takes); an
+    /// exception still has none.
+    #[test]
+    fn a_filter_sees_a_null_as_a_str_item_has_it() {
+        let as_item =
+            match poller::snmp_convert::convert(&VarValue::Null, poller::value::ValueType::Str) {
+                Ok(poller::value::Value::Str(s)) => s,
+                other => panic!("{other:?}"),
+            };
+        assert_eq!(value_text(&VarValue::Null), Some(as_item));
+        assert_eq!(value_text(&VarValue::NoSuchInstance), None);
     }
 
     fn rows(list: &[&[u32]]) -> Vec<Index> {

@@ -22,7 +22,8 @@
 //!   it); OID as `.1.3.6…`; IpAddress as a dotted quad; an Opaque-wrapped number as the
 //!   number (a Float or Double as a float prints, an integer in decimal), other Opaque
 //!   as hex.
-//! * NULL is an error for every type.
+//! * NULL is the text `NULL` in a `str` item (and for preprocessing steps), as Zabbix
+//!   keeps it; a number item does not take it (an error).
 //!
 //! Zabbix (checks_snmp.c) converts an Opaque Int64 as an INTEGER and a UInt64 as a
 //! Counter32 (a Counter64 as a Counter64), but reads both through `val.integer`, a
@@ -38,6 +39,10 @@ use crate::value::{
     float_to_uint, storable_float, text_to_float, text_to_uint, ErrorReason, ItemError, Value,
     ValueType,
 };
+
+/// What a `str` item stores for an SNMP NULL, as Zabbix does (`zbx_snmp_set_result`:
+/// `SET_STR_RESULT(result, zbx_strdup(NULL, "NULL"))`).
+pub const NULL_TEXT: &str = "NULL";
 
 fn unsupported(text: String) -> ItemError {
     ItemError::new(ErrorReason::Unsupported, text)
@@ -66,7 +71,14 @@ pub fn convert(v: &VarValue, vt: ValueType) -> Result<Value, ItemError> {
         return Err(unsupported(format!("the agent sent {why}")));
     }
     if matches!(v, VarValue::Null) {
-        return Err(unsupported("NULL value".to_string()));
+        // Zabbix keeps an SNMP NULL as the text "NULL" (ZBX-22026), which no number
+        // item takes.
+        return match vt {
+            ValueType::Str => Ok(Value::Str(NULL_TEXT.into())),
+            _ => Err(unsupported(format!(
+                "NULL value is not a number for value type {vt}"
+            ))),
+        };
     }
     match vt {
         ValueType::Uint => to_uint(v).map(Value::Uint),
@@ -360,7 +372,7 @@ mod tests {
     }
 
     #[test]
-    fn exceptions_and_null_are_unsupported() {
+    fn exceptions_are_unsupported() {
         for (v, name) in [
             (VarValue::NoSuchObject, "noSuchObject"),
             (VarValue::NoSuchInstance, "noSuchInstance"),
@@ -373,10 +385,6 @@ mod tests {
                 );
             }
         }
-        assert_eq!(
-            err(VarValue::Null, ValueType::Str).reason,
-            ErrorReason::Unsupported
-        );
         // A value the agent sent that could not be read: unsupported, with why (as
         // text it is not the hex of its bytes).
         let odd = VarValue::Undecodable {
@@ -462,6 +470,29 @@ mod tests {
             assert_eq!(convert(&v, natural_type(&v)), Ok(Value::Str(hex.into())));
             err(v.clone(), ValueType::Uint);
             err(v, ValueType::Float);
+        }
+    }
+
+    /// An SNMP NULL (an agent's "no value") is the text `NULL` in a `str` item and for
+    /// preprocessing steps, as Zabbix keeps it (`SET_STR_RESULT "NULL"`); it made the
+    /// item not supported. A number item does not take it.
+    #[test]
+    fn null_is_the_text_null() {
+        assert_eq!(
+            convert(&VarValue::Null, ValueType::Str),
+            Ok(Value::Str("NULL".into()))
+        );
+        assert_eq!(
+            convert(&VarValue::Null, natural_type(&VarValue::Null)),
+            Ok(Value::Str("NULL".into()))
+        );
+        for vt in [ValueType::Uint, ValueType::Float] {
+            let e = err(VarValue::Null, vt);
+            assert_eq!(e.reason, ErrorReason::Unsupported);
+            assert_eq!(
+                e.text,
+                format!("NULL value is not a number for value type {vt}")
+            );
         }
     }
 
