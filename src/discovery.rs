@@ -23,6 +23,9 @@
 //!   what was found without waiting for the walks; rows the loader refused are never
 //!   saved. A refusal keeps out the rows of the host's rules refused, not the other
 //!   hosts' rows found meanwhile ([`plan_rows`]).
+//! * A round the daemon cuts short (a stop, a reload) makes no plan past the one in
+//!   progress: the rows of the plans it took are planned and saved as any round's, the
+//!   others stay pending in `found` ([`plan_rows`]'s `cut`).
 //! * A walk waits at most [`walker::STOP_CHECK`] before it sees the daemon stopping.
 //! * Walks run on blocking threads, at most [`CONCURRENT_WALKS`] at once, never on the
 //!   engines' threads: discovery cannot delay polling.
@@ -248,8 +251,8 @@ pub struct Settled {
     /// the change again (and tries again) rather than a plan or a reload taking rows
     /// that cannot be planned.
     pub refused: Vec<Refused>,
-    /// The host's rules left untried once the round's plans were spent: still pending
-    /// in `found`, for the next round.
+    /// The host's rules left untried once the round's plans were spent, or once it was
+    /// cut: still pending in `found`, for the next round.
     pub untried: usize,
     /// Why a plan of the rows the running plan has was refused (not expected: they
     /// were planned with the same text).
@@ -270,7 +273,7 @@ pub struct Refused {
 /// Plans more than this many times in one round (past the first) only to find one
 /// refused host's rule among many pending: each plan parses the whole file again
 /// (about 0.35 s at a million items), and while a round plans, on a thread of its own,
-/// the daemon's reloads, stop and next round wait for it.
+/// the daemon's next round waits for it (a reload or a stop cuts it short: `cut`).
 pub const SPLIT_PLANS: u32 = 4;
 
 /// Plans the rows `found` has that the running plan's rows `applied` have not, with
@@ -286,9 +289,15 @@ pub const SPLIT_PLANS: u32 = 4;
 /// the caller gives the rows it keeps the running plan's rows of each refused host's
 /// rule ([`put_back`]), once (the daemon plans a copy off its thread and puts back
 /// into its live rows; putting back into the copy as well was work thrown away).
+///
+/// Once `cut` is set (by another thread: the daemon stopping or reloading), no other
+/// plan is made: the plan in progress ends as any does (taken or refused), and the
+/// rows not planned yet are left untried. So a round cut short leaves `applied` the
+/// rows of the last plan taken (the one running), never a plan half made.
 pub fn plan_rows(
     applied: &mut Found,
     found: &Found,
+    cut: &AtomicBool,
     mut try_plan: impl FnMut(&Found) -> Result<(), crate::config::ConfigErrors>,
 ) -> Settled {
     let mut settled = Settled::default();
@@ -308,6 +317,10 @@ pub fn plan_rows(
         .collect();
     pending.sort_unstable();
     pending.dedup();
+    if cut.load(Ordering::Relaxed) {
+        settled.untried = pending.len();
+        return settled;
+    }
     // Also when nothing differs (a plan of the rows it runs with is not expected to be
     // refused, but then it is said, not lost).
     let first = match try_plan(found) {
@@ -325,7 +338,7 @@ pub fn plan_rows(
     while let Some((part, refused)) = parts.pop() {
         let why = match refused {
             Some(e) => e,
-            None if plans == 0 => {
+            None if plans == 0 || cut.load(Ordering::Relaxed) => {
                 settled.untried += part.len();
                 continue;
             }
@@ -377,16 +390,18 @@ pub fn put_back(found: &mut Found, applied: &Found, refused: &[Refused]) {
 
 /// [`plan_rows`] round after round until every pending host's rule is settled, for a
 /// plan made once that holds no polling thread (a start, `poll-once`): the round's
-/// bound on plans keeps the daemon's reloads and stop from waiting long, not these. Returns the host's rules
-/// refused (each round settles one at least).
+/// bound on plans is for the daemon, whose next round waits for one, not for these.
+/// Returns the host's rules refused (each round settles one at least).
 pub fn plan_all_rows(
     applied: &mut Found,
     found: &mut Found,
     mut try_plan: impl FnMut(&Found) -> Result<(), crate::config::ConfigErrors>,
 ) -> Vec<Refused> {
     let mut refused = Vec::new();
+    // Never cut: nothing stops or reloads meanwhile.
+    let uncut = AtomicBool::new(false);
     loop {
-        let settled = plan_rows(applied, found, &mut try_plan);
+        let settled = plan_rows(applied, found, &uncut, &mut try_plan);
         put_back(found, applied, &settled.refused);
         refused.extend(settled.refused);
         if settled.untried == 0 {
@@ -762,11 +777,14 @@ mod tests {
         let mut f = found(&[("a", "r"), ("b", "r"), ("bad", "r"), ("c", "r"), ("c", "s")]);
         f.set(&"a".into(), &"r".into(), Indices::parse("1-3").unwrap());
         let mut planned = Vec::new();
-        let settled = plan_rows(&mut applied, &f, |rows| match rows.rows("bad", "r") {
-            Some(_) => Err(refusal("itemid 7 is also the item d[1] of bad's")),
-            None => {
-                planned.push(rows.clone());
-                Ok(())
+        let uncut = AtomicBool::new(false);
+        let settled = plan_rows(&mut applied, &f, &uncut, |rows| {
+            match rows.rows("bad", "r") {
+                Some(_) => Err(refusal("itemid 7 is also the item d[1] of bad's")),
+                None => {
+                    planned.push(rows.clone());
+                    Ok(())
+                }
             }
         });
         put_back(&mut f, &applied, &settled.refused);
@@ -791,12 +809,46 @@ mod tests {
         let mut f2 = f.clone();
         f2.set(&"d".into(), &"r".into(), Indices::parse("4").unwrap());
         let mut plans = 0;
-        let settled = plan_rows(&mut applied, &f2, |_| {
+        let settled = plan_rows(&mut applied, &f2, &uncut, |_| {
             plans += 1;
             Ok(())
         });
         assert_eq!((plans, settled.planned, settled.refused.len()), (1, 1, 0));
         assert_eq!(applied, f2);
+    }
+
+    /// A round cut while it plans (the daemon stopping, or reloading) makes no plan
+    /// past the one in progress: the rows it had not planned stay pending, the running
+    /// plan's rows (`applied`) are those of the last plan taken. Before, the round
+    /// planned on (here in halves, after the first plan was refused) and the stop or
+    /// reload waited for it.
+    #[test]
+    fn a_cut_round_makes_no_plan_past_the_one_in_progress() {
+        let mut applied = found(&[("a", "r")]);
+        let f = found(&[("a", "r"), ("b", "r"), ("bad", "r"), ("c", "r")]);
+        let before = (applied.clone(), f.clone());
+        let cut = AtomicBool::new(false);
+        let mut plans = 0;
+        let settled = plan_rows(&mut applied, &f, &cut, |rows| {
+            plans += 1;
+            // Cut while the first plan (all rows at once) is made: it is refused.
+            cut.store(true, Ordering::Relaxed);
+            match rows.rows("bad", "r") {
+                Some(_) => Err(refusal("past the limit")),
+                None => Ok(()),
+            }
+        });
+        assert_eq!(plans, 1, "{settled:?}");
+        assert_eq!((settled.planned, settled.refused.len()), (0, 0));
+        assert_eq!(settled.untried, 3, "b, bad and c: still pending");
+        assert_eq!((applied, f), before, "nothing planned, nothing put back");
+
+        // Cut before its first plan: none is made.
+        let mut applied = found(&[("a", "r")]);
+        let f = found(&[("a", "r"), ("b", "r")]);
+        let settled = plan_rows(&mut applied, &f, &cut, |_| panic!("planned"));
+        assert_eq!((settled.planned, settled.untried), (0, 1));
+        assert_eq!(applied, found(&[("a", "r")]));
     }
 
     /// A limit many hosts' rows reach together: each round plans what fits and refuses
@@ -814,7 +866,7 @@ mod tests {
         loop {
             let mut plans = 0;
             let before = f.clone();
-            let s = plan_rows(&mut applied, &f, |rows| {
+            let s = plan_rows(&mut applied, &f, &AtomicBool::new(false), |rows| {
                 plans += 1;
                 match rows_in(rows) {
                     n if n > 25 => Err(refusal("past the limit")),

@@ -10,10 +10,12 @@
 //! deadline, save the trends hours still open for the next start (or write them, if
 //! they cannot be saved), flush the sink (insert or spool) and exit 0. SIGHUP reloads
 //! the config: a valid new config takes effect at each item's next slot; an invalid one
-//! is logged with all its errors and the old one keeps running.
+//! is logged with all its errors and the old one keeps running. Either, coming while a
+//! discovery re-plan plans, cuts it short after its plan in progress (see `Plans`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -126,7 +128,7 @@ async fn daemon(
     args: Args,
     cfg: Config,
     plan: Plan,
-    (mut text, found): (Arc<str>, Found),
+    (text, found): (Arc<str>, Found),
     (icmp_drivers, snmp): (
         Vec<poller::icmp_driver::IcmpDriver>,
         poller::daemon::SnmpDrivers,
@@ -172,10 +174,10 @@ async fn daemon(
     let (tx, rx) = poller::engine::channel(cfg.daemon.channel_capacity);
 
     // Discovery: walks the hosts' tables in the background and asks for a re-plan
-    // (below, with the SIGHUP reloads: one place changes the plan) when rows change.
-    // `applied`: the rows of the running plan; `found`: those discovery found since;
-    // `targets_tx` holds the running plan's targets, what its rows were found for.
-    let mut applied = found.clone();
+    // (below, with the SIGHUP reloads: one place changes the plan, `Plans`) when rows
+    // change. `applied`: the rows of the running plan; `found`: those discovery found
+    // since; `targets_tx` holds the running plan's targets, what its rows were found for.
+    let applied = found.clone();
     // The rows discovery finds are saved where this start read them, until a restart.
     let discovery_file = cfg.discovery_file(args.plan.shard);
     let found = Arc::new(Mutex::new(found));
@@ -291,54 +293,42 @@ async fn daemon(
     let files =
         trends.then(|| OpenHoursFiles::new(&cfg.daemon.spool_dir, cfg.daemon.trends_checkpoint));
     let mut consumer = tokio::spawn(consume(rx, sink_handle, shared.clone(), trends, files));
+    let mut plans = Plans {
+        args,
+        cfg,
+        shared: shared.clone(),
+        text,
+        icmp: (icmp_threads, icmp_sockets, cores),
+        applied,
+        found,
+        targets: targets_tx,
+        discovery_file,
+        metrics: discovery_metrics,
+        round: None,
+        reload_due: false,
+        replan_again: None,
+    };
+    let signals = async || {
+        tokio::select! {
+            _ = term.recv() => Signal::Term,
+            _ = int.recv() => Signal::Int,
+            _ = hup.recv() => Signal::Hup,
+        }
+    };
     // The consumer's result, should it end before the stop (it panicked: nothing would
     // read the engines' values any more).
-    let mut consumer_ended = None;
-    let mut exit = ExitCode::SUCCESS;
-    // When to plan again the rows a discovery re-plan left untried.
-    let mut replan_again: Option<tokio::time::Instant> = None;
-    loop {
-        tokio::select! {
-            r = &mut consumer => {
-                tracing::error!(error = ?r.as_ref().err(), "the sink consumer ended: stopping with exit status 1 so that the service manager starts netpoller again (a bug: please report it with this log)");
-                consumer_ended = Some(r);
-                exit = ExitCode::FAILURE;
-                break;
-            }
-            Some(why) = failed_rx.recv() => {
-                tracing::error!(error = %why, "stopping with exit status 1 so that the service manager starts netpoller again (a bug: please report it with this log); the values polled so far are written or spooled");
-                exit = ExitCode::FAILURE;
-                break;
-            }
-            _ = term.recv() => { tracing::info!("SIGTERM: stopping"); break; }
-            _ = int.recv() => { tracing::info!("SIGINT: stopping"); break; }
-            _ = hup.recv() => {
-                let wanted = move |rate| icmp_thread_count(rate, icmp_sockets, cores);
-                let rows = (&*found, &mut applied, &targets_tx);
-                let reload = reload_off_thread(&args, &cfg, &shared, icmp_threads, wanted, rows);
-                let Some(loaded) = reload.await else { break };
-                if let Some(new_text) = loaded {
-                    text = new_text;
-                }
-            }
-            // Discovery found other rows, or a round left rows untried (one host's
-            // refusal among many pending) and their time came.
-            () = async {
-                let untried = async { match replan_again {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                } };
-                tokio::select! {
-                    Some(()) = replan_rx.recv() => {}
-                    () = untried => {}
-                }
-            } => {
-                let more = replan_found(&args, &discovery_file, &shared, &text, &found, &mut applied, &discovery_metrics).await;
-                replan_again = more.then(|| tokio::time::Instant::now() + crate::discovery::REPLAN_EVERY);
-            }
-        }
-    }
+    let (mut exit, consumer_ended) = serve(
+        &mut plans,
+        signals,
+        &mut consumer,
+        &mut failed_rx,
+        &mut replan_rx,
+    )
+    .await;
     let _ = shutdown_tx.send(true);
+    // A re-plan round the stop came in: cut, its plan in progress awaited (the engines
+    // wind down meanwhile), its rows applied and saved for the next start.
+    plans.stop().await;
     let _ = discovery.await;
     // Engines end once their running iterations reached their deadline.
     for (engine, thread) in engines {
@@ -387,130 +377,361 @@ async fn daemon(
     Ok(exit)
 }
 
-/// Runs `f` (a reload, a re-plan: they parse the whole file, 0.35 s at a million items)
-/// on a thread of the blocking pool, so that the daemon's thread runs the sink, its
-/// ClickHouse client, the HTTP endpoint (whose `/healthz` a supervisor may probe) and
-/// the discovery walks meanwhile; the caller waits for it (so reloads and re-plans
-/// still come one at a time). A panic in `f` goes on here; `None` only when the
-/// runtime shuts down.
-async fn off_thread<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
-    // Its logs go where this thread's go (the global subscriber; a test's own).
-    let logs = tracing::dispatcher::get_default(|d| d.clone());
-    match tokio::task::spawn_blocking(move || tracing::dispatcher::with_default(&logs, f)).await {
-        Ok(done) => Some(done),
-        // A bug in the loader: as if it had panicked here.
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        Err(_) => None,
+/// What the daemon's loop takes from its signals.
+#[derive(Debug, Clone, Copy)]
+enum Signal {
+    Term,
+    Int,
+    Hup,
+}
+
+/// The daemon's loop, until a stop: SIGTERM or SIGINT (from `signal`), an engine that
+/// failed (`failed`), a sink consumer that ended. A SIGHUP reloads; discovery's asks
+/// (`replan`) and the rows a round left untried start re-plan rounds ([`Plans`]).
+///
+/// A round plans [`off_thread`] (seconds, when rows are refused) and is awaited here
+/// among the rest, not inside an arm: a stop is taken at once (the caller then cuts
+/// the round, [`Plans::stop`]), and so is a SIGHUP ([`Plans::hangup`]). Returns the
+/// exit status and the consumer's result, if it ended.
+async fn serve(
+    plans: &mut Plans,
+    mut signal: impl AsyncFnMut() -> Signal,
+    consumer: &mut tokio::task::JoinHandle<u64>,
+    failed: &mut mpsc::UnboundedReceiver<String>,
+    replan: &mut mpsc::Receiver<()>,
+) -> (ExitCode, Option<Result<u64, tokio::task::JoinError>>) {
+    loop {
+        // One round at a time: discovery's ask waits in its channel while one plans.
+        let idle = plans.round.is_none();
+        let untried = plans.replan_again;
+        tokio::select! {
+            r = &mut *consumer => {
+                tracing::error!(error = ?r.as_ref().err(), "the sink consumer ended: stopping with exit status 1 so that the service manager starts netpoller again (a bug: please report it with this log)");
+                return (ExitCode::FAILURE, Some(r));
+            }
+            Some(why) = failed.recv() => {
+                tracing::error!(error = %why, "stopping with exit status 1 so that the service manager starts netpoller again (a bug: please report it with this log); the values polled so far are written or spooled");
+                return (ExitCode::FAILURE, None);
+            }
+            s = signal() => match s {
+                Signal::Term => { tracing::info!("SIGTERM: stopping"); break; }
+                Signal::Int => { tracing::info!("SIGINT: stopping"); break; }
+                Signal::Hup => {
+                    if plans.hangup().await.is_none() {
+                        break;
+                    }
+                }
+            },
+            ended = round_end(&mut plans.round) => {
+                if plans.round_ended(ended).await.is_none() {
+                    break;
+                }
+            }
+            // Discovery found other rows, or a round left rows untried (one host's
+            // refusal among many pending) and their time came.
+            () = async {
+                tokio::select! {
+                    Some(()) = replan.recv() => {}
+                    () = sleep_until_some(untried) => {}
+                }
+            }, if idle => plans.start_round(),
+        }
+    }
+    (ExitCode::SUCCESS, None)
+}
+
+/// What changes the running plan: SIGHUP reloads and discovery re-plan rounds. Both
+/// plan [`off_thread`], one at a time: both plan from the rows of the running plan
+/// (`applied`) and swap their plan in, so that one beside the other would swap in a
+/// plan without the other's changes.
+///
+/// Invariants: `applied` is the rows of the plan running, but while a round plans (it
+/// swaps in each plan it makes; its rows are applied when it ends, however it ends,
+/// and saved); the rows a round did not plan stay pending in `found` (discovery's,
+/// which only a reload prunes); a round is never dropped before it ends (it would
+/// leave a plan swapped in that `applied` and the file do not have).
+struct Plans {
+    args: Args,
+    /// The config the daemon started with: a reload names what differs from it and
+    /// needs a restart.
+    cfg: Arc<Config>,
+    shared: Arc<Shared>,
+    /// The running config's text, which a round plans again with other rows.
+    text: Arc<str>,
+    /// ICMP threads started, sweep sockets, cores: what a reload's rate is held to.
+    icmp: (usize, usize, usize),
+    applied: Found,
+    found: Arc<Mutex<Found>>,
+    /// The running plan's targets, what its rows were found for (discovery's).
+    targets: watch::Sender<Vec<crate::config::DiscoveryTarget>>,
+    /// Where the rows planned are saved ([`Plans::replan_found`]).
+    discovery_file: PathBuf,
+    metrics: Arc<DiscoveryMetrics>,
+    /// The re-plan round planning, if one is.
+    round: Option<Round>,
+    /// A SIGHUP came while a round planned: the reload comes once it has ended.
+    reload_due: bool,
+    /// When to plan again the rows a round left untried.
+    replan_again: Option<tokio::time::Instant>,
+}
+
+/// A discovery re-plan round planning [`off_thread`] ([`Plans::start_round`]).
+struct Round {
+    /// Set to make no plan past the one in progress ([`crate::discovery::plan_rows`]).
+    cut: Arc<AtomicBool>,
+    /// What cut it, if anything did.
+    cut_by: Option<Cut>,
+    started: std::time::Instant,
+    /// The round's end: its plans made (`None` only when the runtime shuts down).
+    planning: std::pin::Pin<Box<dyn std::future::Future<Output = Option<Planned>> + Send>>,
+}
+
+/// A round's result: the rows of the last plan it took (`applied`, or as they were),
+/// what it settled, and the targets of the last plan taken.
+type Planned = (
+    Found,
+    crate::discovery::Settled,
+    Option<Vec<crate::config::DiscoveryTarget>>,
+);
+
+/// What cut a round short.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Cut {
+    Reload,
+    Stop,
+}
+
+/// A round that ended ([`round_end`]).
+struct Ended {
+    started: std::time::Instant,
+    cut_by: Option<Cut>,
+    planned: Option<Planned>,
+}
+
+impl Round {
+    fn cut(&mut self, by: Cut) {
+        self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
+        // A stop after a SIGHUP's cut: the rows are not planned after a reload.
+        if self.cut_by != Some(Cut::Stop) {
+            self.cut_by = Some(by);
+        }
     }
 }
 
-/// Plans the rows discovery `found` with the running config `text`
-/// ([`crate::discovery::plan_rows`]): swaps in each plan the loader takes and saves its
-/// rows; the host's rules whose rows it refuses get back the running plan's rows
-/// (`applied`), so that a reload does not take them either, and are logged with the
-/// loader's reasons. Returns whether rows are still pending (not tried this round).
-///
-/// The round plans [`off_thread`] (when rows are refused, a round plans up to
-/// log2(pending) + 1 + [`crate::discovery::SPLIT_PLANS`] times), from a copy of
-/// `found`: rows the discovery task finds meanwhile stay in `found` for the next round,
-/// which it asks for.
-async fn replan_found(
-    args: &Args,
-    discovery_file: &Path,
-    shared: &Arc<Shared>,
-    text: &Arc<str>,
-    found: &Mutex<Found>,
-    applied: &mut Found,
-    metrics: &DiscoveryMetrics,
-) -> bool {
-    use std::sync::atomic::Ordering::Relaxed;
-    let started = std::time::Instant::now();
-    let round = {
-        let (plan_args, shared, text) = (args.plan.clone(), shared.clone(), text.clone());
-        let tried = found.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut applied = applied.clone();
-        move || {
+/// The end of the round in `slot` (taken out of it); without one, never. Cancel-safe:
+/// the round goes on when this is dropped before it ends.
+async fn round_end(slot: &mut Option<Round>) -> Ended {
+    let Some(round) = slot else {
+        return std::future::pending().await;
+    };
+    let planned = round.planning.as_mut().await;
+    let ended = Ended {
+        started: round.started,
+        cut_by: round.cut_by,
+        planned,
+    };
+    *slot = None;
+    ended
+}
+
+impl Plans {
+    /// SIGHUP: the reload; while a round plans, once it has ended, and the round cut
+    /// short. Waiting for the round is needed (both swap in plans of `applied`), but
+    /// not for all of it: the rest of its plans (up to ~5 s at a million items when
+    /// rows are refused) would plan rows with the config text the reload replaces.
+    /// Dropping it would be wrong: its thread swaps plans in as it goes, and
+    /// `applied` (and the file) would then lack the rows of the plan running. Cut, it ends after the plan in progress (its
+    /// rows applied and saved as any round's); the rows it did not plan stay pending
+    /// in `found`, and are planned by a round of their own, with the new text, as any
+    /// rows a round leaves untried (the reload plans `applied`, as it always does).
+    /// `None` only when the runtime shuts down.
+    async fn hangup(&mut self) -> Option<()> {
+        let Some(round) = &mut self.round else {
+            return self.reload().await;
+        };
+        round.cut(Cut::Reload);
+        self.reload_due = true;
+        tracing::info!("SIGHUP: the discovery re-plan in progress is cut short; the configuration is reloaded once its plan in progress ends");
+        Some(())
+    }
+
+    /// [`reload_off_thread`]; `None` only when the runtime shuts down.
+    async fn reload(&mut self) -> Option<()> {
+        let (started, sockets, cores) = self.icmp;
+        let wanted = move |rate| icmp_thread_count(rate, sockets, cores);
+        let rows = (&*self.found, &mut self.applied, &self.targets);
+        let loaded =
+            reload_off_thread(&self.args, &self.cfg, &self.shared, started, wanted, rows).await?;
+        if let Some(text) = loaded {
+            self.text = text;
+        }
+        Some(())
+    }
+
+    /// Starts a round of the rows discovery found ([`crate::discovery::plan_rows`]):
+    /// it swaps in each plan the loader takes. It plans [`off_thread`] (when rows are
+    /// refused, up to log2(pending) + 1 + [`crate::discovery::SPLIT_PLANS`] plans),
+    /// from a copy of `found`: rows the discovery task finds meanwhile stay in `found`
+    /// for the next round, which it asks for.
+    fn start_round(&mut self) {
+        let cut = Arc::new(AtomicBool::new(false));
+        let plan_args = self.args.plan.clone();
+        let (shared, text, until) = (self.shared.clone(), self.text.clone(), cut.clone());
+        let tried = self.found.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let mut applied = self.applied.clone();
+        let planning = off_thread(move || {
             // The targets of the last plan taken, whose rows are saved.
             let mut targets = None;
-            let settled = crate::discovery::plan_rows(&mut applied, &tried, |rows| {
+            let settled = crate::discovery::plan_rows(&mut applied, &tried, &until, |rows| {
                 let mut l = plan_args.replan(text.clone(), rows)?;
                 shared.replace_plan(std::mem::take(&mut l.plan));
                 targets = Some(std::mem::take(&mut l.cfg.discovery));
                 Ok(())
             });
             (applied, settled, targets)
+        });
+        self.round = Some(Round {
+            cut,
+            cut_by: None,
+            started: std::time::Instant::now(),
+            planning: Box::pin(planning),
+        });
+    }
+
+    /// The loop's: a round `ended`; its rows applied ([`Plans::replan_found`]), then the reload a
+    /// SIGHUP asked for meanwhile. `None` only when the runtime shuts down.
+    async fn round_ended(&mut self, ended: Ended) -> Option<()> {
+        let more = self.replan_found(ended).await;
+        self.replan_again =
+            more.then(|| tokio::time::Instant::now() + crate::discovery::REPLAN_EVERY);
+        if std::mem::take(&mut self.reload_due) {
+            return self.reload().await;
         }
-    };
-    let Some((now_applied, settled, targets)) = off_thread(round).await else {
-        return false;
-    };
-    *applied = now_applied;
-    crate::discovery::put_back(
-        &mut found.lock().unwrap_or_else(|e| e.into_inner()),
-        applied,
-        &settled.refused,
-    );
-    let seconds = started.elapsed().as_secs_f64();
-    if settled.planned > 0 {
-        metrics.replans_ok.fetch_add(1, Relaxed);
-        let plan = shared.plan();
-        tracing::info!(
-            hosts = plan.hosts.len(),
-            items = plan.items.len(),
-            seconds,
-            "discovery: plan rebuilt for the rows found"
+        Some(())
+    }
+
+    /// At stop: the round planning, if any, cut and awaited (the plan in progress,
+    /// ~0.35 s at a million items, not the rest of the round), its rows applied and
+    /// saved for the next start ([`Plans::replan_found`]). The rows it did not plan are not
+    /// saved (as rows found but not planned yet never are): their hosts' next walks
+    /// find them again.
+    async fn stop(&mut self) {
+        let Some(round) = &mut self.round else {
+            return;
+        };
+        round.cut(Cut::Stop);
+        let ended = round_end(&mut self.round).await;
+        self.replan_found(ended).await;
+    }
+
+    /// The end of a round ([`Plans::start_round`]): the rows of the plans it took are
+    /// `applied` and saved; the host's rules whose rows it refuses get back the running
+    /// plan's rows (`applied`), so that a reload does not take them either, and are
+    /// logged with the loader's reasons. Returns whether rows are still pending (not
+    /// tried this round).
+    async fn replan_found(&mut self, ended: Ended) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some((now_applied, settled, targets)) = ended.planned else {
+            return false;
+        };
+        self.applied = now_applied;
+        crate::discovery::put_back(
+            &mut self.found.lock().unwrap_or_else(|e| e.into_inner()),
+            &self.applied,
+            &settled.refused,
         );
-    }
-    if !settled.refused.is_empty() || settled.unexplained.is_some() {
-        metrics.replans_refused.fetch_add(1, Relaxed);
-    }
-    // Each host's rule refused, with the loader's reasons (a limit hit by many is
-    // logged for the first few).
-    const NAMED: usize = 5;
-    for r in settled.refused.iter().take(NAMED) {
-        let rows = r.rows.as_deref().cloned().unwrap_or_default();
-        tracing::error!(
-            host = %r.host,
-            rule = %r.rule,
-            rows = rows.len(),
-            indices = %rows,
-            "discovery: the rows found on this host were refused (other hosts' rows are planned); its items stay as they were until its next walk tries again:\n{}",
-            r.why
-        );
-    }
-    if settled.refused.len() > NAMED {
-        tracing::error!(
-            refused = settled.refused.len(),
-            "discovery: rows of {} more host rules were refused, as above",
-            settled.refused.len() - NAMED
-        );
-    }
-    if let Some(why) = &settled.unexplained {
-        tracing::error!("discovery: the plan could not be rebuilt, it stays as it was:\n{why}");
-    }
-    if settled.untried > 0 {
-        tracing::warn!(
-            untried = settled.untried,
-            "discovery: rows of host rules not yet planned (the plans of this round are spent): tried again in {}s",
-            crate::discovery::REPLAN_EVERY.as_secs()
-        );
-    }
-    if let Some(targets) = targets {
-        // Saved once planned: a restart takes them as they are.
-        // Where the daemon read them at its start: `daemon.discovery_file`
-        // applies at the next start (a reload says so), and that start reads it.
-        let path = discovery_file.to_path_buf();
-        let rows = applied.clone();
-        let save = move || crate::discovery::write_file(&path, &rows, &targets);
-        match tokio::task::spawn_blocking(save).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::warn!(error = %format!("{e:#}"), "discovery: the rows found could not be saved (a restart walks every host again)")
+        let seconds = ended.started.elapsed().as_secs_f64();
+        if settled.planned > 0 {
+            self.metrics.replans_ok.fetch_add(1, Relaxed);
+            let plan = self.shared.plan();
+            tracing::info!(
+                hosts = plan.hosts.len(),
+                items = plan.items.len(),
+                seconds,
+                "discovery: plan rebuilt for the rows found"
+            );
+        }
+        if !settled.refused.is_empty() || settled.unexplained.is_some() {
+            self.metrics.replans_refused.fetch_add(1, Relaxed);
+        }
+        // Each host's rule refused, with the loader's reasons (a limit hit by many is
+        // logged for the first few).
+        const NAMED: usize = 5;
+        for r in settled.refused.iter().take(NAMED) {
+            let rows = r.rows.as_deref().cloned().unwrap_or_default();
+            tracing::error!(
+                host = %r.host,
+                rule = %r.rule,
+                rows = rows.len(),
+                indices = %rows,
+                "discovery: the rows found on this host were refused (other hosts' rows are planned); its items stay as they were until its next walk tries again:\n{}",
+                r.why
+            );
+        }
+        if settled.refused.len() > NAMED {
+            tracing::error!(
+                refused = settled.refused.len(),
+                "discovery: rows of {} more host rules were refused, as above",
+                settled.refused.len() - NAMED
+            );
+        }
+        if let Some(why) = &settled.unexplained {
+            tracing::error!("discovery: the plan could not be rebuilt, it stays as it was:\n{why}");
+        }
+        let again = crate::discovery::REPLAN_EVERY.as_secs();
+        match (settled.untried, ended.cut_by) {
+            (0, _) => {}
+            (untried, None) => tracing::warn!(
+                untried,
+                "discovery: rows of host rules not yet planned (the plans of this round are spent): tried again in {again}s"
+            ),
+            (untried, Some(Cut::Reload)) => tracing::info!(
+                untried,
+                "discovery: rows of host rules not yet planned (the reload cut the re-plan short): tried again in {again}s"
+            ),
+            (untried, Some(Cut::Stop)) => tracing::info!(
+                untried,
+                "discovery: rows of host rules not yet planned (the stop cut the re-plan short): not saved, their hosts' next walks find them again"
+            ),
+        }
+        if let Some(targets) = targets {
+            // Saved once planned: a restart takes them as they are.
+            // Where the daemon read them at its start: `daemon.discovery_file`
+            // applies at the next start (a reload says so), and that start reads it.
+            let path = self.discovery_file.clone();
+            let rows = self.applied.clone();
+            let save = move || crate::discovery::write_file(&path, &rows, &targets);
+            match tokio::task::spawn_blocking(save).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %format!("{e:#}"), "discovery: the rows found could not be saved (a restart walks every host again)")
+                }
+                Err(e) => tracing::warn!(error = %e, "discovery: saving the rows failed"),
             }
-            Err(e) => tracing::warn!(error = %e, "discovery: saving the rows failed"),
+        }
+        settled.untried > 0
+    }
+}
+
+/// Runs `f` (a reload, a re-plan: they parse the whole file, 0.35 s at a million items)
+/// on a thread of the blocking pool, started at once, so that the daemon's thread runs
+/// the sink, its ClickHouse client, the HTTP endpoint (whose `/healthz` a supervisor may
+/// probe), the discovery walks and its signals meanwhile; the future returned is its
+/// end. A panic in `f` goes on there; `None` only when the runtime shuts down.
+fn off_thread<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> impl std::future::Future<Output = Option<T>> + Send + 'static {
+    // Its logs go where this thread's go (the global subscriber; a test's own).
+    let logs = tracing::dispatcher::get_default(|d| d.clone());
+    let task = tokio::task::spawn_blocking(move || tracing::dispatcher::with_default(&logs, f));
+    async move {
+        match task.await {
+            Ok(done) => Some(done),
+            // A bug in the loader: as if it had panicked here.
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => None,
         }
     }
-    settled.untried > 0
 }
 
 /// Echo requests per second one ICMP engine thread is given before another is started.
@@ -593,7 +814,7 @@ fn icmp_thread_count(probe_rate: f64, sockets: usize, cores: usize) -> usize {
 
 /// SIGHUP: [`reload`] [`off_thread`] with the rows of the running plan (`applied`), not
 /// with the rows discovery `found` since, which wait for their own re-plan (due: the
-/// discovery task asks for it, [`replan_found`] plans what the loader takes): planned
+/// discovery task asks for it, [`Plans::start_round`] plans what the loader takes): planned
 /// by the reload, they were counted in its log line as what the new file added and
 /// changed, and rows the loader refuses had the new file refused. Both lose the rows of
 /// what the reload changed (which were found for the discovery task's `targets`).
@@ -2187,17 +2408,16 @@ mod tests {
     }
 
     /// A daemon running [`crate::test_util::one_host_past_the_item_limit`]'s file with no
-    /// rows found yet, for re-plans.
+    /// rows planned yet, and discovery's rows `found` pending, for re-plans.
     struct Replanning {
-        dir: tempfile::TempDir,
-        args: Args,
-        running: super::super::Loaded,
-        shared: Arc<Shared>,
-        metrics: DiscoveryMetrics,
+        _dir: tempfile::TempDir,
+        /// The running config's discovery targets.
+        discovery: Vec<crate::config::DiscoveryTarget>,
+        plans: Plans,
     }
 
     impl Replanning {
-        fn new() -> Replanning {
+        fn new(found: Found) -> Replanning {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("netpoller.toml");
             std::fs::write(&path, crate::test_util::one_host_past_the_item_limit("")).unwrap();
@@ -2207,34 +2427,101 @@ mod tests {
             };
             let mut running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
             let plan = std::mem::take(&mut running.plan);
-            let shared = Shared::new(plan, 2, Clock::new(), Limits::default());
-            let metrics = DiscoveryMetrics::default();
-            Replanning {
-                dir,
+            let discovery = running.cfg.discovery.clone();
+            let (targets, _) = watch::channel(discovery.clone());
+            let plans = Plans {
                 args,
-                running,
-                shared,
-                metrics,
+                cfg: Arc::new(running.cfg),
+                shared: Shared::new(plan, 2, Clock::new(), Limits::default()),
+                text: running.text,
+                icmp: (1, 1, 1),
+                applied: Found::default(),
+                found: Arc::new(Mutex::new(found)),
+                targets,
+                discovery_file: dir.path().join("discovered.json"),
+                metrics: Arc::new(DiscoveryMetrics::default()),
+                round: None,
+                reload_due: false,
+                replan_again: None,
+            };
+            Replanning {
+                _dir: dir,
+                discovery,
+                plans,
             }
         }
 
         /// Where the rows planned are saved.
-        fn file(&self) -> std::path::PathBuf {
-            self.dir.path().join("discovered.json")
+        fn file(&self) -> &Path {
+            &self.plans.discovery_file
         }
 
-        /// One round of [`replan_found`] on a daemon's thread that runs `beside` too:
-        /// whether rows were left untried, and the log.
+        /// One whole round on a daemon's thread that runs `beside` too: whether rows
+        /// were left untried, and the log.
         fn round(
-            &self,
-            found: &Mutex<Found>,
-            applied: &mut Found,
+            &mut self,
             beside: impl std::future::Future<Output = ()> + Send + 'static,
         ) -> (bool, String) {
-            let (file, text, m) = (self.file(), &self.running.text, &self.metrics);
+            let plans = &mut self.plans;
             on_daemon_thread(beside, async {
-                replan_found(&self.args, &file, &self.shared, text, found, applied, m).await
+                plans.start_round();
+                let ended = round_end(&mut plans.round).await;
+                plans.replan_found(ended).await
             })
+        }
+
+        /// [`serve`] on a daemon's thread with discovery's ask for a re-plan waiting,
+        /// the thread's only blocking thread held ([`hold_the_blocking_thread`]): the
+        /// round the loop starts waits until `signals` releases it. `signals` gives the
+        /// loop's signals from the ask's sender (its capacity comes back once the loop
+        /// took the ask) and the release. Returns whether a round was still planning
+        /// when the loop ended, the rows of the running plan then, and the log; the
+        /// round (if any) then ends as at the daemon's stop ([`Plans::stop`]).
+        fn serve(
+            &mut self,
+            signals: impl AsyncFnMut(&mpsc::Sender<()>, &std::sync::mpsc::Sender<()>) -> Signal,
+        ) -> ((bool, Found), String) {
+            let plans = &mut self.plans;
+            on_daemon_thread(async {}, async {
+                let release = hold_the_blocking_thread();
+                let (ask, mut asked) = mpsc::channel(1);
+                ask.try_send(()).unwrap();
+                let mut signals = signals;
+                let signal = async || signals(&ask, &release).await;
+                let mut consumer = tokio::spawn(std::future::pending::<u64>());
+                let (_failing, mut failed) = mpsc::unbounded_channel();
+                serve(plans, signal, &mut consumer, &mut failed, &mut asked).await;
+                let then = (plans.round.is_some(), plans.applied.clone());
+                drop(release);
+                plans.stop().await;
+                then
+            })
+        }
+    }
+
+    /// Rows found for [`Replanning`]'s file: `big`'s, which the loader refuses (past the
+    /// item limit), and `small`'s, which it takes.
+    fn big_and_small() -> Found {
+        crate::test_util::found(&[("big", "if", "1-65536"), ("small", "if", "1-3")])
+    }
+
+    /// Holds the one blocking thread of an [`on_daemon_thread`] runtime until the
+    /// sender returned sends or is dropped, so that what the daemon plans
+    /// [`off_thread`] meanwhile waits. (At most 20 s: a daemon that waits for its
+    /// round then fails the test rather than hanging it.)
+    fn hold_the_blocking_thread() -> std::sync::mpsc::Sender<()> {
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        drop(tokio::task::spawn_blocking(move || {
+            held.recv_timeout(Duration::from_secs(20))
+        }));
+        release
+    }
+
+    /// Until the daemon's loop took discovery's ask for a re-plan (`ask`'s slot is
+    /// free again), and so started its round.
+    async fn until_taken(ask: &mpsc::Sender<()>) {
+        while ask.capacity() == 0 {
+            tokio::task::yield_now().await;
         }
     }
 
@@ -2244,7 +2531,10 @@ mod tests {
         beside: impl std::future::Future<Output = ()> + Send + 'static,
         f: impl std::future::Future<Output = T>,
     ) -> (T, String) {
+        // One blocking thread: a test can hold it ([`hold_the_blocking_thread`]).
         let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .max_blocking_threads(1)
             .build()
             .unwrap();
         crate::test_util::logged(|| {
@@ -2272,26 +2562,25 @@ mod tests {
     /// host, and puts back only its rows (all rows were put back, none planned).
     #[test]
     fn a_refused_replan_plans_the_other_hosts_rows_and_names_the_refused_one() {
-        let r = Replanning::new();
         let rows = crate::test_util::found;
-        let found = Mutex::new(rows(&[("big", "if", "1-65536"), ("small", "if", "1-3")]));
-        let mut applied = Found::default();
-        let (more, text) = r.round(&found, &mut applied, async {});
+        let mut r = Replanning::new(big_and_small());
+        let (more, text) = r.round(async {});
         assert!(!more, "{text}");
-        assert_eq!(r.shared.plan().items.len(), 129 * 3, "{text}");
-        assert_eq!(applied, rows(&[("small", "if", "1-3")]));
-        assert_eq!(*found.lock().unwrap(), applied, "big's rows put back");
+        let p = &r.plans;
+        assert_eq!(p.shared.plan().items.len(), 129 * 3, "{text}");
+        assert_eq!(p.applied, rows(&[("small", "if", "1-3")]));
+        assert_eq!(*p.found.lock().unwrap(), p.applied, "big's rows put back");
         assert!(
             text.contains("past the") && text.contains("host=big rule=if"),
             "{text}"
         );
         let counted = (
-            r.metrics.replans_ok.load(Relaxed),
-            r.metrics.replans_refused.load(Relaxed),
+            p.metrics.replans_ok.load(Relaxed),
+            p.metrics.replans_refused.load(Relaxed),
         );
         assert_eq!(counted, (1, 1));
-        let saved = crate::discovery::read_file(&r.file()).unwrap();
-        assert_eq!(saved.for_rules(&r.running.cfg.discovery), applied);
+        let saved = crate::discovery::read_file(r.file()).unwrap();
+        assert_eq!(saved.for_rules(&r.discovery), p.applied);
     }
 
     /// A re-plan plans off the daemon's thread: its tasks (the sink, the HTTP endpoint,
@@ -2301,11 +2590,10 @@ mod tests {
     /// items, refused rows held it up to ~5 s.
     #[test]
     fn a_replan_plans_off_the_daemons_thread_and_keeps_rows_found_meanwhile() {
-        let r = Replanning::new();
         let rows = crate::test_util::found;
         // Only rows the loader refuses: no plan is taken, nothing saved.
-        let found = Arc::new(Mutex::new(rows(&[("big", "if", "1-65536")])));
-        let mut applied = Found::default();
+        let mut r = Replanning::new(rows(&[("big", "if", "1-65536")]));
+        let found = r.plans.found.clone();
         // A task of the daemon's thread: finds other rows for big's rule, then counts
         // the times it ran.
         let (ran, counting) = counting();
@@ -2316,13 +2604,82 @@ mod tests {
                 counting.await
             }
         };
-        let (more, text) = r.round(&found, &mut applied, task);
+        let (more, text) = r.round(task);
         assert!(!more, "{text}");
         assert!(text.contains("host=big rule=if"), "refused: {text}");
         assert!(ran.load(Relaxed) > 0, "the daemon's thread ran meanwhile");
-        assert_eq!(applied, Found::default());
+        assert_eq!(r.plans.applied, Found::default());
         let kept = rows(&[("big", "if", "1-2")]);
         assert_eq!(*found.lock().unwrap(), kept, "the rows found meanwhile");
         assert!(!r.file().exists());
+    }
+
+    /// A stop while a re-plan round plans (here a round whose thread has not even
+    /// started: one planning for seconds is the same) is taken at once: the loop ends
+    /// with the round still planning, and the stop then cuts it before its next plan.
+    /// Nothing is half applied (the plan, `applied` and the file agree) and the rows
+    /// found stay pending. Before, the loop awaited the round inside its arm: the stop
+    /// waited for every plan of it (up to ~5 s at a million items when rows are
+    /// refused), and so did a failed engine or consumer.
+    #[test]
+    fn a_stop_during_a_replan_is_taken_at_once_and_cuts_the_round() {
+        let pending = big_and_small();
+        let mut r = Replanning::new(pending.clone());
+        let items = r.plans.shared.plan().items.len();
+        let ((planning, applied), text) = r.serve(async |ask, _| {
+            until_taken(ask).await;
+            Signal::Term
+        });
+        assert!(planning, "the loop ended while its round planned: {text}");
+        assert_eq!(applied, Found::default(), "{text}");
+        // Cut before its first plan: none made, none saved, the rows still pending.
+        assert!(text.contains("the stop cut the re-plan short"), "{text}");
+        assert!(r.plans.round.is_none());
+        assert_eq!(r.plans.shared.plan().items.len(), items);
+        assert_eq!(r.plans.applied, Found::default());
+        assert_eq!(*r.plans.found.lock().unwrap(), pending);
+        assert!(!r.file().exists());
+    }
+
+    /// A SIGHUP while a re-plan round plans is taken at once too: it cuts the round
+    /// (the rest of its plans would be of the text the reload replaces), and the
+    /// reload comes once the plan in progress has ended, never beside it (both plan
+    /// from `applied`). The rows the round did not plan stay pending, for a round of
+    /// their own. Before, the round planned on and the reload waited for all of it.
+    #[test]
+    fn a_sighup_during_a_replan_cuts_the_round_and_reloads_once_it_ended() {
+        let pending = big_and_small();
+        let mut r = Replanning::new(pending.clone());
+        let shared = r.plans.shared.clone();
+        let (items, generation) = (shared.plan().items.len(), shared.generation());
+        let mut hangup = true;
+        let ((_, applied), text) = r.serve(async |ask, release| {
+            // (Changed once given: the loop drops a signal's future another arm beat.)
+            if hangup {
+                until_taken(ask).await;
+                hangup = false;
+                return Signal::Hup;
+            }
+            // The loop took the SIGHUP: the round may go on (cut), then the reload.
+            let _ = release.send(());
+            while shared.generation() == generation {
+                tokio::task::yield_now().await;
+            }
+            Signal::Term
+        });
+        let at = |line: &str| text.find(line).unwrap_or_else(|| panic!("{line}: {text}"));
+        assert!(
+            at("SIGHUP: the discovery re-plan in progress is cut short")
+                < at("the reload cut the re-plan short")
+                && at("the reload cut the re-plan short") < at("SIGHUP: configuration reloaded"),
+            "the round cut, ended, then the reload: {text}"
+        );
+        // Cut before its first plan: the reload planned the running plan's rows, the
+        // rows found still pending, for a round of their own.
+        assert_eq!(applied, Found::default(), "{text}");
+        assert_eq!(shared.plan().items.len(), items);
+        assert_eq!(*r.plans.found.lock().unwrap(), pending);
+        assert!(r.plans.replan_again.is_some());
+        assert!(!r.plans.reload_due);
     }
 }
