@@ -18,16 +18,22 @@
 //!   reads nothing) cannot keep scrapes out: to do so, they would have to be
 //!   replaced faster than a scrape is answered (each connection is its own task, so a slow
 //!   client never blocks another either).
+//! * Empty lines before the request line are skipped (RFC 9112 2.2), counted in the
+//!   request head's size: a client that sends only empty lines gets `431` at the limit
+//!   (or `408`).
 //! * A request that breaks RFC 9112's rules for a server gets `400` with the rule broken:
 //!   an HTTP/1.1 request without a `Host` header (HTTP/1.0 may omit it), more than one
 //!   `Host`, a `Host` that is not `host[:port]`, a header line that is not
 //!   `token ":" value` (whitespace before the colon, folded lines), a request line that
-//!   is not `method SP target SP HTTP/1.x`. Other headers are not read: a body a
-//!   request announces is never read as a request (one request per connection).
+//!   is not `method SP target SP HTTP/1.x`, an `http://` or `https://` target whose
+//!   authority is empty or not `host[:port]` (userinfo included: RFC 9110 4.2). Other
+//!   headers are not read: a body a request announces is never read as a request (one
+//!   request per connection).
 //! * Only `GET` and `HEAD` (`405` otherwise). `/metrics` → `200 text/plain;
 //!   version=0.0.4` with the body of the render callback; `/healthz` → `200 "ok\n"` or
 //!   `503` with the reason from the health callback; anything else `404`. The query
-//!   string is ignored. A `HEAD` gets, whatever the status (`503` refusal, `408`, `431`
+//!   string is ignored; a target in absolute form (`http://` or `https://`, any case) is
+//!   routed by its path, and one of another scheme is no path of this endpoint (`404`). A `HEAD` gets, whatever the status (`503` refusal, `408`, `431`
 //!   and `400` included), the head a `GET` would get (`Content-Length` too) and no body.
 //! * Stop: when the shutdown value becomes `true` (or its sender is dropped) the listener
 //!   is closed at once; connections in progress get [`SHUTDOWN_GRACE`] to finish and are
@@ -271,7 +277,10 @@ pub(crate) fn respond(
 ) -> Option<Vec<u8>> {
     let head_only = is_head(buf);
     match head_end(buf) {
-        Some(end) if end <= max_request => Some(route(&buf[..end], head_only, render, health)),
+        Some(end) if end <= max_request => {
+            let head = &buf[request_start(buf)..end];
+            Some(route(head, head_only, render, health))
+        }
         Some(_) => Some(too_large(head_only)),
         None if buf.len() >= max_request => Some(too_large(head_only)),
         None => None,
@@ -297,16 +306,31 @@ fn too_large(head_only: bool) -> Vec<u8> {
 /// has the head a `GET` would get and no body (RFC 9110 9.3.2). Methods are
 /// case-sensitive, and the request line's first space ends the method.
 fn is_head(buf: &[u8]) -> bool {
-    buf.starts_with(b"HEAD ")
+    buf[request_start(buf)..].starts_with(b"HEAD ")
 }
 
-/// Index just past the blank line ending the head. Lines end with LF, a CR before it
+/// Index of the request line: past the empty lines (`\r\n` or `\n`) before it, which
+/// RFC 9112 2.2 says a server should ignore (a client may send one after a previous
+/// request's body). They count towards the size limit like the head's own bytes.
+fn request_start(buf: &[u8]) -> usize {
+    let mut rest = buf;
+    while let Some(after) = rest
+        .strip_prefix(b"\n")
+        .or_else(|| rest.strip_prefix(b"\r\n"))
+    {
+        rest = after;
+    }
+    buf.len() - rest.len()
+}
+
+/// Index just past the blank line ending the head (the empty lines before the request
+/// line do not end it: [`request_start`]). Lines end with LF, a CR before it
 /// ignored (RFC 9112 2.2, as the request line is read in [`route`]): so `\r\n\r\n`,
 /// `\n\n`, and the mixed `\r\n\n` of `echo -e 'GET /metrics HTTP/1.0\r\n' | nc`
 /// or `\n\r\n` all end it.
 fn head_end(buf: &[u8]) -> Option<usize> {
-    let mut line_start = 0;
-    for (i, &b) in buf.iter().enumerate() {
+    let mut line_start = request_start(buf);
+    for (i, &b) in buf.iter().enumerate().skip(line_start) {
         if b == b'\n' {
             if matches!(&buf[line_start..i], b"" | b"\r") {
                 return Some(i + 1);
@@ -339,19 +363,13 @@ fn route(head: &[u8], head_only: bool, render: &RenderFn, health: &HealthFn) -> 
     if let Err(why) = check_fields(head, minor != b'0') {
         return response(400, TEXT_CONTENT_TYPE, why, head_only);
     }
+    let path = match target_path(target) {
+        Ok(path) => path,
+        Err(why) => return response(400, TEXT_CONTENT_TYPE, why, head_only),
+    };
     if !matches!(method, "GET" | "HEAD") {
         return response(405, TEXT_CONTENT_TYPE, "method not allowed\n", false);
     }
-    // The absolute form (`http://host:port/metrics`, from clients that take this
-    // endpoint for a proxy), which RFC 9112 says a server must accept: its path.
-    let target = match target.get(..7) {
-        Some(scheme) if scheme.eq_ignore_ascii_case("http://") => {
-            let rest = &target[7..];
-            rest.find(['/', '?']).map_or("/", |i| &rest[i..])
-        }
-        _ => target,
-    };
-    let path = target.split(['?', '#']).next().unwrap_or_default();
     match path {
         "/metrics" => response(200, METRICS_CONTENT_TYPE, &render(), head_only),
         "/healthz" => {
@@ -368,6 +386,42 @@ fn route(head: &[u8], head_only: bool, render: &RenderFn, health: &HealthFn) -> 
     }
 }
 
+/// The path a request target names, its query and fragment left out. The origin form
+/// (`/metrics?x`) as it is; the absolute form (`http://host:port/metrics`, from clients
+/// that take this endpoint for a proxy), which RFC 9112 3.2.2 says a server must
+/// accept, for the schemes `http` and `https` (case-insensitive, RFC 3986 3.1): what
+/// follows its authority (`/`, `?` or `#` ends it). `Err`: the 400's body for such a
+/// target whose authority RFC 9110 4.2 says to reject: an empty host (4.2.1), or one
+/// that is not `host[:port]`, userinfo (`user@`, 4.2.4) included. A target of another
+/// scheme (`ftp://host/metrics`) is no resource of this endpoint: taken as a path, it
+/// matches none (404).
+fn target_path(target: &str) -> Result<&str, &'static str> {
+    let web =
+        |scheme: &str| scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https");
+    let path = match target.split_once("://") {
+        Some((scheme, rest)) if web(scheme) => {
+            let (authority, path) = rest.split_at(rest.find(['/', '?', '#']).unwrap_or(rest.len()));
+            if authority.is_empty() || authority.starts_with(':') {
+                return Err("bad request: an http(s) target without a host\n");
+            }
+            if !authority.bytes().all(is_host_char) {
+                return Err(
+                    "bad request: an http(s) target whose authority is not a host[:port]\n",
+                );
+            }
+            path
+        }
+        _ => target,
+    };
+    Ok(path.split(['?', '#']).next().unwrap_or_default())
+}
+
+/// Whether `b` may appear in a `host[:port]`: uri-host (a reg-name, IPv4 or bracketed
+/// IP literal: unreserved, pct-encoded, sub-delims, ':') and port (RFC 3986 3.2).
+fn is_host_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(&b)
+}
+
 /// Checks the header field lines of `head` (after its request line, up to its empty
 /// line) as RFC 9112 requires of a server, whatever they are for: each is
 /// `name ":" value` with a token for name (no whitespace before the colon, 5.1; no
@@ -377,10 +431,8 @@ fn route(head: &[u8], head_only: bool, render: &RenderFn, health: &HealthFn) -> 
 /// rules is one that a proxy in front may have read otherwise, so it is refused
 /// rather than guessed at. `Err`: the 400's body, saying which rule.
 fn check_fields(head: &[u8], needs_host: bool) -> Result<(), &'static str> {
-    // tchar (RFC 9110 5.6.2) and what a Host value may hold: uri-host (a reg-name,
-    // IPv4 or bracketed IP literal: unreserved, pct-encoded, sub-delims, ':') and port.
+    // tchar (RFC 9110 5.6.2).
     let tchar = |b: &u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b);
-    let host_char = |b: &u8| b.is_ascii_alphanumeric() || b"-._~%!$&'()*+,;=:[]".contains(b);
     let mut hosts = 0;
     let lines = head.split(|&b| b == b'\n').skip(1);
     for line in lines.map(|l| l.strip_suffix(b"\r").unwrap_or(l)) {
@@ -396,7 +448,7 @@ fn check_fields(head: &[u8], needs_host: bool) -> Result<(), &'static str> {
         }
         if name.eq_ignore_ascii_case(b"host") {
             hosts += 1;
-            if !value.trim_ascii().iter().all(host_char) {
+            if !value.trim_ascii().iter().all(|&b| is_host_char(b)) {
                 return Err("bad request: a Host header that is not a host[:port]\n");
             }
         }
@@ -1039,17 +1091,87 @@ mod tests {
     fn a_request_target_in_absolute_form_is_routed_by_its_path() {
         let render: RenderFn = Arc::new(|| "up 1\n".to_string());
         let health: HealthFn = Arc::new(|| Ok("ok".into()));
-        for (req, status) in [
-            ("GET http://127.0.0.1:9464/metrics HTTP/1.1", 200),
-            ("GET HTTP://[::1]:9464/healthz?x=1 HTTP/1.1", 200),
-            ("GET http://127.0.0.1:9464 HTTP/1.1", 404),
-            ("GET http://127.0.0.1:9464?/metrics HTTP/1.1", 404),
-            ("GET /http://x/metrics HTTP/1.1", 404),
+        let nf = "not found\n";
+        let no_host = "bad request: an http(s) target without a host\n";
+        let bad_authority = "bad request: an http(s) target whose authority is not a host[:port]\n";
+        for (req, status, body) in [
+            ("GET http://127.0.0.1:9464/metrics HTTP/1.1", 200, "up 1\n"),
+            ("GET HTTP://[::1]:9464/healthz?x=1 HTTP/1.1", 200, "ok\n"),
+            ("GET http://127.0.0.1:9464 HTTP/1.1", 404, nf),
+            ("GET http://127.0.0.1:9464?/metrics HTTP/1.1", 404, nf),
+            ("GET /http://x/metrics HTTP/1.1", 404, nf),
+            // https as http (it was taken for a path: 404).
+            ("GET https://127.0.0.1:9464/metrics HTTP/1.1", 200, "up 1\n"),
+            ("GET HTTPS://host/healthz#x HTTP/1.1", 200, "ok\n"),
+            ("HEAD https://host/metrics HTTP/1.1", 200, ""),
+            // A fragment ends the authority (`#/metrics` was served as the path).
+            ("GET http://127.0.0.1:9464#/metrics HTTP/1.1", 404, nf),
+            // Another scheme names no resource of this endpoint.
+            ("GET ftp://127.0.0.1/metrics HTTP/1.1", 404, nf),
+            ("GET httpx://127.0.0.1/metrics HTTP/1.1", 404, nf),
+            // RFC 9110 4.2: an http(s) URI without a host, or with userinfo, is refused
+            // (those of http were served by their path).
+            ("GET http:///metrics HTTP/1.1", 400, no_host),
+            ("GET https://:9464/metrics HTTP/1.1", 400, no_host),
+            ("POST http:///metrics HTTP/1.1", 400, no_host),
+            ("GET http://user:pw@h/metrics HTTP/1.1", 400, bad_authority),
+            ("GET https://a\"b/metrics HTTP/1.1", 400, bad_authority),
         ] {
             let head = format!("{req}\r\nHost: 127.0.0.1\r\n\r\n");
             let resp = respond(head.as_bytes(), MAX_REQUEST_BYTES, &render, &health).unwrap();
-            assert_eq!(parse(&resp).0, status, "{req}");
+            let (st, _, got) = parse(&resp);
+            assert_eq!((st, got.as_str()), (status, body), "{req}");
         }
+    }
+
+    /// RFC 9112 2.2: a server should ignore at least one empty line before the request
+    /// line; they got `400 bad request` (the empty line taken for the end of an empty
+    /// head). They count towards the size limit, so that a client sending nothing else
+    /// still gets its `431`.
+    #[test]
+    fn empty_lines_before_the_request_line_are_ignored() {
+        let render: RenderFn = Arc::new(|| "up 1\n".to_string());
+        let health: HealthFn = Arc::new(|| Ok("ok".into()));
+        let answer = |req: &[u8], max_request: usize| respond(req, max_request, &render, &health);
+        for (req, status, body) in [
+            (
+                "\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
+                200,
+                "up 1\n",
+            ),
+            ("\n\r\n\nGET /healthz HTTP/1.0\n\n", 200, "ok\n"),
+            ("\r\nHEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n", 200, ""),
+            (
+                "\r\nGET /nothing HTTP/1.1\r\nHost: x\r\n\r\n",
+                404,
+                "not found\n",
+            ),
+            ("\r\nHEAD /metrics HTTP/1.1\r\n\r\n", 400, ""),
+        ] {
+            let resp = answer(req.as_bytes(), MAX_REQUEST_BYTES)
+                .unwrap_or_else(|| panic!("{req:?} taken for an incomplete head"));
+            let (st, _, got) = parse(&resp);
+            assert_eq!((st, got.as_str()), (status, body), "{req:?}");
+        }
+        // Empty lines alone, or a CR that may start one, are no request yet.
+        for req in ["\r\n", "\n\n\r\n", "\r\n\r"] {
+            assert!(
+                answer(req.as_bytes(), MAX_REQUEST_BYTES).is_none(),
+                "{req:?}"
+            );
+        }
+        // Bounded: empty lines up to the limit, or pushing the head past it, get 431.
+        let req = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(parse(&answer(&[b'\n'; 64], 64).unwrap()).0, 431);
+        let pushed = format!("{}{req}", "\r\n".repeat(8));
+        assert_eq!(
+            parse(&answer(pushed.as_bytes(), req.len() + 15).unwrap()).0,
+            431
+        );
+        assert_eq!(
+            parse(&answer(pushed.as_bytes(), req.len() + 16).unwrap()).0,
+            200
+        );
     }
 
     #[tokio::test]
