@@ -68,6 +68,10 @@ enum Command {
     PollOnce(cmd::poll_once::Args),
     /// Ping addresses, CIDRs or @files once (fping-style summary, or --json); exit 1 when
     /// a host did not answer, as fping.
+    ///
+    /// The sweep never waits for the reader of its results, which would make hosts read
+    /// as lost: what stdout has not taken yet (`netpoller sweep ... | less` left on its
+    /// first page) waits in memory up to 4 MiB, the rest in a temporary file in $TMPDIR.
     Sweep(cmd::sweep::Args),
     /// One-shot SNMP queries: `snmp get TARGET OID...`, `snmp walk TARGET [OID]`.
     Snmp(Box<cmd::snmp::Args>),

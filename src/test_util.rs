@@ -82,3 +82,36 @@ pub fn doc(path: &str) -> String {
     let full = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
     std::fs::read_to_string(&full).unwrap_or_else(|e| panic!("{}: {e}", full.display()))
 }
+
+/// A writer that takes nothing until it is opened (a reader that has stopped reading:
+/// a pager on its first page, `| sleep 1000`): its first write waits for the
+/// returned sender to send, or be dropped; then it appends to `out`.
+pub fn gated(out: SharedBuf) -> (Gated, std::sync::mpsc::Sender<()>) {
+    let (open, gate) = std::sync::mpsc::channel();
+    let gated = Gated {
+        gate,
+        opened: false,
+        out,
+    };
+    (gated, open)
+}
+
+/// See [`gated`].
+pub struct Gated {
+    gate: std::sync::mpsc::Receiver<()>,
+    opened: bool,
+    out: SharedBuf,
+}
+
+impl Write for Gated {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        if !self.opened {
+            let _ = self.gate.recv();
+            self.opened = true;
+        }
+        self.out.write(b)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -7,7 +7,9 @@
 //! probes, are refused unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
 //! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
 //! done so far and exits 130 (143), even while stdout is not read (the results are
-//! written by a thread of their own, see [`Output`]). The global `--quiet` leaves out
+//! written by a thread of their own, see [`Output`]). The sweep never waits for stdout;
+//! what stdout has not taken yet is held in memory up to [`output::HELD_IN_MEMORY`]
+//! (4 MiB), the rest in a temporary file. The global `--quiet` leaves out
 //! the progress line, the notes and the closing totals on stderr, not the hosts' lines
 //! (as `fping -q -c` prints each host's statistics, and its totals only with `-s`).
 
@@ -15,13 +17,14 @@ use std::collections::HashSet;
 use std::io::Write;
 use std::net::IpAddr;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use ipnet::IpNet;
+use output::Output;
 use poller::icmp_driver::{IcmpDriver, IcmpOptions, PingJob, PingStats, SocketKind};
+
+mod output;
 
 /// Most addresses expanded without `--force`.
 pub const MAX_TARGETS: u64 = 1 << 20;
@@ -289,103 +292,10 @@ fn notes(report: &poller::icmp_driver::SweepReport) -> Vec<String> {
     out
 }
 
-/// Bytes of result lines gathered before they go to stdout (when it is not a terminal).
-const CHUNK: usize = 1 << 16;
-
 /// How long an interrupted sweep waits for its last lines to reach stdout: a reader
 /// takes them at once, and one that does not (a pager left on its first page) must not
 /// keep Ctrl-C from ending the sweep.
 const INTERRUPT_GRACE: Duration = Duration::from_millis(500);
-
-/// The hosts' lines, written to stdout by a thread of their own. A write to a pipe
-/// nobody reads blocks; on the sweep's thread it held up the sweep and the signal
-/// handling that runs beside it, so Ctrl-C and SIGTERM could not end the sweep. The
-/// lines are gathered here (no allocation per host but on a terminal, where each line
-/// goes at once) and handed over in chunks, which pile up meanwhile (at most the
-/// sweep's whole output) while stdout is blocked.
-struct Output {
-    buf: Vec<u8>,
-    /// Lines in `buf`.
-    lines: u64,
-    live: bool,
-    tx: Option<mpsc::Sender<(Vec<u8>, u64)>>,
-    done: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
-    /// Lines the thread has written.
-    written: Arc<AtomicU64>,
-}
-
-impl Output {
-    /// `live`: each line goes to stdout as it comes (a terminal), else in [`CHUNK`]s.
-    fn start(live: bool) -> std::io::Result<Self> {
-        let (tx, rx) = mpsc::channel::<(Vec<u8>, u64)>();
-        let (done_tx, done) = tokio::sync::oneshot::channel();
-        let written = Arc::new(AtomicU64::new(0));
-        let counted = Arc::clone(&written);
-        std::thread::Builder::new()
-            .name("sweep-stdout".into())
-            .spawn(move || {
-                let mut out = std::io::stdout().lock();
-                let mut result = Ok(());
-                for (chunk, lines) in rx {
-                    if let Err(e) = out.write_all(&chunk).and_then(|()| out.flush()) {
-                        result = Err(e);
-                        break;
-                    }
-                    counted.fetch_add(lines, Ordering::Relaxed);
-                }
-                let _ = done_tx.send(result);
-            })?;
-        Ok(Output {
-            buf: Vec::with_capacity(if live { 0 } else { CHUNK }),
-            lines: 0,
-            live,
-            tx: Some(tx),
-            done,
-            written,
-        })
-    }
-
-    /// Adds one host's line (written by `line` into the buffer).
-    fn line(&mut self, line: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>) {
-        // Writing into a Vec does not fail.
-        let _ = line(&mut self.buf);
-        self.lines += 1;
-        if self.live || self.buf.len() >= CHUNK {
-            self.hand_over();
-        }
-    }
-
-    fn hand_over(&mut self) {
-        if self.buf.is_empty() {
-            return;
-        }
-        let next = Vec::with_capacity(if self.live { 0 } else { CHUNK });
-        let chunk = std::mem::replace(&mut self.buf, next);
-        if let Some(tx) = &self.tx {
-            // The thread gone (a write failed): its error is in `done`.
-            let _ = tx.send((chunk, std::mem::take(&mut self.lines)));
-        }
-    }
-
-    /// Hands over what is left; the thread ends once it has written it.
-    fn close(&mut self) {
-        self.hand_over();
-        self.tx = None;
-    }
-
-    /// Waits for the thread to have written everything handed over (after [`Self::close`]).
-    async fn finished(&mut self) -> std::io::Result<()> {
-        (&mut self.done).await.unwrap_or_else(|_| {
-            Err(std::io::Error::other(
-                "the thread writing the results ended early",
-            ))
-        })
-    }
-
-    fn written(&self) -> u64 {
-        self.written.load(Ordering::Relaxed)
-    }
-}
 
 /// Most probes of one sweep without `--force`: each keeps 16 bytes of state (2^24: 256
 /// MiB), and one sweep holds at most 2^32.
@@ -450,7 +360,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .context("starting the tokio runtime")?;
     // On a terminal, each host's line as it completes (fping's way).
     let live = crate::progress::stdout_is_tty();
-    let mut out = Output::start(live).context("starting the thread writing the results")?;
+    let mut out = Output::start(
+        live,
+        std::io::stdout(),
+        output::HELD_IN_MEMORY,
+        tempfile::tempfile,
+    )
+    .context("starting the thread writing the results")?;
     let mut progress =
         crate::progress::Progress::beside_results(jobs.len() as u64, "sweeping", quiet);
     let (mut finished, mut alive) = (0usize, 0usize);
@@ -729,6 +645,57 @@ mod tests {
         report.counters.redirected = 1;
         let got = notes(&report);
         assert!(got[0].contains(" 0 spoofed, 1 redirected,"), "{got:?}");
+    }
+
+    /// A sweep whose stdout takes nothing (`netpoller sweep ... | sleep 1000`) goes on
+    /// at its own pace, every host answering in time, and holds no more than its bound
+    /// of results in memory (it held them all); they are printed once stdout reads.
+    /// On a terminal's footing: each line handed over as its host is done.
+    #[test]
+    fn a_sweep_whose_stdout_is_not_read_goes_on_and_holds_a_bounded_backlog() {
+        let addrs: Vec<IpAddr> = (1..=254u8)
+            .map(|k| IpAddr::from([127, 0, 163, k]))
+            .collect();
+        let jobs: Vec<PingJob> = addrs
+            .iter()
+            .map(|&addr| PingJob {
+                addr,
+                packets: 2,
+                interval: Duration::from_millis(20),
+                size: 56,
+                timeout: Duration::from_secs(2),
+                retry: None,
+            })
+            .collect();
+        let printed = crate::test_util::SharedBuf::default();
+        let (stdout, open) = crate::test_util::gated(printed.clone());
+        let bound = 1024;
+        let mut out = Output::start(true, stdout, bound, tempfile::tempfile).unwrap();
+        let mut driver = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let report = rt.block_on(driver.sweep(&jobs, |i, stats| {
+            out.line(|b| write_text(b, addrs[i], stats));
+        }));
+        assert_eq!((report.hosts, report.alive), (254, 254), "{report:?}");
+        let (peak, spilled, _) = out.backlog();
+        assert!(
+            peak <= bound,
+            "{peak} bytes held in memory, more than {bound}"
+        );
+        assert!(spilled > 0);
+        open.send(()).unwrap();
+        out.close();
+        rt.block_on(out.finished()).unwrap();
+        let text = printed.text();
+        let mut lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 254, "{text}");
+        lines.sort_by_key(|l| l.split(' ').next().unwrap().parse::<IpAddr>().unwrap());
+        for (line, addr) in lines.iter().zip(&addrs) {
+            assert!(line.starts_with(&format!("{addr} alive 2/2 0% ")), "{line}");
+        }
     }
 
     fn text_line(a: IpAddr, st: &PingStats) -> String {
