@@ -273,8 +273,10 @@ fn json_line(addr: IpAddr, s: &PingStats) -> String {
 /// firewall rule, a broadcast address), as the daemon logs it.
 fn notes(report: &poller::icmp_driver::SweepReport) -> Vec<String> {
     let c = &report.counters;
-    let ignored =
-        c.stale + c.foreign + c.spoofed + c.redirected + c.malformed + c.duplicate + c.late;
+    // Foreign replies (other pingers' on this host: every raw ICMP socket sees them all,
+    // Zabbix's fping or a monitoring agent beside a sweep) say nothing of this sweep:
+    // they are counted in the line, but do not make one.
+    let ignored = c.stale + c.spoofed + c.redirected + c.malformed + c.duplicate + c.late;
     let noted =
         ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 || report.receive_drops > 0;
     let mut out = Vec::new();
@@ -645,6 +647,17 @@ mod tests {
         report.counters.redirected = 1;
         let got = notes(&report);
         assert!(got[0].contains(" 0 spoofed, 1 redirected,"), "{got:?}");
+        // Other pingers' replies alone make no note (a sweep beside fping printed one,
+        // and a test of the sweep's stderr failed while another test swept).
+        let mut report = poller::icmp_driver::SweepReport::default();
+        report.counters.foreign = 126;
+        assert!(notes(&report).is_empty(), "{:?}", notes(&report));
+        report.counters.late = 1;
+        assert!(
+            notes(&report)[0].contains(" 126 foreign,"),
+            "{:?}",
+            notes(&report)
+        );
     }
 
     /// A sweep whose stdout takes nothing (`netpoller sweep ... | sleep 1000`) goes on
