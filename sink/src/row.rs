@@ -4,9 +4,11 @@
 //! instant, addressed to one of the four Glaber history tables, or one item's hourly
 //! aggregate addressed to one of the two trends tables ([`Table`]). The `day` column is
 //! derived from `clock` (UTC date) when the row is encoded, so it can never disagree with
-//! `clock`. [`Table::columns`] is the one list of each table's columns: the DDL, the
-//! schema check and every INSERT's column list come from it, and the RowBinary encoder
-//! writes the same order.
+//! `clock`. [`Table::columns`] is the one list of the columns netpoller writes: the
+//! DDL, the schema check and every INSERT's column list come from it, and the
+//! RowBinary encoder writes the same order. The DDL adds [`Table::glaber_only_columns`]
+//! after them (Glaber's own columns that netpoller never writes), which neither the
+//! check nor the INSERTs name.
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,7 +22,9 @@ pub enum Table {
     Uint,
     /// `history_str`: Zabbix character and text, `value String`.
     Str,
-    /// `history_log`: Zabbix log items, `value String` (same columns as `history_str`).
+    /// `history_log`: Zabbix log items, `value String` (the columns netpoller writes are
+    /// `history_str`'s; the table also has Glaber's `logeventid`, `source` and
+    /// `severity`: [`Table::glaber_only_columns`]).
     Log,
     /// `trends_dbl`: hourly min, max, average and count of `history_dbl` values.
     TrendsDbl,
@@ -105,6 +109,23 @@ impl Table {
             c.extend([("ns", "UInt32"), ("value", value)]);
         }
         c
+    }
+
+    /// Columns of Glaber's schema that netpoller neither writes nor checks, created
+    /// after [`Table::columns`] (Glaber's order): `history_log`'s `logeventid`,
+    /// `source` and `severity`, which Glaber's server writes and reads for its own log
+    /// items (its SELECT names them). Without them a `history_log` netpoller created
+    /// first failed every log INSERT and read of Glaber's. The INSERTs leave them to
+    /// their defaults, and an existing table without them passes the check.
+    pub fn glaber_only_columns(self) -> &'static [(&'static str, &'static str)] {
+        match self {
+            Table::Log => &[
+                ("logeventid", "UInt64"),
+                ("source", "String"),
+                ("severity", "UInt8"),
+            ],
+            _ => &[],
+        }
     }
 
     /// The column names joined by `", "`, for an INSERT.

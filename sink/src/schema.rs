@@ -75,6 +75,7 @@ pub fn ddl(cfg: &ClickHouseConfig, version: ServerVersion) -> Vec<String> {
         let cols = table
             .columns()
             .iter()
+            .chain(table.glaber_only_columns())
             .map(|(n, t)| format!("    {n} {t}"))
             .collect::<Vec<_>>()
             .join(",\n");
@@ -527,6 +528,31 @@ mod tests {
             ..cfg
         };
         assert_eq!(ddl(&off, ServerVersion::CURRENT).len(), 5);
+    }
+
+    /// Glaber's server writes and reads its log items in `history_log` with
+    /// `logeventid`, `source` and `severity`: a table netpoller created without them
+    /// failed each of Glaber's log INSERTs and SELECTs. netpoller writes none of them.
+    #[test]
+    fn history_log_is_created_with_glabers_log_columns() {
+        let stmts = ddl(&ClickHouseConfig::default(), ServerVersion::CURRENT);
+        let log = stmts
+            .iter()
+            .find(|s| s.contains("glaber.history_log\n"))
+            .unwrap();
+        assert!(
+            log.contains(
+                "    ns UInt32,\n    value String,\n    logeventid UInt64,\n    source String,\n    severity UInt8\n)"
+            ),
+            "{log}"
+        );
+        assert_eq!(
+            Table::Log.column_list(),
+            "day, itemid, clock, hostname, itemname, ns, value"
+        );
+        for s in stmts.iter().filter(|s| !s.contains("history_log")) {
+            assert!(!s.contains("logeventid"), "{s}");
+        }
     }
 
     #[test]

@@ -316,6 +316,57 @@ async fn glaber_read_queries_work_unchanged() {
     assert_eq!(body.lines().count(), 16);
 }
 
+/// Glaber's server keeps its own log items in the `history_log` netpoller creates: it
+/// INSERTs and SELECTs them with `logeventid`, `source` and `severity`, which the
+/// table lacked (every log value of Glaber's lost, every read of one failed).
+/// netpoller's own rows of it leave them to their defaults; a `history_log` created
+/// before, without them, still passes the check and takes netpoller's rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn glaber_writes_and_reads_its_log_items_in_the_history_log_created_here() {
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let c = cfg(&url, &db.name, Compression::None);
+    schema::apply(&c).await.unwrap();
+    let name = &db.name;
+    // Glaber's history_clickhouse.c, its INSERT and SELECT of a log item (ns on).
+    q(
+        &url,
+        &format!(
+            "INSERT INTO {name}.history_log (day,itemid,clock,value,source,severity,logeventid,ns,hostname, itemname) VALUES (CAST(1750000000 as date) ,77,1750000000, 'disk full','kernel',4, 1234,5,'srv','log[/var/log/syslog]')"
+        ),
+    );
+    let body = q(
+        &url,
+        &format!("SELECT  toUInt32(clock) clock,value,source,severity,logeventid,ns FROM {name}.history_log WHERE itemid=77 ORDER BY clock DESC format JSON"),
+    );
+    let j: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let row = &j["data"][0];
+    assert_eq!(row["clock"], 1_750_000_000u64);
+    assert_eq!(row["value"], "disk full");
+    assert_eq!(row["source"], "kernel");
+    assert_eq!(row["severity"], 4);
+    assert_eq!(row["logeventid"], "1234");
+    assert_eq!(row["ns"], 5);
+    // A history_log of before (netpoller's columns only) is still good to write to.
+    q(&url, &format!("DROP TABLE {name}.history_log"));
+    q(
+        &url,
+        &format!("CREATE TABLE {name}.history_log AS {name}.history_str"),
+    );
+    schema::verify(&c).await.unwrap();
+    let row = Row {
+        value: RowValue::Str("line".into()),
+        ..uint_row(78, 0)
+    };
+    let (report, _) = write_all(c, &[(Table::Log, row)]).await;
+    assert_eq!(report.rows_spooled, 0, "{report:?}");
+    let body = q(
+        &url,
+        &format!("SELECT value FROM {name}.history_log WHERE itemid=78 FORMAT TSV"),
+    );
+    assert_eq!(body, "line\n");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_column_type_is_reported_not_overwritten() {
     let url = ch_url();
