@@ -506,7 +506,7 @@ impl Shared {
         );
         out.counter(
             "netpoller_samples_total",
-            "Samples handed to the sink channel.",
+            "Poll results handed to the sink channel: values and errors, one per item polled (the rows to write are netpoller_sink_rows_received_total).",
             &[],
             self.pipeline.samples.load(Ordering::Relaxed),
         );

@@ -319,7 +319,7 @@ impl SinkMetrics {
             ("netpoller_sink_spooled_rows_total", "Rows written to the disk spool.", &self.spooled_rows),
             ("netpoller_sink_spooled_bytes_total", "Bytes written to the disk spool.", &self.spooled_bytes),
             ("netpoller_sink_replayed_rows_total", "Spooled rows confirmed by ClickHouse.", &self.replayed_rows),
-            ("netpoller_sink_rejected_rows_total", "Rows refused by ClickHouse as bad data, kept in the reject file.", &self.rejected_rows),
+            ("netpoller_sink_rejected_rows_total", "Rows ClickHouse refused (bad data, or a spooled batch it kept refusing while it stored others), kept in the reject spool (rejected/).", &self.rejected_rows),
             ("netpoller_sink_spool_corrupt_records_total", "Spool records skipped as truncated or corrupted.", &self.corrupt_records),
             ("netpoller_sink_spool_fsync_errors_total", "Spool fsyncs that failed: what was spooled since the last good one may not survive a power loss (its segment is closed, new data goes to a new one); or, of the spool directory, a new segment may not.", &self.fsync_errors),
         ] {
