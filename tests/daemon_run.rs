@@ -1012,6 +1012,45 @@ fn trends_tables_it_cannot_use_turn_trends_off_not_the_daemon() {
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 
+/// A first start (a database not there yet) logs the tables it created, with the
+/// node: the log had said only "ClickHouse schema verified", so that nobody could
+/// tell from it who made the database. A start that finds them says only that.
+#[test]
+fn the_start_log_names_the_tables_it_created() {
+    let dir = scratch("daemon-created");
+    let db = format!("nptest_created_{}", std::process::id());
+    let cfg_path = dir.join("netpoller.toml");
+    std::fs::write(&cfg_path, config(&db, &dir.join("spool"), &[], "")).unwrap();
+    for first in [true, false] {
+        let d = Daemon::start(&cfg_path, &[], dir.join(format!("run-{first}.log")));
+        d.expect_log("started", Duration::from_secs(20));
+        let log = d.log_text();
+        assert!(d.stop().success(), "{log}");
+        let line = log
+            .lines()
+            .find(|l| l.contains("ClickHouse schema verified"))
+            .unwrap_or_else(|| panic!("{log}"));
+        if first {
+            let url = service_env("NETPOLLER_CH_URL");
+            let tables = ["history_dbl", "history_uint", "history_str", "history_log"]
+                .into_iter()
+                .chain(["trends_dbl", "trends_uint"])
+                .map(|t| format!("{db}.{t}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            assert!(
+                line.ends_with(&format!(
+                    "ClickHouse schema verified; created what was missing created={url}: {tables}"
+                )),
+                "{line}"
+            );
+        } else {
+            assert!(line.ends_with("ClickHouse schema verified"), "{line}");
+        }
+    }
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}
+
 #[test]
 fn indices_poll_one_item_per_table_row() {
     // ifDescr and ifIndex of rows 1 (the agent host's loopback) and 999 (no such row):
