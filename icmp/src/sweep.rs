@@ -45,7 +45,10 @@
 //!   or failed to send), due when probe `k`'s timeout ran out; the first reply completes
 //!   the host and its remaining probes are never sent. Until then the sweep does not
 //!   count as all sent ([`Sweep::all_sent`]), so the deadline cannot be final while a
-//!   retry may still be queued.
+//!   retry may still be queued. A reply past its try's timeout answers the host if it
+//!   came within the timeout of the try fping would have out by then (each try leaving
+//!   as the one before ran out), however late this sweep handles that expiry or sends
+//!   that try: when a reply is read changes nothing, as for counting jobs.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -494,8 +497,9 @@ enum Probe {
     Idle,
     /// Sent at this instant; waiting for its reply.
     InFlight(Instant),
-    /// Expired unanswered (it was sent at this instant): a reply now is `Late`, not
-    /// `Duplicate`, but for a retrying host still waiting for a later try.
+    /// Expired unanswered, or answered past its timeout (it was sent at this instant):
+    /// a reply now is `Late`, not `Duplicate`, unless it answers a retrying host still
+    /// waiting (`Sweep::retry_answered`).
     Lost(Instant),
 }
 
@@ -710,6 +714,10 @@ impl Sweep {
         while let Some(qi) = self.due_later(now) {
             let (due, j) = self.later[qi].1.pop_front()?;
             let st = &mut self.jobs[j as usize];
+            if st.done {
+                // A retry whose host was answered meanwhile (`retry_answered`).
+                continue;
+            }
             if st.shift_us > 0 {
                 // Its previous probe left late: `interval` counts from then. Put back
                 // in order, once (the shift is spent), so the loop stays bounded.
@@ -953,7 +961,15 @@ impl Sweep {
                 }
             }
         };
-        if !st.done && complete {
+        if complete {
+            self.complete(j);
+        }
+    }
+
+    /// Job `j` is complete: reported now, once.
+    fn complete(&mut self, j: usize) {
+        let st = &mut self.jobs[j];
+        if !st.done {
             st.done = true;
             self.remaining -= 1;
             self.events.push_back(Event::HostDone {
@@ -1015,51 +1031,78 @@ impl Sweep {
         }) else {
             return self.ignore(IgnoreReason::Duplicate);
         };
-        let Some(sent_at) = self.take(j, k) else {
-            let p = self.jobs[j as usize].probe_base + k;
-            if let Some(&Probe::Lost(sent)) = self.probes.get(p as usize) {
-                return match self.late_try_answered(j as usize, sent, now) {
+        let p = (self.jobs[j as usize].probe_base + k) as usize;
+        let (j, sent_at) = match self.probes.get(p) {
+            Some(&Probe::InFlight(sent)) => (j as usize, sent),
+            Some(&Probe::Lost(sent)) => {
+                return match self.retry_answered(j as usize, sent, now) {
                     Some(out) => out,
                     None => self.ignore(IgnoreReason::Late),
                 };
             }
-            return self.ignore(IgnoreReason::Duplicate);
+            _ => return self.ignore(IgnoreReason::Duplicate),
         };
-        let j = j as usize;
         let rtt = now.saturating_duration_since(sent_at);
-        let timeout = self.jobs[j].job.probe_timeout(k);
-        let (outcome, lost) = if rtt > timeout {
-            self.counters.count(IgnoreReason::Late);
-            (ReplyOutcome::Ignored(IgnoreReason::Late), Some(sent_at))
-        } else {
-            self.jobs[j].stats.record(rtt);
-            self.counters.received += 1;
-            (ReplyOutcome::Matched { job: j, rtt }, None)
-        };
-        self.resolve(j, lost);
-        outcome
+        if rtt > self.jobs[j].job.probe_timeout(k) {
+            // Past its timeout, which was not handled yet: judged as if it had been.
+            if let Some(out) = self.retry_answered(j, sent_at, now) {
+                return out;
+            }
+            self.take(j as u32, k);
+            // A copy of it is late too, not a duplicate: the probe was not answered.
+            self.probes[p] = Probe::Lost(sent_at);
+            self.resolve(j, Some(sent_at));
+            return self.ignore(IgnoreReason::Late);
+        }
+        self.take(j as u32, k);
+        self.jobs[j].stats.record(rtt);
+        self.counters.received += 1;
+        self.resolve(j, None);
+        ReplyOutcome::Matched { job: j, rtt }
     }
 
-    /// A reply to an earlier try of retrying job `j`, sent at `sent`, whose own timeout
-    /// ran out: as fping's default mode judges a reply by the host's current timeout,
-    /// it answers the host if it came within the timeout of the try now in flight (a
-    /// backoff above 1.0 made it longer). The try in flight is then done with (a reply
-    /// to it later is a duplicate). `None`: late.
-    fn late_try_answered(&mut self, j: usize, sent: Instant, now: Instant) -> Option<ReplyOutcome> {
+    /// A reply at `now` to a try of retrying job `j`, sent at `sent`, past that try's
+    /// own timeout. fping's default mode sends the next try the moment a try's timeout
+    /// runs out and judges a reply by the timeout of the try then out (a backoff above
+    /// 1.0 makes each longer): the reply answers the host if it came within the timeout
+    /// of the try fping would have out at `now`, counted from the last try sent here,
+    /// the next ones back to back. Not from what this sweep handled or sent by the time
+    /// it reads the reply: a try whose expiry it did not handle yet, or a retry waiting
+    /// for its send slot, would make the host's fate depend on when its reply was read.
+    /// The last try is then done with (a reply to it later is a duplicate), or its queued
+    /// retry never leaves. `None`: late (counting jobs: always).
+    fn retry_answered(&mut self, j: usize, sent: Instant, now: Instant) -> Option<ReplyOutcome> {
         let st = &self.jobs[j];
         if st.job.retry.is_none() || st.done || st.next_packet == 0 {
             return None;
         }
-        let current = st.next_packet - 1;
+        let last = st.next_packet - 1;
+        let (out, last_sent) = match self.probes[(st.probe_base + last) as usize] {
+            Probe::InFlight(s) => (true, s),
+            Probe::Lost(s) => (false, s),
+            // Its send failed: fping has no such try to go by.
+            Probe::Idle => return None,
+        };
+        // The try fping would have out at `now`, and since when.
+        let (mut m, mut from) = (last, last_sent);
+        while m + 1 < st.job.packets && now > from + st.job.probe_timeout(m) {
+            from += st.job.probe_timeout(m);
+            m += 1;
+        }
+        let timeout = st.job.probe_timeout(m);
         let rtt = now.saturating_duration_since(sent);
-        if rtt > st.job.probe_timeout(current) {
+        if now > from + timeout || rtt > timeout {
             return None;
         }
-        // Only while that try is out: a try lost and its retry queued is not answered.
-        self.take(j as u32, current)?;
         self.jobs[j].stats.record(rtt);
         self.counters.received += 1;
-        self.resolve(j, None);
+        if out {
+            self.take(j as u32, last);
+            self.resolve(j, None);
+        } else {
+            // Lost, its retry queued (`take_due` drops it once the host is done).
+            self.complete(j);
+        }
         Some(ReplyOutcome::Matched { job: j, rtt })
     }
 

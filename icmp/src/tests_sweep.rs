@@ -797,6 +797,74 @@ fn a_reply_to_an_earlier_try_counts_within_the_try_now_out() {
     assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Late));
 }
 
+/// fping's default mode (`icmppingretry`) sends the next try the moment a try's timeout
+/// runs out and judges every reply by the timeout of the try then out, longer by the
+/// backoff: try 0 (100 ms) answered after 150 ms, while try 1 (200 ms) would be out,
+/// answers the host. So it must here whatever the sweep had done when it read the
+/// reply: try 0's expiry not handled yet (read in the same receive tick), or handled
+/// with try 1 still waiting for its send slot (a paced, busy sweep). It was late in
+/// both cases, and answered the host only once try 1 had left: whether a host was up
+/// depended on when the driver read its reply. Try 1 then never leaves; past try 1's
+/// timeout, or past the last try's own, a reply is late as before.
+#[test]
+fn a_reply_to_a_try_counts_by_the_next_try_whenever_it_is_read() {
+    let base = Instant::now();
+    // 2 retries, backoff 2.0: tries wait 100, 200 and 400 ms.
+    for expiry_handled in [false, true] {
+        let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+        let first = drain_sends(&mut s, base);
+        if expiry_handled {
+            s.handle_timeout(base + ms(100));
+            assert!(s.next_send_time().is_some(), "try 1 is due, not sent");
+        }
+        let (a, req) = &first[0];
+        let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(150));
+        let why = format!("try 0's expiry handled: {expiry_handled}");
+        assert_eq!(
+            out,
+            ReplyOutcome::Matched {
+                job: 0,
+                rtt: ms(150)
+            },
+            "{why}"
+        );
+        let ev = done_events(&mut s);
+        assert_eq!((ev[0].1.sent, ev[0].1.received), (1, 1), "{why}");
+        assert!(s.is_finished() && s.in_flight() == 0, "{why}");
+        assert!(drain_sends(&mut s, base + ms(1000)).is_empty(), "{why}");
+        assert_eq!(s.counters().sent, 1, "{why}");
+    }
+    // Read before try 0's expiry was handled, but past try 1's 200 ms too: try 1 would
+    // have run out as well, and try 2 (400 ms, from 300 ms) would be out: 350 ms counts.
+    let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+    let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+    let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(350));
+    assert_eq!(
+        out,
+        ReplyOutcome::Matched {
+            job: 0,
+            rtt: ms(350)
+        }
+    );
+    // 250 ms is past try 1's 200 ms while try 1 would be out: late, and try 1 leaves.
+    let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+    let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+    let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(250));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Late));
+    assert_eq!(drain_sends(&mut s, base + ms(250)).len(), 1, "try 1");
+    // Its copy is late too, not a duplicate: the try was not answered.
+    let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(251));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Late));
+    // The last try has no next one: past its own timeout, late.
+    let mut s = Sweep::new(vec![retry_job(0, 1, 200)], cfg(0), base).unwrap();
+    drain_sends(&mut s, base);
+    s.handle_timeout(base + ms(100));
+    let (a, req) = drain_sends(&mut s, base + ms(100)).pop().unwrap();
+    let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(301));
+    assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Late));
+    assert_eq!(done_events(&mut s)[0].1.received, 0);
+}
+
 #[test]
 fn a_late_reply_or_a_failed_send_of_a_retrying_host_is_a_lost_try() {
     let base = Instant::now();
