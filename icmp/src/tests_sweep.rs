@@ -1094,3 +1094,356 @@ proptest! {
         }
     }
 }
+
+/// What comes back for one probe in [`any_reply_counts_as_fping_counts_it`]: a copy of
+/// its echo reply (a duplicate when there are several), or something like it that must
+/// not count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// The target's reply, as the probe was sent.
+    Genuine,
+    /// The same bytes from another address (the target answering from another of its
+    /// addresses, a NAT): only replies from the probed address count.
+    FromElsewhere,
+    /// Its payload with another sequence number (that of another probe of its host, or
+    /// of none sent).
+    OtherSeq,
+    /// Cut to this many payload bytes: a reply of 16 bytes or more still carries the
+    /// whole tag and counts (fping reads no payload: it takes any length); a shorter
+    /// one cannot be told from a forgery.
+    Truncated(usize),
+    /// One payload byte past the tag altered: fping does not compare the data, so it
+    /// counts.
+    AlteredData,
+    /// One byte of the tag altered.
+    AlteredTag,
+    /// Under another identifier: a raw socket's replies must carry the sweep's own; a
+    /// datagram socket's carry the kernel's, so there it counts.
+    OtherIdent,
+    /// ICMPv4 with a wrong checksum (ICMPv6 checksums are the kernel's to check).
+    BadChecksum,
+    /// Destination unreachable quoting the probe (ICMPv6: address unreachable): fping
+    /// warns and counts the probe lost when its timeout runs out, so does Zabbix.
+    Unreachable,
+    /// Time exceeded quoting the probe.
+    TimeExceeded,
+    /// This probe's twin of an earlier iteration (same job, sequence and identifier):
+    /// a late reply of the previous sweep.
+    Stale,
+}
+
+impl Answer {
+    /// Whether fping's count mode takes it as a reply to its probe.
+    fn counts(self, socket: SocketKind) -> bool {
+        match self {
+            Answer::Genuine | Answer::AlteredData => true,
+            Answer::Truncated(n) => n >= crate::tag::TAG_LEN,
+            Answer::OtherIdent => socket == SocketKind::Datagram,
+            _ => false,
+        }
+    }
+}
+
+fn any_answer() -> impl Strategy<Value = Answer> {
+    prop_oneof![
+        4 => Just(Answer::Genuine),
+        1 => Just(Answer::FromElsewhere),
+        1 => Just(Answer::OtherSeq),
+        1 => (0usize..56).prop_map(Answer::Truncated),
+        1 => Just(Answer::AlteredData),
+        1 => Just(Answer::AlteredTag),
+        1 => Just(Answer::OtherIdent),
+        1 => Just(Answer::BadChecksum),
+        1 => Just(Answer::Unreachable),
+        1 => Just(Answer::TimeExceeded),
+        1 => Just(Answer::Stale),
+    ]
+}
+
+/// The IPv6 loopback address: every IPv6 job of these tests probes it (no other is
+/// named; the sweep needs no route to any).
+fn v6_lo() -> IpAddr {
+    IpAddr::V6(std::net::Ipv6Addr::LOCALHOST)
+}
+
+/// An address of the same family as `a` that is not a target of these tests.
+fn elsewhere(a: IpAddr) -> IpAddr {
+    match a {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::new(127, 0, 167, 250)),
+        IpAddr::V6(_) => "::ffff:127.0.167.250".parse().unwrap(),
+    }
+}
+
+/// `icmp` (an ICMP or ICMPv6 message) from `src`, as a `socket` of its family hands it
+/// out: behind an IPv4 header for a raw IPv4 socket, bare otherwise.
+fn framed(socket: SocketKind, src: IpAddr, icmp: &[u8]) -> Vec<u8> {
+    match (socket, src) {
+        (SocketKind::Raw, IpAddr::V4(s)) => {
+            let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 1, 0, 0];
+            ip[2..4].copy_from_slice(&((20 + icmp.len()) as u16).to_be_bytes());
+            ip.extend_from_slice(&s.octets());
+            ip.extend_from_slice(&[127, 0, 0, 1]);
+            ip.extend_from_slice(icmp);
+            ip
+        }
+        _ => icmp.to_vec(),
+    }
+}
+
+/// The ICMP error `icmp_type`/`code` quoting `request` (sent to `dst`), as a router on
+/// the way sends it: ICMP header, the probe's IP header, the probe.
+fn error_quoting(dst: IpAddr, request: &[u8], icmp_type: u8, code: u8) -> Vec<u8> {
+    let mut msg = vec![icmp_type, code, 0, 0, 0, 0, 0, 0];
+    match dst {
+        IpAddr::V4(d) => {
+            let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 1, 1, 0, 0, 127, 0, 0, 1];
+            ip[2..4].copy_from_slice(&((20 + request.len()) as u16).to_be_bytes());
+            ip.extend_from_slice(&d.octets());
+            msg.extend_from_slice(&ip);
+        }
+        IpAddr::V6(d) => {
+            let mut ip = vec![0x60, 0, 0, 0];
+            ip.extend_from_slice(&(request.len() as u16).to_be_bytes());
+            ip.extend_from_slice(&[58, 1]);
+            ip.extend_from_slice(&std::net::Ipv6Addr::LOCALHOST.octets());
+            ip.extend_from_slice(&d.octets());
+            msg.extend_from_slice(&ip);
+        }
+    }
+    msg.extend_from_slice(request);
+    if dst.is_ipv4() {
+        EchoPacket::new_unchecked(&mut msg[..]).fill_checksum_v4();
+    }
+    msg
+}
+
+/// What a `socket` reads for `answer` to `request` (sent to `dst`; `stale` is its twin
+/// of the previous iteration): (source address, bytes).
+fn answer_bytes(
+    answer: Answer,
+    socket: SocketKind,
+    dst: IpAddr,
+    request: &[u8],
+    stale: &[u8],
+) -> (IpAddr, Vec<u8>) {
+    let v4 = dst.is_ipv4();
+    let (echo_reply, unreachable, time_exceeded) = if v4 {
+        (0, (3, 1), (11, 0))
+    } else {
+        (129, (1, 3), (3, 0))
+    };
+    let reply_to = |req: &[u8]| {
+        let mut icmp = req.to_vec();
+        let mut p = EchoPacket::new_unchecked(&mut icmp[..]);
+        p.set_msg_type(echo_reply);
+        if socket == SocketKind::Datagram {
+            p.set_ident(40_000); // the ping socket's port, as the kernel writes it
+        }
+        icmp
+    };
+    let mut icmp = reply_to(request);
+    let mut src = dst;
+    match answer {
+        Answer::Genuine => {}
+        Answer::FromElsewhere => src = elsewhere(dst),
+        Answer::OtherSeq => {
+            let mut p = EchoPacket::new_unchecked(&mut icmp[..]);
+            let seq = p.seq();
+            p.set_seq(seq.wrapping_add(1));
+        }
+        Answer::Truncated(n) => icmp.truncate(HEADER_LEN + n),
+        Answer::AlteredData => icmp[HEADER_LEN + 20] ^= 0x80,
+        Answer::AlteredTag => icmp[HEADER_LEN + 5] ^= 0x01,
+        Answer::OtherIdent => {
+            let mut p = EchoPacket::new_unchecked(&mut icmp[..]);
+            let ident = p.ident();
+            p.set_ident(ident ^ 0x0101);
+        }
+        Answer::BadChecksum | Answer::Stale => {}
+        Answer::Unreachable => {
+            icmp = error_quoting(dst, request, unreachable.0, unreachable.1);
+            src = elsewhere(dst);
+        }
+        Answer::TimeExceeded => {
+            icmp = error_quoting(dst, request, time_exceeded.0, time_exceeded.1);
+            src = elsewhere(dst);
+        }
+    }
+    if answer == Answer::Stale {
+        icmp = reply_to(stale);
+    }
+    let is_echo = !matches!(answer, Answer::Unreachable | Answer::TimeExceeded);
+    if v4 && is_echo {
+        let mut p = EchoPacket::new_unchecked(&mut icmp[..]);
+        p.fill_checksum_v4();
+        if answer == Answer::BadChecksum {
+            let c = p.checksum();
+            p.set_checksum(c ^ 0x0400);
+        }
+    } else if answer == Answer::BadChecksum {
+        // Linux drops an ICMPv6 message with a bad checksum before any socket sees it:
+        // what arrives instead is a tag that does not verify.
+        icmp[HEADER_LEN + 5] ^= 0x01;
+    }
+    (src, framed(socket, src, &icmp))
+}
+
+/// An ICMP error quoting a probe (destination unreachable, time exceeded; ICMP and
+/// ICMPv6) is no answer, nor taken for the echo reply its quote carries: fping warns of
+/// it and counts the probe lost when its timeout runs out, and so does Zabbix.
+#[test]
+fn an_icmp_error_quoting_a_probe_is_no_answer() {
+    let base = Instant::now();
+    let v4 = IpAddr::V4(Ipv4Addr::new(127, 0, 167, 1));
+    let jobs = vec![
+        Job {
+            addr: v4,
+            ..job(0, 1)
+        },
+        Job {
+            addr: v6_lo(),
+            ..job(0, 1)
+        },
+    ];
+    let mut s = Sweep::new(jobs, cfg(0), base).unwrap();
+    for (dst, req) in drain_sends(&mut s, base) {
+        for answer in [Answer::Unreachable, Answer::TimeExceeded] {
+            let (from, bytes) = answer_bytes(answer, SocketKind::Raw, dst, &req, &req);
+            let out = s.handle_reply(&bytes, from, base + ms(1));
+            assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::NotEchoReply));
+        }
+    }
+    assert_eq!(s.in_flight(), 2);
+    s.handle_timeout(base + ms(1000));
+    let ev = done_events(&mut s);
+    assert_eq!(ev.len(), 2);
+    for (_, st) in ev {
+        let values = (st.is_alive(), st.loss_pct(), st.rtt_seconds(RttMode::Avg));
+        assert_eq!(values, (false, 100.0, 0.0));
+    }
+    assert_eq!(s.counters().not_echo_reply, 4);
+}
+
+/// A host of [`any_reply_counts_as_fping_counts_it`]: IPv6 (`::1`) or IPv4, its probes,
+/// its timeout, and whether it probes the same address as the host before it.
+fn any_host() -> impl Strategy<Value = (bool, u32, u64, bool)> {
+    (
+        any::<bool>(),
+        1u32..4,
+        prop_oneof![Just(50u64), Just(100), Just(150)],
+        any::<bool>(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    /// Every sort of reply a sweep may read (duplicates, replies from another address,
+    /// another sequence or identifier, cut or altered payloads, bad checksums, ICMP
+    /// errors quoting the probe, late replies, and the previous iteration's), IPv4 and
+    /// IPv6, raw and datagram sockets, several jobs per address: each host's statistics
+    /// are fping's count mode's, as Zabbix reads them. A probe is answered when the
+    /// first reply that fping takes for it (from its target, its sequence, its tag)
+    /// comes within the timeout; its RTT is that reply's, never a later copy's; a
+    /// reply is matched to no host but the one its probe went to. Replies are read in
+    /// receive ticks, as the driver reads them, some after their probe's timeout ran out.
+    #[test]
+    fn any_reply_counts_as_fping_counts_it(
+        hosts in proptest::collection::vec(any_host(), 1..6),
+        answers in proptest::collection::vec(
+            proptest::collection::vec((any_answer(), 0u64..200), 0..4),
+            1..24,
+        ),
+        datagram in any::<bool>(),
+        tick in prop_oneof![Just(0u64), Just(7), Just(20)],
+    ) {
+        let socket = if datagram { SocketKind::Datagram } else { SocketKind::Raw };
+        let base = Instant::now();
+        let mut addrs: Vec<IpAddr> = Vec::new();
+        let jobs: Vec<Job> = hosts.iter().enumerate().map(|(i, &(v6, packets, timeout, same))| {
+            let a = match (v6, same && i > 0) {
+                (true, _) => v6_lo(),
+                (false, true) if addrs[i - 1].is_ipv4() => addrs[i - 1],
+                (false, _) => IpAddr::V4(Ipv4Addr::new(127, 0, 167, 1 + i as u8)),
+            };
+            addrs.push(a);
+            Job { addr: a, packets, timeout: ms(timeout), ..job(0, 1) }
+        }).collect();
+        let c = SweepConfig { socket, ..cfg(0) };
+        // The previous iteration's requests, by (job, packet): same identifier and
+        // sequences, another iteration number.
+        let mut stale = HashMap::new();
+        let mut old = Sweep::new(jobs.clone(), SweepConfig { iteration: c.iteration - 1, ..c }, base).unwrap();
+        let mut t = base;
+        while !old.all_sent() {
+            while let Some(tx) = old.poll_transmit(t) {
+                stale.insert(tx.token.parts(), tx.packet.to_vec());
+            }
+            t += ms(20);
+        }
+        let mut s = Sweep::new(jobs.clone(), c, base).unwrap();
+        let mut expected = vec![PingStats::default(); jobs.len()];
+        // (arrival, job it was built for if it counts, source, bytes)
+        let mut replies: Vec<(Instant, Option<usize>, IpAddr, Vec<u8>)> = Vec::new();
+        let mut done: Vec<Option<PingStats>> = vec![None; jobs.len()];
+        let (mut now, mut n, mut steps) = (base, 0usize, 0);
+        loop {
+            steps += 1;
+            prop_assert!(steps < 10_000, "the sweep never finished");
+            replies.sort_by_key(|r| r.0);
+            while replies.first().is_some_and(|r| r.0 <= now) {
+                let (at, job, from, bytes) = replies.remove(0);
+                match s.handle_reply(&bytes, from, at) {
+                    ReplyOutcome::Matched { job: j, .. } => {
+                        prop_assert_eq!(Some(j), job, "matched to another host");
+                    }
+                    ReplyOutcome::Ignored(_) => {}
+                }
+            }
+            s.handle_timeout(now);
+            for Event::HostDone { job, stats } in std::iter::from_fn(|| s.poll_event()) {
+                prop_assert!(done[job].is_none(), "job {} reported twice", job);
+                done[job] = Some(stats);
+            }
+            if s.is_finished() {
+                break;
+            }
+            while let Some(tx) = s.poll_transmit(now) {
+                let (j, k) = tx.token.parts();
+                let (j, dst, request) = (j as usize, tx.addr, tx.packet.to_vec());
+                let these = &answers[n % answers.len()];
+                n += 1;
+                expected[j].sent += 1;
+                // fping takes the first reply it counts; a later copy is a duplicate.
+                let first = these.iter().filter(|(a, _)| a.counts(socket)).map(|&(_, d)| d).min();
+                if let Some(d) = first.filter(|&d| ms(d) <= jobs[j].timeout) {
+                    expected[j].record(ms(d));
+                }
+                for &(answer, delay) in these {
+                    let (from, bytes) = answer_bytes(answer, socket, dst, &request, &stale[&(j as u32, k)]);
+                    let counts = answer.counts(socket).then_some(j);
+                    replies.push((now + ms(delay), counts, from, bytes));
+                }
+            }
+            let next_reply = replies.iter().map(|r| r.0).min();
+            let next = match (s.poll_timeout(), next_reply) {
+                (Some(a), Some(b)) => a.min(b),
+                (a, b) => a.or(b).expect("not finished, nothing to wait for"),
+            };
+            // The driver wakes for replies and expiries once per receive tick, reading
+            // every reply that came by then (judged by its own arrival) before it
+            // expires probes: some replies are read after their probe's timeout.
+            let next = match tick {
+                0 => next,
+                t => base + ms(next.duration_since(base).as_millis().div_ceil(u128::from(t)) as u64 * t),
+            };
+            now = now.max(next);
+        }
+        for (j, got) in done.iter().enumerate() {
+            let got = got.expect("every job reported");
+            prop_assert_eq!(got, expected[j], "job {} ({})", j, jobs[j].addr);
+            prop_assert!(got.received <= got.sent && got.loss_pct() >= 0.0);
+        }
+        let received: u32 = expected.iter().map(|e| e.received).sum();
+        prop_assert_eq!(s.counters().received, u64::from(received));
+    }
+}

@@ -1231,6 +1231,47 @@ const _: fn() = || {
 mod tests {
     use super::*;
 
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// `packets` requests of `size` bytes to `addr`, 20 ms apart, each waited for 2 s.
+    fn probe(addr: IpAddr, packets: u32, size: usize) -> PingJob {
+        PingJob {
+            addr,
+            packets,
+            interval: Duration::from_millis(20),
+            size,
+            timeout: Duration::from_secs(2),
+            retry: None,
+        }
+    }
+
+    /// Sends `n` echo requests with identifier `ident` to `to` (loopback: the kernel
+    /// answers each as it is sent) from a raw socket of its own, not a driver's.
+    fn ping_from_elsewhere(to: IpAddr, ident: u16, n: u16) {
+        let family = icmp::Family::of(to);
+        let sock = open_socket(SocketKind::Raw, to.is_ipv6()).unwrap();
+        let to = SockAddr::from(SocketAddr::new(to, 0));
+        for seq in 0..n {
+            let echo = icmp::EchoRepr {
+                family,
+                kind: icmp::EchoKind::Request,
+                ident,
+                seq,
+                payload: &[0; 56],
+            };
+            let mut req = vec![0; echo.buffer_len()];
+            // ICMPv6: the kernel fills in the checksum.
+            echo.emit(&mut icmp::EchoPacket::new_unchecked(&mut req[..]))
+                .unwrap();
+            sock.send_to(&req, &to).unwrap();
+        }
+    }
+
     #[test]
     fn a_wall_clock_step_does_not_age_a_reply() {
         let now = Instant::now();
@@ -1318,24 +1359,14 @@ mod tests {
     /// loopback reply and far below what the batch costs. Loopback only; needs root.
     #[test]
     fn an_rtt_counts_from_the_probes_own_send() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         let opts = IcmpOptions {
             max_pps: 0,
             ..IcmpOptions::default()
         };
         let mut d = IcmpDriver::open(opts).unwrap();
         let jobs: Vec<PingJob> = (1..=64u8)
-            .map(|i| PingJob {
-                addr: IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 99, i)),
-                packets: 1,
-                interval: Duration::from_millis(20),
-                size: 16_000,
-                timeout: Duration::from_secs(2),
-                retry: None,
-            })
+            .map(|i| probe(IpAddr::V4(Ipv4Addr::new(127, 0, 99, i)), 1, 16_000))
             .collect();
         let mut rtt = vec![None; jobs.len()];
         let report = rt.block_on(d.sweep(&jobs, |i, s| rtt[i] = s.avg()));
@@ -1351,10 +1382,7 @@ mod tests {
     /// next read (7 of 62 hosts read as down, every run). Loopback only; needs root.
     #[test]
     fn large_replies_into_a_small_receive_buffer_are_not_lost() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         // The identifier filter keeps other pingers' replies (other tests' 16 kB ones)
         // out of the small buffer: the turn's own replies are what must fit.
         let opts = IcmpOptions {
@@ -1364,13 +1392,9 @@ mod tests {
         };
         let mut d = IcmpDriver::open(opts).unwrap();
         let jobs: Vec<PingJob> = (1..=62u8)
-            .map(|i| PingJob {
-                addr: IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 43, i)),
-                packets: 1,
-                interval: Duration::from_millis(20),
-                size: icmp::MAX_PAYLOAD_V4,
-                timeout: Duration::from_secs(2),
-                retry: None,
+            .map(|i| {
+                let addr = IpAddr::V4(Ipv4Addr::new(127, 0, 43, i));
+                probe(addr, 1, icmp::MAX_PAYLOAD_V4)
             })
             .collect();
         let report = rt.block_on(d.sweep(&jobs, |_, _| {}));
@@ -1388,10 +1412,7 @@ mod tests {
     /// buffer before it. Loopback only (127.0.62.0/24); needs root.
     #[test]
     fn drops_before_a_sweep_are_not_counted_in_it() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = runtime();
         // The identifier filter keeps other pingers' replies out of the tiny buffer.
         let opts = IcmpOptions {
             rcvbuf: 1,
@@ -1399,36 +1420,47 @@ mod tests {
             ..IcmpOptions::default()
         };
         let mut d = IcmpDriver::open(opts).unwrap();
-        let ident = d.next_ident();
-        // Echo requests from another socket with that identifier: the kernel's replies
-        // (generated as each request is sent, on loopback) queue on `d`'s socket.
-        let flood = open_socket(SocketKind::Raw, false).unwrap();
-        let to = SockAddr::from(SocketAddr::new(Ipv4Addr::new(127, 0, 62, 30).into(), 0));
-        for seq in 0..64u16 {
-            let mut req = [0u8; 64];
-            let mut p = icmp::EchoPacket::new_unchecked(&mut req[..]);
-            p.set_msg_type(8);
-            p.set_ident(ident);
-            p.set_seq(seq);
-            p.fill_checksum_v4();
-            flood.send_to(&req, &to).unwrap();
-        }
-        drop(flood);
+        // Echo requests from another socket with the next sweep's identifier: the
+        // kernel's replies queue on `d`'s socket.
+        ping_from_elsewhere(Ipv4Addr::new(127, 0, 62, 30).into(), d.next_ident(), 64);
         let before = socket_drops(d.v4.fd().unwrap()).expect("SO_MEMINFO");
         assert!(
             before >= 32,
             "the flood overflowed the buffer: {before} drops"
         );
-        let jobs = [PingJob {
-            addr: IpAddr::V4(Ipv4Addr::new(127, 0, 62, 31)),
-            packets: 1,
-            interval: Duration::from_millis(20),
-            size: 56,
-            timeout: Duration::from_secs(2),
-            retry: None,
-        }];
+        let jobs = [probe(IpAddr::V4(Ipv4Addr::new(127, 0, 62, 31)), 1, 56)];
         let report = rt.block_on(d.sweep(&jobs, |_, _| {}));
         assert_eq!(report.counters.received, 1, "{report:?}");
         assert_eq!(report.receive_drops, 0, "{report:?}");
+    }
+
+    /// The identifier filter (the daemon's several sweep sockets) on the raw ICMPv6
+    /// socket, where a datagram starts at the ICMPv6 header, not at an IP header: it
+    /// passes the sweep's replies and keeps out those carrying another identifier.
+    /// Here echo requests to `::1` with another identifier, sent before the sweep, get
+    /// replies that would queue on its socket and be read as foreign. Loopback (`::1`,
+    /// 127.0.167.1) only; needs root.
+    #[test]
+    fn the_identifier_filter_works_on_the_ipv6_socket() {
+        let rt = runtime();
+        let opts = IcmpOptions {
+            ident_filter: true,
+            ..IcmpOptions::default()
+        };
+        let mut d = IcmpDriver::open(opts).unwrap();
+        d.ipv6().expect("ICMPv6 socket");
+        let lo6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        ping_from_elsewhere(lo6, d.next_ident() ^ 0x8000, 5);
+        let v4 = IpAddr::V4(Ipv4Addr::new(127, 0, 167, 1));
+        let jobs = [probe(lo6, 3, 56), probe(v4, 3, 56)];
+        let mut stats = [PingStats::default(); 2];
+        let report = rt.block_on(d.sweep(&jobs, |i, s| stats[i] = *s));
+        assert_eq!(
+            stats.map(|s| (s.sent, s.received)),
+            [(3, 3); 2],
+            "{report:?}"
+        );
+        let c = report.counters;
+        assert_eq!(c.foreign + c.spoofed + c.stale, 0, "{report:?}");
     }
 }
