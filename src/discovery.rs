@@ -26,6 +26,9 @@
 //! * A round the daemon cuts short (a stop, a reload) makes no plan past the one in
 //!   progress: the rows of the plans it took are planned and saved as any round's, the
 //!   others stay pending in `found` ([`plan_rows`]'s `cut`).
+//! * The discovery task never waits for the daemon to take its ask for a re-plan (one
+//!   not taken yet stands for the next): its walks and the daemon's stop are read
+//!   while a round plans.
 //! * A walk waits at most [`walker::STOP_CHECK`] before it sees the daemon stopping.
 //! * Walks run on blocking threads, at most [`CONCURRENT_WALKS`] at once, never on the
 //!   engines' threads: discovery cannot delay polling.
@@ -508,7 +511,8 @@ fn phase(host: &str, rule: &str, interval: Duration) -> Duration {
 
 /// The daemon's discovery task: walks each target's rules when due, keeps `found`, and
 /// asks for a re-plan on `replan` (at most once per [`REPLAN_EVERY`]) when rows
-/// changed. New targets (after a reload) come on `targets`.
+/// changed, never waiting for the daemon to take the ask (one waiting in the channel
+/// stands for the next). New targets (after a reload) come on `targets`.
 pub async fn run(
     mut targets: watch::Receiver<Vec<DiscoveryTarget>>,
     found: Arc<Mutex<Found>>,
@@ -614,7 +618,11 @@ pub async fn run(
             settled.max(last_replan.map_or(now, |t| t + REPLAN_EVERY))
         });
         if replan_at.is_some_and(|at| at <= now) {
-            if replan.send(()).await.is_err() {
+            // Never waited for: an ask the daemon has not taken yet (it takes none
+            // while a round plans, nor once it stops) stands for this one too, its
+            // round reading `found` when it starts. Waiting here, the task read
+            // neither its walks nor the stop, and the daemon's stop awaits it.
+            if let Err(mpsc::error::TrySendError::Closed(())) = replan.try_send(()) {
                 break;
             }
             dirty = None;
@@ -920,6 +928,59 @@ mod tests {
         assert!(!prune(&mut f, &new, &new), "nothing changed");
     }
 
+    /// The first snmpd of `NETPOLLER_SNMPD_ADDRS` (the shared test services).
+    fn snmpd() -> String {
+        let Some(agent) = std::env::var("NETPOLLER_SNMPD_ADDRS")
+            .ok()
+            .and_then(|a| a.split(',').next().map(str::to_owned))
+        else {
+            panic!("NETPOLLER_SNMPD_ADDRS is not set: scripts/services.sh up && . .services/env");
+        };
+        agent
+    }
+
+    /// Rows that change while the daemon has not taken the task's last ask for a
+    /// re-plan (it takes none while a round plans, seconds at a million items, nor
+    /// once its loop has stopped) do not hold the task: the ask waiting covers them
+    /// (the round it starts reads `found` then), and a stop still ends the task.
+    /// Before, the task waited in the ask's channel: neither its walks nor the stop
+    /// were read, and the daemon's stop, which awaits the task, never ended (its
+    /// service manager killed it, the sink not flushed). (Against snmpd at
+    /// `NETPOLLER_SNMPD_ADDRS`; on the paused clock, which stands still while the walk
+    /// runs on its thread: the hour the stop is given passes at once when the task
+    /// waits for good.)
+    #[tokio::test(start_paused = true)]
+    async fn rows_found_while_an_ask_waits_hold_neither_the_task_nor_the_stop() {
+        let targets = vec![target("h", &snmpd(), 161, vec![rule("if", None)])];
+        let (_targets_tx, targets_rx) = watch::channel(targets);
+        let found = Arc::new(Mutex::new(Found::default()));
+        let (replan_tx, mut replan_rx) = mpsc::channel(1);
+        // An ask the daemon has not taken yet.
+        replan_tx.try_send(()).unwrap();
+        let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let metrics = Arc::new(DiscoveryMetrics::default());
+        let m = metrics.clone();
+        let mut task = tokio::spawn(run(targets_rx, found.clone(), replan_tx, m, shutdown_rx));
+        // The walk finds rows (a change: a re-plan is due at once), and the task goes
+        // on to its ask before this task runs again (one thread).
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        while get(&metrics.changes) == 0 {
+            assert_eq!(
+                get(&metrics.walks_failed),
+                0,
+                "snmpd did not answer the walk"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(found.lock().unwrap().rows("h", "if").is_some());
+        shutdown_tx.send(true).unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(3600), &mut task).await;
+        assert!(ended.is_ok(), "the task did not see the stop");
+        // One ask stands for both changes.
+        assert!(replan_rx.try_recv().is_ok());
+        assert!(replan_rx.try_recv().is_err());
+    }
+
     /// A walk that ends while a reload moves its host to another address is not taken:
     /// the reload has dropped the host's rows, and the old address's rows must not
     /// come back. (Against snmpd at `NETPOLLER_SNMPD_ADDRS`; the new address has no
@@ -928,12 +989,7 @@ mod tests {
     /// rounds took the walk.
     #[test]
     fn a_walk_of_an_address_a_reload_left_is_not_taken() {
-        let Some(agent) = std::env::var("NETPOLLER_SNMPD_ADDRS")
-            .ok()
-            .and_then(|a| a.split(',').next().map(str::to_owned))
-        else {
-            panic!("NETPOLLER_SNMPD_ADDRS is not set: scripts/services.sh up && . .services/env");
-        };
+        let agent = snmpd();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
