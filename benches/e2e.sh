@@ -151,8 +151,11 @@ fi
 . .services/env
 
 if [[ ${NO_BUILD:-0} != 1 && -z ${E2E_BIN:-} ]]; then
-    log "cargo build --release --bin netpoller --example tun_echo"
-    cargo build --release --bin netpoller --example tun_echo
+    # Two commands: building an example in the same one turns on the dev-dependencies'
+    # features for the binary too (tokio's test-util: its clock checked on every now()).
+    log "cargo build --release --bin netpoller; cargo build --release --example tun_echo"
+    cargo build --release --bin netpoller
+    cargo build --release --example tun_echo
 fi
 export NETPOLLER=${E2E_BIN:-$ROOT/target/release/netpoller}
 [[ -x $NETPOLLER ]] || die "no $NETPOLLER"
