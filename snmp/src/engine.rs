@@ -20,9 +20,12 @@
 //!   with missing varbinds, or on silence while the agent answers one OID alone (a
 //!   probe, see [`Iteration::handle_timeout`]), and remembered per host address in
 //!   [`HostMemory`] (which lets a limit grow back slowly, never to a size that failed).
-//!   An OID the agent answers with an error of its own (found by an error-index, by
-//!   halvings, or asked alone after an answer left it out) is remembered there too:
-//!   later iterations ask it alone from the start, not search for it again.
+//!   An OID the agent answers with an error of its own (named by an error-index, found
+//!   by halvings after tooBigs, or asked alone after an answer left it out) is
+//!   remembered there too: later iterations ask it alone from the start, not search for
+//!   it again. An error-status without a usable error-index (0, or past the request's
+//!   OIDs) fails every item of its request at once, as Zabbix does: no search, no
+//!   culprit, no size learned.
 //! * SNMPv3 ([`crate::v3`]): a host whose agent's engine is not known yet first gets a
 //!   discovery request (one more round trip, once per driver: the engine is kept in
 //!   [`HostMemory`]); a response counts only if it authenticates with the host's user's
@@ -181,12 +184,13 @@ pub const RETRY_SILENT_AFTER: u32 = 100;
 /// each address's encryption salt counter (which outlives a rediscovered engine).
 ///
 /// And each address's culprits: OIDs the agent answered with an error of their own
-/// (an error-status, tooBig alone, or no varbind when asked alone), which it takes
-/// extra requests to single out of a request of several (halvings, a solo request
-/// after a short answer). Later iterations ask them alone from the start and the rest
-/// together, instead of searching again; the item still gets the agent's error each
-/// time. An OID is a culprit until it gets a value (or [`MAX_CULPRITS`] newer ones push
-/// it out), unless another host at the address found it again in that iteration.
+/// (an error-status its error-index names, tooBig alone, or no varbind when asked
+/// alone), which it takes extra requests to single out of a request of several (the
+/// rest asked again, halvings, a solo request after a short answer). Later iterations
+/// ask them alone from the start and the rest together, instead of searching again;
+/// the item still gets the agent's error each time. An OID is a culprit until it gets
+/// a value (or [`MAX_CULPRITS`] newer ones push it out), unless another host at the
+/// address found it again in that iteration.
 #[derive(Debug, Clone, Default)]
 pub struct HostMemory {
     max_oids: HashMap<SocketAddr, Learned>,
@@ -453,9 +457,6 @@ struct HostState {
     failed_silent: bool,
     /// Every failure behind `failed_at` in this iteration.
     fails: Vec<SizeFail>,
-    /// `max_oids` before an error-status without a usable error-index halved it to
-    /// isolate its culprit (restored once a request of one OID gets an error).
-    isolating: Option<usize>,
     /// An attempt of one of its requests timed out in this iteration.
     timed_out: bool,
     /// The probe in flight (see [`Purpose::Probe`]); not in `inflight`: it holds up
@@ -697,7 +698,6 @@ impl<'j> Iteration<'j> {
                 failed_at: None,
                 failed_silent: false,
                 fails: Vec::new(),
-                isolating: None,
                 timed_out: false,
                 probe: None,
                 alive: false,
@@ -1666,8 +1666,11 @@ impl<'j> Iteration<'j> {
             }
             return;
         }
-        // noSuchName (v1), genErr, ...: the error-index (1-based) names the culprit; the
-        // rest is asked again without it (Zabbix does the same).
+        // noSuchName (v1), genErr, ...: an error-index (1-based) within the request names
+        // the culprit; it fails, and the rest is asked again without it. Zabbix does so
+        // for noSuchName only and fails the whole request on any other status; but the
+        // index names the varbind that caused the error whatever the status (RFC 3416
+        // §4.2.1), and the other items get their values for one more request.
         let idx = msg.error_index as usize;
         if (1..=n).contains(&idx) {
             self.fail(
@@ -1682,23 +1685,15 @@ impl<'j> Iteration<'j> {
                 .map(|(_, &i)| i)
                 .collect();
             self.requeue_front(host, &rest);
-        } else if n == 1 {
-            self.fail(host, items[0] as usize, ItemFailure::ErrorStatus(status));
         } else {
-            // No usable index: halve for this iteration to isolate the culprit, without
-            // remembering the size.
-            let st = &mut self.hosts[host];
-            st.isolating.get_or_insert(st.max_oids);
-            st.max_oids = (n / 2).max(1).min(st.max_oids);
-            self.requeue_front(host, items);
-        }
-        if n == 1 {
-            // The culprit of the halvings (if any) is found: the host's other items go
-            // on at the size they were asked at before, not one at a time (or at the
-            // agent's limit, when a tooBig meanwhile lowered it: see `shrink`).
-            let st = &mut self.hosts[host];
-            if let Some(before) = st.isolating.take() {
-                st.max_oids = st.max_oids.max(before);
+            // No usable index (0, or past the request's OIDs): the error is the
+            // request's, and every item of it fails with it, in this one request, as in
+            // Zabbix. An agent that refuses a whole view (authorizationError, noAccess)
+            // or says genErr to everything answers each OID alone the same way: halving
+            // to find a culprit cost about 4 requests per item, every iteration. Not
+            // culprits either (nothing singled them out): asked together next time.
+            for &i in items {
+                self.deliver(host, i as usize, Err(ItemFailure::ErrorStatus(status)));
             }
         }
     }
@@ -1719,9 +1714,6 @@ impl<'j> Iteration<'j> {
         let size = size.max(1);
         if size < st.max_oids {
             st.max_oids = size;
-        }
-        if let Some(before) = &mut st.isolating {
-            *before = (*before).min(size);
         }
     }
 

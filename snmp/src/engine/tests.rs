@@ -32,6 +32,9 @@ struct Agent {
     too_big_with: Option<Oid>,
     /// Answer genErr without an error-index whenever a request asks for this OID.
     gen_err_with: Option<Oid>,
+    /// Answer every request with this error-status and error-index (an agent that
+    /// refuses a whole view: authorizationError, noAccess; or says genErr to all).
+    error_all: Option<(u32, usize)>,
     /// Answer only this many varbinds (a "short" response).
     truncate_to: usize,
     /// Drop this many first datagrams (forces retries).
@@ -78,6 +81,7 @@ impl Agent {
             too_big_over: usize::MAX,
             too_big_with: None,
             gen_err_with: None,
+            error_all: None,
             truncate_to: usize::MAX,
             drop_first: 0,
             drop_every: 0,
@@ -157,6 +161,10 @@ impl Agent {
             .is_some_and(|o| asked.contains(o))
         {
             echo(&mut out, 5, 0);
+            return Some(out);
+        }
+        if let Some((status, index)) = self.error_all {
+            echo(&mut out, status, index);
             return Some(out);
         }
         if m.version == Version::V1 {
@@ -1486,23 +1494,57 @@ fn an_oid_left_out_of_an_answer_of_two_leaves_the_host_at_two() {
 }
 
 #[test]
-fn an_error_without_index_is_isolated_and_the_rest_keep_their_request_size() {
+fn an_error_without_index_fails_its_request_and_the_rest_go_on() {
     // 40 items at 10 OIDs per request, the third answered genErr without an
-    // error-index: halvings isolate it (it fails alone), then the other items go on
-    // 10 per request, not one at a time for the rest of the iteration.
+    // error-index: the agent does not say which OID failed, so the first request's 10
+    // items fail with its error, in that one request, as in Zabbix; the other 30 get
+    // their values 10 per request. Nothing is learned: no culprit, no size.
     let (mut a, oids) = agent_with(40);
     a.gen_err_with = Some(oid(&oids[2]));
     let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
     let mut agents = HashMap::from([(addr(1), a)]);
     let out = iterate(&[job(1, &refs)], &mut agents, HostMemory::default());
     let items = items_of(&out.events, 0);
-    assert_eq!(
-        items[&2],
-        Err(ItemFailure::ErrorStatus(ErrorStatus::GEN_ERR))
-    );
-    assert_eq!(items.values().filter(|r| r.is_ok()).count(), 39);
-    assert_eq!(request_sizes(&out), [10, 5, 2, 2, 1, 10, 10, 10, 7]);
+    for (k, r) in &items {
+        match k {
+            0..10 => assert_eq!(*r, Err(ItemFailure::ErrorStatus(ErrorStatus::GEN_ERR))),
+            _ => assert!(r.is_ok(), "{k}: {r:?}"),
+        }
+    }
+    assert_eq!(request_sizes(&out), [10, 10, 10, 10]);
     assert!(out.memory.is_empty());
+    assert!(out.memory.culprits(&addr(1)).is_empty());
+}
+
+#[test]
+fn an_agent_refusing_every_request_without_index_costs_one_request_per_request() {
+    // An agent that answers every request with an error-status and no usable
+    // error-index (authorizationError or noAccess on a whole view, genErr to all; the
+    // index 0 or past the request's OIDs): each request's items fail with the agent's
+    // status, 4 requests for 40 items every iteration, as Zabbix sends. Halving each
+    // request to find a culprit cost 149 requests in the first iteration and 53 in
+    // each after (32 remembered culprits asked alone, the rest searched again).
+    for (status, index) in [(16, 0), (6, 0), (5, 0), (5, 11), (2, 0), (2, 11)] {
+        let (jobs, mut agents) = one_host(40, |a| a.error_all = Some((status, index)));
+        let mut memory = HostMemory::default();
+        for i in 0..3 {
+            let out = iterate(&jobs, &mut agents, memory);
+            let case = format!("status {status} index {index} iteration {i}");
+            assert_eq!(request_sizes(&out), [10, 10, 10, 10], "{case}");
+            let items = items_of(&out.events, 0);
+            assert_eq!(items.len(), 40, "{case}");
+            for r in items.values() {
+                assert_eq!(
+                    *r,
+                    Err(ItemFailure::ErrorStatus(ErrorStatus(status))),
+                    "{case}"
+                );
+            }
+            memory = out.memory;
+            assert!(memory.is_empty(), "{case}");
+            assert!(memory.culprits(&addr(1)).is_empty(), "{case}");
+        }
+    }
 }
 
 /// Requests each of three iterations sends to a host of 40 items at 10 per request
@@ -1533,18 +1575,12 @@ fn culprit_iterations(
 #[test]
 fn a_culprit_found_once_is_asked_alone_from_the_start_after() {
     // The search for the OID that makes the agent fail a request of several (halvings
-    // for an error without index or a value too big for any message; a solo request
+    // for a value too big for any message; a solo request
     // after the answer that left it out at its end, which shrank the size meanwhile)
     // was spent again every iteration. Once found, it is asked alone first and the 39
     // others 10 per request; its item still gets the agent's error every time.
     type Tweak = fn(&mut Agent, &Oid);
-    let cases: [(usize, Tweak, ItemFailure, Vec<usize>); 3] = [
-        (
-            2,
-            |a, o| a.gen_err_with = Some(o.clone()),
-            ItemFailure::ErrorStatus(ErrorStatus::GEN_ERR),
-            vec![10, 5, 2, 2, 1, 10, 10, 10, 7],
-        ),
+    let cases: [(usize, Tweak, ItemFailure, Vec<usize>); 2] = [
         (
             2,
             |a, o| a.too_big_with = Some(o.clone()),
@@ -1579,14 +1615,14 @@ fn a_culprit_found_once_is_asked_alone_from_the_start_after() {
 fn a_culprit_that_gets_a_value_is_asked_with_the_others_again() {
     let (mut a, oids) = agent_with(40);
     let bad = oid(&oids[2]);
-    a.gen_err_with = Some(bad.clone());
+    a.too_big_with = Some(bad.clone());
     let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
     let jobs = [job(1, &refs)];
     let mut agents = HashMap::from([(addr(1), a)]);
     let out = iterate(&jobs, &mut agents, HostMemory::default());
     assert_eq!(out.memory.culprits(&addr(1)), [bad]);
     // The agent fixed: asked alone once more, it answers, and is a culprit no more.
-    agents.get_mut(&addr(1)).unwrap().gen_err_with = None;
+    agents.get_mut(&addr(1)).unwrap().too_big_with = None;
     let out = iterate(&jobs, &mut agents, out.memory);
     assert_eq!(request_sizes(&out), [1, 10, 10, 10, 9]);
     assert!(items_of(&out.events, 0).values().all(Result::is_ok));
@@ -1628,7 +1664,7 @@ fn a_culprit_one_host_finds_is_kept_whatever_another_host_at_its_address_gets() 
 fn culprits_are_kept_while_their_host_times_out_and_bounded() {
     // A host that goes silent says nothing of its culprits: kept.
     let (mut a, oids) = agent_with(40);
-    a.gen_err_with = Some(oid(&oids[2]));
+    a.too_big_with = Some(oid(&oids[2]));
     let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
     let jobs = [job(1, &refs)];
     let mut agents = HashMap::from([(addr(1), a)]);
@@ -1649,27 +1685,6 @@ fn culprits_are_kept_while_their_host_times_out_and_bounded() {
     let kept = out.memory.culprits(&addr(1));
     assert_eq!(kept.len(), MAX_CULPRITS);
     assert_eq!(kept.last(), Some(&oid(&oids[49])));
-}
-
-#[test]
-fn an_error_without_index_beside_a_size_limit_goes_on_at_the_limit() {
-    // As above, on an agent that also says tooBig above 4 OIDs: once the genErr's
-    // culprit is isolated, the rest goes at the size the tooBigs left (2, halved from
-    // 5), not one at a time.
-    let (mut a, oids) = agent_with(40);
-    a.gen_err_with = Some(oid(&oids[2]));
-    a.too_big_over = 4;
-    let refs: Vec<&str> = oids.iter().map(String::as_str).collect();
-    let mut agents = HashMap::from([(addr(1), a)]);
-    let out = iterate(&[job(1, &refs)], &mut agents, HostMemory::default());
-    let items = items_of(&out.events, 0);
-    assert_eq!(items.values().filter(|r| r.is_ok()).count(), 39);
-    let sizes = request_sizes(&out);
-    let culprit = sizes.iter().position(|&n| n == 1).unwrap();
-    assert!(
-        sizes[culprit + 1..sizes.len() - 1].iter().all(|&n| n == 2),
-        "{sizes:?}"
-    );
 }
 
 #[test]
