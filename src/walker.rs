@@ -7,7 +7,10 @@
 //! non-increasing OID and on endOfMibView; one that brings more than [`MAX_VARBINDS`]
 //! varbinds fails);
 //! each request waits at most `timeout × (retries + 1)`; foreign, stale or forged
-//! datagrams are skipped, never taken as the answer.
+//! datagrams are skipped, never taken as the answer: a v1/v2c answer is taken only
+//! with the request's request-id, community and SNMP version, as the engine takes
+//! one (`snmp::engine`'s module docs), and a request whose replies were all refused
+//! times out saying why the last was.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +20,7 @@ use anyhow::{bail, Context};
 use poller::plan::SnmpParams;
 use poller::source::SourceAddrs;
 use snmp::v3::{Engine, ReportKind, V3Message};
-use snmp::{Message, Oid, PduType, VarValue, Walk};
+use snmp::{Dropped, Message, Oid, PduType, VarValue, Walk};
 
 /// Most varbinds one walk takes: an agent could serve an endless table, which fails the
 /// walk past them.
@@ -132,6 +135,8 @@ fn walk_at_most(
         // One resend after the agent's clock report (it rebooted, or its discovery
         // report had no clock): v3_pdu has taken the clock the report authenticated.
         let mut resynced = false;
+        // Why the last reply to the request was not taken (v1/v2c), for its timeout.
+        let mut dropped = None;
         let answered = loop {
             id = id.wrapping_add(1) & 0x7fff_ffff;
             req.clear();
@@ -159,13 +164,34 @@ fn walk_at_most(
                 answered = attempt(&sock, &req, t, stop, &mut rbuf, |bytes| {
                     // Foreign, stale or forged datagrams are skipped, not fatal.
                     let Some(e) = engine.as_mut() else {
-                        let m = Message::decode(bytes).ok()?;
-                        return (w.matches(&m) && m.community == t.snmp.community.as_bytes()).then(
-                            || {
+                        let m = match Message::decode(bytes) {
+                            Ok(m) => m,
+                            Err(err) => {
+                                if snmp::peek_request_id(bytes) == Some(id) {
+                                    dropped = Some(Dropped::Undecodable(err));
+                                }
+                                return None;
+                            }
+                        };
+                        let community = t.snmp.community.as_bytes();
+                        if w.matches(&m) && m.community == community {
+                            return Some(
                                 w.handle_response(&m, &mut vbs)
-                                    .map_err(|e| (e.to_string(), None))
-                            },
-                        );
+                                    .map_err(|e| (e.to_string(), None)),
+                            );
+                        }
+                        // The agent's reply (it carries the request's id) refused as the
+                        // engine refuses it: the timeout says why, as the engine's does.
+                        if m.request_id == id {
+                            dropped = Some(if m.pdu_type != PduType::Response {
+                                Dropped::NotResponse(m.pdu_type)
+                            } else if m.community != community {
+                                Dropped::WrongCommunity
+                            } else {
+                                Dropped::WrongVersion(m.version)
+                            });
+                        }
+                        return None;
                     };
                     match v3_pdu(bytes, e, &sent, &mut mac, &mut plain)? {
                         Ok(m) if w.matches(&m) => Some(
@@ -185,9 +211,13 @@ fn walk_at_most(
                 other => break other.map(|r| r.map_err(|(text, _)| text)),
             }
         };
-        let failed = match answered {
-            None => bail!("timeout: no response from {addr}"),
-            Some(r) => r.err(),
+        let failed = match (answered, dropped) {
+            (None, None) => bail!("timeout: no response from {addr}"),
+            (None, Some(why)) => bail!(
+                "timeout: no response taken from {addr} after {} attempt(s): {why}",
+                t.snmp.retries + 1
+            ),
+            (Some(r), _) => r.err(),
         };
         // The rows an answer brought before its error are the walk's (as net-snmp
         // prints them before "OID not increasing"); the error still fails the walk.
@@ -526,36 +556,49 @@ mod tests {
         ends: bool,
         rows: impl Fn(u32) -> Vec<u32> + Send + 'static,
     ) -> SnmpParams {
+        let col = column.clone();
+        raw_agent_at(ip, move |m| {
+            let asked = m.varbinds().next().unwrap().oid.to_owned();
+            let at = asked.arcs().nth(col.arcs().count()).unwrap_or(0);
+            let mut rows: Vec<(Oid, VarValue)> = rows(at)
+                .into_iter()
+                .map(|i| (format!("{col}.{i}").parse().unwrap(), VarValue::Integer(1)))
+                .collect();
+            if rows.is_empty() && ends {
+                let arcs: Vec<u32> = col.arcs().collect();
+                let (last, parent) = arcs.split_last().unwrap();
+                let mut next = parent.to_vec();
+                next.extend([last + 1, 1]);
+                rows.push((Oid::from_arcs(&next).unwrap(), VarValue::Integer(1)));
+            }
+            let mut out = Vec::new();
+            snmp::encode_response(
+                &mut out,
+                m,
+                rows.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+            );
+            vec![out]
+        })
+    }
+
+    /// An agent on loopback address `ip`, a thread of the test: `answer` gets each
+    /// request and gives the datagrams sent back, in order. Its parameters as
+    /// [`agent`]'s; it stops 5 s after the last request.
+    fn raw_agent_at(
+        ip: &str,
+        mut answer: impl FnMut(&Message<'_>) -> Vec<Vec<u8>> + Send + 'static,
+    ) -> SnmpParams {
         let agent = std::net::UdpSocket::bind((ip, 0)).unwrap();
         let port = agent.local_addr().unwrap().port();
-        let col = column.clone();
         std::thread::spawn(move || {
             agent
                 .set_read_timeout(Some(Duration::from_secs(5)))
                 .unwrap();
             let mut buf = [0u8; 65_536];
             while let Ok((n, from)) = agent.recv_from(&mut buf) {
-                let m = Message::decode(&buf[..n]).unwrap();
-                let asked = m.varbinds().next().unwrap().oid.to_owned();
-                let at = asked.arcs().nth(col.arcs().count()).unwrap_or(0);
-                let mut rows: Vec<(Oid, VarValue)> = rows(at)
-                    .into_iter()
-                    .map(|i| (format!("{col}.{i}").parse().unwrap(), VarValue::Integer(1)))
-                    .collect();
-                if rows.is_empty() && ends {
-                    let arcs: Vec<u32> = col.arcs().collect();
-                    let (last, parent) = arcs.split_last().unwrap();
-                    let mut next = parent.to_vec();
-                    next.extend([last + 1, 1]);
-                    rows.push((Oid::from_arcs(&next).unwrap(), VarValue::Integer(1)));
+                for d in answer(&Message::decode(&buf[..n]).unwrap()) {
+                    agent.send_to(&d, from).unwrap();
                 }
-                let mut out = Vec::new();
-                snmp::encode_response(
-                    &mut out,
-                    &m,
-                    rows.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
-                );
-                agent.send_to(&out, from).unwrap();
             }
         });
         SnmpParams {
@@ -643,6 +686,138 @@ mod tests {
         let stop = AtomicBool::new(false);
         let e = table_rows(&t, &column, |_| true, &stop).unwrap_err();
         assert!(e.to_string().contains("no varbinds"), "{e}");
+    }
+
+    /// A broken agent's reply to a request (written to the `Vec`).
+    type Reply = fn(&Message<'_>, &mut Vec<u8>);
+
+    /// The reply in the other of v1 and v2c.
+    const OTHER_VERSION: Reply = |m, out| {
+        let v = match m.version {
+            snmp::Version::V1 => snmp::Version::V2c,
+            _ => snmp::Version::V1,
+        };
+        reply_as(m, v, m.community, out)
+    };
+    /// The reply with another community.
+    const OTHER_COMMUNITY: Reply = |m, out| reply_as(m, m.version, b"private", out);
+
+    /// The answer to `m` as a broken agent may send it: in version `v`, with community
+    /// `c`, carrying row 7 (which the column has not).
+    fn reply_as(m: &Message<'_>, v: snmp::Version, c: &[u8], out: &mut Vec<u8>) {
+        let row: Oid = format!("{}.7", m.varbinds().next().unwrap().oid)
+            .parse()
+            .unwrap();
+        snmp::encode_message(
+            out,
+            v,
+            c,
+            PduType::Response,
+            m.request_id,
+            0,
+            0,
+            std::iter::once((row.as_ref(), snmp::ValueRef::Integer(7))),
+        );
+    }
+
+    /// An agent at 127.0.172.1 (the `version` asked of it) whose column `column` has
+    /// rows 1 and 2: each request gets the `refused` replies, then (`answers`) the
+    /// next cell (past the column: the next column's first).
+    fn refusing_agent(
+        column: &Oid,
+        version: snmp::Version,
+        refused: &'static [Reply],
+        answers: bool,
+    ) -> SnmpParams {
+        let col = column.clone();
+        let mut arcs: Vec<u32> = col.arcs().collect();
+        *arcs.last_mut().unwrap() += 1;
+        let mib: Vec<Oid> = [format!("{col}.1"), format!("{col}.2")]
+            .into_iter()
+            .map(|o| o.parse().unwrap())
+            .chain([Oid::from_arcs(&[&arcs[..], &[1]].concat()).unwrap()])
+            .collect();
+        let mut params = raw_agent_at("127.0.172.1", move |m| {
+            let asked = m.varbinds().next().unwrap().oid.to_owned();
+            let mut out: Vec<Vec<u8>> = refused
+                .iter()
+                .map(|r| {
+                    let mut d = Vec::new();
+                    r(m, &mut d);
+                    d
+                })
+                .collect();
+            if answers {
+                let next = mib.iter().find(|o| **o > asked).unwrap();
+                let mut d = Vec::new();
+                snmp::encode_response(
+                    &mut d,
+                    m,
+                    std::iter::once((next.as_ref(), snmp::ValueRef::Integer(2))),
+                );
+                out.push(d);
+            }
+            out
+        });
+        params.version = version;
+        params
+    }
+
+    fn at_172(params: &SnmpParams) -> Target<'_> {
+        Target::of_host(
+            "127.0.172.1".parse().unwrap(),
+            params,
+            SourceAddrs::default(),
+        )
+    }
+
+    #[test]
+    fn answers_of_another_version_or_community_are_not_taken() {
+        // Each request answered first in the other SNMP version, then with another
+        // community, then as asked: the walk takes only the last (the engine's rules),
+        // v1 (GETNEXT) and v2c (GETBULK) alike. The other version's was taken before.
+        let column: Oid = "1.3.6.1.4.1.99999.6".parse().unwrap();
+        for version in [snmp::Version::V1, snmp::Version::V2c] {
+            let params = refusing_agent(&column, version, &[OTHER_VERSION, OTHER_COMMUNITY], true);
+            let mut seen = Vec::new();
+            let stop = AtomicBool::new(false);
+            let n = walk(&at_172(&params), &column.to_string(), &stop, |oid, _| {
+                seen.push(oid.to_string());
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(n, 2, "{version:?}");
+            assert_eq!(seen, [format!("{column}.1"), format!("{column}.2")]);
+        }
+    }
+
+    #[test]
+    fn a_request_whose_replies_are_all_refused_times_out_saying_why() {
+        // An agent that answers a v2c walk only in v1, or only with another community:
+        // the walk times out, and says what came, as the engine's items do.
+        let column: Oid = "1.3.6.1.4.1.99999.7".parse().unwrap();
+        let cases: [(&'static [Reply], &str); 2] = [
+            (
+                &[OTHER_VERSION],
+                "replies came in SNMP version 1, not the version asked, not taken",
+            ),
+            (
+                &[OTHER_COMMUNITY],
+                "replies carried another community, not taken",
+            ),
+        ];
+        for (refused, why) in cases {
+            let params = refusing_agent(&column, snmp::Version::V2c, refused, false);
+            let stop = AtomicBool::new(false);
+            let e = walk(&at_172(&params), &column.to_string(), &stop, |_, _| Ok(()))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("timeout: no response taken from 127.0.172.1:"),
+                "{e}"
+            );
+            assert!(e.ends_with(&format!("after 1 attempt(s): {why}")), "{e}");
+        }
     }
 
     #[test]

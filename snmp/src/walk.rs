@@ -8,7 +8,8 @@
 //! varbinds of a response before its first non-increasing OID are valid and delivered
 //! before that error, as net-snmp's walks print them before "OID not increasing". A
 //! GETBULK answered tooBig is asked again from the same OID for half as many
-//! repetitions (down to one).
+//! repetitions (down to one). Only a Response with the outstanding request-id, in the
+//! walk's SNMP version, is taken ([`Walk::matches`]).
 
 use crate::message::{encode_request, ErrorStatus, Message, PduType, RequestKind, Version};
 use crate::oid::Oid;
@@ -21,7 +22,9 @@ pub enum WalkError {
     NotIncreasing { got: Oid, after: Oid },
     #[error("agent returned error-status {status} (index {index})")]
     ErrorStatus { status: ErrorStatus, index: u32 },
-    #[error("response is not a Response PDU or has the wrong request-id")]
+    #[error(
+        "response is not a Response PDU, has the wrong request-id or is of another SNMP version"
+    )]
     Unexpected,
     /// An answer of no varbinds and no error: not the subtree's end (that is an OID
     /// past it, or endOfMibView), but an agent that cut its answer to nothing (RFC 3416
@@ -147,9 +150,13 @@ impl Walk {
         )
     }
 
-    /// True when `msg` answers the outstanding request (caller checks the source).
+    /// True when `msg` answers the outstanding request: a Response with its request-id,
+    /// in the walk's SNMP version (an SNMPv3 ScopedPDU's is v3). The caller checks the
+    /// source and the community (or, v3, the USM), as the engine does.
     pub fn matches(&self, msg: &Message<'_>) -> bool {
-        msg.pdu_type == PduType::Response && Some(msg.request_id) == self.request_id
+        msg.pdu_type == PduType::Response
+            && Some(msg.request_id) == self.request_id
+            && msg.version == self.version
     }
 
     /// Consumes a response, appending its varbinds inside the subtree to `out`, in
@@ -326,6 +333,39 @@ mod tests {
             (vec![], Err(WalkError::Unexpected)),
             "wrong request-id"
         );
+    }
+
+    #[test]
+    fn an_answer_of_another_version_is_not_the_walks() {
+        // A v2c walk's request answered in v1 (and a v1 walk's in v2c), its request-id
+        // and community right: not taken, as the engine drops it; the request is still
+        // outstanding, and the answer in the walk's version is taken.
+        for (walk, other) in [(Version::V2c, Version::V1), (Version::V1, Version::V2c)] {
+            let mut w = Walk::new("1.3.6.1.2.1.1".parse().unwrap(), walk, 2);
+            let mut req = Vec::new();
+            w.next_request(&mut req, b"public", 1);
+            let row = [("1.3.6.1.2.1.1.1.0", VarValue::Integer(1))];
+            let m = Message::decode(&req).unwrap();
+            let oid: Oid = row[0].0.parse().unwrap();
+            let mut foreign = Vec::new();
+            encode_message(
+                &mut foreign,
+                other,
+                m.community,
+                PduType::Response,
+                m.request_id,
+                0,
+                0,
+                std::iter::once((oid.as_ref(), row[0].1.as_ref())),
+            );
+            assert_eq!(
+                take(&mut w, &foreign),
+                (vec![], Err(WalkError::Unexpected)),
+                "{other:?} to {walk:?}"
+            );
+            let (got, r) = take(&mut w, &respond(&req, &row, 0));
+            assert_eq!((got.len(), r), (1, Ok(())), "{walk:?}");
+        }
     }
 
     #[test]
