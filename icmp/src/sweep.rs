@@ -48,7 +48,8 @@
 //!   retry may still be queued. A reply past its try's timeout answers the host if it
 //!   came within the timeout of the try fping would have out by then (each try leaving
 //!   as the one before ran out), however late this sweep handles that expiry or sends
-//!   that try: when a reply is read changes nothing, as for counting jobs.
+//!   that try: when a reply is read changes nothing, as for counting jobs, nor how its
+//!   copies are counted.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -1036,7 +1037,12 @@ impl Sweep {
             Some(&Probe::InFlight(sent)) => (j as usize, sent),
             Some(&Probe::Lost(sent)) => {
                 return match self.retry_answered(j as usize, sent, now) {
-                    Some(out) => out,
+                    Some(out) => {
+                        // Answered: a copy is a duplicate, as it is when this reply is
+                        // read before the try's expiry was handled.
+                        self.probes[p] = Probe::Idle;
+                        out
+                    }
                     None => self.ignore(IgnoreReason::Late),
                 };
             }

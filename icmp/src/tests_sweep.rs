@@ -865,6 +865,38 @@ fn a_reply_to_a_try_counts_by_the_next_try_whenever_it_is_read() {
     assert_eq!(done_events(&mut s)[0].1.received, 0);
 }
 
+/// A copy of the reply that answered a retrying host is a duplicate, however far the
+/// sweep had got when it read the reply (try 0's expiry not handled, handled with try 1
+/// queued, or try 1 sent): it was a duplicate only in the first case, late in the
+/// others, so the counters said what the driver's timing was, not what came back.
+#[test]
+fn a_copy_of_the_reply_that_answered_a_retrying_host_is_a_duplicate_whenever_read() {
+    let base = Instant::now();
+    for step in ["expiry not handled", "try 1 queued", "try 1 sent"] {
+        let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+        let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+        if step != "expiry not handled" {
+            s.handle_timeout(base + ms(100));
+        }
+        if step == "try 1 sent" {
+            assert_eq!(drain_sends(&mut s, base + ms(100)).len(), 1);
+        }
+        let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(150));
+        assert!(
+            matches!(out, ReplyOutcome::Matched { .. }),
+            "{step}: {out:?}"
+        );
+        let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(151));
+        assert_eq!(
+            out,
+            ReplyOutcome::Ignored(IgnoreReason::Duplicate),
+            "{step}"
+        );
+        let c = s.counters();
+        assert_eq!((c.received, c.duplicate, c.late), (1, 1, 0), "{step}");
+    }
+}
+
 #[test]
 fn a_late_reply_or_a_failed_send_of_a_retrying_host_is_a_lost_try() {
     let base = Instant::now();
