@@ -48,8 +48,8 @@
 //!   retry may still be queued. A reply past its try's timeout answers the host if it
 //!   came within the timeout of the try fping would have out by then (each try leaving
 //!   as the one before ran out), however late this sweep handles that expiry or sends
-//!   that try: when a reply is read changes nothing, as for counting jobs, nor how its
-//!   copies are counted.
+//!   that try, or whether its send failed: when a reply is read changes nothing, as for
+//!   counting jobs, nor how its copies are counted.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -1083,14 +1083,20 @@ impl Sweep {
             return None;
         }
         let last = st.next_packet - 1;
-        let (out, last_sent) = match self.probes[(st.probe_base + last) as usize] {
-            Probe::InFlight(s) => (true, s),
-            Probe::Lost(s) => (false, s),
-            // Its send failed: fping has no such try to go by.
-            Probe::Idle => return None,
+        // The last try that left, and whether it is out. A try whose send failed (idle,
+        // its host not done) has no send instant: it counts as lost, the tries from it
+        // on as leaving back to back from the one before (one did: the reply's).
+        let mut m = last;
+        let (out, last_sent) = loop {
+            match self.probes[(st.probe_base + m) as usize] {
+                Probe::InFlight(s) => break (m == last, s),
+                Probe::Lost(s) => break (false, s),
+                Probe::Idle if m > 0 => m -= 1,
+                Probe::Idle => return None,
+            }
         };
         // The try fping would have out at `now`, and since when.
-        let (mut m, mut from) = (last, last_sent);
+        let mut from = last_sent;
         while m + 1 < st.job.packets && now > from + st.job.probe_timeout(m) {
             from += st.job.probe_timeout(m);
             m += 1;
@@ -1106,7 +1112,8 @@ impl Sweep {
             self.take(j as u32, last);
             self.resolve(j, None);
         } else {
-            // Lost, its retry queued (`take_due` drops it once the host is done).
+            // Lost or failed to send, its retry queued (`take_due` drops it once the
+            // host is done).
             self.complete(j);
         }
         Some(ReplyOutcome::Matched { job: j, rtt })

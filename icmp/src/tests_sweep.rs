@@ -897,6 +897,38 @@ fn a_copy_of_the_reply_that_answered_a_retrying_host_is_a_duplicate_whenever_rea
     }
 }
 
+/// A try whose send failed counts as sent and lost: the next try is due when its
+/// timeout would have run out. A reply to the try before it, within the timeout of the
+/// try fping would have out by then, answers the host, as it does when read before that
+/// try's expiry was handled (its send never tried): it was late once the failed try
+/// was the last handed out, the host unreachable for a send error of another packet.
+#[test]
+fn a_reply_to_a_try_counts_by_the_next_try_when_that_one_failed_to_send() {
+    let base = Instant::now();
+    // 2 retries, backoff 2.0: tries wait 100, 200 and 400 ms; try 1 (at 100 ms) fails.
+    // Within its 200 ms, or past them within try 2's 400 ms (from 300 ms, still
+    // queued): answered; past try 2's 400 ms: late.
+    for (at, answered) in [(150, true), (350, true), (401, false)] {
+        let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+        let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+        s.handle_timeout(base + ms(100));
+        let t1 = s.poll_transmit(base + ms(100)).unwrap().token;
+        s.on_send_error(t1);
+        assert_eq!(s.next_send_time(), Some(base + ms(300)), "try 2");
+        let rtt = match s.handle_reply(&raw_reply_for(a, &req), a, base + ms(at)) {
+            ReplyOutcome::Matched { rtt, .. } => Some(rtt),
+            ReplyOutcome::Ignored(_) => None,
+        };
+        assert_eq!(rtt, answered.then(|| ms(at)), "{at} ms");
+        if answered {
+            let ev = done_events(&mut s);
+            assert_eq!((ev[0].1.sent, ev[0].1.received), (2, 1), "{at} ms");
+            let more = drain_sends(&mut s, base + ms(1000));
+            assert!(more.is_empty(), "{at} ms: try 2 never leaves");
+        }
+    }
+}
+
 #[test]
 fn a_late_reply_or_a_failed_send_of_a_retrying_host_is_a_lost_try() {
     let base = Instant::now();
