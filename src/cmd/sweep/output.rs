@@ -24,7 +24,8 @@
 //!   backlog stays in memory, as before, with a warning.
 //! * The engine's side does not wait on the writer: it takes a lock the writer holds
 //!   only to take or give back a piece, never while writing to stdout; the most it
-//!   does itself is append a chunk to the file (to the page cache).
+//!   does itself is append a chunk to the file (to the page cache). Nor does it write
+//!   to stderr, which may be the same pipe (its notes go by a thread of their own).
 //! * The temporary file is emptied whenever stdout has caught up with it.
 
 use std::collections::VecDeque;
@@ -57,6 +58,9 @@ pub struct Output {
     written: Arc<AtomicU64>,
 }
 
+/// Makes the temporary file (`tempfile::tempfile`: unlinked, in `$TMPDIR`).
+type NewFile = fn() -> std::io::Result<File>;
+
 /// What was handed over and not yet written, shared by the two sides.
 struct Backlog {
     pending: Mutex<Pending>,
@@ -64,8 +68,7 @@ struct Backlog {
     ready: Condvar,
     /// Most bytes of `Piece::Memory` held at once.
     in_memory: usize,
-    /// Makes the temporary file (`tempfile::tempfile`: unlinked, in `$TMPDIR`).
-    new_file: fn() -> std::io::Result<File>,
+    new_file: NewFile,
 }
 
 /// One run of bytes to write, in order.
@@ -111,7 +114,7 @@ impl Output {
         live: bool,
         out: impl Write + Send + 'static,
         in_memory: usize,
-        new_file: fn() -> std::io::Result<File>,
+        new_file: NewFile,
     ) -> std::io::Result<Self> {
         let backlog = Arc::new(Backlog {
             pending: Mutex::new(Pending::default()),
@@ -209,19 +212,24 @@ impl Backlog {
             match p.spill(&chunk, self.new_file) {
                 Ok(()) => {
                     drop(p);
-                    if first {
-                        tracing::info!(
-                            held_bytes = self.in_memory,
-                            dir = %std::env::temp_dir().display(),
-                            "standard output is behind: the results it has not taken wait in a temporary file"
-                        );
-                    }
                     self.ready.notify_one();
+                    if first {
+                        let held_bytes = self.in_memory;
+                        note(move || {
+                            tracing::info!(
+                                held_bytes,
+                                dir = %std::env::temp_dir().display(),
+                                "standard output is behind: the results it has not taken wait in a temporary file"
+                            )
+                        });
+                    }
                     return;
                 }
                 Err(e) => {
                     p.no_spill = true;
-                    tracing::warn!(error = %e, "standard output is behind and no temporary file can be written: the results not yet printed are held in memory");
+                    note(
+                        move || tracing::warn!(error = %e, "standard output is behind and no temporary file can be written: the results not yet printed are held in memory"),
+                    );
                 }
             }
         }
@@ -285,13 +293,21 @@ impl Backlog {
     }
 }
 
+/// Logs a note on the backlog from a thread of its own, through the caller's
+/// subscriber. The log is stderr, which may be the pipe stdout is (`netpoller sweep ...
+/// 2>&1 | less`), full just when stdout falls behind: a write there on the engine's side
+/// would stop the sweep and its signal handling until the reader reads on. With no
+/// thread to be had, the note is left out rather than risked.
+fn note(log: impl FnOnce() + Send + 'static) {
+    let dispatch = tracing::dispatcher::get_default(tracing::Dispatch::clone);
+    let _ = std::thread::Builder::new()
+        .name("sweep-note".into())
+        .spawn(move || tracing::dispatcher::with_default(&dispatch, log));
+}
+
 impl Pending {
     /// Appends `chunk` to the temporary file (made by `new_file` at the first call).
-    fn spill(
-        &mut self,
-        chunk: &[u8],
-        new_file: fn() -> std::io::Result<File>,
-    ) -> std::io::Result<()> {
+    fn spill(&mut self, chunk: &[u8], new_file: NewFile) -> std::io::Result<()> {
         let file = match &self.file {
             Some(file) => Arc::clone(file),
             None => {
@@ -335,7 +351,8 @@ mod tests {
     }
 
     /// With no temporary file to be had (`$TMPDIR` full or read-only), the backlog is
-    /// held in memory, as before, nothing lost, and a warning says so.
+    /// held in memory, as before, nothing lost (the warning that says so:
+    /// [`the_notes_on_a_backlog_are_not_written_by_the_sweep`]).
     #[test]
     fn without_a_temporary_file_the_backlog_stays_in_memory() {
         let printed = SharedBuf::default();
@@ -343,15 +360,11 @@ mod tests {
         let no_file = || Err(std::io::Error::other("no space left"));
         let mut out = Output::start(true, writer, 1024, no_file).unwrap();
         let mut want = String::new();
-        let ((), log) = crate::test_util::logged(|| {
-            for k in 0..1_000 {
-                let line = format!("127.0.163.{} alive 1/1 0% {k}\n", k % 250 + 1);
-                want.push_str(&line);
-                out.line(|b| b.write_all(line.as_bytes()));
-            }
-        });
-        assert!(log.contains("no temporary file can be written"), "{log}");
-        assert_eq!(log.matches("WARN").count(), 1, "{log}");
+        for k in 0..1_000 {
+            let line = format!("127.0.163.{} alive 1/1 0% {k}\n", k % 250 + 1);
+            want.push_str(&line);
+            out.line(|b| b.write_all(line.as_bytes()));
+        }
         let (peak, spilled, _) = out.backlog();
         assert_eq!(spilled, 0);
         assert!(peak > 1024 && peak >= want.len(), "{peak}");
@@ -361,6 +374,63 @@ mod tests {
         assert!(
             printed.text() == want,
             "lines lost, doubled or out of order"
+        );
+    }
+
+    /// The notes on a backlog (it waits in a temporary file; no file can be had) are
+    /// not written on the sweep's side: the log is stderr, which may be the pipe stdout
+    /// is (`netpoller sweep ... 2>&1 | less` on its first page), full just when stdout
+    /// falls behind. Written there, a note held up the sweep (its replies read late,
+    /// hosts read as lost) and its Ctrl-C until the reader read on.
+    #[test]
+    fn the_notes_on_a_backlog_are_not_written_by_the_sweep() {
+        let log = SharedBuf::default();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(log.clone())
+            .with_ansi(false)
+            .with_thread_names(true)
+            .finish();
+        let dispatch = tracing::Dispatch::new(sub);
+        // tracing settles whether a log call is wanted when it is first reached: with one
+        // subscriber registered, by the reaching thread's own, and a test running beside
+        // this one (with none) reaching it first dropped the notes for good. With two
+        // registered, by every one.
+        let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        let no_file = || Err(std::io::Error::other("no space left"));
+        let files: [(NewFile, &str); 2] = [
+            (tempfile::tempfile, "wait in a temporary file"),
+            (no_file, "no temporary file can be written"),
+        ];
+        for (new_file, note) in files {
+            let printed = SharedBuf::default();
+            let (writer, open) = gated(printed.clone());
+            // The sweep's side, on a thread the log names.
+            let d = dispatch.clone();
+            let sweep = move || {
+                tracing::dispatcher::with_default(&d, || {
+                    let mut out = Output::start(false, writer, CHUNK, new_file).unwrap();
+                    for k in 0..10_000 {
+                        out.line(|b| writeln!(b, "127.0.171.{} alive 1/1 0% {k}", k % 250 + 1));
+                    }
+                    out
+                })
+            };
+            let thread = std::thread::Builder::new().name("the-sweep".into());
+            let mut out = thread.spawn(sweep).unwrap().join().unwrap();
+            // The note comes all the same, once.
+            while !log.text().contains(note) {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            open.send(()).unwrap();
+            out.close();
+            rt().block_on(out.finished()).unwrap();
+            assert_eq!(printed.text().lines().count(), 10_000);
+            assert_eq!(log.text().matches(note).count(), 1, "{}", log.text());
+        }
+        let text = log.text();
+        assert!(
+            !text.contains("the-sweep"),
+            "written by the sweep's thread: {text}"
         );
     }
 
