@@ -47,9 +47,10 @@
 //!   count as all sent ([`Sweep::all_sent`]), so the deadline cannot be final while a
 //!   retry may still be queued. A reply past its try's timeout answers the host if it
 //!   came within the timeout of the try fping would have out by then (each try leaving
-//!   as the one before ran out), however late this sweep handles that expiry or sends
-//!   that try, or whether its send failed: when a reply is read changes nothing, as for
-//!   counting jobs, nor how its copies are counted.
+//!   as the one before ran out, from the first one that left), however late this sweep
+//!   handles that expiry or sends that try, or whether its send failed: neither when a
+//!   reply is read (as for counting jobs) nor how busy the sweep is changes whether a
+//!   host answered, nor how a reply's copies are counted.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -1069,43 +1070,40 @@ impl Sweep {
 
     /// A reply at `now` to a try of retrying job `j`, sent at `sent`, past that try's
     /// own timeout. fping's default mode sends the next try the moment a try's timeout
-    /// runs out and judges a reply by the timeout of the try then out (a backoff above
-    /// 1.0 makes each longer): the reply answers the host if it came within the timeout
-    /// of the try fping would have out at `now`, counted from the last try sent here,
-    /// the next ones back to back. Not from what this sweep handled or sent by the time
-    /// it reads the reply: a try whose expiry it did not handle yet, or a retry waiting
-    /// for its send slot, would make the host's fate depend on when its reply was read.
-    /// The last try is then done with (a reply to it later is a duplicate), or its queued
-    /// retry never leaves. `None`: late (counting jobs: always).
+    /// runs out (from its timeout handler, not paced) and judges a reply by the timeout
+    /// of the try then out (a backoff above 1.0 makes each longer): the reply answers
+    /// the host if it came within the timeout of the try fping would have out at `now`,
+    /// its tries leaving back to back from the first one that left here. Not from what
+    /// this sweep handled or sent by the time it reads the reply: a try whose expiry it
+    /// did not handle yet, a retry that waited for its send slot or still waits, or one
+    /// whose send failed would make the host's fate depend on when its reply was read,
+    /// or on how busy the sweep was. The last try is then done with (a reply to it
+    /// later is a duplicate), or its queued retry never leaves. `None`: late (counting
+    /// jobs: always).
     fn retry_answered(&mut self, j: usize, sent: Instant, now: Instant) -> Option<ReplyOutcome> {
         let st = &self.jobs[j];
         if st.job.retry.is_none() || st.done || st.next_packet == 0 {
             return None;
         }
         let last = st.next_packet - 1;
-        // The last try that left, and whether it is out. A try whose send failed (idle,
-        // its host not done) has no send instant: it counts as lost, the tries from it
-        // on as leaving back to back from the one before (one did: the reply's).
-        let mut m = last;
-        let (out, last_sent) = loop {
-            match self.probes[(st.probe_base + m) as usize] {
-                Probe::InFlight(s) => break (m == last, s),
-                Probe::Lost(s) => break (false, s),
-                Probe::Idle if m > 0 => m -= 1,
-                Probe::Idle => return None,
-            }
-        };
-        // The try fping would have out at `now`, and since when.
-        let mut from = last_sent;
+        let slot = |k: u32| self.probes[(st.probe_base + k) as usize];
+        // The first try that left (one whose send failed has no send instant; the
+        // reply's own try left).
+        let (mut m, mut from) = (0..=last).find_map(|k| match slot(k) {
+            Probe::InFlight(s) | Probe::Lost(s) => Some((k, s)),
+            Probe::Idle => None,
+        })?;
+        // The try fping would have out at `now` (past the last one's end, fping still
+        // judges by its timeout).
         while m + 1 < st.job.packets && now > from + st.job.probe_timeout(m) {
             from += st.job.probe_timeout(m);
             m += 1;
         }
-        let timeout = st.job.probe_timeout(m);
         let rtt = now.saturating_duration_since(sent);
-        if now > from + timeout || rtt > timeout {
+        if rtt > st.job.probe_timeout(m) {
             return None;
         }
+        let out = matches!(slot(last), Probe::InFlight(_));
         self.jobs[j].stats.record(rtt);
         self.counters.received += 1;
         if out {

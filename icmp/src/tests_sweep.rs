@@ -929,6 +929,46 @@ fn a_reply_to_a_try_counts_by_the_next_try_when_that_one_failed_to_send() {
     }
 }
 
+/// fping sends a try the moment the one before ran out (from its timeout handler, not
+/// paced), so the try it has out at any instant follows from its first try alone. A
+/// paced sweep may send a retry later: a reply to try 0 at 320 ms (try 2, 400 ms, out
+/// from 300 ms in fping) answered the host while try 1 waited for its send slot, and
+/// was late once try 1 had left at 250 ms (counted from then, try 1's 200 ms were out):
+/// whether a host was up depended on how busy the sweep was.
+#[test]
+fn a_reply_to_a_try_counts_by_fpings_schedule_however_late_the_retry_left() {
+    let base = Instant::now();
+    // 2 retries, backoff 2.0: tries wait 100, 200 and 400 ms.
+    for try1_left in [None, Some(100), Some(250)] {
+        let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+        let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+        s.handle_timeout(base + ms(100));
+        if let Some(t) = try1_left {
+            assert_eq!(drain_sends(&mut s, base + ms(t)).len(), 1);
+        }
+        let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(320));
+        let got = (out, s.is_finished());
+        let answered = ReplyOutcome::Matched {
+            job: 0,
+            rtt: ms(320),
+        };
+        assert_eq!(got, (answered, true), "try 1 left at {try1_left:?} ms");
+        assert!(drain_sends(&mut s, base + ms(1000)).is_empty());
+    }
+    // Past the end of fping's last try (700 ms), fping still judges by its 400 ms: try 1,
+    // left at 350 ms, answered at 720 ms, answers the host.
+    let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+    drain_sends(&mut s, base);
+    s.handle_timeout(base + ms(100));
+    let (a, req) = drain_sends(&mut s, base + ms(350)).pop().unwrap();
+    let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(720));
+    let answered = ReplyOutcome::Matched {
+        job: 0,
+        rtt: ms(370),
+    };
+    assert_eq!(out, answered);
+}
+
 #[test]
 fn a_late_reply_or_a_failed_send_of_a_retrying_host_is_a_lost_try() {
     let base = Instant::now();
