@@ -909,6 +909,14 @@ impl Sweep {
         Some(sent)
     }
 
+    /// Probe slot `p`, known to be in flight, leaves flight as `to`: [`Self::take`]
+    /// without looking the slot up again (a reply already did, on its hot path).
+    fn land(&mut self, p: usize, to: Probe) {
+        debug_assert!(matches!(self.probes[p], Probe::InFlight(_)));
+        self.probes[p] = to;
+        self.in_flight -= 1;
+    }
+
     /// Reports that the probe `token` could not be sent: it counts as sent and lost
     /// (a retrying job's next probe leaves when its timeout would have run out). A probe
     /// whose timeout ran out before the kernel refused it (one the caller kept retrying)
@@ -1055,13 +1063,12 @@ impl Sweep {
             if let Some(out) = self.retry_answered(j, sent_at, now) {
                 return out;
             }
-            self.take(j as u32, k);
             // A copy of it is late too, not a duplicate: the probe was not answered.
-            self.probes[p] = Probe::Lost(sent_at);
+            self.land(p, Probe::Lost(sent_at));
             self.resolve(j, Some(sent_at));
             return self.ignore(IgnoreReason::Late);
         }
-        self.take(j as u32, k);
+        self.land(p, Probe::Idle);
         self.jobs[j].stats.record(rtt);
         self.counters.received += 1;
         self.resolve(j, None);
