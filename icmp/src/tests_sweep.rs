@@ -42,19 +42,12 @@ fn cfg(pps: u32) -> SweepConfig {
 
 /// What a host's kernel sends back for `request`, framed as a raw IPv4 socket sees it.
 fn raw_reply_for(dst: IpAddr, request: &[u8]) -> Vec<u8> {
-    let IpAddr::V4(src) = dst else {
-        panic!("v4 only")
-    };
+    assert!(dst.is_ipv4(), "v4 only");
     let mut icmp = request.to_vec();
     let mut p = EchoPacket::new_unchecked(&mut icmp[..]);
     p.set_msg_type(0);
     p.fill_checksum_v4();
-    let mut ip = vec![0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 1, 0, 0];
-    ip[2..4].copy_from_slice(&((20 + icmp.len()) as u16).to_be_bytes());
-    ip.extend_from_slice(&src.octets());
-    ip.extend_from_slice(&[127, 0, 0, 1]);
-    ip.extend_from_slice(&icmp);
-    ip
+    framed(SocketKind::Raw, dst, &icmp)
 }
 
 /// Sends everything due at `now`, returning (addr, request bytes).
