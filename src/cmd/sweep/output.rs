@@ -165,8 +165,7 @@ impl Output {
     /// Hands over what is left; the thread ends once it has written it.
     pub fn close(&mut self) {
         self.hand_over();
-        self.backlog.lock().closed = true;
-        self.backlog.ready.notify_one();
+        self.backlog.close();
     }
 
     /// Waits for the thread to have written everything handed over (after [`Self::close`]).
@@ -187,8 +186,7 @@ impl Output {
 impl Drop for Output {
     /// An output left without [`Output::close`] (an error return) ends its thread too.
     fn drop(&mut self) {
-        self.backlog.lock().closed = true;
-        self.backlog.ready.notify_one();
+        self.backlog.close();
     }
 }
 
@@ -196,6 +194,12 @@ impl Backlog {
     fn lock(&self) -> MutexGuard<'_, Pending> {
         // A panic on the other side leaves the queue as consistent as it was: go on.
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// No more chunks will come: the writer ends once it has written those queued.
+    fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_one();
     }
 
     /// Queues `chunk` (the engine's side): in memory while there is room and nothing
