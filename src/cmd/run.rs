@@ -42,6 +42,17 @@ pub struct Args {
     pub user: Option<String>,
 }
 
+impl Args {
+    /// Tests: `run -c config`, with no `--user`.
+    #[cfg(test)]
+    fn of(config: PathBuf) -> Args {
+        Args {
+            plan: super::PlanArgs::of(config),
+            user: None,
+        }
+    }
+}
+
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     hold_sighup(true);
     let super::Loaded {
@@ -2211,10 +2222,7 @@ mod tests {
             let applied = rows(&[("a", "if", "1-2"), ("c", "if", "1")]);
             let found = rows(&[("a", "if", "1-4"), ("c", "if", "1-3")]);
             std::fs::write(&path, text(ping, "127.0.51.3")).unwrap();
-            let args = Args {
-                plan: super::super::PlanArgs::of(path.clone()),
-                user: None,
-            };
+            let args = Args::of(path.clone());
             let running = args.plan.load(Some(&applied)).unwrap().unwrap();
             assert_eq!(running.plan.items.len(), 2 + 1 + 1);
             let (targets, _) = watch::channel(running.cfg.discovery.clone());
@@ -2346,10 +2354,7 @@ mod tests {
             range("127.0.43.0/30", "b")
         );
         std::fs::write(&path, &apart).unwrap();
-        let args = Args {
-            plan: super::super::PlanArgs::of(path.clone()),
-            user: None,
-        };
+        let args = Args::of(path.clone());
         let mut running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
         let plan = std::mem::take(&mut running.plan);
         let shared = Shared::new(plan, 1, Clock::new(), Limits::default());
@@ -2388,10 +2393,7 @@ mod tests {
             );
         assert_ne!(old, new);
         std::fs::write(&path, &old).unwrap();
-        let args = Args {
-            plan: super::super::PlanArgs::of(path.clone()),
-            user: None,
-        };
+        let args = Args::of(path.clone());
         let mut rows = crate::test_util::found(&[("big", "if", "1-65536")]);
         let running = args.plan.load(Some(&rows)).unwrap().unwrap();
         assert_eq!(running.cfg.discovery.len(), 2);
@@ -2424,10 +2426,7 @@ mod tests {
         let plan = plan_of(&["a"]);
         let shared = Shared::new(plan, 2, Clock::new(), Limits::default());
         std::fs::write(&path, "").unwrap();
-        let args = Args {
-            plan: super::super::PlanArgs::of(path),
-            user: None,
-        };
+        let args = Args::of(path);
         let (reloaded, text) = crate::test_util::logged(|| {
             let mut found = crate::config::Found::default();
             reload(&args, &running, &shared, 1, |_| 1, (&mut found, &[])).is_some()
@@ -2451,10 +2450,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("netpoller.toml");
             std::fs::write(&path, crate::test_util::one_host_past_the_item_limit("")).unwrap();
-            let args = Args {
-                plan: super::super::PlanArgs::of(path),
-                user: None,
-            };
+            let args = Args::of(path);
             let mut running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
             let plan = std::mem::take(&mut running.plan);
             let discovery = running.cfg.discovery.clone();
