@@ -1611,9 +1611,10 @@ impl<'j> Iteration<'j> {
                     return;
                 }
             }
+            // Paired by position: in order, each varbind is the OID asked at its place
+            // (compared above); else (a full answer of nothing asked) none is.
             for (vb, &i) in msg.varbinds().zip(items) {
-                let want = &job.oids[i as usize];
-                let result = if vb.oid.as_ber() == want.as_ber() {
+                let result = if in_order {
                     Ok(vb.value.to_owned())
                 } else {
                     Err(ItemFailure::WrongOid {
