@@ -54,7 +54,8 @@ use std::sync::Arc;
 
 use crate::engine::Sample;
 use crate::value::{
-    bare, float_to_uint, storable_float, text_to_float, ErrorReason, ItemError, Value, ValueType,
+    float_to_uint, plain_float, storable_float, text_to_float, ErrorReason, ItemError, Value,
+    ValueType,
 };
 
 /// One preprocessing step.
@@ -820,10 +821,7 @@ const DOUBLE_EPSILON: f64 = 2.22e-16;
 /// byte for byte. Both values have the item's type (the throttling step runs last).
 fn unchanged(last: &Value, value: &Value) -> bool {
     // Zabbix's `zbx_is_double`: the number and nothing else, no white space or quotes.
-    let number = |t: &str| match bare(t).len() == t.len() {
-        true => text_to_float(t).ok(),
-        false => None,
-    };
+    let number = |t: &str| plain_float(t).ok();
     let close = |x: f64, y: f64| (x - y).abs() <= DOUBLE_EPSILON;
     // Equal values first: the usual case of a throttled item, with no text parsed,
     // and an infinity equal to itself (as Zabbix forces it), which `close` is not.
