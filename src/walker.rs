@@ -565,11 +565,7 @@ mod tests {
                 .map(|i| (format!("{col}.{i}").parse().unwrap(), VarValue::Integer(1)))
                 .collect();
             if rows.is_empty() && ends {
-                let arcs: Vec<u32> = col.arcs().collect();
-                let (last, parent) = arcs.split_last().unwrap();
-                let mut next = parent.to_vec();
-                next.extend([last + 1, 1]);
-                rows.push((Oid::from_arcs(&next).unwrap(), VarValue::Integer(1)));
+                rows.push((next_column(&col), VarValue::Integer(1)));
             }
             let mut out = Vec::new();
             snmp::encode_response(
@@ -579,6 +575,15 @@ mod tests {
             );
             vec![out]
         })
+    }
+
+    /// The first cell of the column after `column` (`….C` → `….C+1.1`): what an agent
+    /// answers past `column`'s end.
+    fn next_column(column: &Oid) -> Oid {
+        let mut arcs: Vec<u32> = column.arcs().collect();
+        *arcs.last_mut().unwrap() += 1;
+        arcs.push(1);
+        Oid::from_arcs(&arcs).unwrap()
     }
 
     /// An agent on loopback address `ip`, a thread of the test: `answer` gets each
@@ -729,13 +734,10 @@ mod tests {
         refused: &'static [Reply],
         answers: bool,
     ) -> SnmpParams {
-        let col = column.clone();
-        let mut arcs: Vec<u32> = col.arcs().collect();
-        *arcs.last_mut().unwrap() += 1;
-        let mib: Vec<Oid> = [format!("{col}.1"), format!("{col}.2")]
+        let mib: Vec<Oid> = [format!("{column}.1"), format!("{column}.2")]
             .into_iter()
             .map(|o| o.parse().unwrap())
-            .chain([Oid::from_arcs(&[&arcs[..], &[1]].concat()).unwrap()])
+            .chain([next_column(column)])
             .collect();
         let mut params = raw_agent_at("127.0.172.1", move |m| {
             let asked = m.varbinds().next().unwrap().oid.to_owned();
