@@ -148,7 +148,7 @@ mod tests {
             false,
             buf.clone(),
         );
-        tracing::subscriber::with_default(sub, f);
+        tracing::dispatcher::with_default(&crate::test_util::dispatch(sub), f);
         buf.text()
     }
 

@@ -394,12 +394,7 @@ mod tests {
             .with_ansi(false)
             .with_thread_names(true)
             .finish();
-        let dispatch = tracing::Dispatch::new(sub);
-        // tracing settles whether a log call is wanted when it is first reached: with one
-        // subscriber registered, by the reaching thread's own, and a test running beside
-        // this one (with none) reaching it first dropped the notes for good. With two
-        // registered, by every one.
-        let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+        let dispatch = crate::test_util::dispatch(sub);
         let no_file = || Err(std::io::Error::other("no space left"));
         let files: [(NewFile, &str); 2] = [
             (tempfile::tempfile, "wait in a temporary file"),
