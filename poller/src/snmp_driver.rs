@@ -233,7 +233,9 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
                 snmp::Dropped::FromElsewhere(_)
                 | snmp::Dropped::WrongCommunity
                 | snmp::Dropped::WrongVersion(_)
-                | snmp::Dropped::NotResponse(_) => ErrorReason::Timeout,
+                | snmp::Dropped::NotResponse(_)
+                | snmp::Dropped::NotAuthentic
+                | snmp::Dropped::NotDecrypted => ErrorReason::Timeout,
             },
             format!(
                 "no SNMP response taken from {} after {} attempt(s): {why}",

@@ -30,11 +30,14 @@
 //!   discovery request (one more round trip, once per driver: the engine is kept in
 //!   [`HostMemory`]); a response counts only if it authenticates with the host's user's
 //!   key for that engine and carries at least the user's security level, so a forged
-//!   or mangled answer is dropped like a foreign one. Reports (unknown user, wrong
-//!   digest, ...) fail the host's items with [`ItemFailure::Report`]; a report that the
-//!   clock is out of the time window (authenticated: its clock is taken; not: the
-//!   engine is discovered again) or that the engine ID is unknown (the agent was
-//!   replaced) resynchronizes and resends, at most twice per host and iteration.
+//!   or mangled answer is dropped like a foreign one (and, as for a reply of another
+//!   community, the host's timeout says so: [`Dropped::NotAuthentic`], or
+//!   [`Dropped::NotDecrypted`] for an authentic one the privacy key cannot read).
+//!   Reports (unknown user, wrong digest, ...) fail the host's items with
+//!   [`ItemFailure::Report`]; a report that the clock is out of the time window
+//!   (authenticated: its clock is taken; not: the engine is discovered again) or that
+//!   the engine ID is unknown (the agent was replaced) resynchronizes and resends, at
+//!   most twice per host and iteration.
 //! * Retries resend the same bytes with the same request-id (a late answer to the first
 //!   attempt still counts); SNMPv3 retries go encoded anew under a new msgID (RFC 3412
 //!   §6.2, as net-snmp's), the earlier ones kept as aliases so a late answer to any
@@ -310,6 +313,15 @@ pub enum Dropped {
     WrongVersion(Version),
     /// They were not Response PDUs (a Report to a v1/v2c request, the request echoed).
     NotResponse(PduType),
+    /// SNMPv3: they did not authenticate as the host's user's answers (a wrong MAC,
+    /// another engine ID or user name, a security level below the user's, a clock out
+    /// of the engine's time window, a request-id other than the msgID). Nothing of the
+    /// keys is told: the text names what to check.
+    NotAuthentic,
+    /// SNMPv3: they authenticated but could not be decrypted with the user's privacy
+    /// key (or the user has none): the authentication key is right, the privacy key
+    /// or protocol is not the agent's.
+    NotDecrypted,
 }
 
 impl std::fmt::Display for Dropped {
@@ -331,6 +343,14 @@ impl std::fmt::Display for Dropped {
             Dropped::NotResponse(p) => {
                 write!(f, "replies were {p:?} PDUs instead of Responses, not taken")
             }
+            Dropped::NotAuthentic => write!(
+                f,
+                "replies failed SNMPv3 authentication (another authentication key or protocol, or another agent with the same engine ID?), not taken"
+            ),
+            Dropped::NotDecrypted => write!(
+                f,
+                "replies authenticated but could not be decrypted (another privacy key or protocol?), not taken"
+            ),
         }
     }
 }
@@ -1339,18 +1359,21 @@ impl<'j> Iteration<'j> {
         let authentic = engine.is_some_and(|e| msg.verify(bytes, e, &mut mac_buf));
         let r = if msg.flags & v3::FLAG_AUTH != 0 && !authentic {
             // Claims authentication it does not have: forged, mangled or another key.
-            self.stats.not_authentic += 1;
-            Received::NotAuthentic
+            self.not_authentic(host, Dropped::NotAuthentic)
         } else {
             match msg.scoped_pdu(engine, &mut plain) {
+                // Encrypted (so authenticated: privacy needs authentication, and the MAC
+                // passed) yet unreadable: a wrong privacy key decrypts to garbage.
+                Err(v3::V3Error::Decode(_)) if msg.flags & v3::FLAG_PRIV != 0 => {
+                    self.stats.malformed += 1;
+                    self.hosts[host].dropped = Some(Dropped::NotDecrypted);
+                    Received::Malformed
+                }
                 Err(v3::V3Error::Decode(_)) => {
                     self.stats.malformed += 1;
                     Received::Malformed
                 }
-                Err(_) => {
-                    self.stats.not_authentic += 1;
-                    Received::NotAuthentic
-                }
+                Err(_) => self.not_authentic(host, Dropped::NotDecrypted),
                 Ok(scoped) => self.accept_v3(host, id, &msg, authentic, &scoped.pdu, now),
             }
         };
@@ -1389,8 +1412,7 @@ impl<'j> Iteration<'j> {
                 if pdu.request_id != msg.msg_id
                     || !v3::accept_response(&user, self.engine_mut(host), msg, authentic, now)
                 {
-                    self.stats.not_authentic += 1;
-                    return Received::NotAuthentic;
+                    return self.not_authentic(host, Dropped::NotAuthentic);
                 }
                 self.complete(id, pdu)
             }
@@ -1399,6 +1421,16 @@ impl<'j> Iteration<'j> {
                 Received::NotResponse
             }
         }
+    }
+
+    /// An SNMPv3 reply to a request of `host` (its msgID is in flight, and it came from
+    /// the host's address) was dropped for `why`: counted, and the host's timeout will
+    /// say why nothing was taken, as for a reply of another community (the last reason
+    /// seen wins, as there).
+    fn not_authentic(&mut self, host: usize, why: Dropped) -> Received {
+        self.stats.not_authentic += 1;
+        self.hosts[host].dropped = Some(why);
+        Received::NotAuthentic
     }
 
     fn engine_mut(&mut self, host: usize) -> Option<&mut Engine> {

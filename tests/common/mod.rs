@@ -276,16 +276,25 @@ pub fn raw_agent<F>(addr: SocketAddr, until: Option<Duration>, mut answer: F) ->
 where
     F: FnMut(&snmp::Message<'_>, SocketAddr) -> Vec<Vec<u8>> + Send + 'static,
 {
+    udp_agent(addr, until, move |d, from| match snmp::Message::decode(d) {
+        Ok(m) => answer(&m, from),
+        Err(_) => Vec::new(),
+    })
+}
+
+/// [`raw_agent`] for any datagram (an SNMPv3 agent decodes its own): `answer` gets each
+/// one as received, and its sender.
+pub fn udp_agent<F>(addr: SocketAddr, until: Option<Duration>, mut answer: F) -> SocketAddr
+where
+    F: FnMut(&[u8], SocketAddr) -> Vec<Vec<u8>> + Send + 'static,
+{
     let sock = std::net::UdpSocket::bind(addr).unwrap();
     sock.set_read_timeout(until).unwrap();
     let at = sock.local_addr().unwrap();
     std::thread::spawn(move || {
         let mut buf = [0u8; 65_536];
         while let Ok((n, from)) = sock.recv_from(&mut buf) {
-            let Ok(m) = snmp::Message::decode(&buf[..n]) else {
-                continue;
-            };
-            for d in answer(&m, from) {
+            for d in answer(&buf[..n], from) {
                 let _ = sock.send_to(&d, from);
             }
         }

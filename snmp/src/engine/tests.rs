@@ -69,6 +69,8 @@ struct AgentUsm {
     engine: Engine,
     /// Answer with an unauthenticated response, whatever the request's level.
     forge: bool,
+    /// Answer under a request-id other than the msgID (and the request's).
+    other_request_id: bool,
     /// Send its notInTimeWindow reports unauthenticated (against RFC 3414 §3.2 7a).
     unsigned_time_reports: bool,
 }
@@ -102,6 +104,7 @@ impl Agent {
         self.usm = Some(AgentUsm {
             engine: Engine::new(user.clone(), id, boots, 0, t0),
             forge: false,
+            other_request_id: false,
             unsigned_time_reports: false,
         });
         self
@@ -281,7 +284,7 @@ impl Agent {
             &mut out,
             &o,
             PduType::Response,
-            scoped.pdu.request_id,
+            scoped.pdu.request_id ^ i32::from(u.other_request_id),
             status,
             0,
             vals.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
@@ -2002,18 +2005,14 @@ fn v3_a_wrong_key_fails_the_items_with_the_agents_report_at_once() {
     );
 }
 
-#[test]
-fn v3_unauthenticated_answers_to_authenticated_requests_are_dropped() {
+/// The stats of an iteration of [`v3_setup`]'s agent, answering as `answer` makes it
+/// answers that are not authentic: every item times out saying so (the agent answered;
+/// "no response" would read as a dead one), none is taken.
+fn v3_not_authentic(answer: impl FnOnce(&mut AgentUsm)) -> Stats {
     let t0 = Instant::now();
     let user = shaaes("np-auth-pass");
     let (mut agents, oids) = v3_setup(&user, t0);
-    agents
-        .get_mut(&addr(1))
-        .unwrap()
-        .usm
-        .as_mut()
-        .unwrap()
-        .forge = true;
+    answer(agents.get_mut(&addr(1)).unwrap().usm.as_mut().unwrap());
     let jobs = [v3_job(&user, &oids)];
     let out = simulate(
         &jobs,
@@ -2023,12 +2022,26 @@ fn v3_unauthenticated_answers_to_authenticated_requests_are_dropped() {
         t0,
     );
     let items = items_of(&out.events, 0);
-    assert!(items.values().all(|r| r == &Err(ItemFailure::Timeout)));
+    let dropped = Err(ItemFailure::Dropped(Dropped::NotAuthentic));
+    assert!(items.values().all(|r| r == &dropped), "{items:?}");
+    assert_eq!(out.stats.items_ok, 0);
+    out.stats
+}
+
+#[test]
+fn v3_unauthenticated_answers_to_authenticated_requests_are_dropped() {
+    let st = v3_not_authentic(|u| u.forge = true);
     // The first request, its retry and the probe beside it were answered, forged: all
     // dropped (the forged answer to the probe does not make the host look alive).
-    assert_eq!(out.stats.not_authentic, 3);
-    assert_eq!((out.stats.probes, out.stats.probes_answered), (1, 0));
-    assert_eq!(out.stats.items_ok, 0);
+    assert_eq!(st.not_authentic, 3);
+    assert_eq!((st.probes, st.probes_answered), (1, 0));
+}
+
+#[test]
+fn v3_answers_under_another_request_id_than_their_msg_id_are_dropped_and_said() {
+    // Authentic, but not the answer to the request its msgID names.
+    let st = v3_not_authentic(|u| u.other_request_id = true);
+    assert_eq!(st.not_authentic, 3);
 }
 
 #[test]
