@@ -8,9 +8,9 @@
 //! varbinds fails);
 //! each request waits at most `timeout × (retries + 1)`; foreign, stale or forged
 //! datagrams are skipped, never taken as the answer: a v1/v2c answer is taken only
-//! with the request's request-id, community and SNMP version, as the engine takes
-//! one (`snmp::engine`'s module docs), and a request whose replies were all refused
-//! times out saying why the last was.
+//! with the request's request-id, community and SNMP version, by the engine's own rule
+//! ([`Message::refusal`]), and a request whose replies were all refused times out
+//! saying why the last was, in the engine's words.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -173,25 +173,20 @@ fn walk_at_most(
                                 return None;
                             }
                         };
+                        if m.request_id != id {
+                            return None;
+                        }
+                        // The agent's reply (it carries the request's id), refused by the
+                        // engine's rule: the timeout says why, as the engine's does.
                         let community = t.snmp.community.as_bytes();
-                        if w.matches(&m) && m.community == community {
-                            return Some(
-                                w.handle_response(&m, &mut vbs)
-                                    .map_err(|e| (e.to_string(), None)),
-                            );
+                        if let Some(why) = m.refusal(community, t.snmp.version) {
+                            dropped = Some(why.into());
+                            return None;
                         }
-                        // The agent's reply (it carries the request's id) refused as the
-                        // engine refuses it: the timeout says why, as the engine's does.
-                        if m.request_id == id {
-                            dropped = Some(if m.pdu_type != PduType::Response {
-                                Dropped::NotResponse(m.pdu_type)
-                            } else if m.community != community {
-                                Dropped::WrongCommunity
-                            } else {
-                                Dropped::WrongVersion(m.version)
-                            });
-                        }
-                        return None;
+                        return Some(
+                            w.handle_response(&m, &mut vbs)
+                                .map_err(|e| (e.to_string(), None)),
+                        );
                     };
                     match v3_pdu(bytes, e, &sent, &mut mac, &mut plain)? {
                         Ok(m) if w.matches(&m) => Some(

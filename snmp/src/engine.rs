@@ -54,7 +54,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::message::{
-    encode_request, peek_request_id, ErrorStatus, Message, PduType, RequestKind, Version,
+    encode_request, peek_request_id, ErrorStatus, Message, PduType, Refusal, RequestKind, Version,
 };
 use crate::oid::Oid;
 use crate::v3::{self, Engine, ReportKind, UsmUser, V3Message};
@@ -351,6 +351,16 @@ impl std::fmt::Display for Dropped {
                 f,
                 "replies authenticated but could not be decrypted (another privacy key or protocol?), not taken"
             ),
+        }
+    }
+}
+
+impl From<Refusal> for Dropped {
+    fn from(r: Refusal) -> Dropped {
+        match r {
+            Refusal::NotResponse(p) => Dropped::NotResponse(p),
+            Refusal::WrongCommunity => Dropped::WrongCommunity,
+            Refusal::WrongVersion(v) => Dropped::WrongVersion(v),
         }
     }
 }
@@ -1251,27 +1261,40 @@ impl<'j> Iteration<'j> {
                 return Received::Malformed;
             }
         };
-        if msg.pdu_type != PduType::Response {
-            self.stats.not_response += 1;
-            self.note_dropped(msg.request_id, src, Dropped::NotResponse(msg.pdu_type));
-            return Received::NotResponse;
-        }
-        let (host, id) = match self.match_request(msg.request_id, src) {
-            Ok(m) => m,
-            Err(r) => return r,
+        let (host, id) = if msg.pdu_type == PduType::Response {
+            match self.match_request(msg.request_id, src) {
+                Ok(m) => m,
+                Err(r) => return r,
+            }
+        } else {
+            // Answers nothing, whatever its request-id: counted as not a Response (not as
+            // stale, unknown or from elsewhere), its host told only when its request is
+            // in flight and it came from where that went.
+            let Some(host) = self.replier(msg.request_id, src) else {
+                self.stats.not_response += 1;
+                return Received::NotResponse;
+            };
+            (host, msg.request_id)
         };
         let job = &self.jobs[host];
-        if msg.community != job.community.as_bytes() {
-            self.stats.wrong_community += 1;
-            self.hosts[host].dropped = Some(Dropped::WrongCommunity);
-            return Received::WrongCommunity;
+        let Some(why) = msg.refusal(job.community.as_bytes(), job.version) else {
+            return self.complete(id, &msg);
+        };
+        self.hosts[host].dropped = Some(why.into());
+        match why {
+            Refusal::NotResponse(_) => {
+                self.stats.not_response += 1;
+                Received::NotResponse
+            }
+            Refusal::WrongCommunity => {
+                self.stats.wrong_community += 1;
+                Received::WrongCommunity
+            }
+            Refusal::WrongVersion(_) => {
+                self.stats.wrong_version += 1;
+                Received::WrongVersion
+            }
         }
-        if msg.version != job.version {
-            self.stats.wrong_version += 1;
-            self.hosts[host].dropped = Some(Dropped::WrongVersion(msg.version));
-            return Received::WrongVersion;
-        }
-        self.complete(id, &msg)
     }
 
     /// A datagram carrying request-id `id` was dropped for `why`: when `id` is in flight
@@ -1279,12 +1302,16 @@ impl<'j> Iteration<'j> {
     /// and its host's timeout will say why nothing was taken (else an agent that
     /// answers wrongly reads as one that never answers).
     fn note_dropped(&mut self, id: i32, src: SocketAddr, why: Dropped) {
-        if let Some(e) = self.table.get(&id) {
-            let host = e.host as usize;
-            if src == self.jobs[host].addr {
-                self.hosts[host].dropped = Some(why);
-            }
+        if let Some(host) = self.replier(id, src) {
+            self.hosts[host].dropped = Some(why);
         }
+    }
+
+    /// The host of in-flight request `id` when `src` is where it went (nothing counted:
+    /// for a datagram dropped whatever it answers).
+    fn replier(&self, id: i32, src: SocketAddr) -> Option<usize> {
+        let host = self.table.get(&id)?.host as usize;
+        (src == self.jobs[host].addr).then_some(host)
     }
 
     /// The host of in-flight request `id` (or of the request an earlier attempt `id` of

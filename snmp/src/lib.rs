@@ -41,7 +41,7 @@ pub use engine::{
 };
 pub use message::{
     encode_message, encode_request, encode_response, peek_request_id, ErrorStatus, Message,
-    PduType, RequestKind, VarBind, VarBinds, Version,
+    PduType, Refusal, RequestKind, VarBind, VarBinds, Version,
 };
 pub use oid::{Arcs, Oid, OidParseError, OidRef, MAX_ARCS};
 pub use value::{

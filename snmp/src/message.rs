@@ -348,6 +348,18 @@ pub struct Message<'a> {
     count: usize,
 }
 
+/// Why a v1/v2c message carrying a request's request-id is not that request's answer
+/// ([`Message::refusal`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Not a Response PDU (a Report to a v1/v2c request, the request echoed).
+    NotResponse(PduType),
+    /// Another community than the request's (not told: a secret).
+    WrongCommunity,
+    /// Of this SNMP version, not the request's.
+    WrongVersion(Version),
+}
+
 /// One decoded varbind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VarBind<'a> {
@@ -376,6 +388,22 @@ impl<'a> Message<'a> {
             return Err(DecodeError::TrailingBytes);
         }
         Message::from_pdu(version, community, tag, pdu)
+    }
+
+    /// Why this message, carrying the request-id of a request sent with `community` in
+    /// `version`, is not its answer (checked in this order: the first that fails is
+    /// told); `None` when it is. The one rule the engine and the CLI's walker take an
+    /// answer by, so that both refuse the same replies and say the same of them.
+    pub fn refusal(&self, community: &[u8], version: Version) -> Option<Refusal> {
+        if self.pdu_type != PduType::Response {
+            Some(Refusal::NotResponse(self.pdu_type))
+        } else if self.community != community {
+            Some(Refusal::WrongCommunity)
+        } else if self.version != version {
+            Some(Refusal::WrongVersion(self.version))
+        } else {
+            None
+        }
     }
 
     /// Decodes and validates a PDU (`tag` and contents), as carried by a v1/v2c message
