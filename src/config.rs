@@ -1187,7 +1187,7 @@ fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
         return Some((key, format!("Zabbix's `{key}` is `{ours}` here"), rest));
     }
     // A host's or range's SNMP setting written beside `snmp` instead of in it.
-    if SNMP_KEYS.contains(&key) && expected.contains(&"snmp") {
+    if snmp_keys().contains(&key) && expected.contains(&"snmp") {
         return Some((
             key,
             format!("an SNMP setting: write it in `snmp = {{ {key} = ... }}`"),
@@ -1198,23 +1198,68 @@ fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
     Some((key, format!("did you mean `{close}`?"), rest))
 }
 
-/// The keys of a host's `snmp = { ... }` table ([`SnmpOverride`]).
-const SNMP_KEYS: &[&str] = &[
-    "version",
-    "community",
-    "security_name",
-    "security_level",
-    "auth_protocol",
-    "auth_passphrase",
-    "priv_protocol",
-    "priv_passphrase",
-    "context_name",
-    "port",
-    "timeout",
-    "retries",
-    "max_oids_per_request",
-    "max_inflight_per_host",
-];
+/// The keys of a host's `snmp = { ... }` table: [`SnmpOverride`]'s fields as serde
+/// reads them, so that a new field is named by the hint without a list to keep.
+fn snmp_keys() -> &'static [&'static str] {
+    field_names::<SnmpOverride>()
+}
+
+/// The keys a struct's derived `Deserialize` accepts (`rename`d names, and `alias`es):
+/// the `fields` it hands to [`serde::Deserializer::deserialize_struct`], which
+/// [`FieldNames`] returns as its error instead of reading anything. Empty for any other
+/// shape (a `flatten`ed field makes serde read a map, whose keys it does not list).
+/// A call costs no allocation: the list is the derive's static `FIELDS`.
+fn field_names<T: for<'de> Deserialize<'de>>() -> &'static [&'static str] {
+    match T::deserialize(FieldNames) {
+        Err(FieldNamesOf(fields)) => fields,
+        Ok(_) => &[],
+    }
+}
+
+/// A deserializer that reads nothing: it fails, with the field names when asked for a
+/// struct ([`field_names`]).
+struct FieldNames;
+
+/// [`FieldNames`]'s error: the field names it was given, or none.
+#[derive(Debug)]
+struct FieldNamesOf(&'static [&'static str]);
+
+impl fmt::Display for FieldNamesOf {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fields {:?}", self.0)
+    }
+}
+
+impl std::error::Error for FieldNamesOf {}
+
+impl serde::de::Error for FieldNamesOf {
+    fn custom<M: fmt::Display>(_: M) -> Self {
+        FieldNamesOf(&[])
+    }
+}
+
+impl<'de> serde::Deserializer<'de> for FieldNames {
+    type Error = FieldNamesOf;
+
+    fn deserialize_any<V: serde::de::Visitor<'de>>(self, _: V) -> Result<V::Value, FieldNamesOf> {
+        Err(FieldNamesOf(&[]))
+    }
+
+    fn deserialize_struct<V: serde::de::Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, FieldNamesOf> {
+        Err(FieldNamesOf(fields))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+        identifier ignored_any
+    }
+}
 
 /// The one of `expected` that `key` is a typo of (at most one edit per three letters).
 fn closest<'a>(key: &str, expected: impl Iterator<Item = &'a str>) -> Option<&'a str> {

@@ -1012,7 +1012,8 @@ fn a_cidr_without_or_with_too_long_a_prefix_says_so() {
 
 /// `community = "..."` (or any SNMP setting) written in a host or range beside
 /// `snmp` instead of inside it is told where it goes; it was "unknown field (the value
-/// of a secret is not shown)". SNMP_KEYS are the `snmp` table's keys: each loads there.
+/// of a secret is not shown)". Every key `snmp = { ... }` lists in its own unknown-field
+/// message (serde's, independent of `snmp_keys`) gets the hint beside it and loads in it.
 #[test]
 fn an_snmp_setting_beside_snmp_is_told_to_go_in_it() {
     let host = |line: &str| {
@@ -1034,8 +1035,37 @@ fn an_snmp_setting_beside_snmp_is_told_to_go_in_it() {
     assert!(one_err(&host("tempaltes = []"))
         .message
         .contains("did you mean `templates`?"));
-    for key in super::SNMP_KEYS {
-        let value = match *key {
+    let e = one_err(&host("snmp = { nonsense = 1 }"));
+    let listed: Vec<&str> = e
+        .message
+        .split_once("expected one of ")
+        .unwrap_or_else(|| panic!("{e}"))
+        .1
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .collect();
+    assert!(
+        listed.contains(&"community") && listed.contains(&"max_inflight_per_host"),
+        "{e}"
+    );
+    let mut keys = super::snmp_keys().to_vec();
+    keys.sort_unstable();
+    let mut sorted = listed.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        keys, sorted,
+        "snmp_keys() is not the keys of snmp = {{ ... }}"
+    );
+    for key in listed {
+        let beside = one_err(&host(&format!("{key} = 1")));
+        assert!(
+            beside
+                .message
+                .contains(&format!("write it in `snmp = {{ {key} = ... }}`")),
+            "{beside}"
+        );
+        let value = match key {
             "port" | "retries" | "max_oids_per_request" | "max_inflight_per_host" => "1",
             "timeout" => "\"1s\"",
             "version" => "\"2c\"",
