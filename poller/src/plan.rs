@@ -167,6 +167,9 @@ pub struct Task {
 pub struct Plan {
     pub hosts: Vec<PlanHost>,
     pub items: Vec<PlanItem>,
+    /// As [`Plan::build`] makes them: by host (its index), then engine, then interval,
+    /// which the scheduler's pass over them at a reload finds cheapest (another order
+    /// costs it a sort, not a wrong result).
     pub tasks: Vec<Task>,
     /// The distinct preprocessing pipelines of the items (shared: items with the same
     /// steps have the same `Arc`).

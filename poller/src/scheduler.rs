@@ -650,16 +650,52 @@ const RELOADED: u32 = 0;
 /// other SNMP tasks (whose requests go one at a time), or an ICMP task with another
 /// ICMP task of its host on the same interval and phase (other probes, grouped on one
 /// sweep's phase): tasks that the host alone does not tell apart.
+///
+/// Such tasks are in one run of equal [`multi_run`] keys once the tasks are in its
+/// order, which [`Plan::build`]'s already is (a host's tasks together, by engine, then
+/// interval): a pass checks it and marks the runs, with no hashing (a map of every
+/// task cost tens of ms per reload at a few 100k tasks). Tasks in any other order (a
+/// plan made or changed by hand) are sorted by it first, so the result never depends
+/// on the order. ICMP phases are not in order within a run (grouping moves them): a
+/// run's few tasks (the host's probes on that interval) are compared there.
 fn multi_tasks(plan: &Plan) -> Vec<bool> {
-    let key = |t: &Task| match t.engine {
-        Engine::Snmp => (t.engine, t.host, 0, 0),
-        Engine::Icmp => (t.engine, t.host, t.interval_ms, t.phase_ms),
-    };
-    let mut count: HashMap<(Engine, u32, u64, u64), u32> = HashMap::new();
-    for t in &plan.tasks {
-        *count.entry(key(t)).or_default() += 1;
+    let tasks = &plan.tasks;
+    let key = |i: &u32| multi_run(&tasks[*i as usize]);
+    let mut order: Vec<u32> = (0..tasks.len() as u32).collect();
+    if !order.is_sorted_by_key(key) {
+        order.sort_by_key(key);
     }
-    plan.tasks.iter().map(|t| count[&key(t)] > 1).collect()
+    let mut multi = vec![false; tasks.len()];
+    let mut phases = Vec::new();
+    for run in order.chunk_by(|a, b| key(a) == key(b)) {
+        if run.len() < 2 {
+            continue;
+        }
+        let task = |i: u32| &tasks[i as usize];
+        match task(run[0]).engine {
+            Engine::Snmp => run.iter().for_each(|&i| multi[i as usize] = true),
+            Engine::Icmp => {
+                phases.clear();
+                phases.extend(run.iter().map(|&i| task(i).phase_ms));
+                phases.sort_unstable();
+                for &i in run {
+                    let phase = task(i).phase_ms;
+                    let first = phases.partition_point(|&p| p < phase);
+                    multi[i as usize] = phases.get(first + 1) == Some(&phase);
+                }
+            }
+        }
+    }
+    multi
+}
+
+/// What the tasks [`multi_tasks`] tells apart share: host and engine, and for ICMP the
+/// interval (an SNMP host's tasks of every interval are followed together).
+fn multi_run(t: &Task) -> (u32, Engine, u64) {
+    match t.engine {
+        Engine::Snmp => (t.host, t.engine, 0),
+        Engine::Icmp => (t.host, t.engine, t.interval_ms),
+    }
 }
 
 /// First slot strictly after `t`.
@@ -1698,6 +1734,69 @@ mod tests {
         assert_eq!(out.len(), 1, "{out:?}");
         assert_ne!(out[0].task, polled[0].task, "polled twice for {due}");
         assert_eq!(out[0].due_ms, due);
+    }
+
+    /// The tasks [`multi_tasks`] marks are those a host does not tell apart, in any
+    /// order of the plan's tasks: as built (a host's tasks together, ICMP phases in no
+    /// order within an interval) and with every host's tasks apart.
+    #[test]
+    fn multi_tasks_marks_the_same_tasks_in_any_order() {
+        // Host "a": SNMP every 2 s and 4 s; probes every 2 s on phases 100, 200, 100
+        // (as built), and one every 4 s on 100. Host "b": one SNMP task and one probe
+        // every 2 s on 100.
+        let icmp = crate::plan::tests::icmp_item;
+        let mut a = host(0, "a", &[2, 4]);
+        for key in ["icmpping", "icmpping[,4]", "icmpping[,5]"] {
+            a.items.push(icmp("a", key, 2));
+        }
+        a.items.push(icmp("a", "icmpping[,6]", 4));
+        let mut b = host(1, "b", &[2]);
+        b.items.push(icmp("b", "icmpping", 2));
+        let mut p = Plan::build(vec![a, b]);
+        let mut two_s = [100, 200, 100].into_iter();
+        for t in p.tasks.iter_mut().filter(|t| t.engine == Engine::Icmp) {
+            t.phase_ms = if t.host == 0 && t.interval_ms == 2_000 {
+                two_s.next().unwrap()
+            } else {
+                100
+            };
+        }
+        assert_eq!(two_s.next(), None);
+        // The marked tasks by host, engine, interval and ICMP phase (SNMP phases are
+        // hashed).
+        let marked = |p: &Plan| -> Vec<(u32, Engine, u64, u64)> {
+            let mut m: Vec<_> = (p.tasks.iter().zip(multi_tasks(p)))
+                .filter(|(_, m)| *m)
+                .map(|(t, _)| {
+                    let phase = if t.engine == Engine::Icmp {
+                        t.phase_ms
+                    } else {
+                        0
+                    };
+                    (t.host, t.engine, t.interval_ms, phase)
+                })
+                .collect();
+            m.sort_unstable();
+            m
+        };
+        let expected = vec![
+            (0, Engine::Icmp, 2_000, 100),
+            (0, Engine::Icmp, 2_000, 100),
+            (0, Engine::Snmp, 2_000, 0),
+            (0, Engine::Snmp, 4_000, 0),
+        ];
+        assert_eq!(marked(&p), expected);
+        // The tasks at even places first: one of "b"'s between "a"'s.
+        let (even, odd): (Vec<_>, Vec<_>) =
+            p.tasks.drain(..).enumerate().partition(|(i, _)| i % 2 == 0);
+        p.tasks = even.into_iter().chain(odd).map(|(_, t)| t).collect();
+        assert!(p
+            .tasks
+            .windows(3)
+            .any(|w| w[0].host == 0 && w[1].host == 1 && w[2].host == 0));
+        assert_eq!(marked(&p), expected);
+        p.tasks.reverse();
+        assert_eq!(marked(&p), expected);
     }
 
     /// One host pinged with two probes every 10 s, grouped on one phase.
