@@ -369,21 +369,31 @@ impl DueQueue {
         });
         // One look at an empty `Vec` per call: none per entry on the hot path.
         if let Some(s) = self.serial.as_mut().filter(|s| !s.released.is_empty()) {
-            let mut released = std::mem::take(&mut s.released).into_iter();
-            while let Some((at, e)) = released.next() {
-                if e.due > now_ms {
-                    s.released.push((at, e));
-                    continue;
+            // Out of `s` while `offer` has it, then back: its buffer serves every take
+            // (and the releases between), not one allocation each.
+            let mut released = std::mem::take(&mut s.released);
+            let mut refused = false;
+            // In order; what is not due, or after a refusal, stays, in its order.
+            released.retain(|&(at, e)| {
+                if refused || e.due > now_ms {
+                    return true;
                 }
                 match offer(Some(&mut *s), call, &e, at.max(e.due), &mut accept) {
-                    Offered::Waits => {}
-                    Offered::Taken => self.len -= 1,
+                    Offered::Waits => false,
+                    Offered::Taken => {
+                        self.len -= 1;
+                        false
+                    }
                     Offered::Refused => {
-                        s.released.push((at, e));
-                        s.released.extend(released);
-                        return false;
+                        refused = true;
+                        true
                     }
                 }
+            });
+            debug_assert!(s.released.is_empty(), "`offer` releases nothing");
+            s.released = released;
+            if refused {
+                return false;
             }
         }
         while let Some(mut first) = self.near.first_entry() {
@@ -2247,6 +2257,24 @@ mod reload_and_collision_tests {
         assert!(slot <= due + 30_000);
         assert_eq!(taken[0].due_ms, slot, "the slot it waited on");
         assert_eq!(taken[0].ready_ms, freed);
+    }
+
+    /// A take of what its host released keeps the released entries' buffer for the
+    /// next (it allocated one at every take that found any).
+    #[test]
+    fn a_take_keeps_the_buffer_of_released_tasks() {
+        let (_, s, due, running) = a_task_waiting_for_a_slow_device();
+        let freed = due + 30_500;
+        s.complete(running, freed);
+        let buffer = |s: &Scheduler| {
+            let q = s.shards[0].queues[Engine::Snmp as usize].lock().unwrap();
+            let r = &q.serial.as_ref().unwrap().released;
+            (r.len(), r.capacity(), r.as_ptr())
+        };
+        let (len, capacity, at) = buffer(&s);
+        assert_eq!(len, 1);
+        assert_eq!(take_all(&s, freed).len(), 1);
+        assert_eq!(buffer(&s), (0, capacity, at));
     }
 
     /// A reload between the release and the take keeps the release: the task stays due
