@@ -1162,28 +1162,76 @@ fn drain(
 /// them on: a datagram that arrives before then is stamped when it is read, and the
 /// replies of a first sweep, read a receive tick after they came, would count that tick
 /// in their RTT (~20 ms; a reply near its timeout then counted as lost). A datagram
-/// sent to ourselves on 127.0.0.1 shows when: its stamp is then older than its read.
+/// sent to ourselves on 127.0.0.1 shows when ([`StampProbe`]).
 fn wait_for_rx_timestamps() {
-    let Ok(sock) = std::net::UdpSocket::bind("127.0.0.1:0") else {
+    let Some(probe) = StampProbe::bind(Ipv4Addr::LOCALHOST) else {
         return;
     };
-    let fd = sock.as_raw_fd();
-    let (Ok(to), Ok(())) = (
-        sock.local_addr(),
+    let start = Instant::now();
+    let seen = wait_for_stamps(RX_TIMESTAMPS_WAIT, || start.elapsed(), || probe.look());
+    if seen == Stamped::OnRead {
+        tracing::debug!("receive timestamps not on after {RX_TIMESTAMPS_WAIT:?}; the first RTTs may count a receive tick");
+    }
+}
+
+/// When the kernel stamped a datagram ([`StampProbe::look`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stamped {
+    /// When it arrived: receive timestamps are on.
+    OnArrival,
+    /// When it was read: they are not on yet.
+    OnRead,
+    /// Not at all, or the look failed: waiting will not change it.
+    Never,
+}
+
+/// Looks at the kernel's stamps (`look`) until one shows them on, or shows that they
+/// never will be, while `elapsed` is under `bound`: the last look's finding
+/// ([`Stamped::OnRead`] when it gave up waiting, or looked not at all).
+fn wait_for_stamps(
+    bound: Duration,
+    mut elapsed: impl FnMut() -> Duration,
+    mut look: impl FnMut() -> Stamped,
+) -> Stamped {
+    let mut seen = Stamped::OnRead;
+    while seen == Stamped::OnRead && elapsed() < bound {
+        seen = look();
+    }
+    seen
+}
+
+/// A UDP socket asking for receive timestamps, which sends itself datagrams to see
+/// when the kernel stamps them.
+struct StampProbe {
+    sock: std::net::UdpSocket,
+    to: SocketAddr,
+}
+
+impl StampProbe {
+    /// Bound to a free port of `ip`, a local address; `None` when the socket cannot be
+    /// had or refuses timestamps (nothing to wait for then).
+    fn bind(ip: Ipv4Addr) -> Option<Self> {
+        let sock = std::net::UdpSocket::bind((ip, 0)).ok()?;
+        let on: libc::c_int = 1;
         setsockopt(
-            fd,
+            sock.as_raw_fd(),
             libc::SOL_SOCKET,
             libc::SO_TIMESTAMPNS,
-            &1 as &libc::c_int,
-        ),
-    ) else {
-        return;
-    };
-    let _ = sock.set_read_timeout(Some(Duration::from_millis(50)));
-    let start = Instant::now();
-    while start.elapsed() < RX_TIMESTAMPS_WAIT {
-        if sock.send_to(b"ts", to).is_err() {
-            return;
+            &on,
+        )
+        .ok()?;
+        // A datagram to ourselves that never came would otherwise block for good.
+        sock.set_read_timeout(Some(Duration::from_millis(50)))
+            .ok()?;
+        let to = sock.local_addr().ok()?;
+        Some(StampProbe { sock, to })
+    }
+
+    /// Sends itself a datagram, lets a millisecond pass and reads it: stamped before
+    /// the read began, it was stamped when it arrived.
+    fn look(&self) -> Stamped {
+        if self.sock.send_to(b"ts", self.to).is_err() {
+            return Stamped::Never;
         }
         std::thread::sleep(Duration::from_millis(1));
         let before = SystemTime::now()
@@ -1202,16 +1250,15 @@ fn wait_for_rx_timestamps() {
         hdr.msg_control = cmsg.0.as_mut_ptr().cast();
         hdr.msg_controllen = CMSG_LEN as _;
         // SAFETY: hdr points at live buffers of the lengths it states.
-        if unsafe { libc::recvmsg(fd, &mut hdr, 0) } < 0 {
-            return;
+        if unsafe { libc::recvmsg(self.sock.as_raw_fd(), &mut hdr, 0) } < 0 {
+            return Stamped::Never;
         }
         match rx_meta(&hdr) {
-            Some(ts) if ts < before => return,
-            Some(_) => {}
-            None => return,
+            Some(ts) if ts < before => Stamped::OnArrival,
+            Some(_) => Stamped::OnRead,
+            None => Stamped::Never,
         }
     }
-    tracing::debug!("receive timestamps not on after {RX_TIMESTAMPS_WAIT:?}; the first RTTs may count a receive tick");
 }
 
 /// How long [`wait_for_rx_timestamps`] waits, at most.
@@ -1270,6 +1317,49 @@ mod tests {
                 .unwrap();
             sock.send_to(&req, &to).unwrap();
         }
+    }
+
+    /// [`wait_for_stamps`] looks until a look finds the stamps on or never to be, and
+    /// gives up once its bound has passed: on a clock of its own, each look taking
+    /// 50 ms, and a bound of 200 ms.
+    #[test]
+    fn the_wait_for_rx_timestamps_ends_as_soon_as_a_look_tells_or_at_its_bound() {
+        use Stamped::*;
+        let wait = |found: &[Stamped]| {
+            let clock = std::cell::Cell::new(Duration::ZERO);
+            let mut looks = found.iter().copied();
+            let seen = wait_for_stamps(
+                Duration::from_millis(200),
+                || clock.get(),
+                || {
+                    clock.set(clock.get() + Duration::from_millis(50));
+                    looks.next().expect("looked past the bound")
+                },
+            );
+            (seen, found.len() - looks.len())
+        };
+        // Stamped when read twice, then on arrival: done at the third look.
+        assert_eq!(wait(&[OnRead, OnRead, OnArrival, OnRead]), (OnArrival, 3));
+        // No stamp at all: done at once.
+        assert_eq!(wait(&[OnRead, Never, OnRead]), (Never, 2));
+        // Never on: four looks fill the 200 ms, and a fifth is not taken.
+        assert_eq!(wait(&[OnRead; 5]), (OnRead, 4));
+    }
+
+    /// The kernel stamps a datagram when it arrives once a socket asked for it (as the
+    /// probe's own does, which keeps them on): [`StampProbe::look`] sees it, on its
+    /// own address (127.0.183.1), before the bound of 10 s. A look that took a stamp
+    /// on arrival for one on read, or read no stamp, never finds them on and waits in
+    /// vain at every driver's start.
+    #[test]
+    fn a_stamp_probe_sees_receive_timestamps_on_when_they_are() {
+        let probe = StampProbe::bind(Ipv4Addr::new(127, 0, 183, 1)).expect("a UDP socket");
+        let start = Instant::now();
+        let bound = Duration::from_secs(10);
+        let seen = wait_for_stamps(bound, || start.elapsed(), || probe.look());
+        assert_eq!(seen, Stamped::OnArrival);
+        // They stay on while the probe asks for them.
+        assert_eq!(probe.look(), Stamped::OnArrival);
     }
 
     #[test]
