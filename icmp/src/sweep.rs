@@ -51,6 +51,10 @@
 //!   handles that expiry or sends that try, or whether its send failed: neither when a
 //!   reply is read (as for counting jobs) nor how busy the sweep is changes whether a
 //!   host answered, nor how a reply's copies are counted.
+//! * Once a retrying host answered, a reply to any of its tries is `Duplicate`, never
+//!   `Late`: fping's default mode sends every try of a host under one index with one
+//!   reply slot ("duplicate for \[0\]"); a counting job's slot is per probe, so a
+//!   reply to another of its probes past that probe's timeout is still `Late`.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -367,9 +371,12 @@ pub enum IgnoreReason {
     Redirected,
     /// A valid reply to an earlier iteration.
     Stale,
-    /// A valid reply to a probe no longer in flight (duplicate, or after a send error).
+    /// A valid reply to a probe no longer in flight (duplicate, or after a send error),
+    /// or to any try of a retrying job ([`Job::retry`]) that was answered (fping's
+    /// "duplicate for \[0\]": its default mode keeps one reply slot per host).
     Duplicate,
-    /// A valid reply that took longer than its job's timeout.
+    /// A valid reply that took longer than its job's timeout (of a retrying job not
+    /// answered: as judged by [`Sweep::handle_reply`]).
     Late,
 }
 
@@ -501,7 +508,7 @@ enum Probe {
     InFlight(Instant),
     /// Expired unanswered, or answered past its timeout (it was sent at this instant):
     /// a reply now is `Late`, not `Duplicate`, unless it answers a retrying host still
-    /// waiting (`Sweep::retry_answered`).
+    /// waiting (`Sweep::retry_answered`); to a retrying host that answered, `Duplicate`.
     Lost(Instant),
 }
 
@@ -1045,13 +1052,16 @@ impl Sweep {
         let (j, sent_at) = match self.probes.get(p) {
             Some(&Probe::InFlight(sent)) => (j as usize, sent),
             Some(&Probe::Lost(sent)) => {
+                let st = &self.jobs[j as usize];
+                if st.job.retry.is_some() && st.stats.received > 0 {
+                    // fping's default mode sends every try of a host under one index and
+                    // keeps one reply slot for it: once the host answered, a reply to
+                    // any of its tries, a copy of the one that answered it or a slow
+                    // reply to an earlier try, is a duplicate, however late.
+                    return self.ignore(IgnoreReason::Duplicate);
+                }
                 return match self.retry_answered(j as usize, sent, now) {
-                    Some(out) => {
-                        // Answered: a copy is a duplicate, as it is when this reply is
-                        // read before the try's expiry was handled.
-                        self.probes[p] = Probe::Idle;
-                        out
-                    }
+                    Some(out) => out,
                     None => self.ignore(IgnoreReason::Late),
                 };
             }

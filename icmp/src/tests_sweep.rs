@@ -890,6 +890,70 @@ fn a_copy_of_the_reply_that_answered_a_retrying_host_is_a_duplicate_whenever_rea
     }
 }
 
+/// fping's default mode sends every try of a host under one index, with one reply slot
+/// ("duplicate for [0]"): once the host answered, a reply to any of its tries, however
+/// slow, is a duplicate. A slow reply to a try whose timeout had run out was counted
+/// late here instead (its try was lost), so a retrying host's slow replies read as late
+/// where fping reads duplicates. Not yet answered, or once all its tries ran out, such
+/// a reply is late as before; and so is one of a counting job, whose slot is per probe,
+/// past its probe's timeout after another probe was answered.
+#[test]
+fn once_a_retrying_host_answered_a_reply_to_any_of_its_tries_is_a_duplicate() {
+    let base = Instant::now();
+    let dup = ReplyOutcome::Ignored(IgnoreReason::Duplicate);
+    let late = ReplyOutcome::Ignored(IgnoreReason::Late);
+    // 2 retries, backoff 2.0: tries wait 100, 200 and 400 ms, leaving at 0, 100, 300.
+    // The host is answered by try 2 in time, or by try 1's reply past its 200 ms but
+    // within try 2's 400 ms.
+    for answer in [(2, 310), (1, 350)] {
+        let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+        let mut tries = drain_sends(&mut s, base);
+        for t in [100, 300] {
+            s.handle_timeout(base + ms(t));
+            tries.extend(drain_sends(&mut s, base + ms(t)));
+        }
+        let a = tries[0].0;
+        let reply = |k: usize| raw_reply_for(a, &tries[k].1);
+        let out = s.handle_reply(&reply(answer.0), a, base + ms(answer.1));
+        assert!(matches!(out, ReplyOutcome::Matched { .. }), "{answer:?}");
+        for (k, at) in [(0, 360), (1, 370), (2, 380), (0, 2000)] {
+            let out = s.handle_reply(&reply(k), a, base + ms(at));
+            assert_eq!(out, dup, "answered by {answer:?}: try {k} at {at} ms");
+        }
+        let c = s.counters();
+        assert_eq!((c.received, c.duplicate, c.late), (1, 4, 0), "{answer:?}");
+    }
+    // Not answered: a reply past the try fping would have out is late, before the host
+    // is done and after.
+    let mut s = Sweep::new(vec![retry_job(0, 1, 200)], cfg(0), base).unwrap();
+    let (a, t0) = drain_sends(&mut s, base).pop().unwrap();
+    s.handle_timeout(base + ms(100));
+    drain_sends(&mut s, base + ms(100));
+    assert_eq!(
+        s.handle_reply(&raw_reply_for(a, &t0), a, base + ms(250)),
+        late
+    );
+    s.handle_timeout(base + ms(300));
+    assert_eq!(done_events(&mut s)[0].1.received, 0);
+    assert_eq!(
+        s.handle_reply(&raw_reply_for(a, &t0), a, base + ms(310)),
+        late
+    );
+    // A counting job: probe 1 answered, probe 0's reply past its timeout is late.
+    let mut s = Sweep::new(vec![job(0, 2)], cfg(0), base).unwrap();
+    let mut sent = drain_sends(&mut s, base);
+    sent.extend(drain_sends(&mut s, base + ms(20)));
+    let (a, p1) = &sent[1];
+    let out = s.handle_reply(&raw_reply_for(*a, p1), *a, base + ms(30));
+    assert!(matches!(out, ReplyOutcome::Matched { .. }));
+    s.handle_timeout(base + ms(1000));
+    let (a, p0) = &sent[0];
+    assert_eq!(
+        s.handle_reply(&raw_reply_for(*a, p0), *a, base + ms(1001)),
+        late
+    );
+}
+
 /// A try whose send failed counts as sent and lost: the next try is due when its
 /// timeout would have run out. A reply to the try before it, within the timeout of the
 /// try fping would have out by then, answers the host, as it does when read before that
