@@ -41,7 +41,10 @@ impl std::str::FromStr for RttMode {
 /// Counters of one host (one job) in one sweep. All zero by default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PingStats {
-    /// Probes handed to the socket (including those whose send failed).
+    /// Probes handed to the socket (including those whose send failed); of a
+    /// retrying job answered by a reply past its own try's timeout, the tries fping
+    /// had sent by then, which may be more than were handed out (see
+    /// [`crate::sweep`]).
     pub sent: u32,
     /// Matching replies that arrived within the timeout.
     pub received: u32,

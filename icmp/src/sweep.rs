@@ -50,7 +50,10 @@
 //!   as the one before ran out, from the first one that left), however late this sweep
 //!   handles that expiry or sends that try, or whether its send failed: neither when a
 //!   reply is read (as for counting jobs) nor how busy the sweep is changes whether a
-//!   host answered, nor how a reply's copies are counted.
+//!   host answered, nor how a reply's copies are counted. Such a host's `sent` is then
+//!   the tries fping had sent by then (try `m` out: `m + 1`), counting a try this sweep
+//!   never sent because the reply came first, as fping counts every try it sent; so
+//!   neither does its count depend on the sweep's timing.
 //! * Once a retrying host answered, a reply to any of its tries is `Duplicate`, never
 //!   `Late`: fping's default mode sends every try of a host under one index with one
 //!   reply slot ("duplicate for \[0\]"); a counting job's slot is per probe, so a
@@ -397,7 +400,8 @@ pub enum ReplyOutcome {
 /// Totals of one sweep.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SweepCounters {
-    /// Probes handed out by [`Sweep::poll_transmit`].
+    /// Probes handed out by [`Sweep::poll_transmit`] (not the sum of the hosts'
+    /// [`PingStats::sent`]: a retrying host may count a try it never sent).
     pub sent: u64,
     /// Replies matched within their timeout.
     pub received: u64,
@@ -1121,7 +1125,13 @@ impl Sweep {
             return None;
         }
         let out = matches!(slot(last), Probe::InFlight(_));
-        self.jobs[j].stats.record(rtt);
+        // fping had sent try `m` by then, and counts every try it sent (it counts a try
+        // when it is answered or runs out); tries this sweep never sends, the reply
+        // having come first (a retry queued, an expiry not handled yet), count as sent,
+        // so a host's count does not depend on how busy the sweep was either.
+        let stats = &mut self.jobs[j].stats;
+        stats.sent = stats.sent.max(m + 1);
+        stats.record(rtt);
         self.counters.received += 1;
         if out {
             self.take(j as u32, last);
