@@ -48,12 +48,14 @@
 //!   retry may still be queued. A reply past its try's timeout answers the host if it
 //!   came within the timeout of the try fping would have out by then (each try leaving
 //!   as the one before ran out, from the first one that left), however late this sweep
-//!   handles that expiry or sends that try, or whether its send failed: neither when a
-//!   reply is read (as for counting jobs) nor how busy the sweep is changes whether a
-//!   host answered, nor how a reply's copies are counted. Such a host's `sent` is then
-//!   the tries fping had sent by then (try `m` out: `m + 1`), counting a try this sweep
-//!   never sent because the reply came first, as fping counts every try it sent; so
-//!   neither does its count depend on the sweep's timing.
+//!   handles that expiry or sends that try, or whether its send failed (the last try
+//!   failing, its host waits out that try's timeout if an earlier try left, as if it
+//!   had left too): neither when a reply is read (as for counting jobs) nor how busy
+//!   the sweep is changes whether a host answered, nor how a reply's copies are
+//!   counted. Such a host's `sent` is then the tries fping had sent by then (try `m`
+//!   out: `m + 1`), counting a try this sweep never sent because the reply came first,
+//!   as fping counts every try it sent; so neither does its count depend on the
+//!   sweep's timing.
 //! * Once a retrying host answered, a reply to any of its tries is `Duplicate`, never
 //!   `Late`: fping's default mode sends every try of a host under one index with one
 //!   reply slot ("duplicate for \[0\]"); a counting job's slot is per probe, so a
@@ -514,6 +516,11 @@ enum Probe {
     /// a reply now is `Late`, not `Duplicate`, unless it answers a retrying host still
     /// waiting (`Sweep::retry_answered`); to a retrying host that answered, `Duplicate`.
     Lost(Instant),
+    /// The last try of a retrying host, handed out at this instant, whose send failed
+    /// while an earlier try was out of flight unanswered: a slow reply to that one may
+    /// still answer the host, so the host completes when this try's timeout would have
+    /// run out, as if it had left (`Sweep::handle_timeout`).
+    Refused(Instant),
 }
 
 /// The FIFO for `key` (one FIFO per distinct interval or timeout; each stays sorted
@@ -929,12 +936,23 @@ impl Sweep {
     }
 
     /// Reports that the probe `token` could not be sent: it counts as sent and lost
-    /// (a retrying job's next probe leaves when its timeout would have run out). A probe
-    /// whose timeout ran out before the kernel refused it (one the caller kept retrying)
-    /// was lost already: it only counts as a send error.
+    /// (a retrying job's next probe leaves when its timeout would have run out; after
+    /// its last, if an earlier one left, its host completes then). A probe whose
+    /// timeout ran out before the kernel refused it (one the caller kept retrying) was
+    /// lost already: it only counts as a send error.
     pub fn on_send_error(&mut self, token: ProbeToken) {
         if let Some(sent) = self.take(token.job, token.packet) {
             self.counters.send_errors += 1;
+            let st = &self.jobs[token.job as usize];
+            let base = st.probe_base as usize;
+            let last_try = st.job.retry.is_some() && token.packet + 1 == st.job.packets;
+            let earlier = &self.probes[base..base + token.packet as usize];
+            if last_try && earlier.iter().any(|p| matches!(p, Probe::Lost(_))) {
+                // An earlier try left: a reply to it may come within this one's
+                // timeout, as fping would judge it, and answer the host.
+                self.probes[base + token.packet as usize] = Probe::Refused(sent);
+                return;
+            }
             self.resolve(token.job as usize, Some(sent));
         } else if matches!(self.probe(token), Some(Probe::Lost(_))) {
             self.counters.send_errors += 1;
@@ -1112,7 +1130,7 @@ impl Sweep {
         // reply's own try left).
         let (mut m, mut from) = (0..=last).find_map(|k| match slot(k) {
             Probe::InFlight(s) | Probe::Lost(s) => Some((k, s)),
-            Probe::Idle => None,
+            Probe::Idle | Probe::Refused(_) => None,
         })?;
         // The try fping would have out at `now` (past the last one's end, fping still
         // judges by its timeout).
@@ -1138,7 +1156,7 @@ impl Sweep {
             self.resolve(j, None);
         } else {
             // Lost or failed to send, its retry queued (`take_due` drops it once the
-            // host is done).
+            // host is done), or the last, failed, waiting out its timeout (`Refused`).
             self.complete(j);
         }
         Some(ReplyOutcome::Matched { job: j, rtt })
@@ -1158,7 +1176,7 @@ impl Sweep {
                 let Some(slot) = self.probes.get_mut(probe as usize) else {
                     continue;
                 };
-                let Probe::InFlight(sent) = *slot else {
+                let (Probe::InFlight(sent) | Probe::Refused(sent)) = *slot else {
                     continue;
                 };
                 let expiry = sent + timeout;
@@ -1167,6 +1185,13 @@ impl Sweep {
                     // its place in the queue (kept in expiry order).
                     let item = (expiry, probe, j);
                     insert_in_order(&mut self.expiries[qi].1, expiry, item, |e| e.0);
+                    continue;
+                }
+                if let Probe::Refused(_) = *slot {
+                    // Its timeout would have run out: the host's last chance is over
+                    // (if a slow reply answered it meanwhile, it is complete already).
+                    *slot = Probe::Idle;
+                    self.complete(j as usize);
                     continue;
                 }
                 *slot = Probe::Lost(sent);

@@ -1027,6 +1027,58 @@ fn a_reply_to_a_try_counts_by_the_next_try_when_that_one_failed_to_send() {
     }
 }
 
+/// The last try failing to send does not end a host whose earlier try left: a slow
+/// reply to that one within the failed try's timeout answers the host, as it does when
+/// a try before the last fails (and as fping, which goes on reading replies and judges
+/// them by the timeout of the try it sent last, counts it). The host was complete, and
+/// unreachable, the moment the last send failed, and the reply late: whether it
+/// answered depended on whether the sweep read it before or after that send. (Found by
+/// [`random_sweeps_finish_retry_in_order_and_count_as_fping`].) With no reply the host
+/// completes when that try's timeout would have run out; with no try that left, no
+/// reply can come, and it completes at once.
+#[test]
+fn a_reply_to_a_try_counts_by_the_last_try_when_that_one_failed_to_send() {
+    let base = Instant::now();
+    // 1 retry, backoff 2.0: tries wait 100 and 200 ms; try 1 (at 100 ms) fails.
+    for reply_at in [Some(150), None] {
+        let mut s = Sweep::new(vec![retry_job(0, 1, 200)], cfg(0), base).unwrap();
+        let (a, req) = drain_sends(&mut s, base).pop().unwrap();
+        s.handle_timeout(base + ms(100));
+        let t1 = s.poll_transmit(base + ms(100)).unwrap().token;
+        s.on_send_error(t1);
+        assert!(done_events(&mut s).is_empty(), "{reply_at:?}");
+        match reply_at {
+            Some(at) => {
+                let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(at));
+                let answered = ReplyOutcome::Matched {
+                    job: 0,
+                    rtt: ms(at),
+                };
+                assert_eq!(out, answered);
+            }
+            None => {
+                s.handle_timeout(base + ms(299));
+                assert!(done_events(&mut s).is_empty());
+                s.handle_timeout(base + ms(300));
+            }
+        }
+        let ev = done_events(&mut s);
+        let got = (ev[0].1.sent, ev[0].1.received);
+        assert_eq!(got, (2, u32::from(reply_at.is_some())), "{reply_at:?}");
+        assert!(s.is_finished() && s.in_flight() == 0, "{reply_at:?}");
+        assert_eq!(s.counters().send_errors, 1);
+    }
+    // Every try failed: done when the last one did.
+    let mut s = Sweep::new(vec![retry_job(0, 1, 200)], cfg(0), base).unwrap();
+    let t0 = s.poll_transmit(base).unwrap().token;
+    s.on_send_error(t0);
+    s.handle_timeout(base + ms(100));
+    let t1 = s.poll_transmit(base + ms(100)).unwrap().token;
+    s.on_send_error(t1);
+    assert_eq!(done_events(&mut s)[0].1.sent, 2);
+    assert!(s.is_finished());
+}
+
 /// fping sends a try the moment the one before ran out (from its timeout handler, not
 /// paced), so the try it has out at any instant follows from its first try alone. A
 /// paced sweep may send a retry later: a reply to try 0 at 320 ms (try 2, 400 ms, out
@@ -1173,7 +1225,7 @@ fn retry_jobs_out_of_bounds_are_refused() {
     assert!(Sweep::new(vec![retry_job(0, 9, 300)], cfg(0), base).is_ok());
 }
 
-/// A job of [`random_sweeps_finish_and_retry_in_order`].
+/// A job of [`random_sweeps_finish_retry_in_order_and_count_as_fping`].
 #[derive(Debug, Clone)]
 struct AnyJob {
     retry: Option<u16>,
@@ -1197,18 +1249,71 @@ fn any_job() -> impl Strategy<Value = AnyJob> {
         })
 }
 
+/// What fping's default mode (`fping -r`, `icmppingretry`) makes of the replies to a
+/// retrying `job`'s tries, in the order they were read, (arrival, try); the tries left
+/// at `tries` (`None`: the send failed). fping sends every try of a host under one
+/// index, with one reply slot, each try the moment the one before ran out, and judges
+/// a reply by the timeout of the try it has out then (counting from the first try that
+/// left here). Once a reply counted, every other is a duplicate. Before, a reply within
+/// that timeout answers the host, and fping had sent every try up to that one; any
+/// other is late. A reply within its own try's timeout is read while that try is the
+/// last one out here, and the tries handed out count (pacing may have sent it later
+/// than fping would have, but its reply came in time for it). A host never answered
+/// sent all its tries. Returns each reply's RTT if it counted, or why not, and the
+/// host's statistics.
+fn fping_default_mode(
+    job: &Job,
+    tries: &[Option<Instant>],
+    replies: &[(Instant, u32)],
+) -> (Vec<Result<Duration, IgnoreReason>>, PingStats) {
+    let timeout = |k: u32| job.probe_timeout(k);
+    let mut stats = PingStats::default();
+    let mut out = Vec::new();
+    for &(at, k) in replies {
+        if stats.received > 0 {
+            out.push(Err(IgnoreReason::Duplicate));
+            continue;
+        }
+        let rtt = at.duration_since(tries[k as usize].expect("a reply to a try that left"));
+        let first = tries.iter().position(Option::is_some).unwrap() as u32;
+        let (mut m, mut from) = (first, tries[first as usize].unwrap());
+        while m + 1 < job.packets && at > from + timeout(m) {
+            from += timeout(m);
+            m += 1;
+        }
+        let sent = if rtt <= timeout(k) {
+            k + 1
+        } else if rtt <= timeout(m) {
+            m + 1
+        } else {
+            out.push(Err(IgnoreReason::Late));
+            continue;
+        };
+        stats.sent = sent;
+        stats.record(rtt);
+        out.push(Ok(rtt));
+    }
+    if stats.received == 0 {
+        stats.sent = job.packets;
+    }
+    (out, stats)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
-    /// Retrying and counting jobs (some sharing an address) under replies, silence, late
-    /// replies, send errors, batches that left late and pacing: the sweep finishes, each
-    /// job is reported once, none sends more than its packets, a retrying one is
-    /// answered once at most, and never tries again before its last try's timeout ran
-    /// out. (From a review of the retry mode.)
+    /// Retrying and counting jobs (some sharing an address) under replies and their
+    /// copies, silence, late replies, send errors, batches that left late, pacing, and
+    /// replies read on each receive tick: the sweep finishes, each job is reported once,
+    /// none sends more than its packets, a retrying one never tries again before its
+    /// last try's timeout ran out, and each of its replies counts (matched, duplicate or
+    /// late) and its statistics are as fping's default mode counts them
+    /// ([`fping_default_mode`]). (From reviews of the retry mode.)
     #[test]
-    fn random_sweeps_finish_and_retry_in_order(
+    fn random_sweeps_finish_retry_in_order_and_count_as_fping(
         jobs in proptest::collection::vec(any_job(), 1..8),
         fate in proptest::collection::vec((0u8..4, 0u64..300, 0u64..8), 64),
         pps in prop_oneof![Just(0u32), Just(200), Just(2000)],
+        tick in prop_oneof![Just(0u64), Just(7)],
     ) {
         let base = Instant::now();
         let mut addrs = Vec::new();
@@ -1226,20 +1331,35 @@ proptest! {
         }).collect();
         let mut s = Sweep::new(js.clone(), cfg(pps), base).unwrap();
         let (mut now, mut f, mut steps) = (base, 0usize, 0);
-        let mut replies: Vec<(Instant, IpAddr, Vec<u8>)> = Vec::new();
-        let mut done = vec![0u32; js.len()];
+        // (arrival, job, try, bytes)
+        let mut replies: Vec<(Instant, usize, u32, Vec<u8>)> = Vec::new();
+        let mut done: Vec<Option<PingStats>> = vec![None; js.len()];
+        // Per job: when each try left (`None`: its send failed); each reply read,
+        // (arrival, try), and what the sweep made of it.
         let mut sent_at: Vec<Vec<Instant>> = vec![Vec::new(); js.len()];
+        let mut tries: Vec<Vec<Option<Instant>>> = vec![Vec::new(); js.len()];
+        let mut read: Vec<Vec<(Instant, u32)>> = vec![Vec::new(); js.len()];
+        let mut outcomes: Vec<Vec<Result<Duration, IgnoreReason>>> = vec![Vec::new(); js.len()];
         loop {
             steps += 1;
             prop_assert!(steps < 10_000, "the sweep never finished");
             replies.sort_by_key(|r| r.0);
             while replies.first().is_some_and(|r| r.0 <= now) {
-                let (t, a, b) = replies.remove(0);
-                s.handle_reply(&b, a, t);
+                let (t, j, k, b) = replies.remove(0);
+                let outcome = match s.handle_reply(&b, js[j].addr, t) {
+                    ReplyOutcome::Matched { job, rtt } => {
+                        prop_assert_eq!(job, j, "matched to another job");
+                        Ok(rtt)
+                    }
+                    ReplyOutcome::Ignored(why) => Err(why),
+                };
+                read[j].push((t, k));
+                outcomes[j].push(outcome);
             }
             s.handle_timeout(now);
-            for Event::HostDone { job, .. } in std::iter::from_fn(|| s.poll_event()) {
-                done[job] += 1;
+            for Event::HostDone { job, stats } in std::iter::from_fn(|| s.poll_event()) {
+                prop_assert!(done[job].is_none(), "job {} reported twice", job);
+                done[job] = Some(stats);
             }
             if s.is_finished() {
                 break;
@@ -1264,17 +1384,24 @@ proptest! {
                 if kind == 0 {
                     s.on_send_error(token);
                     sent_at[j].push(now);
+                    tries[j].push(None);
                     continue;
                 }
                 s.sent_at(token, leave);
                 sent_at[j].push(leave);
+                tries[j].push(Some(leave));
+                // 2: a reply; 3: a reply and a copy of it 40 ms later.
                 if kind >= 2 {
-                    replies.push((leave + ms(rtt), a, raw_reply_for(a, &bytes)));
+                    replies.push((leave + ms(rtt), j, k, raw_reply_for(a, &bytes)));
+                }
+                if kind == 3 {
+                    replies.push((leave + ms(rtt + 40), j, k, raw_reply_for(a, &bytes)));
                 }
             }
             now = leave;
-            for Event::HostDone { job, .. } in std::iter::from_fn(|| s.poll_event()) {
-                done[job] += 1;
+            for Event::HostDone { job, stats } in std::iter::from_fn(|| s.poll_event()) {
+                prop_assert!(done[job].is_none(), "job {} reported twice", job);
+                done[job] = Some(stats);
             }
             if s.is_finished() {
                 break;
@@ -1284,14 +1411,26 @@ proptest! {
                 (Some(a), Some(b)) => a.min(b),
                 (a, b) => a.or(b).expect("not finished, nothing to wait for"),
             };
+            // The driver wakes once per receive tick and reads every reply that came
+            // by then (judged by its own arrival) before it expires probes (paced
+            // sends are due at fractions of a millisecond).
+            let next = match tick {
+                0 => next,
+                t => {
+                    let us = next.duration_since(base).as_micros() as u64;
+                    base + Duration::from_micros(us.div_ceil(t * 1000) * t * 1000)
+                }
+            };
             now = now.max(next);
         }
-        prop_assert!(done.iter().all(|&d| d == 1), "{:?}", done);
         for (j, job) in js.iter().enumerate() {
-            let st = s.stats(j).unwrap();
+            let st = done[j].expect("every job reported");
+            prop_assert_eq!(Some(&st), s.stats(j));
             prop_assert!(st.sent <= job.packets);
             if job.retry.is_some() {
-                prop_assert!(st.received <= 1);
+                let (want, stats) = fping_default_mode(job, &tries[j], &read[j]);
+                prop_assert_eq!(&outcomes[j], &want, "job {} {:?}, tries {:?}", j, job, tries[j]);
+                prop_assert_eq!(st, stats, "job {}", j);
             }
         }
     }
