@@ -11,7 +11,9 @@
 //! they cannot be saved), flush the sink (insert or spool) and exit 0. SIGHUP reloads
 //! the config: a valid new config takes effect at each item's next slot; an invalid one
 //! is logged with all its errors and the old one keeps running. Either, coming while a
-//! discovery re-plan plans, cuts it short after its plan in progress (see `Plans`).
+//! discovery re-plan plans, cuts it short after its plan in progress (see `Plans`); a
+//! stop coming while a reload plans is taken at once too, and cuts the reload short
+//! (nothing more of it loaded, nothing of it swapped in).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -388,10 +390,11 @@ enum Signal {
 /// failed (`failed`), a sink consumer that ended. A SIGHUP reloads; discovery's asks
 /// (`replan`) and the rows a round left untried start re-plan rounds ([`Plans`]).
 ///
-/// A round plans [`off_thread`] (seconds, when rows are refused) and is awaited here
-/// among the rest, not inside an arm: a stop is taken at once (the caller then cuts
-/// the round, [`Plans::stop`]), and so is a SIGHUP ([`Plans::hangup`]). Returns the
-/// exit status and the consumer's result, if it ended.
+/// A round (a re-plan, or a SIGHUP's reload) plans [`off_thread`] (0.35 s at a million
+/// items, seconds when rows are refused) and is awaited here among the rest, not
+/// inside an arm: a stop, a failed engine or consumer is taken at once (the caller
+/// then cuts the round, [`Plans::stop`]), and so is a SIGHUP ([`Plans::hangup`]).
+/// Returns the exit status and the consumer's result, if it ended.
 async fn serve(
     plans: &mut Plans,
     mut signal: impl AsyncFnMut() -> Signal,
@@ -415,11 +418,7 @@ async fn serve(
             s = signal() => match s {
                 Signal::Term => { tracing::info!("SIGTERM: stopping"); break; }
                 Signal::Int => { tracing::info!("SIGINT: stopping"); break; }
-                Signal::Hup => {
-                    if plans.hangup().await.is_none() {
-                        break;
-                    }
-                }
+                Signal::Hup => plans.hangup(),
             },
             ended = round_end(&mut plans.round) => {
                 if plans.round_ended(ended).await.is_none() {
@@ -440,15 +439,15 @@ async fn serve(
 }
 
 /// What changes the running plan: SIGHUP reloads and discovery re-plan rounds. Both
-/// plan [`off_thread`], one at a time: both plan from the rows of the running plan
-/// (`applied`) and swap their plan in, so that one beside the other would swap in a
-/// plan without the other's changes.
+/// plan [`off_thread`], one at a time, as a [`Round`] (a reload is a round of one
+/// plan): both plan from the rows of the running plan (`applied`) and swap their plan
+/// in, so that one beside the other would swap in a plan without the other's changes.
 ///
 /// Invariants: `applied` is the rows of the plan running, but while a round plans (it
 /// swaps in each plan it makes; its rows are applied when it ends, however it ends,
-/// and saved); the rows a round did not plan stay pending in `found` (discovery's,
-/// which only a reload prunes); a round is never dropped before it ends (it would
-/// leave a plan swapped in that `applied` and the file do not have).
+/// and a re-plan's saved); the rows a round did not plan stay pending in `found`
+/// (discovery's, which only a reload prunes); a round is never dropped before it ends
+/// (it would leave a plan swapped in that `applied` and the file do not have).
 struct Plans {
     args: Args,
     /// The config the daemon started with: a reload names what differs from it and
@@ -466,7 +465,7 @@ struct Plans {
     /// Where the rows planned are saved ([`Plans::replan_found`]).
     discovery_file: PathBuf,
     metrics: Arc<DiscoveryMetrics>,
-    /// The re-plan round planning, if one is.
+    /// The round planning (a re-plan or a reload), if one is.
     round: Option<Round>,
     /// A SIGHUP came while a round planned: the reload comes once it has ended.
     reload_due: bool,
@@ -474,15 +473,27 @@ struct Plans {
     replan_again: Option<tokio::time::Instant>,
 }
 
-/// A discovery re-plan round planning [`off_thread`] ([`Plans::start_round`]).
+/// A change of the running plan planning [`off_thread`]: a discovery re-plan round
+/// ([`Plans::start_round`]) or a SIGHUP's reload ([`Plans::start_reload`]).
 struct Round {
-    /// Set to make no plan past the one in progress ([`crate::discovery::plan_rows`]).
+    /// Set to make no plan past the one in progress ([`crate::discovery::plan_rows`]);
+    /// a reload's, to load no more and swap nothing in ([`reload`]).
     cut: Arc<AtomicBool>,
     /// What cut it, if anything did.
     cut_by: Option<Cut>,
+    /// A reload's, not a re-plan's.
+    reload: bool,
     started: std::time::Instant,
-    /// The round's end: its plans made (`None` only when the runtime shuts down).
-    planning: std::pin::Pin<Box<dyn std::future::Future<Output = Option<Planned>> + Send>>,
+    /// The round's end: what it made (`None` only when the runtime shuts down).
+    planning: std::pin::Pin<Box<dyn std::future::Future<Output = Option<Made>> + Send>>,
+}
+
+/// What a round made.
+enum Made {
+    /// A re-plan's ([`Planned`]).
+    Rows(Planned),
+    /// A reload's.
+    Reload(Box<Reloaded>),
 }
 
 /// A round's result: the rows of the last plan it took (`applied`, or as they were),
@@ -504,10 +515,25 @@ enum Cut {
 struct Ended {
     started: std::time::Instant,
     cut_by: Option<Cut>,
-    planned: Option<Planned>,
+    made: Option<Made>,
 }
 
 impl Round {
+    /// Starts `planning` ([`off_thread`]), which stops early once `cut` is set.
+    fn new(
+        reload: bool,
+        cut: Arc<AtomicBool>,
+        planning: impl std::future::Future<Output = Option<Made>> + Send + 'static,
+    ) -> Round {
+        Round {
+            cut,
+            cut_by: None,
+            reload,
+            started: std::time::Instant::now(),
+            planning: Box::pin(planning),
+        }
+    }
+
     fn cut(&mut self, by: Cut) {
         self.cut.store(true, std::sync::atomic::Ordering::Relaxed);
         // A stop after a SIGHUP's cut: the rows are not planned after a reload.
@@ -523,48 +549,55 @@ async fn round_end(slot: &mut Option<Round>) -> Ended {
     let Some(round) = slot else {
         return std::future::pending().await;
     };
-    let planned = round.planning.as_mut().await;
+    let made = round.planning.as_mut().await;
     let ended = Ended {
         started: round.started,
         cut_by: round.cut_by,
-        planned,
+        made,
     };
     *slot = None;
     ended
 }
 
 impl Plans {
-    /// SIGHUP: the reload; while a round plans, once it has ended, and the round cut
-    /// short. Waiting for the round is needed (both swap in plans of `applied`), but
-    /// not for all of it: the rest of its plans (up to ~5 s at a million items when
-    /// rows are refused) would plan rows with the config text the reload replaces.
-    /// Dropping it would be wrong: its thread swaps plans in as it goes, and
-    /// `applied` (and the file) would then lack the rows of the plan running. Cut, it ends after the plan in progress (its
-    /// rows applied and saved as any round's); the rows it did not plan stay pending
-    /// in `found`, and are planned by a round of their own, with the new text, as any
-    /// rows a round leaves untried (the reload plans `applied`, as it always does).
-    /// `None` only when the runtime shuts down.
-    async fn hangup(&mut self) -> Option<()> {
+    /// SIGHUP: the reload ([`Plans::start_reload`]); while a round plans, once it has
+    /// ended, and a re-plan cut short. Waiting for the round is needed (both swap in
+    /// plans of `applied`), but not for all of a re-plan: the rest of its plans (up to
+    /// ~5 s at a million items when rows are refused) would plan rows with the config
+    /// text the reload replaces. Dropping it would be wrong: its thread swaps plans in
+    /// as it goes, and `applied` (and the file) would then lack the rows of the plan
+    /// running. Cut, it ends after the plan in progress (its rows applied and saved as
+    /// any round's); the rows it did not plan stay pending in `found`, and are planned
+    /// by a round of their own, with the new text, as any rows a round leaves untried
+    /// (the reload plans `applied`, as it always does). A reload in progress is not
+    /// cut: it may have read the file before its last change, so another comes after.
+    fn hangup(&mut self) {
         let Some(round) = &mut self.round else {
-            return self.reload().await;
+            return self.start_reload();
         };
-        round.cut(Cut::Reload);
         self.reload_due = true;
+        if round.reload {
+            tracing::info!(
+                "SIGHUP: a reload is in progress; the configuration is reloaded again once it ends"
+            );
+            return;
+        }
+        round.cut(Cut::Reload);
         tracing::info!("SIGHUP: the discovery re-plan in progress is cut short; the configuration is reloaded once its plan in progress ends");
-        Some(())
     }
 
-    /// [`reload_off_thread`]; `None` only when the runtime shuts down.
-    async fn reload(&mut self) -> Option<()> {
+    /// Starts a reload ([`reload_off_thread`]), a round of its own: the loop takes
+    /// what it loaded once it ends ([`Plans::took`]), and a stop meanwhile at once.
+    fn start_reload(&mut self) {
         let (started, sockets, cores) = self.icmp;
         let wanted = move |rate| icmp_thread_count(rate, sockets, cores);
-        let rows = (&*self.found, &mut self.applied, &self.targets);
-        let loaded =
-            reload_off_thread(&self.args, &self.cfg, &self.shared, started, wanted, rows).await?;
-        if let Some(text) = loaded {
-            self.text = text;
-        }
-        Some(())
+        let cut = Arc::new(AtomicBool::new(false));
+        let rows = (&self.applied, &self.targets, cut.clone());
+        let reloading =
+            reload_off_thread(&self.args, &self.cfg, &self.shared, started, wanted, rows);
+        self.round = Some(Round::new(true, cut, async {
+            reloading.await.map(|r| Made::Reload(Box::new(r)))
+        }));
     }
 
     /// Starts a round of the rows discovery found ([`crate::discovery::plan_rows`]):
@@ -587,59 +620,79 @@ impl Plans {
                 targets = Some(std::mem::take(&mut l.cfg.discovery));
                 Ok(())
             });
-            (applied, settled, targets)
+            Made::Rows((applied, settled, targets))
         });
-        self.round = Some(Round {
-            cut,
-            cut_by: None,
-            started: std::time::Instant::now(),
-            planning: Box::pin(planning),
-        });
+        self.round = Some(Round::new(false, cut, planning));
     }
 
-    /// The loop's: a round `ended`; its rows applied ([`Plans::replan_found`]), then the reload a
-    /// SIGHUP asked for meanwhile. `None` only when the runtime shuts down.
+    /// The loop's: a round `ended`, taken ([`Plans::took`]), then the reload a SIGHUP
+    /// asked for meanwhile. `None` only when the runtime shuts down.
     async fn round_ended(&mut self, ended: Ended) -> Option<()> {
-        let more = self.replan_found(ended).await;
-        self.replan_again =
-            more.then(|| tokio::time::Instant::now() + crate::discovery::REPLAN_EVERY);
+        self.took(ended).await?;
         if std::mem::take(&mut self.reload_due) {
-            return self.reload().await;
+            self.start_reload();
+        }
+        Some(())
+    }
+
+    /// What a round that `ended` made, taken: a re-plan's rows applied and saved
+    /// ([`Plans::replan_found`]), a reload's config ([`Reloaded::take`]). `None` only
+    /// when the runtime shuts down.
+    async fn took(&mut self, ended: Ended) -> Option<()> {
+        match ended.made? {
+            Made::Rows(planned) => {
+                let more = self
+                    .replan_found(ended.started, ended.cut_by, planned)
+                    .await;
+                self.replan_again =
+                    more.then(|| tokio::time::Instant::now() + crate::discovery::REPLAN_EVERY);
+            }
+            Made::Reload(reloaded) => {
+                let rows = (&*self.found, &mut self.applied, &self.targets);
+                if let Some(text) = reloaded.take(&self.cfg, rows) {
+                    self.text = text;
+                }
+            }
         }
         Some(())
     }
 
     /// At stop: the round planning, if any, cut and awaited (the plan in progress,
-    /// ~0.35 s at a million items, not the rest of the round), its rows applied and
-    /// saved for the next start ([`Plans::replan_found`]). The rows it did not plan are not
-    /// saved (as rows found but not planned yet never are): their hosts' next walks
-    /// find them again.
+    /// ~0.35 s at a million items, not the rest of the round), and taken
+    /// ([`Plans::took`]): a re-plan's rows applied and saved for the next start. The
+    /// rows it did not plan are not saved (as rows found but not planned yet never
+    /// are): their hosts' next walks find them again. A reload cut swaps nothing in
+    /// (the daemon ends: nothing of its file would be polled); one that did before the
+    /// cut is taken as any, its rows not saved (a reload never saves them).
     async fn stop(&mut self) {
         let Some(round) = &mut self.round else {
             return;
         };
         round.cut(Cut::Stop);
         let ended = round_end(&mut self.round).await;
-        self.replan_found(ended).await;
+        self.took(ended).await;
     }
 
-    /// The end of a round ([`Plans::start_round`]): the rows of the plans it took are
-    /// `applied` and saved; the host's rules whose rows it refuses get back the running
-    /// plan's rows (`applied`), so that a reload does not take them either, and are
-    /// logged with the loader's reasons. Returns whether rows are still pending (not
-    /// tried this round).
-    async fn replan_found(&mut self, ended: Ended) -> bool {
+    /// The end of a re-plan round ([`Plans::start_round`]), `started` then and cut
+    /// short by `cut_by`, if by anything: the rows of the plans it took are `applied`
+    /// and saved; the host's rules whose rows it refuses get back the running plan's
+    /// rows (`applied`), so that a reload does not take them either, and are logged
+    /// with the loader's reasons. Returns whether rows are still pending (not tried
+    /// this round).
+    async fn replan_found(
+        &mut self,
+        started: std::time::Instant,
+        cut_by: Option<Cut>,
+        (now_applied, settled, targets): Planned,
+    ) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
-        let Some((now_applied, settled, targets)) = ended.planned else {
-            return false;
-        };
         self.applied = now_applied;
         crate::discovery::put_back(
             &mut self.found.lock().unwrap_or_else(|e| e.into_inner()),
             &self.applied,
             &settled.refused,
         );
-        let seconds = ended.started.elapsed().as_secs_f64();
+        let seconds = started.elapsed().as_secs_f64();
         if settled.planned > 0 {
             self.metrics.replans_ok.fetch_add(1, Relaxed);
             let plan = self.shared.plan();
@@ -678,7 +731,7 @@ impl Plans {
             tracing::error!("discovery: the plan could not be rebuilt, it stays as it was:\n{why}");
         }
         let again = crate::discovery::REPLAN_EVERY.as_secs();
-        match (settled.untried, ended.cut_by) {
+        match (settled.untried, cut_by) {
             (0, _) => {}
             (untried, None) => tracing::warn!(
                 untried,
@@ -862,62 +915,110 @@ fn icmp_thread_count(probe_rate: f64, sockets: usize, cores: usize) -> usize {
 /// changed (another address, another rule) that ends meanwhile is then either pruned
 /// with the rest or, once the task has its new targets, not taken. Pruned on the
 /// reload's thread, such a walk ending before the targets were sent put back the rows
-/// just dropped, and the next re-plan polled them at the new address. Returns the new
-/// config's text, if it was taken; `None` only when the runtime shuts down.
-async fn reload_off_thread(
+/// just dropped, and the next re-plan polled them at the new address
+/// ([`Reloaded::take`]).
+///
+/// Started at once; the future returned is the end of the reload's thread, which loads
+/// no more and swaps nothing in once `cut` is set ([`reload`]). `None` only when the
+/// runtime shuts down.
+fn reload_off_thread(
     args: &Args,
     running_cfg: &Arc<Config>,
     shared: &Arc<Shared>,
     icmp_threads: usize,
     wanted: impl Fn(f64) -> usize + Send + 'static,
-    (found, applied, targets): (
-        &Mutex<Found>,
-        &mut Found,
+    (applied, targets, cut): (
+        &Found,
         &watch::Sender<Vec<crate::config::DiscoveryTarget>>,
+        Arc<AtomicBool>,
     ),
-) -> Option<Option<Arc<str>>> {
+) -> impl std::future::Future<Output = Option<Reloaded>> + Send + 'static {
     let running = targets.borrow().clone();
     let (args, cfg) = (args.clone(), running_cfg.clone());
     let (shared, mut rows) = (shared.clone(), applied.clone());
-    let (loaded, rows, running) = off_thread(move || {
+    off_thread(move || {
         // `rows` is a copy: a refused reload leaves `applied` as it was.
         let with = (&mut rows, &running[..]);
-        let loaded = reload(&args, &cfg, &shared, icmp_threads, wanted, with);
-        (loaded, rows, running)
+        let loaded = reload(&args, &cfg, &shared, icmp_threads, wanted, &cut, with);
+        Reloaded {
+            loaded,
+            rows,
+            running,
+        }
     })
-    .await?;
-    let Some(l) = loaded else {
-        return Some(None);
-    };
-    *applied = rows;
-    let mut new_targets = l.cfg.discovery;
-    // (No await from here on: see above.)
-    let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
-    crate::discovery::prune(&mut found, &running, &new_targets);
-    drop(found);
-    // Walks leave from where the engines' sockets do: the start's source_ip (a new one
-    // needs a restart, as the warning says).
-    let source = running_cfg.daemon.source_addrs();
-    for t in &mut new_targets {
-        t.source = source;
+}
+
+/// The end of a reload's thread ([`reload_off_thread`]).
+struct Reloaded {
+    /// What it loaded and swapped in; `None` when it was refused or cut.
+    loaded: Option<super::Loaded>,
+    /// The rows of the plan it swapped in.
+    rows: Found,
+    /// The discovery targets of the plan it replaced.
+    running: Vec<crate::config::DiscoveryTarget>,
+}
+
+impl Reloaded {
+    /// Takes a reload that swapped its plan in, on the daemon's thread: its rows are
+    /// `applied`, those of what it changed dropped from `found`, and the discovery
+    /// task gets its new targets (module docs of [`reload_off_thread`]; the daemon's
+    /// config `running_cfg` gives their source address). Returns the new config's
+    /// text, if it was taken.
+    fn take(
+        self,
+        running_cfg: &Config,
+        (found, applied, targets): (
+            &Mutex<Found>,
+            &mut Found,
+            &watch::Sender<Vec<crate::config::DiscoveryTarget>>,
+        ),
+    ) -> Option<Arc<str>> {
+        let l = self.loaded?;
+        *applied = self.rows;
+        let mut new_targets = l.cfg.discovery;
+        // (Not async: no await from the thread's end on, see reload_off_thread.)
+        let mut found = found.lock().unwrap_or_else(|e| e.into_inner());
+        crate::discovery::prune(&mut found, &self.running, &new_targets);
+        drop(found);
+        // Walks leave from where the engines' sockets do: the start's source_ip (a new
+        // one needs a restart, as the warning says).
+        let source = running_cfg.daemon.source_addrs();
+        for t in &mut new_targets {
+            t.source = source;
+        }
+        targets.send_replace(new_targets);
+        Some(l.text)
     }
-    targets.send_replace(new_targets);
-    Some(Some(l.text))
 }
 
 /// Loads the config again and swaps the plan in; the ICMP thread count stays (threads
 /// are started once): `wanted(rate)` says how many the new rate would have started.
 /// Rows found for what the new config changed are dropped from `found` (which were
 /// found for `targets`). Returns what was loaded (the plan moved out), or `None` when
-/// the reload failed.
+/// the reload failed or a stop `cut` it: set before it starts, nothing is loaded; set
+/// before the plan is swapped in, it is not (the daemon ends: a stop waits for no
+/// more than the loads in progress).
 fn reload(
     args: &Args,
     running: &Config,
     shared: &Shared,
     icmp_threads: usize,
     wanted: impl Fn(f64) -> usize,
+    cut: &AtomicBool,
     (found, targets): (&mut Found, &[crate::config::DiscoveryTarget]),
 ) -> Option<super::Loaded> {
+    let stopped = || {
+        let stopped = cut.load(std::sync::atomic::Ordering::Relaxed);
+        if stopped {
+            tracing::info!(
+                "SIGHUP: the stop cut the reload short; the configuration is not reloaded"
+            );
+        }
+        stopped
+    };
+    if stopped() {
+        return None;
+    }
     let mut load = args.plan.load(Some(found));
     if matches!(load, Ok(Err(_))) && !found.0.is_empty() {
         // Refused with the rows found, maybe for rows the new file does not take (of a
@@ -951,6 +1052,9 @@ fn reload(
                         return None;
                     }
                 }
+            }
+            if stopped() {
+                return None;
             }
             let cfg = &loaded.cfg;
             let plan = std::mem::take(&mut loaded.plan);
@@ -2247,13 +2351,37 @@ mod tests {
             beside: impl std::future::Future<Output = ()> + Send + 'static,
         ) -> (bool, String) {
             let (args, running, shared) = (&self.args, &self.running, &self.shared);
-            let rows = (&*self.found, &mut self.applied, &self.targets);
+            let (found, applied, targets) = (&*self.found, &mut self.applied, &self.targets);
             let (reloaded, text) = on_daemon_thread(beside, async {
-                reload_off_thread(args, running, shared, 1, |_| 1, rows).await
+                let cut = Arc::new(AtomicBool::new(false));
+                let rows = (&*applied, targets, cut);
+                let reloading = reload_off_thread(args, running, shared, 1, |_| 1, rows);
+                // Taken as the daemon's loop does: no await after the thread's end.
+                let rows = (found, applied, targets);
+                reloading.await.map(|r| r.take(running, rows))
             });
             assert!(reloaded.is_some(), "the runtime shut down: {text}");
             (matches!(reloaded, Some(Some(_))), text)
         }
+    }
+
+    /// [`reload`] with one ICMP thread and no stop: whether the new file was taken.
+    fn reloaded(
+        args: &Args,
+        running: &Config,
+        shared: &Shared,
+        rows: (&mut Found, &[crate::config::DiscoveryTarget]),
+    ) -> bool {
+        reload(
+            args,
+            running,
+            shared,
+            1,
+            |_| 1,
+            &AtomicBool::new(false),
+            rows,
+        )
+        .is_some()
     }
 
     /// A reload plans the rows of the running plan, not those discovery found since
@@ -2361,7 +2489,7 @@ mod tests {
         std::fs::write(&path, apart.replace("127.0.43.0/30", "127.0.42.4/30")).unwrap();
         let (reloaded, text) = crate::test_util::logged(|| {
             let rows = (&mut Found::default(), &[][..]);
-            reload(&args, &running.cfg, &shared, 1, |_| 1, rows).is_some()
+            reloaded(&args, &running.cfg, &shared, rows)
         });
         assert!(reloaded, "{text}");
         assert!(
@@ -2402,7 +2530,7 @@ mod tests {
         std::fs::write(&path, &new).unwrap();
         let (reloaded, text) = crate::test_util::logged(|| {
             let found = (&mut rows, &running.cfg.discovery[..]);
-            reload(&args, &running.cfg, &shared, 1, |_| 1, found).is_some()
+            reloaded(&args, &running.cfg, &shared, found)
         });
         assert!(reloaded, "{text}");
         assert!(text.contains("SIGHUP: configuration reloaded"), "{text}");
@@ -2429,7 +2557,7 @@ mod tests {
         let args = Args::of(path);
         let (reloaded, text) = crate::test_util::logged(|| {
             let mut found = crate::config::Found::default();
-            reload(&args, &running, &shared, 1, |_| 1, (&mut found, &[])).is_some()
+            reloaded(&args, &running, &shared, (&mut found, &[]))
         });
         assert!(!reloaded);
         assert!(text.contains("it has no hosts"), "{text}");
@@ -2492,37 +2620,58 @@ mod tests {
             on_daemon_thread(beside, async {
                 plans.start_round();
                 let ended = round_end(&mut plans.round).await;
-                plans.replan_found(ended).await
+                plans.took(ended).await.expect("the round's end");
+                plans.replan_again.is_some()
             })
         }
 
-        /// [`serve`] on a daemon's thread with discovery's ask for a re-plan waiting,
-        /// the thread's only blocking thread held ([`hold_the_blocking_thread`]): the
-        /// round the loop starts waits until `signals` releases it. `signals` gives the
-        /// loop's signals from the ask's sender (its capacity comes back once the loop
-        /// took the ask) and the release. Returns whether a round was still planning
-        /// when the loop ended, the rows of the running plan then, and the log; the
-        /// round (if any) then ends as at the daemon's stop ([`Plans::stop`]).
+        /// [`serve`] on a daemon's thread with discovery's ask for a re-plan waiting
+        /// (if `asked`), the thread's only blocking thread held
+        /// ([`hold_the_blocking_thread`]): the round the loop starts (a re-plan, a
+        /// reload) waits until `signals` releases it. `signals` gives the loop's
+        /// signals, and may ask, release and fail an engine ([`Beside`]). Returns
+        /// whether a round was still planning when the loop ended, the rows of the
+        /// running plan then, and the log; the round (if any) then ends as at the
+        /// daemon's stop ([`Plans::stop`]).
         fn serve(
             &mut self,
-            signals: impl AsyncFnMut(&mpsc::Sender<()>, &std::sync::mpsc::Sender<()>) -> Signal,
+            asked: bool,
+            signals: impl AsyncFnMut(&Beside) -> Signal,
         ) -> ((bool, Found), String) {
             let plans = &mut self.plans;
             on_daemon_thread(async {}, async {
                 let release = hold_the_blocking_thread();
-                let (ask, mut asked) = mpsc::channel(1);
-                ask.try_send(()).unwrap();
+                let (ask, mut asks) = mpsc::channel(1);
+                if asked {
+                    ask.try_send(()).unwrap();
+                }
+                let (failing, mut failed) = mpsc::unbounded_channel();
+                let beside = Beside {
+                    ask,
+                    release,
+                    failing,
+                };
                 let mut signals = signals;
-                let signal = async || signals(&ask, &release).await;
+                let signal = async || signals(&beside).await;
                 let mut consumer = tokio::spawn(std::future::pending::<u64>());
-                let (_failing, mut failed) = mpsc::unbounded_channel();
-                serve(plans, signal, &mut consumer, &mut failed, &mut asked).await;
+                serve(plans, signal, &mut consumer, &mut failed, &mut asks).await;
                 let then = (plans.round.is_some(), plans.applied.clone());
-                drop(release);
+                drop(beside);
                 plans.stop().await;
                 then
             })
         }
+    }
+
+    /// What the signals of [`Replanning::serve`] reach beside the daemon's loop.
+    struct Beside {
+        /// Discovery's asks for a re-plan: the slot comes back once the loop took one
+        /// ([`until_taken`]).
+        ask: mpsc::Sender<()>,
+        /// Releases the blocking thread ([`hold_the_blocking_thread`]).
+        release: std::sync::mpsc::Sender<()>,
+        /// The engines' failures.
+        failing: mpsc::UnboundedSender<String>,
     }
 
     /// Rows found for [`Replanning`]'s file: `big`'s, which the loader refuses (past the
@@ -2652,8 +2801,8 @@ mod tests {
         let pending = big_and_small();
         let mut r = Replanning::new(pending.clone());
         let items = r.plans.shared.plan().items.len();
-        let ((planning, applied), text) = r.serve(async |ask, _| {
-            until_taken(ask).await;
+        let ((planning, applied), text) = r.serve(true, async |b| {
+            until_taken(&b.ask).await;
             Signal::Term
         });
         assert!(planning, "the loop ended while its round planned: {text}");
@@ -2679,15 +2828,15 @@ mod tests {
         let shared = r.plans.shared.clone();
         let (items, generation) = (shared.plan().items.len(), shared.generation());
         let mut hangup = true;
-        let ((_, applied), text) = r.serve(async |ask, release| {
+        let ((_, applied), text) = r.serve(true, async |b| {
             // (Changed once given: the loop drops a signal's future another arm beat.)
             if hangup {
-                until_taken(ask).await;
+                until_taken(&b.ask).await;
                 hangup = false;
                 return Signal::Hup;
             }
             // The loop took the SIGHUP: the round may go on (cut), then the reload.
-            let _ = release.send(());
+            let _ = b.release.send(());
             while shared.generation() == generation {
                 tokio::task::yield_now().await;
             }
@@ -2706,6 +2855,85 @@ mod tests {
         assert_eq!(shared.plan().items.len(), items);
         assert_eq!(*r.plans.found.lock().unwrap(), pending);
         assert!(r.plans.replan_again.is_some());
+        assert!(!r.plans.reload_due);
+    }
+
+    /// A stop while a SIGHUP's reload plans (here one whose thread has not even
+    /// started: one parsing a million items for 0.35 s is the same) is taken at once,
+    /// and so is an engine that fails (exit status 1, for the service manager to start
+    /// the daemon again): the loop ends with the reload still planning, and the stop
+    /// then cuts it: it loads nothing and swaps nothing in, `applied` and the rows
+    /// found are as they were. Before, the loop awaited the reload inside its arm, and
+    /// the stop waited for all of it (here until the blocking thread was let go: 20 s).
+    #[test]
+    fn a_stop_during_a_reload_is_taken_at_once_and_cuts_it() {
+        for (fails, stopping) in [
+            (false, "SIGTERM: stopping"),
+            (true, "stopping with exit status 1"),
+        ] {
+            let pending = big_and_small();
+            let mut r = Replanning::new(pending.clone());
+            let shared = r.plans.shared.clone();
+            let generation = shared.generation();
+            let mut hangup = true;
+            let ((planning, applied), text) = r.serve(false, async |b| {
+                if std::mem::take(&mut hangup) {
+                    return Signal::Hup;
+                }
+                if !fails {
+                    return Signal::Term;
+                }
+                b.failing.send("an iteration panicked".into()).unwrap();
+                std::future::pending().await
+            });
+            assert!(planning, "the loop ended while the reload planned: {text}");
+            let at = |line: &str| text.find(line).unwrap_or_else(|| panic!("{line}: {text}"));
+            assert!(
+                at(stopping) < at("SIGHUP: the stop cut the reload short"),
+                "{text}"
+            );
+            assert!(!text.contains("configuration reloaded"), "{text}");
+            assert!(!text.contains("rejected"), "{text}");
+            assert!(r.plans.round.is_none());
+            assert_eq!(shared.generation(), generation, "nothing swapped in");
+            assert_eq!(applied, Found::default());
+            assert_eq!(r.plans.applied, Found::default());
+            assert_eq!(*r.plans.found.lock().unwrap(), pending);
+        }
+    }
+
+    /// A SIGHUP while a reload plans does not cut it (it reads the file after its
+    /// change, maybe not the reload in progress): the configuration is reloaded again
+    /// once the reload in progress has ended, never beside it.
+    #[test]
+    fn a_sighup_during_a_reload_reloads_again_once_it_ended() {
+        let mut r = Replanning::new(Found::default());
+        let shared = r.plans.shared.clone();
+        let generation = shared.generation();
+        let mut given = 0;
+        let (_, text) = r.serve(false, async |b| {
+            // (Counted once given: the loop drops a signal's future another arm beat.)
+            if given < 2 {
+                given += 1;
+                return Signal::Hup;
+            }
+            let _ = b.release.send(());
+            while shared.generation() < generation + 2 {
+                tokio::task::yield_now().await;
+            }
+            Signal::Term
+        });
+        let at = |line: &str| text.find(line).unwrap_or_else(|| panic!("{line}: {text}"));
+        assert!(
+            at("SIGHUP: a reload is in progress") < at("SIGHUP: configuration reloaded"),
+            "{text}"
+        );
+        assert_eq!(
+            text.matches("SIGHUP: configuration reloaded").count(),
+            2,
+            "{text}"
+        );
+        assert_eq!(shared.generation(), generation + 2);
         assert!(!r.plans.reload_due);
     }
 }
