@@ -364,7 +364,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let live = crate::progress::stdout_is_tty();
     let mut out = Output::start(
         live,
-        std::io::stdout(),
+        output::stdout(),
         output::HELD_IN_MEMORY,
         tempfile::tempfile,
     )

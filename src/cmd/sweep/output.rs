@@ -27,6 +27,10 @@
 //!   does itself is append a chunk to the file (to the page cache). Nor does it write
 //!   to stderr, which may be the same pipe (its notes go by a thread of their own).
 //! * The temporary file is emptied whenever stdout has caught up with it.
+//! * The lines counted as written ([`Output::written`]) are those stdout took: each
+//!   write is of [`WRITE_AT_MOST`] bytes at most, which a pipe takes whole or not at all, and
+//!   is counted once it returned, to an unbuffered stdout ([`stdout`]). (Written whole,
+//!   a 64 KiB chunk that a full pipe took part of was counted as none of it printed.)
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -42,6 +46,11 @@ pub const CHUNK: usize = 1 << 16;
 /// no line makes it grow (to twice its size: a line is under 250 bytes, JSON of an
 /// IPv6 host included).
 const LINE_ROOM: usize = 512;
+
+/// Most bytes given to one write to stdout: PIPE_BUF, which a pipe takes whole or not
+/// at all (pipe(7)). A longer write to a full pipe puts what fits in it and blocks for
+/// the rest: the lines already in the pipe were not counted.
+const WRITE_AT_MOST: usize = libc::PIPE_BUF;
 
 /// Bytes of results held in memory while stdout does not take them; the rest wait in a
 /// temporary file. 64 chunks: a reader that is merely slow (a terminal over ssh) finds
@@ -245,10 +254,8 @@ impl Backlog {
     }
 
     /// The writer's side: writes every piece, in order, until the output is closed
-    /// and all is written, or a write fails. Counts the lines written (each ends in
-    /// the one newline of the line).
+    /// and all is written, or a write fails. Counts the lines written ([`write_counted`]).
     fn write_all(&self, mut out: impl Write, written: &AtomicU64) -> std::io::Result<()> {
-        let lines = |bytes: &[u8]| bytes.iter().filter(|&&b| b == b'\n').count() as u64;
         let mut read_back = Vec::new();
         loop {
             let mut p = self.lock();
@@ -259,12 +266,11 @@ impl Backlog {
                     None => p = self.ready.wait(p).unwrap_or_else(|e| e.into_inner()),
                 }
             };
-            let done = match piece {
+            match piece {
                 Piece::Memory(chunk) => {
                     drop(p);
-                    out.write_all(&chunk).and_then(|()| out.flush())?;
+                    write_counted(&mut out, &chunk, written)?;
                     self.lock().memory -= chunk.capacity();
-                    lines(&chunk)
                 }
                 Piece::Disk { start, len } => {
                     // A chunk's worth at a time; the rest stays first in line.
@@ -279,7 +285,7 @@ impl Backlog {
                     drop(p);
                     read_back.resize(take as usize, 0);
                     file.read_exact_at(&mut read_back, start)?;
-                    out.write_all(&read_back).and_then(|()| out.flush())?;
+                    write_counted(&mut out, &read_back, written)?;
                     let mut p = self.lock();
                     p.on_disk -= take;
                     if p.on_disk == 0 {
@@ -289,11 +295,41 @@ impl Backlog {
                             tracing::debug!(error = %e, "cannot empty the sweep's temporary file");
                         }
                     }
-                    lines(&read_back)
                 }
-            };
-            written.fetch_add(done, Ordering::Relaxed);
+            }
         }
+    }
+}
+
+/// Writes `bytes` (whole lines) to `out` by [`WRITE_AT_MOST`] at most, adding to `written`
+/// the lines of each part as `out` has taken it (a line counts once its newline is
+/// written): a sweep interrupted while stdout does not read reports the lines printed
+/// of the chunk it was writing.
+fn write_counted(out: &mut impl Write, bytes: &[u8], written: &AtomicU64) -> std::io::Result<()> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let n = match out.write(&rest[..rest.len().min(WRITE_AT_MOST)]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let lines = rest[..n].iter().filter(|&&b| b == b'\n').count();
+        written.fetch_add(lines as u64, Ordering::Relaxed);
+        rest = &rest[n..];
+    }
+    out.flush()
+}
+
+/// Standard output, unbuffered (a duplicate of its descriptor): what a write returns
+/// is what stdout took, which [`write_counted`] counts ([`std::io::stdout`] may keep
+/// lines in its buffer of 1 KiB and say them written). With no descriptor to be had
+/// (too many open), `std::io::stdout` all the same.
+pub fn stdout() -> Box<dyn Write + Send> {
+    use std::os::fd::AsFd;
+    match std::io::stdout().as_fd().try_clone_to_owned() {
+        Ok(fd) => Box::new(File::from(fd)),
+        Err(_) => Box::new(std::io::stdout()),
     }
 }
 
