@@ -1283,20 +1283,26 @@ fn an_interrupted_sweep_prints_the_hosts_it_is_done_with() {
 }
 
 /// `netpoller sweep --json` of 254 hosts whose stdout is a pipe of 4 KiB nobody reads
-/// (`netpoller sweep … | less` left on its first page): SIGINT once the pipe is full
-/// and the thread writing the results waits on it. Returns the exit status, what
-/// stderr said, and the results the pipe holds. (The waits are bounded only so that a
-/// hang fails, not for speed.)
-fn interrupted_while_nobody_reads() -> (std::process::ExitStatus, String, String) {
+/// (`netpoller sweep … | less` left on its first page), and whose stderr is the same
+/// pipe (`2>&1`, if `errors_too`) or one read here: SIGINT once the pipe is full and
+/// the thread writing the results waits on it. Returns the exit status, what stderr
+/// said (when read here), and the results the pipe holds. (The waits are bounded only
+/// so that a hang fails, not for speed.)
+fn interrupted_while_nobody_reads(errors_too: bool) -> (std::process::ExitStatus, String, String) {
     let (mut reader, writer) = std::io::pipe().unwrap();
     // SAFETY: fcntl on a pipe this test owns.
     let size = unsafe { libc::fcntl(reader.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
     assert!(size >= 4096, "{}", std::io::Error::last_os_error());
+    let errors = if errors_too {
+        std::process::Stdio::from(writer.try_clone().unwrap())
+    } else {
+        std::process::Stdio::piped()
+    };
     let mut child = common::netpoller()
         .args(["sweep", "--json", "-c", "5", "-i", "20ms", "-t", "200ms"])
         .arg("127.0.184.0/24")
         .stdout(writer)
-        .stderr(std::process::Stdio::piped())
+        .stderr(errors)
         .spawn()
         .unwrap();
     let queued = || {
@@ -1336,12 +1342,14 @@ fn interrupted_while_nobody_reads() -> (std::process::ExitStatus, String, String
         if start.elapsed() > Duration::from_secs(30) {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("SIGINT did not end a sweep whose stdout is blocked");
+            panic!("SIGINT did not end a sweep whose stdout is blocked (errors_too: {errors_too})");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
     let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    if let Some(mut stderr) = child.stderr.take() {
+        std::io::Read::read_to_string(&mut stderr, &mut err).unwrap();
+    }
     let mut results = String::new();
     std::io::Read::read_to_string(&mut reader, &mut results).unwrap();
     (status, err, results)
@@ -1354,7 +1362,7 @@ fn an_interrupted_sweep_ends_while_nobody_reads_its_output() {
     // once it is full, SIGINT ends the sweep with a SIGINT's status, saying how many of
     // the lines were not printed: those the pipe does not hold. (The pipe took the
     // first 4 KiB of the chunk being written, which was counted as none of it printed.)
-    let (status, err, results) = interrupted_while_nobody_reads();
+    let (status, err, results) = interrupted_while_nobody_reads(false);
     assert_eq!(status.code(), Some(130), "{err}");
     let printed = results.matches('\n').count();
     assert!(printed > 0, "{results}");
@@ -1363,6 +1371,15 @@ fn an_interrupted_sweep_ends_while_nobody_reads_its_output() {
         254 - printed
     );
     assert!(err.contains(&not_printed), "{not_printed}: {err}");
+}
+
+#[test]
+fn an_interrupted_sweep_ends_while_nobody_reads_its_output_nor_its_errors() {
+    // `netpoller sweep … 2>&1 | less`: the message the sweep ends with goes to the full
+    // pipe too. Written by the thread ending the process, it held the exit for as long
+    // as nobody read, after the signal had ended the sweep.
+    let (status, _, results) = interrupted_while_nobody_reads(true);
+    assert_eq!(status.code(), Some(130), "{results}");
 }
 
 #[test]

@@ -7,7 +7,8 @@
 //! probes, are refused unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
 //! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
 //! done so far and exits 130 (143), even while stdout is not read (the results are
-//! written by a thread of their own, see [`Output`]). The sweep never waits for stdout;
+//! written by a thread of their own, see [`Output`]), nor stderr (its last message
+//! too: [`output::last_words`]). The sweep never waits for stdout;
 //! what stdout has not taken yet is held in memory up to [`output::HELD_IN_MEMORY`]
 //! (4 MiB), the rest in a temporary file. The global `--quiet` leaves out
 //! the progress line, the notes and the closing totals on stderr, not the hosts' lines
@@ -294,9 +295,10 @@ fn notes(report: &poller::icmp_driver::SweepReport) -> Vec<String> {
     out
 }
 
-/// How long an interrupted sweep waits for its last lines to reach stdout: a reader
-/// takes them at once, and one that does not (a pager left on its first page) must not
-/// keep Ctrl-C from ending the sweep.
+/// How long an interrupted sweep waits for its last lines to reach stdout, and then
+/// for its last message to reach stderr: a reader takes them at once, and one that
+/// does not (a pager left on its first page, `2>&1` for the message) must not keep
+/// Ctrl-C from ending the sweep.
 const INTERRUPT_GRACE: Duration = Duration::from_millis(500);
 
 /// Most probes of one sweep without `--force`: each keeps 16 bytes of state (2^24: 256
@@ -428,13 +430,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             } else {
                 format!(" ({held} of them not printed: standard output was not read)")
             };
-            eprintln!(
-                "interrupted after {:.3} s: {finished} of {} hosts done{held}, {alive} alive; the other {} not reported",
+            let message = format!(
+                "interrupted after {:.3} s: {finished} of {} hosts done{held}, {alive} alive; the other {} not reported\n",
                 started.elapsed().as_secs_f64(),
                 jobs.len(),
                 jobs.len() - finished
             );
-            // The thread writing may be blocked for good: the process ends without it.
+            // stderr may be the pipe stdout did not take the lines from (`2>&1 | less`):
+            // the message is not waited for past the grace; nor are the threads writing
+            // (blocked for good, maybe): the process ends without them.
+            output::last_words(message, INTERRUPT_GRACE);
             return Ok(ExitCode::from(128 + signal));
         }
     };

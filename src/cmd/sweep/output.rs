@@ -31,6 +31,8 @@
 //!   write is of [`WRITE_AT_MOST`] bytes at most, which a pipe takes whole or not at all, and
 //!   is counted once it returned, to an unbuffered stdout ([`stdout`]). (Written whole,
 //!   a 64 KiB chunk that a full pipe took part of was counted as none of it printed.)
+//! * The message a process ends with ([`last_words`]) never holds the exit: it leaves
+//!   from a thread of its own, as the notes do, and is waited for a bounded time.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -38,6 +40,7 @@ use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// Bytes of result lines gathered before they go to stdout (when it is not a terminal).
 pub const CHUNK: usize = 1 << 16;
@@ -330,6 +333,26 @@ pub fn stdout() -> Box<dyn Write + Send> {
     match std::io::stdout().as_fd().try_clone_to_owned() {
         Ok(fd) => Box::new(File::from(fd)),
         Err(_) => Box::new(std::io::stdout()),
+    }
+}
+
+/// Writes `text` to stderr from a thread of its own, and waits for it `bound` at most:
+/// the message a process ends with. stderr may be the pipe stdout is (`netpoller
+/// sweep ... 2>&1 | less`), full just when stdout was not read: written by the thread
+/// that ends the process, it held the exit until the reader read on (for good with
+/// `| sleep 1000`), as does a note blocked there holding stderr. Past `bound` the
+/// process ends without it (or with the part the pipe took); with no thread to be
+/// had it is left out, as a note ([`note`]).
+pub fn last_words(text: String, bound: Duration) {
+    let (done, written) = std::sync::mpsc::channel();
+    let thread = std::thread::Builder::new().name("sweep-last-words".into());
+    let spawned = thread.spawn(move || {
+        // (A closed stderr, or one that fails: nothing more to do either way.)
+        let _ = std::io::stderr().write_all(text.as_bytes());
+        let _ = done.send(());
+    });
+    if spawned.is_ok() {
+        let _ = written.recv_timeout(bound);
     }
 }
 
