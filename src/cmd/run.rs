@@ -2701,7 +2701,10 @@ mod tests {
     }
 
     /// What `f` gives on a daemon's thread (a current-thread runtime) that runs the task
-    /// `beside` too, and what both logged.
+    /// `beside` too, and what both logged. What `f` hands [`off_thread`] waits until
+    /// `beside` first ran (after `f`'s first await): else a thread preempted between
+    /// `f`'s `spawn_blocking` and that await (a busy machine) could find the work done
+    /// and never yield, and `beside` (e.g. [`counting`]) not run meanwhile.
     fn on_daemon_thread<T>(
         beside: impl std::future::Future<Output = ()> + Send + 'static,
         f: impl std::future::Future<Output = T>,
@@ -2714,7 +2717,11 @@ mod tests {
             .unwrap();
         crate::test_util::logged(|| {
             rt.block_on(async {
-                drop(tokio::spawn(beside));
+                let release = hold_the_blocking_thread();
+                drop(tokio::spawn(async move {
+                    drop(release);
+                    beside.await
+                }));
                 f.await
             })
         })
