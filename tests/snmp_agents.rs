@@ -995,56 +995,14 @@ async fn a_wrong_privacy_passphrase_times_out_and_says_it_may_be_that() {
     }
 }
 
-/// An SNMPv3 agent bound to `addr` (port 0: any) that tells its engine to a discovery
-/// and answers each request of `user` (read with `user`'s keys) with a Response of its
-/// OIDs, all 0, encoded under `answer_as`'s keys (the same user with other passphrases),
-/// so that the answers fail the poller's checks. Lives until 10 s pass without a request.
-fn v3_agent_answering_as(
-    addr: &str,
-    user: &Arc<snmp::v3::UsmUser>,
-    answer_as: snmp::v3::UsmUser,
-) -> SocketAddr {
-    use snmp::v3::{encode_message, Engine, V3Message};
-    use snmp::{PduType, ValueRef};
-    let t0 = Instant::now();
-    let id = b"\x80\x00\x1f\x88\x04np-hostile";
-    let engine = Engine::new(user.clone(), id, 1, 0, t0);
-    let other = Engine::new(Arc::new(answer_as), id, 1, 0, t0);
-    let until = Some(Duration::from_secs(10));
-    common::udp_agent(addr.parse().unwrap(), until, move |d, _| {
-        let Ok(m) = V3Message::decode(d) else {
-            return Vec::new();
-        };
-        let now = Instant::now();
-        let mut out = Vec::new();
-        if m.engine_id.is_empty() {
-            // A discovery: usmStatsUnknownEngineIDs, unauthenticated, with the engine.
-            let mut o = engine.outgoing(m.msg_id, false, 0, now);
-            (o.auth, o.privacy, o.user_name) = (None, None, m.user_name);
-            let counter: Oid = "1.3.6.1.6.3.15.1.1.4.0".parse().unwrap();
-            let vb = (counter.as_ref(), ValueRef::Counter32(1));
-            encode_message(&mut out, &o, PduType::Report, 0, 0, 0, std::iter::once(vb));
-            return vec![out];
-        }
-        let mut plain = Vec::new();
-        let Ok(scoped) = m.scoped_pdu(Some(&engine), &mut plain) else {
-            return Vec::new();
-        };
-        let oids: Vec<Oid> = scoped.pdu.varbinds().map(|vb| vb.oid.to_owned()).collect();
-        let o = other.outgoing(m.msg_id, false, m.msg_id as u64, now);
-        let vbs = oids.iter().map(|o| (o.as_ref(), ValueRef::Integer(0)));
-        let id = scoped.pdu.request_id;
-        encode_message(&mut out, &o, PduType::Response, id, 0, 0, vbs);
-        vec![out]
-    })
-}
-
 /// SNMPv3 answers that fail the poller's checks (signed with another authentication
-/// key: a wrong MAC; authentic but encrypted under another privacy key) are not taken,
-/// and the host's timeout says which check they failed, not "no response" (an agent
-/// that answers would read as a dead one), without telling any key.
+/// key: a wrong MAC; authentic but encrypted under another privacy key; authentic and
+/// readable, but not a Response) are not taken, and the host's timeout says which check
+/// they failed, not "no response" (an agent that answers would read as a dead one),
+/// without telling any key.
 #[tokio::test(flavor = "current_thread")]
 async fn snmpv3_replies_failing_authentication_or_decryption_say_so_on_timeout() {
+    use snmp::PduType::{GetRequest, Response};
     let user = |auth: &str, privacy: Option<&str>| {
         snmp::v3::UsmUser::new(
             "np-shaaes",
@@ -1054,16 +1012,29 @@ async fn snmpv3_replies_failing_authentication_or_decryption_say_so_on_timeout()
         .unwrap()
     };
     let signed = Arc::new(user(V3_AUTH_PASS, None));
-    let wrong_mac =
-        v3_agent_answering_as("127.0.181.1:0", &signed, user("another-auth-pass", None));
+    let wrong_mac = common::v3_agent_answering_as(
+        "127.0.181.1:0",
+        &signed,
+        user("another-auth-pass", None),
+        Response,
+    );
     let private = Arc::new(user(V3_AUTH_PASS, Some(V3_PRIV_PASS)));
-    let wrong_privacy = v3_agent_answering_as(
+    let wrong_privacy = common::v3_agent_answering_as(
         "127.0.181.2:0",
         &private,
         user(V3_AUTH_PASS, Some("another-priv-pass")),
+        Response,
     );
-    let jobs: Vec<SnmpHostJob> = [(wrong_mac, signed), (wrong_privacy, private)]
+    // The request echoed, in effect: authentic and readable, but no Response.
+    let echo = common::v3_agent_answering_as(
+        "127.0.186.1:0",
+        &private,
+        user(V3_AUTH_PASS, Some(V3_PRIV_PASS)),
+        GetRequest,
+    );
+    let jobs: Vec<SnmpHostJob> = [(wrong_mac, signed), (wrong_privacy, private.clone())]
         .into_iter()
+        .chain([(echo, private)])
         .map(|(addr, user)| {
             let mut j = SnmpHostJob::new_v3(addr, user, agent_oids()[..2].to_vec());
             j.timeout = Duration::from_millis(300);
@@ -1076,6 +1047,7 @@ async fn snmpv3_replies_failing_authentication_or_decryption_say_so_on_timeout()
     let texts = [
         format!("no SNMP response taken from {wrong_mac} after 2 attempt(s): replies failed SNMPv3 authentication (another authentication key or protocol, or another agent with the same engine ID?), not taken"),
         format!("no SNMP response taken from {wrong_privacy} after 2 attempt(s): replies authenticated but could not be decrypted (another privacy key or protocol?), not taken"),
+        format!("no SNMP response taken from {echo} after 2 attempt(s): replies were GetRequest PDUs instead of Responses, not taken"),
     ];
     for (r, text) in res.iter().zip(texts) {
         for e in r.values() {
@@ -1085,10 +1057,11 @@ async fn snmpv3_replies_failing_authentication_or_decryption_say_so_on_timeout()
         }
     }
     let st = report.stats;
-    assert_eq!(st.hosts_timed_out, 2, "{st:?}");
-    // Each attempt was answered: dropped as not authentic (the wrong MAC) or as
-    // unreadable (what another privacy key decrypts to).
+    assert_eq!(st.hosts_timed_out, 3, "{st:?}");
+    // Each attempt was answered: dropped as not authentic (the wrong MAC), as
+    // unreadable (what another privacy key decrypts to) or as not a Response.
     assert!(st.not_authentic >= 2 && st.malformed >= 2, "{st:?}");
+    assert!(st.not_response >= 2, "{st:?}");
 }
 
 /// A plan of one SNMP item per host, `h0`, `h1`, ... for `hosts` (agent address,

@@ -32,7 +32,10 @@
 //!   key for that engine and carries at least the user's security level, so a forged
 //!   or mangled answer is dropped like a foreign one (and, as for a reply of another
 //!   community, the host's timeout says so: [`Dropped::NotAuthentic`], or
-//!   [`Dropped::NotDecrypted`] for an authentic one the privacy key cannot read).
+//!   [`Dropped::NotDecrypted`] for an authentic one the privacy key cannot read, or
+//!   [`Dropped::NotResponse`] for a readable one that is neither a Response nor a
+//!   Report). One rule, [`V3Message::answer`], takes or refuses a reply, here and in the
+//!   CLI's walker.
 //!   Reports (unknown user, wrong digest, ...) fail the host's items with
 //!   [`ItemFailure::Report`]; a report that the clock is out of the time window
 //!   (authenticated: its clock is taken; not: the engine is discovered again) or that
@@ -57,7 +60,7 @@ use crate::message::{
     encode_request, peek_request_id, ErrorStatus, Message, PduType, Refusal, RequestKind, Version,
 };
 use crate::oid::Oid;
-use crate::v3::{self, Engine, ReportKind, UsmUser, V3Message};
+use crate::v3::{self, Answer, Engine, ReportKind, UsmUser, V3Message, V3Refusal};
 use crate::value::VarValue;
 use crate::DecodeError;
 
@@ -361,6 +364,21 @@ impl From<Refusal> for Dropped {
             Refusal::NotResponse(p) => Dropped::NotResponse(p),
             Refusal::WrongCommunity => Dropped::WrongCommunity,
             Refusal::WrongVersion(v) => Dropped::WrongVersion(v),
+        }
+    }
+}
+
+impl Dropped {
+    /// What the timeout of a request says of its SNMPv3 reply refused for `why`
+    /// ([`V3Message::answer`]), in the engine and the CLI's walker alike. `None` for a
+    /// plaintext PDU that does not decode: dropped as a malformed datagram, as one whose
+    /// envelope does not decode.
+    pub fn of_v3(why: V3Refusal) -> Option<Dropped> {
+        match why {
+            V3Refusal::NotAuthentic => Some(Dropped::NotAuthentic),
+            V3Refusal::NotDecrypted | V3Refusal::Garbled(_) => Some(Dropped::NotDecrypted),
+            V3Refusal::Undecodable(_) => None,
+            V3Refusal::NotResponse(p) => Some(Dropped::NotResponse(p)),
         }
     }
 }
@@ -1362,8 +1380,8 @@ impl<'j> Iteration<'j> {
         Received::Matched
     }
 
-    /// An SNMPv3 datagram: matched by msgID (our request-id too), then authenticated
-    /// and decrypted with the keys of the host's user for its agent's engine.
+    /// An SNMPv3 datagram: matched by msgID (our request-id too), then taken or refused
+    /// by [`V3Message::answer`] with the keys of the host's user for its agent's engine.
     fn handle_v3(&mut self, src: SocketAddr, bytes: &[u8], now: Instant) -> Received {
         let msg = match V3Message::decode(bytes) {
             Ok(m) => m,
@@ -1376,92 +1394,66 @@ impl<'j> Iteration<'j> {
             Ok(m) => m,
             Err(r) => return r,
         };
-        let Some(u) = self.hosts[host].usm.as_deref() else {
+        let user = self.jobs[host].usm.clone();
+        let (Some(user), Some(u)) = (user, self.hosts[host].usm.as_deref_mut()) else {
             self.stats.wrong_version += 1;
             self.hosts[host].dropped = Some(Dropped::WrongVersion(Version::V3));
             return Received::WrongVersion;
         };
-        let (mut mac_buf, mut plain) = std::mem::take(&mut self.scratch);
-        let engine = u.engine.as_ref();
-        let authentic = engine.is_some_and(|e| msg.verify(bytes, e, &mut mac_buf));
-        let r = if msg.flags & v3::FLAG_AUTH != 0 && !authentic {
-            // Claims authentication it does not have: forged, mangled or another key.
-            self.not_authentic(host, Dropped::NotAuthentic)
-        } else {
-            match msg.scoped_pdu(engine, &mut plain) {
-                // Encrypted (so authenticated: privacy needs authentication, and the MAC
-                // passed) yet unreadable: a wrong privacy key decrypts to garbage.
-                Err(v3::V3Error::Decode(_)) if msg.flags & v3::FLAG_PRIV != 0 => {
-                    self.stats.malformed += 1;
-                    self.hosts[host].dropped = Some(Dropped::NotDecrypted);
-                    Received::Malformed
+        let purpose = self.table.get(&id).map(|e| e.purpose);
+        let discovery = purpose == Some(Purpose::Discovery);
+        // A discovery is answered by a Report only; any other request by its msgID.
+        let request_id = (!discovery).then_some(msg.msg_id);
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let r = match msg.answer(
+            bytes,
+            &user,
+            u.engine.as_mut(),
+            request_id,
+            &mut scratch,
+            now,
+        ) {
+            Ok(Answer::Response(pdu)) => self.complete(id, &pdu),
+            Ok(Answer::Report { kind, authentic }) => {
+                self.stats.reports += 1;
+                if purpose == Some(Purpose::Probe) {
+                    // The request it stands beside gets its own Report, and deals with it.
+                    self.end_probe(id, false);
+                } else {
+                    self.on_report(host, id, kind, &msg, authentic, discovery, &user, now);
                 }
-                Err(v3::V3Error::Decode(_)) => {
-                    self.stats.malformed += 1;
-                    Received::Malformed
-                }
-                Err(_) => self.not_authentic(host, Dropped::NotDecrypted),
-                Ok(scoped) => self.accept_v3(host, id, &msg, authentic, &scoped.pdu, now),
+                Received::Report
             }
+            Err(why) => self.refused_v3(host, why, discovery),
         };
-        self.scratch = (mac_buf, plain);
+        self.scratch = scratch;
         r
     }
 
-    fn accept_v3(
-        &mut self,
-        host: usize,
-        id: i32,
-        msg: &V3Message<'_>,
-        authentic: bool,
-        pdu: &Message<'_>,
-        now: Instant,
-    ) -> Received {
-        let Some(user) = self.jobs[host].usm.clone() else {
-            return Received::WrongVersion;
-        };
-        let purpose = self.table.get(&id).map(|e| e.purpose);
-        if purpose == Some(Purpose::Probe) && pdu.pdu_type == PduType::Report {
-            // The request it stands beside gets its own Report, and deals with it.
-            self.stats.reports += 1;
-            self.end_probe(id, false);
-            return Received::Report;
-        }
-        let discovery = purpose == Some(Purpose::Discovery);
-        match pdu.pdu_type {
-            PduType::Report => {
-                self.stats.reports += 1;
-                let kind = ReportKind::of(pdu);
-                self.on_report(host, id, kind, msg, authentic, discovery, &user, now);
-                Received::Report
+    /// An SNMPv3 reply to a request of `host` was refused for `why` ([`V3Message::answer`]):
+    /// counted, and the host's timeout will say why nothing was taken, as for a reply of
+    /// another community (the last reason seen wins, as there). A discovery's is not
+    /// told (what it refuses is no answer to the host's items).
+    fn refused_v3(&mut self, host: usize, why: V3Refusal, discovery: bool) -> Received {
+        let r = match why {
+            V3Refusal::NotAuthentic | V3Refusal::NotDecrypted => {
+                self.stats.not_authentic += 1;
+                Received::NotAuthentic
             }
-            PduType::Response if !discovery => {
-                if pdu.request_id != msg.msg_id
-                    || !v3::accept_response(&user, self.engine_mut(host), msg, authentic, now)
-                {
-                    return self.not_authentic(host, Dropped::NotAuthentic);
-                }
-                self.complete(id, pdu)
+            V3Refusal::Garbled(_) | V3Refusal::Undecodable(_) => {
+                self.stats.malformed += 1;
+                Received::Malformed
             }
-            _ => {
+            V3Refusal::NotResponse(_) => {
                 self.stats.not_response += 1;
                 Received::NotResponse
             }
+        };
+        let told = Dropped::of_v3(why).filter(|_| !(discovery && r == Received::NotResponse));
+        if let Some(d) = told {
+            self.hosts[host].dropped = Some(d);
         }
-    }
-
-    /// An SNMPv3 reply to a request of `host` (its msgID is in flight, and it came from
-    /// the host's address) was dropped for `why`: counted, and the host's timeout will
-    /// say why nothing was taken, as for a reply of another community (the last reason
-    /// seen wins, as there).
-    fn not_authentic(&mut self, host: usize, why: Dropped) -> Received {
-        self.stats.not_authentic += 1;
-        self.hosts[host].dropped = Some(why);
-        Received::NotAuthentic
-    }
-
-    fn engine_mut(&mut self, host: usize) -> Option<&mut Engine> {
-        self.hosts[host].usm.as_deref_mut()?.engine.as_mut()
+        r
     }
 
     /// A Report answered request `id` of `host`.

@@ -19,6 +19,10 @@
 //! * Decoding never panics and never trusts a length: [`V3Message::decode`] validates the
 //!   envelope; the PDU is validated whole by [`decode_scoped_pdu`] only after the caller
 //!   has checked the message's authenticity ([`V3Message::verify`]) and decrypted it.
+//! * A reply is taken or refused by one rule, [`V3Message::answer`] (authentication,
+//!   decryption, PDU type, level, time window, request-id, in that order), which the
+//!   engine and the CLI's walker both call: they take the same replies and say the
+//!   same of those they refuse.
 //! * Passphrases are turned into keys (Ku, ~1 MiB of hashing) once per [`UsmUser`],
 //!   whose users of other contexts share them; keys are localized to an agent's engine
 //!   once per discovery and credentials ([`Engine`]; the context is no part of a key).
@@ -775,6 +779,97 @@ pub fn accept_response(
             true
         }
         _ => !authentic,
+    }
+}
+
+/// What an SNMPv3 reply to a request gives its requester ([`V3Message::answer`]).
+#[derive(Debug, Clone)]
+pub enum Answer<'s> {
+    /// A Response, taken: authentic (or as unauthenticated as the user), readable, at
+    /// the user's level, in the time window (the engine's clock has followed it), and
+    /// with the request's request-id.
+    Response(Message<'s>),
+    /// A Report: what it says, and whether it authenticated (only then may its clock
+    /// be taken as the engine's).
+    Report { kind: ReportKind, authentic: bool },
+}
+
+/// Why an SNMPv3 message under a request's msgID is not that request's answer
+/// ([`V3Message::answer`]): the v3 counterpart of [`crate::Refusal`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum V3Refusal {
+    /// It does not authenticate as the user's answer: a wrong MAC (another key, engine
+    /// ID or user name), or a Response below the user's level, out of the engine's time
+    /// window, or under a request-id other than the request's.
+    NotAuthentic,
+    /// Authentic and encrypted, but the user's privacy key cannot decrypt it (there is
+    /// none, or the cipher refuses the ciphertext).
+    NotDecrypted,
+    /// Authentic and encrypted, but it decrypts to no ScopedPDU: what another privacy
+    /// key gives (a broken PDU under the right key reads the same).
+    Garbled(DecodeError),
+    /// Its plaintext ScopedPDU does not decode.
+    Undecodable(DecodeError),
+    /// Neither a Response nor a Report (the request echoed), or a Response where only a
+    /// Report answers (a discovery).
+    NotResponse(PduType),
+}
+
+impl<'a> V3Message<'a> {
+    /// RFC 3412/3414's whole rule for a reply to `user`'s request, the one place the
+    /// engine and the CLI's walker take an SNMPv3 answer by (so both refuse the same
+    /// replies and say the same of them). The caller has matched the msgID to its
+    /// request; `bytes` is the datagram `self` was decoded from; `engine` the agent's,
+    /// as known; `request_id` the request's (`None` for a discovery, which only a Report
+    /// answers); `scratch` holds the MAC check's copy and the decrypted PDU. Checked in
+    /// this order, the first that fails told: a claimed authentication, decryption, the
+    /// PDU's type (a Report is handed back as it is: its kind is the caller's to act
+    /// on), then [`accept_response`] and the request-id.
+    pub fn answer<'s>(
+        &self,
+        bytes: &[u8],
+        user: &UsmUser,
+        mut engine: Option<&mut Engine>,
+        request_id: Option<i32>,
+        scratch: &'s mut (Vec<u8>, Vec<u8>),
+        now: Instant,
+    ) -> Result<Answer<'s>, V3Refusal>
+    where
+        'a: 's,
+    {
+        let (mac, plain) = scratch;
+        let authentic = engine
+            .as_deref()
+            .is_some_and(|e| self.verify(bytes, e, mac));
+        if self.flags & FLAG_AUTH != 0 && !authentic {
+            // Claims authentication it does not have: forged, mangled or another key.
+            return Err(V3Refusal::NotAuthentic);
+        }
+        let pdu = match self.scoped_pdu(engine.as_deref(), plain) {
+            Ok(scoped) => scoped.pdu,
+            // Encrypted (so authenticated: privacy needs authentication, and the MAC
+            // passed) yet unreadable: a wrong privacy key decrypts to garbage.
+            Err(V3Error::Decode(e)) if self.flags & FLAG_PRIV != 0 => {
+                return Err(V3Refusal::Garbled(e))
+            }
+            Err(V3Error::Decode(e)) => return Err(V3Refusal::Undecodable(e)),
+            Err(V3Error::NoPrivacyKey | V3Error::Decrypt) => return Err(V3Refusal::NotDecrypted),
+        };
+        match (pdu.pdu_type, request_id) {
+            (PduType::Report, _) => Ok(Answer::Report {
+                kind: ReportKind::of(&pdu),
+                authentic,
+            }),
+            (PduType::Response, Some(id)) => {
+                if pdu.request_id != id
+                    || !accept_response(user, engine.take(), self, authentic, now)
+                {
+                    return Err(V3Refusal::NotAuthentic);
+                }
+                Ok(Answer::Response(pdu))
+            }
+            (other, _) => Err(V3Refusal::NotResponse(other)),
+        }
     }
 }
 

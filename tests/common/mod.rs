@@ -302,6 +302,61 @@ where
     at
 }
 
+/// An SNMPv3 agent bound to `addr` (port 0: any) that tells its engine to a discovery
+/// and answers each request of `user` (read with `user`'s keys) with a `pdu` (a
+/// Response, or a PDU of another type) of its OIDs, all 0, encoded under `answer_as`'s
+/// keys (the same user, with other passphrases or not), so that the answers fail the
+/// poller's checks. Lives until 10 s pass without a request.
+pub fn v3_agent_answering_as(
+    addr: &str,
+    user: &std::sync::Arc<snmp::v3::UsmUser>,
+    answer_as: snmp::v3::UsmUser,
+    pdu: snmp::PduType,
+) -> SocketAddr {
+    use snmp::v3::{encode_message, Engine, V3Message};
+    use snmp::{Oid, ValueRef};
+    use std::sync::Arc;
+    let t0 = Instant::now();
+    let id = b"\x80\x00\x1f\x88\x04np-hostile";
+    let engine = Engine::new(user.clone(), id, 1, 0, t0);
+    let other = Engine::new(Arc::new(answer_as), id, 1, 0, t0);
+    let until = Some(Duration::from_secs(10));
+    udp_agent(addr.parse().unwrap(), until, move |d, _| {
+        let Ok(m) = V3Message::decode(d) else {
+            return Vec::new();
+        };
+        let now = Instant::now();
+        let mut out = Vec::new();
+        if m.engine_id.is_empty() {
+            // A discovery: usmStatsUnknownEngineIDs, unauthenticated, with the engine.
+            let mut o = engine.outgoing(m.msg_id, false, 0, now);
+            (o.auth, o.privacy, o.user_name) = (None, None, m.user_name);
+            let counter: Oid = "1.3.6.1.6.3.15.1.1.4.0".parse().unwrap();
+            let vb = (counter.as_ref(), ValueRef::Counter32(1));
+            encode_message(
+                &mut out,
+                &o,
+                snmp::PduType::Report,
+                0,
+                0,
+                0,
+                std::iter::once(vb),
+            );
+            return vec![out];
+        }
+        let mut plain = Vec::new();
+        let Ok(scoped) = m.scoped_pdu(Some(&engine), &mut plain) else {
+            return Vec::new();
+        };
+        let oids: Vec<Oid> = scoped.pdu.varbinds().map(|vb| vb.oid.to_owned()).collect();
+        let o = other.outgoing(m.msg_id, false, m.msg_id as u64, now);
+        let vbs = oids.iter().map(|o| (o.as_ref(), ValueRef::Integer(0)));
+        let id = scoped.pdu.request_id;
+        encode_message(&mut out, &o, pdu, id, 0, 0, vbs);
+        vec![out]
+    })
+}
+
 /// The response to `request` with `varbinds`, encoded.
 pub fn response(request: &snmp::Message<'_>, varbinds: &[(snmp::Oid, snmp::VarValue)]) -> Vec<u8> {
     let mut out = Vec::new();
