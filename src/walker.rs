@@ -8,9 +8,11 @@
 //! varbinds fails);
 //! each request waits at most `timeout × (retries + 1)`; foreign, stale or forged
 //! datagrams are skipped, never taken as the answer: a v1/v2c answer is taken only
-//! with the request's request-id, community and SNMP version, by the engine's own rule
-//! ([`Message::refusal`]), and a request whose replies were all refused times out
-//! saying why the last was, in the engine's words.
+//! with the request's request-id, community and SNMP version, an SNMPv3 one only
+//! under the msgID of one of the request's attempts and as the USM takes it, each by
+//! the engine's own rule ([`Message::refusal`], [`V3Message::answer`]), and a request
+//! whose replies were all refused times out saying why the last was, in the engine's
+//! words ([`Dropped`]).
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,8 +21,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use poller::plan::SnmpParams;
 use poller::source::SourceAddrs;
-use snmp::v3::{Engine, ReportKind, V3Message};
-use snmp::{Dropped, Message, Oid, PduType, VarValue, Walk};
+use snmp::v3::{Answer, Engine, ReportKind, V3Message};
+use snmp::{Dropped, Message, Oid, VarValue, Walk};
 
 /// Most varbinds one walk takes: an agent could serve an endless table, which fails the
 /// walk past them.
@@ -102,7 +104,8 @@ fn walk_at_most(
     .with_context(|| format!("OID {root:?}: the first arc must be 0, 1 or 2"))?;
     let mut id = random_id();
     let (mut req, mut rbuf) = (Vec::with_capacity(1500), vec![0u8; 65_536]);
-    let (mut mac, mut plain) = (Vec::new(), Vec::new());
+    // The SNMPv3 MAC check's copy and decrypted PDU.
+    let mut scratch = (Vec::new(), Vec::new());
     // SNMPv3 encryption salts: a random start, one up per request.
     let mut salt = random_id() as u64 ^ (u64::from(std::process::id()) << 32);
     let mut engine = match &t.snmp.usm {
@@ -133,9 +136,9 @@ fn walk_at_most(
         // What the answer brings: on a non-increasing OID, the rows before it too.
         let mut vbs = Vec::new();
         // One resend after the agent's clock report (it rebooted, or its discovery
-        // report had no clock): v3_pdu has taken the clock the report authenticated.
+        // report had no clock): the clock the report authenticated has been taken.
         let mut resynced = false;
-        // Why the last reply to the request was not taken (v1/v2c), for its timeout.
+        // Why the last reply to the request was not taken, for its timeout.
         let mut dropped = None;
         let answered = loop {
             id = id.wrapping_add(1) & 0x7fff_ffff;
@@ -188,13 +191,39 @@ fn walk_at_most(
                                 .map_err(|e| (e.to_string(), None)),
                         );
                     };
-                    match v3_pdu(bytes, e, &sent, &mut mac, &mut plain)? {
-                        Ok(m) if w.matches(&m) => Some(
-                            w.handle_response(&m, &mut vbs)
+                    // Only an answer to one of the request's attempts is looked at.
+                    let m = V3Message::decode(bytes).ok()?;
+                    if !sent.contains(&m.msg_id) {
+                        return None;
+                    }
+                    let (user, now) = (e.user().clone(), Instant::now());
+                    // The request-id is the first attempt's msgID (kept by resends).
+                    match m.answer(
+                        bytes,
+                        &user,
+                        Some(&mut *e),
+                        Some(sent[0]),
+                        &mut scratch,
+                        now,
+                    ) {
+                        Ok(Answer::Response(r)) => Some(
+                            w.handle_response(&r, &mut vbs)
                                 .map_err(|e| (e.to_string(), None)),
                         ),
-                        Ok(_) => None,
-                        Err(kind) => Some(Err((format!("SNMPv3 {kind}"), Some(kind)))),
+                        Ok(Answer::Report { kind, authentic }) => {
+                            if kind == ReportKind::NotInTimeWindow && authentic {
+                                // The engine's own word on its clock (RFC 3414 §4's second
+                                // step).
+                                e.set_clock(m.boots, m.time, now);
+                            }
+                            Some(Err((format!("SNMPv3 {kind}"), Some(kind))))
+                        }
+                        // The agent's reply, refused by the engine's rule: the timeout
+                        // says why, as the engine's does.
+                        Err(why) => {
+                            dropped = Dropped::of_v3(why).or(dropped.take());
+                            None
+                        }
                     }
                 })?;
                 if answered.is_some() {
@@ -460,40 +489,10 @@ fn attempt<T>(
     }
 }
 
-/// The PDU of an SNMPv3 answer to a request sent under one of the msgIDs `ids` (its
-/// attempts) from `engine`: a Response at the user's
-/// level that authenticates (the engine's clock then follows it), or the kind of a
-/// Report. `None` for anything else (skipped, as a foreign datagram is).
-fn v3_pdu<'b>(
-    bytes: &'b [u8],
-    engine: &mut Engine,
-    ids: &[i32],
-    mac: &mut Vec<u8>,
-    plain: &'b mut Vec<u8>,
-) -> Option<Result<Message<'b>, ReportKind>> {
-    let m = V3Message::decode(bytes).ok()?;
-    let user = engine.user().clone();
-    let authentic = m.verify(bytes, engine, mac);
-    if !ids.contains(&m.msg_id) || (m.flags & snmp::v3::FLAG_AUTH != 0 && !authentic) {
-        return None;
-    }
-    let pdu = m.scoped_pdu(Some(engine), plain).ok()?.pdu;
-    if pdu.pdu_type == PduType::Report {
-        let kind = ReportKind::of(&pdu);
-        if kind == ReportKind::NotInTimeWindow && authentic {
-            // The engine's own word on its clock (RFC 3414 §4's second step).
-            engine.set_clock(m.boots, m.time, Instant::now());
-        }
-        return Some(Err(kind));
-    }
-    let taken = pdu.pdu_type == PduType::Response
-        && snmp::v3::accept_response(&user, Some(engine), &m, authentic, Instant::now());
-    taken.then_some(Ok(pdu))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use snmp::PduType;
 
     /// A discovery filter sees an Opaque-wrapped number as the number a `str` item of
     /// it holds (UCD-SNMP's `laLoadFloat`), not its octets in hex (`9F 78 04 ...`),

@@ -1061,3 +1061,77 @@ fn an_snmpv3_walk_retries_under_a_new_msg_id() {
     assert!(text(&o).contains("STRING: \"agent1\""), "{}", text(&o));
     assert_eq!(dropped, 1, "the first GETBULK, and no retry");
 }
+
+/// `snmp walk -v 3` against agents whose replies fail the USM's checks (signed with
+/// another authentication key; authentic but encrypted under another privacy key;
+/// authentic and readable, but not a Response) times out saying which check they
+/// failed, as a polled item's timeout does, not "no response" (an agent that answers
+/// would read as a dead one), without telling any key; `snmp get` (the engine's path)
+/// says the same of the last.
+#[test]
+fn snmpv3_walks_of_replies_failing_the_usm_say_why_on_timeout() {
+    use snmp::v3::UsmUser;
+    use snmp::PduType::{GetRequest, Response};
+    let user = |auth: &str, privacy: Option<&str>| {
+        UsmUser::new(
+            "np-shaaes",
+            Some(("SHA".parse().unwrap(), auth)),
+            privacy.map(|p| ("AES".parse().unwrap(), p)),
+        )
+        .unwrap()
+    };
+    let signed = std::sync::Arc::new(user("np-auth-pass", None));
+    let private = std::sync::Arc::new(user("np-auth-pass", Some("np-priv-pass")));
+    let agent = |ip: &str, user, answer_as, pdu| {
+        common::v3_agent_answering_as(&format!("{ip}:0"), user, answer_as, pdu).to_string()
+    };
+    let wrong_mac = agent(
+        "127.0.186.2",
+        &signed,
+        user("another-auth-pass", None),
+        Response,
+    );
+    let wrong_privacy = agent(
+        "127.0.186.3",
+        &private,
+        user("np-auth-pass", Some("another-priv-pass")),
+        Response,
+    );
+    let echo = agent(
+        "127.0.186.4",
+        &private,
+        user("np-auth-pass", Some("np-priv-pass")),
+        GetRequest,
+    );
+    let auth = V3_OPTIONS[3];
+    let privacy = V3_OPTIONS[0];
+    let root = ".1.3.6.1.2.1.1";
+    let run = |cmd: &str, opts: &[&str], addr: &str| {
+        let o = netpoller()
+            .args(["snmp", cmd, "-v", "3", "-t", "200ms", "-r", "1"])
+            .args(opts)
+            .args([addr, root])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{cmd} {addr}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(!err.contains("pass"), "a secret in {err}");
+        err
+    };
+    for (opts, addr, why) in [
+        (auth, &wrong_mac, "replies failed SNMPv3 authentication (another authentication key or protocol, or another agent with the same engine ID?), not taken"),
+        (privacy, &wrong_privacy, "replies authenticated but could not be decrypted (another privacy key or protocol?), not taken"),
+        (privacy, &echo, "replies were GetRequest PDUs instead of Responses, not taken"),
+    ] {
+        let err = run("walk", opts, addr);
+        assert_eq!(
+            err.trim_end(),
+            format!("{root}: timeout: no response taken from {addr} after 2 attempt(s): {why}")
+        );
+    }
+    let err = run("get", privacy, &echo);
+    assert_eq!(
+        err.trim_end(),
+        format!("{root}: timeout: no SNMP response taken from {echo} after 2 attempt(s): replies were GetRequest PDUs instead of Responses, not taken")
+    );
+}
