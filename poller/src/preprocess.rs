@@ -502,7 +502,9 @@ impl Step {
             },
             // Zabbix 7.0 exports `["-1"]` (any error), 6.0 `[""]`; `["0" | "1", pattern]`
             // compares the error's text with a pattern, and netpoller's texts are not
-            // Zabbix's ("noSuchObject", not "No Such Object available on this agent").
+            // Zabbix's: they start with Zabbix's words for SNMP failures but go on with
+            // more ("No Such Object available on this agent at this OID (noSuchObject)"),
+            // and other failures are worded otherwise.
             "CHECK_NOT_SUPPORTED" => match params {
                 [] => Ok(Step::CheckNotSupported),
                 [p] if p.is_empty() || p.trim() == "-1" => Ok(Step::CheckNotSupported),

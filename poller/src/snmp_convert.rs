@@ -2,8 +2,8 @@
 //!
 //! Rules (Zabbix semantics; a value that does not fit is an error, never a wrap or a
 //! fake 0):
-//! * noSuchObject / noSuchInstance / endOfMibView → [`ErrorReason::Unsupported`] with the
-//!   exception's name as text.
+//! * noSuchObject / noSuchInstance / endOfMibView → [`ErrorReason::Unsupported`] with
+//!   Zabbix's text for the exception and its name ([`exception_text`]).
 //! * uint: INTEGER ≥ 0, Counter32, Gauge32, TimeTicks (hundredths of a second),
 //!   Counter64, an OCTET STRING holding a decimal unsigned integer (read as Zabbix
 //!   reads text, [`crate::value::text_to_uint`]: line ends at its end, spaces and one
@@ -44,6 +44,19 @@ use crate::value::{
 /// `SET_STR_RESULT(result, zbx_strdup(NULL, "NULL"))`).
 pub const NULL_TEXT: &str = "NULL";
 
+/// Zabbix's text for an exception value (checks_snmp.c `zbx_get_snmp_type_error`, 6.0
+/// to 7.0), then its name as RFC 3416 spells it: `No Such Object available on this agent
+/// at this OID (noSuchObject)`. `None` for a value.
+pub fn exception_text(v: &VarValue) -> Option<String> {
+    let name = v.exception_name()?;
+    let zabbix = match v {
+        VarValue::NoSuchObject => "No Such Object available on this agent at this OID",
+        VarValue::NoSuchInstance => "No Such Instance currently exists at this OID",
+        _ => "No more variables left in this MIB View (it is past the end of the MIB tree)",
+    };
+    Some(format!("{zabbix} ({name})"))
+}
+
 fn unsupported(text: String) -> ItemError {
     ItemError::new(ErrorReason::Unsupported, text)
 }
@@ -64,8 +77,8 @@ fn shown(v: &VarValue) -> String {
 
 /// Converts one varbind value into the item's type.
 pub fn convert(v: &VarValue, vt: ValueType) -> Result<Value, ItemError> {
-    if let Some(name) = v.exception_name() {
-        return Err(unsupported(name.to_string()));
+    if let Some(text) = exception_text(v) {
+        return Err(unsupported(text));
     }
     if let Some(why) = v.undecodable() {
         return Err(unsupported(format!("the agent sent {why}")));
@@ -373,10 +386,20 @@ mod tests {
 
     #[test]
     fn exceptions_are_unsupported() {
+        // Zabbix's words (checks_snmp.c zbx_get_snmp_type_error), then the name.
         for (v, name) in [
-            (VarValue::NoSuchObject, "noSuchObject"),
-            (VarValue::NoSuchInstance, "noSuchInstance"),
-            (VarValue::EndOfMibView, "endOfMibView"),
+            (
+                VarValue::NoSuchObject,
+                "No Such Object available on this agent at this OID (noSuchObject)",
+            ),
+            (
+                VarValue::NoSuchInstance,
+                "No Such Instance currently exists at this OID (noSuchInstance)",
+            ),
+            (
+                VarValue::EndOfMibView,
+                "No more variables left in this MIB View (it is past the end of the MIB tree) (endOfMibView)",
+            ),
         ] {
             for vt in [ValueType::Uint, ValueType::Float, ValueType::Str] {
                 assert_eq!(
@@ -434,7 +457,7 @@ mod tests {
         );
         assert_eq!(
             own(VarValue::NoSuchObject).unwrap_err().text,
-            "noSuchObject"
+            "No Such Object available on this agent at this OID (noSuchObject)"
         );
     }
 
