@@ -193,7 +193,20 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
 }
 
 /// Maps an engine failure to the item error the sink and metrics understand.
+///
+/// Each text starts with what Zabbix (checks_snmp.c `zbx_get_snmp_response_error`,
+/// 6.0 to 7.0) shows for the same failure, so an operator comparing the two reads the
+/// same words, and goes on with what netpoller knows besides (attempts, why replies were
+/// not taken, the Report's counter). The address is a socket address: `[::1]:161` for
+/// IPv6, where Zabbix prints `::1:161`.
 pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
+    // Zabbix: `Timeout while connecting to "<addr>:<port>".` for no answer.
+    let timeout = |detail: String| {
+        format!(
+            "Timeout while connecting to \"{}\". No SNMP response {detail}",
+            job.addr
+        )
+    };
     match f {
         ItemFailure::Timeout => {
             // Agents drop a request they cannot decrypt without a word (net-snmp's
@@ -209,15 +222,11 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
             };
             ItemError::new(
                 ErrorReason::Timeout,
-                format!(
-                    "no SNMP response from {} after {} attempt(s){hint}",
-                    job.addr,
-                    job.retries + 1
-                ),
+                timeout(format!("after {} attempt(s){hint}", job.retries + 1)),
             )
         }
-        ItemFailure::ErrorStatus(s) => {
-            ItemError::new(ErrorReason::Unsupported, format!("SNMP error-status {s}"))
+        ItemFailure::ErrorStatus(_) | ItemFailure::ErrorIndexOutOfBounds { .. } => {
+            ItemError::new(ErrorReason::Unsupported, f.to_string())
         }
         ItemFailure::WrongOid { .. } | ItemFailure::EmptyResponse => {
             ItemError::new(ErrorReason::Decode, f.to_string())
@@ -226,7 +235,8 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
         // Never reported by `run_iteration_until`; said as what it is elsewhere.
         ItemFailure::Stopped => ItemError::new(ErrorReason::Timeout, f.to_string()),
         // Replies came and were dropped: Zabbix's reason would be a timeout too (the
-        // item got no value in time), with the text saying what was seen.
+        // item got no value in time; net-snmp drops such replies), with the text saying
+        // what was seen.
         ItemFailure::Dropped(why) => ItemError::new(
             match why {
                 snmp::Dropped::Undecodable(_) => ErrorReason::Decode,
@@ -237,18 +247,25 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
                 | snmp::Dropped::NotAuthentic
                 | snmp::Dropped::NotDecrypted => ErrorReason::Timeout,
             },
-            format!(
-                "no SNMP response taken from {} after {} attempt(s): {why}",
-                job.addr,
-                job.retries + 1
-            ),
+            timeout(format!("taken after {} attempt(s): {why}", job.retries + 1)),
         ),
         // Zabbix too makes the items of a host whose USM user the agent refuses
-        // unsupported, with the agent's reason.
-        ItemFailure::Report(kind) => ItemError::new(
-            ErrorReason::Unsupported,
-            format!("SNMPv3 agent {} refused the request: {kind}", job.addr),
-        ),
+        // unsupported, with net-snmp's words for the Report: `Cannot connect to
+        // "<addr>:<port>": Unknown user name.`
+        ItemFailure::Report(kind) => {
+            let counter = match kind {
+                snmp::v3::ReportKind::Other => String::new(),
+                k => format!(": {}", k.counter()),
+            };
+            ItemError::new(
+                ErrorReason::Unsupported,
+                format!(
+                    "Cannot connect to \"{}\": {}. (the SNMPv3 agent refused the request with a Report{counter})",
+                    job.addr,
+                    kind.net_snmp_text()
+                ),
+            )
+        }
     }
 }
 
@@ -875,7 +892,10 @@ mod tests {
         );
         assert_eq!(
             (e.reason, e.text.as_str()),
-            (ErrorReason::Unsupported, "SNMP error-status noSuchName(2)")
+            (
+                ErrorReason::Unsupported,
+                "SNMP error: (noSuchName) There is no such variable name in this MIB. (error-status noSuchName(2))"
+            )
         );
         let e = item_error(
             &job,
@@ -885,16 +905,73 @@ mod tests {
         );
         assert_eq!(
             (e.reason, e.text.as_str()),
-            (ErrorReason::Timeout, "no SNMP response taken from 127.0.0.1:161 after 2 attempt(s): replies came from 127.0.0.2:1161 instead, not taken (a reply must come from the address asked)")
+            (ErrorReason::Timeout, "Timeout while connecting to \"127.0.0.1:161\". No SNMP response taken after 2 attempt(s): replies came from 127.0.0.2:1161 instead, not taken (a reply must come from the address asked)")
         );
         let e = item_error(&job, &ItemFailure::Dropped(snmp::Dropped::WrongCommunity));
         assert_eq!(
             (e.reason, e.text.as_str()),
-            (ErrorReason::Timeout, "no SNMP response taken from 127.0.0.1:161 after 2 attempt(s): replies carried another community, not taken")
+            (ErrorReason::Timeout, "Timeout while connecting to \"127.0.0.1:161\". No SNMP response taken after 2 attempt(s): replies carried another community, not taken")
         );
         assert!(
             !format!("{job:?}").contains("s3cret"),
             "Debug must redact the community"
+        );
+    }
+
+    #[test]
+    fn item_errors_start_with_zabbixs_words() {
+        // Zabbix 6.0 to 7.0 (checks_snmp.c zbx_get_snmp_response_error): a timeout is
+        // `Timeout while connecting to "<addr>:<port>".`, a Report `Cannot connect to
+        // "<addr>:<port>": ` and net-snmp's text for it; netpoller's detail follows.
+        let mut job = SnmpHostJob::new("127.0.0.1:161".parse().unwrap(), "c".into(), vec![]);
+        assert_eq!(
+            item_error(&job, &ItemFailure::Timeout).text,
+            "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s)"
+        );
+        let v6 = SnmpHostJob::new("[::1]:1161".parse().unwrap(), "c".into(), vec![]);
+        assert_eq!(
+            item_error(&v6, &ItemFailure::Timeout).text,
+            "Timeout while connecting to \"[::1]:1161\". No SNMP response after 2 attempt(s)"
+        );
+        job.usm = Some(std::sync::Arc::new(
+            snmp::v3::UsmUser::new(
+                "u",
+                Some((snmp::usm::AuthProtocol::Sha1, "auth-pass-1")),
+                Some((snmp::usm::PrivProtocol::Aes128, "priv-pass-1")),
+            )
+            .unwrap(),
+        ));
+        assert_eq!(
+            item_error(&job, &ItemFailure::Timeout).text,
+            "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)"
+        );
+        use snmp::v3::ReportKind as K;
+        for (kind, text) in [
+            (K::UnknownUserName, "Cannot connect to \"127.0.0.1:161\": Unknown user name. (the SNMPv3 agent refused the request with a Report: usmStatsUnknownUserNames)"),
+            (K::WrongDigest, "Cannot connect to \"127.0.0.1:161\": Authentication failure (incorrect password, community or key). (the SNMPv3 agent refused the request with a Report: usmStatsWrongDigests)"),
+            (K::UnsupportedSecLevel, "Cannot connect to \"127.0.0.1:161\": Unsupported security level. (the SNMPv3 agent refused the request with a Report: usmStatsUnsupportedSecLevels)"),
+            (K::DecryptionError, "Cannot connect to \"127.0.0.1:161\": Decryption error. (the SNMPv3 agent refused the request with a Report: usmStatsDecryptionErrors)"),
+            (K::NotInTimeWindow, "Cannot connect to \"127.0.0.1:161\": Not in time window. (the SNMPv3 agent refused the request with a Report: usmStatsNotInTimeWindows)"),
+            (K::UnknownEngineId, "Cannot connect to \"127.0.0.1:161\": Unknown engine ID. (the SNMPv3 agent refused the request with a Report: usmStatsUnknownEngineIDs)"),
+            (K::Other, "Cannot connect to \"127.0.0.1:161\": Unknown Report message. (the SNMPv3 agent refused the request with a Report)"),
+        ] {
+            let e = item_error(&job, &ItemFailure::Report(kind));
+            assert_eq!((e.reason, e.text.as_str()), (ErrorReason::Unsupported, text));
+        }
+        let e = item_error(
+            &job,
+            &ItemFailure::ErrorIndexOutOfBounds {
+                status: snmp::ErrorStatus::NO_SUCH_NAME,
+                index: 4,
+                oids: 3,
+            },
+        );
+        assert_eq!(
+            (e.reason, e.text.as_str()),
+            (
+                ErrorReason::Unsupported,
+                "Invalid SNMP response: error index out of bounds. (error-status noSuchName(2), error-index 4 out of bounds for a request of 3 OID(s))"
+            )
         );
     }
 }

@@ -277,9 +277,22 @@ pub enum ItemFailure {
     #[error("timeout: no response")]
     Timeout,
     /// The agent answered with an error-status for this OID (noSuchName, genErr, ...),
-    /// or tooBig for a single OID.
-    #[error("SNMP error {0}")]
+    /// its error-index naming it or 0 (the whole request's), or tooBig for a single
+    /// OID. Worded as Zabbix words it (`SNMP error: ` and net-snmp's text, checks_snmp.c
+    /// `zbx_get_snmp_response_error`, 6.0 to 7.0), then the status as RFC 3416 names it.
+    #[error("SNMP error: {text} (error-status {0})", text = .0.net_snmp_text())]
     ErrorStatus(ErrorStatus),
+    /// The agent answered with an error-status whose error-index is past the request's
+    /// `oids` OIDs: the error is the whole request's. Zabbix says `Invalid SNMP response:
+    /// error index out of bounds.` for a noSuchName (checks_snmp.c `zbx_snmp_get_values`,
+    /// 6.0 to 7.0) and `SNMP error: ` with net-snmp's text for any other status (it reads
+    /// no index then): each text starts with Zabbix's and says the index too.
+    #[error("{}", error_index_out_of_bounds(*.status, *.index, *.oids))]
+    ErrorIndexOutOfBounds {
+        status: ErrorStatus,
+        index: u32,
+        oids: usize,
+    },
     /// The agent answered a GET with a different OID at this position.
     #[error("response carries OID {got} instead of the requested one")]
     WrongOid { got: Oid },
@@ -300,6 +313,20 @@ pub enum ItemFailure {
     /// Not a fact about the item.
     #[error("not polled: the iteration was stopped")]
     Stopped,
+}
+
+fn error_index_out_of_bounds(status: ErrorStatus, index: u32, oids: usize) -> String {
+    let bounds = format!("error-index {index} out of bounds for a request of {oids} OID(s)");
+    if status == ErrorStatus::NO_SUCH_NAME {
+        format!(
+            "Invalid SNMP response: error index out of bounds. (error-status {status}, {bounds})"
+        )
+    } else {
+        format!(
+            "SNMP error: {} (error-status {status}, {bounds})",
+            status.net_snmp_text()
+        )
+    }
 }
 
 /// Why the replies to a host that timed out were not taken (the last one seen).
@@ -1744,8 +1771,17 @@ impl<'j> Iteration<'j> {
             // or says genErr to everything answers each OID alone the same way: halving
             // to find a culprit cost about 4 requests per item, every iteration. Not
             // culprits either (nothing singled them out): asked together next time.
+            let f = if idx == 0 {
+                ItemFailure::ErrorStatus(status)
+            } else {
+                ItemFailure::ErrorIndexOutOfBounds {
+                    status,
+                    index: msg.error_index,
+                    oids: n,
+                }
+            };
             for &i in items {
-                self.deliver(host, i as usize, Err(ItemFailure::ErrorStatus(status)));
+                self.deliver(host, i as usize, Err(f.clone()));
             }
         }
     }

@@ -167,6 +167,38 @@ impl ErrorStatus {
             .copied()
             .unwrap_or("unknownError")
     }
+
+    /// net-snmp's `snmp_errstring()` text (snmplib/snmp_client.c), typos included:
+    /// what Zabbix shows after `SNMP error: ` for an error-status (checks_snmp.c,
+    /// `zbx_get_snmp_response_error`), so an operator comparing the two reads the same
+    /// words.
+    pub fn net_snmp_text(self) -> &'static str {
+        const TEXTS: [&str; 19] = [
+            "(noError) No Error",
+            "(tooBig) Response message would have been too large.",
+            "(noSuchName) There is no such variable name in this MIB.",
+            "(badValue) The value given has the wrong type or length.",
+            "(readOnly) The two parties used do not have access to use the specified SNMP PDU.",
+            "(genError) A general failure occured",
+            "noAccess",
+            "wrongType (The set datatype does not match the data type the agent expects)",
+            "wrongLength (The set value has an illegal length from what the agent expects)",
+            "wrongEncoding",
+            "wrongValue (The set value is illegal or unsupported in some way)",
+            "noCreation (That table does not support row creation or that object can not ever be created)",
+            "inconsistentValue (The set value is illegal or unsupported in some way)",
+            "resourceUnavailable (This is likely a out-of-memory failure within the agent)",
+            "commitFailed",
+            "undoFailed",
+            "authorizationError (access denied to that object)",
+            "notWritable (That object does not support modification)",
+            "inconsistentName (That object can not currently be created)",
+        ];
+        TEXTS
+            .get(self.0 as usize)
+            .copied()
+            .unwrap_or("Unknown Error")
+    }
 }
 
 impl fmt::Display for ErrorStatus {

@@ -970,6 +970,26 @@ impl ReportKind {
             ReportKind::Other => "report",
         }
     }
+
+    /// net-snmp's text for the error a Report of this kind makes of a request
+    /// (`snmp_api_errstring()`, snmplib/snmp_api.c): what Zabbix shows after `Cannot
+    /// connect to "<addr>:<port>": ` (checks_snmp.c `zbx_get_snmp_response_error`, 6.0
+    /// and 6.4; 7.0 words a wrong digest `Authentication failure (incorrect password,
+    /// community, key or duplicate engineID)`, the last for net-snmp's state kept per
+    /// engine ID, which devices sharing one confuse: netpoller keeps engines per address).
+    pub fn net_snmp_text(self) -> &'static str {
+        match self {
+            ReportKind::UnsupportedSecLevel => "Unsupported security level",
+            ReportKind::NotInTimeWindow => "Not in time window",
+            ReportKind::UnknownUserName => "Unknown user name",
+            ReportKind::UnknownEngineId => "Unknown engine ID",
+            ReportKind::WrongDigest => {
+                "Authentication failure (incorrect password, community or key)"
+            }
+            ReportKind::DecryptionError => "Decryption error",
+            ReportKind::Other => "Unknown Report message",
+        }
+    }
 }
 
 impl fmt::Display for ReportKind {

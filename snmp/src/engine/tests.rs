@@ -1536,17 +1536,71 @@ fn an_agent_refusing_every_request_without_index_costs_one_request_per_request()
             assert_eq!(request_sizes(&out), [10, 10, 10, 10], "{case}");
             let items = items_of(&out.events, 0);
             assert_eq!(items.len(), 40, "{case}");
+            // An index past the request's OIDs says so (Zabbix's words for it).
+            let f = match index {
+                0 => ItemFailure::ErrorStatus(ErrorStatus(status)),
+                _ => ItemFailure::ErrorIndexOutOfBounds {
+                    status: ErrorStatus(status),
+                    index: index as u32,
+                    oids: 10,
+                },
+            };
             for r in items.values() {
-                assert_eq!(
-                    *r,
-                    Err(ItemFailure::ErrorStatus(ErrorStatus(status))),
-                    "{case}"
-                );
+                assert_eq!(*r, Err(f.clone()), "{case}");
             }
             memory = out.memory;
             assert!(memory.is_empty(), "{case}");
             assert!(memory.culprits(&addr(1)).is_empty(), "{case}");
         }
+    }
+}
+
+#[test]
+fn error_status_texts_carry_zabbixs_words() {
+    // What Zabbix 6.0 to 7.0 shows for an error-status (checks_snmp.c:
+    // "SNMP error: " and net-snmp's snmp_errstring(), or "Invalid SNMP response: error
+    // index out of bounds." for a noSuchName whose index is past the request's OIDs),
+    // each followed by the status as RFC 3416 names it (and the index when it is out of
+    // bounds): an operator comparing the two reads the same words.
+    for (f, text) in [
+        (
+            ItemFailure::ErrorStatus(ErrorStatus::NO_SUCH_NAME),
+            "SNMP error: (noSuchName) There is no such variable name in this MIB. (error-status noSuchName(2))",
+        ),
+        (
+            ItemFailure::ErrorStatus(ErrorStatus::GEN_ERR),
+            "SNMP error: (genError) A general failure occured (error-status genErr(5))",
+        ),
+        (
+            ItemFailure::ErrorStatus(ErrorStatus::TOO_BIG),
+            "SNMP error: (tooBig) Response message would have been too large. (error-status tooBig(1))",
+        ),
+        (
+            ItemFailure::ErrorStatus(ErrorStatus(16)),
+            "SNMP error: authorizationError (access denied to that object) (error-status authorizationError(16))",
+        ),
+        (
+            ItemFailure::ErrorStatus(ErrorStatus(42)),
+            "SNMP error: Unknown Error (error-status unknownError(42))",
+        ),
+        (
+            ItemFailure::ErrorIndexOutOfBounds {
+                status: ErrorStatus::NO_SUCH_NAME,
+                index: 11,
+                oids: 10,
+            },
+            "Invalid SNMP response: error index out of bounds. (error-status noSuchName(2), error-index 11 out of bounds for a request of 10 OID(s))",
+        ),
+        (
+            ItemFailure::ErrorIndexOutOfBounds {
+                status: ErrorStatus::GEN_ERR,
+                index: 11,
+                oids: 10,
+            },
+            "SNMP error: (genError) A general failure occured (error-status genErr(5), error-index 11 out of bounds for a request of 10 OID(s))",
+        ),
+    ] {
+        assert_eq!(f.to_string(), text);
     }
 }
 

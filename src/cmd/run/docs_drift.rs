@@ -2,8 +2,8 @@
 //! held against what `run` serves and the code logs: every metric named exists, with
 //! the labels and label values named, `rate()`/`increase()` is only applied to
 //! counters (or a histogram's buckets), and every log message quoted is one the code
-//! writes, word for word. Alerts written from the docs otherwise fail silently: a
-//! PromQL selector that matches nothing never fires.
+//! writes, word for word, as is every SNMP item error quoted. Alerts written from the
+//! docs otherwise fail silently: a PromQL selector that matches nothing never fires.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -249,4 +249,52 @@ fn the_docs_quote_log_messages_the_code_writes() {
             "the docs quote a log message no code writes: {m:?}"
         );
     }
+}
+
+/// The SNMP item errors README.md and docs/production.md quote (Zabbix's words first,
+/// then netpoller's detail) are the texts the code gives those failures, word for
+/// word: an operator compares them with Zabbix's, and a preprocessing rule or a search
+/// is written from them.
+#[test]
+fn the_docs_quote_snmp_item_errors_the_code_writes() {
+    use poller::snmp_driver::{item_error, SnmpHostJob};
+    use snmp::v3::ReportKind;
+    use snmp::{ErrorStatus, ItemFailure, VarValue};
+
+    let job = SnmpHostJob::new("127.0.0.1:161".parse().unwrap(), "public".into(), vec![]);
+    let no_such_object =
+        poller::snmp_convert::convert(&VarValue::NoSuchObject, poller::value::ValueType::Uint)
+            .unwrap_err()
+            .text;
+    let mut quoted = vec![no_such_object];
+    for f in [
+        ItemFailure::ErrorStatus(ErrorStatus::NO_SUCH_NAME),
+        ItemFailure::ErrorIndexOutOfBounds {
+            status: ErrorStatus::NO_SUCH_NAME,
+            index: 11,
+            oids: 10,
+        },
+        ItemFailure::Timeout,
+        ItemFailure::Report(ReportKind::UnknownUserName),
+        ItemFailure::Report(ReportKind::WrongDigest),
+    ] {
+        quoted.push(item_error(&job, &f).text);
+    }
+    let all: String = DOCS.iter().map(|p| doc(p)).collect::<Vec<_>>().join("\n");
+    let flat = all.split_whitespace().collect::<Vec<_>>().join(" ");
+    for q in quoted {
+        assert!(
+            flat.contains(&format!("`{q}`")),
+            "the docs no longer quote {q:?}"
+        );
+    }
+    // The IPv6 form and net-snmp's genErr text, as the README states them.
+    let v6 = SnmpHostJob::new("[::1]:161".parse().unwrap(), "public".into(), vec![]);
+    assert!(item_error(&v6, &ItemFailure::Timeout)
+        .text
+        .contains("\"[::1]:161\""));
+    assert!(flat.contains("`[::1]:161`"));
+    let gen_err = ItemFailure::ErrorStatus(ErrorStatus::GEN_ERR).to_string();
+    assert!(gen_err.contains("(genError) A general failure occured"));
+    assert!(flat.contains("`(genError) A general failure occured`"));
 }
