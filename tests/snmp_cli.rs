@@ -1132,6 +1132,6 @@ fn snmpv3_walks_of_replies_failing_the_usm_say_why_on_timeout() {
     let err = run("get", privacy, &echo);
     assert_eq!(
         err.trim_end(),
-        format!("{root}: timeout: no SNMP response taken from {echo} after 2 attempt(s): replies were GetRequest PDUs instead of Responses, not taken")
+        format!("{root}: timeout: Timeout while connecting to \"{echo}\". No SNMP response taken after 2 attempt(s): replies were GetRequest PDUs instead of Responses, not taken")
     );
 }
