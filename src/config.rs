@@ -822,8 +822,9 @@ fn ip_hint(ip: &str) -> &'static str {
 }
 
 /// What is wrong with a `cidr` that does not parse, when it can be said: an address
-/// without its prefix length, or a prefix length too long for its family.
-fn cidr_hint(cidr: &str) -> String {
+/// without its prefix length, or a prefix length too long for its family (`sweep`
+/// says it of its targets alike).
+pub(crate) fn cidr_hint(cidr: &str) -> String {
     let cidr = cidr.trim();
     let (addr, len) = match cidr.split_once('/') {
         Some((a, l)) => (a, Some(l)),

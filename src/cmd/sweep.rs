@@ -82,9 +82,14 @@ pub struct Args {
 
 fn parse_net(s: &str) -> anyhow::Result<IpNet> {
     if s.contains('/') {
+        // ipnet says "invalid IP address syntax" of a prefix too long for its family;
+        // the config's hint says what is wrong instead, where it can.
         let net = s
             .parse::<IpNet>()
-            .with_context(|| format!("invalid CIDR {s:?}"))?;
+            .map_err(|e| match crate::config::cidr_hint(s) {
+                hint if hint.is_empty() => anyhow::anyhow!("invalid CIDR {s:?}: {e}"),
+                hint => anyhow::anyhow!("invalid CIDR {s:?}{hint}"),
+            })?;
         poller::source::check_range(net.network(), net.broadcast()).map_err(anyhow::Error::msg)?;
         Ok(net)
     } else {
@@ -596,7 +601,14 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("invalid target"));
-        assert!(expand_targets(&s(&["127.0.0.0/33"]), 1, false).is_err());
+        // A prefix too long: said as the config says it, not as an address's syntax.
+        let e = expand_targets(&s(&["127.0.0.0/33"]), 1, false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid CIDR \"127.0.0.0/33\": the prefix length is at most 32"
+        );
+        let e = expand_targets(&s(&["fd00::/129"]), 1, false).unwrap_err();
+        assert!(e.to_string().ends_with("at most 128"), "{e}");
         assert!(expand_targets(&s(&["@/nonexistent/file"]), 1, false).is_err());
         // Probes: hosts x count, checked before anything is allocated.
         assert!(check_probes(1 << 20, 16, false).is_ok());
