@@ -111,6 +111,32 @@ fn schema_prints_ddl_by_server_version() {
     assert!(String::from_utf8_lossy(&e.stderr).contains("--server-version"));
 }
 
+/// Without `[clickhouse]`, `--apply` and `--check` say what they need; the hint to use
+/// `--server-version` (which cannot go with them) is for printing the DDL only.
+#[test]
+fn schema_without_clickhouse_section_says_what_each_mode_needs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("np.toml");
+    std::fs::write(&cfg, "[[hosts]]\nname = \"a\"\nip = \"127.0.188.1\"\n").unwrap();
+    let cfg = cfg.to_str().unwrap();
+    for flag in ["--apply", "--check"] {
+        let out = netpoller(&["schema", "-c", cfg, flag]);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "no [clickhouse] section: {flag} needs the server (add [clickhouse] with its url)"
+            )),
+            "{flag}: {err}"
+        );
+        assert!(!err.contains("--server-version"), "{flag}: {err}");
+    }
+    let out = netpoller(&["schema", "-c", cfg]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use --server-version X.Y"));
+    let out = netpoller(&["schema", "-c", cfg, "--server-version", "18.16"]);
+    assert!(out.status.success());
+}
+
 #[test]
 fn schema_apply_creates_then_reports_wrong_types() {
     let url = ch_url();

@@ -46,10 +46,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let Some(ch) = ch else {
-        anyhow::bail!(
-            "{}: no [clickhouse] section; use --server-version X.Y to print the DDL",
-            args.config.display()
-        );
+        // --apply and --check need the server itself: --server-version, which
+        // prints without one, cannot go with them.
+        let flag = match (args.apply, args.check) {
+            (true, _) => Some("--apply"),
+            (_, true) => Some("--check"),
+            _ => None,
+        };
+        match flag {
+            Some(flag) => anyhow::bail!(
+                "{}: no [clickhouse] section: {flag} needs the server (add [clickhouse] with its url)",
+                args.config.display()
+            ),
+            None => anyhow::bail!(
+                "{}: no [clickhouse] section; use --server-version X.Y to print the DDL",
+                args.config.display()
+            ),
+        }
     };
     rt.block_on(async {
         if args.apply {
