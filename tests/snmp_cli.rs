@@ -335,6 +335,30 @@ fn a_walk_of_an_empty_top_arc_prints_nothing() {
     }
 }
 
+/// A MIB name for an OID is told how to get its number by `get`, `walk` and
+/// `walk --indices` alike, before anything is sent; `--indices` said only that the
+/// name was `not a table column to walk`.
+#[test]
+fn a_name_oid_is_told_how_to_get_its_number_by_every_command() {
+    let target = "127.0.59.4:16199";
+    let hint = "\"IF-MIB::ifDescr\" is a name, not a numeric OID like 1.3.6.1.2.1.1.1.0: netpoller reads no MIBs (`snmptranslate -On IF-MIB::ifDescr` gives the number)";
+    for (args, code) in [
+        (&["get"][..], 2),
+        (&["walk"][..], 1),
+        (&["walk", "--indices"][..], 2),
+    ] {
+        let o = netpoller()
+            .arg("snmp")
+            .args(args)
+            .args([target, "IF-MIB::ifDescr"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
+        assert!(err.contains(hint), "{args:?}: {err}");
+    }
+}
+
 /// A target that is not an IP address is refused before anything is sent: no DNS
 /// query for a typo. (`.invalid` can never resolve, should a lookup happen.)
 #[test]

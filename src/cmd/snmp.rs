@@ -421,16 +421,18 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     // Its errors name it as `get` names its OIDs, and as the rows are printed.
     let shown = dotted(&a.oid);
     // Said as `get` says it (a name: how to get its number), where the walk would
-    // fail with the bare parse error; a top arc (`2`) is walked.
-    // (`--indices` says what a column is, and exits 2, below.)
-    if !a.indices
-        && a.oid
-            .strip_prefix('.')
-            .unwrap_or(&a.oid)
-            .parse::<u32>()
-            .is_err()
+    // fail with the bare parse error; a top arc (`2`) is walked. `--indices` refuses
+    // it as it refuses any OID that is no column (below), exit 2.
+    if a.oid
+        .strip_prefix('.')
+        .unwrap_or(&a.oid)
+        .parse::<u32>()
+        .is_err()
     {
         if let Err(why) = cli_oid(&a.oid) {
+            if a.indices {
+                bail!("--indices: {why}");
+            }
             print_error(&mut std::io::stdout().lock(), a.common.json, &shown, &why)?;
             return Ok(ExitCode::from(1));
         }
