@@ -2422,9 +2422,17 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 let ip_s = ip.to_string();
                 let name: Arc<str> = r.name.replace("{ip}", &ip_s).into();
                 if let Some(prev) = names.insert(name.clone(), origin) {
+                    // Two ranges that overlap and name their hosts alike (both the
+                    // default "{ip}"): what to write, since the overlap alone is allowed.
+                    let hint = match prev {
+                        Origin::Range(_) => format!(
+                            ": the ranges overlap and name this address alike; a name pattern of this range's own (name = \"range{i}-{{ip}}\") polls it as a host of each, one range with both ranges' templates polls it once"
+                        ),
+                        Origin::Host(_) => String::new(),
+                    };
                     self.c.push(
                         &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
-                        format!("host name {name:?} repeats {prev}"),
+                        format!("host name {name:?} repeats {prev}{hint}"),
                     );
                     break;
                 }

@@ -1125,6 +1125,17 @@ fn a_range_inside_another_is_warned_of_at_its_cidr() {
         .unwrap_or_else(|e| panic!("{e:#?}"))
         .warnings
         .is_empty());
+    // The same ranges naming their hosts alike (the default "{ip}" both): the names
+    // repeat, and the error says what to write (it said only `repeats host_ranges[0]`).
+    let alike = text
+        .replace("\"b-{ip}\"", "\"{ip}\"")
+        .replace("\"a-{ip}\"", "\"{ip}\"");
+    let e = one_err(&alike);
+    assert_eq!(e.path, "host_ranges[1].name");
+    assert_eq!(
+        e.message,
+        "host name \"127.0.156.9\" repeats host_ranges[0]: the ranges overlap and name this address alike; a name pattern of this range's own (name = \"range1-{ip}\") polls it as a host of each, one range with both ranges' templates polls it once"
+    );
 }
 
 /// A host that makes itself SNMPv3 (`snmp = { version = "3" }`) with no `[snmp]` user to
