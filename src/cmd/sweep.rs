@@ -42,7 +42,8 @@ pub struct Args {
     #[arg(short = 'r', long, value_name = "N", conflicts_with = "count")]
     pub retries: Option<u32>,
     /// With --retries: each request waits this many times longer than the one before
-    /// (1.0 to 5.0, two decimals; fping's -B).
+    /// (1.0 to 5.0, two decimals; fping's -B). [default: 1.0, icmppingretry's; fping's
+    /// is 1.5]
     #[arg(short = 'B', long, value_name = "F", requires = "retries")]
     pub backoff: Option<f64>,
     /// Per-request reply timeout, e.g. "500ms", "1s" (Zabbix minimum 50ms). The
@@ -585,6 +586,41 @@ mod tests {
                 .len(),
             4094
         );
+    }
+
+    /// `help sweep` gives --backoff's default, icmppingretry's 1.0, which is not
+    /// fping's 1.5 (it gave none; an Option has no clap default to show).
+    #[test]
+    fn the_help_of_backoff_gives_its_default() {
+        use clap::{CommandFactory, Parser};
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            sweep: Args,
+        }
+        let cmd = Cli::command();
+        let backoff = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == "backoff")
+            .unwrap();
+        let help = backoff.get_help().unwrap().to_string();
+        assert!(
+            help.contains("[default: 1.0, icmppingretry's; fping's is 1.5]"),
+            "{help}"
+        );
+        // That default is the key's: without -B, the probe retries at 1.0.
+        let probe = |flags: &[&str]| {
+            let cli = Cli::try_parse_from(
+                ["sweep", "-r", "2"]
+                    .iter()
+                    .chain(flags)
+                    .chain(&["127.0.0.1"]),
+            )
+            .unwrap();
+            retry_probe(&cli.sweep).unwrap().unwrap()
+        };
+        assert_eq!(probe(&[]), probe(&["-B", "1.0"]));
+        assert_ne!(probe(&[]), probe(&["-B", "1.5"]));
     }
 
     #[test]
