@@ -180,6 +180,44 @@ fn schema_apply_creates_then_reports_wrong_types() {
     assert_eq!(ty.trim(), "UInt8", "not overwritten");
 }
 
+/// `spool dump` and `spool replay` of a spool that is not there say where a relative
+/// `spool_dir` was looked for: under the current directory, which is neither the
+/// config file's nor the daemon's (`./spool` run from `/` said only `spool ./spool:
+/// opening spool: No such file or directory`), and how to name the daemon's.
+#[test]
+fn spool_commands_say_where_a_missing_spool_was_looked_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cwd = tmp.path().join("elsewhere");
+    std::fs::create_dir(&cwd).unwrap();
+    let cfg = tmp.path().join("np.toml");
+    // Port 1 of loopback: nothing is sent, the spool is checked first.
+    std::fs::write(
+        &cfg,
+        "[daemon]\nspool_dir = \"./spool\"\n[clickhouse]\nurl = \"http://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    for cmd in ["dump", "replay"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_netpoller"))
+            .args(["spool", cmd, "-c", cfg])
+            .current_dir(&cwd)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let want = format!(
+            "netpoller: spool ./spool: opening spool: No such file or directory (os error 2) (relative to the current directory, {}; the daemon's spool is under the directory it runs in: name it with --dir DIR)\n",
+            cwd.display()
+        );
+        assert_eq!(err, want, "{cmd}");
+    }
+    let missing = tmp.path().join("none");
+    let out = netpoller(&["spool", "dump", "--dir", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .ends_with("(the daemon creates it when it starts; --dir DIR names another spool)\n"));
+}
+
 fn fastrand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -43,6 +43,22 @@ pub enum SpoolCommand {
     },
 }
 
+/// `Ok` when the spool directory `dir` is there; else the error, with where a relative
+/// one was looked for (the current directory, not the config file's nor the daemon's
+/// working directory) and how to name the daemon's.
+fn existing(dir: &std::path::Path) -> anyhow::Result<()> {
+    sink::spool::existing_dir(dir).map_err(|e| {
+        let cwd = std::env::current_dir().ok();
+        match cwd.filter(|_| dir.is_relative()) {
+            Some(cwd) => anyhow::anyhow!(
+                "{e} (relative to the current directory, {}; the daemon's spool is under the directory it runs in: name it with --dir DIR)",
+                cwd.display()
+            ),
+            None => anyhow::anyhow!("{e} (the daemon creates it when it starts; --dir DIR names another spool)"),
+        }
+    })
+}
+
 fn load(path: &std::path::Path) -> Result<crate::config::Config, ExitCode> {
     crate::config::load(path).map_err(|e| {
         eprint!("{e}");
@@ -65,10 +81,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 },
                 (None, None) => anyhow::bail!("give -c FILE or --dir DIR"),
             };
-            // The spool must be there (dump_tsv checks the directory it reads); its
-            // `rejected/` appears with the first rejection.
+            // The spool must be there; its `rejected/` appears with the first
+            // rejection.
+            existing(&dir)?;
             let dir = if rejected {
-                sink::spool::existing_dir(&dir)?;
                 let r = dir.join("rejected");
                 if !r.exists() {
                     eprintln!("{}: nothing was ever rejected", r.display());
@@ -123,6 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if let Some(d) = dir {
                 spool.dir = d;
             }
+            existing(&spool.dir)?;
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
