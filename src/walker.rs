@@ -125,8 +125,7 @@ fn walk_at_most(
                     break;
                 }
             }
-            let (eid, boots, time) =
-                found.with_context(|| format!("timeout: no response from {addr}"))?;
+            let (eid, boots, time) = found.with_context(|| silent(addr, t.snmp.retries))?;
             Some(Engine::new(user.clone(), &eid, boots, time, Instant::now()))
         }
         None => None,
@@ -236,7 +235,7 @@ fn walk_at_most(
             }
         };
         let failed = match (answered, dropped) {
-            (None, None) => bail!("timeout: no response from {addr}"),
+            (None, None) => bail!(silent(addr, t.snmp.retries)),
             (None, Some(why)) => bail!(
                 "timeout: no response taken from {addr} after {} attempt(s): {why}",
                 t.snmp.retries + 1
@@ -436,6 +435,15 @@ pub fn value_text(v: &VarValue) -> Option<String> {
         VarValue::IpAddress(a) => a.to_string(),
         _ => return None,
     })
+}
+
+/// A walk no reply came to, said as a polled item's timeout says it
+/// (`poller::snmp_driver::item_error`), so `snmp get` and `snmp walk` read alike.
+fn silent(addr: SocketAddr, retries: u32) -> String {
+    format!(
+        "timeout: no SNMP response from {addr} after {} attempt(s)",
+        retries + 1
+    )
 }
 
 fn random_id() -> i32 {

@@ -335,6 +335,28 @@ fn a_walk_of_an_empty_top_arc_prints_nothing() {
     }
 }
 
+/// An agent that answers nothing: `get` and `walk` say the same timeout, with the
+/// attempts made (the walk said `timeout: no response from ADDR`, the get `no SNMP
+/// response from ADDR after 2 attempt(s)`).
+#[test]
+fn get_and_walk_time_out_alike() {
+    let silent = common::raw_agent("127.0.188.9:0".parse().unwrap(), None, |_, _| Vec::new());
+    let oid = ".1.3.6.1.2.1.1.3.0";
+    for cmd in ["get", "walk"] {
+        let o = netpoller()
+            .args(["snmp", cmd, "-t", "100ms", "-r", "1", "-c", "public"])
+            .args([&silent.to_string(), oid])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{cmd} {o:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&o.stderr),
+            format!("{oid}: timeout: no SNMP response from {silent} after 2 attempt(s)\n"),
+            "{cmd}"
+        );
+    }
+}
+
 /// A MIB name for an OID is told how to get its number by `get`, `walk` and
 /// `walk --indices` alike, before anything is sent; `--indices` said only that the
 /// name was `not a table column to walk`.
