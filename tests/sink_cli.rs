@@ -112,7 +112,8 @@ fn schema_prints_ddl_by_server_version() {
 }
 
 /// Without `[clickhouse]`, `--apply` and `--check` say what they need; the hint to use
-/// `--server-version` (which cannot go with them) is for printing the DDL only.
+/// `--server-version` (which cannot go with them) is for printing the DDL only, which
+/// needs no file.
 #[test]
 fn schema_without_clickhouse_section_says_what_each_mode_needs() {
     let tmp = tempfile::tempdir().unwrap();
@@ -135,6 +136,19 @@ fn schema_without_clickhouse_section_says_what_each_mode_needs() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("use --server-version X.Y"));
     let out = netpoller(&["schema", "-c", cfg, "--server-version", "18.16"]);
     assert!(out.status.success());
+    // --server-version needs no file at all: the defaults' DDL, as of a file without
+    // [clickhouse] (clap asked for --config).
+    let bare = netpoller(&["schema", "--server-version", "18.16"]);
+    assert!(
+        bare.status.success(),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
+    assert_eq!(bare.stdout, out.stdout);
+    assert!(String::from_utf8_lossy(&bare.stdout)
+        .contains("CREATE TABLE IF NOT EXISTS glaber.history_uint"));
+    // Anything else still needs the file.
+    assert_eq!(netpoller(&["schema", "--check"]).status.code(), Some(2));
 }
 
 #[test]

@@ -12,8 +12,15 @@ use std::process::ExitCode;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Configuration file (TOML); its `[clickhouse]` section names server and database.
-    #[arg(short, long, value_name = "FILE")]
-    pub config: PathBuf,
+    /// Not needed with --server-version: the defaults' DDL (database `glaber`, no TTL,
+    /// trends tables).
+    #[arg(
+        short,
+        long,
+        value_name = "FILE",
+        required_unless_present = "server_version"
+    )]
+    pub config: Option<PathBuf>,
     /// Create the database and missing tables, then verify every table's columns.
     #[arg(long, conflicts_with_all = ["check", "server_version"])]
     pub apply: bool,
@@ -28,7 +35,8 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cfg = match crate::config::load(&args.config) {
+    // clap asks for -c unless --server-version is given: that DDL needs no file.
+    let cfg = match args.config.as_deref().map(crate::config::load).transpose() {
         Ok(c) => c,
         Err(e) => {
             eprint!("{e}");
@@ -38,13 +46,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let ch = cfg.clickhouse.clone();
+    let ch = cfg.and_then(|c| c.clickhouse.clone());
     if let Some(v) = &args.server_version {
         let version = sink::schema::ServerVersion::parse(v)
             .ok_or_else(|| anyhow::anyhow!("--server-version {v:?}: expected X.Y[.Z]"))?;
         print_ddl(&ch.unwrap_or_default(), version);
         return Ok(ExitCode::SUCCESS);
     }
+    let file = args.config.unwrap_or_default();
     let Some(ch) = ch else {
         // --apply and --check need the server itself: --server-version, which
         // prints without one, cannot go with them.
@@ -56,11 +65,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         match flag {
             Some(flag) => anyhow::bail!(
                 "{}: no [clickhouse] section: {flag} needs the server (add [clickhouse] with its url)",
-                args.config.display()
+                file.display()
             ),
             None => anyhow::bail!(
                 "{}: no [clickhouse] section; use --server-version X.Y to print the DDL",
-                args.config.display()
+                file.display()
             ),
         }
     };
