@@ -1132,14 +1132,19 @@ impl Collector<'_> {
 }
 
 /// serde's message about one string where a list is wanted (`templates = "if-mib"`),
-/// with the list to write; any other message as it is.
+/// with the list to write, and about a whole number where a string is (`shard = 4`,
+/// `name = 101`), with the string; any other message as it is.
 fn list_hint(message: String) -> String {
     let one = message
         .strip_prefix("invalid type: string ")
         .and_then(|m| m.strip_suffix(", expected a sequence"));
-    match one {
-        Some(value) => format!("{message}: write a list, [{value}]"),
-        None => message,
+    let number = message
+        .strip_prefix("invalid type: integer `")
+        .and_then(|m| m.strip_suffix("`, expected a string"));
+    match (one, number) {
+        (Some(value), _) => format!("{message}: write a list, [{value}]"),
+        (_, Some(n)) => format!("{message}: write it quoted, \"{n}\""),
+        _ => message,
     }
 }
 

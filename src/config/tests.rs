@@ -2315,6 +2315,19 @@ fn a_string_where_a_list_is_wanted_is_told_to_be_a_list() {
     );
 }
 
+/// A whole number where a string is wanted (`daemon.shard = 4`, a host named `101`):
+/// the error says to quote it, not only serde's "expected a string".
+#[test]
+fn a_number_where_a_string_is_wanted_is_told_to_be_quoted() {
+    let e = one_err("[daemon]\nshard = 4\n[[hosts]]\nname = \"h\"\nip = \"127.0.156.1\"\n");
+    assert_eq!(
+        e.to_string(),
+        "line 2: daemon.shard: invalid type: integer `4`, expected a string: write it quoted, \"4\""
+    );
+    let e = one_err("[[hosts]]\nname = 101\nip = \"127.0.156.1\"\n");
+    assert!(e.to_string().ends_with("write it quoted, \"101\""), "{e}");
+}
+
 /// An empty community where SNMPv1/v2c would send it is refused at its line, saying what
 /// to write (agents answer no request without theirs: every poll only timed out); where
 /// no v1/v2c poll takes it (a v3 host, a host with its own, an ICMP-only host) it is not.
