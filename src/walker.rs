@@ -237,8 +237,11 @@ fn walk_at_most(
         let failed = match (answered, dropped) {
             (None, None) => bail!(silent(addr, t.snmp.retries)),
             (None, Some(why)) => bail!(
-                "timeout: no response taken from {addr} after {} attempt(s): {why}",
-                t.snmp.retries + 1
+                "timeout: {}",
+                poller::snmp_driver::timeout_text(
+                    addr,
+                    &format!("taken after {} attempt(s): {why}", t.snmp.retries + 1)
+                )
             ),
             (Some(r), _) => r.err(),
         };
@@ -440,9 +443,10 @@ pub fn value_text(v: &VarValue) -> Option<String> {
 /// A walk no reply came to, said as a polled item's timeout says it
 /// (`poller::snmp_driver::item_error`), so `snmp get` and `snmp walk` read alike.
 fn silent(addr: SocketAddr, retries: u32) -> String {
+    let detail = format!("after {} attempt(s)", retries + 1);
     format!(
-        "timeout: no SNMP response from {addr} after {} attempt(s)",
-        retries + 1
+        "timeout: {}",
+        poller::snmp_driver::timeout_text(addr, &detail)
     )
 }
 
@@ -817,7 +821,7 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(
-                e.starts_with("timeout: no response taken from 127.0.172.1:"),
+                e.starts_with("timeout: Timeout while connecting to \"127.0.172.1:"),
                 "{e}"
             );
             assert!(e.ends_with(&format!("after 1 attempt(s): {why}")), "{e}");

@@ -351,7 +351,7 @@ fn get_and_walk_time_out_alike() {
         assert_eq!(o.status.code(), Some(1), "{cmd} {o:?}");
         assert_eq!(
             String::from_utf8_lossy(&o.stderr),
-            format!("{oid}: timeout: no SNMP response from {silent} after 2 attempt(s)\n"),
+            format!("{oid}: timeout: Timeout while connecting to \"{silent}\". No SNMP response after 2 attempt(s)\n"),
             "{cmd}"
         );
     }
@@ -1172,7 +1172,7 @@ fn snmpv3_walks_of_replies_failing_the_usm_say_why_on_timeout() {
         let err = run("walk", opts, addr);
         assert_eq!(
             err.trim_end(),
-            format!("{root}: timeout: no response taken from {addr} after 2 attempt(s): {why}")
+            format!("{root}: timeout: Timeout while connecting to \"{addr}\". No SNMP response taken after 2 attempt(s): {why}")
         );
     }
     let err = run("get", privacy, &echo);

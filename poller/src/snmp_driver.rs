@@ -192,6 +192,13 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
     Ok(sock.into())
 }
 
+/// A timeout's text, for polled items and the CLI's walks alike: Zabbix's `Timeout
+/// while connecting to "<addr>:<port>".`, then what netpoller knows (`detail`: "after
+/// 2 attempt(s)", or "taken after 2 attempt(s): <why replies were not taken>").
+pub fn timeout_text(addr: std::net::SocketAddr, detail: &str) -> String {
+    format!("Timeout while connecting to \"{addr}\". No SNMP response {detail}")
+}
+
 /// Maps an engine failure to the item error the sink and metrics understand.
 ///
 /// Each text starts with what Zabbix (checks_snmp.c `zbx_get_snmp_response_error`,
@@ -200,13 +207,7 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
 /// not taken, the Report's counter). The address is a socket address: `[::1]:161` for
 /// IPv6, where Zabbix prints `::1:161`.
 pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
-    // Zabbix: `Timeout while connecting to "<addr>:<port>".` for no answer.
-    let timeout = |detail: String| {
-        format!(
-            "Timeout while connecting to \"{}\". No SNMP response {detail}",
-            job.addr
-        )
-    };
+    let timeout = |detail: String| timeout_text(job.addr, &detail);
     match f {
         ItemFailure::Timeout => {
             // Agents drop a request they cannot decrypt without a word (net-snmp's
