@@ -194,7 +194,7 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
 
 /// A timeout's text, for polled items and the CLI's walks alike: Zabbix's `Timeout
 /// while connecting to "<addr>:<port>".`, then what netpoller knows (`detail`: "after
-/// 2 attempt(s)", or "taken after 2 attempt(s): <why replies were not taken>").
+/// 2 attempt(s)", or "taken after 2 attempt(s): WHY", WHY being why replies were not taken).
 pub fn timeout_text(addr: std::net::SocketAddr, detail: &str) -> String {
     format!("Timeout while connecting to \"{addr}\". No SNMP response {detail}")
 }
