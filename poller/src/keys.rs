@@ -407,10 +407,20 @@ impl IcmpKey {
                     key.name
                 ))
             }
+            // icmppingsec's mode one place too far along (`icmppingloss[,3,,,,avg]`):
+            // only icmppingsec has a mode, before its options.
+            Some(o) if key.name != "icmppingsec" && o.parse::<RttMode>().is_ok() => {
+                return err(format!(
+                    "{}: parameter {} is options, not a mode: {o:?} is a mode of icmppingsec (icmppingsec[,,,,,{o}]); leave it empty",
+                    key.name,
+                    options + 1
+                ))
+            }
             Some(o) => {
                 return err(format!(
-                    "{}: unknown option {o:?} (Zabbix knows allow_redirect; empty is the default)",
-                    key.name
+                    "{}: unknown option {o:?} in parameter {}: leave it empty (Zabbix's only option, allow_redirect, is not supported)",
+                    key.name,
+                    options + 1
                 ))
             }
         }
@@ -847,7 +857,19 @@ mod tests {
         assert!(icmp("icmpping[,3,,,,redirect]")
             .unwrap_err()
             .0
-            .contains("unknown option"));
+            .contains("unknown option \"redirect\" in parameter 6: leave it empty"));
+        // A mode where the options are: only icmppingsec has one, and is told so.
+        for key in ["icmppingloss[,3,,,,avg]", "icmpping[,3,,,,max]"] {
+            let e = icmp(key).unwrap_err().0;
+            assert!(
+                e.contains("parameter 6 is options, not a mode") && e.contains("icmppingsec[,,,,,"),
+                "{key}: {e}"
+            );
+        }
+        assert!(icmp("icmppingsec[,3,,,,,avg]")
+            .unwrap_err()
+            .0
+            .contains("unknown option \"avg\" in parameter 7"));
         assert!(icmp("icmpping[,3,,,,,]")
             .unwrap_err()
             .0
