@@ -2823,6 +2823,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
         items: &[ItemEntry],
         allow_itemid: bool,
     ) -> Option<Vec<ResolvedEntry>> {
+        if templates.is_empty() && items.is_empty() {
+            // Valid (a host kept in the file while its templates are decided), but
+            // more often a forgotten `templates` line: `check-config` said "OK".
+            self.c.warn(
+                path,
+                "polls nothing: no templates and no items (add templates = [\"...\"] or items)",
+            );
+        }
         let before = self.c.errors.len();
         let mut merged: Vec<ResolvedEntry> = Vec::new();
         let mut at = KeyPositions::default();

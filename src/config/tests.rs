@@ -2396,3 +2396,20 @@ fn the_readme_names_every_snmp_version_spelling() {
         );
     }
 }
+
+/// A host or range with neither templates nor items loads, with a warning at its entry:
+/// `check-config` said only "OK" for a forgotten `templates` line.
+#[test]
+fn a_host_or_range_that_polls_nothing_is_warned_of() {
+    let text = format!(
+        "{TEMPLATE}[[hosts]]\nname = \"bare\"\nip = \"127.0.156.5\"\n[[hosts]]\nname = \"h\"\nip = \"127.0.156.6\"\ntemplates = [\"icmp\"]\n[[host_ranges]]\ncidr = \"127.0.157.0/30\"\n"
+    );
+    let cfg = parse(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+    let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 2, "{w:#?}");
+    assert!(
+        w[0].contains("hosts[0]: polls nothing: no templates and no items"),
+        "{w:#?}"
+    );
+    assert!(w[1].contains("host_ranges[0]: polls nothing"), "{w:#?}");
+}
