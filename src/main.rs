@@ -97,7 +97,17 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            if let Some(tip) = config_tip(&e, &args) {
+                eprintln!("{tip}");
+            }
+            std::process::exit(e.exit_code());
+        }
+    };
     if !matches!(cli.command, Command::Run(_)) {
         // The one-shot commands print for pipelines: `netpoller snmp walk … | head` ends
         // quietly, as `cat` would, not with a panic or an error about the pipe. (Rust
@@ -129,8 +139,66 @@ fn main() -> std::process::ExitCode {
     }
 }
 
+/// For a file named where clap wanted none (`netpoller check-config bad.toml`), to a
+/// command that takes `-c FILE`: how to write it. clap says only that the argument was
+/// unexpected.
+fn config_tip(e: &clap::Error, args: &[std::ffi::OsString]) -> Option<String> {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    use clap::CommandFactory;
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    if arg.starts_with('-') {
+        return None;
+    }
+    let args: Vec<&str> = args.iter().skip(1).filter_map(|a| a.to_str()).collect();
+    // With a -c already, the file is not what is missing.
+    if args
+        .iter()
+        .any(|a| a.starts_with("-c") || a.starts_with("--config"))
+    {
+        return None;
+    }
+    let cli = Cli::command();
+    let (name, sub) = args
+        .iter()
+        .find_map(|a| cli.find_subcommand(a).map(|sub| (a, sub)))?;
+    let takes_config = sub.get_arguments().any(|a| a.get_id() == "config");
+    takes_config
+        .then(|| format!("\ntip: the configuration file goes after -c: netpoller {name} -c {arg}"))
+}
+
 #[cfg(test)]
 mod tests {
+    /// A file given without `-c` to a command that takes one is told how to write it;
+    /// other unexpected arguments, and commands without `-c`, are left to clap's words.
+    #[test]
+    fn a_config_file_without_c_gets_a_tip() {
+        use clap::Parser;
+        let tip = |line: &str| {
+            let args: Vec<std::ffi::OsString> = line.split(' ').map(Into::into).collect();
+            let e = super::Cli::try_parse_from(&args).err()?;
+            super::config_tip(&e, &args)
+        };
+        assert_eq!(
+            tip("netpoller check-config bad.toml").as_deref(),
+            Some("\ntip: the configuration file goes after -c: netpoller check-config -c bad.toml")
+        );
+        assert!(tip("netpoller poll-once netpoller.toml")
+            .unwrap()
+            .ends_with("netpoller poll-once -c netpoller.toml"));
+        assert!(tip("netpoller --quiet check-config bad.toml")
+            .unwrap()
+            .ends_with("netpoller check-config -c bad.toml"));
+        assert_eq!(tip("netpoller check-config -c a.toml --bogus"), None);
+        assert_eq!(tip("netpoller check-config -c a.toml extra"), None);
+        assert_eq!(tip("netpoller sweep 127.0.0.1 --bogus"), None);
+        assert_eq!(tip("netpoller check-config -c a.toml"), None);
+    }
+
     /// The README's lint commands are CI's (scripts/test.sh with NETPOLLER_LINT=1): it
     /// gave `cargo fmt` and `cargo clippy` without `--all` / `--workspace`, which at
     /// the workspace's root check the netpoller package alone, not the five crates.
