@@ -57,21 +57,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let Some(ch) = ch else {
         // --apply and --check need the server itself: --server-version, which
         // prints without one, cannot go with them.
-        let flag = match (args.apply, args.check) {
-            (true, _) => Some("--apply"),
-            (_, true) => Some("--check"),
-            _ => None,
+        let how = match (args.apply, args.check) {
+            (true, _) => ": --apply needs the server (add [clickhouse] with its url)",
+            (_, true) => ": --check needs the server (add [clickhouse] with its url)",
+            _ => "; use --server-version X.Y to print the DDL",
         };
-        match flag {
-            Some(flag) => anyhow::bail!(
-                "{}: no [clickhouse] section: {flag} needs the server (add [clickhouse] with its url)",
-                file.display()
-            ),
-            None => anyhow::bail!(
-                "{}: no [clickhouse] section; use --server-version X.Y to print the DDL",
-                file.display()
-            ),
-        }
+        anyhow::bail!("{}: no [clickhouse] section{how}", file.display());
     };
     rt.block_on(async {
         if args.apply {
