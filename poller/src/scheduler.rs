@@ -667,7 +667,7 @@ const RELOADED: u32 = 0;
 /// task cost tens of ms per reload at a few 100k tasks). Tasks in any other order (a
 /// plan made or changed by hand) are sorted by it first, so the result never depends
 /// on the order. ICMP phases are not in order within a run (grouping moves them): a
-/// run's few tasks (the host's probes on that interval) are compared there.
+/// run's few tasks (the host's probes on that interval) are sorted by phase there.
 fn multi_tasks(plan: &Plan) -> Vec<bool> {
     let tasks = &plan.tasks;
     let key = |i: &u32| multi_run(&tasks[*i as usize]);
@@ -676,23 +676,20 @@ fn multi_tasks(plan: &Plan) -> Vec<bool> {
         order.sort_by_key(key);
     }
     let mut multi = vec![false; tasks.len()];
-    let mut phases = Vec::new();
-    for run in order.chunk_by(|a, b| key(a) == key(b)) {
-        if run.len() < 2 {
-            continue;
+    // Tasks that share a run (SNMP) or a run and phase (ICMP): not told apart.
+    let mut mark = |same: &[u32]| {
+        if same.len() > 1 {
+            same.iter().for_each(|&i| multi[i as usize] = true);
         }
-        let task = |i: u32| &tasks[i as usize];
-        match task(run[0]).engine {
-            Engine::Snmp => run.iter().for_each(|&i| multi[i as usize] = true),
+    };
+    let phase = |i: &u32| tasks[*i as usize].phase_ms;
+    for run in order.chunk_by_mut(|a, b| key(a) == key(b)) {
+        match tasks[run[0] as usize].engine {
+            Engine::Snmp => mark(run),
             Engine::Icmp => {
-                phases.clear();
-                phases.extend(run.iter().map(|&i| task(i).phase_ms));
-                phases.sort_unstable();
-                for &i in run {
-                    let phase = task(i).phase_ms;
-                    let first = phases.partition_point(|&p| p < phase);
-                    multi[i as usize] = phases.get(first + 1) == Some(&phase);
-                }
+                run.sort_unstable_by_key(phase);
+                run.chunk_by(|a, b| phase(a) == phase(b))
+                    .for_each(&mut mark);
             }
         }
     }
