@@ -342,18 +342,16 @@ pub fn stdout() -> Box<dyn Write + Send> {
 /// that ends the process, it held the exit until the reader read on (for good with
 /// `| sleep 1000`), as does a note blocked there holding stderr. Past `bound` the
 /// process ends without it (or with the part the pipe took); with no thread to be
-/// had it is left out, as a note ([`note`]).
+/// had it is left out: it leaves as a note does ([`note`]).
 pub fn last_words(text: String, bound: Duration) {
     let (done, written) = std::sync::mpsc::channel();
-    let thread = std::thread::Builder::new().name("sweep-last-words".into());
-    let spawned = thread.spawn(move || {
+    note(move || {
         // (A closed stderr, or one that fails: nothing more to do either way.)
         let _ = std::io::stderr().write_all(text.as_bytes());
         let _ = done.send(());
     });
-    if spawned.is_ok() {
-        let _ = written.recv_timeout(bound);
-    }
+    // With no thread, `done` went with the message: this returns at once.
+    let _ = written.recv_timeout(bound);
 }
 
 /// Logs a note on the backlog from a thread of its own, through the caller's
