@@ -496,19 +496,33 @@ mod tests {
         v.iter().map(|x| x.to_string()).collect()
     }
 
+    /// `sweep`'s flags as clap reads them, on their own.
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        sweep: Args,
+    }
+
+    /// The help clap gives of the flag `id`.
+    fn help_of(id: &str) -> String {
+        use clap::CommandFactory;
+        let cmd = Cli::command();
+        let arg = cmd.get_arguments().find(|a| a.get_id() == id).unwrap();
+        arg.get_help().unwrap().to_string()
+    }
+
+    /// `sweep FLAGS 127.0.0.1` as read.
+    fn parse(flags: &[&str]) -> Args {
+        use clap::Parser;
+        let args = ["sweep"].iter().chain(flags).chain(&["127.0.0.1"]);
+        Cli::try_parse_from(args).unwrap().sweep
+    }
+
     /// `--help` names both limits `--force` lifts: it named the addresses' alone, and
     /// a sweep refused for its probes (addresses × count) seemed not to be its business.
     #[test]
     fn the_help_of_force_names_both_limits() {
-        use clap::CommandFactory;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            sweep: Args,
-        }
-        let cmd = Cli::command();
-        let force = cmd.get_arguments().find(|a| a.get_id() == "force").unwrap();
-        let help = force.get_help().unwrap().to_string();
+        let help = help_of("force");
         let probes = MAX_PROBES.trailing_zeros();
         let addrs = MAX_TARGETS.trailing_zeros();
         assert!(
@@ -520,17 +534,7 @@ mod tests {
 
     #[test]
     fn flags_have_the_limits_of_the_configs_keys() {
-        use clap::Parser;
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            sweep: Args,
-        }
-        let check = |flags: &[&str]| {
-            let cli =
-                Cli::try_parse_from(["sweep"].iter().chain(flags).chain(&["127.0.0.1"])).unwrap();
-            validate(&cli.sweep).map_err(|e| e.to_string())
-        };
+        let check = |flags: &[&str]| validate(&parse(flags)).map_err(|e| e.to_string());
         assert!(check(&[]).is_ok());
         assert_eq!(
             check(&["-c", "0", "-t", "10ms"]).unwrap_err(),
@@ -592,32 +596,15 @@ mod tests {
     /// fping's 1.5 (it gave none; an Option has no clap default to show).
     #[test]
     fn the_help_of_backoff_gives_its_default() {
-        use clap::{CommandFactory, Parser};
-        #[derive(clap::Parser)]
-        struct Cli {
-            #[command(flatten)]
-            sweep: Args,
-        }
-        let cmd = Cli::command();
-        let backoff = cmd
-            .get_arguments()
-            .find(|a| a.get_id() == "backoff")
-            .unwrap();
-        let help = backoff.get_help().unwrap().to_string();
+        let help = help_of("backoff");
         assert!(
             help.contains("[default: 1.0, icmppingretry's; fping's is 1.5]"),
             "{help}"
         );
         // That default is the key's: without -B, the probe retries at 1.0.
         let probe = |flags: &[&str]| {
-            let cli = Cli::try_parse_from(
-                ["sweep", "-r", "2"]
-                    .iter()
-                    .chain(flags)
-                    .chain(&["127.0.0.1"]),
-            )
-            .unwrap();
-            retry_probe(&cli.sweep).unwrap().unwrap()
+            let args = parse(&[&["-r", "2"], flags].concat());
+            retry_probe(&args).unwrap().unwrap()
         };
         assert_eq!(probe(&[]), probe(&["-B", "1.0"]));
         assert_ne!(probe(&[]), probe(&["-B", "1.5"]));
