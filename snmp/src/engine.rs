@@ -1421,8 +1421,10 @@ impl<'j> Iteration<'j> {
             Ok(m) => m,
             Err(r) => return r,
         };
-        let user = self.jobs[host].usm.clone();
-        let (Some(user), Some(u)) = (user, self.hosts[host].usm.as_deref_mut()) else {
+        // Borrowed from the jobs, which outlive the iteration (`self` stays free to
+        // mutate): no reference count touched per reply.
+        let jobs = self.jobs;
+        let (Some(user), Some(u)) = (&jobs[host].usm, self.hosts[host].usm.as_deref_mut()) else {
             self.stats.wrong_version += 1;
             self.hosts[host].dropped = Some(Dropped::WrongVersion(Version::V3));
             return Received::WrongVersion;
@@ -1434,7 +1436,7 @@ impl<'j> Iteration<'j> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let r = match msg.answer(
             bytes,
-            &user,
+            user,
             u.engine.as_mut(),
             request_id,
             &mut scratch,
@@ -1447,7 +1449,7 @@ impl<'j> Iteration<'j> {
                     // The request it stands beside gets its own Report, and deals with it.
                     self.end_probe(id, false);
                 } else {
-                    self.on_report(host, id, kind, &msg, authentic, discovery, &user, now);
+                    self.on_report(host, id, kind, &msg, authentic, discovery, user, now);
                 }
                 Received::Report
             }
