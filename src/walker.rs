@@ -125,7 +125,8 @@ fn walk_at_most(
                     break;
                 }
             }
-            let (eid, boots, time) = found.with_context(|| silent(addr, t.snmp.retries))?;
+            let (eid, boots, time) =
+                found.with_context(|| timed_out(addr, t.snmp.retries, None))?;
             Some(Engine::new(user.clone(), &eid, boots, time, Instant::now()))
         }
         None => None,
@@ -235,14 +236,8 @@ fn walk_at_most(
             }
         };
         let failed = match (answered, dropped) {
-            (None, None) => bail!(silent(addr, t.snmp.retries)),
-            (None, Some(why)) => bail!(
-                "timeout: {}",
-                poller::snmp_driver::timeout_text(
-                    addr,
-                    &format!("taken after {} attempt(s): {why}", t.snmp.retries + 1)
-                )
-            ),
+            (None, None) => bail!(timed_out(addr, t.snmp.retries, None)),
+            (None, Some(why)) => bail!(timed_out(addr, t.snmp.retries, Some(&why))),
             (Some(r), _) => r.err(),
         };
         // The rows an answer brought before its error are the walk's (as net-snmp
@@ -440,14 +435,12 @@ pub fn value_text(v: &VarValue) -> Option<String> {
     })
 }
 
-/// A walk no reply came to, said as a polled item's timeout says it
-/// (`poller::snmp_driver::item_error`), so `snmp get` and `snmp walk` read alike.
-fn silent(addr: SocketAddr, retries: u32) -> String {
-    let detail = format!("after {} attempt(s)", retries + 1);
-    format!(
-        "timeout: {}",
-        poller::snmp_driver::timeout_text(addr, &detail)
-    )
+/// A walk's request no reply was taken to (`dropped`: why the last that came was
+/// not), said as a polled item's timeout says it (`poller::snmp_driver::item_error`),
+/// so `snmp get` and `snmp walk` read alike.
+fn timed_out(addr: SocketAddr, retries: u32, dropped: Option<&Dropped>) -> String {
+    let text = poller::snmp_driver::timeout_text(addr, retries, dropped);
+    format!("timeout: {text}")
 }
 
 fn random_id() -> i32 {

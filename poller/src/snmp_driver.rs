@@ -193,10 +193,22 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
 }
 
 /// A timeout's text, for polled items and the CLI's walks alike: Zabbix's `Timeout
-/// while connecting to "<addr>:<port>".`, then what netpoller knows (`detail`: "after
-/// 2 attempt(s)", or "taken after 2 attempt(s): WHY", WHY being why replies were not taken).
-pub fn timeout_text(addr: std::net::SocketAddr, detail: &str) -> String {
-    format!("Timeout while connecting to \"{addr}\". No SNMP response {detail}")
+/// while connecting to "<addr>:<port>".`, then what netpoller knows: the attempts
+/// (`retries` + 1) and, when replies came and none was taken, why the last was not
+/// (`dropped`). The one place these words are built.
+pub fn timeout_text(
+    addr: std::net::SocketAddr,
+    retries: u32,
+    dropped: Option<&snmp::Dropped>,
+) -> String {
+    let (taken, why) = match dropped {
+        Some(why) => (" taken", format!(": {why}")),
+        None => ("", String::new()),
+    };
+    format!(
+        "Timeout while connecting to \"{addr}\". No SNMP response{taken} after {} attempt(s){why}",
+        retries + 1
+    )
 }
 
 /// Maps an engine failure to the item error the sink and metrics understand.
@@ -207,7 +219,6 @@ pub fn timeout_text(addr: std::net::SocketAddr, detail: &str) -> String {
 /// not taken, the Report's counter). The address is a socket address: `[::1]:161` for
 /// IPv6, where Zabbix prints `::1:161`.
 pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
-    let timeout = |detail: String| timeout_text(job.addr, &detail);
     match f {
         ItemFailure::Timeout => {
             // Agents drop a request they cannot decrypt without a word (net-snmp's
@@ -223,7 +234,7 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
             };
             ItemError::new(
                 ErrorReason::Timeout,
-                timeout(format!("after {} attempt(s){hint}", job.retries + 1)),
+                timeout_text(job.addr, job.retries, None) + hint,
             )
         }
         ItemFailure::ErrorStatus(_) | ItemFailure::ErrorIndexOutOfBounds { .. } => {
@@ -248,7 +259,7 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
                 | snmp::Dropped::NotAuthentic
                 | snmp::Dropped::NotDecrypted => ErrorReason::Timeout,
             },
-            timeout(format!("taken after {} attempt(s): {why}", job.retries + 1)),
+            timeout_text(job.addr, job.retries, Some(why)),
         ),
         // Zabbix too makes the items of a host whose USM user the agent refuses
         // unsupported, with net-snmp's words for the Report: `Cannot connect to
