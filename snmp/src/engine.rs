@@ -280,14 +280,14 @@ pub enum ItemFailure {
     /// its error-index naming it or 0 (the whole request's), or tooBig for a single
     /// OID. Worded as Zabbix words it (`SNMP error: ` and net-snmp's text, checks_snmp.c
     /// `zbx_get_snmp_response_error`, 6.0 to 7.0), then the status as RFC 3416 names it.
-    #[error("SNMP error: {text} (error-status {0})", text = .0.net_snmp_text())]
+    #[error("{}", StatusText { status: *.0, out_of_bounds: None })]
     ErrorStatus(ErrorStatus),
     /// The agent answered with an error-status whose error-index is past the request's
     /// `oids` OIDs: the error is the whole request's. Zabbix says `Invalid SNMP response:
     /// error index out of bounds.` for a noSuchName (checks_snmp.c `zbx_snmp_get_values`,
     /// 6.0 to 7.0) and `SNMP error: ` with net-snmp's text for any other status (it reads
     /// no index then): each text starts with Zabbix's and says the index too.
-    #[error("{}", error_index_out_of_bounds(*.status, *.index, *.oids))]
+    #[error("{}", StatusText { status: *.status, out_of_bounds: Some((*.index, *.oids)) })]
     ErrorIndexOutOfBounds {
         status: ErrorStatus,
         index: u32,
@@ -315,17 +315,31 @@ pub enum ItemFailure {
     Stopped,
 }
 
-fn error_index_out_of_bounds(status: ErrorStatus, index: u32, oids: usize) -> String {
-    let bounds = format!("error-index {index} out of bounds for a request of {oids} OID(s)");
-    if status == ErrorStatus::NO_SUCH_NAME {
-        format!(
-            "Invalid SNMP response: error index out of bounds. (error-status {status}, {bounds})"
-        )
-    } else {
-        format!(
-            "SNMP error: {} (error-status {status}, {bounds})",
-            status.net_snmp_text()
-        )
+/// The text of an error-status answer ([`ItemFailure::ErrorStatus`], or, with the
+/// error-index and the request's OID count, [`ItemFailure::ErrorIndexOutOfBounds`]):
+/// the one place both are worded, written straight into the formatter.
+struct StatusText {
+    status: ErrorStatus,
+    out_of_bounds: Option<(u32, usize)>,
+}
+
+impl std::fmt::Display for StatusText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let status = self.status;
+        match self.out_of_bounds {
+            Some(_) if status == ErrorStatus::NO_SUCH_NAME => {
+                f.write_str("Invalid SNMP response: error index out of bounds.")?
+            }
+            _ => write!(f, "SNMP error: {}", status.net_snmp_text())?,
+        }
+        write!(f, " (error-status {status}")?;
+        if let Some((index, oids)) = self.out_of_bounds {
+            write!(
+                f,
+                ", error-index {index} out of bounds for a request of {oids} OID(s)"
+            )?;
+        }
+        f.write_str(")")
     }
 }
 
