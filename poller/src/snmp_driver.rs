@@ -265,14 +265,15 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
         // unsupported, with net-snmp's words for the Report: `Cannot connect to
         // "<addr>:<port>": Unknown user name.`
         ItemFailure::Report(kind) => {
-            let counter = match kind {
-                snmp::v3::ReportKind::Other => String::new(),
-                k => format!(": {}", k.counter()),
+            // Named unless it is no counter netpoller knows (no String built for it).
+            let (colon, counter) = match kind {
+                snmp::v3::ReportKind::Other => ("", ""),
+                k => (": ", k.counter()),
             };
             ItemError::new(
                 ErrorReason::Unsupported,
                 format!(
-                    "Cannot connect to \"{}\": {}. (the SNMPv3 agent refused the request with a Report{counter})",
+                    "Cannot connect to \"{}\": {}. (the SNMPv3 agent refused the request with a Report{colon}{counter})",
                     job.addr,
                     kind.net_snmp_text()
                 ),
