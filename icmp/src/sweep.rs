@@ -41,21 +41,23 @@
 //! * A reply arriving later than its job's `timeout` after its probe is `Late`, not
 //!   received (Zabbix/fping semantics: the timeout is per probe).
 //! * A job with [`Job::retry`] (`icmppingretry`, fping's default mode) has at most one
-//!   probe in flight: probe `k + 1` is queued only when probe `k` is lost (expired, late
-//!   or failed to send), due when probe `k`'s timeout ran out; the first reply completes
-//!   the host and its remaining probes are never sent. Until then the sweep does not
-//!   count as all sent ([`Sweep::all_sent`]), so the deadline cannot be final while a
-//!   retry may still be queued. A reply past its try's timeout answers the host if it
-//!   came within the timeout of the try fping would have out by then (each try leaving
-//!   as the one before ran out, from the first one that left), however late this sweep
-//!   handles that expiry or sends that try, or whether its send failed (the last try
-//!   failing, its host waits out that try's timeout if an earlier try left, as if it
-//!   had left too): neither when a reply is read (as for counting jobs) nor how busy
-//!   the sweep is changes whether a host answered, nor how a reply's copies are
-//!   counted. Such a host's `sent` is then the tries fping had sent by then (try `m`
-//!   out: `m + 1`), counting a try this sweep never sent because the reply came first,
-//!   as fping counts every try it sent; so neither does its count depend on the
-//!   sweep's timing.
+//!   probe in flight: probe `k + 1` is queued only when probe `k` is lost (expired or
+//!   late), due when probe `k`'s timeout ran out; the first reply completes the host
+//!   and its remaining probes are never sent. A try whose send failed is the host's
+//!   last, as in fping, which schedules no timeout for it and retries only from a
+//!   timeout: the host completes at once if it was the first, else when its timeout
+//!   would have run out, as if it had left (a slow reply to an earlier try may still
+//!   answer it). Until then the sweep does not count as all sent ([`Sweep::all_sent`]),
+//!   so the deadline cannot be final while a retry may still be queued. A reply past
+//!   its try's timeout answers the host if it came within the timeout of the try fping
+//!   would have out by then (each try leaving as the one before ran out, from the
+//!   first one, up to one whose send failed), however late this sweep handles that
+//!   expiry or sends that try: neither when a reply is read (as for counting jobs) nor
+//!   how busy the sweep is changes whether a host answered, nor how a reply's copies
+//!   are counted. Such a host's `sent` is then the tries fping had sent by then (try
+//!   `m` out: `m + 1`), counting a try this sweep never sent because the reply came
+//!   first, as fping counts every try it sent; so neither does its count depend on
+//!   the sweep's timing.
 //! * Once a retrying host answered, a reply to any of its tries is `Duplicate`, never
 //!   `Late`: fping's default mode sends every try of a host under one index with one
 //!   reply slot ("duplicate for \[0\]"); a counting job's slot is per probe, so a
@@ -93,7 +95,7 @@ pub struct Job {
     pub timeout: Duration,
     /// `None`: all `packets` are sent, `interval` apart (fping `-c`: `icmpping`,
     /// `icmppingloss`, `icmppingsec`). `Some`: a probe is sent only when the one before
-    /// went unanswered, up to `packets` in all; `interval` is not used
+    /// left and went unanswered, up to `packets` in all; `interval` is not used
     /// (`icmppingretry`).
     pub retry: Option<Retry>,
 }
@@ -516,10 +518,11 @@ enum Probe {
     /// a reply now is `Late`, not `Duplicate`, unless it answers a retrying host still
     /// waiting (`Sweep::retry_answered`); to a retrying host that answered, `Duplicate`.
     Lost(Instant),
-    /// The last try of a retrying host, handed out at this instant, whose send failed
-    /// while an earlier try was out of flight unanswered: a slow reply to that one may
-    /// still answer the host, so the host completes when this try's timeout would have
-    /// run out, as if it had left (`Sweep::handle_timeout`).
+    /// A try of a retrying host, handed out at this instant, whose send failed after an
+    /// earlier try ran out unanswered: the host's last (fping sends no retry after a
+    /// failed send), but a slow reply to an earlier try may still answer the host, so
+    /// the host completes when this try's timeout would have run out, as if it had left
+    /// (`Sweep::handle_timeout`).
     Refused(Instant),
 }
 
@@ -935,25 +938,35 @@ impl Sweep {
         self.in_flight -= 1;
     }
 
-    /// Reports that the probe `token` could not be sent: it counts as sent and lost
-    /// (a retrying job's next probe leaves when its timeout would have run out; after
-    /// its last, if an earlier one left, its host completes then). A probe whose
-    /// timeout ran out before the kernel refused it (one the caller kept retrying) was
-    /// lost already: it only counts as a send error.
+    /// Reports that the probe `token` could not be sent: it counts as sent and lost. A
+    /// retrying job's tries end with it, as in fping's default mode (which schedules no
+    /// timeout for a try it could not send, and sends a retry only when a timeout runs
+    /// out): if an earlier try left, a slow reply to it may still answer the host, which
+    /// completes when the failed try's timeout would have run out; else it completes
+    /// now. A probe whose timeout ran out before the kernel refused it (one the caller
+    /// kept retrying) was lost already: it only counts as a send error.
     pub fn on_send_error(&mut self, token: ProbeToken) {
         if let Some(sent) = self.take(token.job, token.packet) {
             self.counters.send_errors += 1;
-            let st = &self.jobs[token.job as usize];
+            let j = token.job as usize;
+            let st = &self.jobs[j];
+            if st.job.retry.is_none() {
+                self.resolve(j, Some(sent));
+                return;
+            }
+            if st.next_packet < st.job.packets {
+                // Armed at its hand-out for a retry that will not be queued.
+                self.armed -= 1;
+            }
             let base = st.probe_base as usize;
-            let last_try = st.job.retry.is_some() && token.packet + 1 == st.job.packets;
             let earlier = &self.probes[base..base + token.packet as usize];
-            if last_try && earlier.iter().any(|p| matches!(p, Probe::Lost(_))) {
+            if earlier.iter().any(|p| matches!(p, Probe::Lost(_))) {
                 // An earlier try left: a reply to it may come within this one's
                 // timeout, as fping would judge it, and answer the host.
                 self.probes[base + token.packet as usize] = Probe::Refused(sent);
                 return;
             }
-            self.resolve(token.job as usize, Some(sent));
+            self.complete(j);
         } else if matches!(self.probe(token), Some(Probe::Lost(_))) {
             self.counters.send_errors += 1;
         }
@@ -1116,9 +1129,10 @@ impl Sweep {
     /// this sweep handled or sent by the time it reads the reply: a try whose expiry it
     /// did not handle yet, a retry that waited for its send slot or still waits, or one
     /// whose send failed would make the host's fate depend on when its reply was read,
-    /// or on how busy the sweep was. The last try is then done with (a reply to it
-    /// later is a duplicate), or its queued retry never leaves. `None`: late (counting
-    /// jobs: always).
+    /// or on how busy the sweep was. A try whose send failed is fping's last (no retry
+    /// follows it). The last try is then done with (a reply to it later is a
+    /// duplicate), or its queued retry never leaves. `None`: late (counting jobs:
+    /// always).
     fn retry_answered(&mut self, j: usize, sent: Instant, now: Instant) -> Option<ReplyOutcome> {
         let st = &self.jobs[j];
         if st.job.retry.is_none() || st.done || st.next_packet == 0 {
@@ -1126,15 +1140,19 @@ impl Sweep {
         }
         let last = st.next_packet - 1;
         let slot = |k: u32| self.probes[(st.probe_base + k) as usize];
-        // The first try that left (one whose send failed has no send instant; the
-        // reply's own try left).
+        // The first try that left (the reply's own try left; a failed send ends a
+        // host's tries, so an earlier one has not failed).
         let (mut m, mut from) = (0..=last).find_map(|k| match slot(k) {
             Probe::InFlight(s) | Probe::Lost(s) => Some((k, s)),
             Probe::Idle | Probe::Refused(_) => None,
         })?;
         // The try fping would have out at `now` (past the last one's end, fping still
-        // judges by its timeout).
-        while m + 1 < st.job.packets && now > from + st.job.probe_timeout(m) {
+        // judges by its timeout): none after one whose send failed, fping's last.
+        let end = match slot(last) {
+            Probe::Refused(_) => last,
+            _ => st.job.packets - 1,
+        };
+        while m < end && now > from + st.job.probe_timeout(m) {
             from += st.job.probe_timeout(m);
             m += 1;
         }
@@ -1155,8 +1173,8 @@ impl Sweep {
             self.take(j as u32, last);
             self.resolve(j, None);
         } else {
-            // Lost or failed to send, its retry queued (`take_due` drops it once the
-            // host is done), or the last, failed, waiting out its timeout (`Refused`).
+            // Lost, its retry queued (`take_due` drops it once the host is done), or
+            // failed to send, the host's last, waiting out its timeout (`Refused`).
             self.complete(j);
         }
         Some(ReplyOutcome::Matched { job: j, rtt })

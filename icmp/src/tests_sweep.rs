@@ -993,49 +993,60 @@ fn a_retrying_host_answered_by_a_slow_reply_counts_the_tries_fping_sent() {
     }
 }
 
-/// A try whose send failed counts as sent and lost: the next try is due when its
-/// timeout would have run out. A reply to the try before it, within the timeout of the
-/// try fping would have out by then, answers the host, as it does when read before that
-/// try's expiry was handled (its send never tried): it was late once the failed try
-/// was the last handed out, the host unreachable for a send error of another packet.
+/// A try whose send failed is a retrying host's last, as in fping's default mode, which
+/// schedules no timeout for a try it could not send and retries only from a timeout:
+/// it counts as sent and lost, and no try follows it (the host was retried, and could
+/// read as up where fping, and Zabbix's `icmppingretry`, read it as down). A reply to
+/// the try before it, within the failed try's timeout, still answers the host, as
+/// fping counts it; past it, it is late, fping having sent no later try.
 #[test]
-fn a_reply_to_a_try_counts_by_the_next_try_when_that_one_failed_to_send() {
+fn a_failed_send_ends_a_retrying_hosts_tries() {
     let base = Instant::now();
     // 2 retries, backoff 2.0: tries wait 100, 200 and 400 ms; try 1 (at 100 ms) fails.
-    // Within its 200 ms, or past them within try 2's 400 ms (from 300 ms, still
-    // queued): answered; past try 2's 400 ms: late.
-    // Answered, it counts the tries fping had sent by then (try 2 from 300 ms).
-    for (at, tries) in [(150, Some(2)), (350, Some(3)), (401, None)] {
-        let answered = tries.is_some();
+    // Within its 200 ms: answered, counting the 2 tries sent; past them (fping would
+    // have sent try 2 at 300 ms, had try 1 left): late, and unreachable.
+    for (at, answered) in [(150, true), (301, false)] {
         let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
         let (a, req) = drain_sends(&mut s, base).pop().unwrap();
         s.handle_timeout(base + ms(100));
         let t1 = s.poll_transmit(base + ms(100)).unwrap().token;
         s.on_send_error(t1);
-        assert_eq!(s.next_send_time(), Some(base + ms(300)), "try 2");
-        let rtt = match s.handle_reply(&raw_reply_for(a, &req), a, base + ms(at)) {
-            ReplyOutcome::Matched { rtt, .. } => Some(rtt),
-            ReplyOutcome::Ignored(_) => None,
+        assert_eq!(s.next_send_time(), None, "{at} ms: no try 2");
+        assert!(s.all_sent() && done_events(&mut s).is_empty(), "{at} ms");
+        let out = s.handle_reply(&raw_reply_for(a, &req), a, base + ms(at));
+        let want = match answered {
+            true => ReplyOutcome::Matched {
+                job: 0,
+                rtt: ms(at),
+            },
+            false => ReplyOutcome::Ignored(IgnoreReason::Late),
         };
-        assert_eq!(rtt, answered.then(|| ms(at)), "{at} ms");
-        if let Some(tries) = tries {
-            let ev = done_events(&mut s);
-            assert_eq!((ev[0].1.sent, ev[0].1.received), (tries, 1), "{at} ms");
-            let more = drain_sends(&mut s, base + ms(1000));
-            assert!(more.is_empty(), "{at} ms: try 2 never leaves");
-        }
+        assert_eq!(out, want, "{at} ms");
+        s.handle_timeout(base + ms(at));
+        let ev = done_events(&mut s);
+        let got = (ev[0].1.sent, ev[0].1.received);
+        assert_eq!(got, (2, u32::from(answered)), "{at} ms");
+        assert!(drain_sends(&mut s, base + ms(1000)).is_empty(), "{at} ms");
+        assert!(s.is_finished(), "{at} ms");
     }
+    // The first try failing: no try left, no reply can come; unreachable at once.
+    let mut s = Sweep::new(vec![retry_job(0, 2, 200)], cfg(0), base).unwrap();
+    let t0 = s.poll_transmit(base).unwrap().token;
+    s.on_send_error(t0);
+    let ev = done_events(&mut s);
+    assert_eq!((ev[0].1.sent, ev[0].1.received), (1, 0));
+    assert!(s.is_finished() && s.all_sent() && s.next_send_time().is_none());
+    assert_eq!(s.counters().send_errors, 1);
 }
 
 /// The last try failing to send does not end a host whose earlier try left: a slow
-/// reply to that one within the failed try's timeout answers the host, as it does when
-/// a try before the last fails (and as fping, which goes on reading replies and judges
-/// them by the timeout of the try it sent last, counts it). The host was complete, and
-/// unreachable, the moment the last send failed, and the reply late: whether it
-/// answered depended on whether the sweep read it before or after that send. (Found by
+/// reply to that one within the failed try's timeout answers the host (as fping, which
+/// goes on reading replies and judges them by the timeout of the try it sent last,
+/// counts it). The host was complete, and unreachable, the moment the last send failed,
+/// and the reply late: whether it answered depended on whether the sweep read it before
+/// or after that send. (Found by
 /// [`random_sweeps_finish_retry_in_order_and_count_as_fping`].) With no reply the host
-/// completes when that try's timeout would have run out; with no try that left, no
-/// reply can come, and it completes at once.
+/// completes when that try's timeout would have run out.
 #[test]
 fn a_reply_to_a_try_counts_by_the_last_try_when_that_one_failed_to_send() {
     let base = Instant::now();
@@ -1068,15 +1079,6 @@ fn a_reply_to_a_try_counts_by_the_last_try_when_that_one_failed_to_send() {
         assert!(s.is_finished() && s.in_flight() == 0, "{reply_at:?}");
         assert_eq!(s.counters().send_errors, 1);
     }
-    // Every try failed: done when the last one did.
-    let mut s = Sweep::new(vec![retry_job(0, 1, 200)], cfg(0), base).unwrap();
-    let t0 = s.poll_transmit(base).unwrap().token;
-    s.on_send_error(t0);
-    s.handle_timeout(base + ms(100));
-    let t1 = s.poll_transmit(base + ms(100)).unwrap().token;
-    s.on_send_error(t1);
-    assert_eq!(done_events(&mut s)[0].1.sent, 2);
-    assert!(s.is_finished());
 }
 
 /// fping sends a try the moment the one before ran out (from its timeout handler, not
@@ -1119,6 +1121,8 @@ fn a_reply_to_a_try_counts_by_fpings_schedule_however_late_the_retry_left() {
     assert_eq!(out, answered);
 }
 
+/// A late reply is a lost try, and the host is tried again; a failed send is its last
+/// try (see [`a_failed_send_ends_a_retrying_hosts_tries`]).
 #[test]
 fn a_late_reply_or_a_failed_send_of_a_retrying_host_is_a_lost_try() {
     let base = Instant::now();
@@ -1133,23 +1137,22 @@ fn a_late_reply_or_a_failed_send_of_a_retrying_host_is_a_lost_try() {
         let tx = s.poll_transmit(base).unwrap();
         (tx.addr, tx.packet.to_vec())
     };
-    // Job 0's send failed: its retry is due when the timeout would have run out.
+    // Job 0's first send failed: no try of it left, so it is unreachable at once.
     s.on_send_error(t0);
-    assert!(done_events(&mut s).is_empty());
-    assert_eq!(s.next_send_time(), Some(base + ms(100)));
-    // Job 1's reply comes after its timeout, before the expiry was handled: lost too.
+    let ev = done_events(&mut s);
+    assert_eq!((ev[0].0, ev[0].1.sent, ev[0].1.received), (0, 1, 0));
+    assert_eq!(s.next_send_time(), None);
+    // Job 1's reply comes after its timeout, before the expiry was handled: lost too,
+    // and its retry is due at once.
     let (a, req) = &sent1;
     let out = s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(130));
     assert_eq!(out, ReplyOutcome::Ignored(IgnoreReason::Late));
     let again = drain_sends(&mut s, base + ms(130));
-    assert_eq!(
-        again.iter().map(|x| x.0).collect::<Vec<_>>(),
-        vec![addr(0), addr(1)]
-    );
+    assert_eq!(again.iter().map(|x| x.0).collect::<Vec<_>>(), vec![addr(1)]);
     s.handle_timeout(base + ms(230));
     let ev = done_events(&mut s);
-    assert_eq!(ev.len(), 2);
-    assert!(ev.iter().all(|(_, st)| st.sent == 2 && st.received == 0));
+    assert_eq!(ev.len(), 1);
+    assert_eq!((ev[0].0, ev[0].1.sent, ev[0].1.received), (1, 2, 0));
     assert!(s.is_finished());
 }
 
@@ -1254,19 +1257,24 @@ fn any_job() -> impl Strategy<Value = AnyJob> {
 /// at `tries` (`None`: the send failed). fping sends every try of a host under one
 /// index, with one reply slot, each try the moment the one before ran out, and judges
 /// a reply by the timeout of the try it has out then (counting from the first try that
-/// left here). Once a reply counted, every other is a duplicate. Before, a reply within
-/// that timeout answers the host, and fping had sent every try up to that one; any
-/// other is late. A reply within its own try's timeout is read while that try is the
-/// last one out here, and the tries handed out count (pacing may have sent it later
-/// than fping would have, but its reply came in time for it). A host never answered
-/// sent all its tries. Returns each reply's RTT if it counted, or why not, and the
-/// host's statistics.
+/// left here). A try whose send failed is its last: fping schedules no timeout for it,
+/// and retries only from a timeout. Once a reply counted, every other is a duplicate.
+/// Before, a reply within that timeout answers the host, and fping had sent every try
+/// up to that one; any other is late. A reply within its own try's timeout is read
+/// while that try is the last one out here, and the tries handed out count (pacing may
+/// have sent it later than fping would have, but its reply came in time for it). A
+/// host never answered sent all its tries, up to a failed one. Returns each reply's
+/// RTT if it counted, or why not, and the host's statistics.
 fn fping_default_mode(
     job: &Job,
     tries: &[Option<Instant>],
     replies: &[(Instant, u32)],
 ) -> (Vec<Result<Duration, IgnoreReason>>, PingStats) {
     let timeout = |k: u32| job.probe_timeout(k);
+    let last = tries
+        .iter()
+        .position(Option::is_none)
+        .map_or(job.packets - 1, |k| k as u32);
     let mut stats = PingStats::default();
     let mut out = Vec::new();
     for &(at, k) in replies {
@@ -1277,7 +1285,7 @@ fn fping_default_mode(
         let rtt = at.duration_since(tries[k as usize].expect("a reply to a try that left"));
         let first = tries.iter().position(Option::is_some).unwrap() as u32;
         let (mut m, mut from) = (first, tries[first as usize].unwrap());
-        while m + 1 < job.packets && at > from + timeout(m) {
+        while m < last && at > from + timeout(m) {
             from += timeout(m);
             m += 1;
         }
@@ -1294,7 +1302,7 @@ fn fping_default_mode(
         out.push(Ok(rtt));
     }
     if stats.received == 0 {
-        stats.sent = job.packets;
+        stats.sent = last + 1;
     }
     (out, stats)
 }
@@ -1305,9 +1313,9 @@ proptest! {
     /// copies, silence, late replies, send errors, batches that left late, pacing, and
     /// replies read on each receive tick: the sweep finishes, each job is reported once,
     /// none sends more than its packets, a retrying one never tries again before its
-    /// last try's timeout ran out, and each of its replies counts (matched, duplicate or
-    /// late) and its statistics are as fping's default mode counts them
-    /// ([`fping_default_mode`]). (From reviews of the retry mode.)
+    /// last try's timeout ran out, nor after a send failed, and each of its replies
+    /// counts (matched, duplicate or late) and its statistics are as fping's default
+    /// mode counts them ([`fping_default_mode`]). (From reviews of the retry mode.)
     #[test]
     fn random_sweeps_finish_retry_in_order_and_count_as_fping(
         jobs in proptest::collection::vec(any_job(), 1..8),
@@ -1376,6 +1384,7 @@ proptest! {
                 f += 1;
                 leave += ms(delay);
                 if js[j].retry.is_some() {
+                    prop_assert!(!tries[j].contains(&None), "job {} tried after a failed send", j);
                     if let Some(prev) = sent_at[j].last() {
                         let t = js[j].probe_timeout(k - 1);
                         prop_assert!(now >= *prev + t, "job {} try {} early", j, k);
