@@ -410,6 +410,39 @@ fn send_error_counts_as_lost() {
     assert!(s.is_finished());
 }
 
+/// A counting host (`icmpping`, `icmppingloss`, `icmppingsec`: fping `-C`) keeps its
+/// schedule after a send error, as fping's count mode does (its next request is
+/// scheduled whatever the send did); the failed one is a lost request of `packets`,
+/// as Zabbix counts it (a `-` in fping's summary): 1 of 3 is 33 % loss.
+#[test]
+fn a_counting_host_goes_on_after_a_send_error() {
+    let base = Instant::now();
+    let mut s = Sweep::new(vec![job(0, 3)], cfg(0), base).unwrap();
+    let mut replies = Vec::new();
+    for k in 0..3u64 {
+        let now = base + ms(20 * k);
+        let tx = s.poll_transmit(now).expect("each probe leaves on schedule");
+        if k == 1 {
+            let token = tx.token;
+            s.on_send_error(token);
+            continue;
+        }
+        replies.push((tx.addr, raw_reply_for(tx.addr, tx.packet), now + ms(5)));
+    }
+    for (a, reply, at) in replies {
+        assert!(matches!(
+            s.handle_reply(&reply, a, at),
+            ReplyOutcome::Matched { .. }
+        ));
+    }
+    let ev = done_events(&mut s);
+    let st = ev[0].1;
+    assert_eq!((st.sent, st.received), (3, 2));
+    // Zabbix's icmppingloss: 100 * (cnt - rcv) / cnt.
+    assert_eq!(st.loss_pct(), 100.0 * 1.0 / 3.0);
+    assert!(s.is_finished());
+}
+
 #[test]
 fn keys_unique_across_large_sweep_and_repeated_addresses() {
     let base = Instant::now();
