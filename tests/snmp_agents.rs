@@ -404,6 +404,18 @@ fn crafted(
     out
 }
 
+/// `n` OIDs of a private enterprise arc, `1.3.6.1.4.1.99999.<i><instance>`.
+fn private_oids(n: u32, instance: &str) -> Vec<Oid> {
+    (1..=n)
+        .map(|i| format!("1.3.6.1.4.1.99999.{i}{instance}").parse().unwrap())
+        .collect()
+}
+
+/// The value fake agents answer a [`private_oids`] OID with: its `<i>`.
+fn value_of(o: &Oid) -> VarValue {
+    VarValue::Integer(o.arcs().nth(7).unwrap().into())
+}
+
 /// A hostile agent on 127.0.164.1 answers only every second request it gets (a retry
 /// gets what its first attempt did not), each answer with its varbinds in reverse
 /// order, sent twice, after a copy from another port of its address; and with every
@@ -417,10 +429,7 @@ fn crafted(
 #[tokio::test(flavor = "current_thread")]
 async fn hostile_datagrams_neither_panic_nor_misattribute_nor_starve() {
     use snmp::PduType;
-    let oids: Vec<Oid> = (1..=6)
-        .map(|i| format!("1.3.6.1.4.1.99999.{i}.0").parse().unwrap())
-        .collect();
-    let value = |o: &Oid| VarValue::Integer(o.arcs().nth(7).unwrap().into());
+    let oids = private_oids(6, ".0");
     let until = Some(Duration::from_secs(10));
     let other_port = std::net::UdpSocket::bind("127.0.164.1:0").unwrap();
     let (mut count, mut last) = (0usize, None::<Vec<u8>>);
@@ -429,7 +438,7 @@ async fn hostile_datagrams_neither_panic_nor_misattribute_nor_starve() {
         let id = m.request_id;
         let mut vbs: Vec<(Oid, VarValue)> = m
             .varbinds()
-            .map(|vb| (vb.oid.to_owned(), value(&vb.oid.to_owned())))
+            .map(|vb| (vb.oid.to_owned(), value_of(&vb.oid.to_owned())))
             .collect();
         vbs.reverse();
         let good = crafted(Version::V2c, b"public", PduType::Response, id, &vbs);
@@ -487,7 +496,7 @@ async fn hostile_datagrams_neither_panic_nor_misattribute_nor_starve() {
     for round in 0..2 {
         let (res, report) = run(&mut driver, &jobs).await;
         for (i, r) in &res[0] {
-            assert_eq!(r, &Ok(value(&oids[*i])), "round {round} item {i}");
+            assert_eq!(r, &Ok(value_of(&oids[*i])), "round {round} item {i}");
         }
         let texts = [
             format!("Timeout while connecting to \"{closed}\". No SNMP response after 2 attempt(s)"),
@@ -512,6 +521,79 @@ async fn hostile_datagrams_neither_panic_nor_misattribute_nor_starve() {
             "round {round}: {st:?}"
         );
     }
+}
+
+/// Fake agents on 127.0.194.x that answer GETs with varbinds other than those asked,
+/// each request as it comes: one names every OID it answers with one more arc (`.0`),
+/// one does so and adds a varbind not asked, one answers with no varbind. As in Zabbix
+/// (which halves each request down to one OID and judges that answer): the first's
+/// items get their values, each asked alone; the others' fail, not supported, in
+/// Zabbix's words (too many, too few variable bindings). Before, the first's failed
+/// with the OID its answer named, and the others' texts had no word of Zabbix's.
+#[tokio::test(flavor = "current_thread")]
+async fn answers_naming_other_oids_or_of_too_few_or_many_varbinds_go_as_in_zabbix() {
+    let oids = private_oids(4, "");
+    let renamed = |o: &Oid| -> Oid { format!("{o}.0").parse().unwrap() };
+    let until = Some(Duration::from_secs(10));
+    // `extra`: a varbind not asked after the others; `none`: no varbind at all.
+    let agent = |at: &str, extra: bool, none: bool| {
+        common::raw_agent(at.parse().unwrap(), until, move |m, _| {
+            let mut vbs: Vec<(Oid, VarValue)> = m
+                .varbinds()
+                .map(|vb| {
+                    let o = vb.oid.to_owned();
+                    (renamed(&o), value_of(&o))
+                })
+                .collect();
+            if extra {
+                vbs.push(("1.3.6.1.2.1.1.3.0".parse().unwrap(), VarValue::TimeTicks(1)));
+            }
+            if none {
+                vbs.clear();
+            }
+            vec![common::response(m, &vbs)]
+        })
+    };
+    let agents = [
+        agent("127.0.194.1:0", false, false),
+        agent("127.0.194.2:0", true, false),
+        agent("127.0.194.3:0", false, true),
+    ];
+    let jobs: Vec<SnmpHostJob> = agents
+        .iter()
+        .map(|&a| {
+            let mut j = job(a, "public", oids.clone());
+            j.max_oids = 4;
+            j
+        })
+        .collect();
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let (res, report) = run(&mut driver, &jobs).await;
+    for (i, r) in &res[0] {
+        assert_eq!(r, &Ok(value_of(&oids[*i])), "item {i}");
+    }
+    for (i, r) in &res[1] {
+        let e = r.as_ref().unwrap_err();
+        let text = format!(
+            "Invalid SNMP response: too many variable bindings. (2 varbinds in the answer to this OID alone, none of them this OID: the first is {})",
+            renamed(&oids[*i])
+        );
+        assert_eq!((e.reason, &e.text), (ErrorReason::Unsupported, &text));
+    }
+    for r in res[2].values() {
+        let e = r.as_ref().unwrap_err();
+        assert_eq!(
+            (e.reason, e.text.as_str()),
+            (
+                ErrorReason::Unsupported,
+                "Invalid SNMP response: too few variable bindings. (no varbind in the answer to this OID alone)"
+            )
+        );
+    }
+    let st = report.stats;
+    assert_eq!(st.renamed, 4, "{st:?}");
+    assert_eq!((st.items_ok, st.items_failed), (4, 8), "{st:?}");
+    assert_eq!(st.hosts_timed_out, 0, "{st:?}");
 }
 
 #[tokio::test(flavor = "current_thread")]

@@ -237,12 +237,12 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
                 timeout_text(job.addr, job.retries, None) + hint,
             )
         }
-        ItemFailure::ErrorStatus(_) | ItemFailure::ErrorIndexOutOfBounds { .. } => {
-            ItemError::new(ErrorReason::Unsupported, f.to_string())
-        }
-        ItemFailure::WrongOid { .. } | ItemFailure::EmptyResponse => {
-            ItemError::new(ErrorReason::Decode, f.to_string())
-        }
+        // The agent's own answer, decoded: Zabbix's "not supported" (NOTSUPPORTED in
+        // checks_snmp.c, so a CHECK_NOT_SUPPORTED step handles it).
+        ItemFailure::ErrorStatus(_)
+        | ItemFailure::ErrorIndexOutOfBounds { .. }
+        | ItemFailure::TooManyVarbinds { .. }
+        | ItemFailure::EmptyResponse => ItemError::new(ErrorReason::Unsupported, f.to_string()),
         ItemFailure::Send(text) => ItemError::new(ErrorReason::Send, text.clone()),
         // Never reported by `run_iteration_until`; said as what it is elsewhere.
         ItemFailure::Stopped => ItemError::new(ErrorReason::Timeout, f.to_string()),
@@ -986,5 +986,29 @@ mod tests {
                 "Invalid SNMP response: error index out of bounds. (error-status noSuchName(2), error-index 4 out of bounds for a request of 3 OID(s))"
             )
         );
+    }
+
+    #[test]
+    fn an_answer_of_too_few_or_too_many_varbinds_is_not_supported_as_in_zabbix() {
+        // Zabbix makes the item not supported (NOTSUPPORTED: a CHECK_NOT_SUPPORTED step
+        // handles it), in its words; before, the reason was `decode` (the answer did
+        // decode) and the words netpoller's own.
+        let job = SnmpHostJob::new("127.0.0.1:161".parse().unwrap(), "c".into(), vec![]);
+        for (f, text) in [
+            (
+                ItemFailure::EmptyResponse,
+                "Invalid SNMP response: too few variable bindings. (no varbind in the answer to this OID alone)",
+            ),
+            (
+                ItemFailure::TooManyVarbinds {
+                    count: 3,
+                    first: "1.3.6.1.2.1.1.5.0".parse().unwrap(),
+                },
+                "Invalid SNMP response: too many variable bindings. (3 varbinds in the answer to this OID alone, none of them this OID: the first is .1.3.6.1.2.1.1.5.0)",
+            ),
+        ] {
+            let e = item_error(&job, &f);
+            assert_eq!((e.reason, e.text.as_str()), (ErrorReason::Unsupported, text));
+        }
     }
 }

@@ -14,7 +14,11 @@
 //!   to *and* carries the job's community and version; anything else is dropped and
 //!   counted in [`Stats`], never matched to the wrong item. A matched response's
 //!   varbinds go to the items asked by position only while their OIDs agree; an answer
-//!   in another order, or with varbinds left out or not asked, is paired by OID.
+//!   in another order, or with varbinds left out, not asked or named otherwise, is
+//!   paired by OID, and an OID it does not carry is asked again alone. The one varbind
+//!   of the answer to an OID asked alone is that OID's value whatever OID it names, as
+//!   Zabbix takes it (it can be no other item's); several, none of them the OID asked,
+//!   fail it ([`ItemFailure::TooManyVarbinds`]).
 //! * Hybrid async: at most `max_inflight` requests per host (default 1) while all hosts
 //!   proceed at once; at most `max_oids` OIDs per PDU, lowered on tooBig, on a response
 //!   with missing varbinds, or on silence while the agent answers one OID alone (a
@@ -57,7 +61,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::message::{
-    encode_request, peek_request_id, ErrorStatus, Message, PduType, Refusal, RequestKind, Version,
+    encode_request, peek_request_id, ErrorStatus, Message, PduType, Refusal, RequestKind, VarBind,
+    Version,
 };
 use crate::oid::Oid;
 use crate::v3::{self, Answer, Engine, ReportKind, UsmUser, V3Message, V3Refusal};
@@ -293,11 +298,22 @@ pub enum ItemFailure {
         index: u32,
         oids: usize,
     },
-    /// The agent answered a GET with a different OID at this position.
-    #[error("response carries OID {got} instead of the requested one")]
-    WrongOid { got: Oid },
-    /// The agent answered a single-OID request with no varbind at all.
-    #[error("response carries no varbind")]
+    /// The agent answered this OID, asked alone, with `count` varbinds, none of them
+    /// this OID (`first` is the first). Zabbix fails any answer of more varbinds than
+    /// asked with `Invalid SNMP response: too many variable bindings.` (checks_snmp.c
+    /// `zbx_snmp_get_values`, 6.0 to 7.0); netpoller takes the value when one of them
+    /// is the OID asked, so it fails only when none is.
+    #[error(
+        "Invalid SNMP response: too many variable bindings. ({count} varbinds in the answer \
+         to this OID alone, none of them this OID: the first is {first})"
+    )]
+    TooManyVarbinds { count: usize, first: Oid },
+    /// The agent answered this OID, asked alone, with no varbind at all: Zabbix's words
+    /// (checks_snmp.c `zbx_snmp_get_values`, 6.0 to 7.0), then what was asked.
+    #[error(
+        "Invalid SNMP response: too few variable bindings. (no varbind in the answer to \
+         this OID alone)"
+    )]
     EmptyResponse,
     /// The request could not be sent (the driver reported an I/O error).
     #[error("send failed: {0}")]
@@ -495,6 +511,9 @@ pub struct Stats {
     pub too_big: u64,
     /// Responses missing some of the requested varbinds.
     pub short_responses: u64,
+    /// Values taken from the one varbind of an answer to a single OID that names
+    /// another OID (as Zabbix takes them).
+    pub renamed: u64,
     pub send_errors: u64,
     /// SNMPv3 messages dropped as not authentic or not decryptable.
     pub not_authentic: u64,
@@ -1649,21 +1668,22 @@ impl<'j> Iteration<'j> {
             let count = msg.varbind_count();
             let job = &self.jobs[host];
             let asked = |k: usize| job.oids[items[k] as usize].as_ber();
-            // Whether the answer carries the OIDs asked, in their order (extra varbinds
-            // after them are ignored).
-            let in_order = msg
+            // The first varbind that is not the OID asked at its place; none: the answer
+            // carries the OIDs asked, in their order (extra varbinds after them are
+            // ignored).
+            let astray = msg
                 .varbinds()
                 .zip(0..n)
-                .all(|(vb, k)| vb.oid.as_ber() == asked(k));
-            if !in_order {
+                .find(|(vb, k)| vb.oid.as_ber() != asked(*k));
+            if let Some((astray, _)) = astray {
                 // Paired by position, every item after a gap or a foreign varbind would
                 // get its neighbour's OID (an error, though the answer may carry its
                 // value): paired by OID, the answered items get their values and the
                 // others are asked again, alone. A short answer like this is an agent
                 // that left some out (as some do for an OID they do not know, instead
-                // of noSuchObject); a full one, an agent that answered in another order
-                // or put in varbinds not asked (Zabbix halves the request until each
-                // OID is asked alone, and gets the values too).
+                // of noSuchObject); a full one, an agent that answered in another order,
+                // put in varbinds not asked or named an OID otherwise (Zabbix halves the
+                // request until each OID is asked alone, and takes each answer then).
                 let mut answered = vec![false; n];
                 let mut got = Vec::new();
                 for vb in msg.varbinds() {
@@ -1672,50 +1692,44 @@ impl<'j> Iteration<'j> {
                         got.push((items[k], vb.value.to_owned()));
                     }
                 }
-                // A full answer of nothing asked: each item fails with the OID at its
-                // place (below), as a single-OID request would, without asking again.
-                if count < n || !got.is_empty() {
-                    if count < n {
-                        self.stats.short_responses += 1;
-                    }
-                    for (i, v) in got {
-                        self.deliver(host, i as usize, Ok(v));
-                    }
-                    let missing: Vec<u32> =
-                        (0..n).filter(|&k| !answered[k]).map(|k| items[k]).collect();
-                    if missing.len() == n {
-                        // Nothing it answered was asked: as a short answer of nothing.
-                        self.shrink(host, n, n / 2, false, &[]);
-                        self.requeue_front(host, &missing);
-                    } else if missing.is_empty() {
-                        // Every OID answered, in another order: answered in full.
-                        let st = &mut self.hosts[host];
-                        st.max_ok = st.max_ok.max(n);
-                    } else {
-                        // Each alone: an agent that leaves an OID out of a request of
-                        // one answers with no varbind, which fails that item alone. The
-                        // host's other items keep their request size (it was not a size
-                        // problem): also when an earlier answer left one of them out at
-                        // its end, which read as the agent returning what fits (a short
-                        // answer of the first OIDs) and shrank the size, to be learned
-                        // for good.
-                        self.forget_left_out(host, &missing);
-                        self.hosts[host].solo.extend(missing);
-                    }
+                if n == 1 && got.is_empty() {
+                    self.answered_alone_elsewhere(host, items[0], count, astray);
                     return;
                 }
-            }
-            // Paired by position: in order, each varbind is the OID asked at its place
-            // (compared above); else (a full answer of nothing asked) none is.
-            for (vb, &i) in msg.varbinds().zip(items) {
-                let result = if in_order {
-                    Ok(vb.value.to_owned())
+                if count < n {
+                    self.stats.short_responses += 1;
+                }
+                for (i, v) in got {
+                    self.deliver(host, i as usize, Ok(v));
+                }
+                let missing: Vec<u32> =
+                    (0..n).filter(|&k| !answered[k]).map(|k| items[k]).collect();
+                if missing.len() == n && count < n {
+                    // Nothing it answered was asked: as a short answer of nothing.
+                    self.shrink(host, n, n / 2, false, &[]);
+                    self.requeue_front(host, &missing);
+                } else if missing.is_empty() {
+                    // Every OID answered, in another order: answered in full.
+                    let st = &mut self.hosts[host];
+                    st.max_ok = st.max_ok.max(n);
                 } else {
-                    Err(ItemFailure::WrongOid {
-                        got: vb.oid.to_owned(),
-                    })
-                };
-                self.deliver(host, i as usize, result);
+                    // Each alone: an agent that leaves an OID out of a request of one
+                    // answers with no varbind, which fails that item alone; one that
+                    // names it otherwise answers it alone with one varbind, its value
+                    // (as in Zabbix). The host's other items keep their request size
+                    // (it was not a size problem): also when an earlier answer left one
+                    // of them out at its end, which read as the agent returning what
+                    // fits (a short answer of the first OIDs) and shrank the size, to be
+                    // learned for good.
+                    self.forget_left_out(host, &missing);
+                    self.hosts[host].solo.extend(missing);
+                }
+                return;
+            }
+            // In order: each varbind is the OID asked at its place (compared above);
+            // varbinds after the last OID asked are not asked and are ignored.
+            for (vb, &i) in msg.varbinds().zip(items) {
+                self.deliver(host, i as usize, Ok(vb.value.to_owned()));
             }
             if count >= n {
                 let st = &mut self.hosts[host];
@@ -1802,6 +1816,35 @@ impl<'j> Iteration<'j> {
         }
     }
 
+    /// The answer to `item`'s OID, asked alone, carries `count` varbinds, `first` the
+    /// first, none of them that OID. One varbind is its value, as Zabbix takes it
+    /// (checks_snmp.c `zbx_snmp_get_values` logs the other OID at debug level and stores
+    /// the value, 6.0 to 7.0): the request was of this OID alone and its request-id,
+    /// address and community matched, so the value can be no other item's; counted in
+    /// [`Stats::renamed`]. Several: which one answers it cannot be told, and the item
+    /// fails as Zabbix fails it.
+    fn answered_alone_elsewhere(
+        &mut self,
+        host: usize,
+        item: u32,
+        count: usize,
+        first: VarBind<'_>,
+    ) {
+        if count == 1 {
+            self.stats.renamed += 1;
+            let st = &mut self.hosts[host];
+            st.max_ok = st.max_ok.max(1);
+            self.deliver(host, item as usize, Ok(first.value.to_owned()));
+        } else {
+            let first = first.oid.to_owned();
+            self.fail(
+                host,
+                item as usize,
+                ItemFailure::TooManyVarbinds { count, first },
+            );
+        }
+    }
+
     /// A request of `failed` OIDs was too big (said by the agent, or by its `silent`
     /// answer to nothing but one OID): use `size` from now on.
     /// `too_big`: the request's items when the agent said tooBig (empty otherwise).
@@ -1855,7 +1898,12 @@ impl<'j> Iteration<'j> {
     fn fail(&mut self, host: usize, item: usize, f: ItemFailure) {
         // The agent's own answer for this item (not a timeout, a send error or a
         // refusal of the host): a culprit to ask alone next time.
-        if matches!(f, ItemFailure::ErrorStatus(_) | ItemFailure::EmptyResponse) {
+        if matches!(
+            f,
+            ItemFailure::ErrorStatus(_)
+                | ItemFailure::EmptyResponse
+                | ItemFailure::TooManyVarbinds { .. }
+        ) {
             self.hosts[host].found.push(item as u32);
         }
         self.deliver(host, item, Err(f));

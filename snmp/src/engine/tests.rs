@@ -1131,14 +1131,14 @@ fn foreign_datagrams_are_dropped_and_counted() {
     assert!(it.is_done());
 }
 
-#[test]
-fn wrong_oid_in_answer_is_an_item_error() {
+/// The one request of a job of one OID answered by hand with `varbinds` (no error):
+/// the item's result and the iteration's counters.
+fn answer_one_oid_with(varbinds: &[(Oid, VarValue)]) -> (Result<VarValue, ItemFailure>, Stats) {
     let jobs = [job(1, &["1.3.6.1.2.1.1.3.0"])];
     let mut it = Iteration::new(&jobs, &HostMemory::default(), IterationOptions::default());
     let now = Instant::now();
     let mut buf = Vec::new();
     let t = it.poll_transmit(now, &mut buf).unwrap();
-    let other = oid("1.3.6.1.2.1.1.4.0");
     let mut resp = Vec::new();
     encode_message(
         &mut resp,
@@ -1148,16 +1148,74 @@ fn wrong_oid_in_answer_is_an_item_error() {
         t.request_id,
         0,
         0,
-        std::iter::once((other.as_ref(), crate::ValueRef::Integer(1))),
+        varbinds.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
     );
     assert_eq!(it.handle_datagram(addr(1), &resp, now), Received::Matched);
+    let events: Vec<Event> = std::iter::from_fn(|| it.poll_event()).collect();
+    assert!(it.is_done());
+    let mut items = items_of(&events, 0);
+    assert_eq!(items.len(), 1);
+    (items.remove(&0).unwrap(), *it.stats())
+}
+
+#[test]
+fn the_one_varbind_answering_an_oid_asked_alone_is_its_value_whatever_oid_it_names() {
+    // Zabbix stores it (it logs the other OID at debug level): an item that works under
+    // Zabbix keeps working. The request was of this OID alone, so the value can be no
+    // other item's. Before, the item failed with the OID the answer named.
+    let other = oid("1.3.6.1.2.1.1.4.0");
+    let (result, stats) = answer_one_oid_with(&[(other, VarValue::Integer(1))]);
+    assert_eq!(result, Ok(VarValue::Integer(1)));
+    assert_eq!(stats.renamed, 1);
+    assert_eq!((stats.items_ok, stats.items_failed), (1, 0));
+}
+
+#[test]
+fn several_varbinds_none_of_them_the_oid_asked_alone_fail_it_in_zabbixs_words() {
+    // Which of them answers it cannot be told: the item fails, worded as Zabbix words
+    // an answer of more varbinds than asked. Before, the first varbind's OID was named
+    // as "instead of the requested one", with no word of Zabbix's.
+    let first = oid("1.3.6.1.2.1.1.4.0");
+    let (result, stats) = answer_one_oid_with(&[
+        (first.clone(), VarValue::Integer(1)),
+        (oid("1.3.6.1.2.1.1.5.0"), VarValue::Integer(2)),
+    ]);
+    let f = ItemFailure::TooManyVarbinds { count: 2, first };
+    assert_eq!(result, Err(f.clone()));
+    assert_eq!(stats.renamed, 0);
     assert_eq!(
-        it.poll_event(),
-        Some(Event::Item {
-            host: 0,
-            item: 0,
-            result: Err(ItemFailure::WrongOid { got: other })
-        })
+        f.to_string(),
+        "Invalid SNMP response: too many variable bindings. (2 varbinds in the answer to \
+         this OID alone, none of them this OID: the first is .1.3.6.1.2.1.1.4.0)"
+    );
+    // One of them the OID asked: its value, the others not asked and ignored (Zabbix
+    // fails the item: the value is the OID's own, so netpoller takes it).
+    let asked = oid("1.3.6.1.2.1.1.3.0");
+    for varbinds in [
+        vec![
+            (asked.clone(), VarValue::TimeTicks(7)),
+            (oid("1.3.6.1.2.1.1.4.0"), VarValue::Integer(1)),
+        ],
+        vec![
+            (oid("1.3.6.1.2.1.1.4.0"), VarValue::Integer(1)),
+            (asked.clone(), VarValue::TimeTicks(7)),
+        ],
+    ] {
+        let (result, stats) = answer_one_oid_with(&varbinds);
+        assert_eq!(result, Ok(VarValue::TimeTicks(7)));
+        assert_eq!(stats.renamed, 0);
+    }
+}
+
+#[test]
+fn no_varbind_answering_an_oid_asked_alone_fails_it_in_zabbixs_words() {
+    let (result, stats) = answer_one_oid_with(&[]);
+    assert_eq!(result, Err(ItemFailure::EmptyResponse));
+    assert_eq!(stats.short_responses, 1);
+    assert_eq!(
+        ItemFailure::EmptyResponse.to_string(),
+        "Invalid SNMP response: too few variable bindings. (no varbind in the answer to this \
+         OID alone)"
     );
 }
 
@@ -1424,6 +1482,42 @@ fn an_answer_in_another_order_or_with_varbinds_not_asked_is_paired_by_oid() {
     });
     assert_eq!(request_sizes(&out), [6, 1]);
     assert!(out.memory.is_empty());
+}
+
+/// `o` with one more arc, 0: a firmware that names each OID it answers so.
+fn with_zero(o: &Oid) -> Oid {
+    format!("{o}.0").parse().unwrap()
+}
+
+#[test]
+fn an_oid_answered_under_another_name_even_alone_gets_its_value_alone() {
+    // The second OID answered under another name, asked with the others and alone: the
+    // others are taken from the first answer, that one is asked again alone and its
+    // answer, one varbind, is its value (Zabbix halves the request until each OID goes
+    // alone, and takes it then). Before, it failed with the OID its answer named.
+    let (out, _) = mangled(|v| {
+        for (o, _) in v.iter_mut() {
+            if o.to_string().ends_with(".10.2") {
+                *o = with_zero(o);
+            }
+        }
+    });
+    assert_eq!(request_sizes(&out), [6, 1]);
+    assert_eq!(out.stats.renamed, 1);
+    assert!(out.memory.is_empty(), "not a size problem");
+}
+
+#[test]
+fn an_answer_naming_no_oid_asked_gets_each_value_alone_and_learns_no_size() {
+    // Every OID answered under another name: nothing of the full answer can be paired,
+    // so each OID is asked alone and its answer taken (as Zabbix ends up doing); the
+    // request size is kept, nothing is learned. Before, each item failed with the OID
+    // at its place.
+    let (out, _) = mangled(|v| v.iter_mut().for_each(|(o, _)| *o = with_zero(o)));
+    assert_eq!(request_sizes(&out), [6, 1, 1, 1, 1, 1, 1]);
+    assert_eq!(out.stats.renamed, 6);
+    assert_eq!(out.stats.short_responses, 0);
+    assert!(out.memory.is_empty(), "not a size problem");
 }
 
 #[test]

@@ -277,6 +277,11 @@ fn the_docs_quote_snmp_item_errors_the_code_writes() {
         ItemFailure::Timeout,
         ItemFailure::Report(ReportKind::UnknownUserName),
         ItemFailure::Report(ReportKind::WrongDigest),
+        ItemFailure::EmptyResponse,
+        ItemFailure::TooManyVarbinds {
+            count: 2,
+            first: "1.3.6.1.2.1.1.5.0".parse().unwrap(),
+        },
     ] {
         quoted.push(item_error(&job, &f).text);
     }
