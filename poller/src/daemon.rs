@@ -105,6 +105,9 @@ pub struct EngineMetrics {
     pub snmpv3_reports: [Counter; snmp::v3::ReportKind::ALL.len()],
     /// SNMP only: requests an agent did not answer in full, by how ([`SIZE_CUTS`]).
     pub snmp_size_cuts: [Counter; SIZE_CUTS.len()],
+    /// SNMP only: values taken from the one varbind answering an OID asked alone that
+    /// names another OID (as Zabbix takes them): an agent that misnames what it answers.
+    pub snmp_renamed_values: Counter,
     /// SNMP only: extra drivers opened for slow devices (see [`SnmpDrivers`]).
     pub snmp_extra_drivers: Gauge,
 }
@@ -136,6 +139,7 @@ impl Default for EngineMetrics {
             snmpv3_discoveries: Counter::default(),
             snmpv3_reports: Default::default(),
             snmp_size_cuts: Default::default(),
+            snmp_renamed_values: Counter::default(),
             snmp_extra_drivers: Gauge::default(),
         }
     }
@@ -451,6 +455,12 @@ impl Shared {
                         c.get(),
                     );
                 }
+                out.counter(
+                    "netpoller_snmp_renamed_values_total",
+                    "SNMP values taken from the one varbind answering an OID asked alone that names another OID, as Zabbix takes them (an agent that misnames what it answers).",
+                    &[],
+                    m.snmp_renamed_values.get(),
+                );
                 out.gauge(
                     "netpoller_snmp_extra_drivers",
                     "Extra SNMP socket sets opened because slow devices held every SNMP iteration (at most 3 x daemon.snmp_concurrent_iterations).",
@@ -940,6 +950,7 @@ pub async fn snmp_iteration(
     );
     metrics.malformed.add(st.malformed + st.not_response);
     metrics.snmpv3_discoveries.add(st.discoveries);
+    metrics.snmp_renamed_values.add(st.renamed);
     for (c, n) in
         metrics
             .snmp_size_cuts
@@ -1460,6 +1471,33 @@ mod tests {
         })
     }
 
+    /// Every task of `plan` due once.
+    fn all_due(plan: &Plan) -> Vec<Due> {
+        (0..plan.tasks.len() as u32)
+            .map(Scheduler::one_shot)
+            .collect()
+    }
+
+    /// One SNMP iteration of every task of `plan`, to its end.
+    async fn poll_all_once(
+        driver: &mut SnmpDriver,
+        plan: &Plan,
+        metrics: &EngineMetrics,
+        emitter: &mut Emitter,
+    ) -> IterationSummary {
+        let dues = all_due(plan);
+        let pending = std::future::pending();
+        snmp_iteration(driver, plan, &dues, metrics, emitter, &mut |_| {}, pending).await
+    }
+
+    /// An emitter whose samples a task reads and drops: drop the emitter, then await
+    /// the task.
+    fn drained_emitter() -> (Emitter, tokio::task::JoinHandle<()>) {
+        let (tx, mut rx) = mpsc::channel(16);
+        let reader = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+        (Emitter::new(tx, Arc::default()), reader)
+    }
+
     /// A reload that removes a host: the SNMP driver forgets what it knew of its
     /// address (kept for as long as the daemon ran: a driver's memory is per address,
     /// and nothing pruned it), and keeps what it knew of the host still polled.
@@ -1481,32 +1519,64 @@ mod tests {
                 snmp::v3::Engine::new(user.clone(), b"engine", 1, 1, std::time::Instant::now());
             driver.memory_mut().remember_engine(a, engine);
         }
-        let (tx, mut rx) = mpsc::channel(16);
-        let reader = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        let mut emitter = Emitter::new(tx, Arc::default());
+        let (mut emitter, reader) = drained_emitter();
         let metrics = EngineMetrics::default();
         let before = Plan::build(vec![kept.clone(), removed]);
         let after = Plan::build(vec![kept]);
         for (plan, removed_known) in [(&before, true), (&after, false)] {
-            let dues: Vec<Due> = (0..plan.tasks.len() as u32)
-                .map(Scheduler::one_shot)
-                .collect();
-            snmp_iteration(
-                &mut driver,
-                plan,
-                &dues,
-                &metrics,
-                &mut emitter,
-                &mut |_| {},
-                std::future::pending(),
-            )
-            .await;
+            poll_all_once(&mut driver, plan, &metrics, &mut emitter).await;
             let memory = driver.memory();
             assert!(memory.engine(&a_kept).is_some(), "the polled host's engine");
             assert_eq!(memory.engine(&a_removed).is_some(), removed_known);
         }
         drop(emitter);
         reader.await.unwrap();
+    }
+
+    /// An agent on 127.0.194.10 that names each OID it answers with one more arc (a
+    /// firmware bug): its item's value is taken, as Zabbix takes it, and
+    /// `netpoller_snmp_renamed_values_total` counts it, for an operator to find such
+    /// agents (Zabbix says so at debug level only).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_value_answered_under_another_oid_is_taken_and_counted() {
+        const TICKS: snmp::ValueRef<'static> = snmp::ValueRef::TimeTicks(42);
+        let agent = std::net::UdpSocket::bind("127.0.194.10:0").unwrap();
+        agent
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let port = agent.local_addr().unwrap().port();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while let Ok((n, from)) = agent.recv_from(&mut buf) {
+                let Ok(m) = snmp::Message::decode(&buf[..n]) else {
+                    continue;
+                };
+                let renamed: Vec<snmp::Oid> = m
+                    .varbinds()
+                    .map(|vb| format!("{}.0", vb.oid).parse().unwrap())
+                    .collect();
+                let mut out = Vec::new();
+                let answer = renamed.iter().map(|o| (o.as_ref(), TICKS));
+                snmp::encode_response(&mut out, &m, answer);
+                let _ = agent.send_to(&out, from);
+            }
+        });
+        let mut host = silent_snmp_host("renaming", [127, 0, 194, 10]);
+        Arc::make_mut(host.snmp.as_mut().unwrap()).port = port;
+        let plan = Plan::build(vec![host]);
+        let (mut emitter, reader) = drained_emitter();
+        let metrics = EngineMetrics::default();
+        let mut driver = SnmpDriver::open(SnmpDriverOptions {
+            sockets: 1,
+            source: std::net::IpAddr::from([127, 0, 194, 1]).into(),
+            ..SnmpDriverOptions::default()
+        })
+        .unwrap();
+        let sum = poll_all_once(&mut driver, &plan, &metrics, &mut emitter).await;
+        drop(emitter);
+        reader.await.unwrap();
+        assert_eq!((sum.items, sum.values), (1, 1), "{:?}", sum.errors_by);
+        assert_eq!(metrics.snmp_renamed_values.get(), 1);
     }
 
     /// The sink behind (the channel full, nothing read): the only base driver's
@@ -1563,12 +1633,8 @@ mod tests {
             p.timeout = Duration::from_millis(ms);
         }
         let plan = Plan::build(vec![quick, slow]);
-        let dues: Vec<Due> = (0..plan.tasks.len() as u32)
-            .map(Scheduler::one_shot)
-            .collect();
-        let (tx, mut rx) = mpsc::channel(16);
-        let reader = tokio::spawn(async move { while rx.recv().await.is_some() {} });
-        let mut emitter = Emitter::new(tx, Arc::default());
+        let dues = all_due(&plan);
+        let (mut emitter, reader) = drained_emitter();
         let metrics = EngineMetrics::default();
         let mut driver = snmp_driver().unwrap();
         let mut handed = Vec::new();
