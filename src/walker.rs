@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use poller::plan::SnmpParams;
+// A request no reply was taken to, or an SNMPv3 agent's Report, is said as a polled
+// item's failure says it, so `snmp get` and `snmp walk` read alike.
+use poller::snmp_driver::{report_text, timeout_text};
 use poller::source::SourceAddrs;
 use snmp::v3::{Answer, Engine, ReportKind, V3Message};
 use snmp::{Dropped, Message, Oid, VarValue, Walk};
@@ -126,7 +129,7 @@ fn walk_at_most(
                 }
             }
             let (eid, boots, time) =
-                found.with_context(|| timed_out(addr, t.snmp.retries, None))?;
+                found.with_context(|| timeout_text(addr, t.snmp.retries, None))?;
             Some(Engine::new(user.clone(), &eid, boots, time, Instant::now()))
         }
         None => None,
@@ -188,7 +191,7 @@ fn walk_at_most(
                         }
                         return Some(
                             w.handle_response(&m, &mut vbs)
-                                .map_err(|e| (e.to_string(), None)),
+                                .map_err(|e| (failed_answer(addr, e), None)),
                         );
                     };
                     // Only an answer to one of the request's attempts is looked at.
@@ -208,7 +211,7 @@ fn walk_at_most(
                     ) {
                         Ok(Answer::Response(r)) => Some(
                             w.handle_response(&r, &mut vbs)
-                                .map_err(|e| (e.to_string(), None)),
+                                .map_err(|e| (failed_answer(addr, e), None)),
                         ),
                         Ok(Answer::Report { kind, authentic }) => {
                             if kind == ReportKind::NotInTimeWindow && authentic {
@@ -216,7 +219,7 @@ fn walk_at_most(
                                 // step).
                                 e.set_clock(m.boots, m.time, now);
                             }
-                            Some(Err((format!("SNMPv3 {kind}"), Some(kind))))
+                            Some(Err((report_text(addr, kind), Some(kind))))
                         }
                         // The agent's reply, refused by the engine's rule: the timeout
                         // says why, as the engine's does.
@@ -236,8 +239,8 @@ fn walk_at_most(
             }
         };
         let failed = match (answered, dropped) {
-            (None, None) => bail!(timed_out(addr, t.snmp.retries, None)),
-            (None, Some(why)) => bail!(timed_out(addr, t.snmp.retries, Some(&why))),
+            (None, None) => bail!(timeout_text(addr, t.snmp.retries, None)),
+            (None, Some(why)) => bail!(timeout_text(addr, t.snmp.retries, Some(&why))),
             (Some(r), _) => r.err(),
         };
         // The rows an answer brought before its error are the walk's (as net-snmp
@@ -250,7 +253,7 @@ fn walk_at_most(
             each(oid, v)?;
         }
         if let Some(e) = failed {
-            bail!("{addr}: {e}");
+            bail!(e);
         }
     }
     Ok(count)
@@ -435,12 +438,16 @@ pub fn value_text(v: &VarValue) -> Option<String> {
     })
 }
 
-/// A walk's request no reply was taken to (`dropped`: why the last that came was
-/// not), said as a polled item's timeout says it (`poller::snmp_driver::item_error`),
-/// so `snmp get` and `snmp walk` read alike.
-fn timed_out(addr: SocketAddr, retries: u32, dropped: Option<&Dropped>) -> String {
-    let text = poller::snmp_driver::timeout_text(addr, retries, dropped);
-    format!("timeout: {text}")
+/// An answer that fails the walk, said as a polled item's would be where the daemon has
+/// words for it (an error-status: Zabbix's `SNMP error: (genError) ...`, as `snmp get`
+/// says it), else as the walk's error with the agent's address.
+fn failed_answer(addr: SocketAddr, e: snmp::WalkError) -> String {
+    match e {
+        snmp::WalkError::ErrorStatus { status, .. } => {
+            snmp::ItemFailure::ErrorStatus(status).to_string()
+        }
+        e => format!("{addr}: {e}"),
+    }
 }
 
 fn random_id() -> i32 {
@@ -814,7 +821,7 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(
-                e.starts_with("timeout: Timeout while connecting to \"127.0.172.1:"),
+                e.starts_with("Timeout while connecting to \"127.0.172.1:"),
                 "{e}"
             );
             assert!(e.ends_with(&format!("after 1 attempt(s): {why}")), "{e}");

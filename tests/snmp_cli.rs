@@ -284,7 +284,7 @@ fn walk_indices_exits_1_when_the_walk_fails_or_finds_no_row() {
         if_descr,
     ];
     for (args, error) in [
-        (&silent[..], "timeout"),
+        (&silent[..], "Timeout while connecting"),
         (&no_rows[..], "no rows"),
         (&none_match[..], "no rows whose value matches"),
     ] {
@@ -335,24 +335,144 @@ fn a_walk_of_an_empty_top_arc_prints_nothing() {
     }
 }
 
+/// `snmp get` and `snmp walk` of `oid` with `args` (options and the target): each
+/// exits 1 saying `error` once, after the OID, on stderr with nothing on stdout, and
+/// in --json as `{"oid","error"}` on stdout.
+fn get_and_walk_fail_saying(args: &[&str], oid: &str, error: &str) {
+    for cmd in ["get", "walk"] {
+        let run = |json: bool| {
+            let o = netpoller()
+                .args(["snmp", cmd])
+                .args(args)
+                .args(json.then_some("--json"))
+                .arg(oid)
+                .output()
+                .unwrap();
+            assert_eq!(o.status.code(), Some(1), "{cmd} {args:?}: {o:?}");
+            o
+        };
+        let o = run(false);
+        let said = (String::from_utf8_lossy(&o.stderr), text(&o));
+        assert_eq!(said.0, format!("{oid}: {error}\n"), "{cmd} {args:?}");
+        assert_eq!(said.1, "", "{cmd} {args:?}");
+        let j: serde_json::Value = serde_json::from_str(text(&run(true)).trim()).unwrap();
+        let want = serde_json::json!({ "oid": oid, "error": error });
+        assert_eq!(j, want, "{cmd} {args:?}");
+    }
+}
+
 /// An agent that answers nothing: `get` and `walk` say the same timeout, with the
-/// attempts made (the walk said `timeout: no response from ADDR`, the get `no SNMP
-/// response from ADDR after 2 attempt(s)`).
+/// attempts made, once (the walk said `timeout: no response from ADDR`, the get `no
+/// SNMP response from ADDR after 2 attempt(s)`; then both `timeout: Timeout while
+/// connecting`, the item's class before its text).
 #[test]
 fn get_and_walk_time_out_alike() {
     let silent = common::raw_agent("127.0.188.9:0".parse().unwrap(), None, |_, _| Vec::new());
+    let silent = silent.to_string();
+    let args = ["-t", "100ms", "-r", "1", "-c", "public", &silent];
+    let error =
+        format!("Timeout while connecting to \"{silent}\". No SNMP response after 2 attempt(s)");
+    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.3.0", &error);
+}
+
+/// An agent's refusal reads the same from `get` and `walk`, in the words of the
+/// polled item's error (Zabbix's first): an error-status (the walk said `ADDR: agent
+/// returned error-status genErr(5) (index 1)`) and an SNMPv3 Report (the walk said
+/// `ADDR: SNMPv3 unknown user name (usmStatsUnknownUserNames)`).
+#[test]
+fn get_and_walk_say_an_agents_refusal_alike() {
+    // Every request answered with genErr (index 1), in this test's own range.
+    let gen_err = common::raw_agent("127.0.195.2:0".parse().unwrap(), None, |m, _| {
+        let mut out = Vec::new();
+        let vbs = m.varbinds().map(|vb| (vb.oid, snmp::ValueRef::Null));
+        snmp::encode_message(
+            &mut out,
+            m.version,
+            m.community,
+            snmp::PduType::Response,
+            m.request_id,
+            5,
+            1,
+            vbs,
+        );
+        vec![out]
+    })
+    .to_string();
     let oid = ".1.3.6.1.2.1.1.3.0";
-    for cmd in ["get", "walk"] {
-        let o = netpoller()
-            .args(["snmp", cmd, "-t", "100ms", "-r", "1", "-c", "public"])
-            .args([&silent.to_string(), oid])
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(1), "{cmd} {o:?}");
+    let error = "SNMP error: (genError) A general failure occured (error-status genErr(5))";
+    get_and_walk_fail_saying(&["-r", "0", "-c", "public", &gen_err], oid, error);
+    let (agent, _) = first_agent();
+    let error = format!("Cannot connect to \"{agent}\": Unknown user name. (the SNMPv3 agent refused the request with a Report: usmStatsUnknownUserNames)");
+    let unknown_user = ["-v", "3", "-u", "np-nosuchuser", "-r", "0", &agent];
+    get_and_walk_fail_saying(&unknown_user, oid, &error);
+}
+
+/// `poll-once` says an item's failure once, in the words the daemon has for it
+/// (Zabbix's first), and in --json its class apart, as the daemon's log gives them
+/// (`reason=... error=...`): it printed `ERROR timeout: Timeout while connecting`,
+/// the class before the text.
+#[test]
+fn poll_once_says_each_failure_once() {
+    let (agent, community) = first_agent();
+    let agent: SocketAddr = agent.parse().unwrap();
+    // Nothing listens there: the daemon's requests time out.
+    let silent = "127.0.195.3";
+    let dir = common::scratch("cli-poll-once-failures");
+    let cfg = dir.join("netpoller.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"[snmp]
+port = {port}
+timeout = "100ms"
+retries = 0
+
+[[hosts]]
+name = "agent"
+ip = "{ip}"
+snmp = {{ community = "{community}" }}
+items = [{{ key = "missing", oid = ".1.3.6.1.2.1.1.99.0", type = "str", interval = "1m" }}]
+
+[[hosts]]
+name = "silent"
+ip = "{silent}"
+items = [{{ key = "sysName", oid = ".1.3.6.1.2.1.1.5.0", type = "str", interval = "1m" }}]
+"#,
+            port = agent.port(),
+            ip = agent.ip(),
+        ),
+    )
+    .unwrap();
+    let timeout = format!(
+        "Timeout while connecting to \"{silent}:{}\". No SNMP response after 1 attempt(s)",
+        agent.port()
+    );
+    let missing = "No Such Object available on this agent at this OID (noSuchObject)";
+    let (out, _) = common::succeeds(netpoller().args(["poll-once", "--quiet", "-c"]).arg(&cfg));
+    let line = |host: &str| {
+        out.lines()
+            .find(|l| l.starts_with(&format!("{host} ")))
+            .unwrap_or_else(|| panic!("{host}: {out}"))
+            .to_string()
+    };
+    assert!(
+        line("silent").ends_with(&format!(" ERROR {timeout}")),
+        "{out}"
+    );
+    assert!(
+        line("agent").ends_with(&format!(" ERROR {missing}")),
+        "{out}"
+    );
+    let lines = common::poll_once_json(&cfg, &[]);
+    for (key, error, reason) in [
+        ("sysName", &*timeout, "timeout"),
+        ("missing", missing, "unsupported"),
+    ] {
+        let l = common::line_of(&lines, key);
         assert_eq!(
-            String::from_utf8_lossy(&o.stderr),
-            format!("{oid}: timeout: Timeout while connecting to \"{silent}\". No SNMP response after 2 attempt(s)\n"),
-            "{cmd}"
+            (l["error"].as_str(), l["reason"].as_str()),
+            (Some(error), Some(reason)),
+            "{l}"
         );
     }
 }
@@ -1172,12 +1292,12 @@ fn snmpv3_walks_of_replies_failing_the_usm_say_why_on_timeout() {
         let err = run("walk", opts, addr);
         assert_eq!(
             err.trim_end(),
-            format!("{root}: timeout: Timeout while connecting to \"{addr}\". No SNMP response taken after 2 attempt(s): {why}")
+            format!("{root}: Timeout while connecting to \"{addr}\". No SNMP response taken after 2 attempt(s): {why}")
         );
     }
     let err = run("get", privacy, &echo);
     assert_eq!(
         err.trim_end(),
-        format!("{root}: timeout: Timeout while connecting to \"{echo}\". No SNMP response taken after 2 attempt(s): replies were GetRequest PDUs instead of Responses, not taken")
+        format!("{root}: Timeout while connecting to \"{echo}\". No SNMP response taken after 2 attempt(s): replies were GetRequest PDUs instead of Responses, not taken")
     );
 }

@@ -265,21 +265,24 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
         // unsupported, with net-snmp's words for the Report: `Cannot connect to
         // "<addr>:<port>": Unknown user name.`
         ItemFailure::Report(kind) => {
-            // Named unless it is no counter netpoller knows (no String built for it).
-            let (colon, counter) = match kind {
-                snmp::v3::ReportKind::Other => ("", ""),
-                k => (": ", k.counter()),
-            };
-            ItemError::new(
-                ErrorReason::Unsupported,
-                format!(
-                    "Cannot connect to \"{}\": {}. (the SNMPv3 agent refused the request with a Report{colon}{counter})",
-                    job.addr,
-                    kind.net_snmp_text()
-                ),
-            )
+            ItemError::new(ErrorReason::Unsupported, report_text(job.addr, *kind))
         }
     }
+}
+
+/// An SNMPv3 agent's Report refusing a request, for polled items and the CLI's walks
+/// alike: net-snmp's words as Zabbix shows them (`Cannot connect to "<addr>:<port>":
+/// Unknown user name.`), then the Report's counter when netpoller knows it.
+pub fn report_text(addr: std::net::SocketAddr, kind: snmp::v3::ReportKind) -> String {
+    // Named unless it is no counter netpoller knows (no String built for it).
+    let (colon, counter) = match kind {
+        snmp::v3::ReportKind::Other => ("", ""),
+        k => (": ", k.counter()),
+    };
+    format!(
+        "Cannot connect to \"{addr}\": {}. (the SNMPv3 agent refused the request with a Report{colon}{counter})",
+        kind.net_snmp_text()
+    )
 }
 
 impl SnmpDriver {

@@ -45,8 +45,11 @@ fn not_stored(why: Why) -> &'static str {
 }
 
 /// One result as a JSON object (printed one per line):
-/// `{"host","ip","itemid","key","clock","ns","type","value"}` or with `"error"` instead of
-/// `"value"`; the caller adds `"preprocessing"` to a value the daemon would not store.
+/// `{"host","ip","itemid","key","clock","ns","type","value"}` or with `"error"` and
+/// `"reason"` instead of `"value"`: the item's error text as the daemon has it (Zabbix's
+/// words first) and its class as the metrics count it (`timeout`, `unsupported`,
+/// `decode`, `send`), as the daemon's log gives them (`reason=... error=...`); the
+/// caller adds `"preprocessing"` to a value the daemon would not store.
 pub fn json_value(s: &Sample) -> serde_json::Value {
     let mut o = serde_json::json!({
         "host": &*s.host,
@@ -61,7 +64,10 @@ pub fn json_value(s: &Sample) -> serde_json::Value {
         Ok(Value::Float(f)) => o["value"] = serde_json::json!(f),
         Ok(Value::Uint(u)) => o["value"] = serde_json::json!(u),
         Ok(Value::Str(t)) => o["value"] = serde_json::json!(t),
-        Err(e) => o["error"] = serde_json::json!(e.to_string()),
+        Err(e) => {
+            o["error"] = serde_json::json!(e.text);
+            o["reason"] = serde_json::json!(e.reason.as_str());
+        }
     }
     o
 }
@@ -84,7 +90,9 @@ fn text_line(s: &Sample) -> String {
     let v = match &s.result {
         Ok(Value::Str(t)) => format!("{t:?}"),
         Ok(number) => number.to_string(),
-        Err(e) => format!("ERROR {e}"),
+        // The text alone: it says what failed in Zabbix's words (`Timeout while
+        // connecting to ...`); the class before it said it twice (`timeout: Timeout`).
+        Err(e) => format!("ERROR {}", e.text),
     };
     format!(
         "{:<24} {:<15} {:<36} {:<5} {}",

@@ -6,6 +6,10 @@
 //! GETNEXT (v1) one request at a time over a connected UDP socket; for v3 it discovers
 //! the agent's engine first.
 //!
+//! A failure is said once, in the words of the polled item's error (Zabbix's first:
+//! `Timeout while connecting to ...`, `SNMP error: ...`), by `get` and `walk` alike:
+//! on stderr after the OID, in `--json` as `{"oid","error"}` on stdout; exit 1.
+//!
 //! The community and the SNMPv3 passphrases are secrets: never printed, logged, or shown
 //! in `--help` (no default or environment value is displayed). SNMPv3 options are
 //! net-snmp's (`-u -l -a -A -x -X -n`) and checked like the config's.
@@ -386,7 +390,9 @@ fn get_and_print(
             Some(Err(e)) if absent_ok && e.reason == poller::value::ErrorReason::Unsupported => {}
             Some(Err(e)) => {
                 all = false;
-                print_error(out, c.json, &oid, &e.to_string())?;
+                // The item's text as the daemon has it, Zabbix's words first; the
+                // class before it said a timeout twice (`timeout: Timeout while`).
+                print_error(out, c.json, &oid, &e.text)?;
             }
             None => {
                 all = false;
