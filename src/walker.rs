@@ -12,7 +12,9 @@
 //! under the msgID of one of the request's attempts and as the USM takes it, each by
 //! the engine's own rule ([`Message::refusal`], [`V3Message::answer`]), and a request
 //! whose replies were all refused times out saying why the last was, in the engine's
-//! words ([`Dropped`]).
+//! words ([`Dropped`]). A closed port is learnt from the ICMP port unreachable the
+//! connected socket is told of ([`PortUnreachable`]); [`port_unreachable`] learns it
+//! so for `snmp get`, whose requests go out on the daemon's unconnected sockets.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,11 +91,7 @@ fn walk_at_most(
     mut each: impl FnMut(Oid, VarValue) -> anyhow::Result<()>,
 ) -> anyhow::Result<usize> {
     let addr = t.addr();
-    let v6 = addr.is_ipv6();
-    let sock = t.source.udp_socket(v6).context("binding a UDP socket")?;
-    // Connected: the kernel drops datagrams from any other source.
-    sock.connect(addr)
-        .with_context(|| format!("connecting to {addr}"))?;
+    let sock = connected(t)?;
     let bare = root.strip_prefix('.').unwrap_or(root);
     let mut w = match bare.parse::<u32>() {
         Ok(arc) => Walk::new_top(arc, t.snmp.version, t.max_repetitions),
@@ -457,6 +455,64 @@ fn random_id() -> i32 {
     (h.finish() as i32) & 0x7fff_ffff
 }
 
+/// A UDP socket from the target's source, connected to its agent: the kernel drops
+/// datagrams from any other source, and tells an ICMP port unreachable that came back
+/// (`ECONNREFUSED`), which a socket shared by many agents (the daemon's) never hears of.
+fn connected(t: &Target<'_>) -> anyhow::Result<UdpSocket> {
+    let addr = t.addr();
+    let sock = t
+        .source
+        .udp_socket(addr.is_ipv6())
+        .context("binding a UDP socket")?;
+    sock.connect(addr)
+        .with_context(|| format!("connecting to {addr}"))?;
+    Ok(sock)
+}
+
+/// The agent's port is unreachable: an ICMP port unreachable came back (on loopback
+/// at once; a firewall may drop them, and the request times out instead).
+#[derive(Debug)]
+pub struct PortUnreachable(pub SocketAddr);
+
+impl std::fmt::Display for PortUnreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: port unreachable (nothing listens there)", self.0)
+    }
+}
+
+impl std::error::Error for PortUnreachable {}
+
+/// Whether the target's port proves unreachable, learnt as a walk learns it: one
+/// request for `oid` (a GET in v1/v2c; in v3 an engine discovery, which carries no
+/// user and no key) over a [`connected`] socket, waiting one timeout at most, or
+/// until `stop`. `false` when anything came back, nothing did, or the probe could not
+/// be sent (`snmp get`'s own requests say then what happened).
+pub fn port_unreachable(t: &Target<'_>, oid: &Oid, stop: &AtomicBool) -> bool {
+    let Ok(sock) = connected(t) else {
+        return false;
+    };
+    let mut req = Vec::with_capacity(256);
+    let id = random_id();
+    match t.snmp.usm {
+        Some(_) => {
+            snmp::v3::encode_discovery(&mut req, id);
+        }
+        None => {
+            snmp::encode_request(
+                &mut req,
+                t.snmp.version,
+                t.snmp.community.as_bytes(),
+                id,
+                snmp::RequestKind::Get,
+                std::iter::once(oid),
+            );
+        }
+    }
+    let mut rbuf = vec![0u8; 65_536];
+    attempt(&sock, &req, t, stop, &mut rbuf, |_| Some(()))
+        .is_err_and(|e| e.downcast_ref::<PortUnreachable>().is_some())
+}
+
 /// One attempt: sends `req` and waits the target's timeout for a datagram `accept`
 /// takes; `None` when none came (the caller makes the target's retries).
 fn attempt<T>(
@@ -491,7 +547,7 @@ fn attempt<T>(
                 continue;
             }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                bail!("{addr}: port unreachable (nothing listens there)")
+                return Err(PortUnreachable(addr).into());
             }
             Err(e) => return Err(e).context("receiving"),
         };

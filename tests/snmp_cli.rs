@@ -375,6 +375,23 @@ fn get_and_walk_time_out_alike() {
     get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.3.0", &error);
 }
 
+/// Nothing listens at the port: `get` says so at once, as `walk` does, in v2c and v3
+/// alike, exit 1; it timed out, its requests going out on a socket that never hears
+/// of the ICMP port unreachable.
+#[test]
+fn get_says_a_closed_port_is_unreachable_as_walk_does() {
+    // In this test's own range; nothing listens there.
+    let closed = "127.0.195.1:16161";
+    let error = format!("{closed}: port unreachable (nothing listens there)");
+    // A timeout long enough that a get that waits for it is not mistaken for one told
+    // at once (its text would say Timeout).
+    let v2c = ["-t", "5s", "-r", "0", closed];
+    let v3 = ["-v", "3", "-u", "np-sha", "-a", "SHA", "-A", "np-auth-pass"];
+    for args in [v2c.to_vec(), [&v2c[..], &v3[..]].concat()] {
+        get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.3.0", &error);
+    }
+}
+
 /// An agent's refusal reads the same from `get` and `walk`, in the words of the
 /// polled item's error (Zabbix's first): an error-status (the walk said `ADDR: agent
 /// returned error-status genErr(5) (index 1)`) and an SNMPv3 Report (the walk said

@@ -862,17 +862,7 @@ pub async fn snmp_iteration(
             continue;
         };
         let j = *by_host.entry(task.host).or_insert_with(|| {
-            jobs.push(SnmpHostJob {
-                addr,
-                version: params.version,
-                community: params.community.clone(),
-                usm: params.usm.clone(),
-                timeout: params.timeout,
-                retries: params.retries,
-                max_oids: params.max_oids_per_request,
-                max_inflight: params.max_inflight_per_host,
-                oids: Vec::new(),
-            });
+            jobs.push(params.job(addr, Vec::new()));
             refs.push(Vec::new());
             job_host.push(task.host);
             job_dues.push(Vec::new());

@@ -59,6 +59,23 @@ impl std::fmt::Debug for SnmpParams {
     }
 }
 
+impl SnmpParams {
+    /// The engine's job of asking the agent at `addr` for `oids` with these parameters.
+    pub fn job(&self, addr: std::net::SocketAddr, oids: Vec<snmp::Oid>) -> snmp::HostJob {
+        snmp::HostJob {
+            addr,
+            version: self.version,
+            community: self.community.clone(),
+            usm: self.usm.clone(),
+            timeout: self.timeout,
+            retries: self.retries,
+            max_oids: self.max_oids_per_request,
+            max_inflight: self.max_inflight_per_host,
+            oids,
+        }
+    }
+}
+
 /// What an item asks of its engine.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ItemKind {

@@ -2,9 +2,10 @@
 //! / `snmpbulkwalk -On` (or JSON lines with `--json`).
 //!
 //! `get` runs through the daemon's own path (`poller::snmp_driver`), so it is also a
-//! quick way to check what the daemon would read. `walk` uses GETBULK (v2c, v3) or
-//! GETNEXT (v1) one request at a time over a connected UDP socket; for v3 it discovers
-//! the agent's engine first.
+//! quick way to check what the daemon would read; one request beside it, over a
+//! connected socket, learns a closed port as a walk does. `walk` uses GETBULK (v2c,
+//! v3) or GETNEXT (v1) one request at a time over a connected UDP socket; for v3 it
+//! discovers the agent's engine first.
 //!
 //! A failure is said once, in the words of the polled item's error (Zabbix's first:
 //! `Timeout while connecting to ...`, `SNMP error: ...`), by `get` and `walk` alike:
@@ -215,6 +216,21 @@ impl Common {
         Ok(Some(Arc::new(user)))
     }
 
+    /// The SNMP parameters of the command line for `addr`'s agent, at most `max_oids`
+    /// OIDs (or GETBULK repetitions) per request.
+    fn params(&self, addr: SocketAddr, max_oids: usize) -> anyhow::Result<SnmpParams> {
+        Ok(SnmpParams {
+            version: self.version,
+            community: Arc::from(self.community.as_str()),
+            usm: self.usm_user()?,
+            port: addr.port(),
+            timeout: self.timeout,
+            retries: self.retries,
+            max_oids_per_request: max_oids,
+            max_inflight_per_host: 1,
+        })
+    }
+
     /// The target's address. Names are not looked up (as the config's `ip`): a typo
     /// must not become a DNS query, nor a query an agent somewhere else.
     fn addr(&self) -> anyhow::Result<SocketAddr> {
@@ -339,6 +355,12 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
 /// GETs `oids` from `addr` (at most `max_oids` per request) and prints each result;
 /// `false` when one had none (an error is printed in its place). With `absent_ok`, an
 /// OID the agent has not (SNMPv1's noSuchName) is neither printed nor a failure.
+///
+/// The daemon's driver asks, on a socket it does not connect (the daemon's are shared
+/// by every agent), which never hears of an ICMP port unreachable: a closed port would
+/// time out, where `walk` says at once that it is unreachable. A probe beside it asks
+/// as a walk does ([`walker::port_unreachable`]) and stops the driver when the port
+/// proves unreachable: the OIDs not answered then say so.
 fn get_and_print(
     c: &Common,
     addr: SocketAddr,
@@ -347,38 +369,57 @@ fn get_and_print(
     absent_ok: bool,
     out: &mut impl Write,
 ) -> anyhow::Result<bool> {
-    let job = SnmpHostJob {
-        addr,
-        version: c.version,
-        community: Arc::from(c.community.as_str()),
-        usm: c.usm_user()?,
-        timeout: c.timeout,
-        retries: c.retries,
-        max_oids: max_oids.max(1),
-        max_inflight: 1,
-        oids: oids.to_vec(),
+    let params = c.params(addr, max_oids.max(1))?;
+    let job = params.job(addr, oids.to_vec());
+    let source = super::source_addrs(c.source.as_slice(), &[addr.ip()])?;
+    let target = Target {
+        ip: addr.ip(),
+        snmp: &params,
+        max_repetitions: 1,
+        source,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
     let mut results: Vec<Option<Result<VarValue, poller::value::ItemError>>> =
         vec![None; oids.len()];
-    let report = rt.block_on(async {
-        let opts = SnmpDriverOptions {
-            sockets: 1,
-            rcvbuf: 1 << 20,
-            source: super::source_addrs(c.source.as_slice(), &[addr.ip()])?,
-            ..Default::default()
-        };
-        let mut driver = SnmpDriver::open(opts).context("opening a UDP socket")?;
-        let jobs = [job];
-        anyhow::Ok(
-            driver
-                .run_iteration(&jobs, |_, i, r| results[i] = Some(r))
-                .await,
-        )
+    // Set when the probe found the port unreachable (and stopped the driver).
+    let refused = std::cell::Cell::new(false);
+    // Ends the probe's wait once the driver is done.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (tell, told) = tokio::sync::oneshot::channel();
+    let report = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let _ = tell.send(walker::port_unreachable(&target, &oids[0], &done));
+        });
+        let report = rt.block_on(async {
+            let opts = SnmpDriverOptions {
+                sockets: 1,
+                rcvbuf: 1 << 20,
+                source,
+                ..Default::default()
+            };
+            let mut driver = SnmpDriver::open(opts).context("opening a UDP socket")?;
+            let jobs = [job];
+            let unreachable = async {
+                match told.await {
+                    Ok(true) => refused.set(true),
+                    // Reachable, or no word: the driver's requests tell.
+                    _ => std::future::pending().await,
+                }
+            };
+            anyhow::Ok(
+                driver
+                    .run_iteration_until(&jobs, unreachable, Duration::ZERO, |_, i, r| {
+                        results[i] = Some(r)
+                    })
+                    .await,
+            )
+        });
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        report
     })?;
-    tracing::debug!(?report, "snmp get done");
+    tracing::debug!(?report, refused = refused.get(), "snmp get done");
     let mut all = true;
     for (oid, r) in oids.iter().zip(results) {
         let oid = oid.to_string();
@@ -396,7 +437,11 @@ fn get_and_print(
             }
             None => {
                 all = false;
-                print_error(out, c.json, &oid, "no result")?;
+                let why = match refused.get() {
+                    true => walker::PortUnreachable(addr).to_string(),
+                    false => "no result".to_string(),
+                };
+                print_error(out, c.json, &oid, &why)?;
             }
         }
     }
@@ -443,16 +488,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     }
-    let snmp = SnmpParams {
-        version: c.version,
-        community: Arc::from(c.community.as_str()),
-        usm: c.usm_user()?,
-        port: addr.port(),
-        timeout: c.timeout,
-        retries: c.retries,
-        max_oids_per_request: a.max_repetitions as usize,
-        max_inflight_per_host: 1,
-    };
+    let snmp = c.params(addr, a.max_repetitions as usize)?;
     let t = Target {
         ip: addr.ip(),
         snmp: &snmp,
