@@ -1587,15 +1587,15 @@ struct SnmpLimits {
 /// Most re-sends of one request: each costs a whole timeout of a dead host's iteration.
 pub const SNMP_RETRIES_MAX: u32 = 10;
 
+/// Why an agent's port may not be 0 (the config's `port` and `snmp` TARGET's).
+pub const PORT_ZERO: &str = "UDP port 0 cannot be sent to";
+
 fn check_snmp_limits(c: &mut Collector<'_>, path: &[Seg<'_>], l: SnmpLimits) {
     if let Some(Err(e)) = l.timeout.map(check_snmp_timeout) {
         c.push(&under(path, [Seg::Key("timeout")]), e);
     }
     if l.port == Some(0) {
-        c.push(
-            &under(path, [Seg::Key("port")]),
-            "UDP port 0 cannot be sent to",
-        );
+        c.push(&under(path, [Seg::Key("port")]), PORT_ZERO);
     }
     if let Some(n) = l.max_oids.filter(|n| !(1..=256).contains(n)) {
         let p = under(path, [Seg::Key("max_oids_per_request")]);

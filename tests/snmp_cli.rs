@@ -518,6 +518,29 @@ fn a_name_oid_is_told_how_to_get_its_number_by_every_command() {
     }
 }
 
+/// Port 0, of the TARGET or `-p`, is refused before anything is sent, as the config
+/// refuses it, exit 2; `get` said `Invalid argument (os error 22)` and `walk`
+/// `Transport endpoint is not connected (os error 107)`, as the OID's failure, exit 1.
+#[test]
+fn port_0_is_refused_as_the_config_refuses_it() {
+    for cmd in ["get", "walk"] {
+        for target in [&["127.0.195.1:0"][..], &["-p", "0", "127.0.195.1"][..]] {
+            let o = netpoller()
+                .args(["snmp", cmd, "-t", "100ms", "-r", "0"])
+                .args(target)
+                .arg(".1.3.6.1.2.1.1.5.0")
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{cmd} {target:?}: {err}");
+            assert_eq!(
+                err, "netpoller: target 127.0.195.1:0: UDP port 0 cannot be sent to\n",
+                "{cmd} {target:?}"
+            );
+        }
+    }
+}
+
 /// A target that is not an IP address is refused before anything is sent: no DNS
 /// query for a typo. (`.invalid` can never resolve, should a lookup happen.)
 #[test]

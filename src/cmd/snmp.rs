@@ -247,6 +247,12 @@ impl Common {
                 }
             }
         };
+        // Refused as the config refuses it, before anything is sent: the kernel's
+        // words for it were `Invalid argument` (get) or `Transport endpoint is not
+        // connected` (walk), said as the OID's failure.
+        if addr.port() == 0 {
+            bail!("target {addr}: {}", crate::config::PORT_ZERO);
+        }
         poller::source::check_address(addr.ip()).map_err(anyhow::Error::msg)?;
         Ok(addr)
     }
