@@ -24,7 +24,7 @@ use anyhow::{bail, Context};
 use poller::plan::SnmpParams;
 // A request no reply was taken to, or an SNMPv3 agent's Report, is said as a polled
 // item's failure says it, so `snmp get` and `snmp walk` read alike.
-use poller::snmp_driver::{report_text, timeout_text};
+use poller::snmp_driver::{report_text, silent_timeout_text, timeout_text};
 use poller::source::SourceAddrs;
 use snmp::v3::{Answer, Engine, ReportKind, V3Message};
 use snmp::{Dropped, Message, Oid, VarValue, Walk};
@@ -237,7 +237,12 @@ fn walk_at_most(
             }
         };
         let failed = match (answered, dropped) {
-            (None, None) => bail!(timeout_text(addr, t.snmp.retries, None)),
+            // Nothing came back: for an authPriv user, a wrong privacy key looks so.
+            (None, None) => bail!(silent_timeout_text(
+                addr,
+                t.snmp.retries,
+                t.snmp.usm.as_deref()
+            )),
             (None, Some(why)) => bail!(timeout_text(addr, t.snmp.retries, Some(&why))),
             (Some(r), _) => r.err(),
         };

@@ -424,6 +424,37 @@ fn get_and_walk_say_an_agents_refusal_alike() {
     get_and_walk_fail_saying(&unknown_user, oid, &error);
 }
 
+/// An SNMPv3 authPriv request the agent cannot decrypt is dropped without a word:
+/// `get` and `walk` time out alike, with the hint that a wrong privacy passphrase or
+/// protocol looks so (the walk's timeout said nothing of it).
+#[test]
+fn a_wrong_privacy_key_times_out_alike_with_its_hint() {
+    let (agent, _) = first_agent();
+    let v3 = [
+        "-v",
+        "3",
+        "-u",
+        "np-shaaes",
+        "-a",
+        "SHA",
+        "-A",
+        "np-auth-pass",
+    ];
+    let wrong = [
+        "-x",
+        "AES",
+        "-X",
+        "not-the-priv-pass",
+        "-t",
+        "200ms",
+        "-r",
+        "0",
+    ];
+    let error = format!("Timeout while connecting to \"{agent}\". No SNMP response after 1 attempt(s) (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)");
+    let args = [&v3[..], &wrong[..], &[agent.as_str()][..]].concat();
+    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.5.0", &error);
+}
+
 /// `poll-once` says an item's failure once, in the words the daemon has for it
 /// (Zabbix's first), and in --json its class apart, as the daemon's log gives them
 /// (`reason=... error=...`): it printed `ERROR timeout: Timeout while connecting`,

@@ -211,6 +211,25 @@ pub fn timeout_text(
     )
 }
 
+/// A timeout without a reply at all, for polled items and the CLI's walks alike:
+/// [`timeout_text`], and for an SNMPv3 authPriv `user` the hint that a wrong privacy
+/// passphrase or protocol looks the same: agents drop a request they cannot decrypt
+/// without a word (net-snmp's snmpget shows a timeout too), so this is all an
+/// operator gets.
+pub fn silent_timeout_text(
+    addr: std::net::SocketAddr,
+    retries: u32,
+    user: Option<&snmp::v3::UsmUser>,
+) -> String {
+    let text = timeout_text(addr, retries, None);
+    match user.map(|u| u.level()) {
+        Some(snmp::v3::SecurityLevel::AuthPriv) => {
+            text + " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)"
+        }
+        _ => text,
+    }
+}
+
 /// Maps an engine failure to the item error the sink and metrics understand.
 ///
 /// Each text starts with what Zabbix (checks_snmp.c `zbx_get_snmp_response_error`,
@@ -220,23 +239,10 @@ pub fn timeout_text(
 /// IPv6, where Zabbix prints `::1:161`.
 pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
     match f {
-        ItemFailure::Timeout => {
-            // Agents drop a request they cannot decrypt without a word (net-snmp's
-            // snmpget shows a timeout too), so this is all an operator gets.
-            let private = job
-                .usm
-                .as_ref()
-                .is_some_and(|u| u.level() == snmp::v3::SecurityLevel::AuthPriv);
-            let hint = if private {
-                " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)"
-            } else {
-                ""
-            };
-            ItemError::new(
-                ErrorReason::Timeout,
-                timeout_text(job.addr, job.retries, None) + hint,
-            )
-        }
+        ItemFailure::Timeout => ItemError::new(
+            ErrorReason::Timeout,
+            silent_timeout_text(job.addr, job.retries, job.usm.as_deref()),
+        ),
         // The agent's own answer, decoded: Zabbix's "not supported" (NOTSUPPORTED in
         // checks_snmp.c, so a CHECK_NOT_SUPPORTED step handles it).
         ItemFailure::ErrorStatus(_)
