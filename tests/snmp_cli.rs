@@ -549,6 +549,23 @@ fn a_name_oid_is_told_how_to_get_its_number_by_every_command() {
     }
 }
 
+/// `walk --help` says --max-repetitions serves SNMPv3 walks too (they are GETBULKs
+/// as v2c's are); it said `(v2c)`, which an operator of a v3 agent reads as "not
+/// mine".
+#[test]
+fn walk_help_says_max_repetitions_serves_v3_too() {
+    let o = netpoller()
+        .args(["snmp", "walk", "--help"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let help = text(&o);
+    assert!(
+        help.contains("GETBULK max-repetitions (v2c and v3; v1 has no GETBULK"),
+        "{help}"
+    );
+}
+
 /// Port 0, of the TARGET or `-p`, is refused before anything is sent, as the config
 /// refuses it, exit 2; `get` said `Invalid argument (os error 22)` and `walk`
 /// `Transport endpoint is not connected (os error 107)`, as the OID's failure, exit 1.

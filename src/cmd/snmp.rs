@@ -274,7 +274,7 @@ pub struct GetArgs {
 pub struct WalkArgs {
     #[command(flatten)]
     pub common: Common,
-    /// GETBULK max-repetitions (v2c).
+    /// GETBULK max-repetitions (v2c and v3; v1 has no GETBULK: one GETNEXT a row).
     #[arg(long, default_value_t = 10)]
     pub max_repetitions: u32,
     /// Subtree root (`.1` walks everything); default .1.3.6.1.2.1 (mib-2), like net-snmp.
