@@ -65,6 +65,11 @@ enum Command {
     /// discard it). Discovery rules are walked first (each host's rows on stderr), and
     /// their items polled for the rows found; a host's rows the loader refuses are
     /// left out, named on stderr, and the rest polled, then exit 1.
+    ///
+    /// An item that gets no value is a result, not a failed command: its line says
+    /// `ERROR` and the error text the daemon has for it (with --json `"error"` and its
+    /// class, `"reason"`), and the exit status stays 0 (1 for an invalid config or
+    /// refused rows).
     PollOnce(cmd::poll_once::Args),
     /// Ping addresses, CIDRs or @files once (fping-style summary, or --json); exit 1 when
     /// a host did not answer, as fping.

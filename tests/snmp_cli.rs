@@ -566,6 +566,25 @@ fn walk_help_says_max_repetitions_serves_v3_too() {
     );
 }
 
+/// `--help` of `snmp get`, `snmp walk` and `poll-once` says what the exit status
+/// tells, and where a failure is said: a script checking `snmp get`'s status learnt
+/// only from the README that an OID without a value is 1 and a wrong option 2, and
+/// that `poll-once` exits 0 with items in error.
+#[test]
+fn help_says_what_the_exit_status_tells() {
+    for (cmd, says) in [
+        (&["snmp", "get"][..], "1 when one has none: its error, in the words of a polled item's, on stderr (with --json as {\"oid\",\"error\"} on stdout), the others printed; 2 for a wrong option or TARGET"),
+        (&["snmp", "walk"][..], "1 when it fails (or --indices finds no row): the rows printed so far stay, the error follows on stderr"),
+        (&["poll-once"][..], "An item that gets no value is a result, not a failed command"),
+    ] {
+        let o = netpoller().args(cmd).arg("--help").output().unwrap();
+        assert!(o.status.success(), "{o:?}");
+        // As read, whatever the width the lines are wrapped to.
+        let help = text(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(help.contains(says), "{cmd:?}: {help}");
+    }
+}
+
 /// Port 0, of the TARGET or `-p`, is refused before anything is sent, as the config
 /// refuses it, exit 2; `get` said `Invalid argument (os error 22)` and `walk`
 /// `Transport endpoint is not connected (os error 107)`, as the OID's failure, exit 1.
