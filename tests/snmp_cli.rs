@@ -526,26 +526,29 @@ items = [{{ key = "sysName", oid = ".1.3.6.1.2.1.1.5.0", type = "str", interval 
 }
 
 /// A MIB name for an OID is told how to get its number by `get`, `walk` and
-/// `walk --indices` alike, before anything is sent; `--indices` said only that the
-/// name was `not a table column to walk`.
+/// `walk --indices` alike, before anything is sent, a usage error (exit 2, on stderr,
+/// with --json too); `--indices` said only that the name was `not a table column to
+/// walk`, and a plain walk said it as the walk's failure, exit 1 (in --json on
+/// stdout). A walk's top arc past 2 is refused so too (the walk failed on it).
 #[test]
 fn a_name_oid_is_told_how_to_get_its_number_by_every_command() {
-    let target = "127.0.59.4:16199";
+    // In this test's own range; nothing is sent.
+    let target = "127.0.195.1:16161";
+    let name = "IF-MIB::ifDescr";
     let hint = "\"IF-MIB::ifDescr\" is a name, not a numeric OID like 1.3.6.1.2.1.1.1.0: netpoller reads no MIBs (`snmptranslate -On IF-MIB::ifDescr` gives the number)";
-    for (args, code) in [
-        (&["get"][..], 2),
-        (&["walk"][..], 1),
-        (&["walk", "--indices"][..], 2),
+    let top = "the first arc must be 0, 1 or 2";
+    for (args, said) in [
+        (&["get", target, name][..], hint),
+        (&["walk", target, name][..], hint),
+        (&["walk", "--json", target, name][..], hint),
+        (&["walk", "--indices", target, name][..], hint),
+        (&["walk", target, "3"][..], top),
     ] {
-        let o = netpoller()
-            .arg("snmp")
-            .args(args)
-            .args([target, "IF-MIB::ifDescr"])
-            .output()
-            .unwrap();
+        let o = netpoller().arg("snmp").args(args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
-        assert!(err.contains(hint), "{args:?}: {err}");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(said), "{args:?}: {err}");
+        assert_eq!(text(&o), "", "{args:?}");
     }
 }
 

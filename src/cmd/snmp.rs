@@ -287,8 +287,9 @@ pub struct WalkArgs {
     /// GETBULK max-repetitions (v2c and v3; v1 has no GETBULK: one GETNEXT a row).
     #[arg(long, default_value_t = 10)]
     pub max_repetitions: u32,
-    /// Subtree root (`.1` walks everything); default .1.3.6.1.2.1 (mib-2), like net-snmp.
-    #[arg(value_name = "OID", default_value = ".1.3.6.1.2.1")]
+    /// Subtree root, numeric (`.1` walks everything); default .1.3.6.1.2.1 (mib-2),
+    /// like net-snmp.
+    #[arg(value_name = "OID", default_value = ".1.3.6.1.2.1", value_parser = walk_root)]
     pub oid: String,
     /// Print only the table rows the walk found, as a config's `indices` value
     /// (`indices = "1-48,101"`; a table indexed by more than one arc lists each row,
@@ -469,6 +470,21 @@ fn cli_oid(text: &str) -> Result<Oid, String> {
     crate::config::numeric_oid(text, "1.3.6.1.2.1.1.1.0")
 }
 
+/// The walk's root of the command line, as typed: a top arc (`1`, `.2`) or an OID,
+/// refused as `get` refuses its OIDs (a name: how to get its number), a usage error
+/// before anything is sent (exit 2). A walk said so as its failure, exit 1, where
+/// `get` and `walk --indices` exit 2.
+fn walk_root(text: &str) -> Result<String, String> {
+    match text.strip_prefix('.').unwrap_or(text).parse::<u32>() {
+        Ok(0..=2) => {}
+        Ok(_) => return Err(format!("{text:?}: the first arc must be 0, 1 or 2")),
+        Err(_) => {
+            cli_oid(text)?;
+        }
+    }
+    Ok(text.to_string())
+}
+
 /// The walk's root as the lines print OIDs (net-snmp's `-On`, `get`'s and each row's
 /// form: a leading dot), whether or not it was typed with one; as typed if it is no
 /// OID (its error says so).
@@ -487,23 +503,6 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     let addr = c.addr()?;
     // Its errors name it as `get` names its OIDs, and as the rows are printed.
     let shown = dotted(&a.oid);
-    // Said as `get` says it (a name: how to get its number), where the walk would
-    // fail with the bare parse error; a top arc (`2`) is walked. `--indices` refuses
-    // it as it refuses any OID that is no column (below), exit 2.
-    if a.oid
-        .strip_prefix('.')
-        .unwrap_or(&a.oid)
-        .parse::<u32>()
-        .is_err()
-    {
-        if let Err(why) = cli_oid(&a.oid) {
-            if a.indices {
-                bail!("--indices: {why}");
-            }
-            print_error(&mut std::io::stdout().lock(), a.common.json, &shown, &why)?;
-            return Ok(ExitCode::from(1));
-        }
-    }
     let snmp = c.params(addr, a.max_repetitions as usize)?;
     let t = Target {
         ip: addr.ip(),
