@@ -576,8 +576,8 @@ fn walk_help_says_max_repetitions_serves_v3_too() {
 #[test]
 fn help_says_what_the_exit_status_tells() {
     for (cmd, says) in [
-        (&["snmp", "get"][..], "1 when one has none: its error, in the words of a polled item's, on stderr (with --json as {\"oid\",\"error\"} on stdout), the others printed; 2 for a wrong option or TARGET"),
-        (&["snmp", "walk"][..], "1 when it fails (or --indices finds no row): the rows printed so far stay, the error follows on stderr"),
+        (&["snmp", "get"][..], "1 when one has none: its error, in the words of a polled item's, on stderr (with --json as {\"oid\",\"error\"} on stdout), the others printed; 2 for a wrong option, TARGET or OID, before anything is sent"),
+        (&["snmp", "walk"][..], "1 when it fails (or --indices finds no row): the rows printed so far stay, the error follows on stderr (with --json as {\"oid\",\"error\"} on stdout); 2 for a wrong option, TARGET or OID"),
         (&["poll-once"][..], "An item that gets no value is a result, not a failed command"),
     ] {
         let o = netpoller().args(cmd).arg("--help").output().unwrap();

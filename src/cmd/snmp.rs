@@ -43,14 +43,15 @@ pub enum SnmpCmd {
     /// Exit 0 when every OID has its value (an exception such as noSuchObject is one,
     /// printed as snmpget prints it); 1 when one has none: its error, in the words of
     /// a polled item's, on stderr (with --json as {"oid","error"} on stdout), the others
-    /// printed; 2 for a wrong option or TARGET, before anything is sent.
+    /// printed; 2 for a wrong option, TARGET or OID, before anything is sent.
     Get(GetArgs),
     /// Walk the subtree under OID with GETBULK (GETNEXT for v1).
     ///
     /// Exit 0 when the walk ends at the subtree's end; 1 when it fails (or --indices
     /// finds no row): the rows printed so far stay, the error follows on stderr (with
-    /// --json as {"oid","error"} on stdout); 2 for a wrong option or TARGET, refused
-    /// before anything is sent, and for an --indices OID that is no table column.
+    /// --json as {"oid","error"} on stdout); 2 for a wrong option, TARGET or OID,
+    /// refused before anything is sent, and for an --indices OID that is no table
+    /// column.
     Walk(WalkArgs),
     /// Load generator for benchmarks (benches/snmp_get.sh): poll every target of a file
     /// N times through the daemon's SNMP driver and print one JSON line per iteration.
