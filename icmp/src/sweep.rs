@@ -958,12 +958,11 @@ impl Sweep {
                 // Armed at its hand-out for a retry that will not be queued.
                 self.armed -= 1;
             }
-            let base = st.probe_base as usize;
-            let earlier = &self.probes[base..base + token.packet as usize];
-            if earlier.iter().any(|p| matches!(p, Probe::Lost(_))) {
-                // An earlier try left: a reply to it may come within this one's
+            if token.packet > 0 {
+                // An earlier try left (each one did, and was lost, or this one would
+                // not have been handed out): a reply to it may come within this one's
                 // timeout, as fping would judge it, and answer the host.
-                self.probes[base + token.packet as usize] = Probe::Refused(sent);
+                self.probes[(st.probe_base + token.packet) as usize] = Probe::Refused(sent);
                 return;
             }
             self.complete(j);
@@ -1140,12 +1139,12 @@ impl Sweep {
         }
         let last = st.next_packet - 1;
         let slot = |k: u32| self.probes[(st.probe_base + k) as usize];
-        // The first try that left (the reply's own try left; a failed send ends a
-        // host's tries, so an earlier one has not failed).
-        let (mut m, mut from) = (0..=last).find_map(|k| match slot(k) {
-            Probe::InFlight(s) | Probe::Lost(s) => Some((k, s)),
-            Probe::Idle | Probe::Refused(_) => None,
-        })?;
+        // The first try left: a failed send ends a host's tries, and completes it at
+        // once if it was the first (`on_send_error`).
+        let (Probe::InFlight(mut from) | Probe::Lost(mut from)) = slot(0) else {
+            return None;
+        };
+        let mut m = 0;
         // The try fping would have out at `now` (past the last one's end, fping still
         // judges by its timeout): none after one whose send failed, fping's last.
         let end = match slot(last) {
