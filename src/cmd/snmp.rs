@@ -487,15 +487,13 @@ fn walk_root(text: &str) -> Result<String, String> {
 }
 
 /// The walk's root as the lines print OIDs (net-snmp's `-On`, `get`'s and each row's
-/// form: a leading dot), whether or not it was typed with one; as typed if it is no
-/// OID (its error says so).
+/// form: a leading dot), whether or not it was typed with one. It is an OID or a top
+/// arc: [`walk_root`] refused anything else.
 fn dotted(root: &str) -> String {
-    let bare = root.strip_prefix('.').unwrap_or(root);
-    match (root.parse::<Oid>(), bare.parse::<u32>()) {
-        (Ok(oid), _) => oid.to_string(),
+    match root.parse::<Oid>() {
+        Ok(oid) => oid.to_string(),
         // A top arc (`2`), which is no OID to parse.
-        (_, Ok(_)) => format!(".{bare}"),
-        _ => root.to_string(),
+        Err(_) => format!(".{}", root.strip_prefix('.').unwrap_or(root)),
     }
 }
 
