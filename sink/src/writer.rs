@@ -248,7 +248,9 @@ impl Writer {
     /// [`CHECK_EVERY`], the endpoint is checked ([`crate::schema::check_at`]): a server
     /// that is not ClickHouse (something else answering 200 on its port) or a table of
     /// other column types fails the attempt (retryable: the batch is spooled until the
-    /// server or the table is fixed) instead of storing nothing, or garbage.
+    /// server or the table is fixed) instead of storing nothing, or garbage. An INSERT
+    /// refused as bad data is checked at once, and fails so when its table no longer
+    /// matches (altered since the last check), not as bad data.
     ///
     /// When that server has no such database or table, the missing schema is created
     /// there ([`crate::schema::apply_at`], `IF NOT EXISTS`, existing tables untouched) and the
@@ -286,9 +288,21 @@ impl Writer {
         self.check(ep, batch).await?;
         let repairs_before = ep.repairs.load(Ordering::Acquire);
         let result = self.insert_attempt(ep, batch, repairs_before).await;
-        if result.as_ref().is_err_and(|e| e.class != ErrorClass::Data) {
+        match &result {
+            Ok(()) => {}
+            Err(e) if e.class == ErrorClass::Data => {
+                // Bad data, or a table altered since the last check (a `value` column
+                // made String: ClickHouse cannot read the RowBinary and says so with a
+                // data error). Taken for bad data, the batch went to the reject spool,
+                // out of the replay, as did every batch of the table until the next
+                // check, up to `CHECK_EVERY` later. Checked now, a table that no
+                // longer matches fails the batch as the check does (spooled until the
+                // table is fixed); one that matches leaves the refusal as it was.
+                ep.lock_checks().last.at = None;
+                self.check(ep, batch).await?;
+            }
             // The server may have been replaced or restarted with other tables.
-            ep.lock_checks().last.at = None;
+            Err(_) => ep.lock_checks().last.at = None,
         }
         result
     }
