@@ -60,6 +60,10 @@ pub(crate) struct Shared {
     pub one_shot: bool,
     /// Since when ClickHouse has been unavailable, for the log's reminders.
     pub outage: Mutex<Option<Outage>>,
+    /// Since when rows have been lost because a spool (data or rejects) cannot be
+    /// written, for the log's reminders ([`spool_write_failed`]); ends when the health
+    /// leaves `Failing` (a batch spooled or stored again).
+    pub spool_loss: Mutex<Option<Outage>>,
     /// When the log last said that batches are spooled for an INSERT backlog
     /// ([`Shared::set_backlogged`]): at most once per [`OUTAGE_REMINDER`].
     pub backlog_logged: Mutex<Option<Instant>>,
@@ -74,33 +78,49 @@ pub(crate) struct Shared {
 /// How often a long outage is recalled in the log (with what it has spooled).
 pub(crate) const OUTAGE_REMINDER: Duration = Duration::from_secs(300);
 
-/// An outage of ClickHouse as the log tells it: one line when it starts, one every
-/// [`OUTAGE_REMINDER`] while batches are spooled, one when it ends.
+/// How often rows lost to a spool that cannot be written are recalled in the log
+/// (each batch's loss is counted, not logged: one line per batch was a flood).
+pub(crate) const LOSS_REMINDER: Duration = Duration::from_secs(60);
+
+/// An outage as the log tells it (of ClickHouse, or of a spool that cannot be
+/// written): one line when it starts, one every [`OUTAGE_REMINDER`] (or
+/// [`LOSS_REMINDER`]) while it lasts, one when it ends, each with the rows spooled and
+/// lost since it began.
 #[derive(Debug)]
 pub(crate) struct Outage {
     since: Instant,
     reminded: Instant,
     /// The spool's row counter when it began.
     spooled_before: u64,
+    /// The lost rows' counter it reports ([`rows_lost`], or `spool_write`'s alone)
+    /// when it began.
+    dropped_before: u64,
 }
 
 impl Outage {
-    fn new(now: Instant, spooled: u64) -> Outage {
+    fn new(now: Instant, spooled: u64, dropped: u64) -> Outage {
         Outage {
             since: now,
             reminded: now,
             spooled_before: spooled,
+            dropped_before: dropped,
         }
     }
 
     /// How long it has lasted, when a reminder is due at `now` (then the next one is
-    /// [`OUTAGE_REMINDER`] later).
-    fn remind(&mut self, now: Instant) -> Option<Duration> {
-        (now.saturating_duration_since(self.reminded) >= OUTAGE_REMINDER).then(|| {
+    /// `every` later).
+    fn remind(&mut self, now: Instant, every: Duration) -> Option<Duration> {
+        (now.saturating_duration_since(self.reminded) >= every).then(|| {
             self.reminded = now;
             now.saturating_duration_since(self.since)
         })
     }
+}
+
+/// Rows the spool lost so far (its cap, and appends that failed): what an outage of
+/// ClickHouse costs beyond what it spools.
+fn rows_lost(m: &SinkMetrics) -> u64 {
+    m.dropped_rows(DropReason::SpoolCap) + m.dropped_rows(DropReason::SpoolWrite)
 }
 
 /// `d` in whole seconds, as humantime writes it (`5m 3s`).
@@ -136,6 +156,7 @@ impl Shared {
             give_up: watch::channel(false).0,
             one_shot: false,
             outage: Mutex::new(None),
+            spool_loss: Mutex::new(None),
             backlog_logged: Mutex::new(None),
             orphans: Mutex::new(None),
             #[cfg(test)]
@@ -149,16 +170,38 @@ impl Shared {
 
     fn set_ok(&self) {
         if !self.ch_ok.swap(true, Ordering::SeqCst) {
+            let m = &self.metrics;
             match lock(&self.outage).take() {
+                // The rows lost too: "rows_spooled=409" alone, after 254 were lost to a
+                // full disk, read as an outage that cost nothing.
                 Some(o) => tracing::info!(
                     after = %whole_secs(o.since.elapsed()),
-                    rows_spooled = self.metrics.spooled_rows().saturating_sub(o.spooled_before),
+                    rows_spooled = m.spooled_rows().saturating_sub(o.spooled_before),
+                    rows_dropped = rows_lost(m).saturating_sub(o.dropped_before),
                     "sink: ClickHouse accepts inserts again; the spool is replayed"
                 ),
                 None => tracing::info!("sink: ClickHouse accepts inserts again"),
             }
         }
+        self.rows_kept_again("clickhouse");
         *lock(&self.health) = Health::Writing;
+    }
+
+    /// Rows are kept again (`how`: `"clickhouse"` answers, or a batch went to the
+    /// `"spool"`): no longer lost for a spool that cannot be written, if they were;
+    /// the log says so, with what was lost.
+    fn rows_kept_again(&self, how: &str) {
+        if let Some(l) = lock(&self.spool_loss).take() {
+            tracing::warn!(
+                lasted = %whole_secs(l.since.elapsed()),
+                rows_dropped = self
+                    .metrics
+                    .dropped_rows(DropReason::SpoolWrite)
+                    .saturating_sub(l.dropped_before),
+                by = how,
+                "sink: rows are kept again; until then the spool could not be written and they were dropped"
+            );
+        }
     }
 
     fn set_unhealthy(&self, err: &InsertError) {
@@ -166,7 +209,8 @@ impl Shared {
             tracing::warn!(error = %err, "ClickHouse did not take a record; trying again");
         } else if self.ch_ok.swap(false, Ordering::SeqCst) {
             tracing::warn!(error = %err, "sink: ClickHouse unavailable, spooling batches until it answers");
-            *lock(&self.outage) = Some(Outage::new(Instant::now(), self.metrics.spooled_rows()));
+            let m = &self.metrics;
+            *lock(&self.outage) = Some(Outage::new(Instant::now(), m.spooled_rows(), rows_lost(m)));
             // The replayer probes an unhealthy server when the spool is empty, and an
             // empty spool wakes it for nothing else: should the batch that failed not
             // reach the spool either (a full or broken disk), nobody would probe.
@@ -263,18 +307,22 @@ pub(crate) async fn spool_batch(shared: &Arc<Shared>, batch: Batch, why: &'stati
                 } else {
                     Health::Spooling { reason: why.into() }
                 };
+                drop(h);
+                shared.rows_kept_again("spool");
+            } else {
+                drop(h);
             }
-            drop(h);
-            let lasted = lock(&shared.outage)
-                .as_mut()
-                .and_then(|o| o.remind(Instant::now()).map(|d| (d, o.spooled_before)));
-            if let Some((lasted, before)) = lasted {
+            let lasted = lock(&shared.outage).as_mut().and_then(|o| {
+                o.remind(Instant::now(), OUTAGE_REMINDER)
+                    .map(|d| (d, o.spooled_before, o.dropped_before))
+            });
+            if let Some((lasted, spooled_before, dropped_before)) = lasted {
                 let m = &shared.metrics;
                 tracing::warn!(
                     lasted = %whole_secs(lasted),
-                    rows_spooled = m.spooled_rows().saturating_sub(before),
+                    rows_spooled = m.spooled_rows().saturating_sub(spooled_before),
                     spool_bytes = m.spool_bytes(),
-                    rows_dropped = m.dropped_rows(DropReason::SpoolCap),
+                    rows_dropped = rows_lost(m).saturating_sub(dropped_before),
                     "sink: ClickHouse still unavailable; spooling"
                 );
             }
@@ -287,13 +335,35 @@ pub(crate) async fn spool_batch(shared: &Arc<Shared>, batch: Batch, why: &'stati
 }
 
 /// An append to a spool (`which`: the data spool or the reject spool) failed: the
-/// batch's rows are lost, logged and counted (`reason="spool_write"`), and the health
-/// says so (`Failing`) until a batch is spooled or ClickHouse stores one again. The one
-/// place for both spools, so that a broken `rejected/` is not lost silently while
-/// `/healthz` answers OK.
+/// batch's rows are lost, counted (`reason="spool_write"`), and the health says so
+/// (`Failing`) until a batch is spooled or ClickHouse stores one again. The one place
+/// for both spools, so that a broken `rejected/` is not lost silently while `/healthz`
+/// answers OK. Logged when the loss begins, then every [`LOSS_REMINDER`] with the rows
+/// lost since, and once when it ends ([`Shared::rows_kept_again`]).
 fn spool_write_failed(shared: &Shared, which: &str, table: Table, rows: u64, err: &str) {
-    tracing::error!(table = %table, rows, error = %err, "sink: cannot write the {which}, rows dropped");
-    shared.metrics.dropped(DropReason::SpoolWrite, rows);
+    let m = &shared.metrics;
+    let before = m.dropped_rows(DropReason::SpoolWrite);
+    m.dropped(DropReason::SpoolWrite, rows);
+    let mut loss = lock(&shared.spool_loss);
+    match loss.as_mut() {
+        None => {
+            *loss = Some(Outage::new(Instant::now(), m.spooled_rows(), before));
+            tracing::error!(spool = which, table = %table, rows, error = %err, "sink: cannot write the spool, rows dropped until it can (recalled every minute, each row counted in netpoller_sink_dropped_rows_total{{reason=\"spool_write\"}})");
+        }
+        Some(l) => match l.remind(Instant::now(), LOSS_REMINDER) {
+            Some(lasted) => tracing::error!(
+                lasted = %whole_secs(lasted),
+                rows_dropped = m.dropped_rows(DropReason::SpoolWrite).saturating_sub(l.dropped_before),
+                error = %err,
+                spool = which,
+                "sink: still cannot write the spool; rows dropped"
+            ),
+            None => {
+                tracing::debug!(spool = which, table = %table, rows, error = %err, "sink: cannot write the spool, rows dropped")
+            }
+        },
+    }
+    drop(loss);
     *lock(&shared.health) = Health::Failing {
         reason: format!("{which} write failed: {err}"),
     };
@@ -1228,17 +1298,18 @@ mod tests {
     #[test]
     fn a_long_outage_is_recalled_every_five_minutes() {
         let t0 = Instant::now();
-        let mut o = Outage::new(t0, 7);
-        assert_eq!(o.remind(t0 + Duration::from_secs(299)), None);
+        let mut o = Outage::new(t0, 7, 0);
+        let every = OUTAGE_REMINDER;
+        assert_eq!(o.remind(t0 + Duration::from_secs(299), every), None);
         let at = t0 + Duration::from_secs(300);
-        assert_eq!(o.remind(at), Some(Duration::from_secs(300)));
+        assert_eq!(o.remind(at, every), Some(Duration::from_secs(300)));
         assert_eq!(
-            o.remind(at + Duration::from_secs(10)),
+            o.remind(at + Duration::from_secs(10), every),
             None,
             "not again at once"
         );
         assert_eq!(
-            o.remind(at + Duration::from_secs(301)),
+            o.remind(at + Duration::from_secs(301), every),
             Some(Duration::from_secs(601))
         );
         assert_eq!(o.spooled_before, 7);

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{ch_url, q, scripted_node, TestDb};
+use common::{ch_url, q, scripted_node, scripted_node_on, wait_until, TestDb};
 use sink::{schema, Row, RowValue, Sink, SinkMetrics, SpoolConfig, Table};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -334,4 +334,104 @@ async fn a_damaged_record_is_counted_once_however_often_its_segment_is_replayed(
     // Nothing else went anywhere: the intact record waits in the spool.
     assert_eq!(metrics.rejected_rows(), 0);
     assert_eq!(sink::spool::list_segments(dir.path()).unwrap().len(), 1);
+}
+
+/// A spool that cannot be written while ClickHouse is down (a full disk; here a file
+/// where its directory was): the rows are lost, counted. Each batch's loss was an
+/// ERROR line of its own (one per table every flush interval, for as long as the disk
+/// stayed full), and the line saying ClickHouse was back counted the rows spooled and
+/// not those lost. The loss is logged when it begins and when it ends, with the rows
+/// it cost, as is ClickHouse's return.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spool_that_cannot_be_written_is_logged_once_and_what_it_lost_when_it_ends() {
+    let logs = logs();
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let u2 = up.clone();
+    // Down: every request refused. Up: `SELECT 1` answers 1 (RowBinary), the schema
+    // check finds no columns, INSERTs are stored.
+    let url = scripted_node_on("127.0.197.2", move |head, body| {
+        if !u2.load(std::sync::atomic::Ordering::SeqCst) {
+            return ("503 Service Unavailable", b"down".to_vec());
+        }
+        let text = format!("{head}{}", String::from_utf8_lossy(body));
+        if text.contains("SELECT 1") || text.contains("SELECT%201") {
+            return ("200 OK", vec![1]);
+        }
+        ("200 OK", Vec::new())
+    });
+    let cfg = sink::ClickHouseConfig {
+        url: Some(url),
+        batch_rows: 5,
+        flush_interval: std::time::Duration::from_millis(50),
+        max_attempts: 1,
+        retry_backoff: std::time::Duration::from_millis(10),
+        retry_backoff_max: std::time::Duration::from_millis(100),
+        compression: sink::Compression::None,
+        ..sink::ClickHouseConfig::default()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(&dir), metrics.clone())
+        .await
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::write(&dir, b"not a directory").unwrap();
+    let lost = |m: &SinkMetrics| m.dropped_rows(sink::DropReason::SpoolWrite);
+    for b in 0..6u64 {
+        for i in 0..5 {
+            h.send(row(5 * b + i, "x"), Table::Str).await.unwrap();
+        }
+        let m = metrics.clone();
+        assert!(
+            wait_until(std::time::Duration::from_secs(10), || lost(&m)
+                == 5 * (b + 1)),
+            "{}",
+            metrics.render_text()
+        );
+    }
+    let shown = dir.display().to_string();
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).to_string();
+    let errors = text
+        .lines()
+        .filter(|l| l.contains("ERROR") && l.contains(&shown))
+        .count();
+    assert_eq!(errors, 1, "one line for the loss, 6 batches lost:\n{text}");
+
+    // ClickHouse is back: the replayer's probe finds it, then a batch is stored.
+    up.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || sink.health()
+            == sink::Health::Writing),
+        "{:?}",
+        sink.health()
+    );
+    for i in 30..35 {
+        h.send(row(i, "x"), Table::Str).await.unwrap();
+    }
+    let m = metrics.clone();
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || m
+            .rows_written(Table::Str)
+            == 5),
+        "{}",
+        String::from_utf8_lossy(&logs.0.lock().unwrap())
+    );
+    drop(h);
+    sink.shutdown().await.unwrap();
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).to_string();
+    let line = |what: &str| {
+        text.lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("no line with {what:?}:\n{text}"))
+            .to_string()
+    };
+    assert!(
+        line("ClickHouse accepts inserts again").contains("rows_dropped=30"),
+        "{text}"
+    );
+    assert!(
+        line("rows are kept again").contains("rows_dropped=30"),
+        "{text}"
+    );
 }

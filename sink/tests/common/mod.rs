@@ -289,7 +289,16 @@ pub fn read_request(c: &mut TcpStream) -> Option<(String, Vec<u8>)> {
 pub fn scripted_node(
     answer: impl Fn(&str, &[u8]) -> (&'static str, Vec<u8>) + Send + Sync + 'static,
 ) -> String {
-    let listener = TcpListener::bind("127.0.41.1:0").unwrap();
+    scripted_node_on("127.0.41.1", answer)
+}
+
+/// [`scripted_node`] on the loopback address `ip`, on a port of its own.
+pub fn scripted_node_on(
+    ip: &str,
+    answer: impl Fn(&str, &[u8]) -> (&'static str, Vec<u8>) + Send + Sync + 'static,
+) -> String {
+    assert!(ip.starts_with("127."), "loopback only: {ip}");
+    let listener = TcpListener::bind((ip, 0)).unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let answer = std::sync::Arc::new(answer);
     std::thread::spawn(move || {
