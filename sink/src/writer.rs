@@ -185,6 +185,16 @@ struct Check {
 }
 
 impl Check {
+    /// How long it holds: [`RECHECK_WRONG_TABLES`] when it found tables of other
+    /// columns, else [`CHECK_EVERY`].
+    fn holds(&self) -> Duration {
+        if self.bad.is_empty() {
+            CHECK_EVERY
+        } else {
+            RECHECK_WRONG_TABLES
+        }
+    }
+
     /// Whether the last check passed `table` (see [`Writer::insert`]); if not, the
     /// class and text of the error its batch fails with.
     fn verdict(&self, table: crate::row::Table) -> CheckOutcome {
@@ -205,8 +215,16 @@ impl Check {
 }
 
 /// How long a passed check holds: a table altered while the daemon runs is found
-/// within this (plus the time to the next INSERT on that endpoint).
+/// within this (plus the time to the next INSERT on that endpoint), or by the first
+/// batch ClickHouse refuses as bad data.
 pub const CHECK_EVERY: Duration = Duration::from_secs(300);
+
+/// How long a check that found tables of other columns holds: their fix is found
+/// within this (plus the time to the next INSERT or replay on that endpoint), and
+/// their spooled rows replayed. Held as long as a passed check, a fixed table got
+/// nothing, its rows spooled and the log saying the server refused them, for up to 5
+/// minutes after an operator's fix.
+pub const RECHECK_WRONG_TABLES: Duration = Duration::from_secs(10);
 
 /// ClickHouse's `UNKNOWN_TABLE` and `UNKNOWN_DATABASE`: the schema is missing on that
 /// server (it was unreachable when the daemon started, or was replaced or wiped since).
@@ -322,7 +340,11 @@ impl Writer {
             // runs it.
             let due: Result<_, _> = {
                 let mut checks = ep.lock_checks();
-                if checks.last.at.is_some_and(|at| at.elapsed() < CHECK_EVERY) {
+                if checks
+                    .last
+                    .at
+                    .is_some_and(|at| at.elapsed() < checks.last.holds())
+                {
                     return checks.last.verdict(batch.table).map_err(fail);
                 }
                 match &checks.running {
@@ -364,6 +386,11 @@ impl Writer {
                 for (t, why) in &bad {
                     if !checks.last.bad.iter().any(|(f, _)| f == t) {
                         tracing::error!(url = %ep.shown, table = t.name(), problems = %why, "sink: a table's columns do not match what netpoller writes: its rows are spooled until it is fixed (`netpoller schema -c FILE --check`)");
+                    }
+                }
+                for (t, _) in &checks.last.bad {
+                    if !bad.iter().any(|(f, _)| f == t) {
+                        tracing::info!(url = %ep.shown, table = t.name(), "sink: a table's columns match again: its rows are written, and those spooled replayed");
                     }
                 }
                 checks.last = Check {
