@@ -1149,6 +1149,48 @@ async fn pause(d: Duration, shutdown: &mut watch::Receiver<bool>) {
     tokio::select! { _ = sleep(d) => {}, _ = shutdown.changed() => {} }
 }
 
+/// What the replay last logged of spooled records ClickHouse refuses
+/// ([`Replayed::Held`]). A table refused for hours (read-only, of other columns) holds
+/// a segment per batch spooled meanwhile, each passed over at every pass: a line for
+/// each was a flood. Logged when the refusal changes (another table, class or
+/// exception code), every [`OUTAGE_REMINDER`] while it lasts, and anew once the spool
+/// has been empty.
+#[derive(Default)]
+struct HeldLog {
+    /// What was refused when it was last logged, and when.
+    last: Option<(Refused, Instant)>,
+    /// Segments passed over since, unlogged.
+    unlogged: u64,
+}
+
+/// A refusal as [`HeldLog`] tells them apart: the table, the class of error, and its
+/// ClickHouse exception code.
+type Refused = (&'static str, ErrorClass, Option<u32>);
+
+impl HeldLog {
+    /// `seg`'s records were passed over for `e`.
+    fn held(&mut self, seg: &Segment, e: &InsertError) {
+        let kind = (e.table, e.class, crate::writer::exception_code(&e.message));
+        let now = Instant::now();
+        let due = self.last.as_ref().is_none_or(|(k, at)| {
+            *k != kind || now.saturating_duration_since(*at) >= OUTAGE_REMINDER
+        });
+        if !due {
+            self.unlogged += 1;
+            tracing::debug!(segment = %seg.path.display(), error = %e, "spool: ClickHouse refuses records of this segment");
+            return;
+        }
+        tracing::warn!(
+            segment = %seg.path.display(),
+            error = %e,
+            segments_passed_over_since = self.unlogged,
+            "spool: ClickHouse refuses records of this segment; they stay spooled and the segments after it are replayed first (logged again when the refusal changes, or every 5 minutes)"
+        );
+        self.last = Some((kind, now));
+        self.unlogged = 0;
+    }
+}
+
 /// The replay task: drains the spool oldest first while new data flows, and probes
 /// ClickHouse while it is unhealthy.
 pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
@@ -1159,6 +1201,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
     let mut probes = 0u32;
     let mut unreadable = UnreadableTries::default();
     let mut suspects = Suspects::default();
+    let mut held_log = HeldLog::default();
     loop {
         // A sink dropped without its stop (its sender gone) ends it too: its pauses
         // wait on `shutdown.changed()`, which would then return at once, for good.
@@ -1181,7 +1224,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                         true
                     }
                     Ok(Replayed::Held(e)) => {
-                        tracing::warn!(segment = %seg.path.display(), error = %e, "spool: ClickHouse refuses records of this segment; they stay spooled and the segments after it are replayed first");
+                        held_log.held(&seg, &e);
                         suspects.held.insert(seg.seq);
                         finish(&shared, seg.seq, false).await;
                         // Paced like a failed replay: a server refusing everything
@@ -1225,6 +1268,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
             }
             None => {
                 probes = 0;
+                held_log = HeldLog::default();
                 // Every append notifies (a permit is kept if it comes while a replay
                 // runs): no polling, which woke a blocking-pool thread every second.
                 tokio::select! {

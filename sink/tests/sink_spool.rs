@@ -38,6 +38,16 @@ fn logs() -> Captured {
     .clone()
 }
 
+/// The log captured so far, and how many of its lines hold each of `parts`.
+fn lines_with(logs: &Captured, parts: &[&str]) -> (usize, String) {
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).to_string();
+    let n = text
+        .lines()
+        .filter(|l| parts.iter().all(|p| l.contains(p)))
+        .count();
+    (n, text)
+}
+
 fn row(i: u64, s: &str) -> Row {
     Row {
         itemid: i,
@@ -390,12 +400,7 @@ async fn a_spool_that_cannot_be_written_is_logged_once_and_what_it_lost_when_it_
             metrics.render_text()
         );
     }
-    let shown = dir.display().to_string();
-    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).to_string();
-    let errors = text
-        .lines()
-        .filter(|l| l.contains("ERROR") && l.contains(&shown))
-        .count();
+    let (errors, text) = lines_with(&logs, &["ERROR", &dir.display().to_string()]);
     assert_eq!(errors, 1, "one line for the loss, 6 batches lost:\n{text}");
 
     // ClickHouse is back: the replayer's probe finds it, then a batch is stored.
@@ -434,4 +439,65 @@ async fn a_spool_that_cannot_be_written_is_logged_once_and_what_it_lost_when_it_
         line("rows are kept again").contains("rows_dropped=30"),
         "{text}"
     );
+}
+
+/// A table ClickHouse refuses for as long as it is broken (read-only here) holds its
+/// spooled records, a segment per batch spooled meanwhile, each passed over at every
+/// pass over the spool (every `retry_backoff_max`): a WARN line for each segment at
+/// each pass was a flood for as long as the table stayed broken. It is logged once
+/// (then when the refusal changes, or every 5 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_refused_pass_after_pass_are_logged_once() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let logs = logs();
+    let refused = Arc::new(AtomicU64::new(0));
+    let r2 = refused.clone();
+    let url = scripted_node_on("127.0.197.3", move |head, _| {
+        if head.contains("history_str") {
+            r2.fetch_add(1, Ordering::SeqCst);
+            let readonly = "Code: 242, e.displayText() = DB::Exception: Table is in readonly mode, e.what() = DB::Exception\n";
+            return ("500 Internal Server Error", readonly.as_bytes().to_vec());
+        }
+        ("200 OK", Vec::new())
+    });
+    let tmp = tempfile::tempdir().unwrap();
+    let segments = 4;
+    {
+        let cfg = SpoolConfig::new(tmp.path());
+        let mut sp = sink::spool::Spool::open(&cfg, Arc::new(SinkMetrics::default())).unwrap();
+        for i in 0..segments {
+            let mut buf = bytes::BytesMut::new();
+            sink::rowbinary::encode_row(&mut buf, &row(i, "x"));
+            sp.append(&sink::Batch {
+                table: Table::Str,
+                rows: 1,
+                first_clock: 0,
+                data: buf.freeze(),
+            })
+            .unwrap();
+            sp.close();
+        }
+    }
+    let cfg = sink::ClickHouseConfig {
+        url: Some(url),
+        retry_backoff: std::time::Duration::from_millis(10),
+        retry_backoff_max: std::time::Duration::from_millis(50),
+        compression: sink::Compression::None,
+        ..sink::ClickHouseConfig::default()
+    };
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(tmp.path()), metrics.clone())
+        .await
+        .unwrap();
+    // Three passes over every segment: 5 tries each at the first, 1 at the next two.
+    let passes = wait_until(std::time::Duration::from_secs(30), || {
+        refused.load(Ordering::SeqCst) >= segments * (5 + 1 + 1)
+    });
+    drop(h);
+    sink.shutdown().await.unwrap();
+    assert!(passes, "{} INSERTs refused", refused.load(Ordering::SeqCst));
+    assert_eq!(metrics.rejected_rows(), 0);
+    let shown = tmp.path().display().to_string();
+    let (lines, text) = lines_with(&logs, &["refuses records of this segment", &shown]);
+    assert_eq!(lines, 1, "{text}");
 }
