@@ -305,7 +305,18 @@ impl Spool {
         metrics: Arc<SinkMetrics>,
         kind: Kind,
     ) -> Result<Spool, SpoolError> {
-        fs::create_dir_all(&cfg.dir).map_err(ioe(&cfg.dir, "creating directory"))?;
+        fs::create_dir_all(&cfg.dir).map_err(|e| {
+            // Of a file where the directory should be, the OS says "File exists": read
+            // as the directory being there, it sent the operator looking elsewhere.
+            let e = match fs::metadata(&cfg.dir) {
+                Ok(m) if !m.is_dir() => io::Error::new(
+                    io::ErrorKind::NotADirectory,
+                    "a file is there, not a directory",
+                ),
+                _ => e,
+            };
+            ioe(&cfg.dir, "creating directory")(e)
+        })?;
         let lock_path = cfg.dir.join("spool.lock");
         let lock = OpenOptions::new()
             .create(true)
@@ -1161,6 +1172,25 @@ mod tests {
             12
         );
         assert!(dropped > 0);
+    }
+
+    #[test]
+    fn a_file_where_the_spool_should_be_is_named_so() {
+        // `spool_dir` naming a file: the start failed with "creating directory: File
+        // exists (os error 17)", which says the directory is there.
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("spool");
+        std::fs::write(&file, b"x").unwrap();
+        let e = Spool::open(&cfg(&file, 1 << 20), Arc::new(SinkMetrics::default()))
+            .err()
+            .expect("a file is no spool");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "spool {}: creating directory: a file is there, not a directory",
+                file.display()
+            )
+        );
     }
 
     #[test]
