@@ -57,7 +57,7 @@ pub enum DropReason {
     /// Writing to the spool failed (disk full, permissions): the batch is gone.
     SpoolWrite,
     /// A spool record failed its checksum or was truncated (rows as claimed by its
-    /// header when readable).
+    /// header when readable), or its segment could not be read, or was deleted.
     Corrupt,
     /// A row's value does not fit the table it was sent to (caller bug).
     WrongType,

@@ -117,10 +117,17 @@ impl Outage {
     }
 }
 
-/// Rows the spool lost so far (its cap, and appends that failed): what an outage of
-/// ClickHouse costs beyond what it spools.
+/// Rows the spool lost so far (its cap, appends that failed, records damaged or
+/// deleted): what an outage of ClickHouse costs beyond what it spools.
 fn rows_lost(m: &SinkMetrics) -> u64 {
-    m.dropped_rows(DropReason::SpoolCap) + m.dropped_rows(DropReason::SpoolWrite)
+    [
+        DropReason::SpoolCap,
+        DropReason::SpoolWrite,
+        DropReason::Corrupt,
+    ]
+    .iter()
+    .map(|r| m.dropped_rows(*r))
+    .sum()
 }
 
 /// `d` in whole seconds, as humantime writes it (`5m 3s`).
@@ -1357,6 +1364,18 @@ mod tests {
             Some(Duration::from_secs(601))
         );
         assert_eq!(o.spooled_before, 7);
+    }
+
+    #[test]
+    fn an_outage_counts_every_row_the_spool_lost() {
+        // "accepts inserts again ... rows_dropped=0" after a spool directory removed
+        // under the daemon had taken 120 rows (counted `corrupt`).
+        let m = SinkMetrics::default();
+        m.dropped(DropReason::SpoolCap, 1);
+        m.dropped(DropReason::SpoolWrite, 10);
+        m.dropped(DropReason::Corrupt, 100);
+        m.dropped(DropReason::RejectSpoolCap, 1000);
+        assert_eq!(rows_lost(&m), 111, "not the rejected rows' cap");
     }
 
     #[test]

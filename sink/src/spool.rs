@@ -398,6 +398,7 @@ impl Spool {
     /// Appends `batch` as one record (one `write`). Rotates and enforces the size cap.
     pub fn append(&mut self, batch: &Batch) -> Result<(), SpoolError> {
         let rec = record::encode(batch);
+        self.drop_deleted_active();
         if self.active.is_none() {
             self.new_active()?;
         }
@@ -429,15 +430,38 @@ impl Spool {
         Ok(())
     }
 
+    /// Drops the active segment if it was deleted under the daemon (its directory
+    /// removed: a clean-up of a temporary directory, a mistaken `rm -r`). Written on,
+    /// it took every row of the outage while counting them spooled, and the replay
+    /// found nothing: its rows are counted lost (`corrupt`) and logged, and the next
+    /// segment goes to the directory made again ([`Spool::new_active`]).
+    fn drop_deleted_active(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let deleted = self
+            .active
+            .as_ref()
+            .is_some_and(|a| a.file.metadata().is_ok_and(|m| m.nlink() == 0));
+        if let Some(a) = self.active.take_if(|_| deleted) {
+            let rows = a.seg.rows.unwrap_or(0);
+            tracing::error!(segment = %a.seg.path.display(), rows, "spool: the segment being written was deleted (its directory removed?): its rows are lost; new ones go to a new segment");
+            self.metrics.dropped(DropReason::Corrupt, rows);
+            self.dirty = false;
+            self.publish();
+        }
+    }
+
     fn new_active(&mut self) -> Result<(), SpoolError> {
         let seq = self.next_seq;
         self.next_seq += 1;
         let path = self.cfg.dir.join(format!("{seq:020}.seg"));
-        let file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)
-            .map_err(ioe(&path, "creating segment"))?;
+        let create = || OpenOptions::new().create_new(true).append(true).open(&path);
+        let file = match create() {
+            // The directory was removed under the daemon: made again, as at the start.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(&self.cfg.dir)
+                .and_then(|()| create())
+                .map_err(ioe(&path, "creating segment"))?,
+            r => r.map_err(ioe(&path, "creating segment"))?,
+        };
         // Make the new directory entry durable too: without it a power loss may take
         // the segment, its fsynced data with it. A failure is said and counted as the
         // data's are (it went unnoticed); the segment is used all the same (its data
@@ -664,6 +688,14 @@ impl Spool {
                 self.metrics
                     .dropped(DropReason::Corrupt, seg.rows.unwrap_or(0));
                 to
+            }
+            // Deleted under the daemon (its directory removed): its rows are gone.
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !seg.path.exists() => {
+                let _ = fs::remove_file(seg.ack_path());
+                self.metrics
+                    .dropped(DropReason::Corrupt, seg.rows.unwrap_or(0));
+                tracing::error!(segment = %seg.path.display(), rows = seg.rows, "spool: the unreadable segment is gone (deleted under the daemon?): its rows are lost");
+                seg.path.clone()
             }
             Err(e) => {
                 tracing::warn!(segment = %seg.path.display(), error = %e, "spool: cannot rename the unreadable segment; it is left out of this run's replay only (the next start tries it again)");
@@ -1172,6 +1204,43 @@ mod tests {
             12
         );
         assert!(dropped > 0);
+    }
+
+    #[test]
+    fn a_spool_directory_removed_under_it_is_made_again_and_the_loss_counted() {
+        // The directory removed while the daemon spools (a clean-up of /tmp, a
+        // mistaken `rm -r`): appends went on into the deleted segment, every row
+        // counted spooled and none left to replay, and no directory came back.
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("spool");
+        let m = Arc::new(SinkMetrics::default());
+        let mut s = Spool::open(&cfg(&dir, 1 << 20), m.clone()).unwrap();
+        s.append(&batch(3, 100)).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        s.append(&batch(4, 100)).unwrap();
+        s.close();
+        assert_eq!(m.dropped_rows(DropReason::Corrupt), 3, "the deleted rows");
+        let segs = list_segments(&dir).unwrap();
+        assert_eq!(segs.len(), 1, "{segs:?}");
+        let bytes = read_segment(&segs[0]).unwrap();
+        let rows: u64 = scan_logged(&segs[0], &bytes, &m)
+            .iter()
+            .map(|r| u64::from(r.rows))
+            .sum();
+        assert_eq!(rows, 4, "the rows appended after");
+        assert_eq!(m.spool_bytes(), segs[0].bytes);
+    }
+
+    #[test]
+    fn a_segment_set_aside_that_is_gone_counts_its_rows_lost() {
+        // Deleted under the daemon, it could not be renamed: "left out of this run's
+        // replay only", its rows counted nowhere.
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut s, seg) = one_segment(tmp.path(), 5);
+        std::fs::remove_file(&seg.path).unwrap();
+        s.set_aside(seg.seq);
+        assert_eq!(s.metrics.dropped_rows(DropReason::Corrupt), 5);
+        assert_eq!(s.metrics.spool_bytes(), 0);
     }
 
     #[test]
