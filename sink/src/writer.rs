@@ -306,9 +306,10 @@ impl Writer {
         self.check(ep, batch).await?;
         let repairs_before = ep.repairs.load(Ordering::Acquire);
         let result = self.insert_attempt(ep, batch, repairs_before).await;
-        match &result {
-            Ok(()) => {}
-            Err(e) if e.class == ErrorClass::Data => {
+        if let Err(e) = &result {
+            // The server may have been replaced or restarted with other tables.
+            ep.lock_checks().last.at = None;
+            if e.class == ErrorClass::Data {
                 // Bad data, or a table altered since the last check (a `value` column
                 // made String: ClickHouse cannot read the RowBinary and says so with a
                 // data error). Taken for bad data, the batch went to the reject spool,
@@ -316,11 +317,8 @@ impl Writer {
                 // check, up to `CHECK_EVERY` later. Checked now, a table that no
                 // longer matches fails the batch as the check does (spooled until the
                 // table is fixed); one that matches leaves the refusal as it was.
-                ep.lock_checks().last.at = None;
                 self.check(ep, batch).await?;
             }
-            // The server may have been replaced or restarted with other tables.
-            Err(_) => ep.lock_checks().last.at = None,
         }
         result
     }
