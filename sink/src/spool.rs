@@ -437,11 +437,8 @@ impl Spool {
     /// segment goes to the directory made again ([`Spool::new_active`]).
     fn drop_deleted_active(&mut self) {
         use std::os::unix::fs::MetadataExt;
-        let deleted = self
-            .active
-            .as_ref()
-            .is_some_and(|a| a.file.metadata().is_ok_and(|m| m.nlink() == 0));
-        if let Some(a) = self.active.take_if(|_| deleted) {
+        let deleted = |a: &mut Active| a.file.metadata().is_ok_and(|m| m.nlink() == 0);
+        if let Some(a) = self.active.take_if(deleted) {
             let rows = a.seg.rows.unwrap_or(0);
             tracing::error!(segment = %a.seg.path.display(), rows, "spool: the segment being written was deleted (its directory removed?): its rows are lost; new ones go to a new segment");
             self.metrics.dropped(DropReason::Corrupt, rows);
@@ -669,9 +666,10 @@ impl Spool {
     /// segments after it are replayed: renamed `<seq>.seg.unreadable` (its `.ack` file
     /// removed), kept for the operator outside the spool's size, never over another
     /// one (`<seq>.seg.unreadable.2`, ...). Its rows, when this process wrote it (else
-    /// 0), count as dropped (`reason="corrupt"`). If even the rename fails it is left
-    /// out of this run's replay only: it stays a segment, with its `.ack`, for the next
-    /// start to try again, and nothing counts as dropped. Returns where it is.
+    /// 0), count as dropped (`reason="corrupt"`), as do those of a segment that is gone
+    /// (deleted under the daemon). If even the rename fails it is left out of this
+    /// run's replay only: it stays a segment, with its `.ack`, for the next start to try
+    /// again, and nothing counts as dropped. Returns where it is.
     pub fn set_aside(&mut self, seq: u64) -> Option<PathBuf> {
         let i = self.sealed.iter().position(|s| s.seq == seq)?;
         let seg = self.sealed.remove(i)?;
@@ -682,26 +680,24 @@ impl Spool {
             .chain((2..1000).map(|k| first.with_extension(format!("{UNREADABLE}.{k}"))))
             .find(|p| !p.exists())
             .unwrap_or(first);
-        let at = match fs::rename(&seg.path, &to) {
-            Ok(()) => {
-                let _ = fs::remove_file(seg.ack_path());
-                self.metrics
-                    .dropped(DropReason::Corrupt, seg.rows.unwrap_or(0));
-                to
-            }
+        // Where it is, and whether its rows are lost (set aside, or gone).
+        let (at, lost) = match fs::rename(&seg.path, &to) {
+            Ok(()) => (to, true),
             // Deleted under the daemon (its directory removed): its rows are gone.
             Err(e) if e.kind() == io::ErrorKind::NotFound && !seg.path.exists() => {
-                let _ = fs::remove_file(seg.ack_path());
-                self.metrics
-                    .dropped(DropReason::Corrupt, seg.rows.unwrap_or(0));
                 tracing::error!(segment = %seg.path.display(), rows = seg.rows, "spool: the unreadable segment is gone (deleted under the daemon?): its rows are lost");
-                seg.path.clone()
+                (seg.path.clone(), true)
             }
             Err(e) => {
                 tracing::warn!(segment = %seg.path.display(), error = %e, "spool: cannot rename the unreadable segment; it is left out of this run's replay only (the next start tries it again)");
-                seg.path.clone()
+                (seg.path.clone(), false)
             }
         };
+        if lost {
+            let _ = fs::remove_file(seg.ack_path());
+            self.metrics
+                .dropped(DropReason::Corrupt, seg.rows.unwrap_or(0));
+        }
         self.publish();
         Some(at)
     }
