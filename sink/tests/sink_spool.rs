@@ -462,21 +462,9 @@ async fn records_refused_pass_after_pass_are_logged_once() {
     });
     let tmp = tempfile::tempdir().unwrap();
     let segments = 4;
-    {
-        let cfg = SpoolConfig::new(tmp.path());
-        let mut sp = sink::spool::Spool::open(&cfg, Arc::new(SinkMetrics::default())).unwrap();
-        for i in 0..segments {
-            let mut buf = bytes::BytesMut::new();
-            sink::rowbinary::encode_row(&mut buf, &row(i, "x"));
-            sp.append(&sink::Batch {
-                table: Table::Str,
-                rows: 1,
-                first_clock: 0,
-                data: buf.freeze(),
-            })
-            .unwrap();
-            sp.close();
-        }
+    // Each opening of the spool writes a segment of its own.
+    for _ in 0..segments {
+        spool_of(tmp.path(), 1);
     }
     let cfg = sink::ClickHouseConfig {
         url: Some(url),
