@@ -92,6 +92,23 @@ thread_local! {
     static FSYNC_FAILS: std::cell::RefCell<Option<PathBuf>> = const { std::cell::RefCell::new(None) };
 }
 
+/// Opens `dir`'s `spool.lock` (creating it) and locks it: one process per spool
+/// directory (the lock ends with the file's last descriptor).
+fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
+    let lock_path = dir.join("spool.lock");
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(ioe(&lock_path, "opening lock file"))?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(fs::TryLockError::WouldBlock) => Err(SpoolError::Locked(dir.to_path_buf())),
+        Err(fs::TryLockError::Error(e)) => Err(ioe(&lock_path, "locking")(e)),
+    }
+}
+
 fn ioe(path: &Path, what: &'static str) -> impl FnOnce(io::Error) -> SpoolError {
     let path = path.to_path_buf();
     move |cause| SpoolError::Io { path, what, cause }
@@ -126,7 +143,8 @@ struct Active {
 /// `spawn_blocking`.
 pub struct Spool {
     cfg: SpoolConfig,
-    _lock: File,
+    /// The exclusive lock on `spool.lock`, held (never read) while the spool is open.
+    lock: File,
     sealed: VecDeque<Segment>,
     active: Option<Active>,
     next_seq: u64,
@@ -317,18 +335,7 @@ impl Spool {
             };
             ioe(&cfg.dir, "creating directory")(e)
         })?;
-        let lock_path = cfg.dir.join("spool.lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(ioe(&lock_path, "opening lock file"))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(fs::TryLockError::WouldBlock) => return Err(SpoolError::Locked(cfg.dir.clone())),
-            Err(fs::TryLockError::Error(e)) => return Err(ioe(&lock_path, "locking")(e)),
-        }
+        let lock = lock_dir(&cfg.dir)?;
         let sealed: VecDeque<Segment> = list_segments(&cfg.dir)?.into();
         // Numbered past the segments set aside too: a new segment of the same number,
         // set aside in its turn, would replace the one kept for the operator.
@@ -351,7 +358,7 @@ impl Spool {
         let segment_target = (cfg.max_bytes / 8).clamp(64 << 10, 64 << 20);
         let s = Spool {
             cfg: cfg.clone(),
-            _lock: lock,
+            lock,
             sealed,
             active: None,
             next_seq,
@@ -453,10 +460,15 @@ impl Spool {
         let path = self.cfg.dir.join(format!("{seq:020}.seg"));
         let create = || OpenOptions::new().create_new(true).append(true).open(&path);
         let file = match create() {
-            // The directory was removed under the daemon: made again, as at the start.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(&self.cfg.dir)
-                .and_then(|()| create())
-                .map_err(ioe(&path, "creating segment"))?,
+            // The directory was removed under the daemon: made again, as at the start,
+            // and locked again (the lock held is on the removed `spool.lock`: another
+            // netpoller could take the directory made again beside this one).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(&self.cfg.dir)
+                    .map_err(ioe(&self.cfg.dir, "creating directory"))?;
+                self.lock = lock_dir(&self.cfg.dir)?;
+                create().map_err(ioe(&path, "creating segment"))?
+            }
             r => r.map_err(ioe(&path, "creating segment"))?,
         };
         // Make the new directory entry durable too: without it a power loss may take
@@ -1206,7 +1218,9 @@ mod tests {
     fn a_spool_directory_removed_under_it_is_made_again_and_the_loss_counted() {
         // The directory removed while the daemon spools (a clean-up of /tmp, a
         // mistaken `rm -r`): appends went on into the deleted segment, every row
-        // counted spooled and none left to replay, and no directory came back.
+        // counted spooled and none left to replay, and no directory came back. Made
+        // again, it is locked again (the lock held was on the removed `spool.lock`: a
+        // second netpoller could spool into it beside this one).
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("spool");
         let m = Arc::new(SinkMetrics::default());
@@ -1214,6 +1228,12 @@ mod tests {
         s.append(&batch(3, 100)).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         s.append(&batch(4, 100)).unwrap();
+        let second = Spool::open(&cfg(&dir, 1 << 20), m.clone()).err();
+        assert!(
+            matches!(second, Some(SpoolError::Locked(_))),
+            "{:?}",
+            second.map(|e| e.to_string())
+        );
         s.close();
         assert_eq!(m.dropped_rows(DropReason::Corrupt), 3, "the deleted rows");
         let segs = list_segments(&dir).unwrap();
