@@ -179,6 +179,9 @@ pub struct Shared {
     /// the file that reload read).
     loaded_at_ms: AtomicU64,
     last_reload_failed: AtomicBool,
+    /// Whether the config that runs (the last reload that took) asks for something only
+    /// a restart applies ([`Shared::set_restart_pending`]).
+    restart_pending: AtomicBool,
     /// Items whose latest sample was an error, by reason (kept by the sample consumer's
     /// [`crate::states::ItemStates`]).
     pub failing: Arc<crate::states::FailingGauges>,
@@ -239,6 +242,7 @@ impl Shared {
             reloads_failed: Counter::default(),
             loaded_at_ms: AtomicU64::new(unix_ms()),
             last_reload_failed: AtomicBool::new(false),
+            restart_pending: AtomicBool::new(false),
             failing: Arc::default(),
             generation: AtomicU64::new(0),
             replaced: std::sync::Mutex::default(),
@@ -270,6 +274,15 @@ impl Shared {
     pub fn reload_failed(&self) {
         self.reloads_failed.inc();
         self.last_reload_failed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the config a reload swaps in differs from the one the daemon started
+    /// with in what only a start applies (`[clickhouse]`, sockets, threads: the reload
+    /// warns of each). Set by every reload that takes, so a later one back to the
+    /// start's values clears it; a refused reload leaves it, the config running being
+    /// the same.
+    pub fn set_restart_pending(&self, pending: bool) {
+        self.restart_pending.store(pending, Ordering::Relaxed);
     }
 
     /// [`Self::reload`] not counted as a config reload (the same config with other
@@ -556,6 +569,13 @@ impl Shared {
             } else {
                 1.0
             },
+        );
+        // A reload's warning scrolls by; this stays until the restart it asks for.
+        out.gauge(
+            "netpoller_config_restart_pending",
+            "1 when the running config (the last reload that took) changed settings that apply only at start ([clickhouse], max_pps, [daemon] keys, ICMP threads wanted): the log's SIGHUP warning names them; a restart applies them.",
+            &[],
+            f64::from(u8::from(self.restart_pending.load(Ordering::Relaxed))),
         );
         out.gauge(
             "netpoller_config_last_reload_success_timestamp_seconds",

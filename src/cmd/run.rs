@@ -1095,6 +1095,7 @@ fn reload(
             let diff = poller::plan_diff::PlanDiff::between(&old, &plan);
             // Not kept alive past the swap: the old plan is freed where it always was.
             drop(old);
+            shared.set_restart_pending(!fixed.is_empty() || wanted > icmp_threads);
             shared.reload(plan);
             tracing::info!(
                 hosts = h,
@@ -2562,6 +2563,57 @@ mod tests {
         assert!(!reloaded);
         assert!(text.contains("it has no hosts"), "{text}");
         assert!(!text.contains("apply only at start"), "{text}");
+    }
+
+    /// A reload that changes `[clickhouse]` is not applied to it: its warning scrolls
+    /// by, and /metrics said nothing of the restart it asks for. The gauge stays 1
+    /// across a refused reload (the same config runs) and is 0 again once a reload
+    /// takes the start's values back.
+    #[test]
+    fn a_reload_that_needs_a_restart_says_so_in_metrics_until_one_undoes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let file = |url: &str| {
+            format!(
+                "[clickhouse]\nurl = \"{url}\"\n\
+                 [[hosts]]\nname = \"h\"\nip = \"127.0.201.30\"\n\
+                 items = [{{ key = \"icmpping\", interval = \"10s\" }}]\n"
+            )
+        };
+        let started = file("http://127.0.201.1:8123");
+        std::fs::write(&path, &started).unwrap();
+        let args = Args::of(path.clone());
+        let mut running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
+        let plan = std::mem::take(&mut running.plan);
+        let shared = Shared::new(plan, 1, Clock::new(), Limits::default());
+        let pending = |shared: &Shared| {
+            let text = render_metrics(
+                shared,
+                &DiscoveryMetrics::default(),
+                &sink::SinkMetrics::default(),
+            );
+            text.lines()
+                .find_map(|l| l.strip_prefix("netpoller_config_restart_pending "))
+                .unwrap_or_else(|| panic!("no restart gauge:\n{text}"))
+                .to_string()
+        };
+        assert_eq!(pending(&shared), "0");
+        let reload = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            let (took, log) = crate::test_util::logged(|| {
+                reloaded(&args, &running.cfg, &shared, (&mut Found::default(), &[]))
+            });
+            (took, log)
+        };
+        let (took, log) = reload(&file("http://127.0.201.2:8123"));
+        assert!(took && log.contains("apply only at start"), "{log}");
+        assert_eq!(pending(&shared), "1");
+        let (took, log) = reload("[daemon]\nshardz = 1\n");
+        assert!(!took, "{log}");
+        assert_eq!(pending(&shared), "1", "the changed config still runs");
+        let (took, log) = reload(&started);
+        assert!(took && !log.contains("apply only at start"), "{log}");
+        assert_eq!(pending(&shared), "0");
     }
 
     /// A daemon running [`crate::test_util::one_host_past_the_item_limit`]'s file with no
