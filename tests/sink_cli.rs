@@ -232,6 +232,40 @@ fn spool_commands_say_where_a_missing_spool_was_looked_for() {
         .ends_with("(the daemon creates it when it starts; --dir DIR names another spool)\n"));
 }
 
+/// `spool replay --dir <spool>/rejected` (what docs/production.md says to run once the
+/// cause of a rejection is fixed) puts the rows refused again under
+/// `<spool>/rejected/rejected`; its line sent the user to `spool dump --rejected`, which
+/// dumps `<spool>/rejected` of the config's spool. The hint names the directory replayed,
+/// and without `--dir` the config. (Empty spools: nothing is sent to the URL.)
+#[test]
+fn spool_replay_names_the_dump_of_what_it_rejected() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), "http://127.0.201.1:1", "faults2_none");
+    let rejected = tmp.path().join("spool").join("rejected");
+    std::fs::create_dir_all(&rejected).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let out = netpoller(&[
+        "spool",
+        "replay",
+        "-c",
+        cfg,
+        "--dir",
+        rejected.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let want = format!(
+        "0 row(s) rejected (see `netpoller spool dump --dir {} --rejected`)",
+        rejected.display()
+    );
+    assert!(said.contains(&want), "{said}");
+    let out = netpoller(&["spool", "replay", "-c", cfg]);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    let want = format!("(see `netpoller spool dump -c {cfg} --rejected`)");
+    assert!(said.contains(&want), "{said}");
+}
+
 fn fastrand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -136,6 +136,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 );
             };
             let mut spool = super::spool_config(&cfg);
+            // Rows refused again go to `rejected/` under the directory replayed, also
+            // when that is a `rejected/` itself: the command that dumps them names it.
+            let dump_rejected = match &dir {
+                Some(d) => format!("netpoller spool dump --dir {} --rejected", d.display()),
+                None => format!("netpoller spool dump -c {} --rejected", config.display()),
+            };
             if let Some(d) = dir {
                 spool.dir = d;
             }
@@ -184,7 +190,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 );
             }
             println!(
-                "{}: replayed {} row(s) from {} segment(s); {} row(s) rejected (see `netpoller spool dump --rejected`), {} corrupted record(s) skipped{also}",
+                "{}: replayed {} row(s) from {} segment(s); {} row(s) rejected (see `{dump_rejected}`), {} corrupted record(s) skipped{also}",
                 spool.dir.display(),
                 report.rows,
                 report.segments,
