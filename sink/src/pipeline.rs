@@ -180,10 +180,14 @@ impl Shared {
             let m = &self.metrics;
             match lock(&self.outage).take() {
                 // The rows lost too: "rows_spooled=409" alone, after 254 were lost to a
-                // full disk, read as an outage that cost nothing.
+                // full disk, read as an outage that cost nothing. `rows_spooled` is what
+                // this process spooled during the outage; what the replay has to load
+                // includes what an earlier run left (whose rows are not counted before
+                // they are read): `spool_bytes` is all of it.
                 Some(o) => tracing::info!(
                     after = %whole_secs(o.since.elapsed()),
                     rows_spooled = m.spooled_rows().saturating_sub(o.spooled_before),
+                    spool_bytes = m.spool_bytes(),
                     rows_dropped = rows_lost(m).saturating_sub(o.dropped_before),
                     "sink: ClickHouse accepts inserts again; the spool is replayed"
                 ),

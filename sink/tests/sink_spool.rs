@@ -356,29 +356,7 @@ async fn a_damaged_record_is_counted_once_however_often_its_segment_is_replayed(
 async fn a_spool_that_cannot_be_written_is_logged_once_and_what_it_lost_when_it_ends() {
     let logs = logs();
     let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let u2 = up.clone();
-    // Down: every request refused. Up: `SELECT 1` answers 1 (RowBinary), the schema
-    // check finds no columns, INSERTs are stored.
-    let url = scripted_node_on("127.0.197.2", move |head, body| {
-        if !u2.load(std::sync::atomic::Ordering::SeqCst) {
-            return ("503 Service Unavailable", b"down".to_vec());
-        }
-        let text = format!("{head}{}", String::from_utf8_lossy(body));
-        if text.contains("SELECT 1") || text.contains("SELECT%201") {
-            return ("200 OK", vec![1]);
-        }
-        ("200 OK", Vec::new())
-    });
-    let cfg = sink::ClickHouseConfig {
-        url: Some(url),
-        batch_rows: 5,
-        flush_interval: std::time::Duration::from_millis(50),
-        max_attempts: 1,
-        retry_backoff: std::time::Duration::from_millis(10),
-        retry_backoff_max: std::time::Duration::from_millis(100),
-        compression: sink::Compression::None,
-        ..sink::ClickHouseConfig::default()
-    };
+    let cfg = node_down_until("127.0.197.2", up.clone());
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("spool");
     let metrics = Arc::new(SinkMetrics::default());
@@ -439,6 +417,112 @@ async fn a_spool_that_cannot_be_written_is_logged_once_and_what_it_lost_when_it_
         line("rows are kept again").contains("rows_dropped=30"),
         "{text}"
     );
+}
+
+/// A fake node on `ip`, down (every request refused) until `up` is set, then a server
+/// whose `SELECT 1` answers 1 (RowBinary), whose schema check finds no columns, and
+/// that stores every INSERT. Returns its URL and a config with 5-row batches flushed
+/// every 50 ms, one attempt each.
+fn node_down_until(ip: &str, up: Arc<std::sync::atomic::AtomicBool>) -> sink::ClickHouseConfig {
+    let url = scripted_node_on(ip, move |head, body| {
+        if !up.load(std::sync::atomic::Ordering::SeqCst) {
+            return ("503 Service Unavailable", b"down".to_vec());
+        }
+        let text = format!("{head}{}", String::from_utf8_lossy(body));
+        if text.contains("SELECT 1") || text.contains("SELECT%201") {
+            return ("200 OK", vec![1]);
+        }
+        ("200 OK", Vec::new())
+    });
+    sink::ClickHouseConfig {
+        url: Some(url),
+        batch_rows: 5,
+        flush_interval: std::time::Duration::from_millis(50),
+        max_attempts: 1,
+        retry_backoff: std::time::Duration::from_millis(10),
+        retry_backoff_max: std::time::Duration::from_millis(100),
+        compression: sink::Compression::None,
+        ..sink::ClickHouseConfig::default()
+    }
+}
+
+/// Rows an earlier run left in the spool `dir` (a file sink's), as 5-row batches:
+/// returns the bytes of its segments.
+async fn spooled_by_an_earlier_run(dir: &std::path::Path, rows: u64) -> u64 {
+    let (s, h) = Sink::start(
+        None,
+        SpoolConfig::new(dir),
+        Arc::new(SinkMetrics::default()),
+    )
+    .await
+    .unwrap();
+    for i in 0..rows {
+        h.send(row(1000 + i, "earlier"), Table::Str).await.unwrap();
+    }
+    drop(h);
+    s.shutdown().await.unwrap();
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+/// The value of `field=` in a log line.
+fn field(line: &str, field: &str) -> u64 {
+    let at = format!(" {field}=");
+    let v = line
+        .split_once(&at)
+        .unwrap_or_else(|| panic!("no {field} in {line}"))
+        .1;
+    v.split(' ').next().unwrap().parse().unwrap()
+}
+
+/// ClickHouse's return said `rows_spooled`, the rows this process spooled during the
+/// outage: after a restart onto an earlier run's spool, "rows_spooled=5" read as all
+/// the replay had to load, 25 rows. The line gives `spool_bytes` too: all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_back_says_what_the_spool_holds_with_an_earlier_runs_rows() {
+    let logs = logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    let earlier = spooled_by_an_earlier_run(&dir, 20).await;
+    assert!(earlier > 0);
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cfg = node_down_until("127.0.201.2", up.clone());
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(&dir), metrics.clone())
+        .await
+        .unwrap();
+    for i in 0..5 {
+        h.send(row(i, "x"), Table::Str).await.unwrap();
+    }
+    let m = metrics.clone();
+    assert!(
+        wait_until(std::time::Duration::from_secs(10), || m.spooled_rows() == 5),
+        "{}",
+        metrics.render_text()
+    );
+    up.store(true, std::sync::atomic::Ordering::SeqCst);
+    let m = metrics.clone();
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || m
+            .rows_written(Table::Str)
+            == 25),
+        "{}",
+        String::from_utf8_lossy(&logs.0.lock().unwrap())
+    );
+    drop(h);
+    sink.shutdown().await.unwrap();
+    let (n, text) = lines_with(&logs, &["ClickHouse accepts inserts again"]);
+    assert_eq!(n, 1, "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("ClickHouse accepts inserts again"))
+        .unwrap();
+    assert_eq!(field(line, "rows_spooled"), 5, "{line}");
+    assert!(field(line, "spool_bytes") > earlier, "{earlier}: {line}");
 }
 
 /// A table ClickHouse refuses for as long as it is broken (read-only here) holds its
