@@ -1202,6 +1202,46 @@ impl HeldLog {
     }
 }
 
+/// Segments replayed one after another, from the first until the replay stops taking
+/// them (the spool has nothing left it can replay now, an attempt failed, the stop):
+/// one INFO line for all of them ([`Drain::ended`]), each segment at debug. A line per
+/// segment was hundreds of lines after a long outage.
+struct Drain {
+    /// When the first segment's replay began.
+    since: Instant,
+    /// Rows replayed before it (the metric's count).
+    rows_before: u64,
+    /// Segments replayed whole.
+    segments: u64,
+}
+
+impl Drain {
+    /// A segment that began at `began`, when `rows_before` rows had been replayed, is
+    /// replayed whole: counted in the drain in progress, or the first of one.
+    fn replayed(drain: &mut Option<Drain>, began: Instant, rows_before: u64) {
+        drain
+            .get_or_insert(Drain {
+                since: began,
+                rows_before,
+                segments: 0,
+            })
+            .segments += 1;
+    }
+
+    /// The drain in progress, if any, ended (`until`: why): logged.
+    fn ended(drain: &mut Option<Drain>, m: &SinkMetrics, until: &str) {
+        if let Some(d) = drain.take() {
+            tracing::info!(
+                segments = d.segments,
+                rows = m.replayed_rows().saturating_sub(d.rows_before),
+                took = %whole_secs(d.since.elapsed()),
+                until,
+                "spool: replayed"
+            );
+        }
+    }
+}
+
 /// The replay task: drains the spool oldest first while new data flows, and probes
 /// ClickHouse while it is unhealthy.
 pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
@@ -1213,25 +1253,31 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
     let mut unreadable = UnreadableTries::default();
     let mut suspects = Suspects::default();
     let mut held_log = HeldLog::default();
+    let mut drain = None;
+    let m = &shared.metrics;
     loop {
         // A sink dropped without its stop (its sender gone) ends it too: its pauses
         // wait on `shutdown.changed()`, which would then return at once, for good.
         if *shutdown.borrow() || shutdown.has_changed().is_err() {
+            Drain::ended(&mut drain, m, "stop");
             return;
         }
         match checkout_but(&shared, suspects.held.clone()).await {
             // Every segment left holds suspects: after a pause, try them all again.
             None if !suspects.held.is_empty() => {
+                Drain::ended(&mut drain, m, "the segments left are refused");
                 pause(cfg.retry_backoff_max, &mut shutdown).await;
                 suspects.held.clear();
                 suspects.keep_only(&live_segments(&shared).await);
             }
             Some(seg) => {
+                let (began, rows_before) = (Instant::now(), m.replayed_rows());
                 let res =
                     replay_segment(&shared, &seg, None, Some(&mut suspects), &mut shutdown).await;
                 let done = match res {
                     Ok(Replayed::Done) => {
-                        tracing::info!(segment = %seg.path.display(), "spool: segment replayed");
+                        tracing::debug!(segment = %seg.path.display(), "spool: segment replayed");
+                        Drain::replayed(&mut drain, began, rows_before);
                         true
                     }
                     Ok(Replayed::Held(e)) => {
@@ -1259,10 +1305,12 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                 };
                 finish(&shared, seg.seq, done).await;
                 if !done && !*shutdown.borrow() {
+                    Drain::ended(&mut drain, m, "an attempt failed");
                     pause(cfg.retry_backoff_max, &mut shutdown).await;
                 }
             }
             None if !shared.ok() => {
+                Drain::ended(&mut drain, m, "ClickHouse unavailable");
                 probes += 1;
                 tokio::select! {
                     _ = sleep(backoff(probes, cfg.retry_backoff, cfg.retry_backoff_max)) => {}
@@ -1278,6 +1326,7 @@ pub(crate) async fn run_replayer(shared: Arc<Shared>, mut shutdown: watch::Recei
                 }
             }
             None => {
+                Drain::ended(&mut drain, m, "the spool is empty");
                 probes = 0;
                 held_log = HeldLog::default();
                 // Every append notifies (a permit is kept if it comes while a replay

@@ -419,7 +419,7 @@ async fn a_spool_that_cannot_be_written_is_logged_once_and_what_it_lost_when_it_
     );
 }
 
-/// A fake node on `ip`, down (every request refused) until `up` is set, then a server
+/// A fake node on `ip`, down (every request refused) while `up` is not set, a server
 /// whose `SELECT 1` answers 1 (RowBinary), whose schema check finds no columns, and
 /// that stores every INSERT. Returns its URL and a config with 5-row batches flushed
 /// every 50 ms, one attempt each.
@@ -469,6 +469,13 @@ async fn spooled_by_an_earlier_run(dir: &std::path::Path, rows: u64) -> u64 {
         .sum()
 }
 
+/// The one line of the log with `what` (a panic if there are none or more).
+fn the_line(logs: &Captured, what: &str) -> String {
+    let (n, text) = lines_with(logs, &[what]);
+    assert_eq!(n, 1, "{what:?}:\n{text}");
+    text.lines().find(|l| l.contains(what)).unwrap().to_string()
+}
+
 /// The value of `field=` in a log line.
 fn field(line: &str, field: &str) -> u64 {
     let at = format!(" {field}=");
@@ -515,14 +522,48 @@ async fn clickhouse_back_says_what_the_spool_holds_with_an_earlier_runs_rows() {
     );
     drop(h);
     sink.shutdown().await.unwrap();
-    let (n, text) = lines_with(&logs, &["ClickHouse accepts inserts again"]);
-    assert_eq!(n, 1, "{text}");
-    let line = text
-        .lines()
-        .find(|l| l.contains("ClickHouse accepts inserts again"))
+    let line = the_line(&logs, "ClickHouse accepts inserts again");
+    assert_eq!(field(&line, "rows_spooled"), 5, "{line}");
+    assert!(field(&line, "spool_bytes") > earlier, "{earlier}: {line}");
+}
+
+/// A replay logged an INFO line per segment replayed: after a long outage, hundreds.
+/// It logs one line for the segments it replayed one after another (here the three
+/// that three earlier runs left), with their rows; each segment is at debug.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_is_one_line_for_all_its_segments() {
+    let logs = logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("spool");
+    // A run's segment is sealed at the next start: one segment per run.
+    for _ in 0..3 {
+        spooled_by_an_earlier_run(&dir, 5).await;
+    }
+    assert_eq!(sink::spool::list_segments(&dir).unwrap().len(), 3);
+    let cfg = node_down_until("127.0.201.3", Arc::new(true.into()));
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(&dir), metrics.clone())
+        .await
         .unwrap();
-    assert_eq!(field(line, "rows_spooled"), 5, "{line}");
-    assert!(field(line, "spool_bytes") > earlier, "{earlier}: {line}");
+    assert!(
+        wait_until(std::time::Duration::from_secs(20), || lines_with(
+            &logs,
+            &["spool: replayed"]
+        )
+        .0 == 1),
+        "{}",
+        lines_with(&logs, &[]).1
+    );
+    drop(h);
+    sink.shutdown().await.unwrap();
+    assert_eq!(metrics.rows_written(Table::Str), 15);
+    let line = the_line(&logs, "spool: replayed");
+    assert!(line.contains(" INFO "), "{line}");
+    assert_eq!(field(&line, "segments"), 3, "{line}");
+    assert_eq!(field(&line, "rows"), 15, "{line}");
+    assert!(line.contains("until=\"the spool is empty\""), "{line}");
+    let (n, text) = lines_with(&logs, &["segment replayed"]);
+    assert_eq!(n, 0, "{text}");
 }
 
 /// A table ClickHouse refuses for as long as it is broken (read-only here) holds its
