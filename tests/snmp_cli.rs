@@ -147,6 +147,69 @@ fn a_walk_of_a_scalar_instance_prints_it_as_snmpwalk_does() {
     }
 }
 
+/// A walk that finds nothing under its OID GETs the OID itself, and only that: the
+/// agent has just answered, so no closed-port probe goes beside the GET (it did, one
+/// request more to the agent).
+#[test]
+fn an_empty_walk_gets_its_oid_without_a_probe() {
+    use snmp::PduType::{GetBulkRequest, GetRequest};
+    let root: snmp::Oid = ".1.3.6.1.4.1.99999.8.0".parse().unwrap();
+    let past: snmp::Oid = ".1.3.6.1.4.1.99999.9.0".parse().unwrap();
+    // The test's own word to the agent, after the command: every request before it
+    // has been seen once it is (one socket's datagrams come in order).
+    let sentinel: snmp::Oid = ".1.3.6.1.4.1.99999.10.0".parse().unwrap();
+    let (seen, requests) = std::sync::mpsc::channel();
+    let agent = common::raw_agent("127.0.202.1:0".parse().unwrap(), None, move |m, _| {
+        let Some(asked) = m.varbinds().next().map(|vb| vb.oid.to_owned()) else {
+            return Vec::new();
+        };
+        let _ = seen.send((m.pdu_type, asked.clone()));
+        let value = match m.pdu_type {
+            // Nothing under the root: the walk's answer is past it.
+            GetBulkRequest => (past.clone(), snmp::VarValue::Integer(1)),
+            // Answered late, so that a probe sent beside the GET is on its way (one
+            // that was not would not fail this test).
+            GetRequest => {
+                std::thread::sleep(std::time::Duration::from_millis(300));
+                (asked, snmp::VarValue::Integer(7))
+            }
+            _ => return Vec::new(),
+        };
+        vec![common::response(m, &[value])]
+    })
+    .to_string();
+    let o = netpoller()
+        .args(["snmp", "walk", "-r", "0", "-c", "public", &agent])
+        .arg(root.to_string())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{o:?}");
+    assert_eq!(text(&o), format!("{root} = INTEGER: 7\n"));
+    let sock = std::net::UdpSocket::bind("127.0.202.1:0").unwrap();
+    let mut req = Vec::new();
+    let oids = std::iter::once(&sentinel);
+    snmp::encode_request(
+        &mut req,
+        snmp::Version::V2c,
+        b"public",
+        1,
+        snmp::RequestKind::Get,
+        oids,
+    );
+    sock.send_to(&req, &agent).unwrap();
+    let mut asked = Vec::new();
+    loop {
+        let (pdu, oid) = requests
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the agent sees the test's request");
+        if oid == sentinel {
+            break;
+        }
+        asked.push((pdu, oid));
+    }
+    assert_eq!(asked, [(GetBulkRequest, root.clone()), (GetRequest, root)]);
+}
+
 /// SNMPv1 has no "No Such Object": a walk of an empty subtree prints nothing and exits
 /// 0, as snmpwalk -v1 does (its GET's noSuchName means nothing there). A walk that
 /// times out exits 1, as snmpwalk does, and says why, in --json as an object.

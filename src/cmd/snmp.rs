@@ -362,7 +362,7 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
     let addr = c.addr()?;
     let mut out = std::io::stdout().lock();
     Ok(
-        if get_and_print(c, addr, &a.oids, a.max_oids, false, &mut out)? {
+        if get_and_print(c, addr, &a.oids, a.max_oids, Before::Nothing, &mut out)? {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(1)
@@ -370,23 +370,38 @@ fn get(a: GetArgs) -> anyhow::Result<ExitCode> {
     )
 }
 
+/// What [`get_and_print`]'s caller learnt of the agent before it: what decides the
+/// closed-port probe and what an OID the agent has not means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Before {
+    /// Nothing (`snmp get`): the port may be closed.
+    Nothing,
+    /// The agent answered a walk of the OID, which found nothing under it (snmpwalk
+    /// then GETs the OID itself): the port is open, and SNMPv1's noSuchName means
+    /// nothing there, as to snmpwalk.
+    EmptyWalk,
+}
+
 /// GETs `oids` from `addr` (at most `max_oids` per request) and prints each result;
-/// `false` when one had none (an error is printed in its place). With `absent_ok`, an
-/// OID the agent has not (SNMPv1's noSuchName) is neither printed nor a failure.
+/// `false` when one had none (an error is printed in its place). After an empty walk
+/// ([`Before::EmptyWalk`]), an OID an SNMPv1 agent has not (noSuchName) is neither
+/// printed nor a failure.
 ///
 /// The daemon's driver asks, on a socket it does not connect (the daemon's are shared
 /// by every agent), which never hears of an ICMP port unreachable: a closed port would
 /// time out, where `walk` says at once that it is unreachable. A probe beside it asks
 /// as a walk does ([`walker::port_unreachable`]) and stops the driver when the port
-/// proves unreachable: the OIDs not answered then say so.
+/// proves unreachable: the OIDs not answered then say so. After a walk the agent
+/// answered, no probe: the port is open, and it would be one request more.
 fn get_and_print(
     c: &Common,
     addr: SocketAddr,
     oids: &[Oid],
     max_oids: usize,
-    absent_ok: bool,
+    before: Before,
     out: &mut impl Write,
 ) -> anyhow::Result<bool> {
+    let absent_ok = before == Before::EmptyWalk && c.version == snmp::Version::V1;
     let params = c.params(addr, max_oids.max(1))?;
     let job = params.job(addr, oids.to_vec());
     let source = super::source_addrs(c.source.as_slice(), &[addr.ip()])?;
@@ -407,9 +422,15 @@ fn get_and_print(
     let done = std::sync::atomic::AtomicBool::new(false);
     let (tell, told) = tokio::sync::oneshot::channel();
     let report = std::thread::scope(|scope| {
-        scope.spawn(|| {
-            let _ = tell.send(walker::port_unreachable(&target, &oids[0], &done));
-        });
+        match before {
+            Before::Nothing => {
+                scope.spawn(|| {
+                    let _ = tell.send(walker::port_unreachable(&target, &oids[0], &done));
+                });
+            }
+            // No word ever comes: the driver's requests tell.
+            Before::EmptyWalk => drop(tell),
+        }
         let report = rt.block_on(async {
             let opts = SnmpDriverOptions {
                 sockets: 1,
@@ -590,8 +611,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::SUCCESS);
         }
         let root: Oid = a.oid.parse().context("the walk's OID")?;
-        let v1 = c.version == snmp::Version::V1;
-        if !get_and_print(c, addr, &[root], 1, v1, &mut out)? {
+        if !get_and_print(c, addr, &[root], 1, Before::EmptyWalk, &mut out)? {
             return Ok(ExitCode::from(1));
         }
     }
