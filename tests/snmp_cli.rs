@@ -489,10 +489,24 @@ fn get_and_walk_say_an_agents_refusal_alike() {
 
 /// An SNMPv3 authPriv request the agent cannot decrypt is dropped without a word:
 /// `get` and `walk` time out alike, with the hint that a wrong privacy passphrase or
-/// protocol looks so (the walk's timeout said nothing of it).
+/// protocol looks so (snmpd agent 4, which tells its engine; the walk's timeout said
+/// nothing of it). An agent that answers nothing, its engine discovery included,
+/// times out without the hint, in `get` as in `walk` (`get`, the daemon's item, gave
+/// it: no key is at fault when the discovery, which carries none, goes unanswered).
 #[test]
-fn a_wrong_privacy_key_times_out_alike_with_its_hint() {
-    let (agent, _) = first_agent();
+fn an_authpriv_timeout_hints_at_the_privacy_key_once_the_engine_answered() {
+    let silent = common::udp_agent("127.0.202.2:0".parse().unwrap(), None, |_, _| Vec::new());
+    let silent = silent.to_string();
+    let agent4 = service_env("NETPOLLER_SNMPD_ADDRS")
+        .split(',')
+        .nth(3)
+        .unwrap()
+        .to_string();
+    let agent4: SocketAddr = format!("{agent4}:{}", service_env("NETPOLLER_SNMPD_PORT"))
+        .parse()
+        .unwrap();
+    assert!(agent4.ip().is_loopback());
+    let agent4 = agent4.to_string();
     let v3 = [
         "-v",
         "3",
@@ -502,20 +516,21 @@ fn a_wrong_privacy_key_times_out_alike_with_its_hint() {
         "SHA",
         "-A",
         "np-auth-pass",
-    ];
-    let wrong = [
         "-x",
         "AES",
-        "-X",
-        "not-the-priv-pass",
         "-t",
         "200ms",
         "-r",
         "0",
     ];
-    let error = format!("Timeout while connecting to \"{agent}\". No SNMP response after 1 attempt(s) (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)");
-    let args = [&v3[..], &wrong[..], &[agent.as_str()][..]].concat();
-    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.5.0", &error);
+    let timeout = |at: &str| {
+        format!("Timeout while connecting to \"{at}\". No SNMP response after 1 attempt(s)")
+    };
+    let args = [&v3[..], &["-X", "np-priv-pass", &silent]].concat();
+    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.5.0", &timeout(&silent));
+    let hint = " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)";
+    let args = [&v3[..], &["-X", "not-the-priv-pass", &agent4]].concat();
+    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.5.0", &(timeout(&agent4) + hint));
 }
 
 /// `poll-once` says an item's failure once, in the words the daemon has for it

@@ -215,7 +215,8 @@ pub fn timeout_text(
 /// [`timeout_text`], and for an SNMPv3 authPriv `user` the hint that a wrong privacy
 /// passphrase or protocol looks the same: agents drop a request they cannot decrypt
 /// without a word (net-snmp's snmpget shows a timeout too), so this is all an
-/// operator gets.
+/// operator gets. Only for requests sent after the agent's engine was discovered: an
+/// unanswered discovery (no user, no key) is a plain [`timeout_text`].
 pub fn silent_timeout_text(
     addr: std::net::SocketAddr,
     retries: u32,
@@ -242,6 +243,11 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
         ItemFailure::Timeout => ItemError::new(
             ErrorReason::Timeout,
             silent_timeout_text(job.addr, job.retries, job.usm.as_deref()),
+        ),
+        // The agent is silent to what carries no key: no hint at one.
+        ItemFailure::DiscoveryTimeout => ItemError::new(
+            ErrorReason::Timeout,
+            timeout_text(job.addr, job.retries, None),
         ),
         // The agent's own answer, decoded: Zabbix's "not supported" (NOTSUPPORTED in
         // checks_snmp.c, so a CHECK_NOT_SUPPORTED step handles it).
@@ -966,6 +972,14 @@ mod tests {
         assert_eq!(
             item_error(&job, &ItemFailure::Timeout).text,
             "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)"
+        );
+        // No answer to the discovery, which carries no key: no hint at one.
+        assert_eq!(
+            item_error(&job, &ItemFailure::DiscoveryTimeout),
+            ItemError::new(
+                ErrorReason::Timeout,
+                "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s)"
+            )
         );
         use snmp::v3::ReportKind as K;
         for (kind, text) in [

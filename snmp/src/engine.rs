@@ -52,7 +52,8 @@
 //!   iteration: all of the host's remaining items fail with [`ItemFailure::Timeout`] at
 //!   once, so a dead host costs one `timeout × (retries + 1)` however many items it has
 //!   (unless a probe beside its first retry was answered: then the host is up and only
-//!   ignores requests that big).
+//!   ignores requests that big); an SNMPv3 host whose agent's engine is not known then
+//!   (its discovery went unanswered) fails them with [`ItemFailure::DiscoveryTimeout`].
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -281,6 +282,11 @@ pub enum ItemFailure {
     /// No answer after all retries (or the iteration deadline passed).
     #[error("timeout: no response")]
     Timeout,
+    /// [`ItemFailure::Timeout`] of an SNMPv3 host whose agent's engine is not known: its
+    /// discovery, which carries no user and no key, went unanswered (or the deadline
+    /// came first), so nothing encrypted was sent and no key can be at fault.
+    #[error("timeout: no response to the SNMPv3 engine discovery")]
+    DiscoveryTimeout,
     /// The agent answered with an error-status for this OID (noSuchName, genErr, ...),
     /// its error-index naming it or 0 (the whole request's), or tooBig for a single
     /// OID. Worded as Zabbix words it (`SNMP error: ` and net-snmp's text, checks_snmp.c
@@ -1948,8 +1954,10 @@ impl<'j> Iteration<'j> {
         let timed_out = f == ItemFailure::Timeout;
         self.drop_probe(host);
         self.hosts[host].parked.clear();
+        let undiscovered = (self.hosts[host].usm.as_deref()).is_some_and(|u| u.engine.is_none());
         let f = match (f, self.hosts[host].dropped.take()) {
             (ItemFailure::Timeout, Some(why)) => ItemFailure::Dropped(why),
+            (ItemFailure::Timeout, None) if undiscovered => ItemFailure::DiscoveryTimeout,
             (f, _) => f,
         };
         if timed_out {

@@ -1985,7 +1985,12 @@ proptest! {
                 continue;
             }
             if hosts[h].7 {
-                prop_assert!(items.values().all(|r| *r == Err(ItemFailure::Timeout)));
+                // An SNMPv3 agent's engine not remembered is never discovered.
+                let timeout = match modes[h] {
+                    1..=3 => ItemFailure::DiscoveryTimeout,
+                    _ => ItemFailure::Timeout,
+                };
+                prop_assert!(items.values().all(|r| *r == Err(timeout.clone())));
                 prop_assert_eq!(out.done_at[&h], j.timeout * (j.retries + 1));
             }
             for (i, r) in &items {
@@ -2116,6 +2121,37 @@ fn v3_discovers_the_engine_once_then_polls_authenticated_and_encrypted() {
         // The engine's clock, counted on from discovery: 60 s later.
         assert_eq!((m.boots, m.time), (3, 60));
     }
+}
+
+/// An SNMPv3 agent that answers nothing fails the items as a discovery's timeout (no
+/// key was ever used, so no key can be wrong); one whose engine was discovered and
+/// that then goes silent fails them as a plain timeout (a request it cannot decrypt
+/// goes unanswered too). Both were a plain timeout.
+#[test]
+fn v3_a_silent_agent_times_out_as_its_discovery_or_its_requests() {
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let (mut agents, oids) = v3_setup(&user, t0);
+    let jobs = [v3_job(&user, &oids)];
+    let fails_all_with = |out: &Outcome, f: ItemFailure| {
+        let items = items_of(&out.events, 0);
+        assert_eq!(items.len(), 10);
+        assert!(items.values().all(|r| r == &Err(f.clone())), "{items:?}");
+    };
+    let mut silent = agents.clone();
+    silent.get_mut(&addr(1)).unwrap().silent = true;
+    let out = iterate(&jobs, &mut silent, HostMemory::default());
+    fails_all_with(&out, ItemFailure::DiscoveryTimeout);
+    assert!(out.events.contains(&Event::HostDone {
+        host: 0,
+        timed_out: true
+    }));
+    // Discovered, then silent.
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
+    all_ok(&out, 10);
+    let later = t0 + Duration::from_secs(60);
+    let out = simulate(&jobs, &mut silent, out.memory, Default::default(), later);
+    fails_all_with(&out, ItemFailure::Timeout);
 }
 
 #[test]
