@@ -12,9 +12,12 @@
 //! under the msgID of one of the request's attempts and as the USM takes it, each by
 //! the engine's own rule ([`Message::refusal`], [`V3Message::answer`]), and a request
 //! whose replies were all refused times out saying why the last was, in the engine's
-//! words ([`Dropped`]). A closed port is learnt from the ICMP port unreachable the
-//! connected socket is told of ([`PortUnreachable`]); [`port_unreachable`] learns it
-//! so for `snmp get`, whose requests go out on the daemon's unconnected sockets.
+//! words ([`Dropped`]). A failure a polled item of the agent has too (a timeout, an
+//! error-status, a Report) is an [`ItemFailed`]: the item's text and class, built by
+//! the driver's own `item_error`. A closed port is learnt from the ICMP port
+//! unreachable the connected socket is told of ([`PortUnreachable`]);
+//! [`port_unreachable`] learns it so for `snmp get`, whose requests go out on the
+//! daemon's unconnected sockets.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,12 +25,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use poller::plan::SnmpParams;
-// A request no reply was taken to, or an SNMPv3 agent's Report, is said as a polled
-// item's failure says it, so `snmp get` and `snmp walk` read alike.
-use poller::snmp_driver::{report_text, silent_timeout_text, timeout_text};
+// A request no reply was taken to, an error-status or an SNMPv3 agent's Report is said
+// as a polled item's failure says it, so `snmp get` and `snmp walk` read alike.
+use poller::snmp_driver::item_error;
 use poller::source::SourceAddrs;
+use poller::value::ItemError;
 use snmp::v3::{Answer, Engine, ReportKind, V3Message};
-use snmp::{Dropped, Message, Oid, VarValue, Walk};
+use snmp::{Dropped, ItemFailure, Message, Oid, VarValue, Walk};
 
 /// Most varbinds one walk takes: an agent could serve an endless table, which fails the
 /// walk past them.
@@ -127,7 +131,7 @@ fn walk_at_most(
                 }
             }
             let (eid, boots, time) =
-                found.with_context(|| timeout_text(addr, t.snmp.retries, None))?;
+                found.ok_or_else(|| failed(t, &ItemFailure::DiscoveryTimeout))?;
             Some(Engine::new(user.clone(), &eid, boots, time, Instant::now()))
         }
         None => None,
@@ -189,7 +193,7 @@ fn walk_at_most(
                         }
                         return Some(
                             w.handle_response(&m, &mut vbs)
-                                .map_err(|e| (failed_answer(addr, e), None)),
+                                .map_err(|e| (failed_answer(t, e), None)),
                         );
                     };
                     // Only an answer to one of the request's attempts is looked at.
@@ -209,7 +213,7 @@ fn walk_at_most(
                     ) {
                         Ok(Answer::Response(r)) => Some(
                             w.handle_response(&r, &mut vbs)
-                                .map_err(|e| (failed_answer(addr, e), None)),
+                                .map_err(|e| (failed_answer(t, e), None)),
                         ),
                         Ok(Answer::Report { kind, authentic }) => {
                             if kind == ReportKind::NotInTimeWindow && authentic {
@@ -217,7 +221,7 @@ fn walk_at_most(
                                 // step).
                                 e.set_clock(m.boots, m.time, now);
                             }
-                            Some(Err((report_text(addr, kind), Some(kind))))
+                            Some(Err((failed(t, &ItemFailure::Report(kind)), Some(kind))))
                         }
                         // The agent's reply, refused by the engine's rule: the timeout
                         // says why, as the engine's does.
@@ -236,14 +240,10 @@ fn walk_at_most(
                 other => break other.map(|r| r.map_err(|(text, _)| text)),
             }
         };
-        let failed = match (answered, dropped) {
+        let failure = match (answered, dropped) {
             // Nothing came back: for an authPriv user, a wrong privacy key looks so.
-            (None, None) => bail!(silent_timeout_text(
-                addr,
-                t.snmp.retries,
-                t.snmp.usm.as_deref()
-            )),
-            (None, Some(why)) => bail!(timeout_text(addr, t.snmp.retries, Some(&why))),
+            (None, None) => return Err(failed(t, &ItemFailure::Timeout)),
+            (None, Some(why)) => return Err(failed(t, &ItemFailure::Dropped(why))),
             (Some(r), _) => r.err(),
         };
         // The rows an answer brought before its error are the walk's (as net-snmp
@@ -255,8 +255,8 @@ fn walk_at_most(
             count += 1;
             each(oid, v)?;
         }
-        if let Some(e) = failed {
-            bail!(e);
+        if let Some(e) = failure {
+            return Err(e);
         }
     }
     Ok(count)
@@ -444,13 +444,30 @@ pub fn value_text(v: &VarValue) -> Option<String> {
 /// An answer that fails the walk, said as a polled item's would be where the daemon has
 /// words for it (an error-status: Zabbix's `SNMP error: (genError) ...`, as `snmp get`
 /// says it), else as the walk's error with the agent's address.
-fn failed_answer(addr: SocketAddr, e: snmp::WalkError) -> String {
+fn failed_answer(t: &Target<'_>, e: snmp::WalkError) -> anyhow::Error {
     match e {
-        snmp::WalkError::ErrorStatus { status, .. } => {
-            snmp::ItemFailure::ErrorStatus(status).to_string()
-        }
-        e => format!("{addr}: {e}"),
+        snmp::WalkError::ErrorStatus { status, .. } => failed(t, &ItemFailure::ErrorStatus(status)),
+        e => anyhow::anyhow!("{}: {e}", t.addr()),
     }
+}
+
+/// A walk's failure that a polled item of the agent has too, in its words and with its
+/// class ([`ItemError::reason`]): what `snmp walk --json` gives as the `reason`.
+#[derive(Debug)]
+pub struct ItemFailed(pub ItemError);
+
+impl std::fmt::Display for ItemFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The text alone, as the item's error is shown (its class is a field apart).
+        f.write_str(&self.0.text)
+    }
+}
+
+impl std::error::Error for ItemFailed {}
+
+/// `f`, as a polled item of `t`'s agent would fail with it ([`item_error`]).
+fn failed(t: &Target<'_>, f: &ItemFailure) -> anyhow::Error {
+    ItemFailed(item_error(&t.snmp.job(t.addr(), Vec::new()), f)).into()
 }
 
 fn random_id() -> i32 {

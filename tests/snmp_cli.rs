@@ -326,6 +326,8 @@ fn rows_before_a_looping_oid_are_printed_then_the_walk_fails() {
     assert!(lines[2]["error"]
         .as_str()
         .is_some_and(|e| e.contains("does not follow")));
+    // No polled item fails so: no class of one.
+    assert_eq!(lines[2].get("reason"), None, "{}", lines[2]);
 }
 
 /// `snmp walk --indices` exits as a walk does: 1 when the walk fails (a timeout) and
@@ -400,8 +402,9 @@ fn a_walk_of_an_empty_top_arc_prints_nothing() {
 
 /// `snmp get` and `snmp walk` of `oid` with `args` (options and the target): each
 /// exits 1 saying `error` once, after the OID, on stderr with nothing on stdout, and
-/// in --json as `{"oid","error"}` on stdout.
-fn get_and_walk_fail_saying(args: &[&str], oid: &str, error: &str) {
+/// in --json as `{"oid","error","reason"}` on stdout, `reason` a polled item's class
+/// (`poll-once --json`'s; none for a failure no item has).
+fn get_and_walk_fail_saying(args: &[&str], oid: &str, error: &str, reason: Option<&str>) {
     for cmd in ["get", "walk"] {
         let run = |json: bool| {
             let o = netpoller()
@@ -419,7 +422,10 @@ fn get_and_walk_fail_saying(args: &[&str], oid: &str, error: &str) {
         assert_eq!(said.0, format!("{oid}: {error}\n"), "{cmd} {args:?}");
         assert_eq!(said.1, "", "{cmd} {args:?}");
         let j: serde_json::Value = serde_json::from_str(text(&run(true)).trim()).unwrap();
-        let want = serde_json::json!({ "oid": oid, "error": error });
+        let mut want = serde_json::json!({ "oid": oid, "error": error });
+        if let Some(r) = reason {
+            want["reason"] = r.into();
+        }
         assert_eq!(j, want, "{cmd} {args:?}");
     }
 }
@@ -435,7 +441,7 @@ fn get_and_walk_time_out_alike() {
     let args = ["-t", "100ms", "-r", "1", "-c", "public", &silent];
     let error =
         format!("Timeout while connecting to \"{silent}\". No SNMP response after 2 attempt(s)");
-    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.3.0", &error);
+    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.3.0", &error, Some("timeout"));
 }
 
 /// Nothing listens at the port: `get` says so at once, as `walk` does, in v2c and v3
@@ -451,7 +457,7 @@ fn get_says_a_closed_port_is_unreachable_as_walk_does() {
     let v2c = ["-t", "5s", "-r", "0", closed];
     let v3 = ["-v", "3", "-u", "np-sha", "-a", "SHA", "-A", "np-auth-pass"];
     for args in [v2c.to_vec(), [&v2c[..], &v3[..]].concat()] {
-        get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.3.0", &error);
+        get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.3.0", &error, None);
     }
 }
 
@@ -480,11 +486,12 @@ fn get_and_walk_say_an_agents_refusal_alike() {
     .to_string();
     let oid = ".1.3.6.1.2.1.1.3.0";
     let error = "SNMP error: (genError) A general failure occured (error-status genErr(5))";
-    get_and_walk_fail_saying(&["-r", "0", "-c", "public", &gen_err], oid, error);
+    let args = ["-r", "0", "-c", "public", &gen_err];
+    get_and_walk_fail_saying(&args, oid, error, Some("unsupported"));
     let (agent, _) = first_agent();
     let error = format!("Cannot connect to \"{agent}\": Unknown user name. (the SNMPv3 agent refused the request with a Report: usmStatsUnknownUserNames)");
     let unknown_user = ["-v", "3", "-u", "np-nosuchuser", "-r", "0", &agent];
-    get_and_walk_fail_saying(&unknown_user, oid, &error);
+    get_and_walk_fail_saying(&unknown_user, oid, &error, Some("unsupported"));
 }
 
 /// An SNMPv3 authPriv request the agent cannot decrypt is dropped without a word:
@@ -527,10 +534,12 @@ fn an_authpriv_timeout_hints_at_the_privacy_key_once_the_engine_answered() {
         format!("Timeout while connecting to \"{at}\". No SNMP response after 1 attempt(s)")
     };
     let args = [&v3[..], &["-X", "np-priv-pass", &silent]].concat();
-    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.5.0", &timeout(&silent));
+    let sys_name = ".1.3.6.1.2.1.1.5.0";
+    get_and_walk_fail_saying(&args, sys_name, &timeout(&silent), Some("timeout"));
     let hint = " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)";
     let args = [&v3[..], &["-X", "not-the-priv-pass", &agent4]].concat();
-    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.5.0", &(timeout(&agent4) + hint));
+    let error = timeout(&agent4) + hint;
+    get_and_walk_fail_saying(&args, sys_name, &error, Some("timeout"));
 }
 
 /// `poll-once` says an item's failure once, in the words the daemon has for it
@@ -654,8 +663,8 @@ fn walk_help_says_max_repetitions_serves_v3_too() {
 #[test]
 fn help_says_what_the_exit_status_tells() {
     for (cmd, says) in [
-        (&["snmp", "get"][..], "1 when one has none: its error, in the words of a polled item's, on stderr (with --json as {\"oid\",\"error\"} on stdout), the others printed; 2 for a wrong option, TARGET or OID, before anything is sent"),
-        (&["snmp", "walk"][..], "1 when it fails (or --indices finds no row): the rows printed so far stay, the error follows on stderr (with --json as {\"oid\",\"error\"} on stdout); 2 for a wrong option, TARGET or OID"),
+        (&["snmp", "get"][..], "1 when one has none: its error, in the words of a polled item's, on stderr (with --json as {\"oid\",\"error\",\"reason\"} on stdout), the others printed; 2 for a wrong option, TARGET or OID, before anything is sent"),
+        (&["snmp", "walk"][..], "1 when it fails (or --indices finds no row): the rows printed so far stay, the error follows on stderr (with --json as {\"oid\",\"error\",\"reason\"} on stdout); 2 for a wrong option, TARGET or OID"),
         (&["poll-once"][..], "An item that gets no value is a result, not a failed command"),
     ] {
         let o = netpoller().args(cmd).arg("--help").output().unwrap();
@@ -800,7 +809,11 @@ fn get_json_lines() {
     );
     assert_eq!(
         lines[2],
-        serde_json::json!({"oid": ".1.3.6.1.4.1.8072.9999.9999.7.0", "error": "noSuchObject"})
+        serde_json::json!({
+            "oid": ".1.3.6.1.4.1.8072.9999.9999.7.0",
+            "error": "No Such Object available on this agent at this OID (noSuchObject)",
+            "reason": "unsupported",
+        })
     );
 }
 

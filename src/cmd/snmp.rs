@@ -9,7 +9,12 @@
 //!
 //! A failure is said once, in the words of the polled item's error (Zabbix's first:
 //! `Timeout while connecting to ...`, `SNMP error: ...`), by `get` and `walk` alike:
-//! on stderr after the OID, in `--json` as `{"oid","error"}` on stdout; exit 1.
+//! on stderr after the OID, in `--json` as `{"oid","error","reason"}` on stdout (the
+//! item's class as `poll-once --json` gives it, where a polled item fails so too); the
+//! exit status is 1. An exception value (noSuchObject) prints in `--json` so too, in
+//! the item's words (`No Such Object available on this agent at this OID
+//! (noSuchObject)`, `unsupported`): one vocabulary for scripts reading `snmp get` and
+//! `poll-once`.
 //!
 //! The community and the SNMPv3 passphrases are secrets: never printed, logged, or shown
 //! in `--help` (no default or environment value is displayed). SNMPv3 options are
@@ -24,6 +29,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use poller::plan::SnmpParams;
 use poller::snmp_driver::{SnmpDriver, SnmpDriverOptions, SnmpHostJob};
+use poller::value::ErrorReason;
 use snmp::v3::UsmUser;
 use snmp::{Oid, VarValue, Version};
 
@@ -42,14 +48,14 @@ pub enum SnmpCmd {
     ///
     /// Exit 0 when every OID has its value (an exception such as noSuchObject is one,
     /// printed as snmpget prints it); 1 when one has none: its error, in the words of
-    /// a polled item's, on stderr (with --json as {"oid","error"} on stdout), the others
-    /// printed; 2 for a wrong option, TARGET or OID, before anything is sent.
+    /// a polled item's, on stderr (with --json as {"oid","error","reason"} on stdout), the
+    /// others printed; 2 for a wrong option, TARGET or OID, before anything is sent.
     Get(GetArgs),
     /// Walk the subtree under OID with GETBULK (GETNEXT for v1).
     ///
     /// Exit 0 when the walk ends at the subtree's end; 1 when it fails (or --indices
     /// finds no row): the rows printed so far stay, the error follows on stderr (with
-    /// --json as {"oid","error"} on stdout); 2 for a wrong option, TARGET or OID,
+    /// --json as {"oid","error","reason"} on stdout); 2 for a wrong option, TARGET or OID,
     /// refused before anything is sent, and for an --indices OID that is no table
     /// column.
     Walk(WalkArgs),
@@ -147,8 +153,10 @@ pub struct Common {
     /// route's.
     #[arg(long = "source", value_name = "ADDR")]
     pub source: Option<std::net::IpAddr>,
-    /// Print one JSON object per line: {"oid","type","value"} or {"oid","error"}; OIDs
-    /// as -On prints them, with a leading dot.
+    /// Print one JSON object per line: {"oid","type","value"} or {"oid","error","reason"}
+    /// (an exception too: the text and class of a polled item's error, as poll-once
+    /// --json gives them; no reason where no item fails so); OIDs as -On prints them,
+    /// with a leading dot.
     #[arg(long)]
     pub json: bool,
     /// Agent address: IP, IP:PORT or `[IPv6]:PORT` (names are not looked up).
@@ -318,10 +326,15 @@ fn print_value(out: &mut impl Write, json: bool, oid: &str, v: &VarValue) -> std
     if !json {
         return writeln!(out, "{oid} = {v}");
     }
-    let obj = match (v.exception_name(), v.undecodable()) {
-        (Some(name), _) => serde_json::json!({ "oid": oid, "error": name }),
-        (_, Some(why)) => serde_json::json!({ "oid": oid, "error": why }),
-        (None, None) => {
+    // An exception, or a value that does not decode, in a polled item's words and class
+    // (poll-once's): the conversion fails only on these (a `str` item takes any value).
+    let unreadable = v.exception_name().is_some() || matches!(v, VarValue::Undecodable { .. });
+    let failed = unreadable
+        .then(|| poller::snmp_convert::convert(v, poller::value::ValueType::Str).err())
+        .flatten();
+    let obj = match failed {
+        Some(e) => error_json(oid, &e.text, Some(e.reason)),
+        None => {
             let value = match v {
                 VarValue::Integer(i) => serde_json::json!(i),
                 VarValue::Counter32(n) | VarValue::Gauge32(n) | VarValue::TimeTicks(n) => {
@@ -348,12 +361,45 @@ fn print_value(out: &mut impl Write, json: bool, oid: &str, v: &VarValue) -> std
     writeln!(out, "{obj}")
 }
 
-fn print_error(out: &mut impl Write, json: bool, oid: &str, err: &str) -> std::io::Result<()> {
+/// `{"oid","error","reason"}`: the error as a polled item's text, and its class as
+/// `poll-once --json` gives it (`timeout`, `unsupported`, `decode`, `send`) where a
+/// polled item fails so too (a closed port, a looping walk: no `reason`).
+fn error_json(oid: &str, err: &str, reason: Option<ErrorReason>) -> serde_json::Value {
+    let mut o = serde_json::json!({ "oid": oid, "error": err });
+    if let Some(r) = reason {
+        o["reason"] = serde_json::json!(r.as_str());
+    }
+    o
+}
+
+/// An OID's failure: on stderr after the OID, or with `--json` as [`error_json`] on
+/// stdout.
+fn print_error(
+    out: &mut impl Write,
+    json: bool,
+    oid: &str,
+    err: &str,
+    reason: Option<ErrorReason>,
+) -> std::io::Result<()> {
     if json {
-        writeln!(out, "{}", serde_json::json!({ "oid": oid, "error": err }))
+        writeln!(out, "{}", error_json(oid, err, reason))
     } else {
         eprintln!("{oid}: {err}");
         Ok(())
+    }
+}
+
+/// A walk's failure, [`print_error`]: with the class of a polled item's where it is one
+/// ([`walker::ItemFailed`]).
+fn print_walk_error(
+    out: &mut impl Write,
+    json: bool,
+    oid: &str,
+    e: &anyhow::Error,
+) -> std::io::Result<()> {
+    match e.downcast_ref::<walker::ItemFailed>() {
+        Some(walker::ItemFailed(f)) => print_error(out, json, oid, &f.text, Some(f.reason)),
+        None => print_error(out, json, oid, &format!("{e:#}"), None),
     }
 }
 
@@ -472,7 +518,7 @@ fn get_and_print(
                 all = false;
                 // The item's text as the daemon has it, Zabbix's words first; the
                 // class before it said a timeout twice (`timeout: Timeout while`).
-                print_error(out, c.json, &oid, &e.text)?;
+                print_error(out, c.json, &oid, &e.text, Some(e.reason))?;
             }
             None => {
                 all = false;
@@ -480,7 +526,7 @@ fn get_and_print(
                     true => walker::PortUnreachable(addr).to_string(),
                     false => "no result".to_string(),
                 };
-                print_error(out, c.json, &oid, &why)?;
+                print_error(out, c.json, &oid, &why, None)?;
             }
         }
     }
@@ -559,7 +605,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
             Ok(rows) => crate::config::Indices::from_rows(rows),
             Err(e) if e.downcast_ref::<walker::NotAColumn>().is_some() => return Err(e),
             Err(e) => {
-                print_error(&mut out, c.json, &shown, &format!("{e:#}"))?;
+                print_walk_error(&mut out, c.json, &shown, &e)?;
                 return Ok(ExitCode::from(1));
             }
         };
@@ -568,7 +614,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
                 Some(m) => format!("no rows whose value matches {m:?}"),
                 None => "no rows".to_string(),
             };
-            print_error(&mut out, c.json, &shown, &why)?;
+            print_error(&mut out, c.json, &shown, &why, None)?;
             return Ok(ExitCode::from(1));
         }
         let indices = rows.to_string();
@@ -597,7 +643,7 @@ fn walk(a: WalkArgs) -> anyhow::Result<ExitCode> {
     if let Err(e) = walked {
         // As snmpwalk: the rows printed so far stay, the error is said (in --json as
         // an object of its own, as `get` gives one), exit 1.
-        print_error(&mut out, c.json, &shown, &format!("{e:#}"))?;
+        print_walk_error(&mut out, c.json, &shown, &e)?;
         return Ok(ExitCode::from(1));
     }
     if seen == 0 {
