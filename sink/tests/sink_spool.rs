@@ -461,11 +461,10 @@ async fn spooled_by_an_earlier_run(dir: &std::path::Path, rows: u64) -> u64 {
     }
     drop(h);
     s.shutdown().await.unwrap();
-    std::fs::read_dir(dir)
+    sink::spool::list_segments(dir)
         .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "seg"))
-        .map(|p| std::fs::metadata(p).unwrap().len())
+        .iter()
+        .map(|s| s.bytes)
         .sum()
 }
 
