@@ -9,21 +9,28 @@ use std::process::{Command, Output};
 
 use common::{netpoller, service_env};
 
+/// The first snmpd agent's address and community.
 fn first_agent() -> (String, String) {
-    let addr = service_env("NETPOLLER_SNMPD_ADDRS")
-        .split(',')
-        .next()
-        .unwrap()
-        .to_string();
-    let port = service_env("NETPOLLER_SNMPD_PORT");
+    let addr = snmpd_agent(0);
     let community = service_env("NETPOLLER_SNMPD_COMMUNITIES")
         .split(',')
         .next()
         .unwrap()
         .to_string();
+    (addr, community)
+}
+
+/// The address (`IP:PORT`, loopback) of snmpd agent `n` (from 0).
+fn snmpd_agent(n: usize) -> String {
+    let addr = service_env("NETPOLLER_SNMPD_ADDRS")
+        .split(',')
+        .nth(n)
+        .unwrap()
+        .to_string();
+    let port = service_env("NETPOLLER_SNMPD_PORT");
     let a: SocketAddr = format!("{addr}:{port}").parse().unwrap();
     assert!(a.ip().is_loopback());
-    (a.to_string(), community)
+    a.to_string()
 }
 
 fn text(o: &Output) -> String {
@@ -504,16 +511,7 @@ fn get_and_walk_say_an_agents_refusal_alike() {
 fn an_authpriv_timeout_hints_at_the_privacy_key_once_the_engine_answered() {
     let silent = common::udp_agent("127.0.202.2:0".parse().unwrap(), None, |_, _| Vec::new());
     let silent = silent.to_string();
-    let agent4 = service_env("NETPOLLER_SNMPD_ADDRS")
-        .split(',')
-        .nth(3)
-        .unwrap()
-        .to_string();
-    let agent4: SocketAddr = format!("{agent4}:{}", service_env("NETPOLLER_SNMPD_PORT"))
-        .parse()
-        .unwrap();
-    assert!(agent4.ip().is_loopback());
-    let agent4 = agent4.to_string();
+    let agent4 = snmpd_agent(3);
     let v3 = [
         "-v",
         "3",
