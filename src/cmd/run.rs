@@ -2600,10 +2600,9 @@ mod tests {
         assert_eq!(pending(&shared), "0");
         let reload = |text: &str| {
             std::fs::write(&path, text).unwrap();
-            let (took, log) = crate::test_util::logged(|| {
+            crate::test_util::logged(|| {
                 reloaded(&args, &running.cfg, &shared, (&mut Found::default(), &[]))
-            });
-            (took, log)
+            })
         };
         let (took, log) = reload(&file("http://127.0.201.2:8123"));
         assert!(took && log.contains("apply only at start"), "{log}");
