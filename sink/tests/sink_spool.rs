@@ -421,8 +421,8 @@ async fn a_spool_that_cannot_be_written_is_logged_once_and_what_it_lost_when_it_
 
 /// A fake node on `ip`, down (every request refused) while `up` is not set, a server
 /// whose `SELECT 1` answers 1 (RowBinary), whose schema check finds no columns, and
-/// that stores every INSERT. Returns its URL and a config with 5-row batches flushed
-/// every 50 ms, one attempt each.
+/// that stores every INSERT. Returns a config sending to it (its URL), with 5-row
+/// batches flushed every 50 ms, one attempt each.
 fn node_down_until(ip: &str, up: Arc<std::sync::atomic::AtomicBool>) -> sink::ClickHouseConfig {
     let url = scripted_node_on(ip, move |head, body| {
         if !up.load(std::sync::atomic::Ordering::SeqCst) {
