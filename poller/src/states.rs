@@ -3,6 +3,16 @@
 //! change is logged once (grouped per host and batch of samples, so a dead device is one
 //! line, not one per item), and the items failing right now are a gauge by reason.
 //!
+//! A change is a value after an error, an error after a value, or an error of another
+//! reason or, for timeouts and send errors, of another text: an SNMPv3 host whose
+//! engine discovery went unanswered (down), then back and silent to its encrypted
+//! requests (another privacy passphrase), or a host whose replies now come from
+//! another address or with another community, fails for another cause, which the
+//! operator must read. Those texts are the poller's words for what the network and the
+//! agent did, the same while the cause lasts. Other errors compare by reason only:
+//! their texts may quote the value (a value that does not fit the item's type, a
+//! preprocessing step's), and a line per poll would drown the log.
+//!
 //! Invariants:
 //! * Only items whose latest sample is an error are kept: memory follows the failures,
 //!   not the size of the configuration, and a configuration where everything answers
@@ -12,6 +22,7 @@
 //! * Items a reload removed are forgotten at the next [`ItemStates::retain`].
 
 use std::collections::{HashMap, HashSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -81,10 +92,18 @@ pub fn retain_ids<V>(
     });
 }
 
+/// How an item fails: its error's reason and, for a timeout or a send error, its
+/// text's fingerprint (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Failing {
+    reason: ErrorReason,
+    text: Option<u64>,
+}
+
 /// The failing items (see the module docs).
 #[derive(Debug, Default)]
 pub struct ItemStates {
-    failing: HashMap<u64, ErrorReason>,
+    failing: HashMap<u64, Failing>,
     gauges: Arc<FailingGauges>,
 }
 
@@ -117,12 +136,22 @@ impl ItemStates {
         match &s.result {
             Ok(_) => self.answered(s, changes),
             Err(e) => {
-                let before = self.failing.insert(s.itemid, e.reason);
-                if before == Some(e.reason) {
+                let worded = matches!(e.reason, ErrorReason::Timeout | ErrorReason::Send);
+                let text = worded.then(|| {
+                    let mut h = DefaultHasher::new();
+                    e.text.hash(&mut h);
+                    h.finish()
+                });
+                let now = Failing {
+                    reason: e.reason,
+                    text,
+                };
+                let before = self.failing.insert(s.itemid, now);
+                if before == Some(now) {
                     return;
                 }
-                if let Some(r) = before {
-                    self.gauges.0[r as usize].fetch_sub(1, Ordering::Relaxed);
+                if let Some(b) = before {
+                    self.gauges.0[b.reason as usize].fetch_sub(1, Ordering::Relaxed);
                 }
                 self.gauges.0[e.reason as usize].fetch_add(1, Ordering::Relaxed);
                 let c = changes.of(&s.host);
@@ -139,14 +168,15 @@ impl ItemStates {
         if self.failing.is_empty() {
             return;
         }
-        if let Some(r) = self.failing.remove(&s.itemid) {
-            self.gauges.0[r as usize].fetch_sub(1, Ordering::Relaxed);
+        if let Some(b) = self.failing.remove(&s.itemid) {
+            self.gauges.0[b.reason as usize].fetch_sub(1, Ordering::Relaxed);
             changes.of(&s.host).recovered += 1;
         }
     }
 
     /// Logs `changes`: `warn` for items that began to fail (or fail for another
-    /// reason), `info` for items that have a value again, one line per host each.
+    /// reason, or with a timeout or send error of another text), `info` for items that
+    /// have a value again, one line per host each.
     pub fn report(changes: Changes) {
         for (host, c) in changes.0 {
             if let Some((key, e)) = &c.first {
@@ -168,8 +198,8 @@ impl ItemStates {
     /// Forgets failing items that are not in `current` (removed by a reload).
     pub fn retain(&mut self, current: impl IntoIterator<Item = u64>) {
         let gauges = &self.gauges;
-        retain_ids(&mut self.failing, current, |r| {
-            gauges.0[*r as usize].fetch_sub(1, Ordering::Relaxed);
+        retain_ids(&mut self.failing, current, |b| {
+            gauges.0[b.reason as usize].fetch_sub(1, Ordering::Relaxed);
         });
     }
 }
@@ -235,6 +265,42 @@ mod tests {
         // A reload that removed item 3 forgets it.
         st.retain([1, 2, 4]);
         assert_eq!((st.failing(), g.get(ErrorReason::Unsupported)), (0, 0));
+    }
+
+    #[test]
+    fn a_timeout_of_another_text_is_a_change_a_values_error_is_not() {
+        // A host down ("no response"), then back with another community (a reload
+        // while it was down): both timeouts, but another cause, which the log must
+        // show. The same text again is no change.
+        let g = Arc::new(FailingGauges::default());
+        let mut st = ItemStates::new(g.clone());
+        let timeout = |text: &str| Err(ItemError::new(ErrorReason::Timeout, text));
+        let changes_of = |st: &mut ItemStates, s: &Sample| {
+            let mut c = Changes::default();
+            st.record(s, &mut c);
+            c.0
+        };
+        let silent = sample("sw", 1, timeout("No SNMP response after 2 attempt(s)"));
+        let other = sample(
+            "sw",
+            1,
+            timeout("replies carried another community, not taken"),
+        );
+        assert_eq!(changes_of(&mut st, &silent).len(), 1);
+        assert_eq!(changes_of(&mut st, &silent), vec![]);
+        let changed = changes_of(&mut st, &other);
+        let first = changed[0].1.first.as_ref().unwrap();
+        assert_eq!(first.1.text, "replies carried another community, not taken");
+        assert_eq!((st.failing(), g.get(ErrorReason::Timeout)), (1, 1));
+        // A value's error (preprocessing's, a type that does not fit) may quote the
+        // value: another value's is no change.
+        let pre = |v: u32| {
+            let text = format!("preprocessing: IN_RANGE: {v} is not within 0..10");
+            sample("sw", 2, Err(ItemError::new(ErrorReason::Unsupported, text)))
+        };
+        assert_eq!(changes_of(&mut st, &pre(11)).len(), 1);
+        assert_eq!(changes_of(&mut st, &pre(12)), vec![]);
+        assert_eq!((st.failing(), g.get(ErrorReason::Unsupported)), (2, 1));
     }
 
     #[test]
