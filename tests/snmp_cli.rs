@@ -533,7 +533,9 @@ fn an_authpriv_timeout_hints_at_the_privacy_key_once_the_engine_answered() {
     };
     let args = [&v3[..], &["-X", "np-priv-pass", &silent]].concat();
     let sys_name = ".1.3.6.1.2.1.1.5.0";
-    get_and_walk_fail_saying(&args, sys_name, &timeout(&silent), Some("timeout"));
+    let unanswered = " (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)";
+    let error = timeout(&silent) + unanswered;
+    get_and_walk_fail_saying(&args, sys_name, &error, Some("timeout"));
     let hint = " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)";
     let args = [&v3[..], &["-X", "not-the-priv-pass", &agent4]].concat();
     let error = timeout(&agent4) + hint;

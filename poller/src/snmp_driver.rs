@@ -216,7 +216,7 @@ pub fn timeout_text(
 /// passphrase or protocol looks the same: agents drop a request they cannot decrypt
 /// without a word (net-snmp's snmpget shows a timeout too), so this is all an
 /// operator gets. Only for requests sent after the agent's engine was discovered: an
-/// unanswered discovery (no user, no key) is a plain [`timeout_text`].
+/// unanswered discovery (no user, no key) says so instead ([`item_error`]).
 pub fn silent_timeout_text(
     addr: std::net::SocketAddr,
     retries: u32,
@@ -244,10 +244,12 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
             ErrorReason::Timeout,
             silent_timeout_text(job.addr, job.retries, job.usm.as_deref()),
         ),
-        // The agent is silent to what carries no key: no hint at one.
+        // The agent is silent to what carries no key: no hint at one, but that the
+        // discovery went unanswered (the agent down, unreachable, or no SNMPv3 there).
         ItemFailure::DiscoveryTimeout => ItemError::new(
             ErrorReason::Timeout,
-            timeout_text(job.addr, job.retries, None),
+            timeout_text(job.addr, job.retries, None)
+                + " (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)",
         ),
         // The agent's own answer, decoded: Zabbix's "not supported" (NOTSUPPORTED in
         // checks_snmp.c, so a CHECK_NOT_SUPPORTED step handles it).
@@ -978,7 +980,7 @@ mod tests {
             item_error(&job, &ItemFailure::DiscoveryTimeout),
             ItemError::new(
                 ErrorReason::Timeout,
-                "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s)"
+                "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)"
             )
         );
         use snmp::v3::ReportKind as K;

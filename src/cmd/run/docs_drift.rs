@@ -275,6 +275,7 @@ fn the_docs_quote_snmp_item_errors_the_code_writes() {
             oids: 10,
         },
         ItemFailure::Timeout,
+        ItemFailure::DiscoveryTimeout,
         ItemFailure::Report(ReportKind::UnknownUserName),
         ItemFailure::Report(ReportKind::WrongDigest),
         ItemFailure::EmptyResponse,
