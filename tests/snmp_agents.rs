@@ -1051,12 +1051,8 @@ async fn snmpv3_refusals_fail_the_items_with_the_agents_reason_without_waiting()
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_wrong_privacy_passphrase_times_out_and_says_it_may_be_that() {
-    // snmpd drops a request it cannot decrypt, without a Report (net-snmp's snmpget
-    // shows "Timeout" too): the item's error names the likely cause.
-    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
-    let addr = snmpd_agents()[0].0;
+/// The SHA/AES user of the agents with a privacy passphrase not theirs.
+fn wrong_privacy_user() -> Arc<snmp::v3::UsmUser> {
     let (name, auth, privacy) = V3_USERS[3];
     let user = snmp::v3::UsmUser::new(
         name,
@@ -1064,7 +1060,17 @@ async fn a_wrong_privacy_passphrase_times_out_and_says_it_may_be_that() {
         privacy.map(|p| (p.parse().unwrap(), "not-the-priv-pass")),
     )
     .unwrap();
-    let mut j = SnmpHostJob::new_v3(addr, Arc::new(user), agent_oids()[..2].to_vec());
+    Arc::new(user)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_wrong_privacy_passphrase_times_out_and_says_it_may_be_that() {
+    // snmpd drops a request it cannot decrypt, without a Report (net-snmp's snmpget
+    // shows "Timeout" too): the item's error names the likely cause.
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let addr = snmpd_agents()[0].0;
+    let user = wrong_privacy_user();
+    let mut j = SnmpHostJob::new_v3(addr, user, agent_oids()[..2].to_vec());
     j.timeout = Duration::from_millis(300);
     j.retries = 0;
     let (res, report) = run(&mut driver, &[j]).await;
@@ -1078,6 +1084,57 @@ async fn a_wrong_privacy_passphrase_times_out_and_says_it_may_be_that() {
             "no secret in {}",
             e.text
         );
+    }
+}
+
+/// An authPriv agent drops a request it cannot decrypt as a down one drops all: the
+/// engine discovery sent beside the retry (it carries no key) tells them apart. snmpd
+/// with a wrong privacy passphrase answers it: the hint, made certain; a fake agent on
+/// 127.0.205.1 that answered the first discovery and then goes silent does not: the
+/// timeout says the discovery went unanswered, no hint. Both had the same uncertain
+/// hint.
+#[tokio::test(flavor = "current_thread")]
+async fn a_wrong_privacy_passphrase_is_told_from_an_agent_gone_silent() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let agent = snmpd_agents()[0].0;
+    let user = wrong_privacy_user();
+    let answering = Arc::new(AtomicBool::new(true));
+    let engine = snmp::v3::Engine::new(user.clone(), b"np-v3probe", 1, 0, Instant::now());
+    let fake =
+        common::v3_agent_answering_discovery_only("127.0.205.1:0", engine, answering.clone());
+    let jobs: Vec<SnmpHostJob> = [agent, fake]
+        .into_iter()
+        .map(|addr| {
+            let mut j = SnmpHostJob::new_v3(addr, user.clone(), agent_oids()[..2].to_vec());
+            j.timeout = Duration::from_millis(300);
+            j.retries = 1;
+            j
+        })
+        .collect();
+    let timeout = |at: SocketAddr| {
+        format!("Timeout while connecting to \"{at}\". No SNMP response after 2 attempt(s)")
+    };
+    let answered =
+        " (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol?)";
+    let unanswered = " (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)";
+    // Both answer the discovery beside the retry; then, its engine known, the fake
+    // agent goes silent.
+    for (fake_says, answered_probes) in [(answered, 2), (unanswered, 1)] {
+        let (res, report) = run(&mut driver, &jobs).await;
+        assert_eq!(report.stats.engine_probes, 2, "{report:?}");
+        assert_eq!(
+            report.stats.engine_probes_answered, answered_probes,
+            "{report:?}"
+        );
+        let wants = [timeout(agent) + answered, timeout(fake) + fake_says];
+        for (items, want) in res.iter().zip(wants) {
+            for v in items.values() {
+                let got = v.clone().unwrap_err();
+                assert_eq!(got, ItemError::new(ErrorReason::Timeout, &want));
+            }
+        }
+        answering.store(false, Ordering::SeqCst);
     }
 }
 

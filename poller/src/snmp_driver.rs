@@ -215,8 +215,10 @@ pub fn timeout_text(
 /// [`timeout_text`], and for an SNMPv3 authPriv `user` the hint that a wrong privacy
 /// passphrase or protocol looks the same: agents drop a request they cannot decrypt
 /// without a word (net-snmp's snmpget shows a timeout too), so this is all an
-/// operator gets. Only for requests sent after the agent's engine was discovered: an
-/// unanswered discovery (no user, no key) says so instead ([`item_error`]).
+/// operator gets when nothing was sent to tell them apart (no retry, or the iteration's
+/// deadline came first). Only for requests sent after the agent's engine was
+/// discovered: an unanswered discovery (no user, no key) says so instead, and so does
+/// the one sent beside a retry, answered or not ([`item_error`]).
 pub fn silent_timeout_text(
     addr: std::net::SocketAddr,
     retries: u32,
@@ -244,8 +246,16 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
             ErrorReason::Timeout,
             silent_timeout_text(job.addr, job.retries, job.usm.as_deref()),
         ),
+        // The agent answered the engine discovery sent beside a retry (it carries no
+        // key) and not the requests: up, and dropping what it cannot decrypt.
+        ItemFailure::TimeoutDiscoveryAnswered => ItemError::new(
+            ErrorReason::Timeout,
+            timeout_text(job.addr, job.retries, None)
+                + " (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol?)",
+        ),
         // The agent is silent to what carries no key: no hint at one, but that the
-        // discovery went unanswered (the agent down, unreachable, or no SNMPv3 there).
+        // discovery went unanswered (the agent down, unreachable, or no SNMPv3 there),
+        // the first one or the one sent beside a retry.
         ItemFailure::DiscoveryTimeout => ItemError::new(
             ErrorReason::Timeout,
             timeout_text(job.addr, job.retries, None)
@@ -974,6 +984,14 @@ mod tests {
         assert_eq!(
             item_error(&job, &ItemFailure::Timeout).text,
             "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)"
+        );
+        // The agent answered the discovery sent beside a retry: the hint, made certain.
+        assert_eq!(
+            item_error(&job, &ItemFailure::TimeoutDiscoveryAnswered),
+            ItemError::new(
+                ErrorReason::Timeout,
+                "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol?)"
+            )
         );
         // No answer to the discovery, which carries no key: no hint at one.
         assert_eq!(

@@ -54,6 +54,12 @@
 //!   (unless a probe beside its first retry was answered: then the host is up and only
 //!   ignores requests that big); an SNMPv3 host whose agent's engine is not known then
 //!   (its discovery went unanswered) fails them with [`ItemFailure::DiscoveryTimeout`].
+//!   An SNMPv3 authPriv host whose engine is known gets, beside its first retry, one
+//!   engine discovery per iteration (no key: a live agent answers it whatever the
+//!   privacy key), whose fate words its timeout: answered
+//!   ([`ItemFailure::TimeoutDiscoveryAnswered`]) or not
+//!   ([`ItemFailure::DiscoveryTimeout`]); none is sent for answered requests,
+//!   v1/v2c or other levels.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -154,7 +160,8 @@ pub struct IterationOptions {
     /// [`ItemFailure::Timeout`]. Default none (each host ends by its own timeouts).
     pub deadline: Option<Instant>,
     /// Requests in flight over all hosts (probes aside: at most one per host, beside a
-    /// retry). Default 10,000.
+    /// retry, and for an SNMPv3 authPriv host one engine discovery per iteration beside
+    /// one). Default 10,000.
     pub max_inflight_total: usize,
     /// Seeds the encryption salts of SNMPv3 engines discovered in this iteration; the
     /// caller should randomize it (two pollers must not share salts). Default 0.
@@ -285,8 +292,17 @@ pub enum ItemFailure {
     /// [`ItemFailure::Timeout`] of an SNMPv3 host whose agent's engine is not known: its
     /// discovery, which carries no user and no key, went unanswered (or the deadline
     /// came first), so nothing encrypted was sent and no key can be at fault.
+    /// Also an authPriv host's [`ItemFailure::Timeout`] whose engine is known when the
+    /// discovery sent beside its first retry (see [`Iteration::handle_timeout`]) went
+    /// unanswered too: the agent is down or unreachable, whatever its keys.
     #[error("timeout: no response to the SNMPv3 engine discovery")]
     DiscoveryTimeout,
+    /// [`ItemFailure::Timeout`] of an SNMPv3 authPriv host whose agent answered the
+    /// engine discovery sent beside a retry (it carries no key): the agent is up and
+    /// drops the requests, as it does those it cannot decrypt (a wrong privacy
+    /// passphrase or protocol).
+    #[error("timeout: no response, though the agent answers the SNMPv3 engine discovery")]
+    TimeoutDiscoveryAnswered,
     /// The agent answered with an error-status for this OID (noSuchName, genErr, ...),
     /// its error-index naming it or 0 (the whole request's), or tooBig for a single
     /// OID. Worded as Zabbix words it (`SNMP error: ` and net-snmp's text, checks_snmp.c
@@ -529,6 +545,10 @@ pub struct Stats {
     /// [`Iteration::handle_timeout`]), and how many were answered.
     pub probes: u64,
     pub probes_answered: u64,
+    /// SNMPv3 authPriv: engine discoveries sent beside a retry to a host whose engine
+    /// is known (see [`Iteration::handle_timeout`]), and how many were answered.
+    pub engine_probes: u64,
+    pub engine_probes_answered: u64,
     /// Requests of several OIDs that went unanswered while their agent answered a probe:
     /// halved, as on tooBig.
     pub silent_too_big: u64,
@@ -662,6 +682,17 @@ struct UsmHost {
     discovering: bool,
     /// Resynchronizations (time window, engine ID) left in this iteration.
     resyncs_left: u8,
+    /// The engine probe in flight (see [`Purpose::EngineProbe`]).
+    probe: Option<i32>,
+    /// An engine probe was queued in this iteration (at most one per host).
+    probed: bool,
+    /// The engine probe's fate: answered, or not (its timeout); `None` before it ends
+    /// or when it could not be sent (nothing learned).
+    answers_discovery: Option<bool>,
+    /// Requests whose last attempt timed out while the engine probe was in flight: kept
+    /// in `inflight` and the table (a late answer still counts) until the probe ends,
+    /// whose fate words their host's timeout.
+    parked: Vec<i32>,
     /// Bumped whenever the engine or its clock changes. A Report to a request encoded
     /// under an older generation only sends its items again: every request in flight
     /// during one reboot or replacement gets the same Report, and only the first may
@@ -697,6 +728,11 @@ enum Purpose {
     /// answer delivers nothing (the item is still the timed-out request's) and its
     /// silence fails nothing by itself.
     Probe,
+    /// SNMPv3 authPriv: an engine discovery sent beside the first retry of a request of
+    /// a host whose engine is known (see [`Iteration::handle_timeout`]). It carries no
+    /// key, so a live agent answers it with a Report whatever the privacy key; its fate
+    /// only words the host's timeout.
+    EngineProbe,
 }
 
 const ID_MASK: u32 = 0x7fff_ffff;
@@ -712,6 +748,8 @@ pub struct Iteration<'j> {
     retransmit: VecDeque<i32>,
     /// (host, item) to ask alone: see [`Purpose::Probe`].
     probes: VecDeque<(u32, u32)>,
+    /// Hosts to send an engine discovery: see [`Purpose::EngineProbe`].
+    engine_probes: VecDeque<u32>,
     events: VecDeque<Event>,
     pool: Vec<(Vec<u32>, Vec<u8>)>,
     /// SNMPv3: the copy of a datagram whose MAC is checked, and a decrypted PDU.
@@ -744,6 +782,7 @@ impl<'j> Iteration<'j> {
             ready: VecDeque::with_capacity(jobs.len()),
             retransmit: VecDeque::new(),
             probes: VecDeque::new(),
+            engine_probes: VecDeque::new(),
             events: VecDeque::new(),
             pool: Vec::new(),
             scratch: Default::default(),
@@ -795,6 +834,10 @@ impl<'j> Iteration<'j> {
                         discovering: false,
                         resyncs_left: MAX_RESYNCS,
                         generation: 0,
+                        probe: None,
+                        probed: false,
+                        answers_discovery: None,
+                        parked: Vec::new(),
                     }))
                 }
                 _ => None,
@@ -855,6 +898,7 @@ impl<'j> Iteration<'j> {
     pub fn has_sendable(&self) -> bool {
         !self.stopping && !self.retransmit.is_empty()
             || !self.probes.is_empty()
+            || !self.engine_probes.is_empty()
             || (!self.ready.is_empty() && self.table.len() < self.opts.max_inflight_total)
     }
 
@@ -896,15 +940,22 @@ impl<'j> Iteration<'j> {
             if st.finished || st.probe.is_some() || v3_unknown {
                 continue;
             }
-            let id = ((self.opts.first_request_id.wrapping_add(self.issued)) & ID_MASK) as i32;
-            self.issued += 1;
             self.stats.probes += 1;
-            let (mut items, mut bytes) = self.pool.pop().unwrap_or_default();
-            items.clear();
+            let (id, mut items, mut bytes) = self.issue();
             items.push(item);
-            bytes.clear();
             self.encode_get(h as usize, id, &items, &mut bytes, now);
             return Some(self.launch(buf, h, id, items, bytes, now, Purpose::Probe));
+        }
+        while let Some(h) = self.engine_probes.pop_front() {
+            let st = &self.hosts[h as usize];
+            let known = st.usm.as_ref().is_some_and(|u| u.engine.is_some());
+            if st.finished || !known {
+                continue;
+            }
+            self.stats.engine_probes += 1;
+            let (id, items, mut bytes) = self.issue();
+            v3::encode_discovery(&mut bytes, id);
+            return Some(self.launch(buf, h, id, items, bytes, now, Purpose::EngineProbe));
         }
         while let Some(&h) = self.ready.front() {
             if self.table.len() >= self.opts.max_inflight_total {
@@ -963,6 +1014,16 @@ impl<'j> Iteration<'j> {
             return Some(self.launch(buf, h, id, items, bytes, now, Purpose::Get));
         }
         None
+    }
+
+    /// A new request-id, and empty buffers for its items and bytes (from the pool).
+    fn issue(&mut self) -> (i32, Vec<u32>, Vec<u8>) {
+        let id = ((self.opts.first_request_id.wrapping_add(self.issued)) & ID_MASK) as i32;
+        self.issued += 1;
+        let (mut items, mut bytes) = self.pool.pop().unwrap_or_default();
+        items.clear();
+        bytes.clear();
+        (id, items, bytes)
     }
 
     /// SNMPv3: request `id`, about to be sent again, is encoded anew under a new msgID
@@ -1057,11 +1118,13 @@ impl<'j> Iteration<'j> {
         let deadline = now + job.timeout;
         let st = &mut self.hosts[h as usize];
         let generation = st.usm.as_ref().map_or(0, |u| u.generation);
-        if purpose == Purpose::Probe {
-            st.probe = Some(id);
-            st.alive = false;
-        } else {
-            st.inflight.push(id);
+        match (purpose, st.usm.as_deref_mut()) {
+            (Purpose::Probe, _) => {
+                st.probe = Some(id);
+                st.alive = false;
+            }
+            (Purpose::EngineProbe, Some(u)) => u.probe = Some(id),
+            _ => st.inflight.push(id),
         }
         self.table.insert(
             id,
@@ -1120,6 +1183,15 @@ impl<'j> Iteration<'j> {
     /// retry and the probe: the last attempt waits for the probe's end). A host that
     /// answered a probe and then went down mid-iteration is given up one smaller request
     /// later. With `retries = 0` nothing is probed.
+    ///
+    /// An SNMPv3 authPriv agent drops a request it cannot decrypt without a word, as a
+    /// down one does. So the first retry of a request of such a host whose engine is
+    /// known goes out with an engine discovery beside it (once per host and iteration;
+    /// it carries no key): if the agent answers it, the host's timeout says so
+    /// ([`ItemFailure::TimeoutDiscoveryAnswered`]: a privacy key or protocol the agent
+    /// does not share); if not, it is the agent's silence
+    /// ([`ItemFailure::DiscoveryTimeout`]). A request whose last attempt times out
+    /// before the probe ends waits for it (the probe was sent after the retry).
     pub fn handle_timeout(&mut self, now: Instant) {
         if let Some(d) = self.opts.deadline {
             if now >= d {
@@ -1143,9 +1215,16 @@ impl<'j> Iteration<'j> {
                 continue;
             }
             let host = e.host as usize;
-            if e.purpose == Purpose::Probe {
-                self.end_probe(id, false);
-                continue;
+            match e.purpose {
+                Purpose::Probe => {
+                    self.end_probe(id, false);
+                    continue;
+                }
+                Purpose::EngineProbe => {
+                    self.end_engine_probe(id, Some(false));
+                    continue;
+                }
+                Purpose::Get | Purpose::Discovery => {}
             }
             self.stats.timeouts += 1;
             if self.stopping {
@@ -1170,10 +1249,15 @@ impl<'j> Iteration<'j> {
                 {
                     self.probes.push_back((host as u32, item));
                 }
+                if get && first_retry {
+                    self.queue_engine_probe(host);
+                }
             } else if get && n > 1 && st.alive {
                 self.silent_too_big(host, id);
             } else if get && n > 1 && st.probe.is_some() {
                 st.parked.push(id);
+            } else if let Some(u) = st.usm.as_deref_mut().filter(|u| u.probe.is_some()) {
+                u.parked.push(id);
             } else {
                 self.kill_host(host, ItemFailure::Timeout);
             }
@@ -1193,6 +1277,7 @@ impl<'j> Iteration<'j> {
         self.stopping = true;
         self.ready.clear();
         self.probes.clear();
+        self.engine_probes.clear();
         // Queued for retransmission or waiting on a probe: not in flight any more.
         let idle: Vec<i32> = self
             .table
@@ -1246,11 +1331,16 @@ impl<'j> Iteration<'j> {
     fn take_request(&mut self, id: i32) -> Option<InFlight> {
         let e = self.table.remove(&id)?;
         let st = &mut self.hosts[e.host as usize];
-        if e.purpose == Purpose::Probe {
-            st.probe = None;
-        } else {
-            st.inflight.retain(|&x| x != id);
-            st.parked.retain(|&x| x != id);
+        match (e.purpose, st.usm.as_deref_mut()) {
+            (Purpose::Probe, _) => st.probe = None,
+            (Purpose::EngineProbe, Some(u)) => u.probe = None,
+            (_, u) => {
+                st.inflight.retain(|&x| x != id);
+                st.parked.retain(|&x| x != id);
+                if let Some(u) = u {
+                    u.parked.retain(|&x| x != id);
+                }
+            }
         }
         Some(e)
     }
@@ -1277,7 +1367,48 @@ impl<'j> Iteration<'j> {
                     self.silent_too_big(host, id);
                 }
             }
-            (false, false) => self.kill_host(host, ItemFailure::Timeout),
+            (false, false) => match self.hosts[host].usm.as_deref_mut() {
+                // The engine probe's fate words the timeout: wait for it.
+                Some(u) if u.probe.is_some() => u.parked.extend(parked),
+                _ => self.kill_host(host, ItemFailure::Timeout),
+            },
+        }
+    }
+
+    /// Queues an engine probe (see [`Purpose::EngineProbe`]) for `host` if it is an
+    /// SNMPv3 authPriv host whose engine is known and got none in this iteration.
+    fn queue_engine_probe(&mut self, host: usize) {
+        let Some(user) = self.jobs[host].usm.as_deref() else {
+            return;
+        };
+        let Some(u) = self.hosts[host].usm.as_deref_mut() else {
+            return;
+        };
+        if u.probed || u.engine.is_none() || user.level() != v3::SecurityLevel::AuthPriv {
+            return;
+        }
+        u.probed = true;
+        self.engine_probes.push_back(host as u32);
+    }
+
+    /// Engine probe `id` was answered by a Report (`Some(true)`), or not (timeout:
+    /// `Some(false)`; send error: `None`, nothing learned): remembered for the host's
+    /// timeout, and the requests parked on it time out now.
+    fn end_engine_probe(&mut self, id: i32, answered: Option<bool>) {
+        let Some(e) = self.take_request(id) else {
+            return;
+        };
+        let host = e.host as usize;
+        self.recycle(e);
+        let Some(u) = self.hosts[host].usm.as_deref_mut() else {
+            return;
+        };
+        u.answers_discovery = answered;
+        if answered == Some(true) {
+            self.stats.engine_probes_answered += 1;
+        }
+        if !std::mem::take(&mut u.parked).is_empty() {
+            self.kill_host(host, ItemFailure::Timeout);
         }
     }
 
@@ -1305,10 +1436,18 @@ impl<'j> Iteration<'j> {
     /// The driver could not send request `request_id`: its items fail with `text`, the
     /// host goes on with its other items.
     pub fn handle_send_error(&mut self, request_id: i32, text: &str) {
-        if self.table.get(&request_id).map(|e| e.purpose) == Some(Purpose::Probe) {
-            self.stats.send_errors += 1;
-            self.end_probe(request_id, false);
-            return;
+        match self.table.get(&request_id).map(|e| e.purpose) {
+            Some(Purpose::Probe) => {
+                self.stats.send_errors += 1;
+                self.end_probe(request_id, false);
+                return;
+            }
+            Some(Purpose::EngineProbe) => {
+                self.stats.send_errors += 1;
+                self.end_engine_probe(request_id, None);
+                return;
+            }
+            _ => {}
         }
         let Some(e) = self.take_request(request_id) else {
             return;
@@ -1469,6 +1608,24 @@ impl<'j> Iteration<'j> {
             return Received::WrongVersion;
         };
         let purpose = self.table.get(&id).map(|e| e.purpose);
+        if purpose == Some(Purpose::EngineProbe) {
+            // Matched as a discovery's answer is (a Report, no key): the agent is up.
+            let mut scratch = std::mem::take(&mut self.scratch);
+            let r = match msg.answer(bytes, user, None, None, &mut scratch, now) {
+                Ok(Answer::Report { .. }) => {
+                    self.stats.reports += 1;
+                    self.end_engine_probe(id, Some(true));
+                    Received::Report
+                }
+                Ok(Answer::Response(_)) => {
+                    self.stats.not_response += 1;
+                    Received::NotResponse
+                }
+                Err(why) => self.refused_v3(host, why, true),
+            };
+            self.scratch = scratch;
+            return r;
+        }
         let discovery = purpose == Some(Purpose::Discovery);
         // A discovery is answered by a Report only; any other request by its msgID.
         let request_id = (!discovery).then_some(msg.msg_id);
@@ -1954,10 +2111,24 @@ impl<'j> Iteration<'j> {
         let timed_out = f == ItemFailure::Timeout;
         self.drop_probe(host);
         self.hosts[host].parked.clear();
+        if let Some(u) = self.hosts[host].usm.as_deref_mut() {
+            u.parked.clear();
+        }
         let undiscovered = (self.hosts[host].usm.as_deref()).is_some_and(|u| u.engine.is_none());
         let f = match (f, self.hosts[host].dropped.take()) {
             (ItemFailure::Timeout, Some(why)) => ItemFailure::Dropped(why),
             (ItemFailure::Timeout, None) if undiscovered => ItemFailure::DiscoveryTimeout,
+            (ItemFailure::Timeout, None) => {
+                match self.hosts[host]
+                    .usm
+                    .as_deref()
+                    .and_then(|u| u.answers_discovery)
+                {
+                    Some(true) => ItemFailure::TimeoutDiscoveryAnswered,
+                    Some(false) => ItemFailure::DiscoveryTimeout,
+                    None => ItemFailure::Timeout,
+                }
+            }
             (f, _) => f,
         };
         if timed_out {
@@ -1997,6 +2168,10 @@ impl<'j> Iteration<'j> {
     /// another request): a late answer to it is stale.
     fn drop_probe(&mut self, host: usize) {
         if let Some(e) = self.hosts[host].probe.and_then(|id| self.take_request(id)) {
+            self.recycle(e);
+        }
+        let engine_probe = self.hosts[host].usm.as_deref().and_then(|u| u.probe);
+        if let Some(e) = engine_probe.and_then(|id| self.take_request(id)) {
             self.recycle(e);
         }
     }

@@ -328,21 +328,7 @@ pub fn v3_agent_answering_as(
         let now = Instant::now();
         let mut out = Vec::new();
         if m.engine_id.is_empty() {
-            // A discovery: usmStatsUnknownEngineIDs, unauthenticated, with the engine.
-            let mut o = engine.outgoing(m.msg_id, false, 0, now);
-            (o.auth, o.privacy, o.user_name) = (None, None, m.user_name);
-            let counter: Oid = "1.3.6.1.6.3.15.1.1.4.0".parse().unwrap();
-            let vb = (counter.as_ref(), ValueRef::Counter32(1));
-            encode_message(
-                &mut out,
-                &o,
-                snmp::PduType::Report,
-                0,
-                0,
-                0,
-                std::iter::once(vb),
-            );
-            return vec![out];
+            return vec![discovery_report(&engine, &m, now)];
         }
         let mut plain = Vec::new();
         let Ok(scoped) = m.scoped_pdu(Some(&engine), &mut plain) else {
@@ -355,6 +341,53 @@ pub fn v3_agent_answering_as(
         encode_message(&mut out, &o, pdu, id, 0, 0, vbs);
         vec![out]
     })
+}
+
+/// An agent's answer to discovery `m`: usmStatsUnknownEngineIDs, unauthenticated,
+/// telling `engine`.
+pub fn discovery_report(
+    engine: &snmp::v3::Engine,
+    m: &snmp::v3::V3Message<'_>,
+    now: Instant,
+) -> Vec<u8> {
+    let mut o = engine.outgoing(m.msg_id, false, 0, now);
+    (o.auth, o.privacy, o.user_name) = (None, None, m.user_name);
+    let counter: snmp::Oid = "1.3.6.1.6.3.15.1.1.4.0".parse().unwrap();
+    let vb = (counter.as_ref(), snmp::ValueRef::Counter32(1));
+    let mut out = Vec::new();
+    snmp::v3::encode_message(
+        &mut out,
+        &o,
+        snmp::PduType::Report,
+        0,
+        0,
+        0,
+        std::iter::once(vb),
+    );
+    out
+}
+
+/// An SNMPv3 agent bound to `addr` (port 0: any) that answers discoveries with `engine`
+/// while `answering` holds, and nothing else (an agent that drops every request: it
+/// cannot decrypt them, or it went down once its engine was discovered). Lives until
+/// 10 s pass without a request.
+pub fn v3_agent_answering_discovery_only(
+    addr: &str,
+    engine: snmp::v3::Engine,
+    answering: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> SocketAddr {
+    use std::sync::atomic::Ordering;
+    let until = Some(Duration::from_secs(10));
+    udp_agent(
+        addr.parse().unwrap(),
+        until,
+        move |d, _| match snmp::v3::V3Message::decode(d) {
+            Ok(m) if m.engine_id.is_empty() && answering.load(Ordering::SeqCst) => {
+                vec![discovery_report(&engine, &m, Instant::now())]
+            }
+            _ => Vec::new(),
+        },
+    )
 }
 
 /// The response to `request` with `varbinds`, encoded.

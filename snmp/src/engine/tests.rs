@@ -1986,8 +1986,11 @@ proptest! {
             }
             if hosts[h].7 {
                 // An SNMPv3 agent's engine not remembered is never discovered.
+                // One whose engine is remembered answers no discovery beside a retry
+                // either: without a retry, nothing tells it from a wrong privacy key.
                 let timeout = match modes[h] {
                     1..=3 => ItemFailure::DiscoveryTimeout,
+                    4 | 5 if j.retries >= 1 => ItemFailure::DiscoveryTimeout,
                     _ => ItemFailure::Timeout,
                 };
                 prop_assert!(items.values().all(|r| *r == Err(timeout.clone())));
@@ -2124,9 +2127,10 @@ fn v3_discovers_the_engine_once_then_polls_authenticated_and_encrypted() {
 }
 
 /// An SNMPv3 agent that answers nothing fails the items as a discovery's timeout (no
-/// key was ever used, so no key can be wrong); one whose engine was discovered and
-/// that then goes silent fails them as a plain timeout (a request it cannot decrypt
-/// goes unanswered too). Both were a plain timeout.
+/// key was ever used, so no key can be wrong); so does one whose engine was discovered
+/// and that then goes silent, as it does not answer the discovery sent beside the
+/// retry either (it was a plain timeout, with the hint that a wrong privacy key looks
+/// the same); without a retry nothing tells them apart: a plain timeout.
 #[test]
 fn v3_a_silent_agent_times_out_as_its_discovery_or_its_requests() {
     let t0 = Instant::now();
@@ -2150,8 +2154,81 @@ fn v3_a_silent_agent_times_out_as_its_discovery_or_its_requests() {
     let out = iterate(&jobs, &mut agents, HostMemory::default());
     all_ok(&out, 10);
     let later = t0 + Duration::from_secs(60);
-    let out = simulate(&jobs, &mut silent, out.memory, Default::default(), later);
+    let memory = out.memory;
+    let out = simulate(
+        &jobs,
+        &mut silent,
+        memory.clone(),
+        Default::default(),
+        later,
+    );
+    fails_all_with(&out, ItemFailure::DiscoveryTimeout);
+    assert_eq!(
+        (out.stats.engine_probes, out.stats.engine_probes_answered),
+        (1, 0)
+    );
+    // It dies when it did without the probe: the last attempt's timeout after the
+    // retry, beside which the probe went.
+    assert_eq!(out.done_at[&0], Duration::from_secs(2));
+    let mut once = jobs.clone();
+    once[0].retries = 0;
+    let out = simulate(&once, &mut silent, memory, Default::default(), later);
     fails_all_with(&out, ItemFailure::Timeout);
+    assert_eq!(out.stats.engine_probes, 0);
+}
+
+/// An agent whose privacy key is not the user's drops every encrypted request without
+/// a word, as a down one does, yet answers the discovery (no key) sent beside the
+/// first retry: the items fail saying so, one probe for the whole host. An authNoPriv
+/// user is never probed (nothing of it is encrypted). Both were a plain timeout.
+#[test]
+fn v3_an_agent_that_answers_discovery_but_not_encrypted_requests_says_so() {
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let other_priv = UsmUser::new(
+        "np-shaaes",
+        Some((crate::usm::AuthProtocol::Sha1, "np-auth-pass")),
+        Some((crate::usm::PrivProtocol::Aes128, "not-the-priv-pass")),
+    )
+    .unwrap();
+    let (agents, oids) = v3_setup(&Arc::new(other_priv), t0);
+    let mut jobs = vec![v3_job(&user, &oids)];
+    jobs[0].max_inflight = 2;
+    let out = simulate(
+        &jobs,
+        &mut agents.clone(),
+        HostMemory::default(),
+        Default::default(),
+        t0,
+    );
+    let items = items_of(&out.events, 0);
+    assert_eq!(items.len(), 10);
+    let want = Err(ItemFailure::TimeoutDiscoveryAnswered);
+    assert!(items.values().all(|r| r == &want), "{items:?}");
+    // The first discovery, and one more beside the retries of both requests.
+    assert_eq!((out.stats.discoveries, out.stats.engine_probes), (1, 1));
+    assert_eq!(out.stats.engine_probes_answered, 1);
+
+    let auth_only = UsmUser::new(
+        "np-shaaes",
+        Some((crate::usm::AuthProtocol::Sha1, "np-auth-pass")),
+        None,
+    )
+    .unwrap();
+    let auth_only = Arc::new(auth_only);
+    let (mut agents, oids) = v3_setup(&auth_only, t0);
+    let jobs = [v3_job(&auth_only, &oids)];
+    let out = iterate(&jobs, &mut agents, HostMemory::default());
+    all_ok(&out, 10);
+    agents.get_mut(&addr(1)).unwrap().silent = true;
+    let later = t0 + Duration::from_secs(60);
+    let out = simulate(&jobs, &mut agents, out.memory, Default::default(), later);
+    let items = items_of(&out.events, 0);
+    assert!(
+        items.values().all(|r| r == &Err(ItemFailure::Timeout)),
+        "{items:?}"
+    );
+    assert_eq!(out.stats.engine_probes, 0);
 }
 
 #[test]
@@ -2295,6 +2372,9 @@ fn v3_retransmissions_take_a_new_msg_id_and_late_answers_still_count() {
         .sent
         .iter()
         .map(|(_, t, b)| (t.retry, V3Message::decode(b).unwrap()))
+        // The engine discovery beside the retry (see the test of an agent that
+        // answers discovery but not encrypted requests) is no attempt.
+        .filter(|(_, m)| !m.engine_id.is_empty())
         .collect();
     assert_eq!(sent.len(), 2, "the request and its retry");
     let (first, retry) = (&sent[0].1, &sent.iter().find(|s| s.0).unwrap().1);

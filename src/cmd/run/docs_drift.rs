@@ -276,6 +276,7 @@ fn the_docs_quote_snmp_item_errors_the_code_writes() {
         },
         ItemFailure::Timeout,
         ItemFailure::DiscoveryTimeout,
+        ItemFailure::TimeoutDiscoveryAnswered,
         ItemFailure::Report(ReportKind::UnknownUserName),
         ItemFailure::Report(ReportKind::WrongDigest),
         ItemFailure::EmptyResponse,
