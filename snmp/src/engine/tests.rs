@@ -2231,6 +2231,39 @@ fn v3_an_agent_that_answers_discovery_but_not_encrypted_requests_says_so() {
     assert_eq!(out.stats.engine_probes, 0);
 }
 
+/// An engine discovery beside the retry that could not be sent learns nothing of the
+/// agent: the host's timeout keeps the uncertain hint (it said the discovery went
+/// unanswered).
+#[test]
+fn v3_an_engine_probe_that_could_not_be_sent_tells_nothing() {
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let (_, oids) = agent_with(1);
+    let jobs = [v3_job(&user, &oids)];
+    let mut memory = HostMemory::default();
+    memory.remember_engine(addr(1), Engine::new(user.clone(), ENGINE_A, 3, 0, t0));
+    let mut it = Iteration::new(&jobs, &memory, IterationOptions::default());
+    let mut buf = Vec::new();
+    it.poll_transmit(t0, &mut buf).unwrap();
+    let t1 = t0 + Duration::from_secs(1);
+    it.handle_timeout(t1);
+    assert!(it.poll_transmit(t1, &mut buf).unwrap().retry);
+    let probe = it.poll_transmit(t1, &mut buf).unwrap();
+    assert!(
+        V3Message::decode(&buf).unwrap().engine_id.is_empty(),
+        "a discovery"
+    );
+    it.handle_send_error(probe.request_id, "Operation not permitted");
+    it.handle_timeout(t1 + Duration::from_secs(1));
+    let timeout = Event::Item {
+        host: 0,
+        item: 0,
+        result: Err(ItemFailure::Timeout),
+    };
+    assert_eq!(it.poll_event(), Some(timeout));
+    assert_eq!((it.stats().engine_probes, it.stats().send_errors), (1, 1));
+}
+
 #[test]
 fn v3_a_wrong_key_fails_the_items_with_the_agents_report_at_once() {
     let t0 = Instant::now();
