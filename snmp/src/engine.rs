@@ -56,8 +56,8 @@
 //!   (its discovery went unanswered) fails them with [`ItemFailure::DiscoveryTimeout`].
 //!   An SNMPv3 authPriv host whose engine is known gets, beside its first retry, one
 //!   engine discovery per iteration (no key: a live agent answers it whatever the
-//!   privacy key), whose fate words its timeout: answered
-//!   ([`ItemFailure::TimeoutDiscoveryAnswered`]) or not
+//!   privacy key), whose fate words its timeout: answered, and no Response taken
+//!   in the iteration ([`ItemFailure::TimeoutDiscoveryAnswered`]), or not
 //!   ([`ItemFailure::DiscoveryTimeout`]); none is sent for answered requests,
 //!   v1/v2c or other levels.
 
@@ -298,9 +298,9 @@ pub enum ItemFailure {
     #[error("timeout: no response to the SNMPv3 engine discovery")]
     DiscoveryTimeout,
     /// [`ItemFailure::Timeout`] of an SNMPv3 authPriv host whose agent answered the
-    /// engine discovery sent beside a retry (it carries no key): the agent is up and
-    /// drops the requests, as it does those it cannot decrypt (a wrong privacy
-    /// passphrase or protocol).
+    /// engine discovery sent beside a retry (it carries no key) and none of its
+    /// requests in this iteration: the agent is up and drops the requests, as it does
+    /// those it cannot decrypt (a wrong privacy passphrase or protocol).
     #[error("timeout: no response, though the agent answers the SNMPv3 engine discovery")]
     TimeoutDiscoveryAnswered,
     /// The agent answered with an error-status for this OID (noSuchName, genErr, ...),
@@ -689,6 +689,9 @@ struct UsmHost {
     /// The engine probe's fate: answered, or not (its timeout); `None` before it ends
     /// or when it could not be sent (nothing learned).
     answers_discovery: Option<bool>,
+    /// A Response was taken from the agent in this iteration: the user's keys are
+    /// right, and an answered engine probe blames none of them.
+    decrypted: bool,
     /// Requests whose last attempt timed out while the engine probe was in flight: kept
     /// in `inflight` and the table (a late answer still counts) until the probe ends,
     /// whose fate words their host's timeout.
@@ -837,6 +840,7 @@ impl<'j> Iteration<'j> {
                         probe: None,
                         probed: false,
                         answers_discovery: None,
+                        decrypted: false,
                         parked: Vec::new(),
                     }))
                 }
@@ -1638,7 +1642,10 @@ impl<'j> Iteration<'j> {
             &mut scratch,
             now,
         ) {
-            Ok(Answer::Response(pdu)) => self.complete(id, &pdu),
+            Ok(Answer::Response(pdu)) => {
+                u.decrypted = true;
+                self.complete(id, &pdu)
+            }
             Ok(Answer::Report { kind, authentic }) => {
                 self.stats.reports += 1;
                 if purpose == Some(Purpose::Probe) {
@@ -2119,14 +2126,13 @@ impl<'j> Iteration<'j> {
             (ItemFailure::Timeout, Some(why)) => ItemFailure::Dropped(why),
             (ItemFailure::Timeout, None) if undiscovered => ItemFailure::DiscoveryTimeout,
             (ItemFailure::Timeout, None) => {
-                match self.hosts[host]
-                    .usm
-                    .as_deref()
-                    .and_then(|u| u.answers_discovery)
-                {
-                    Some(true) => ItemFailure::TimeoutDiscoveryAnswered,
-                    Some(false) => ItemFailure::DiscoveryTimeout,
-                    None => ItemFailure::Timeout,
+                let u = self.hosts[host].usm.as_deref();
+                match u.map(|u| (u.answers_discovery, u.decrypted)) {
+                    Some((Some(true), false)) => ItemFailure::TimeoutDiscoveryAnswered,
+                    Some((Some(false), _)) => ItemFailure::DiscoveryTimeout,
+                    // Its Responses decrypted: the agent went silent since (the old,
+                    // uncertain words).
+                    _ => ItemFailure::Timeout,
                 }
             }
             (f, _) => f,

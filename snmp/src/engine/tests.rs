@@ -2231,6 +2231,23 @@ fn v3_an_agent_that_answers_discovery_but_not_encrypted_requests_says_so() {
     assert_eq!(out.stats.engine_probes, 0);
 }
 
+/// An iteration of `jobs` (one SNMPv3 host at `addr(1)` of `user`, its engine
+/// `ENGINE_A` remembered) whose first request, sent at `t0`, timed out: at the instant
+/// returned, its retry and the engine discovery beside it are queued.
+fn v3_first_request_timed_out<'j>(
+    jobs: &'j [HostJob],
+    user: &Arc<UsmUser>,
+    t0: Instant,
+) -> (Iteration<'j>, Instant) {
+    let mut memory = HostMemory::default();
+    memory.remember_engine(addr(1), Engine::new(user.clone(), ENGINE_A, 3, 0, t0));
+    let mut it = Iteration::new(jobs, &memory, IterationOptions::default());
+    it.poll_transmit(t0, &mut Vec::new()).unwrap();
+    let t1 = t0 + Duration::from_secs(1);
+    it.handle_timeout(t1);
+    (it, t1)
+}
+
 /// An engine discovery beside the retry that could not be sent learns nothing of the
 /// agent: the host's timeout keeps the uncertain hint (it said the discovery went
 /// unanswered).
@@ -2240,13 +2257,8 @@ fn v3_an_engine_probe_that_could_not_be_sent_tells_nothing() {
     let user = shaaes("np-auth-pass");
     let (_, oids) = agent_with(1);
     let jobs = [v3_job(&user, &oids)];
-    let mut memory = HostMemory::default();
-    memory.remember_engine(addr(1), Engine::new(user.clone(), ENGINE_A, 3, 0, t0));
-    let mut it = Iteration::new(&jobs, &memory, IterationOptions::default());
+    let (mut it, t1) = v3_first_request_timed_out(&jobs, &user, t0);
     let mut buf = Vec::new();
-    it.poll_transmit(t0, &mut buf).unwrap();
-    let t1 = t0 + Duration::from_secs(1);
-    it.handle_timeout(t1);
     assert!(it.poll_transmit(t1, &mut buf).unwrap().retry);
     let probe = it.poll_transmit(t1, &mut buf).unwrap();
     assert!(
@@ -2262,6 +2274,42 @@ fn v3_an_engine_probe_that_could_not_be_sent_tells_nothing() {
     };
     assert_eq!(it.poll_event(), Some(timeout));
     assert_eq!((it.stats().engine_probes, it.stats().send_errors), (1, 1));
+}
+
+/// An agent whose Responses were taken in this iteration has the user's keys: its
+/// answer to the discovery beside an early retry blames no key when it goes silent
+/// later in the iteration (that said "a wrong privacy passphrase or protocol?").
+#[test]
+fn v3_an_answered_engine_probe_blames_no_key_the_agent_took() {
+    let t0 = Instant::now();
+    let user = shaaes("np-auth-pass");
+    let (mut agents, oids) = v3_setup(&user, t0);
+    let agent = agents.get_mut(&addr(1)).unwrap();
+    let mut job = v3_job(&user, &oids[..2]);
+    job.max_oids = 1;
+    let jobs = [job];
+    // Item 0's request is lost; its retry and the discovery beside it are answered.
+    let (mut it, t1) = v3_first_request_timed_out(&jobs, &user, t0);
+    let mut buf = Vec::new();
+    let mut replies = Vec::new();
+    while let Some(t) = it.poll_transmit(t1, &mut buf) {
+        replies.push((t.dst, agent.answer(&buf, t1).unwrap()));
+    }
+    assert_eq!(replies.len(), 2, "the retry and the discovery");
+    for (src, reply) in replies {
+        it.handle_datagram(src, &reply, t1);
+    }
+    assert_eq!(it.stats().engine_probes_answered, 1);
+    // Item 1's request and its retry go unanswered: the agent went down.
+    assert!(!it.poll_transmit(t1, &mut buf).unwrap().retry);
+    let t2 = t1 + Duration::from_secs(1);
+    it.handle_timeout(t2);
+    assert!(it.poll_transmit(t2, &mut buf).unwrap().retry);
+    it.handle_timeout(t2 + Duration::from_secs(1));
+    let events: Vec<Event> = std::iter::from_fn(|| it.poll_event()).collect();
+    let items = items_of(&events, 0);
+    assert_eq!(items[&0], Ok(VarValue::Counter32(0)));
+    assert_eq!(items[&1], Err(ItemFailure::Timeout));
 }
 
 #[test]
