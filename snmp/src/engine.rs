@@ -204,11 +204,12 @@ pub const RETRY_SILENT_AFTER: u32 = 100;
 ///
 /// And each address's culprits: OIDs the agent answered with an error of their own
 /// (an error-status its error-index names, tooBig alone, or no varbind when asked
-/// alone), which it takes extra requests to single out of a request of several (the
-/// rest asked again, halvings, a solo request after a short answer). Later iterations
-/// ask them alone from the start and the rest together, instead of searching again;
-/// the item still gets the agent's error each time. An OID is a culprit until it gets
-/// a value (or [`MAX_CULPRITS`] newer ones push it out), unless another host at the
+/// alone) or, asked alone, under another OID's name, which it takes extra requests to
+/// single out of a request of several (the rest asked again, halvings, a solo request
+/// after a short answer). Later iterations ask them alone from the start and the rest
+/// together, instead of searching again; the item still gets the agent's error (or
+/// the misnamed value) each time. An OID is a culprit until it gets a value as asked
+/// (or [`MAX_CULPRITS`] newer ones push it out), unless it or another host at the
 /// address found it again in that iteration.
 #[derive(Debug, Clone, Default)]
 pub struct HostMemory {
@@ -2004,6 +2005,10 @@ impl<'j> Iteration<'j> {
             self.stats.renamed += 1;
             let st = &mut self.hosts[host];
             st.max_ok = st.max_ok.max(1);
+            // Asked with others, its answer cannot be paired: a culprit to ask alone
+            // from the start next time (delivered after, so its value does not clear
+            // it), not by a request of several first, each poll.
+            st.found.push(item);
             self.deliver(host, item as usize, Ok(first.value.to_owned()));
         } else {
             let first = first.oid.to_owned();
