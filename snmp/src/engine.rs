@@ -704,6 +704,26 @@ struct UsmHost {
     generation: u32,
 }
 
+impl UsmHost {
+    /// Why an SNMPv3 host that answered nothing timed out, as far as its engine
+    /// discovery tells: never answered (no engine known, or the one sent beside a retry
+    /// went unanswered) is the agent's silence, whatever its keys; answered while none
+    /// of the iteration's requests was is a key the agent does not share; else (no
+    /// probe, or Responses decrypted earlier: the agent went silent since) the old,
+    /// uncertain words.
+    fn silence(&self) -> ItemFailure {
+        match (
+            self.engine.is_some(),
+            self.answers_discovery,
+            self.decrypted,
+        ) {
+            (false, _, _) | (true, Some(false), _) => ItemFailure::DiscoveryTimeout,
+            (true, Some(true), false) => ItemFailure::TimeoutDiscoveryAnswered,
+            _ => ItemFailure::Timeout,
+        }
+    }
+}
+
 /// Resynchronizations allowed per host and iteration: an agent that keeps saying its
 /// clock or engine changed fails its items instead of looping.
 const MAX_RESYNCS: u8 = 2;
@@ -2126,19 +2146,10 @@ impl<'j> Iteration<'j> {
         if let Some(u) = self.hosts[host].usm.as_deref_mut() {
             u.parked.clear();
         }
-        let undiscovered = (self.hosts[host].usm.as_deref()).is_some_and(|u| u.engine.is_none());
         let f = match (f, self.hosts[host].dropped.take()) {
             (ItemFailure::Timeout, Some(why)) => ItemFailure::Dropped(why),
-            (ItemFailure::Timeout, None) if undiscovered => ItemFailure::DiscoveryTimeout,
             (ItemFailure::Timeout, None) => {
-                let u = self.hosts[host].usm.as_deref();
-                match u.map(|u| (u.answers_discovery, u.decrypted)) {
-                    Some((Some(true), false)) => ItemFailure::TimeoutDiscoveryAnswered,
-                    Some((Some(false), _)) => ItemFailure::DiscoveryTimeout,
-                    // Its Responses decrypted: the agent went silent since (the old,
-                    // uncertain words).
-                    _ => ItemFailure::Timeout,
-                }
+                (self.hosts[host].usm.as_deref()).map_or(ItemFailure::Timeout, UsmHost::silence)
             }
             (f, _) => f,
         };
