@@ -192,11 +192,11 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
     Ok(sock.into())
 }
 
-/// A timeout's text, for polled items and the CLI's walks alike: Zabbix's `Timeout
+/// A timeout's text ([`item_error`]'s, which the CLI's walks use too): Zabbix's `Timeout
 /// while connecting to "<addr>:<port>".`, then what netpoller knows: the attempts
 /// (`retries` + 1) and, when replies came and none was taken, why the last was not
 /// (`dropped`). The one place these words are built.
-pub fn timeout_text(
+fn timeout_text(
     addr: std::net::SocketAddr,
     retries: u32,
     dropped: Option<&snmp::Dropped>,
@@ -211,25 +211,26 @@ pub fn timeout_text(
     )
 }
 
-/// A timeout without a reply at all, for polled items and the CLI's walks alike:
-/// [`timeout_text`], and for an SNMPv3 authPriv `user` the hint that a wrong privacy
-/// passphrase or protocol looks the same: agents drop a request they cannot decrypt
-/// without a word (net-snmp's snmpget shows a timeout too), so this is all an
-/// operator gets when nothing was sent to tell them apart (no retry, or the iteration's
-/// deadline came first). Only for requests sent after the agent's engine was
-/// discovered: an unanswered discovery (no user, no key) says so instead, and so does
-/// the one sent beside a retry, answered or not ([`item_error`]).
-pub fn silent_timeout_text(
-    addr: std::net::SocketAddr,
-    retries: u32,
-    user: Option<&snmp::v3::UsmUser>,
-) -> String {
-    let text = timeout_text(addr, retries, None);
-    match user.map(|u| u.level()) {
-        Some(snmp::v3::SecurityLevel::AuthPriv) => {
-            text + " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)"
+/// What a timeout without a reply at all (`f`) adds to [`timeout_text`]. An SNMPv3
+/// agent drops a request it cannot decrypt without a word (net-snmp's snmpget shows a
+/// timeout too), so an authPriv user's plain [`ItemFailure::Timeout`] says that a wrong
+/// privacy passphrase or protocol looks the same: all an operator gets when nothing was
+/// sent to tell them apart (no retry, or the iteration's deadline came first). An
+/// engine discovery (it carries no key) tells them apart: unanswered, the first one or
+/// the one sent beside a retry, the agent is down, unreachable or speaks no SNMPv3;
+/// answered while the requests were not, a key is wrong.
+fn silence_hint(f: &ItemFailure, user: Option<&snmp::v3::UsmUser>) -> &'static str {
+    match f {
+        ItemFailure::DiscoveryTimeout => {
+            " (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)"
         }
-        _ => text,
+        ItemFailure::TimeoutDiscoveryAnswered => {
+            " (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol?)"
+        }
+        _ if user.is_some_and(|u| u.level() == snmp::v3::SecurityLevel::AuthPriv) => {
+            " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)"
+        }
+        _ => "",
     }
 }
 
@@ -242,24 +243,11 @@ pub fn silent_timeout_text(
 /// IPv6, where Zabbix prints `::1:161`.
 pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
     match f {
-        ItemFailure::Timeout => ItemError::new(
+        ItemFailure::Timeout
+        | ItemFailure::TimeoutDiscoveryAnswered
+        | ItemFailure::DiscoveryTimeout => ItemError::new(
             ErrorReason::Timeout,
-            silent_timeout_text(job.addr, job.retries, job.usm.as_deref()),
-        ),
-        // The agent answered the engine discovery sent beside a retry (it carries no
-        // key) and not the requests: up, and dropping what it cannot decrypt.
-        ItemFailure::TimeoutDiscoveryAnswered => ItemError::new(
-            ErrorReason::Timeout,
-            timeout_text(job.addr, job.retries, None)
-                + " (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol?)",
-        ),
-        // The agent is silent to what carries no key: no hint at one, but that the
-        // discovery went unanswered (the agent down, unreachable, or no SNMPv3 there),
-        // the first one or the one sent beside a retry.
-        ItemFailure::DiscoveryTimeout => ItemError::new(
-            ErrorReason::Timeout,
-            timeout_text(job.addr, job.retries, None)
-                + " (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)",
+            timeout_text(job.addr, job.retries, None) + silence_hint(f, job.usm.as_deref()),
         ),
         // The agent's own answer, decoded: Zabbix's "not supported" (NOTSUPPORTED in
         // checks_snmp.c, so a CHECK_NOT_SUPPORTED step handles it).
@@ -294,10 +282,10 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
     }
 }
 
-/// An SNMPv3 agent's Report refusing a request, for polled items and the CLI's walks
-/// alike: net-snmp's words as Zabbix shows them (`Cannot connect to "<addr>:<port>":
+/// An SNMPv3 agent's Report refusing a request ([`item_error`]'s, which the CLI's walks
+/// use too): net-snmp's words as Zabbix shows them (`Cannot connect to "<addr>:<port>":
 /// Unknown user name.`), then the Report's counter when netpoller knows it.
-pub fn report_text(addr: std::net::SocketAddr, kind: snmp::v3::ReportKind) -> String {
+fn report_text(addr: std::net::SocketAddr, kind: snmp::v3::ReportKind) -> String {
     // Named unless it is no counter netpoller knows (no String built for it).
     let (colon, counter) = match kind {
         snmp::v3::ReportKind::Other => ("", ""),
