@@ -311,17 +311,20 @@ pub(crate) async fn spool_batch(shared: &Arc<Shared>, batch: Batch, why: &'stati
     let err = match append(shared, false, batch).await {
         Ok(()) => {
             tracing::debug!(table = %table, rows, why, "sink: batch spooled");
-            let mut h = lock(&shared.health);
-            if let Health::Failing { .. } = *h {
-                *h = if shared.writer.is_none() {
-                    file_only_health()
-                } else {
-                    Health::Spooling { reason: why.into() }
-                };
-                drop(h);
+            let was_failing = {
+                let mut h = lock(&shared.health);
+                let failing = matches!(*h, Health::Failing { .. });
+                if failing {
+                    *h = if shared.writer.is_none() {
+                        file_only_health()
+                    } else {
+                        Health::Spooling { reason: why.into() }
+                    };
+                }
+                failing
+            };
+            if was_failing {
                 shared.rows_kept_again("spool");
-            } else {
-                drop(h);
             }
             let lasted = lock(&shared.outage).as_mut().and_then(|o| {
                 o.remind(Instant::now(), OUTAGE_REMINDER)
