@@ -512,22 +512,9 @@ fn an_authpriv_timeout_hints_at_the_privacy_key_once_the_engine_answered() {
     let silent = common::udp_agent("127.0.202.2:0".parse().unwrap(), None, |_, _| Vec::new());
     let silent = silent.to_string();
     let agent4 = snmpd_agent(3);
-    let v3 = [
-        "-v",
-        "3",
-        "-u",
-        "np-shaaes",
-        "-a",
-        "SHA",
-        "-A",
-        "np-auth-pass",
-        "-x",
-        "AES",
-        "-t",
-        "200ms",
-        "-r",
-        "0",
-    ];
+    // np-shaaes (authPriv, AES) without its privacy passphrase: each case gives one.
+    let user = &V3_OPTIONS[0][..V3_OPTIONS[0].len() - 2];
+    let v3 = [&["-v", "3", "-t", "200ms", "-r", "0"][..], user].concat();
     let timeout = |at: &str| {
         format!("Timeout while connecting to \"{at}\". No SNMP response after 1 attempt(s)")
     };
