@@ -1276,6 +1276,25 @@ fn closest<'a>(key: &str, expected: impl Iterator<Item = &'a str>) -> Option<&'a
         .map(|(_, e)| e)
 }
 
+/// Templates an unknown template's message lists: an imported file defines hundreds
+/// (one per Zabbix discovery rule), and a line of them all hides the one meant.
+const LISTED_TEMPLATES: usize = 10;
+
+/// The message for a host's or range's template `name` that no `[[templates]]` defines:
+/// the defined name it is a typo of, if one is, and the names defined (`known`, sorted;
+/// the first [`LISTED_TEMPLATES`] of them).
+fn unknown_template(name: &str, known: &[&str]) -> String {
+    let hint = closest(name, known.iter().copied())
+        .map(|c| format!(": did you mean {c:?}?"))
+        .unwrap_or_default();
+    let shown = &known[..known.len().min(LISTED_TEMPLATES)];
+    let more = match known.len() - shown.len() {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    format!("unknown template {name:?}{hint} (defined: {shown:?}{more})")
+}
+
 /// Where [`derive_itemid`]'s range starts: explicit itemids stay below it.
 const DERIVED_ITEMIDS: u64 = 1 << 62;
 
@@ -2842,11 +2861,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 }
                 None if self.unreadable.contains(t) => {}
                 None => {
-                    let mut known: Vec<&String> =
-                        self.templates.keys().chain(&self.unreadable).collect();
-                    known.sort();
-                    self.c
-                        .push(&p, format!("unknown template {t:?} (defined: {known:?})"));
+                    let mut known: Vec<&str> = self
+                        .templates
+                        .keys()
+                        .chain(&self.unreadable)
+                        .map(String::as_str)
+                        .collect();
+                    known.sort_unstable();
+                    self.c.push(&p, unknown_template(t, &known));
                 }
                 Some(ts) => {
                     for it in ts {

@@ -638,7 +638,7 @@ templates = ["t2"]
         (
             23,
             "hosts[1].templates[0]",
-            "unknown template \"t2\" (defined: [\"t1\"])",
+            "unknown template \"t2\": did you mean \"t1\"? (defined: [\"t1\"])",
         ),
     ];
     assert_eq!(got.len(), want.len(), "{got:#?}");
@@ -2412,4 +2412,34 @@ fn a_host_or_range_that_polls_nothing_is_warned_of() {
         "{w:#?}"
     );
     assert!(w[1].contains("host_ranges[0]: polls nothing"), "{w:#?}");
+}
+
+/// A host's template that is a typo of a defined one (`icmpp`) is told the name meant,
+/// and a file of hundreds of templates (an import: one per Zabbix discovery rule) lists
+/// ten of them, not a line of every one (it listed them all, with no suggestion).
+#[test]
+fn an_unknown_template_is_told_the_nearest_and_a_short_list() {
+    let e = one_err(&format!(
+        "{TEMPLATE}[[hosts]]\nname = \"h\"\nip = \"127.0.208.1\"\ntemplates = [\"icmpp\"]\n"
+    ));
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("hosts[0].templates[0]", Some(12))
+    );
+    assert_eq!(
+        e.message,
+        "unknown template \"icmpp\": did you mean \"icmp\"? (defined: [\"icmp\"])"
+    );
+    let many: String = (0..30)
+        .map(|i| format!("[[templates]]\nname = \"switch-{i:02}\"\n"))
+        .collect();
+    let e = one_err(&format!(
+        "{many}[[hosts]]\nname = \"h\"\nip = \"127.0.208.1\"\ntemplates = [\"router\"]\n"
+    ));
+    assert_eq!(
+        e.message,
+        "unknown template \"router\" (defined: [\"switch-00\", \"switch-01\", \"switch-02\", \
+         \"switch-03\", \"switch-04\", \"switch-05\", \"switch-06\", \"switch-07\", \
+         \"switch-08\", \"switch-09\"] and 20 more)"
+    );
 }
