@@ -416,6 +416,12 @@ impl IcmpKey {
                     options + 1
                 ))
             }
+            // icmppingsec's own mode one place too far along (`icmppingsec[,,,,,,max]`).
+            Some(o) if o.parse::<RttMode>().is_ok() => {
+                return err(format!(
+                    "icmppingsec: parameter 7 is options, not the mode: write {o:?} as parameter 6, icmppingsec[,,,,,{o}], and leave parameter 7 empty"
+                ))
+            }
             Some(o) => {
                 return err(format!(
                     "{}: unknown option {o:?} in parameter {}: leave it empty (Zabbix's only option, allow_redirect, is not supported)",
@@ -470,7 +476,18 @@ impl IcmpKey {
                 Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => {
                     Ok(Some(p.parse::<u64>().unwrap_or(u64::MAX)))
                 }
-                Some(p) => err(format!("{what} {p:?} is not a non-negative integer")),
+                // icmppingsec's mode written at a number's place (`icmppingsec[,,,,max]`,
+                // one comma short): say where it goes.
+                Some(p) if p.parse::<RttMode>().is_ok() => err(format!(
+                    "{what} {p:?} is not a non-negative integer (parameter {} of {}): {p:?} is icmppingsec's mode, its parameter 6: icmppingsec[,,,,,{p}]",
+                    i + 1,
+                    signature(&key.name)
+                )),
+                Some(p) => err(format!(
+                    "{what} {p:?} is not a non-negative integer (parameter {} of {})",
+                    i + 1,
+                    signature(&key.name)
+                )),
             }
         };
         // A count or size (its default when empty), a time in ms.
@@ -526,6 +543,19 @@ impl IcmpKey {
             }
         }
         Ok(IcmpKey { metric, probe })
+    }
+}
+
+/// The parameters of the ICMP key `name`, as Zabbix's documentation writes them: an
+/// error about one parameter shows which place it holds.
+fn signature(name: &str) -> &'static str {
+    match name {
+        "icmppingsec" => {
+            "icmppingsec[<target>,<packets>,<interval>,<size>,<timeout>,<mode>,<options>]"
+        }
+        "icmppingretry" => "icmppingretry[<target>,<retries>,<backoff>,<size>,<timeout>,<options>]",
+        "icmppingloss" => "icmppingloss[<target>,<packets>,<interval>,<size>,<timeout>,<options>]",
+        _ => "icmpping[<target>,<packets>,<interval>,<size>,<timeout>,<options>]",
     }
 }
 
@@ -866,10 +896,27 @@ mod tests {
                 "{key}: {e}"
             );
         }
-        assert!(icmp("icmppingsec[,3,,,,,avg]")
-            .unwrap_err()
-            .0
-            .contains("unknown option \"avg\" in parameter 7"));
+        // icmppingsec's mode a place too far, or one too early (in the timeout's place):
+        // told where it goes, each parameter named by its place in the key's signature.
+        let e = icmp("icmppingsec[,3,,,,,avg]").unwrap_err().0;
+        assert_eq!(
+            e,
+            "icmppingsec: parameter 7 is options, not the mode: write \"avg\" as parameter 6, icmppingsec[,,,,,avg], and leave parameter 7 empty"
+        );
+        let e = icmp("icmppingsec[,,,,max]").unwrap_err().0;
+        assert_eq!(
+            e,
+            "timeout \"max\" is not a non-negative integer (parameter 5 of icmppingsec[<target>,<packets>,<interval>,<size>,<timeout>,<mode>,<options>]): \"max\" is icmppingsec's mode, its parameter 6: icmppingsec[,,,,,max]"
+        );
+        let e = icmp("icmpping[,3x]").unwrap_err().0;
+        assert_eq!(
+            e,
+            "packets \"3x\" is not a non-negative integer (parameter 2 of icmpping[<target>,<packets>,<interval>,<size>,<timeout>,<options>])"
+        );
+        assert_eq!(
+            icmp("icmppingsec[,,,,,max]").unwrap().metric,
+            IcmpMetric::Sec(RttMode::Max)
+        );
         assert!(icmp("icmpping[,3,,,,,]")
             .unwrap_err()
             .0
