@@ -1200,8 +1200,65 @@ fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
             rest,
         ));
     }
-    let close = closest(key, expected.into_iter())?;
-    Some((key, format!("did you mean `{close}`?"), rest))
+    // A key of another table (`timeout` in `[daemon]`, an item's `interval` beside a
+    // host's name): where it goes, before a typo of this table's that it is not.
+    if let Some((_, places)) = elsewhere(key, &expected).filter(|(k, _)| *k == key) {
+        return Some((key, format!("{places}, not of this table"), rest));
+    }
+    if let Some(close) = closest(key, expected.iter().copied()) {
+        return Some((key, format!("did you mean `{close}`?"), rest));
+    }
+    let (close, places) = elsewhere(key, &expected)?;
+    Some((
+        key,
+        format!("did you mean `{close}`? {places}, not of this table"),
+        rest,
+    ))
+}
+
+/// The tables of a file, as a message names them, with the keys each takes (as serde
+/// reads them: a new field is named without a list to keep).
+fn key_places() -> [(&'static str, &'static [&'static str]); 12] {
+    [
+        ("`[daemon]`", field_names::<DaemonSection>()),
+        ("`[clickhouse]`", field_names::<sink::ClickHouseConfig>()),
+        ("`[icmp]`", field_names::<IcmpSection>()),
+        ("`[snmp]`", field_names::<SnmpSection>()),
+        ("a host's `snmp = { ... }`", snmp_keys()),
+        ("`[[templates]]`", field_names::<TemplateEntry>()),
+        ("`[[hosts]]`", field_names::<HostEntry>()),
+        ("`[[host_ranges]]`", field_names::<HostRangeEntry>()),
+        ("an item (`items = [{ ... }]`)", field_names::<ItemEntry>()),
+        ("a preprocessing step", field_names::<PreprocessingEntry>()),
+        (
+            "a discovery rule (`discovery = [{ ... }]`)",
+            field_names::<DiscoveryEntry>(),
+        ),
+        ("a discovery filter", field_names::<FilterEntry>()),
+    ]
+}
+
+/// For `key`, unknown in the table whose keys are `expected`: the key of another table
+/// it is (or, when none has it, is a typo of), and a hint naming the tables that have
+/// it (``a key of `[icmp]` and `[snmp]` ``).
+fn elsewhere(key: &str, expected: &[&str]) -> Option<(&'static str, String)> {
+    let others: Vec<(&str, &[&str])> = key_places()
+        .into_iter()
+        .filter(|(_, keys)| !keys.is_empty() && *keys != expected)
+        .collect();
+    let all = || others.iter().flat_map(|(_, keys)| keys.iter().copied());
+    let found = all().find(|k| *k == key).or_else(|| closest(key, all()))?;
+    let places: Vec<&str> = others
+        .iter()
+        .filter(|(_, keys)| keys.contains(&found))
+        .map(|(place, _)| *place)
+        .collect();
+    let listed = match places.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+        None => return None,
+    };
+    Some((found, format!("a key of {listed}")))
 }
 
 /// The keys of a host's `snmp = { ... }` table: [`SnmpOverride`]'s fields as serde
@@ -1387,9 +1444,20 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
     };
     for k in table.keys() {
         if !SECTIONS.contains(&k.as_str()) {
-            let hint = closest(k, SECTIONS.iter().copied())
-                .map(|s| format!(" (did you mean `{s}`?)"))
-                .unwrap_or_default();
+            // A key written above every table header (meant for `[daemon]`, say) is
+            // read as a section of its own: named where it goes.
+            let hint = match closest(k, SECTIONS.iter().copied()) {
+                Some(s) => format!(" (did you mean `{s}`?)"),
+                None => match elsewhere(k, &[]) {
+                    Some((found, places)) if found == k.as_str() => {
+                        format!(" ({places}: write it under its table's header)")
+                    }
+                    Some((found, places)) => format!(
+                        " (did you mean `{found}`? {places}: write it under its table's header)"
+                    ),
+                    None => String::new(),
+                },
+            };
             c.push(
                 &[Seg::Key(k)],
                 format!(

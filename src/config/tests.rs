@@ -673,6 +673,62 @@ fn unknown_keys_are_told_their_name_here() {
     );
 }
 
+/// A key of another table (`timeout` in `[daemon]`, an item's `interval` beside a host's
+/// name, a `[daemon]` key above every header) is told which tables have it, and a typo
+/// of one the key meant; it was "unknown field" and this table's keys, none of them it.
+#[test]
+fn a_key_of_another_table_is_told_where_it_goes() {
+    let host = "[[hosts]]\nname = \"h\"\nip = \"127.0.208.1\"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n";
+    for (text, path, hint) in [
+        (
+            "[daemon]\ntimeout = \"1s\"\n".to_string(),
+            "daemon.timeout",
+            "unknown field `timeout` (a key of `[icmp]`, `[snmp]` and a host's `snmp = { ... }`, not of this table), expected one of `shards`",
+        ),
+        (
+            "[snmp]\npackets = 3\n".to_string(),
+            "snmp.packets",
+            "unknown field `packets` (a key of `[icmp]`, not of this table), expected one of `version`",
+        ),
+        (
+            format!("{host}snmp = {{ max_pps = 100 }}\n"),
+            "hosts[0].snmp.max_pps",
+            "unknown field `max_pps` (a key of `[icmp]` and `[snmp]`, not of this table), expected one of `version`",
+        ),
+        (
+            format!("{host}intervall = \"10s\"\n"),
+            "hosts[0].intervall",
+            "unknown field `intervall` (did you mean `interval`? a key of `[icmp]`, an item (`items = [{ ... }]`) and a discovery rule (`discovery = [{ ... }]`), not of this table), expected one of `name`",
+        ),
+        (
+            "[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nspool_dir = \"/var/spool\"\n".to_string(),
+            "clickhouse.spool_dir",
+            "unknown field `spool_dir` (a key of `[daemon]`, not of this table), expected one of `url`",
+        ),
+        // A community is a secret's key: its name is said, never its value.
+        (
+            "[daemon]\ncommunity = \"s3cret\"\n".to_string(),
+            "daemon.community",
+            "unknown field `community` (a key of `[snmp]` and a host's `snmp = { ... }`, not of this table), expected one of `shards`",
+        ),
+        (
+            format!("shards = 8\n{host}"),
+            "shards",
+            "unknown section `shards` (a key of `[daemon]`: write it under its table's header), expected one of: daemon",
+        ),
+    ] {
+        let e = one_err(&text);
+        assert_eq!(e.path, path, "{e}");
+        assert!(e.message.starts_with(hint), "{text}\n{e}");
+        assert!(!e.message.contains("s3cret"), "{e}");
+    }
+    // Every table's keys are known: a struct serde reads as a map (`flatten`) would
+    // give none, and its keys would never be pointed to.
+    for (place, keys) in key_places() {
+        assert!(!keys.is_empty(), "{place}");
+    }
+}
+
 #[test]
 fn snmp_versions_as_strings_or_integers() {
     for (v, want) in [
