@@ -2185,21 +2185,24 @@ fn a_multicast_range_is_refused_as_a_multicast_host_is() {
     }
 }
 
-/// The row of `key` in the README's configuration table of `section` (`"[daemon]"`).
-fn readme_row(section: &str, key: &str) -> String {
+/// The README's configuration table of `section` (`"[daemon]"`): its heading's text up
+/// to the next heading.
+fn readme_section(section: &str) -> String {
     let readme = crate::test_util::readme();
     let heading = format!("### `{section}`");
     let from = readme
         .find(&heading)
         .unwrap_or_else(|| panic!("no {heading} in README.md"));
-    let table = &readme[from..];
-    let end = table[heading.len()..]
-        .find("\n### ")
-        .map_or(table.len(), |e| e + heading.len());
-    table[..end]
+    let table = &readme[from + heading.len()..];
+    table[..table.find("\n### ").unwrap_or(table.len())].to_string()
+}
+
+/// The row of `key` in the README's configuration table of `section` (`"[daemon]"`).
+fn readme_row(section: &str, key: &str) -> String {
+    readme_section(section)
         .lines()
         .find(|l| l.starts_with(&format!("| `{key}`")))
-        .unwrap_or_else(|| panic!("no row for `{key}` under {heading} in README.md"))
+        .unwrap_or_else(|| panic!("no row for `{key}` under {section} in README.md"))
         .to_string()
 }
 
@@ -2497,5 +2500,307 @@ fn an_unknown_template_is_told_the_nearest_and_a_short_list() {
         "unknown template \"router\" (defined: [\"switch-00\", \"switch-01\", \"switch-02\", \
          \"switch-03\", \"switch-04\", \"switch-05\", \"switch-06\", \"switch-07\", \
          \"switch-08\", \"switch-09\"] and 20 more)"
+    );
+}
+
+/// The keys of the README's configuration table of `section` (`"[daemon]"`), with the
+/// default each row gives: a row of two keys (`user` / `password`) gives one each.
+fn readme_table(section: &str) -> Vec<(String, String)> {
+    let table = readme_section(section);
+    let mut keys = Vec::new();
+    for line in table.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        let names: Vec<&str> = cells[0].trim_start_matches("| ").split(" / ").collect();
+        let defaults: Vec<&str> = cells[1].split(" / ").collect();
+        for (i, name) in names.iter().enumerate() {
+            let default = if names.len() == defaults.len() {
+                defaults[i]
+            } else {
+                cells[1]
+            };
+            keys.push((name.trim_matches('`').to_string(), default.to_string()));
+        }
+    }
+    keys
+}
+
+/// A default as the README's tables write it: `` `4` ``, `` `"5s"` ``, `1 GiB`.
+fn readme_default(v: &dyn std::fmt::Display) -> String {
+    format!("`{v}`")
+}
+
+fn readme_duration(d: Duration) -> String {
+    format!("`\"{}\"`", humantime::format_duration(d))
+}
+
+fn readme_bytes(n: u64) -> String {
+    match n {
+        n if n.is_multiple_of(1 << 30) => format!("{} GiB", n >> 30),
+        n => format!("{} MiB", n >> 20),
+    }
+}
+
+/// The README's tables of `[daemon]`, `[clickhouse]`, `[icmp]` and `[snmp]` have a row
+/// for every key the loader takes there and for no other key, and give the loader's
+/// default: a key added to a section, renamed or given another default without the
+/// reference that operators write their files from fails here.
+#[test]
+fn the_readme_tables_give_every_section_key_and_its_default() {
+    let sections: [(&str, &[&str]); 4] = [
+        ("[daemon]", field_names::<DaemonSection>()),
+        ("[clickhouse]", field_names::<sink::ClickHouseConfig>()),
+        ("[icmp]", field_names::<IcmpSection>()),
+        ("[snmp]", field_names::<SnmpSection>()),
+    ];
+    for (section, fields) in sections {
+        let rows: Vec<String> = readme_table(section).into_iter().map(|r| r.0).collect();
+        let mut want: Vec<&str> = fields.to_vec();
+        let mut got: Vec<&str> = rows.iter().map(String::as_str).collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        assert_eq!(
+            got, want,
+            "README's {section} table against the loader's keys"
+        );
+    }
+    let d = DaemonSection::default();
+    let ch = sink::ClickHouseConfig::default();
+    let i = IcmpSection::default();
+    let s = SnmpSection::default();
+    let want: Vec<(&str, &str, String)> = vec![
+        ("[daemon]", "shards", readme_default(&d.shards)),
+        (
+            "[daemon]",
+            "metrics_listen",
+            readme_default(&format!("{:?}", d.metrics_listen)),
+        ),
+        (
+            "[daemon]",
+            "spool_dir",
+            readme_default(&format!("{:?}", d.spool_dir)),
+        ),
+        (
+            "[daemon]",
+            "spool_max_bytes",
+            readme_bytes(d.spool_max_bytes),
+        ),
+        (
+            "[daemon]",
+            "spool_fsync_interval",
+            readme_duration(d.spool_fsync_interval),
+        ),
+        (
+            "[daemon]",
+            "channel_capacity",
+            readme_default(&d.channel_capacity),
+        ),
+        ("[daemon]", "batch_window", readme_duration(d.batch_window)),
+        (
+            "[daemon]",
+            "icmp_phases",
+            readme_default(&format!("\"{:?}\"", d.icmp_phases).to_lowercase()),
+        ),
+        (
+            "[daemon]",
+            "icmp_batch_hosts",
+            readme_default(&d.icmp_batch_hosts),
+        ),
+        (
+            "[daemon]",
+            "snmp_batch_requests",
+            readme_default(&d.snmp_batch_requests),
+        ),
+        (
+            "[daemon]",
+            "icmp_concurrent_sweeps",
+            readme_default(&d.icmp_concurrent_sweeps),
+        ),
+        (
+            "[daemon]",
+            "snmp_concurrent_iterations",
+            readme_default(&d.snmp_concurrent_iterations),
+        ),
+        (
+            "[daemon]",
+            "trends_checkpoint",
+            readme_duration(d.trends_checkpoint),
+        ),
+        (
+            "[daemon]",
+            "discovery_file",
+            readme_default(&format!("{:?}", d.discovery_file)),
+        ),
+        (
+            "[clickhouse]",
+            "database",
+            readme_default(&format!("{:?}", ch.database)),
+        ),
+        (
+            "[clickhouse]",
+            "user",
+            readme_default(&format!("{:?}", ch.user)),
+        ),
+        (
+            "[clickhouse]",
+            "password",
+            readme_default(&format!("{:?}", ch.password)),
+        ),
+        ("[clickhouse]", "batch_rows", readme_default(&ch.batch_rows)),
+        (
+            "[clickhouse]",
+            "batch_bytes",
+            readme_bytes(ch.batch_bytes as u64),
+        ),
+        (
+            "[clickhouse]",
+            "flush_interval",
+            readme_duration(ch.flush_interval),
+        ),
+        (
+            "[clickhouse]",
+            "max_inflight_inserts",
+            readme_default(&ch.max_inflight_inserts),
+        ),
+        (
+            "[clickhouse]",
+            "compression",
+            readme_default(&format!("\"{:?}\"", ch.compression).to_lowercase()),
+        ),
+        ("[clickhouse]", "trends", readme_default(&ch.trends)),
+        (
+            "[clickhouse]",
+            "request_timeout",
+            readme_duration(ch.request_timeout),
+        ),
+        (
+            "[clickhouse]",
+            "max_attempts",
+            readme_default(&ch.max_attempts),
+        ),
+        (
+            "[clickhouse]",
+            "retry_backoff",
+            readme_duration(ch.retry_backoff),
+        ),
+        (
+            "[clickhouse]",
+            "retry_backoff_max",
+            readme_duration(ch.retry_backoff_max),
+        ),
+        ("[icmp]", "timeout", readme_duration(i.timeout)),
+        ("[icmp]", "packets", readme_default(&i.packets)),
+        ("[icmp]", "interval", readme_duration(i.interval)),
+        ("[icmp]", "size", readme_default(&i.size)),
+        ("[icmp]", "max_pps", readme_default(&i.max_pps)),
+        (
+            "[snmp]",
+            "version",
+            // The version's first spelling, net-snmp's `-v`: "2c".
+            readme_default(&format!(
+                "{:?}",
+                SnmpVersion::SPELLINGS
+                    .iter()
+                    .find(|(_, v)| *v == SnmpVersion::from(s.version))
+                    .unwrap()
+                    .0
+            )),
+        ),
+        (
+            "[snmp]",
+            "community",
+            readme_default(&format!("{:?}", s.community)),
+        ),
+        ("[snmp]", "port", readme_default(&s.port)),
+        ("[snmp]", "timeout", readme_duration(s.timeout)),
+        ("[snmp]", "retries", readme_default(&s.retries)),
+        (
+            "[snmp]",
+            "max_oids_per_request",
+            readme_default(&s.max_oids_per_request),
+        ),
+        (
+            "[snmp]",
+            "max_inflight_per_host",
+            readme_default(&s.max_inflight_per_host),
+        ),
+        ("[snmp]", "max_pps", readme_default(&s.max_pps)),
+    ];
+    for (section, key, default) in want {
+        let rows = readme_table(section);
+        let row = rows.iter().find(|r| r.0 == key).unwrap();
+        assert_eq!(
+            row.1, default,
+            "README's {section} `{key}` default against the loader's"
+        );
+    }
+}
+
+/// Every TOML example of README.md and docs/production.md loads as written: a whole
+/// file as it is, an item (`{ key = ... }`) as a template's, linked by a host. An
+/// example copied into a config that the loader refuses teaches the wrong file.
+#[test]
+fn every_toml_example_of_the_docs_loads() {
+    let mut seen = 0;
+    for path in ["README.md", "docs/production.md"] {
+        let text = crate::test_util::doc(path);
+        let mut lines = text.lines().enumerate();
+        while let Some((at, line)) = lines.next() {
+            if line.trim() != "```toml" {
+                continue;
+            }
+            let indent = line.len() - line.trim_start().len();
+            let block: String = lines
+                .by_ref()
+                .map(|(_, l)| l)
+                .take_while(|l| l.trim() != "```")
+                .map(|l| format!("{}\n", l.get(indent..).unwrap_or(l.trim_start())))
+                .collect();
+            let body = block
+                .lines()
+                .filter(|l| !l.trim_start().starts_with('#'))
+                .collect::<String>();
+            let file = if body.trim_start().starts_with('{') {
+                format!(
+                    "[[templates]]\nname = \"example\"\nitems = [\n{block}]\n[[hosts]]\nname = \"h\"\nip = \"127.0.208.1\"\ntemplates = [\"example\"]\n"
+                )
+            } else {
+                block
+            };
+            if let Err(e) = parse(&file) {
+                panic!(
+                    "{path}:{}: the example does not load: {e:#?}\n{file}",
+                    at + 1
+                );
+            }
+            seen += 1;
+        }
+    }
+    assert!(seen >= 8, "{seen} TOML examples found");
+}
+
+/// Every key of a template, host, range, item, preprocessing step, discovery rule and
+/// filter is named in the README (`` `key` ``, or `key =` in an example): a key the
+/// loader takes that no reference gives is one operators never learn of.
+#[test]
+fn the_readme_names_every_key_of_the_entries() {
+    let readme = crate::test_util::readme();
+    for (place, keys) in key_places() {
+        for key in keys {
+            assert!(
+                readme.contains(&format!("`{key}`")) || readme.contains(&format!("{key} = ")),
+                "README.md does not name {place}'s `{key}`"
+            );
+        }
+    }
+}
+
+/// An item without an interval (and none from a template's item of its key) is refused
+/// in the words the README quotes.
+#[test]
+fn an_item_without_an_interval_is_refused_as_the_readme_says() {
+    let e = bad("{ key = \"icmpping\" }");
+    assert_eq!(e.message, "item \"icmpping\" has no interval");
+    assert!(
+        crate::test_util::readme().contains("`check-config`: `item \"icmpping\" has no interval`")
     );
 }
