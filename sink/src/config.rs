@@ -37,6 +37,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             "invalid duration {s:?}: a unit is needed, e.g. \"{0}s\" (seconds, as Zabbix reads a bare number) or \"{0}ms\"",
             s.trim()
         )),
+        // humantime's own words list "months" and "years" among the units with "(and few
+        // variations)": a Zabbix reader learns no spelling from them. The number given,
+        // with the units meant.
+        Err(humantime::DurationError::UnknownUnit { unit, value, .. }) => Err(format!(
+            "invalid duration {s:?}: {unit:?} is no time unit: write e.g. \"{value}s\", \"{value}m\" (minutes), \"{value}h\", \"{value}d\" or \"{value}ms\""
+        )),
         Err(e) => Err(format!("invalid duration {s:?}: {e}")),
     }
 }
@@ -562,6 +568,21 @@ mod tests {
         }
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         assert!(parse_duration("3months").unwrap() > Duration::from_secs(90 * 86_400));
+    }
+
+    /// A unit humantime does not know (`"1x"`, Zabbix's `"10sec"` is one it does) is told
+    /// the units meant with the number given, not humantime's list "(and few
+    /// variations)".
+    #[test]
+    fn an_unknown_unit_is_told_the_units_with_its_number() {
+        assert_eq!(
+            parse_duration("1x").unwrap_err(),
+            "invalid duration \"1x\": \"x\" is no time unit: write e.g. \"1s\", \"1m\" (minutes), \"1h\", \"1d\" or \"1ms\""
+        );
+        assert!(parse_duration("10 mn")
+            .unwrap_err()
+            .contains("\"mn\" is no time unit: write e.g. \"10s\", \"10m\" (minutes)"));
+        assert_eq!(parse_duration("10sec"), Ok(Duration::from_secs(10)));
     }
 
     #[test]
