@@ -2804,3 +2804,36 @@ fn an_item_without_an_interval_is_refused_as_the_readme_says() {
         crate::test_util::readme().contains("`check-config`: `item \"icmpping\" has no interval`")
     );
 }
+
+/// Every spelling the README's `[snmp]` rows give for a security level and the two
+/// protocols (`` `sha256` ``, `` `AES128` ``, `` `noAuth` ``: the loader takes more than
+/// net-snmp's names, which the rows said nowhere) loads as that key's value.
+#[test]
+fn the_readme_snmpv3_spellings_load() {
+    let ticked = regex::Regex::new(r"`([A-Za-z0-9-]+)`").unwrap();
+    let mut seen = 0;
+    for key in ["security_level", "auth_protocol", "priv_protocol"] {
+        let row = readme_row("[snmp]", key);
+        let meaning = row.split(" | ").nth(2).unwrap();
+        for c in ticked.captures_iter(meaning) {
+            let v = &c[1];
+            // The other keys the row names (`priv_passphrase`, `authNoPriv` on).
+            if v.contains('_') || (key != "security_level" && v.starts_with("auth")) {
+                continue;
+            }
+            let text = format!(
+                "[snmp]\nversion = \"3\"\nsecurity_name = \"u\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"longenough\"\npriv_protocol = \"AES\"\npriv_passphrase = \"longenough\"\nsecurity_level = \"authPriv\"\n{key} = \"{v}\"\n"
+            );
+            // The security level given last overrides the one above; TOML refuses a key
+            // twice, so the file says it once.
+            let text = text.replacen(&format!("{key} = "), "# ", 1);
+            let e = errs_or_none(&format!("{text}[[hosts]]\nname = \"h\"\nip = \"127.0.208.1\"\nitems = [ {{ key = \"x\", oid = \"1.3.6.1.2.1.1.1.0\", type = \"str\", interval = \"1m\" }} ]\n"));
+            assert!(
+                e.iter().all(|e| !e.path.ends_with(key)),
+                "README's {key} `{v}`: {e:#?}"
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 20, "{seen} spellings found");
+}
