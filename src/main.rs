@@ -228,21 +228,27 @@ mod tests {
         }
     }
 
+    /// The README's "Command line" section, and the command line as clap builds it
+    /// (global arguments reaching the subcommands).
+    fn command_table_and_cli() -> (String, clap::Command) {
+        use clap::CommandFactory;
+        let readme = crate::test_util::readme();
+        let start = readme.find("## Command line").unwrap();
+        let end = readme.find("## Configuration reference").unwrap();
+        let mut cli = super::Cli::command();
+        cli.build();
+        (readme[start..end].to_string(), cli)
+    }
+
     /// The README's command table names every option of every command (by its long
     /// name or its short one), but for the tuning ones below, which `help <command>`
     /// explains: `schema --server-version` and `spool --dir` / `--rejected` were
     /// missing, and docs/production.md sent operators to `spool dump --rejected`.
     #[test]
     fn the_readme_names_every_option() {
-        use clap::CommandFactory;
         // Tuning knobs with working defaults.
         const HELP_ONLY: &[&str] = &["rcvbuf", "max-oids", "max-repetitions"];
-        let readme = crate::test_util::readme();
-        let start = readme.find("## Command line").unwrap();
-        let end = readme.find("## Configuration reference").unwrap();
-        let table = &readme[start..end];
-        let mut cli = super::Cli::command();
-        cli.build();
+        let (table, cli) = command_table_and_cli();
         let mut missing = Vec::new();
         let mut todo: Vec<(String, &clap::Command)> = vec![(String::new(), &cli)];
         while let Some((path, cmd)) = todo.pop() {
@@ -276,6 +282,46 @@ mod tests {
             missing.is_empty(),
             "not in the README's command table: {missing:?}"
         );
+    }
+
+    /// The defaults the README's command table gives (`` `--timeout` 500ms ``, `` `-r` 5
+    /// ``) are clap's, which `--help` prints: `sweep --count` and `snmp get`'s `-t`, `-r`
+    /// and `-p` were given nowhere but there.
+    #[test]
+    fn the_readme_gives_the_commands_defaults_as_clap_has_them() {
+        let (table, cli) = command_table_and_cli();
+        let sub = |path: &[&str]| {
+            path.iter().fold(&cli, |c, name| {
+                c.find_subcommand(name)
+                    .unwrap_or_else(|| panic!("no command {name}"))
+            })
+        };
+        for (path, flags) in [
+            (
+                &["sweep"][..],
+                &["--count", "--timeout", "--interval", "--size"][..],
+            ),
+            (&["snmp", "get"][..], &["-t", "-r", "-p"][..]),
+        ] {
+            let cmd = sub(path);
+            for flag in flags {
+                let arg = cmd
+                    .get_arguments()
+                    .find(|a| match flag.strip_prefix("--") {
+                        Some(long) => a.get_long() == Some(long),
+                        None => a.get_short() == flag.chars().nth(1),
+                    })
+                    .unwrap_or_else(|| panic!("{path:?} has no {flag}"));
+                let [default] = arg.get_default_values() else {
+                    panic!("{path:?} {flag} has no default")
+                };
+                let default = default.to_string_lossy();
+                assert!(
+                    table.contains(&format!("`{flag}` {default}")),
+                    "README's {path:?} row does not give `{flag}` {default}"
+                );
+            }
+        }
     }
 
     /// Every subcommand's `--quiet` is the global one, with its help: poll-once had a
