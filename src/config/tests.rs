@@ -2837,3 +2837,43 @@ fn the_readme_snmpv3_spellings_load() {
     }
     assert!(seen >= 20, "{seen} spellings found");
 }
+
+/// docs/production.md's sizing table gives each setting the default the README's
+/// reference gives (which the test above holds to the loader's): the operator sizing a
+/// deployment reads it there.
+#[test]
+fn the_production_sizing_table_gives_the_readme_defaults() {
+    let plain = |s: &str| s.replace(['`', '"', ','], "").trim().to_string();
+    let text = crate::test_util::doc("docs/production.md");
+    let mut seen = 0;
+    for line in text.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = line.split(" | ").collect();
+        // The rows of settings (`daemon.shards`), not of commands or alerts.
+        let Some((section, first)) = cells[0]
+            .trim_start_matches("| `")
+            .split_once('.')
+            .filter(|(s, _)| ["daemon", "clickhouse", "icmp", "snmp"].contains(s))
+        else {
+            continue;
+        };
+        let section = format!("[{section}]");
+        // `clickhouse.batch_rows` / `flush_interval`: two keys of one section.
+        let keys: Vec<&str> = first.split(" / ").map(|k| k.trim_matches('`')).collect();
+        let defaults: Vec<&str> = cells[1].split(" / ").collect();
+        assert_eq!(keys.len(), defaults.len(), "{line}");
+        let readme = readme_table(&section);
+        for (key, default) in keys.iter().zip(defaults) {
+            let (_, want) = readme
+                .iter()
+                .find(|(k, _)| k == key)
+                .unwrap_or_else(|| panic!("no {section} `{key}` in the README"));
+            assert_eq!(
+                plain(default),
+                plain(want),
+                "docs/production.md's {section} `{key}` default against the README's"
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen >= 10, "{seen} settings found");
+}
