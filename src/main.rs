@@ -22,7 +22,7 @@ Examples:
   netpoller check-config -c /etc/netpoller/netpoller.toml   validate, list every error with its line
   netpoller check-config -c new.toml --against netpoller.toml   what a reload to new.toml changes
   netpoller poll-once -c netpoller.toml --json             poll each item once, print JSON lines
-  netpoller run -c netpoller.toml --user netpoller         the daemon (SIGHUP reloads, SIGTERM flushes)
+  netpoller run -c netpoller.toml --user netpoller         the daemon (HUP reloads, TERM flushes)
   netpoller run -c netpoller.toml --shard 0/2              this process polls half of the hosts
   netpoller sweep 192.0.2.0/24 --count 3 --timeout 1s      fping-style sweep of a prefix
   netpoller snmp get 192.0.2.1 1.3.6.1.2.1.1.3.0           like net-snmp's snmpget (-c public -v 2c)
@@ -225,6 +225,22 @@ mod tests {
         assert_eq!(lints.len(), 3, "{lints:?}");
         for cmd in lints {
             assert!(readme.contains(&format!("`{cmd}`")), "README lacks `{cmd}`");
+        }
+    }
+
+    /// `netpoller --help`'s examples fit clap's width off a terminal (100 columns, as in
+    /// `--help | less`): the `run --user` line was 103 and its description broke onto a
+    /// line of its own, under the commands.
+    #[test]
+    fn the_help_examples_fit_on_their_lines() {
+        use clap::CommandFactory;
+        let help = super::Cli::command().render_long_help().to_string();
+        let examples = help.split_once("Examples:").unwrap().1;
+        for line in examples.lines().filter(|l| !l.is_empty()) {
+            assert!(
+                line.starts_with("  netpoller ") || line.starts_with("Docs: "),
+                "an example's line broke: {line:?}"
+            );
         }
     }
 
