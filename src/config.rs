@@ -1932,7 +1932,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         inherited: Option<&ResolvedEntry>,
         value_type: ValueType,
     ) -> Result<Option<Arc<poller::preprocess::Steps>>, ()> {
-        use poller::preprocess::{OnFail, Step, Steps};
+        use poller::preprocess::{unknown_step, OnFail, Step, Steps, STEP_TYPES};
         let (at, steps) = match &e.preprocessing {
             // The template item's steps: its type was numeric; this item may be text.
             None => (under(path, [Seg::Key("type")]), None),
@@ -1948,6 +1948,14 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     let step = match Step::parse(&st.kind, &st.parameters) {
                         Ok(s) => s,
                         Err(m) => {
+                            // A typo of a type netpoller runs (`MULTIPLER`): the one meant.
+                            let upper = st.kind.to_ascii_uppercase();
+                            let m = match closest(&upper, STEP_TYPES.iter().copied()) {
+                                Some(n) if !STEP_TYPES.contains(&upper.as_str()) => {
+                                    unknown_step(&st.kind, Some(n))
+                                }
+                                _ => m,
+                            };
                             self.c.push(&at(i, "type"), m);
                             return Err(());
                         }

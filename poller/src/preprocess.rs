@@ -533,11 +533,43 @@ impl Step {
                 },
                 _ => Err("DISCARD_UNCHANGED_HEARTBEAT takes one parameter, the heartbeat (parameters = [\"1h\"])".into()),
             },
-            _ => Err(format!(
-                "unknown preprocessing type {kind:?}: netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, MULTIPLIER, IN_RANGE, REGEX, TRIM, LTRIM, RTRIM, MATCHES_REGEX, NOT_MATCHES_REGEX, STR_REPLACE, BOOL_TO_DECIMAL, OCTAL_TO_DECIMAL, HEX_TO_DECIMAL, CHECK_NOT_SUPPORTED, DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"
-            )),
+            _ => Err(unknown_step(kind, None)),
         }
     }
+}
+
+/// The step types [`Step::parse`] takes, as Zabbix exports them.
+pub const STEP_TYPES: [&str; 17] = [
+    "SIMPLE_CHANGE",
+    "CHANGE_PER_SECOND",
+    "MULTIPLIER",
+    "IN_RANGE",
+    "REGEX",
+    "TRIM",
+    "LTRIM",
+    "RTRIM",
+    "MATCHES_REGEX",
+    "NOT_MATCHES_REGEX",
+    "STR_REPLACE",
+    "BOOL_TO_DECIMAL",
+    "OCTAL_TO_DECIMAL",
+    "HEX_TO_DECIMAL",
+    "CHECK_NOT_SUPPORTED",
+    "DISCARD_UNCHANGED",
+    "DISCARD_UNCHANGED_HEARTBEAT",
+];
+
+/// [`Step::parse`]'s refusal of a type it does not run: the types it runs, and the one
+/// `kind` is a typo of when the caller found one (`MULTIPLER`: `MULTIPLIER`).
+pub fn unknown_step(kind: &str, nearest: Option<&str>) -> String {
+    let hint = nearest
+        .map(|n| format!(" (did you mean {n}?)"))
+        .unwrap_or_default();
+    let (last, rest) = STEP_TYPES.split_last().expect("step types");
+    format!(
+        "unknown preprocessing type {kind:?}{hint}: netpoller runs {} and {last}",
+        rest.join(", ")
+    )
 }
 
 /// A step and its "Custom on fail" handler, as Zabbix keeps them.

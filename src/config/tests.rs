@@ -2877,3 +2877,31 @@ fn the_production_sizing_table_gives_the_readme_defaults() {
     }
     assert!(seen >= 10, "{seen} settings found");
 }
+
+/// A preprocessing type that is a typo of one netpoller runs (`MULTIPLER`) is told the
+/// one meant; a type it does not run (`JSONPATH`) gets the list alone.
+#[test]
+fn a_misspelt_preprocessing_type_is_told_the_one_meant() {
+    let step = |t: &str| {
+        bad(&format!("{{ key = \"x\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"1m\", preprocessing = [{{ type = \"{t}\", parameters = [\"8\"] }}] }}"))
+    };
+    let e = step("MULTIPLER");
+    assert_eq!(e.path, "hosts[0].items[0].preprocessing[0].type");
+    assert!(
+        e.message.starts_with(
+            "unknown preprocessing type \"MULTIPLER\" (did you mean MULTIPLIER?): netpoller runs SIMPLE_CHANGE, "
+        ),
+        "{e}"
+    );
+    assert!(step("change_per_secnd")
+        .message
+        .contains("(did you mean CHANGE_PER_SECOND?)"));
+    let e = step("JSONPATH");
+    assert!(
+        e.message
+            .starts_with("unknown preprocessing type \"JSONPATH\": netpoller runs ")
+            && e.message
+                .ends_with("DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"),
+        "{e}"
+    );
+}
