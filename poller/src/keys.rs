@@ -62,6 +62,16 @@ impl ItemKey {
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
         {
+            // A discovery macro in the name (`ifInOctets.{#SNMPINDEX}`): Zabbix takes
+            // one in the parameters only, as its templates' keys have it.
+            if let Some(at) = name.find("{#") {
+                let stem = name[..at].trim_end_matches('.');
+                let stem = if stem.is_empty() { "name" } else { stem };
+                return err(format!(
+                    "invalid character {bad:?} in item key name {name:?}: a discovery macro goes in the key's parameters, as in Zabbix's templates: {stem}[{}]",
+                    &name[at..]
+                ));
+            }
             return err(format!(
                 "invalid character {bad:?} in item key name {name:?}"
             ));
@@ -608,6 +618,27 @@ mod tests {
         assert!(ItemKey::parse("ic mp").is_err());
         assert!(ItemKey::parse("[1]").is_err());
         assert!(ItemKey::parse(r#"a["x"y]"#).is_err());
+    }
+
+    /// A discovery macro in a key's name (`ifHCInOctets.{#SNMPINDEX}`) is refused as
+    /// Zabbix refuses it, saying where it goes: it said only "invalid character '{'".
+    #[test]
+    fn a_discovery_macro_in_the_name_is_told_to_go_in_the_parameters() {
+        for (key, meant) in [
+            ("ifHCInOctets.{#SNMPINDEX}", "ifHCInOctets[{#SNMPINDEX}]"),
+            ("net.if.in{#SNMPINDEX}", "net.if.in[{#SNMPINDEX}]"),
+            ("{#SNMPINDEX}.in", "name[{#SNMPINDEX}.in]"),
+        ] {
+            assert_eq!(
+                ItemKey::parse(key).unwrap_err().0,
+                format!("invalid character '{{' in item key name {key:?}: a discovery macro goes in the key's parameters, as in Zabbix's templates: {meant}")
+            );
+            assert!(ItemKey::parse(meant).is_ok(), "{meant}");
+        }
+        assert_eq!(
+            ItemKey::parse("if in").unwrap_err().0,
+            "invalid character ' ' in item key name \"if in\""
+        );
     }
 
     /// Zabbix's own cases (its tests/libs/zbxsysinfo/parse_item_key.yaml) and the
