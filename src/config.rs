@@ -847,6 +847,14 @@ pub(crate) fn cidr_hint(cidr: &str) -> String {
 pub(crate) fn numeric_oid(text: &str, like: &str) -> Result<snmp::Oid, String> {
     text.parse().map_err(|e| {
         let name = text.trim_start_matches('.');
+        // snmpwalk's default output (`iso.3.6.1.2.1.1.1.0 = STRING: ...`), pasted: its
+        // first arc named, the rest numbers, and the number meant plain.
+        let meant = name.strip_prefix("iso.").map(|rest| format!("1.{rest}"));
+        if let Some(meant) = meant.filter(|m| m.parse::<snmp::Oid>().is_ok()) {
+            return format!(
+                "{text:?} is {meant} as net-snmp prints it (iso is 1; netpoller reads no MIBs): write {meant}"
+            );
+        }
         match name.starts_with(|c: char| c.is_ascii_alphabetic()) {
             true => format!(
                 "{text:?} is a name, not a numeric OID like {like}: netpoller reads no MIBs (`snmptranslate -On {name}` gives the number)"

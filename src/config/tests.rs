@@ -2905,3 +2905,20 @@ fn a_misspelt_preprocessing_type_is_told_the_one_meant() {
         "{e}"
     );
 }
+
+/// An OID pasted from snmpwalk's default output (`iso.3.6.1.2.1.1.1.0`) is told the
+/// number it is (iso is 1); it was sent to `snmptranslate` like a MIB name.
+#[test]
+fn an_iso_oid_as_net_snmp_prints_it_is_told_its_number() {
+    let e =
+        bad("{ key = \"x\", oid = \"iso.3.6.1.2.1.1.1.0\", type = \"str\", interval = \"1m\" }");
+    assert_eq!(e.path, "hosts[0].items[0].oid");
+    assert_eq!(
+        e.message,
+        "\"iso.3.6.1.2.1.1.1.0\" is 1.3.6.1.2.1.1.1.0 as net-snmp prints it (iso is 1; netpoller reads no MIBs): write 1.3.6.1.2.1.1.1.0"
+    );
+    // A MIB name after iso is still a name.
+    assert!(numeric_oid("iso.org.dod", "1.3.6.1.2.1.1.1.0")
+        .unwrap_err()
+        .contains("`snmptranslate -On iso.org.dod` gives the number"));
+}
