@@ -95,7 +95,11 @@ fn parse_net(s: &str) -> anyhow::Result<IpNet> {
         Ok(net)
     } else {
         let ip: IpAddr = s.parse().with_context(|| {
-            format!("invalid target {s:?}: expected an IP address, a CIDR or @file")
+            // A host name, as fping takes it: said to be none, since nothing is
+            // resolved (no DNS query leaves a poller).
+            format!(
+                "invalid target {s:?}: expected an IP address (names are not resolved: write the address), a CIDR or @file"
+            )
         })?;
         let ip = poller::source::check_address(ip).map_err(anyhow::Error::msg)?;
         Ok(IpNet::from(ip))
@@ -620,10 +624,13 @@ mod tests {
         );
         let e = expand_targets(&s(&["fd00::/64"]), 1, false).unwrap_err();
         assert!(e.to_string().contains("2^20"), "{e}");
-        assert!(expand_targets(&s(&["example.org"]), 1, false)
-            .unwrap_err()
-            .to_string()
-            .contains("invalid target"));
+        // fping resolves a name; sweep says it does not.
+        assert_eq!(
+            expand_targets(&s(&["example.org"]), 1, false)
+                .unwrap_err()
+                .to_string(),
+            "invalid target \"example.org\": expected an IP address (names are not resolved: write the address), a CIDR or @file"
+        );
         // A prefix too long: said as the config says it, not as an address's syntax.
         let e = expand_targets(&s(&["127.0.0.0/33"]), 1, false).unwrap_err();
         assert_eq!(
