@@ -1140,8 +1140,9 @@ impl Collector<'_> {
 }
 
 /// serde's message about one string where a list is wanted (`templates = "if-mib"`),
-/// with the list to write, and about a whole number where a string is (`shard = 4`,
-/// `name = 101`), with the string; any other message as it is.
+/// with the list to write, about one table where a list of them is (`items = { ... }`),
+/// and about a whole number where a string is (`shard = 4`, `name = 101`), with the
+/// string; any other message as it is.
 fn list_hint(message: String) -> String {
     let one = message
         .strip_prefix("invalid type: string ")
@@ -1152,6 +1153,10 @@ fn list_hint(message: String) -> String {
     match (one, number) {
         (Some(value), _) => format!("{message}: write a list, [{value}]"),
         (_, Some(n)) => format!("{message}: write it quoted, \"{n}\""),
+        // One inline table where a list of them is wanted (`items = { key = ... }`).
+        _ if message == "invalid type: map, expected a sequence" => {
+            format!("{message}: write a list of tables, [{{ ... }}], around it")
+        }
         _ => message,
     }
 }

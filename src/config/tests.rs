@@ -2374,6 +2374,21 @@ fn a_string_where_a_list_is_wanted_is_told_to_be_a_list() {
     );
 }
 
+/// One inline table where a list of them is wanted (`items = { key = ... }`, a list's
+/// brackets forgotten): the error says to write the list, not only serde's "invalid
+/// type: map, expected a sequence".
+#[test]
+fn a_table_where_a_list_of_tables_is_wanted_is_told_to_be_a_list() {
+    let e = one_err(
+        "[[hosts]]\nname = \"h\"\nip = \"127.0.208.1\"\nitems = { key = \"icmpping\", interval = \"1m\" }\n",
+    );
+    assert_eq!(e.path, "hosts[0].items");
+    assert_eq!(
+        e.message,
+        "invalid type: map, expected a sequence: write a list of tables, [{ ... }], around it"
+    );
+}
+
 /// A whole number where a string is wanted (`daemon.shard = 4`, a host named `101`):
 /// the error says to quote it, not only serde's "expected a string".
 #[test]
