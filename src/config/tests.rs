@@ -2937,3 +2937,31 @@ fn an_iso_oid_as_net_snmp_prints_it_is_told_its_number() {
         .unwrap_err()
         .contains("`snmptranslate -On iso.org.dod` gives the number"));
 }
+
+/// Every setting the documents name as `section.key` (`daemon.spool_dir`,
+/// `icmp.max_pps`, ...) is a key the loader takes in that section: prose written
+/// before a key was renamed would send operators to a key that is refused.
+#[test]
+fn the_settings_the_docs_name_exist() {
+    let named = regex::Regex::new(r"\b(daemon|clickhouse|icmp|snmp)\.([a-z_]+)\b").unwrap();
+    let keys = |section: &str| match section {
+        "daemon" => field_names::<DaemonSection>(),
+        "clickhouse" => field_names::<sink::ClickHouseConfig>(),
+        "icmp" => field_names::<IcmpSection>(),
+        _ => field_names::<SnmpSection>(),
+    };
+    let mut seen = 0;
+    for path in ["README.md", "docs/production.md", "packaging/README.md"] {
+        let text = crate::test_util::doc(path);
+        for c in named.captures_iter(&text) {
+            assert!(
+                keys(&c[1]).contains(&&c[2]),
+                "{path} names {}, which [{}] does not take",
+                &c[0],
+                &c[1]
+            );
+            seen += 1;
+        }
+    }
+    assert!(seen > 30, "{seen} settings named");
+}
