@@ -2938,7 +2938,7 @@ fn an_iso_oid_as_net_snmp_prints_it_is_told_its_number() {
         .contains("`snmptranslate -On iso.org.dod` gives the number"));
 }
 
-/// Every setting the documents name as `section.key` (`daemon.spool_dir`,
+/// Every setting the documents and `--help` name as `section.key` (`daemon.spool_dir`,
 /// `icmp.max_pps`, ...) is a key the loader takes in that section: prose written
 /// before a key was renamed would send operators to a key that is refused.
 #[test]
@@ -2950,10 +2950,18 @@ fn the_settings_the_docs_name_exist() {
         "icmp" => field_names::<IcmpSection>(),
         _ => field_names::<SnmpSection>(),
     };
+    // Each command's --help, as `netpoller help <command>` prints it.
+    let mut help = String::new();
+    let mut todo = vec![<crate::Cli as clap::CommandFactory>::command()];
+    while let Some(mut cmd) = todo.pop() {
+        help.push_str(&cmd.render_long_help().to_string());
+        todo.extend(cmd.get_subcommands().cloned());
+    }
     let mut seen = 0;
-    for path in ["README.md", "docs/production.md", "packaging/README.md"] {
-        let text = crate::test_util::doc(path);
-        for c in named.captures_iter(&text) {
+    let docs = ["README.md", "docs/production.md", "packaging/README.md"]
+        .map(|p| (p, crate::test_util::doc(p)));
+    for (path, text) in docs.iter().map(|(p, t)| (*p, t)).chain([("--help", &help)]) {
+        for c in named.captures_iter(text) {
             assert!(
                 keys(&c[1]).contains(&&c[2]),
                 "{path} names {}, which [{}] does not take",
