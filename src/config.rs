@@ -1127,6 +1127,13 @@ impl Collector<'_> {
                 None if matches!(at.last(), Some(Seg::Key(k)) if SECRET_KEYS.contains(k)) => {
                     secret_refused(&message)
                 }
+                // `snmp = "s3cret"`: a community written as the table itself. Its value
+                // is a secret, and serde's "struct SnmpOverride" no word of the file.
+                None if matches!(at.last(), Some(Seg::Key("snmp"))) => secret_refused(&message)
+                    .replace(
+                        "expected struct SnmpOverride",
+                        "expected a table of SNMP settings: write snmp = { community = \"...\" }",
+                    ),
                 None => list_hint(message),
             };
             self.push(&under(path, at), message);

@@ -2973,3 +2973,18 @@ fn the_settings_the_docs_name_exist() {
     }
     assert!(seen > 30, "{seen} settings named");
 }
+
+/// A host's `snmp = "s3cret"` (the community written as the table) is refused without
+/// its value, saying what to write; serde's message quoted it and named the Rust
+/// struct, `SnmpOverride`.
+#[test]
+fn a_string_as_a_hosts_snmp_table_is_refused_without_its_value() {
+    let e = one_err(
+        "[[hosts]]\nname = \"h\"\nip = \"127.0.208.1\"\nsnmp = \"s3cret\"\nitems = [ { key = \"icmpping\", interval = \"1m\" } ]\n",
+    );
+    assert_eq!(e.path, "hosts[0].snmp");
+    assert_eq!(
+        e.message,
+        "invalid type: string (the value of a secret is not shown), expected a table of SNMP settings: write snmp = { community = \"...\" }"
+    );
+}
