@@ -2515,9 +2515,15 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 continue;
             }
             if !r.name.contains("{ip}") && count > 1 {
+                // `{IP}`, `{ ip }`: the placeholder meant, in another spelling.
+                let folded = r.name.to_ascii_lowercase().replace(' ', "");
+                let meant = match folded.contains("{ip}") {
+                    true => ": the placeholder is {ip}, in lower case, without spaces",
+                    false => "",
+                };
                 self.c.push(
                     &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
-                    "name pattern must contain {ip} (host names must be unique)",
+                    format!("name pattern must contain {{ip}} (host names must be unique){meant}"),
                 );
                 continue;
             }

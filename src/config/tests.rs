@@ -2988,3 +2988,26 @@ fn a_string_as_a_hosts_snmp_table_is_refused_without_its_value() {
         "invalid type: string (the value of a secret is not shown), expected a table of SNMP settings: write snmp = { community = \"...\" }"
     );
 }
+
+/// A range's name with the placeholder misspelt (`{IP}`, `{ ip }`) is told its
+/// spelling, beyond "must contain {ip}", which it seemed to.
+#[test]
+fn a_range_name_with_a_misspelt_placeholder_is_told_its_spelling() {
+    for name in ["cpe-{IP}", "cpe-{ ip }"] {
+        let e = one_err(&format!(
+            "{TEMPLATE}[[host_ranges]]\ncidr = \"127.0.208.0/30\"\nname = \"{name}\"\ntemplates = [\"icmp\"]\n"
+        ));
+        assert_eq!(e.path, "host_ranges[0].name");
+        assert_eq!(
+            e.message,
+            "name pattern must contain {ip} (host names must be unique): the placeholder is {ip}, in lower case, without spaces"
+        );
+    }
+    let e = one_err(&format!(
+        "{TEMPLATE}[[host_ranges]]\ncidr = \"127.0.208.0/30\"\nname = \"cpe\"\ntemplates = [\"icmp\"]\n"
+    ));
+    assert_eq!(
+        e.message,
+        "name pattern must contain {ip} (host names must be unique)"
+    );
+}
