@@ -256,14 +256,16 @@ mod tests {
         (readme[start..end].to_string(), cli)
     }
 
+    /// Tuning knobs with working defaults, which `help <command>` explains and the
+    /// README's command table leaves out.
+    const HELP_ONLY: &[&str] = &["rcvbuf", "max-oids", "max-repetitions"];
+
     /// The README's command table names every option of every command (by its long
     /// name or its short one), but for the tuning ones below, which `help <command>`
     /// explains: `schema --server-version` and `spool --dir` / `--rejected` were
     /// missing, and docs/production.md sent operators to `spool dump --rejected`.
     #[test]
     fn the_readme_names_every_option() {
-        // Tuning knobs with working defaults.
-        const HELP_ONLY: &[&str] = &["rcvbuf", "max-oids", "max-repetitions"];
         let (table, cli) = command_table_and_cli();
         let mut missing = Vec::new();
         let mut todo: Vec<(String, &clap::Command)> = vec![(String::new(), &cli)];
@@ -301,43 +303,51 @@ mod tests {
     }
 
     /// The defaults the README's command table gives (`` `--timeout` 500ms ``, `` `-r` 5
-    /// ``) are clap's, which `--help` prints: `sweep --count` and `snmp get`'s `-t`, `-r`
-    /// and `-p` were given nowhere but there.
+    /// ``) are clap's, which `--help` prints, for every option that has one: `sweep
+    /// --count` and `snmp get`'s `-t`, `-r` and `-p` were given nowhere but there, then
+    /// `sweep --max-pps` and `--rcvbuf`.
     #[test]
     fn the_readme_gives_the_commands_defaults_as_clap_has_them() {
         let (table, cli) = command_table_and_cli();
-        let sub = |path: &[&str]| {
-            path.iter().fold(&cli, |c, name| {
-                c.find_subcommand(name)
-                    .unwrap_or_else(|| panic!("no command {name}"))
-            })
-        };
-        for (path, flags) in [
-            (
-                &["sweep"][..],
-                &["--count", "--timeout", "--interval", "--size"][..],
-            ),
-            (&["snmp", "get"][..], &["-t", "-r", "-p"][..]),
-        ] {
-            let cmd = sub(path);
-            for flag in flags {
-                let arg = cmd
-                    .get_arguments()
-                    .find(|a| match flag.strip_prefix("--") {
-                        Some(long) => a.get_long() == Some(long),
-                        None => a.get_short() == flag.chars().nth(1),
-                    })
-                    .unwrap_or_else(|| panic!("{path:?} has no {flag}"));
+        let mut wrong = Vec::new();
+        let mut todo: Vec<(String, &clap::Command)> = vec![(String::new(), &cli)];
+        while let Some((path, cmd)) = todo.pop() {
+            let shown = cmd
+                .get_subcommands()
+                .filter(|s| s.get_name() != "help" && !s.is_hide_set());
+            for sub in shown {
+                todo.push((format!("{path} {}", sub.get_name()), sub));
+            }
+            // Flags (whose default is `false`) take no value; a global option is the
+            // root's, given once.
+            let options = cmd.get_arguments().filter(|a| {
+                !a.is_hide_set()
+                    && a.get_action().takes_values()
+                    && (path.is_empty() || !a.is_global_set())
+                    && !a.get_long().is_some_and(|l| HELP_ONLY.contains(&l))
+            });
+            for arg in options {
                 let [default] = arg.get_default_values() else {
-                    panic!("{path:?} {flag} has no default")
+                    continue;
                 };
                 let default = default.to_string_lossy();
-                assert!(
-                    table.contains(&format!("`{flag}` {default}")),
-                    "README's {path:?} row does not give `{flag}` {default}"
-                );
+                let long = arg.get_long().map(|l| format!("`--{l}` {default}"));
+                let short = arg.get_short().map(|c| format!("`-{c}` {default}"));
+                // A positional argument by its value name (`OID`).
+                let positional = arg.get_value_names().and_then(|names| {
+                    (arg.get_long().is_none() && arg.get_short().is_none())
+                        .then(|| format!("`{}` {default}", names[0]))
+                });
+                let mut spellings = [long, short, positional].into_iter().flatten();
+                if !spellings.any(|s| table.contains(&s)) {
+                    wrong.push(format!("{path}: {} {default}", arg.get_id()));
+                }
             }
         }
+        assert!(
+            wrong.is_empty(),
+            "the README's command table does not give these defaults: {wrong:?}"
+        );
     }
 
     /// Every subcommand's `--quiet` is the global one, with its help: poll-once had a
