@@ -256,6 +256,23 @@ mod tests {
         (readme[start..end].to_string(), cli)
     }
 
+    /// Every command an operator is shown, by its path (`""` the root, `" snmp get"`):
+    /// hidden commands (`snmp load`, a benchmark's) are not the operator's.
+    fn shown_commands(cli: &clap::Command) -> Vec<(String, &clap::Command)> {
+        let mut todo = vec![(String::new(), cli)];
+        let mut all = Vec::new();
+        while let Some((path, cmd)) = todo.pop() {
+            let shown = cmd
+                .get_subcommands()
+                .filter(|s| s.get_name() != "help" && !s.is_hide_set());
+            for sub in shown {
+                todo.push((format!("{path} {}", sub.get_name()), sub));
+            }
+            all.push((path, cmd));
+        }
+        all
+    }
+
     /// Tuning knobs with working defaults, which `help <command>` explains and the
     /// README's command table leaves out.
     const HELP_ONLY: &[&str] = &["rcvbuf", "max-oids", "max-repetitions"];
@@ -268,15 +285,7 @@ mod tests {
     fn the_readme_names_every_option() {
         let (table, cli) = command_table_and_cli();
         let mut missing = Vec::new();
-        let mut todo: Vec<(String, &clap::Command)> = vec![(String::new(), &cli)];
-        while let Some((path, cmd)) = todo.pop() {
-            // Hidden commands (`snmp load`, a benchmark's) are not the operator's.
-            let shown = cmd
-                .get_subcommands()
-                .filter(|s| s.get_name() != "help" && !s.is_hide_set());
-            for sub in shown {
-                todo.push((format!("{path} {}", sub.get_name()), sub));
-            }
+        for (path, cmd) in shown_commands(&cli) {
             for arg in cmd.get_arguments() {
                 let Some(long) = arg.get_long().filter(|_| !arg.is_hide_set()) else {
                     continue;
@@ -305,19 +314,12 @@ mod tests {
     /// The defaults the README's command table gives (`` `--timeout` 500ms ``, `` `-r` 5
     /// ``) are clap's, which `--help` prints, for every option that has one: `sweep
     /// --count` and `snmp get`'s `-t`, `-r` and `-p` were given nowhere but there, then
-    /// `sweep --max-pps` and `--rcvbuf`.
+    /// `sweep --max-pps`, `snmp -v` and `-c`, `walk`'s OID and `--log-format`.
     #[test]
     fn the_readme_gives_the_commands_defaults_as_clap_has_them() {
         let (table, cli) = command_table_and_cli();
         let mut wrong = Vec::new();
-        let mut todo: Vec<(String, &clap::Command)> = vec![(String::new(), &cli)];
-        while let Some((path, cmd)) = todo.pop() {
-            let shown = cmd
-                .get_subcommands()
-                .filter(|s| s.get_name() != "help" && !s.is_hide_set());
-            for sub in shown {
-                todo.push((format!("{path} {}", sub.get_name()), sub));
-            }
+        for (path, cmd) in shown_commands(&cli) {
             // Flags (whose default is `false`) take no value; a global option is the
             // root's, given once.
             let options = cmd.get_arguments().filter(|a| {
