@@ -385,13 +385,45 @@ impl UsmSection {
         *self == UsmSection::default()
     }
 
-    /// The user these fields describe, or the field at fault and why (passphrases never
-    /// appear in the message).
-    pub(crate) fn user(&self) -> Result<snmp::v3::UsmUser, (&'static str, String)> {
+    /// Each field given whose value is wrong by itself, whatever the others say (an
+    /// unknown protocol or level, a passphrase too short, a user name too long), and
+    /// why, in the order of the fields (passphrases never appear in a message). What is
+    /// written wrong is wrong wherever it is written: these are checked in every table,
+    /// the rest of [`Self::user`] only where a host polls SNMP.
+    pub(crate) fn wrong_values(&self) -> Vec<(&'static str, String)> {
         use snmp::usm::{AuthProtocol, PrivProtocol};
         use snmp::v3::{SecurityLevel, UsmUser, MIN_PASSPHRASE_LEN};
-        fn given(s: &Option<String>) -> Option<&str> {
-            s.as_deref().filter(|s| !s.is_empty())
+        let short = |field: &'static str, p: &Option<String>| {
+            given(p).filter(|p| p.len() < MIN_PASSPHRASE_LEN).map(|_| {
+                let why = format!("must have at least {MIN_PASSPHRASE_LEN} characters (RFC 3414)");
+                (field, why)
+            })
+        };
+        let name = given(&self.security_name).and_then(|n| UsmUser::new(n, None, None).err());
+        let level = (self.security_level.as_deref()).and_then(|l| l.parse::<SecurityLevel>().err());
+        let auth = given(&self.auth_protocol).and_then(|p| p.parse::<AuthProtocol>().err());
+        let privacy = given(&self.priv_protocol).and_then(|p| p.parse::<PrivProtocol>().err());
+        [
+            name.map(|e| ("security_name", e)),
+            level.map(|e| ("security_level", e)),
+            auth.map(|e| ("auth_protocol", e)),
+            short("auth_passphrase", &self.auth_passphrase),
+            privacy.map(|e| ("priv_protocol", e)),
+            short("priv_passphrase", &self.priv_passphrase),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+
+    /// The user these fields describe, or the field at fault and why (passphrases never
+    /// appear in the message): the first of [`Self::wrong_values`], or what the fields
+    /// lack together.
+    pub(crate) fn user(&self) -> Result<snmp::v3::UsmUser, (&'static str, String)> {
+        use snmp::usm::{AuthProtocol, PrivProtocol};
+        use snmp::v3::{SecurityLevel, UsmUser};
+        if let Some(wrong) = self.wrong_values().into_iter().next() {
+            return Err(wrong);
         }
         let name = given(&self.security_name).ok_or((
             "security_name",
@@ -431,15 +463,11 @@ impl UsmSection {
                 format!("security level {} needs {field} ({what})", level.as_str()),
             )
         };
+        // Its length is one of the wrong values, checked above.
         let passphrase = |field: &'static str, value: Option<&str>| {
-            let p = value.ok_or_else(|| needs(field, "the passphrase"))?;
-            if p.len() < MIN_PASSPHRASE_LEN {
-                return Err((
-                    field,
-                    format!("must have at least {MIN_PASSPHRASE_LEN} characters (RFC 3414)"),
-                ));
-            }
-            Ok(())
+            value
+                .map(|_| ())
+                .ok_or_else(|| needs(field, "the passphrase"))
         };
         let auth = if level == SecurityLevel::NoAuthNoPriv {
             None
@@ -476,6 +504,11 @@ impl UsmSection {
         let user = UsmUser::new(name, auth, privacy).map_err(|e| ("security_name", e))?;
         Ok(user.with_context(self.context_name.as_deref().unwrap_or("")))
     }
+}
+
+/// A text field's value, unless it is not given or empty (which drops an inherited one).
+fn given(s: &Option<String>) -> Option<&str> {
+    s.as_deref().filter(|s| !s.is_empty())
 }
 
 /// A host's `snmp = { ... }`: any field overrides `[snmp]`.
@@ -1925,6 +1958,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
             None => {
                 let user = match credentials.user() {
                     Ok(u) => Some(Arc::new(u)),
+                    // Reported where it is written, by the check of every table.
+                    Err(_) if !credentials.wrong_values().is_empty() => None,
                     Err((field, msg)) => {
                         let p = under(path, [Seg::Key(field)]);
                         self.c.push(&p, msg);
@@ -2342,6 +2377,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         hosts: &[(usize, HostEntry)],
         ranges: &[(usize, HostRangeEntry)],
     ) -> (Vec<HostSpec>, Vec<DiscoveryTarget>) {
+        wrong_usm_values(self.c, &[Seg::Key("snmp")], &self.snmp_usm);
         for (i, t) in templates {
             for (j, d) in t.discovery.iter().enumerate() {
                 let p = [
@@ -2867,6 +2903,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         let o = o.cloned().unwrap_or_default();
         let version: SnmpVersion = o.version.unwrap_or(d.version).into();
         let sp = under(path, [Seg::Key("snmp")]);
+        wrong_usm_values(self.c, &sp, &usm_of!(o));
         if version != SnmpVersion::V3 && !usm_of!(o).is_empty() {
             self.c.push(&sp, v3_ignored(version));
         }
@@ -3064,6 +3101,15 @@ impl KeyPositions {
             map.insert(r.key.clone(), merged.len());
         }
         merged.push(r);
+    }
+}
+
+/// Reports each SNMPv3 value of the table at `path` (`[snmp]` or a host's `snmp`) that
+/// is wrong by itself ([`UsmSection::wrong_values`]) at its key, whether or not a host
+/// polls SNMP with it: a host of ICMP items alone is given SNMP ones by a template later.
+fn wrong_usm_values(c: &mut Collector<'_>, path: &[Seg<'_>], fields: &UsmSection) {
+    for (field, why) in fields.wrong_values() {
+        c.push(&under(path, [Seg::Key(field)]), why);
     }
 }
 

@@ -3011,3 +3011,92 @@ fn a_range_name_with_a_misspelt_placeholder_is_told_its_spelling() {
         "name pattern must contain {ip} (host names must be unique)"
     );
 }
+
+/// A wrong SNMPv3 value (an unknown protocol or level, a passphrase too short, a user
+/// name too long) is refused where it is written, whether or not a host polls SNMP
+/// with it: a host with ICMP items only passed with `auth_protocol = "SHA3"`, which
+/// bit the day a template gave it SNMP items. Once, at its own key: a host that
+/// inherits `[snmp]`'s wrong value is not told it at its own table as well. What only
+/// a whole user can say (no user, a protocol without its passphrase) is asked of the
+/// hosts that poll SNMP: an ICMP-only host's table that leaves it to `[snmp]` loads.
+#[test]
+fn a_wrong_snmpv3_value_is_refused_where_it_is_written_without_snmp_items() {
+    let icmp = "items = [ { key = \"icmpping\", interval = \"1m\" } ]";
+    let snmp_item = "items = [ { key = \"up\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"1m\" } ]";
+    let host = |snmp: &str, items: &str| {
+        format!("[[hosts]]\nname = \"a\"\nip = \"127.0.209.1\"\nsnmp = {{ {snmp} }}\n{items}\n")
+    };
+    let sha3 = "version = 3, security_name = \"u\", auth_protocol = \"SHA3\", auth_passphrase = \"12345678\", security_level = \"authnopriv\"";
+    for items in [icmp, snmp_item] {
+        let e = one_err(&host(sha3, items));
+        assert_eq!(
+            (e.path.as_str(), e.line),
+            ("hosts[0].snmp.auth_protocol", Some(4)),
+            "{e}"
+        );
+    }
+    // Every wrong value of a table, each at its key; no secret shown.
+    let e = errs(&host(
+        "version = 3, security_name = \"u\", security_level = \"private\", auth_protocol = \"MD5\", auth_passphrase = \"s3cr\", priv_protocol = \"3DES\", priv_passphrase = \"12345678\"",
+        icmp,
+    ));
+    let paths: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "hosts[0].snmp.security_level",
+            "hosts[0].snmp.auth_passphrase",
+            "hosts[0].snmp.priv_protocol"
+        ],
+        "{e:#?}"
+    );
+    assert!(e.iter().all(|e| !e.message.contains("s3cr")), "{e:#?}");
+    // A range's table, and [snmp]'s under ICMP-only hosts, alike.
+    let e = one_err(&format!(
+        "[[host_ranges]]\ncidr = \"127.0.209.0/30\"\nsnmp = {{ version = \"3\", security_name = \"{}\" }}\n{icmp}\n",
+        "n".repeat(33)
+    ));
+    assert_eq!(e.path, "host_ranges[0].snmp.security_name", "{e}");
+    let e = one_err(&format!(
+        "[snmp]\nversion = \"3\"\nsecurity_name = \"u\"\nauth_protocol = \"SHA-265\"\nauth_passphrase = \"12345678\"\n{}",
+        host("context_name = \"c\"", icmp)
+    ));
+    assert_eq!(
+        (e.path.as_str(), e.line),
+        ("snmp.auth_protocol", Some(4)),
+        "{e}"
+    );
+    // Inherited by a host with its own SNMPv3 fields that polls SNMP: still one error,
+    // at [snmp]'s key, not at the host's table, which does not say it.
+    let e = one_err(&format!(
+        "[snmp]\nversion = \"3\"\nauth_protocol = \"SHA-265\"\nauth_passphrase = \"12345678\"\n{}",
+        host("security_name = \"v\"", snmp_item)
+    ));
+    assert_eq!(e.path, "snmp.auth_protocol", "{e}");
+    // Valid tables load on ICMP-only hosts, also one that leaves the user to a
+    // [snmp] that gives none: no SNMP poll needs it yet.
+    for snmp in [
+        sha3.replace("SHA3", "SHA-256"),
+        "version = \"3\"".to_string(),
+    ] {
+        parse(&host(&snmp, icmp)).unwrap_or_else(|e| panic!("{snmp}: {e:#?}"));
+    }
+}
+
+/// A host that does not read (here: no `ip`) hides no problem of the other hosts: the
+/// file of a wrong SNMPv3 value on an ICMP-only host and a host without `ip` showed only
+/// the missing `ip`, as the wrong value was never looked at.
+#[test]
+fn a_host_that_does_not_read_hides_no_problem_of_another() {
+    let text = "[[hosts]]\nname = \"a\"\nip = \"127.0.209.1\"\nsnmp = { version = 3, security_name = \"u\", auth_protocol = \"SHA3\", auth_passphrase = \"12345678\" }\nitems = [{ key = \"icmpping\", interval = \"1m\" }]\n\n[[hosts]]\nname = \"b\"\nitems = [{ key = \"icmpping\", interval = \"1m\" }]\n";
+    let e = errs(text);
+    let got: Vec<(&str, Option<usize>)> = e.iter().map(|e| (e.path.as_str(), e.line)).collect();
+    assert_eq!(
+        got,
+        [
+            ("hosts[0].snmp.auth_protocol", Some(4)),
+            ("hosts[1]", Some(7))
+        ],
+        "{e:#?}"
+    );
+}
