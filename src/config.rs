@@ -400,9 +400,25 @@ impl UsmSection {
             })
         };
         let name = given(&self.security_name).and_then(|n| UsmUser::new(n, None, None).err());
-        let level = (self.security_level.as_deref()).and_then(|l| l.parse::<SecurityLevel>().err());
-        let auth = given(&self.auth_protocol).and_then(|p| p.parse::<AuthProtocol>().err());
-        let privacy = given(&self.priv_protocol).and_then(|p| p.parse::<PrivProtocol>().err());
+        // An unknown name, with the one it is a typo of.
+        let level = (self.security_level.as_deref())
+            .filter(|l| l.parse::<SecurityLevel>().is_err())
+            .map(|l| {
+                let names = SecurityLevel::SPELLINGS.map(|(s, l)| (s, l.as_str()));
+                SecurityLevel::unknown(l, meant(l, names))
+            });
+        let auth = given(&self.auth_protocol)
+            .filter(|p| p.parse::<AuthProtocol>().is_err())
+            .map(|p| {
+                let names = AuthProtocol::SPELLINGS.map(|(s, a)| (s, a.as_str()));
+                AuthProtocol::unknown(p, meant(p, names))
+            });
+        let privacy = given(&self.priv_protocol)
+            .filter(|p| p.parse::<PrivProtocol>().is_err())
+            .map(|p| {
+                let names = PrivProtocol::SPELLINGS.map(|(s, a)| (s, a.as_str()));
+                PrivProtocol::unknown(p, meant(p, names))
+            });
         [
             name.map(|e| ("security_name", e)),
             level.map(|e| ("security_level", e)),
@@ -1167,7 +1183,7 @@ impl Collector<'_> {
                         "expected struct SnmpOverride",
                         "expected a table of SNMP settings: write snmp = { community = \"...\" }",
                     ),
-                None => list_hint(message),
+                None => list_hint(variant_hint(message)),
             };
             self.push(&under(path, at), message);
             match took {
@@ -1237,8 +1253,7 @@ const ZABBIX_NAMES: &[(&str, &str)] = &[
 /// here, or the expected key `k` is a typo of) and the rest of the message.
 fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
     let (key, rest) = message.strip_prefix("unknown field `")?.split_once('`')?;
-    // ", expected one of `a`, `b`" or ", expected `a` or `b`": every other piece.
-    let expected: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    let expected: Vec<&str> = backquoted(rest).collect();
     if let Some((_, ours)) = ZABBIX_NAMES
         .iter()
         .find(|(z, ours)| *z == key && expected.contains(ours))
@@ -1384,6 +1399,38 @@ fn closest<'a>(key: &str, expected: impl Iterator<Item = &'a str>) -> Option<&'a
         .filter(|(d, _)| *d <= (key.chars().count() / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, e)| e)
+}
+
+/// The name `value` is a typo of ([`closest`], in any case): `names` pairs each
+/// spelling a parser takes with the name to tell for it (`("sha-256", "SHA-256")`).
+/// `None` for a spelling it takes, refused for another reason.
+fn meant<'n>(value: &str, names: impl IntoIterator<Item = (&'n str, &'n str)>) -> Option<&'n str> {
+    let names: Vec<(String, &str)> = (names.into_iter())
+        .map(|(s, n)| (s.to_ascii_lowercase(), n))
+        .collect();
+    let lower = value.to_ascii_lowercase();
+    let near = closest(&lower, names.iter().map(|(s, _)| s.as_str())).filter(|n| *n != lower)?;
+    names.iter().find(|(s, _)| s == near).map(|(_, n)| *n)
+}
+
+/// serde's "unknown variant `x`, expected ..." (an item's `type`, `icmp_phases`), with
+/// the variant `x` is a typo of (in any case) after it; any other message as it is.
+fn variant_hint(message: String) -> String {
+    let Some((value, rest)) =
+        (message.strip_prefix("unknown variant `")).and_then(|m| m.split_once('`'))
+    else {
+        return message;
+    };
+    match closest(&value.to_ascii_lowercase(), backquoted(rest)) {
+        Some(m) => format!("unknown variant `{value}` (did you mean `{m}`?){rest}"),
+        None => message,
+    }
+}
+
+/// The names a serde message lists, each between backquotes (", expected one of `a`,
+/// `b`" or ", expected `a` or `b`"): every other piece.
+fn backquoted(text: &str) -> impl Iterator<Item = &str> {
+    text.split('`').skip(1).step_by(2)
 }
 
 /// Templates an unknown template's message lists: an imported file defines hundreds
@@ -2019,7 +2066,12 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     let on_fail = match (&st.error_handler, params) {
                         (None, None) => Ok(OnFail::Error),
                         (None, Some(_)) => Err("error_handler_params without error_handler".into()),
-                        (Some(h), p) => OnFail::parse(h, p),
+                        (Some(h), p) => OnFail::parse(h, p).map_err(|m| {
+                            match meant(h, OnFail::NAMES.map(|n| (n, n))) {
+                                Some(n) => OnFail::unknown(h, Some(n)),
+                                None => m,
+                            }
+                        }),
                     };
                     let on_fail = on_fail.and_then(|f| match (&step, f) {
                         // Zabbix's form does not let this step go without a handler.

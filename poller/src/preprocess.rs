@@ -287,6 +287,15 @@ impl OnFail {
         }
     }
 
+    /// Zabbix's export names of the handlers, as [`OnFail::parse`] takes them (in any
+    /// case).
+    pub const NAMES: [&'static str; 4] = [
+        "ORIGINAL_ERROR",
+        "DISCARD_VALUE",
+        "CUSTOM_VALUE",
+        "CUSTOM_ERROR",
+    ];
+
     /// Parses Zabbix's export name (any case) and its parameter.
     pub fn parse(handler: &str, param: Option<&str>) -> Result<OnFail, String> {
         let h = handler.to_ascii_uppercase();
@@ -295,16 +304,27 @@ impl OnFail {
             ("DISCARD_VALUE", None) => Ok(OnFail::Discard),
             ("CUSTOM_VALUE", Some(v)) => Ok(OnFail::Value(v.to_owned())),
             ("CUSTOM_ERROR", Some(m)) if !m.is_empty() => Ok(OnFail::Message(m.to_owned())),
-            ("ORIGINAL_ERROR" | "DISCARD_VALUE", Some(_)) => {
-                Err(format!("error_handler {handler} takes no error_handler_params"))
-            }
+            ("ORIGINAL_ERROR" | "DISCARD_VALUE", Some(_)) => Err(format!(
+                "error_handler {handler} takes no error_handler_params"
+            )),
             ("CUSTOM_VALUE" | "CUSTOM_ERROR", _) => Err(format!(
                 "error_handler {handler} needs error_handler_params (the value or the message)"
             )),
-            _ => Err(format!(
-                "unknown error_handler {handler:?}: ORIGINAL_ERROR, DISCARD_VALUE, CUSTOM_VALUE or CUSTOM_ERROR"
-            )),
+            _ => Err(OnFail::unknown(handler, None)),
         }
+    }
+
+    /// Why `handler` is none of [`OnFail::NAMES`], with the one it is a typo of when the
+    /// caller knows it (`nearest`).
+    pub fn unknown(handler: &str, nearest: Option<&str>) -> String {
+        let hint = nearest
+            .map(|n| format!(" (did you mean {n:?}?)"))
+            .unwrap_or_default();
+        let [names @ .., last] = OnFail::NAMES;
+        format!(
+            "unknown error_handler {handler:?}{hint}: {} or {last}",
+            names.join(", ")
+        )
     }
 }
 

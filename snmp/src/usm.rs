@@ -68,29 +68,69 @@ impl AuthProtocol {
     }
 }
 
+impl AuthProtocol {
+    /// Every spelling [`AuthProtocol::from_str`] takes, in lower case (it compares in
+    /// any case): net-snmp's names and the usual variants with or without the dash
+    /// ("sha256", "sha-256"), and "sha1"/"sha-1" for "SHA".
+    pub const SPELLINGS: [(&'static str, AuthProtocol); 12] = [
+        ("md5", AuthProtocol::Md5),
+        ("sha", AuthProtocol::Sha1),
+        ("sha1", AuthProtocol::Sha1),
+        ("sha-1", AuthProtocol::Sha1),
+        ("sha224", AuthProtocol::Sha224),
+        ("sha-224", AuthProtocol::Sha224),
+        ("sha256", AuthProtocol::Sha256),
+        ("sha-256", AuthProtocol::Sha256),
+        ("sha384", AuthProtocol::Sha384),
+        ("sha-384", AuthProtocol::Sha384),
+        ("sha512", AuthProtocol::Sha512),
+        ("sha-512", AuthProtocol::Sha512),
+    ];
+}
+
 impl FromStr for AuthProtocol {
     type Err = String;
 
-    /// Case-insensitive; accepts net-snmp's names and the usual variants with or without
-    /// the dash ("sha256", "SHA-256"), and "sha1"/"sha-1" for "SHA".
+    /// One of [`AuthProtocol::SPELLINGS`], in any case; else [`AuthProtocol::unknown`].
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let proto = match s.to_ascii_lowercase().as_str() {
-            "md5" => AuthProtocol::Md5,
-            "sha" | "sha1" | "sha-1" => AuthProtocol::Sha1,
-            "sha224" | "sha-224" => AuthProtocol::Sha224,
-            "sha256" | "sha-256" => AuthProtocol::Sha256,
-            "sha384" | "sha-384" => AuthProtocol::Sha384,
-            "sha512" | "sha-512" => AuthProtocol::Sha512,
-            _ => {
-                return Err(
-                    "unknown SNMPv3 authentication protocol: expected one of MD5, SHA \
-                     (SHA-1), SHA-224, SHA-256, SHA-384, SHA-512"
-                        .to_string(),
-                )
-            }
-        };
-        Ok(proto)
+        spelled(s, &AuthProtocol::SPELLINGS).ok_or_else(|| AuthProtocol::unknown(s, None))
     }
+}
+
+impl AuthProtocol {
+    /// Why `s` is no authentication protocol, with the name it is a typo of when the
+    /// caller knows one (`nearest`); `s` quoted only when shorter than a passphrase (one typed
+    /// into the wrong field must not reach a log).
+    pub fn unknown(s: &str, nearest: Option<&str>) -> String {
+        format!(
+            "unknown SNMPv3 authentication protocol{}: expected one of MD5, SHA (SHA-1), \
+             SHA-224, SHA-256, SHA-384, SHA-512",
+            refused(s, nearest)
+        )
+    }
+}
+
+/// The value `s` spells (in any case) in `spellings` (lower case).
+pub(crate) fn spelled<T: Copy>(s: &str, spellings: &[(&str, T)]) -> Option<T> {
+    spellings
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(s))
+        .map(|&(_, v)| v)
+}
+
+/// `s`, refused as the name of a protocol or level, as a message says it: quoted when
+/// it is shorter than any passphrase ([`crate::v3::MIN_PASSPHRASE_LEN`]), else not
+/// shown (a passphrase typed into the wrong field must not reach a terminal or a log),
+/// then the name it is a typo of (`nearest`), if any.
+pub(crate) fn refused(s: &str, nearest: Option<&str>) -> String {
+    let shown = match s.len() < crate::v3::MIN_PASSPHRASE_LEN {
+        true => format!(" {s:?}"),
+        false => " (not shown: as long as a passphrase, it may be one)".to_string(),
+    };
+    let hint = nearest
+        .map(|n| format!(" (did you mean {n:?}?)"))
+        .unwrap_or_default();
+    format!("{shown}{hint}")
 }
 
 /// Privacy protocol (usmUserPrivProtocol).
@@ -154,25 +194,44 @@ impl PrivProtocol {
     }
 }
 
+impl PrivProtocol {
+    /// Every spelling [`PrivProtocol::from_str`] takes, in lower case (it compares in
+    /// any case).
+    pub const SPELLINGS: [(&'static str, PrivProtocol); 12] = [
+        ("des", PrivProtocol::Des),
+        ("aes", PrivProtocol::Aes128),
+        ("aes128", PrivProtocol::Aes128),
+        ("aes-128", PrivProtocol::Aes128),
+        ("aes192", PrivProtocol::Aes192),
+        ("aes-192", PrivProtocol::Aes192),
+        ("aes256", PrivProtocol::Aes256),
+        ("aes-256", PrivProtocol::Aes256),
+        ("aes192c", PrivProtocol::Aes192C),
+        ("aes-192-c", PrivProtocol::Aes192C),
+        ("aes256c", PrivProtocol::Aes256C),
+        ("aes-256-c", PrivProtocol::Aes256C),
+    ];
+}
+
 impl FromStr for PrivProtocol {
     type Err = String;
 
-    /// Case-insensitive: "des", "aes", "aes128", "aes-128", "aes192", "aes-192",
-    /// "aes256", "aes-256", "aes192c", "aes-192-c", "aes256c", "aes-256-c".
+    /// One of [`PrivProtocol::SPELLINGS`], in any case; else [`PrivProtocol::unknown`].
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().as_str() {
-            "des" => Ok(PrivProtocol::Des),
-            "aes" | "aes128" | "aes-128" => Ok(PrivProtocol::Aes128),
-            "aes192" | "aes-192" => Ok(PrivProtocol::Aes192),
-            "aes256" | "aes-256" => Ok(PrivProtocol::Aes256),
-            "aes192c" | "aes-192-c" => Ok(PrivProtocol::Aes192C),
-            "aes256c" | "aes-256-c" => Ok(PrivProtocol::Aes256C),
-            _ => Err(
-                "unknown SNMPv3 privacy protocol: expected one of DES, AES (AES-128), \
-                 AES-192, AES-256, AES-192-C, AES-256-C (-C: Cisco's key extension)"
-                    .to_string(),
-            ),
-        }
+        spelled(s, &PrivProtocol::SPELLINGS).ok_or_else(|| PrivProtocol::unknown(s, None))
+    }
+}
+
+impl PrivProtocol {
+    /// Why `s` is no privacy protocol, with the name it is a typo of when the caller
+    /// knows one (`nearest`); `s` quoted only when shorter than a passphrase (one typed
+    /// into the wrong field must not reach a log).
+    pub fn unknown(s: &str, nearest: Option<&str>) -> String {
+        format!(
+            "unknown SNMPv3 privacy protocol{}: expected one of DES, AES (AES-128), \
+             AES-192, AES-256, AES-192-C, AES-256-C (-C: Cisco's key extension)",
+            refused(s, nearest)
+        )
     }
 }
 

@@ -83,20 +83,41 @@ impl SecurityLevel {
     }
 }
 
+impl SecurityLevel {
+    /// Every spelling [`SecurityLevel::from_str`](std::str::FromStr) takes, in lower
+    /// case (it compares in any case): `noAuthNoPriv`, `authNoPriv`, `authPriv`
+    /// (net-snmp's `-l`, Zabbix's security level) and net-snmp's short `noauth`, `auth`,
+    /// `priv`.
+    pub const SPELLINGS: [(&'static str, SecurityLevel); 6] = [
+        ("noauthnopriv", SecurityLevel::NoAuthNoPriv),
+        ("noauth", SecurityLevel::NoAuthNoPriv),
+        ("authnopriv", SecurityLevel::AuthNoPriv),
+        ("auth", SecurityLevel::AuthNoPriv),
+        ("authpriv", SecurityLevel::AuthPriv),
+        ("priv", SecurityLevel::AuthPriv),
+    ];
+}
+
 impl std::str::FromStr for SecurityLevel {
     type Err = String;
 
-    /// `noAuthNoPriv`, `authNoPriv`, `authPriv` in any case (net-snmp's `-l`, Zabbix's
-    /// security level), or net-snmp's short `noauth`, `auth`, `priv`.
+    /// One of [`SecurityLevel::SPELLINGS`], in any case; else
+    /// [`SecurityLevel::unknown`].
     fn from_str(s: &str) -> Result<SecurityLevel, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "noauthnopriv" | "noauth" => Ok(SecurityLevel::NoAuthNoPriv),
-            "authnopriv" | "auth" => Ok(SecurityLevel::AuthNoPriv),
-            "authpriv" | "priv" => Ok(SecurityLevel::AuthPriv),
-            _ => {
-                Err("unknown security level (use noAuthNoPriv, authNoPriv or authPriv)".to_string())
-            }
-        }
+        crate::usm::spelled(s, &SecurityLevel::SPELLINGS)
+            .ok_or_else(|| SecurityLevel::unknown(s, None))
+    }
+}
+
+impl SecurityLevel {
+    /// Why `s` is no security level, with the name it is a typo of when the caller
+    /// knows one (`nearest`); `s` quoted only when shorter than a passphrase (one typed
+    /// into the wrong field must not reach a log).
+    pub fn unknown(s: &str, nearest: Option<&str>) -> String {
+        format!(
+            "unknown SNMPv3 security level{}: use noAuthNoPriv, authNoPriv or authPriv",
+            crate::usm::refused(s, nearest)
+        )
     }
 }
 

@@ -3100,3 +3100,97 @@ fn a_host_that_does_not_read_hides_no_problem_of_another() {
         "{e:#?}"
     );
 }
+
+/// An unknown value of an enumerated setting is quoted as written, with the spelling it
+/// is a typo of when one is near (compared in any case): SNMPv3's protocols and level
+/// said only "unknown SNMPv3 authentication protocol: expected one of ...", an item's
+/// `type`, the other settings serde reads and a step's error_handler named the value
+/// but not the one meant. An SNMPv3 protocol or level as long as a passphrase is not
+/// shown (a passphrase in the wrong field must not reach a log), its typo still told.
+#[test]
+fn an_unknown_enumerated_value_is_quoted_with_the_one_meant() {
+    let snmp = |fields: &str| {
+        one_err(&format!(
+            "[[hosts]]\nname = \"a\"\nip = \"127.0.209.1\"\nsnmp = {{ version = 3, security_name = \"u\", {fields} }}\nitems = [ {{ key = \"icmpping\", interval = \"1m\" }} ]\n"
+        ))
+    };
+    for (fields, path, said) in [
+        (
+            "auth_protocol = \"SHA-265\", auth_passphrase = \"12345678\"",
+            "auth_protocol",
+            "unknown SNMPv3 authentication protocol \"SHA-265\" (did you mean \"SHA-256\"?): expected one of MD5, SHA (SHA-1)",
+        ),
+        (
+            "auth_protocol = \"SHA3\", auth_passphrase = \"12345678\"",
+            "auth_protocol",
+            "unknown SNMPv3 authentication protocol \"SHA3\" (did you mean \"SHA\"?): expected",
+        ),
+        (
+            "auth_protocol = \"RIPEMD\", auth_passphrase = \"12345678\"",
+            "auth_protocol",
+            "unknown SNMPv3 authentication protocol \"RIPEMD\": expected",
+        ),
+        // As long as a passphrase: perhaps one, written in the wrong field.
+        (
+            "auth_protocol = \"np-auth-pass\", auth_passphrase = \"12345678\"",
+            "auth_protocol",
+            "unknown SNMPv3 authentication protocol (not shown: as long as a passphrase, it may be one): expected",
+        ),
+        (
+            "auth_protocol = \"MD5\", auth_passphrase = \"12345678\", priv_protocol = \"aes265\", priv_passphrase = \"12345678\"",
+            "priv_protocol",
+            "unknown SNMPv3 privacy protocol \"aes265\" (did you mean \"AES-256\"?): expected one of DES",
+        ),
+        (
+            "security_level = \"authPirv\"",
+            "security_level",
+            "unknown SNMPv3 security level (not shown: as long as a passphrase, it may be one) (did you mean \"authPriv\"?): use noAuthNoPriv, authNoPriv or authPriv",
+        ),
+        (
+            "security_level = \"autpriv\"",
+            "security_level",
+            "unknown SNMPv3 security level \"autpriv\" (did you mean \"authPriv\"?): use",
+        ),
+    ] {
+        let e = snmp(fields);
+        assert_eq!(e.path, format!("hosts[0].snmp.{path}"), "{e}");
+        assert!(e.message.starts_with(said), "{fields}:\n{e}");
+    }
+    // serde's enumerations: an item's type, daemon.icmp_phases, clickhouse.compression.
+    for (text, path, said) in [
+        (
+            "[[hosts]]\nname = \"h\"\nip = \"127.0.209.1\"\nitems = [ { key = \"k\", oid = \"1.3.6.1\", type = \"unit\", interval = \"1m\" } ]\n",
+            "hosts[0].items[0].type",
+            "unknown variant `unit` (did you mean `uint`?), expected one of `float`, `uint`, `str`",
+        ),
+        (
+            "[[hosts]]\nname = \"h\"\nip = \"127.0.209.1\"\nitems = [ { key = \"k\", oid = \"1.3.6.1\", type = \"UINT\", interval = \"1m\" } ]\n",
+            "hosts[0].items[0].type",
+            "unknown variant `UINT` (did you mean `uint`?), expected",
+        ),
+        (
+            "[daemon]\nicmp_phases = \"spred\"\n",
+            "daemon.icmp_phases",
+            "unknown variant `spred` (did you mean `spread`?), expected `grouped` or `spread`",
+        ),
+        (
+            "[daemon]\nicmp_phases = \"even\"\n",
+            "daemon.icmp_phases",
+            "unknown variant `even`, expected",
+        ),
+    ] {
+        let e = one_err(text);
+        assert_eq!(e.path, path, "{e}");
+        assert!(e.message.starts_with(said), "{text}\n{e}");
+    }
+    // A preprocessing step's error_handler.
+    let e = bad(
+        r#"{ key = "k", oid = "1.3.6.1", type = "uint", interval = "1m", preprocessing = [ { type = "MULTIPLIER", parameters = ["8"], error_handler = "DISCARD_VALEU" } ] }"#,
+    );
+    assert!(
+        e.message.starts_with(
+            "unknown error_handler \"DISCARD_VALEU\" (did you mean \"DISCARD_VALUE\"?): "
+        ),
+        "{e}"
+    );
+}
