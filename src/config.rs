@@ -1239,34 +1239,65 @@ fn secret_refused(message: &str) -> String {
     format!("{what} (the value of a secret is not shown){expected}")
 }
 
-/// Zabbix's names of keys that have another name here (item `delay`, `value_type`,
-/// `snmp_oid`; a host's `host`; a preprocessing step's `params`, as the API calls it).
-const ZABBIX_NAMES: &[(&str, &str)] = &[
-    ("delay", "interval"),
-    ("value_type", "type"),
-    ("snmp_oid", "oid"),
-    ("host", "name"),
-    ("params", "parameters"),
+/// Keys other tools name otherwise, the one place an unknown key's name here is looked
+/// up: (their name, ours, whose name it is). Zabbix's item `delay`, `value_type`,
+/// `snmp_oid`, a host's `host` (its technical name), a preprocessing step's `params`
+/// (as the API calls it) and its SNMP interface's fields; net-snmp's and
+/// snmp_exporter's SNMPv3 ones (`-u` user, `-l` level; `username`, `password`,
+/// `priv_password`); a row applies where its name here is a key of the table.
+const OTHER_NAMES: &[(&str, &str, &str)] = &[
+    ("delay", "interval", "Zabbix's"),
+    ("value_type", "type", "Zabbix's"),
+    ("snmp_oid", "oid", "Zabbix's"),
+    ("host", "name", "Zabbix's"),
+    ("hostname", "name", ""),
+    ("address", "ip", ""),
+    ("ip_address", "ip", ""),
+    ("dns", "ip", "Zabbix's"),
+    ("params", "parameters", "Zabbix's"),
+    ("snmp_community", "community", "Zabbix's"),
+    ("community_string", "community", ""),
+    ("snmp_version", "version", ""),
+    ("snmpv3_securityname", "security_name", "Zabbix's"),
+    ("snmpv3_securitylevel", "security_level", "Zabbix's"),
+    ("snmpv3_authprotocol", "auth_protocol", "Zabbix's"),
+    ("snmpv3_authpassphrase", "auth_passphrase", "Zabbix's"),
+    ("snmpv3_privprotocol", "priv_protocol", "Zabbix's"),
+    ("snmpv3_privpassphrase", "priv_passphrase", "Zabbix's"),
+    ("snmpv3_contextname", "context_name", "Zabbix's"),
+    ("user", "security_name", "the SNMPv3"),
+    ("username", "security_name", "snmp_exporter's"),
+    ("level", "security_level", "the SNMPv3"),
+    ("password", "auth_passphrase", "snmp_exporter's"),
+    ("auth_password", "auth_passphrase", ""),
+    ("auth_pass", "auth_passphrase", ""),
+    ("priv_password", "priv_passphrase", "snmp_exporter's"),
+    ("priv_pass", "priv_passphrase", ""),
+    ("context", "context_name", ""),
+    ("username", "user", ""),
 ];
 
-/// For serde's "unknown field `k`, expected …": `k`, a hint (the name Zabbix's `k` has
-/// here, or the expected key `k` is a typo of) and the rest of the message.
+/// For serde's "unknown field `k`, expected …": `k`, a hint (the name another tool's
+/// `k` has here, or the expected key `k` is a typo of) and the rest of the message.
 fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
     let (key, rest) = message.strip_prefix("unknown field `")?.split_once('`')?;
     let expected: Vec<&str> = backquoted(rest).collect();
-    if let Some((_, ours)) = ZABBIX_NAMES
-        .iter()
-        .find(|(z, ours)| *z == key && expected.contains(ours))
-    {
-        return Some((key, format!("Zabbix's `{key}` is `{ours}` here"), rest));
-    }
+    // Another tool's name of a key of this table or, in a host or range, of its `snmp`.
     // A host's or range's SNMP setting written beside `snmp` instead of in it.
-    if snmp_keys().contains(&key) && expected.contains(&"snmp") {
-        return Some((
-            key,
-            format!("an SNMP setting: write it in `snmp = {{ {key} = ... }}`"),
-            rest,
-        ));
+    let beside_snmp = |k: &str| snmp_keys().contains(&k) && expected.contains(&"snmp");
+    let in_snmp = |k: &str| format!("an SNMP setting: write it in `snmp = {{ {k} = ... }}`");
+    for (_, ours, whose) in OTHER_NAMES.iter().filter(|(o, _, _)| *o == key) {
+        let name = format!("{whose} `{key}` is `{ours}` here");
+        let name = name.trim_start();
+        if expected.contains(ours) {
+            return Some((key, name.to_string(), rest));
+        }
+        if beside_snmp(ours) {
+            return Some((key, format!("{name}, {}", in_snmp(ours)), rest));
+        }
+    }
+    if beside_snmp(key) {
+        return Some((key, in_snmp(key), rest));
     }
     // A key of another table (`timeout` in `[daemon]`, an item's `interval` beside a
     // host's name): where it goes, before a typo of this table's that it is not.

@@ -3194,3 +3194,66 @@ fn an_unknown_enumerated_value_is_quoted_with_the_one_meant() {
         "{e}"
     );
 }
+
+/// A key that net-snmp, snmp_exporter or Zabbix names otherwise is told its name here,
+/// before any other hint: `user` in a host's `snmp` table was "a key of `[daemon]` and
+/// `[clickhouse]`, not of this table", which sent the reader the wrong way.
+#[test]
+fn a_key_other_tools_name_otherwise_is_told_its_name_here() {
+    let host = |line: &str| {
+        format!("[[hosts]]\nname = \"h\"\nip = \"127.0.209.1\"\n{line}\nitems = [ {{ key = \"icmpping\", interval = \"1m\" }} ]\n")
+    };
+    let snmp = |field: &str| {
+        host(&format!(
+            "snmp = {{ version = 3, {field} = \"secret-123\" }}"
+        ))
+    };
+    for (text, path, hint) in [
+        (snmp("user"), "hosts[0].snmp.user", "(the SNMPv3 `user` is `security_name` here)"),
+        (snmp("username"), "hosts[0].snmp.username", "(snmp_exporter's `username` is `security_name` here)"),
+        (snmp("level"), "hosts[0].snmp.level", "(the SNMPv3 `level` is `security_level` here)"),
+        (snmp("password"), "hosts[0].snmp.password", "(snmp_exporter's `password` is `auth_passphrase` here)"),
+        (snmp("auth_password"), "hosts[0].snmp.auth_password", "(`auth_password` is `auth_passphrase` here)"),
+        (snmp("priv_password"), "hosts[0].snmp.priv_password", "(snmp_exporter's `priv_password` is `priv_passphrase` here)"),
+        (snmp("snmpv3_authpassphrase"), "hosts[0].snmp.snmpv3_authpassphrase", "(Zabbix's `snmpv3_authpassphrase` is `auth_passphrase` here)"),
+        (snmp("snmp_community"), "hosts[0].snmp.snmp_community", "(Zabbix's `snmp_community` is `community` here)"),
+        (
+            "[snmp]\nversion = \"3\"\nusername = \"u\"\n".to_string(),
+            "snmp.username",
+            "(snmp_exporter's `username` is `security_name` here)",
+        ),
+        (host("address = \"127.0.209.2\""), "hosts[0].address", "(`address` is `ip` here)"),
+        // Beside `snmp`, in a host: where it goes, by its name here.
+        (
+            host("user = \"u\""),
+            "hosts[0].user",
+            "(the SNMPv3 `user` is `security_name` here, an SNMP setting: write it in `snmp = { security_name = ... }`)",
+        ),
+        (
+            "[clickhouse]\nurl = \"http://127.0.0.1:8123\"\nusername = \"default\"\n".to_string(),
+            "clickhouse.username",
+            "(`username` is `user` here)",
+        ),
+    ] {
+        let e = one_err(&text);
+        assert_eq!(e.path, path, "{e}");
+        let field = path.rsplit('.').next().unwrap();
+        assert!(
+            e.message.starts_with(&format!("unknown field `{field}` {hint}, expected")),
+            "{text}\n{e}"
+        );
+        assert!(!e.message.contains("secret-123"), "{e}");
+    }
+    // Every name a row gives is a key of some table, none of which has the row's key.
+    for (other, ours, _) in OTHER_NAMES {
+        let tables: Vec<&[&str]> = (key_places().into_iter())
+            .map(|(_, k)| k)
+            .filter(|k| k.contains(ours))
+            .collect();
+        assert!(!tables.is_empty(), "{other} -> {ours}: no table has {ours}");
+        assert!(
+            tables.iter().all(|k| !k.contains(other)),
+            "{other} is a key beside {ours}"
+        );
+    }
+}
