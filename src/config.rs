@@ -2574,66 +2574,38 @@ impl<'c, 'a> Resolver<'c, 'a> {
         for (i, r) in ranges {
             let origin = Origin::Range(*i as u32);
             let rp = origin.path();
-            let net = match r.cidr.trim().parse::<ipnet::IpNet>() {
-                // An interface's address pasted from a router's config: its whole
-                // network was most likely not meant.
-                Ok(n) if n.addr() != n.network() => {
-                    self.c.push(
-                        &[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")],
-                        format!(
-                            "{} has host bits set: write the network, {}, or list {} as a [[hosts]] entry",
-                            r.cidr.trim(),
-                            n.trunc(),
-                            n.addr()
-                        ),
-                    );
-                    continue;
+            let at = |k| [rp[0].clone(), rp[1].clone(), Seg::Key(k)];
+            // Each of its problems is reported (its items and `snmp` checked whatever
+            // its cidr or name); it is planned only without any.
+            let before = self.c.errors.len();
+            let net = self.range_net(&at("cidr"), &r.cidr);
+            let (count, hosts) = match net {
+                Some(n) => {
+                    nets.push((n, *i));
+                    let (count, hosts) = range_hosts(n);
+                    (count, Some(hosts))
                 }
-                Ok(n) => match poller::source::check_range(n.network(), n.broadcast()) {
-                    Ok(()) => n,
-                    Err(e) => {
-                        self.c
-                            .push(&[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")], e);
-                        continue;
-                    }
-                },
-                Err(_) => {
-                    self.c.push(
-                        &[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")],
-                        format!(
-                            "{:?} is not a CIDR like 127.1.0.0/22{}",
-                            r.cidr,
-                            cidr_hint(&r.cidr)
-                        ),
-                    );
-                    continue;
-                }
+                None => (0, None),
             };
-            nets.push((net, *i));
-            let (count, hosts) = range_hosts(net);
             if count > budget as u128 {
                 let what = match budget {
                     MAX_RANGE_HOSTS => String::new(),
                     left => format!(" (the ranges before it leave {left})"),
                 };
                 self.c.push(
-                    &[rp[0].clone(), rp[1].clone(), Seg::Key("cidr")],
+                    &at("cidr"),
                     format!(
                         "{} holds {count} hosts: more than the {MAX_RANGE_HOSTS} one file's ranges may hold{what}",
                         r.cidr
                     ),
                 );
-                continue;
+            } else {
+                budget -= count as usize;
             }
-            budget -= count as usize;
             if let Some(why) = name_problem(&r.name) {
-                self.c.push(
-                    &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
-                    format!("name pattern {:?} {why}", r.name),
-                );
-                continue;
-            }
-            if !r.name.contains("{ip}") && count > 1 {
+                self.c
+                    .push(&at("name"), format!("name pattern {:?} {why}", r.name));
+            } else if !r.name.contains("{ip}") && count > 1 {
                 // `{IP}`, `{ ip }`: the placeholder meant, in another spelling.
                 let folded = r.name.to_ascii_lowercase().replace(' ', "");
                 let meant = match folded.contains("{ip}") {
@@ -2641,28 +2613,28 @@ impl<'c, 'a> Resolver<'c, 'a> {
                     false => "",
                 };
                 self.c.push(
-                    &[rp[0].clone(), rp[1].clone(), Seg::Key("name")],
+                    &at("name"),
                     format!("name pattern must contain {{ip}} (host names must be unique){meant}"),
                 );
-                continue;
             }
             if r.items.iter().any(|e| e.itemid.is_some()) {
                 self.c.push(
-                    &[rp[0].clone(), rp[1].clone(), Seg::Key("items")],
+                    &at("items"),
                     "itemid cannot be set for a range (it would repeat on every host)",
                 );
-                continue;
             }
-            let Some(items) = self.host_items(&rp, &r.templates, &r.items, false) else {
+            let items = self.host_items(&rp, &r.templates, &r.items, false);
+            let polls = items.as_ref().is_some_and(|items| polls_snmp(items));
+            let snmp = self.snmp_params(&rp, r.snmp.as_ref(), polls);
+            let (Some(hosts), Some(items), Some(snmp), true) =
+                (hosts, items, snmp, self.c.errors.len() == before)
+            else {
                 continue;
             };
             let per_host: usize = items.iter().map(ResolvedEntry::count).sum();
             if !self.take_items(&rp, per_host, count as usize) {
                 continue;
             }
-            let Some(snmp) = self.snmp_params(&rp, r.snmp.as_ref(), polls_snmp(&items)) else {
-                continue;
-            };
             for ip in hosts {
                 let ip_s = ip.to_string();
                 let name: Arc<str> = r.name.replace("{ip}", &ip_s).into();
@@ -2703,6 +2675,31 @@ impl<'c, 'a> Resolver<'c, 'a> {
         }
         self.check_itemids(&mut out, &origins);
         (out, self.targets)
+    }
+
+    /// A range's network, or `None` when its `cidr` (at `path`) is none a range may
+    /// be: reported.
+    fn range_net(&mut self, path: &[Seg<'_>], cidr: &str) -> Option<ipnet::IpNet> {
+        let problem = match cidr.trim().parse::<ipnet::IpNet>() {
+            // An interface's address pasted from a router's config: its whole network
+            // was most likely not meant.
+            Ok(n) if n.addr() != n.network() => format!(
+                "{} has host bits set: write the network, {}, or list {} as a [[hosts]] entry",
+                cidr.trim(),
+                n.trunc(),
+                n.addr()
+            ),
+            Ok(n) => match poller::source::check_range(n.network(), n.broadcast()) {
+                Ok(()) => return Some(n),
+                Err(e) => e,
+            },
+            Err(_) => format!(
+                "{cidr:?} is not a CIDR like 127.1.0.0/22{}",
+                cidr_hint(cidr)
+            ),
+        };
+        self.c.push(path, problem);
+        None
     }
 
     /// Warns of each range whose network lies inside an earlier one's (CIDRs nest or

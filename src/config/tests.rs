@@ -3257,3 +3257,43 @@ fn a_key_other_tools_name_otherwise_is_told_its_name_here() {
         );
     }
 }
+
+/// A range whose cidr, size, name pattern or itemids are wrong has its items and its
+/// `snmp` table checked in the same run, as a host with a wrong `ip` has: they were
+/// skipped, and their mistakes met only once the first was fixed.
+#[test]
+fn a_range_with_a_wrong_cidr_or_name_has_its_items_and_snmp_checked_too() {
+    let rest = "snmp = { version = \"3\", port = 0, auth_protocol = \"SHA3\" }\nitems = [ { key = \"icmpping\", interval = \"0s\" } ]\n";
+    for (head, first) in [
+        ("cidr = \"127.0.209.0/33\"", "host_ranges[0].cidr"),
+        ("cidr = \"10.0.0.0/8\"", "host_ranges[0].cidr"),
+        (
+            "cidr = \"127.0.209.0/30\"\nname = \"cpe\"",
+            "host_ranges[0].name",
+        ),
+        (
+            "cidr = \"127.0.209.0/30\"\nname = \" {ip}\"",
+            "host_ranges[0].name",
+        ),
+    ] {
+        let e = errs(&format!("[[host_ranges]]\n{head}\n{rest}"));
+        let mut paths: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+        paths.sort_unstable();
+        let mut want = vec![
+            first,
+            "host_ranges[0].items[0].interval",
+            "host_ranges[0].snmp.auth_protocol",
+            "host_ranges[0].snmp.port",
+        ];
+        want.sort_unstable();
+        assert_eq!(paths, want, "{head}: {e:#?}");
+    }
+    // An itemid in a range's item: said once, the range's other items checked.
+    let e = errs("[[host_ranges]]\ncidr = \"127.0.209.0/30\"\nitems = [ { key = \"icmpping\", interval = \"1m\", itemid = 7 }, { key = \"icmppingloss\", interval = \"0s\" } ]\n");
+    let paths: Vec<&str> = e.iter().map(|e| e.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["host_ranges[0].items", "host_ranges[0].items[1].interval"],
+        "{e:#?}"
+    );
+}
