@@ -8,7 +8,10 @@
 //!    duplicates of host names, keys and itemids.
 //!
 //! Every problem found in steps 2 and 3 is reported, each with the key path it concerns
-//! (`hosts[2].ip`) and the line of that key in the file. Steps 2–3 resolve templates,
+//! (`hosts[2].ip`) and the line of that key in the file; but a template, host or range
+//! that step 2 refused a value of is not checked in step 3 (what it would find there
+//! may be an echo of the refused value: `delay` for `interval` is "no interval"). The
+//! other pieces are, whatever that one's problems. Steps 2–3 resolve templates,
 //! host ranges and defaults into [`poller::plan::HostSpec`]s: the daemon never looks at
 //! the TOML again.
 

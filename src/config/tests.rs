@@ -2358,6 +2358,18 @@ fn a_piece_that_does_not_read_is_checked_once_it_reads() {
         ),
         "README.md overstates what one check-config run reports"
     );
+    // The command's own row says it too: it said "listing every problem" alone.
+    let row = crate::test_util::readme()
+        .lines()
+        .find(|l| l.starts_with("| `netpoller check-config"))
+        .expect("check-config's row")
+        .to_string();
+    for said in [
+        "a TOML syntax error is listed alone",
+        "the values of a template, host or range that does not read (an unknown key, a value of the wrong type) once it reads",
+    ] {
+        assert!(row.contains(said), "not {said:?}: {row}");
+    }
 }
 
 /// One template named as a string, not a list (`templates = "t"`): the error says to
