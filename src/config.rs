@@ -1447,18 +1447,40 @@ fn meant<'n>(value: &str, names: impl IntoIterator<Item = (&'n str, &'n str)>) -
     names.iter().find(|(s, _)| s == near).map(|(_, n)| *n)
 }
 
+/// Values other tools name otherwise, of the settings serde reads as a few names: an
+/// item's `type` in Zabbix's words (`value_type: UNSIGNED`, `TEXT`, ...) and a
+/// programmer's. (their name in lower case, ours, whose name it is), as
+/// [`OTHER_NAMES`] has keys.
+const OTHER_VALUES: &[(&str, &str, &str)] = &[
+    ("unsigned", "uint", "Zabbix's"),
+    ("char", "str", "Zabbix's"),
+    ("character", "str", "Zabbix's"),
+    ("text", "str", "Zabbix's"),
+    ("log", "str", "Zabbix's"),
+    ("string", "str", ""),
+    ("integer", "uint", ""),
+    ("u64", "uint", ""),
+    ("double", "float", ""),
+];
+
 /// serde's "unknown variant `x`, expected ..." (an item's `type`, `icmp_phases`), with
-/// the variant `x` is a typo of (in any case) after it; any other message as it is.
+/// the name another tool's `x` has here ([`OTHER_VALUES`]) or the variant `x` is a
+/// typo of (in any case) after it; any other message as it is.
 fn variant_hint(message: String) -> String {
     let Some((value, rest)) =
         (message.strip_prefix("unknown variant `")).and_then(|m| m.split_once('`'))
     else {
         return message;
     };
-    match closest(&value.to_ascii_lowercase(), backquoted(rest)) {
-        Some(m) => format!("unknown variant `{value}` (did you mean `{m}`?){rest}"),
-        None => message,
-    }
+    let lower = value.to_ascii_lowercase();
+    let expected: Vec<&str> = backquoted(rest).collect();
+    let other = (OTHER_VALUES.iter()).find(|(o, ours, _)| *o == lower && expected.contains(ours));
+    let hint = match (other, closest(&lower, expected.iter().copied())) {
+        (Some((_, ours, whose)), _) => format!("{whose} `{value}` is `{ours}` here"),
+        (None, Some(m)) => format!("did you mean `{m}`?"),
+        (None, None) => return message,
+    };
+    format!("unknown variant `{value}` ({}){rest}", hint.trim_start())
 }
 
 /// The names a serde message lists, each between backquotes (", expected one of `a`,

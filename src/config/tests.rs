@@ -3309,3 +3309,28 @@ fn a_range_with_a_wrong_cidr_or_name_has_its_items_and_snmp_checked_too() {
         "{e:#?}"
     );
 }
+
+/// An item's `type` written as Zabbix or a programmer names it (`unsigned`, `text`,
+/// `string`) is told the one it is here; it was serde's "unknown variant" with the list,
+/// no hint, as none of these is a typo of `uint` or `str`.
+#[test]
+fn a_value_type_other_tools_name_otherwise_is_told_its_name_here() {
+    for (written, hint) in [
+        ("unsigned", "(Zabbix's `unsigned` is `uint` here)"),
+        ("TEXT", "(Zabbix's `TEXT` is `str` here)"),
+        ("char", "(Zabbix's `char` is `str` here)"),
+        ("string", "(`string` is `str` here)"),
+        ("double", "(`double` is `float` here)"),
+    ] {
+        let e = bad(&format!(
+            "{{ key = \"k\", oid = \"1.3.6.1\", type = \"{written}\", interval = \"1m\" }}"
+        ));
+        assert_eq!(e.path, "hosts[0].items[0].type", "{e}");
+        assert!(
+            e.message.starts_with(&format!(
+                "unknown variant `{written}` {hint}, expected one of"
+            )),
+            "{e}"
+        );
+    }
+}
