@@ -1020,11 +1020,19 @@ fn reload(
         return None;
     }
     let mut load = args.plan.load(Some(found));
+    // A stop meanwhile: nothing more is loaded or planned. (What follows takes up to
+    // three more plans, each as long as the load, which the stop waited for.)
+    if stopped() {
+        return None;
+    }
     if matches!(load, Ok(Err(_))) && !found.0.is_empty() {
         // Refused with the rows found, maybe for rows the new file does not take (of a
         // rule it changed, past its item limit with its new items): which those are is
         // known from the file loaded without rows; planned again without them.
         if let Ok(Ok(bare)) = args.plan.load(Some(&Found::default())) {
+            if stopped() {
+                return None;
+            }
             if crate::discovery::prune(found, targets, &bare.cfg.discovery) {
                 let text = bare.text.clone();
                 // (Not two plans at once.)
@@ -1040,6 +1048,9 @@ fn reload(
             // Rows found for what the new config changed (a rule, a host's address, a
             // host or rule gone) are not its: planned again without them.
             if crate::discovery::prune(found, targets, &loaded.cfg.discovery) {
+                if stopped() {
+                    return None;
+                }
                 // (Not three plans at once.)
                 drop(std::mem::take(&mut loaded.plan));
                 match args.plan.replan(loaded.text.clone(), found) {
@@ -1095,6 +1106,10 @@ fn reload(
             let diff = poller::plan_diff::PlanDiff::between(&old, &plan);
             // Not kept alive past the swap: the old plan is freed where it always was.
             drop(old);
+            // (The diff takes a while at a million items: a stop meanwhile is taken.)
+            if stopped() {
+                return None;
+            }
             shared.set_restart_pending(!fixed.is_empty() || wanted > icmp_threads);
             shared.reload(plan);
             tracing::info!(
@@ -2958,6 +2973,72 @@ mod tests {
             assert_eq!(r.plans.applied, Found::default());
             assert_eq!(*r.plans.found.lock().unwrap(), pending);
         }
+    }
+
+    /// A stop that comes while a reload loads the file cuts it once that load has
+    /// ended: nothing more is loaded or planned. Here the load with the rows found is
+    /// refused (`big`'s, past the item limit), after which the reload loads the file
+    /// again without rows (to find the rows to leave out) and plans once more: it did
+    /// both after the stop, which waited for them (a reload that changes a rule plans
+    /// once more too, for the rows it drops). The file is a FIFO, so the test sees each
+    /// read: the first is fed, the stop set before it ends; another waits for a writer.
+    #[test]
+    fn a_stop_during_a_reloads_load_plans_nothing_more() {
+        use std::os::unix::ffi::OsStrExt as _;
+        use std::sync::mpsc::RecvTimeoutError;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let text = crate::test_util::one_host_past_the_item_limit("");
+        std::fs::write(&path, &text).unwrap();
+        let args = Args::of(path.clone());
+        let mut running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
+        let plan = std::mem::take(&mut running.plan);
+        let shared = Shared::new(plan, 2, Clock::new(), Limits::default());
+        std::fs::remove_file(&path).unwrap();
+        let fifo = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let cut = Arc::new(AtomicBool::new(false));
+        let (done, ended) = std::sync::mpsc::channel::<()>();
+        let writer = || std::fs::OpenOptions::new().write(true).open(&path);
+        let read_again = std::thread::scope(|s| {
+            let (cut, text) = (&cut, &text);
+            let feeder = s.spawn(move || {
+                // Opens once the reload opens the file.
+                let mut w = writer().unwrap();
+                std::io::Write::write_all(&mut w, text.as_bytes()).unwrap();
+                // The stop, before the load has read the whole file.
+                cut.store(true, Relaxed);
+                drop(w);
+                // A read after this one waits for a writer: it gets an empty file
+                // (bounded: the test fails rather than hangs).
+                match ended.recv_timeout(Duration::from_secs(20)) {
+                    Err(RecvTimeoutError::Timeout) => {
+                        drop(writer());
+                        true
+                    }
+                    _ => false,
+                }
+            });
+            let (reloaded, log) = crate::test_util::logged(|| {
+                let mut rows = big_and_small();
+                let found = (&mut rows, &running.cfg.discovery[..]);
+                reload(&args, &running.cfg, &shared, 1, |_| 1, cut, found).is_some()
+            });
+            drop(done);
+            assert!(!reloaded, "{log}");
+            assert!(
+                log.contains("SIGHUP: the stop cut the reload short"),
+                "{log}"
+            );
+            assert!(!log.contains("rejected"), "{log}");
+            (feeder.join().unwrap(), log)
+        });
+        assert!(
+            !read_again.0,
+            "the reload read the file again after the stop: {}",
+            read_again.1
+        );
     }
 
     /// A SIGHUP while a reload plans does not cut it (it reads the file after its
