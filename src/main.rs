@@ -102,6 +102,12 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    // Before anything else, while the process has one thread: a SIGHUP that comes while
+    // `run` starts is a reload to take once it has started, not the end of the process
+    // (its default action). Held from `run`'s own start only, one sent right after the
+    // exec (`systemctl start` then `reload`, Type=simple) still met the default action
+    // during the command line's parsing and the logging's set-up: status 129.
+    cmd::run::hold_sighup(true);
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
@@ -114,6 +120,8 @@ fn main() -> std::process::ExitCode {
         }
     };
     if !matches!(cli.command, Command::Run(_)) {
+        // Only the daemon takes SIGHUP: a one-shot command ends with its terminal.
+        cmd::run::hold_sighup(false);
         // The one-shot commands print for pipelines: `netpoller snmp walk … | head` ends
         // quietly, as `cat` would, not with a panic or an error about the pipe. (Rust
         // ignores SIGPIPE; sockets send with MSG_NOSIGNAL either way. The daemon keeps

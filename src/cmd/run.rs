@@ -121,8 +121,9 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
 /// installed (after the config, the ClickHouse schema check, the sockets: 18 s against a
 /// slow server), a `systemctl reload` right after a start killed the daemon, with a
 /// status systemd does not restart. Held back, it is taken as a reload once the handler
-/// is in place.
-fn hold_sighup(hold: bool) {
+/// is in place. `main` holds it first thing, before the command line is parsed (and
+/// lets it through again for the other commands); [`run`] holds it too, for its tests.
+pub(crate) fn hold_sighup(hold: bool) {
     // SAFETY: a signal set on the stack, initialised by sigemptyset before use.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
