@@ -605,3 +605,88 @@ fn a_moved_host_loses_its_rows_at_the_reload() {
     );
     assert!(d.stop().success());
 }
+
+/// A reload that removes a host while its walk is in flight: the walk's rows, which
+/// come after the reload, are not taken (the task's job is gone), so the re-plan that
+/// follows (the other host's rows, waiting for the walks in flight to end) plans and
+/// saves none of them. The walk is held by a fake agent that answers its request only
+/// once the reload has been taken.
+#[test]
+fn a_host_removed_while_its_walk_is_in_flight_gets_none_of_its_rows() {
+    let dir = scratch("discovery-removed-in-walk");
+    let agent = agent();
+    let kept = if_rows(&agent, None);
+    let held = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    held.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let port = held.local_addr().unwrap().port();
+    let write = |with_gone: bool| {
+        let gone = format!(
+            "[[hosts]]\nname = \"gone\"\nip = \"127.0.0.1\"\ntemplates = [\"t\"]\n\
+             snmp = {{ port = {port}, timeout = \"10s\", retries = 0 }}\n"
+        );
+        let body = format!(
+            r#"[[templates]]
+name = "t"
+discovery = [{{ name = "if", oid = "{IF_DESCR}" }}]
+items = [{{ key = "d[{{#SNMPINDEX}}]", oid = "{IF_DESCR}.{{#SNMPINDEX}}", type = "str", interval = "1m", discovery = "if" }}]
+[[hosts]]
+name = "kept"
+ip = "{agent}"
+templates = ["t"]
+{}"#,
+            if with_gone { gone.as_str() } else { "" }
+        );
+        write_config(&dir, "metrics_listen = \"\"", &body)
+    };
+    let cfg = write(true);
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    // The walk of `gone` is in flight: its first request is here, unanswered.
+    let mut buf = [0u8; 1500];
+    let (n, from) = held.recv_from(&mut buf).expect("the walk's request");
+    write(false);
+    d.signal(libc::SIGHUP);
+    d.expect_log(
+        "SIGHUP: configuration reloaded hosts=1 ",
+        Duration::from_secs(10),
+    );
+    // (`kept`'s rows wait for the walk in flight: no re-plan yet.)
+    assert!(!d.log_text().contains("plan rebuilt"), "{}", d.log_text());
+    // The answer: two rows, then the next column (the walk ends).
+    let request = snmp::Message::decode(&buf[..n]).unwrap();
+    let oid = |o: String| o.parse::<snmp::Oid>().unwrap();
+    let answer = common::response(
+        &request,
+        &[
+            (
+                oid(format!("{IF_DESCR}.1")),
+                snmp::VarValue::OctetString(b"a".to_vec()),
+            ),
+            (
+                oid(format!("{IF_DESCR}.2")),
+                snmp::VarValue::OctetString(b"b".to_vec()),
+            ),
+            (oid(format!("{IF_TYPE}.1")), snmp::VarValue::Integer(6)),
+        ],
+    );
+    held.send_to(&answer, from).unwrap();
+    // The re-plan comes once no walk is in flight, after the walk's end was read.
+    d.expect_log(
+        &format!(
+            "discovery: plan rebuilt for the rows found hosts=1 items={}",
+            kept.len()
+        ),
+        Duration::from_secs(20),
+    );
+    let file = dir.join("discovered.json");
+    wait_for("no rows saved", &d, Duration::from_secs(10), || {
+        std::fs::read_to_string(&file).is_ok_and(|t| t.contains("\"kept\""))
+    });
+    let saved: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert!(saved["hosts"].get("gone").is_none(), "{saved}");
+    assert!(saved["at"].get("gone").is_none(), "{saved}");
+    let log = d.log_text();
+    assert!(!log.contains("host=gone"), "{log}");
+    assert!(d.stop().success());
+}
