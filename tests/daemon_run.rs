@@ -1083,3 +1083,140 @@ fn indices_poll_one_item_per_table_row() {
         .collect();
     assert_eq!(ids.len(), 4, "an itemid per row");
 }
+
+/// A TCP proxy to the services' ClickHouse on 127.0.0.1, which the test takes down
+/// (connections refused, those open cut) and brings back on the same port: an outage
+/// without touching the shared server. Its thread ends once the proxy is dropped.
+struct ChProxy {
+    port: u16,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl ChProxy {
+    fn start() -> ChProxy {
+        use std::net::{TcpListener, TcpStream};
+        use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+        use std::sync::Arc;
+        let listen = |port: u16| {
+            let l = TcpListener::bind(("127.0.0.1", port)).unwrap();
+            l.set_nonblocking(true).unwrap();
+            l
+        };
+        let first = listen(0);
+        let port = first.local_addr().unwrap().port();
+        let (up, done) = (
+            Arc::new(AtomicBool::new(true)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (up2, done2) = (up.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut listener = Some(first);
+            let mut open: Vec<TcpStream> = Vec::new();
+            while !done2.load(Relaxed) {
+                match (&listener, up2.load(Relaxed)) {
+                    (Some(_), false) => {
+                        listener = None;
+                        for s in open.drain(..) {
+                            let _ = s.shutdown(std::net::Shutdown::Both);
+                        }
+                    }
+                    (None, true) => listener = Some(listen(port)),
+                    (Some(l), true) => {
+                        if let Ok((client, _)) = l.accept() {
+                            client.set_nonblocking(false).unwrap();
+                            let server = TcpStream::connect(common::clickhouse_addr()).unwrap();
+                            for (mut from, mut to) in [
+                                (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                                (server.try_clone().unwrap(), client.try_clone().unwrap()),
+                            ] {
+                                std::thread::spawn(move || {
+                                    let _ = std::io::copy(&mut from, &mut to);
+                                    let _ = to.shutdown(std::net::Shutdown::Both);
+                                });
+                            }
+                            open.extend([client, server]);
+                            continue;
+                        }
+                    }
+                    (None, false) => {}
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            for s in open {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        });
+        ChProxy { port, up, done }
+    }
+
+    fn set_up(&self, up: bool) {
+        self.up.store(up, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Drop for ChProxy {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Reloads while ClickHouse is down (the values spooled) and as it comes back (the
+/// spool replayed) lose no row and write none twice: the rows in ClickHouse are the
+/// values polled, each (itemid, clock, ns) once, and the spool is empty at the end.
+#[test]
+fn reloads_during_a_clickhouse_outage_and_its_replay_lose_and_repeat_no_row() {
+    let dir = scratch("daemon-outage-reload");
+    let db = format!("nptest_outage_{}", std::process::id());
+    let proxy = ChProxy::start();
+    let cfg_path = dir.join("netpoller.toml");
+    let write = |icmp: &[&str]| {
+        let text = config(&db, &dir.join("spool"), icmp, "").replace(
+            &service_env("NETPOLLER_CH_URL"),
+            &format!("http://127.0.0.1:{}", proxy.port),
+        );
+        std::fs::write(&cfg_path, text).unwrap();
+    };
+    write(&["127.0.79.1", "127.0.79.2"]);
+    let d = Daemon::start(&cfg_path, &[], dir.join("run.log"));
+    d.expect_log("started", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(2));
+    proxy.set_up(false);
+    d.expect_log("ClickHouse unavailable, spooling", Duration::from_secs(20));
+    // During the outage: a host added.
+    write(&["127.0.79.1", "127.0.79.2", "127.0.79.3"]);
+    d.signal(libc::SIGHUP);
+    let reloads = |n: usize| {
+        move |d: &Daemon| {
+            let t = std::time::Instant::now();
+            while d.log_text().matches("configuration reloaded").count() < n {
+                assert!(t.elapsed() < Duration::from_secs(10), "{}", d.log_text());
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    };
+    reloads(1)(&d);
+    std::thread::sleep(Duration::from_secs(2));
+    proxy.set_up(true);
+    // As it comes back, the spool replaying: the host removed again.
+    d.expect_log("accepts inserts again", Duration::from_secs(20));
+    write(&["127.0.79.1", "127.0.79.2"]);
+    d.signal(libc::SIGHUP);
+    reloads(2)(&d);
+    d.expect_log("spool: replayed", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(1));
+    let log_path = d.log.clone();
+    assert!(d.stop().success());
+    let log = std::fs::read_to_string(log_path).unwrap();
+    let total: u64 = rows_by_host(&db).values().sum();
+    assert_eq!(total, values_in_log(&log), "rows vs values polled:\n{log}");
+    for t in ["history_dbl", "history_uint", "history_str"] {
+        let twice = ch(&format!(
+            "SELECT count() FROM (SELECT itemid, clock, ns, count() c FROM {db}.{t} GROUP BY itemid, clock, ns HAVING c > 1) FORMAT TSV"
+        ));
+        assert_eq!(twice.trim(), "0", "{t}");
+    }
+    let spooled = common::succeeds(netpoller().args(["spool", "dump", "-c"]).arg(&cfg_path));
+    assert_eq!(spooled.0, "", "left in the spool: {}", spooled.1);
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}
