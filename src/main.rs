@@ -10,6 +10,7 @@ mod fsutil;
 mod http;
 mod privdrop;
 mod progress;
+mod sdnotify;
 mod telemetry;
 #[cfg(test)]
 mod test_util;

@@ -1067,18 +1067,9 @@ fn a_reload_during_the_start_is_taken_once_started() {
         format!("[clickhouse]\nurl = \"http://127.0.0.1:{ch_port}\"\nrequest_timeout = \"2s\"\n");
     std::fs::write(&cfg, one_pinged_host(&dir, "", &ch, "127.0.76.22")).unwrap();
     let d = Daemon::start(&cfg, &[], dir.join("run.log"));
-    // SIGHUP (signal 1, bit 0 of the mask) held back: the start is under way.
-    let status = format!("/proc/{}/status", d.child.id());
-    let held = || {
-        std::fs::read_to_string(&status)
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("SigBlk:"))
-            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-            .is_some_and(|m| m & 1 == 1)
-    };
+    // SIGHUP held back: the start is under way.
     let t = std::time::Instant::now();
-    while !held() {
+    while !Daemon::sighup_held(d.child.id()) {
         assert!(
             t.elapsed() < Duration::from_secs(10),
             "SIGHUP never held back during the start\n{}",
@@ -1091,6 +1082,63 @@ fn a_reload_during_the_start_is_taken_once_started() {
     d.expect_log("SIGHUP: configuration reloaded", Duration::from_secs(20));
     assert!(d.stop().success());
     drop(silent_ch);
+}
+
+/// `Type=notify` (packaging/netpoller.service): the daemon tells the service manager
+/// (the datagram socket `$NOTIFY_SOCKET` names) that it has started once its SIGHUP
+/// handler is in place, so that `systemctl start` returns then and a `systemctl reload`
+/// right after it is a reload (with `Type=simple` the start returned at the fork, and a
+/// SIGHUP in the exec's first millisecond ended the process); that a reload began and
+/// ended, a refused one too (the manager's reload job waits for it); that it stops; and
+/// what it polls (`systemctl status`).
+#[test]
+fn the_service_manager_is_told_started_reloads_and_the_stop() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = scratch("ops-sdnotify");
+    let socket = dir.join("notify");
+    let manager = UnixDatagram::bind(&socket).unwrap();
+    manager
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let next = || {
+        let mut buf = [0u8; 1024];
+        let n = manager.recv(&mut buf).expect("no notification within 30 s");
+        String::from_utf8(buf[..n].to_vec()).unwrap()
+    };
+    let cfg = dir.join("c.toml");
+    let one = one_pinged_host(&dir, "", "", "127.0.76.24");
+    std::fs::write(&cfg, &one).unwrap();
+    let env = [("NOTIFY_SOCKET", socket.as_os_str())];
+    let d = Daemon::start_env(&cfg, &[], dir.join("run.log"), &env);
+
+    let ready = next();
+    // Said once started, and with SIGHUP no longer held back.
+    let (log, held) = (d.log_text(), Daemon::sighup_held(d.child.id()));
+    assert_eq!(ready, "READY=1\nSTATUS=polling 1 hosts, 1 items", "{log}");
+    assert!(log.contains("netpoller 0.1.0 started"), "{log}");
+    assert!(!held, "SIGHUP still held back at READY=1:\n{log}");
+
+    // A reload to two hosts: RELOADING=1 (with the monotonic time systemd's
+    // notify-reload wants), then READY=1 once the new config runs.
+    let second = "[[hosts]]\nname = \"h2\"\nip = \"127.0.76.25\"\nitems = [ { key = \"icmpping\", interval = \"10s\" } ]\n";
+    std::fs::write(&cfg, format!("{one}{second}")).unwrap();
+    d.signal(libc::SIGHUP);
+    let reloading = next();
+    let usec = reloading
+        .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+        .unwrap_or_else(|| panic!("{reloading:?}"));
+    assert!(usec.parse::<u64>().is_ok_and(|u| u > 0), "{reloading:?}");
+    assert_eq!(next(), "READY=1\nSTATUS=polling 2 hosts, 2 items");
+    d.expect_log("SIGHUP: configuration reloaded", Duration::from_secs(5));
+
+    // A refused reload ends too: the config that runs is the one before.
+    std::fs::write(&cfg, "[[hosts]\n").unwrap();
+    d.signal(libc::SIGHUP);
+    assert!(next().starts_with("RELOADING=1\n"));
+    assert_eq!(next(), "READY=1\nSTATUS=polling 2 hosts, 2 items");
+
+    assert!(d.stop().success());
+    assert!(next().starts_with("STOPPING=1\n"));
 }
 
 /// A SIGHUP is held back from `main`'s first line, before the command line is read:
@@ -1122,18 +1170,9 @@ fn a_sighup_while_run_reads_its_command_line_does_not_end_it() {
         .stderr(write)
         .spawn()
         .unwrap();
-    // Held back (SIGHUP: bit 0 of the mask); bounded: before the fix it never was.
-    let status = format!("/proc/{}/status", child.id());
-    let held = || {
-        std::fs::read_to_string(&status)
-            .unwrap_or_default()
-            .lines()
-            .find_map(|l| l.strip_prefix("SigBlk:"))
-            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-            .is_some_and(|m| m & 1 == 1)
-    };
+    // Held back; bounded: before the fix it never was.
     let t = Instant::now();
-    while !held() && t.elapsed() < Duration::from_secs(10) {
+    while !Daemon::sighup_held(child.id()) && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(5));
     }
     // SAFETY: plain kill(2) on our own child's pid.

@@ -307,6 +307,7 @@ async fn daemon(
         discovery_file,
         metrics: discovery_metrics,
         round: None,
+        reloading: false,
         reload_due: false,
         replan_again: None,
     };
@@ -317,6 +318,9 @@ async fn daemon(
             _ = hup.recv() => Signal::Hup,
         }
     };
+    // Started: the signals are handled, the engines poll. (`Type=notify`: a `systemctl
+    // start` returns now, and a reload after it finds the handler.)
+    crate::sdnotify::notify(&format!("READY=1\n{}", polling_status(&shared)));
     // The consumer's result, should it end before the stop (it panicked: nothing would
     // read the engines' values any more).
     let (mut exit, consumer_ended) = serve(
@@ -327,6 +331,7 @@ async fn daemon(
         &mut replan_rx,
     )
     .await;
+    crate::sdnotify::notify("STOPPING=1\nSTATUS=stopping: iterations end, the sink flushes");
     let _ = shutdown_tx.send(true);
     // A re-plan round the stop came in: cut, its plan in progress awaited (the engines
     // wind down meanwhile), its rows applied and saved for the next start.
@@ -377,6 +382,16 @@ async fn daemon(
         "netpoller stopped"
     );
     Ok(exit)
+}
+
+/// `STATUS=` for the service manager (`systemctl status`): what the running plan polls.
+fn polling_status(shared: &Shared) -> String {
+    let plan = shared.plan();
+    format!(
+        "STATUS=polling {} hosts, {} items",
+        plan.hosts.len(),
+        plan.items.len()
+    )
 }
 
 /// What the daemon's loop takes from its signals.
@@ -468,6 +483,9 @@ struct Plans {
     metrics: Arc<DiscoveryMetrics>,
     /// The round planning (a re-plan or a reload), if one is.
     round: Option<Round>,
+    /// A SIGHUP's reload was announced to the service manager (`RELOADING=1`) and has
+    /// not ended yet (`READY=1`).
+    reloading: bool,
     /// A SIGHUP came while a round planned: the reload comes once it has ended.
     reload_due: bool,
     /// When to plan again the rows a round left untried.
@@ -573,6 +591,11 @@ impl Plans {
     /// (the reload plans `applied`, as it always does). A reload in progress is not
     /// cut: it may have read the file before its last change, so another comes after.
     fn hangup(&mut self) {
+        // The manager's reload job waits for the READY=1 that ends the last reload
+        // asked for ([`Plans::round_ended`]).
+        if !std::mem::replace(&mut self.reloading, true) {
+            crate::sdnotify::notify(&crate::sdnotify::reloading());
+        }
         let Some(round) = &mut self.round else {
             return self.start_reload();
         };
@@ -632,6 +655,10 @@ impl Plans {
         self.took(ended).await?;
         if std::mem::take(&mut self.reload_due) {
             self.start_reload();
+        } else if std::mem::take(&mut self.reloading) {
+            // Every SIGHUP taken: the config that runs now is the last one asked for
+            // (or the one a refused reload left running, which the log says).
+            crate::sdnotify::notify(&format!("READY=1\n{}", polling_status(&self.shared)));
         }
         Some(())
     }
@@ -2662,6 +2689,7 @@ mod tests {
                 discovery_file: dir.path().join("discovered.json"),
                 metrics: Arc::new(DiscoveryMetrics::default()),
                 round: None,
+                reloading: false,
                 reload_due: false,
                 replan_again: None,
             };

@@ -106,16 +106,38 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, extra: &[&str], log: PathBuf) -> Daemon {
+        Daemon::start_env(config, extra, log, &[])
+    }
+
+    /// [`Daemon::start`] with these environment variables set too.
+    pub fn start_env(
+        config: &Path,
+        extra: &[&str],
+        log: PathBuf,
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Daemon {
         let err = std::fs::File::create(&log).unwrap();
         let child = netpoller()
             .args(["--log-level", "info", "run", "-c"])
             .arg(config)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(err)
             .spawn()
             .expect("spawn netpoller run");
         Daemon { child, log }
+    }
+
+    /// SIGHUP is held back (blocked, bit 0 of the mask in /proc): the daemon is still
+    /// starting, or reading its command line.
+    pub fn sighup_held(pid: u32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|l| l.strip_prefix("SigBlk:"))
+            .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+            .is_some_and(|m| m & 1 == 1)
     }
 
     pub fn signal(&self, sig: libc::c_int) {
