@@ -1228,8 +1228,9 @@ fn snmpv3_passphrases_are_checked_and_never_shown() {
             "np-sha256",
             "-l",
             "authNoPriv",
+            // Long enough: a value wrong by itself (a short one, below) is told first.
             "-A",
-            "short",
+            "long enough",
         ])
         .args([&addr, ".1.3.6.1.2.1.1.5.0"])
         .output()
