@@ -65,11 +65,10 @@ impl Version {
 impl std::str::FromStr for Version {
     type Err = String;
 
+    /// One of [`Version::SPELLINGS`], in any case (`"V3"`, `"2C"`), as the security
+    /// levels and protocols are read.
     fn from_str(s: &str) -> Result<Version, String> {
-        Version::SPELLINGS
-            .iter()
-            .find(|(name, _)| *name == s)
-            .map(|&(_, v)| v)
+        crate::usm::spelled(s, &Version::SPELLINGS)
             .ok_or_else(|| format!("unsupported SNMP version {s:?} (use 1, 2c or 3)"))
     }
 }

@@ -738,6 +738,10 @@ fn snmp_versions_as_strings_or_integers() {
         ("2", SnmpVersion::V2c),
         ("\"3\"", SnmpVersion::V3),
         ("3", SnmpVersion::V3),
+        // In any case, as the levels and protocols: "V3" was refused.
+        ("\"V3\"", SnmpVersion::V3),
+        ("\"2C\"", SnmpVersion::V2c),
+        ("\"V2c\"", SnmpVersion::V2c),
     ] {
         let text = format!("[snmp]\nversion = {v}\n");
         let cfg = parse(&text).unwrap_or_else(|e| panic!("{v}: {e:#?}"));
