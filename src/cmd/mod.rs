@@ -80,7 +80,15 @@ impl PlanArgs {
                         for bad in &s.unreadable {
                             tracing::warn!(file = %file.display(), entry = %bad, "discovery: saved rows not used (walked again)");
                         }
-                        s.for_rules(&cfg.discovery)
+                        // This process's hosts only: the file may be another share's
+                        // (a reload changed `daemon.shard`, its rows saved where the
+                        // start read them), whose hosts this plan drops.
+                        let (i, n) = cfg.process_shard(self.shard);
+                        let mut saved = s.for_rules(&cfg.discovery);
+                        saved
+                            .0
+                            .retain(|host, _| poller::plan::host_in_process_shard(host, i, n));
+                        saved
                     }
                     Err(e) => {
                         tracing::warn!(error = %format!("{e:#}"), "discovery: the rows saved before are not used (each host is walked again)");
@@ -337,6 +345,15 @@ mod tests {
     /// template, after a run saved the discovered rows `saved`: what the start planned,
     /// and its log.
     fn start_with_saved(extra: &[(&str, &str)], saved: &[(&str, &str, &str)]) -> (Loaded, String) {
+        start_shard_with_saved(None, extra, saved)
+    }
+
+    /// [`start_with_saved`] for process shard `shard` (`run --shard`), whose file it is.
+    fn start_shard_with_saved(
+        shard: Option<(u32, u32)>,
+        extra: &[(&str, &str)],
+        saved: &[(&str, &str, &str)],
+    ) -> (Loaded, String) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("netpoller.toml");
         let daemon = format!(
@@ -350,15 +367,19 @@ mod tests {
             ));
         }
         std::fs::write(&path, text).unwrap();
-        let args = PlanArgs::of(path);
-        let targets = args
+        // Every host's targets: another process may have saved the file.
+        let targets = PlanArgs::of(path.clone())
             .load(Some(&Found::default()))
             .unwrap()
             .unwrap()
             .cfg
             .discovery;
+        let mut args = PlanArgs::of(path);
+        args.shard = shard;
         let saved = crate::test_util::found(saved);
-        let file = dir.path().join("discovered.json");
+        let file = crate::config::load(&args.config)
+            .unwrap()
+            .discovery_file(args.shard);
         crate::discovery::write_file(&file, &saved, &targets).unwrap();
         let (loaded, text) = crate::test_util::logged(|| args.load(None));
         (loaded.unwrap().unwrap_or_else(|e| panic!("{e}")), text)
@@ -396,5 +417,33 @@ mod tests {
         let want = crate::test_util::found(&[("small", "if", "1-3")]);
         assert_eq!(loaded.found, want);
         assert_eq!(loaded.plan.items.len(), 129 * 3);
+    }
+
+    /// A process shard's start takes the saved rows of its own hosts only. A file may
+    /// hold other hosts' rows: the other shard's file after a reload changed
+    /// `daemon.shard` (the rows are saved where the start read them) and a restart
+    /// took the new share's name. Before, the start kept them all: planned for nothing
+    /// (the plan drops the other shard's hosts) and saved again at each re-plan, the
+    /// file then holding both shards' hosts.
+    #[test]
+    fn a_shards_start_takes_the_saved_rows_of_its_own_hosts_only() {
+        let names: Vec<(String, String)> = (1..=8)
+            .map(|i| (format!("a{i}"), format!("127.0.51.{}", 10 + i)))
+            .collect();
+        let extra: Vec<(&str, &str)> = names.iter().map(|(n, ip)| (&n[..], &ip[..])).collect();
+        let saved: Vec<(&str, &str, &str)> = extra.iter().map(|(h, _)| (*h, "if", "1-3")).collect();
+        let (loaded, _) = start_shard_with_saved(Some((1, 2)), &extra, &saved);
+        let mine: Vec<(&str, &str, &str)> = saved
+            .iter()
+            .copied()
+            .filter(|(h, _, _)| poller::plan::host_in_process_shard(h, 1, 2))
+            .collect();
+        assert!(!mine.is_empty() && mine.len() < saved.len(), "{mine:?}");
+        assert_eq!(loaded.found, crate::test_util::found(&mine));
+        assert_eq!(
+            loaded.plan.items.len(),
+            mine.len() * 3 * 129,
+            "only the share's hosts are planned"
+        );
     }
 }
