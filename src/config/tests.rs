@@ -2020,15 +2020,15 @@ fn row_keys_that_other_keys_may_have_are_told_apart() {
         may_collide(&[entry("a{#SNMPINDEX}.{#SNMPINDEX}", true)]),
         "an index twice"
     );
-    // A host of thousands of prototypes none of which collides (every pair is
-    // compared): each key is split once, not once per pair. Before, 6,000 took ~10 s
-    // of a debug build (each load and re-plan, per such host); now well under 1 s.
-    let many: Vec<ResolvedEntry> = (0..6000)
+    // Thousands of prototypes on one host, none of which collides (every pair is
+    // compared; each key split once: the time it takes is benches/discovery_plan.sh's
+    // to measure, not a test's), and one more that does.
+    let mut many: Vec<ResolvedEntry> = (0..6000)
         .map(|n| entry(&format!("b{n}[{{#SNMPINDEX}}]"), true))
         .collect();
-    let t = std::time::Instant::now();
     assert!(!may_collide(&many));
-    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    many.push(entry("b17[7]", false));
+    assert!(may_collide(&many), "b17[{{#SNMPINDEX}}] of row 7 is b17[7]");
 }
 
 /// A retention under a day is a unit mistaken (`"3m"` is three minutes, not months):
