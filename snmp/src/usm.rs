@@ -66,9 +66,7 @@ impl AuthProtocol {
             AuthProtocol::Sha512 => "SHA-512",
         }
     }
-}
 
-impl AuthProtocol {
     /// Every spelling [`AuthProtocol::from_str`] takes, in lower case (it compares in
     /// any case): net-snmp's names and the usual variants with or without the dash
     /// ("sha256", "sha-256"), and "sha1"/"sha-1" for "SHA".
@@ -86,6 +84,17 @@ impl AuthProtocol {
         ("sha512", AuthProtocol::Sha512),
         ("sha-512", AuthProtocol::Sha512),
     ];
+
+    /// Why `s` is no authentication protocol, with the name it is a typo of when the
+    /// caller knows one (`nearest`); `s` quoted only when shorter than a passphrase
+    /// (one typed into the wrong field must not reach a log).
+    pub fn unknown(s: &str, nearest: Option<&str>) -> String {
+        format!(
+            "unknown SNMPv3 authentication protocol{}: expected one of MD5, SHA (SHA-1), \
+             SHA-224, SHA-256, SHA-384, SHA-512",
+            refused(s, nearest)
+        )
+    }
 }
 
 impl FromStr for AuthProtocol {
@@ -94,19 +103,6 @@ impl FromStr for AuthProtocol {
     /// One of [`AuthProtocol::SPELLINGS`], in any case; else [`AuthProtocol::unknown`].
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         spelled(s, &AuthProtocol::SPELLINGS).ok_or_else(|| AuthProtocol::unknown(s, None))
-    }
-}
-
-impl AuthProtocol {
-    /// Why `s` is no authentication protocol, with the name it is a typo of when the
-    /// caller knows one (`nearest`); `s` quoted only when shorter than a passphrase (one typed
-    /// into the wrong field must not reach a log).
-    pub fn unknown(s: &str, nearest: Option<&str>) -> String {
-        format!(
-            "unknown SNMPv3 authentication protocol{}: expected one of MD5, SHA (SHA-1), \
-             SHA-224, SHA-256, SHA-384, SHA-512",
-            refused(s, nearest)
-        )
     }
 }
 
@@ -192,9 +188,7 @@ impl PrivProtocol {
             _ => KeyExtension::Blumenthal,
         }
     }
-}
 
-impl PrivProtocol {
     /// Every spelling [`PrivProtocol::from_str`] takes, in lower case (it compares in
     /// any case).
     pub const SPELLINGS: [(&'static str, PrivProtocol); 12] = [
@@ -211,18 +205,7 @@ impl PrivProtocol {
         ("aes256c", PrivProtocol::Aes256C),
         ("aes-256-c", PrivProtocol::Aes256C),
     ];
-}
 
-impl FromStr for PrivProtocol {
-    type Err = String;
-
-    /// One of [`PrivProtocol::SPELLINGS`], in any case; else [`PrivProtocol::unknown`].
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        spelled(s, &PrivProtocol::SPELLINGS).ok_or_else(|| PrivProtocol::unknown(s, None))
-    }
-}
-
-impl PrivProtocol {
     /// Why `s` is no privacy protocol, with the name it is a typo of when the caller
     /// knows one (`nearest`); `s` quoted only when shorter than a passphrase (one typed
     /// into the wrong field must not reach a log).
@@ -232,6 +215,15 @@ impl PrivProtocol {
              AES-192, AES-256, AES-192-C, AES-256-C (-C: Cisco's key extension)",
             refused(s, nearest)
         )
+    }
+}
+
+impl FromStr for PrivProtocol {
+    type Err = String;
+
+    /// One of [`PrivProtocol::SPELLINGS`], in any case; else [`PrivProtocol::unknown`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        spelled(s, &PrivProtocol::SPELLINGS).ok_or_else(|| PrivProtocol::unknown(s, None))
     }
 }
 

@@ -81,9 +81,7 @@ impl SecurityLevel {
             SecurityLevel::AuthPriv => FLAG_AUTH | FLAG_PRIV,
         }
     }
-}
 
-impl SecurityLevel {
     /// Every spelling [`SecurityLevel::from_str`](std::str::FromStr) takes, in lower
     /// case (it compares in any case): `noAuthNoPriv`, `authNoPriv`, `authPriv`
     /// (net-snmp's `-l`, Zabbix's security level) and net-snmp's short `noauth`, `auth`,
@@ -96,6 +94,16 @@ impl SecurityLevel {
         ("authpriv", SecurityLevel::AuthPriv),
         ("priv", SecurityLevel::AuthPriv),
     ];
+
+    /// Why `s` is no security level, with the name it is a typo of when the caller
+    /// knows one (`nearest`); `s` quoted only when shorter than a passphrase (one typed
+    /// into the wrong field must not reach a log).
+    pub fn unknown(s: &str, nearest: Option<&str>) -> String {
+        format!(
+            "unknown SNMPv3 security level{}: use noAuthNoPriv, authNoPriv or authPriv",
+            crate::usm::refused(s, nearest)
+        )
+    }
 }
 
 impl std::str::FromStr for SecurityLevel {
@@ -106,18 +114,6 @@ impl std::str::FromStr for SecurityLevel {
     fn from_str(s: &str) -> Result<SecurityLevel, String> {
         crate::usm::spelled(s, &SecurityLevel::SPELLINGS)
             .ok_or_else(|| SecurityLevel::unknown(s, None))
-    }
-}
-
-impl SecurityLevel {
-    /// Why `s` is no security level, with the name it is a typo of when the caller
-    /// knows one (`nearest`); `s` quoted only when shorter than a passphrase (one typed
-    /// into the wrong field must not reach a log).
-    pub fn unknown(s: &str, nearest: Option<&str>) -> String {
-        format!(
-            "unknown SNMPv3 security level{}: use noAuthNoPriv, authNoPriv or authPriv",
-            crate::usm::refused(s, nearest)
-        )
     }
 }
 
