@@ -396,6 +396,19 @@ impl UsmSection {
     pub(crate) fn wrong_values(&self) -> Vec<(&'static str, String)> {
         use snmp::usm::{AuthProtocol, PrivProtocol};
         use snmp::v3::{SecurityLevel, UsmUser, MIN_PASSPHRASE_LEN};
+        /// `T`'s refusal of `value`, if given and refused, naming the spelling it is a
+        /// typo of (told as `name` spells it, by `unknown`).
+        fn refused_name<T: std::str::FromStr<Err = String> + Copy>(
+            value: Option<&str>,
+            spellings: &[(&'static str, T)],
+            name: fn(T) -> &'static str,
+            unknown: fn(&str, Option<&str>) -> String,
+        ) -> Option<String> {
+            let value = value?;
+            let refusal = value.parse::<T>().err()?;
+            let names = spellings.iter().map(|&(s, t)| (s, name(t)));
+            Some(refused_or_meant(refusal, value, names, unknown))
+        }
         let short = |field: &'static str, p: &Option<String>| {
             given(p).filter(|p| p.len() < MIN_PASSPHRASE_LEN).map(|_| {
                 let why = format!("must have at least {MIN_PASSPHRASE_LEN} characters (RFC 3414)");
@@ -404,24 +417,24 @@ impl UsmSection {
         };
         let name = given(&self.security_name).and_then(|n| UsmUser::new(n, None, None).err());
         // An unknown name, with the one it is a typo of.
-        let level = (self.security_level.as_deref())
-            .filter(|l| l.parse::<SecurityLevel>().is_err())
-            .map(|l| {
-                let names = SecurityLevel::SPELLINGS.map(|(s, l)| (s, l.as_str()));
-                SecurityLevel::unknown(l, meant(l, names))
-            });
-        let auth = given(&self.auth_protocol)
-            .filter(|p| p.parse::<AuthProtocol>().is_err())
-            .map(|p| {
-                let names = AuthProtocol::SPELLINGS.map(|(s, a)| (s, a.as_str()));
-                AuthProtocol::unknown(p, meant(p, names))
-            });
-        let privacy = given(&self.priv_protocol)
-            .filter(|p| p.parse::<PrivProtocol>().is_err())
-            .map(|p| {
-                let names = PrivProtocol::SPELLINGS.map(|(s, a)| (s, a.as_str()));
-                PrivProtocol::unknown(p, meant(p, names))
-            });
+        let level = refused_name(
+            self.security_level.as_deref(),
+            &SecurityLevel::SPELLINGS,
+            SecurityLevel::as_str,
+            SecurityLevel::unknown,
+        );
+        let auth = refused_name(
+            given(&self.auth_protocol),
+            &AuthProtocol::SPELLINGS,
+            AuthProtocol::as_str,
+            AuthProtocol::unknown,
+        );
+        let privacy = refused_name(
+            given(&self.priv_protocol),
+            &PrivProtocol::SPELLINGS,
+            PrivProtocol::as_str,
+            PrivProtocol::unknown,
+        );
         [
             name.map(|e| ("security_name", e)),
             level.map(|e| ("security_level", e)),
@@ -1435,16 +1448,26 @@ fn closest<'a>(key: &str, expected: impl Iterator<Item = &'a str>) -> Option<&'a
         .map(|(_, e)| e)
 }
 
-/// The name `value` is a typo of ([`closest`], in any case): `names` pairs each
-/// spelling a parser takes with the name to tell for it (`("sha-256", "SHA-256")`).
-/// `None` for a spelling it takes, refused for another reason.
-fn meant<'n>(value: &str, names: impl IntoIterator<Item = (&'n str, &'n str)>) -> Option<&'n str> {
+/// A parser's `refusal` of `value` or, when `value` is a typo ([`closest`], in any
+/// case) of a spelling the parser takes, `unknown`'s message naming the one meant:
+/// `names` pairs each spelling with the name to tell for it (`("sha-256",
+/// "SHA-256")`). A spelling it takes, refused for another reason (a handler without
+/// its parameter), keeps its refusal; so does a value close to none.
+fn refused_or_meant<'n>(
+    refusal: String,
+    value: &str,
+    names: impl IntoIterator<Item = (&'n str, &'n str)>,
+    unknown: impl FnOnce(&str, Option<&str>) -> String,
+) -> String {
     let names: Vec<(String, &str)> = (names.into_iter())
         .map(|(s, n)| (s.to_ascii_lowercase(), n))
         .collect();
     let lower = value.to_ascii_lowercase();
-    let near = closest(&lower, names.iter().map(|(s, _)| s.as_str())).filter(|n| *n != lower)?;
-    names.iter().find(|(s, _)| s == near).map(|(_, n)| *n)
+    let near = closest(&lower, names.iter().map(|(s, _)| s.as_str())).filter(|n| *n != lower);
+    match near.and_then(|near| names.iter().find(|(s, _)| s == near)) {
+        Some((_, meant)) => unknown(value, Some(meant)),
+        None => refusal,
+    }
 }
 
 /// Values other tools name otherwise, of the settings serde reads as a few names: an
@@ -2116,13 +2139,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
                         Ok(s) => s,
                         Err(m) => {
                             // A typo of a type netpoller runs (`MULTIPLER`): the one meant.
-                            let upper = st.kind.to_ascii_uppercase();
-                            let m = match closest(&upper, STEP_TYPES.iter().copied()) {
-                                Some(n) if !STEP_TYPES.contains(&upper.as_str()) => {
-                                    unknown_step(&st.kind, Some(n))
-                                }
-                                _ => m,
-                            };
+                            let names = STEP_TYPES.map(|n| (n, n));
+                            let m = refused_or_meant(m, &st.kind, names, unknown_step);
                             self.c.push(&at(i, "type"), m);
                             return Err(());
                         }
@@ -2132,10 +2150,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
                         (None, None) => Ok(OnFail::Error),
                         (None, Some(_)) => Err("error_handler_params without error_handler".into()),
                         (Some(h), p) => OnFail::parse(h, p).map_err(|m| {
-                            match meant(h, OnFail::NAMES.map(|n| (n, n))) {
-                                Some(n) => OnFail::unknown(h, Some(n)),
-                                None => m,
-                            }
+                            refused_or_meant(m, h, OnFail::NAMES.map(|n| (n, n)), OnFail::unknown)
                         }),
                     };
                     let on_fail = on_fail.and_then(|f| match (&step, f) {
