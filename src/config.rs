@@ -1298,15 +1298,14 @@ const OTHER_NAMES: &[(&str, &str, &str)] = &[
 fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
     let (key, rest) = message.strip_prefix("unknown field `")?.split_once('`')?;
     let expected: Vec<&str> = backquoted(rest).collect();
-    // Another tool's name of a key of this table or, in a host or range, of its `snmp`.
     // A host's or range's SNMP setting written beside `snmp` instead of in it.
     let beside_snmp = |k: &str| snmp_keys().contains(&k) && expected.contains(&"snmp");
     let in_snmp = |k: &str| format!("an SNMP setting: write it in `snmp = {{ {k} = ... }}`");
+    // Another tool's name of a key of this table or, in a host or range, of its `snmp`.
     for (_, ours, whose) in OTHER_NAMES.iter().filter(|(o, _, _)| *o == key) {
-        let name = format!("{whose} `{key}` is `{ours}` here");
-        let name = name.trim_start();
+        let name = other_name(whose, key, ours);
         if expected.contains(ours) {
-            return Some((key, name.to_string(), rest));
+            return Some((key, name, rest));
         }
         if beside_snmp(ours) {
             return Some((key, format!("{name}, {}", in_snmp(ours)), rest));
@@ -1499,11 +1498,21 @@ fn variant_hint(message: String) -> String {
     let expected: Vec<&str> = backquoted(rest).collect();
     let other = (OTHER_VALUES.iter()).find(|(o, ours, _)| *o == lower && expected.contains(ours));
     let hint = match (other, closest(&lower, expected.iter().copied())) {
-        (Some((_, ours, whose)), _) => format!("{whose} `{value}` is `{ours}` here"),
+        (Some((_, ours, whose)), _) => other_name(whose, value, ours),
         (None, Some(m)) => format!("did you mean `{m}`?"),
         (None, None) => return message,
     };
-    format!("unknown variant `{value}` ({}){rest}", hint.trim_start())
+    format!("unknown variant `{value}` ({hint}){rest}")
+}
+
+/// The hint for another tool's name of a key or value (a row of [`OTHER_NAMES`] or
+/// [`OTHER_VALUES`]): "Zabbix's `delay` is `interval` here", or without `whose` (empty
+/// for a name several tools use) "`address` is `ip` here".
+fn other_name(whose: &str, theirs: &str, ours: &str) -> String {
+    match whose {
+        "" => format!("`{theirs}` is `{ours}` here"),
+        whose => format!("{whose} `{theirs}` is `{ours}` here"),
+    }
 }
 
 /// The names a serde message lists, each between backquotes (", expected one of `a`,
