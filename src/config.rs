@@ -495,12 +495,6 @@ impl UsmSection {
                 format!("security level {} needs {field} ({what})", level.as_str()),
             )
         };
-        // Its length is one of the wrong values, checked above.
-        let passphrase = |field: &'static str, value: Option<&str>| {
-            value
-                .map(|_| ())
-                .ok_or_else(|| needs(field, "the passphrase"))
-        };
         let auth = if level == SecurityLevel::NoAuthNoPriv {
             None
         } else {
@@ -513,9 +507,10 @@ impl UsmSection {
                 })?
                 .parse()
                 .map_err(|e| ("auth_protocol", e))?;
-            let pass = given(&self.auth_passphrase);
-            passphrase("auth_passphrase", pass)?;
-            Some((proto, pass.unwrap_or_default()))
+            // Its length is one of the wrong values, checked above.
+            let pass = given(&self.auth_passphrase)
+                .ok_or_else(|| needs("auth_passphrase", "the passphrase"))?;
+            Some((proto, pass))
         };
         let privacy = if level == SecurityLevel::AuthPriv {
             let proto: PrivProtocol = given(&self.priv_protocol)
@@ -527,9 +522,9 @@ impl UsmSection {
                 })?
                 .parse()
                 .map_err(|e| ("priv_protocol", e))?;
-            let pass = given(&self.priv_passphrase);
-            passphrase("priv_passphrase", pass)?;
-            Some((proto, pass.unwrap_or_default()))
+            let pass = given(&self.priv_passphrase)
+                .ok_or_else(|| needs("priv_passphrase", "the passphrase"))?;
+            Some((proto, pass))
         } else {
             None
         };

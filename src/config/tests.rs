@@ -3347,3 +3347,30 @@ fn a_value_type_other_tools_name_otherwise_is_told_its_name_here() {
         );
     }
 }
+
+/// A level that needs a passphrase, given all but it (or it empty, which drops an
+/// inherited one): the passphrase is the field at fault, named with the level.
+#[test]
+fn a_level_without_its_passphrase_names_the_passphrase() {
+    let usm = |auth: &str, privacy: &str| UsmSection {
+        security_name: Some("u".into()),
+        security_level: Some("authPriv".into()),
+        auth_protocol: Some("SHA".into()),
+        auth_passphrase: Some(auth.into()),
+        priv_protocol: Some("AES".into()),
+        priv_passphrase: Some(privacy.into()),
+        context_name: None,
+    };
+    for (auth, privacy, field) in [
+        ("", "privpass1", "auth_passphrase"),
+        ("authpass1", "", "priv_passphrase"),
+    ] {
+        let (at, why) = usm(auth, privacy).user().unwrap_err();
+        assert_eq!(at, field);
+        assert_eq!(
+            why,
+            format!("security level authPriv needs {field} (the passphrase)")
+        );
+    }
+    assert!(usm("authpass1", "privpass1").user().is_ok());
+}
