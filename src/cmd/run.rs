@@ -320,7 +320,7 @@ async fn daemon(
     };
     // Started: the signals are handled, the engines poll. (`Type=notify`: a `systemctl
     // start` returns now, and a reload after it finds the handler.)
-    crate::sdnotify::notify(&format!("READY=1\n{}", polling_status(&shared)));
+    notify_ready(&shared);
     // The consumer's result, should it end before the stop (it panicked: nothing would
     // read the engines' values any more).
     let (mut exit, consumer_ended) = serve(
@@ -384,14 +384,16 @@ async fn daemon(
     Ok(exit)
 }
 
-/// `STATUS=` for the service manager (`systemctl status`): what the running plan polls.
-fn polling_status(shared: &Shared) -> String {
+/// Tells the service manager the daemon polls (`READY=1`, at the start and when a
+/// reload has ended), with what the running plan polls (`STATUS=`, which `systemctl
+/// status` shows).
+fn notify_ready(shared: &Shared) {
     let plan = shared.plan();
-    format!(
-        "STATUS=polling {} hosts, {} items",
+    crate::sdnotify::notify(&format!(
+        "READY=1\nSTATUS=polling {} hosts, {} items",
         plan.hosts.len(),
         plan.items.len()
-    )
+    ));
 }
 
 /// What the daemon's loop takes from its signals.
@@ -658,7 +660,7 @@ impl Plans {
         } else if std::mem::take(&mut self.reloading) {
             // Every SIGHUP taken: the config that runs now is the last one asked for
             // (or the one a refused reload left running, which the log says).
-            crate::sdnotify::notify(&format!("READY=1\n{}", polling_status(&self.shared)));
+            notify_ready(&self.shared);
         }
         Some(())
     }
@@ -1035,32 +1037,26 @@ fn reload(
     cut: &AtomicBool,
     (found, targets): (&mut Found, &[crate::config::DiscoveryTarget]),
 ) -> Option<super::Loaded> {
-    let stopped = || {
-        let stopped = cut.load(std::sync::atomic::Ordering::Relaxed);
-        if stopped {
-            tracing::info!(
-                "SIGHUP: the stop cut the reload short; the configuration is not reloaded"
-            );
+    // `None` (logged) once a stop has cut the reload: each `not_stopped()?` is a point
+    // past which nothing more is loaded, planned or swapped in.
+    let not_stopped = || {
+        if !cut.load(std::sync::atomic::Ordering::Relaxed) {
+            return Some(());
         }
-        stopped
+        tracing::info!("SIGHUP: the stop cut the reload short; the configuration is not reloaded");
+        None
     };
-    if stopped() {
-        return None;
-    }
+    not_stopped()?;
     let mut load = args.plan.load(Some(found));
     // A stop meanwhile: nothing more is loaded or planned. (What follows takes up to
     // three more plans, each as long as the load, which the stop waited for.)
-    if stopped() {
-        return None;
-    }
+    not_stopped()?;
     if matches!(load, Ok(Err(_))) && !found.0.is_empty() {
         // Refused with the rows found, maybe for rows the new file does not take (of a
         // rule it changed, past its item limit with its new items): which those are is
         // known from the file loaded without rows; planned again without them.
         if let Ok(Ok(bare)) = args.plan.load(Some(&Found::default())) {
-            if stopped() {
-                return None;
-            }
+            not_stopped()?;
             if crate::discovery::prune(found, targets, &bare.cfg.discovery) {
                 let text = bare.text.clone();
                 // (Not two plans at once.)
@@ -1076,9 +1072,7 @@ fn reload(
             // Rows found for what the new config changed (a rule, a host's address, a
             // host or rule gone) are not its: planned again without them.
             if crate::discovery::prune(found, targets, &loaded.cfg.discovery) {
-                if stopped() {
-                    return None;
-                }
+                not_stopped()?;
                 // (Not three plans at once.)
                 drop(std::mem::take(&mut loaded.plan));
                 match args.plan.replan(loaded.text.clone(), found) {
@@ -1092,9 +1086,7 @@ fn reload(
                     }
                 }
             }
-            if stopped() {
-                return None;
-            }
+            not_stopped()?;
             let cfg = &loaded.cfg;
             let plan = std::mem::take(&mut loaded.plan);
             let (h, i) = (plan.hosts.len(), plan.items.len());
@@ -1135,9 +1127,7 @@ fn reload(
             // Not kept alive past the swap: the old plan is freed where it always was.
             drop(old);
             // (The diff takes a while at a million items: a stop meanwhile is taken.)
-            if stopped() {
-                return None;
-            }
+            not_stopped()?;
             shared.set_restart_pending(!fixed.is_empty() || wanted > icmp_threads);
             shared.reload(plan);
             tracing::info!(
