@@ -583,7 +583,7 @@ pub const STEP_TYPES: [&str; 17] = [
 /// `kind` is a typo of when the caller found one (`MULTIPLER`: `MULTIPLIER`).
 pub fn unknown_step(kind: &str, nearest: Option<&str>) -> String {
     let hint = nearest
-        .map(|n| format!(" (did you mean {n}?)"))
+        .map(|n| format!(" (did you mean {n:?}?)"))
         .unwrap_or_default();
     let (last, rest) = STEP_TYPES.split_last().expect("step types");
     format!(

@@ -2929,13 +2929,13 @@ fn a_misspelt_preprocessing_type_is_told_the_one_meant() {
     assert_eq!(e.path, "hosts[0].items[0].preprocessing[0].type");
     assert!(
         e.message.starts_with(
-            "unknown preprocessing type \"MULTIPLER\" (did you mean MULTIPLIER?): netpoller runs SIMPLE_CHANGE, "
+            "unknown preprocessing type \"MULTIPLER\" (did you mean \"MULTIPLIER\"?): netpoller runs SIMPLE_CHANGE, "
         ),
         "{e}"
     );
     assert!(step("change_per_secnd")
         .message
-        .contains("(did you mean CHANGE_PER_SECOND?)"));
+        .contains("(did you mean \"CHANGE_PER_SECOND\"?)"));
     let e = step("JSONPATH");
     assert!(
         e.message
