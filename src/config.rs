@@ -338,7 +338,8 @@ impl fmt::Debug for SnmpSection {
 
 /// The SNMPv3 keys of `[snmp]`, of a host's `snmp = { ... }` (Zabbix's names for the
 /// fields of an SNMPv3 interface) or of `netpoller snmp`'s options, gathered by
-/// [`usm_of!`]; [`UsmSection::user`] is the one place they are checked.
+/// [`usm_of!`]; [`UsmSection::wrong_values`] (each value by itself) and
+/// [`UsmSection::user`] (the values together) are where they are checked.
 /// Equal sections (passphrases included) describe one user.
 #[derive(Clone, Default, PartialEq, Eq, Hash)]
 pub(crate) struct UsmSection {
@@ -3036,8 +3037,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
         let o = o.cloned().unwrap_or_default();
         let version: SnmpVersion = o.version.unwrap_or(d.version).into();
         let sp = under(path, [Seg::Key("snmp")]);
-        wrong_usm_values(self.c, &sp, &usm_of!(o));
-        if version != SnmpVersion::V3 && !usm_of!(o).is_empty() {
+        let own_usm = usm_of!(o);
+        wrong_usm_values(self.c, &sp, &own_usm);
+        if version != SnmpVersion::V3 && !own_usm.is_empty() {
             self.c.push(&sp, v3_ignored(version));
         }
         self.v3_hosts |= version == SnmpVersion::V3;
@@ -3068,14 +3070,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
             // Reported where the fields are: the host's own table if it has SNMPv3
             // fields, or makes itself version 3 where `[snmp]` has none (the missing
             // user is the host's: `[snmp]` may not even exist), else `[snmp]`.
-            let fields = usm_of!(o);
             let own_v3 = o.version.is_some() && self.snmp_usm.is_empty();
-            let at = if !fields.is_empty() || own_v3 {
+            let at = if !own_usm.is_empty() || own_v3 {
                 &sp[..]
             } else {
                 &[Seg::Key("snmp")][..]
             };
-            let fields = fields.or(&self.snmp_usm);
+            let fields = own_usm.or(&self.snmp_usm);
             Some(self.usm_user(at, fields)?)
         } else {
             None
