@@ -317,12 +317,10 @@ impl OnFail {
     /// Why `handler` is none of [`OnFail::NAMES`], with the one it is a typo of when the
     /// caller knows it (`nearest`).
     pub fn unknown(handler: &str, nearest: Option<&str>) -> String {
-        let hint = nearest
-            .map(|n| format!(" (did you mean {n:?}?)"))
-            .unwrap_or_default();
         let [names @ .., last] = OnFail::NAMES;
         format!(
-            "unknown error_handler {handler:?}{hint}: {} or {last}",
+            "unknown error_handler {handler:?}{}: {} or {last}",
+            did_you_mean(nearest),
             names.join(", ")
         )
     }
@@ -582,14 +580,20 @@ pub const STEP_TYPES: [&str; 17] = [
 /// [`Step::parse`]'s refusal of a type it does not run: the types it runs, and the one
 /// `kind` is a typo of when the caller found one (`MULTIPLER`: `MULTIPLIER`).
 pub fn unknown_step(kind: &str, nearest: Option<&str>) -> String {
-    let hint = nearest
-        .map(|n| format!(" (did you mean {n:?}?)"))
-        .unwrap_or_default();
-    let (last, rest) = STEP_TYPES.split_last().expect("step types");
+    let [rest @ .., last] = STEP_TYPES;
     format!(
-        "unknown preprocessing type {kind:?}{hint}: netpoller runs {} and {last}",
+        "unknown preprocessing type {kind:?}{}: netpoller runs {} and {last}",
+        did_you_mean(nearest),
         rest.join(", ")
     )
+}
+
+/// The hint of an unknown name that is a typo of `nearest`, quoted as the config's
+/// other hints of a value quote it (` (did you mean "MULTIPLIER"?)`); none without one.
+fn did_you_mean(nearest: Option<&str>) -> String {
+    nearest
+        .map(|n| format!(" (did you mean {n:?}?)"))
+        .unwrap_or_default()
 }
 
 /// A step and its "Custom on fail" handler, as Zabbix keeps them.
@@ -1707,9 +1711,12 @@ mod tests {
         assert!(p("SIMPLE_CHANGE", &["1"])
             .unwrap_err()
             .contains("no parameters"));
-        assert!(p("JAVASCRIPT", &[])
-            .unwrap_err()
-            .contains("unknown preprocessing type"));
+        let e = p("JAVASCRIPT", &[]).unwrap_err();
+        assert!(
+            e.starts_with("unknown preprocessing type \"JAVASCRIPT\": netpoller runs SIMPLE_CHANGE, CHANGE_PER_SECOND, ")
+                && e.ends_with(", DISCARD_UNCHANGED and DISCARD_UNCHANGED_HEARTBEAT"),
+            "{e}"
+        );
         assert!(Steps::new(vec![Step::SimpleChange, Step::ChangePerSecond]).is_err());
         assert!(Steps::new(Vec::<Step>::new()).is_err());
         // Throttling: Zabbix's time suffixes; one step, the last.
@@ -2040,9 +2047,10 @@ mod tests {
         assert!(OnFail::parse("DISCARD_VALUE", Some("x"))
             .unwrap_err()
             .contains("takes no"));
-        assert!(OnFail::parse("IGNORE", None)
-            .unwrap_err()
-            .contains("unknown error_handler"));
+        assert_eq!(
+            OnFail::parse("IGNORE", None).unwrap_err(),
+            "unknown error_handler \"IGNORE\": ORIGINAL_ERROR, DISCARD_VALUE, CUSTOM_VALUE or CUSTOM_ERROR"
+        );
     }
 
     #[test]
