@@ -510,20 +510,29 @@ items = [{{ key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval =
     assert!(d.stop().success());
 }
 
-/// A config of one host `sw` at `ip` with `snmp = { ... }`, whose one item per ifDescr
-/// row stands for the rows discovery finds.
-fn one_host(dir: &Path, ip: &str, snmp: &str) -> std::path::PathBuf {
-    let body = format!(
+/// The template `t`: one discovery rule over ifDescr, and an item per row it finds
+/// (which stands for the rows found).
+fn if_template() -> String {
+    format!(
         r#"[[templates]]
 name = "t"
 discovery = [{{ name = "if", oid = "{IF_DESCR}" }}]
 items = [{{ key = "d[{{#SNMPINDEX}}]", oid = "{IF_DESCR}.{{#SNMPINDEX}}", type = "str", interval = "1m", discovery = "if" }}]
-[[hosts]]
+"#
+    )
+}
+
+/// A config of one host `sw` at `ip` with `snmp = { ... }` and the template `t`
+/// ([`if_template`]).
+fn one_host(dir: &Path, ip: &str, snmp: &str) -> std::path::PathBuf {
+    let body = format!(
+        r#"{}[[hosts]]
 name = "sw"
 ip = "{ip}"
 templates = ["t"]
 snmp = {{ {snmp} }}
-"#
+"#,
+        if_template()
     );
     write_config(dir, "metrics_listen = \"\"", &body)
 }
@@ -626,15 +635,12 @@ fn a_host_removed_while_its_walk_is_in_flight_gets_none_of_its_rows() {
              snmp = {{ port = {port}, timeout = \"10s\", retries = 0 }}\n"
         );
         let body = format!(
-            r#"[[templates]]
-name = "t"
-discovery = [{{ name = "if", oid = "{IF_DESCR}" }}]
-items = [{{ key = "d[{{#SNMPINDEX}}]", oid = "{IF_DESCR}.{{#SNMPINDEX}}", type = "str", interval = "1m", discovery = "if" }}]
-[[hosts]]
+            r#"{}[[hosts]]
 name = "kept"
 ip = "{agent}"
 templates = ["t"]
 {}"#,
+            if_template(),
             if with_gone { gone.as_str() } else { "" }
         );
         write_config(&dir, "metrics_listen = \"\"", &body)
