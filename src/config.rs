@@ -1311,14 +1311,16 @@ fn unknown_key_hint(message: &str) -> Option<(&str, String, &str)> {
         return Some((key, in_snmp(key), rest));
     }
     // A key of another table (`timeout` in `[daemon]`, an item's `interval` beside a
-    // host's name): where it goes, before a typo of this table's that it is not.
-    if let Some((_, places)) = elsewhere(key, &expected).filter(|(k, _)| *k == key) {
+    // host's name): where it goes, before a typo of this table's that it is not; a
+    // typo of another table's key after one of this table's.
+    let other = elsewhere(key, &expected);
+    if let Some((_, places)) = other.as_ref().filter(|(k, _)| *k == key) {
         return Some((key, format!("{places}, not of this table"), rest));
     }
     if let Some(close) = closest(key, expected.iter().copied()) {
         return Some((key, format!("did you mean `{close}`?"), rest));
     }
-    let (close, places) = elsewhere(key, &expected)?;
+    let (close, places) = other?;
     Some((
         key,
         format!("did you mean `{close}`? {places}, not of this table"),
