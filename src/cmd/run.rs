@@ -56,7 +56,7 @@ impl Args {
 }
 
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
-    hold_sighup(true);
+    // SIGHUP is held back already: `main` holds it before it reads the command line.
     let super::Loaded {
         cfg,
         plan,
@@ -121,8 +121,8 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
 /// installed (after the config, the ClickHouse schema check, the sockets: 18 s against a
 /// slow server), a `systemctl reload` right after a start killed the daemon, with a
 /// status systemd does not restart. Held back, it is taken as a reload once the handler
-/// is in place. `main` holds it first thing, before the command line is parsed (and
-/// lets it through again for the other commands); [`run`] holds it too, for its tests.
+/// is in place. `main` holds it first thing, before the command line is parsed, and
+/// lets it through again for the other commands; [`daemon`] once its handler is in.
 pub(crate) fn hold_sighup(hold: bool) {
     // SAFETY: a signal set on the stack, initialised by sigemptyset before use.
     unsafe {
@@ -307,7 +307,6 @@ async fn daemon(
         discovery_file,
         metrics: discovery_metrics,
         round: None,
-        reloading: false,
         reload_due: false,
         replan_again: None,
     };
@@ -485,9 +484,6 @@ struct Plans {
     metrics: Arc<DiscoveryMetrics>,
     /// The round planning (a re-plan or a reload), if one is.
     round: Option<Round>,
-    /// A SIGHUP's reload was announced to the service manager (`RELOADING=1`) and has
-    /// not ended yet (`READY=1`).
-    reloading: bool,
     /// A SIGHUP came while a round planned: the reload comes once it has ended.
     reload_due: bool,
     /// When to plan again the rows a round left untried.
@@ -594,8 +590,8 @@ impl Plans {
     /// cut: it may have read the file before its last change, so another comes after.
     fn hangup(&mut self) {
         // The manager's reload job waits for the READY=1 that ends the last reload
-        // asked for ([`Plans::round_ended`]).
-        if !std::mem::replace(&mut self.reloading, true) {
+        // asked for ([`Plans::round_ended`]): announced by the first SIGHUP of those.
+        if !self.reload_asked() {
             crate::sdnotify::notify(&crate::sdnotify::reloading());
         }
         let Some(round) = &mut self.round else {
@@ -610,6 +606,12 @@ impl Plans {
         }
         round.cut(Cut::Reload);
         tracing::info!("SIGHUP: the discovery re-plan in progress is cut short; the configuration is reloaded once its plan in progress ends");
+    }
+
+    /// A SIGHUP asked for a reload that has not ended: one plans, or comes once the
+    /// round planning has ended. (Every reload is a SIGHUP's.)
+    fn reload_asked(&self) -> bool {
+        self.reload_due || self.round.as_ref().is_some_and(|r| r.reload)
     }
 
     /// Starts a reload ([`reload_off_thread`]), a round of its own: the loop takes
@@ -654,10 +656,11 @@ impl Plans {
     /// The loop's: a round `ended`, taken ([`Plans::took`]), then the reload a SIGHUP
     /// asked for meanwhile. `None` only when the runtime shuts down.
     async fn round_ended(&mut self, ended: Ended) -> Option<()> {
+        let a_reload = matches!(ended.made, Some(Made::Reload(_)));
         self.took(ended).await?;
         if std::mem::take(&mut self.reload_due) {
             self.start_reload();
-        } else if std::mem::take(&mut self.reloading) {
+        } else if a_reload {
             // Every SIGHUP taken: the config that runs now is the last one asked for
             // (or the one a refused reload left running, which the log says).
             notify_ready(&self.shared);
@@ -2679,7 +2682,6 @@ mod tests {
                 discovery_file: dir.path().join("discovered.json"),
                 metrics: Arc::new(DiscoveryMetrics::default()),
                 round: None,
-                reloading: false,
                 reload_due: false,
                 replan_again: None,
             };
