@@ -1449,7 +1449,8 @@ fn closest<'a>(key: &str, expected: impl Iterator<Item = &'a str>) -> Option<&'a
 /// case) of a spelling the parser takes, `unknown`'s message naming the one meant:
 /// `names` pairs each spelling with the name to tell for it (`("sha-256",
 /// "SHA-256")`). A spelling it takes, refused for another reason (a handler without
-/// its parameter), keeps its refusal; so does a value close to none.
+/// its parameter), keeps its refusal; so does a value close to none, or close only to
+/// names of another thing ([`names_another`]).
 fn refused_or_meant<'n>(
     refusal: String,
     value: &str,
@@ -1460,11 +1461,28 @@ fn refused_or_meant<'n>(
         .map(|(s, n)| (s.to_ascii_lowercase(), n))
         .collect();
     let lower = value.to_ascii_lowercase();
-    let near = closest(&lower, names.iter().map(|(s, _)| s.as_str())).filter(|n| *n != lower);
+    let near = closest(
+        &lower,
+        (names.iter().map(|(s, _)| s.as_str())).filter(|s| !names_another(&lower, s)),
+    )
+    .filter(|n| *n != lower);
     match near.and_then(|near| names.iter().find(|(s, _)| s == near)) {
         Some((_, meant)) => unknown(value, Some(meant)),
         None => refusal,
     }
+}
+
+/// Whether `value` and `name` (both in lower case), a few letters apart, name different
+/// things: their digits differ (`sha3` is not `sha`, `3des` not `des`, `md4` not `md5`;
+/// `sha265` is a typo of `sha256`) or one says "no" once more (`nopriv` is not `priv`).
+/// A hint across these would point the engineer at the opposite of what was meant.
+fn names_another(value: &str, name: &str) -> bool {
+    let digits = |s: &str| {
+        let mut d: Vec<char> = s.chars().filter(char::is_ascii_digit).collect();
+        d.sort_unstable();
+        d
+    };
+    digits(value) != digits(name) || value.matches("no").count() != name.matches("no").count()
 }
 
 /// Values other tools name otherwise, of the settings serde reads as a few names: an

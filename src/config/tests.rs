@@ -3132,6 +3132,8 @@ fn a_host_that_does_not_read_hides_no_problem_of_another() {
 /// `type`, the other settings serde reads and a step's error_handler named the value
 /// but not the one meant. An SNMPv3 protocol or level as long as a passphrase is not
 /// shown (a passphrase in the wrong field must not reach a log), its typo still told.
+/// A value a digit or a "no" away from a name is not told that name: `SHA3` was pointed
+/// to `SHA` (SHA-1), `nopriv` to `authPriv`.
 #[test]
 fn an_unknown_enumerated_value_is_quoted_with_the_one_meant() {
     let snmp = |fields: &str| {
@@ -3148,7 +3150,28 @@ fn an_unknown_enumerated_value_is_quoted_with_the_one_meant() {
         (
             "auth_protocol = \"SHA3\", auth_passphrase = \"12345678\"",
             "auth_protocol",
-            "unknown SNMPv3 authentication protocol \"SHA3\" (did you mean \"SHA\"?): expected",
+            "unknown SNMPv3 authentication protocol \"SHA3\": expected",
+        ),
+        // A digit or a "no" apart is another thing: no hint that points to it.
+        (
+            "auth_protocol = \"MD4\", auth_passphrase = \"12345678\"",
+            "auth_protocol",
+            "unknown SNMPv3 authentication protocol \"MD4\": expected",
+        ),
+        (
+            "auth_protocol = \"MD5\", auth_passphrase = \"12345678\", priv_protocol = \"3DES\", priv_passphrase = \"12345678\"",
+            "priv_protocol",
+            "unknown SNMPv3 privacy protocol \"3DES\": expected one of DES",
+        ),
+        (
+            "security_level = \"nopriv\"",
+            "security_level",
+            "unknown SNMPv3 security level \"nopriv\": use noAuthNoPriv, authNoPriv or authPriv",
+        ),
+        (
+            "security_level = \"authNoPirv\"",
+            "security_level",
+            "unknown SNMPv3 security level (not shown: as long as a passphrase, it may be one) (did you mean \"authNoPriv\"?): use",
         ),
         (
             "auth_protocol = \"RIPEMD\", auth_passphrase = \"12345678\"",
