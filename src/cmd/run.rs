@@ -1115,6 +1115,16 @@ fn reload(
                     "SIGHUP: these settings changed but apply only at start; restart to use them (hosts and items are reloaded)"
                 );
             }
+            if let Some((i, n)) = args.plan.shard {
+                let file = cfg.process_shard(None);
+                if file != running.process_shard(None) {
+                    tracing::warn!(
+                        "SIGHUP: daemon.shard changed to \"{}/{}\", but this process keeps --shard {i}/{n} (the command line overrides the file)",
+                        file.0,
+                        file.1
+                    );
+                }
+            }
             let rate = plan.icmp_probe_rate();
             let wanted = wanted(rate);
             if wanted > icmp_threads {
@@ -2649,6 +2659,47 @@ mod tests {
         let (took, log) = reload(&started);
         assert!(took && !log.contains("apply only at start"), "{log}");
         assert_eq!(pending(&shared), "0");
+    }
+
+    /// A reload that changes `daemon.shard` under `run --shard` changes nothing (the
+    /// option overrides the file) and said nothing of it: the operator who moved a
+    /// process's share by the file saw the reload taken and the hosts unmoved.
+    #[test]
+    fn a_reload_says_when_the_command_lines_shard_overrides_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let file = |shard: &str| {
+            format!(
+                "[daemon]\n{shard}\n\
+                 [[host_ranges]]\ncidr = \"127.0.201.32/28\"\nname = \"h-{{ip}}\"\n\
+                 items = [{{ key = \"icmpping\", interval = \"10s\" }}]\n"
+            )
+        };
+        let mut args = Args::of(path.clone());
+        args.plan.shard = Some((0, 1));
+        std::fs::write(&path, file("shard = \"0/2\"")).unwrap();
+        let mut running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
+        let shared = Shared::new(
+            std::mem::take(&mut running.plan),
+            1,
+            Clock::new(),
+            Limits::default(),
+        );
+        let reload = |args: &Args, text: &str| {
+            std::fs::write(&path, text).unwrap();
+            crate::test_util::logged(|| {
+                reloaded(args, &running.cfg, &shared, (&mut Found::default(), &[]))
+            })
+        };
+        let said = "daemon.shard changed to \"1/2\", but this process keeps --shard 0/1";
+        let (took, log) = reload(&args, &file("shard = \"1 / 2\""));
+        assert!(took && log.contains(said), "{log}");
+        // The same share however written, and no --shard: nothing to say.
+        let (took, log) = reload(&args, &file("shard = \"0 /2\""));
+        assert!(took && !log.contains("this process keeps"), "{log}");
+        args.plan.shard = None;
+        let (took, log) = reload(&args, &file("shard = \"1/2\""));
+        assert!(took && !log.contains("this process keeps"), "{log}");
     }
 
     /// A daemon running [`crate::test_util::one_host_past_the_item_limit`]'s file with no
