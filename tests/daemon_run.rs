@@ -9,7 +9,9 @@ mod common;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
-use common::{ch, fake_agent, line_of, netpoller, poll_once_json, scratch, service_env, Daemon};
+use common::{
+    ch, fake_agent, line_of, netpoller, poll_once_json, scratch, service_env, succeeds, Daemon,
+};
 use snmp::VarValue;
 
 fn snmpd_addrs() -> Vec<String> {
@@ -868,6 +870,71 @@ fn a_crash_loses_only_the_trends_values_after_the_last_checkpoint() {
         }
     }
     assert_eq!(checked, 6, "2 hosts × 3 ICMP items");
+    ch(&format!("DROP DATABASE IF EXISTS {db}"));
+}
+
+#[test]
+fn spool_replay_open_hours_writes_the_hours_a_process_left_behind() {
+    // The spool folder of a process that will not start again (a process shard gone
+    // when fewer processes are started) keeps the trends hours its stop saved, which
+    // only a start on that folder takes back. `spool replay` leaves them (its process
+    // may start again); with `--open-hours` it writes them: every value history has of
+    // each item is in trends, in one row per item and hour.
+    let dir = scratch("daemon-trends-left");
+    let db = format!("nptest_trends_left_{}", std::process::id());
+    let cfg_path = dir.join("netpoller.toml");
+    let cfg = config(&db, &dir.join("spool"), &["127.0.76.31", "127.0.76.32"], "");
+    std::fs::write(&cfg_path, cfg).unwrap();
+    let d = Daemon::start(&cfg_path, &["--shard", "0/1"], dir.join("run.log"));
+    d.expect_log("started", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(5));
+    let log = d.log_text();
+    let hour = hour_now();
+    assert!(d.stop().success(), "{log}");
+    let open = dir.join("spool").join("trends-open-hours");
+    assert!(open.exists(), "{log}");
+
+    let replay = |extra: &[&str]| {
+        succeeds(
+            netpoller()
+                .args(["spool", "replay", "-c"])
+                .arg(&cfg_path)
+                .args(extra),
+        )
+        .1
+    };
+    let err = replay(&[]);
+    assert!(open.exists(), "{err}");
+    assert!(err.contains("--open-hours"), "{err}");
+    assert_eq!(trends_hosts_since(&db, hour), Vec::<String>::new());
+
+    let err = replay(&["--open-hours"]);
+    assert!(!open.exists(), "{err}");
+    assert!(
+        err.contains("open trends hour(s) moved into the spool"),
+        "{err}"
+    );
+    for (h, t) in [
+        ("history_uint", "trends_uint"),
+        ("history_dbl", "trends_dbl"),
+    ] {
+        let history = history_by_hour(&db, h);
+        let trends = trends_by_hour(&db, t);
+        assert!(!history.is_empty(), "{h}");
+        assert_eq!(trends.len(), history.len(), "{trends:?}\nvs\n{history:?}");
+        for (t, h) in trends.iter().zip(&history) {
+            assert_eq!(t[..7], h[..7], "itemid, hour, names, min, max, count");
+        }
+        let rows = ch(&format!("SELECT count() FROM {db}.{t} FORMAT TSV"));
+        assert_eq!(
+            rows.trim(),
+            trends.len().to_string(),
+            "{t}: one row per hour"
+        );
+    }
+    // Written once: a second replay finds none.
+    let err = replay(&["--open-hours"]);
+    assert!(err.contains("no open trends hours saved"), "{err}");
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 

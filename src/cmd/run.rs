@@ -1341,7 +1341,7 @@ fn sink_trend<T>(s: poller::trends::Stats<T>) -> sink::Trend<T> {
 
 /// Trend → trends row. `trends_uint` is `Int64` in Glaber's schema: unsigned values
 /// above `i64::MAX` are stored as `i64::MAX`.
-fn trend_row(t: TrendRow) -> (sink::Table, sink::Row) {
+pub(crate) fn trend_row(t: TrendRow) -> (sink::Table, sink::Row) {
     let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let (table, value) = match t.stats {
         TrendStats::Float(s) => (
@@ -1445,7 +1445,7 @@ impl OpenHoursFiles {
                 Ok(r) => tracing::info!(
                     continued = r.continued,
                     written = r.written,
-                    "trends: the hours the last stop saved are taken back (continued: this hour's; written: ended ones, items gone)"
+                    "trends: the hours the last stop saved are taken back (continued: this hour's; written: ended ones, and of items this start does not poll: removed, not discovered yet, or of another process shard)"
                 ),
                 Err(e) => tracing::warn!(path = %self.at_stop.display(), error = %e, "trends: the hours the last stop saved are lost"),
             }

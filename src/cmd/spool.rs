@@ -6,6 +6,7 @@
 //! segment once every record in it is confirmed; it refuses to run while a daemon holds
 //! the same spool directory.
 
+use anyhow::Context as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -40,6 +41,11 @@ pub enum SpoolCommand {
         /// Spool directory (overrides the config's `daemon.spool_dir`).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// Also write the trends hours a stop saved there (`trends-open-hours`), as a
+        /// start without their items would: for the spool of a process that will not
+        /// start again (a shard removed), whose hours nobody else takes back.
+        #[arg(long)]
+        open_hours: bool,
     },
 }
 
@@ -124,7 +130,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 ExitCode::SUCCESS
             })
         }
-        SpoolCommand::Replay { config, dir } => {
+        SpoolCommand::Replay {
+            config,
+            dir,
+            open_hours,
+        } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
@@ -146,6 +156,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 spool.dir = d;
             }
             existing(&spool.dir)?;
+            let saved = spool.dir.join(super::run::OPEN_HOURS_FILE);
+            if open_hours {
+                if !ch.trends {
+                    anyhow::bail!(
+                        "{}: trends are off (clickhouse.trends = false): the open hours are not written",
+                        config.display()
+                    );
+                }
+                match spool_open_hours(&spool, &saved)? {
+                    Some(n) => eprintln!(
+                        "{}: {n} open trends hour(s) moved into the spool",
+                        saved.display()
+                    ),
+                    None => eprintln!("{}: no open trends hours saved", saved.display()),
+                }
+            } else if saved.exists() {
+                eprintln!(
+                    "{}: open trends hours a stop saved, which the next start of its process takes back (left alone; for the spool of a process that will not start again, replay with --open-hours to write them)",
+                    saved.display()
+                );
+            }
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?;
@@ -205,6 +236,57 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+/// Turns the open trends hours a stop saved at `saved` into trends rows appended to the
+/// spool (taking its lock, so not beside the daemon that uses it), then removes the
+/// file: the replay that follows loads them with the rest, and a failed one leaves them
+/// spooled. `None`: there is no such file.
+fn spool_open_hours(
+    spool: &sink::SpoolConfig,
+    saved: &std::path::Path,
+) -> anyhow::Result<Option<usize>> {
+    let bytes = match std::fs::read(saved) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(anyhow::Error::new(e).context(format!("reading {}", saved.display()))),
+    };
+    // A plan without items: every hour is written, as by a start that polls none of them.
+    let mut trends =
+        poller::trends::Trends::new(std::sync::Arc::new(poller::plan::Plan::build(Vec::new())));
+    let hour = poller::engine::clock_now().0 / 3600;
+    let mut rows = Vec::new();
+    trends
+        .restore_open(&bytes, hour, poller::trends::SavedBy::Stop, &mut rows)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", saved.display()))?;
+    let n = rows.len();
+    let mut sp =
+        sink::spool::Spool::open(spool, std::sync::Arc::new(sink::SinkMetrics::default()))?;
+    let limits = sink::batch::Limits {
+        rows: usize::MAX,
+        bytes: usize::MAX,
+        age: std::time::Duration::MAX,
+    };
+    let mut pending =
+        [sink::Table::TrendsDbl, sink::Table::TrendsUint].map(sink::batch::Pending::new);
+    for r in rows {
+        let (table, row) = super::run::trend_row(r);
+        let at = usize::from(table == sink::Table::TrendsUint);
+        pending[at].push(&row, tokio::time::Instant::now, &limits);
+    }
+    for batch in pending.iter_mut().filter_map(sink::batch::Pending::take) {
+        sp.append(&batch)?;
+    }
+    // Synced before the file goes: the hours are in the spool or still in the file.
+    sp.close();
+    drop(sp);
+    crate::fsutil::remove(saved).with_context(|| {
+        format!(
+            "removing {} (its hours are spooled: remove it before its process starts again)",
+            saved.display()
+        )
+    })?;
+    Ok(Some(n))
 }
 
 /// Bytes of the spool's segment files (not descending into `rejected/`).
