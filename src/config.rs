@@ -3424,6 +3424,51 @@ impl Config {
         }
     }
 
+    /// The discovery files the other process shares of `daemon.discovery_file` saved
+    /// (and the one of a single process), newest first, this process's own
+    /// ([`Self::discovery_file`]) left out: where a start after a change of shares
+    /// finds the rows of hosts that moved to it.
+    pub fn other_shares_discovery_files(&self, cli: Option<(u32, u32)>) -> Vec<PathBuf> {
+        let f = &self.daemon.discovery_file;
+        let own = self.discovery_file(cli);
+        let (Some(base), Some(stem)) = (f.file_name(), f.file_stem()) else {
+            return Vec::new();
+        };
+        let (base, stem) = (base.to_string_lossy(), stem.to_string_lossy());
+        let ext = f.extension().map(|e| format!(".{}", e.to_string_lossy()));
+        let is_share = |name: &str| {
+            let Some(rest) = name.strip_prefix(&format!("{stem}.shard-")) else {
+                return false;
+            };
+            let rest = match &ext {
+                Some(ext) => rest.strip_suffix(ext.as_str()),
+                None => Some(rest),
+            };
+            rest.and_then(|r| r.split_once("-of-"))
+                .is_some_and(|(i, n)| i.parse::<u32>().is_ok() && n.parse::<u32>().is_ok())
+        };
+        let folder = match f.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        let Ok(entries) = std::fs::read_dir(folder) else {
+            return Vec::new();
+        };
+        let mut files: Vec<(std::time::SystemTime, PathBuf)> = entries
+            .flatten()
+            .filter(|e| {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                name == base || is_share(&name)
+            })
+            .map(|e| f.with_file_name(e.file_name()))
+            .filter(|p| *p != own)
+            .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+            .collect();
+        files.sort_by(|a, b| b.cmp(a));
+        files.into_iter().map(|(_, p)| p).collect()
+    }
+
     /// Total items over all hosts.
     pub fn item_count(&self) -> usize {
         self.hosts.iter().map(|h| h.items.len()).sum()

@@ -88,6 +88,7 @@ impl PlanArgs {
                         saved
                             .0
                             .retain(|host, _| poller::plan::host_in_process_shard(host, i, n));
+                        self.rows_of_other_shares(&cfg, &mut saved);
                         saved
                     }
                     Err(e) => {
@@ -114,6 +115,39 @@ impl PlanArgs {
             }
         };
         Ok(Ok(self.plan(cfg, text, found)))
+    }
+
+    /// At a start, adds to `saved` (this share's rows) the rows the files of other
+    /// shares hold of this share's hosts that have none in it: after a change of
+    /// shares (another number of processes, a new `daemon.shard`), the hosts that moved
+    /// here are polled at once, as a restart polls its own, not after their walks (a
+    /// host's items missing from the start's plan also had the trends hour the last stop
+    /// saved written at the start, and a second row of it after the walk). The newest
+    /// file that has a host's rows gives them.
+    fn rows_of_other_shares(&self, cfg: &Config, saved: &mut Found) {
+        let (i, n) = cfg.process_shard(self.shard);
+        let wanting = |host: &str| {
+            poller::plan::host_in_process_shard(host, i, n) && !saved.0.contains_key(host)
+        };
+        if !cfg.discovery.iter().any(|t| wanting(&t.host)) {
+            return;
+        }
+        for file in cfg.other_shares_discovery_files(self.shard) {
+            let Ok(other) = crate::discovery::read_file(&file) else {
+                continue;
+            };
+            let mut hosts = 0;
+            for (host, rows) in other.for_rules(&cfg.discovery).0 {
+                if poller::plan::host_in_process_shard(&host, i, n) && !saved.0.contains_key(&host)
+                {
+                    saved.0.insert(host, rows);
+                    hosts += 1;
+                }
+            }
+            if hosts > 0 {
+                tracing::info!(file = %file.display(), hosts, "discovery: rows of hosts new to this process shard taken from another share's file");
+            }
+        }
     }
 
     /// Plans the rows `found` on top of those the loader took before (`applied`), round
@@ -354,6 +388,16 @@ mod tests {
         extra: &[(&str, &str)],
         saved: &[(&str, &str, &str)],
     ) -> (Loaded, String) {
+        start_shard_with_saved_by(shard, shard, extra, saved)
+    }
+
+    /// [`start_shard_with_saved`], the rows saved in the file of share `saved_by`.
+    fn start_shard_with_saved_by(
+        saved_by: Option<(u32, u32)>,
+        shard: Option<(u32, u32)>,
+        extra: &[(&str, &str)],
+        saved: &[(&str, &str, &str)],
+    ) -> (Loaded, String) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("netpoller.toml");
         let daemon = format!(
@@ -379,7 +423,7 @@ mod tests {
         let saved = crate::test_util::found(saved);
         let file = crate::config::load(&args.config)
             .unwrap()
-            .discovery_file(args.shard);
+            .discovery_file(saved_by);
         crate::discovery::write_file(&file, &saved, &targets).unwrap();
         let (loaded, text) = crate::test_util::logged(|| args.load(None));
         (loaded.unwrap().unwrap_or_else(|e| panic!("{e}")), text)
@@ -445,5 +489,32 @@ mod tests {
             mine.len() * 3 * 129,
             "only the share's hosts are planned"
         );
+    }
+
+    /// A start after a change of shares (2 processes, then 3) takes the rows of the
+    /// hosts that moved to its share from the file of the share that had them: they
+    /// are polled at once, as a restart's own hosts are. Before, it read its own
+    /// share's file only, which did not exist: every host waited for its walk, and the
+    /// trends hours of its items that the last stop saved were written at the start,
+    /// then again after the walk (two rows of the hour).
+    #[test]
+    fn a_start_after_a_change_of_shares_takes_its_hosts_rows_from_the_other_files() {
+        let names: Vec<(String, String)> = (1..=8)
+            .map(|i| (format!("a{i}"), format!("127.0.51.{}", 10 + i)))
+            .collect();
+        let extra: Vec<(&str, &str)> = names.iter().map(|(n, ip)| (&n[..], &ip[..])).collect();
+        let saved: Vec<(&str, &str, &str)> = extra.iter().map(|(h, _)| (*h, "if", "1-3")).collect();
+        let (loaded, log) = start_shard_with_saved_by(Some((0, 2)), Some((1, 3)), &extra, &saved);
+        let mine: Vec<(&str, &str, &str)> = saved
+            .iter()
+            .copied()
+            .filter(|(h, _, _)| poller::plan::host_in_process_shard(h, 1, 3))
+            .collect();
+        assert!(!mine.is_empty() && mine.len() < saved.len(), "{mine:?}");
+        assert_eq!(loaded.found, crate::test_util::found(&mine), "{log}");
+        assert!(log.contains("discovered.shard-0-of-2.json"), "{log}");
+        // And back to one process: its file is `discovered.json`.
+        let (loaded, _) = start_shard_with_saved_by(Some((1, 3)), None, &extra, &saved);
+        assert_eq!(loaded.found, crate::test_util::found(&saved));
     }
 }

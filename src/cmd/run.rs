@@ -194,6 +194,14 @@ async fn daemon(
     let applied = found.clone();
     // The rows discovery finds are saved where this start read them, until a restart.
     let discovery_file = cfg.discovery_file(args.plan.shard);
+    if !found.0.is_empty() && !discovery_file.exists() {
+        // Rows of the other shares' files (the shares changed): saved under this
+        // share's name now, not only once a walk changes them (the next start of this
+        // share finds them, whatever becomes of the others' files).
+        if let Err(e) = crate::discovery::write_file(&discovery_file, &found, &cfg.discovery) {
+            tracing::warn!(error = %format!("{e:#}"), "discovery: the rows found could not be saved (a restart walks every host again)");
+        }
+    }
     let found = Arc::new(Mutex::new(found));
     let discovery_metrics = Arc::new(DiscoveryMetrics::default());
     let (targets_tx, targets_rx) = watch::channel(cfg.discovery.clone());
