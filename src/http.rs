@@ -83,7 +83,8 @@ pub async fn bind(addr: &str) -> anyhow::Result<TcpListener> {
         let hint = match e.kind() {
             std::io::ErrorKind::AddrInUse => {
                 ": address already in use (another netpoller or exporter on this port? \
-                 choose another daemon.metrics_listen)"
+                 choose another daemon.metrics_listen, or run --metrics-listen for one \
+                 of several processes sharing the file)"
             }
             std::io::ErrorKind::PermissionDenied => {
                 ": permission denied (ports below 1024 need CAP_NET_BIND_SERVICE)"

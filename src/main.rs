@@ -384,6 +384,64 @@ mod tests {
         }
     }
 
+    /// The shard template's drop-in (packaging/netpoller@.service.d/shard.conf) runs
+    /// command lines netpoller takes, for an instance `0-4` (`%I` is `0/4`), and
+    /// systemd reads it with the unit under the template's name (`systemd-analyze
+    /// verify`: an unknown key, a bad value; the binary itself is not installed here,
+    /// which is all it may say).
+    #[test]
+    fn the_shard_template_runs_command_lines_netpoller_takes_and_systemd_reads() {
+        use clap::Parser;
+        let dropin = crate::test_util::doc("packaging/netpoller@.service.d/shard.conf");
+        let lines: Vec<&str> = (dropin.lines())
+            .filter_map(|l| {
+                l.strip_prefix("ExecStart=")
+                    .or(l.strip_prefix("ExecStartPre="))
+            })
+            .filter(|l| !l.is_empty())
+            .collect();
+        assert_eq!(lines.len(), 2, "{dropin}");
+        for line in lines {
+            let line = line.replace("%I", "0/4").replace("%i", "0-4");
+            let args: Vec<&str> = line.split(' ').collect();
+            assert_eq!(args[0], "/usr/local/bin/netpoller", "{line}");
+            let cli = super::Cli::try_parse_from(&args).unwrap_or_else(|e| panic!("{line}: {e}"));
+            match cli.command {
+                super::Command::Run(a) => {
+                    assert_eq!(a.plan.shard, Some((0, 4)));
+                    assert_eq!(
+                        a.daemon.spool_dir.unwrap(),
+                        std::path::Path::new("/var/lib/netpoller/0-4/spool")
+                    );
+                    assert!(a
+                        .daemon
+                        .discovery_file
+                        .unwrap()
+                        .starts_with("/var/lib/netpoller/0-4/"));
+                }
+                super::Command::CheckConfig(a) => assert_eq!(a.shard, Some((0, 4))),
+                _ => panic!("{line}"),
+            }
+        }
+        let units = tempfile::tempdir().unwrap();
+        let dir = units.path().join("netpoller@.service.d");
+        std::fs::create_dir(&dir).unwrap();
+        let unit = crate::test_util::doc("packaging/netpoller.service");
+        std::fs::write(units.path().join("netpoller@.service"), unit).unwrap();
+        std::fs::write(dir.join("shard.conf"), &dropin).unwrap();
+        let out = std::process::Command::new("systemd-analyze")
+            .args(["verify", "--man=no", "netpoller@0-4.service"])
+            .env("SYSTEMD_UNIT_PATH", format!("{}:", units.path().display()))
+            .output()
+            .expect("systemd-analyze (Debian's systemd)");
+        let said = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
+        let other: Vec<&str> = (said.lines())
+            .filter(|l| !l.contains("Command /usr/local/bin/netpoller is not executable"))
+            .collect();
+        assert!(other.is_empty(), "{said}");
+    }
+
     /// packaging/README.md names each file setting whose path the daemon writes, and
     /// must have under the unit's only writable directory: it named `daemon.spool_dir`
     /// alone, and a `daemon.discovery_file` elsewhere was never saved (each restart

@@ -445,6 +445,94 @@ fn process_shards_poll_every_host_exactly_once() {
     );
 }
 
+/// Two process shards of ONE file on one machine, as packaging/netpoller@.service.d
+/// runs them: each with its own spool (`--spool-dir`) and metrics port
+/// (`--metrics-listen`, or `$NETPOLLER_METRICS_LISTEN` from a drop-in), the file's
+/// left unused. Without the options the second one could not start (the first holds
+/// the spool and the port; docs/production.md had said a drop-in per instance would
+/// do, which no setting allowed).
+#[test]
+fn process_shards_of_one_file_take_their_spool_and_metrics_port_from_the_command_line() {
+    use std::net::Ipv4Addr;
+    let dir = scratch("daemon-shards-one-file");
+    let ip = Ipv4Addr::new(127, 0, 212, 1);
+    let [file_port, port_a, port_b] = [0; 3].map(|_| common::free_port_on(ip));
+    let cfg_path = dir.join("shards.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[daemon]\nmetrics_listen = \"{ip}:{file_port}\"\nspool_dir = \"{}\"\ndiscovery_file = \"{}\"\n\
+             [icmp]\ntimeout = \"300ms\"\npackets = 1\n\
+             [[host_ranges]]\ncidr = \"127.0.212.16/28\"\nname = \"cpe-{{ip}}\"\n\
+             items = [ {{ key = \"icmpping\", interval = \"1s\" }} ]\n",
+            dir.join("spool").display(),
+            dir.join("discovered.json").display(),
+        ),
+    )
+    .unwrap();
+    let spool = |s: &str| dir.join(format!("spool-{s}"));
+    let (a_spool, b_spool) = (spool("a"), spool("b"));
+    let a = Daemon::start(
+        &cfg_path,
+        &[
+            "--shard",
+            "0/2",
+            "--spool-dir",
+            a_spool.to_str().unwrap(),
+            "--metrics-listen",
+            &format!("{ip}:{port_a}"),
+        ],
+        dir.join("a.log"),
+    );
+    let b_listen = format!("{ip}:{port_b}");
+    let b = Daemon::start_env(
+        &cfg_path,
+        &["--shard", "1/2", "--spool-dir", b_spool.to_str().unwrap()],
+        dir.join("b.log"),
+        &[("NETPOLLER_METRICS_LISTEN", b_listen.as_ref())],
+    );
+    for d in [&a, &b] {
+        d.expect_log("started", Duration::from_secs(20));
+    }
+    // A few sweeps of each share.
+    std::thread::sleep(Duration::from_secs(3));
+    for port in [port_a, port_b] {
+        let (code, body) = common::http_get_from(ip, port, "/metrics")
+            .unwrap_or_else(|| panic!("nothing answers on {ip}:{port}"));
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("netpoller_values_total"), "{body}");
+    }
+    assert!(
+        common::http_get_from(ip, file_port, "/metrics").is_none(),
+        "the file's metrics_listen is not used"
+    );
+    for d in [a, b] {
+        let log = d.log_text();
+        assert!(d.stop().success(), "{log}");
+    }
+    assert!(
+        !dir.join("spool").exists(),
+        "the file's spool_dir is not used"
+    );
+    // Each spool holds its share's values, the two every host.
+    let hosts = |spool: &std::path::Path| -> HashSet<String> {
+        let (out, _) = succeeds(
+            netpoller()
+                .args(["spool", "dump", "-c"])
+                .arg(&cfg_path)
+                .arg("--dir")
+                .arg(spool),
+        );
+        out.lines()
+            .map(|l| l.split('\t').nth(4).unwrap().to_string())
+            .collect()
+    };
+    let (in_a, in_b) = (hosts(&a_spool), hosts(&b_spool));
+    assert!(!in_a.is_empty() && !in_b.is_empty(), "{in_a:?} {in_b:?}");
+    assert!(in_a.is_disjoint(&in_b), "{in_a:?} {in_b:?}");
+    assert_eq!(in_a.len() + in_b.len(), 14, "a /28 has 14 host addresses");
+}
+
 #[test]
 fn hosts_the_driver_cannot_probe_get_unsupported_items_not_zeros() {
     // One sweep can hold at most 65,536 probes to one address (their sequence numbers

@@ -37,6 +37,62 @@ pub struct PlanArgs {
     /// queued behind each other (late iterations until the restart).
     #[arg(skip)]
     pub started_icmp_batch_hosts: Option<usize>,
+    /// `run`'s `--metrics-listen` and `--spool-dir`: set in every config it loads (its
+    /// start's, its reloads' and re-plans'), so that a reload compares like with like
+    /// and warns of no change the command line keeps from applying.
+    #[arg(skip)]
+    pub daemon: DaemonOverrides,
+}
+
+/// The `[daemon]` settings `run`'s command line overrides: those each of several
+/// processes sharing one file on one machine must have its own of (the discovery file
+/// is named by the share already).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DaemonOverrides {
+    /// Listen for `/metrics` and `/healthz` here instead of `daemon.metrics_listen`
+    /// (`""`: no endpoint): one port per process when several (`--shard`) share one
+    /// file on one machine (packaging/README.md, a drop-in per instance).
+    #[arg(
+        long,
+        value_name = "IP:PORT",
+        env = "NETPOLLER_METRICS_LISTEN",
+        value_parser = metrics_address
+    )]
+    pub metrics_listen: Option<String>,
+    /// Spool here instead of `daemon.spool_dir` (and keep there the trends hours a stop
+    /// saves): each of several processes sharing one file on one machine needs its own.
+    #[arg(long, value_name = "DIR")]
+    pub spool_dir: Option<PathBuf>,
+    /// Keep the rows discovery finds here instead of `daemon.discovery_file` (named by
+    /// the share, as that is: `--shard 1/4` saves `NAME.shard-1-of-4.json`).
+    #[arg(long, value_name = "FILE")]
+    pub discovery_file: Option<PathBuf>,
+}
+
+impl DaemonOverrides {
+    /// `cfg` with the settings given here in place of its file's.
+    fn apply(&self, cfg: &mut Config) {
+        if let Some(m) = &self.metrics_listen {
+            cfg.daemon.metrics_listen.clone_from(m);
+        }
+        if let Some(d) = &self.spool_dir {
+            cfg.daemon.spool_dir.clone_from(d);
+        }
+        if let Some(f) = &self.discovery_file {
+            cfg.daemon.discovery_file.clone_from(f);
+        }
+    }
+}
+
+/// `--metrics-listen`: `""` or an address the endpoint can bind, as the file's
+/// `daemon.metrics_listen` is checked.
+fn metrics_address(s: &str) -> Result<String, String> {
+    match s.is_empty() || s.parse::<std::net::SocketAddr>().is_ok() {
+        true => Ok(s.to_string()),
+        false => Err(format!(
+            "{s:?} is not an IP:port address (e.g. 127.0.0.1:9465; \"\": no endpoint)"
+        )),
+    }
 }
 
 impl PlanArgs {
@@ -47,6 +103,7 @@ impl PlanArgs {
             config,
             shard: None,
             started_icmp_batch_hosts: None,
+            daemon: DaemonOverrides::default(),
         }
     }
 
@@ -70,6 +127,9 @@ impl PlanArgs {
             Ok(c) => c,
             Err(e) => return Ok(Err(e)),
         };
+        // (Before the discovery file is read; the configs parsed again below get them
+        // in `plan`.)
+        self.daemon.apply(&mut cfg);
         let found = match found {
             Some(f) => f.clone(),
             None if cfg.discovery.is_empty() => none,
@@ -175,6 +235,7 @@ impl PlanArgs {
     }
 
     fn plan(&self, mut cfg: Config, text: Arc<str>, found: Found) -> Loaded {
+        self.daemon.apply(&mut cfg);
         // The file's value stays in `cfg` (a reload names it as changed).
         let asked = cfg.daemon.icmp_batch_hosts;
         if let Some(started) = self.started_icmp_batch_hosts {
@@ -427,6 +488,53 @@ mod tests {
         crate::discovery::write_file(&file, &saved, &targets).unwrap();
         let (loaded, text) = crate::test_util::logged(|| args.load(None));
         (loaded.unwrap().unwrap_or_else(|e| panic!("{e}")), text)
+    }
+
+    /// `run --discovery-file` (and `--spool-dir`, `--metrics-listen`) stand for the
+    /// file's settings from the start on: the rows saved at the command line's path
+    /// are the ones a start plans, not those of the file's `discovery_file`.
+    #[test]
+    fn the_command_lines_daemon_settings_stand_for_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let daemon = format!(
+            "discovery_file = \"{}/discovered.json\"",
+            dir.path().display()
+        );
+        std::fs::write(
+            &path,
+            crate::test_util::one_host_past_the_item_limit(&daemon),
+        )
+        .unwrap();
+        let bare = PlanArgs::of(path.clone());
+        let targets = bare
+            .load(Some(&Found::default()))
+            .unwrap()
+            .unwrap()
+            .cfg
+            .discovery;
+        let saved = crate::test_util::found(&[("small", "if", "1-3")]);
+        let own = dir.path().join("shard-state").join("rows.json");
+        std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+        crate::discovery::write_file(&own, &saved, &targets).unwrap();
+        let mut args = PlanArgs::of(path);
+        args.daemon = DaemonOverrides {
+            metrics_listen: Some(String::new()),
+            spool_dir: Some(dir.path().join("shard-state").join("spool")),
+            discovery_file: Some(own.clone()),
+        };
+        let loaded = args.load(None).unwrap().unwrap();
+        assert_eq!(loaded.found, saved);
+        assert_eq!(loaded.cfg.daemon.discovery_file, own);
+        assert_eq!(loaded.cfg.daemon.metrics_listen, "");
+        assert_eq!(
+            loaded.cfg.daemon.spool_dir,
+            dir.path().join("shard-state/spool")
+        );
+        // Without them: the file's, where nothing was saved.
+        let loaded = bare.load(None).unwrap().unwrap();
+        assert_eq!(loaded.found, Found::default());
+        assert_eq!(loaded.cfg.daemon.metrics_listen, "127.0.0.1:9464");
     }
 
     /// A start whose saved rows of one host take the file past the loader's item

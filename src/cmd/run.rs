@@ -42,6 +42,8 @@ pub struct Args {
     /// capability. Overrides `daemon.user`.
     #[arg(long, value_name = "NAME")]
     pub user: Option<String>,
+    #[command(flatten)]
+    pub daemon: super::DaemonOverrides,
 }
 
 impl Args {
@@ -51,12 +53,14 @@ impl Args {
         Args {
             plan: super::PlanArgs::of(config),
             user: None,
+            daemon: super::DaemonOverrides::default(),
         }
     }
 }
 
 pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     // SIGHUP is held back already: `main` holds it before it reads the command line.
+    args.plan.daemon = args.daemon.clone();
     let super::Loaded {
         cfg,
         plan,
@@ -2708,6 +2712,53 @@ mod tests {
         args.plan.shard = None;
         let (took, log) = reload(&args, &file("shard = \"1/2\""));
         assert!(took && !log.contains("this process keeps"), "{log}");
+    }
+
+    /// A daemon whose command line overrides `daemon.metrics_listen` and
+    /// `daemon.spool_dir` compares a reloaded file's settings with its own as
+    /// overridden: a file that changes them asks for no restart, which would change
+    /// nothing (the command line's stand), and the reloaded config keeps them.
+    #[test]
+    fn a_reload_under_the_command_lines_daemon_settings_asks_for_no_restart_for_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("netpoller.toml");
+        let file = |port: u16, spool: &str| {
+            format!(
+                "[daemon]\nmetrics_listen = \"127.0.201.1:{port}\"\nspool_dir = \"{spool}\"\n\
+                 [[hosts]]\nname = \"h\"\nip = \"127.0.201.33\"\n\
+                 items = [{{ key = \"icmpping\", interval = \"10s\" }}]\n"
+            )
+        };
+        std::fs::write(&path, file(9464, "./spool")).unwrap();
+        let mut args = Args::of(path.clone());
+        args.plan.daemon = super::super::DaemonOverrides {
+            metrics_listen: Some("127.0.201.1:9470".into()),
+            spool_dir: Some(dir.path().join("own-spool")),
+            discovery_file: None,
+        };
+        let mut running = args.plan.load(Some(&Found::default())).unwrap().unwrap();
+        let shared = Shared::new(
+            std::mem::take(&mut running.plan),
+            1,
+            Clock::new(),
+            Limits::default(),
+        );
+        std::fs::write(&path, file(9465, "./other-spool")).unwrap();
+        let (reloaded, log) = crate::test_util::logged(|| {
+            reload(
+                &args,
+                &running.cfg,
+                &shared,
+                1,
+                |_| 1,
+                &AtomicBool::new(false),
+                (&mut Found::default(), &[]),
+            )
+        });
+        let reloaded = reloaded.unwrap_or_else(|| panic!("{log}"));
+        assert!(!log.contains("apply only at start"), "{log}");
+        assert_eq!(reloaded.cfg.daemon.metrics_listen, "127.0.201.1:9470");
+        assert_eq!(reloaded.cfg.daemon.spool_dir, dir.path().join("own-spool"));
     }
 
     /// A daemon running [`crate::test_util::one_host_past_the_item_limit`]'s file with no
