@@ -1207,6 +1207,190 @@ async fn snmpv3_replies_failing_authentication_or_decryption_say_so_on_timeout()
     assert!(st.not_response >= 2, "{st:?}");
 }
 
+/// A real snmpd of the test's own that keeps its state as a device does: engine ID,
+/// snmpEngineBoots and its users' localized keys in a persistent folder it reads back
+/// at each start (no `-C`; `SNMPCONFPATH` names only its config and that folder), so a
+/// restart is a reboot (boots + 1, engineTime from 0) and a restart without the folder
+/// a replacement (a new engine ID). Killed, its folder removed, on drop.
+struct RebootingAgent {
+    addr: SocketAddr,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl RebootingAgent {
+    fn new(addr: SocketAddr) -> RebootingAgent {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "rebooting-snmpd-{}-{}",
+            std::process::id(),
+            addr.port()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("conf")).unwrap();
+        std::fs::write(
+            dir.join("conf/snmpd.conf"),
+            format!(
+                "rocommunity public 127.0.0.0/8\nmaster no\n\
+                 createUser np-shaaes SHA {V3_AUTH_PASS} AES {V3_PRIV_PASS}\n\
+                 createUser np-md5 MD5 {V3_AUTH_PASS}\n\
+                 rouser np-shaaes priv .1\nrouser np-md5 auth .1\n"
+            ),
+        )
+        .unwrap();
+        RebootingAgent {
+            addr,
+            dir,
+            child: None,
+        }
+    }
+
+    fn start(&mut self) {
+        let state = self.dir.join("state");
+        let child = Command::new("/usr/sbin/snmpd")
+            .env(
+                "SNMPCONFPATH",
+                format!("{}:{}", self.dir.join("conf").display(), state.display()),
+            )
+            .env("SNMP_PERSISTENT_DIR", &state)
+            .args(["-f", "-Lf"])
+            .arg(self.dir.join("snmpd.log"))
+            .arg("-p")
+            .arg(self.dir.join("snmpd.pid"))
+            .arg(format!("udp:{}", self.addr))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start snmpd");
+        self.child = Some(child);
+        // Ready when it answers a plain GET (bounded wait).
+        let t = Instant::now();
+        while !Command::new("snmpget")
+            .args(["-m", "", "-t", "0.3", "-r", "0", "-v2c", "-c", "public"])
+            .arg(self.addr.to_string())
+            .arg(".1.3.6.1.2.1.1.3.0")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "own snmpd on {} did not start",
+                self.addr
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGTERM, as a shutdown: snmpd saves its state, and is waited for.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: kill(2) on the pid of a child not waited for yet.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            child.wait().unwrap();
+        }
+    }
+
+    /// The device is replaced: its successor has no state, so another engine ID.
+    fn replace(&mut self) {
+        self.stop();
+        std::fs::remove_dir_all(self.dir.join("state")).unwrap();
+        self.start();
+    }
+}
+
+impl Drop for RebootingAgent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One iteration of `jobs` (snmpEngineID.0, snmpEngineBoots.0, sysUpTime.0 each), every
+/// value read: the engine ID and boots they all read alike, and the iteration's stats.
+async fn engine_and_boots(
+    driver: &mut SnmpDriver,
+    jobs: &[SnmpHostJob],
+) -> ((Vec<u8>, i64), snmp::Stats) {
+    let (res, report) = run(driver, jobs).await;
+    let read: Vec<(Vec<u8>, i64)> = res
+        .iter()
+        .map(|r| match (&r[&0], &r[&1], &r[&2]) {
+            (
+                Ok(VarValue::OctetString(id)),
+                Ok(VarValue::Integer(boots)),
+                Ok(VarValue::TimeTicks(_)),
+            ) => (id.clone(), *boots),
+            other => panic!("{other:?} ({report:?})"),
+        })
+        .collect();
+    assert!(read.iter().all(|r| *r == read[0]), "{read:?}");
+    assert_eq!(report.stats.hosts_timed_out, 0, "{report:?}");
+    (read[0].clone(), report.stats)
+}
+
+/// A real net-snmp agent rebooted (its state kept: snmpEngineBoots + 1, engineTime
+/// from 0) and then replaced (a new engine ID) between iterations: the driver's next
+/// iteration gets every value, v3 (authPriv SHA + AES, authNoPriv MD5) as v2c, from the
+/// agent's Reports (notInTimeWindow: its clock is taken; unknownEngineID: it is
+/// discovered again), with the engine it kept in between.
+#[tokio::test(flavor = "current_thread")]
+async fn snmpv3_polls_resume_after_the_agent_reboots_or_is_replaced() {
+    let addr = SocketAddr::from(([127, 0, 124, 12], 16161));
+    let mut agent = RebootingAgent::new(addr);
+    agent.start();
+    // snmpEngineID.0, snmpEngineBoots.0, sysUpTime.0
+    let oids: Vec<Oid> = [
+        "1.3.6.1.6.3.10.2.1.1.0",
+        "1.3.6.1.6.3.10.2.1.2.0",
+        "1.3.6.1.2.1.1.3.0",
+    ]
+    .iter()
+    .map(|o| o.parse().unwrap())
+    .collect();
+    let jobs = [
+        v3_job(addr, V3_USERS[3], V3_AUTH_PASS, oids.clone()).0,
+        v3_job(
+            addr,
+            ("np-md5", Some("MD5"), None),
+            V3_AUTH_PASS,
+            oids.clone(),
+        )
+        .0,
+        job(addr, "public", oids),
+    ];
+    let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+    let not_in_time = snmp::v3::ReportKind::NotInTimeWindow.index();
+    let unknown_engine = snmp::v3::ReportKind::UnknownEngineId.index();
+
+    let ((engine, boots), st) = engine_and_boots(&mut driver, &jobs).await;
+    assert_eq!(st.discoveries, 2, "{st:?}");
+
+    // Rebooted: the same engine, one boot more; each user's request is out of its time
+    // window, and the authenticated Report's clock lets it through. No discovery.
+    agent.stop();
+    agent.start();
+    let ((engine2, boots2), st) = engine_and_boots(&mut driver, &jobs).await;
+    assert_eq!((&engine2, boots2), (&engine, boots + 1));
+    assert_eq!(st.discoveries, 0, "{st:?}");
+    assert_eq!(st.refusals[not_in_time], 2, "{st:?}");
+
+    // Replaced: another engine ID, boots from 1; each user discovers it again.
+    agent.replace();
+    let ((engine3, boots3), st) = engine_and_boots(&mut driver, &jobs).await;
+    assert_ne!(engine3, engine);
+    assert_eq!(boots3, 1);
+    assert_eq!(st.refusals[unknown_engine], 2, "{st:?}");
+    assert_eq!(st.discoveries, 2, "{st:?}");
+    let kept = driver.memory().engine(&addr).expect("engine kept");
+    assert_eq!(kept.id(), &engine3[..]);
+
+    // And the iteration after goes straight through: no Report, no discovery.
+    let (_, st) = engine_and_boots(&mut driver, &jobs).await;
+    assert_eq!((st.reports, st.discoveries), (0, 0), "{st:?}");
+}
+
 /// A plan of one SNMP item per host, `h0`, `h1`, ... for `hosts` (agent address,
 /// community, OID, timeout), each due once.
 fn snmp_plan(
