@@ -18,20 +18,17 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NP="${NP:-$ROOT/target/release/netpoller}"
 WORK="${WORK:-$ROOT/target/spool_outage}"
+# shellcheck source=benches/private_clickhouse.sh
+. "$ROOT/benches/private_clickhouse.sh"
 CIDR="${CIDR:-127.64.0.0/17}"
 WARMUP="${WARMUP:-120}"
 OUTAGE="${OUTAGE:-480}"
 AFTER="${AFTER:-60}"
 MAX_REPLAY="${MAX_REPLAY:-900}"
 SPOOL_MAX="${SPOOL_MAX:-}"
-CH_ADDR=127.0.213.1
-CH_HTTP=28213
-CH_TCP=29213
 METRICS="$CH_ADDR:29464"
 DB=spool_outage
-CH_BIN=/usr/sbin/clickhouse-server
 
-CH_PID=""
 NP_PID=""
 SAMPLER_PID=""
 log() { printf '%s spool_outage: %s\n' "$(date -u +%T)" "$*" >&2; }
@@ -43,67 +40,6 @@ cleanup() {
     rm -rf "$WORK/ch"
 }
 trap cleanup EXIT
-
-q() { curl -sS --fail-with-body "http://$CH_ADDR:$CH_HTTP/" --data-binary "$1"; }
-
-start_ch() {
-    local d="$WORK/ch" i
-    mkdir -p "$d"/{data,tmp,user_files,format_schemas,log}
-    cat >"$d/config.xml" <<EOF
-<?xml version="1.0"?>
-<yandex>
-    <logger><level>warning</level><log>$d/log/server.log</log><errorlog>$d/log/err.log</errorlog><size>50M</size><count>2</count></logger>
-    <listen_host>$CH_ADDR</listen_host>
-    <http_port>$CH_HTTP</http_port>
-    <tcp_port>$CH_TCP</tcp_port>
-    <max_connections>256</max_connections>
-    <keep_alive_timeout>3</keep_alive_timeout>
-    <max_concurrent_queries>100</max_concurrent_queries>
-    <mark_cache_size>268435456</mark_cache_size>
-    <path>$d/data/</path>
-    <tmp_path>$d/tmp/</tmp_path>
-    <user_files_path>$d/user_files/</user_files_path>
-    <format_schema_path>$d/format_schemas/</format_schema_path>
-    <users_config>$d/users.xml</users_config>
-    <default_profile>default</default_profile>
-    <default_database>default</default_database>
-    <timezone>UTC</timezone>
-    <mlock_executable>false</mlock_executable>
-</yandex>
-EOF
-    cat >"$d/users.xml" <<'EOF'
-<?xml version="1.0"?>
-<yandex>
-    <profiles><default><max_memory_usage>4000000000</max_memory_usage></default></profiles>
-    <users><default><password></password><networks><ip>127.0.0.0/8</ip></networks>
-        <profile>default</profile><quota>default</quota></default></users>
-    <quotas><default><interval><duration>3600</duration><queries>0</queries><errors>0</errors>
-        <result_rows>0</result_rows><read_rows>0</read_rows><execution_time>0</execution_time>
-    </interval></default></quotas>
-</yandex>
-EOF
-    (cd "$d" && exec setsid "$CH_BIN" --config-file="$d/config.xml" </dev/null >>"$d/log/stdout.log" 2>&1) &
-    CH_PID=$!
-    for ((i = 0; i < 120; i++)); do
-        q "SELECT 1" >/dev/null 2>&1 && return 0
-        sleep 0.5
-    done
-    log "ClickHouse did not start"
-    exit 1
-}
-
-stop_ch() {
-    local i
-    [[ -n $CH_PID ]] || return 0
-    kill -TERM "$CH_PID" 2>/dev/null || true
-    for ((i = 0; i < 300; i++)); do
-        kill -0 "$CH_PID" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$CH_PID" 2>/dev/null || true
-    wait "$CH_PID" 2>/dev/null || true
-    CH_PID=""
-}
 
 metric() { # NAME: the sum of every series of that metric in $WORK/m
     awk -v n="$1" '$1 == n || index($1, n "{") == 1 { s += $NF } END { printf "%.0f", s }' "$WORK/m.$2"
