@@ -37,16 +37,18 @@ pub struct PlanArgs {
     /// queued behind each other (late iterations until the restart).
     #[arg(skip)]
     pub started_icmp_batch_hosts: Option<usize>,
-    /// `run`'s `--metrics-listen` and `--spool-dir`: set in every config it loads (its
-    /// start's, its reloads' and re-plans'), so that a reload compares like with like
-    /// and warns of no change the command line keeps from applying.
+    /// `run`'s `--metrics-listen`, `--spool-dir` and `--discovery-file`: set in every
+    /// config it loads (its start's, its reloads' and re-plans'), so that a reload
+    /// compares like with like and warns of no change the command line keeps from
+    /// applying.
     #[arg(skip)]
     pub daemon: DaemonOverrides,
 }
 
 /// The `[daemon]` settings `run`'s command line overrides: those each of several
 /// processes sharing one file on one machine must have its own of (the discovery file
-/// is named by the share already).
+/// gets the share's name by itself; its folder may have to be the process's own, as in
+/// the packaged template, whose instances run as users of their own).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DaemonOverrides {
     /// Listen for `/metrics` and `/healthz` here instead of `daemon.metrics_listen`
@@ -186,10 +188,10 @@ impl PlanArgs {
     /// file that has a host's rows gives them.
     fn rows_of_other_shares(&self, cfg: &Config, saved: &mut Found) {
         let (i, n) = cfg.process_shard(self.shard);
-        let wanting = |host: &str| {
+        let wanting = |saved: &Found, host: &str| {
             poller::plan::host_in_process_shard(host, i, n) && !saved.0.contains_key(host)
         };
-        if !cfg.discovery.iter().any(|t| wanting(&t.host)) {
+        if !cfg.discovery.iter().any(|t| wanting(saved, &t.host)) {
             return;
         }
         for file in cfg.other_shares_discovery_files(self.shard) {
@@ -198,8 +200,7 @@ impl PlanArgs {
             };
             let mut hosts = 0;
             for (host, rows) in other.for_rules(&cfg.discovery).0 {
-                if poller::plan::host_in_process_shard(&host, i, n) && !saved.0.contains_key(&host)
-                {
+                if wanting(saved, &host) {
                     saved.0.insert(host, rows);
                     hosts += 1;
                 }
