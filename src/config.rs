@@ -1436,6 +1436,20 @@ impl<'de> serde::Deserializer<'de> for FieldNames {
     }
 }
 
+/// The file of process share `(i, n)` for `f`: `f` itself for a single process, else
+/// `NAME.shard-I-of-N.EXT` beside it.
+fn share_file(f: &std::path::Path, (i, n): (u32, u32)) -> PathBuf {
+    if n == 1 {
+        return f.to_path_buf();
+    }
+    let stem = f.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match f.extension() {
+        Some(ext) => format!("{stem}.shard-{i}-of-{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}.shard-{i}-of-{n}"),
+    };
+    f.with_file_name(name)
+}
+
 /// The one of `expected` that `key` is a typo of (at most one edit per three letters).
 fn closest<'a>(key: &str, expected: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     expected
@@ -3410,18 +3424,7 @@ impl Config {
     /// with `.shard-I-of-N` before its extension: processes sharing one config and
     /// folder must not overwrite each other's rows.
     pub fn discovery_file(&self, cli: Option<(u32, u32)>) -> PathBuf {
-        let f = &self.daemon.discovery_file;
-        match self.process_shard(cli) {
-            (_, 1) => f.clone(),
-            (i, n) => {
-                let stem = f.file_stem().unwrap_or_default().to_string_lossy();
-                let name = match f.extension() {
-                    Some(ext) => format!("{stem}.shard-{i}-of-{n}.{}", ext.to_string_lossy()),
-                    None => format!("{stem}.shard-{i}-of-{n}"),
-                };
-                f.with_file_name(name)
-            }
-        }
+        share_file(&self.daemon.discovery_file, self.process_shard(cli))
     }
 
     /// The discovery files the other process shares of `daemon.discovery_file` saved
@@ -3435,17 +3438,15 @@ impl Config {
             return Vec::new();
         };
         let (base, stem) = (base.to_string_lossy(), stem.to_string_lossy());
-        let ext = f.extension().map(|e| format!(".{}", e.to_string_lossy()));
+        // A name [`share_file`] gives for the share it names.
         let is_share = |name: &str| {
             let Some(rest) = name.strip_prefix(&format!("{stem}.shard-")) else {
                 return false;
             };
-            let rest = match &ext {
-                Some(ext) => rest.strip_suffix(ext.as_str()),
-                None => Some(rest),
-            };
-            rest.and_then(|r| r.split_once("-of-"))
-                .is_some_and(|(i, n)| i.parse::<u32>().is_ok() && n.parse::<u32>().is_ok())
+            let shard = (rest.split('.').next())
+                .and_then(|s| s.split_once("-of-"))
+                .and_then(|(i, n)| Some((i.parse().ok()?, n.parse().ok()?)));
+            shard.is_some_and(|s| share_file(f, s).file_name() == Some(name.as_ref()))
         };
         let folder = match f.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
