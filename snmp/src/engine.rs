@@ -72,7 +72,7 @@ use crate::message::{
     Version,
 };
 use crate::oid::Oid;
-use crate::v3::{self, Answer, Engine, ReportKind, UsmUser, V3Message, V3Refusal};
+use crate::v3::{self, Answer, Engine, ReportKind, Resync, UsmUser, V3Message, V3Refusal};
 use crate::value::VarValue;
 use crate::DecodeError;
 
@@ -1760,27 +1760,21 @@ impl<'j> Iteration<'j> {
             self.after_progress(host);
             return;
         }
-        let resync = match kind {
-            // Authenticated: the engine tells us its clock (our estimate drifted, or it
-            // rebooted). Unauthenticated, it could be anyone's word.
-            ReportKind::NotInTimeWindow if authentic => {
+        // The rule, and why, are ReportKind::resync's (the walker follows it too).
+        let resync = match kind.resync(authentic) {
+            Some(Resync::Clock) => {
                 if let Some(e) = u.engine.as_mut() {
                     e.set_clock(msg.boots, msg.time, now);
                 }
                 u.generation += 1;
                 true
             }
-            // The agent has another engine now (replaced, or its engine ID reset); or
-            // its clock differs but it did not authenticate its report (against RFC
-            // 3414 §3.2 7a): rediscover it, as a discovery's report is taken
-            // unauthenticated anyway (kept, the stale clock would fail every later
-            // iteration the same way).
-            ReportKind::UnknownEngineId | ReportKind::NotInTimeWindow => {
+            Some(Resync::Rediscover) => {
                 u.engine = None;
                 u.generation += 1;
                 true
             }
-            _ => false,
+            None => false,
         };
         let again = resync && u.resyncs_left > 0;
         if again {

@@ -936,6 +936,16 @@ pub enum ReportKind {
     Other,
 }
 
+/// How a requester resynchronizes with an agent's engine after a Report
+/// ([`ReportKind::resync`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resync {
+    /// Take the engine's boots and time from the (authenticated) Report.
+    Clock,
+    /// Forget the engine and discover it again.
+    Rediscover,
+}
+
 /// usmStats (1.3.6.1.6.3.15.1.1) as BER contents, without the last two arcs.
 const USM_STATS: &[u8] = &[0x2b, 6, 1, 6, 3, 15, 1, 1];
 
@@ -972,6 +982,24 @@ impl ReportKind {
                 _ => ReportKind::Other,
             },
             _ => ReportKind::Other,
+        }
+    }
+
+    /// What a requester does after this Report to a request of its own, when the
+    /// agent `authentic`ated it (the engine's rule, [`crate::Iteration`]'s; the walker
+    /// follows it): an authenticated notInTimeWindow tells the engine's clock (our
+    /// estimate drifted, or the agent rebooted: take its boots and time); an
+    /// unknownEngineID says the agent has another engine now (replaced, or its engine
+    /// ID reset), and an unauthenticated notInTimeWindow that its clock differs without
+    /// proof of it (against RFC 3414 §3.2 7a): discover the engine again, as a
+    /// discovery's Report is taken unauthenticated anyway (kept, the stale clock would
+    /// fail every later request the same way). Either way the request is sent again;
+    /// any other Report (wrong user, key or level) would come back to every request.
+    pub fn resync(self, authentic: bool) -> Option<Resync> {
+        match self {
+            ReportKind::NotInTimeWindow if authentic => Some(Resync::Clock),
+            ReportKind::UnknownEngineId | ReportKind::NotInTimeWindow => Some(Resync::Rediscover),
+            _ => None,
         }
     }
 
