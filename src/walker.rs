@@ -14,10 +14,16 @@
 //! whose replies were all refused times out saying why the last was, in the engine's
 //! words ([`Dropped`]). A failure a polled item of the agent has too (a timeout, an
 //! error-status, a Report) is an [`ItemFailed`]: the item's text and class, built by
-//! the driver's own `item_error`. A closed port is learnt from the ICMP port
-//! unreachable the connected socket is told of ([`PortUnreachable`]);
-//! [`port_unreachable`] learns it so for `snmp get`, whose requests go out on the
-//! daemon's unconnected sockets.
+//! the driver's own `item_error`. An SNMPv3 agent that rebooted or was replaced
+//! mid-walk is followed by the driver's rule ([`snmp::v3::ReportKind::resync`]): after
+//! its authenticated notInTimeWindow Report its clock is taken, after an
+//! unknownEngineID (or an unauthenticated notInTimeWindow) its engine is discovered
+//! again as at the walk's start ([`discover`]), and the request is sent again, at most
+//! once after each (two Reports, as the driver allows a host two per iteration; one
+//! more fails the walk); the walk goes on where it was, the varbinds `each` had before
+//! kept. A closed port is learnt from the ICMP port unreachable the connected socket is
+//! told of ([`PortUnreachable`]); [`port_unreachable`] learns it so for `snmp get`,
+//! whose requests go out on the daemon's unconnected sockets.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,7 +36,7 @@ use poller::plan::SnmpParams;
 use poller::snmp_driver::item_error;
 use poller::source::SourceAddrs;
 use poller::value::ItemError;
-use snmp::v3::{Answer, Engine, ReportKind, V3Message};
+use snmp::v3::{Answer, Engine, Resync, V3Message};
 use snmp::{Dropped, ItemFailure, Message, Oid, VarValue, Walk};
 
 /// Most varbinds one walk takes: an agent could serve an endless table, which fails the
@@ -114,35 +120,23 @@ fn walk_at_most(
     // SNMPv3 encryption salts: a random start, one up per request.
     let mut salt = random_id() as u64 ^ (u64::from(std::process::id()) << 32);
     let mut engine = match &t.snmp.usm {
-        Some(user) => {
-            id = id.wrapping_add(1) & 0x7fff_ffff;
-            snmp::v3::encode_discovery(&mut req, id);
-            // Sent again as it is: a discovery has no clock, and no agent's engine
-            // knows its msgID.
-            let mut found = None;
-            for _ in 0..=t.snmp.retries {
-                found = attempt(&sock, &req, t, stop, &mut rbuf, |bytes| {
-                    let m = V3Message::decode(bytes).ok()?;
-                    (m.msg_id == id && !m.engine_id.is_empty())
-                        .then(|| (m.engine_id.to_vec(), m.boots, m.time))
-                })?;
-                if found.is_some() {
-                    break;
-                }
-            }
-            let (eid, boots, time) =
-                found.ok_or_else(|| failed(t, &ItemFailure::DiscoveryTimeout))?;
-            Some(Engine::new(user.clone(), &eid, boots, time, Instant::now()))
-        }
+        Some(user) => Some(discover(
+            &sock, t, user, stop, &mut id, &mut req, &mut rbuf,
+        )?),
         None => None,
     };
     let mut count = 0usize;
     while !w.is_done() {
         // What the answer brings: on a non-increasing OID, the rows before it too.
         let mut vbs = Vec::new();
-        // One resend after the agent's clock report (it rebooted, or its discovery
-        // report had no clock): the clock the report authenticated has been taken.
-        let mut resynced = false;
+        // The request is sent again once after the agent's clock report (it rebooted,
+        // or its discovery report had no clock: the clock the report authenticated has
+        // been taken), and once after it said it has another engine (replaced, or a
+        // clock report it did not authenticate: discovered again as at the walk's
+        // start, whose first request may resync its clock too); at most two Reports,
+        // as the driver takes two per host and iteration. Another Report, or one of
+        // these twice, fails the walk: the agent would say it again.
+        let (mut resynced, mut rediscovered) = (false, false);
         // Why the last reply to the request was not taken, for its timeout.
         let mut dropped = None;
         let answered = loop {
@@ -216,12 +210,13 @@ fn walk_at_most(
                                 .map_err(|e| (failed_answer(t, e), None)),
                         ),
                         Ok(Answer::Report { kind, authentic }) => {
-                            if kind == ReportKind::NotInTimeWindow && authentic {
+                            let resync = kind.resync(authentic);
+                            if resync == Some(Resync::Clock) {
                                 // The engine's own word on its clock (RFC 3414 §4's second
                                 // step).
                                 e.set_clock(m.boots, m.time, now);
                             }
-                            Some(Err((failed(t, &ItemFailure::Report(kind)), Some(kind))))
+                            Some(Err((failed(t, &ItemFailure::Report(kind)), resync)))
                         }
                         // The agent's reply, refused by the engine's rule: the timeout
                         // says why, as the engine's does.
@@ -235,8 +230,19 @@ fn walk_at_most(
                     break;
                 }
             }
+            // A Report the driver would resync after (ReportKind::resync), once each
+            // for the request.
             match answered {
-                Some(Err((_, Some(ReportKind::NotInTimeWindow)))) if !resynced => resynced = true,
+                Some(Err((_, Some(Resync::Clock)))) if !resynced => resynced = true,
+                Some(Err((_, Some(Resync::Rediscover)))) if !rediscovered => {
+                    rediscovered = true;
+                    // Only an SNMPv3 walk has Reports (and so a user).
+                    if let Some(user) = &t.snmp.usm {
+                        engine = Some(discover(
+                            &sock, t, user, stop, &mut id, &mut req, &mut rbuf,
+                        )?);
+                    }
+                }
                 other => break other.map(|r| r.map_err(|(text, _)| text)),
             }
         };
@@ -260,6 +266,39 @@ fn walk_at_most(
         }
     }
     Ok(count)
+}
+
+/// Discovers the agent's engine for `user` (RFC 3414 §4): a request that carries no
+/// user and no key, under a new msgID (`id` moves on; `req` and `rbuf` are the walk's
+/// buffers), sent as it is up to the target's retries. At the walk's start and after a
+/// Report that the agent's engine changed ([`Resync::Rediscover`]); fails as a polled
+/// item whose discovery went unanswered.
+fn discover(
+    sock: &UdpSocket,
+    t: &Target<'_>,
+    user: &std::sync::Arc<snmp::v3::UsmUser>,
+    stop: &AtomicBool,
+    id: &mut i32,
+    req: &mut Vec<u8>,
+    rbuf: &mut [u8],
+) -> anyhow::Result<Engine> {
+    *id = id.wrapping_add(1) & 0x7fff_ffff;
+    let id = *id;
+    req.clear();
+    snmp::v3::encode_discovery(req, id);
+    // Sent again as it is: a discovery has no clock, and no agent's engine knows its
+    // msgID.
+    for _ in 0..=t.snmp.retries {
+        let found = attempt(sock, req, t, stop, rbuf, |bytes| {
+            let m = V3Message::decode(bytes).ok()?;
+            (m.msg_id == id && !m.engine_id.is_empty())
+                .then(|| (m.engine_id.to_vec(), m.boots, m.time))
+        })?;
+        if let Some((eid, boots, time)) = found {
+            return Ok(Engine::new(user.clone(), &eid, boots, time, Instant::now()));
+        }
+    }
+    Err(failed(t, &ItemFailure::DiscoveryTimeout))
 }
 
 /// A table row's index: the arcs of its cells' OIDs under their column (ifIndex 3:

@@ -1220,9 +1220,12 @@ struct RebootingAgent {
 
 impl RebootingAgent {
     fn new(addr: SocketAddr) -> RebootingAgent {
+        // Its address in the name: several agents of one test process (cargo test runs
+        // the tests as its threads) have a folder each.
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
-            "rebooting-snmpd-{}-{}",
+            "rebooting-snmpd-{}-{}-{}",
             std::process::id(),
+            addr.ip(),
             addr.port()
         ));
         let _ = std::fs::remove_dir_all(&dir);
@@ -1287,6 +1290,12 @@ impl RebootingAgent {
             unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
             child.wait().unwrap();
         }
+    }
+
+    /// The device reboots: its state kept, so the same engine ID and one boot more.
+    fn reboot(&mut self) {
+        self.stop();
+        self.start();
     }
 
     /// The device is replaced: its successor has no state, so another engine ID.
@@ -1369,8 +1378,7 @@ async fn snmpv3_polls_resume_after_the_agent_reboots_or_is_replaced() {
 
     // Rebooted: the same engine, one boot more; each user's request is out of its time
     // window, and the authenticated Report's clock lets it through. No discovery.
-    agent.stop();
-    agent.start();
+    agent.reboot();
     let ((engine2, boots2), st) = engine_and_boots(&mut driver, &jobs).await;
     assert_eq!((&engine2, boots2), (&engine, boots + 1));
     assert_eq!(st.discoveries, 0, "{st:?}");
@@ -1389,6 +1397,189 @@ async fn snmpv3_polls_resume_after_the_agent_reboots_or_is_replaced() {
     // And the iteration after goes straight through: no Report, no discovery.
     let (_, st) = engine_and_boots(&mut driver, &jobs).await;
     assert_eq!((st.reports, st.discoveries), (0, 0), "{st:?}");
+}
+
+/// A UDP relay from a port of its own to `agent`, two threads of the test: each
+/// datagram of its client goes on to the agent (`before(n)` called first for the
+/// client's `n`th, from 1: the datagram waits for it) and each of the agent's back to
+/// the client. A client's datagram whose agent is down (restarting) is lost as it
+/// would be on the wire. Its threads end on drop.
+struct Relay {
+    addr: SocketAddr,
+    /// The client's datagrams so far.
+    sent: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Relay {
+    fn new(
+        at: std::net::IpAddr,
+        agent: SocketAddr,
+        mut before: impl FnMut(usize) + Send + 'static,
+    ) -> Relay {
+        use std::sync::atomic::Ordering::Relaxed;
+        use std::sync::Mutex;
+        assert!(at.is_loopback() && agent.ip().is_loopback());
+        // Unconnected: an ICMP port unreachable from an agent restarting is not told
+        // to the next send, which it would fail.
+        let front = Arc::new(std::net::UdpSocket::bind((at, 0)).unwrap());
+        let back = Arc::new(std::net::UdpSocket::bind((at, 0)).unwrap());
+        for s in [&front, &back] {
+            s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+        }
+        let addr = front.local_addr().unwrap();
+        let client: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
+        let sent: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let stop: Arc<std::sync::atomic::AtomicBool> = Arc::default();
+        let requests = {
+            let (front, back) = (front.clone(), back.clone());
+            let (client, sent, stop) = (client.clone(), sent.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65_536];
+                while !stop.load(Relaxed) {
+                    let Ok((n, from)) = front.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    *client.lock().unwrap() = Some(from);
+                    before(sent.fetch_add(1, Relaxed) + 1);
+                    let _ = back.send_to(&buf[..n], agent);
+                }
+            })
+        };
+        let answers = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 65_536];
+                while !stop.load(Relaxed) {
+                    let Ok((n, from)) = back.recv_from(&mut buf) else {
+                        continue;
+                    };
+                    let to = *client.lock().unwrap();
+                    if let (true, Some(to)) = (from == agent, to) {
+                        let _ = front.send_to(&buf[..n], to);
+                    }
+                }
+            })
+        };
+        Relay {
+            addr,
+            sent,
+            stop,
+            threads: vec![requests, answers],
+        }
+    }
+
+    fn sent(&self) -> usize {
+        self.sent.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `netpoller snmp walk` of the system group through `relay` (two rows per GETBULK) as
+/// SNMPv3 user `security` (net-snmp's options): its lines, a TimeTicks value cut to its
+/// type (sysUpTime and sysORUpTime move; the rows and other values do not).
+fn walk_system_group(relay: &Relay, security: &[&str]) -> Vec<String> {
+    let mut cmd = common::netpoller();
+    // A long timeout and no retry: the datagram the relay holds while the agent
+    // restarts is answered in one attempt, so the requests are counted exactly.
+    cmd.args(["snmp", "walk", "-v", "3", "-t", "60s", "-r", "0"])
+        .args(["--max-repetitions", "2"])
+        .args(security)
+        .arg(relay.addr.to_string())
+        .arg("1.3.6.1.2.1.1");
+    let (out, _) = common::succeeds(&mut cmd);
+    out.lines()
+        .map(|l| match l.split_once("Timeticks: ") {
+            Some((head, _)) => format!("{head}Timeticks"),
+            None => l.to_string(),
+        })
+        .collect()
+}
+
+/// A real net-snmp agent rebooted (its state kept: engineBoots + 1), and then replaced
+/// (a new engine ID), in the middle of a `netpoller snmp walk` over SNMPv3 (authPriv
+/// SHA + AES, authNoPriv MD5): each walk ends with the rows of a walk of the untouched
+/// agent, the request the agent refused sent again after its clock was taken from its
+/// notInTimeWindow Report (one request more) or its engine discovered again after its
+/// unknownEngineID Report (a discovery and the request: two more). Deterministic: a
+/// relay holds the walk's fourth datagram (its third GETBULK) while the agent restarts.
+/// Before the walker rediscovered an engine, the replaced agent's Report failed the walk.
+#[test]
+fn snmpv3_walks_resume_after_the_agent_reboots_or_is_replaced_mid_walk() {
+    use std::sync::Mutex;
+    let addr = SocketAddr::from(([127, 0, 215, 1], 16161));
+    let agent = Arc::new(Mutex::new(RebootingAgent::new(addr)));
+    agent.lock().unwrap().start();
+    // What the relay does to the agent before its datagram number N (counted from its
+    // start): the walk in progress's 4th.
+    type Restart = Option<(usize, fn(&mut RebootingAgent))>;
+    let restart: Arc<Mutex<Restart>> = Arc::default();
+    let relay = {
+        let (agent, restart) = (agent.clone(), restart.clone());
+        Relay::new([127, 0, 215, 2].into(), addr, move |n| {
+            let planned = restart.lock().unwrap().take_if(|(at, _)| *at == n);
+            if let Some((_, restart)) = planned {
+                restart(&mut agent.lock().unwrap());
+            }
+        })
+    };
+    let users: [&[&str]; 2] = [
+        &[
+            "-u",
+            "np-shaaes",
+            "-l",
+            "authPriv",
+            "-a",
+            "SHA",
+            "-A",
+            V3_AUTH_PASS,
+            "-x",
+            "AES",
+            "-X",
+            V3_PRIV_PASS,
+        ],
+        &[
+            "-u",
+            "np-md5",
+            "-l",
+            "authNoPriv",
+            "-a",
+            "MD5",
+            "-A",
+            V3_AUTH_PASS,
+        ],
+    ];
+    for security in users {
+        // The untouched agent's rows, and the walk's datagrams: its discovery and a
+        // GETBULK per two rows.
+        let walk = |what: Option<fn(&mut RebootingAgent)>| {
+            let before = relay.sent();
+            *restart.lock().unwrap() = what.map(|f| (before + 4, f));
+            let rows = walk_system_group(&relay, security);
+            (rows, relay.sent() - before)
+        };
+        let (rows, requests) = walk(None);
+        assert!(
+            rows.len() > 10 && rows[0].starts_with(".1.3.6.1.2.1.1.1.0 = STRING: "),
+            "{rows:#?}"
+        );
+        assert!(requests > 4, "{requests}: the 4th datagram is in the walk");
+        let (rebooted, n) = walk(Some(RebootingAgent::reboot));
+        assert_eq!(rebooted, rows, "rebooted: {security:?}");
+        assert_eq!(n, requests + 1, "rebooted: {security:?}");
+        let (replaced, n) = walk(Some(RebootingAgent::replace));
+        assert_eq!(replaced, rows, "replaced: {security:?}");
+        assert_eq!(n, requests + 2, "replaced: {security:?}");
+    }
 }
 
 /// A plan of one SNMP item per host, `h0`, `h1`, ... for `hosts` (agent address,
