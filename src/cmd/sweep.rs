@@ -3,8 +3,9 @@
 //! Targets are IP addresses, CIDR prefixes (their host addresses, as `fping -g` and
 //! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31, an
 //! IPv6 network's address below /127) or `@file` (one address or CIDR per line, `#`
-//! comments). Duplicate addresses are probed once. More than 2^20 addresses, or 2^24
-//! probes, are refused unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
+//! comments; files that list no address, comments alone, are refused rather than
+//! swept as nothing, exit 0). Duplicate addresses are probed once. More than 2^20
+//! addresses, or 2^24 probes, are refused unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
 //! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
 //! done so far and exits 130 (143), even while stdout is not read (the results are
 //! written by a thread of their own, see [`Output`]), nor stderr (its last message
@@ -76,7 +77,7 @@ pub struct Args {
     pub force: bool,
     /// IP address, CIDR prefix (its host addresses: network and broadcast excluded below
     /// /31, as `fping -g`; an IPv6 prefix's network address below /127) or @file (one
-    /// address or CIDR per line).
+    /// address or CIDR per line, `#` comments; files that list none are refused).
     #[arg(required = true, value_name = "TARGET")]
     pub targets: Vec<String>,
 }
@@ -125,6 +126,15 @@ pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Re
         } else {
             nets.push(parse_net(t.trim())?);
         }
+    }
+    // Only files can list nothing (every other target is at least one address). A
+    // sweep of nothing would exit 0, "0 hosts, 0 alive": a script's `sweep @hosts.txt
+    // || alert` would read an emptied list (a failed export) as every host up.
+    if nets.is_empty() {
+        bail!(
+            "no address to sweep: {} list(s) none (only comments or blank lines)",
+            targets.join(" ")
+        );
     }
     let nets: Vec<_> = nets.into_iter().map(crate::config::range_hosts).collect();
     let total = nets.iter().fold(0u64, |acc, (hosts, _)| {
@@ -612,6 +622,28 @@ mod tests {
         };
         assert_eq!(probe(&[]), probe(&["-B", "1.0"]));
         assert_ne!(probe(&[]), probe(&["-B", "1.5"]));
+    }
+
+    /// Target files that list no address (an export that failed, a list emptied) are
+    /// an error, not a sweep of nothing that exits 0 as if every host answered.
+    #[test]
+    fn refuses_target_files_that_list_no_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let (empty, comments) = (dir.path().join("empty"), dir.path().join("comments"));
+        std::fs::write(&empty, "").unwrap();
+        std::fs::write(&comments, "# core\r\n\r\n   # edge\n").unwrap();
+        let (empty, comments) = (
+            format!("@{}", empty.display()),
+            format!("@{}", comments.display()),
+        );
+        let e = expand_targets(&s(&[&empty, &comments]), 1, false).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("no address to sweep: {empty} {comments} list(s) none (only comments or blank lines)")
+        );
+        // One empty file beside a target is no error: the others are swept.
+        let got = expand_targets(&s(&[&empty, "127.77.0.1"]), 1, false).unwrap();
+        assert_eq!(got, vec!["127.77.0.1".parse::<IpAddr>().unwrap()]);
     }
 
     #[test]
