@@ -266,6 +266,41 @@ fn spool_replay_names_the_dump_of_what_it_rejected() {
     assert!(said.contains(&want), "{said}");
 }
 
+/// `spool replay --dir <spool>/rejected` beside the daemon that uses the spool (as
+/// docs/production.md has it run once a rejection's cause is fixed): the daemon holds
+/// the reject spool's lock too, and the refusal said "each netpoller needs a spool_dir of
+/// its own (shards on one machine too)", advice for a second daemon. It says what to
+/// do: stop the daemon, replay, start it again. (The locks held as the daemon holds
+/// them, by this process; nothing is sent to the URL.)
+#[test]
+fn spool_replay_beside_its_daemon_says_to_stop_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = config(tmp.path(), "http://127.0.218.1:1", "rev_ops_none");
+    let spool = tmp.path().join("spool");
+    let rejected = spool.join("rejected");
+    std::fs::create_dir_all(&rejected).unwrap();
+    let locks: Vec<std::fs::File> = [&spool, &rejected]
+        .iter()
+        .map(|d| {
+            let f = std::fs::File::create(d.join("spool.lock")).unwrap();
+            f.try_lock().unwrap();
+            f
+        })
+        .collect();
+    let cfg = cfg.to_str().unwrap();
+    for dir in [&rejected, &spool] {
+        let out = netpoller(&["spool", "replay", "-c", cfg, "--dir", dir.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        let want = format!(
+            "netpoller: spool {} is in use by a running netpoller (lock held on spool.lock): a daemon replays its spool itself once ClickHouse answers, but not its reject spool (rejected/), which it holds too: stop the daemon that uses it, replay, then start it again\n",
+            dir.display()
+        );
+        assert_eq!(err, want);
+    }
+    drop(locks);
+}
+
 fn fastrand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

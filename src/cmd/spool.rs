@@ -4,7 +4,7 @@
 //! itemname, value`, TabSeparated escaping) and works beside a running daemon.
 //! `replay` loads the spool into the configured ClickHouse, oldest first, deleting each
 //! segment once every record in it is confirmed; it refuses to run while a daemon holds
-//! the same spool directory.
+//! the same spool directory (its `rejected/` too: stop the daemon to replay those).
 
 use anyhow::Context as _;
 use std::path::PathBuf;
@@ -210,6 +210,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Err((e @ (sink::SinkError::Insert(_) | sink::SinkError::Closed), r)) => {
                     (r, Some(e))
                 }
+                Err((sink::SinkError::Spool(sink::spool::SpoolError::Locked(d)), _)) => {
+                    return Err(in_use(&d));
+                }
                 // Nothing was loaded (no spool, a bad config): the error says it all.
                 Err((e, _)) => return Err(e.into()),
             };
@@ -261,7 +264,11 @@ fn spool_open_hours(
         .map_err(|e| anyhow::anyhow!("{}: {e}", saved.display()))?;
     let n = rows.len();
     let mut sp =
-        sink::spool::Spool::open(spool, std::sync::Arc::new(sink::SinkMetrics::default()))?;
+        match sink::spool::Spool::open(spool, std::sync::Arc::new(sink::SinkMetrics::default())) {
+            Ok(sp) => sp,
+            Err(sink::spool::SpoolError::Locked(d)) => return Err(in_use(&d)),
+            Err(e) => return Err(e.into()),
+        };
     let limits = sink::batch::Limits {
         rows: usize::MAX,
         bytes: usize::MAX,
@@ -287,6 +294,20 @@ fn spool_open_hours(
         )
     })?;
     Ok(Some(n))
+}
+
+/// `spool replay` of a spool whose lock another process holds: a daemon running with
+/// it, which replays its spool itself but never its reject spool (`rejected/`), also
+/// locked while it runs. The spool's own words for a lock held (a `spool_dir` per
+/// process) are advice for a second daemon, not for this command.
+fn in_use(dir: &std::path::Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "spool {} is in use by a running netpoller (lock held on spool.lock): a daemon \
+         replays its spool itself once ClickHouse answers, but not its reject spool \
+         (rejected/), which it holds too: stop the daemon that uses it, replay, then start \
+         it again",
+        dir.display()
+    )
 }
 
 /// Bytes of the spool's segment files (not descending into `rejected/`).
