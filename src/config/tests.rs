@@ -2178,6 +2178,32 @@ fn zabbix_durations_get_what_to_write() {
     assert!(e.message.contains("\"90days\""), "{e}");
 }
 
+/// A bare number in `[icmp]`'s `timeout` or `interval` is read as Zabbix's ICMP key
+/// parameters are, in ms: the hint gives `"500ms"` first. It gave the seconds of other
+/// settings, `"500s"` (valid there, then refused at every item polled more often than
+/// each 8 minutes as probes longer than its interval), `"500m"` (minutes) and
+/// `"500days"`.
+#[test]
+fn icmp_bare_numbers_are_pointed_to_milliseconds() {
+    for key in ["timeout", "interval"] {
+        let e = one_err(&format!("[icmp]\n{key} = 500\n"));
+        assert_eq!(e.path, format!("icmp.{key}"));
+        assert_eq!(e.line, Some(2));
+        assert_eq!(
+            e.message,
+            "durations are strings with a unit, not 500: \"500ms\" (as the ICMP keys' interval and timeout parameters, in ms), or \"500s\""
+        );
+    }
+    // Strings are read as any duration.
+    assert!(errs_or_none("[icmp]\ntimeout = \"500ms\"\ninterval = \"1s\"\n").is_empty());
+    let e = one_err("[icmp]\ntimeout = \"500\"\n");
+    assert!(
+        e.message
+            .starts_with("invalid duration \"500\": a unit is needed"),
+        "{e}"
+    );
+}
+
 /// `[snmp]`'s SNMPv3 fields are defaults for the hosts of version 3, also of one that
 /// polls no SNMP item yet (ICMP only): not "a forgotten version = 3".
 #[test]
