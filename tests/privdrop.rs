@@ -382,3 +382,48 @@ fn unknown_user_is_a_clear_startup_error() {
     );
     assert!(!stderr.contains(COMMUNITY));
 }
+
+/// A spool made by root (a start without `--user`, a `spool replay` as root) is not
+/// `nobody`'s, and one that is missing cannot be made by `nobody` in a directory of
+/// root's: a start with `--user nobody` said only `spool.lock: opening lock file:
+/// Permission denied`, nothing of the user it had switched to. It names the user and
+/// the command that fixes each. (No ICMP is sent: the start ends before polling.)
+#[test]
+fn a_spool_the_user_may_not_use_names_the_user_and_the_fix() {
+    if !is_root() {
+        eprintln!("skipping: needs root to start the daemon privileged");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(dir.path(), free_port_on(IP));
+    let spool = dir.path().join("spool");
+    // As a start as root leaves it: root's, its lock file too.
+    let c = std::ffi::CString::new(spool.to_str().unwrap()).unwrap();
+    // SAFETY: chown on a path this test made.
+    assert_eq!(unsafe { libc::chown(c.as_ptr(), 0, 0) }, 0);
+    std::fs::write(spool.join("spool.lock"), "").unwrap();
+    let start = || {
+        Command::new(env!("CARGO_BIN_EXE_netpoller"))
+            .args(["run", "-c", cfg.to_str().unwrap(), "--user", "nobody"])
+            .output()
+            .unwrap()
+    };
+    let out = start();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let want = format!(
+        "netpoller: starting the sink: spool {0}/spool.lock: opening lock file: Permission denied (os error 13); the daemon runs as \"nobody\" once its sockets are open (--user, daemon.user), and \"nobody\" may not use the spool: it is another user's (made by a start without --user, or by a spool replay, as root?): `chown -R nobody {0}`\n",
+        spool.display()
+    );
+    assert!(stderr.ends_with(&want), "{stderr}");
+    // Gone, in a directory of root's (0755): nobody cannot make it.
+    std::fs::remove_dir_all(&spool).unwrap();
+    let out = start();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let want = format!(
+        "and \"nobody\" may not use the spool: it cannot create it there: `install -d -o nobody {}`\n",
+        spool.display()
+    );
+    assert!(stderr.ends_with(&want), "{stderr}");
+}

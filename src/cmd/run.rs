@@ -120,6 +120,36 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     rt.block_on(daemon(args, cfg, plan, (text, found), drivers))
 }
 
+/// What to do about a spool the daemon may not use once `--user` (or `daemon.user`)
+/// switched it to `user`: one made by a start as root, or by a `spool replay` run as
+/// root, is root's, and one that does not exist may be in a directory the user cannot
+/// write (`spool.lock: opening lock file: Permission denied` said nothing of the user).
+/// `None` for other errors, and without a switch of user.
+fn spool_not_the_users(e: &sink::SinkError, user: Option<&str>, dir: &Path) -> Option<String> {
+    use sink::spool::SpoolError;
+    let user = user?;
+    match e {
+        sink::SinkError::Spool(SpoolError::Io { cause, .. })
+            if cause.kind() == std::io::ErrorKind::PermissionDenied =>
+        {
+            let fix = match dir.exists() {
+                true => format!(
+                    "it is another user's (made by a start without --user, or by a spool replay, as root?): `chown -R {user} {}`",
+                    dir.display()
+                ),
+                false => format!(
+                    "it cannot create it there: `install -d -o {user} {}`",
+                    dir.display()
+                ),
+            };
+            Some(format!(
+                "the daemon runs as {user:?} once its sockets are open (--user, daemon.user), and {user:?} may not use the spool: {fix}"
+            ))
+        }
+        _ => None,
+    }
+}
+
 /// Holds SIGHUP back on this thread and the threads it starts (`true`), or lets it
 /// through again. Its default action ends the process: until the reload handler is
 /// installed (after the config, the ClickHouse schema check, the sockets: 18 s against a
@@ -161,13 +191,18 @@ async fn daemon(
     if let Some(ch) = &mut clickhouse {
         ch.trends &= schema_at_start(ch).await?;
     }
-    let (sink, sink_handle) = sink::Sink::start(
-        clickhouse.clone(),
-        crate::cmd::spool_config(&cfg),
-        sink_metrics.clone(),
-    )
-    .await
-    .context("starting the sink")?;
+    let spool = crate::cmd::spool_config(&cfg);
+    let spool_dir = spool.dir.clone();
+    let (sink, sink_handle) = sink::Sink::start(clickhouse.clone(), spool, sink_metrics.clone())
+        .await
+        .map_err(|e| {
+            let user = args.user.as_deref().or(cfg.daemon.user.as_deref());
+            match spool_not_the_users(&e, user, &spool_dir) {
+                Some(hint) => anyhow::anyhow!("{e}; {hint}"),
+                None => anyhow::Error::new(e),
+            }
+        })
+        .context("starting the sink")?;
     let shared = Shared::new(plan, cfg.daemon.shards, Clock::new(), super::limits(&cfg));
     // Bound before "started" is logged: a port in use is a failed start, not one that
     // said it started.
