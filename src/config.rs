@@ -192,45 +192,17 @@ pub enum IcmpPhases {
 #[serde(deny_unknown_fields, default)]
 pub struct IcmpSection {
     /// Wait for replies after a host's last probe. Default `1s` (Zabbix minimum 50 ms).
-    #[serde(deserialize_with = "icmp_duration")]
+    #[serde(deserialize_with = "sink::config::duration_str::deserialize_millis_first")]
     pub timeout: Duration,
     /// Probes per host. Default 3 (1..10000).
     pub packets: u32,
     /// Spacing of one host's probes. Default `20ms` (Zabbix minimum).
-    #[serde(deserialize_with = "icmp_duration")]
+    #[serde(deserialize_with = "sink::config::duration_str::deserialize_millis_first")]
     pub interval: Duration,
     /// ICMP payload bytes. Default 68 (24..65507).
     pub size: u32,
     /// Send rate cap for the whole process, packets per second. Default 100,000.
     pub max_pps: u32,
-}
-
-/// An `[icmp]` duration: a string with a unit, as every duration, but a bare number is
-/// told to be milliseconds first, as the ICMP keys' interval and timeout parameters are
-/// (`timeout = 500` is `"500ms"`). Elsewhere a bare number gets seconds first, Zabbix's
-/// reading of its settings, which here would point `timeout = 500` to 500 s: past the
-/// interval of any item polled more often than each 8 minutes, refused at those items
-/// then, not here.
-fn icmp_duration<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    struct Ms;
-    impl serde::de::Visitor<'_> for Ms {
-        type Value = Duration;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a duration string such as \"500ms\"")
-        }
-        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Duration, E> {
-            sink::config::parse_duration(s).map_err(E::custom)
-        }
-        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
-            Err(E::custom(format!(
-                "durations are strings with a unit, not {n}: \"{n}ms\" (as the ICMP keys' interval and timeout parameters, in ms), or \"{n}s\""
-            )))
-        }
-        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Duration, E> {
-            self.visit_i64(n.min(i64::MAX as u64) as i64)
-        }
-    }
-    d.deserialize_any(Ms)
 }
 
 impl Default for IcmpSection {

@@ -47,14 +47,22 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// A duration as the config gives it: a string, or (a mistake said as such) a number.
-struct DurationVisitor;
+/// A duration as the config gives it: a string, or (a mistake said as such) a number,
+/// told the strings it may mean: seconds first (Zabbix reads a bare number as seconds),
+/// or, `millis_first`, milliseconds (a setting whose Zabbix counterpart is in ms: the
+/// ICMP keys' interval and timeout parameters).
+struct DurationVisitor {
+    millis_first: bool,
+}
 
 impl serde::de::Visitor<'_> for DurationVisitor {
     type Value = Duration;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a duration string such as \"30s\"")
+        f.write_str(match self.millis_first {
+            true => "a duration string such as \"500ms\"",
+            false => "a duration string such as \"30s\"",
+        })
     }
 
     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Duration, E> {
@@ -62,9 +70,14 @@ impl serde::de::Visitor<'_> for DurationVisitor {
     }
 
     fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Duration, E> {
-        Err(E::custom(format!(
-            "durations are strings with a unit, not {n}: \"{n}s\" (Zabbix reads a bare number as seconds), \"{n}m\", \"{n}days\""
-        )))
+        Err(E::custom(match self.millis_first {
+            true => format!(
+                "durations are strings with a unit, not {n}: \"{n}ms\" (as the ICMP keys' interval and timeout parameters, in ms), or \"{n}s\""
+            ),
+            false => format!(
+                "durations are strings with a unit, not {n}: \"{n}s\" (Zabbix reads a bare number as seconds), \"{n}m\", \"{n}days\""
+            ),
+        }))
     }
 
     fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Duration, E> {
@@ -79,7 +92,16 @@ pub mod duration_str {
 
     /// Parses a humantime string (a number is refused with the string meant).
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        d.deserialize_any(super::DurationVisitor)
+        d.deserialize_any(super::DurationVisitor {
+            millis_first: false,
+        })
+    }
+
+    /// [`deserialize`], a number told to be milliseconds first (`timeout = 500` is
+    /// `"500ms"`): for a setting a Zabbix reader gives in ms, where seconds first would
+    /// point to a value that passes and is wrong (500 s for an ICMP timeout).
+    pub fn deserialize_millis_first<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        d.deserialize_any(super::DurationVisitor { millis_first: true })
     }
 
     /// Formats as a humantime string.
