@@ -436,13 +436,23 @@ impl UsmSection {
             PrivProtocol::as_str,
             PrivProtocol::unknown,
         );
+        // A Zabbix user macro left in (`{$SNMPV3_USER}`, copied from a Zabbix interface):
+        // said as such, before whatever else its text would be wrong as.
+        let left = |field: &'static str, v: &Option<String>| {
+            given(v)
+                .filter(|v| zabbix_macro(v))
+                .map(|_| (field, macro_left("an SNMPv3 setting")))
+        };
         [
-            name.map(|e| ("security_name", e)),
-            level.map(|e| ("security_level", e)),
-            auth.map(|e| ("auth_protocol", e)),
-            short("auth_passphrase", &self.auth_passphrase),
-            privacy.map(|e| ("priv_protocol", e)),
-            short("priv_passphrase", &self.priv_passphrase),
+            left("security_name", &self.security_name).or(name.map(|e| ("security_name", e))),
+            left("security_level", &self.security_level).or(level.map(|e| ("security_level", e))),
+            left("auth_protocol", &self.auth_protocol).or(auth.map(|e| ("auth_protocol", e))),
+            left("auth_passphrase", &self.auth_passphrase)
+                .or_else(|| short("auth_passphrase", &self.auth_passphrase)),
+            left("priv_protocol", &self.priv_protocol).or(privacy.map(|e| ("priv_protocol", e))),
+            left("priv_passphrase", &self.priv_passphrase)
+                .or_else(|| short("priv_passphrase", &self.priv_passphrase)),
+            left("context_name", &self.context_name),
         ]
         .into_iter()
         .flatten()
@@ -532,6 +542,31 @@ impl UsmSection {
         let user = UsmUser::new(name, auth, privacy).map_err(|e| ("security_name", e))?;
         Ok(user.with_context(self.context_name.as_deref().unwrap_or("")))
     }
+}
+
+/// Whether `value` is, whole, a Zabbix user macro (`{$SNMP_COMMUNITY}`,
+/// `{$SNMPV3_AUTHPASS:"core"}`): Zabbix resolves it per host, netpoller has no macros,
+/// so it would be sent to the agent as written (`import-template` resolves a
+/// template's own macros; a host's interface fields are copied by hand).
+pub(crate) fn zabbix_macro(value: &str) -> bool {
+    let Some(inside) = value
+        .trim()
+        .strip_prefix("{$")
+        .and_then(|v| v.strip_suffix('}'))
+    else {
+        return false;
+    };
+    let name = inside.split(':').next().unwrap_or_default();
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_' || c == '.')
+}
+
+/// Why a Zabbix user macro (`what`: "the community", "an SNMPv3 setting") is refused,
+/// without quoting it (it stands where a secret goes).
+fn macro_left(what: &str) -> String {
+    format!("{what} is a Zabbix user macro ({{$...}}): netpoller resolves no macros, so the agent would get it as written and every poll would fail; write the macro's value (Zabbix: the host's or template's Macros tab, or Administration → Macros)")
 }
 
 /// A text field's value, unless it is not given or empty (which drops an inherited one).
@@ -2759,7 +2794,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
         }
         if let Some(user) = self.empty_community_user.take() {
             let at = [Seg::Key("snmp"), Seg::Key("community")];
-            self.c.push(&at, empty_community(&format!(" ({user})")));
+            let why = community_problem(&self.snmp.community, &format!(" ({user})"));
+            self.c.push(&at, why.unwrap_or_default());
         }
         self.check_itemids(&mut out, &origins);
         (out, self.targets)
@@ -3083,11 +3119,12 @@ impl<'c, 'a> Resolver<'c, 'a> {
         // polls SNMP takes it (a v3 host sends none: `community = ""` there is fine).
         if version != SnmpVersion::V3 {
             match &o.community {
-                Some(own) if own.is_empty() => {
+                Some(own) if community_problem(own, "").is_some() => {
                     let at = under(&sp, [Seg::Key("community")]);
-                    self.c.push(&at, empty_community(""));
+                    self.c
+                        .push(&at, community_problem(own, "").unwrap_or_default());
                 }
-                None if d.community.is_empty() && polls_snmp => {
+                None if community_problem(&d.community, "").is_some() && polls_snmp => {
                     let user = || {
                         format!(
                             "{} polls SNMPv{} with it",
@@ -3291,10 +3328,18 @@ fn v3_ignored(version: SnmpVersion) -> String {
     format!("SNMPv3 settings (security_name, auth_*, priv_*) but version {v}: set version = \"3\" (they would be ignored: polled with SNMPv{v} and the community, in clear)")
 }
 
-/// Why an empty SNMPv1/v2c community is refused, and what to write; `whose` names
-/// the host that takes `[snmp]`'s (`" (hosts[0] polls SNMPv2c with it)"`), or is empty.
-fn empty_community(whose: &str) -> String {
-    format!("an empty community{whose}: SNMPv1/v2c agents answer no request without theirs, so every poll would time out (Zabbix refuses it too); write the agent's, e.g. community = \"public\", or set version = \"3\" for SNMPv3")
+/// Why an SNMPv1/v2c community is refused, if it is, and what to write: an empty one
+/// or a Zabbix user macro (`{$SNMP_COMMUNITY}`, Zabbix's default in an SNMP
+/// interface), which no agent takes (every poll would time out); `whose` names the
+/// host that takes `[snmp]`'s (`" (hosts[0] polls SNMPv2c with it)"`), or is empty.
+fn community_problem(community: &str, whose: &str) -> Option<String> {
+    if community.is_empty() {
+        Some(format!("an empty community{whose}: SNMPv1/v2c agents answer no request without theirs, so every poll would time out (Zabbix refuses it too); write the agent's, e.g. community = \"public\", or set version = \"3\" for SNMPv3"))
+    } else if zabbix_macro(community) {
+        Some(macro_left(&format!("the community{whose}")))
+    } else {
+        None
+    }
 }
 
 /// What is wrong with a host name (or a range's name pattern), if anything. Zabbix

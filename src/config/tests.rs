@@ -2522,6 +2522,63 @@ fn the_readme_names_every_snmp_version_spelling() {
     }
 }
 
+/// A Zabbix user macro left where a community or an SNMPv3 setting goes (Zabbix's SNMP
+/// interface holds `{$SNMP_COMMUNITY}` unless changed, copied by hand) is refused at its
+/// line, the macro not quoted (a secret's place): it loaded, and every poll timed out
+/// (or failed on an unknown user) with the macro sent as the community or passphrase.
+#[test]
+fn a_zabbix_macro_left_as_community_or_v3_setting_is_refused_at_its_line() {
+    let item = "items = [ { key = \"k\", oid = \"1.3.6.1.2.1.1.3.0\", type = \"uint\", interval = \"10s\" } ]";
+    let host = "[[hosts]]\nname = \"a\"\nip = \"127.0.161.1\"\n";
+    let says = "is a Zabbix user macro ({$...}): netpoller resolves no macros";
+    // `[snmp]`'s, taken by a v2c host; a host's own; a range's with context.
+    for (text, path, line) in [
+        (format!("[snmp]\ncommunity = \"{{$SNMP_COMMUNITY}}\"\n{host}{item}\n"), "snmp.community", 2),
+        (format!("{host}snmp = {{ community = \"{{$SNMP_COMMUNITY}}\" }}\n{item}\n"), "hosts[0].snmp.community", 4),
+        (format!("[[host_ranges]]\ncidr = \"127.0.161.8/30\"\n{item}\nsnmp = {{ version = \"1\", community = \"{{$COMMUNITY:\\\"edge\\\"}}\" }}\n"), "host_ranges[0].snmp.community", 4),
+    ] {
+        let e = one_err(&text);
+        assert_eq!((e.path.as_str(), e.line), (path, Some(line)), "{e}");
+        assert!(e.message.contains(says), "{e}");
+        assert!(!e.to_string().contains("COMMUNITY"), "a community is not quoted: {e}");
+    }
+    // Each SNMPv3 field, in `[snmp]` or a host's table; a passphrase macro is long
+    // enough to pass the length check, and was taken as the passphrase.
+    let v3 = [
+        ("security_name", "security_name = \"{$SNMPV3_USER}\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"12345678\""),
+        ("auth_passphrase", "security_name = \"mon\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"{$SNMPV3_AUTHPASS}\""),
+        ("priv_passphrase", "security_name = \"mon\"\nauth_protocol = \"SHA\"\nauth_passphrase = \"12345678\"\npriv_protocol = \"AES\"\npriv_passphrase = \"{$SNMPV3_PRIVPASS}\""),
+        ("context_name", "security_name = \"mon\"\ncontext_name = \"{$SNMPV3_CONTEXT}\""),
+        ("auth_protocol", "security_name = \"mon\"\nauth_protocol = \"{$SNMPV3_AUTHPROTOCOL}\"\nauth_passphrase = \"12345678\""),
+    ];
+    for (field, fields) in v3 {
+        let e = one_err(&format!(
+            "[snmp]\nversion = \"3\"\n{fields}\n{host}{item}\n"
+        ));
+        assert_eq!(e.path, format!("snmp.{field}"), "{e}");
+        assert!(
+            e.message
+                .starts_with("an SNMPv3 setting is a Zabbix user macro"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("SNMPV3_"), "not quoted: {e}");
+        let inline = fields.replace('\n', ", ");
+        let e = one_err(&format!(
+            "{host}snmp = {{ version = \"3\", {inline} }}\n{item}\n"
+        ));
+        assert_eq!(e.path, format!("hosts[0].snmp.{field}"), "{e}");
+    }
+    // Braces that are no whole macro are a community like any other.
+    for ok in ["{$lower}", "x{$SNMP_COMMUNITY}", "{$}", "{SNMP}"] {
+        let text = format!("{host}snmp = {{ community = \"{ok}\" }}\n{item}\n");
+        assert!(
+            errs_or_none(&text).is_empty(),
+            "{ok}: {:#?}",
+            errs_or_none(&text)
+        );
+    }
+}
+
 /// A host or range with neither templates nor items loads, with a warning at its entry:
 /// `check-config` said only "OK" for a forgotten `templates` line.
 #[test]
