@@ -942,7 +942,31 @@ pub(crate) fn cidr_hint(cidr: &str) -> String {
 /// number. The config's OIDs and the `snmp` commands' say it alike.
 pub(crate) fn numeric_oid(text: &str, like: &str) -> Result<snmp::Oid, String> {
     text.parse().map_err(|e| {
-        let name = text.trim_start_matches('.');
+        let mut name = text.trim_start_matches('.');
+        // Zabbix 6.4+'s forms of an SNMP item's OID field, copied by hand: `get[OID]` is
+        // the OID (a name in it is told as a name); `walk[...]` and 6.0's
+        // `discovery[...]` read a table, which is rows of items here. A user macro
+        // (`.{$IFINDEX}`) has a value only in Zabbix.
+        if let Some(inner) = name.strip_prefix("get[").and_then(|r| r.strip_suffix(']')) {
+            if let Ok(oid) = inner.trim().parse::<snmp::Oid>() {
+                let oid = oid.to_string();
+                let oid = oid.trim_start_matches('.');
+                return format!("{text:?} is Zabbix's get[] form of an SNMP item's OID: write {oid}");
+            }
+            name = inner.trim().trim_start_matches('.');
+        }
+        if ["walk[", "discovery["].iter().any(|p| name.starts_with(p)) {
+            return format!(
+                "{text:?} is a Zabbix SNMP walk or discovery of a table, not one OID: here each row is an item (`indices`, or a template's `discovery` rule; `import-template` makes them of a Zabbix template)"
+            );
+        }
+        if let Some(at) = text.find("{$") {
+            let end = text[at..].find('}').map_or(text.len(), |e| at + e + 1);
+            return format!(
+                "{text:?} holds the Zabbix user macro {}: netpoller resolves no macros; write its value (`import-template` resolves a template's own)",
+                &text[at..end]
+            );
+        }
         // snmpwalk's default output (`iso.3.6.1.2.1.1.1.0 = STRING: ...`), pasted: its
         // first arc named, the rest numbers, and the number meant plain.
         let meant = name.strip_prefix("iso.").map(|rest| format!("1.{rest}"));

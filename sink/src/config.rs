@@ -29,6 +29,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         Ok(d) if d <= MAX_DURATION => Ok(d),
         Ok(_) => Err(format!("invalid duration {s:?}: longer than 100 years")),
         // What Zabbix takes and netpoller does not, said as such.
+        Err(_) if s.trim_start().starts_with("{$") => Err(format!(
+            "invalid duration {s:?}: a Zabbix user macro; netpoller resolves no macros: write its value, e.g. \"1m\""
+        )),
         Err(_) if s.contains([';', '/']) => Err(format!(
             "invalid duration {s:?}: Zabbix's flexible and scheduling intervals are not supported; give the fixed part, e.g. {:?}",
             s.split(';').next().unwrap_or_default()

@@ -3046,6 +3046,52 @@ fn an_iso_oid_as_net_snmp_prints_it_is_told_its_number() {
         .contains("`snmptranslate -On iso.org.dod` gives the number"));
 }
 
+/// What a Zabbix SNMP item's OID field holds and a netpoller `oid` does not, copied by
+/// hand, is said as such: Zabbix 6.4's `get[OID]` with the OID to write (it was sent to
+/// `snmptranslate` as a MIB name), a `walk[...]` or `discovery[...]` as a table's
+/// reading (rows of items here), and a user macro as what netpoller does not resolve
+/// (it was "not a number"); an interval that is a macro likewise.
+#[test]
+fn zabbix_oid_forms_and_macros_are_told_what_to_write() {
+    let at = |oid: &str| {
+        let e = bad(&format!(
+            "{{ key = \"x\", oid = \"{oid}\", type = \"str\", interval = \"1m\" }}"
+        ));
+        assert_eq!(e.path, "hosts[0].items[0].oid", "{e}");
+        e.message
+    };
+    assert_eq!(
+        at("get[1.3.6.1.2.1.1.1.0]"),
+        "\"get[1.3.6.1.2.1.1.1.0]\" is Zabbix's get[] form of an SNMP item's OID: write 1.3.6.1.2.1.1.1.0"
+    );
+    assert_eq!(
+        at("get[.1.3.6.1.2.1.1.5.0]"),
+        "\"get[.1.3.6.1.2.1.1.5.0]\" is Zabbix's get[] form of an SNMP item's OID: write 1.3.6.1.2.1.1.5.0"
+    );
+    for table in [
+        "walk[1.3.6.1.2.1.2.2.1.2,1.3.6.1.2.1.2.2.1.8]",
+        "discovery[{#IFNAME},1.3.6.1.2.1.31.1.1.1.1]",
+    ] {
+        assert!(at(table).contains("is a Zabbix SNMP walk or discovery of a table, not one OID: here each row is an item"), "{table}");
+    }
+    assert_eq!(
+        at("1.3.6.1.2.1.2.2.1.10.{$UPLINK.IFINDEX}"),
+        "\"1.3.6.1.2.1.2.2.1.10.{$UPLINK.IFINDEX}\" holds the Zabbix user macro {$UPLINK.IFINDEX}: netpoller resolves no macros; write its value (`import-template` resolves a template's own)"
+    );
+    // A MIB name in get[] is still a name, told how to get its number.
+    assert!(
+        at("get[IF-MIB::ifDescr.1]")
+            .ends_with("(`snmptranslate -On IF-MIB::ifDescr.1` gives the number)"),
+        "{}",
+        at("get[IF-MIB::ifDescr.1]")
+    );
+    let e = bad("{ key = \"icmpping\", interval = \"{$ICMP.DELAY}\" }");
+    assert_eq!(
+        e.message,
+        "invalid duration \"{$ICMP.DELAY}\": a Zabbix user macro; netpoller resolves no macros: write its value, e.g. \"1m\""
+    );
+}
+
 /// Every setting the documents and `--help` name as `section.key` (`daemon.spool_dir`,
 /// `icmp.max_pps`, ...) is a key the loader takes in that section: prose written
 /// before a key was renamed would send operators to a key that is refused.
