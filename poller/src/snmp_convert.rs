@@ -62,14 +62,23 @@ fn unsupported(text: String) -> ItemError {
 }
 
 fn misfit(v: &VarValue, vt: ValueType, why: &str) -> ItemError {
-    let ty = v.net_snmp_type().unwrap_or("value");
+    let ty = match v {
+        // Text as a `str` item takes it (UTF-8 too, which net-snmp shows in hex).
+        VarValue::OctetString(s) if text_of(s).is_some() => "STRING",
+        _ => v.net_snmp_type().unwrap_or("value"),
+    };
     unsupported(format!("{ty} value {} {why} for value type {vt}", shown(v)))
 }
 
-/// The value as shown in error texts (bounded, so a huge string cannot bloat errors).
+/// The value as shown in error texts (bounded, so a huge string cannot bloat errors): an
+/// OCTET STRING as a `str` item stores it, text quoted (`"up"`, `"5\n"`) and other
+/// octets in hex (`00 1A 2B`, not `"\0\u{1a}+"`).
 fn shown(v: &VarValue) -> String {
     let s = match v {
-        VarValue::OctetString(b) => format!("{:?}", String::from_utf8_lossy(&b[..b.len().min(64)])),
+        VarValue::OctetString(b) => match text_of(b) {
+            Some(t) => format!("{:?}", t.chars().take(64).collect::<String>()),
+            None => snmp::hex_string(&b[..b.len().min(64)]),
+        },
         other => other.net_snmp_value(),
     };
     s.chars().take(80).collect()
@@ -298,6 +307,37 @@ mod tests {
         assert_eq!(
             e.text,
             "STRING value \"up\" is not an unsigned integer for value type uint"
+        );
+    }
+
+    /// An OCTET STRING a number item refuses is shown as a `str` item would store it:
+    /// binary octets in hex, as its type says (the error showed `Hex-STRING value
+    /// "\0\u{1a}+"`, Rust's escapes of the octets), UTF-8 text as the text it is
+    /// (labelled Hex-STRING before, after net-snmp, which prints it in hex).
+    #[test]
+    fn a_refused_octet_string_is_shown_as_a_str_item_stores_it() {
+        let e = err(VarValue::OctetString(vec![0, 0x1a, 0x2b]), ValueType::Uint);
+        assert_eq!(
+            e.text,
+            "Hex-STRING value 00 1A 2B is not an unsigned integer for value type uint"
+        );
+        let e = err(VarValue::OctetString(b"12.5\0".to_vec()), ValueType::Float);
+        assert_eq!(
+            e.text,
+            "Hex-STRING value 31 32 2E 35 00 is not a number for value type float"
+        );
+        let e = err(
+            VarValue::OctetString("Grüße".as_bytes().to_vec()),
+            ValueType::Float,
+        );
+        assert_eq!(
+            e.text,
+            "STRING value \"Grüße\" is not a number for value type float"
+        );
+        let e = err(VarValue::OctetString(b"Hello\n".to_vec()), ValueType::Uint);
+        assert_eq!(
+            e.text,
+            "STRING value \"Hello\\n\" is not an unsigned integer for value type uint"
         );
     }
 
