@@ -529,6 +529,56 @@ fn an_authpriv_timeout_hints_at_the_privacy_key_once_the_engine_answered() {
     get_and_walk_fail_saying(&args, sys_name, &error, Some("timeout"));
 }
 
+/// A context the agent does not serve (`-n`, `context_name`: a Cisco `vlan-10` asked of
+/// another agent) is dropped unanswered by net-snmp's snmpd at every level, as
+/// `snmpget -n` shows (a timeout); `get` and `walk` say that it looks the same, naming
+/// it: the authPriv timeout blamed the privacy passphrase alone, which was right, and
+/// an authNoPriv one said nothing.
+#[test]
+fn a_timeout_of_a_user_with_a_context_says_an_unserved_context_looks_the_same() {
+    let agent4 = snmpd_agent(3);
+    let timeout =
+        format!("Timeout while connecting to \"{agent4}\". No SNMP response after 1 attempt(s)");
+    let sys_name = ".1.3.6.1.2.1.1.5.0";
+    let auth_priv = V3_OPTIONS[0];
+    let auth = [
+        "-u",
+        "np-sha",
+        "-l",
+        "authNoPriv",
+        "-a",
+        "SHA",
+        "-A",
+        "np-auth-pass",
+    ];
+    for (user, hint) in [
+        (auth_priv, " (SNMPv3 authPriv: a wrong privacy passphrase or protocol, or a context_name \"vlan-10\" the agent does not serve, looks the same)"),
+        (&auth[..], " (SNMPv3: a context_name \"vlan-10\" the agent does not serve looks the same: agents drop such requests unanswered)"),
+    ] {
+        // The user's own requests are answered in the default context.
+        let ok = netpoller()
+            .args(["snmp", "get", "-v", "3"])
+            .args(user)
+            .args([&agent4, sys_name])
+            .output()
+            .unwrap();
+        assert!(ok.status.success(), "{user:?}: {ok:?}");
+        // net-snmp's own client gets no answer either: the agent's silence, not ours.
+        let theirs = Command::new("snmpget")
+            .args(["-m", "", "-On", "-v3", "-t", "0.2", "-r", "1", "-n", "vlan-10"])
+            .args(user)
+            .args([&agent4, sys_name])
+            .output()
+            .unwrap();
+        assert!(
+            !theirs.status.success() && String::from_utf8_lossy(&theirs.stderr).contains("Timeout"),
+            "{user:?}: {theirs:?}"
+        );
+        let args = [&["-v", "3", "-t", "200ms", "-r", "0", "-n", "vlan-10"][..], user, &[&agent4]].concat();
+        get_and_walk_fail_saying(&args, sys_name, &(timeout.clone() + hint), Some("timeout"));
+    }
+}
+
 /// `poll-once` says an item's failure once, in the words the daemon has for it
 /// (Zabbix's first), and in --json its class apart, as the daemon's log gives them
 /// (`reason=... error=...`): it printed `ERROR timeout: Timeout while connecting`,

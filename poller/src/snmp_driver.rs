@@ -218,19 +218,35 @@ fn timeout_text(
 /// sent to tell them apart (no retry, or the iteration's deadline came first). An
 /// engine discovery (it carries no key) tells them apart: unanswered, the first one or
 /// the one sent beside a retry, the agent is down, unreachable or speaks no SNMPv3;
-/// answered while the requests were not, a key is wrong.
-fn silence_hint(f: &ItemFailure, user: Option<&snmp::v3::UsmUser>) -> &'static str {
-    match f {
-        ItemFailure::DiscoveryTimeout => {
-            " (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)"
+/// answered while the requests were not, a key is wrong. net-snmp's agent drops a
+/// request for a context it does not serve unanswered too (no Report), at every level:
+/// a user with a `context_name` (a Cisco `vlan-10`) is told that it looks the same.
+fn silence_hint(f: &ItemFailure, user: Option<&snmp::v3::UsmUser>) -> String {
+    let context = user
+        .map(|u| u.context())
+        .filter(|c| !c.is_empty())
+        .map(|c| format!("context_name {:?}", String::from_utf8_lossy(c)));
+    let auth_priv = user.is_some_and(|u| u.level() == snmp::v3::SecurityLevel::AuthPriv);
+    match (f, context) {
+        (ItemFailure::DiscoveryTimeout, _) => {
+            " (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)".into()
         }
-        ItemFailure::TimeoutDiscoveryAnswered => {
-            " (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol?)"
+        (ItemFailure::TimeoutDiscoveryAnswered, None) => {
+            " (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol?)".into()
         }
-        _ if user.is_some_and(|u| u.level() == snmp::v3::SecurityLevel::AuthPriv) => {
-            " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)"
+        (ItemFailure::TimeoutDiscoveryAnswered, Some(c)) => format!(
+            " (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol, or a {c} it does not serve?)"
+        ),
+        (_, None) if auth_priv => {
+            " (SNMPv3 authPriv: a wrong privacy passphrase or protocol looks the same)".into()
         }
-        _ => "",
+        (_, Some(c)) if auth_priv => format!(
+            " (SNMPv3 authPriv: a wrong privacy passphrase or protocol, or a {c} the agent does not serve, looks the same)"
+        ),
+        (_, Some(c)) => format!(
+            " (SNMPv3: a {c} the agent does not serve looks the same: agents drop such requests unanswered)"
+        ),
+        _ => String::new(),
     }
 }
 
@@ -247,7 +263,7 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
         | ItemFailure::TimeoutDiscoveryAnswered
         | ItemFailure::DiscoveryTimeout => ItemError::new(
             ErrorReason::Timeout,
-            timeout_text(job.addr, job.retries, None) + silence_hint(f, job.usm.as_deref()),
+            timeout_text(job.addr, job.retries, None) + &silence_hint(f, job.usm.as_deref()),
         ),
         // The agent's own answer, decoded: Zabbix's "not supported" (NOTSUPPORTED in
         // checks_snmp.c, so a CHECK_NOT_SUPPORTED step handles it).
@@ -988,6 +1004,36 @@ mod tests {
                 ErrorReason::Timeout,
                 "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)"
             )
+        );
+        // A user of a context the agent may not serve (net-snmp drops such requests
+        // unanswered, at every level): the hint names it beside the keys.
+        let user = |privacy: bool| {
+            let p = privacy.then_some((snmp::usm::PrivProtocol::Aes128, "priv-pass-1"));
+            let u = snmp::v3::UsmUser::new(
+                "u",
+                Some((snmp::usm::AuthProtocol::Sha1, "auth-pass-1")),
+                p,
+            );
+            Some(std::sync::Arc::new(u.unwrap().with_context("vlan-10")))
+        };
+        let mut ctx = job.clone();
+        ctx.usm = user(true);
+        assert_eq!(
+            item_error(&ctx, &ItemFailure::TimeoutDiscoveryAnswered).text,
+            "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol, or a context_name \"vlan-10\" it does not serve?)"
+        );
+        assert_eq!(
+            item_error(&ctx, &ItemFailure::Timeout).text,
+            "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3 authPriv: a wrong privacy passphrase or protocol, or a context_name \"vlan-10\" the agent does not serve, looks the same)"
+        );
+        ctx.usm = user(false);
+        assert_eq!(
+            item_error(&ctx, &ItemFailure::Timeout).text,
+            "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3: a context_name \"vlan-10\" the agent does not serve looks the same: agents drop such requests unanswered)"
+        );
+        assert_eq!(
+            item_error(&ctx, &ItemFailure::DiscoveryTimeout).text,
+            "Timeout while connecting to \"127.0.0.1:161\". No SNMP response after 2 attempt(s) (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)"
         );
         use snmp::v3::ReportKind as K;
         for (kind, text) in [
