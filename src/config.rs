@@ -913,6 +913,14 @@ fn ip_hint(ip: &str) -> &'static str {
         _ if ip.starts_with(|c: char| c.is_ascii_alphabetic()) && !ip.contains(':') => {
             ": names are never resolved, write the device's address"
         }
+        // `192.0.2.1:1161`, `[2001:db8::1]:161`: a Prometheus or snmp_exporter target.
+        _ if ip.parse::<std::net::SocketAddr>().is_ok() => {
+            ": write the address alone, the SNMP port as snmp = { port = ... }"
+        }
+        // Zabbix's `{HOST.IP}`, `{HOST.CONN}`, `{$SWITCH_IP}`: resolved per host there.
+        _ if ip.starts_with('{') && ip.ends_with('}') => {
+            ": a Zabbix macro; netpoller resolves none: write the device's address"
+        }
         _ => "",
     }
 }

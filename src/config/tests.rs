@@ -1157,6 +1157,21 @@ fn a_host_ip_that_is_a_name_or_a_network_says_what_to_write() {
     ));
     assert!(err("fe80::1/64").ends_with("a host has one address"));
     assert!(err("127.0.20.300").ends_with("\"127.0.20.300\" is not an IP address"));
+    // An address with its port (a Prometheus target), a Zabbix macro: said as such.
+    for ip in ["127.0.20.1:1161", "[::1]:161"] {
+        assert!(
+            err(ip).ends_with("is not an IP address: write the address alone, the SNMP port as snmp = { port = ... }"),
+            "{}",
+            err(ip)
+        );
+    }
+    for ip in ["{HOST.IP}", "{$SWITCH_IP}"] {
+        assert!(
+            err(ip).ends_with("is not an IP address: a Zabbix macro; netpoller resolves none: write the device's address"),
+            "{}",
+            err(ip)
+        );
+    }
 }
 
 /// A range inside another loads (hosts may share an address), with a warning at the
