@@ -705,18 +705,31 @@ struct UsmHost {
 }
 
 impl UsmHost {
-    /// Why an SNMPv3 host that answered nothing timed out, as far as its engine
-    /// discovery tells: never answered (no engine known, or the one sent beside a retry
-    /// went unanswered) is the agent's silence, whatever its keys; answered while none
-    /// of the iteration's requests was is a key the agent does not share; else (no
-    /// probe, or Responses decrypted earlier: the agent went silent since) the old,
-    /// uncertain words.
+    /// Why an SNMPv3 host that answered nothing timed out ([`ItemFailure::v3_silence`]).
     fn silence(&self) -> ItemFailure {
-        match (
+        ItemFailure::v3_silence(
             self.engine.is_some(),
             self.answers_discovery,
             self.decrypted,
-        ) {
+        )
+    }
+}
+
+impl ItemFailure {
+    /// Why an SNMPv3 requester that got no reply timed out, as far as its engine
+    /// discovery tells: never answered (no engine known, or the one sent beside a retry
+    /// went unanswered: `answers_discovery` `Some(false)`) is the agent's silence,
+    /// whatever its keys; answered (`Some(true)`) while no Response was `decrypted` (in
+    /// the iteration, or the walk) is a key the agent does not share; else (no such
+    /// discovery sent, or Responses decrypted earlier: the agent went silent since) the
+    /// old, uncertain words. The [`Iteration`]'s rule in one place, for the CLI's walker
+    /// to follow.
+    pub fn v3_silence(
+        engine_known: bool,
+        answers_discovery: Option<bool>,
+        decrypted: bool,
+    ) -> ItemFailure {
+        match (engine_known, answers_discovery, decrypted) {
             (false, _, _) | (true, Some(false), _) => ItemFailure::DiscoveryTimeout,
             (true, Some(true), false) => ItemFailure::TimeoutDiscoveryAnswered,
             _ => ItemFailure::Timeout,
