@@ -21,8 +21,13 @@
 //! again as at the walk's start ([`discover`]), and the request is sent again, at most
 //! once after each (two Reports, as the driver allows a host two per iteration; one
 //! more fails the walk); the walk goes on where it was, the varbinds `each` had before
-//! kept. A closed port is learnt from the ICMP port unreachable the connected socket is
-//! told of ([`PortUnreachable`]); [`port_unreachable`] learns it so for `snmp get`,
+//! kept. An authPriv walk's timeout tells a wrong privacy key from a silent agent as the
+//! driver's does: an engine discovery (no key) goes beside the first retry of a request,
+//! once per walk as the driver sends one per host and iteration, and its fate words the
+//! timeout by the driver's rule ([`ItemFailure::v3_silence`]); its answer is taken under
+//! its own msgID as the driver takes it (a Report), never as the request's. A closed
+//! port is learnt from the ICMP port unreachable the connected socket is told of
+//! ([`PortUnreachable`]); [`port_unreachable`] learns it so for `snmp get`,
 //! whose requests go out on the daemon's unconnected sockets.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
@@ -125,6 +130,19 @@ fn walk_at_most(
         )?),
         None => None,
     };
+    // An authPriv agent drops a request it cannot decrypt without a word, as a down one
+    // does: as the driver does once per host and iteration, the walk sends one engine
+    // discovery (no key) beside the first retry of a request (`probe`: its msgID), whose
+    // fate words a timeout ([`ItemFailure::v3_silence`]) with `decrypted`, whether a
+    // Response was taken in the walk.
+    let mut probe: Option<i32> = None;
+    let (mut answers_discovery, mut decrypted) = (None, false);
+    let probes = t
+        .snmp
+        .usm
+        .as_ref()
+        .is_some_and(|u| u.level() == snmp::v3::SecurityLevel::AuthPriv);
+    let mut pbuf = Vec::new();
     let mut count = 0usize;
     while !w.is_done() {
         // What the answer brings: on a non-increasing OID, the rows before it too.
@@ -157,6 +175,16 @@ fn walk_at_most(
             let mut answered = None;
             for k in 0..=t.snmp.retries {
                 if let (true, Some(e)) = (k > 0, engine.as_ref()) {
+                    if k == 1 && probes && probe.is_none() {
+                        // Sent just before the retry: the retry's wait covers the
+                        // discovery's whole timeout, as the driver's last attempt waits
+                        // for its discovery's end.
+                        id = id.wrapping_add(1) & 0x7fff_ffff;
+                        probe = Some(id);
+                        pbuf.clear();
+                        snmp::v3::encode_discovery(&mut pbuf, id);
+                        send_probe(&sock, &pbuf, stop)?;
+                    }
                     id = id.wrapping_add(1) & 0x7fff_ffff;
                     req.clear();
                     w.resend_v3(&mut req, e, &mut salt, Instant::now(), id)
@@ -190,12 +218,22 @@ fn walk_at_most(
                                 .map_err(|e| (failed_answer(t, e), None)),
                         );
                     };
-                    // Only an answer to one of the request's attempts is looked at.
                     let m = V3Message::decode(bytes).ok()?;
+                    let (user, now) = (e.user().clone(), Instant::now());
+                    if probe == Some(m.msg_id) {
+                        // The engine discovery beside a retry, matched as the driver
+                        // matches it (a Report, no key): the agent is up. Whatever it
+                        // is, no answer to the request.
+                        let r = m.answer(bytes, &user, None, None, &mut scratch, now);
+                        if let Ok(Answer::Report { .. }) = r {
+                            answers_discovery = Some(true);
+                        }
+                        return None;
+                    }
+                    // Only an answer to one of the request's attempts is looked at.
                     if !sent.contains(&m.msg_id) {
                         return None;
                     }
-                    let (user, now) = (e.user().clone(), Instant::now());
                     // The request-id is the first attempt's msgID (kept by resends).
                     match m.answer(
                         bytes,
@@ -205,10 +243,13 @@ fn walk_at_most(
                         &mut scratch,
                         now,
                     ) {
-                        Ok(Answer::Response(r)) => Some(
-                            w.handle_response(&r, &mut vbs)
-                                .map_err(|e| (failed_answer(t, e), None)),
-                        ),
+                        Ok(Answer::Response(r)) => {
+                            decrypted = true;
+                            Some(
+                                w.handle_response(&r, &mut vbs)
+                                    .map_err(|e| (failed_answer(t, e), None)),
+                            )
+                        }
                         Ok(Answer::Report { kind, authentic }) => {
                             let resync = kind.resync(authentic);
                             if resync == Some(Resync::Clock) {
@@ -247,8 +288,17 @@ fn walk_at_most(
             }
         };
         let failure = match (answered, dropped) {
-            // Nothing came back: for an authPriv user, a wrong privacy key looks so.
-            (None, None) => return Err(failed(t, &ItemFailure::Timeout)),
+            // Nothing came back: for an authPriv user, a wrong privacy key looks so,
+            // unless the discovery beside a retry told (unanswered by now, it went
+            // unanswered: it was sent before the retry, which waited a whole timeout).
+            (None, None) => {
+                let told = answers_discovery.or(probe.map(|_| false));
+                let silence = match engine {
+                    Some(_) => ItemFailure::v3_silence(true, told, decrypted),
+                    None => ItemFailure::Timeout,
+                };
+                return Err(failed(t, &silence));
+            }
             (None, Some(why)) => return Err(failed(t, &ItemFailure::Dropped(why))),
             (Some(r), _) => r.err(),
         };
@@ -299,6 +349,22 @@ fn discover(
         }
     }
     Err(failed(t, &ItemFailure::DiscoveryTimeout))
+}
+
+/// Sends the engine discovery `probe` beside a retry (unless `stop`): a send error
+/// learns nothing, as the driver's (the retry's own send says what it is), but an ICMP
+/// port unreachable the socket was told of, which the send takes, is the walk's
+/// ([`PortUnreachable`]), as the attempt's wait would have made it.
+fn send_probe(sock: &UdpSocket, probe: &[u8], stop: &AtomicBool) -> anyhow::Result<()> {
+    if stop.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    match sock.send(probe) {
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Err(PortUnreachable(sock.peer_addr()?).into())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// A table row's index: the arcs of its cells' OIDs under their column (ifIndex 3:

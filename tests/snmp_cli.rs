@@ -529,6 +529,91 @@ fn an_authpriv_timeout_hints_at_the_privacy_key_once_the_engine_answered() {
     get_and_walk_fail_saying(&args, sys_name, &error, Some("timeout"));
 }
 
+/// An SNMPv3 agent on `addr` (port 0: any) that tells its engine to each client (a
+/// source address and port: each command's socket) until that client sends a request
+/// under it, and then answers that client nothing: an agent that went down once its
+/// engine was discovered. Returns its address and how many discoveries it left
+/// unanswered (each sent after a request: the one beside a retry).
+fn v3_agent_gone_silent_once_asked(
+    addr: &str,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+    let user = snmp::v3::UsmUser::new(
+        "np-shaaes",
+        Some(("SHA".parse().unwrap(), "np-auth-pass")),
+        Some(("AES".parse().unwrap(), "np-priv-pass")),
+    )
+    .unwrap();
+    let engine = snmp::v3::Engine::new(user.into(), b"np-gone", 1, 0, Instant::now());
+    let unanswered = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = unanswered.clone();
+    let mut asked = Vec::new();
+    let until = Some(Duration::from_secs(10));
+    let at = common::udp_agent(addr.parse().unwrap(), until, move |d, from| {
+        let Ok(m) = snmp::v3::V3Message::decode(d) else {
+            return Vec::new();
+        };
+        match (m.engine_id.is_empty(), asked.contains(&from)) {
+            (true, false) => vec![common::discovery_report(&engine, &m, Instant::now())],
+            (true, true) => {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Vec::new()
+            }
+            (false, _) => {
+                asked.push(from);
+                Vec::new()
+            }
+        }
+    });
+    (at.to_string(), unanswered)
+}
+
+/// `-v 3` options of np-shaaes (authPriv, AES) with privacy passphrase `privacy`, a
+/// 300 ms timeout and one retry: what the engine discovery beside it needs.
+fn authpriv_with_a_retry(privacy: &str) -> Vec<&str> {
+    let user = &V3_OPTIONS[0][..V3_OPTIONS[0].len() - 2];
+    [
+        &["-v", "3", "-t", "300ms", "-r", "1"][..],
+        user,
+        &["-X", privacy],
+    ]
+    .concat()
+}
+
+/// With a retry, an authPriv timeout tells a wrong privacy passphrase from an agent
+/// gone down, in `walk` as in `get` (the daemon's item): the engine discovery sent
+/// beside the first retry (it carries no key) is answered by snmpd agent 4, which
+/// cannot decrypt the requests, so the timeout says so. The walk sent none and said
+/// "a wrong privacy passphrase or protocol looks the same".
+#[test]
+fn an_authpriv_walk_says_an_agent_dropping_its_requests_answers_its_discovery() {
+    let agent4 = snmpd_agent(3);
+    let args = [authpriv_with_a_retry("wrong-priv-pass"), vec![&agent4]].concat();
+    let error = format!(
+        "Timeout while connecting to \"{agent4}\". No SNMP response after 2 attempt(s) (SNMPv3 authPriv: the agent answers its engine discovery: a wrong privacy passphrase or protocol?)"
+    );
+    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.5.0", &error, Some("timeout"));
+}
+
+/// The other case: an agent that told its engine and then went silent (127.0.221.1)
+/// leaves the discovery beside the retry unanswered, and the timeout of `walk`, as of
+/// `get`, says so (the agent is down, whatever the keys), one discovery per command.
+/// The walk sent none and blamed a wrong privacy passphrase or protocol as well.
+#[test]
+fn an_authpriv_walk_says_an_agent_gone_silent_leaves_its_discovery_unanswered() {
+    use std::sync::atomic::Ordering;
+    let (gone, unanswered) = v3_agent_gone_silent_once_asked("127.0.221.1:0");
+    let args = [authpriv_with_a_retry("np-priv-pass"), vec![&gone]].concat();
+    let error = format!(
+        "Timeout while connecting to \"{gone}\". No SNMP response after 2 attempt(s) (SNMPv3: the engine discovery, which needs no passphrase, went unanswered)"
+    );
+    get_and_walk_fail_saying(&args, ".1.3.6.1.2.1.1.5.0", &error, Some("timeout"));
+    // The discovery beside the retry of each of the four commands (get, walk, each also
+    // with --json), once: not the first, which each had answered.
+    assert_eq!(unanswered.load(Ordering::SeqCst), 4);
+}
+
 /// A context the agent does not serve (`-n`, `context_name`: a Cisco `vlan-10` asked of
 /// another agent) is dropped unanswered by net-snmp's snmpd at every level, as
 /// `snmpget -n` shows (a timeout); `get` and `walk` say that it looks the same, naming
