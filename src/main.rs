@@ -411,13 +411,13 @@ mod tests {
                     assert_eq!(a.plan.shard, Some((0, 4)));
                     assert_eq!(
                         a.daemon.spool_dir.unwrap(),
-                        std::path::Path::new("/var/lib/netpoller/0-4/spool")
+                        std::path::Path::new("/var/lib/netpoller-0-4/spool")
                     );
                     assert!(a
                         .daemon
                         .discovery_file
                         .unwrap()
-                        .starts_with("/var/lib/netpoller/0-4/"));
+                        .starts_with("/var/lib/netpoller-0-4/"));
                 }
                 super::Command::CheckConfig(a) => assert_eq!(a.shard, Some((0, 4))),
                 _ => panic!("{line}"),
@@ -440,6 +440,43 @@ mod tests {
             .filter(|l| !l.contains("Command /usr/local/bin/netpoller is not executable"))
             .collect();
         assert!(other.is_empty(), "{said}");
+    }
+
+    /// The shard template's state directory, as systemd 252 set it up in a container
+    /// (docs/production.md, "verified under systemd"): nested in the plain unit's
+    /// (`netpoller/%i`), an instance failed to start (238/STATE_DIRECTORY, "File
+    /// exists") on a machine that had run netpoller.service, whose dynamic user's
+    /// /var/lib/netpoller is a symlink, and that unit after an instance; and the
+    /// drop-in's empty `StateDirectory=` reset the unit's `StateDirectoryMode=0750` to
+    /// 0755. The paths the command line writes are in that directory.
+    #[test]
+    fn the_shard_template_state_directory_is_beside_the_units_with_its_mode() {
+        let unit = crate::test_util::doc("packaging/netpoller.service");
+        let dropin = crate::test_util::doc("packaging/netpoller@.service.d/shard.conf");
+        let values = |text: &str, key: &str| -> Vec<String> {
+            (text.lines())
+                .filter_map(|l| l.strip_prefix(&format!("{key}=")))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(values(&unit, "StateDirectory"), ["netpoller"]);
+        let state = values(&dropin, "StateDirectory");
+        assert_eq!(state, ["", "netpoller-%i"], "{dropin}");
+        assert_eq!(
+            values(&dropin, "StateDirectoryMode"),
+            values(&unit, "StateDirectoryMode"),
+            "the drop-in's empty StateDirectory= resets the mode"
+        );
+        let dir = format!("/var/lib/{}/", state[1]);
+        assert_eq!(
+            values(&dropin, "WorkingDirectory"),
+            [dir.trim_end_matches('/')]
+        );
+        let run = values(&dropin, "ExecStart").pop().unwrap();
+        for flag in ["--spool-dir", "--discovery-file"] {
+            let path = run.split(' ').skip_while(|a| *a != flag).nth(1);
+            assert!(path.unwrap().starts_with(&dir), "{flag}: {run}");
+        }
     }
 
     /// packaging/README.md names each file setting whose path the daemon writes, and
