@@ -8,6 +8,11 @@
 //!   `timestamp`, `level`, `target` and `message` (event fields are flattened to the top
 //!   level next to `message`).
 //! * Colours only when stderr is a terminal and `NO_COLOR` is unset.
+//! * When stderr is journald's stream (`$JOURNAL_STREAM` names it: a systemd unit's
+//!   default), each line starts with its level as a syslog priority (`<3>` error, `<4>`
+//!   warn, `<6>` info, `<7>` debug and trace), which journald takes as the entry's
+//!   `PRIORITY` and strips (`journalctl -p warning`), every line of a multi-line event
+//!   alike; human lines then carry no time of their own (the journal's is the same).
 //! * The subscriber never sees secrets unless a call site logs them: call sites log
 //!   host names and addresses, never SNMP communities or ClickHouse passwords.
 
@@ -85,7 +90,8 @@ fn install(format: LogFormat, filter: EnvFilter) -> anyhow::Result<()> {
     let ansi = std::env::var_os("NO_COLOR").is_none()
         // SAFETY: isatty only inspects the descriptor number.
         && unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
-    let subscriber = build(format, filter, ansi, std::io::stderr);
+    let journal = stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref());
+    let subscriber = build(format, filter, ansi, journal, std::io::stderr);
     tracing::subscriber::set_global_default(subscriber).context("installing the log subscriber")?;
     Ok(())
 }
@@ -108,17 +114,112 @@ fn resolve_filter(
     }
 }
 
+/// Whether stderr is the journald stream `$JOURNAL_STREAM` names (`DEVICE:INODE`, as
+/// systemd sets it for a unit whose stderr goes to the journal): not merely whether the
+/// variable is set, which a child whose stderr was redirected inherits.
+fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
+    use std::os::fd::AsFd as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let Some((dev, ino)) = journal_stream.and_then(|v| v.split_once(':')) else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    let stderr = std::io::stderr();
+    let Ok(fd) = stderr.as_fd().try_clone_to_owned() else {
+        return false;
+    };
+    std::fs::File::from(fd)
+        .metadata()
+        .is_ok_and(|m| m.dev() == dev && m.ino() == ino)
+}
+
+/// A writer for journald's stream: each line it is given starts with the syslog
+/// priority of the event's level (sd-daemon's `<N>` prefixes).
+struct Journal<M>(M);
+
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Journal<M> {
+    type Writer = Prefixed<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Prefixed {
+            inner: self.0.make_writer(),
+            prefix: b"<6>",
+            line_start: true,
+        }
+    }
+
+    fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
+        let prefix: &[u8] = match *meta.level() {
+            tracing::Level::ERROR => b"<3>",
+            tracing::Level::WARN => b"<4>",
+            tracing::Level::INFO => b"<6>",
+            _ => b"<7>",
+        };
+        Prefixed {
+            inner: self.0.make_writer_for(meta),
+            prefix,
+            line_start: true,
+        }
+    }
+}
+
+/// Writes `prefix` before each line of what it is given.
+struct Prefixed<W> {
+    inner: W,
+    prefix: &'static [u8],
+    line_start: bool,
+}
+
+impl<W: std::io::Write> std::io::Write for Prefixed<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut out = Vec::with_capacity(buf.len() + 2 * self.prefix.len());
+        for line in buf.split_inclusive(|&b| b == b'\n') {
+            if self.line_start {
+                out.extend_from_slice(self.prefix);
+            }
+            out.extend_from_slice(line);
+            self.line_start = line.ends_with(b"\n");
+        }
+        // One write of the whole event, as the formatter made it: journald reads lines
+        // from a stream that other threads' events share.
+        self.inner.write_all(&out)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// The subscriber for `format`, writing through `writer` (stderr in the daemon, a
-/// buffer in tests).
+/// buffer in tests); `journal`: `writer` is journald's stream ([`stderr_is_journal`]).
 fn build<W>(
     format: LogFormat,
     filter: EnvFilter,
     ansi: bool,
+    journal: bool,
     writer: W,
 ) -> Box<dyn tracing::Subscriber + Send + Sync>
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
+    if journal {
+        let b = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(Journal(writer));
+        return match format {
+            LogFormat::Human => Box::new(b.with_ansi(false).without_time().finish()),
+            LogFormat::Json => Box::new(
+                b.json()
+                    .flatten_event(true)
+                    .with_current_span(true)
+                    .with_span_list(false)
+                    .finish(),
+            ),
+        };
+    }
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
@@ -141,11 +242,16 @@ mod tests {
     use crate::test_util::SharedBuf as Buf;
 
     fn capture(format: LogFormat, level: &str, f: impl FnOnce()) -> String {
+        capture_to(format, level, false, f)
+    }
+
+    fn capture_to(format: LogFormat, level: &str, journal: bool, f: impl FnOnce()) -> String {
         let buf = Buf::default();
         let sub = build(
             format,
             resolve_filter(Some(level), None, "info").unwrap(),
             false,
+            journal,
             buf.clone(),
         );
         tracing::dispatcher::with_default(&crate::test_util::dispatch(sub), f);
@@ -193,6 +299,39 @@ mod tests {
             "ANSI escapes with ansi=false: {out:?}"
         );
         assert!(serde_json::from_str::<serde_json::Value>(out.trim()).is_err());
+    }
+
+    /// Under systemd, journald took every line at priority 6 (info), the daemon's
+    /// errors and warnings too (`journalctl -p warning -u netpoller` showed none of a
+    /// rejected reload's, verified under systemd 252), and each line carried a second
+    /// timestamp.
+    #[test]
+    fn journal_lines_start_with_their_priority_and_carry_no_time() {
+        let out = capture_to(LogFormat::Human, "debug", true, || {
+            tracing::error!("rejected:\nline 17: unknown field");
+            tracing::warn!(asked_kib = 16384, "buffer smaller");
+            tracing::info!("started");
+            tracing::debug!("detail");
+        });
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 5, "{out}");
+        for (line, prefix) in lines.iter().zip(["<3>", "<3>", "<4>", "<6>", "<7>"]) {
+            assert!(line.starts_with(prefix), "{prefix}: {out}");
+        }
+        assert!(lines[0].contains("ERROR") && lines[2].contains("asked_kib=16384"));
+        assert!(!out.contains("Z "), "a timestamp: {out}");
+        let json = capture_to(LogFormat::Json, "info", true, || tracing::warn!("w"));
+        let v: serde_json::Value = serde_json::from_str(json.strip_prefix("<4>").unwrap()).unwrap();
+        assert!(v["timestamp"].is_string(), "{json}");
+        // The variable alone is not the journal: stderr must be the stream it names.
+        assert!(!stderr_is_journal(None));
+        assert!(!stderr_is_journal(Some("0:0")));
+        assert!(!stderr_is_journal(Some("journal")));
+        use std::os::fd::AsFd as _;
+        use std::os::unix::fs::MetadataExt as _;
+        let fd = std::io::stderr().as_fd().try_clone_to_owned().unwrap();
+        let m = std::fs::File::from(fd).metadata().unwrap();
+        assert!(stderr_is_journal(Some(&format!("{}:{}", m.dev(), m.ino()))));
     }
 
     #[test]
