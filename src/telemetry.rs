@@ -205,26 +205,31 @@ fn build<W>(
 where
     W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
 {
-    if journal {
-        let b = tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .with_writer(Journal(writer));
-        return match format {
-            LogFormat::Human => Box::new(b.with_ansi(false).without_time().finish()),
-            LogFormat::Json => Box::new(
-                b.json()
-                    .flatten_event(true)
-                    .with_current_span(true)
-                    .with_span_list(false)
-                    .finish(),
-            ),
-        };
+    match journal {
+        // journald stamps each entry itself; its stream is no terminal.
+        true => subscriber(format, filter, false, false, Journal(writer)),
+        false => subscriber(format, filter, ansi, true, writer),
     }
+}
+
+/// [`build`]'s subscriber for `format` through `writer`, human lines with their time
+/// when `time`.
+fn subscriber<W>(
+    format: LogFormat,
+    filter: EnvFilter,
+    ansi: bool,
+    time: bool,
+    writer: W,
+) -> Box<dyn tracing::Subscriber + Send + Sync>
+where
+    W: for<'a> MakeWriter<'a> + Send + Sync + 'static,
+{
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer);
     match format {
-        LogFormat::Human => Box::new(b.with_ansi(ansi).finish()),
+        LogFormat::Human if time => Box::new(b.with_ansi(ansi).finish()),
+        LogFormat::Human => Box::new(b.with_ansi(ansi).without_time().finish()),
         LogFormat::Json => Box::new(
             b.json()
                 .flatten_event(true)

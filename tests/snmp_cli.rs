@@ -625,20 +625,11 @@ fn a_timeout_of_a_user_with_a_context_says_an_unserved_context_looks_the_same() 
     let timeout =
         format!("Timeout while connecting to \"{agent4}\". No SNMP response after 1 attempt(s)");
     let sys_name = ".1.3.6.1.2.1.1.5.0";
-    let auth_priv = V3_OPTIONS[0];
-    let auth = [
-        "-u",
-        "np-sha",
-        "-l",
-        "authNoPriv",
-        "-a",
-        "SHA",
-        "-A",
-        "np-auth-pass",
-    ];
+    // np-shaaes (authPriv) and np-sha (authNoPriv).
+    let (auth_priv, auth) = (V3_OPTIONS[0], V3_OPTIONS[3]);
     for (user, hint) in [
         (auth_priv, " (SNMPv3 authPriv: a wrong privacy passphrase or protocol, or a context_name \"vlan-10\" the agent does not serve, looks the same)"),
-        (&auth[..], " (SNMPv3: a context_name \"vlan-10\" the agent does not serve looks the same: agents drop such requests unanswered)"),
+        (auth, " (SNMPv3: a context_name \"vlan-10\" the agent does not serve looks the same: agents drop such requests unanswered)"),
     ] {
         // The user's own requests are answered in the default context.
         let ok = netpoller()
