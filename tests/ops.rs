@@ -691,6 +691,61 @@ templates = ["icmp"]
     assert!(!out.contains("snmp.max_pps"), "{out}");
 }
 
+/// A file of no hosts (an empty or half-written one, a host list not generated yet, or
+/// one whose hosts are all other shards') polls nothing: `check-config` and the start say
+/// so, as they say it of a host without items. Neither fails (exit 0, started): a start
+/// has no polling to keep, which a reload to such a file would stop, and refuses
+/// (`a_reload_to_no_hosts_is_refused`).
+#[test]
+fn a_file_of_no_hosts_is_warned_of_by_check_config_and_the_start() {
+    let dir = scratch("ops-no-hosts");
+    let cfg = dir.join("c.toml");
+    let daemon = format!(
+        "[daemon]\nspool_dir = \"{}\"\n",
+        dir.join("spool").display()
+    );
+    std::fs::write(&cfg, &daemon).unwrap();
+    let check = |extra: &[&str]| {
+        succeeds(
+            netpoller()
+                .args(["check-config", "-c"])
+                .arg(&cfg)
+                .args(extra),
+        )
+        .0
+    };
+    let none = "warning: no hosts: it polls nothing (no [[hosts]] or [[host_ranges]] in the file)";
+    assert!(check(&[]).contains(none), "{}", check(&[]));
+    // One host: in one of two shards, the other polls nothing.
+    let one_host = format!(
+        "{daemon}[[hosts]]\nname = \"h\"\nip = \"127.0.220.1\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n"
+    );
+    std::fs::write(&cfg, &one_host).unwrap();
+    assert!(!check(&[]).contains("warning:"), "{}", check(&[]));
+    let warned: Vec<String> = ["0/2", "1/2"]
+        .iter()
+        .map(|s| check(&["--shard", s]))
+        .filter(|out| out.contains("warning: no hosts in shard "))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("it polls nothing (no [[hosts]] or [[host_ranges]] in the file, or none of their hosts is this shard's)"),
+        "{}",
+        warned[0]
+    );
+    // The start logs it (`run` is seldom preceded by a `check-config` read by anyone).
+    std::fs::write(&cfg, &daemon).unwrap();
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    d.expect_log("netpoller 0.1.0 started", Duration::from_secs(20));
+    assert!(
+        d.log_text()
+            .contains(&format!("configuration: {}", &none["warning: ".len()..])),
+        "{}",
+        d.log_text()
+    );
+    assert!(d.stop().success());
+}
+
 #[test]
 fn snmpv3_discoveries_and_refusals_are_metrics() {
     let dir = scratch("ops-snmpv3");

@@ -7,6 +7,7 @@ use std::time::Duration;
 use poller::plan::{Engine, Plan};
 use poller::plan_diff::PlanDiff;
 
+use super::shard_words;
 use crate::config::{DaemonSection, IcmpPhases};
 
 /// Arguments of `netpoller check-config`.
@@ -56,9 +57,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     "none (values go to the spool)"
                 }
             );
-            for w in &cfg.warnings {
-                println!("warning: {w}");
-            }
             // The load this process would carry (its shard only: `--shard`, else
             // `daemon.shard`), for sizing
             // (docs/production.md): rates, not item counts, decide the CPU.
@@ -69,6 +67,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
             let shard = cfg.process_shard(args.shard);
             let plan = cfg.take_plan(args.shard, super::trim_heap);
+            for w in super::warnings(&cfg, &plan, shard) {
+                println!("warning: {w}");
+            }
             // Before the other lines: it is what the option was asked for, and a
             // running config that does not load fails the command.
             if let Some(running) = &args.against {
@@ -170,14 +171,6 @@ fn sources(daemon: &DaemonSection, (v4, v6): (bool, bool)) -> Option<String> {
     }
     (!parts.is_empty())
         .then(|| format!("daemon.source_ip: requests leave from {}", parts.join(", ")))
-}
-
-/// ` of shard 1/2` (with `prep` "of"), or nothing without shards.
-fn shard_words(prep: &str, (i, n): (u32, u32)) -> String {
-    match n {
-        1 => String::new(),
-        _ => format!(" {prep} shard {i}/{n}"),
-    }
 }
 
 /// The engines whose send-rate cap is below what the plan needs: their polls would run

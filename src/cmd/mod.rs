@@ -254,11 +254,39 @@ impl PlanArgs {
     }
 }
 
-/// Logs what the file may well not mean but is valid (`check-config` prints the same
-/// lines): at a start, a reload and `poll-once`, where nobody ran `check-config`.
-pub fn warn_of(cfg: &Config) {
-    for w in &cfg.warnings {
+/// What the file may well not mean but is valid: its [`Config::warnings`], and a
+/// `plan` of no hosts (`shard`: this process's), which polls nothing. Not refused as a
+/// reload refuses it (an empty or half-written file would stop the polling it
+/// replaces): a start has no polling to keep, and `check-config` passes what `run`
+/// starts with.
+pub fn warnings(cfg: &Config, plan: &Plan, shard: (u32, u32)) -> Vec<String> {
+    let mut out: Vec<String> = cfg.warnings.iter().map(ToString::to_string).collect();
+    if plan.hosts.is_empty() {
+        let theirs = match shard.1 {
+            1 => "",
+            _ => ", or none of their hosts is this shard's",
+        };
+        out.push(format!(
+            "no hosts{}: it polls nothing (no [[hosts]] or [[host_ranges]] in the file{theirs})",
+            shard_words("in", shard)
+        ));
+    }
+    out
+}
+
+/// Logs the [`warnings`] (`check-config` prints the same lines): at a start, a reload
+/// and `poll-once`, where nobody ran `check-config`.
+pub fn warn_of(cfg: &Config, plan: &Plan, shard: (u32, u32)) {
+    for w in warnings(cfg, plan, shard) {
         tracing::warn!("configuration: {w}");
+    }
+}
+
+/// ` of shard 1/2` (with `prep` "of"), or nothing without shards.
+pub fn shard_words(prep: &str, (i, n): (u32, u32)) -> String {
+    match n {
+        1 => String::new(),
+        _ => format!(" {prep} shard {i}/{n}"),
     }
 }
 

@@ -195,7 +195,8 @@ fn plan_found(
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (loaded, refused) = match args.plan.load(None)? {
         Ok(loaded) => {
-            super::warn_of(&loaded.cfg);
+            let shard = loaded.cfg.process_shard(args.plan.shard);
+            super::warn_of(&loaded.cfg, &loaded.plan, shard);
             // Before anything is sent: walks and polls leave from the source address.
             super::check_sources(&loaded.cfg)?;
             if loaded.cfg.discovery.is_empty() {

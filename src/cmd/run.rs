@@ -73,7 +73,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    super::warn_of(&cfg);
+    super::warn_of(&cfg, &plan, cfg.process_shard(args.plan.shard));
     // The engines' sweeps are of this size until a restart: so are a reload's groups.
     args.plan.started_icmp_batch_hosts = Some(cfg.daemon.icmp_batch_hosts);
     // Before any socket: every request leaves from the source address.
@@ -1154,7 +1154,7 @@ fn reload(
                 );
                 return None;
             }
-            super::warn_of(cfg);
+            super::warn_of(cfg, &plan, cfg.process_shard(args.plan.shard));
             let fixed = restart_only_changes(running, cfg);
             if !fixed.is_empty() {
                 tracing::warn!(
