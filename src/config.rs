@@ -901,6 +901,18 @@ pub fn range_hosts(net: ipnet::IpNet) -> (u128, impl Iterator<Item = IpAddr>) {
     (count, net.hosts().skip(skip))
 }
 
+/// Whether `ip` is one of the addresses [`range_hosts`] gives of `net`: inside it, from
+/// its first host on, and not IPv4's broadcast address where the first host is not its
+/// network's.
+fn range_holds(net: ipnet::IpNet, ip: IpAddr) -> bool {
+    let (_, mut hosts) = range_hosts(net);
+    let Some(first) = hosts.next() else {
+        return false;
+    };
+    let broadcast_left_out = matches!(net, ipnet::IpNet::V4(_)) && first != net.network();
+    net.contains(&ip) && ip >= first && !(broadcast_left_out && ip == net.broadcast())
+}
+
 /// What a host's `ip` that does not parse most likely is: a network (a range's), or a
 /// name (never resolved: a poller must not depend on DNS, nor poll what it resolves to
 /// today).
@@ -1005,7 +1017,8 @@ pub struct Config {
     /// The hosts whose items stand for discovered rows (before `--shard` selection).
     pub discovery: Vec<DiscoveryTarget>,
     /// What the file may well not mean but is valid (`check-config` prints them): a
-    /// `[[host_ranges]]` CIDR inside another's, whose addresses each range polls.
+    /// `[[host_ranges]]` CIDR inside another's, whose addresses each range polls, a
+    /// `[[hosts]]` address inside one, a host or range that polls nothing.
     pub warnings: Vec<ConfigError>,
 }
 
@@ -1635,6 +1648,15 @@ fn unknown_template(name: &str, known: &[&str]) -> String {
         n => format!(" and {n} more"),
     };
     format!("unknown template {name:?}{hint} (defined: {shown:?}{more})")
+}
+
+/// The `[[hosts]]` entries inside a range that a warning names each (the others are
+/// counted): [`Resolver::hosts_in_ranges`].
+const LISTED_HOSTS_IN_RANGES: usize = 10;
+
+/// `host_ranges[i].cidr`.
+fn range_cidr(i: usize) -> [Seg<'static>; 3] {
+    [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key("cidr")]
 }
 
 /// Where [`derive_itemid`]'s range starts: explicit itemids stay below it.
@@ -2817,7 +2839,12 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         }
         drop(names);
-        self.range_overlaps(nets);
+        let covers = self.range_overlaps(nets);
+        let hosts = out.iter().zip(&origins).filter_map(|(h, o)| match o {
+            Origin::Host(i) => Some((h.ip, *i as usize)),
+            Origin::Range(_) => None,
+        });
+        self.hosts_in_ranges(&covers, hosts);
         // `[snmp]`'s SNMPv3 fields are defaults for hosts of version 3: with none, they
         // are a forgotten `version = "3"` (a host's own are checked with the host).
         let version: SnmpVersion = self.snmp.version.into();
@@ -2862,27 +2889,81 @@ impl<'c, 'a> Resolver<'c, 'a> {
     /// are apart): a host per address and range, so each of its addresses is polled as
     /// two hosts. Valid (Zabbix lets hosts share an address), but more often a pasted
     /// range than meant; the names then differ, or a duplicate name error says it.
-    fn range_overlaps(&mut self, mut nets: Vec<(ipnet::IpNet, usize)>) {
+    /// Returns the ranges inside none other, by address (apart, so sorted by their ends
+    /// too), with their indices: what holds every range's address.
+    fn range_overlaps(
+        &mut self,
+        mut nets: Vec<(ipnet::IpNet, usize)>,
+    ) -> Vec<(ipnet::IpNet, usize)> {
         // By network, the larger first: a network that holds the next one's first
         // address holds all of it.
         nets.sort_by_key(|(n, i)| (n.network(), n.prefix_len(), *i));
-        let mut cover: Option<(ipnet::IpNet, usize)> = None;
+        let mut covers: Vec<(ipnet::IpNet, usize)> = Vec::new();
         for (n, i) in nets {
-            match cover {
-                Some((c, j)) if c.contains(&n.network()) => {
+            match covers.last() {
+                Some(&(c, j)) if c.contains(&n.network()) => {
                     let (count, _) = range_hosts(n);
-                    let cidr = |k| [Seg::Key("host_ranges"), Seg::Index(k), Seg::Key("cidr")];
-                    let line = (self.c.loc.line(&cidr(j)))
-                        .map_or(String::new(), |l| format!(", line {l}"));
                     self.c.warn(
-                        &cidr(i),
+                        &range_cidr(i),
                         format!(
-                            "{n} is inside host_ranges[{j}] ({c}{line}): each of its {count} addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)"
+                            "{n} is inside {}: each of its {count} addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)",
+                            self.range_named(c, j)
                         ),
                     );
                 }
-                _ => cover = Some((n, i)),
+                _ => covers.push((n, i)),
             }
+        }
+        covers
+    }
+
+    /// `host_ranges[0] (127.0.0.0/24, line 12)`: range `i` of network `n`, to name in a
+    /// warning of another key.
+    fn range_named(&self, n: ipnet::IpNet, i: usize) -> String {
+        let line =
+            (self.c.loc.line(&range_cidr(i))).map_or(String::new(), |l| format!(", line {l}"));
+        format!("host_ranges[{i}] ({n}{line})")
+    }
+
+    /// Warns of each `[[hosts]]` entry (`hosts`: its address and index) whose address
+    /// a range holds (`covers`: [`Self::range_overlaps`]'), as it warns of a range inside
+    /// another: the address is polled as two hosts, this one and the range's. The first
+    /// [`LISTED_HOSTS_IN_RANGES`] are named, the others counted: a range added over a
+    /// file of thousands of hosts is one mistake, not thousands of lines at each reload.
+    /// A binary search per host: ranges may be many too.
+    fn hosts_in_ranges(
+        &mut self,
+        covers: &[(ipnet::IpNet, usize)],
+        hosts: impl Iterator<Item = (IpAddr, usize)>,
+    ) {
+        let mut more = 0usize;
+        let mut named = 0usize;
+        for (ip, i) in hosts {
+            let after = covers.partition_point(|(n, _)| n.network() <= ip);
+            let Some(&(n, j)) = after.checked_sub(1).map(|k| &covers[k]) else {
+                continue;
+            };
+            if !range_holds(n, ip) {
+                continue;
+            }
+            if named == LISTED_HOSTS_IN_RANGES {
+                more += 1;
+                continue;
+            }
+            named += 1;
+            self.c.warn(
+                &[Seg::Key("hosts"), Seg::Index(i), Seg::Key("ip")],
+                format!(
+                    "{ip} is inside {}: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)",
+                    self.range_named(n, j)
+                ),
+            );
+        }
+        if more > 0 {
+            self.c.warn(
+                &[],
+                format!("{more} more [[hosts]] entries lie inside a [[host_ranges]] CIDR, each polled twice too (the first {LISTED_HOSTS_IN_RANGES} are named above)"),
+            );
         }
     }
 

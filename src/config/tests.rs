@@ -1174,16 +1174,22 @@ fn a_host_ip_that_is_a_name_or_a_network_says_what_to_write() {
     }
 }
 
+/// A `[[host_ranges]]` entry of `cidr` whose hosts are named `{name}-{ip}`, of the
+/// `icmp` template.
+fn icmp_range(cidr: &str, name: &str) -> String {
+    format!(
+        "[[host_ranges]]\ncidr = \"{cidr}\"\nname = \"{name}-{{ip}}\"\ntemplates = [\"icmp\"]\n"
+    )
+}
+
 /// A range inside another loads (hosts may share an address), with a warning at the
-/// inner range's `cidr` naming the outer one; ranges apart, of the other family, or a
-/// host inside a range (one device, several SNMP contexts) are not warned of.
+/// inner range's `cidr` naming the outer one; ranges apart or of the other family are
+/// not warned of (a host inside a range is: `a_host_inside_a_range_is_warned_of_at_its_ip`).
 #[test]
 fn a_range_inside_another_is_warned_of_at_its_cidr() {
-    let range = |cidr: &str, name: &str| {
-        format!("[[host_ranges]]\ncidr = \"{cidr}\"\nname = \"{name}-{{ip}}\"\ntemplates = [\"icmp\"]\n")
-    };
+    let range = icmp_range;
     let text = format!(
-        "{TEMPLATE}{}{}{}{}[[hosts]]\nname = \"h\"\nip = \"127.0.156.5\"\ntemplates = [\"icmp\"]\n",
+        "{TEMPLATE}{}{}{}{}[[hosts]]\nname = \"h\"\nip = \"127.0.159.5\"\ntemplates = [\"icmp\"]\n",
         range("127.0.156.8/29", "b"),
         range("127.0.156.0/28", "a"),
         range("127.0.157.0/29", "c"),
@@ -1210,6 +1216,63 @@ fn a_range_inside_another_is_warned_of_at_its_cidr() {
     assert_eq!(
         e.message,
         "host name \"127.0.156.9\" repeats host_ranges[0]: the ranges overlap and name this address alike; a name pattern of this range's own (name = \"range1-{ip}\") polls it as a host of each, one range with both ranges' templates polls it once"
+    );
+}
+
+/// A `[[hosts]]` entry whose address a range holds is polled twice, as the host and as
+/// the range's: warned of at its ip, named once (a range inside another holds it too),
+/// as a range inside another is; an address the range leaves out (its network, IPv4's
+/// broadcast) is not. Past the first ten, the others are counted in one line.
+#[test]
+fn a_host_inside_a_range_is_warned_of_at_its_ip() {
+    let range = icmp_range;
+    let host = |name: &str, ip: &str| {
+        format!("[[hosts]]\nname = \"{name}\"\nip = \"{ip}\"\ntemplates = [\"icmp\"]\n")
+    };
+    let ranges = format!(
+        "{}{}{}{}",
+        range("127.0.220.0/28", "a"),
+        range("127.0.220.4/30", "b"),
+        range("2001:db8::/126", "c"),
+        range("127.0.221.0/31", "d"),
+    );
+    let text = format!(
+        "{TEMPLATE}{ranges}{}{}{}{}{}{}{}",
+        host("in-both", "127.0.220.5"),
+        host("network", "127.0.220.0"),
+        host("broadcast", "127.0.220.15"),
+        host("apart", "127.0.222.1"),
+        host("v6", "2001:db8::3"),
+        host("v6-network", "2001:db8::"),
+        host("in-31", "127.0.221.1"),
+    );
+    let cfg = parse(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+    let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
+    let twice = "it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)";
+    assert_eq!(
+        w,
+        [
+            "line 14: host_ranges[1].cidr: 127.0.220.4/30 is inside host_ranges[0] (127.0.220.0/28, line 10): each of its 2 addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)".to_string(),
+            format!("line 27: hosts[0].ip: 127.0.220.5 is inside host_ranges[0] (127.0.220.0/28, line 10): {twice}"),
+            format!("line 43: hosts[4].ip: 2001:db8::3 is inside host_ranges[2] (2001:db8::/126, line 18): {twice}"),
+            format!("line 51: hosts[6].ip: 127.0.221.1 is inside host_ranges[3] (127.0.221.0/31, line 22): {twice}"),
+        ],
+    );
+    // Thousands of hosts inside a range (one added over them): ten named, one line more.
+    let many: String = (1..=12)
+        .map(|i| host(&format!("h{i}"), &format!("127.0.220.{i}")))
+        .collect();
+    let cfg = parse(&format!("{TEMPLATE}{}{many}", range("127.0.220.0/28", "a")))
+        .unwrap_or_else(|e| panic!("{e:#?}"));
+    let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 11, "{w:#?}");
+    assert!(
+        w[9].contains("hosts[9].ip: 127.0.220.10 is inside"),
+        "{w:#?}"
+    );
+    assert_eq!(
+        w[10],
+        "2 more [[hosts]] entries lie inside a [[host_ranges]] CIDR, each polled twice too (the first 10 are named above)"
     );
 }
 
