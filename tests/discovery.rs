@@ -151,7 +151,7 @@ fn poll_once_polls_the_rows_each_agent_has() {
     let (said, _) = succeeds(netpoller().args(["check-config", "-c"]).arg(&cfg));
     assert!(
         said.contains("2 hosts (2 with SNMP), 2 items")
-            && said.contains("discovery: 3 rule(s) (if, if-lo, up) walked on 2 host(s)"),
+            && said.contains("discovery: 3 rule(s) walked (if on 2 host(s), if-lo on 2, up on 2)"),
         "{said}"
     );
 

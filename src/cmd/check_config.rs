@@ -232,23 +232,26 @@ fn icmp_sweeps(plan: &Plan, daemon: &DaemonSection) -> Vec<String> {
         .collect()
 }
 
-/// What discovery will walk, if anything: the items of its rules are not counted above
-/// (they stand for the rows found on each host). `shard`: `--shard`'s, which names the
-/// file as `run --shard` does.
+/// What discovery will walk, if anything: each rule and the hosts it is walked on (a
+/// rule of one template is not every host's). The items of its rules are not counted
+/// above (they stand for the rows found on each host). `shard`: `--shard`'s, which names
+/// the file as `run --shard` does.
 fn discovery(cfg: &crate::config::Config, shard: Option<(u32, u32)>) -> Option<String> {
-    let t = &cfg.discovery;
-    let mut rules: Vec<&str> = t
-        .iter()
-        .flat_map(|t| t.rules.iter().map(|r| &*r.name))
+    let mut hosts: std::collections::BTreeMap<&str, usize> = Default::default();
+    for r in cfg.discovery.iter().flat_map(|t| &t.rules) {
+        *hosts.entry(&*r.name).or_default() += 1;
+    }
+    let walked: Vec<String> = (hosts.iter().enumerate())
+        .map(|(k, (rule, n))| match k {
+            0 => format!("{rule} on {n} host(s)"),
+            _ => format!("{rule} on {n}"),
+        })
         .collect();
-    rules.sort_unstable();
-    rules.dedup();
-    (!t.is_empty()).then(|| {
+    (!hosts.is_empty()).then(|| {
         format!(
-            "discovery: {} rule(s) ({}) walked on {} host(s); their items are planned for the rows found (`run` saves them in {}, `poll-once` walks them first)",
-            rules.len(),
-            rules.join(", "),
-            t.len(),
+            "discovery: {} rule(s) walked ({}); their items are planned for the rows found (`run` saves them in {}, `poll-once` walks them first)",
+            hosts.len(),
+            walked.join(", "),
             cfg.discovery_file(shard).display()
         )
     })
@@ -354,6 +357,33 @@ mod tests {
         let line = discovery(&cfg, None).unwrap();
         assert!(
             line.contains("saves them in /var/lib/netpoller/discovered.json,"),
+            "{line}"
+        );
+    }
+
+    /// Each rule is counted on the hosts it is walked on: a rule of one template of two
+    /// is not every host's (`2 rule(s) (a, b) walked on 3 host(s)` said b was walked on
+    /// all three).
+    #[test]
+    fn the_discovery_line_counts_each_rules_hosts() {
+        let template = |name: &str, rule: &str| {
+            format!("[[templates]]\nname = \"{name}\"\ndiscovery = [ {{ name = \"{rule}\", oid = \"1.3.6.1.2.1.2.2.1.2\" }} ]\nitems = [ {{ key = \"{rule}[{{#SNMPINDEX}}]\", oid = \"1.3.6.1.2.1.2.2.1.10.{{#SNMPINDEX}}\", type = \"uint\", interval = \"1m\", discovery = \"{rule}\" }} ]\n")
+        };
+        let host = |name: &str, ip: &str, templates: &str| {
+            format!("[[hosts]]\nname = \"{name}\"\nip = \"{ip}\"\ntemplates = {templates}\nsnmp = {{ community = \"public\" }}\n")
+        };
+        let text = format!(
+            "{}{}{}{}{}",
+            template("if", "if"),
+            template("fs", "fs"),
+            host("a", "127.0.220.1", r#"["if", "fs"]"#),
+            host("b", "127.0.220.2", r#"["if"]"#),
+            host("c", "127.0.220.3", r#"["if"]"#),
+        );
+        let cfg = crate::config::parse(&text).unwrap_or_else(|e| panic!("{e:?}"));
+        let line = discovery(&cfg, None).unwrap();
+        assert!(
+            line.starts_with("discovery: 2 rule(s) walked (fs on 1 host(s), if on 3); "),
             "{line}"
         );
     }
