@@ -1289,8 +1289,9 @@ impl Collector<'_> {
 
 /// serde's message about one string where a list is wanted (`templates = "if-mib"`),
 /// with the list to write, about one table where a list of them is (`items = { ... }`),
-/// and about a whole number where a string is (`shard = 4`, `name = 101`), with the
-/// string; any other message as it is.
+/// about a whole number where a string is (`shard = 4`, `name = 101`), with the
+/// string, and about a number in quotes where a number is (`port = "161"`), without
+/// them; any other message as it is.
 fn list_hint(message: String) -> String {
     let one = message
         .strip_prefix("invalid type: string ")
@@ -1298,9 +1299,14 @@ fn list_hint(message: String) -> String {
     let number = message
         .strip_prefix("invalid type: integer `")
         .and_then(|m| m.strip_suffix("`, expected a string"));
-    match (one, number) {
-        (Some(value), _) => format!("{message}: write a list, [{value}]"),
-        (_, Some(n)) => format!("{message}: write it quoted, \"{n}\""),
+    let quoted = (message.strip_prefix("invalid type: string \""))
+        .and_then(|m| m.split_once("\", expected "))
+        .filter(|(n, ty)| NUMBER_TYPES.contains(ty) && n.trim().parse::<f64>().is_ok())
+        .map(|(n, _)| n.trim().to_string());
+    match (one, number, quoted) {
+        (Some(value), _, _) => format!("{message}: write a list, [{value}]"),
+        (_, Some(n), _) => format!("{message}: write it quoted, \"{n}\""),
+        (_, _, Some(n)) => format!("{message}: write the number unquoted, {n}"),
         // One inline table where a list of them is wanted (`items = { key = ... }`).
         _ if message == "invalid type: map, expected a sequence" => {
             format!("{message}: write a list of tables, [{{ ... }}], around it")
@@ -1308,6 +1314,11 @@ fn list_hint(message: String) -> String {
         _ => message,
     }
 }
+
+/// The number types serde names as the one a value was expected to be (`expected u16`).
+const NUMBER_TYPES: &[&str] = &[
+    "u8", "u16", "u32", "u64", "usize", "i32", "i64", "f32", "f64",
+];
 
 /// Keys whose values are secrets: a message about one never shows its value.
 const SECRET_KEYS: &[&str] = &[

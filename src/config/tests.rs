@@ -2531,6 +2531,25 @@ fn a_number_where_a_string_is_wanted_is_told_to_be_quoted() {
     assert!(e.to_string().ends_with("write it quoted, \"101\""), "{e}");
 }
 
+/// A number in quotes where a number is wanted (`port = "161"`, as a YAML or JSON export
+/// writes it): the error says to write it unquoted, not only serde's "expected u16"; a
+/// string that is no number keeps serde's message.
+#[test]
+fn a_number_in_quotes_where_a_number_is_wanted_is_told_to_be_unquoted() {
+    let e = one_err("[snmp]\nport = \"161\"\n");
+    assert_eq!(
+        e.to_string(),
+        "line 2: snmp.port: invalid type: string \"161\", expected u16: write the number unquoted, 161"
+    );
+    let e = one_err("[[hosts]]\nname = \"h\"\nip = \"127.0.220.1\"\nsnmp = { port = \"1161\" }\n");
+    assert!(
+        e.to_string().ends_with("write the number unquoted, 1161"),
+        "{e}"
+    );
+    let e = one_err("[icmp]\nsize = \"abc\"\n");
+    assert_eq!(e.message, "invalid type: string \"abc\", expected u32");
+}
+
 /// An empty community where SNMPv1/v2c would send it is refused at its line, saying what
 /// to write (agents answer no request without theirs: every poll only timed out); where
 /// no v1/v2c poll takes it (a v3 host, a host with its own, an ICMP-only host) it is not.
