@@ -1665,6 +1665,52 @@ fn unknown_template(name: &str, known: &[&str]) -> String {
 /// counted): [`Resolver::hosts_in_ranges`].
 const LISTED_HOSTS_IN_RANGES: usize = 10;
 
+/// The engines a host polls with ([`Resolver::hosts_in_ranges`]): ICMP, SNMP.
+#[derive(Debug, Clone, Copy, Default)]
+struct Engines {
+    icmp: bool,
+    snmp: bool,
+}
+
+impl Engines {
+    fn of(h: &HostSpec) -> Engines {
+        Engines {
+            icmp: h
+                .items
+                .iter()
+                .any(|i| matches!(i.kind, ItemKind::Icmp { .. })),
+            snmp: h.snmp.is_some(),
+        }
+    }
+
+    /// Their names, as a warning says them; `None` for none.
+    fn named(self) -> Option<&'static str> {
+        match (self.icmp, self.snmp) {
+            (true, true) => Some("ICMP and SNMP"),
+            (true, false) => Some("ICMP"),
+            (false, true) => Some("SNMP"),
+            (false, false) => None,
+        }
+    }
+}
+
+impl std::ops::BitAnd for Engines {
+    type Output = Engines;
+    fn bitand(self, o: Engines) -> Engines {
+        Engines {
+            icmp: self.icmp && o.icmp,
+            snmp: self.snmp && o.snmp,
+        }
+    }
+}
+
+impl std::ops::BitOrAssign for Engines {
+    fn bitor_assign(&mut self, o: Engines) {
+        self.icmp |= o.icmp;
+        self.snmp |= o.snmp;
+    }
+}
+
 /// `host_ranges[i].cidr`.
 fn range_cidr(i: usize) -> [Seg<'static>; 3] {
     [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key("cidr")]
@@ -2851,11 +2897,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         }
         drop(names);
         let covers = self.range_overlaps(nets);
-        let hosts = out.iter().zip(&origins).filter_map(|(h, o)| match o {
-            Origin::Host(i) => Some((h.ip, *i as usize)),
-            Origin::Range(_) => None,
-        });
-        self.hosts_in_ranges(&covers, hosts);
+        self.hosts_in_ranges(&covers, &out, &origins);
         // `[snmp]`'s SNMPv3 fields are defaults for hosts of version 3: with none, they
         // are a forgotten `version = "3"` (a host's own are checked with the host).
         let version: SnmpVersion = self.snmp.version.into();
@@ -2936,27 +2978,53 @@ impl<'c, 'a> Resolver<'c, 'a> {
         format!("host_ranges[{i}] ({n}{line})")
     }
 
-    /// Warns of each `[[hosts]]` entry (`hosts`: its address and index) whose address
-    /// a range holds (`covers`: [`Self::range_overlaps`]'), as it warns of a range inside
-    /// another: the address is polled as two hosts, this one and the range's. The first
-    /// [`LISTED_HOSTS_IN_RANGES`] are named, the others counted: a range added over a
-    /// file of thousands of hosts is one mistake, not thousands of lines at each reload.
-    /// A binary search per host: ranges may be many too.
+    /// Warns of each `[[hosts]]` entry whose address a range holds (`covers`:
+    /// [`Self::range_overlaps`]'; `out` and `origins`: the hosts resolved and where
+    /// each comes from) and that polls with an engine the range polls with too, as it
+    /// warns of a range inside another: the address is then polled twice by that
+    /// engine, as this host and as the range's. A host of one engine inside a range of
+    /// the other (a subnet pinged, one device of it polled by SNMP under its own name)
+    /// is no mistake and is not warned of. The first [`LISTED_HOSTS_IN_RANGES`] are
+    /// named, the others counted: a range added over a file of thousands of hosts is
+    /// one mistake, not thousands of lines at each reload. A binary search per host:
+    /// ranges may be many too; the ranges' engines are looked up only when a host is
+    /// inside one.
     fn hosts_in_ranges(
         &mut self,
         covers: &[(ipnet::IpNet, usize)],
-        hosts: impl Iterator<Item = (IpAddr, usize)>,
+        out: &[HostSpec],
+        origins: &[Origin],
     ) {
+        let inside: Vec<(&HostSpec, usize, ipnet::IpNet, usize)> = out
+            .iter()
+            .zip(origins)
+            .filter_map(|(h, o)| match o {
+                Origin::Host(i) => Some((h, *i as usize)),
+                Origin::Range(_) => None,
+            })
+            .filter_map(|(h, i)| {
+                let after = covers.partition_point(|(n, _)| n.network() <= h.ip);
+                let &(n, j) = &covers[after.checked_sub(1)?];
+                range_holds(n, h.ip).then_some((h, i, n, j))
+            })
+            .collect();
+        if inside.is_empty() {
+            return;
+        }
+        // Each range's engines: what any of its hosts polls with.
+        let mut range_engines: HashMap<usize, Engines> = HashMap::new();
+        for (h, o) in out.iter().zip(origins) {
+            if let Origin::Range(j) = o {
+                *range_engines.entry(*j as usize).or_default() |= Engines::of(h);
+            }
+        }
         let mut more = 0usize;
         let mut named = 0usize;
-        for (ip, i) in hosts {
-            let after = covers.partition_point(|(n, _)| n.network() <= ip);
-            let Some(&(n, j)) = after.checked_sub(1).map(|k| &covers[k]) else {
+        for (h, i, n, j) in inside {
+            let twice = Engines::of(h) & range_engines.get(&j).copied().unwrap_or_default();
+            let Some(engines) = twice.named() else {
                 continue;
             };
-            if !range_holds(n, ip) {
-                continue;
-            }
             if named == LISTED_HOSTS_IN_RANGES {
                 more += 1;
                 continue;
@@ -2965,7 +3033,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
             self.c.warn(
                 &[Seg::Key("hosts"), Seg::Index(i), Seg::Key("ip")],
                 format!(
-                    "{ip} is inside {}: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)",
+                    "{} is inside {}, which polls it by {engines} too: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)",
+                    h.ip,
                     self.range_named(n, j)
                 ),
             );
@@ -2973,7 +3042,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if more > 0 {
             self.c.warn(
                 &[],
-                format!("{more} more [[hosts]] entries lie inside a [[host_ranges]] CIDR, each polled twice too (the first {LISTED_HOSTS_IN_RANGES} are named above)"),
+                format!("{more} more [[hosts]] entries lie inside a [[host_ranges]] CIDR that polls them by the same engine, each polled twice too (the first {LISTED_HOSTS_IN_RANGES} are named above)"),
             );
         }
     }

@@ -1219,10 +1219,12 @@ fn a_range_inside_another_is_warned_of_at_its_cidr() {
     );
 }
 
-/// A `[[hosts]]` entry whose address a range holds is polled twice, as the host and as
-/// the range's: warned of at its ip, named once (a range inside another holds it too),
-/// as a range inside another is; an address the range leaves out (its network, IPv4's
-/// broadcast) is not. Past the first ten, the others are counted in one line.
+/// A `[[hosts]]` entry whose address a range holds, and that polls by an engine the
+/// range polls by too, is polled twice, as the host and as the range's: warned of at its
+/// ip, named once (a range inside another holds it too), as a range inside another is;
+/// an address the range leaves out (its network, IPv4's broadcast) is not, nor a host
+/// of the other engine (a pinged subnet, one device of it polled by SNMP under a name
+/// of its own). Past the first ten, the others are counted in one line.
 #[test]
 fn a_host_inside_a_range_is_warned_of_at_its_ip() {
     let range = icmp_range;
@@ -1248,16 +1250,32 @@ fn a_host_inside_a_range_is_warned_of_at_its_ip() {
     );
     let cfg = parse(&text).unwrap_or_else(|e| panic!("{e:#?}"));
     let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
-    let twice = "it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)";
+    let twice = "which polls it by ICMP too: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)";
     assert_eq!(
         w,
         [
             "line 14: host_ranges[1].cidr: 127.0.220.4/30 is inside host_ranges[0] (127.0.220.0/28, line 10): each of its 2 addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)".to_string(),
-            format!("line 27: hosts[0].ip: 127.0.220.5 is inside host_ranges[0] (127.0.220.0/28, line 10): {twice}"),
-            format!("line 43: hosts[4].ip: 2001:db8::3 is inside host_ranges[2] (2001:db8::/126, line 18): {twice}"),
-            format!("line 51: hosts[6].ip: 127.0.221.1 is inside host_ranges[3] (127.0.221.0/31, line 22): {twice}"),
+            format!("line 27: hosts[0].ip: 127.0.220.5 is inside host_ranges[0] (127.0.220.0/28, line 10), {twice}"),
+            format!("line 43: hosts[4].ip: 2001:db8::3 is inside host_ranges[2] (2001:db8::/126, line 18), {twice}"),
+            format!("line 51: hosts[6].ip: 127.0.221.1 is inside host_ranges[3] (127.0.221.0/31, line 22), {twice}"),
         ],
     );
+    // A device of a pinged subnet polled by SNMP under its own name polls nothing
+    // twice; inside a range that polls SNMP too, it does.
+    let sys = "[[templates]]\nname = \"sys\"\nitems = [ { key = \"sysName\", oid = \"1.3.6.1.2.1.1.5.0\", type = \"str\", interval = \"1m\" } ]\n";
+    let snmp_host = "[[hosts]]\nname = \"sw\"\nip = \"127.0.220.5\"\ntemplates = [\"sys\"]\n";
+    let cfg = parse(&format!(
+        "{TEMPLATE}{sys}{}{snmp_host}",
+        range("127.0.220.0/28", "a")
+    ))
+    .unwrap_or_else(|e| panic!("{e:#?}"));
+    assert!(cfg.warnings.is_empty(), "{:#?}", cfg.warnings);
+    let both = range("127.0.220.0/28", "a").replace("[\"icmp\"]", "[\"icmp\", \"sys\"]");
+    let cfg =
+        parse(&format!("{TEMPLATE}{sys}{both}{snmp_host}")).unwrap_or_else(|e| panic!("{e:#?}"));
+    let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(w[0].contains("line 18: hosts[0].ip: 127.0.220.5 is inside host_ranges[0] (127.0.220.0/28, line 13), which polls it by SNMP too: it is polled twice"), "{w:#?}");
     // Thousands of hosts inside a range (one added over them): ten named, one line more.
     let many: String = (1..=12)
         .map(|i| host(&format!("h{i}"), &format!("127.0.220.{i}")))
@@ -1272,7 +1290,7 @@ fn a_host_inside_a_range_is_warned_of_at_its_ip() {
     );
     assert_eq!(
         w[10],
-        "2 more [[hosts]] entries lie inside a [[host_ranges]] CIDR, each polled twice too (the first 10 are named above)"
+        "2 more [[hosts]] entries lie inside a [[host_ranges]] CIDR that polls them by the same engine, each polled twice too (the first 10 are named above)"
     );
 }
 
