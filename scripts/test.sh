@@ -6,6 +6,7 @@
 #   NETPOLLER_LINT=1 scripts/test.sh  also rustfmt --check, clippy and rustdoc -D warnings (CI)
 #   scripts/test.sh -- <filter>     extra arguments go to the test runner
 #   KEEP_SERVICES=1 scripts/test.sh   leave the services running afterwards
+#   NETPOLLER_SYSTEMD_CHECK=1 scripts/test.sh  also the packaged unit under a real systemd (CI)
 #
 # Tests run as root: the ICMP integration tests open raw sockets and create network
 # namespaces. Services that were already up when this script started are left running
@@ -116,6 +117,31 @@ if chdb_python; then
     run chdb bash -c 'cargo build --locked --bins -p netpoller -p sink && "$0" tests/chdb_current.py' "$CHDB_PYTHON"
 else
     FAILED+=("chdb-install")
+fi
+
+# The packaged unit and its shard template under a real systemd, booted in a throwaway
+# container of its own network (packaging/check-under-systemd.sh, ~20 s): CI's, or
+# NETPOLLER_SYSTEMD_CHECK=1. A failed check fails the run; a machine that cannot boot
+# the container (exit 2: no nspawn, no overlayfs) is said so and skipped.
+systemd_check() {
+    if ! command -v systemd-nspawn >/dev/null; then
+        log "apt-get install systemd-container"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -q systemd-container >/dev/null ||
+            { apt-get update -q >/dev/null && apt-get install -y -q systemd-container >/dev/null; } ||
+            return 1
+    fi
+    cargo build --locked --bin netpoller || return 1
+    local rc=0
+    sh packaging/check-under-systemd.sh target/debug/netpoller || rc=$?
+    if [[ $rc -eq 2 ]]; then
+        echo "test.sh: WARNING: no systemd container could be booted here: the unit was not checked under systemd" >&2
+        rc=0
+    fi
+    return $rc
+}
+if [[ ${NETPOLLER_SYSTEMD_CHECK:-0} == 1 ]]; then
+    run systemd systemd_check
 fi
 
 if [[ ${#FAILED[@]} -gt 0 ]]; then
