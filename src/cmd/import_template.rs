@@ -953,8 +953,7 @@ fn convert(export: &ZabbixExport, only: &[String], source: &str) -> Imported {
 /// scalars are taken as the text they are (`value: 3` is the string `"3"`, as in JSON),
 /// so neither format's numbers-as-text change on the way.
 fn parse(text: &str) -> anyhow::Result<ZabbixExport> {
-    // A byte order mark (an editor's, or a Windows export's) is not the content.
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let text = super::without_bom(text);
     let export: Export = if text.trim_start().starts_with('{') {
         serde_json::from_str(text)?
     } else {

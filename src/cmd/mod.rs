@@ -319,6 +319,13 @@ pub async fn interrupted() -> u8 {
     }
 }
 
+/// `text` without its byte order mark, if it starts with one: a file saved by a Windows
+/// editor or Excel (a target list, a template export) begins with U+FEFF, which is not
+/// its content.
+pub fn without_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
 /// Hands the heap's free pages back to the system (glibc; elsewhere nothing).
 pub fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -3,7 +3,8 @@
 //! Targets are IP addresses, CIDR prefixes (their host addresses, as `fping -g` and
 //! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31, an
 //! IPv6 network's address below /127) or `@file` (one address or CIDR per line, `#`
-//! comments; files that list no address, comments alone, are refused rather than
+//! comments; a byte order mark at its start, a Windows editor's or Excel's, is
+//! ignored; files that list no address, comments alone, are refused rather than
 //! swept as nothing, exit 0). Duplicate addresses are probed once. More than 2^20
 //! addresses, or 2^24 probes, are refused unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
 //! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
@@ -116,7 +117,7 @@ pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Re
         if let Some(path) = t.strip_prefix('@') {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading target file {path}"))?;
-            for (n, line) in text.lines().enumerate() {
+            for (n, line) in super::without_bom(&text).lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
                 if line.is_empty() {
                     continue;
@@ -598,6 +599,14 @@ mod tests {
         .map(|a| a.parse().unwrap())
         .collect();
         assert_eq!(got, want);
+        // A list saved by a Windows editor or Excel starts with a byte order mark: not
+        // part of its first address.
+        std::fs::write(&f, "\u{feff}127.77.0.1\r\n127.77.0.2\r\n").unwrap();
+        let got = expand_targets(&s(&[&format!("@{}", f.display())]), 1, false).unwrap();
+        assert_eq!(
+            got,
+            ["127.77.0.1", "127.77.0.2"].map(|a| a.parse::<IpAddr>().unwrap())
+        );
         assert_eq!(
             expand_targets(&s(&["127.77.0.0/20"]), 1, false)
                 .unwrap()
