@@ -299,14 +299,25 @@ fn notes(report: &poller::icmp_driver::SweepReport) -> Vec<String> {
     // Zabbix's fping or a monitoring agent beside a sweep) say nothing of this sweep:
     // they are counted in the line, but do not make one.
     let ignored = c.stale + c.spoofed + c.redirected + c.malformed + c.duplicate + c.late;
-    let noted =
-        ignored > 0 || c.send_errors > 0 || report.recv_errors > 0 || report.receive_drops > 0;
-    let mut out = Vec::new();
-    if noted {
-        out.push(format!(
-            "ignored replies: {} stale, {} foreign, {} spoofed, {} redirected, {} malformed, {} duplicate, {} late; {} send errors, {} receive errors, {} dropped for a full receive buffer",
-            c.stale, c.foreign, c.spoofed, c.redirected, c.malformed, c.duplicate, c.late, c.send_errors, report.recv_errors, report.receive_drops
+    let failed = c.send_errors > 0 || report.recv_errors > 0 || report.receive_drops > 0;
+    // Each part headed for what it counts: send errors alone were headed "ignored
+    // replies", which they are not.
+    let mut parts = Vec::new();
+    if ignored > 0 {
+        parts.push(format!(
+            "ignored replies: {} stale, {} foreign, {} spoofed, {} redirected, {} malformed, {} duplicate, {} late",
+            c.stale, c.foreign, c.spoofed, c.redirected, c.malformed, c.duplicate, c.late
         ));
+    }
+    if failed {
+        parts.push(format!(
+            "sockets: {} send errors, {} receive errors, {} datagrams dropped for a full receive buffer",
+            c.send_errors, report.recv_errors, report.receive_drops
+        ));
+    }
+    let mut out = Vec::new();
+    if !parts.is_empty() {
+        out.push(parts.join("; "));
     }
     if let Some((target, error)) = &report.first_send_error {
         out.push(format!(
@@ -725,7 +736,11 @@ mod tests {
         ));
         let got = notes(&report);
         assert_eq!(got.len(), 2, "{got:?}");
-        assert!(got[0].contains("2 send errors"), "{got:?}");
+        // Send errors alone are not headed "ignored replies" (no reply was ignored).
+        assert_eq!(
+            got[0],
+            "sockets: 2 send errors, 0 receive errors, 0 datagrams dropped for a full receive buffer"
+        );
         assert!(
             got[1].ends_with("the first to 127.255.255.255: Permission denied (os error 13)"),
             "{got:?}"
@@ -734,7 +749,17 @@ mod tests {
         let mut report = poller::icmp_driver::SweepReport::default();
         report.counters.redirected = 1;
         let got = notes(&report);
-        assert!(got[0].contains(" 0 spoofed, 1 redirected,"), "{got:?}");
+        assert_eq!(
+            got[0],
+            "ignored replies: 0 stale, 0 foreign, 0 spoofed, 1 redirected, 0 malformed, 0 duplicate, 0 late"
+        );
+        // Both: one line, each part headed for what it counts.
+        report.receive_drops = 3;
+        let got = notes(&report);
+        assert!(
+            got[0].ends_with(" 0 late; sockets: 0 send errors, 0 receive errors, 3 datagrams dropped for a full receive buffer"),
+            "{got:?}"
+        );
         // Other pingers' replies alone make no note (a sweep beside fping printed one,
         // and a test of the sweep's stderr failed while another test swept).
         let mut report = poller::icmp_driver::SweepReport::default();
