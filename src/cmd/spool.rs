@@ -146,12 +146,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 );
             };
             let mut spool = super::spool_config(&cfg);
-            // Rows refused again go to `rejected/` under the directory replayed, also
-            // when that is a `rejected/` itself: the command that dumps them names it.
-            let dump_rejected = match &dir {
-                Some(d) => format!("netpoller spool dump --dir {} --rejected", d.display()),
-                None => format!("netpoller spool dump -c {} --rejected", config.display()),
-            };
+            let dump_rejected = dump_rejected(dir.as_deref(), &config);
             if let Some(d) = dir {
                 spool.dir = d;
             }
@@ -216,21 +211,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 // Nothing was loaded (no spool, a bad config): the error says it all.
                 Err((e, _)) => return Err(e.into()),
             };
-            let mut also = String::new();
-            if report.unreadable_segments > 0 {
-                also += &format!(
-                    ", {} segment(s) that cannot be read set aside as *.seg.unreadable",
-                    report.unreadable_segments
-                );
-            }
-            println!(
-                "{}: replayed {} row(s) from {} segment(s); {} row(s) rejected (see `{dump_rejected}`), {} corrupted record(s) skipped{also}",
-                spool.dir.display(),
-                report.rows,
-                report.segments,
-                report.rejected_rows,
-                report.corrupt_records
-            );
+            println!("{}", replayed(&spool.dir, &report, &dump_rejected));
             match failed {
                 // The rest stays spooled for a later run.
                 Some(e) => Err(anyhow::Error::new(e).context("the rest stays in the spool")),
@@ -239,6 +220,40 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     }
+}
+
+/// The command that dumps the rows a replay of `dir` (the config's spool when `None`)
+/// rejects: they go to `rejected/` under the directory replayed, also when that is a
+/// `rejected/` itself.
+fn dump_rejected(dir: Option<&std::path::Path>, config: &std::path::Path) -> String {
+    match dir {
+        Some(d) => format!("netpoller spool dump --dir {} --rejected", d.display()),
+        None => format!("netpoller spool dump -c {} --rejected", config.display()),
+    }
+}
+
+/// The line a replay of `dir` ends with: what it loaded, rejected and skipped, and the
+/// command that dumps the rows rejected (`dump_rejected`) when there are any.
+fn replayed(dir: &std::path::Path, report: &sink::ReplayReport, dump_rejected: &str) -> String {
+    let see = match report.rejected_rows {
+        0 => String::new(),
+        _ => format!(" (see `{dump_rejected}`)"),
+    };
+    let mut also = String::new();
+    if report.unreadable_segments > 0 {
+        also += &format!(
+            ", {} segment(s) that cannot be read set aside as *.seg.unreadable",
+            report.unreadable_segments
+        );
+    }
+    format!(
+        "{}: replayed {} row(s) from {} segment(s); {} row(s) rejected{see}, {} corrupted record(s) skipped{also}",
+        dir.display(),
+        report.rows,
+        report.segments,
+        report.rejected_rows,
+        report.corrupt_records
+    )
 }
 
 /// Turns the open trends hours a stop saved at `saved` into trends rows appended to the
@@ -321,4 +336,44 @@ fn dir_bytes(dir: &std::path::Path) -> u64 {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// The replay's line names the dump of the rows it rejected, the directory replayed
+    /// (`--dir <spool>/rejected` puts them under `<spool>/rejected/rejected`, which
+    /// `spool dump -c FILE --rejected` does not show) or else the config; and only when
+    /// it rejected some: "0 row(s) rejected (see `netpoller spool dump ...`)" sent the
+    /// operator to dump nothing.
+    #[test]
+    fn the_replay_names_the_dump_only_of_rows_it_rejected() {
+        let spool = Path::new("/var/lib/netpoller/spool/rejected");
+        let config = Path::new("/etc/netpoller/hosts.toml");
+        let by_dir = dump_rejected(Some(spool), config);
+        assert_eq!(
+            by_dir,
+            "netpoller spool dump --dir /var/lib/netpoller/spool/rejected --rejected"
+        );
+        assert_eq!(
+            dump_rejected(None, config),
+            "netpoller spool dump -c /etc/netpoller/hosts.toml --rejected"
+        );
+        let mut report = sink::ReplayReport {
+            segments: 2,
+            rows: 10,
+            ..Default::default()
+        };
+        assert_eq!(
+            replayed(spool, &report, &by_dir),
+            "/var/lib/netpoller/spool/rejected: replayed 10 row(s) from 2 segment(s); 0 row(s) rejected, 0 corrupted record(s) skipped"
+        );
+        report.rejected_rows = 3;
+        assert_eq!(
+            replayed(spool, &report, &by_dir),
+            format!("/var/lib/netpoller/spool/rejected: replayed 10 row(s) from 2 segment(s); 3 row(s) rejected (see `{by_dir}`), 0 corrupted record(s) skipped")
+        );
+    }
 }
