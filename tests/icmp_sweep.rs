@@ -1243,12 +1243,27 @@ fn a_silent_retrying_host_waits_each_longer_timeout_once() {
     assert_eq!(counts.answered, 0);
 }
 
+/// Sends SIGINT to a `netpoller sweep` child whose stdout and stderr are piped, checks
+/// that it exits as a SIGINT's (130), and returns what it printed on each.
+fn interrupt(child: std::process::Child) -> (String, String) {
+    // SAFETY: a signal to the child this test started.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let (out, err) = (
+        String::from_utf8(o.stdout).unwrap(),
+        String::from_utf8(o.stderr).unwrap(),
+    );
+    assert_eq!(o.status.code(), Some(130), "{out}\n{err}");
+    (out, err)
+}
+
 #[test]
 fn an_interrupted_sweep_prints_the_hosts_it_is_done_with() {
     // 127.77.98.1 answers at once; nft drops the probes to 127.77.98.2, which would be
     // waited for 20 s. Ctrl-C after a second: the first host's line is out (it sat in
-    // the output buffer and was lost), the summary says what was not reported, and
-    // the exit status is a SIGINT's.
+    // the output buffer and was lost), then the second's as it stood (its request
+    // awaiting its reply counted as lost, as fping prints it), the summary says which
+    // were cut short, and the exit status is a SIGINT's.
     let _nft = NftTable::silencing("127.77.98.2");
     let child = common::netpoller()
         .args([
@@ -1265,21 +1280,85 @@ fn an_interrupted_sweep_prints_the_hosts_it_is_done_with() {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_secs(1));
-    // SAFETY: a signal to the child this test started.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let o = child.wait_with_output().unwrap();
-    let (out, err) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    assert_eq!(o.status.code(), Some(130), "{out}\n{err}");
+    let (out, err) = interrupt(child);
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 1, "{out}");
-    assert!(lines[0].starts_with("127.77.98.1 "), "{out}");
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].starts_with("127.77.98.1 alive 1/1 0% "), "{out}");
+    assert_eq!(
+        lines[1], "127.77.98.2 unreachable 1/0 100% -/-/- ms",
+        "{out}"
+    );
     assert!(
-        err.contains("1 of 2 hosts done, 1 alive; the other 1 not reported"),
+        err.contains("1 of 2 hosts done, the other 1 cut short (printed with the replies they had: a request awaiting its reply counted as lost), 1 alive"),
         "{err}"
     );
+}
+
+/// `netpoller sweep -c 1000` of a host that answers and one nft silences, interrupted
+/// once the first has had 3 requests: both lines are printed as fping prints them on
+/// SIGINT, with the replies so far (the answering host alive, its min/avg/max of
+/// them); they said nothing ("0 of 2 hosts done ... the other 2 not reported"). In
+/// JSON they are marked `"cut_short": true`. (nft counts the requests: the signal
+/// goes once they are out, not after a time.)
+#[test]
+fn an_interrupted_sweep_prints_the_hosts_still_probing_as_they_stood() {
+    let nft = NftTable::create(
+        "chain input {\n type filter hook input priority -10; policy accept;\n \
+         ip daddr 127.0.222.1 icmp type echo-request counter\n \
+         ip daddr 127.0.222.2 icmp type echo-request drop\n}",
+    );
+    for json in [false, true] {
+        let before = nft.counters()[0];
+        let mut sweep = common::netpoller();
+        sweep.args(["sweep", "-c", "1000", "-i", "100ms", "-t", "20s"]);
+        if json {
+            sweep.arg("--json");
+        }
+        let child = sweep
+            .args(["127.0.222.1", "127.0.222.2"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = Instant::now();
+        while nft.counters()[0] < before + 3 {
+            assert!(start.elapsed() < Duration::from_secs(60), "no requests");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let (out, err) = interrupt(child);
+        assert!(
+            err.contains("0 of 2 hosts done, the other 2 cut short (printed with the replies they had: a request awaiting its reply counted as lost), 1 alive"),
+            "{err}"
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        if json {
+            let host = |l: &str| serde_json::from_str::<serde_json::Value>(l).unwrap();
+            let (answers, silent) = (host(lines[0]), host(lines[1]));
+            assert_eq!(answers["addr"], "127.0.222.1", "{out}");
+            assert_eq!(answers["cut_short"], true, "{out}");
+            assert!(answers["received"].as_u64().unwrap() >= 2, "{out}");
+            assert!(answers["rtt_min_ms"].is_f64(), "{out}");
+            assert_eq!(silent["addr"], "127.0.222.2", "{out}");
+            assert_eq!(silent["received"], 0, "{out}");
+            assert_eq!(silent["cut_short"], true, "{out}");
+            continue;
+        }
+        // `ADDR alive|unreachable sent/recv loss% min/avg/max ms`
+        let fields: Vec<Vec<&str>> = lines.iter().map(|l| l.split(' ').collect()).collect();
+        let counts = |f: &[&str]| -> (u32, u32) {
+            let (sent, recv) = f[2].split_once('/').unwrap();
+            (sent.parse().unwrap(), recv.parse().unwrap())
+        };
+        let (sent, recv) = counts(&fields[0]);
+        assert_eq!(&fields[0][..2], ["127.0.222.1", "alive"], "{out}");
+        assert!(recv >= 2 && recv <= sent && sent < 1000, "{out}");
+        assert_eq!(fields[0][5], "ms", "{out}");
+        assert_eq!(&fields[1][..2], ["127.0.222.2", "unreachable"], "{out}");
+        let (sent, recv) = counts(&fields[1]);
+        assert!(sent >= 1 && recv == 0, "{out}");
+        assert_eq!(&fields[1][3..], ["100%", "-/-/-", "ms"], "{out}");
+    }
 }
 
 /// `netpoller sweep --json` of 254 hosts whose stdout is a pipe of 4 KiB nobody reads
@@ -1367,9 +1446,10 @@ fn an_interrupted_sweep_ends_while_nobody_reads_its_output() {
     let printed = results.matches('\n').count();
     assert!(printed > 0, "{results}");
     let not_printed = format!(
-        "254 of 254 hosts done ({} of them not printed: standard output was not read)",
+        " ({} of the 254 lines not printed: standard output was not read)",
         254 - printed
     );
+    assert!(err.contains("254 of 254 hosts done, "), "{err}");
     assert!(err.contains(&not_printed), "{not_printed}: {err}");
 }
 

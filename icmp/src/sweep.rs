@@ -678,6 +678,15 @@ impl Sweep {
         self.jobs.get(index).map(|j| &j.stats)
     }
 
+    /// The jobs not complete yet (no [`Event::HostDone`] queued or taken), with their
+    /// statistics so far, in job order: what a sweep cut short has of them. A probe
+    /// still awaiting its reply counts as sent and not received, as fping counts it
+    /// when interrupted.
+    pub fn unfinished(&self) -> impl Iterator<Item = (usize, &PingStats)> {
+        let jobs = self.jobs.iter().enumerate();
+        jobs.filter(|(_, j)| !j.done).map(|(i, j)| (i, &j.stats))
+    }
+
     /// Totals so far.
     pub fn counters(&self) -> SweepCounters {
         self.counters

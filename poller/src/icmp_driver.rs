@@ -231,6 +231,17 @@ pub struct SweepReport {
     pub receive_drops: u64,
 }
 
+/// A [`IcmpDriver::sweep_until`] its stop cut short.
+#[derive(Debug)]
+pub struct Stopped<T> {
+    /// What the stop completed with.
+    pub by: T,
+    /// The jobs not complete (never given to `on_host_done`), by their index, in order,
+    /// with their statistics so far: a probe still awaiting its reply counts as sent and
+    /// not received, as fping counts it when interrupted.
+    pub unfinished: Vec<(usize, PingStats)>,
+}
+
 /// Long-lived ICMP driver; reuse it across iterations (one per process is enough).
 #[derive(Debug)]
 pub struct IcmpDriver {
@@ -540,8 +551,27 @@ impl IcmpDriver {
     pub async fn sweep<F: FnMut(usize, &PingStats)>(
         &mut self,
         jobs: &[PingJob],
-        mut on_host_done: F,
+        on_host_done: F,
     ) -> SweepReport {
+        let never = std::future::pending::<std::convert::Infallible>();
+        match self.sweep_until(jobs, on_host_done, never).await {
+            Ok(report) => report,
+            Err(stopped) => match stopped.by {},
+        }
+    }
+
+    /// [`Self::sweep`], cut short when `stop` completes first: then the jobs not
+    /// complete (whose `on_host_done` was not called, and will not be) come back in
+    /// [`Stopped::unfinished`] with their statistics so far (`netpoller sweep`'s Ctrl-C
+    /// prints them, as fping does). Dropping the future instead loses them with it.
+    pub async fn sweep_until<F: FnMut(usize, &PingStats), S: std::future::Future>(
+        &mut self,
+        jobs: &[PingJob],
+        mut on_host_done: F,
+        stop: S,
+    ) -> Result<SweepReport, Stopped<S::Output>> {
+        let mut stop = std::pin::pin!(stop);
+        let mut stopped = None;
         let start = Instant::now();
         let mut report = SweepReport {
             hosts: jobs.len(),
@@ -687,7 +717,10 @@ impl IcmpDriver {
             let busy = cut || sent >= send_turn;
             if busy && !blocked {
                 // More work is due right now; let other tasks run, then go on.
-                tokio::task::yield_now().await;
+                if let Some(by) = unless(tokio::task::yield_now(), stop.as_mut()).await {
+                    stopped = Some(by);
+                    break;
+                }
                 continue;
             }
             // 3. Wait. Sends (at their pacing slot) and the deadline keep their time, but
@@ -704,7 +737,11 @@ impl IcmpDriver {
             let tick = exact.map_or(rx_at, |t| t.min(rx_at)).max(woke + WAKE_TICK);
             if now < tick {
                 report.wakeups += 1;
-                tokio::time::sleep_until(tokio::time::Instant::from_std(tick)).await;
+                let tick = tokio::time::sleep_until(tokio::time::Instant::from_std(tick));
+                if let Some(by) = unless(tick, stop.as_mut()).await {
+                    stopped = Some(by);
+                    break;
+                }
             }
             let now = Instant::now();
             let expiry = sweep.next_expiry().map(|t| t.max(rx_at));
@@ -723,19 +760,38 @@ impl IcmpDriver {
             let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
             if wake <= now + WAKE_TICK {
                 // A short wait: replies arriving meanwhile are read right after it.
-                sleep.await;
+                if let Some(by) = unless(sleep, stop.as_mut()).await {
+                    stopped = Some(by);
+                    break;
+                }
                 continue;
             }
             // A long wait: a reply ends it. The sockets are registered for this wait only:
             // registered all along, every burst of replies arriving while the sweep sleeps
             // through a tick woke the thread for nothing (and ran the epoll callback).
             let (v4, v6) = (register(rx_fds[0]), register(rx_fds[1]));
-            tokio::select! {
-                biased;
-                r = readable(v4.as_ref()) => r,
-                r = readable(v6.as_ref()) => r,
-                _ = sleep => {},
+            let wait = async {
+                tokio::select! {
+                    biased;
+                    r = readable(v4.as_ref()) => r,
+                    r = readable(v6.as_ref()) => r,
+                    _ = sleep => {},
+                }
+            };
+            if let Some(by) = unless(wait, stop.as_mut()).await {
+                stopped = Some(by);
+                break;
             }
+        }
+        if stopped.is_some() {
+            // Cut short: the replies already queued count (judged by their kernel
+            // timestamps), and the hosts they complete are done, not unfinished.
+            for (fd, empty) in rx_fds.iter().zip(&mut empty_since) {
+                if let Some(fd) = fd {
+                    drain(*fd, &mut rx, &mut sweep, &mut report.recv_errors, empty);
+                }
+            }
+            emit(&mut sweep, &index, &mut on_host_done, &mut report.alive);
         }
         report.counters = sweep.counters();
         report.first_send_error = batch.first_error.take();
@@ -749,7 +805,15 @@ impl IcmpDriver {
             .sum();
         // Between sweeps, let nothing but the next sweep's replies queue up.
         self.arm_ident_filter(self.next_ident());
-        report
+        match stopped {
+            None => Ok(report),
+            Some(by) => {
+                let mut unfinished: Vec<(usize, PingStats)> =
+                    sweep.unfinished().map(|(j, st)| (index[j], *st)).collect();
+                unfinished.sort_unstable_by_key(|&(i, _)| i);
+                Err(Stopped { by, unfinished })
+            }
+        }
     }
 
     /// The next event of `sweep` that must be served on time: its next send (at the
@@ -946,6 +1010,18 @@ fn sendmmsg(fd: RawFd, msgs: &mut [libc::mmsghdr]) -> io::Result<usize> {
         )
     };
     usize::try_from(r).map_err(|_| io::Error::last_os_error())
+}
+
+/// Waits for `wait`, unless `stop` completes first: then its output.
+async fn unless<S: std::future::Future>(
+    wait: impl std::future::Future,
+    stop: std::pin::Pin<&mut S>,
+) -> Option<S::Output> {
+    tokio::select! {
+        biased;
+        by = stop => Some(by),
+        _ = wait => None,
+    }
 }
 
 fn emit<F: FnMut(usize, &PingStats)>(

@@ -8,7 +8,9 @@
 //! swept as nothing, exit 0). Duplicate addresses are probed once. More than 2^20
 //! addresses, or 2^24 probes, are refused unless `--force`. Hosts are printed as they complete (alive hosts first, silent ones
 //! at the deadline), line by line on a terminal; Ctrl-C (or SIGTERM) prints the hosts
-//! done so far and exits 130 (143), even while stdout is not read (the results are
+//! done so far, then those still probing as they stood (as fping does: the same line,
+//! with the replies they had, a request awaiting its reply counted as lost; in JSON
+//! `"cut_short": true`), and exits 130 (143), even while stdout is not read (the results are
 //! written by a thread of their own, see [`Output`]), nor stderr (its last message
 //! too: [`output::last_words`]). The sweep never waits for stdout;
 //! what stdout has not taken yet is held in memory up to [`output::HELD_IN_MEMORY`]
@@ -263,6 +265,23 @@ fn write_text<W: Write>(out: &mut W, addr: IpAddr, s: &PingStats) -> std::io::Re
     }
 }
 
+/// Writes one host's line, text or `--json`; `cut_short`: a host a signal cut short,
+/// its statistics as they stood (the same text line, as fping prints it; in JSON,
+/// `"cut_short": true`).
+fn write_host(
+    out: &mut Vec<u8>,
+    json: bool,
+    addr: IpAddr,
+    s: &PingStats,
+    cut_short: bool,
+) -> std::io::Result<()> {
+    if json {
+        writeln!(out, "{}", json_line(addr, s, cut_short))
+    } else {
+        write_text(out, addr, s)
+    }
+}
+
 /// One `--json` line; field order as documented.
 #[derive(serde::Serialize)]
 struct JsonHost {
@@ -273,9 +292,12 @@ struct JsonHost {
     rtt_min_ms: Option<f64>,
     rtt_avg_ms: Option<f64>,
     rtt_max_ms: Option<f64>,
+    /// Only on a host a signal cut short.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    cut_short: bool,
 }
 
-fn json_line(addr: IpAddr, s: &PingStats) -> String {
+fn json_line(addr: IpAddr, s: &PingStats, cut_short: bool) -> String {
     // Microsecond resolution is what the clock gives; more digits are noise.
     let rtt = |d: Option<Duration>| d.map(|d| (ms(d) * 1000.0).round() / 1000.0);
     let host = JsonHost {
@@ -286,6 +308,7 @@ fn json_line(addr: IpAddr, s: &PingStats) -> String {
         rtt_min_ms: rtt(s.is_alive().then_some(s.min)),
         rtt_avg_ms: rtt(s.avg()),
         rtt_max_ms: rtt(s.is_alive().then_some(s.max)),
+        cut_short,
     };
     serde_json::to_string(&host).unwrap_or_default()
 }
@@ -407,29 +430,38 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         crate::progress::Progress::beside_results(jobs.len() as u64, "sweeping", quiet);
     let (mut finished, mut alive) = (0usize, 0usize);
     let started = std::time::Instant::now();
+    // The hosts cut short by a signal: printed as they stood.
+    let mut cut_short = 0usize;
     let (report, written) = rt.block_on(async {
-        let sweep = driver.sweep(&jobs, |i, stats| {
-            progress.inc(1);
-            finished += 1;
-            alive += usize::from(stats.is_alive());
-            if args.json {
-                out.line(|b| writeln!(b, "{}", json_line(addrs[i], stats)));
-            } else {
-                out.line(|b| write_text(b, addrs[i], stats));
-            }
-        });
         // One listener for the sweep and the wait after it: a signal between the two is
         // not missed.
         let signal = super::interrupted();
         tokio::pin!(signal);
-        let report = tokio::select! {
-            r = sweep => Ok(r),
-            signal = &mut signal => Err(signal),
-        };
+        let sweep = driver.sweep_until(
+            &jobs,
+            |i, stats| {
+                progress.inc(1);
+                finished += 1;
+                alive += usize::from(stats.is_alive());
+                out.line(|b| write_host(b, args.json, addrs[i], stats, false));
+            },
+            &mut signal,
+        );
+        // A signal: the hosts still probing are printed with what they have so far, as
+        // fping prints them.
+        let report = sweep.await.map_err(|stopped| {
+            for (i, stats) in &stopped.unfinished {
+                cut_short += 1;
+                alive += usize::from(stats.is_alive());
+                out.line(|b| write_host(b, args.json, addrs[*i], stats, true));
+            }
+            stopped.by
+        });
         out.close();
         // The lines still to be written: all of them after a whole sweep (a signal
-        // meanwhile ends the wait, as it ends the sweep), the hosts done so far after a
-        // signal, for as long as stdout takes them (INTERRUPT_GRACE at most).
+        // meanwhile ends the wait, as it ends the sweep), the hosts done so far and
+        // those cut short after a signal, for as long as stdout takes them
+        // (INTERRUPT_GRACE at most).
         let written = match report {
             Ok(_) => tokio::select! {
                 w = out.finished() => Some(w),
@@ -455,18 +487,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let report = match report {
         Ok(report) => report,
         Err(signal) => {
-            // Ctrl-C or SIGTERM: the hosts done so far are printed; the others never are.
-            let held = (finished as u64).saturating_sub(out.written());
+            // Ctrl-C or SIGTERM: the hosts done so far are printed, then the others as
+            // they stood.
+            let lines = (finished + cut_short) as u64;
+            let held = lines.saturating_sub(out.written());
             let held = if all_written || held == 0 {
                 String::new()
             } else {
-                format!(" ({held} of them not printed: standard output was not read)")
+                format!(" ({held} of the {lines} lines not printed: standard output was not read)")
+            };
+            let others = match cut_short {
+                0 => String::new(),
+                n => format!(", the other {n} cut short (printed with the replies they had: a request awaiting its reply counted as lost)"),
             };
             let message = format!(
-                "interrupted after {:.3} s: {finished} of {} hosts done{held}, {alive} alive; the other {} not reported\n",
+                "interrupted after {:.3} s: {finished} of {} hosts done{others}, {alive} alive{held}\n",
                 started.elapsed().as_secs_f64(),
                 jobs.len(),
-                jobs.len() - finished
             );
             // stderr may be the pipe stdout did not take the lines from (`2>&1 | less`):
             // the message is not waited for past the grace; nor are the threads writing
@@ -867,7 +904,7 @@ mod tests {
             text_line(a, &st),
             "127.77.0.3 unreachable 3/0 100% -/-/- ms"
         );
-        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st)).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st, false)).unwrap();
         assert_eq!(j["rtt_avg_ms"], serde_json::Value::Null);
         assert_eq!(j["loss_pct"], 100.0);
         st.record(Duration::from_micros(1500));
@@ -876,7 +913,7 @@ mod tests {
             text_line(a, &st),
             "127.77.0.3 alive 3/2 33% 0.500/1.000/1.500 ms"
         );
-        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st)).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st, false)).unwrap();
         assert_eq!(
             (
                 j["addr"].as_str(),

@@ -268,6 +268,22 @@ impl NftTable {
     }
 }
 
+impl NftTable {
+    /// The packets each `counter` of the table has counted, in the order nft lists
+    /// them.
+    pub fn counters(&self) -> Vec<u64> {
+        let out = Command::new("nft")
+            .args(["list", "table", "inet", &self.0])
+            .output()
+            .expect("nft list table");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let counted = text.split("counter packets ").skip(1);
+        counted
+            .map(|rest| rest.split(' ').next().unwrap().parse().unwrap())
+            .collect()
+    }
+}
+
 impl Drop for NftTable {
     fn drop(&mut self) {
         let _ = Command::new("nft")
