@@ -1174,5 +1174,9 @@ async fn a_spooled_batch_refused_for_itself_does_not_send_new_batches_to_the_spo
     assert_eq!(metrics.spooled_rows(), 0, "new rows were spooled");
     drop(h);
     sink.shutdown().await.unwrap();
-    assert_eq!(metrics.rejected_rows(), 0);
+    // None of the new rows is rejected. The poisoned row itself may be by now: once rows
+    // of its table were stored between two passes that it failed alike, it goes to the
+    // reject spool (by design, pipeline.rs); whether the replayer's second pass came
+    // before the shutdown is the scheduler's (it did in about 1 run of 10).
+    assert!(metrics.rejected_rows() <= 1, "{}", metrics.render_text());
 }
