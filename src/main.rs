@@ -131,7 +131,7 @@ fn main() -> std::process::ExitCode {
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
     if let Err(e) = cli.global.init_logging() {
-        eprintln!("netpoller: {e:#}");
+        telemetry::eprint_at(tracing::Level::ERROR, &format!("netpoller: {e:#}"));
         return std::process::ExitCode::from(2);
     }
     let result = match cli.command {
@@ -147,7 +147,7 @@ fn main() -> std::process::ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("netpoller: {e:#}");
+            telemetry::eprint_at(tracing::Level::ERROR, &format!("netpoller: {e:#}"));
             std::process::ExitCode::from(2)
         }
     }

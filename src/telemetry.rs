@@ -13,10 +13,13 @@
 //!   warn, `<6>` info, `<7>` debug and trace), which journald takes as the entry's
 //!   `PRIORITY` and strips (`journalctl -p warning`), every line of a multi-line event
 //!   alike; human lines then carry no time of their own (the journal's is the same).
+//!   The commands' own lines outside the log (a fatal error, `check-config`'s
+//!   warnings: [`eprint_at`], [`print_at`]) carry theirs likewise.
 //! * The subscriber never sees secrets unless a call site logs them: call sites log
 //!   host names and addresses, never SNMP communities or ClickHouse passwords.
 
 use anyhow::Context as _;
+use std::os::fd::AsFd as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
@@ -90,7 +93,10 @@ fn install(format: LogFormat, filter: EnvFilter) -> anyhow::Result<()> {
     let ansi = std::env::var_os("NO_COLOR").is_none()
         // SAFETY: isatty only inspects the descriptor number.
         && unsafe { libc::isatty(libc::STDERR_FILENO) } == 1;
-    let journal = stderr_is_journal(std::env::var("JOURNAL_STREAM").ok().as_deref());
+    let journal = is_journal(
+        std::io::stderr().as_fd(),
+        std::env::var("JOURNAL_STREAM").ok().as_deref(),
+    );
     let subscriber = build(format, filter, ansi, journal, std::io::stderr);
     tracing::subscriber::set_global_default(subscriber).context("installing the log subscriber")?;
     Ok(())
@@ -114,11 +120,10 @@ fn resolve_filter(
     }
 }
 
-/// Whether stderr is the journald stream `$JOURNAL_STREAM` names (`DEVICE:INODE`, as
-/// systemd sets it for a unit whose stderr goes to the journal): not merely whether the
-/// variable is set, which a child whose stderr was redirected inherits.
-fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
-    use std::os::fd::AsFd as _;
+/// Whether `fd` is the journald stream `$JOURNAL_STREAM` names (`DEVICE:INODE`, as
+/// systemd sets it for a unit whose stdout or stderr goes to the journal): not merely
+/// whether the variable is set, which a child whose output was redirected inherits.
+fn is_journal(fd: std::os::fd::BorrowedFd<'_>, journal_stream: Option<&str>) -> bool {
     use std::os::unix::fs::MetadataExt as _;
     let Some((dev, ino)) = journal_stream.and_then(|v| v.split_once(':')) else {
         return false;
@@ -126,8 +131,7 @@ fn stderr_is_journal(journal_stream: Option<&str>) -> bool {
     let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
         return false;
     };
-    let stderr = std::io::stderr();
-    let Ok(fd) = stderr.as_fd().try_clone_to_owned() else {
+    let Ok(fd) = fd.try_clone_to_owned() else {
         return false;
     };
     std::fs::File::from(fd)
@@ -151,18 +155,62 @@ impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for Journal<M> {
     }
 
     fn make_writer_for(&'a self, meta: &tracing::Metadata<'_>) -> Self::Writer {
-        let prefix: &[u8] = match *meta.level() {
-            tracing::Level::ERROR => b"<3>",
-            tracing::Level::WARN => b"<4>",
-            tracing::Level::INFO => b"<6>",
-            _ => b"<7>",
-        };
         Prefixed {
             inner: self.0.make_writer_for(meta),
-            prefix,
+            prefix: priority(*meta.level()),
             line_start: true,
         }
     }
+}
+
+/// `level` as a syslog priority prefix, which journald takes as the line's `PRIORITY`.
+fn priority(level: tracing::Level) -> &'static [u8] {
+    match level {
+        tracing::Level::ERROR => b"<3>",
+        tracing::Level::WARN => b"<4>",
+        tracing::Level::INFO => b"<6>",
+        _ => b"<7>",
+    }
+}
+
+/// Prints `text` (and a newline) to stderr for the operator, outside the log: a
+/// command's fatal error. Under journald (an `ExecStartPre=` check-config's, a
+/// unit's) each line carries `level`'s priority, as the log's lines do: without it
+/// journald took a config that fails the start at priority info, and `journalctl -p
+/// err` showed nothing of why the unit failed.
+pub fn eprint_at(level: tracing::Level, text: &str) {
+    write_at(std::io::stderr(), level, text);
+}
+
+/// [`eprint_at`] for stdout: check-config's warnings (the stream is the journal's when
+/// both go there, systemd's default).
+pub fn print_at(level: tracing::Level, text: &str) {
+    write_at(std::io::stdout(), level, text);
+}
+
+fn write_at<S: std::io::Write + std::os::fd::AsFd>(stream: S, level: tracing::Level, text: &str) {
+    let journal = is_journal(
+        stream.as_fd(),
+        std::env::var("JOURNAL_STREAM").ok().as_deref(),
+    );
+    // Nowhere to report a failed write to the operator's own stream.
+    let _ = write_lines(stream, journal.then(|| priority(level)), text);
+}
+
+/// `text` and a newline to `out`, each line prefixed with `prefix` when there is one.
+fn write_lines(
+    out: impl std::io::Write,
+    prefix: Option<&'static [u8]>,
+    text: &str,
+) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = Prefixed {
+        inner: out,
+        prefix: prefix.unwrap_or(b""),
+        line_start: true,
+    };
+    out.write_all(format!("{text}\n").as_bytes())?;
+    out.flush()
 }
 
 /// Writes `prefix` before each line of what it is given.
@@ -194,7 +242,7 @@ impl<W: std::io::Write> std::io::Write for Prefixed<W> {
 }
 
 /// The subscriber for `format`, writing through `writer` (stderr in the daemon, a
-/// buffer in tests); `journal`: `writer` is journald's stream ([`stderr_is_journal`]).
+/// buffer in tests); `journal`: `writer` is journald's stream ([`is_journal`]).
 fn build<W>(
     format: LogFormat,
     filter: EnvFilter,
@@ -329,14 +377,33 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(json.strip_prefix("<4>").unwrap()).unwrap();
         assert!(v["timestamp"].is_string(), "{json}");
         // The variable alone is not the journal: stderr must be the stream it names.
-        assert!(!stderr_is_journal(None));
-        assert!(!stderr_is_journal(Some("0:0")));
-        assert!(!stderr_is_journal(Some("journal")));
-        use std::os::fd::AsFd as _;
+        let stderr = std::io::stderr();
+        assert!(!is_journal(stderr.as_fd(), None));
+        assert!(!is_journal(stderr.as_fd(), Some("0:0")));
+        assert!(!is_journal(stderr.as_fd(), Some("journal")));
         use std::os::unix::fs::MetadataExt as _;
-        let fd = std::io::stderr().as_fd().try_clone_to_owned().unwrap();
+        let fd = stderr.as_fd().try_clone_to_owned().unwrap();
         let m = std::fs::File::from(fd).metadata().unwrap();
-        assert!(stderr_is_journal(Some(&format!("{}:{}", m.dev(), m.ino()))));
+        assert!(is_journal(
+            stderr.as_fd(),
+            Some(&format!("{}:{}", m.dev(), m.ino()))
+        ));
+    }
+
+    /// A command's own lines (main's fatal error, check-config's warnings) went to
+    /// journald with no priority: a config failing `ExecStartPre=` was logged at info.
+    #[test]
+    fn operator_lines_carry_their_priority_under_the_journal_only() {
+        let mut out = Vec::new();
+        let text = "netpoller: config.toml:3:1: unknown field\n  |\n3 | bogus = 1";
+        write_lines(&mut out, Some(priority(tracing::Level::ERROR)), text).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "<3>netpoller: config.toml:3:1: unknown field\n<3>  |\n<3>3 | bogus = 1\n"
+        );
+        let mut out = Vec::new();
+        write_lines(&mut out, None, "warning: no hosts").unwrap();
+        assert_eq!(String::from_utf8(out).unwrap(), "warning: no hosts\n");
     }
 
     #[test]

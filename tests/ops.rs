@@ -746,6 +746,73 @@ fn a_file_of_no_hosts_is_warned_of_by_check_config_and_the_start() {
     assert!(d.stop().success());
 }
 
+/// Under systemd an `ExecStartPre=` check-config's output is journald's stream (stdout
+/// and stderr alike, `$JOURNAL_STREAM` naming it): its warnings and a config that fails
+/// the start went in at priority info, so `journalctl -p err` showed nothing of why the
+/// unit did not start. Here the stream is a file the variable names, as systemd's socket.
+#[test]
+fn check_config_lines_carry_their_priority_when_written_to_the_journal() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = scratch("ops-journal-priority");
+    let cfg = dir.join("c.toml");
+    let daemon = format!(
+        "[daemon]\nspool_dir = \"{}\"\n",
+        dir.join("spool").display()
+    );
+    let stream = dir.join("journal");
+    let run = |toml: &str| {
+        std::fs::write(&cfg, toml).unwrap();
+        let out = std::fs::File::create(&stream).unwrap();
+        let m = out.metadata().unwrap();
+        let st = netpoller()
+            .args(["check-config", "-c"])
+            .arg(&cfg)
+            .env("JOURNAL_STREAM", format!("{}:{}", m.dev(), m.ino()))
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .status()
+            .unwrap();
+        (st.code(), std::fs::read_to_string(&stream).unwrap())
+    };
+    // A warning (no hosts) is a warning; the other lines stay at the default (info).
+    let (code, text) = run(&daemon);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("<4>warning: no hosts: it polls nothing"),
+        "{text}"
+    );
+    assert!(text.lines().any(|l| l.starts_with("load")), "{text}");
+    // A config that does not load: every line of its error at err (the snippet's too).
+    let (code, text) = run(&format!("{daemon}bogus_start = 1\n"));
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.starts_with("<3>"), "{text}");
+    assert!(text.contains("unknown field `bogus_start`"), "{text}");
+    assert!(text.lines().count() > 1, "{text}");
+    assert!(text.lines().all(|l| l.starts_with("<3>")), "{text}");
+    // A command's fatal error (main's), here an invalid log filter.
+    let out = std::fs::File::create(&stream).unwrap();
+    let m = out.metadata().unwrap();
+    let st = netpoller()
+        .args(["--log-level", "x=nolevel", "check-config", "-c"])
+        .arg(&cfg)
+        .env("JOURNAL_STREAM", format!("{}:{}", m.dev(), m.ino()))
+        .stderr(out)
+        .status()
+        .unwrap();
+    let text = std::fs::read_to_string(&stream).unwrap();
+    assert_eq!(st.code(), Some(2), "{text}");
+    assert!(text.starts_with("<3>netpoller: "), "{text}");
+    // The variable alone (a redirected child inherits it) changes nothing.
+    let out = netpoller()
+        .args(["--log-level", "x=nolevel", "check-config", "-c"])
+        .arg(&cfg)
+        .env("JOURNAL_STREAM", format!("{}:{}", m.dev(), m.ino()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("netpoller: "), "{err}");
+}
+
 #[test]
 fn snmpv3_discoveries_and_refusals_are_metrics() {
     let dir = scratch("ops-snmpv3");

@@ -3,12 +3,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use tracing::Level;
 
 use poller::plan::{Engine, Plan};
 use poller::plan_diff::PlanDiff;
 
 use super::shard_words;
 use crate::config::{DaemonSection, IcmpPhases};
+use crate::telemetry::{eprint_at, print_at};
 
 /// Arguments of `netpoller check-config`.
 #[derive(clap::Args, Debug)]
@@ -68,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let shard = cfg.process_shard(args.shard);
             let plan = cfg.take_plan(args.shard, super::trim_heap);
             for w in super::warnings(&cfg, &plan, shard) {
-                println!("warning: {w}");
+                print_at(Level::WARN, &format!("warning: {w}"));
             }
             // Before the other lines: it is what the option was asked for, and a
             // running config that does not load fails the command.
@@ -87,16 +89,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                         // file): this check must not pass what the reload will not.
                         if plan.hosts.is_empty() && !old.hosts.is_empty() {
                             let whose = shard_words("in", shard);
-                            eprintln!(
-                                "--against {}: a reload to {} is refused: it has no hosts{whose} (an empty or half-written file?)",
-                                running.display(),
-                                args.config.display()
+                            eprint_at(
+                                Level::ERROR,
+                                &format!(
+                                    "--against {}: a reload to {} is refused: it has no hosts{whose} (an empty or half-written file?)",
+                                    running.display(),
+                                    args.config.display()
+                                ),
                             );
                             return Ok(ExitCode::from(1));
                         }
                     }
                     Err(e) => {
-                        eprint!("--against {}: it does not load:\n{e}", running.display());
+                        let text =
+                            format!("--against {}: it does not load:\n{e}", running.display());
+                        eprint_at(Level::ERROR, text.trim_end());
                         return Ok(ExitCode::from(1));
                     }
                 }
@@ -114,8 +121,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 rate(snmp),
                 rate(plan.icmp_probe_rate())
             );
-            for line in over_rate(&plan, cfg.icmp.max_pps, cfg.snmp.max_pps) {
-                println!("{line}");
+            for w in over_rate(&plan, cfg.icmp.max_pps, cfg.snmp.max_pps) {
+                print_at(Level::WARN, &format!("warning: {w}"));
             }
             for line in icmp_sweeps(&plan, &cfg.daemon) {
                 println!("{line}");
@@ -135,7 +142,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprint!("{e}");
+            eprint_at(Level::ERROR, e.to_string().trim_end());
             Ok(ExitCode::from(1))
         }
     }
@@ -195,7 +202,7 @@ fn over_rate(plan: &Plan, icmp_max: u32, snmp_max: u32) -> Vec<String> {
         // 0: no cap.
         if max > 0 && need > f64::from(max) {
             out.push(format!(
-                "warning: {} {what} needed, over {key} = {max}: polls would run late and slots be skipped (raise it, lengthen intervals or shard)",
+                "{} {what} needed, over {key} = {max}: polls would run late and slots be skipped (raise it, lengthen intervals or shard)",
                 rate(need)
             ));
         }
