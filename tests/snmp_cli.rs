@@ -663,7 +663,7 @@ fn a_timeout_of_a_user_with_a_context_says_an_unserved_context_looks_the_same() 
 fn poll_once_says_each_failure_once() {
     let (agent, community) = first_agent();
     let agent: SocketAddr = agent.parse().unwrap();
-    // Nothing listens there: the daemon's requests time out.
+    // Nothing listens there: the daemon's requests time out, saying what came back.
     let silent = "127.0.195.3";
     let dir = common::scratch("cli-poll-once-failures");
     let cfg = dir.join("netpoller.toml");
@@ -692,7 +692,7 @@ items = [{{ key = "sysName", oid = ".1.3.6.1.2.1.1.5.0", type = "str", interval 
     )
     .unwrap();
     let timeout = format!(
-        "Timeout while connecting to \"{silent}:{}\". No SNMP response after 1 attempt(s)",
+        "Timeout while connecting to \"{silent}:{}\". No SNMP response after 1 attempt(s): ICMP port unreachable from {silent}: nothing listens on that UDP port (the agent stopped, or listens on another port or address?)",
         agent.port()
     );
     let missing = "No Such Object available on this agent at this OID (noSuchObject)";

@@ -34,9 +34,14 @@
 //! * Request matching, retries and per-host chains live in the sans-IO engine; this
 //!   module only moves bytes and reads the clock. Each iteration starts at a random
 //!   request-id, so late answers to an earlier iteration are counted and dropped.
-//! * ICMP errors (ECONNREFUSED after a port unreachable on loopback, EHOSTUNREACH, ...)
-//!   on these unconnected sockets are counted in [`SnmpIterationReport::socket_errors`]
-//!   and otherwise ignored: the host simply times out, once.
+//! * ICMP errors (a port unreachable from a host whose agent is down, a router's host
+//!   unreachable, a firewall's prohibited) come back on these unconnected sockets
+//!   through their error queues (`IP_RECVERR`), read when a receive reports one and
+//!   before timeouts are handled, counted in [`SnmpIterationReport::socket_errors`]
+//!   when a receive reports them, and handed to the engine with the address they came
+//!   back for ([`snmp::Iteration::handle_unreachable`]): the host still times out, once,
+//!   as with net-snmp, but its items say what came back ("ICMP port unreachable from
+//!   ...") instead of a bare timeout.
 //! * Learned OIDs-per-request limits and discovered SNMPv3 engines (ID, clock, salt
 //!   counter: [`snmp::HostMemory`]) persist across iterations, so an agent's engine is
 //!   discovered once per driver; those of an address the plan no longer polls are
@@ -55,7 +60,7 @@ use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::mem::size_of;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::task::Poll;
@@ -188,6 +193,13 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
     }
     sock.set_nonblocking(true)?;
     crate::sockets::set_recv_buffer(&sock, rcvbuf)?;
+    // ICMP errors to the error queue, with the destination they came back for: the
+    // kernel tells an unconnected socket nothing of them otherwise (see `drain_errors`).
+    let (level, name) = match v6 {
+        false => (libc::SOL_IP, libc::IP_RECVERR),
+        true => (libc::SOL_IPV6, libc::IPV6_RECVERR),
+    };
+    crate::sockets::setsockopt(sock.as_raw_fd(), level, name, &1 as &libc::c_int)?;
     source.bind_any(&sock, v6)?;
     Ok(sock.into())
 }
@@ -202,6 +214,8 @@ fn timeout_text(
     dropped: Option<&snmp::Dropped>,
 ) -> String {
     let (taken, why) = match dropped {
+        // Not a reply: nothing came to take.
+        Some(why @ snmp::Dropped::Unreachable(_)) => ("", format!(": {why}")),
         Some(why) => (" taken", format!(": {why}")),
         None => ("", String::new()),
     };
@@ -285,7 +299,10 @@ pub fn item_error(job: &SnmpHostJob, f: &ItemFailure) -> ItemError {
                 | snmp::Dropped::WrongVersion(_)
                 | snmp::Dropped::NotResponse(_)
                 | snmp::Dropped::NotAuthentic
-                | snmp::Dropped::NotDecrypted => ErrorReason::Timeout,
+                | snmp::Dropped::NotDecrypted
+                // net-snmp waits out its timeout whatever comes back (Zabbix says
+                // "Timeout while connecting"): the same reason, the error in the text.
+                | snmp::Dropped::Unreachable(_) => ErrorReason::Timeout,
             },
             timeout_text(job.addr, job.retries, Some(why)),
         ),
@@ -499,16 +516,25 @@ impl SnmpDriver {
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(_) => {
                             // ECONNREFUSED and friends: an ICMP error for some earlier
-                            // datagram; the engine's timeout handles that host. Counted
+                            // datagram, queued with its destination; the engine's
+                            // timeout ends that host, in words the error gives. Counted
                             // against the budget so a persistent error cannot spin here.
                             report.socket_errors += 1;
                             budget -= 1;
+                            drain_errors(s, &mut it);
                         }
                     }
                 }
             }
             // As of the turn's start, once the sockets were read empty (see `sockets`).
             if timeouts.after_turn(budget == 0) {
+                // The errors no receive reported (tokio wakes no reader for an error
+                // alone), before a host they concern times out.
+                if it.poll_timeout().is_some_and(|t| t <= now) {
+                    for s in &all {
+                        drain_errors(s, &mut it);
+                    }
+                }
                 it.handle_timeout(now);
             }
             let now = tokio_now();
@@ -805,6 +831,107 @@ impl RecvBatch {
     }
 }
 
+/// Errors [`drain_errors`] reads at most per call: a flood of them cannot hold the loop
+/// (the rest wait for the next call; the queue counts against the receive buffer).
+const ERRQUEUE_TURN: usize = 256;
+
+/// Reads the ICMP errors queued on `sock` (`IP_RECVERR`: one per datagram an error came
+/// back for, with its destination) into `it`, up to [`ERRQUEUE_TURN`].
+fn drain_errors(sock: &UdpSocket, it: &mut Iteration<'_>) {
+    for _ in 0..ERRQUEUE_TURN {
+        // SAFETY: plain C structs for which all-zero is valid.
+        let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        // The datagram's start comes back too (cut to this buffer): not needed.
+        let mut data = [0u8; 64];
+        let mut iov = libc::iovec {
+            iov_base: data.as_mut_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        // u64s: aligned for cmsghdr. One sock_extended_err and its offender's address.
+        let mut control = [0u64; 32];
+        msg.msg_name = &mut name as *mut libc::sockaddr_storage as *mut libc::c_void;
+        msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = size_of_val(&control);
+        // SAFETY: msg points at live buffers of the stated sizes, which outlive the call.
+        let r = unsafe {
+            libc::recvmsg(
+                sock.as_raw_fd(),
+                &mut msg,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+            )
+        };
+        if r < 0 {
+            // EAGAIN: none left.
+            return;
+        }
+        let Some(dst) = sockaddr_to_std(&name) else {
+            continue;
+        };
+        // SAFETY: the kernel filled msg's control buffer; the CMSG macros walk it within
+        // msg_controllen, and each header's data lies within it.
+        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !cmsg.is_null() {
+            let (level, ty, len) =
+                unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type, (*cmsg).cmsg_len) };
+            let start = unsafe { libc::CMSG_DATA(cmsg) };
+            let head = start as usize - cmsg as usize;
+            let bytes = unsafe { std::slice::from_raw_parts(start, len.saturating_sub(head)) };
+            if let Some(u) = icmp_error(level, ty, bytes, dst.ip()) {
+                it.handle_unreachable(normalize(dst), u);
+            }
+            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
+        }
+    }
+}
+
+/// The ICMP error a control message of the error queue carries (`IP_RECVERR`,
+/// `IPV6_RECVERR`: a `sock_extended_err`, then the address of who sent it), for a
+/// datagram sent to `dst` (who sent it when the kernel gives no address). `None` for
+/// another message, a local error (`SO_EE_ORIGIN_LOCAL`: the kernel's own, a send
+/// error already reported), or an ICMP message that does not end the datagram's way.
+fn icmp_error(
+    level: libc::c_int,
+    ty: libc::c_int,
+    data: &[u8],
+    dst: IpAddr,
+) -> Option<snmp::Unreachable> {
+    let v6 = match (level, ty) {
+        (libc::SOL_IP, libc::IP_RECVERR) => false,
+        (libc::SOL_IPV6, libc::IPV6_RECVERR) => true,
+        _ => return None,
+    };
+    // u32 ee_errno, u8 ee_origin, u8 ee_type, u8 ee_code, u8 pad, u32 info, u32 data.
+    let (origin, icmp_type, code) = (*data.get(4)?, *data.get(5)?, *data.get(6)?);
+    let v6 = match origin {
+        libc::SO_EE_ORIGIN_ICMP if !v6 => false,
+        libc::SO_EE_ORIGIN_ICMP6 if v6 => true,
+        // An ICMP error of the other family (a v4-mapped destination) is read as such.
+        libc::SO_EE_ORIGIN_ICMP => false,
+        libc::SO_EE_ORIGIN_ICMP6 => true,
+        _ => return None,
+    };
+    // SO_EE_OFFENDER: the sockaddr right after the 16-byte struct.
+    let offender = data.get(16..).and_then(|a| {
+        let family = u16::from_ne_bytes(a.get(..2)?.try_into().ok()?);
+        match libc::c_int::from(family) {
+            libc::AF_INET => {
+                let o: [u8; 4] = a.get(4..8)?.try_into().ok()?;
+                Some(IpAddr::from(o))
+            }
+            libc::AF_INET6 => {
+                let o: [u8; 16] = a.get(8..24)?.try_into().ok()?;
+                Some(IpAddr::from(Ipv6Addr::from(o)).to_canonical())
+            }
+            _ => None,
+        }
+    });
+    snmp::Unreachable::from_icmp(v6, icmp_type, code, offender.unwrap_or(dst))
+}
+
 fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
     match ss.ss_family as libc::c_int {
         libc::AF_INET => {
@@ -910,6 +1037,109 @@ mod tests {
         stall.await.unwrap();
         t.join().unwrap();
         ok
+    }
+
+    /// Requests to a closed port (loopback answers them with an ICMP port unreachable,
+    /// IPv4 and IPv6) time out as before, attempts and all, but say what came back;
+    /// an agent that says nothing keeps its bare timeout. The daemon's sockets are not
+    /// connected: without `IP_RECVERR` the kernel told them nothing of the error.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_closed_ports_timeout_says_icmp_port_unreachable() {
+        let closed = |ip: &str| {
+            let s = std::net::UdpSocket::bind((ip, 0)).unwrap();
+            s.local_addr().unwrap()
+        };
+        let (v4, v6) = (closed("127.0.223.1"), closed("::1"));
+        // Bound, never answering: no ICMP error.
+        let silent = std::net::UdpSocket::bind("127.0.223.2:0").unwrap();
+        let oid: snmp::Oid = "1.3.6.1.2.1.1.3.0".parse().unwrap();
+        let jobs: Vec<SnmpHostJob> = [v4, v6, silent.local_addr().unwrap()]
+            .into_iter()
+            .map(|a| {
+                let mut j = SnmpHostJob::new(a, "public".into(), vec![oid.clone()]);
+                j.timeout = Duration::from_millis(300);
+                j.retries = 1;
+                j
+            })
+            .collect();
+        let mut driver = SnmpDriver::open(SnmpDriverOptions::default()).unwrap();
+        let mut errors = vec![None; jobs.len()];
+        let report = driver
+            .run_iteration(&jobs, |h, _, r| errors[h] = r.err())
+            .await;
+        let texts: Vec<String> = errors
+            .iter()
+            .map(|e| {
+                let e = e.as_ref().expect("no value can come");
+                assert_eq!(e.reason, ErrorReason::Timeout, "{e:?}");
+                e.text.clone()
+            })
+            .collect();
+        for (text, (addr, from)) in texts.iter().zip([(v4, "127.0.223.1"), (v6, "::1")]) {
+            assert_eq!(
+                *text,
+                format!(
+                    "Timeout while connecting to \"{addr}\". No SNMP response after 2 attempt(s): ICMP port unreachable from {from}: nothing listens on that UDP port (the agent stopped, or listens on another port or address?)"
+                )
+            );
+        }
+        assert!(!texts[2].contains("ICMP"), "{}", texts[2]);
+        assert!(report.stats.unreachable >= 4, "{report:?}");
+        assert_eq!(
+            report.stats.retries, 3,
+            "every host waited out its attempts"
+        );
+        drop(silent);
+    }
+
+    /// The error queue's control message read: ICMP and ICMPv6 origins, the offender's
+    /// address (the destination's when the kernel gives none), and what is not an ICMP
+    /// error (a local one, another message, a cut one) read as none.
+    #[test]
+    fn error_queue_messages_are_read_defensively() {
+        let ee = |origin: u8, t: u8, c: u8, offender: &[u8]| {
+            let mut d = vec![0u8; 16];
+            d[..4].copy_from_slice(&111u32.to_ne_bytes());
+            d[4..7].copy_from_slice(&[origin, t, c]);
+            d.extend_from_slice(offender);
+            d
+        };
+        let mut sin = vec![0u8; 16];
+        sin[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        sin[4..8].copy_from_slice(&[127, 0, 223, 9]);
+        let dst: IpAddr = "127.0.223.1".parse().unwrap();
+        let read = |level, ty, d: &[u8]| icmp_error(level, ty, d, dst);
+        let port = read(
+            libc::SOL_IP,
+            libc::IP_RECVERR,
+            &ee(libc::SO_EE_ORIGIN_ICMP, 3, 3, &sin),
+        )
+        .unwrap();
+        assert_eq!(port.kind, snmp::UnreachableKind::Port);
+        assert_eq!(port.from, "127.0.223.9".parse::<IpAddr>().unwrap());
+        // No offender (AF_UNSPEC): the destination's address.
+        let bare = ee(libc::SO_EE_ORIGIN_ICMP, 3, 1, &[0u8; 16]);
+        let host = read(libc::SOL_IP, libc::IP_RECVERR, &bare).unwrap();
+        assert_eq!((host.kind, host.from), (snmp::UnreachableKind::Host, dst));
+        let mut sin6 = vec![0u8; 28];
+        sin6[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        sin6[23] = 1;
+        let v6 = read(
+            libc::SOL_IPV6,
+            libc::IPV6_RECVERR,
+            &ee(libc::SO_EE_ORIGIN_ICMP6, 1, 4, &sin6),
+        )
+        .unwrap();
+        assert_eq!(v6.from, "::1".parse::<IpAddr>().unwrap());
+        let local = ee(libc::SO_EE_ORIGIN_LOCAL, 3, 3, &sin);
+        assert_eq!(read(libc::SOL_IP, libc::IP_RECVERR, &local), None);
+        let icmp = ee(libc::SO_EE_ORIGIN_ICMP, 3, 3, &sin);
+        assert_eq!(read(libc::SOL_IP, libc::IP_PKTINFO, &icmp), None);
+        for cut in 0..icmp.len() {
+            // Never a panic; the error itself needs its first 7 bytes.
+            let r = read(libc::SOL_IP, libc::IP_RECVERR, &icmp[..cut]);
+            assert_eq!(r.is_some(), cut >= 7, "{cut}");
+        }
     }
 
     /// Replies queued before their requests' deadline are not timeouts, even past one

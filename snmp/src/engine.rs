@@ -60,6 +60,9 @@
 //!   in the iteration ([`ItemFailure::TimeoutDiscoveryAnswered`]), or not
 //!   ([`ItemFailure::DiscoveryTimeout`]); none is sent for answered requests,
 //!   v1/v2c or other levels.
+//! * An ICMP error that came back for an address ([`Iteration::handle_unreachable`])
+//!   changes nothing of when its hosts time out, only the words of their timeouts
+//!   ([`Dropped::Unreachable`]).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -405,6 +408,8 @@ pub enum Dropped {
     /// key (or the user has none): the authentication key is right, the privacy key
     /// or protocol is not the agent's.
     NotDecrypted,
+    /// No reply: an ICMP error came back instead ([`Iteration::handle_unreachable`]).
+    Unreachable(Unreachable),
 }
 
 impl std::fmt::Display for Dropped {
@@ -433,6 +438,90 @@ impl std::fmt::Display for Dropped {
             Dropped::NotDecrypted => write!(
                 f,
                 "replies authenticated but could not be decrypted (another privacy key or protocol?), not taken"
+            ),
+            Dropped::Unreachable(u) => write!(f, "{u}"),
+        }
+    }
+}
+
+/// An ICMP error that came back for a request instead of a reply (read by the driver
+/// off its socket's error queue: `IP_RECVERR`), as [`Unreachable::from_icmp`] words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unreachable {
+    pub kind: UnreachableKind,
+    /// Who sent it: the host itself (a closed port, a host firewall) or a router on
+    /// the way (no route, no answer to its ARP or neighbour solicitation).
+    pub from: std::net::IpAddr,
+}
+
+/// What an [`Unreachable`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnreachableKind {
+    /// Nothing listens on the UDP port (ICMP type 3 code 3, ICMPv6 type 1 code 4).
+    Port,
+    /// The host does not answer on its link (ICMP type 3 codes 1, 7, 12; ICMPv6
+    /// address unreachable).
+    Host,
+    /// No route to it (ICMP type 3 codes 0, 6, 11; ICMPv6 no route, beyond scope).
+    Network,
+    /// A firewall rejects the request (ICMP type 3 codes 9, 10, 13; ICMPv6 codes 1,
+    /// 5, 6: what an `reject with icmp admin-prohibited` rule sends).
+    Prohibited,
+    /// Another error that ends the datagram's way (time exceeded: a routing loop; a
+    /// parameter problem; protocol unreachable): its type and code.
+    Other { v6: bool, icmp_type: u8, code: u8 },
+}
+
+impl Unreachable {
+    /// From an ICMP (`v6`: ICMPv6) error's type and code, sent by `from`. `None` for
+    /// those that do not end a datagram's way: fragmentation needed and packet too
+    /// big (the kernel learns the path MTU from them), redirects, source quench.
+    pub fn from_icmp(v6: bool, icmp_type: u8, code: u8, from: std::net::IpAddr) -> Option<Self> {
+        use UnreachableKind::*;
+        let kind = match (v6, icmp_type, code) {
+            (false, 3, 3) | (true, 1, 4) => Port,
+            (false, 3, 1 | 7 | 12) | (true, 1, 3) => Host,
+            (false, 3, 0 | 6 | 11) | (true, 1, 0 | 2) => Network,
+            (false, 3, 9 | 10 | 13) | (true, 1, 1 | 5 | 6) => Prohibited,
+            (false, 3, 4) | (false, 4 | 5, _) | (true, 2, _) => return None,
+            (false, 3 | 11 | 12, _) | (true, 1 | 3 | 4, _) => Other {
+                v6,
+                icmp_type,
+                code,
+            },
+            _ => return None,
+        };
+        Some(Unreachable { kind, from })
+    }
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let from = self.from;
+        match self.kind {
+            UnreachableKind::Port => write!(
+                f,
+                "ICMP port unreachable from {from}: nothing listens on that UDP port (the agent stopped, or listens on another port or address?)"
+            ),
+            UnreachableKind::Host => write!(
+                f,
+                "ICMP host unreachable from {from} (the host is down or not on its link)"
+            ),
+            UnreachableKind::Network => {
+                write!(f, "ICMP network unreachable from {from} (no route to the host)")
+            }
+            UnreachableKind::Prohibited => write!(
+                f,
+                "ICMP administratively prohibited from {from} (a firewall rejects the requests)"
+            ),
+            UnreachableKind::Other {
+                v6,
+                icmp_type,
+                code,
+            } => write!(
+                f,
+                "ICMP{} error type {icmp_type} code {code} from {from}",
+                if v6 { "v6" } else { "" }
             ),
         }
     }
@@ -538,6 +627,8 @@ pub struct Stats {
     /// another OID (as Zabbix takes them).
     pub renamed: u64,
     pub send_errors: u64,
+    /// ICMP errors that came back for requests ([`Iteration::handle_unreachable`]).
+    pub unreachable: u64,
     /// SNMPv3 messages dropped as not authentic or not decryptable.
     pub not_authentic: u64,
     /// SNMPv3 discovery requests sent (first attempts).
@@ -800,6 +891,9 @@ pub struct Iteration<'j> {
     /// attempt was encoded for (a Report to it speaks of that engine and clock).
     aliases: HashMap<i32, (i32, u32)>,
     issued: u32,
+    /// The hosts of each address, built at the first [`Self::handle_unreachable`]
+    /// (most iterations have none).
+    by_addr: Option<HashMap<SocketAddr, Vec<u32>>>,
     open_hosts: usize,
     /// [`Self::stop`] was called.
     stopping: bool,
@@ -826,6 +920,7 @@ impl<'j> Iteration<'j> {
             salts: HashMap::new(),
             aliases: HashMap::new(),
             issued: 0,
+            by_addr: None,
             open_hosts: 0,
             stopping: false,
             stats: Stats::default(),
@@ -1503,6 +1598,30 @@ impl<'j> Iteration<'j> {
         }
         self.recycle(e);
         self.after_progress(host);
+    }
+
+    /// An ICMP error came back for a datagram sent to `dst` (the driver reads them off
+    /// its sockets' error queues). The hosts polled at `dst` still wait for their
+    /// timeouts, retries included, as net-snmp (and so Zabbix) does: a port may open
+    /// between two attempts (an agent restarting), and a router's error may be a
+    /// moment's. Their timeout's text says what came back instead of a reply
+    /// ([`Dropped::Unreachable`]), the last thing seen, as a dropped reply's.
+    pub fn handle_unreachable(&mut self, dst: SocketAddr, what: Unreachable) {
+        self.stats.unreachable += 1;
+        let jobs = self.jobs;
+        let by_addr = self.by_addr.get_or_insert_with(|| {
+            let mut m: HashMap<SocketAddr, Vec<u32>> = HashMap::new();
+            for (h, j) in jobs.iter().enumerate() {
+                m.entry(j.addr).or_default().push(h as u32);
+            }
+            m
+        });
+        for &h in by_addr.get(&dst).map_or(&[][..], Vec::as_slice) {
+            let st = &mut self.hosts[h as usize];
+            if !st.finished {
+                st.dropped = Some(Dropped::Unreachable(what));
+            }
+        }
     }
 
     /// Feeds one received datagram.

@@ -38,6 +38,7 @@ pub mod walk;
 
 pub use engine::{
     Dropped, Event, HostJob, HostMemory, ItemFailure, Iteration, IterationOptions, Stats, Transmit,
+    Unreachable, UnreachableKind,
 };
 pub use message::{
     encode_message, encode_request, encode_response, peek_request_id, ErrorStatus, Message,

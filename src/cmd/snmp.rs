@@ -433,9 +433,10 @@ enum Before {
 /// ([`Before::EmptyWalk`]), an OID an SNMPv1 agent has not (noSuchName) is neither
 /// printed nor a failure.
 ///
-/// The daemon's driver asks, on a socket it does not connect (the daemon's are shared
-/// by every agent), which never hears of an ICMP port unreachable: a closed port would
-/// time out, where `walk` says at once that it is unreachable. A probe beside it asks
+/// The daemon's driver asks on a socket it does not connect (the daemon's are shared
+/// by every agent), and waits out a request's attempts whatever ICMP error comes back
+/// (it only words the timeout, as net-snmp waits too): a closed port would take the
+/// whole timeout, where `walk` says at once that it is unreachable. A probe beside it asks
 /// as a walk does ([`walker::port_unreachable`]) and stops the driver when the port
 /// proves unreachable: the OIDs not answered then say so. After a walk the agent
 /// answered, no probe: the port is open, and it would be one request more.

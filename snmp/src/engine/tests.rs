@@ -58,6 +58,9 @@ struct Agent {
     received: usize,
     /// SNMPv3: the agent's engine and user.
     usm: Option<AgentUsm>,
+    /// What comes back at once instead of an answer to a request it does not answer
+    /// (a closed port, a firewall's reject): fed to [`Iteration::handle_unreachable`].
+    icmp: Option<Unreachable>,
 }
 
 /// Changes the varbinds an [`Agent`] answers with.
@@ -96,6 +99,7 @@ impl Agent {
             latency: Duration::from_millis(1),
             received: 0,
             usm: None,
+            icmp: None,
         }
     }
 
@@ -359,8 +363,10 @@ fn simulate_stopped(
         while let Some(t) = it.poll_transmit(now, &mut buf) {
             out.sent.push((now - t0, t, buf.clone()));
             if let Some(agent) = agents.get_mut(&t.dst) {
-                if let Some(resp) = agent.answer(&buf, now) {
-                    deliveries.push((now + agent.latency, t.dst, resp));
+                match (agent.answer(&buf, now), agent.icmp) {
+                    (Some(resp), _) => deliveries.push((now + agent.latency, t.dst, resp)),
+                    (None, Some(u)) => it.handle_unreachable(t.dst, u),
+                    (None, None) => {}
                 }
             }
         }
@@ -614,6 +620,109 @@ fn dead_host_costs_one_timeout_times_attempts_and_reports_once() {
     );
     assert_eq!(out.stats.hosts_timed_out, 1);
     assert_eq!(out.stats.timeouts, 3);
+}
+
+fn port_unreachable() -> Unreachable {
+    Unreachable {
+        kind: UnreachableKind::Port,
+        from: "127.0.9.1".parse().unwrap(),
+    }
+}
+
+/// An ICMP error (here a closed port's) words the timeout of every host polled at its
+/// address, which still waits out its attempts as net-snmp does; a host elsewhere keeps
+/// its bare timeout.
+#[test]
+fn an_icmp_error_words_the_timeout_of_the_hosts_at_its_address() {
+    let (live, oids) = agent_with(2);
+    let mut closed = live.clone();
+    closed.silent = true;
+    closed.icmp = Some(port_unreachable());
+    let mut silent = live;
+    silent.silent = true;
+    let refs: Vec<&str> = oids.iter().map(|s| s.as_str()).collect();
+    let mut a = job(1, &refs);
+    a.retries = 1;
+    // Another host of the same address (another community, a second template).
+    let mut b = job(1, &refs[..1]);
+    b.retries = 1;
+    let mut c = job(2, &refs);
+    c.retries = 1;
+    let mut agents = HashMap::from([(addr(1), closed), (addr(2), silent)]);
+    let out = iterate(&[a, b, c], &mut agents, HostMemory::default());
+    let failure = ItemFailure::Dropped(Dropped::Unreachable(port_unreachable()));
+    let told = Err(failure.clone());
+    for host in [0, 1] {
+        let items = items_of(&out.events, host);
+        assert!(
+            !items.is_empty() && items.values().all(|r| *r == told),
+            "{items:?}"
+        );
+        assert_eq!(
+            out.done_at[&host],
+            Duration::from_secs(2),
+            "both attempts waited"
+        );
+    }
+    let items = items_of(&out.events, 2);
+    assert!(
+        items.values().all(|r| *r == Err(ItemFailure::Timeout)),
+        "{items:?}"
+    );
+    // Each datagram to the closed port (the probe beside host 0's retry too).
+    let to_closed = out.sent.iter().filter(|s| s.1.dst == addr(1)).count();
+    assert_eq!(out.stats.unreachable, to_closed as u64);
+    assert_eq!(out.stats.hosts_timed_out, 3);
+    assert_eq!(
+        failure.to_string(),
+        "timeout: ICMP port unreachable from 127.0.9.1: nothing listens on that UDP port (the agent stopped, or listens on another port or address?)"
+    );
+}
+
+/// A port that opens between two attempts (an agent restarting) answers the retry:
+/// its value is taken, the error forgotten.
+#[test]
+fn a_port_that_opens_between_attempts_answers_the_retry() {
+    let (mut a, oids) = agent_with(1);
+    a.drop_first = 1;
+    a.icmp = Some(port_unreachable());
+    let mut j = job(1, &[&oids[0]]);
+    j.retries = 1;
+    let mut agents = HashMap::from([(addr(1), a)]);
+    let out = iterate(&[j], &mut agents, HostMemory::default());
+    assert_eq!(out.stats.unreachable, 1);
+    assert_eq!(items_of(&out.events, 0)[&0], Ok(VarValue::Counter32(0)));
+}
+
+/// ICMP and ICMPv6 errors by what they say of the way; those that do not end it
+/// (the path MTU's, redirects) are none.
+#[test]
+fn icmp_errors_are_read_by_type_and_code() {
+    use UnreachableKind::*;
+    let from: std::net::IpAddr = "192.0.2.1".parse().unwrap();
+    let kind = |v6, t, c| Unreachable::from_icmp(v6, t, c, from).map(|u| u.kind);
+    assert_eq!(kind(false, 3, 3), Some(Port));
+    assert_eq!(kind(true, 1, 4), Some(Port));
+    assert_eq!(kind(false, 3, 1), Some(Host));
+    assert_eq!(kind(true, 1, 3), Some(Host));
+    assert_eq!(kind(false, 3, 0), Some(Network));
+    assert_eq!(kind(true, 1, 0), Some(Network));
+    assert_eq!(kind(false, 3, 13), Some(Prohibited));
+    assert_eq!(kind(true, 1, 1), Some(Prohibited));
+    assert_eq!(
+        kind(false, 11, 0),
+        Some(Other {
+            v6: false,
+            icmp_type: 11,
+            code: 0
+        })
+    );
+    assert_eq!(kind(false, 3, 4), None, "fragmentation needed");
+    assert_eq!(kind(true, 2, 0), None, "packet too big");
+    assert_eq!(kind(false, 5, 1), None, "redirect");
+    assert_eq!(kind(false, 0, 0), None, "an echo reply is no error");
+    let u = Unreachable::from_icmp(true, 3, 0, "2001:db8::1".parse().unwrap()).unwrap();
+    assert_eq!(u.to_string(), "ICMPv6 error type 3 code 0 from 2001:db8::1");
 }
 
 #[test]
