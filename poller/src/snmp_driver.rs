@@ -893,7 +893,9 @@ fn drain_errors(sock: &UdpSocket, it: &mut Iteration<'_>) {
 /// datagram sent to `dst` (who sent it when the kernel gives no address). `None` for
 /// another message, a local error (`SO_EE_ORIGIN_LOCAL`: the kernel's own, a send
 /// error already reported), or an ICMP message that does not end the datagram's way.
-fn icmp_error(
+/// Public for its fuzz target (poller/fuzz, `icmp_error`): what it reads came from the
+/// network, whoever sent the ICMP error.
+pub fn icmp_error(
     level: libc::c_int,
     ty: libc::c_int,
     data: &[u8],
