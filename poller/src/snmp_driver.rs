@@ -36,12 +36,11 @@
 //!   request-id, so late answers to an earlier iteration are counted and dropped.
 //! * ICMP errors (a port unreachable from a host whose agent is down, a router's host
 //!   unreachable, a firewall's prohibited) come back on these unconnected sockets
-//!   through their error queues (`IP_RECVERR`), read when a receive reports one and
-//!   before timeouts are handled, counted in [`SnmpIterationReport::socket_errors`]
-//!   when a receive reports them, and handed to the engine with the address they came
-//!   back for ([`snmp::Iteration::handle_unreachable`]): the host still times out, once,
-//!   as with net-snmp, but its items say what came back ("ICMP port unreachable from
-//!   ...") instead of a bare timeout.
+//!   through their error queues (`IP_RECVERR`), whose readiness wakes the loop: read at
+//!   once (they take receive buffer space that replies need), and handed to the engine
+//!   with the address they came back for ([`snmp::Iteration::handle_unreachable`]):
+//!   the host still times out, once, as with net-snmp, but its items say what came
+//!   back ("ICMP port unreachable from ...") instead of a bare timeout.
 //! * Learned OIDs-per-request limits and discovered SNMPv3 engines (ID, clock, salt
 //!   counter: [`snmp::HostMemory`]) persist across iterations, so an agent's engine is
 //!   discovered once per driver; those of an address the plan no longer polls are
@@ -499,6 +498,9 @@ impl SnmpDriver {
             let now = tokio_now();
             let mut budget = RECV_TURN;
             for s in &all {
+                // Its ICMP errors first: queued, they take receive buffer space the
+                // replies need (see `drain_errors`).
+                drain_errors(s, &mut it);
                 while budget > 0 {
                     match rb.recv(s) {
                         Ok(n) => {
@@ -516,25 +518,17 @@ impl SnmpDriver {
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(_) => {
                             // ECONNREFUSED and friends: an ICMP error for some earlier
-                            // datagram, queued with its destination; the engine's
-                            // timeout ends that host, in words the error gives. Counted
+                            // datagram, its details in the error queue (read above, or
+                            // at the next turn: its readiness wakes the loop). Counted
                             // against the budget so a persistent error cannot spin here.
                             report.socket_errors += 1;
                             budget -= 1;
-                            drain_errors(s, &mut it);
                         }
                     }
                 }
             }
             // As of the turn's start, once the sockets were read empty (see `sockets`).
             if timeouts.after_turn(budget == 0) {
-                // The errors no receive reported (tokio wakes no reader for an error
-                // alone), before a host they concern times out.
-                if it.poll_timeout().is_some_and(|t| t <= now) {
-                    for s in &all {
-                        drain_errors(s, &mut it);
-                    }
-                }
                 it.handle_timeout(now);
             }
             let now = tokio_now();
@@ -637,6 +631,24 @@ impl SnmpDriver {
                 }
                 Poll::Pending
             });
+            // An ICMP error queued alone makes no socket readable: its own readiness
+            // (epoll's EPOLLERR) wakes the loop to read it.
+            let errored = async {
+                use std::future::Future as _;
+                let mut waits: Vec<_> = all
+                    .iter()
+                    .map(|s| Box::pin(s.ready(Interest::ERROR)))
+                    .collect();
+                std::future::poll_fn(|cx| {
+                    for w in &mut waits {
+                        if w.as_mut().poll(cx).is_ready() {
+                            return Poll::Ready(());
+                        }
+                    }
+                    Poll::Pending
+                })
+                .await
+            };
             let writable = async {
                 match blocked {
                     Some(k) => {
@@ -647,6 +659,7 @@ impl SnmpDriver {
             };
             tokio::select! {
                 _ = readable => {}
+                _ = errored => {}
                 _ = writable => {}
                 _ = &mut sleep => {}
                 _ = &mut stop, if !stopped => {
@@ -836,8 +849,20 @@ impl RecvBatch {
 const ERRQUEUE_TURN: usize = 256;
 
 /// Reads the ICMP errors queued on `sock` (`IP_RECVERR`: one per datagram an error came
-/// back for, with its destination) into `it`, up to [`ERRQUEUE_TURN`].
+/// back for, with its destination) into `it`, up to [`ERRQUEUE_TURN`]; nothing (not a
+/// system call) unless tokio saw the socket's error readiness. Read promptly: the
+/// error queue counts against the receive buffer, so errors left there (a subnet of
+/// hosts without an agent) would crowd out the replies of live agents.
 fn drain_errors(sock: &UdpSocket, it: &mut Iteration<'_>) {
+    // Read to EAGAIN, the WouldBlock clears the readiness; cut at ERRQUEUE_TURN, it
+    // stays, and the next turn reads on.
+    let _ = sock.try_io(Interest::ERROR, || drain_error_queue(sock.as_raw_fd(), it));
+}
+
+/// [`drain_errors`]'s system calls on `fd`, up to [`ERRQUEUE_TURN`] errors: `Ok` when
+/// cut there, else WouldBlock (the queue is empty; or a failed read, which no retry
+/// would mend: the readiness is cleared either way, so it cannot spin the loop).
+fn drain_error_queue(fd: std::os::fd::RawFd, it: &mut Iteration<'_>) -> io::Result<()> {
     for _ in 0..ERRQUEUE_TURN {
         // SAFETY: plain C structs for which all-zero is valid.
         let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
@@ -857,16 +882,10 @@ fn drain_errors(sock: &UdpSocket, it: &mut Iteration<'_>) {
         msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
         msg.msg_controllen = size_of_val(&control);
         // SAFETY: msg points at live buffers of the stated sizes, which outlive the call.
-        let r = unsafe {
-            libc::recvmsg(
-                sock.as_raw_fd(),
-                &mut msg,
-                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
-            )
-        };
+        let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
         if r < 0 {
             // EAGAIN: none left.
-            return;
+            return Err(io::ErrorKind::WouldBlock.into());
         }
         let Some(dst) = sockaddr_to_std(&name) else {
             continue;
@@ -886,6 +905,7 @@ fn drain_errors(sock: &UdpSocket, it: &mut Iteration<'_>) {
             cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
         }
     }
+    Ok(())
 }
 
 /// The ICMP error a control message of the error queue carries (`IP_RECVERR`,
@@ -1092,6 +1112,81 @@ mod tests {
             "every host waited out its attempts"
         );
         drop(silent);
+    }
+
+    /// ICMP errors count against the receive buffer while they wait in the error queue:
+    /// thousands of requests to closed ports (a subnet of hosts without an agent) must
+    /// not crowd out the replies of a live agent that answers a little later. Their
+    /// readiness wakes the loop to read them: with a 32 KiB buffer (16 KiB asked, which
+    /// the kernel doubles: the agent's 5 replies fit, a few dozen errors fill it) the
+    /// last send turn's errors arrived while the loop waited for nothing else and,
+    /// left there, made all 5 replies be dropped.
+    #[tokio::test(flavor = "current_thread")]
+    async fn icmp_errors_waiting_do_not_crowd_out_replies() {
+        let agent = std::net::UdpSocket::bind("127.0.223.3:0").unwrap();
+        let at = agent.local_addr().unwrap();
+        let live = 5;
+        let answer = std::thread::spawn(move || {
+            agent
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let mut buf = [0u8; 2048];
+            let mut replies = Vec::new();
+            while replies.len() < live {
+                let Ok((len, from)) = agent.recv_from(&mut buf) else {
+                    break;
+                };
+                let m = snmp::Message::decode(&buf[..len]).unwrap();
+                let vbs: Vec<(snmp::Oid, snmp::VarValue)> = m
+                    .varbinds()
+                    .map(|vb| (vb.oid.to_owned(), snmp::VarValue::Integer(7)))
+                    .collect();
+                let mut out = Vec::new();
+                snmp::encode_response(
+                    &mut out,
+                    &m,
+                    vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+                );
+                replies.push((out, from));
+            }
+            // The closed ports' errors are all in by now.
+            std::thread::sleep(Duration::from_millis(300));
+            for (out, from) in &replies {
+                agent.send_to(out, from).unwrap();
+            }
+        });
+        let oid: snmp::Oid = "1.3.6.1.2.1.1.3.0".parse().unwrap();
+        let closed: Vec<SocketAddr> = (0..2000u32)
+            .map(|i| SocketAddr::from(([127, 0, 224, (i % 250) as u8 + 1], 9 + (i / 250) as u16)))
+            .collect();
+        let mut jobs: Vec<SnmpHostJob> = std::iter::repeat_n(at, live)
+            .chain(closed)
+            .map(|a| {
+                let mut j = SnmpHostJob::new(a, "public".into(), vec![oid.clone()]);
+                j.timeout = Duration::from_millis(1500);
+                j.retries = 0;
+                j
+            })
+            .collect();
+        jobs.rotate_left(live / 2);
+        let mut driver = SnmpDriver::open(SnmpDriverOptions {
+            sockets: 1,
+            rcvbuf: 16 << 10,
+            max_pps: 0,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut values = 0;
+        let report = driver
+            .run_iteration(&jobs, |h, _, r| {
+                if jobs[h].addr == at && r == Ok(snmp::VarValue::Integer(7)) {
+                    values += 1;
+                }
+            })
+            .await;
+        answer.join().unwrap();
+        assert_eq!(values, live, "{report:?}");
+        assert!(report.stats.unreachable > 0, "{report:?}");
     }
 
     /// The error queue's control message read: ICMP and ICMPv6 origins, the offender's
