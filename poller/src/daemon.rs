@@ -108,6 +108,9 @@ pub struct EngineMetrics {
     /// SNMP only: values taken from the one varbind answering an OID asked alone that
     /// names another OID (as Zabbix takes them): an agent that misnames what it answers.
     pub snmp_renamed_values: Counter,
+    /// SNMP only: ICMP errors that came back for requests (a closed port, a router's
+    /// unreachable, a firewall's reject; each host's items name theirs).
+    pub snmp_icmp_errors: Counter,
     /// SNMP only: extra drivers opened for slow devices (see [`SnmpDrivers`]).
     pub snmp_extra_drivers: Gauge,
 }
@@ -140,6 +143,7 @@ impl Default for EngineMetrics {
             snmpv3_reports: Default::default(),
             snmp_size_cuts: Default::default(),
             snmp_renamed_values: Counter::default(),
+            snmp_icmp_errors: Counter::default(),
             snmp_extra_drivers: Gauge::default(),
         }
     }
@@ -473,6 +477,12 @@ impl Shared {
                     "SNMP values taken from the one varbind answering an OID asked alone that names another OID, as Zabbix takes them (an agent that misnames what it answers).",
                     &[],
                     m.snmp_renamed_values.get(),
+                );
+                out.counter(
+                    "netpoller_snmp_icmp_errors_total",
+                    "ICMP errors that came back for SNMP requests instead of replies: a closed port (no agent listening), a router's host or network unreachable, a firewall's reject. The hosts still time out; their items' errors say which error and from where.",
+                    &[],
+                    m.snmp_icmp_errors.get(),
                 );
                 out.gauge(
                     "netpoller_snmp_extra_drivers",
@@ -961,6 +971,7 @@ pub async fn snmp_iteration(
     metrics.malformed.add(st.malformed + st.not_response);
     metrics.snmpv3_discoveries.add(st.discoveries);
     metrics.snmp_renamed_values.add(st.renamed);
+    metrics.snmp_icmp_errors.add(st.unreachable);
     for (c, n) in
         metrics
             .snmp_size_cuts
@@ -1587,6 +1598,33 @@ mod tests {
         reader.await.unwrap();
         assert_eq!((sum.items, sum.values), (1, 1), "{:?}", sum.errors_by);
         assert_eq!(metrics.snmp_renamed_values.get(), 1);
+    }
+
+    /// A host whose agent is not running (a closed port on 127.0.194.11: loopback
+    /// answers with an ICMP port unreachable): its item times out (its text naming the
+    /// error: the driver's tests) and `netpoller_snmp_icmp_errors_total` counts the
+    /// error, for an operator to see a fleet's closed ports apart from its silent hosts.
+    #[tokio::test(flavor = "current_thread")]
+    async fn an_icmp_error_is_counted_and_named_in_the_items_error() {
+        let closed = std::net::UdpSocket::bind("127.0.194.11:0").unwrap();
+        let port = closed.local_addr().unwrap().port();
+        drop(closed);
+        let mut host = silent_snmp_host("closed", [127, 0, 194, 11]);
+        Arc::make_mut(host.snmp.as_mut().unwrap()).port = port;
+        let plan = Plan::build(vec![host]);
+        let (mut emitter, reader) = drained_emitter();
+        let metrics = EngineMetrics::default();
+        let mut driver = SnmpDriver::open(SnmpDriverOptions {
+            sockets: 1,
+            ..SnmpDriverOptions::default()
+        })
+        .unwrap();
+        let sum = poll_all_once(&mut driver, &plan, &metrics, &mut emitter).await;
+        drop(emitter);
+        reader.await.unwrap();
+        assert_eq!((sum.items, sum.values), (1, 0));
+        assert_eq!(sum.errors_by[ErrorReason::Timeout as usize], 1);
+        assert_eq!(metrics.snmp_icmp_errors.get(), 1);
     }
 
     /// The sink behind (the channel full, nothing read): the only base driver's

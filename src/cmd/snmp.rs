@@ -761,7 +761,7 @@ fn load(a: LoadArgs) -> anyhow::Result<ExitCode> {
             "malformed": s.malformed, "stale": s.stale, "unknown_request_id": s.unknown_request_id,
             "wrong_source": s.wrong_source, "wrong_community": s.wrong_community,
             "too_big": s.too_big, "silent_too_big": s.silent_too_big, "probes": s.probes,
-            "probes_answered": s.probes_answered,
+            "probes_answered": s.probes_answered, "icmp_errors": s.unreachable,
             "socket_errors": report.socket_errors,
             "would_block": report.would_block, "rss_kib": rss_kib(),
         });
