@@ -1554,6 +1554,26 @@ mod tests {
         reader.await.unwrap();
     }
 
+    /// One SNMP iteration (from 127.0.194.1) over one host of one item at `ip`:`port`:
+    /// its summary and the engine's metrics.
+    async fn poll_one_host(ip: [u8; 4], port: u16) -> (IterationSummary, EngineMetrics) {
+        let mut host = silent_snmp_host("h", ip);
+        Arc::make_mut(host.snmp.as_mut().unwrap()).port = port;
+        let plan = Plan::build(vec![host]);
+        let (mut emitter, reader) = drained_emitter();
+        let metrics = EngineMetrics::default();
+        let mut driver = SnmpDriver::open(SnmpDriverOptions {
+            sockets: 1,
+            source: std::net::IpAddr::from([127, 0, 194, 1]).into(),
+            ..SnmpDriverOptions::default()
+        })
+        .unwrap();
+        let sum = poll_all_once(&mut driver, &plan, &metrics, &mut emitter).await;
+        drop(emitter);
+        reader.await.unwrap();
+        (sum, metrics)
+    }
+
     /// An agent on 127.0.194.10 that names each OID it answers with one more arc (a
     /// firmware bug): its item's value is taken, as Zabbix takes it, and
     /// `netpoller_snmp_renamed_values_total` counts it, for an operator to find such
@@ -1582,20 +1602,7 @@ mod tests {
                 let _ = agent.send_to(&out, from);
             }
         });
-        let mut host = silent_snmp_host("renaming", [127, 0, 194, 10]);
-        Arc::make_mut(host.snmp.as_mut().unwrap()).port = port;
-        let plan = Plan::build(vec![host]);
-        let (mut emitter, reader) = drained_emitter();
-        let metrics = EngineMetrics::default();
-        let mut driver = SnmpDriver::open(SnmpDriverOptions {
-            sockets: 1,
-            source: std::net::IpAddr::from([127, 0, 194, 1]).into(),
-            ..SnmpDriverOptions::default()
-        })
-        .unwrap();
-        let sum = poll_all_once(&mut driver, &plan, &metrics, &mut emitter).await;
-        drop(emitter);
-        reader.await.unwrap();
+        let (sum, metrics) = poll_one_host([127, 0, 194, 10], port).await;
         assert_eq!((sum.items, sum.values), (1, 1), "{:?}", sum.errors_by);
         assert_eq!(metrics.snmp_renamed_values.get(), 1);
     }
@@ -1609,19 +1616,7 @@ mod tests {
         let closed = std::net::UdpSocket::bind("127.0.194.11:0").unwrap();
         let port = closed.local_addr().unwrap().port();
         drop(closed);
-        let mut host = silent_snmp_host("closed", [127, 0, 194, 11]);
-        Arc::make_mut(host.snmp.as_mut().unwrap()).port = port;
-        let plan = Plan::build(vec![host]);
-        let (mut emitter, reader) = drained_emitter();
-        let metrics = EngineMetrics::default();
-        let mut driver = SnmpDriver::open(SnmpDriverOptions {
-            sockets: 1,
-            ..SnmpDriverOptions::default()
-        })
-        .unwrap();
-        let sum = poll_all_once(&mut driver, &plan, &metrics, &mut emitter).await;
-        drop(emitter);
-        reader.await.unwrap();
+        let (sum, metrics) = poll_one_host([127, 0, 194, 11], port).await;
         assert_eq!((sum.items, sum.values), (1, 0));
         assert_eq!(sum.errors_by[ErrorReason::Timeout as usize], 1);
         assert_eq!(metrics.snmp_icmp_errors.get(), 1);

@@ -985,6 +985,32 @@ fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
 mod tests {
     use super::*;
 
+    /// The answers (each OID the INTEGER `value`) to the first `n` requests `agent`
+    /// receives (fewer if none comes for its read timeout), not sent: the caller sends
+    /// them when it wants them to arrive.
+    fn answers_to(agent: &std::net::UdpSocket, n: usize, value: i64) -> Vec<(Vec<u8>, SocketAddr)> {
+        let mut buf = [0u8; 2048];
+        let mut replies = Vec::with_capacity(n);
+        while replies.len() < n {
+            let Ok((len, from)) = agent.recv_from(&mut buf) else {
+                break;
+            };
+            let m = snmp::Message::decode(&buf[..len]).unwrap();
+            let vbs: Vec<(snmp::Oid, snmp::VarValue)> = m
+                .varbinds()
+                .map(|vb| (vb.oid.to_owned(), snmp::VarValue::Integer(value)))
+                .collect();
+            let mut out = Vec::new();
+            snmp::encode_response(
+                &mut out,
+                &m,
+                vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
+            );
+            replies.push((out, from));
+        }
+        replies
+    }
+
     /// `n` one-OID requests (no retry, 1.5 s timeout) to an agent on 127.0.77.50 that
     /// answers them all at once while the driver's thread is held for 2 s (a busy
     /// runtime, CPU contention): how many succeed. Every reply is in the socket buffers
@@ -1002,25 +1028,7 @@ mod tests {
             agent
                 .set_read_timeout(Some(Duration::from_secs(5)))
                 .unwrap();
-            let mut buf = [0u8; 2048];
-            let mut replies = Vec::with_capacity(n);
-            while replies.len() < n {
-                let Ok((len, from)) = agent.recv_from(&mut buf) else {
-                    break;
-                };
-                let m = snmp::Message::decode(&buf[..len]).unwrap();
-                let vbs: Vec<(snmp::Oid, snmp::VarValue)> = m
-                    .varbinds()
-                    .map(|vb| (vb.oid.to_owned(), snmp::VarValue::Integer(1)))
-                    .collect();
-                let mut out = Vec::new();
-                snmp::encode_response(
-                    &mut out,
-                    &m,
-                    vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
-                );
-                replies.push((out, from));
-            }
+            let replies = answers_to(&agent, n, 1);
             // Every request is in: once the poller's thread is busy, answer them all at
             // once, well before any deadline.
             done2.store(true, Ordering::SeqCst);
@@ -1137,25 +1145,7 @@ mod tests {
             agent
                 .set_read_timeout(Some(Duration::from_secs(5)))
                 .unwrap();
-            let mut buf = [0u8; 2048];
-            let mut replies = Vec::new();
-            while replies.len() < live {
-                let Ok((len, from)) = agent.recv_from(&mut buf) else {
-                    break;
-                };
-                let m = snmp::Message::decode(&buf[..len]).unwrap();
-                let vbs: Vec<(snmp::Oid, snmp::VarValue)> = m
-                    .varbinds()
-                    .map(|vb| (vb.oid.to_owned(), snmp::VarValue::Integer(7)))
-                    .collect();
-                let mut out = Vec::new();
-                snmp::encode_response(
-                    &mut out,
-                    &m,
-                    vbs.iter().map(|(o, v)| (o.as_ref(), v.as_ref())),
-                );
-                replies.push((out, from));
-            }
+            let replies = answers_to(&agent, live, 7);
             // The closed ports' errors are all in by now.
             std::thread::sleep(Duration::from_millis(300));
             for (out, from) in &replies {
