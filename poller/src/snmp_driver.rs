@@ -928,17 +928,16 @@ pub fn icmp_error(
     data: &[u8],
     dst: IpAddr,
 ) -> Option<snmp::Unreachable> {
-    let v6 = match (level, ty) {
-        (libc::SOL_IP, libc::IP_RECVERR) => false,
-        (libc::SOL_IPV6, libc::IPV6_RECVERR) => true,
-        _ => return None,
-    };
+    if !matches!(
+        (level, ty),
+        (libc::SOL_IP, libc::IP_RECVERR) | (libc::SOL_IPV6, libc::IPV6_RECVERR)
+    ) {
+        return None;
+    }
     // u32 ee_errno, u8 ee_origin, u8 ee_type, u8 ee_code, u8 pad, u32 info, u32 data.
     let (origin, icmp_type, code) = (*data.get(4)?, *data.get(5)?, *data.get(6)?);
+    // The error's own family, whatever the socket's.
     let v6 = match origin {
-        libc::SO_EE_ORIGIN_ICMP if !v6 => false,
-        libc::SO_EE_ORIGIN_ICMP6 if v6 => true,
-        // An ICMP error of the other family (a v4-mapped destination) is read as such.
         libc::SO_EE_ORIGIN_ICMP => false,
         libc::SO_EE_ORIGIN_ICMP6 => true,
         _ => return None,
