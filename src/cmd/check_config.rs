@@ -70,7 +70,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             let shard = cfg.process_shard(args.shard);
             let plan = cfg.take_plan(args.shard, super::trim_heap);
             for w in super::warnings(&cfg, &plan, shard) {
-                print_at(Level::WARN, &format!("warning: {w}"));
+                warning(&w);
             }
             // Before the other lines: it is what the option was asked for, and a
             // running config that does not load fails the command.
@@ -122,7 +122,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 rate(plan.icmp_probe_rate())
             );
             for w in over_rate(&plan, cfg.icmp.max_pps, cfg.snmp.max_pps) {
-                print_at(Level::WARN, &format!("warning: {w}"));
+                warning(&w);
             }
             for line in icmp_sweeps(&plan, &cfg.daemon) {
                 println!("{line}");
@@ -146,6 +146,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::from(1))
         }
     }
+}
+
+/// One of the file's warnings on stdout, at the journal's priority warning under
+/// systemd ([`print_at`]).
+fn warning(w: &str) {
+    print_at(Level::WARN, &format!("warning: {w}"));
 }
 
 /// Where requests leave from (`daemon.source_ip`), and whether this host has the
