@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::service_env;
+use common::{service_env, V3_AUTH_PASS, V3_OPTIONS, V3_PRIV_PASS};
 use poller::snmp_driver::{SnmpDriver, SnmpDriverOptions, SnmpHostJob, SnmpIterationReport};
 use poller::value::{ErrorReason, ItemError};
 use snmp::{Oid, VarValue, Version};
@@ -926,8 +926,6 @@ const V3_USERS: [(&str, Option<&str>, Option<&str>); 8] = [
     ("np-aes192", Some("SHA"), Some("AES-192")),
     ("np-aes256", Some("MD5"), Some("AES-256")),
 ];
-const V3_AUTH_PASS: &str = "np-auth-pass";
-const V3_PRIV_PASS: &str = "np-priv-pass";
 
 /// A v3 job for `name`, with net-snmp's options for the same user.
 fn v3_job(
@@ -1533,20 +1531,7 @@ fn snmpv3_walks_resume_after_the_agent_reboots_or_is_replaced_mid_walk() {
         })
     };
     let users: [&[&str]; 2] = [
-        &[
-            "-u",
-            "np-shaaes",
-            "-l",
-            "authPriv",
-            "-a",
-            "SHA",
-            "-A",
-            V3_AUTH_PASS,
-            "-x",
-            "AES",
-            "-X",
-            V3_PRIV_PASS,
-        ],
+        V3_OPTIONS[0],
         &[
             "-u",
             "np-md5",

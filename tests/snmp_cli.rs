@@ -7,7 +7,7 @@ mod common;
 use std::net::SocketAddr;
 use std::process::{Command, Output};
 
-use common::{netpoller, service_env};
+use common::{netpoller, service_env, V3_OPTIONS};
 
 /// The first snmpd agent's address and community.
 fn first_agent() -> (String, String) {
@@ -1183,62 +1183,6 @@ fn community_never_shown() {
         );
     }
 }
-
-/// net-snmp's options for the SNMPv3 users of examples/snmpd/agent.conf.in.
-const V3_OPTIONS: [&[&str]; 4] = [
-    &[
-        "-u",
-        "np-shaaes",
-        "-l",
-        "authPriv",
-        "-a",
-        "SHA",
-        "-A",
-        "np-auth-pass",
-        "-x",
-        "AES",
-        "-X",
-        "np-priv-pass",
-    ],
-    &[
-        "-u",
-        "np-md5des",
-        "-l",
-        "authPriv",
-        "-a",
-        "MD5",
-        "-A",
-        "np-auth-pass",
-        "-x",
-        "DES",
-        "-X",
-        "np-priv-pass",
-    ],
-    &[
-        "-u",
-        "np-sha512",
-        "-l",
-        "authPriv",
-        "-a",
-        "SHA-512",
-        "-A",
-        "np-auth-pass",
-        "-x",
-        "AES",
-        "-X",
-        "np-priv-pass",
-    ],
-    &[
-        "-u",
-        "np-sha",
-        "-l",
-        "authNoPriv",
-        "-a",
-        "SHA",
-        "-A",
-        "np-auth-pass",
-    ],
-];
 
 #[test]
 fn snmpv3_get_and_walk_print_what_net_snmp_prints() {

@@ -465,3 +465,64 @@ pub fn due_host_names(
         })
         .collect()
 }
+
+/// The passphrases of the SNMPv3 users of examples/snmpd/agent.conf.in (and of the
+/// agents tests start with users of their own).
+pub const V3_AUTH_PASS: &str = "np-auth-pass";
+pub const V3_PRIV_PASS: &str = "np-priv-pass";
+
+/// net-snmp's options for the SNMPv3 users of examples/snmpd/agent.conf.in.
+pub const V3_OPTIONS: [&[&str]; 4] = [
+    &[
+        "-u",
+        "np-shaaes",
+        "-l",
+        "authPriv",
+        "-a",
+        "SHA",
+        "-A",
+        V3_AUTH_PASS,
+        "-x",
+        "AES",
+        "-X",
+        V3_PRIV_PASS,
+    ],
+    &[
+        "-u",
+        "np-md5des",
+        "-l",
+        "authPriv",
+        "-a",
+        "MD5",
+        "-A",
+        V3_AUTH_PASS,
+        "-x",
+        "DES",
+        "-X",
+        V3_PRIV_PASS,
+    ],
+    &[
+        "-u",
+        "np-sha512",
+        "-l",
+        "authPriv",
+        "-a",
+        "SHA-512",
+        "-A",
+        V3_AUTH_PASS,
+        "-x",
+        "AES",
+        "-X",
+        V3_PRIV_PASS,
+    ],
+    &[
+        "-u",
+        "np-sha",
+        "-l",
+        "authNoPriv",
+        "-a",
+        "SHA",
+        "-A",
+        V3_AUTH_PASS,
+    ],
+];
