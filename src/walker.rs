@@ -158,7 +158,7 @@ fn walk_at_most(
         // Why the last reply to the request was not taken, for its timeout.
         let mut dropped = None;
         let answered = loop {
-            id = id.wrapping_add(1) & 0x7fff_ffff;
+            next_id(&mut id);
             req.clear();
             match engine.as_mut() {
                 Some(e) => {
@@ -179,13 +179,12 @@ fn walk_at_most(
                         // Sent just before the retry: the retry's wait covers the
                         // discovery's whole timeout, as the driver's last attempt waits
                         // for its discovery's end.
-                        id = id.wrapping_add(1) & 0x7fff_ffff;
-                        probe = Some(id);
+                        probe = Some(next_id(&mut id));
                         pbuf.clear();
                         snmp::v3::encode_discovery(&mut pbuf, id);
                         send_probe(&sock, &pbuf, stop)?;
                     }
-                    id = id.wrapping_add(1) & 0x7fff_ffff;
+                    next_id(&mut id);
                     req.clear();
                     w.resend_v3(&mut req, e, &mut salt, Instant::now(), id)
                         .context("the privacy key does not fit its cipher")?;
@@ -332,8 +331,7 @@ fn discover(
     req: &mut Vec<u8>,
     rbuf: &mut [u8],
 ) -> anyhow::Result<Engine> {
-    *id = id.wrapping_add(1) & 0x7fff_ffff;
-    let id = *id;
+    let id = next_id(id);
     req.clear();
     snmp::v3::encode_discovery(req, id);
     // Sent again as it is: a discovery has no clock, and no agent's engine knows its
@@ -573,6 +571,13 @@ impl std::error::Error for ItemFailed {}
 /// `f`, as a polled item of `t`'s agent would fail with it ([`item_error`]).
 fn failed(t: &Target<'_>, f: &ItemFailure) -> anyhow::Error {
     ItemFailed(item_error(&t.snmp.job(t.addr(), Vec::new()), f)).into()
+}
+
+/// Moves `id` to the next request-id or msgID (positive, as RFC 3416 and 3412 want
+/// them), and returns it.
+fn next_id(id: &mut i32) -> i32 {
+    *id = id.wrapping_add(1) & 0x7fff_ffff;
+    *id
 }
 
 fn random_id() -> i32 {
