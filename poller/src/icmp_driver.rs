@@ -572,6 +572,15 @@ impl IcmpDriver {
     ) -> Result<SweepReport, Stopped<S::Output>> {
         let mut stop = std::pin::pin!(stop);
         let mut stopped = None;
+        // Waits for a future unless the stop completes first: then the sweep ends.
+        macro_rules! wait_or_stop {
+            ($wait:expr) => {
+                if let Some(by) = unless($wait, stop.as_mut()).await {
+                    stopped = Some(by);
+                    break;
+                }
+            };
+        }
         let start = Instant::now();
         let mut report = SweepReport {
             hosts: jobs.len(),
@@ -717,10 +726,7 @@ impl IcmpDriver {
             let busy = cut || sent >= send_turn;
             if busy && !blocked {
                 // More work is due right now; let other tasks run, then go on.
-                if let Some(by) = unless(tokio::task::yield_now(), stop.as_mut()).await {
-                    stopped = Some(by);
-                    break;
-                }
+                wait_or_stop!(tokio::task::yield_now());
                 continue;
             }
             // 3. Wait. Sends (at their pacing slot) and the deadline keep their time, but
@@ -737,11 +743,9 @@ impl IcmpDriver {
             let tick = exact.map_or(rx_at, |t| t.min(rx_at)).max(woke + WAKE_TICK);
             if now < tick {
                 report.wakeups += 1;
-                let tick = tokio::time::sleep_until(tokio::time::Instant::from_std(tick));
-                if let Some(by) = unless(tick, stop.as_mut()).await {
-                    stopped = Some(by);
-                    break;
-                }
+                wait_or_stop!(tokio::time::sleep_until(tokio::time::Instant::from_std(
+                    tick
+                )));
             }
             let now = Instant::now();
             let expiry = sweep.next_expiry().map(|t| t.max(rx_at));
@@ -760,10 +764,7 @@ impl IcmpDriver {
             let sleep = tokio::time::sleep_until(tokio::time::Instant::from_std(wake));
             if wake <= now + WAKE_TICK {
                 // A short wait: replies arriving meanwhile are read right after it.
-                if let Some(by) = unless(sleep, stop.as_mut()).await {
-                    stopped = Some(by);
-                    break;
-                }
+                wait_or_stop!(sleep);
                 continue;
             }
             // A long wait: a reply ends it. The sockets are registered for this wait only:
@@ -778,10 +779,7 @@ impl IcmpDriver {
                     _ = sleep => {},
                 }
             };
-            if let Some(by) = unless(wait, stop.as_mut()).await {
-                stopped = Some(by);
-                break;
-            }
+            wait_or_stop!(wait);
         }
         if stopped.is_some() {
             // Cut short: the replies already queued count (judged by their kernel
