@@ -1504,3 +1504,148 @@ fn sweep_retries_send_again_only_to_hosts_that_did_not_answer() {
         assert_eq!(o.status.code(), Some(2), "{args:?}");
     }
 }
+
+/// Rejects, inside `ns`, the echo requests to 127.0.225.1 with "host unreachable", to
+/// 127.0.225.2 and ::1 with "administratively prohibited", and to 127.0.226.0/24 with
+/// "host unreachable", as a router or a firewall on the way would (on input: the probe
+/// leaves, the error comes back).
+fn reject_in(ns: &Netns) {
+    ns.exec(&["nft", "add", "table", "inet", "np_reject"]);
+    ns.exec(&[
+        "nft",
+        "add chain inet np_reject input { type filter hook input priority -10; policy accept; }",
+    ]);
+    for rule in [
+        "ip daddr 127.0.225.1 icmp type echo-request reject with icmp type host-unreachable",
+        "ip daddr 127.0.225.2 icmp type echo-request reject with icmp type admin-prohibited",
+        "ip daddr 127.0.226.0/24 icmp type echo-request reject with icmp type host-unreachable",
+        "ip6 daddr ::1 icmpv6 type echo-request reject with icmpv6 type admin-prohibited",
+    ] {
+        ns.exec(&["nft", &format!("add rule inet np_reject input {rule}")]);
+    }
+}
+
+/// An ICMP error that comes back for a probe says why its host is silent (fping prints
+/// "ICMP Host Unreachable from ..."): kept with the host, over raw and datagram
+/// sockets, ICMP and ICMPv6; the probes still count as lost, and a host that answers
+/// carries none. `netpoller sweep` prints it on the host's line and in `--json`.
+/// In a network namespace of the test's own (its ::1 and its firewall).
+#[test]
+fn icmp_errors_say_why_hosts_are_silent() {
+    let ns = Netns::create();
+    reject_in(&ns);
+    ns.exec(&[
+        "sysctl",
+        "-q",
+        "-w",
+        "net.ipv4.ping_group_range=0 2147483647",
+    ]);
+    let v4 = |d: u8| IpAddr::V4(Ipv4Addr::new(127, 0, 225, d));
+    let lo6: IpAddr = "::1".parse().unwrap();
+    for kind in [SocketKind::Raw, SocketKind::Datagram] {
+        let (report, stats) = ns.run(move || {
+            let mut d = IcmpDriver::open_kind(IcmpOptions::default(), kind).unwrap();
+            d.ipv6().expect("ICMPv6 socket");
+            let jobs = [
+                job(v4(1), 2, 300),
+                job(v4(2), 2, 300),
+                job(v4(3), 2, 300),
+                job(lo6, 2, 300),
+            ];
+            let mut stats = [PingStats::default(); 4];
+            let report = rt().block_on(d.sweep(&jobs, |i, st| stats[i] = *st));
+            (report, stats)
+        });
+        let seen: Vec<_> = stats
+            .iter()
+            .map(|s| (s.sent, s.received, s.error.map(|e| (e.kind, e.from))))
+            .collect();
+        use icmp::UnreachableKind::*;
+        assert_eq!(
+            seen,
+            [
+                (2, 0, Some((Host, v4(1)))),
+                (2, 0, Some((Prohibited, v4(2)))),
+                (2, 2, None),
+                (2, 0, Some((Prohibited, lo6))),
+            ],
+            "{kind:?}: {report:?}"
+        );
+        assert_eq!(report.counters.icmp_errors, 6, "{kind:?}: {report:?}");
+        assert_eq!(report.recv_errors, 0, "{kind:?}: {report:?}");
+    }
+    let sweep = |json: bool| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_netpoller")]);
+        c.args([
+            "sweep",
+            "-c",
+            "1",
+            "-t",
+            "300ms",
+            "127.0.225.1",
+            "127.0.225.3",
+        ]);
+        if json {
+            c.arg("--json");
+        }
+        let o = c.output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{o:?}");
+        let mut lines: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
+        lines.sort();
+        lines
+    };
+    let text = sweep(false);
+    assert!(
+        text[0].starts_with(
+            "127.0.225.1 unreachable 1/0 100% -/-/- ms; ICMP host unreachable from 127.0.225.1 ("
+        ),
+        "{text:?}"
+    );
+    assert!(
+        text[1].starts_with("127.0.225.3 alive 1/1 0% ") && text[1].ends_with(" ms"),
+        "{text:?}"
+    );
+    let json = sweep(true);
+    let j: serde_json::Value = serde_json::from_str(&json[0]).unwrap();
+    assert_eq!(
+        (
+            j["icmp_error"]["kind"].as_str(),
+            j["icmp_error"]["from"].as_str()
+        ),
+        (Some("host-unreachable"), Some("127.0.225.1")),
+        "{json:?}"
+    );
+    let j: serde_json::Value = serde_json::from_str(&json[1]).unwrap();
+    assert!(j.get("icmp_error").is_none(), "{json:?}");
+}
+
+/// ICMP errors queued count against the receive buffer: read at once, those of 250
+/// rejected hosts leave room for the replies of live ones swept after them into a
+/// small buffer (left queued, they took it all, and the live hosts read as down).
+#[test]
+fn icmp_errors_waiting_do_not_crowd_out_replies() {
+    let ns = Netns::create();
+    reject_in(&ns);
+    let (report, stats) = ns.run(|| {
+        let opts = IcmpOptions {
+            rcvbuf: 16 << 10,
+            max_pps: 5_000,
+            ..IcmpOptions::default()
+        };
+        let mut d = IcmpDriver::open_kind(opts, SocketKind::Raw).unwrap();
+        let mut jobs: Vec<PingJob> = (1..=250)
+            .map(|i| job(IpAddr::V4(Ipv4Addr::new(127, 0, 226, i)), 1, 300))
+            .collect();
+        jobs.extend((1..=5).map(|i| job(IpAddr::V4(Ipv4Addr::new(127, 0, 227, i)), 1, 300)));
+        let mut stats = vec![PingStats::default(); jobs.len()];
+        let report = rt().block_on(d.sweep(&jobs, |i, st| stats[i] = *st));
+        (report, stats)
+    });
+    let live: Vec<u32> = stats[250..].iter().map(|s| s.received).collect();
+    assert_eq!(live, [1; 5], "{report:?}");
+    assert!(report.counters.icmp_errors > 200, "{report:?}");
+}

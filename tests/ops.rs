@@ -901,10 +901,14 @@ snmp = {{ auth_passphrase = "not-the-auth-pass" }}
 fn icmp_probes_the_kernel_refuses_are_counted_logged_and_lost() {
     // A local firewall rule refuses every echo request to 127.0.75.1 (EPERM at send).
     // Like fping, the probes count as lost (icmpping 0): the host is unreachable from
-    // here. Unlike a host that went down, the metric and the log say why.
+    // here. Unlike a host that went down, the metric and the log say why. Those to
+    // 127.0.75.3 leave, and an ICMP host unreachable comes back for each, as a router
+    // sends it: lost too, and counted.
     let _nft = common::NftTable::create(
         "chain output {\n type filter hook output priority -10; policy accept;\n \
-         ip daddr 127.0.75.1 icmp type echo-request drop\n}",
+         ip daddr 127.0.75.1 icmp type echo-request drop\n}\n\
+         chain input {\n type filter hook input priority -10; policy accept;\n \
+         ip daddr 127.0.75.3 icmp type echo-request reject with icmp type host-unreachable\n}",
     );
     let dir = scratch("ops-icmp-send");
     let port = free_port();
@@ -924,7 +928,7 @@ name = "icmp"
 items = [ {{ key = "icmpping", interval = "10s" }}, {{ key = "icmppingloss", interval = "10s" }} ]
 
 [[host_ranges]]
-cidr = "127.0.75.0/30"
+cidr = "127.0.75.0/29"
 name = "cpe-{{ip}}"
 templates = ["icmp"]
 "#,
@@ -934,7 +938,7 @@ templates = ["icmp"]
     .unwrap();
     let d = Daemon::start(&cfg, &[], dir.join("run.log"));
     let (settled, m) = scrape_until(port, |m| {
-        m.get("netpoller_values_total{engine=\"icmp\"}") == Some(&4.0)
+        m.get("netpoller_values_total{engine=\"icmp\"}") == Some(&12.0)
     });
     assert!(settled, "no values: {m:#?}\n{}", d.log_text());
     assert_eq!(
@@ -972,6 +976,12 @@ templates = ["icmp"]
     assert_eq!(value("cpe-127.0.75.1", "icmpping"), "0");
     assert_eq!(value("cpe-127.0.75.1", "icmppingloss"), "100");
     assert_eq!(value("cpe-127.0.75.2", "icmpping"), "1");
+    assert_eq!(value("cpe-127.0.75.3", "icmpping"), "0");
+    assert_eq!(
+        metric(&m, "netpoller_icmp_errors_total"),
+        3.0,
+        "3 host unreachables"
+    );
 }
 
 /// `netpoller ARGS` (an `import-template`): its stdout and stderr; it must succeed.

@@ -1846,3 +1846,59 @@ async fn a_stop_cuts_an_snmp_iteration_short_after_its_grace() {
     }
     assert_eq!(got, [("h0".to_string(), true)]);
 }
+
+/// A router's "host unreachable" for one host must not fail the request sent to
+/// another after it. With `IP_RECVERR` the error is also the socket's pending error,
+/// which the next `sendmmsg` returns for its first datagram whatever that datagram:
+/// a batch that left whole with a rejected host's request last made the next batch's
+/// first request, a live agent's, fail with "No route to host". Jobs in runs of one
+/// rejected host (127.0.228.x, a firewall rule's reject on input, as a router's) and
+/// 63 live requests (one `sendmmsg` batch after the partial one) bring that about.
+#[tokio::test(flavor = "current_thread")]
+async fn an_unreachable_hosts_error_does_not_fail_the_next_hosts_request() {
+    let _nft = common::NftTable::create(
+        "chain input {\n type filter hook input priority -10; policy accept;\n \
+         ip daddr 127.0.228.0/24 udp dport 161 reject with icmp type host-unreachable\n}",
+    );
+    let port = common::fake_agent(|m| {
+        let vbs = m
+            .varbinds()
+            .map(|vb| (vb.oid.to_owned(), VarValue::Integer(7)));
+        Some(vbs.collect())
+    });
+    let live: SocketAddr = ([127, 0, 0, 1], port).into();
+    let oid: Oid = "1.3.6.1.2.1.1.3.0".parse().unwrap();
+    let mut jobs = Vec::new();
+    for r in 1..=3u8 {
+        jobs.push(job(
+            ([127, 0, 228, r], 161).into(),
+            "public",
+            vec![oid.clone()],
+        ));
+        jobs.extend((0..63).map(|_| job(live, "public", vec![oid.clone()])));
+    }
+    for j in &mut jobs {
+        j.timeout = Duration::from_millis(500);
+        j.retries = 0;
+    }
+    let mut driver = SnmpDriver::open(SnmpDriverOptions {
+        sockets: 1,
+        max_pps: 0,
+        ..Default::default()
+    })
+    .unwrap();
+    let (res, report) = run(&mut driver, &jobs).await;
+    let failed: Vec<_> = (0..jobs.len())
+        .filter(|&j| jobs[j].addr == live && res[j][&0] != Ok(VarValue::Integer(7)))
+        .map(|j| (j, res[j][&0].clone()))
+        .collect();
+    assert!(failed.is_empty(), "{failed:?}\n{report:?}");
+    assert_eq!(report.stats.unreachable, 3, "{report:?}");
+    for j in [0, 64, 128] {
+        let e = res[j][&0].as_ref().unwrap_err();
+        assert!(
+            e.text.contains("ICMP host unreachable from 127.0.228."),
+            "{e:?}"
+        );
+    }
+}

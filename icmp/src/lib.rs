@@ -12,12 +12,15 @@
 //!   per-host completion events, counters of everything ignored.
 //! * [`pace`]: the send-rate token bucket a sweep paces itself with, also shared by
 //!   several sweeps' sockets.
+//! * [`unreachable`](mod@unreachable): the ICMP errors that end a datagram's way, by type and code
+//!   (the SNMP driver's too).
 //! * [`stats`]: per-host [`PingStats`] with Zabbix `icmpping*` semantics.
 
 pub mod pace;
 pub mod stats;
 pub mod sweep;
 pub mod tag;
+pub mod unreachable;
 pub mod wire;
 
 pub use pace::{SharedPacer, Slots};
@@ -27,6 +30,7 @@ pub use sweep::{
     SweepCounters, SweepError, Transmit, MAX_JOB_WAIT, MAX_PAYLOAD_V4, MAX_PAYLOAD_V6, MIN_PAYLOAD,
 };
 pub use tag::TagKey;
+pub use unreachable::{Unreachable, UnreachableKind};
 pub use wire::{EchoKind, EchoPacket, EchoRepr, Family, Framing, ReceivedEcho, WireError};
 
 #[cfg(test)]

@@ -54,6 +54,11 @@ pub struct PingStats {
     pub max: Duration,
     /// Sum of RTTs of received replies.
     pub sum: Duration,
+    /// The last ICMP error that came back for one of its probes instead of a reply
+    /// (a router's "host unreachable", a firewall's "administratively prohibited":
+    /// [`crate::Sweep::handle_error`]). It changes no count: the probe stays lost (or
+    /// answered, if a reply comes all the same), as fping counts it.
+    pub error: Option<crate::Unreachable>,
 }
 
 impl PingStats {

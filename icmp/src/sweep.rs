@@ -19,7 +19,10 @@
 //!   addresses is built at creation only, to number duplicates' sequences).
 //! * Every reply is checked against the payload tag ([`crate::tag`]) before anything of
 //!   it is believed; a reply that matches nothing is counted by reason in
-//!   [`SweepCounters`], never silently dropped.
+//!   [`SweepCounters`], never silently dropped. An ICMP error is believed for the probe
+//!   it quotes by the same tag (or, when its sender quoted too little of the probe to
+//!   carry it, by identifier, address and sequence); it is kept with its host and
+//!   changes no count or timing ([`Sweep::handle_error`]).
 //! * Pacing: the long-run send rate never exceeds `max_pps`; after an idle or late
 //!   wake-up at most `burst` worth of probes go out back to back. Probe `k + 1` of a
 //!   host leaves no earlier than `interval` after probe `k` left ([`Sweep::sent_at`]
@@ -427,6 +430,8 @@ pub struct SweepCounters {
     pub duplicate: u64,
     /// See [`IgnoreReason::Late`].
     pub late: u64,
+    /// ICMP errors that came back for a probe of this sweep ([`Sweep::handle_error`]).
+    pub icmp_errors: u64,
 }
 
 impl SweepCounters {
@@ -581,6 +586,9 @@ pub struct Sweep {
     expired: bool,
     counters: SweepCounters,
     buf: Vec<u8>,
+    /// Each address's last job (earlier ones chained by `next_same_addr`), made at the
+    /// first ICMP error that quotes too little of its probe to carry the tag.
+    by_addr: Option<AddrMap>,
 }
 
 impl Sweep {
@@ -650,6 +658,7 @@ impl Sweep {
             expired: false,
             counters: SweepCounters::default(),
             buf: Vec::new(),
+            by_addr: None,
         })
     }
 
@@ -1126,6 +1135,64 @@ impl Sweep {
         self.counters.received += 1;
         self.resolve(j, None);
         ReplyOutcome::Matched { job: j, rtt }
+    }
+
+    /// Feeds one ICMP error read off the socket's error queue (`IP_RECVERR`): `quoted`,
+    /// the probe it came back for from its ICMP header on (as much of it as the sender
+    /// quoted: RFC 792 asks for 8 bytes, Linux and most routers quote all of a probe);
+    /// `to`, where that probe went. The error is kept in its host's
+    /// [`PingStats::error`] and changes nothing else: the probe waits out its timeout,
+    /// as fping's does (an error says why a probe goes unanswered, not that no reply can
+    /// come: a flapping neighbour entry answers the next). Returns the job it came back
+    /// for; `None` for an error of no probe of this sweep: another program's, an
+    /// earlier sweep's (its identifier or its tag's iteration), or one that names no
+    /// echo request.
+    pub fn handle_error(
+        &mut self,
+        quoted: &[u8],
+        to: IpAddr,
+        error: crate::Unreachable,
+    ) -> Option<usize> {
+        let packet = EchoPacket::new_checked(quoted).ok()?;
+        if Family::of(to).kind_of(packet.msg_type()) != Some(EchoKind::Request) {
+            return None;
+        }
+        if self.cfg.socket == SocketKind::Raw && packet.ident() != self.cfg.ident {
+            return None;
+        }
+        let seq = packet.seq();
+        let payload = packet.payload();
+        let j = if payload.len() >= TAG_LEN {
+            match tag::check(payload, self.cfg.key, to, seq) {
+                TagCheck::Valid { iter, job } if iter == self.cfg.iteration => job as usize,
+                _ => return None,
+            }
+        } else {
+            // No tag to name the job: the address's jobs, by their sequence ranges.
+            let jobs = &self.jobs;
+            let map = self.by_addr.get_or_insert_with(|| {
+                let mut m = AddrMap::with_capacity_and_hasher(jobs.len(), Default::default());
+                for (i, st) in jobs.iter().enumerate() {
+                    m.insert(st.job.addr, i as u32);
+                }
+                m
+            });
+            let mut k = *map.get(&to)?;
+            loop {
+                let st = jobs.get(k as usize)?;
+                if u32::from(seq.wrapping_sub(st.seq_base)) < st.job.packets {
+                    break k as usize;
+                }
+                k = st.next_same_addr;
+            }
+        };
+        let st = self.jobs.get_mut(j)?;
+        if st.job.addr != to || u32::from(seq.wrapping_sub(st.seq_base)) >= st.job.packets {
+            return None;
+        }
+        st.stats.error = Some(error);
+        self.counters.icmp_errors += 1;
+        Some(j)
     }
 
     /// A reply at `now` to a try of retrying job `j`, sent at `sent`, past that try's

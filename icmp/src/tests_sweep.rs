@@ -1830,3 +1830,75 @@ proptest! {
         prop_assert_eq!(s.counters().received, u64::from(received));
     }
 }
+
+/// An ICMP error for a probe is kept with its host, found by the tag of a whole quote
+/// or, when the sender quoted only the 8-byte header, by address and sequence (of the
+/// right job among an address's duplicates); it changes no count and no timing. Errors
+/// for another sweep's probes (its identifier, its iteration), for something else
+/// than an echo request, or quoting less than a header are not taken.
+#[test]
+fn icmp_errors_are_kept_with_the_probe_they_quote() {
+    let base = Instant::now();
+    let from: IpAddr = "192.0.2.1".parse().unwrap();
+    let host = Unreachable::from_icmp(false, 3, 1, from).unwrap();
+    let prohibited = Unreachable::from_icmp(false, 3, 13, from).unwrap();
+    // Jobs 1 and 2 share an address: their sequences follow each other.
+    let jobs = vec![job(0, 2), job(1, 2), job(1, 2)];
+    let mut s = Sweep::new(jobs, cfg(0), base).unwrap();
+    let mut sent = drain_sends(&mut s, base);
+    sent.extend(drain_sends(&mut s, base + ms(20)));
+    assert_eq!(sent.len(), 6);
+    let probe = |a: IpAddr, n: usize| {
+        sent.iter()
+            .filter(|(x, _)| *x == a)
+            .nth(n)
+            .unwrap()
+            .1
+            .clone()
+    };
+    // A whole quote: the tag names the job.
+    assert_eq!(s.handle_error(&probe(addr(0), 1), addr(0), host), Some(0));
+    // The header alone: the address's job whose sequences hold it (the fourth probe to
+    // 127.77.0.1 is job 2's second).
+    let short = probe(addr(1), 3)[..HEADER_LEN].to_vec();
+    assert_eq!(s.handle_error(&short, addr(1), prohibited), Some(2));
+    let mut other = probe(addr(1), 0);
+    // Another sweep's identifier, or its iteration (the tag then does not verify).
+    other[4] ^= 1;
+    assert_eq!(s.handle_error(&other, addr(1), host), None);
+    let mut old = Sweep::new(
+        vec![job(1, 2)],
+        SweepConfig {
+            iteration: 4,
+            ..cfg(0)
+        },
+        base,
+    )
+    .unwrap();
+    let stale = drain_sends(&mut old, base).remove(0).1;
+    assert_eq!(s.handle_error(&stale, addr(1), host), None);
+    // A quoted reply (not one of our requests), a quote too short, a wrong address.
+    let mut reply = probe(addr(0), 0);
+    reply[0] = 0;
+    assert_eq!(s.handle_error(&reply, addr(0), host), None);
+    assert_eq!(s.handle_error(&probe(addr(0), 0)[..7], addr(0), host), None);
+    assert_eq!(
+        s.handle_error(&probe(addr(0), 0)[..HEADER_LEN], addr(9), host),
+        None
+    );
+    assert_eq!(s.handle_error(&probe(addr(0), 0), addr(1), host), None);
+    assert_eq!(s.counters().icmp_errors, 2);
+    // Nothing else changed: every probe times out as lost, the deadline as it was.
+    assert_eq!(s.deadline(), Some(base + ms(1020)));
+    s.handle_timeout(base + ms(1020));
+    let mut done = done_events(&mut s);
+    done.sort_by_key(|(j, _)| *j);
+    let stats: Vec<_> = done
+        .iter()
+        .map(|(_, st)| (st.sent, st.received, st.error))
+        .collect();
+    assert_eq!(
+        stats,
+        [(2, 0, Some(host)), (2, 0, None), (2, 0, Some(prohibited))]
+    );
+}

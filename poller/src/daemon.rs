@@ -108,9 +108,11 @@ pub struct EngineMetrics {
     /// SNMP only: values taken from the one varbind answering an OID asked alone that
     /// names another OID (as Zabbix takes them): an agent that misnames what it answers.
     pub snmp_renamed_values: Counter,
-    /// SNMP only: ICMP errors that came back for requests (a closed port, a router's
-    /// unreachable, a firewall's reject; each host's items name theirs).
-    pub snmp_icmp_errors: Counter,
+    /// ICMP errors that came back for what the engine sent instead of answers (a
+    /// router's unreachable, a firewall's reject, for SNMP a closed port; an SNMP
+    /// host's items name theirs). Exposed per engine: `netpoller_icmp_errors_total`,
+    /// `netpoller_snmp_icmp_errors_total`.
+    pub icmp_errors: Counter,
     /// SNMP only: extra drivers opened for slow devices (see [`SnmpDrivers`]).
     pub snmp_extra_drivers: Gauge,
 }
@@ -143,7 +145,7 @@ impl Default for EngineMetrics {
             snmpv3_reports: Default::default(),
             snmp_size_cuts: Default::default(),
             snmp_renamed_values: Counter::default(),
-            snmp_icmp_errors: Counter::default(),
+            icmp_errors: Counter::default(),
             snmp_extra_drivers: Gauge::default(),
         }
     }
@@ -448,6 +450,12 @@ impl Shared {
                     &[],
                     m.icmp_receive_drops.get(),
                 );
+                out.counter(
+                    "netpoller_icmp_errors_total",
+                    "ICMP errors that came back for echo requests instead of replies: a router's host or network unreachable, a firewall's reject, a TTL exceeded. Their probes count as lost, as Zabbix's fping counts them.",
+                    &[],
+                    m.icmp_errors.get(),
+                );
             }
             if e == Engine::Snmp {
                 out.counter(
@@ -482,7 +490,7 @@ impl Shared {
                     "netpoller_snmp_icmp_errors_total",
                     "ICMP errors that came back for SNMP requests instead of replies: a closed port (no agent listening), a router's host or network unreachable, a firewall's reject. The hosts still time out; their items' errors say which error and from where.",
                     &[],
-                    m.snmp_icmp_errors.get(),
+                    m.icmp_errors.get(),
                 );
                 out.gauge(
                     "netpoller_snmp_extra_drivers",
@@ -773,6 +781,7 @@ pub async fn icmp_iteration(
     metrics.malformed.add(c.malformed);
     metrics.icmp_send_errors.add(c.send_errors);
     metrics.icmp_receive_drops.add(report.receive_drops);
+    metrics.icmp_errors.add(c.icmp_errors);
     if let Some((target, error)) = &report.first_send_error {
         // At most one warning a minute: a target that is never routable would
         // otherwise log at every sweep (the metric counts every refusal).
@@ -971,7 +980,7 @@ pub async fn snmp_iteration(
     metrics.malformed.add(st.malformed + st.not_response);
     metrics.snmpv3_discoveries.add(st.discoveries);
     metrics.snmp_renamed_values.add(st.renamed);
-    metrics.snmp_icmp_errors.add(st.unreachable);
+    metrics.icmp_errors.add(st.unreachable);
     for (c, n) in
         metrics
             .snmp_size_cuts
@@ -1619,7 +1628,7 @@ mod tests {
         let (sum, metrics) = poll_one_host([127, 0, 194, 11], port).await;
         assert_eq!((sum.items, sum.values), (1, 0));
         assert_eq!(sum.errors_by[ErrorReason::Timeout as usize], 1);
-        assert_eq!(metrics.snmp_icmp_errors.get(), 1);
+        assert_eq!(metrics.icmp_errors.get(), 1);
     }
 
     /// The sink behind (the channel full, nothing read): the only base driver's

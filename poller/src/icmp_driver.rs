@@ -27,6 +27,14 @@
 //!   [`SweepReport::rejected`]) and IPv4 works as usual.
 //! * Raw sockets get a kernel `ICMP_FILTER`/`ICMP6_FILTER` passing echo replies only, so
 //!   the flood of our own requests on loopback and unrelated ICMP never reach user space.
+//! * ICMP errors that come back for probes (a router's "host unreachable", a
+//!   firewall's reject) go to each socket's error queue (`IP_RECVERR`), not through the
+//!   filter above. The kernel also reports each as the socket's pending error, which the
+//!   next receive returns: then the queue is read into the sweep
+//!   ([`Sweep::handle_error`], kept with the host), so errors never crowd out replies in
+//!   the receive buffer they share; and which a ping socket's next send returns for
+//!   whatever probe it sends: that send is tried again (`SendAttempts`), so one host's
+//!   error never fails another's probe.
 //! * RTTs use kernel receive timestamps (`SO_TIMESTAMPNS`) when available, so a busy
 //!   loop does not inflate them or turn timely replies into late ones.
 //! * Receive buffers are enlarged to [`IcmpOptions::rcvbuf`] (with `SO_RCVBUFFORCE` when
@@ -54,7 +62,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::mem::{size_of, MaybeUninit};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -64,7 +72,9 @@ use tokio::io::unix::AsyncFd;
 
 pub use icmp::{PingStats, RttMode, SharedPacer, Slots, SocketKind};
 
-use crate::sockets::{set_recv_buffer, setsockopt};
+use crate::sockets::{
+    read_error_queue, set_recv_buffer, set_recverr, setsockopt, sockaddr_to_std, SendAttempts,
+};
 use crate::source::SourceAddrs;
 
 /// Linux `ICMP_FILTER` at level `SOL_RAW`: bit `t` set = drop ICMP type `t`.
@@ -334,6 +344,11 @@ fn configure(
         &1 as &libc::c_int,
     ) {
         tracing::debug!(error = %e, "SO_TIMESTAMPNS unavailable; RTTs use read time");
+    }
+    // ICMP errors for probes (a router's "host unreachable") to the error queue, where
+    // `drain` reads them: they say why a host is silent.
+    if let Err(e) = set_recverr(fd, v6) {
+        tracing::debug!(error = %e, "IP_RECVERR unavailable; ICMP errors are not told");
     }
     if kind == SocketKind::Raw {
         if v6 {
@@ -916,6 +931,7 @@ impl SendBatch {
     ) -> (usize, bool) {
         let mut sent = 0;
         let mut blocked = false;
+        let mut attempts = SendAttempts::default();
         while self.head < self.items.len() {
             let is6 = self.items[self.head].2.is_ipv6();
             let Some(fd) = (if is6 { v6 } else { v4 }) else {
@@ -955,6 +971,7 @@ impl SendBatch {
                     }
                     self.head += r;
                     sent += r;
+                    attempts = SendAttempts::default();
                     continue;
                 }
                 Ok(_) => io::Error::from(io::ErrorKind::WriteZero),
@@ -973,7 +990,9 @@ impl SendBatch {
             }
             match e.kind() {
                 io::ErrorKind::Interrupted => {}
+                _ if attempts.retry(read_errors(fd, sweep)) => {}
                 _ => {
+                    attempts = SendAttempts::default();
                     let (_, _, addr, token) = &self.items[self.head];
                     let target = addr.as_socket().map(|s| s.ip());
                     tracing::debug!(target = ?target, error = %e, "ICMP send failed");
@@ -1048,26 +1067,6 @@ impl RecvBuf {
             slot,
             data: vec![0; slot * RECV_BATCH],
         }
-    }
-}
-
-fn sockaddr_ip(ss: &libc::sockaddr_storage) -> Option<IpAddr> {
-    match libc::c_int::from(ss.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the kernel wrote a sockaddr_in for AF_INET; storage is larger and aligned.
-            let sin =
-                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
-            Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                sin.sin_addr.s_addr,
-            ))))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: as above for sockaddr_in6.
-            let sin6 =
-                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
-            Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
-        }
-        _ => None,
     }
 }
 
@@ -1158,6 +1157,10 @@ fn drain(
     // the way out of recvmmsg, a common place, would otherwise set the mark after
     // replies that arrived meanwhile, and their timestamps would be disbelieved).
     let mut before_call = Instant::now();
+    // Pending errors read this turn: each with the error queue read to its end, so
+    // more than a few in a row are errors of another kind (not to spin on).
+    const MAX_PENDING: u32 = 8;
+    let mut pending = 0;
     while total < RECV_TURN {
         let mut addrs: [MaybeUninit<libc::sockaddr_storage>; RECV_BATCH] =
             [const { MaybeUninit::zeroed() }; RECV_BATCH];
@@ -1193,6 +1196,13 @@ fn drain(
                 io::ErrorKind::WouldBlock => *empty_since = Some(before_call),
                 io::ErrorKind::Interrupted => continue,
                 _ => {
+                    // The socket's pending error: an ICMP error came back for a probe
+                    // (`set_recverr`), which the error queue holds. Read, then on with
+                    // the replies; every error queued sets it again, so none waits.
+                    if read_errors(fd, sweep) > 0 && pending < MAX_PENDING {
+                        pending += 1;
+                        continue;
+                    }
                     *errors += 1;
                     tracing::debug!(error = %e, "ICMP recvmmsg failed");
                 }
@@ -1216,7 +1226,7 @@ fn drain(
             let len = (msgs[i].msg_len as usize).min(rx.slot);
             // SAFETY: the kernel initialised the sockaddr (zeroed before, so valid either way).
             let ss = unsafe { addrs[i].assume_init_ref() };
-            let Some(from) = sockaddr_ip(ss) else {
+            let Some(from) = sockaddr_to_std(ss).map(|a| a.ip()) else {
                 continue;
             };
             let bytes = &rx.data[i * rx.slot..i * rx.slot + len];
@@ -1228,6 +1238,18 @@ fn drain(
         }
     }
     total
+}
+
+/// Reads the ICMP errors queued on `fd` into `sweep` ([`Sweep::handle_error`]) to the
+/// queue's end (it is bounded by the receive buffer, where its errors count, and read
+/// at once, they leave room for the replies); returns how many messages it held.
+fn read_errors(fd: RawFd, sweep: &mut Sweep) -> usize {
+    let read = read_error_queue(fd, usize::MAX, |to, quoted, error| {
+        if let Some(to) = to {
+            sweep.handle_error(quoted, to.ip(), error);
+        }
+    });
+    read.messages
 }
 
 /// Waits until the kernel stamps datagrams when they arrive, at most
@@ -1613,7 +1635,7 @@ mod tests {
         };
         let mut d = IcmpDriver::open(opts).unwrap();
         d.ipv6().expect("ICMPv6 socket");
-        let lo6 = IpAddr::V6(Ipv6Addr::LOCALHOST);
+        let lo6 = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
         ping_from_elsewhere(lo6, d.next_ident() ^ 0x8000, 5);
         let v4 = IpAddr::V4(Ipv4Addr::new(127, 0, 167, 1));
         let jobs = [probe(lo6, 3, 56), probe(v4, 3, 56)];

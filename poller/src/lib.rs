@@ -15,6 +15,7 @@ pub mod scheduler;
 pub mod snmp_convert;
 pub mod snmp_driver;
 mod sockets;
+pub use sockets::icmp_error;
 pub mod source;
 pub mod states;
 pub mod trends;

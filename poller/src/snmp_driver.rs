@@ -59,7 +59,7 @@ use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::mem::size_of;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::task::Poll;
@@ -70,6 +70,7 @@ use snmp::{Event, HostMemory, ItemFailure, Iteration, IterationOptions};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
 use crate::plan::Plan;
+use crate::sockets::{read_error_queue, set_recverr, sockaddr_to_std, ErrorsRead, SendAttempts};
 use crate::source::SourceAddrs;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
@@ -194,11 +195,7 @@ fn open_udp(v6: bool, rcvbuf: usize, source: SourceAddrs) -> io::Result<std::net
     crate::sockets::set_recv_buffer(&sock, rcvbuf)?;
     // ICMP errors to the error queue, with the destination they came back for: the
     // kernel tells an unconnected socket nothing of them otherwise (see `drain_errors`).
-    let (level, name) = match v6 {
-        false => (libc::SOL_IP, libc::IP_RECVERR),
-        true => (libc::SOL_IPV6, libc::IPV6_RECVERR),
-    };
-    crate::sockets::setsockopt(sock.as_raw_fd(), level, name, &1 as &libc::c_int)?;
+    set_recverr(sock.as_raw_fd(), v6)?;
     source.bind_any(&sock, v6)?;
     Ok(sock.into())
 }
@@ -580,27 +577,28 @@ impl SnmpDriver {
             let mut sent = 0;
             blocked = None;
             for (k, q) in outq.iter_mut().enumerate() {
-                let mut refused = 0;
+                let mut attempts = SendAttempts::default();
                 while !q.is_empty() {
                     match send_batch(all[k], q) {
                         Ok(n) => {
                             sent += n;
                             pool.extend(q.drain(..n).map(|o| o.bytes));
+                            attempts = SendAttempts::default();
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                             report.would_block += 1;
                             blocked = Some(k);
                             break;
                         }
-                        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && refused < 4 => {
-                            // A pending ICMP error surfaced on this send (and is now
-                            // consumed); nothing was sent: try again.
-                            report.socket_errors += 1;
-                            refused += 1;
-                        }
                         Err(e) => {
-                            // The first datagram failed; the others may still go.
+                            // The first datagram failed: maybe for an earlier one's ICMP
+                            // error, pending on the socket (now consumed), then again;
+                            // else the others may still go.
                             report.socket_errors += 1;
+                            if attempts.retry(read_errors(all[k].as_raw_fd(), &mut it).messages) {
+                                continue;
+                            }
+                            attempts = SendAttempts::default();
                             let o = q.remove(0);
                             it.handle_send_error(o.request_id, &e.to_string());
                             pool.push(o.bytes);
@@ -862,122 +860,23 @@ const ERRQUEUE_TURN: usize = 256;
 /// hosts without an agent) would crowd out the replies of live agents.
 fn drain_errors(sock: &UdpSocket, it: &mut Iteration<'_>) {
     // Read to EAGAIN, the WouldBlock clears the readiness; cut at ERRQUEUE_TURN, it
-    // stays, and the next turn reads on.
-    let _ = sock.try_io(Interest::ERROR, || drain_error_queue(sock.as_raw_fd(), it));
-}
-
-/// [`drain_errors`]'s system calls on `fd`, up to [`ERRQUEUE_TURN`] errors: `Ok` when
-/// cut there, else WouldBlock (the queue is empty; or a failed read, which no retry
-/// would mend: the readiness is cleared either way, so it cannot spin the loop).
-fn drain_error_queue(fd: std::os::fd::RawFd, it: &mut Iteration<'_>) -> io::Result<()> {
-    for _ in 0..ERRQUEUE_TURN {
-        // SAFETY: plain C structs for which all-zero is valid.
-        let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        // The datagram's start comes back too (cut to this buffer): not needed.
-        let mut data = [0u8; 64];
-        let mut iov = libc::iovec {
-            iov_base: data.as_mut_ptr() as *mut libc::c_void,
-            iov_len: data.len(),
-        };
-        // u64s: aligned for cmsghdr. One sock_extended_err and its offender's address.
-        let mut control = [0u64; 32];
-        msg.msg_name = &mut name as *mut libc::sockaddr_storage as *mut libc::c_void;
-        msg.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
-        msg.msg_controllen = size_of_val(&control);
-        // SAFETY: msg points at live buffers of the stated sizes, which outlive the call.
-        let r = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT) };
-        if r < 0 {
-            // EAGAIN: none left.
-            return Err(io::ErrorKind::WouldBlock.into());
-        }
-        let Some(dst) = sockaddr_to_std(&name) else {
-            continue;
-        };
-        // SAFETY: the kernel filled msg's control buffer; the CMSG macros walk it within
-        // msg_controllen, and each header's data lies within it.
-        let mut cmsg = unsafe { libc::CMSG_FIRSTHDR(&msg) };
-        while !cmsg.is_null() {
-            let (level, ty, len) =
-                unsafe { ((*cmsg).cmsg_level, (*cmsg).cmsg_type, (*cmsg).cmsg_len) };
-            let start = unsafe { libc::CMSG_DATA(cmsg) };
-            let head = start as usize - cmsg as usize;
-            let bytes = unsafe { std::slice::from_raw_parts(start, len.saturating_sub(head)) };
-            if let Some(u) = icmp_error(level, ty, bytes, dst.ip()) {
-                it.handle_unreachable(normalize(dst), u);
-            }
-            cmsg = unsafe { libc::CMSG_NXTHDR(&msg, cmsg) };
-        }
-    }
-    Ok(())
-}
-
-/// The ICMP error a control message of the error queue carries (`IP_RECVERR`,
-/// `IPV6_RECVERR`: a `sock_extended_err`, then the address of who sent it), for a
-/// datagram sent to `dst` (who sent it when the kernel gives no address). `None` for
-/// another message, a local error (`SO_EE_ORIGIN_LOCAL`: the kernel's own, a send
-/// error already reported), or an ICMP message that does not end the datagram's way.
-/// Public for its fuzz target (poller/fuzz, `icmp_error`): what it reads came from the
-/// network, whoever sent the ICMP error.
-pub fn icmp_error(
-    level: libc::c_int,
-    ty: libc::c_int,
-    data: &[u8],
-    dst: IpAddr,
-) -> Option<snmp::Unreachable> {
-    if !matches!(
-        (level, ty),
-        (libc::SOL_IP, libc::IP_RECVERR) | (libc::SOL_IPV6, libc::IPV6_RECVERR)
-    ) {
-        return None;
-    }
-    // u32 ee_errno, u8 ee_origin, u8 ee_type, u8 ee_code, u8 pad, u32 info, u32 data.
-    let (origin, icmp_type, code) = (*data.get(4)?, *data.get(5)?, *data.get(6)?);
-    // The error's own family, whatever the socket's.
-    let v6 = match origin {
-        libc::SO_EE_ORIGIN_ICMP => false,
-        libc::SO_EE_ORIGIN_ICMP6 => true,
-        _ => return None,
-    };
-    // SO_EE_OFFENDER: the sockaddr right after the 16-byte struct.
-    let offender = data.get(16..).and_then(|a| {
-        let family = u16::from_ne_bytes(a.get(..2)?.try_into().ok()?);
-        match libc::c_int::from(family) {
-            libc::AF_INET => {
-                let o: [u8; 4] = a.get(4..8)?.try_into().ok()?;
-                Some(IpAddr::from(o))
-            }
-            libc::AF_INET6 => {
-                let o: [u8; 16] = a.get(8..24)?.try_into().ok()?;
-                Some(IpAddr::from(Ipv6Addr::from(o)).to_canonical())
-            }
-            _ => None,
+    // stays, and the next turn reads on. (A failed read, which no retry would mend,
+    // reads as empty: the readiness is cleared either way, so it cannot spin the loop.)
+    let _ = sock.try_io(Interest::ERROR, || {
+        match read_errors(sock.as_raw_fd(), it).emptied {
+            true => Err(io::ErrorKind::WouldBlock.into()),
+            false => Ok(()),
         }
     });
-    snmp::Unreachable::from_icmp(v6, icmp_type, code, offender.unwrap_or(dst))
 }
 
-fn sockaddr_to_std(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match ss.ss_family as libc::c_int {
-        libc::AF_INET => {
-            // SAFETY: the family says this storage holds a sockaddr_in, which fits.
-            let sin =
-                unsafe { &*(ss as *const libc::sockaddr_storage as *const libc::sockaddr_in) };
-            let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
-            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
+/// [`drain_errors`]'s reading, whatever tokio saw (a failed send's: [`SendAttempts`]).
+fn read_errors(fd: std::os::fd::RawFd, it: &mut Iteration<'_>) -> ErrorsRead {
+    read_error_queue(fd, ERRQUEUE_TURN, |dst, _, u| {
+        if let Some(dst) = dst {
+            it.handle_unreachable(normalize(dst), u);
         }
-        libc::AF_INET6 => {
-            // SAFETY: the family says this storage holds a sockaddr_in6, which fits.
-            let sin6 =
-                unsafe { &*(ss as *const libc::sockaddr_storage as *const libc::sockaddr_in6) };
-            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            Some(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
-        }
-        _ => None,
-    }
+    })
 }
 
 #[cfg(test)]
@@ -1183,56 +1082,6 @@ mod tests {
         answer.join().unwrap();
         assert_eq!(values, live, "{report:?}");
         assert!(report.stats.unreachable > 0, "{report:?}");
-    }
-
-    /// The error queue's control message read: ICMP and ICMPv6 origins, the offender's
-    /// address (the destination's when the kernel gives none), and what is not an ICMP
-    /// error (a local one, another message, a cut one) read as none.
-    #[test]
-    fn error_queue_messages_are_read_defensively() {
-        let ee = |origin: u8, t: u8, c: u8, offender: &[u8]| {
-            let mut d = vec![0u8; 16];
-            d[..4].copy_from_slice(&111u32.to_ne_bytes());
-            d[4..7].copy_from_slice(&[origin, t, c]);
-            d.extend_from_slice(offender);
-            d
-        };
-        let mut sin = vec![0u8; 16];
-        sin[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
-        sin[4..8].copy_from_slice(&[127, 0, 223, 9]);
-        let dst: IpAddr = "127.0.223.1".parse().unwrap();
-        let read = |level, ty, d: &[u8]| icmp_error(level, ty, d, dst);
-        let port = read(
-            libc::SOL_IP,
-            libc::IP_RECVERR,
-            &ee(libc::SO_EE_ORIGIN_ICMP, 3, 3, &sin),
-        )
-        .unwrap();
-        assert_eq!(port.kind, snmp::UnreachableKind::Port);
-        assert_eq!(port.from, "127.0.223.9".parse::<IpAddr>().unwrap());
-        // No offender (AF_UNSPEC): the destination's address.
-        let bare = ee(libc::SO_EE_ORIGIN_ICMP, 3, 1, &[0u8; 16]);
-        let host = read(libc::SOL_IP, libc::IP_RECVERR, &bare).unwrap();
-        assert_eq!((host.kind, host.from), (snmp::UnreachableKind::Host, dst));
-        let mut sin6 = vec![0u8; 28];
-        sin6[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
-        sin6[23] = 1;
-        let v6 = read(
-            libc::SOL_IPV6,
-            libc::IPV6_RECVERR,
-            &ee(libc::SO_EE_ORIGIN_ICMP6, 1, 4, &sin6),
-        )
-        .unwrap();
-        assert_eq!(v6.from, "::1".parse::<IpAddr>().unwrap());
-        let local = ee(libc::SO_EE_ORIGIN_LOCAL, 3, 3, &sin);
-        assert_eq!(read(libc::SOL_IP, libc::IP_RECVERR, &local), None);
-        let icmp = ee(libc::SO_EE_ORIGIN_ICMP, 3, 3, &sin);
-        assert_eq!(read(libc::SOL_IP, libc::IP_PKTINFO, &icmp), None);
-        for cut in 0..icmp.len() {
-            // Never a panic; the error itself needs its first 7 bytes.
-            let r = read(libc::SOL_IP, libc::IP_RECVERR, &icmp[..cut]);
-            assert_eq!(r.is_some(), cut >= 7, "{cut}");
-        }
     }
 
     /// Replies queued before their requests' deadline are not timeouts, even past one

@@ -78,6 +78,7 @@ use crate::oid::Oid;
 use crate::v3::{self, Answer, Engine, ReportKind, Resync, UsmUser, V3Message, V3Refusal};
 use crate::value::VarValue;
 use crate::DecodeError;
+use icmp::Unreachable;
 
 /// Default per-attempt timeout (Zabbix's default `Timeout=3`).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -440,89 +441,6 @@ impl std::fmt::Display for Dropped {
                 "replies authenticated but could not be decrypted (another privacy key or protocol?), not taken"
             ),
             Dropped::Unreachable(u) => write!(f, "{u}"),
-        }
-    }
-}
-
-/// An ICMP error that came back for a request instead of a reply (read by the driver
-/// off its socket's error queue: `IP_RECVERR`), as [`Unreachable::from_icmp`] words it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Unreachable {
-    pub kind: UnreachableKind,
-    /// Who sent it: the host itself (a closed port, a host firewall) or a router on
-    /// the way (no route, no answer to its ARP or neighbour solicitation).
-    pub from: std::net::IpAddr,
-}
-
-/// What an [`Unreachable`] says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UnreachableKind {
-    /// Nothing listens on the UDP port (ICMP type 3 code 3, ICMPv6 type 1 code 4).
-    Port,
-    /// The host does not answer on its link (ICMP type 3 codes 1, 7, 12; ICMPv6
-    /// address unreachable).
-    Host,
-    /// No route to it (ICMP type 3 codes 0, 6, 11; ICMPv6 no route, beyond scope).
-    Network,
-    /// A firewall rejects the request (ICMP type 3 codes 9, 10, 13; ICMPv6 codes 1,
-    /// 5, 6: what an `reject with icmp admin-prohibited` rule sends).
-    Prohibited,
-    /// Another error that ends the datagram's way (time exceeded: a routing loop; a
-    /// parameter problem; protocol unreachable): its type and code.
-    Other { v6: bool, icmp_type: u8, code: u8 },
-}
-
-impl Unreachable {
-    /// From an ICMP (`v6`: ICMPv6) error's type and code, sent by `from`. `None` for
-    /// those that do not end a datagram's way: fragmentation needed and packet too
-    /// big (the kernel learns the path MTU from them), redirects, source quench.
-    pub fn from_icmp(v6: bool, icmp_type: u8, code: u8, from: std::net::IpAddr) -> Option<Self> {
-        use UnreachableKind::*;
-        let kind = match (v6, icmp_type, code) {
-            (false, 3, 3) | (true, 1, 4) => Port,
-            (false, 3, 1 | 7 | 12) | (true, 1, 3) => Host,
-            (false, 3, 0 | 6 | 11) | (true, 1, 0 | 2) => Network,
-            (false, 3, 9 | 10 | 13) | (true, 1, 1 | 5 | 6) => Prohibited,
-            (false, 3, 4) | (false, 4 | 5, _) | (true, 2, _) => return None,
-            (false, 3 | 11 | 12, _) | (true, 1 | 3 | 4, _) => Other {
-                v6,
-                icmp_type,
-                code,
-            },
-            _ => return None,
-        };
-        Some(Unreachable { kind, from })
-    }
-}
-
-impl std::fmt::Display for Unreachable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let from = self.from;
-        match self.kind {
-            UnreachableKind::Port => write!(
-                f,
-                "ICMP port unreachable from {from}: nothing listens on that UDP port (the agent stopped, or listens on another port or address?)"
-            ),
-            UnreachableKind::Host => write!(
-                f,
-                "ICMP host unreachable from {from} (the host is down or not on its link)"
-            ),
-            UnreachableKind::Network => {
-                write!(f, "ICMP network unreachable from {from} (no route to the host)")
-            }
-            UnreachableKind::Prohibited => write!(
-                f,
-                "ICMP administratively prohibited from {from} (a firewall rejects the requests)"
-            ),
-            UnreachableKind::Other {
-                v6,
-                icmp_type,
-                code,
-            } => write!(
-                f,
-                "ICMP{} error type {icmp_type} code {code} from {from}",
-                if v6 { "v6" } else { "" }
-            ),
         }
     }
 }

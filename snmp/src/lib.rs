@@ -38,8 +38,8 @@ pub mod walk;
 
 pub use engine::{
     Dropped, Event, HostJob, HostMemory, ItemFailure, Iteration, IterationOptions, Stats, Transmit,
-    Unreachable, UnreachableKind,
 };
+pub use icmp::{Unreachable, UnreachableKind};
 pub use message::{
     encode_message, encode_request, encode_response, peek_request_id, ErrorStatus, Message,
     PduType, Refusal, RequestKind, VarBind, VarBinds, Version,

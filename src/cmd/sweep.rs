@@ -17,6 +17,10 @@
 //! (4 MiB), the rest in a temporary file. The global `--quiet` leaves out
 //! the progress line, the notes and the closing totals on stderr, not the hosts' lines
 //! (as `fping -q -c` prints each host's statistics, and its totals only with `-s`).
+//! An ICMP error that came back for a host's requests (a router's "host unreachable", a
+//! firewall's reject) is named at the end of its line and in `--json`'s `icmp_error`, as
+//! fping prints them (once per host here, the last); the requests still count as lost.
+//! Raw sockets and ping sockets alike ([`poller::icmp_driver`]).
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -245,7 +249,10 @@ impl std::fmt::Display for Ms {
     }
 }
 
-/// Writes one plain output line: `ADDR alive|unreachable sent/received loss% min/avg/max ms`.
+/// Writes one plain output line: `ADDR alive|unreachable sent/received loss% min/avg/max ms`,
+/// then `; ` and the ICMP error that came back for one of its requests, if one did
+/// (fping prints "ICMP Host Unreachable from ... for ICMP Echo sent to ..." per
+/// request; here once per host, the last, on its line).
 fn write_text<W: Write>(out: &mut W, addr: IpAddr, s: &PingStats) -> std::io::Result<()> {
     let (sent, received) = (s.sent, s.received);
     // A whole percentage, truncated as fping prints it (1 of 3 lost: 33%, 2: 66%).
@@ -254,14 +261,18 @@ fn write_text<W: Write>(out: &mut W, addr: IpAddr, s: &PingStats) -> std::io::Re
         _ => u64::from(sent.saturating_sub(received)) * 100 / u64::from(sent),
     };
     match s.avg() {
-        Some(avg) => writeln!(
+        Some(avg) => write!(
             out,
             "{addr} alive {sent}/{received} {loss}% {}/{}/{} ms",
             Ms(s.min),
             Ms(avg),
             Ms(s.max)
-        ),
-        None => writeln!(out, "{addr} unreachable {sent}/{received} {loss}% -/-/- ms"),
+        )?,
+        None => write!(out, "{addr} unreachable {sent}/{received} {loss}% -/-/- ms")?,
+    }
+    match &s.error {
+        Some(error) => writeln!(out, "; {error}"),
+        None => writeln!(out),
     }
 }
 
@@ -295,6 +306,20 @@ struct JsonHost {
     /// Only on a host a signal cut short.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     cut_short: bool,
+    /// Only on a host an ICMP error came back for (the last).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    icmp_error: Option<JsonIcmpError>,
+}
+
+/// `"icmp_error"` of a `--json` line.
+#[derive(serde::Serialize)]
+struct JsonIcmpError {
+    /// [`icmp::UnreachableKind::name`]: `host-unreachable`, `admin-prohibited`, ...
+    kind: &'static str,
+    /// Who sent it: a router on the way, a firewall, the host.
+    from: String,
+    /// The text line's words for it.
+    message: String,
 }
 
 fn json_line(addr: IpAddr, s: &PingStats, cut_short: bool) -> String {
@@ -309,6 +334,11 @@ fn json_line(addr: IpAddr, s: &PingStats, cut_short: bool) -> String {
         rtt_avg_ms: rtt(s.avg()),
         rtt_max_ms: rtt(s.is_alive().then_some(s.max)),
         cut_short,
+        icmp_error: s.error.map(|e| JsonIcmpError {
+            kind: e.kind.name(),
+            from: e.from.to_string(),
+            message: e.to_string(),
+        }),
     };
     serde_json::to_string(&host).unwrap_or_default()
 }

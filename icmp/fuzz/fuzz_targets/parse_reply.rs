@@ -1,13 +1,17 @@
 //! Fuzz the reply path: wire parsing in every framing, and a live sweep fed hostile
-//! datagrams. Invariants: no panic; hostile bytes never match an in-flight probe (the
-//! payload tag is keyed with a secret the input cannot know).
+//! datagrams and hostile ICMP errors' quotes. Invariants: no panic; hostile bytes never
+//! match an in-flight probe (the payload tag is keyed with a secret the input cannot
+//! know), nor an error's quote long enough to carry the tag (a shorter one, the 8 bytes
+//! RFC 792 asks for, is matched by address and sequence, by design).
 #![no_main]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use icmp::wire::{parse_reply, EchoPacket, EchoRepr, Family, Framing};
-use icmp::{Job, ReplyOutcome, Retry, SocketKind, Sweep, SweepConfig, TagKey};
+use icmp::tag::TAG_LEN;
+use icmp::wire::HEADER_LEN;
+use icmp::{Job, ReplyOutcome, Retry, SocketKind, Sweep, SweepConfig, TagKey, Unreachable};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -65,6 +69,12 @@ fuzz_target!(|data: &[u8]| {
             assert!(
                 matches!(out, ReplyOutcome::Ignored(_)),
                 "hostile bytes matched: {out:?}"
+            );
+            let error = Unreachable::from_icmp(from.is_ipv6(), 3, 1, from).unwrap();
+            let to = s.handle_error(data, from, error);
+            assert!(
+                to.is_none() || data.len() < HEADER_LEN + TAG_LEN,
+                "a hostile quote with a tag matched job {to:?}"
             );
         }
     }

@@ -624,7 +624,7 @@ fn dead_host_costs_one_timeout_times_attempts_and_reports_once() {
 
 fn port_unreachable() -> Unreachable {
     Unreachable {
-        kind: UnreachableKind::Port,
+        kind: icmp::UnreachableKind::Port,
         from: "127.0.9.1".parse().unwrap(),
     }
 }
@@ -692,37 +692,6 @@ fn a_port_that_opens_between_attempts_answers_the_retry() {
     let out = iterate(&[j], &mut agents, HostMemory::default());
     assert_eq!(out.stats.unreachable, 1);
     assert_eq!(items_of(&out.events, 0)[&0], Ok(VarValue::Counter32(0)));
-}
-
-/// ICMP and ICMPv6 errors by what they say of the way; those that do not end it
-/// (the path MTU's, redirects) are none.
-#[test]
-fn icmp_errors_are_read_by_type_and_code() {
-    use UnreachableKind::*;
-    let from: std::net::IpAddr = "192.0.2.1".parse().unwrap();
-    let kind = |v6, t, c| Unreachable::from_icmp(v6, t, c, from).map(|u| u.kind);
-    assert_eq!(kind(false, 3, 3), Some(Port));
-    assert_eq!(kind(true, 1, 4), Some(Port));
-    assert_eq!(kind(false, 3, 1), Some(Host));
-    assert_eq!(kind(true, 1, 3), Some(Host));
-    assert_eq!(kind(false, 3, 0), Some(Network));
-    assert_eq!(kind(true, 1, 0), Some(Network));
-    assert_eq!(kind(false, 3, 13), Some(Prohibited));
-    assert_eq!(kind(true, 1, 1), Some(Prohibited));
-    assert_eq!(
-        kind(false, 11, 0),
-        Some(Other {
-            v6: false,
-            icmp_type: 11,
-            code: 0
-        })
-    );
-    assert_eq!(kind(false, 3, 4), None, "fragmentation needed");
-    assert_eq!(kind(true, 2, 0), None, "packet too big");
-    assert_eq!(kind(false, 5, 1), None, "redirect");
-    assert_eq!(kind(false, 0, 0), None, "an echo reply is no error");
-    let u = Unreachable::from_icmp(true, 3, 0, "2001:db8::1".parse().unwrap()).unwrap();
-    assert_eq!(u.to_string(), "ICMPv6 error type 3 code 0 from 2001:db8::1");
 }
 
 #[test]
