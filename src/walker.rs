@@ -31,6 +31,7 @@
 //! whose requests go out on the daemon's unconnected sockets.
 
 use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -42,7 +43,7 @@ use poller::snmp_driver::item_error;
 use poller::source::SourceAddrs;
 use poller::value::ItemError;
 use snmp::v3::{Answer, Engine, Resync, V3Message};
-use snmp::{Dropped, ItemFailure, Message, Oid, VarValue, Walk};
+use snmp::{Dropped, ItemFailure, Message, Oid, Unreachable, VarValue, Walk};
 
 /// Most varbinds one walk takes: an agent could serve an endless table, which fails the
 /// walk past them.
@@ -155,8 +156,10 @@ fn walk_at_most(
         // as the driver takes two per host and iteration. Another Report, or one of
         // these twice, fails the walk: the agent would say it again.
         let (mut resynced, mut rediscovered) = (false, false);
-        // Why the last reply to the request was not taken, for its timeout.
+        // Why the last reply to the request was not taken, for its timeout; an ICMP
+        // error that came back instead.
         let mut dropped = None;
+        let mut icmp = None;
         let answered = loop {
             next_id(&mut id);
             req.clear();
@@ -190,7 +193,7 @@ fn walk_at_most(
                         .context("the privacy key does not fit its cipher")?;
                     sent.push(id);
                 }
-                answered = attempt(&sock, &req, t, stop, &mut rbuf, |bytes| {
+                answered = attempt(&sock, &req, t, stop, &mut rbuf, &mut icmp, |bytes| {
                     // Foreign, stale or forged datagrams are skipped, not fatal.
                     let Some(e) = engine.as_mut() else {
                         let m = match Message::decode(bytes) {
@@ -286,7 +289,7 @@ fn walk_at_most(
                 other => break other.map(|r| r.map_err(|(text, _)| text)),
             }
         };
-        let failure = match (answered, dropped) {
+        let failure = match (answered, dropped.or(icmp.map(Dropped::Unreachable))) {
             // Nothing came back: for an authPriv user, a wrong privacy key looks so,
             // unless the discovery beside a retry told (unanswered by now, it went
             // unanswered: it was sent before the retry, which waited a whole timeout).
@@ -336,8 +339,9 @@ fn discover(
     snmp::v3::encode_discovery(req, id);
     // Sent again as it is: a discovery has no clock, and no agent's engine knows its
     // msgID.
+    let mut icmp = None;
     for _ in 0..=t.snmp.retries {
-        let found = attempt(sock, req, t, stop, rbuf, |bytes| {
+        let found = attempt(sock, req, t, stop, rbuf, &mut icmp, |bytes| {
             let m = V3Message::decode(bytes).ok()?;
             (m.msg_id == id && !m.engine_id.is_empty())
                 .then(|| (m.engine_id.to_vec(), m.boots, m.time))
@@ -346,7 +350,11 @@ fn discover(
             return Ok(Engine::new(user.clone(), &eid, boots, time, Instant::now()));
         }
     }
-    Err(failed(t, &ItemFailure::DiscoveryTimeout))
+    // An ICMP error that came back says more than the silence.
+    let why = icmp.map_or(ItemFailure::DiscoveryTimeout, |u| {
+        ItemFailure::Dropped(Dropped::Unreachable(u))
+    });
+    Err(failed(t, &why))
 }
 
 /// Sends the engine discovery `probe` beside a retry (unless `stop`): a send error
@@ -589,13 +597,19 @@ fn random_id() -> i32 {
 
 /// A UDP socket from the target's source, connected to its agent: the kernel drops
 /// datagrams from any other source, and tells an ICMP port unreachable that came back
-/// (`ECONNREFUSED`), which a socket shared by many agents (the daemon's) never hears of.
+/// (`ECONNREFUSED`). Every other ICMP error too (`IP_RECVERR`: a router's host
+/// unreachable, which a connected socket is not told of otherwise, a firewall's
+/// reject, which failed the walk with "No route to host"), with who sent it: a walk's
+/// timeout names it, as the daemon's items do ([`attempt`]).
 fn connected(t: &Target<'_>) -> anyhow::Result<UdpSocket> {
     let addr = t.addr();
     let sock = t
         .source
         .udp_socket(addr.is_ipv6())
         .context("binding a UDP socket")?;
+    if let Err(e) = poller::sockets::set_recverr(sock.as_raw_fd(), addr.is_ipv6()) {
+        tracing::debug!(error = %e, "IP_RECVERR unavailable: ICMP errors are not named");
+    }
     sock.connect(addr)
         .with_context(|| format!("connecting to {addr}"))?;
     Ok(sock)
@@ -641,24 +655,45 @@ pub fn port_unreachable(t: &Target<'_>, oid: &Oid, stop: &AtomicBool) -> bool {
         }
     }
     let mut rbuf = vec![0u8; 65_536];
-    attempt(&sock, &req, t, stop, &mut rbuf, |_| Some(()))
+    attempt(&sock, &req, t, stop, &mut rbuf, &mut None, |_| Some(()))
         .is_err_and(|e| e.downcast_ref::<PortUnreachable>().is_some())
 }
 
+/// The ICMP errors queued on `sock` (its [`connected`] agent's), read; the last into
+/// `icmp`. How many messages the queue held.
+fn read_icmp_errors(sock: &UdpSocket, icmp: &mut Option<Unreachable>) -> usize {
+    poller::sockets::read_error_queue(sock.as_raw_fd(), 64, |_, _, u| *icmp = Some(u)).messages
+}
+
 /// One attempt: sends `req` and waits the target's timeout for a datagram `accept`
-/// takes; `None` when none came (the caller makes the target's retries).
+/// takes; `None` when none came (the caller makes the target's retries). An ICMP port
+/// unreachable ends it ([`PortUnreachable`]); another ICMP error that came back is kept
+/// in `icmp` (the last) and the wait goes on, as the daemon waits (a flapping route, a
+/// neighbour entry that comes back), for the caller to name it in its timeout.
 fn attempt<T>(
     sock: &UdpSocket,
     req: &[u8],
     t: &Target<'_>,
     stop: &AtomicBool,
     rbuf: &mut [u8],
+    icmp: &mut Option<Unreachable>,
     mut accept: impl FnMut(&[u8]) -> Option<T>,
 ) -> anyhow::Result<Option<T>> {
     let addr = sock.peer_addr()?;
     anyhow::ensure!(!stop.load(Ordering::Relaxed), "stopped");
-    sock.send(req)
-        .with_context(|| format!("sending to {addr}"))?;
+    let mut sent = sock.send(req);
+    if let Err(e) = &sent {
+        // An earlier attempt's ICMP error, pending on the socket, fails the send that
+        // takes it, whatever the datagram (see poller::sockets::SendAttempts): read,
+        // then the request goes again; a datagram's own error fails it again.
+        if e.kind() == std::io::ErrorKind::ConnectionRefused {
+            return Err(PortUnreachable(addr).into());
+        }
+        if read_icmp_errors(sock, icmp) > 0 {
+            sent = sock.send(req);
+        }
+    }
+    sent.with_context(|| format!("sending to {addr}"))?;
     let deadline = Instant::now() + t.snmp.timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -679,9 +714,13 @@ fn attempt<T>(
                 continue;
             }
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                read_icmp_errors(sock, &mut None);
                 return Err(PortUnreachable(addr).into());
             }
-            Err(e) => return Err(e).context("receiving"),
+            // The socket's pending error: an ICMP error came back, which its error
+            // queue holds.
+            Err(e) if read_icmp_errors(sock, icmp) == 0 => return Err(e).context("receiving"),
+            Err(_) => continue,
         };
         if let Some(t) = accept(&rbuf[..n]) {
             return Ok(Some(t));

@@ -1560,3 +1560,46 @@ fn snmpv3_walks_of_replies_failing_the_usm_say_why_on_timeout() {
         format!("{root}: Timeout while connecting to \"{echo}\". No SNMP response taken after 2 attempt(s): replies were GetRequest PDUs instead of Responses, not taken")
     );
 }
+
+/// `snmp walk` names the ICMP error that came back for its requests, as `snmp get` and
+/// the daemon's items do: a router's host unreachable (a connected socket is not told
+/// of it otherwise: a bare timeout) and a firewall's reject (which failed the walk at
+/// once with "receiving: No route to host"), its attempts waited out. v1/v2c and an
+/// SNMPv3 user's engine discovery alike. (nft rejects on input, as a router's or a
+/// firewall's on the way.)
+#[test]
+fn walks_name_the_icmp_error_that_came_back() {
+    let _nft = common::NftTable::create(
+        "chain input {\n type filter hook input priority -10; policy accept;\n \
+         ip daddr 127.0.229.1 udp dport 161 reject with icmp type host-unreachable\n \
+         ip daddr 127.0.229.2 udp dport 161 reject with icmp type admin-prohibited\n}",
+    );
+    let walk = |addr: &str, extra: &[&str]| {
+        let o = netpoller()
+            .args(["snmp", "walk", "-t", "200ms", "-r", "1"])
+            .args(extra)
+            .args([addr, "1.3.6.1.2.1.1"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{o:?}");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let host = walk("127.0.229.1", &[]);
+    assert!(
+        host.contains("No SNMP response after 2 attempt(s): ICMP host unreachable from 127.0.229.1 (the host is down"),
+        "{host}"
+    );
+    let firewall = walk("127.0.229.2", &["-v", "1"]);
+    assert!(
+        firewall.contains("No SNMP response after 2 attempt(s): ICMP administratively prohibited from 127.0.229.2"),
+        "{firewall}"
+    );
+    let v3 = walk(
+        "127.0.229.1",
+        &["-v", "3", "-u", "nobody", "-l", "noAuthNoPriv"],
+    );
+    assert!(
+        v3.contains("ICMP host unreachable from 127.0.229.1") && !v3.contains("discovery"),
+        "{v3}"
+    );
+}

@@ -1,12 +1,12 @@
 //! What the ICMP and SNMP socket drivers share: socket options, their error queues
-//! (the ICMP errors that came back for what they sent), and when a receive turn lets
-//! timeouts be handled.
+//! (the ICMP errors that came back for what they sent; public for the walks' sockets
+//! too), and when a receive turn lets timeouts be handled.
 //!
 //! A driver reads its sockets in bounded turns, then expires what timed out. A request
 //! or probe expires as of when the turn began: any reply that came by then has been
 //! read and counted, so none that arrived in time is judged late. A turn cut short by
 //! its budget leaves replies unread, so expiries wait for a turn that reads the
-//! sockets empty; after [`MAX_CUT_TURNS`] cut turns in a row they go ahead all the
+//! sockets empty; after `MAX_CUT_TURNS` cut turns in a row they go ahead all the
 //! same, so that a flood of datagrams cannot hold an iteration past its deadline.
 
 use std::io;
@@ -61,7 +61,7 @@ pub(crate) fn set_recv_buffer(sock: &socket2::Socket, bytes: usize) -> io::Resul
 /// receive buffer: the owner must read them ([`read_error_queue`]), or they crowd out
 /// its replies. With it on, the kernel also reports each error once as the socket's
 /// pending error, the next receive's failure (then the error queue holds it).
-pub(crate) fn set_recverr(fd: RawFd, v6: bool) -> io::Result<()> {
+pub fn set_recverr(fd: RawFd, v6: bool) -> io::Result<()> {
     let (level, name) = match v6 {
         false => (libc::SOL_IP, libc::IP_RECVERR),
         true => (libc::SOL_IPV6, libc::IPV6_RECVERR),
@@ -94,12 +94,12 @@ impl SendAttempts {
 
 /// What [`read_error_queue`] read.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct ErrorsRead {
+pub struct ErrorsRead {
     /// Messages taken off the queue (ICMP errors or not).
-    pub(crate) messages: usize,
+    pub messages: usize,
     /// The queue was read empty (or a read failed, which no retry would mend), not cut
     /// at the bound.
-    pub(crate) emptied: bool,
+    pub emptied: bool,
 }
 
 /// Reads up to `max` messages off `fd`'s error queue, handing each ICMP error to `f`
@@ -107,7 +107,7 @@ pub(crate) struct ErrorsRead {
 /// and the start of that datagram as the sender quoted it, from the header after IP's
 /// (the ICMP echo request of a probe, the UDP payload's start of a request: up to 64
 /// bytes, enough for a probe's tag).
-pub(crate) fn read_error_queue(
+pub fn read_error_queue(
     fd: RawFd,
     max: usize,
     mut f: impl FnMut(Option<SocketAddr>, &[u8], Unreachable),

@@ -1,4 +1,4 @@
-//! `poller::icmp_error` on any control message an error queue may hold
+//! `poller::sockets::icmp_error` on any control message an error queue may hold
 //! (the ICMP error's type, code and sender come from the network): never panics, and
 //! reads an error only from an ICMP or ICMPv6 origin.
 #![no_main]
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
         _ => (libc::SOL_IP, libc::IP_PKTINFO),
     };
     let dst = std::net::IpAddr::from([127, 0, 0, 1]);
-    if let Some(u) = poller::icmp_error(level, ty, data, dst) {
+    if let Some(u) = poller::sockets::icmp_error(level, ty, data, dst) {
         assert!(which % 3 < 2, "another message read as an error");
         assert!(matches!(
             data[4],
