@@ -1157,8 +1157,8 @@ fn drain(
     // the way out of recvmmsg, a common place, would otherwise set the mark after
     // replies that arrived meanwhile, and their timestamps would be disbelieved).
     let mut before_call = Instant::now();
-    // Pending errors read this turn: each with the error queue read to its end, so
-    // more than a few in a row are errors of another kind (not to spin on).
+    // Failed reads in a row (pending errors, each with the error queue read to its
+    // end): past a few, the turn ends rather than spin on a failure of another kind.
     const MAX_PENDING: u32 = 8;
     let mut pending = 0;
     while total < RECV_TURN {
@@ -1198,13 +1198,17 @@ fn drain(
                 _ => {
                     // The socket's pending error: an ICMP error came back for a probe
                     // (`set_recverr`), which the error queue holds. Read, then on with
-                    // the replies; every error queued sets it again, so none waits.
-                    if read_errors(fd, sweep) > 0 && pending < MAX_PENDING {
+                    // the replies; every error queued sets it again, so none waits. A
+                    // failure that has nothing queued, again and again, is another.
+                    let read = read_errors(fd, sweep);
+                    if pending < MAX_PENDING {
                         pending += 1;
                         continue;
                     }
-                    *errors += 1;
-                    tracing::debug!(error = %e, "ICMP recvmmsg failed");
+                    if read == 0 {
+                        *errors += 1;
+                        tracing::debug!(error = %e, "ICMP recvmmsg failed");
+                    }
                 }
             }
             break;
@@ -1213,6 +1217,7 @@ fn drain(
         let wall_now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default();
+        pending = 0;
         let n = n as usize;
         let before = *empty_since;
         if n < RECV_BATCH {
