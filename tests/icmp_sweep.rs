@@ -1648,4 +1648,25 @@ fn icmp_errors_waiting_do_not_crowd_out_replies() {
     let live: Vec<u32> = stats[250..].iter().map(|s| s.received).collect();
     assert_eq!(live, [1; 5], "{report:?}");
     assert!(report.counters.icmp_errors > 200, "{report:?}");
+    // Unpaced, a flood of errors: each receive that reports one reads them all, none
+    // is a receive error (the ninth of a turn was).
+    let report = ns.run(|| {
+        let opts = IcmpOptions {
+            max_pps: 0,
+            ..IcmpOptions::default()
+        };
+        let mut d = IcmpDriver::open_kind(opts, SocketKind::Raw).unwrap();
+        let jobs: Vec<PingJob> = (0..4 * 250u32)
+            .map(|i| {
+                job(
+                    IpAddr::V4(Ipv4Addr::new(127, 0, 226, (i % 250) as u8 + 1)),
+                    1,
+                    300,
+                )
+            })
+            .collect();
+        rt().block_on(d.sweep(&jobs, |_, _| {}))
+    });
+    assert_eq!(report.recv_errors, 0, "{report:?}");
+    assert!(report.counters.icmp_errors > 900, "{report:?}");
 }
