@@ -1670,3 +1670,36 @@ fn icmp_errors_waiting_do_not_crowd_out_replies() {
     assert_eq!(report.recv_errors, 0, "{report:?}");
     assert!(report.counters.icmp_errors > 900, "{report:?}");
 }
+
+/// `sweep -a` lists the hosts that answered, `-u` those that did not, their addresses
+/// alone, one per line, as fping's -a and -u do (`sweep -a 10.0.0.0/24 > up.txt`);
+/// with --json, their objects. The exit status stays fping's (1: one did not answer);
+/// the two together are refused.
+#[test]
+fn alive_and_unreachable_print_those_hosts_addresses_alone() {
+    let _nft = NftTable::silencing("127.0.230.2");
+    let sweep = |flags: &[&str]| {
+        let o = common::netpoller()
+            .args(["--quiet", "sweep", "-c", "1", "-t", "300ms"])
+            .args(flags)
+            .args(["127.0.230.1", "127.0.230.2", "127.0.230.3"])
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let (code, up) = sweep(&["-a"]);
+    let mut up: Vec<&str> = up.lines().collect();
+    up.sort();
+    assert_eq!((code, up), (Some(1), vec!["127.0.230.1", "127.0.230.3"]));
+    assert_eq!(sweep(&["--unreachable"]), (Some(1), "127.0.230.2\n".into()));
+    let (_, json) = sweep(&["-u", "--json"]);
+    let j: serde_json::Value = serde_json::from_str(json.trim()).unwrap();
+    assert_eq!(
+        (j["addr"].as_str(), j["received"].as_u64()),
+        (Some("127.0.230.2"), Some(0))
+    );
+    assert_eq!(sweep(&["-a", "-u"]).0, Some(2));
+}

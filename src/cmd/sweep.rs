@@ -21,6 +21,8 @@
 //! firewall's reject) is named at the end of its line and in `--json`'s `icmp_error`, as
 //! fping prints them (once per host here, the last); the requests still count as lost.
 //! Raw sockets and ping sockets alike ([`poller::icmp_driver`]).
+//! `-a`/`-u` print only the hosts that answered / did not, their addresses alone, as
+//! fping's -a and -u.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -78,6 +80,14 @@ pub struct Args {
     /// One JSON object per host instead of text lines.
     #[arg(long)]
     pub json: bool,
+    /// Print only the hosts that answered, their addresses alone, one per line (fping's
+    /// -a: `sweep -a 10.0.0.0/24` lists what is up); with --json their objects.
+    #[arg(short = 'a', long, conflicts_with = "unreachable")]
+    pub alive: bool,
+    /// Print only the hosts that did not answer, their addresses alone (fping's -u);
+    /// with --json their objects. The exit status stays fping's: 1 when one did not.
+    #[arg(short = 'u', long)]
+    pub unreachable: bool,
     /// Sweep more than 2^20 addresses, or more than 2^24 probes (addresses × count),
     /// which are refused without it.
     #[arg(long)]
@@ -276,20 +286,46 @@ fn write_text<W: Write>(out: &mut W, addr: IpAddr, s: &PingStats) -> std::io::Re
     }
 }
 
-/// Writes one host's line, text or `--json`; `cut_short`: a host a signal cut short,
-/// its statistics as they stood (the same text line, as fping prints it; in JSON,
-/// `"cut_short": true`).
-fn write_host(
-    out: &mut Vec<u8>,
+/// Which hosts' lines a sweep prints, and how.
+#[derive(Debug, Clone, Copy)]
+struct Lines {
+    /// `--json`: one object per host.
     json: bool,
-    addr: IpAddr,
-    s: &PingStats,
-    cut_short: bool,
-) -> std::io::Result<()> {
-    if json {
-        writeln!(out, "{}", json_line(addr, s, cut_short))
-    } else {
-        write_text(out, addr, s)
+    /// `--alive` (`Some(true)`), `--unreachable` (`Some(false)`): only those hosts,
+    /// their addresses alone in text, as fping's -a and -u print them.
+    only: Option<bool>,
+}
+
+impl Lines {
+    fn of(args: &Args) -> Self {
+        let only = match (args.alive, args.unreachable) {
+            (true, _) => Some(true),
+            (_, true) => Some(false),
+            _ => None,
+        };
+        Lines {
+            json: args.json,
+            only,
+        }
+    }
+
+    /// Writes one host's line, text or `--json`, if it is one to print; whether it
+    /// was. `cut_short`: a host a signal cut short, its statistics as they stood (the
+    /// same text line, as fping prints it; in JSON, `"cut_short": true`).
+    fn write(
+        self,
+        out: &mut Vec<u8>,
+        addr: IpAddr,
+        s: &PingStats,
+        cut_short: bool,
+    ) -> std::io::Result<bool> {
+        match self.only {
+            Some(alive) if alive != s.is_alive() => return Ok(false),
+            Some(_) if !self.json => writeln!(out, "{addr}")?,
+            _ if self.json => writeln!(out, "{}", json_line(addr, s, cut_short))?,
+            _ => write_text(out, addr, s)?,
+        }
+        Ok(true)
     }
 }
 
@@ -462,6 +498,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let started = std::time::Instant::now();
     // The hosts cut short by a signal: printed as they stood.
     let mut cut_short = 0usize;
+    // Lines handed to stdout (all hosts', or --alive's or --unreachable's).
+    let mut printed = 0u64;
+    let lines = Lines::of(&args);
     let (report, written) = rt.block_on(async {
         // One listener for the sweep and the wait after it: a signal between the two is
         // not missed.
@@ -473,7 +512,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 progress.inc(1);
                 finished += 1;
                 alive += usize::from(stats.is_alive());
-                out.line(|b| write_host(b, args.json, addrs[i], stats, false));
+                out.line(|b| {
+                    printed += u64::from(lines.write(b, addrs[i], stats, false)?);
+                    Ok(())
+                });
             },
             &mut signal,
         );
@@ -483,7 +525,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             for (i, stats) in &stopped.unfinished {
                 cut_short += 1;
                 alive += usize::from(stats.is_alive());
-                out.line(|b| write_host(b, args.json, addrs[*i], stats, true));
+                out.line(|b| {
+                    printed += u64::from(lines.write(b, addrs[*i], stats, true)?);
+                    Ok(())
+                });
             }
             stopped.by
         });
@@ -519,7 +564,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Err(signal) => {
             // Ctrl-C or SIGTERM: the hosts done so far are printed, then the others as
             // they stood.
-            let lines = (finished + cut_short) as u64;
+            let lines = printed;
             let held = lines.saturating_sub(out.written());
             let held = if all_written || held == 0 {
                 String::new()
