@@ -1703,3 +1703,29 @@ fn alive_and_unreachable_print_those_hosts_addresses_alone() {
     );
     assert_eq!(sweep(&["-a", "-u"]).0, Some(2));
 }
+
+/// `sweep @-` reads its targets from standard input, as fping does without targets
+/// (`... | netpoller sweep @-`), in the format of an @file.
+#[test]
+fn targets_come_from_standard_input_with_at_dash() {
+    use std::io::Write as _;
+    let mut child = common::netpoller()
+        .args(["--quiet", "sweep", "-c", "1", "-t", "300ms", "@-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(b"127.0.230.4 # a comment\n\n127.0.230.5/32\n")
+        .unwrap();
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    let mut hosts: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+        .collect();
+    hosts.sort();
+    assert_eq!(hosts, ["127.0.230.4 alive", "127.0.230.5 alive"], "{o:?}");
+    assert_eq!(o.status.code(), Some(0));
+}

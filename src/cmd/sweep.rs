@@ -2,7 +2,7 @@
 //!
 //! Targets are IP addresses, CIDR prefixes (their host addresses, as `fping -g` and
 //! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31, an
-//! IPv6 network's address below /127) or `@file` (one address or CIDR per line, `#`
+//! IPv6 network's address below /127) or `@file` (`@-`: standard input; one address or CIDR per line, `#`
 //! comments; a byte order mark at its start, a Windows editor's or Excel's, is
 //! ignored; files that list no address, comments alone, are refused rather than
 //! swept as nothing, exit 0). Duplicate addresses are probed once. More than 2^20
@@ -94,7 +94,8 @@ pub struct Args {
     pub force: bool,
     /// IP address, CIDR prefix (its host addresses: network and broadcast excluded below
     /// /31, as `fping -g`; an IPv6 prefix's network address below /127) or @file (one
-    /// address or CIDR per line, `#` comments; files that list none are refused).
+    /// address or CIDR per line, `#` comments; files that list none are refused; @-
+    /// reads them from standard input, as fping does without targets).
     #[arg(required = true, value_name = "TARGET")]
     pub targets: Vec<String>,
 }
@@ -131,8 +132,13 @@ pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Re
     let mut nets = Vec::new();
     for t in targets {
         if let Some(path) = t.strip_prefix('@') {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("reading target file {path}"))?;
+            // `@-`: standard input (fping reads its targets there: `... | fping`).
+            let text = match path {
+                "-" => std::io::read_to_string(std::io::stdin())
+                    .context("reading targets from standard input")?,
+                _ => std::fs::read_to_string(path)
+                    .with_context(|| format!("reading target file {path}"))?,
+            };
             for (n, line) in super::without_bom(&text).lines().enumerate() {
                 let line = line.split('#').next().unwrap_or("").trim();
                 if line.is_empty() {
