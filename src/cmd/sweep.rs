@@ -1,6 +1,7 @@
 //! `netpoller sweep`: one ICMP sweep from the command line, fping-style.
 //!
-//! Targets are IP addresses, CIDR prefixes (their host addresses, as `fping -g` and
+//! Targets are IP addresses, ranges (`FIRST-LAST`, every address of it, as `fping -g
+//! FIRST LAST`; `192.0.2.1-254`), CIDR prefixes (their host addresses, as `fping -g` and
 //! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31, an
 //! IPv6 network's address below /127) or `@file` (`@-`: standard input; one address or CIDR per line, `#`
 //! comments; a byte order mark at its start, a Windows editor's or Excel's, is
@@ -93,14 +94,55 @@ pub struct Args {
     #[arg(long)]
     pub force: bool,
     /// IP address, CIDR prefix (its host addresses: network and broadcast excluded below
-    /// /31, as `fping -g`; an IPv6 prefix's network address below /127) or @file (one
+    /// /31, as `fping -g`; an IPv6 prefix's network address below /127), range
+    /// (FIRST-LAST, both included, as `fping -g FIRST LAST`; 192.0.2.1-254: the last
+    /// number alone) or @file (one
     /// address or CIDR per line, `#` comments; files that list none are refused; @-
     /// reads them from standard input, as fping does without targets).
     #[arg(required = true, value_name = "TARGET")]
     pub targets: Vec<String>,
 }
 
-fn parse_net(s: &str) -> anyhow::Result<IpNet> {
+/// A target's addresses: a prefix's device addresses ([`crate::config::range_hosts`]),
+/// or every address from one to another, both included (fping's `-g FIRST LAST`).
+#[derive(Debug, Clone, Copy)]
+enum Span {
+    Net(IpNet),
+    Range(IpAddr, IpAddr),
+}
+
+impl Span {
+    /// How many addresses, and they.
+    fn hosts(self) -> (u128, Box<dyn Iterator<Item = IpAddr>>) {
+        match self {
+            Span::Net(net) => {
+                let (count, hosts) = crate::config::range_hosts(net);
+                (count, Box::new(hosts))
+            }
+            Span::Range(first, last) => {
+                let bits = |ip| match ip {
+                    IpAddr::V4(a) => u128::from(u32::from(a)),
+                    IpAddr::V6(a) => u128::from(a),
+                };
+                let (a, b) = (bits(first), bits(last));
+                let v4 = first.is_ipv4();
+                let ip = move |v: u128| match v4 {
+                    true => IpAddr::from(std::net::Ipv4Addr::from(v as u32)),
+                    false => IpAddr::from(std::net::Ipv6Addr::from(v)),
+                };
+                ((b - a).saturating_add(1), Box::new((a..=b).map(ip)))
+            }
+        }
+    }
+}
+
+fn parse_target(s: &str) -> anyhow::Result<Span> {
+    // A range begins with an address (a name with a dash is a name, said to be one).
+    if let Some((first, last)) = s.split_once('-') {
+        if let Ok(first) = first.trim().parse() {
+            return parse_range(s, first, last.trim());
+        }
+    }
     if s.contains('/') {
         // ipnet says "invalid IP address syntax" of a prefix too long for its family;
         // the config's hint says what is wrong instead, where it can.
@@ -111,18 +153,48 @@ fn parse_net(s: &str) -> anyhow::Result<IpNet> {
                 hint => anyhow::anyhow!("invalid CIDR {s:?}{hint}"),
             })?;
         poller::source::check_range(net.network(), net.broadcast()).map_err(anyhow::Error::msg)?;
-        Ok(net)
+        Ok(Span::Net(net))
     } else {
         let ip: IpAddr = s.parse().with_context(|| {
             // A host name, as fping takes it: said to be none, since nothing is
             // resolved (no DNS query leaves a poller).
             format!(
-                "invalid target {s:?}: expected an IP address (names are not resolved: write the address), a CIDR or @file"
+                "invalid target {s:?}: expected an IP address (names are not resolved: write the address), a CIDR, a range (FIRST-LAST) or @file"
             )
         })?;
         let ip = poller::source::check_address(ip).map_err(anyhow::Error::msg)?;
-        Ok(IpNet::from(ip))
+        Ok(Span::Net(IpNet::from(ip)))
     }
+}
+
+/// `FIRST-LAST` (`s`): every address from one to the other, both included, as fping's
+/// `-g FIRST LAST` (network and broadcast addresses too: the range says which); LAST
+/// may be an IPv4 address's last number alone (`192.0.2.1-254`, as nmap and Zabbix's
+/// discovery ranges write it).
+fn parse_range(s: &str, first: IpAddr, last: &str) -> anyhow::Result<Span> {
+    let bad = |why: &str| anyhow::anyhow!("invalid range {s:?}: {why}");
+    let last: IpAddr = match (first, last.parse::<u8>()) {
+        (IpAddr::V4(a), Ok(n)) => {
+            let [x, y, z, _] = a.octets();
+            IpAddr::from([x, y, z, n])
+        }
+        _ => last.parse().map_err(|_| {
+            bad(&format!(
+                "{last:?} is neither an IP address nor an IPv4 address's last number (0-255)"
+            ))
+        })?,
+    };
+    if first.is_ipv4() != last.is_ipv4() {
+        return Err(bad("its ends are of two address families"));
+    }
+    if last < first {
+        return Err(bad("it runs backwards (write the lower address first)"));
+    }
+    for ip in [first, last] {
+        poller::source::check_address(ip).map_err(anyhow::Error::msg)?;
+    }
+    poller::source::check_range(first, last).map_err(anyhow::Error::msg)?;
+    Ok(Span::Range(first, last))
 }
 
 /// Expands targets into unique addresses, in order of first appearance (a CIDR's device
@@ -144,10 +216,10 @@ pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Re
                 if line.is_empty() {
                     continue;
                 }
-                nets.push(parse_net(line).with_context(|| format!("{path}:{}", n + 1))?);
+                nets.push(parse_target(line).with_context(|| format!("{path}:{}", n + 1))?);
             }
         } else {
-            nets.push(parse_net(t.trim())?);
+            nets.push(parse_target(t.trim())?);
         }
     }
     // Only files can list nothing (every other target is at least one address). A
@@ -159,7 +231,7 @@ pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Re
             targets.join(" ")
         );
     }
-    let nets: Vec<_> = nets.into_iter().map(crate::config::range_hosts).collect();
+    let nets: Vec<_> = nets.into_iter().map(Span::hosts).collect();
     let total = nets.iter().fold(0u64, |acc, (hosts, _)| {
         acc.saturating_add(u64::try_from(*hosts).unwrap_or(u64::MAX))
     });
@@ -703,6 +775,47 @@ mod tests {
         );
     }
 
+    /// FIRST-LAST: every address of it, both ends and whatever lies between (network
+    /// and broadcast addresses too, as fping -g FIRST LAST), across octets; LAST may be
+    /// an IPv4 address's last number alone. Backwards, mixed or malformed: refused,
+    /// saying why.
+    #[test]
+    fn ranges_expand_to_every_address_of_them() {
+        let got =
+            expand_targets(&s(&["127.77.0.254-127.77.1.1", "127.77.2.1-3"]), 1, false).unwrap();
+        let want: Vec<IpAddr> = [
+            "127.77.0.254",
+            "127.77.0.255",
+            "127.77.1.0",
+            "127.77.1.1",
+            "127.77.2.1",
+            "127.77.2.2",
+            "127.77.2.3",
+        ]
+        .iter()
+        .map(|a| a.parse().unwrap())
+        .collect();
+        assert_eq!(got, want);
+        let v6 = expand_targets(&s(&["::1-::1"]), 1, false).unwrap();
+        assert_eq!(v6, ["::1".parse::<IpAddr>().unwrap()]);
+        let err = |t: &str| format!("{:#}", expand_targets(&s(&[t]), 1, false).unwrap_err());
+        assert!(
+            err("127.77.0.9-127.77.0.1").contains("runs backwards"),
+            "{}",
+            err("127.77.0.9-127.77.0.1")
+        );
+        assert!(err("127.77.0.1-::1").contains("two address families"));
+        assert!(err("127.77.0.1-256").contains("neither an IP address"));
+        assert!(err("host-1").contains("names are not resolved"));
+        assert!(
+            err("224.0.0.1-224.0.0.5").contains("multicast"),
+            "{}",
+            err("224.0.0.1-224.0.0.5")
+        );
+        // Past the limit without --force, before anything is allocated.
+        assert!(err("10.0.0.0-10.255.255.255").contains("more than 1048576"));
+    }
+
     #[test]
     fn expands_ips_cidrs_and_files_without_duplicates() {
         let dir = tempfile::tempdir().unwrap();
@@ -799,7 +912,7 @@ mod tests {
             expand_targets(&s(&["example.org"]), 1, false)
                 .unwrap_err()
                 .to_string(),
-            "invalid target \"example.org\": expected an IP address (names are not resolved: write the address), a CIDR or @file"
+            "invalid target \"example.org\": expected an IP address (names are not resolved: write the address), a CIDR, a range (FIRST-LAST) or @file"
         );
         // A prefix too long: said as the config says it, not as an address's syntax.
         let e = expand_targets(&s(&["127.0.0.0/33"]), 1, false).unwrap_err();
