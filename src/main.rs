@@ -72,8 +72,13 @@ enum Command {
     /// class, `"reason"`), and the exit status stays 0 (1 for an invalid config or
     /// refused rows).
     PollOnce(cmd::poll_once::Args),
-    /// Ping addresses, CIDRs or @files once (fping-style summary, or --json); exit 1 when
-    /// a host did not answer, as fping.
+    /// Ping addresses, CIDRs, ranges or @files once (fping-style summary, or --json);
+    /// exit 1 when a host did not answer, as fping.
+    ///
+    /// Examples: `netpoller sweep 192.0.2.0/24` (each host's line: alive or
+    /// unreachable, loss, min/avg/max, and the ICMP error a router sent back, if one
+    /// did); `netpoller sweep -a 192.0.2.1-254 > up.txt` (the addresses that answer);
+    /// `netpoller sweep --json -c 1 @hosts.txt`; `... | netpoller sweep @-`.
     ///
     /// The sweep never waits for the reader of its results, which would make hosts read
     /// as lost: what stdout has not taken yet (`netpoller sweep ... | less` left on its

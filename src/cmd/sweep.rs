@@ -3,7 +3,7 @@
 //! Targets are IP addresses, ranges (`FIRST-LAST`, every address of it, as `fping -g
 //! FIRST LAST`; `192.0.2.1-254`), CIDR prefixes (their host addresses, as `fping -g` and
 //! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31, an
-//! IPv6 network's address below /127) or `@file` (`@-`: standard input; one address or CIDR per line, `#`
+//! IPv6 network's address below /127) or `@file` (`@-`: standard input; one address, CIDR or range per line, `#`
 //! comments; a byte order mark at its start, a Windows editor's or Excel's, is
 //! ignored; files that list no address, comments alone, are refused rather than
 //! swept as nothing, exit 0). Duplicate addresses are probed once. More than 2^20
@@ -97,7 +97,7 @@ pub struct Args {
     /// /31, as `fping -g`; an IPv6 prefix's network address below /127), range
     /// (FIRST-LAST, both included, as `fping -g FIRST LAST`; 192.0.2.1-254: the last
     /// number alone) or @file (one
-    /// address or CIDR per line, `#` comments; files that list none are refused; @-
+    /// address, CIDR or range per line, `#` comments; files that list none are refused; @-
     /// reads them from standard input, as fping does without targets).
     #[arg(required = true, value_name = "TARGET")]
     pub targets: Vec<String>,
