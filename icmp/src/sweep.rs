@@ -16,7 +16,8 @@
 //!   The table itself is flat: the job a reply answers is named in its payload (under
 //!   the tag), its packet is sequence − job's base, and one send-instant slot per
 //!   probe; O(1) per probe and per reply, with no lookup by address (a map of the
-//!   addresses is built at creation only, to number duplicates' sequences).
+//!   addresses is built at creation only, to number duplicates' sequences, and again
+//!   for ICMP errors that quote too little of their probe to carry the tag).
 //! * Every reply is checked against the payload tag ([`crate::tag`]) before anything of
 //!   it is believed; a reply that matches nothing is counted by reason in
 //!   [`SweepCounters`], never silently dropped. An ICMP error is believed for the probe
@@ -472,8 +473,10 @@ struct JobState {
 const SHIFT_WORTH: Duration = Duration::from_millis(1);
 
 /// Fast non-keyed hash for the address map. Safe against hash flooding here because the
-/// map is filled and read only while a sweep is created, from its own job list (replies
-/// name their job in the tagged payload).
+/// map is filled only from the sweep's own job list (at its creation, and at the first
+/// ICMP error quoting too little of its probe to carry the tag), never from the
+/// network: a lookup of any other address costs one probe of the table (replies name
+/// their job in the tagged payload).
 #[derive(Default, Clone, Copy)]
 struct FxHasher(u64);
 
