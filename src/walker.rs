@@ -681,19 +681,20 @@ fn attempt<T>(
 ) -> anyhow::Result<Option<T>> {
     let addr = sock.peer_addr()?;
     anyhow::ensure!(!stop.load(Ordering::Relaxed), "stopped");
-    let mut sent = sock.send(req);
-    if let Err(e) = &sent {
-        // An earlier attempt's ICMP error, pending on the socket, fails the send that
-        // takes it, whatever the datagram (see poller::sockets::SendAttempts): read,
-        // then the request goes again; a datagram's own error fails it again.
-        if e.kind() == std::io::ErrorKind::ConnectionRefused {
-            return Err(PortUnreachable(addr).into());
-        }
-        if read_icmp_errors(sock, icmp) > 0 {
-            sent = sock.send(req);
+    // An earlier attempt's ICMP error, pending on the socket, fails the send that takes
+    // it, whatever the datagram: read, then the request goes again, by the drivers' rule
+    // (a datagram's own error fails it again).
+    let mut tries = poller::sockets::SendAttempts::default();
+    loop {
+        match sock.send(req) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                return Err(PortUnreachable(addr).into());
+            }
+            Err(_) if tries.retry(read_icmp_errors(sock, icmp)) => {}
+            Err(e) => return Err(e).with_context(|| format!("sending to {addr}")),
         }
     }
-    sent.with_context(|| format!("sending to {addr}"))?;
     let deadline = Instant::now() + t.snmp.timeout;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -70,7 +70,7 @@ pub fn set_recverr(fd: RawFd, v6: bool) -> io::Result<()> {
 }
 
 /// Most tries of a send whose first datagram failed ([`SendAttempts`]).
-pub(crate) const SEND_ATTEMPTS: u32 = 4;
+pub const SEND_ATTEMPTS: u32 = 4;
 
 /// Whether a send whose first datagram failed goes again. With `IP_RECVERR` an ICMP
 /// error that came back for an earlier datagram is also the socket's pending error,
@@ -81,12 +81,12 @@ pub(crate) const SEND_ATTEMPTS: u32 = 4;
 /// fails it again) and again while the error queue held errors (more came meanwhile),
 /// [`SEND_ATTEMPTS`] tries in all. One per datagram: a new one after each that went.
 #[derive(Debug, Default)]
-pub(crate) struct SendAttempts(u32);
+pub struct SendAttempts(u32);
 
 impl SendAttempts {
     /// A try failed, after which the error queue held `errors_read` messages (now
     /// read): whether to try again.
-    pub(crate) fn retry(&mut self, errors_read: usize) -> bool {
+    pub fn retry(&mut self, errors_read: usize) -> bool {
         self.0 += 1;
         self.0 < SEND_ATTEMPTS && (self.0 == 1 || errors_read > 0)
     }
