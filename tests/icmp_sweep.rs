@@ -1591,6 +1591,12 @@ fn icmp_errors_say_why_hosts_are_silent() {
         }
         let o = c.output().unwrap();
         assert_eq!(o.status.code(), Some(1), "{o:?}");
+        // The totals count the unreachable an ICMP error came back for.
+        let totals = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            totals.contains("2 hosts, 1 alive, 1 unreachable (1 with an ICMP error) in "),
+            "{totals}"
+        );
         let mut lines: Vec<String> = String::from_utf8_lossy(&o.stdout)
             .lines()
             .map(String::from)

@@ -573,6 +573,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut progress =
         crate::progress::Progress::beside_results(jobs.len() as u64, "sweeping", quiet);
     let (mut finished, mut alive) = (0usize, 0usize);
+    // Hosts that did not answer and for which an ICMP error came back (the totals say
+    // how many of the unreachable were told so: a router's, not silence).
+    let mut told = 0usize;
     let started = std::time::Instant::now();
     // The hosts cut short by a signal: printed as they stood.
     let mut cut_short = 0usize;
@@ -590,6 +593,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 progress.inc(1);
                 finished += 1;
                 alive += usize::from(stats.is_alive());
+                told += usize::from(!stats.is_alive() && stats.error.is_some());
                 out.line(|b| {
                     printed += u64::from(lines.write(b, addrs[i], stats, false)?);
                     Ok(())
@@ -685,8 +689,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     );
     // The totals: fping prints its own only with -s, not with -q -c.
     if !quiet {
+        let told = match told {
+            0 => String::new(),
+            n => format!(" ({n} with an ICMP error)"),
+        };
         eprintln!(
-            "{} host{}, {} alive, {} unreachable in {:.3} s",
+            "{} host{}, {} alive, {} unreachable{told} in {:.3} s",
             report.hosts,
             if report.hosts == 1 { "" } else { "s" },
             report.alive,
