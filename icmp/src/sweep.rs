@@ -468,6 +468,16 @@ struct JobState {
     shift_us: u32,
 }
 
+impl JobState {
+    /// Which of this job's packets a message about a probe to `addr` with sequence
+    /// `seq` concerns (a reply's, an ICMP error's quote), if one of them.
+    #[inline]
+    fn packet(&self, addr: IpAddr, seq: u16) -> Option<u32> {
+        let k = u32::from(seq.wrapping_sub(self.seq_base));
+        (self.job.addr == addr && k < self.job.packets).then_some(k)
+    }
+}
+
 /// The least delay of a probe's send over its hand-out that delays its host's next
 /// probe ([`Sweep::sent_at`]).
 const SHIFT_WORTH: Duration = Duration::from_millis(1);
@@ -1097,10 +1107,11 @@ impl Sweep {
         };
         // A valid tag of this iteration names the job it was built for, with its address
         // and sequence: ours. (Checked again all the same: a key is only a key.)
-        let Some(k) = self.jobs.get(j as usize).and_then(|st| {
-            let k = u32::from(rx.echo.seq.wrapping_sub(st.seq_base));
-            (st.job.addr == rx.src && k < st.job.packets).then_some(k)
-        }) else {
+        let Some(k) = self
+            .jobs
+            .get(j as usize)
+            .and_then(|st| st.packet(rx.src, rx.echo.seq))
+        else {
             return self.ignore(IgnoreReason::Duplicate);
         };
         let p = (self.jobs[j as usize].probe_base + k) as usize;
@@ -1183,16 +1194,14 @@ impl Sweep {
             let mut k = *map.get(&to)?;
             loop {
                 let st = jobs.get(k as usize)?;
-                if u32::from(seq.wrapping_sub(st.seq_base)) < st.job.packets {
+                if st.packet(to, seq).is_some() {
                     break k as usize;
                 }
                 k = st.next_same_addr;
             }
         };
         let st = self.jobs.get_mut(j)?;
-        if st.job.addr != to || u32::from(seq.wrapping_sub(st.seq_base)) >= st.job.packets {
-            return None;
-        }
+        st.packet(to, seq)?;
         st.stats.error = Some(error);
         self.counters.icmp_errors += 1;
         Some(j)

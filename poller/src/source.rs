@@ -144,7 +144,7 @@ const LINK_LOCAL_WHY: &str = "link-local (fe80::/10): it names a device only tog
     global or unique-local address";
 
 /// An address as a number (IPv4 in the low 32 bits).
-fn bits(ip: IpAddr) -> u128 {
+pub fn bits(ip: IpAddr) -> u128 {
     match ip {
         IpAddr::V4(a) => u128::from(u32::from(a)),
         IpAddr::V6(a) => u128::from(a),

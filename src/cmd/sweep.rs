@@ -120,10 +120,7 @@ impl Span {
                 (count, Box::new(hosts))
             }
             Span::Range(first, last) => {
-                let bits = |ip| match ip {
-                    IpAddr::V4(a) => u128::from(u32::from(a)),
-                    IpAddr::V6(a) => u128::from(a),
-                };
+                use poller::source::bits;
                 let (a, b) = (bits(first), bits(last));
                 let v4 = first.is_ipv4();
                 let ip = move |v: u128| match v4 {
@@ -720,6 +717,10 @@ mod tests {
         v.iter().map(|x| x.to_string()).collect()
     }
 
+    fn ips(v: &[&str]) -> Vec<IpAddr> {
+        v.iter().map(|a| a.parse().unwrap()).collect()
+    }
+
     /// `sweep`'s flags as clap reads them, on their own.
     #[derive(clap::Parser)]
     struct Cli {
@@ -791,7 +792,7 @@ mod tests {
     fn ranges_expand_to_every_address_of_them() {
         let got =
             expand_targets(&s(&["127.77.0.254-127.77.1.1", "127.77.2.1-3"]), 1, false).unwrap();
-        let want: Vec<IpAddr> = [
+        let want = ips(&[
             "127.77.0.254",
             "127.77.0.255",
             "127.77.1.0",
@@ -799,13 +800,10 @@ mod tests {
             "127.77.2.1",
             "127.77.2.2",
             "127.77.2.3",
-        ]
-        .iter()
-        .map(|a| a.parse().unwrap())
-        .collect();
+        ]);
         assert_eq!(got, want);
         let v6 = expand_targets(&s(&["::1-::1"]), 1, false).unwrap();
-        assert_eq!(v6, ["::1".parse::<IpAddr>().unwrap()]);
+        assert_eq!(v6, ips(&["::1"]));
         let err = |t: &str| format!("{:#}", expand_targets(&s(&[t]), 1, false).unwrap_err());
         assert!(
             err("127.77.0.9-127.77.0.1").contains("runs backwards"),
@@ -837,17 +835,14 @@ mod tests {
             expand_targets(&s(&["127.77.0.1", &format!("@{}", f.display())]), 1, false).unwrap();
         // A /30's network and broadcast addresses are left out (fping -g); a /31 has
         // neither.
-        let want: Vec<IpAddr> = [
+        let want = ips(&[
             "127.77.0.1",
             "127.77.1.1",
             "127.77.1.2",
             "::1",
             "127.77.2.0",
             "127.77.2.1",
-        ]
-        .iter()
-        .map(|a| a.parse().unwrap())
-        .collect();
+        ]);
         assert_eq!(got, want);
         // A list saved by a Windows editor or Excel starts with a byte order mark: not
         // part of its first address.
@@ -948,10 +943,7 @@ mod tests {
         // `::` no device's: ::1/127 would have probed it (and read ::1's reply as
         // redirected).
         let got = expand_targets(&s(&["fd00::/126", "fd00::10/127"]), 1, false).unwrap();
-        let want: Vec<IpAddr> = ["fd00::1", "fd00::2", "fd00::3", "fd00::10", "fd00::11"]
-            .iter()
-            .map(|a| a.parse().unwrap())
-            .collect();
+        let want = ips(&["fd00::1", "fd00::2", "fd00::3", "fd00::10", "fd00::11"]);
         assert_eq!(got, want);
         let e = expand_targets(&s(&["::/127"]), 1, false).unwrap_err();
         assert!(e.to_string().contains("the unspecified address ::"), "{e}");
