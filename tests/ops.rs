@@ -691,6 +691,14 @@ templates = ["icmp"]
     assert!(!out.contains("snmp.max_pps"), "{out}");
 }
 
+/// A config's `[daemon]` section with a spool in `dir` and nothing else.
+fn spool_only(dir: &std::path::Path) -> String {
+    format!(
+        "[daemon]\nspool_dir = \"{}\"\n",
+        dir.join("spool").display()
+    )
+}
+
 /// A file of no hosts (an empty or half-written one, a host list not generated yet, or
 /// one whose hosts are all other shards') polls nothing: `check-config` and the start say
 /// so, as they say it of a host without items. Neither fails (exit 0, started): a start
@@ -700,10 +708,7 @@ templates = ["icmp"]
 fn a_file_of_no_hosts_is_warned_of_by_check_config_and_the_start() {
     let dir = scratch("ops-no-hosts");
     let cfg = dir.join("c.toml");
-    let daemon = format!(
-        "[daemon]\nspool_dir = \"{}\"\n",
-        dir.join("spool").display()
-    );
+    let daemon = spool_only(&dir);
     std::fs::write(&cfg, &daemon).unwrap();
     let check = |extra: &[&str]| {
         succeeds(
@@ -755,10 +760,7 @@ fn check_config_lines_carry_their_priority_when_written_to_the_journal() {
     use std::os::unix::fs::MetadataExt as _;
     let dir = scratch("ops-journal-priority");
     let cfg = dir.join("c.toml");
-    let daemon = format!(
-        "[daemon]\nspool_dir = \"{}\"\n",
-        dir.join("spool").display()
-    );
+    let daemon = spool_only(&dir);
     let stream = dir.join("journal");
     let run = |toml: &str| {
         std::fs::write(&cfg, toml).unwrap();
