@@ -31,6 +31,8 @@ use serde::Deserialize;
 
 mod indices;
 pub use indices::{Indices, Row};
+pub mod span;
+pub use span::Span;
 
 /// Most addresses `host_ranges` may expand to in one file (1,048,576).
 pub const MAX_RANGE_HOSTS: usize = 1 << 20;
@@ -865,11 +867,14 @@ pub struct HostEntry {
     pub items: Vec<ItemEntry>,
 }
 
-/// `[[host_ranges]]`: one host per device address of a CIDR ([`range_hosts`]).
+/// `[[host_ranges]]`: one host per address of a CIDR's devices or of a range
+/// ([`Span`]): `cidr` or `range`, one of them.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HostRangeEntry {
-    pub cidr: String,
+    pub cidr: Option<String>,
+    /// `FIRST-LAST`: every address from one to the other ([`span::parse_range`]).
+    pub range: Option<String>,
     /// Host name pattern; `{ip}` is replaced by the address. Default `"{ip}"`.
     #[serde(default = "default_range_name")]
     pub name: String,
@@ -884,35 +889,6 @@ fn default_range_name() -> String {
     "{ip}".into()
 }
 
-/// The device addresses of `net` and how many: all but the network and broadcast
-/// addresses of an IPv4 prefix shorter than /31, and all but the network address (the
-/// Subnet-Router anycast address, RFC 4291, answered by a router of the subnet) of an
-/// IPv6 prefix shorter than /127. /31 and /127 are point-to-point links (RFC 3021,
-/// RFC 6164): both addresses. A host range and `sweep`'s targets expand this way.
-pub fn range_hosts(net: ipnet::IpNet) -> (u128, impl Iterator<Item = IpAddr>) {
-    let bits = u32::from(net.max_prefix_len() - net.prefix_len());
-    let all = 1u128.checked_shl(bits).unwrap_or(u128::MAX);
-    let (count, skip) = match net {
-        ipnet::IpNet::V4(_) if bits >= 2 => (all - 2, 0),
-        ipnet::IpNet::V6(_) if bits >= 2 => (all - 1, 1),
-        _ => (all, 0),
-    };
-    // `hosts()` leaves out IPv4's network and broadcast addresses already.
-    (count, net.hosts().skip(skip))
-}
-
-/// Whether `ip` is one of the addresses [`range_hosts`] gives of `net`: inside it, from
-/// its first host on, and not IPv4's broadcast address where the first host is not its
-/// network's.
-fn range_holds(net: ipnet::IpNet, ip: IpAddr) -> bool {
-    let (_, mut hosts) = range_hosts(net);
-    let Some(first) = hosts.next() else {
-        return false;
-    };
-    let broadcast_left_out = matches!(net, ipnet::IpNet::V4(_)) && first != net.network();
-    net.contains(&ip) && ip >= first && !(broadcast_left_out && ip == net.broadcast())
-}
-
 /// What a host's `ip` that does not parse most likely is: a network (a range's), or a
 /// name (never resolved: a poller must not depend on DNS, nor poll what it resolves to
 /// today).
@@ -921,6 +897,9 @@ fn ip_hint(ip: &str) -> &'static str {
     match ip.split_once('/') {
         Some((a, _)) if a.parse::<IpAddr>().is_ok() => {
             ": a network is a [[host_ranges]] entry's cidr; a host has one address"
+        }
+        _ if span::parse_range(ip).is_some() => {
+            ": a run of addresses is a [[host_ranges]] entry's range; a host has one address"
         }
         _ if ip.starts_with(|c: char| c.is_ascii_alphabetic()) && !ip.contains(':') => {
             ": names are never resolved, write the device's address"
@@ -1017,7 +996,8 @@ pub struct Config {
     /// The hosts whose items stand for discovered rows (before `--shard` selection).
     pub discovery: Vec<DiscoveryTarget>,
     /// What the file may well not mean but is valid (`check-config` prints them): a
-    /// `[[host_ranges]]` CIDR inside another's, whose addresses each range polls, a
+    /// `[[host_ranges]]` entry inside or overlapping another's, whose addresses each
+    /// range polls, a
     /// `[[hosts]]` address inside one, a host or range that polls nothing.
     pub warnings: Vec<ConfigError>,
 }
@@ -1709,11 +1689,6 @@ impl std::ops::BitOrAssign for Engines {
         self.icmp |= o.icmp;
         self.snmp |= o.snmp;
     }
-}
-
-/// `host_ranges[i].cidr`.
-fn range_cidr(i: usize) -> [Seg<'static>; 3] {
-    [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key("cidr")]
 }
 
 /// Where [`derive_itemid`]'s range starts: explicit itemids stay below it.
@@ -2803,34 +2778,33 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         }
         let mut budget = MAX_RANGE_HOSTS;
-        // The ranges' networks, for the overlap warning.
-        let mut nets: Vec<(ipnet::IpNet, usize)> = Vec::new();
+        // The ranges' spans, for the overlap warnings.
+        let mut spans: Vec<(Span, usize)> = Vec::new();
         for (i, r) in ranges {
             let origin = Origin::Range(*i as u32);
             let rp = origin.path();
             let at = |k| [rp[0].clone(), rp[1].clone(), Seg::Key(k)];
             // Each of its problems is reported (its items and `snmp` checked whatever
-            // its cidr or name); it is planned only without any.
+            // its addresses or name); it is planned only without any.
             let before = self.c.errors.len();
-            let net = self.range_net(&at("cidr"), &r.cidr);
-            let (count, hosts) = match net {
-                Some(n) => {
-                    nets.push((n, *i));
-                    let (count, hosts) = range_hosts(n);
+            let span = self.range_span(&rp, r);
+            let (count, hosts) = match span {
+                Some(sp) => {
+                    spans.push((sp, *i));
+                    let (count, hosts) = sp.hosts();
                     (count, Some(hosts))
                 }
                 None => (0, None),
             };
-            if count > budget as u128 {
+            if let Some(sp) = span.filter(|_| count > budget as u128) {
                 let what = match budget {
                     MAX_RANGE_HOSTS => String::new(),
                     left => format!(" (the ranges before it leave {left})"),
                 };
                 self.c.push(
-                    &at("cidr"),
+                    &at(sp.key()),
                     format!(
-                        "{} holds {count} hosts: more than the {MAX_RANGE_HOSTS} one file's ranges may hold{what}",
-                        r.cidr
+                        "{sp} holds {count} hosts: more than the {MAX_RANGE_HOSTS} one file's ranges may hold{what}"
                     ),
                 );
             } else {
@@ -2896,7 +2870,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         }
         drop(names);
-        let covers = self.range_overlaps(nets);
+        let covers = self.range_overlaps(spans);
         self.hosts_in_ranges(&covers, &out, &origins);
         // `[snmp]`'s SNMPv3 fields are defaults for hosts of version 3: with none, they
         // are a forgotten `version = "3"` (a host's own are checked with the host).
@@ -2929,6 +2903,10 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 Ok(()) => return Some(n),
                 Err(e) => e,
             },
+            // A range pasted where the network goes.
+            Err(_) if span::parse_range(cidr).is_some() => {
+                format!("{cidr:?} is a range of addresses: write it as range = {cidr:?}")
+            }
             Err(_) => format!(
                 "{cidr:?} is not a CIDR like 127.1.0.0/22{}",
                 cidr_hint(cidr)
@@ -2938,44 +2916,96 @@ impl<'c, 'a> Resolver<'c, 'a> {
         None
     }
 
-    /// Warns of each range whose network lies inside an earlier one's (CIDRs nest or
-    /// are apart): a host per address and range, so each of its addresses is polled as
-    /// two hosts. Valid (Zabbix lets hosts share an address), but more often a pasted
-    /// range than meant; the names then differ, or a duplicate name error says it.
-    /// Returns the ranges inside none other, by address (apart, so sorted by their ends
-    /// too), with their indices: what holds every range's address.
-    fn range_overlaps(
-        &mut self,
-        mut nets: Vec<(ipnet::IpNet, usize)>,
-    ) -> Vec<(ipnet::IpNet, usize)> {
-        // By network, the larger first: a network that holds the next one's first
-        // address holds all of it.
-        nets.sort_by_key(|(n, i)| (n.network(), n.prefix_len(), *i));
-        let mut covers: Vec<(ipnet::IpNet, usize)> = Vec::new();
-        for (n, i) in nets {
-            match covers.last() {
-                Some(&(c, j)) if c.contains(&n.network()) => {
-                    let (count, _) = range_hosts(n);
-                    self.c.warn(
-                        &range_cidr(i),
-                        format!(
-                            "{n} is inside {}: each of its {count} addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)",
-                            self.range_named(c, j)
-                        ),
-                    );
+    /// A range's addresses (`rp`: the range's path): its `cidr`'s or its `range`'s,
+    /// one of them; `None` when they are none a range may have: reported.
+    fn range_span(&mut self, rp: &[Seg<'_>], r: &HostRangeEntry) -> Option<Span> {
+        let at = |k: &'static str| under(rp, [Seg::Key(k)]);
+        let problem = match (&r.cidr, &r.range) {
+            (Some(cidr), None) => return self.range_net(&at("cidr"), cidr).map(Span::Net),
+            (None, Some(range)) => match span::parse_range(range) {
+                Some(Ok(sp)) => return Some(sp),
+                Some(Err(e)) => e,
+                None if range.trim().parse::<ipnet::IpNet>().is_ok() => {
+                    format!("{range:?} is a network: write it as cidr = {range:?}")
                 }
-                _ => covers.push((n, i)),
+                None => format!(
+                    "{range:?} is not a range like 127.1.0.10-127.1.0.99 (or 127.1.0.10-99: the last number alone)"
+                ),
+            },
+            (Some(_), Some(_)) => {
+                "cidr and range are both given: an entry has one of them (two entries poll both)"
+                    .to_string()
             }
+            (None, None) => {
+                self.c.push(
+                    rp,
+                    "a [[host_ranges]] entry needs cidr (a network: 198.51.100.0/24) or range (its first and last addresses: 198.51.100.10-198.51.100.99)",
+                );
+                return None;
+            }
+        };
+        self.c.push(&at("range"), problem);
+        None
+    }
+
+    /// Warns of each range whose addresses lie inside an earlier one's, or partly
+    /// overlap them (ranges may; CIDRs nest or are apart): a host per address and
+    /// range, so each address of both is polled as two hosts. Valid (Zabbix lets hosts
+    /// share an address), but more often a pasted range than meant; the names then
+    /// differ, or a duplicate name error says it. Returns the ranges inside none other,
+    /// with their indices, by first address: what holds every range's address, their
+    /// last addresses rising too (none inside another), so that the last one starting
+    /// at or before an address is the one that can hold it.
+    fn range_overlaps(&mut self, mut spans: Vec<(Span, usize)>) -> Vec<(Span, usize)> {
+        // By first address, the larger first: a range inside any earlier one is inside
+        // the last kept (its last address is the highest yet).
+        spans.sort_by_key(|&(sp, i)| {
+            let (first, last) = sp.bounds();
+            (first, std::cmp::Reverse(last), i)
+        });
+        let mut covers: Vec<(Span, usize)> = Vec::new();
+        for (sp, i) in spans {
+            let (first, last) = sp.bounds();
+            let Some(&(c, j)) = covers.last() else {
+                covers.push((sp, i));
+                continue;
+            };
+            let (_, c_last) = c.bounds();
+            // Apart (or of the other family: IPv6 addresses order after IPv4's).
+            if first > c_last {
+                covers.push((sp, i));
+                continue;
+            }
+            let at = [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key(sp.key())];
+            let named = self.range_named(c, j);
+            if last <= c_last {
+                let (count, _) = sp.hosts();
+                self.c.warn(
+                    &at,
+                    format!(
+                        "{sp} is inside {named}: each of its {count} addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)"
+                    ),
+                );
+                continue;
+            }
+            let (count, _) = Span::Range(first, c_last).hosts();
+            self.c.warn(
+                &at,
+                format!(
+                    "{sp} overlaps {named}: each of the {count} addresses {first}-{c_last} is polled twice, as a host of each range (ranges apart poll each address once)"
+                ),
+            );
+            covers.push((sp, i));
         }
         covers
     }
 
-    /// `host_ranges[0] (127.0.0.0/24, line 12)`: range `i` of network `n`, to name in a
-    /// warning of another key.
-    fn range_named(&self, n: ipnet::IpNet, i: usize) -> String {
-        let line =
-            (self.c.loc.line(&range_cidr(i))).map_or(String::new(), |l| format!(", line {l}"));
-        format!("host_ranges[{i}] ({n}{line})")
+    /// `host_ranges[0] (127.0.0.0/24, line 12)`: range `i` of addresses `sp`, to name
+    /// in a warning of another key.
+    fn range_named(&self, sp: Span, i: usize) -> String {
+        let at = [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key(sp.key())];
+        let line = (self.c.loc.line(&at)).map_or(String::new(), |l| format!(", line {l}"));
+        format!("host_ranges[{i}] ({sp}{line})")
     }
 
     /// Warns of each `[[hosts]]` entry whose address a range holds (`covers`:
@@ -2989,13 +3019,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
     /// one mistake, not thousands of lines at each reload. A binary search per host:
     /// ranges may be many too; the ranges' engines are looked up only when a host is
     /// inside one.
-    fn hosts_in_ranges(
-        &mut self,
-        covers: &[(ipnet::IpNet, usize)],
-        out: &[HostSpec],
-        origins: &[Origin],
-    ) {
-        let inside: Vec<(&HostSpec, usize, ipnet::IpNet, usize)> = out
+    fn hosts_in_ranges(&mut self, covers: &[(Span, usize)], out: &[HostSpec], origins: &[Origin]) {
+        let inside: Vec<(&HostSpec, usize, Span, usize)> = out
             .iter()
             .zip(origins)
             .filter_map(|(h, o)| match o {
@@ -3003,9 +3028,9 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 Origin::Range(_) => None,
             })
             .filter_map(|(h, i)| {
-                let after = covers.partition_point(|(n, _)| n.network() <= h.ip);
-                let &(n, j) = &covers[after.checked_sub(1)?];
-                range_holds(n, h.ip).then_some((h, i, n, j))
+                let after = covers.partition_point(|(sp, _)| sp.bounds().0 <= h.ip);
+                let &(sp, j) = &covers[after.checked_sub(1)?];
+                sp.holds(h.ip).then_some((h, i, sp, j))
             })
             .collect();
         if inside.is_empty() {
@@ -3042,7 +3067,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
         if more > 0 {
             self.c.warn(
                 &[],
-                format!("{more} more [[hosts]] entries lie inside a [[host_ranges]] CIDR that polls them by the same engine, each polled twice too (the first {LISTED_HOSTS_IN_RANGES} are named above)"),
+                format!("{more} more [[hosts]] entries lie inside a [[host_ranges]] entry that polls them by the same engine, each polled twice too (the first {LISTED_HOSTS_IN_RANGES} are named above)"),
             );
         }
     }

@@ -445,6 +445,46 @@ fn process_shards_poll_every_host_exactly_once() {
     );
 }
 
+/// A `[[host_ranges]]` entry of `range` polls every address from its first to its
+/// last, network- and broadcast-like ones too (.255, .0: the range says which), each a
+/// host named by the pattern (loopback answers them all).
+#[test]
+fn a_range_entry_polls_every_address_of_it() {
+    let dir = scratch("daemon-range");
+    let cfg_path = dir.join("range.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[daemon]\nspool_dir = \"{}\"\n[icmp]\ntimeout = \"300ms\"\npackets = 1\n\
+             [[host_ranges]]\nrange = \"127.0.231.254-127.0.232.1\"\nname = \"pool-{{ip}}\"\n\
+             items = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
+            dir.join("spool").display()
+        ),
+    )
+    .unwrap();
+    let mut got: Vec<(String, String)> = poll_once_json(&cfg_path, &[])
+        .iter()
+        .map(|v| {
+            assert_eq!(v["value"], 1, "loopback answers: {v}");
+            (
+                v["host"].as_str().unwrap().into(),
+                v["ip"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    got.sort();
+    let want: Vec<(String, String)> = [
+        "127.0.231.254",
+        "127.0.231.255",
+        "127.0.232.0",
+        "127.0.232.1",
+    ]
+    .iter()
+    .map(|ip| (format!("pool-{ip}"), ip.to_string()))
+    .collect();
+    assert_eq!(got, want);
+}
+
 /// Two process shards of ONE file on one machine, as packaging/netpoller@.service.d
 /// runs them: each with its own spool (`--spool-dir`) and metrics port
 /// (`--metrics-listen`, or `$NETPOLLER_METRICS_LISTEN` from a drop-in), the file's

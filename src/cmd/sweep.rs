@@ -1,7 +1,7 @@
 //! `netpoller sweep`: one ICMP sweep from the command line, fping-style.
 //!
 //! Targets are IP addresses, ranges (`FIRST-LAST`, every address of it, as `fping -g
-//! FIRST LAST`; `192.0.2.1-254`), CIDR prefixes (their host addresses, as `fping -g` and
+//! FIRST LAST` and a `[[host_ranges]]` entry's `range`; `192.0.2.1-254`), CIDR prefixes (their host addresses, as `fping -g` and
 //! `[[host_ranges]]` take them: network and broadcast addresses excluded below /31, an
 //! IPv6 network's address below /127) or `@file` (`@-`: standard input; one address, CIDR or range per line, `#`
 //! comments; a byte order mark at its start, a Windows editor's or Excel's, is
@@ -31,6 +31,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::config::span::{parse_range, Span};
 use anyhow::{bail, Context};
 use ipnet::IpNet;
 use output::Output;
@@ -103,42 +104,10 @@ pub struct Args {
     pub targets: Vec<String>,
 }
 
-/// A target's addresses: a prefix's device addresses ([`crate::config::range_hosts`]),
-/// or every address from one to another, both included (fping's `-g FIRST LAST`).
-#[derive(Debug, Clone, Copy)]
-enum Span {
-    Net(IpNet),
-    Range(IpAddr, IpAddr),
-}
-
-impl Span {
-    /// How many addresses, and they.
-    fn hosts(self) -> (u128, Box<dyn Iterator<Item = IpAddr>>) {
-        match self {
-            Span::Net(net) => {
-                let (count, hosts) = crate::config::range_hosts(net);
-                (count, Box::new(hosts))
-            }
-            Span::Range(first, last) => {
-                use poller::source::bits;
-                let (a, b) = (bits(first), bits(last));
-                let v4 = first.is_ipv4();
-                let ip = move |v: u128| match v4 {
-                    true => IpAddr::from(std::net::Ipv4Addr::from(v as u32)),
-                    false => IpAddr::from(std::net::Ipv6Addr::from(v)),
-                };
-                ((b - a).saturating_add(1), Box::new((a..=b).map(ip)))
-            }
-        }
-    }
-}
-
 fn parse_target(s: &str) -> anyhow::Result<Span> {
     // A range begins with an address (a name with a dash is a name, said to be one).
-    if let Some((first, last)) = s.split_once('-') {
-        if let Ok(first) = first.trim().parse() {
-            return parse_range(s, first, last.trim());
-        }
+    if let Some(range) = parse_range(s) {
+        return range.map_err(anyhow::Error::msg);
     }
     if s.contains('/') {
         // ipnet says "invalid IP address syntax" of a prefix too long for its family;
@@ -164,38 +133,8 @@ fn parse_target(s: &str) -> anyhow::Result<Span> {
     }
 }
 
-/// `FIRST-LAST` (`s`): every address from one to the other, both included, as fping's
-/// `-g FIRST LAST` (network and broadcast addresses too: the range says which); LAST
-/// may be an IPv4 address's last number alone (`192.0.2.1-254`, as nmap and Zabbix's
-/// discovery ranges write it).
-fn parse_range(s: &str, first: IpAddr, last: &str) -> anyhow::Result<Span> {
-    let bad = |why: &str| anyhow::anyhow!("invalid range {s:?}: {why}");
-    let last: IpAddr = match (first, last.parse::<u8>()) {
-        (IpAddr::V4(a), Ok(n)) => {
-            let [x, y, z, _] = a.octets();
-            IpAddr::from([x, y, z, n])
-        }
-        _ => last.parse().map_err(|_| {
-            bad(&format!(
-                "{last:?} is neither an IP address nor an IPv4 address's last number (0-255)"
-            ))
-        })?,
-    };
-    if first.is_ipv4() != last.is_ipv4() {
-        return Err(bad("its ends are of two address families"));
-    }
-    if last < first {
-        return Err(bad("it runs backwards (write the lower address first)"));
-    }
-    for ip in [first, last] {
-        poller::source::check_address(ip).map_err(anyhow::Error::msg)?;
-    }
-    poller::source::check_range(first, last).map_err(anyhow::Error::msg)?;
-    Ok(Span::Range(first, last))
-}
-
 /// Expands targets into unique addresses, in order of first appearance (a CIDR's device
-/// addresses, as a host range's: [`crate::config::range_hosts`]), refusing too many
+/// addresses and a range's addresses, as a host range's: [`Span`]), refusing too many
 /// (for `count` packets each) before anything is allocated.
 pub fn expand_targets(targets: &[String], count: u32, force: bool) -> anyhow::Result<Vec<IpAddr>> {
     let mut nets = Vec::new();

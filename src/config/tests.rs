@@ -1156,6 +1156,9 @@ fn a_host_ip_that_is_a_name_or_a_network_says_what_to_write() {
         "is not an IP address: a network is a [[host_ranges]] entry's cidr; a host has one address"
     ));
     assert!(err("fe80::1/64").ends_with("a host has one address"));
+    assert!(err("127.0.20.1-9").ends_with(
+        "is not an IP address: a run of addresses is a [[host_ranges]] entry's range; a host has one address"
+    ));
     assert!(err("127.0.20.300").ends_with("\"127.0.20.300\" is not an IP address"));
     // An address with its port (a Prometheus target), a Zabbix macro: said as such.
     for ip in ["127.0.20.1:1161", "[::1]:161"] {
@@ -1177,9 +1180,124 @@ fn a_host_ip_that_is_a_name_or_a_network_says_what_to_write() {
 /// A `[[host_ranges]]` entry of `cidr` whose hosts are named `{name}-{ip}`, of the
 /// `icmp` template.
 fn icmp_range(cidr: &str, name: &str) -> String {
+    icmp_addresses("cidr", cidr, name)
+}
+
+/// A `[[host_ranges]]` entry whose addresses are `key = "value"` (`cidr` or `range`),
+/// its hosts named `{name}-{ip}`, of the `icmp` template.
+fn icmp_addresses(key: &str, value: &str, name: &str) -> String {
     format!(
-        "[[host_ranges]]\ncidr = \"{cidr}\"\nname = \"{name}-{{ip}}\"\ntemplates = [\"icmp\"]\n"
+        "[[host_ranges]]\n{key} = \"{value}\"\nname = \"{name}-{{ip}}\"\ntemplates = [\"icmp\"]\n"
     )
+}
+
+/// A `range` (FIRST-LAST) entry polls every address from the first to the last, both
+/// included, network and broadcast addresses too (the range says which), as `sweep`
+/// takes it; the last number alone is the first's last; what is wrong is said at
+/// `range`, a range written as `cidr` (or a network as `range`) with the key it goes
+/// in, and an entry needs one of the two.
+#[test]
+fn a_range_entry_polls_every_address_from_first_to_last() {
+    let names = |range: &str| -> Vec<String> {
+        let c = parse(&format!(
+            "{TEMPLATE}{}",
+            icmp_addresses("range", range, "p")
+        ))
+        .unwrap_or_else(|e| panic!("{range}: {e:#?}"));
+        c.hosts.iter().map(|h| h.name.to_string()).collect()
+    };
+    assert_eq!(
+        names("127.0.231.254-127.0.232.1"),
+        [
+            "p-127.0.231.254",
+            "p-127.0.231.255",
+            "p-127.0.232.0",
+            "p-127.0.232.1"
+        ]
+    );
+    assert_eq!(
+        names("127.0.231.7-9"),
+        ["p-127.0.231.7", "p-127.0.231.8", "p-127.0.231.9"]
+    );
+    assert_eq!(names("fd00::ff-fd00::100"), ["p-fd00::ff", "p-fd00::100"]);
+    let err = |entry: &str| {
+        let e = one_err(&format!(
+            "{TEMPLATE}[[host_ranges]]\n{entry}\ntemplates = [\"icmp\"]\n"
+        ));
+        (e.path, e.message)
+    };
+    let at = |k: &str| format!("host_ranges[0]{k}");
+    assert_eq!(
+        err("range = \"127.0.231.9-127.0.231.1\""),
+        (at(".range"), "invalid range \"127.0.231.9-127.0.231.1\": it runs backwards (write the lower address first)".into())
+    );
+    assert_eq!(
+        err("range = \"127.0.231.0/29\""),
+        (
+            at(".range"),
+            "\"127.0.231.0/29\" is a network: write it as cidr = \"127.0.231.0/29\"".into()
+        )
+    );
+    assert_eq!(
+        err("range = \"127.0.231.1\""),
+        (at(".range"), "\"127.0.231.1\" is not a range like 127.1.0.10-127.1.0.99 (or 127.1.0.10-99: the last number alone)".into())
+    );
+    assert_eq!(
+        err("cidr = \"127.0.231.1-127.0.231.5\""),
+        (at(".cidr"), "\"127.0.231.1-127.0.231.5\" is a range of addresses: write it as range = \"127.0.231.1-127.0.231.5\"".into())
+    );
+    assert_eq!(
+        err("cidr = \"127.0.231.0/29\"\nrange = \"127.0.231.1-5\""),
+        (
+            at(".range"),
+            "cidr and range are both given: an entry has one of them (two entries poll both)"
+                .into()
+        )
+    );
+    assert_eq!(
+        err("name = \"p-{ip}\""),
+        (at(""), "a [[host_ranges]] entry needs cidr (a network: 198.51.100.0/24) or range (its first and last addresses: 198.51.100.10-198.51.100.99)".into())
+    );
+    let (path, message) = err("range = \"224.0.0.1-224.0.0.9\"");
+    assert_eq!(path, at(".range"));
+    assert!(message.contains("multicast"), "{message}");
+    // The ranges' budget, at the key that asks too much.
+    assert_eq!(
+        err("range = \"127.0.0.0-127.31.255.255\""),
+        (at(".range"), "127.0.0.0-127.31.255.255 holds 2097152 hosts: more than the 1048576 one file's ranges may hold".into())
+    );
+}
+
+/// Ranges overlap where CIDRs only nest: one inside another is warned of as a CIDR
+/// inside another, one that overlaps another in part names the addresses polled twice,
+/// whichever kinds they are; a range that begins at a CIDR's broadcast address (no
+/// host of it) overlaps nothing. A host inside a range is warned of as inside a CIDR.
+#[test]
+fn ranges_that_overlap_are_warned_of_with_the_addresses_they_share() {
+    let text = format!(
+        "{TEMPLATE}{}{}{}{}{}{}[[hosts]]\nname = \"h\"\nip = \"127.0.233.4\"\ntemplates = [\"icmp\"]\n",
+        icmp_addresses("cidr", "127.0.231.0/28", "a"),
+        icmp_addresses("range", "127.0.231.3-5", "b"),
+        icmp_addresses("range", "127.0.231.10-127.0.231.20", "c"),
+        icmp_addresses("range", "127.0.232.0-127.0.232.10", "d"),
+        icmp_addresses("cidr", "127.0.232.4/30", "e"),
+        icmp_addresses("range", "127.0.233.0-127.0.233.9", "f"),
+    );
+    let cfg = parse(&text).unwrap_or_else(|e| panic!("{e:#?}"));
+    let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(
+        w,
+        [
+            "line 14: host_ranges[1].range: 127.0.231.3-127.0.231.5 is inside host_ranges[0] (127.0.231.0/28, line 10): each of its 3 addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)",
+            "line 18: host_ranges[2].range: 127.0.231.10-127.0.231.20 overlaps host_ranges[0] (127.0.231.0/28, line 10): each of the 5 addresses 127.0.231.10-127.0.231.14 is polled twice, as a host of each range (ranges apart poll each address once)",
+            "line 26: host_ranges[4].cidr: 127.0.232.4/30 is inside host_ranges[3] (127.0.232.0-127.0.232.10, line 22): each of its 2 addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)",
+            "line 35: hosts[0].ip: 127.0.233.4 is inside host_ranges[5] (127.0.233.0-127.0.233.9, line 30), which polls it by ICMP too: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)",
+        ],
+    );
+    // From the CIDR's broadcast address on: no host of both.
+    let after = text.replace("127.0.231.10-127.0.231.20", "127.0.231.15-127.0.231.20");
+    let cfg = parse(&after).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(cfg.warnings.len(), 3, "{:#?}", cfg.warnings);
 }
 
 /// A range inside another loads (hosts may share an address), with a warning at the
@@ -1290,7 +1408,7 @@ fn a_host_inside_a_range_is_warned_of_at_its_ip() {
     );
     assert_eq!(
         w[10],
-        "2 more [[hosts]] entries lie inside a [[host_ranges]] CIDR that polls them by the same engine, each polled twice too (the first 10 are named above)"
+        "2 more [[hosts]] entries lie inside a [[host_ranges]] entry that polls them by the same engine, each polled twice too (the first 10 are named above)"
     );
 }
 
