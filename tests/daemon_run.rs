@@ -410,18 +410,28 @@ fn a_slow_device_does_not_hold_back_the_hosts_of_its_iteration() {
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
 
-#[test]
-fn process_shards_poll_every_host_exactly_once() {
-    let dir = scratch("daemon-shards");
-    let cfg_path = dir.join("shards.toml");
+/// A file in a scratch folder of `name` whose one `[[host_ranges]]` entry has
+/// `addresses` (`cidr = ...` or `range = ...`), its hosts named `{prefix}-{ip}`, each
+/// pinged once by `icmpping` (300 ms timeout).
+fn pinged_range(name: &str, addresses: &str, prefix: &str) -> std::path::PathBuf {
+    let dir = scratch(name);
+    let cfg_path = dir.join("c.toml");
     std::fs::write(
         &cfg_path,
         format!(
-            "[daemon]\nspool_dir = \"{}\"\n[icmp]\ntimeout = \"300ms\"\npackets = 1\n[[templates]]\nname = \"icmp\"\nitems = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n[[host_ranges]]\ncidr = \"127.0.71.0/26\"\nname = \"cpe-{{ip}}\"\ntemplates = [\"icmp\"]\n",
+            "[daemon]\nspool_dir = \"{}\"\n[icmp]\ntimeout = \"300ms\"\npackets = 1\n\
+             [[host_ranges]]\n{addresses}\nname = \"{prefix}-{{ip}}\"\n\
+             items = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
             dir.join("spool").display()
         ),
     )
     .unwrap();
+    cfg_path
+}
+
+#[test]
+fn process_shards_poll_every_host_exactly_once() {
+    let cfg_path = pinged_range("daemon-shards", "cidr = \"127.0.71.0/26\"", "cpe");
     let mut seen: Vec<HashSet<String>> = Vec::new();
     for shard in ["0/2", "1/2"] {
         let hosts: HashSet<String> = poll_once_json(&cfg_path, &["--shard", shard])
@@ -450,18 +460,11 @@ fn process_shards_poll_every_host_exactly_once() {
 /// host named by the pattern (loopback answers them all).
 #[test]
 fn a_range_entry_polls_every_address_of_it() {
-    let dir = scratch("daemon-range");
-    let cfg_path = dir.join("range.toml");
-    std::fs::write(
-        &cfg_path,
-        format!(
-            "[daemon]\nspool_dir = \"{}\"\n[icmp]\ntimeout = \"300ms\"\npackets = 1\n\
-             [[host_ranges]]\nrange = \"127.0.231.254-127.0.232.1\"\nname = \"pool-{{ip}}\"\n\
-             items = [ {{ key = \"icmpping\", interval = \"10s\" }} ]\n",
-            dir.join("spool").display()
-        ),
-    )
-    .unwrap();
+    let cfg_path = pinged_range(
+        "daemon-range",
+        "range = \"127.0.231.254-127.0.232.1\"",
+        "pool",
+    );
     let mut got: Vec<(String, String)> = poll_once_json(&cfg_path, &[])
         .iter()
         .map(|v| {

@@ -744,19 +744,12 @@ mod tests {
         let v6 = expand_targets(&s(&["::1-::1"]), 1, false).unwrap();
         assert_eq!(v6, ips(&["::1"]));
         let err = |t: &str| format!("{:#}", expand_targets(&s(&[t]), 1, false).unwrap_err());
-        assert!(
-            err("127.77.0.9-127.77.0.1").contains("runs backwards"),
-            "{}",
-            err("127.77.0.9-127.77.0.1")
+        // A range's own errors (config::span's tests) reach the user as they are.
+        assert_eq!(
+            err("127.77.0.9-127.77.0.1"),
+            "invalid range \"127.77.0.9-127.77.0.1\": it runs backwards (write the lower address first)"
         );
-        assert!(err("127.77.0.1-::1").contains("two address families"));
-        assert!(err("127.77.0.1-256").contains("neither an IP address"));
         assert!(err("host-1").contains("names are not resolved"));
-        assert!(
-            err("224.0.0.1-224.0.0.5").contains("multicast"),
-            "{}",
-            err("224.0.0.1-224.0.0.5")
-        );
         // Past the limit without --force, before anything is allocated.
         assert!(err("10.0.0.0-10.255.255.255").contains("more than 1048576"));
     }
