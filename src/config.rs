@@ -1007,18 +1007,24 @@ pub struct Config {
 pub struct ConfigError {
     /// Key path, e.g. `hosts[2].ip`.
     pub path: String,
-    /// 1-based line of that key, when known.
+    /// 1-based line of that key, when known (in `file`, when one is named).
     pub line: Option<usize>,
+    /// The file of a directory config that the line is of ([`read_config`]).
+    pub file: Option<Arc<str>>,
     pub message: String,
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.line, self.path.is_empty()) {
-            (Some(l), false) => write!(f, "line {l}: {}: {}", self.path, self.message),
-            (Some(l), true) => write!(f, "line {l}: {}", self.message),
-            (None, false) => write!(f, "{}: {}", self.path, self.message),
-            (None, true) => f.write_str(&self.message),
+        match (&self.file, self.line) {
+            (Some(file), Some(l)) => write!(f, "{file}, line {l}: ")?,
+            (None, Some(l)) => write!(f, "line {l}: ")?,
+            (Some(file), None) => write!(f, "{file}: ")?,
+            (None, None) => {}
+        }
+        match self.path.is_empty() {
+            false => write!(f, "{}: {}", self.path, self.message),
+            true => f.write_str(&self.message),
         }
     }
 }
@@ -1042,7 +1048,7 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
-/// Read and validate a config file.
+/// Read and validate a config file (or directory: [`read_config`]).
 pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
     load_found(path, &Found::default()).map(|(c, _)| c)
 }
@@ -1050,16 +1056,106 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 /// [`load`] with the rows discovery has `found`; also returns the file's text (the
 /// daemon re-plans from it when discovery finds other rows).
 pub fn load_found(path: &Path, found: &Found) -> Result<(Config, Arc<str>), ConfigErrors> {
-    let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors {
+    let text = read_config(path)?;
+    let cfg = parse_text(path, &text, found)?;
+    Ok((cfg, text.into()))
+}
+
+/// The line that begins each file of a directory config in its text: what places an
+/// error's line in its file ([`file_starts`]). A comment, for TOML.
+const FILE_MARK: &str = "#netpoller: file ";
+
+/// The text of the config at `path`: a file's, or a directory's, whose `*.toml` files
+/// (not hidden ones, not in folders under it) are read in the order of their names
+/// as one file, as `conf.d` folders are: a file per site or team, dropped in by
+/// configuration management. Each file is checked on its own first, so that its
+/// errors of TOML syntax are said at its own lines, and every file but the first must
+/// begin with a table header: its keys would otherwise be read under the last header
+/// of the file before it.
+pub fn read_config(path: &Path) -> Result<String, ConfigErrors> {
+    let fail = |file: Option<&str>, line: Option<usize>, message: String| ConfigErrors {
         source: path.display().to_string(),
         errors: vec![ConfigError {
             path: String::new(),
-            line: None,
-            message: format!("cannot read: {e}"),
+            line,
+            file: file.map(Into::into),
+            message,
         }],
-    })?;
-    let cfg = parse_text(path, &text, found)?;
-    Ok((cfg, text.into()))
+    };
+    let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("cannot read: {e}"));
+    if !path.is_dir() {
+        return read(path).map_err(|e| fail(None, None, e));
+    }
+    let entries =
+        std::fs::read_dir(path).map_err(|e| fail(None, None, format!("cannot read: {e}")))?;
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".toml") && !n.starts_with('.') && path.join(n).is_file())
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return Err(fail(
+            None,
+            None,
+            "no *.toml file in this directory (a directory config is its *.toml files, read in the order of their names as one file)".into(),
+        ));
+    }
+    let mut text = String::new();
+    for (k, name) in names.iter().enumerate() {
+        let body = read(&path.join(name)).map_err(|e| fail(Some(name), None, e))?;
+        let body = crate::cmd::without_bom(&body);
+        if let Err(e) = body.parse::<toml::Table>() {
+            let line = e
+                .span()
+                .map(|s| body[..s.start.min(body.len())].matches('\n').count() + 1);
+            return Err(fail(Some(name), line, e.message().to_string()));
+        }
+        let first = body
+            .lines()
+            .enumerate()
+            .map(|(n, l)| (n + 1, l.trim()))
+            .find(|(_, l)| !l.is_empty() && !l.starts_with('#'));
+        if let Some((line, l)) = first.filter(|(_, l)| k > 0 && !l.starts_with('[')) {
+            return Err(fail(
+                Some(name),
+                Some(line),
+                format!(
+                    "{l:?} comes before any table header: in a directory, each file but the first begins with one ([daemon], [[hosts]], ...), or its keys would be read under the last header of {}",
+                    names[k - 1]
+                ),
+            ));
+        }
+        text.push_str(FILE_MARK);
+        text.push_str(name);
+        text.push('\n');
+        text.push_str(body);
+        if !body.ends_with('\n') {
+            text.push('\n');
+        }
+    }
+    Ok(text)
+}
+
+/// Where each file of a directory config's text begins: the line of its
+/// [`FILE_MARK`] and its name, in order; none for a file's text (which does not begin
+/// with one).
+fn file_starts(text: &str) -> Vec<(usize, Arc<str>)> {
+    if !text.starts_with(FILE_MARK) {
+        return Vec::new();
+    }
+    text.lines()
+        .enumerate()
+        .filter_map(|(n, l)| Some((n + 1, l.strip_prefix(FILE_MARK)?.into())))
+        .collect()
+}
+
+/// `line` of a config's text as the file it is in and its line there.
+fn place(starts: &[(usize, Arc<str>)], line: usize) -> (Option<Arc<str>>, usize) {
+    match starts.iter().rev().find(|(at, _)| *at < line) {
+        Some((at, file)) => (Some(file.clone()), line - at),
+        None => (None, line),
+    }
 }
 
 /// Parses the `text` read from `path` (named in errors).
@@ -1076,6 +1172,8 @@ pub fn parse_text(path: &Path, text: &str, found: &Found) -> Result<Config, Conf
 struct Locator<'a> {
     text: &'a str,
     root: Option<toml::Spanned<toml::de::DeTable<'a>>>,
+    /// A directory config's files ([`file_starts`]).
+    files: Vec<(usize, Arc<str>)>,
 }
 
 #[derive(Debug, Clone)]
@@ -1096,6 +1194,7 @@ impl<'a> Locator<'a> {
         Locator {
             text,
             root: toml::de::DeTable::parse(text).ok(),
+            files: file_starts(text),
         }
     }
 
@@ -1160,6 +1259,7 @@ impl Collector<'_> {
         ConfigError {
             path: render_path(path),
             line: self.loc.line(path),
+            file: None,
             message: message.into(),
         }
     }
@@ -1769,11 +1869,19 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
             let line = e
                 .span()
                 .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-            return Err(vec![ConfigError {
+            let mut message = e.message().to_string();
+            // Each file of a directory read on its own first: a duplicate now is
+            // another file's.
+            if message.starts_with("duplicate key") && text.starts_with(FILE_MARK) {
+                message.push_str(": a file before this one gives it too (a [table] is written in one file; [[hosts]] and the other arrays of tables may be in several)");
+            }
+            let error = ConfigError {
                 path: String::new(),
                 line,
-                message: e.message().to_string(),
-            }]);
+                file: None,
+                message,
+            };
+            return Err(in_files(text, vec![error]));
         }
     };
     let mut c = Collector {
@@ -1918,12 +2026,24 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
             snmp,
             hosts: resolved,
             discovery,
-            warnings: c.warnings,
+            warnings: in_files(text, c.warnings),
         })
     } else {
         c.errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
-        Err(c.errors)
+        Err(in_files(text, c.errors))
     }
+}
+
+/// `errors` (at lines of `text`) placed in the files of a directory config's text.
+fn in_files(text: &str, mut errors: Vec<ConfigError>) -> Vec<ConfigError> {
+    let starts = file_starts(text);
+    for e in errors.iter_mut().filter(|_| !starts.is_empty()) {
+        if let Some(line) = e.line {
+            let (file, line) = place(&starts, line);
+            (e.file, e.line) = (file, Some(line));
+        }
+    }
+    errors
 }
 
 fn check_daemon(c: &mut Collector<'_>, d: &DaemonSection) {
@@ -3004,7 +3124,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
     /// in a warning of another key.
     fn range_named(&self, sp: Span, i: usize) -> String {
         let at = [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key(sp.key())];
-        let line = (self.c.loc.line(&at)).map_or(String::new(), |l| format!(", line {l}"));
+        let line = match self.c.loc.line(&at).map(|l| place(&self.c.loc.files, l)) {
+            Some((Some(file), l)) => format!(", {file} line {l}"),
+            Some((None, l)) => format!(", line {l}"),
+            None => String::new(),
+        };
         format!("host_ranges[{i}] ({sp}{line})")
     }
 

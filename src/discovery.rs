@@ -764,6 +764,7 @@ mod tests {
             errors: vec![crate::config::ConfigError {
                 path: "hosts[2]".into(),
                 line: None,
+                file: None,
                 message: why.into(),
             }],
         }

@@ -15,8 +15,9 @@ use crate::telemetry::{eprint_at, print_at};
 /// Arguments of `netpoller check-config`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Configuration file (TOML).
-    #[arg(short, long, value_name = "FILE")]
+    /// Configuration file (TOML), or a directory of them: its *.toml files, read in
+    /// the order of their names as one file (a conf.d).
+    #[arg(short, long, value_name = "PATH")]
     pub config: PathBuf,
     /// Also say what loading FILE in place of RUNNING would change: hosts and items
     /// added, removed and changed, as the daemon's reload log line counts them (a

@@ -23,8 +23,9 @@ use poller::plan::Plan;
 /// (`run` and `poll-once`).
 #[derive(clap::Args, Debug, Clone)]
 pub struct PlanArgs {
-    /// Configuration file (TOML).
-    #[arg(short, long, value_name = "FILE")]
+    /// Configuration file (TOML), or a directory of them: its *.toml files, read in
+    /// the order of their names as one file (a conf.d).
+    #[arg(short, long, value_name = "PATH")]
     pub config: PathBuf,
     /// Poll only the hosts of shard I of N (stable hash of the host name), e.g. `0/2`.
     /// Overrides `daemon.shard`.

@@ -3759,3 +3759,59 @@ fn a_level_without_its_passphrase_names_the_passphrase() {
     }
     assert!(usm("authpass1", "privpass1").user().is_ok());
 }
+
+/// A directory config's problems are said at the file and line they are in, the
+/// joined text's lines never shown: TOML syntax (each file read on its own first, so an
+/// unclosed string cannot swallow the next file), keys before any table header in a
+/// file after the first (they would join the file before's last table), a section
+/// that two files give, a key's refused value, and a warning naming another file's
+/// key. A folder with no `*.toml` file is refused rather than read as no hosts.
+#[test]
+fn a_directory_configs_problems_are_named_by_file_and_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path();
+    let write = |name: &str, text: &str| std::fs::write(conf.join(name), text).unwrap();
+    let shown = || match load(conf) {
+        Ok(c) => c.warnings.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+        Err(e) => e.errors.iter().map(|e| e.to_string()).collect(),
+    };
+    assert_eq!(
+        shown(),
+        ["no *.toml file in this directory (a directory config is its *.toml files, read in the order of their names as one file)"]
+    );
+    write("a.toml", TEMPLATE);
+    write("b.toml", &icmp_range("127.0.231.0/28", "b"));
+    // \u{feff}: a Windows editor's byte order mark, read past.
+    write(
+        "c.toml",
+        &format!("\u{feff}# c\n\n{}", icmp_range("127.0.231.4/30", "c")),
+    );
+    assert_eq!(
+        shown(),
+        ["c.toml, line 4: host_ranges[1].cidr: 127.0.231.4/30 is inside host_ranges[0] (127.0.231.0/28, b.toml line 2): each of its 2 addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)"]
+    );
+    write(
+        "c.toml",
+        "# c\n[[hosts]]\nname = \"h\"\nip = \"127.0.231.300\"\ntemplates = [\"icmp\"]\n",
+    );
+    assert_eq!(
+        shown(),
+        ["c.toml, line 4: hosts[0].ip: \"127.0.231.300\" is not an IP address"]
+    );
+    write("c.toml", "# c\n[[hosts]]\nname = \"h\n");
+    assert_eq!(
+        shown(),
+        ["c.toml, line 3: invalid basic string, expected `\"`"]
+    );
+    write("c.toml", "\n# c\nname = \"h\"\n[[hosts]]\n");
+    assert_eq!(
+        shown(),
+        ["c.toml, line 3: \"name = \\\"h\\\"\" comes before any table header: in a directory, each file but the first begins with one ([daemon], [[hosts]], ...), or its keys would be read under the last header of b.toml"]
+    );
+    write("c.toml", "[icmp]\npackets = 2\n");
+    write("b.toml", "[icmp]\npackets = 1\n");
+    assert_eq!(
+        shown(),
+        ["c.toml, line 1: duplicate key: a file before this one gives it too (a [table] is written in one file; [[hosts]] and the other arrays of tables may be in several)"]
+    );
+}

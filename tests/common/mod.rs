@@ -152,13 +152,13 @@ impl Daemon {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Waits until the log contains `needle`; fails the test with the log after
-    /// `timeout`.
-    pub fn expect_log(&self, needle: &str, timeout: Duration) {
+    /// Waits until the log contains `needle`, and returns the first line that does;
+    /// fails the test with the log after `timeout`.
+    pub fn expect_log(&self, needle: &str, timeout: Duration) -> String {
         let t = Instant::now();
         while t.elapsed() < timeout {
-            if self.log_text().contains(needle) {
-                return;
+            if let Some(line) = self.log_text().lines().find(|l| l.contains(needle)) {
+                return line.to_string();
             }
             std::thread::sleep(Duration::from_millis(100));
         }
