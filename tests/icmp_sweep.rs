@@ -1245,6 +1245,16 @@ fn a_silent_retrying_host_waits_each_longer_timeout_once() {
 
 /// Sends SIGINT to a `netpoller sweep` child whose stdout and stderr are piped, checks
 /// that it exits as a SIGINT's (130), and returns what it printed on each.
+/// `netpoller ARGS...` started, its stdout and stderr piped (for [`interrupt`]).
+fn spawn_piped(args: &[&str]) -> std::process::Child {
+    common::netpoller()
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn interrupt(child: std::process::Child) -> (String, String) {
     // SAFETY: a signal to the child this test started.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
@@ -1265,20 +1275,15 @@ fn an_interrupted_sweep_prints_the_hosts_it_is_done_with() {
     // awaiting its reply counted as lost, as fping prints it), the summary says which
     // were cut short, and the exit status is a SIGINT's.
     let _nft = NftTable::silencing("127.77.98.2");
-    let child = common::netpoller()
-        .args([
-            "sweep",
-            "-c",
-            "1",
-            "-t",
-            "20s",
-            "127.77.98.1",
-            "127.77.98.2",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_piped(&[
+        "sweep",
+        "-c",
+        "1",
+        "-t",
+        "20s",
+        "127.77.98.1",
+        "127.77.98.2",
+    ]);
     std::thread::sleep(Duration::from_secs(1));
     let (out, err) = interrupt(child);
     let lines: Vec<&str> = out.lines().collect();
@@ -1309,17 +1314,9 @@ fn an_interrupted_sweep_prints_the_hosts_still_probing_as_they_stood() {
     );
     for json in [false, true] {
         let before = nft.counters()[0];
-        let mut sweep = common::netpoller();
-        sweep.args(["sweep", "-c", "1000", "-i", "100ms", "-t", "20s"]);
-        if json {
-            sweep.arg("--json");
-        }
-        let child = sweep
-            .args(["127.0.222.1", "127.0.222.2"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut args = vec!["sweep", "-c", "1000", "-i", "100ms", "-t", "20s"];
+        args.extend(json.then_some("--json"));
+        let child = spawn_piped(&[&args[..], &["127.0.222.1", "127.0.222.2"]].concat());
         let start = Instant::now();
         while nft.counters()[0] < before + 3 {
             assert!(start.elapsed() < Duration::from_secs(60), "no requests");
@@ -1734,4 +1731,99 @@ fn targets_come_from_standard_input_with_at_dash() {
     hosts.sort();
     assert_eq!(hosts, ["127.0.230.4 alive", "127.0.230.5 alive"], "{o:?}");
     assert_eq!(o.status.code(), Some(0));
+}
+
+/// `-C N` prints each request's round trip as `fping -C N -q` does, checked against
+/// fping itself on the same hosts: the same lines, `ADDR : RTT RTT RTT`, `-` for each
+/// request a silenced host left unanswered, round trips with fping's digits; `--json`
+/// gives them as `rtts_ms`. An interrupted sweep prints a host cut short with the round
+/// trips it had, `-` for the request awaiting its reply.
+#[test]
+fn per_request_round_trips_read_as_fping_prints_them() {
+    let _nft = NftTable::silencing("127.0.235.2");
+    let hosts = ["127.0.235.1", "127.0.235.2"];
+    let out = Command::new(env!("CARGO_BIN_EXE_netpoller"))
+        .args(["--quiet", "sweep", "-C", "3", "-i", "20ms", "-t", "300ms"])
+        .args(hosts)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "a host did not answer");
+    let ours = String::from_utf8(out.stdout).unwrap();
+    let fping = Command::new("fping")
+        .args(["-C", "3", "-q", "-p", "20", "-t", "300"])
+        .args(hosts)
+        .output()
+        .expect("fping (scripts/services.sh installs it)");
+    let theirs = String::from_utf8(fping.stderr).unwrap();
+    // Each line's shape: its address, the colon, and per request `-` or the number of
+    // decimals fping prints a round trip of its size with.
+    let shape = |text: &str| -> Vec<Vec<String>> {
+        let mut lines: Vec<Vec<String>> = text
+            .lines()
+            .map(|l| {
+                l.split_whitespace()
+                    .map(|w| match w.parse::<f64>() {
+                        Ok(ms) => {
+                            let want = match ms {
+                                ms if ms < 1.0 => 3,
+                                ms if ms < 10.0 => 2,
+                                ms if ms < 100.0 => 1,
+                                _ => 0,
+                            };
+                            let decimals = w.split_once('.').map_or(0, |(_, d)| d.len());
+                            assert_eq!(decimals, want, "{w} in {text}");
+                            "RTT".to_string()
+                        }
+                        Err(_) => w.to_string(),
+                    })
+                    .collect()
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    let want = [
+        vec!["127.0.235.1", ":", "RTT", "RTT", "RTT"],
+        vec!["127.0.235.2", ":", "-", "-", "-"],
+    ];
+    assert_eq!(shape(&ours), want, "{ours}");
+    assert_eq!(shape(&theirs), want, "fping: {theirs}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_netpoller"))
+        .args([
+            "--quiet", "sweep", "--json", "-C", "2", "-i", "20ms", "-t", "300ms",
+        ])
+        .args(hosts)
+        .output()
+        .unwrap();
+    let mut by_addr: HashMap<String, serde_json::Value> = HashMap::new();
+    for line in String::from_utf8(out.stdout).unwrap().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        by_addr.insert(v["addr"].as_str().unwrap().into(), v);
+    }
+    let rtts = &by_addr["127.0.235.1"]["rtts_ms"];
+    assert!(
+        rtts.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r.as_f64().is_some_and(|ms| ms > 0.0)),
+        "{rtts}"
+    );
+    assert_eq!(
+        by_addr["127.0.235.2"]["rtts_ms"],
+        serde_json::json!([null, null])
+    );
+
+    // Cut short between the first request's reply and the second request (3 s later).
+    let child = spawn_piped(&["sweep", "-C", "2", "-i", "3s", "-t", "300ms", "127.0.235.1"]);
+    std::thread::sleep(Duration::from_secs(1));
+    let (out, err) = interrupt(child);
+    let words: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(words.len(), 4, "{out}\n{err}");
+    assert_eq!(
+        (words[0], words[1], words[3]),
+        ("127.0.235.1", ":", "-"),
+        "{out}"
+    );
+    assert!(words[2].parse::<f64>().is_ok(), "{out}");
 }

@@ -240,6 +240,9 @@ pub struct SweepConfig {
     pub iteration: u32,
     /// Secret for the payload tag.
     pub key: TagKey,
+    /// Keep each request's round trip ([`Sweep::rtts`]: `fping -C`'s output), 4 bytes
+    /// a probe more; the statistics alone otherwise (the daemon's items need no more).
+    pub keep_rtts: bool,
 }
 
 impl SweepConfig {
@@ -253,6 +256,7 @@ impl SweepConfig {
             seq_start: 0,
             iteration: 0,
             key,
+            keep_rtts: false,
         }
     }
 }
@@ -602,6 +606,38 @@ pub struct Sweep {
     /// Each address's last job (earlier ones chained by `next_same_addr`), made at the
     /// first ICMP error that quotes too little of its probe to carry the tag.
     by_addr: Option<AddrMap>,
+    /// With [`SweepConfig::keep_rtts`], each probe's round trip (as `probes`, by its
+    /// job's `probe_base` + packet) in microseconds, [`NO_RTT`] for none; else empty.
+    rtts: Vec<u32>,
+}
+
+/// A probe without a round trip in [`Sweep`]'s `rtts`: not answered in time, or not
+/// sent.
+const NO_RTT: u32 = u32::MAX;
+
+/// Each request's round trip of one job, in the order of its requests ([`Sweep::rtts`]):
+/// `None` for one not answered within its timeout (or not sent), as `fping -C` prints
+/// `-`. Microseconds, what the clock of a reply gives.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Rtts<'a>(&'a [u32]);
+
+impl<'a> Rtts<'a> {
+    /// The round trips, one per request of the job.
+    pub fn iter(&self) -> impl Iterator<Item = Option<Duration>> + 'a {
+        let all = self.0;
+        all.iter()
+            .map(|&us| (us != NO_RTT).then(|| Duration::from_micros(u64::from(us))))
+    }
+
+    /// How many requests: none when the sweep keeps no round trips.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it holds none (round trips not kept).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 impl Sweep {
@@ -654,7 +690,6 @@ impl Sweep {
         let pacer = (cfg.max_pps > 0).then(|| SharedPacer::new(cfg.max_pps, cfg.burst, now));
         let remaining = states.len();
         Ok(Sweep {
-            cfg,
             jobs: states,
             first_round: 0,
             created: now,
@@ -672,6 +707,11 @@ impl Sweep {
             counters: SweepCounters::default(),
             buf: Vec::new(),
             by_addr: None,
+            rtts: match cfg.keep_rtts {
+                true => vec![NO_RTT; total as usize],
+                false => Vec::new(),
+            },
+            cfg,
         })
     }
 
@@ -698,6 +738,23 @@ impl Sweep {
     /// Current statistics of job `index`.
     pub fn stats(&self, index: usize) -> Option<&PingStats> {
         self.jobs.get(index).map(|j| &j.stats)
+    }
+
+    /// Each request's round trip of job `index` so far, with
+    /// [`SweepConfig::keep_rtts`] (empty without, or for no such job).
+    pub fn rtts(&self, index: usize) -> Rtts<'_> {
+        let Some(st) = self.jobs.get(index).filter(|_| !self.rtts.is_empty()) else {
+            return Rtts::default();
+        };
+        let base = st.probe_base as usize;
+        Rtts(&self.rtts[base..base + st.job.packets as usize])
+    }
+
+    /// Keeps the round trip of probe `p` (of [`Self::rtts`], when kept).
+    fn keep_rtt(&mut self, p: usize, rtt: Duration) {
+        if let Some(slot) = self.rtts.get_mut(p) {
+            *slot = u32::try_from(rtt.as_micros()).map_or(NO_RTT - 1, |us| us.min(NO_RTT - 1));
+        }
     }
 
     /// The jobs not complete yet (no [`Event::HostDone`] queued or taken), with their
@@ -1145,6 +1202,7 @@ impl Sweep {
             return self.ignore(IgnoreReason::Late);
         }
         self.land(p, Probe::Idle);
+        self.keep_rtt(p, rtt);
         self.jobs[j].stats.record(rtt);
         self.counters.received += 1;
         self.resolve(j, None);
@@ -1252,6 +1310,8 @@ impl Sweep {
         // when it is answered or runs out); tries this sweep never sends, the reply
         // having come first (a retry queued, an expiry not handled yet), count as sent,
         // so a host's count does not depend on how busy the sweep was either.
+        // The try it answers, by fping's count.
+        self.keep_rtt((st.probe_base + m) as usize, rtt);
         let stats = &mut self.jobs[j].stats;
         stats.sent = stats.sent.max(m + 1);
         stats.record(rtt);

@@ -1902,3 +1902,51 @@ fn icmp_errors_are_kept_with_the_probe_they_quote() {
         [(2, 0, Some(host)), (2, 0, None), (2, 0, Some(prohibited))]
     );
 }
+
+/// With `keep_rtts`, each request's round trip is kept in the order of the requests,
+/// whatever order the replies come in; one unanswered, or answered past its timeout,
+/// has none (fping -C's `-`); counts and statistics are as without. Without it, none is
+/// kept.
+#[test]
+fn round_trips_are_kept_per_request_when_asked() {
+    let base = Instant::now();
+    let one = Job {
+        timeout: ms(100),
+        ..job(0, 4)
+    };
+    let keep = SweepConfig {
+        keep_rtts: true,
+        ..cfg(0)
+    };
+    let mut s = Sweep::new(vec![one], keep, base).unwrap();
+    let mut sent = Vec::new();
+    for t in [0, 20, 40, 60] {
+        sent.extend(drain_sends(&mut s, base + ms(t)));
+    }
+    assert_eq!(sent.len(), 4);
+    let reply = |s: &mut Sweep, k: usize, at: u64| {
+        let (a, req) = &sent[k];
+        s.handle_reply(&raw_reply_for(*a, req), *a, base + ms(at))
+    };
+    // The second request answered first, then the first; the third past its timeout.
+    assert!(matches!(reply(&mut s, 1, 25), ReplyOutcome::Matched { .. }));
+    assert!(matches!(reply(&mut s, 0, 30), ReplyOutcome::Matched { .. }));
+    let rtts = |s: &Sweep| s.rtts(0).iter().collect::<Vec<_>>();
+    assert_eq!(rtts(&s), [Some(ms(30)), Some(ms(5)), None, None]);
+    assert_eq!(
+        reply(&mut s, 2, 150),
+        ReplyOutcome::Ignored(IgnoreReason::Late)
+    );
+    s.handle_timeout(base + ms(160));
+    let done = done_events(&mut s);
+    assert_eq!(done.len(), 1);
+    assert_eq!((done[0].1.sent, done[0].1.received), (4, 2));
+    assert_eq!(rtts(&s), [Some(ms(30)), Some(ms(5)), None, None]);
+    assert_eq!(s.rtts(0).len(), 4);
+    assert!(s.rtts(1).is_empty(), "no such job");
+    // Not asked: none kept.
+    let mut s = Sweep::new(vec![one], cfg(0), base).unwrap();
+    let (a, req) = drain_sends(&mut s, base).remove(0);
+    s.handle_reply(&raw_reply_for(a, &req), a, base + ms(1));
+    assert!(s.rtts(0).is_empty());
+}

@@ -250,6 +250,47 @@ pub struct Stopped<T> {
     /// with their statistics so far: a probe still awaiting its reply counts as sent and
     /// not received, as fping counts it when interrupted.
     pub unfinished: Vec<(usize, PingStats)>,
+    /// Of a sweep that kept round trips ([`IcmpDriver::sweep_with_rtts`]), each
+    /// unfinished job's so far, in the order of `unfinished`; else empty.
+    pub rtts: Vec<Vec<Option<Duration>>>,
+}
+
+/// What a sweep hands each complete host to ([`IcmpDriver::sweep_until`]'s and
+/// [`IcmpDriver::sweep_with_rtts`]' callbacks), and whether it keeps round trips.
+trait HostResults {
+    /// Job `index` is complete: its statistics, and its round trips when kept.
+    fn host_done(&mut self, index: usize, stats: &PingStats, rtts: icmp::Rtts<'_>);
+    /// Whether the sweep keeps each request's round trip (4 bytes a probe).
+    fn keeps_rtts(&self) -> bool;
+}
+
+/// A callback of statistics alone (the daemon's items need no more).
+struct Stats<F>(F);
+
+impl<F: FnMut(usize, &PingStats)> HostResults for Stats<F> {
+    fn host_done(&mut self, index: usize, stats: &PingStats, _: icmp::Rtts<'_>) {
+        (self.0)(index, stats)
+    }
+
+    fn keeps_rtts(&self) -> bool {
+        false
+    }
+}
+
+/// A callback of statistics and round trips, kept when `keep`.
+struct WithRtts<F> {
+    f: F,
+    keep: bool,
+}
+
+impl<F: FnMut(usize, &PingStats, icmp::Rtts<'_>)> HostResults for WithRtts<F> {
+    fn host_done(&mut self, index: usize, stats: &PingStats, rtts: icmp::Rtts<'_>) {
+        (self.f)(index, stats, rtts)
+    }
+
+    fn keeps_rtts(&self) -> bool {
+        self.keep
+    }
 }
 
 /// Long-lived ICMP driver; reuse it across iterations (one per process is enough).
@@ -582,7 +623,38 @@ impl IcmpDriver {
     pub async fn sweep_until<F: FnMut(usize, &PingStats), S: std::future::Future>(
         &mut self,
         jobs: &[PingJob],
-        mut on_host_done: F,
+        on_host_done: F,
+        stop: S,
+    ) -> Result<SweepReport, Stopped<S::Output>> {
+        self.run(jobs, Stats(on_host_done), stop).await
+    }
+
+    /// [`Self::sweep_until`], with each request's round trip, in the order of the
+    /// job's requests, when `keep_rtts` (`netpoller sweep -C`, as `fping -C` prints
+    /// them; empty otherwise, and for rejected jobs): `None` for a request not answered
+    /// within its timeout.
+    pub async fn sweep_with_rtts<F, S>(
+        &mut self,
+        jobs: &[PingJob],
+        keep_rtts: bool,
+        on_host_done: F,
+        stop: S,
+    ) -> Result<SweepReport, Stopped<S::Output>>
+    where
+        F: FnMut(usize, &PingStats, icmp::Rtts<'_>),
+        S: std::future::Future,
+    {
+        let results = WithRtts {
+            f: on_host_done,
+            keep: keep_rtts,
+        };
+        self.run(jobs, results, stop).await
+    }
+
+    async fn run<H: HostResults, S: std::future::Future>(
+        &mut self,
+        jobs: &[PingJob],
+        mut on_host_done: H,
         stop: S,
     ) -> Result<SweepReport, Stopped<S::Output>> {
         let mut stop = std::pin::pin!(stop);
@@ -618,7 +690,7 @@ impl IcmpDriver {
             };
             match why {
                 Some(why) => {
-                    on_host_done(i, &PingStats::default());
+                    on_host_done.host_done(i, &PingStats::default(), Default::default());
                     report.rejected.push((i, why));
                 }
                 None => {
@@ -632,7 +704,8 @@ impl IcmpDriver {
         // rest tried again; more than 2^32 probes in all: every job is rejected at once
         // (dropping one job at a time took hours for `sweep -c 10000` over a /13).
         let mut sweep = loop {
-            match Sweep::new(valid.clone(), self.config(ident), Instant::now()) {
+            let cfg = self.config(ident, on_host_done.keeps_rtts());
+            match Sweep::new(valid.clone(), cfg, Instant::now()) {
                 Ok(s) => break s,
                 Err(e) => {
                     let bad = match e {
@@ -642,7 +715,8 @@ impl IcmpDriver {
                     let mut k = 0;
                     while k < valid.len() {
                         if bad.is_none() || Some(valid[k].addr) == bad {
-                            on_host_done(index[k], &PingStats::default());
+                            let none = Default::default();
+                            on_host_done.host_done(index[k], &PingStats::default(), none);
                             report.rejected.push((index[k], e.to_string()));
                             valid.swap_remove(k);
                             index.swap_remove(k);
@@ -821,10 +895,23 @@ impl IcmpDriver {
         match stopped {
             None => Ok(report),
             Some(by) => {
-                let mut unfinished: Vec<(usize, PingStats)> =
-                    sweep.unfinished().map(|(j, st)| (index[j], *st)).collect();
-                unfinished.sort_unstable_by_key(|&(i, _)| i);
-                Err(Stopped { by, unfinished })
+                let mut unfinished: Vec<(usize, PingStats, usize)> = sweep
+                    .unfinished()
+                    .map(|(j, st)| (index[j], *st, j))
+                    .collect();
+                unfinished.sort_unstable_by_key(|&(i, ..)| i);
+                let rtts = match on_host_done.keeps_rtts() {
+                    true => (unfinished.iter())
+                        .map(|&(.., j)| sweep.rtts(j).iter().collect())
+                        .collect(),
+                    false => Vec::new(),
+                };
+                let unfinished = unfinished.into_iter().map(|(i, st, _)| (i, st)).collect();
+                Err(Stopped {
+                    by,
+                    unfinished,
+                    rtts,
+                })
             }
         }
     }
@@ -869,7 +956,7 @@ impl IcmpDriver {
         fit.clamp(1, SEND_TURN)
     }
 
-    fn config(&self, ident: u16) -> SweepConfig {
+    fn config(&self, ident: u16, keep_rtts: bool) -> SweepConfig {
         SweepConfig {
             socket: self.kind,
             // The driver's pacer does the pacing (see the send loop).
@@ -879,6 +966,7 @@ impl IcmpDriver {
             seq_start: (self.iteration as u16).wrapping_mul(7919),
             iteration: self.iteration,
             key: self.key,
+            keep_rtts,
         }
     }
 }
@@ -1041,17 +1129,12 @@ async fn unless<S: std::future::Future>(
     }
 }
 
-fn emit<F: FnMut(usize, &PingStats)>(
-    sweep: &mut Sweep,
-    index: &[usize],
-    f: &mut F,
-    alive: &mut usize,
-) {
+fn emit<H: HostResults>(sweep: &mut Sweep, index: &[usize], h: &mut H, alive: &mut usize) {
     while let Some(Event::HostDone { job, stats }) = sweep.poll_event() {
         if stats.is_alive() {
             *alive += 1;
         }
-        f(index[job], &stats);
+        h.host_done(index[job], &stats, sweep.rtts(job));
     }
 }
 

@@ -53,6 +53,17 @@ pub struct Args {
     /// icmppingretry: a host that answers costs one packet).
     #[arg(short = 'r', long, value_name = "N", conflicts_with = "count")]
     pub retries: Option<u32>,
+    /// As --count N, and each host's line lists every request's round trip in ms, `-`
+    /// for one not answered within the timeout, as `fping -C N` prints them
+    /// (`192.0.2.1 : 0.031 0.029 -`, with fping's digits: 3 below 1 ms, 2 below 10, 1
+    /// below 100; in --json, `"rtts_ms": [0.031, 0.029, null]`).
+    #[arg(
+        short = 'C',
+        long = "per-request",
+        value_name = "N",
+        conflicts_with_all = ["count", "retries"]
+    )]
+    pub per_request: Option<u32>,
     /// With --retries: each request waits this many times longer than the one before
     /// (1.0 to 5.0, two decimals; fping's -B). [default: 1.0, icmppingretry's; fping's
     /// is 1.5]
@@ -225,6 +236,7 @@ fn validate(args: &Args) -> anyhow::Result<()> {
         .filter(|(what, _)| *what != "interval" || args.count > 1)
         .map(|(what, msg)| {
             let flag = match what {
+                "packets" if args.per_request.is_some() => "per-request",
                 "packets" => "count",
                 other => other,
             };
@@ -300,6 +312,46 @@ fn write_text<W: Write>(out: &mut W, addr: IpAddr, s: &PingStats) -> std::io::Re
     }
 }
 
+/// Writes `ADDR : RTT RTT -`, each request's round trip as `fping -C` prints it
+/// (`rtts`: the host's requests, `count` of them; none when it was not probed: each a
+/// `-` then).
+fn write_rtts<W: Write>(
+    out: &mut W,
+    addr: IpAddr,
+    count: u32,
+    rtts: impl Iterator<Item = Option<Duration>>,
+) -> std::io::Result<()> {
+    write!(out, "{addr} :")?;
+    let mut n = 0;
+    for rtt in rtts {
+        n += 1;
+        match rtt {
+            Some(rtt) => write!(out, " {}", FpingMs(rtt))?,
+            None => write!(out, " -")?,
+        }
+    }
+    for _ in n..count {
+        write!(out, " -")?;
+    }
+    writeln!(out)
+}
+
+/// A round trip in milliseconds with fping's digits (its `sprint_tm`): 3 decimals below
+/// 1 ms, 2 below 10, 1 below 100, none above, so that `-C`'s columns read as fping's.
+struct FpingMs(Duration);
+
+impl std::fmt::Display for FpingMs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = ms(self.0);
+        match t {
+            t if t < 1.0 => write!(f, "{t:.3}"),
+            t if t < 10.0 => write!(f, "{t:.2}"),
+            t if t < 100.0 => write!(f, "{t:.1}"),
+            t => write!(f, "{t:.0}"),
+        }
+    }
+}
+
 /// Which hosts' lines a sweep prints, and how.
 #[derive(Debug, Clone, Copy)]
 struct Lines {
@@ -308,6 +360,8 @@ struct Lines {
     /// `--alive` (`Some(true)`), `--unreachable` (`Some(false)`): only those hosts,
     /// their addresses alone in text, as fping's -a and -u print them.
     only: Option<bool>,
+    /// `-C N`: each request's round trip, of N requests.
+    per_request: Option<u32>,
 }
 
 impl Lines {
@@ -320,27 +374,49 @@ impl Lines {
         Lines {
             json: args.json,
             only,
+            per_request: args.per_request,
         }
     }
 
     /// Writes one host's line, text or `--json`, if it is one to print; whether it
     /// was. `cut_short`: a host a signal cut short, its statistics as they stood (the
-    /// same text line, as fping prints it; in JSON, `"cut_short": true`).
+    /// same text line, as fping prints it; in JSON, `"cut_short": true`). `rtts`: its
+    /// requests' round trips, with `-C`.
     fn write(
         self,
         out: &mut Vec<u8>,
         addr: IpAddr,
         s: &PingStats,
+        rtts: impl Iterator<Item = Option<Duration>>,
         cut_short: bool,
     ) -> std::io::Result<bool> {
-        match self.only {
-            Some(alive) if alive != s.is_alive() => return Ok(false),
-            Some(_) if !self.json => writeln!(out, "{addr}")?,
-            _ if self.json => writeln!(out, "{}", json_line(addr, s, cut_short))?,
-            _ => write_text(out, addr, s)?,
+        let rtts = self.per_request.map(|count| (count, rtts));
+        match (self.only, rtts) {
+            (Some(alive), _) if alive != s.is_alive() => return Ok(false),
+            (Some(_), _) if !self.json => writeln!(out, "{addr}")?,
+            (_, rtts) if self.json => {
+                let rtts = rtts.map(|(count, rtts)| padded(count, rtts));
+                writeln!(out, "{}", json_line(addr, s, rtts, cut_short))?
+            }
+            (_, Some((count, rtts))) => write_rtts(out, addr, count, rtts)?,
+            (_, None) => write_text(out, addr, s)?,
         }
         Ok(true)
     }
+}
+
+/// `rtts` in milliseconds (µs resolution), `count` of them: a host not probed has none,
+/// each request of it unanswered then.
+fn padded(count: u32, rtts: impl Iterator<Item = Option<Duration>>) -> Vec<Option<f64>> {
+    let mut v: Vec<Option<f64>> = rtts.map(json_ms).collect();
+    v.resize(v.len().max(count as usize), None);
+    v
+}
+
+/// A round trip as `--json` gives it: milliseconds, microsecond resolution (what the
+/// clock gives; more digits are noise).
+fn json_ms(d: Option<Duration>) -> Option<f64> {
+    d.map(|d| (ms(d) * 1000.0).round() / 1000.0)
 }
 
 /// One `--json` line; field order as documented.
@@ -359,6 +435,9 @@ struct JsonHost {
     /// Only on a host an ICMP error came back for (the last).
     #[serde(skip_serializing_if = "Option::is_none")]
     icmp_error: Option<JsonIcmpError>,
+    /// Only with `-C`: each request's round trip, `null` for one unanswered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rtts_ms: Option<Vec<Option<f64>>>,
 }
 
 /// `"icmp_error"` of a `--json` line.
@@ -372,9 +451,13 @@ struct JsonIcmpError {
     message: String,
 }
 
-fn json_line(addr: IpAddr, s: &PingStats, cut_short: bool) -> String {
-    // Microsecond resolution is what the clock gives; more digits are noise.
-    let rtt = |d: Option<Duration>| d.map(|d| (ms(d) * 1000.0).round() / 1000.0);
+fn json_line(
+    addr: IpAddr,
+    s: &PingStats,
+    rtts_ms: Option<Vec<Option<f64>>>,
+    cut_short: bool,
+) -> String {
+    let rtt = json_ms;
     let host = JsonHost {
         addr: addr.to_string(),
         sent: s.sent,
@@ -389,6 +472,7 @@ fn json_line(addr: IpAddr, s: &PingStats, cut_short: bool) -> String {
             from: e.from.to_string(),
             message: e.to_string(),
         }),
+        rtts_ms,
     };
     serde_json::to_string(&host).unwrap_or_default()
 }
@@ -456,7 +540,11 @@ fn check_probes(hosts: u64, count: u32, force: bool) -> anyhow::Result<()> {
 }
 
 /// Runs `netpoller sweep`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
+    // -C N: N requests, as -c N.
+    if let Some(n) = args.per_request {
+        args.count = n;
+    }
     validate(&args)?;
     // The global --quiet: no progress line, no notes and no totals (the hosts' lines
     // stay: they are the results, as fping -q -c prints each host's statistics).
@@ -523,15 +611,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // not missed.
         let signal = super::interrupted();
         tokio::pin!(signal);
-        let sweep = driver.sweep_until(
+        let sweep = driver.sweep_with_rtts(
             &jobs,
-            |i, stats| {
+            lines.per_request.is_some(),
+            |i, stats, rtts| {
                 progress.inc(1);
                 finished += 1;
                 alive += usize::from(stats.is_alive());
                 told += usize::from(!stats.is_alive() && stats.error.is_some());
                 out.line(|b| {
-                    printed += u64::from(lines.write(b, addrs[i], stats, false)?);
+                    printed += u64::from(lines.write(b, addrs[i], stats, rtts.iter(), false)?);
                     Ok(())
                 });
             },
@@ -540,11 +629,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         // A signal: the hosts still probing are printed with what they have so far, as
         // fping prints them.
         let report = sweep.await.map_err(|stopped| {
-            for (i, stats) in &stopped.unfinished {
+            for (k, (i, stats)) in stopped.unfinished.iter().enumerate() {
                 cut_short += 1;
                 alive += usize::from(stats.is_alive());
+                let rtts = stopped.rtts.get(k).into_iter().flatten().copied();
                 out.line(|b| {
-                    printed += u64::from(lines.write(b, addrs[*i], stats, true)?);
+                    printed += u64::from(lines.write(b, addrs[*i], stats, rtts, true)?);
                     Ok(())
                 });
             }
@@ -987,6 +1077,43 @@ mod tests {
         }
     }
 
+    /// `-C`'s round trips have fping's digits (its `sprint_tm`), and a host never
+    /// probed (rejected: no IPv6 socket) shows each of its requests as `-`.
+    #[test]
+    fn per_request_lines_read_as_fpings() {
+        let us = |v: u64| Duration::from_micros(v);
+        let shown: Vec<String> = [
+            31, 999, 1_000, 3_456, 9_999, 12_345, 99_949, 123_456, 2_000_000,
+        ]
+        .into_iter()
+        .map(|v| FpingMs(us(v)).to_string())
+        .collect();
+        assert_eq!(
+            shown,
+            ["0.031", "0.999", "1.00", "3.46", "10.00", "12.3", "99.9", "123", "2000"]
+        );
+        let line = |rtts: &[Option<Duration>]| {
+            let mut b = Vec::new();
+            write_rtts(
+                &mut b,
+                IpAddr::from([192, 0, 2, 1]),
+                3,
+                rtts.iter().copied(),
+            )
+            .unwrap();
+            String::from_utf8(b).unwrap()
+        };
+        assert_eq!(
+            line(&[Some(us(31)), None, Some(us(1_500))]),
+            "192.0.2.1 : 0.031 - 1.50\n"
+        );
+        assert_eq!(line(&[]), "192.0.2.1 : - - -\n");
+        assert_eq!(
+            padded(3, std::iter::once(Some(us(31)))),
+            [Some(0.031), None, None]
+        );
+    }
+
     fn text_line(a: IpAddr, st: &PingStats) -> String {
         let mut v = Vec::new();
         write_text(&mut v, a, st).unwrap();
@@ -1030,7 +1157,7 @@ mod tests {
             text_line(a, &st),
             "127.77.0.3 unreachable 3/0 100% -/-/- ms"
         );
-        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st, false)).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st, None, false)).unwrap();
         assert_eq!(j["rtt_avg_ms"], serde_json::Value::Null);
         assert_eq!(j["loss_pct"], 100.0);
         st.record(Duration::from_micros(1500));
@@ -1039,7 +1166,7 @@ mod tests {
             text_line(a, &st),
             "127.77.0.3 alive 3/2 33% 0.500/1.000/1.500 ms"
         );
-        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st, false)).unwrap();
+        let j: serde_json::Value = serde_json::from_str(&json_line(a, &st, None, false)).unwrap();
         assert_eq!(
             (
                 j["addr"].as_str(),
