@@ -953,7 +953,27 @@ templates = ["icmp"]
         line.contains("127.0.75.1") && line.contains("not permitted"),
         "{line}"
     );
+    // The sweep's line counts the hosts an ICMP error came back for and names one.
+    let line = d.expect_log("icmp_errors=1", Duration::from_secs(5));
+    assert!(
+        line.contains(
+            "first_icmp_error=\"cpe-127.0.75.3 (127.0.75.3): ICMP host unreachable from "
+        ),
+        "{line}"
+    );
     assert!(d.stop().success());
+    // poll-once says it too, after the values (which read as down alone).
+    let o = netpoller()
+        .args(["--quiet", "poll-once", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("ICMP errors came back for the echo requests of 1 host(s), instead of replies (the last for each):\n  cpe-127.0.75.3 (127.0.75.3): ICMP host unreachable from "),
+        "{err}"
+    );
     // The values as Zabbix's fping pinger reports them: down, 100% loss.
     let dump = netpoller()
         .args(["spool", "dump", "--dir"])

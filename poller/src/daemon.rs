@@ -642,6 +642,20 @@ pub struct IterationSummary {
     pub errors_by: [usize; ErrorReason::ALL.len()],
     pub wall: Duration,
     pub lateness: Duration,
+    /// ICMP: the hosts (their index in the plan) an ICMP error came back for instead of
+    /// a reply to one of their echo requests (a router's host unreachable, a
+    /// firewall's reject), with it (the last): why their ping items read as down.
+    pub icmp_errors: Vec<(u32, icmp::Unreachable)>,
+}
+
+impl IterationSummary {
+    /// The first host of [`Self::icmp_errors`], in words, for a log line: `sw-9
+    /// (192.0.2.9): ICMP host unreachable from 192.0.2.1 (...)`.
+    pub fn first_icmp_error(&self, plan: &Plan) -> Option<String> {
+        let (host, error) = self.icmp_errors.first()?;
+        let host = plan.hosts.get(*host as usize)?;
+        Some(format!("{} ({}): {error}", host.name, host.ip))
+    }
 }
 
 impl EngineMetrics {
@@ -718,6 +732,9 @@ pub async fn icmp_iteration(
         let stamp = clock_now();
         let task = &plan.tasks[dues[idx].task as usize];
         let host = &plan.hosts[task.host as usize];
+        if let Some(error) = outcome.ok().and_then(|stats| stats.error) {
+            sum.icmp_errors.push((task.host, error));
+        }
         for (index, item) in task.items.clone().zip(plan.task_items(task)) {
             let result = match outcome {
                 Ok(stats) => Ok(icmp_value(item, stats)),
@@ -1227,6 +1244,9 @@ pub async fn run_engine(
                     "iteration started late: the poller is not keeping up with its schedule"
                 );
             }
+            // The hosts an ICMP error came back for: counted, the first named (a
+            // router saying a subnet is unreachable is news; the metric counts them).
+            let first_icmp_error = sum.first_icmp_error(&plan);
             tracing::info!(
                 engine = engine.as_str(),
                 hosts = sum.hosts,
@@ -1235,6 +1255,8 @@ pub async fn run_engine(
                 errors = sum.errors_by.iter().sum::<usize>(),
                 wall_s = format_args!("{:.3}", sum.wall.as_secs_f64()),
                 lateness_s = format_args!("{:.3}", lateness.as_secs_f64()),
+                icmp_errors = (!sum.icmp_errors.is_empty()).then_some(sum.icmp_errors.len()),
+                first_icmp_error,
                 "iteration"
             );
             // The driver goes back with the emitter, when the loop reaps this
@@ -1371,7 +1393,9 @@ pub fn test_failpoint(name: &str) {
 
 /// Poll every task of `plan` once (for `poll-once`): all ICMP tasks in sweeps of at
 /// most `limits.icmp_batch_hosts` hosts, all SNMP tasks in iterations of at most
-/// `limits.snmp_batch_requests` OIDs, the two engines side by side.
+/// `limits.snmp_batch_requests` OIDs, the two engines side by side. Returns the hosts
+/// an ICMP error came back for ([`IterationSummary::icmp_errors`]), in the order
+/// their sweeps ended.
 pub async fn poll_once(
     plan: Arc<Plan>,
     icmp: Option<IcmpDriver>,
@@ -1379,7 +1403,7 @@ pub async fn poll_once(
     limits: Limits,
     tx: mpsc::Sender<Samples>,
     counters: Arc<PipelineCounters>,
-) -> Result<(), ItemError> {
+) -> Result<Vec<(u32, icmp::Unreachable)>, ItemError> {
     let icmp_metrics = EngineMetrics::default();
     let snmp_metrics = EngineMetrics::default();
     let all = |engine: Engine| -> Vec<Due> {
@@ -1395,15 +1419,16 @@ pub async fn poll_once(
     let mut e1 = Emitter::new(tx.clone(), counters.clone());
     let mut e2 = Emitter::new(tx, counters);
     let icmp_fut = async {
+        let mut errors = Vec::new();
         if icmp_dues.is_empty() {
-            return Ok(());
+            return Ok(errors);
         }
         let Some(mut d) = icmp else {
             return Err(ItemError::new(ErrorReason::Send, "no ICMP socket"));
         };
         for chunk in icmp_dues.chunks(limits.icmp_batch_hosts.max(1) as usize) {
             let never = std::future::pending();
-            icmp_iteration(
+            let sum = icmp_iteration(
                 &mut d,
                 &plan,
                 chunk,
@@ -1413,9 +1438,10 @@ pub async fn poll_once(
                 never,
             )
             .await;
+            errors.extend(sum.icmp_errors);
             e1.drain().await;
         }
-        Ok(())
+        Ok(errors)
     };
     let snmp_fut = async {
         if snmp_dues.is_empty() {
@@ -1454,7 +1480,7 @@ pub async fn poll_once(
         Ok(())
     };
     let (a, b) = tokio::join!(icmp_fut, snmp_fut);
-    a.and(b)
+    b.and(a)
 }
 
 #[cfg(test)]

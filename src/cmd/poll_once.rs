@@ -281,9 +281,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         out.flush()?;
         progress.finish();
-        poll.await
+        let icmp_errors = poll
+            .await
             .context("poll task")?
             .map_err(|e| anyhow::anyhow!("{e}"))?;
+        for line in icmp_error_lines(&plan, &icmp_errors) {
+            eprintln!("{line}");
+        }
         let refused = match refused.len() {
             0 => String::new(),
             n => format!("; discovery rows of {n} host rule(s) refused, their items left out (above)"),
@@ -303,10 +307,63 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// Hosts named in full by [`icmp_error_lines`]; the others are counted.
+const LISTED_ICMP_ERRORS: usize = 10;
+
+/// What poll-once says of the hosts an ICMP error came back for (a router's host or
+/// network unreachable, a firewall's reject): why their ping items read as down, which
+/// their values alone do not say (`netpoller sweep` says it per host too). The first
+/// [`LISTED_ICMP_ERRORS`] named, the others counted: a subnet behind a dead router is
+/// one problem.
+fn icmp_error_lines(plan: &poller::plan::Plan, errors: &[(u32, icmp::Unreachable)]) -> Vec<String> {
+    if errors.is_empty() {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "ICMP errors came back for the echo requests of {} host(s), instead of replies (the last for each):",
+        errors.len()
+    )];
+    for (host, error) in errors.iter().take(LISTED_ICMP_ERRORS) {
+        let h = &plan.hosts[*host as usize];
+        lines.push(format!("  {} ({}): {error}", h.name, h.ip));
+    }
+    if errors.len() > LISTED_ICMP_ERRORS {
+        lines.push(format!("  and {} more", errors.len() - LISTED_ICMP_ERRORS));
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::config::Found;
+
+    /// The hosts an ICMP error came back for: the first ten named with their error,
+    /// the others counted; none, no line.
+    #[test]
+    fn icmp_errors_name_ten_hosts_and_count_the_rest() {
+        let mut cfg = crate::config::parse(
+            "[[host_ranges]]\ncidr = \"192.0.2.0/28\"\nname = \"cpe-{ip}\"\nitems = [ { key = \"icmpping\", interval = \"1m\" } ]\n",
+        )
+        .unwrap();
+        let plan = cfg.take_plan(None, || {});
+        let error = icmp::Unreachable {
+            kind: icmp::UnreachableKind::Host,
+            from: "192.0.2.254".parse().unwrap(),
+        };
+        assert!(icmp_error_lines(&plan, &[]).is_empty());
+        let errors: Vec<(u32, icmp::Unreachable)> = (0..12).map(|h| (h, error)).collect();
+        let lines = icmp_error_lines(&plan, &errors);
+        assert_eq!(lines.len(), 12, "{lines:#?}");
+        assert_eq!(lines[0], "ICMP errors came back for the echo requests of 12 host(s), instead of replies (the last for each):");
+        let first = &plan.hosts[0];
+        assert_eq!(
+            lines[1],
+            format!("  {} ({}): {error}", first.name, first.ip)
+        );
+        assert!(lines[1].starts_with("  cpe-192.0.2."), "{}", lines[1]);
+        assert_eq!(lines[11], "  and 2 more");
+    }
 
     /// One host's walked rows that take the file past the loader's item limit are
     /// left out, named with the loader's reason; the other host's rows are planned and
