@@ -32,7 +32,7 @@ use serde::Deserialize;
 mod indices;
 pub use indices::{Indices, Row};
 pub mod span;
-pub use span::Span;
+pub use span::{Addresses, Span};
 
 /// Most addresses `host_ranges` may expand to in one file (1,048,576).
 pub const MAX_RANGE_HOSTS: usize = 1 << 20;
@@ -875,6 +875,10 @@ pub struct HostRangeEntry {
     pub cidr: Option<String>,
     /// `FIRST-LAST`: every address from one to the other ([`span::parse_range`]).
     pub range: Option<String>,
+    /// Addresses of it not to poll: addresses, CIDRs or ranges
+    /// ([`span::parse_exclusion`]).
+    #[serde(default)]
+    pub exclude: Vec<String>,
     /// Host name pattern; `{ip}` is replaced by the address. Default `"{ip}"`.
     #[serde(default = "default_range_name")]
     pub name: String,
@@ -2898,8 +2902,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         }
         let mut budget = MAX_RANGE_HOSTS;
-        // The ranges' spans, for the overlap warnings.
-        let mut spans: Vec<(Span, usize)> = Vec::new();
+        // The ranges' addresses, for the overlap warnings.
+        let mut spans: Vec<(Addresses, usize)> = Vec::new();
         for (i, r) in ranges {
             let origin = Origin::Range(*i as u32);
             let rp = origin.path();
@@ -2908,14 +2912,11 @@ impl<'c, 'a> Resolver<'c, 'a> {
             // its addresses or name); it is planned only without any.
             let before = self.c.errors.len();
             let span = self.range_span(&rp, r);
-            let (count, hosts) = match span {
-                Some(sp) => {
-                    spans.push((sp, *i));
-                    let (count, hosts) = sp.hosts();
-                    (count, Some(hosts))
-                }
-                None => (0, None),
-            };
+            let addrs = span.map(|sp| self.range_addresses(&rp, sp, &r.exclude));
+            let count = addrs.as_ref().map_or(0, Addresses::count);
+            if let Some(a) = &addrs {
+                spans.push((a.clone(), *i));
+            }
             if let Some(sp) = span.filter(|_| count > budget as u128) {
                 let what = match budget {
                     MAX_RANGE_HOSTS => String::new(),
@@ -2954,8 +2955,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
             let items = self.host_items(&rp, &r.templates, &r.items, false);
             let polls = items.as_ref().is_some_and(|items| polls_snmp(items));
             let snmp = self.snmp_params(&rp, r.snmp.as_ref(), polls);
-            let (Some(hosts), Some(items), Some(snmp), true) =
-                (hosts, items, snmp, self.c.errors.len() == before)
+            let (Some(addrs), Some(items), Some(snmp), true) =
+                (&addrs, items, snmp, self.c.errors.len() == before)
             else {
                 continue;
             };
@@ -2963,7 +2964,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             if !self.take_items(&rp, per_host, count as usize) {
                 continue;
             }
-            for ip in hosts {
+            for ip in addrs.iter() {
                 let ip_s = ip.to_string();
                 let name: Arc<str> = r.name.replace("{ip}", &ip_s).into();
                 if let Some(prev) = names.insert(name.clone(), origin) {
@@ -2990,8 +2991,8 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
         }
         drop(names);
-        let covers = self.range_overlaps(spans);
-        self.hosts_in_ranges(&covers, &out, &origins);
+        let covers = self.range_overlaps(&mut spans);
+        self.hosts_in_ranges(&spans, &covers, &out, &origins);
         // `[snmp]`'s SNMPv3 fields are defaults for hosts of version 3: with none, they
         // are a forgotten `version = "3"` (a host's own are checked with the host).
         let version: SnmpVersion = self.snmp.version.into();
@@ -3036,6 +3037,39 @@ impl<'c, 'a> Resolver<'c, 'a> {
         None
     }
 
+    /// The addresses of span `sp` of the range at `rp` that it polls: all but those
+    /// its `exclude` leaves out. An exclusion that does not parse, or holds none of
+    /// them (an address of another network: a typo), is an error, as is leaving out
+    /// every one (the range would poll nothing).
+    fn range_addresses(&mut self, rp: &[Seg<'_>], sp: Span, exclude: &[String]) -> Addresses {
+        let (first, last) = sp.bounds();
+        let mut left_out = Vec::new();
+        for (k, text) in exclude.iter().enumerate() {
+            let at = under(rp, [Seg::Key("exclude"), Seg::Index(k)]);
+            match span::parse_exclusion(text) {
+                Err(e) => self.c.push(&at, e),
+                Ok((a, b)) if a.is_ipv4() != first.is_ipv4() || b < first || a > last => {
+                    self.c.push(
+                        &at,
+                        format!(
+                            "{:?} holds no address of this range ({sp}): it leaves out nothing",
+                            text.trim()
+                        ),
+                    )
+                }
+                Ok(run) => left_out.push(run),
+            }
+        }
+        let addrs = Addresses::new(sp, &left_out);
+        if addrs.count() == 0 {
+            self.c.push(
+                &under(rp, [Seg::Key("exclude")]),
+                format!("leaves out every address of {sp}: the range would poll nothing"),
+            );
+        }
+        addrs
+    }
+
     /// A range's addresses (`rp`: the range's path): its `cidr`'s or its `range`'s,
     /// one of them; `None` when they are none a range may have: reported.
     fn range_span(&mut self, rp: &[Seg<'_>], r: &HostRangeEntry) -> Option<Span> {
@@ -3070,52 +3104,55 @@ impl<'c, 'a> Resolver<'c, 'a> {
 
     /// Warns of each range whose addresses lie inside an earlier one's, or partly
     /// overlap them (ranges may; CIDRs nest or are apart): a host per address and
-    /// range, so each address of both is polled as two hosts. Valid (Zabbix lets hosts
-    /// share an address), but more often a pasted range than meant; the names then
-    /// differ, or a duplicate name error says it. Returns the ranges inside none other,
-    /// with their indices, by first address: what holds every range's address, their
-    /// last addresses rising too (none inside another), so that the last one starting
-    /// at or before an address is the one that can hold it.
-    fn range_overlaps(&mut self, mut spans: Vec<(Span, usize)>) -> Vec<(Span, usize)> {
+    /// range, so each address of both is polled as two hosts (unless one of them
+    /// leaves it out). Valid (Zabbix lets hosts share an address), but more often a
+    /// pasted range than meant; the names then differ, or a duplicate name error says
+    /// it. Sorts `spans` by first address, and returns which of them lie inside none
+    /// other: what holds every range's address, their last addresses rising too (none
+    /// inside another), so that the last one starting at or before an address is the
+    /// one whose span can hold it.
+    fn range_overlaps(&mut self, spans: &mut [(Addresses, usize)]) -> Vec<usize> {
         // By first address, the larger first: a range inside any earlier one is inside
         // the last kept (its last address is the highest yet).
-        spans.sort_by_key(|&(sp, i)| {
-            let (first, last) = sp.bounds();
-            (first, std::cmp::Reverse(last), i)
+        spans.sort_by_key(|(a, i)| {
+            let (first, last) = a.span.bounds();
+            (first, std::cmp::Reverse(last), *i)
         });
-        let mut covers: Vec<(Span, usize)> = Vec::new();
-        for (sp, i) in spans {
+        let mut covers: Vec<usize> = Vec::new();
+        for (k, (a, i)) in spans.iter().enumerate() {
+            let (sp, i) = (a.span, *i);
             let (first, last) = sp.bounds();
-            let Some(&(c, j)) = covers.last() else {
-                covers.push((sp, i));
+            let Some(&c) = covers.last() else {
+                covers.push(k);
                 continue;
             };
-            let (_, c_last) = c.bounds();
+            let (ca, j) = &spans[c];
+            let (_, c_last) = ca.span.bounds();
             // Apart (or of the other family: IPv6 addresses order after IPv4's).
             if first > c_last {
-                covers.push((sp, i));
+                covers.push(k);
+                continue;
+            }
+            let inside = last <= c_last;
+            if !inside {
+                covers.push(k);
+            }
+            // What both poll: none where one leaves out what the other holds.
+            let shared = a.shared(ca);
+            if shared == 0 {
                 continue;
             }
             let at = [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key(sp.key())];
-            let named = self.range_named(c, j);
-            if last <= c_last {
-                let (count, _) = sp.hosts();
-                self.c.warn(
-                    &at,
-                    format!(
-                        "{sp} is inside {named}: each of its {count} addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)"
-                    ),
-                );
-                continue;
-            }
-            let (count, _) = Span::Range(first, c_last).hosts();
-            self.c.warn(
-                &at,
-                format!(
-                    "{sp} overlaps {named}: each of the {count} addresses {first}-{c_last} is polled twice, as a host of each range (ranges apart poll each address once)"
+            let named = self.range_named(ca.span, *j);
+            let message = match inside {
+                true => format!(
+                    "{sp} is inside {named}: each of its {shared} addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)"
                 ),
-            );
-            covers.push((sp, i));
+                false => format!(
+                    "{sp} overlaps {named}: each of the {shared} addresses both hold, from {first} to {c_last}, is polled twice, as a host of each range (ranges apart, or one with the other's addresses in its exclude, poll each address once)"
+                ),
+            };
+            self.c.warn(&at, message);
         }
         covers
     }
@@ -3143,7 +3180,13 @@ impl<'c, 'a> Resolver<'c, 'a> {
     /// one mistake, not thousands of lines at each reload. A binary search per host:
     /// ranges may be many too; the ranges' engines are looked up only when a host is
     /// inside one.
-    fn hosts_in_ranges(&mut self, covers: &[(Span, usize)], out: &[HostSpec], origins: &[Origin]) {
+    fn hosts_in_ranges(
+        &mut self,
+        spans: &[(Addresses, usize)],
+        covers: &[usize],
+        out: &[HostSpec],
+        origins: &[Origin],
+    ) {
         let inside: Vec<(&HostSpec, usize, Span, usize)> = out
             .iter()
             .zip(origins)
@@ -3152,9 +3195,19 @@ impl<'c, 'a> Resolver<'c, 'a> {
                 Origin::Range(_) => None,
             })
             .filter_map(|(h, i)| {
-                let after = covers.partition_point(|(sp, _)| sp.bounds().0 <= h.ip);
-                let &(sp, j) = &covers[after.checked_sub(1)?];
-                sp.holds(h.ip).then_some((h, i, sp, j))
+                let after = covers.partition_point(|&c| spans[c].0.span.bounds().0 <= h.ip);
+                let (a, j) = &spans[covers[after.checked_sub(1)?]];
+                // Left out of the cover: a range inside it may hold it (rare: looked
+                // for among them all).
+                let held = match a.holds(h.ip) {
+                    true => Some((a, j)),
+                    false if a.span.holds(h.ip) => spans
+                        .iter()
+                        .find(|(a, _)| a.holds(h.ip))
+                        .map(|(a, j)| (a, j)),
+                    false => None,
+                };
+                held.map(|(a, j)| (h, i, a.span, *j))
             })
             .collect();
         if inside.is_empty() {
@@ -3182,7 +3235,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             self.c.warn(
                 &[Seg::Key("hosts"), Seg::Index(i), Seg::Key("ip")],
                 format!(
-                    "{} is inside {}, which polls it by {engines} too: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)",
+                    "{} is inside {}, which polls it by {engines} too: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range with it in its exclude, poll it once)",
                     h.ip,
                     self.range_named(n, j)
                 ),

@@ -453,35 +453,40 @@ fn process_shards_poll_every_host_exactly_once() {
 
 /// A `[[host_ranges]]` entry of `range` polls every address from its first to its
 /// last, network- and broadcast-like ones too (.255, .0: the range says which), each a
-/// host named by the pattern (loopback answers them all).
+/// host named by the pattern (loopback answers them all); but those its `exclude`
+/// leaves out.
 #[test]
-fn a_range_entry_polls_every_address_of_it() {
-    let cfg_path = pinged_range(
-        "daemon-range",
-        "range = \"127.0.231.254-127.0.232.1\"",
-        "pool",
+fn a_range_entry_polls_every_address_of_it_but_those_it_excludes() {
+    let polled = |addresses: &str| -> Vec<String> {
+        let cfg_path = pinged_range("daemon-range", addresses, "pool");
+        let mut got: Vec<String> = poll_once_json(&cfg_path, &[])
+            .iter()
+            .map(|v| {
+                assert_eq!(v["value"], 1, "loopback answers: {v}");
+                let (host, ip) = (v["host"].as_str().unwrap(), v["ip"].as_str().unwrap());
+                assert_eq!(host, format!("pool-{ip}"));
+                ip.to_string()
+            })
+            .collect();
+        got.sort_by_key(|ip| ip.parse::<std::net::IpAddr>().unwrap());
+        got
+    };
+    let range = "range = \"127.0.231.254-127.0.232.1\"";
+    assert_eq!(
+        polled(range),
+        [
+            "127.0.231.254",
+            "127.0.231.255",
+            "127.0.232.0",
+            "127.0.232.1"
+        ]
     );
-    let mut got: Vec<(String, String)> = poll_once_json(&cfg_path, &[])
-        .iter()
-        .map(|v| {
-            assert_eq!(v["value"], 1, "loopback answers: {v}");
-            (
-                v["host"].as_str().unwrap().into(),
-                v["ip"].as_str().unwrap().into(),
-            )
-        })
-        .collect();
-    got.sort();
-    let want: Vec<(String, String)> = [
-        "127.0.231.254",
-        "127.0.231.255",
-        "127.0.232.0",
-        "127.0.232.1",
-    ]
-    .iter()
-    .map(|ip| (format!("pool-{ip}"), ip.to_string()))
-    .collect();
-    assert_eq!(got, want);
+    assert_eq!(
+        polled(&format!(
+            "{range}\nexclude = [\"127.0.231.255-127.0.232.0\"]"
+        )),
+        ["127.0.231.254", "127.0.232.1"]
+    );
 }
 
 /// Two process shards of ONE file on one machine, as packaging/netpoller@.service.d

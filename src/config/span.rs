@@ -82,6 +82,103 @@ impl fmt::Display for Span {
     }
 }
 
+/// A span's addresses less some of them (a `[[host_ranges]]` entry's `exclude`): runs of
+/// addresses, in order and apart, none empty but for a span with every address left out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addresses {
+    pub span: Span,
+    /// The runs kept, first and last address as numbers ([`bits`]), ascending.
+    kept: Vec<(u128, u128)>,
+}
+
+impl Addresses {
+    /// `span` less the addresses of `left_out` (runs, each first and last address, of
+    /// the span's family; those outside it leave out nothing).
+    pub fn new(span: Span, left_out: &[(IpAddr, IpAddr)]) -> Addresses {
+        let (first, last) = span.bounds();
+        let (lo, hi) = (bits(first), bits(last));
+        let mut holes: Vec<(u128, u128)> = left_out
+            .iter()
+            .filter(|(a, _)| a.is_ipv4() == first.is_ipv4())
+            .map(|&(a, b)| (bits(a).max(lo), bits(b).min(hi)))
+            .filter(|(a, b)| a <= b)
+            .collect();
+        holes.sort_unstable();
+        let mut kept = Vec::new();
+        let mut next = Some(lo);
+        for (a, b) in holes {
+            let Some(from) = next else { break };
+            if a > from {
+                kept.push((from, a - 1));
+            }
+            if b >= from {
+                next = b.checked_add(1).filter(|&n| n <= hi);
+            }
+        }
+        if let Some(from) = next {
+            kept.push((from, hi));
+        }
+        Addresses { span, kept }
+    }
+
+    /// How many addresses.
+    pub fn count(&self) -> u128 {
+        let n = |&(a, b): &(u128, u128)| (b - a).saturating_add(1);
+        self.kept.iter().map(n).fold(0, u128::saturating_add)
+    }
+
+    /// The addresses, in order.
+    pub fn iter(&self) -> impl Iterator<Item = IpAddr> + '_ {
+        let v4 = self.span.bounds().0.is_ipv4();
+        (self.kept.iter()).flat_map(move |&(a, b)| (a..=b).map(move |v| from_bits(v4, v)))
+    }
+
+    /// Whether `ip` is one of them.
+    pub fn holds(&self, ip: IpAddr) -> bool {
+        let v = bits(ip);
+        let after = self.kept.partition_point(|&(a, _)| a <= v);
+        self.span.holds(ip) && after > 0 && v <= self.kept[after - 1].1
+    }
+
+    /// How many addresses both hold (of one family).
+    pub fn shared(&self, other: &Addresses) -> u128 {
+        if self.span.bounds().0.is_ipv4() != other.span.bounds().0.is_ipv4() {
+            return 0;
+        }
+        let (mut i, mut j, mut n) = (0, 0, 0u128);
+        while let (Some(&(a, b)), Some(&(c, d))) = (self.kept.get(i), other.kept.get(j)) {
+            let (lo, hi) = (a.max(c), b.min(d));
+            if lo <= hi {
+                n = n.saturating_add((hi - lo).saturating_add(1));
+            }
+            match b < d {
+                true => i += 1,
+                false => j += 1,
+            }
+        }
+        n
+    }
+}
+
+/// A `[[host_ranges]]` entry's `exclude` value: an address, a CIDR (every address of
+/// it: an exclusion says which, network and broadcast addresses included) or a range;
+/// its first and last address.
+pub fn parse_exclusion(text: &str) -> Result<(IpAddr, IpAddr), String> {
+    if let Some(range) = parse_range(text) {
+        return range.map(Span::bounds);
+    }
+    let t = text.trim();
+    if let Ok(ip) = t.parse::<IpAddr>() {
+        return Ok((ip, ip));
+    }
+    match t.parse::<ipnet::IpNet>() {
+        Ok(net) => Ok((net.network(), net.broadcast())),
+        Err(_) => Err(format!(
+            "{text:?} is not an address, a CIDR or a range (FIRST-LAST) to leave out"
+        )),
+    }
+}
+
 fn from_bits(v4: bool, v: u128) -> IpAddr {
     match v4 {
         true => IpAddr::V4(Ipv4Addr::from(v as u32)),
@@ -173,6 +270,79 @@ mod tests {
         assert_eq!(r.bounds(), (ip("127.1.0.7"), ip("127.1.0.8")));
         assert_eq!(r.to_string(), "127.1.0.7-127.1.0.8");
         assert_eq!((r.key(), n.key()), ("range", "cidr"));
+    }
+
+    /// A span less what is left out: the runs kept, counted, expanded and held alike;
+    /// what lies outside or is of the other family leaves out nothing; everything left
+    /// out leaves nothing.
+    #[test]
+    fn addresses_are_a_span_less_what_is_left_out() {
+        let out = |list: &[&str]| -> Vec<(IpAddr, IpAddr)> {
+            list.iter().map(|t| parse_exclusion(t).unwrap()).collect()
+        };
+        let a = Addresses::new(
+            net("127.1.0.0/28"),
+            &out(&[
+                "127.1.0.1",
+                "127.1.0.4-5",
+                "127.1.0.12/30",
+                "127.1.1.0/24",
+                "::1",
+            ]),
+        );
+        let want = [
+            "127.1.0.2",
+            "127.1.0.3",
+            "127.1.0.6",
+            "127.1.0.7",
+            "127.1.0.8",
+            "127.1.0.9",
+            "127.1.0.10",
+            "127.1.0.11",
+        ];
+        assert_eq!(a.iter().map(|i| i.to_string()).collect::<Vec<_>>(), want);
+        assert_eq!(a.count(), 8);
+        for k in 0..=15u8 {
+            let addr = IpAddr::from([127, 1, 0, k]);
+            assert_eq!(
+                a.holds(addr),
+                want.contains(&addr.to_string().as_str()),
+                "{addr}"
+            );
+        }
+        // Overlapping holes, and one to the span's end.
+        let b = Addresses::new(
+            net("127.1.0.0/28"),
+            &out(&["127.1.0.2-6", "127.1.0.3-9", "127.1.0.14"]),
+        );
+        assert_eq!(
+            all_of(&b),
+            [
+                "127.1.0.1",
+                "127.1.0.10",
+                "127.1.0.11",
+                "127.1.0.12",
+                "127.1.0.13"
+            ]
+        );
+        assert_eq!(a.shared(&b), 2, "10 and 11: both hold them");
+        let none = Addresses::new(net("127.1.0.0/30"), &out(&["127.1.0.0/30"]));
+        assert_eq!((none.count(), none.iter().count()), (0, 0));
+        assert!(!none.holds(ip("127.1.0.1")));
+        assert_eq!(a.shared(&none), 0);
+        let v6 = Addresses::new(net("::1/128"), &[]);
+        assert_eq!((v6.count(), a.shared(&v6)), (1, 0));
+        assert!(
+            parse_exclusion("127.1.0.1/24").is_ok(),
+            "every address of it"
+        );
+        assert!(parse_exclusion("cpe-1")
+            .unwrap_err()
+            .contains("not an address, a CIDR or a range"));
+    }
+
+    fn all_of(a: &Addresses) -> Vec<String> {
+        a.iter().map(|i| i.to_string()).collect()
     }
 
     #[test]

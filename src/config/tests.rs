@@ -1289,15 +1289,104 @@ fn ranges_that_overlap_are_warned_of_with_the_addresses_they_share() {
         w,
         [
             "line 14: host_ranges[1].range: 127.0.231.3-127.0.231.5 is inside host_ranges[0] (127.0.231.0/28, line 10): each of its 3 addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)",
-            "line 18: host_ranges[2].range: 127.0.231.10-127.0.231.20 overlaps host_ranges[0] (127.0.231.0/28, line 10): each of the 5 addresses 127.0.231.10-127.0.231.14 is polled twice, as a host of each range (ranges apart poll each address once)",
+            "line 18: host_ranges[2].range: 127.0.231.10-127.0.231.20 overlaps host_ranges[0] (127.0.231.0/28, line 10): each of the 5 addresses both hold, from 127.0.231.10 to 127.0.231.14, is polled twice, as a host of each range (ranges apart, or one with the other's addresses in its exclude, poll each address once)",
             "line 26: host_ranges[4].cidr: 127.0.232.4/30 is inside host_ranges[3] (127.0.232.0-127.0.232.10, line 22): each of its 2 addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)",
-            "line 35: hosts[0].ip: 127.0.233.4 is inside host_ranges[5] (127.0.233.0-127.0.233.9, line 30), which polls it by ICMP too: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)",
+            "line 35: hosts[0].ip: 127.0.233.4 is inside host_ranges[5] (127.0.233.0-127.0.233.9, line 30), which polls it by ICMP too: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range with it in its exclude, poll it once)",
         ],
     );
     // From the CIDR's broadcast address on: no host of both.
     let after = text.replace("127.0.231.10-127.0.231.20", "127.0.231.15-127.0.231.20");
     let cfg = parse(&after).unwrap_or_else(|e| panic!("{e:#?}"));
     assert_eq!(cfg.warnings.len(), 3, "{:#?}", cfg.warnings);
+    // What one leaves out the other polls alone: the warnings go with it, as the
+    // advice says (a part left out counts no more).
+    let left_out = text
+        .replace(
+            "range = \"127.0.231.10-127.0.231.20\"\n",
+            "range = \"127.0.231.10-127.0.231.20\"\nexclude = [\"127.0.231.10-14\"]\n",
+        )
+        .replace(
+            "cidr = \"127.0.232.4/30\"\n",
+            "cidr = \"127.0.232.4/30\"\nexclude = [\"127.0.232.5\"]\n",
+        )
+        .replace(
+            "range = \"127.0.233.0-127.0.233.9\"\n",
+            "range = \"127.0.233.0-127.0.233.9\"\nexclude = [\"127.0.233.4\"]\n",
+        );
+    let cfg = parse(&left_out).unwrap_or_else(|e| panic!("{e:#?}"));
+    let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 2, "{w:#?}");
+    assert!(
+        w[0].starts_with("line 14: host_ranges[1].range: "),
+        "{w:#?}"
+    );
+    assert!(
+        w[1].starts_with("line 27: host_ranges[4].cidr: 127.0.232.4/30 is inside host_ranges[3] (127.0.232.0-127.0.232.10, line 23): each of its 1 addresses"),
+        "{w:#?}"
+    );
+    // A host in what a range leaves out, held by a range inside it: named with that one.
+    let nested = format!(
+        "{TEMPLATE}{}exclude = [\"127.0.233.0/29\"]\n{}[[hosts]]\nname = \"h\"\nip = \"127.0.233.4\"\ntemplates = [\"icmp\"]\n",
+        icmp_addresses("range", "127.0.233.0-127.0.233.20", "a"),
+        icmp_addresses("range", "127.0.233.2-127.0.233.6", "b"),
+    );
+    let cfg = parse(&nested).unwrap_or_else(|e| panic!("{e:#?}"));
+    let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(
+        w[0].contains(
+            "hosts[0].ip: 127.0.233.4 is inside host_ranges[1] (127.0.233.2-127.0.233.6, line 15)"
+        ),
+        "{w:#?}"
+    );
+}
+
+/// `exclude` leaves addresses of a range unpolled: addresses, CIDRs (all of their
+/// addresses) and ranges; one that holds none of the range's, or does not parse, is an
+/// error at its place, as is leaving out all of them. The ranges' budget counts what
+/// is polled.
+#[test]
+fn exclude_leaves_addresses_of_a_range_out() {
+    let names = |entry: &str| -> Vec<String> {
+        let c = parse(&format!("{TEMPLATE}{entry}")).unwrap_or_else(|e| panic!("{e:#?}"));
+        c.hosts.iter().map(|h| h.ip.to_string()).collect()
+    };
+    let range = icmp_range("127.0.236.0/28", "p");
+    assert_eq!(
+        names(&format!(
+            "{range}exclude = [\"127.0.236.1\", \"127.0.236.4/30\", \"127.0.236.9-13\"]\n"
+        )),
+        ["127.0.236.2", "127.0.236.3", "127.0.236.8", "127.0.236.14"]
+    );
+    let err = |exclude: &str| {
+        let e = one_err(&format!("{TEMPLATE}{range}exclude = {exclude}\n"));
+        (e.path, e.message)
+    };
+    assert_eq!(
+        err("[\"127.0.236.1\", \"127.0.237.1\"]"),
+        ("host_ranges[0].exclude[1]".into(), "\"127.0.237.1\" holds no address of this range (127.0.236.0/28): it leaves out nothing".into())
+    );
+    assert_eq!(
+        err("[\"127.0.236.0\"]").1,
+        "\"127.0.236.0\" holds no address of this range (127.0.236.0/28): it leaves out nothing",
+        "the network address is none of its hosts"
+    );
+    assert_eq!(err("[\"::1\"]").0, "host_ranges[0].exclude[0]");
+    assert_eq!(
+        err("[\"gw\"]").1,
+        "\"gw\" is not an address, a CIDR or a range (FIRST-LAST) to leave out"
+    );
+    assert_eq!(
+        err("[\"127.0.236.0/28\"]"),
+        (
+            "host_ranges[0].exclude".into(),
+            "leaves out every address of 127.0.236.0/28: the range would poll nothing".into()
+        )
+    );
+    // What is left out is not counted against the budget.
+    let big = "[[host_ranges]]\ncidr = \"127.0.0.0/11\"\nexclude = [\"127.0.0.0/12\"]\nname = \"r-{ip}\"\ntemplates = [\"icmp\"]\n";
+    let cfg = parse(&format!("{TEMPLATE}{big}")).unwrap_or_else(|e| panic!("{e:#?}"));
+    assert_eq!(cfg.hosts.len(), (1 << 20) - 1);
 }
 
 /// A range inside another loads (hosts may share an address), with a warning at the
@@ -1368,7 +1457,7 @@ fn a_host_inside_a_range_is_warned_of_at_its_ip() {
     );
     let cfg = parse(&text).unwrap_or_else(|e| panic!("{e:#?}"));
     let w: Vec<String> = cfg.warnings.iter().map(|w| w.to_string()).collect();
-    let twice = "which polls it by ICMP too: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range without its address, poll it once)";
+    let twice = "which polls it by ICMP too: it is polled twice, as this host and as a host of the range (this host with the range's templates too, and the range with it in its exclude, poll it once)";
     assert_eq!(
         w,
         [
