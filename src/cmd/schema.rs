@@ -11,13 +11,14 @@ use std::process::ExitCode;
 /// Arguments of `netpoller schema`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Configuration file (TOML); its `[clickhouse]` section names server and database.
+    /// Configuration file (TOML), or a directory of them (as `run -c` takes it); its
+    /// `[clickhouse]` section names server and database.
     /// Not needed with --server-version: the defaults' DDL (database `glaber`, no TTL,
     /// trends tables).
     #[arg(
         short,
         long,
-        value_name = "FILE",
+        value_name = "PATH",
         required_unless_present = "server_version"
     )]
     pub config: Option<PathBuf>,

@@ -23,8 +23,9 @@ pub enum SpoolCommand {
     /// Print spooled rows as TSV on stdout, no header: table, itemid, clock, ns,
     /// hostname, itemname, value (a trends row's value: `min=… max=… avg=… count=…`).
     Dump {
-        /// Configuration file (for `daemon.spool_dir`).
-        #[arg(short, long, value_name = "FILE", required_unless_present = "dir")]
+        /// Configuration file or directory, as `run -c` takes it (for
+        /// `daemon.spool_dir`).
+        #[arg(short, long, value_name = "PATH", required_unless_present = "dir")]
         config: Option<PathBuf>,
         /// Spool directory (overrides the config's `daemon.spool_dir`).
         #[arg(long, value_name = "DIR")]
@@ -35,8 +36,8 @@ pub enum SpoolCommand {
     },
     /// Load the spool into ClickHouse (the config's `[clickhouse]` section).
     Replay {
-        /// Configuration file.
-        #[arg(short, long, value_name = "FILE")]
+        /// Configuration file or directory, as `run -c` takes it.
+        #[arg(short, long, value_name = "PATH")]
         config: PathBuf,
         /// Spool directory (overrides the config's `daemon.spool_dir`).
         #[arg(long, value_name = "DIR")]
