@@ -1827,3 +1827,32 @@ fn per_request_round_trips_read_as_fping_prints_them() {
     );
     assert!(words[2].parse::<f64>().is_ok(), "{out}");
 }
+
+/// `-x N` (fping's --reachable): exit 0 when at least N hosts answered, 1 when fewer
+/// did, whatever the others did, and a line on stderr says which; without it, a host
+/// that did not answer makes it 1.
+#[test]
+fn reachable_n_exits_by_how_many_hosts_answered() {
+    let _nft = NftTable::silencing("127.0.237.3");
+    let sweep = |extra: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_netpoller"))
+            .args(["--quiet", "sweep", "-c", "1", "-t", "300ms"])
+            .args(extra)
+            .args(["127.0.237.1", "127.0.237.2", "127.0.237.3"])
+            .output()
+            .unwrap();
+        (o.status.code(), String::from_utf8(o.stderr).unwrap())
+    };
+    assert_eq!(sweep(&[]), (Some(1), String::new()));
+    assert_eq!(
+        sweep(&["-x", "2"]),
+        (Some(0), "enough hosts alive (required 2, alive 2)\n".into())
+    );
+    assert_eq!(
+        sweep(&["--reachable", "3"]),
+        (
+            Some(1),
+            "not enough hosts alive (required 3, alive 2)\n".into()
+        )
+    );
+}

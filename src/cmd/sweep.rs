@@ -101,6 +101,12 @@ pub struct Args {
     /// with --json their objects. The exit status stays fping's: 1 when one did not.
     #[arg(short = 'u', long)]
     pub unreachable: bool,
+    /// Exit 0 when at least N hosts answered, 1 when fewer did (fping's -x: "is enough
+    /// of the network up?"), instead of 1 when any host did not answer; a line on
+    /// stderr says which, `enough hosts alive (required 3, alive 4)` or `not enough
+    /// ...`, also with --quiet.
+    #[arg(short = 'x', long, value_name = "N")]
+    pub reachable: Option<usize>,
     /// Sweep more than 2^20 addresses, or more than 2^24 probes (addresses × count),
     /// which are refused without it.
     #[arg(long)]
@@ -728,14 +734,25 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
             report.wall.as_secs_f64()
         );
     }
-    // As fping: 1 when a host did not answer (or could not be probed), for scripts.
-    Ok(
-        if report.alive == report.hosts && report.rejected.is_empty() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(1)
-        },
-    )
+    // As fping: 1 when a host did not answer (or could not be probed), for scripts;
+    // with -x, 1 when fewer than that many did.
+    let ok = match args.reachable {
+        Some(required) => {
+            let enough = report.alive >= required;
+            let what = if enough { "enough" } else { "not enough" };
+            eprintln!(
+                "{what} hosts alive (required {required}, alive {})",
+                report.alive
+            );
+            enough
+        }
+        None => report.alive == report.hosts && report.rejected.is_empty(),
+    };
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 #[cfg(test)]
