@@ -172,6 +172,13 @@ pub fn parse_exclusion(text: &str) -> Result<(IpAddr, IpAddr), String> {
         return Ok((ip, ip));
     }
     match t.parse::<ipnet::IpNet>() {
+        // An interface's address pasted: the whole network was most likely not meant
+        // (as a range's `cidr` refuses it).
+        Ok(net) if net.addr() != net.network() => Err(format!(
+            "{t} has host bits set: write the network, {}, or the address alone, {}",
+            net.trunc(),
+            net.addr()
+        )),
         Ok(net) => Ok((net.network(), net.broadcast())),
         Err(_) => Err(format!(
             "{text:?} is not an address, a CIDR or a range (FIRST-LAST) to leave out"
@@ -332,9 +339,14 @@ mod tests {
         assert_eq!(a.shared(&none), 0);
         let v6 = Addresses::new(net("::1/128"), &[]);
         assert_eq!((v6.count(), a.shared(&v6)), (1, 0));
-        assert!(
-            parse_exclusion("127.1.0.1/24").is_ok(),
+        assert_eq!(
+            parse_exclusion("127.1.0.0/24"),
+            Ok((ip("127.1.0.0"), ip("127.1.0.255"))),
             "every address of it"
+        );
+        assert_eq!(
+            parse_exclusion("127.1.0.1/24").unwrap_err(),
+            "127.1.0.1/24 has host bits set: write the network, 127.1.0.0/24, or the address alone, 127.1.0.1"
         );
         assert!(parse_exclusion("cpe-1")
             .unwrap_err()
