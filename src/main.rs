@@ -79,7 +79,8 @@ enum Command {
     /// unreachable, loss, min/avg/max, and the ICMP error a router sent back, if one
     /// did); `netpoller sweep -a 192.0.2.1-254 > up.txt` (the addresses that answer);
     /// `netpoller sweep -C 5 -i 20ms 192.0.2.1` (each request's round trip, as `fping -C
-    /// 5`); `netpoller sweep --json -c 1 @hosts.txt`; `... | netpoller sweep @-`.
+    /// 5`); `netpoller sweep -l 192.0.2.1 192.0.2.2` (every second until Ctrl-C, as
+    /// `fping -l`: watching hosts through a change); `netpoller sweep --json -c 1 @hosts.txt`; `... | netpoller sweep @-`.
     ///
     /// The sweep never waits for the reader of its results, which would make hosts read
     /// as lost: what stdout has not taken yet (`netpoller sweep ... | less` left on its

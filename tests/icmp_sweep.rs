@@ -1256,6 +1256,11 @@ fn spawn_piped(args: &[&str]) -> std::process::Child {
 }
 
 fn interrupt(child: std::process::Child) -> (String, String) {
+    interrupt_exiting(child, 130)
+}
+
+/// SIGINT to `child`, which must exit `code`: its stdout and stderr.
+fn interrupt_exiting(child: std::process::Child, code: i32) -> (String, String) {
     // SAFETY: a signal to the child this test started.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
     let o = child.wait_with_output().unwrap();
@@ -1263,7 +1268,7 @@ fn interrupt(child: std::process::Child) -> (String, String) {
         String::from_utf8(o.stdout).unwrap(),
         String::from_utf8(o.stderr).unwrap(),
     );
-    assert_eq!(o.status.code(), Some(130), "{out}\n{err}");
+    assert_eq!(o.status.code(), Some(code), "{out}\n{err}");
     (out, err)
 }
 
@@ -1855,4 +1860,81 @@ fn reachable_n_exits_by_how_many_hosts_answered() {
             "not enough hosts alive (required 3, alive 2)\n".into()
         )
     );
+}
+
+/// `--loop` sends a request to every host every --interval until SIGINT and prints each
+/// reply or timeout as it comes, as `fping -l` prints them (checked against fping -l
+/// itself on the same hosts, `-D`'s time first); then each host's totals on stderr and
+/// the exit status of a sweep (1: a host never answered), not a signal's.
+#[test]
+fn a_loop_prints_every_reply_as_fping_l_does() {
+    let _nft = NftTable::silencing("127.0.238.2");
+    let hosts = ["127.0.238.1", "127.0.238.2"];
+    let loop_args = ["-i", "200ms", "-t", "100ms", "-D"];
+    let child = spawn_piped(&[&["sweep", "-l"], &loop_args[..], &hosts[..]].concat());
+    std::thread::sleep(Duration::from_millis(1100));
+    let (ours, err) = interrupt_exiting(child, 1);
+    let fping = Command::new("timeout")
+        .args([
+            "-s", "INT", "1.1", "fping", "-l", "-D", "-p", "200", "-t", "100",
+        ])
+        .args(hosts)
+        .output()
+        .expect("fping (scripts/services.sh installs it)");
+    let theirs = String::from_utf8(fping.stdout).unwrap();
+    // Each line's shape: the time, the round and the round trips as words.
+    let shapes = |text: &str| -> std::collections::BTreeSet<String> {
+        text.lines()
+            .map(|l| {
+                let (time, rest) = l.split_once("] ").unwrap_or_else(|| panic!("{l}"));
+                assert!(time[1..].parse::<f64>().is_ok(), "{l}");
+                let rest = rest.replace(", 64 bytes, ", " REPLY ");
+                rest.split(' ')
+                    .map(|w| match w {
+                        w if w.starts_with('[') => "[N],",
+                        w if w
+                            .trim_start_matches('(')
+                            .parse::<f64>()
+                            .is_ok_and(f64::is_finite) =>
+                        {
+                            "T"
+                        }
+                        w => w,
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .collect()
+    };
+    let want = [
+        "127.0.238.1 : [N], REPLY T ms T avg, 0% loss)",
+        "127.0.238.2 : [N], timed out (NaN avg, 100% loss)",
+    ];
+    assert_eq!(
+        shapes(&ours).into_iter().collect::<Vec<_>>(),
+        want,
+        "{ours}"
+    );
+    assert_eq!(
+        shapes(&theirs).into_iter().collect::<Vec<_>>(),
+        want,
+        "fping: {theirs}"
+    );
+    // Rounds 0, 1, ... of the host that answers, one line each.
+    let rounds: Vec<&str> = ours
+        .lines()
+        .filter(|l| l.contains("127.0.238.1 "))
+        .map(|l| l.split('[').nth(2).unwrap().split(']').next().unwrap())
+        .collect();
+    assert!(rounds.len() >= 3, "{ours}");
+    for (k, r) in rounds.iter().enumerate() {
+        assert_eq!(r.parse::<usize>().unwrap(), k, "{ours}");
+    }
+    let n = rounds.len();
+    assert!(
+        err.contains(&format!("127.0.238.1 alive {n}/{n} 0% ")),
+        "{err}"
+    );
+    assert!(err.contains("127.0.238.2 unreachable "), "{err}");
+    assert!(err.contains("2 hosts, 1 alive, 1 unreachable in "), "{err}");
 }

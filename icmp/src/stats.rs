@@ -74,6 +74,22 @@ impl PingStats {
         self.sum += rtt;
     }
 
+    /// Adds the counts of `later`, statistics of more requests to the same host (the
+    /// rounds of `netpoller sweep --loop`): as if one sweep had sent them all; its ICMP
+    /// error, if it has one, is the last.
+    pub fn merge(&mut self, later: &PingStats) {
+        if later.received > 0 {
+            if self.received == 0 || later.min < self.min {
+                self.min = later.min;
+            }
+            self.max = self.max.max(later.max);
+            self.received += later.received;
+            self.sum += later.sum;
+        }
+        self.sent += later.sent;
+        self.error = later.error.or(self.error);
+    }
+
     /// `icmpping`: whether at least one reply arrived.
     pub fn is_alive(&self) -> bool {
         self.received > 0
@@ -134,6 +150,40 @@ mod tests {
         assert_eq!(s.rtt_seconds(RttMode::Avg), 0.020);
         s.record(ms(20));
         assert_eq!(s.loss_pct(), 0.0);
+    }
+
+    /// Merged statistics are those of one sweep that sent every request of both.
+    #[test]
+    fn merged_stats_are_as_of_one_sweep() {
+        let round = |rtts: &[u64], sent: u32| {
+            let mut s = PingStats {
+                sent,
+                ..Default::default()
+            };
+            rtts.iter().for_each(|&r| s.record(ms(r)));
+            s
+        };
+        let mut total = PingStats::default();
+        for r in [
+            round(&[20], 1),
+            round(&[], 1),
+            round(&[10, 40], 2),
+            round(&[], 0),
+        ] {
+            total.merge(&r);
+        }
+        assert_eq!(total, round(&[20, 10, 40], 4));
+        let error = crate::Unreachable::from_icmp(false, 3, 1, "192.0.2.1".parse().unwrap());
+        total.merge(&PingStats {
+            sent: 1,
+            error,
+            ..Default::default()
+        });
+        total.merge(&round(&[5], 1));
+        assert_eq!(
+            (total.sent, total.received, total.min, total.error),
+            (6, 4, ms(5), error)
+        );
     }
 
     #[test]

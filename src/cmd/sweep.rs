@@ -101,6 +101,21 @@ pub struct Args {
     /// with --json their objects. The exit status stays fping's: 1 when one did not.
     #[arg(short = 'u', long)]
     pub unreachable: bool,
+    /// Until Ctrl-C, one echo request to every host every --interval, each reply (or
+    /// timeout) a line as it comes, as `fping -l` prints them: `192.0.2.1 : [3], 64
+    /// bytes, 0.031 ms (0.029 avg, 0% loss)`, `192.0.2.2 : [3], timed out (NaN avg, 100%
+    /// loss)`; then each host's totals on stderr (the summary line), and the exit status
+    /// of a sweep: 1 when a host never answered.
+    #[arg(
+        short = 'l',
+        long = "loop",
+        conflicts_with_all = ["count", "per_request", "retries", "json", "alive", "unreachable", "reachable"]
+    )]
+    pub looping: bool,
+    /// With --loop: each line begins with the time, `[1764777600.12345] ` (Unix
+    /// seconds), as fping's -D.
+    #[arg(short = 'D', long, requires = "looping")]
+    pub timestamp: bool,
     /// Exit 0 when at least N hosts answered, 1 when fewer did (fping's -x: "is enough
     /// of the network up?"), instead of 1 when any host did not answer; a line on
     /// stderr says which, `enough hosts alive (required 3, alive 4)` or `not enough
@@ -358,6 +373,159 @@ impl std::fmt::Display for FpingMs {
     }
 }
 
+/// `--loop`: rounds of one echo request to every host, a round every `--interval` (or
+/// as soon as the one before ends, when it lasted longer), each reply or timeout
+/// printed as it comes ([`write_round`]), until SIGINT or SIGTERM; then each host's
+/// totals (its requests of every round, a request awaiting its reply as lost) on
+/// stderr, and the exit status of a sweep.
+async fn run_loop(
+    args: &Args,
+    addrs: &[IpAddr],
+    jobs: &[PingJob],
+    driver: &mut IcmpDriver,
+    quiet: bool,
+) -> anyhow::Result<ExitCode> {
+    let jobs: Vec<PingJob> = jobs.iter().map(|j| PingJob { packets: 1, ..*j }).collect();
+    let mut out = results_output()?;
+    let width = addrs.iter().map(|a| a.to_string().len()).max().unwrap_or(0);
+    let mut per_host = vec![PingStats::default(); addrs.len()];
+    let started = std::time::Instant::now();
+    let signal = super::interrupted();
+    tokio::pin!(signal);
+    for round in 0u64.. {
+        let start = tokio::time::Instant::now();
+        let line = Round {
+            seq: round,
+            bytes: args.size + icmp::wire::HEADER_LEN,
+            width,
+            timestamp: args.timestamp,
+        };
+        let swept = driver.sweep_until(
+            &jobs,
+            |i, stats| {
+                per_host[i].merge(stats);
+                out.line(|b| write_round(b, &line, addrs[i], stats, &per_host[i]));
+            },
+            &mut signal,
+        );
+        if let Err(stopped) = swept.await {
+            for (i, stats) in &stopped.unfinished {
+                per_host[*i].merge(stats);
+            }
+            break;
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(start + args.interval) => {}
+            _ = &mut signal => break,
+        }
+    }
+    out.close();
+    // The lines still to be written, for as long as stdout takes them.
+    let _ = tokio::time::timeout(INTERRUPT_GRACE, out.finished()).await;
+    let mut summary = Vec::new();
+    if !quiet {
+        for (addr, stats) in addrs.iter().zip(&per_host) {
+            write_text(&mut summary, *addr, stats)?;
+        }
+    }
+    let alive = per_host.iter().filter(|s| s.is_alive()).count();
+    if !quiet {
+        let told = per_host
+            .iter()
+            .filter(|s| !s.is_alive() && s.error.is_some())
+            .count();
+        writeln!(
+            summary,
+            "{}",
+            totals(addrs.len(), alive, told, started.elapsed())
+        )?;
+    }
+    output::last_words(
+        String::from_utf8_lossy(&summary).into_owned(),
+        INTERRUPT_GRACE,
+    );
+    Ok(if alive == addrs.len() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// The sweep's totals line: `N hosts, N alive, N unreachable (M with an ICMP error) in
+/// T s` (`told`: the unreachable hosts an ICMP error came back for).
+fn totals(hosts: usize, alive: usize, told: usize, wall: Duration) -> String {
+    let told = match told {
+        0 => String::new(),
+        n => format!(" ({n} with an ICMP error)"),
+    };
+    format!(
+        "{hosts} host{}, {alive} alive, {} unreachable{told} in {:.3} s",
+        if hosts == 1 { "" } else { "s" },
+        hosts - alive,
+        wall.as_secs_f64()
+    )
+}
+
+/// The thread that writes the hosts' lines to stdout, never blocking the sweep: line by
+/// line on a terminal (each host as it is done, fping's way), in blocks otherwise.
+fn results_output() -> anyhow::Result<Output> {
+    let live = crate::progress::stdout_is_tty();
+    Output::start(
+        live,
+        output::stdout(),
+        output::HELD_IN_MEMORY,
+        tempfile::tempfile,
+    )
+    .context("starting the thread writing the results")
+}
+
+/// What a `--loop` round's lines share.
+struct Round {
+    /// The round, from 0: fping's `[N]`.
+    seq: u64,
+    /// A reply's ICMP bytes (header and payload), as fping counts them.
+    bytes: usize,
+    /// The widest address: the columns line up, as fping pads its names.
+    width: usize,
+    /// `-D`: the time first.
+    timestamp: bool,
+}
+
+/// One `--loop` line, as `fping -l` prints it: `ADDR : [N], B bytes, RTT ms (AVG avg,
+/// L% loss)`, or `ADDR : [N], timed out (AVG avg, L% loss)` (then the ICMP error that
+/// came back for it, if one did); `total`: the host's statistics so far, this round's
+/// included.
+fn write_round(
+    out: &mut Vec<u8>,
+    line: &Round,
+    addr: IpAddr,
+    this: &PingStats,
+    total: &PingStats,
+) -> std::io::Result<()> {
+    if line.timestamp {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        write!(out, "[{:.5}] ", now.as_secs_f64())?;
+    }
+    let (seq, width) = (line.seq, line.width);
+    write!(out, "{:<width$} : [{seq}], ", addr.to_string())?;
+    match this.avg() {
+        Some(rtt) => write!(out, "{} bytes, {} ms", line.bytes, FpingMs(rtt))?,
+        None => write!(out, "timed out")?,
+    }
+    // fping prints a mean of no reply as NaN (a script reads it as a float).
+    let avg = total.avg().map_or("NaN".into(), |a| FpingMs(a).to_string());
+    // A whole percentage, truncated as fping prints it.
+    let lost = u64::from(total.sent.saturating_sub(total.received));
+    let loss = lost * 100 / u64::from(total.sent.max(1));
+    write!(out, " ({avg} avg, {loss}% loss)")?;
+    match (this.avg(), &this.error) {
+        (None, Some(error)) => writeln!(out, "; {error}"),
+        _ => writeln!(out),
+    }
+}
+
 /// Which hosts' lines a sweep prints, and how.
 #[derive(Debug, Clone, Copy)]
 struct Lines {
@@ -591,15 +759,10 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("starting the tokio runtime")?;
-    // On a terminal, each host's line as it completes (fping's way).
-    let live = crate::progress::stdout_is_tty();
-    let mut out = Output::start(
-        live,
-        output::stdout(),
-        output::HELD_IN_MEMORY,
-        tempfile::tempfile,
-    )
-    .context("starting the thread writing the results")?;
+    if args.looping {
+        return rt.block_on(run_loop(&args, &addrs, &jobs, &mut driver, quiet));
+    }
+    let mut out = results_output()?;
     let mut progress =
         crate::progress::Progress::beside_results(jobs.len() as u64, "sweeping", quiet);
     let (mut finished, mut alive) = (0usize, 0usize);
@@ -721,18 +884,7 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     );
     // The totals: fping prints its own only with -s, not with -q -c.
     if !quiet {
-        let told = match told {
-            0 => String::new(),
-            n => format!(" ({n} with an ICMP error)"),
-        };
-        eprintln!(
-            "{} host{}, {} alive, {} unreachable{told} in {:.3} s",
-            report.hosts,
-            if report.hosts == 1 { "" } else { "s" },
-            report.alive,
-            report.hosts - report.alive,
-            report.wall.as_secs_f64()
-        );
+        eprintln!("{}", totals(report.hosts, report.alive, told, report.wall));
     }
     // As fping: 1 when a host did not answer (or could not be probed), for scripts;
     // with -x, 1 when fewer than that many did.
