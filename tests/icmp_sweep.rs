@@ -1871,9 +1871,24 @@ fn a_loop_prints_every_reply_as_fping_l_does() {
     let _nft = NftTable::silencing("127.0.238.2");
     let hosts = ["127.0.238.1", "127.0.238.2"];
     let loop_args = ["-i", "200ms", "-t", "100ms", "-D"];
-    let child = spawn_piped(&[&["sweep", "-l"], &loop_args[..], &hosts[..]].concat());
+    let mut child = spawn_piped(&[&["sweep", "-l"], &loop_args[..], &hosts[..]].concat());
+    // Each line as it comes, through a pipe too (a loop is watched, or filtered).
+    let stdout = child.stdout.take().unwrap();
+    let (first, came) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::{BufRead, Read};
+        let mut r = std::io::BufReader::new(stdout);
+        let mut all = String::new();
+        r.read_line(&mut all).unwrap();
+        first.send(()).unwrap();
+        r.read_to_string(&mut all).unwrap();
+        all
+    });
+    came.recv_timeout(Duration::from_secs(5))
+        .expect("no line while the loop runs");
     std::thread::sleep(Duration::from_millis(1100));
-    let (ours, err) = interrupt_exiting(child, 1);
+    let (_, err) = interrupt_exiting(child, 1);
+    let ours = reader.join().unwrap();
     let fping = Command::new("timeout")
         .args([
             "-s", "INT", "1.1", "fping", "-l", "-D", "-p", "200", "-t", "100",

@@ -386,7 +386,9 @@ async fn run_loop(
     quiet: bool,
 ) -> anyhow::Result<ExitCode> {
     let jobs: Vec<PingJob> = jobs.iter().map(|j| PingJob { packets: 1, ..*j }).collect();
-    let mut out = results_output()?;
+    // Line by line wherever stdout goes: a loop is watched, or filtered as it runs
+    // (`| grep timed`, `| tee`).
+    let mut out = results_output(true)?;
     let width = addrs.iter().map(|a| a.to_string().len()).max().unwrap_or(0);
     let mut per_host = vec![PingStats::default(); addrs.len()];
     let started = std::time::Instant::now();
@@ -412,6 +414,10 @@ async fn run_loop(
             for (i, stats) in &stopped.unfinished {
                 per_host[*i].merge(stats);
             }
+            break;
+        }
+        // Nobody reads any more (`| head`): the loop ends, as fping's by SIGPIPE.
+        if out.gone() {
             break;
         }
         tokio::select! {
@@ -467,9 +473,8 @@ fn totals(hosts: usize, alive: usize, told: usize, wall: Duration) -> String {
 }
 
 /// The thread that writes the hosts' lines to stdout, never blocking the sweep: line by
-/// line on a terminal (each host as it is done, fping's way), in blocks otherwise.
-fn results_output() -> anyhow::Result<Output> {
-    let live = crate::progress::stdout_is_tty();
+/// line when `live` (each host as it is done, fping's way), in blocks otherwise.
+fn results_output(live: bool) -> anyhow::Result<Output> {
     Output::start(
         live,
         output::stdout(),
@@ -762,7 +767,8 @@ pub fn run(mut args: Args) -> anyhow::Result<ExitCode> {
     if args.looping {
         return rt.block_on(run_loop(&args, &addrs, &jobs, &mut driver, quiet));
     }
-    let mut out = results_output()?;
+    // On a terminal, each host's line as it completes (fping's way).
+    let mut out = results_output(crate::progress::stdout_is_tty())?;
     let mut progress =
         crate::progress::Progress::beside_results(jobs.len() as u64, "sweeping", quiet);
     let (mut finished, mut alive) = (0usize, 0usize);

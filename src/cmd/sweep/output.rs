@@ -189,6 +189,12 @@ impl Output {
         })
     }
 
+    /// Whether the thread has ended before being closed: a write failed (stdout closed,
+    /// `sweep --loop | head` once head has its lines), so nothing more is printed.
+    pub fn gone(&self) -> bool {
+        self.backlog.lock().gone
+    }
+
     /// Lines the thread has written.
     pub fn written(&self) -> u64 {
         self.written.load(Ordering::Relaxed)
