@@ -617,10 +617,8 @@ fn check_config_against_names_the_settings_that_need_a_restart() {
 /// the ICMP targets are swept.
 #[test]
 fn check_config_states_the_load() {
-    let dir = scratch("ops-load");
-    let cfg = dir.join("c.toml");
-    std::fs::write(
-        &cfg,
+    let (_, cfg) = config_in(
+        "ops-load",
         r#"
 [[templates]]
 name = "icmp"
@@ -641,8 +639,8 @@ cidr = "127.0.74.0/29"
 name = "cpe-{ip}"
 templates = ["icmp"]
 "#,
-    )
-    .unwrap();
+    );
+
     let check = || succeeds(netpoller().args(["check-config", "-c"]).arg(&cfg)).0;
     let out = check();
     // 6 hosts in the /29 × 2 ICMP items every 10 s = 1.2 values/s; the two items share one
@@ -692,6 +690,14 @@ templates = ["icmp"]
 }
 
 /// A config's `[daemon]` section with a spool in `dir` and nothing else.
+/// A scratch folder of `name` holding `c.toml` of `text`: the folder and the file.
+fn config_in(name: &str, text: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = scratch(name);
+    let cfg = dir.join("c.toml");
+    std::fs::write(&cfg, text).unwrap();
+    (dir, cfg)
+}
+
 fn spool_only(dir: &std::path::Path) -> String {
     format!(
         "[daemon]\nspool_dir = \"{}\"\n",
@@ -1489,4 +1495,72 @@ fn a_directory_config_is_its_toml_files_read_in_order_of_their_names() {
         "{log}"
     );
     assert!(d.stop().success());
+}
+
+/// `check-config --hosts` lists the hosts the file polls, one per line, tab-separated
+/// (name, address, items, engines): what ranges, their `exclude`s and templates come
+/// to, `--shard`'s share alone with it; nothing else on stdout (warnings on stderr), for
+/// a script. Nothing is sent (192.0.2.0/24 is documentation data).
+#[test]
+fn check_config_hosts_lists_what_the_file_polls() {
+    let (_, cfg) = config_in(
+        "ops-hosts",
+        r#"
+[[templates]]
+name = "icmp"
+items = [ { key = "icmpping", interval = "10s" }, { key = "icmppingloss", interval = "10s" } ]
+
+[[hosts]]
+name = "sw-1"
+ip = "192.0.2.1"
+templates = ["icmp"]
+snmp = { community = "x" }
+items = [ { key = "sysName", oid = "1.3.6.1.2.1.1.5.0", type = "str", interval = "1m" } ]
+
+[[hosts]]
+name = "cpe-twice"
+ip = "192.0.2.3"
+templates = ["icmp"]
+
+[[host_ranges]]
+cidr = "192.0.2.0/29"
+exclude = ["192.0.2.1", "192.0.2.4-5"]
+name = "cpe-{ip}"
+templates = ["icmp"]
+"#,
+    );
+
+    let run = |extra: &[&str]| {
+        let o = netpoller()
+            .args(["check-config", "--hosts", "-c"])
+            .arg(&cfg)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{o:?}");
+        (
+            String::from_utf8(o.stdout).unwrap(),
+            String::from_utf8(o.stderr).unwrap(),
+        )
+    };
+    let (out, err) = run(&[]);
+    assert_eq!(
+        out,
+        "sw-1\t192.0.2.1\t3\ticmp,snmp\ncpe-twice\t192.0.2.3\t2\ticmp\n\
+         cpe-192.0.2.2\t192.0.2.2\t2\ticmp\ncpe-192.0.2.3\t192.0.2.3\t2\ticmp\n\
+         cpe-192.0.2.6\t192.0.2.6\t2\ticmp\n"
+    );
+    assert!(
+        err.contains("warning: line 15: hosts[1].ip: 192.0.2.3 is inside host_ranges[0]"),
+        "{err}"
+    );
+    // Each shard's share, the two every host once.
+    let (a, _) = run(&["--shard", "0/2"]);
+    let (b, _) = run(&["--shard", "1/2"]);
+    let mut both: Vec<&str> = a.lines().chain(b.lines()).collect();
+    both.sort_unstable();
+    let mut all: Vec<&str> = out.lines().collect();
+    all.sort_unstable();
+    assert_eq!(both, all);
+    assert!(!a.is_empty() && !b.is_empty(), "{a}\n{b}");
 }

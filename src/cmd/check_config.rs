@@ -32,6 +32,13 @@ pub struct Args {
     /// of shard I of N only. Overrides `daemon.shard`.
     #[arg(long, value_name = "I/N", value_parser = crate::config::parse_shard)]
     pub shard: Option<(u32, u32)>,
+    /// Instead of the report, the hosts the file polls (`--shard`'s share), one per
+    /// line, tab-separated: name, address, items, engines (`icmp`, `snmp` or
+    /// `icmp,snmp`): what ranges, their `exclude`s and templates come to, for a look or
+    /// a script. Warnings go to stderr; a file with errors lists them, exit 1, as
+    /// without. (Items of discovery rules come from walks: not counted.)
+    #[arg(long, conflicts_with = "against")]
+    pub hosts: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -46,7 +53,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .filter(|h| h.snmp.is_some() || walked.contains(&*h.name))
                 .count();
             let n = cfg.hosts.len();
-            println!(
+            let ok = format!(
                 "{}: OK: {} host{} ({} with SNMP), {} item{}, clickhouse: {}",
                 args.config.display(),
                 n,
@@ -70,6 +77,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             );
             let shard = cfg.process_shard(args.shard);
             let plan = cfg.take_plan(args.shard, super::trim_heap);
+            if args.hosts {
+                for w in super::warnings(&cfg, &plan, shard) {
+                    eprint_at(Level::WARN, &format!("warning: {w}"));
+                }
+                let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+                write_hosts(&mut out, &plan)?;
+                std::io::Write::flush(&mut out)?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!("{ok}");
             for w in super::warnings(&cfg, &plan, shard) {
                 warning(&w);
             }
@@ -151,6 +168,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// One of the file's warnings on stdout, at the journal's priority warning under
 /// systemd ([`print_at`]).
+/// `--hosts`: each host of `plan`, `NAME\tIP\tITEMS\tENGINES`, in the plan's order.
+fn write_hosts(out: &mut impl std::io::Write, plan: &Plan) -> std::io::Result<()> {
+    let mut per_host = vec![(0usize, false, false); plan.hosts.len()];
+    for t in &plan.tasks {
+        let (items, icmp, snmp) = &mut per_host[t.host as usize];
+        *items += t.items.len();
+        *icmp |= t.engine == Engine::Icmp;
+        *snmp |= t.engine == Engine::Snmp;
+    }
+    for (h, (items, icmp, snmp)) in plan.hosts.iter().zip(per_host) {
+        let engines = match (icmp, snmp) {
+            (true, true) => "icmp,snmp",
+            (true, false) => "icmp",
+            (false, true) => "snmp",
+            (false, false) => "-",
+        };
+        writeln!(out, "{}\t{}\t{items}\t{engines}", h.name, h.ip)?;
+    }
+    Ok(())
+}
+
 fn warning(w: &str) {
     print_at(Level::WARN, &format!("warning: {w}"));
 }
