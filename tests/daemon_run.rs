@@ -457,9 +457,9 @@ fn process_shards_poll_every_host_exactly_once() {
 /// leaves out.
 #[test]
 fn a_range_entry_polls_every_address_of_it_but_those_it_excludes() {
-    let polled = |addresses: &str| -> Vec<String> {
+    let polled_of = |addresses: &str, args: &[&str]| -> Vec<String> {
         let cfg_path = pinged_range("daemon-range", addresses, "pool");
-        let mut got: Vec<String> = poll_once_json(&cfg_path, &[])
+        let mut got: Vec<String> = poll_once_json(&cfg_path, args)
             .iter()
             .map(|v| {
                 assert_eq!(v["value"], 1, "loopback answers: {v}");
@@ -471,7 +471,26 @@ fn a_range_entry_polls_every_address_of_it_but_those_it_excludes() {
         got.sort_by_key(|ip| ip.parse::<std::net::IpAddr>().unwrap());
         got
     };
+    let polled = |addresses: &str| polled_of(addresses, &[]);
     let range = "range = \"127.0.231.254-127.0.232.1\"";
+    // poll-once --host: those hosts alone, by name pattern or address.
+    assert_eq!(
+        polled_of(
+            range,
+            &["--host", "pool-127.0.231.*", "--host", "127.0.232.1"]
+        ),
+        ["127.0.231.254", "127.0.231.255", "127.0.232.1"]
+    );
+    let o = netpoller()
+        .args(["poll-once", "--host", "sw-*", "-c"])
+        .arg(pinged_range("daemon-range", range, "pool"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stderr),
+        "netpoller: no host of the file polls anything that --host sw-* selects (4 hosts in it)\n"
+    );
     assert_eq!(
         polled(range),
         [

@@ -29,6 +29,37 @@ pub struct Args {
     /// One JSON object per line (default: aligned text).
     #[arg(long)]
     pub json: bool,
+    /// Poll only this host: its name, its address, or a pattern where `*` stands for
+    /// any text (`sw-core-*`, `cpe-192.0.2.*`); repeat for more. Its discovery rules
+    /// alone are walked. To try one device of a large file without polling them all.
+    #[arg(long = "host", value_name = "NAME|IP|PATTERN")]
+    pub hosts: Vec<String>,
+}
+
+/// Whether `text` is `pattern`, where each `*` stands for any text (none included).
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or("");
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty();
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+/// Whether `--host` selects the host of `name` at `ip` (all hosts without `--host`).
+fn selected(patterns: &[String], name: &str, ip: std::net::IpAddr) -> bool {
+    let ip = ip.to_string();
+    patterns.is_empty() || patterns.iter().any(|p| glob_matches(p, name) || *p == ip)
 }
 
 /// Why a value polled once would not be stored by the daemon (shown with the value as
@@ -113,13 +144,15 @@ fn text_line(s: &Sample) -> String {
 fn discover(
     plan: &super::PlanArgs,
     loaded: super::Loaded,
+    hosts: &[String],
 ) -> Result<(super::Loaded, Vec<Refused>), crate::config::ConfigErrors> {
     let super::Loaded {
-        cfg,
+        mut cfg,
         plan: before,
         text,
         mut found,
     } = loaded;
+    cfg.discovery.retain(|t| selected(hosts, &t.host, t.ip));
     // Planned again below: not two plans at once.
     drop(before);
     // The rows the loaded plan stood for (those saved by `run`): the loader took them.
@@ -202,7 +235,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             if loaded.cfg.discovery.is_empty() {
                 (loaded, Vec::new())
             } else {
-                match discover(&args.plan, loaded) {
+                match discover(&args.plan, loaded, &args.hosts) {
                     Ok(found) => found,
                     Err(e) => {
                         eprint!("{e}");
@@ -216,7 +249,23 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
-    let super::Loaded { cfg, plan, .. } = loaded;
+    let super::Loaded { cfg, mut plan, .. } = loaded;
+    if !args.hosts.is_empty() {
+        let hosts = &plan.hosts;
+        plan.tasks.retain(|t| {
+            let h = &hosts[t.host as usize];
+            selected(&args.hosts, &h.name, h.ip)
+        });
+        if plan.tasks.is_empty() {
+            eprintln!(
+                "netpoller: no host of the file polls anything that --host {} selects ({} hosts in it{})",
+                args.hosts.join(", --host "),
+                plan.hosts.len(),
+                super::shard_words("in", cfg.process_shard(args.plan.shard)),
+            );
+            return Ok(ExitCode::from(1));
+        }
+    }
     let plan = Arc::new(plan);
     let has_icmp = plan.tasks.iter().any(|t| t.engine == Engine::Icmp);
     let has_snmp = plan.tasks.iter().any(|t| t.engine == Engine::Snmp);
@@ -231,7 +280,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         } else {
             None
         };
-        let total = plan.items.len();
+        let total: usize = plan.tasks.iter().map(|t| t.items.len()).sum();
         let started = Instant::now();
         let (tx, mut rx) = poller::engine::channel(4096);
         let limits = super::limits(&cfg);
@@ -337,6 +386,33 @@ fn icmp_error_lines(plan: &poller::plan::Plan, errors: &[(u32, icmp::Unreachable
 mod tests {
     use super::*;
     use crate::config::Found;
+
+    /// `--host` patterns: `*` stands for any text, none included; the rest is literal.
+    #[test]
+    fn host_patterns_match_as_shell_globs_do() {
+        for (pattern, text, want) in [
+            ("sw-1", "sw-1", true),
+            ("sw-1", "sw-10", false),
+            ("sw-*", "sw-10", true),
+            ("sw-*", "sw-", true),
+            ("*-core-*", "dc1-core-2", true),
+            ("*-core-*", "dc1-edge-2", false),
+            ("cpe-192.0.2.*", "cpe-192.0.2.17", true),
+            ("cpe-192.0.2.*", "cpe-192.0.20.1", false),
+            ("a*b*a", "aba", true),
+            ("a*a", "a", false),
+            ("*", "", true),
+        ] {
+            assert_eq!(glob_matches(pattern, text), want, "{pattern} {text}");
+        }
+        let ip = "192.0.2.9".parse().unwrap();
+        assert!(selected(&[], "any", ip), "no --host: all");
+        assert!(selected(&["192.0.2.9".into()], "sw-9", ip), "by address");
+        assert!(
+            !selected(&["192.0.2.*".into()], "sw-9", ip),
+            "a pattern matches names"
+        );
+    }
 
     /// The hosts an ICMP error came back for: the first ten named with their error,
     /// the others counted; none, no line.
