@@ -1952,4 +1952,36 @@ fn a_loop_prints_every_reply_as_fping_l_does() {
     );
     assert!(err.contains("127.0.238.2 unreachable "), "{err}");
     assert!(err.contains("2 hosts, 1 alive, 1 unreachable in "), "{err}");
+
+    // --json: an object per reply or timeout.
+    let child = spawn_piped(
+        &[
+            &["sweep", "-l", "--json"],
+            &loop_args[..2],
+            &["-t", "100ms"],
+            &hosts[..],
+        ]
+        .concat(),
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    let (out, _) = interrupt_exiting(child, 1);
+    let rounds: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    assert!(rounds.len() >= 4, "{out}");
+    for r in &rounds {
+        assert!(r["time"].as_f64().is_some_and(|t| t > 1.7e9), "{r}");
+        match r["addr"].as_str() {
+            Some("127.0.238.1") => {
+                assert!(r["rtt_ms"].as_f64().is_some_and(|ms| ms > 0.0), "{r}");
+                assert_eq!(r["loss_pct"], 0.0, "{r}");
+            }
+            Some("127.0.238.2") => {
+                assert!(r["rtt_ms"].is_null() && r["avg_ms"].is_null(), "{r}");
+                assert_eq!(r["loss_pct"], 100.0, "{r}");
+            }
+            _ => panic!("{r}"),
+        }
+    }
 }

@@ -104,12 +104,14 @@ pub struct Args {
     /// Until Ctrl-C, one echo request to every host every --interval, each reply (or
     /// timeout) a line as it comes, as `fping -l` prints them: `192.0.2.1 : [3], 64
     /// bytes, 0.031 ms (0.029 avg, 0% loss)`, `192.0.2.2 : [3], timed out (NaN avg, 100%
-    /// loss)`; then each host's totals on stderr (the summary line), and the exit status
-    /// of a sweep: 1 when a host never answered.
+    /// loss)`; with --json, an object each: `{"time","addr","seq","rtt_ms","avg_ms",
+    /// "loss_pct"}` (`rtt_ms` null for a timeout; `icmp_error` when one came back);
+    /// then each host's totals on stderr (the summary line), and the exit status of a
+    /// sweep: 1 when a host never answered.
     #[arg(
         short = 'l',
         long = "loop",
-        conflicts_with_all = ["count", "per_request", "retries", "json", "alive", "unreachable", "reachable"]
+        conflicts_with_all = ["count", "per_request", "retries", "alive", "unreachable", "reachable"]
     )]
     pub looping: bool,
     /// With --loop: each line begins with the time, `[1764777600.12345] ` (Unix
@@ -401,6 +403,7 @@ async fn run_loop(
             bytes: args.size + icmp::wire::HEADER_LEN,
             width,
             timestamp: args.timestamp,
+            json: args.json,
         };
         let swept = driver.sweep_until(
             &jobs,
@@ -494,6 +497,8 @@ struct Round {
     width: usize,
     /// `-D`: the time first.
     timestamp: bool,
+    /// `--json`: an object per line.
+    json: bool,
 }
 
 /// One `--loop` line, as `fping -l` prints it: `ADDR : [N], B bytes, RTT ms (AVG avg,
@@ -507,11 +512,26 @@ fn write_round(
     this: &PingStats,
     total: &PingStats,
 ) -> std::io::Result<()> {
-    if line.timestamp {
-        let now = std::time::SystemTime::now()
+    let now = || {
+        std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        write!(out, "[{:.5}] ", now.as_secs_f64())?;
+            .unwrap_or_default()
+            .as_secs_f64()
+    };
+    if line.json {
+        let round = JsonRound {
+            time: (now() * 1e6).round() / 1e6,
+            addr: addr.to_string(),
+            seq: line.seq,
+            rtt_ms: json_ms(this.avg()),
+            avg_ms: json_ms(total.avg()),
+            loss_pct: total.loss_pct(),
+            icmp_error: this.error.as_ref().map(JsonIcmpError::of),
+        };
+        return writeln!(out, "{}", serde_json::to_string(&round).unwrap_or_default());
+    }
+    if line.timestamp {
+        write!(out, "[{:.5}] ", now())?;
     }
     let (seq, width) = (line.seq, line.width);
     write!(out, "{:<width$} : [{seq}], ", addr.to_string())?;
@@ -619,6 +639,21 @@ struct JsonHost {
     rtts_ms: Option<Vec<Option<f64>>>,
 }
 
+/// A `--loop --json` line: a request's reply or timeout, and its host's figures so far.
+#[derive(serde::Serialize)]
+struct JsonRound {
+    /// Unix seconds, when it was printed.
+    time: f64,
+    addr: String,
+    seq: u64,
+    /// `null`: not answered within the timeout.
+    rtt_ms: Option<f64>,
+    avg_ms: Option<f64>,
+    loss_pct: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    icmp_error: Option<JsonIcmpError>,
+}
+
 /// `"icmp_error"` of a `--json` line.
 #[derive(serde::Serialize)]
 struct JsonIcmpError {
@@ -628,6 +663,16 @@ struct JsonIcmpError {
     from: String,
     /// The text line's words for it.
     message: String,
+}
+
+impl JsonIcmpError {
+    fn of(e: &icmp::Unreachable) -> Self {
+        JsonIcmpError {
+            kind: e.kind.name(),
+            from: e.from.to_string(),
+            message: e.to_string(),
+        }
+    }
 }
 
 fn json_line(
@@ -646,11 +691,7 @@ fn json_line(
         rtt_avg_ms: rtt(s.avg()),
         rtt_max_ms: rtt(s.is_alive().then_some(s.max)),
         cut_short,
-        icmp_error: s.error.map(|e| JsonIcmpError {
-            kind: e.kind.name(),
-            from: e.from.to_string(),
-            message: e.to_string(),
-        }),
+        icmp_error: s.error.as_ref().map(JsonIcmpError::of),
         rtts_ms,
     };
     serde_json::to_string(&host).unwrap_or_default()
