@@ -3144,12 +3144,19 @@ impl<'c, 'a> Resolver<'c, 'a> {
             }
             let at = [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key(sp.key())];
             let named = self.range_named(ca.span, *j);
+            let (each, those) = match shared {
+                1 => ("its address".to_string(), "the address".to_string()),
+                n => (
+                    format!("each of its {n} addresses"),
+                    format!("each of the {n} addresses"),
+                ),
+            };
             let message = match inside {
                 true => format!(
-                    "{sp} is inside {named}: each of its {shared} addresses is polled twice, as a host of each range (one range with both ranges' templates polls them once)"
+                    "{sp} is inside {named}: {each} is polled twice, as a host of each range (one range with both ranges' templates polls them once)"
                 ),
                 false => format!(
-                    "{sp} overlaps {named}: each of the {shared} addresses both hold, from {first} to {c_last}, is polled twice, as a host of each range (ranges apart, or one with the other's addresses in its exclude, poll each address once)"
+                    "{sp} overlaps {named}: {those} both hold, from {first} to {c_last}, is polled twice, as a host of each range (ranges apart, or one with the other's addresses in its exclude, poll each address once)"
                 ),
             };
             self.c.warn(&at, message);

@@ -1321,7 +1321,7 @@ fn ranges_that_overlap_are_warned_of_with_the_addresses_they_share() {
         "{w:#?}"
     );
     assert!(
-        w[1].starts_with("line 27: host_ranges[4].cidr: 127.0.232.4/30 is inside host_ranges[3] (127.0.232.0-127.0.232.10, line 23): each of its 1 addresses"),
+        w[1].starts_with("line 27: host_ranges[4].cidr: 127.0.232.4/30 is inside host_ranges[3] (127.0.232.0-127.0.232.10, line 23): its address is polled twice"),
         "{w:#?}"
     );
     // A host in what a range leaves out, held by a range inside it: named with that one.
