@@ -991,6 +991,9 @@ pub(crate) fn numeric_oid(text: &str, like: &str) -> Result<snmp::Oid, String> {
 #[derive(Debug)]
 pub struct Config {
     pub path: Option<PathBuf>,
+    /// A directory config's files, in the order they were read ([`read_config`]);
+    /// none for a file.
+    pub files: Vec<Arc<str>>,
     pub daemon: DaemonSection,
     pub clickhouse: Option<sink::ClickHouseConfig>,
     pub icmp: IcmpSection,
@@ -2024,6 +2027,7 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
     if c.errors.is_empty() {
         Ok(Config {
             path: None,
+            files: file_starts(text).into_iter().map(|(_, f)| f).collect(),
             daemon,
             clickhouse,
             icmp,

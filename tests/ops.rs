@@ -1465,6 +1465,12 @@ fn a_directory_config_is_its_toml_files_read_in_order_of_their_names() {
     std::fs::write(conf.join("old/30.toml"), host("old", "127.0.234.9")).unwrap();
     let (out, _) = succeeds(netpoller().args(["check-config", "-c"]).arg(&conf));
     assert!(out.contains("2 hosts"), "{out}");
+    assert!(
+        out.contains(
+            "files, in the order read: 00-daemon.toml, 10-templates.toml, 20-site-a.toml\n"
+        ),
+        "{out}"
+    );
     let mut polled: Vec<String> = poll_once_json(&conf, &[])
         .iter()
         .map(|v| v["host"].as_str().unwrap().to_string())

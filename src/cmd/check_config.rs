@@ -87,6 +87,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 return Ok(ExitCode::SUCCESS);
             }
             println!("{ok}");
+            // A directory: what it was read from (a file dropped in the wrong folder, or
+            // named `.toml.bak`, is not among them).
+            if !cfg.files.is_empty() {
+                println!("files, in the order read: {}", cfg.files.join(", "));
+            }
             for w in super::warnings(&cfg, &plan, shard) {
                 warning(&w);
             }
