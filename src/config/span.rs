@@ -121,16 +121,22 @@ impl Addresses {
         Addresses { span, kept }
     }
 
+    /// The runs kept, each a range of its own.
+    fn runs(&self) -> impl Iterator<Item = Span> + '_ {
+        let v4 = self.span.bounds().0.is_ipv4();
+        (self.kept.iter()).map(move |&(a, b)| Span::Range(from_bits(v4, a), from_bits(v4, b)))
+    }
+
     /// How many addresses.
     pub fn count(&self) -> u128 {
-        let n = |&(a, b): &(u128, u128)| (b - a).saturating_add(1);
-        self.kept.iter().map(n).fold(0, u128::saturating_add)
+        self.runs()
+            .map(|r| r.hosts().0)
+            .fold(0, u128::saturating_add)
     }
 
     /// The addresses, in order.
     pub fn iter(&self) -> impl Iterator<Item = IpAddr> + '_ {
-        let v4 = self.span.bounds().0.is_ipv4();
-        (self.kept.iter()).flat_map(move |&(a, b)| (a..=b).map(move |v| from_bits(v4, v)))
+        self.runs().flat_map(|r| r.hosts().1)
     }
 
     /// Whether `ip` is one of them.
