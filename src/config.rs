@@ -1798,6 +1798,12 @@ impl std::ops::BitOrAssign for Engines {
     }
 }
 
+/// `host_ranges[i].cidr` or `host_ranges[i].range`: the key that gave range `i` its
+/// addresses `sp`.
+fn range_key(i: usize, sp: Span) -> [Seg<'static>; 3] {
+    [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key(sp.key())]
+}
+
 /// Where [`derive_itemid`]'s range starts: explicit itemids stay below it.
 const DERIVED_ITEMIDS: u64 = 1 << 62;
 
@@ -1888,7 +1894,7 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
                 file: None,
                 message,
             };
-            return Err(in_files(text, vec![error]));
+            return Err(in_files(&file_starts(text), vec![error]));
         }
     };
     let mut c = Collector {
@@ -2027,27 +2033,27 @@ pub fn parse_found(text: &str, found: &Found) -> Result<Config, Vec<ConfigError>
     if c.errors.is_empty() {
         Ok(Config {
             path: None,
-            files: file_starts(text).into_iter().map(|(_, f)| f).collect(),
+            files: c.loc.files.iter().map(|(_, f)| f.clone()).collect(),
             daemon,
             clickhouse,
             icmp,
             snmp,
             hosts: resolved,
             discovery,
-            warnings: in_files(text, c.warnings),
+            warnings: in_files(&c.loc.files, c.warnings),
         })
     } else {
         c.errors.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
-        Err(in_files(text, c.errors))
+        Err(in_files(&c.loc.files, c.errors))
     }
 }
 
-/// `errors` (at lines of `text`) placed in the files of a directory config's text.
-fn in_files(text: &str, mut errors: Vec<ConfigError>) -> Vec<ConfigError> {
-    let starts = file_starts(text);
+/// `errors` (at lines of the config's text) placed in the files of a directory config,
+/// which begin where `starts` says ([`file_starts`]).
+fn in_files(starts: &[(usize, Arc<str>)], mut errors: Vec<ConfigError>) -> Vec<ConfigError> {
     for e in errors.iter_mut().filter(|_| !starts.is_empty()) {
         if let Some(line) = e.line {
-            let (file, line) = place(&starts, line);
+            let (file, line) = place(starts, line);
             (e.file, e.line) = (file, Some(line));
         }
     }
@@ -3146,7 +3152,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
             if shared == 0 {
                 continue;
             }
-            let at = [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key(sp.key())];
+            let at = range_key(i, sp);
             let named = self.range_named(ca.span, *j);
             let (each, those) = match shared {
                 1 => ("its address".to_string(), "the address".to_string()),
@@ -3171,7 +3177,7 @@ impl<'c, 'a> Resolver<'c, 'a> {
     /// `host_ranges[0] (127.0.0.0/24, line 12)`: range `i` of addresses `sp`, to name
     /// in a warning of another key.
     fn range_named(&self, sp: Span, i: usize) -> String {
-        let at = [Seg::Key("host_ranges"), Seg::Index(i), Seg::Key(sp.key())];
+        let at = range_key(i, sp);
         let line = match self.c.loc.line(&at).map(|l| place(&self.c.loc.files, l)) {
             Some((Some(file), l)) => format!(", {file} line {l}"),
             Some((None, l)) => format!(", line {l}"),
