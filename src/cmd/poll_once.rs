@@ -58,8 +58,11 @@ fn glob_matches(pattern: &str, text: &str) -> bool {
 
 /// Whether `--host` selects the host of `name` at `ip` (all hosts without `--host`).
 fn selected(patterns: &[String], name: &str, ip: std::net::IpAddr) -> bool {
+    if patterns.is_empty() {
+        return true;
+    }
     let ip = ip.to_string();
-    patterns.is_empty() || patterns.iter().any(|p| glob_matches(p, name) || *p == ip)
+    patterns.iter().any(|p| glob_matches(p, name) || *p == ip)
 }
 
 /// Why a value polled once would not be stored by the daemon (shown with the value as
