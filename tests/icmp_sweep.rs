@@ -93,6 +93,54 @@ fn job(addr: IpAddr, packets: u32, timeout_ms: u64) -> PingJob {
     }
 }
 
+/// A driver keeps a sweep's tables for the next (`icmp::SweepSpace`): a sweep cut short
+/// with probes in flight and due leaves nothing behind that the next one sends, expires
+/// or counts, whatever its intervals and timeouts.
+#[test]
+fn a_sweep_after_one_cut_short_is_its_own() {
+    let a = |i: u8| PingJob {
+        interval: Duration::from_millis(150),
+        ..job(IpAddr::V4(Ipv4Addr::new(127, 0, 239, i)), 5, 1000)
+    };
+    let b = |i: u8| job(IpAddr::V4(Ipv4Addr::new(127, 0, 239, 10 + i)), 2, 500);
+    let first: Vec<PingJob> = (1..=4).map(a).collect();
+    let second: Vec<PingJob> = (1..=2).map(b).collect();
+    let mut d = IcmpDriver::open(IcmpOptions::default()).expect("raw ICMP socket (run as root)");
+    let rt = rt();
+    let stop = Duration::from_millis(200);
+    let cut = rt.block_on(async {
+        let stop = tokio::time::sleep(stop);
+        d.sweep_until(&first, |_, _| {}, stop).await
+    });
+    let stopped = cut.expect_err("cut short");
+    assert_eq!(stopped.unfinished.len(), 4, "every host had probes to go");
+    assert!(stopped
+        .unfinished
+        .iter()
+        .all(|(_, st)| (1..5).contains(&st.sent)));
+    let mut done = Vec::new();
+    let report = rt.block_on(d.sweep(&second, |i, st| done.push((i, *st))));
+    done.sort_by_key(|(i, _)| *i);
+    let got: Vec<(usize, u32, u32)> = done
+        .iter()
+        .map(|(i, st)| (*i, st.sent, st.received))
+        .collect();
+    assert_eq!(got, [(0, 2, 2), (1, 2, 2)]);
+    assert_eq!((report.counters.sent, report.counters.received), (4, 4));
+    // The first sweep's probes would have expired 0.8 s into this one.
+    let wall = report.wall;
+    assert!(
+        wall < Duration::from_millis(700),
+        "waited for the first sweep's: {wall:?}"
+    );
+    // And a whole sweep of the first hosts again.
+    let mut done = Vec::new();
+    let report = rt.block_on(d.sweep(&first, |i, st| done.push((i, st.received))));
+    assert_eq!(report.counters.sent, 20);
+    done.sort_unstable();
+    assert_eq!(done, [(0, 5), (1, 5), (2, 5), (3, 5)]);
+}
+
 #[test]
 fn probes_the_kernel_refuses_count_as_lost_and_are_reported() {
     // A local firewall rule on OUTPUT: the kernel refuses the probes to 127.77.97.1 with

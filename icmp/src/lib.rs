@@ -27,8 +27,8 @@ pub use pace::{SharedPacer, Slots};
 pub use stats::{PingStats, RttMode, MIN_RTT_SECONDS};
 pub use sweep::{
     Event, IgnoreReason, Job, ProbeToken, ReplyOutcome, Retry, Rtts, SocketKind, Sweep,
-    SweepConfig, SweepCounters, SweepError, Transmit, MAX_JOB_WAIT, MAX_PAYLOAD_V4, MAX_PAYLOAD_V6,
-    MIN_PAYLOAD,
+    SweepConfig, SweepCounters, SweepError, SweepSpace, Transmit, MAX_JOB_WAIT, MAX_PAYLOAD_V4,
+    MAX_PAYLOAD_V6, MIN_PAYLOAD,
 };
 pub use tag::TagKey;
 pub use unreachable::{Unreachable, UnreachableKind};

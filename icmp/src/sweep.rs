@@ -548,17 +548,66 @@ enum Probe {
     Refused(Instant),
 }
 
-/// The FIFO for `key` (one FIFO per distinct interval or timeout; each stays sorted
-/// because its entries are send instants + the same duration), made if new.
-fn keyed<T>(fifos: &mut Vec<(Duration, VecDeque<T>)>, key: Duration) -> &mut VecDeque<T> {
-    let i = match fifos.iter().position(|(k, _)| *k == key) {
-        Some(i) => i,
-        None => {
-            fifos.push((key, VecDeque::new()));
-            fifos.len() - 1
+/// One FIFO per distinct interval or timeout (each stays sorted because its entries
+/// are send instants + the same duration). Derefs to the FIFOs in use; those of an
+/// earlier sweep wait behind them, empty, to be reused with their capacity.
+struct Fifos<T> {
+    all: Vec<(Duration, VecDeque<T>)>,
+    used: usize,
+}
+
+impl<T> Default for Fifos<T> {
+    fn default() -> Self {
+        Fifos {
+            all: Vec::new(),
+            used: 0,
         }
-    };
-    &mut fifos[i].1
+    }
+}
+
+impl<T> Fifos<T> {
+    /// The FIFO for `key`, made (or taken from the spares) if new.
+    fn keyed(&mut self, key: Duration) -> &mut VecDeque<T> {
+        let i = match self.all[..self.used].iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                match self.all.get_mut(self.used) {
+                    Some(spare) => spare.0 = key,
+                    None => self.all.push((key, VecDeque::new())),
+                }
+                self.used += 1;
+                self.used - 1
+            }
+        };
+        &mut self.all[i].1
+    }
+
+    /// Empties every FIFO, keeping them (and their capacity) as spares.
+    fn clear(&mut self) {
+        for (_, q) in &mut self.all {
+            q.clear();
+        }
+        self.used = 0;
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Fifos<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<T> std::ops::Deref for Fifos<T> {
+    type Target = [(Duration, VecDeque<T>)];
+    fn deref(&self) -> &Self::Target {
+        &self.all[..self.used]
+    }
+}
+
+impl<T> std::ops::DerefMut for Fifos<T> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.all[..self.used]
+    }
 }
 
 /// Puts `item`, due at `at`, back into a FIFO of [`keyed`] in its place, keeping it
@@ -582,7 +631,7 @@ pub struct Sweep {
     /// send instant + interval, and send instants only grow, so each FIFO stays sorted.
     /// Retries ([`Job::retry`]) are due when their predecessor's timeout ran out, in the
     /// FIFO of that timeout, put in their place.
-    later: Vec<(Duration, VecDeque<(Instant, u32)>)>,
+    later: Fifos<(Instant, u32)>,
     /// Due later probes of hosts that answered every probe so far, taken out of `later`
     /// in due order and sent when no other probe is due (see the module docs).
     answered: VecDeque<(Instant, u32)>,
@@ -591,7 +640,7 @@ pub struct Sweep {
     probes: Vec<Probe>,
     /// Expiry of every sent probe, one FIFO per distinct timeout (sorted, as above):
     /// (send + timeout, probe index, job).
-    expiries: Vec<(Duration, VecDeque<Expiry>)>,
+    expiries: Fifos<Expiry>,
     in_flight: usize,
     /// Retrying jobs whose probe in flight, if lost, queues another ([`Job::retry`]).
     armed: usize,
@@ -603,9 +652,10 @@ pub struct Sweep {
     expired: bool,
     counters: SweepCounters,
     buf: Vec<u8>,
-    /// Each address's last job (earlier ones chained by `next_same_addr`), made at the
-    /// first ICMP error that quotes too little of its probe to carry the tag.
-    by_addr: Option<AddrMap>,
+    /// Each address's last job (earlier ones chained by `next_same_addr`): for
+    /// duplicate addresses, and for ICMP errors that quote too little of their probe to
+    /// carry the tag.
+    by_addr: AddrMap,
     /// With [`SweepConfig::keep_rtts`], each probe's round trip (as `probes`, by its
     /// job's `probe_base` + packet) in microseconds, [`NO_RTT`] for none; else empty.
     rtts: Vec<u32>,
@@ -640,13 +690,65 @@ impl<'a> Rtts<'a> {
     }
 }
 
+/// What a finished sweep leaves for the next one: its tables, emptied, with their
+/// capacity ([`Sweep::recycle`], [`Sweep::new_in`]). A caller that sweeps again and
+/// again keeps one: allocated afresh, a sweep's tables (~250 bytes a host) had their
+/// pages faulted in again each time, once the allocator had handed the last sweep's
+/// back to the kernel (1.5 MB every 10 s for 4,096 hosts). It holds what the largest
+/// sweep it served needed.
+#[derive(Default)]
+pub struct SweepSpace {
+    jobs: Vec<JobState>,
+    later: Fifos<(Instant, u32)>,
+    answered: VecDeque<(Instant, u32)>,
+    probes: Vec<Probe>,
+    expiries: Fifos<Expiry>,
+    events: VecDeque<Event>,
+    buf: Vec<u8>,
+    by_addr: AddrMap,
+    rtts: Vec<u32>,
+}
+
+impl std::fmt::Debug for SweepSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SweepSpace")
+            .field("jobs", &self.jobs.capacity())
+            .field("probes", &self.probes.capacity())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Sweep {
     /// Creates a sweep whose first probes are due at `now`.
     pub fn new(jobs: Vec<Job>, cfg: SweepConfig, now: Instant) -> Result<Self, SweepError> {
-        let mut by_addr = AddrMap::with_capacity_and_hasher(jobs.len(), Default::default());
-        let mut states: Vec<JobState> = Vec::with_capacity(jobs.len());
+        Self::new_in(&jobs, cfg, now, SweepSpace::default())
+    }
+
+    /// [`Self::new`], in the tables an earlier sweep left (see [`SweepSpace`]); an
+    /// error drops them.
+    pub fn new_in(
+        jobs: &[Job],
+        cfg: SweepConfig,
+        now: Instant,
+        space: SweepSpace,
+    ) -> Result<Self, SweepError> {
+        let SweepSpace {
+            jobs: mut states,
+            later,
+            answered,
+            mut probes,
+            expiries,
+            events,
+            buf,
+            mut by_addr,
+            mut rtts,
+        } = space;
+        // Emptied by `recycle`; a space made by `default` is empty too.
+        debug_assert!(states.is_empty() && by_addr.is_empty() && events.is_empty());
+        by_addr.reserve(jobs.len());
+        states.reserve(jobs.len());
         let mut total: u64 = 0;
-        for (i, job) in jobs.into_iter().enumerate() {
+        for (i, &job) in jobs.iter().enumerate() {
             job.validate(i)?;
             let mut base = 0u64;
             let mut next_same_addr = u32::MAX;
@@ -689,30 +791,66 @@ impl Sweep {
         }
         let pacer = (cfg.max_pps > 0).then(|| SharedPacer::new(cfg.max_pps, cfg.burst, now));
         let remaining = states.len();
+        probes.resize(total as usize, Probe::Idle);
+        if cfg.keep_rtts {
+            rtts.resize(total as usize, NO_RTT);
+        }
         Ok(Sweep {
             jobs: states,
             first_round: 0,
             created: now,
-            later: Vec::new(),
-            answered: VecDeque::new(),
-            probes: vec![Probe::Idle; total as usize],
-            expiries: Vec::new(),
+            later,
+            answered,
+            probes,
+            expiries,
             in_flight: 0,
             armed: 0,
             pacer,
             deadline: None,
-            events: VecDeque::new(),
+            events,
             remaining,
             expired: false,
             counters: SweepCounters::default(),
-            buf: Vec::new(),
-            by_addr: None,
-            rtts: match cfg.keep_rtts {
-                true => vec![NO_RTT; total as usize],
-                false => Vec::new(),
-            },
+            buf,
+            by_addr,
+            rtts,
             cfg,
         })
+    }
+
+    /// This sweep's tables, emptied, for the next one ([`Self::new_in`]).
+    pub fn recycle(self) -> SweepSpace {
+        let Sweep {
+            mut jobs,
+            mut later,
+            mut answered,
+            mut probes,
+            mut expiries,
+            mut events,
+            buf,
+            mut by_addr,
+            mut rtts,
+            ..
+        } = self;
+        jobs.clear();
+        later.clear();
+        answered.clear();
+        probes.clear();
+        expiries.clear();
+        events.clear();
+        by_addr.clear();
+        rtts.clear();
+        SweepSpace {
+            jobs,
+            later,
+            answered,
+            probes,
+            expiries,
+            events,
+            buf,
+            by_addr,
+            rtts,
+        }
     }
 
     /// The configuration this sweep runs with.
@@ -937,7 +1075,10 @@ impl Sweep {
         st.next_packet += 1;
         if st.next_packet < job.packets {
             match job.retry {
-                None => keyed(&mut self.later, job.interval).push_back((now + job.interval, j)),
+                None => self
+                    .later
+                    .keyed(job.interval)
+                    .push_back((now + job.interval, j)),
                 // Queued if this one is lost (`resolve`).
                 Some(_) => self.armed += 1,
             }
@@ -945,7 +1086,7 @@ impl Sweep {
         let timeout = job.probe_timeout(k);
         let expiry = now + timeout;
         self.deadline = Some(self.deadline.map_or(expiry, |d| d.max(expiry)));
-        keyed(&mut self.expiries, timeout).push_back((expiry, probe, j));
+        self.expiries.keyed(timeout).push_back((expiry, probe, j));
         self.counters.sent += 1;
 
         let family = Family::of(job.addr);
@@ -1091,7 +1232,7 @@ impl Sweep {
                     Some(sent) if more => {
                         let key = st.job.probe_timeout(st.next_packet - 1);
                         let due = sent + key;
-                        let q = keyed(&mut self.later, key);
+                        let q = self.later.keyed(key);
                         insert_in_order(q, due, (due, j as u32), |e| e.0);
                         false
                     }
@@ -1241,17 +1382,9 @@ impl Sweep {
             }
         } else {
             // No tag to name the job: the address's jobs, by their sequence ranges.
-            let jobs = &self.jobs;
-            let map = self.by_addr.get_or_insert_with(|| {
-                let mut m = AddrMap::with_capacity_and_hasher(jobs.len(), Default::default());
-                for (i, st) in jobs.iter().enumerate() {
-                    m.insert(st.job.addr, i as u32);
-                }
-                m
-            });
-            let mut k = *map.get(&to)?;
+            let mut k = *self.by_addr.get(&to)?;
             loop {
-                let st = jobs.get(k as usize)?;
+                let st = self.jobs.get(k as usize)?;
                 if st.packet(to, seq).is_some() {
                     break k as usize;
                 }

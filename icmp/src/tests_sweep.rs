@@ -1349,12 +1349,15 @@ proptest! {
     /// last try's timeout ran out, nor after a send failed, and each of its replies
     /// counts (matched, duplicate or late) and its statistics are as fping's default
     /// mode counts them ([`fping_default_mode`]). (From reviews of the retry mode.)
+    /// Half of the sweeps run in the tables of an earlier one cut short with probes in
+    /// flight and due ([`Sweep::recycle`]): nothing of it may show.
     #[test]
     fn random_sweeps_finish_retry_in_order_and_count_as_fping(
         jobs in proptest::collection::vec(any_job(), 1..8),
         fate in proptest::collection::vec((0u8..4, 0u64..300, 0u64..8), 64),
         pps in prop_oneof![Just(0u32), Just(200), Just(2000)],
         tick in prop_oneof![Just(0u64), Just(7)],
+        earlier in proptest::option::of((proptest::collection::vec(any_job(), 1..8), 0u64..4)),
     ) {
         let base = Instant::now();
         let mut addrs = Vec::new();
@@ -1370,7 +1373,11 @@ proptest! {
                 retry: r.retry.map(|b| Retry { backoff_pct: b }),
             }
         }).collect();
-        let mut s = Sweep::new(js.clone(), cfg(pps), base).unwrap();
+        let space = match &earlier {
+            None => SweepSpace::default(),
+            Some((jobs, rounds)) => cut_short(jobs, *rounds, base),
+        };
+        let mut s = Sweep::new_in(&js, cfg(pps), base, space).unwrap();
         let (mut now, mut f, mut steps) = (base, 0usize, 0);
         // (arrival, job, try, bytes)
         let mut replies: Vec<(Instant, usize, u32, Vec<u8>)> = Vec::new();
@@ -1476,6 +1483,45 @@ proptest! {
             }
         }
     }
+}
+
+/// The tables of a sweep of `jobs` (to other addresses, with another interval) cut
+/// short after `rounds` of sends 30 ms apart, probes in flight, expiring and due.
+fn cut_short(jobs: &[AnyJob], rounds: u64, base: Instant) -> SweepSpace {
+    let js: Vec<Job> = (jobs.iter().enumerate())
+        .map(|(i, r)| Job {
+            addr: addr(100 + i as u32),
+            packets: r.packets,
+            interval: ms(30),
+            size: 56,
+            timeout: ms(r.timeout_ms + 7),
+            retry: r.retry.map(|b| Retry { backoff_pct: b }),
+        })
+        .collect();
+    let mut s = Sweep::new(js, cfg(0), base).unwrap();
+    for r in 0..=rounds {
+        let now = base + ms(30 * r);
+        s.handle_timeout(now);
+        drain_sends(&mut s, now);
+        done_events(&mut s);
+    }
+    s.recycle()
+}
+
+#[test]
+fn a_sweep_in_an_earlier_ones_tables_keeps_their_room() {
+    let base = Instant::now();
+    let jobs: Vec<Job> = (0..500).map(|i| job(i, 3)).collect();
+    let mut s = Sweep::new(jobs.clone(), cfg(0), base).unwrap();
+    drain_sends(&mut s, base);
+    let space = s.recycle();
+    let room = format!("{space:?}");
+    assert_eq!(room, "SweepSpace { jobs: 500, probes: 1500, .. }");
+    // Fewer hosts: the room stays (no allocation, no page faulted in again).
+    let mut s = Sweep::new_in(&jobs[..100], cfg(0), base + ms(2000), space).unwrap();
+    assert_eq!(s.len(), 100);
+    assert_eq!(drain_sends(&mut s, base + ms(2000)).len(), 100);
+    assert_eq!(format!("{:?}", s.recycle()), room);
 }
 
 /// What comes back for one probe in [`any_reply_counts_as_fping_counts_it`]: a copy of

@@ -66,7 +66,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use icmp::{Event, Sweep, SweepConfig, SweepCounters, SweepError, TagKey};
+use icmp::{Event, Sweep, SweepConfig, SweepCounters, SweepError, SweepSpace, TagKey};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use tokio::io::unix::AsyncFd;
 
@@ -310,6 +310,20 @@ pub struct IcmpDriver {
     /// The send rate (`None` = unpaced): this driver's own, or one shared with other
     /// drivers (see [`Self::share_pacer`]). Sweeps themselves run unpaced.
     pacer: Option<std::sync::Arc<SharedPacer>>,
+    /// What the last sweep left, for the next (see [`SweepSpace`]); boxed, as the
+    /// daemon keeps drivers of both engines in one enum.
+    spare: Box<Spare>,
+}
+
+/// A sweep's tables and the driver's own per-sweep buffers, kept between sweeps.
+#[derive(Debug, Default)]
+struct Spare {
+    space: SweepSpace,
+    /// Each valid job's index in the caller's jobs.
+    index: Vec<usize>,
+    valid: Vec<PingJob>,
+    rx: RecvBuf,
+    batch: SendBatch,
 }
 
 #[derive(Debug)]
@@ -486,6 +500,7 @@ impl IcmpDriver {
             df: None,
             armed: None,
             pacer: SharedPacer::shared(opts.max_pps, SEND_BURST),
+            spare: Box::default(),
         };
         // Armed from the start: replies to other drivers must not queue up on this
         // socket before its first sweep.
@@ -677,9 +692,17 @@ impl IcmpDriver {
         let ident = self.ident_base.wrapping_add(self.iteration as u16);
         self.arm_ident_filter(ident);
 
+        let Spare {
+            space,
+            mut index,
+            mut valid,
+            mut rx,
+            mut batch,
+        } = std::mem::take(&mut *self.spare);
+        let mut space = Some(space);
         // Validate each job on its own so one bad job never sinks the iteration.
-        let mut index = Vec::with_capacity(jobs.len());
-        let mut valid = Vec::with_capacity(jobs.len());
+        index.clear();
+        valid.clear();
         for (i, j) in jobs.iter().enumerate() {
             let job = *j;
             let slot = if j.addr.is_ipv6() { &self.v6 } else { &self.v4 };
@@ -705,7 +728,8 @@ impl IcmpDriver {
         // (dropping one job at a time took hours for `sweep -c 10000` over a /13).
         let mut sweep = loop {
             let cfg = self.config(ident, on_host_done.keeps_rtts());
-            match Sweep::new(valid.clone(), cfg, Instant::now()) {
+            let space = space.take().unwrap_or_default();
+            match Sweep::new_in(&valid, cfg, Instant::now(), space) {
                 Ok(s) => break s,
                 Err(e) => {
                     let bad = match e {
@@ -730,8 +754,7 @@ impl IcmpDriver {
         // Validated sizes only: a rejected job may ask for any size.
         let max_len = valid.iter().map(|j| j.size).max().unwrap_or(0);
         self.set_dont_fragment(max_len);
-        let mut rx = RecvBuf::new(max_len + icmp::wire::HEADER_LEN + 60);
-        let mut batch = SendBatch::default();
+        rx.fit(max_len + icmp::wire::HEADER_LEN + 60);
         let mut last_send = start;
         let rx_tick = self.rx_tick(max_len);
         let send_turn = self.send_turn(max_len);
@@ -892,7 +915,7 @@ impl IcmpDriver {
             .sum();
         // Between sweeps, let nothing but the next sweep's replies queue up.
         self.arm_ident_filter(self.next_ident());
-        match stopped {
+        let result = match stopped {
             None => Ok(report),
             Some(by) => {
                 let mut unfinished: Vec<(usize, PingStats, usize)> = sweep
@@ -913,7 +936,16 @@ impl IcmpDriver {
                     rtts,
                 })
             }
-        }
+        };
+        batch.clear();
+        *self.spare = Spare {
+            space: sweep.recycle(),
+            index,
+            valid,
+            rx,
+            batch,
+        };
+        result
     }
 
     /// The next event of `sweep` that must be served on time: its next send (at the
@@ -985,7 +1017,7 @@ async fn readable(fd: Option<&AsyncFd<FdRef>>) {
 
 /// Probes handed out by the sweep (already in flight there) and not yet accepted by the
 /// kernel; sent with `sendmmsg`, one call per run of same-family probes.
-#[derive(Default)]
+#[derive(Debug, Default)]
 struct SendBatch {
     data: Vec<u8>,
     items: Vec<(usize, usize, SockAddr, icmp::ProbeToken)>,
@@ -994,6 +1026,14 @@ struct SendBatch {
 }
 
 impl SendBatch {
+    /// Forgets what is queued (a sweep cut short leaves probes of its own).
+    fn clear(&mut self) {
+        self.items.clear();
+        self.data.clear();
+        self.head = 0;
+        self.first_error = None;
+    }
+
     fn push(&mut self, tx: &icmp::Transmit<'_>) {
         let off = self.data.len();
         self.data.extend_from_slice(tx.packet);
@@ -1139,17 +1179,19 @@ fn emit<H: HostResults>(sweep: &mut Sweep, index: &[usize], h: &mut H, alive: &m
 }
 
 /// Buffers for `recvmmsg`: `RECV_BATCH` slots of `slot` bytes.
+#[derive(Debug, Default)]
 struct RecvBuf {
     slot: usize,
     data: Vec<u8>,
 }
 
 impl RecvBuf {
-    fn new(slot: usize) -> Self {
-        RecvBuf {
-            slot,
-            data: vec![0; slot * RECV_BATCH],
-        }
+    /// Makes room for [`RECV_BATCH`] datagrams of `slot` bytes each (and no more: a
+    /// sweep of 64 KiB probes leaves no 4 MiB buffer behind).
+    fn fit(&mut self, slot: usize) {
+        self.slot = slot;
+        self.data.resize(slot * RECV_BATCH, 0);
+        self.data.shrink_to(slot * RECV_BATCH);
     }
 }
 
