@@ -1264,7 +1264,9 @@ impl Sweep {
         ReplyOutcome::Ignored(reason)
     }
 
-    /// Feeds one datagram read from the socket (`from` = peer address it reported).
+    /// Feeds one datagram read from the socket (`from` = peer address it reported; only
+    /// its family counts where the datagram carries its IP header, whose source wins,
+    /// see [`wire::parse_reply`]).
     pub fn handle_reply(&mut self, bytes: &[u8], from: IpAddr, now: Instant) -> ReplyOutcome {
         let framing = self.cfg.socket.framing(Family::of(from));
         let rx = match wire::parse_reply(bytes, framing, from) {
