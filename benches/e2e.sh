@@ -38,6 +38,9 @@
 # E2E_BIN=path E2E_BUILD=label (A/B of builds: run this netpoller binary instead of
 # target/release/netpoller, implies NO_BUILD=1; the label is recorded with the results
 # and makes the runs a variant of their own in the summary),
+# E2E_PAIR="LABEL=BIN LABEL=BIN" (A/B of two builds in one window: both poll the ICMP
+# workload at once, each its own copy of the hosts, database and metrics port, for RUNS
+# rounds, swapping places each round; no peers; e2e.py `pair`),
 # E2E_RIG=lo|tun (where the ICMP hosts are, below).
 #
 # Rigs (E2E_RIG). lo (default): the ICMP hosts are 127.64.0.0/10 on loopback, where the
@@ -92,6 +95,7 @@ need_oids=0
 for w in "${WORKLOADS[@]}"; do
     case $w in icmp | snmp | both | scale10 | big | icmpbig | mem1m) ;; *) die "unknown workload $w" ;; esac
     icmp_only "$w" && continue
+    [[ -z ${E2E_PAIR:-} ]] || die "E2E_PAIR runs ICMP workloads only (icmp, icmpbig, mem1m)"
     need_oids=1
     [[ $RIG == lo ]] || die "workload $w polls SNMP agents, which E2E_RIG=tun cannot reach"
 done
@@ -270,6 +274,11 @@ fi
 cat "$OUT/machine.txt" >&2
 
 for w in "${WORKLOADS[@]}"; do
+    if [[ -n ${E2E_PAIR:-} ]]; then
+        log "workload $w, two builds at once, $RUNS rounds"
+        $PY pair "$w" --rounds "$RUNS" --warmup "$WARMUP" --duration "$DURATION"
+        continue
+    fi
     n=$RUNS
     [[ $w == big || $w == icmpbig || $w == mem1m ]] && n=$BIG_RUNS
     for ((r = 1; r <= n; r++)); do
@@ -286,5 +295,6 @@ if [[ -n $RIG_NS ]]; then
     log "$(tun_rig_down "$RIG_NS" npe0 "$OUT/tun_echo.log")"
     RIG_NS=
 fi
+[[ -z ${E2E_PAIR:-} ]] || exit 0 # each pair printed its own summary
 log "summary (target/e2e/summary.json, results.tsv)"
 $PY_HOST summary | tee "$OUT/summary.txt"

@@ -14,6 +14,9 @@ nft table that silences a quarter of the ICMP hosts, cleanup on exit). This help
             16,384 hosts), nmap on the tun rig (ICMP) / snmpget and snmpbulkget, sequential and
             parallel, prometheus-snmp-exporter (SNMP), over the same hosts and OIDs as
             workload WL, one JSON line each
+  pair WL   two builds (E2E_PAIR) polling ICMP workload WL at once, each its own copy
+            of the hosts, for --rounds rounds (they swap places each round): CPU per
+            value of both in the same window, one JSON line each per round
   summary   medians per workload and peer: text table on stdout, results.tsv and
             summary.json in target/e2e/
 
@@ -229,18 +232,25 @@ def hist_max(buckets):
 
 # ------------------------------------------------------------------ hosts and OIDs
 
-def icmp_layout(n):
-    """Cover n hosts with /20 ranges (4,094 hosts each) plus explicit extra hosts.
+# Hosts of the daemons of a pair (`pair`): each its own part of the /10, slot k's ranges
+# from ICMP_BASE + k * SLOT_SPAN (room for big's 262,144 hosts), its extra hosts from
+# ICMP_EXTRA_BASE + k * 65,536.
+SLOT_SPAN = 8 << 16
+
+
+def icmp_layout(n, slot=0):
+    """Cover n hosts with /20 ranges (4,094 hosts each) plus explicit extra hosts, in
+    slot `slot`'s part of the /10.
 
     Returns (cidrs, extra_ips, all_ips)."""
     blocks, rest = divmod(n, 4096)
     cidrs, ips = [], []
     for b in range(blocks):
-        net = ipaddress.IPv4Network((int(ICMP_BASE) + b * 4096, 20))
+        net = ipaddress.IPv4Network((int(ICMP_BASE) + slot * SLOT_SPAN + b * 4096, 20))
         cidrs.append(str(net))
         ips.extend(str(h) for h in net.hosts())
     need = n - len(ips)
-    extra = [str(ICMP_EXTRA_BASE + 1 + i) for i in range(need)]
+    extra = [str(ICMP_EXTRA_BASE + (slot << 16) + 1 + i) for i in range(need)]
     ips.extend(extra)
     assert len(ips) == n
     return cidrs, extra, ips
@@ -360,8 +370,8 @@ def toml_str(s):
 
 
 def config_text(wl, agent_oids=(), sim_oids=(), agents=(), with_clickhouse=True,
-                spool_dir=None):
-    d = dict(shards=4, metrics_listen=METRICS_ADDR,
+                spool_dir=None, slot=0, metrics=METRICS_ADDR, db=DB):
+    d = dict(shards=4, metrics_listen=metrics,
              spool_dir=spool_dir or os.path.join(OUT, "spool"),
              batch_window="1s")
     d.update(wl.get("daemon", {}))
@@ -371,7 +381,7 @@ def config_text(wl, agent_oids=(), sim_oids=(), agents=(), with_clickhouse=True,
     for k, v in d.items():
         out.append(f"{k} = {toml_str(v)}")
     if with_clickhouse:
-        c = dict(url=CH_URL, database=DB, batch_rows=50000,
+        c = dict(url=CH_URL, database=db, batch_rows=50000,
                  compression="none")
         c.update(wl.get("clickhouse", {}))
         out.append("[clickhouse]")
@@ -396,7 +406,7 @@ def config_text(wl, agent_oids=(), sim_oids=(), agents=(), with_clickhouse=True,
         out.append("]")
     nh = wl.get("icmp_hosts", 0)
     if nh:
-        cidrs, extra, _ = icmp_layout(nh)
+        cidrs, extra, _ = icmp_layout(nh, slot)
         for c in cidrs:
             out += ["[[host_ranges]]", f'cidr = "{c}"', 'name = "{ip}"', 'templates = ["icmp"]']
         for ip in extra:
@@ -514,11 +524,40 @@ def ksoftirqd_cpu():
     return tot
 
 
-def snapshot(pid, ch_pid):
+def snapshot(pid, ch_pid, metrics=METRICS_ADDR):
     return dict(t=time.time(), np_cpu=proc_cpu(pid), np_split=proc_cpu_split(pid), ch_cpu=proc_cpu(ch_pid) if ch_pid else None,
                 softirqd=ksoftirqd_cpu(), ctxt=ctxt_switches(pid),
                 machine=machine_busy(), threads=thread_cpu(pid),
-                metrics=parse_prom(scrape(f"http://{METRICS_ADDR}/metrics")))
+                metrics=parse_prom(scrape(f"http://{metrics}/metrics")))
+
+
+def daemon_cpu(a, b):
+    """The daemon's CPU seconds between snapshots a and b, and where they come from.
+
+    From the threads' schedstat (ns) when every thread of the first snapshot is still
+    there at the second: /proc/PID/stat counts in clock ticks (10 ms), ±10 ms in a
+    difference of two readings, 5% of 0.2 s (4,096 hosts, 40 s window), the distance
+    between 0.50 and 0.53 of fping. Ticks otherwise (a thread that exited took its time
+    with it). A thread that came and went inside the window (a blocking-pool thread)
+    took its time with it too: then the process's ticks, which count every thread that
+    ever ran, exceed the threads' sum by more than their rounding (a tick per reading)."""
+    exact = sum(b["threads"].values()) - sum(a["threads"].values())
+    rounding = 3 / TICK
+    if (a["threads"] and set(a["threads"]) <= set(b["threads"])
+            and b["np_cpu"] - a["np_cpu"] <= exact + rounding):
+        return exact, "schedstat"
+    return b["np_cpu"] - a["np_cpu"], "ticks"
+
+
+def thread_groups(a, b):
+    """CPU seconds between snapshots a and b by thread group: the ICMP engine's threads
+    (sending, receiving and the ping statistics: what fping does), the SNMP engine's
+    thread, and the rest (scheduler, sink, ClickHouse client, HTTP)."""
+    groups = {"icmp": 0.0, "snmp": 0.0, "rest": 0.0}
+    for k, v in b["threads"].items():
+        g = next((g for g in ("icmp", "snmp") if k.startswith(f"netpoller-{g}")), "rest")
+        groups[g] += v - a["threads"].get(k, 0.0)
+    return groups
 
 
 def cmd_run(args):
@@ -643,23 +682,7 @@ def cmd_run(args):
         return msum(mb, name, **kw) - msum(ma, name, **kw)
 
     values = d("netpoller_values_total")
-    # The daemon's CPU from the threads' schedstat (ns) when every thread of the first
-    # snapshot is still there at the second: /proc/PID/stat counts in clock ticks
-    # (10 ms), ±10 ms in a difference of two readings, 5% of 0.2 s (4,096 hosts, 40 s
-    # window), the distance between 0.50 and 0.53 of fping. Ticks otherwise (a thread
-    # that exited took its time with it).
-    # A thread that came and went inside the window (a blocking-pool thread) took its
-    # time with it too: then the process's ticks, which count every thread that ever
-    # ran, exceed the threads' sum by more than their rounding (a tick per reading).
-    exact = sum(b["threads"].values()) - sum(a["threads"].values())
-    rounding = 3 / TICK
-    if (a["threads"] and set(a["threads"]) <= set(b["threads"])
-            and b["np_cpu"] - a["np_cpu"] <= exact + rounding):
-        np_cpu = exact
-        np_cpu_source = "schedstat"
-    else:
-        np_cpu = b["np_cpu"] - a["np_cpu"]
-        np_cpu_source = "ticks"
+    np_cpu, np_cpu_source = daemon_cpu(a, b)
     split = (None if not (a["np_split"] and b["np_split"]) else
              (b["np_split"][0] - a["np_split"][0], b["np_split"][1] - a["np_split"][1]))
     user_share = split[0] / (split[0] + split[1]) if split and split[0] + split[1] > 0 else None
@@ -669,12 +692,9 @@ def cmd_run(args):
     busy = (b["machine"][0] - a["machine"][0]) / max(1, b["machine"][1] - a["machine"][1])
     tsec = {k: v - a["threads"].get(k, 0.0) for k, v in b["threads"].items()}
     tcpu = {k: round(v / span, 3) for k, v in tsec.items()}
-    # CPU per value by thread group: the ICMP engine's threads (sending, receiving and
-    # the ping statistics, per ICMP row: what fping does), the SNMP engine's thread (per
-    # SNMP row), and the rest (scheduler, sink, ClickHouse client, HTTP), per row.
-    groups = {"icmp": 0.0, "snmp": 0.0, "rest": 0.0}
-    for k, v in tsec.items():
-        groups[next((g for g in ("icmp", "snmp") if k.startswith(f"netpoller-{g}")), "rest")] += v
+    # CPU per value by thread group: the ICMP engine's per ICMP row, the SNMP engine's
+    # per SNMP row, the rest per row.
+    groups = thread_groups(a, b)
     # CPU per value divides by the values obtained in the CPU's own span (the daemon's
     # counter, sampled with the CPU), not by the rows in the whole-second `clock` window:
     # that window is ~1 s shorter, and ICMP sweeps that come in bursts every few seconds
@@ -756,6 +776,126 @@ def cmd_run(args):
         f"context switches {res['np_ctxt_switches_per_s']:.0f}/s "
         f"{res['thread_ctxt_switches_per_s']}, "
         f"threads (cores) {tcpu}, us/value by thread group {group_us}, exit {rc}")
+
+
+# ------------------------------------------------------------------ two builds at once
+
+def pair_builds():
+    """E2E_PAIR="LABEL=BINARY LABEL=BINARY": the two builds `pair` runs."""
+    builds = [b.split("=", 1) for b in (os.environ.get("E2E_PAIR") or "").split()]
+    if len(builds) != 2 or any(len(b) != 2 or not os.access(b[1], os.X_OK) for b in builds):
+        sys.exit('pair: E2E_PAIR must name two builds, "LABEL=BINARY LABEL=BINARY", '
+                 "each an executable")
+    return builds
+
+
+def cmd_pair(args):
+    """Two builds poll workload WL side by side, each its own copy of its hosts (in its
+    slot of the /10), database, spool and metrics port, measured over the same window:
+    CPU per value drifts by 10-20% between runs minutes apart on a shared VM, by as
+    much as a change is worth, while two daemons running at once see the same machine.
+    The builds swap slots each round. ICMP workloads only (SNMP agents would be polled
+    twice and answer each daemon more slowly)."""
+    name = args.workload
+    builds = pair_builds()
+    wl = json.loads(json.dumps(WORKLOADS[name]))
+    if wl.get("snmp_agents"):
+        sys.exit(f"pair: {name} polls SNMP agents; pair runs ICMP workloads only")
+    slots = []
+    for k in range(2):
+        d = os.path.join(OUT, name, f"pair{k}")
+        os.makedirs(d, exist_ok=True)
+        slot = dict(dir=d, cfg=os.path.join(d, "netpoller.toml"), db=f"{DB}_pair{k}",
+                    metrics=f"127.0.0.1:{19470 + k}", spool=os.path.join(d, "spool"))
+        with open(slot["cfg"], "w") as f:
+            f.write(config_text(wl, slot=k, metrics=slot["metrics"], db=slot["db"],
+                                spool_dir=slot["spool"]))
+        slots.append(slot)
+    items = 3 * wl["icmp_hosts"]
+    log(f"{name} pair: {' and '.join(b[0] for b in builds)}, {args.rounds} rounds, "
+        f"{items} items each; warm-up {args.warmup}s, window {args.duration}s")
+    for rnd in range(1, args.rounds + 1):
+        # Round 1: the first build in slot 0; then they swap.
+        run = [(slots[k], builds[(k + rnd - 1) % 2]) for k in range(2)]
+        procs = []
+        try:
+            for slot, (label, binary) in run:
+                ch(f"DROP DATABASE IF EXISTS {slot['db']}")
+                r = subprocess.run([binary, "-q", "schema", "-c", slot["cfg"], "--apply"],
+                                   capture_output=True, text=True, timeout=120)
+                if r.returncode != 0:
+                    sys.exit(f"schema --apply failed: {r.stdout}{r.stderr}")
+                subprocess.run(["rm", "-rf", slot["spool"]], check=True)
+                logf = open(os.path.join(slot["dir"], f"round{rnd}-{label}.log"), "w")
+                p = subprocess.Popen([binary, "--log-format", "json", "run", "-c", slot["cfg"]],
+                                     stdout=logf, stderr=subprocess.STDOUT, cwd=slot["dir"])
+                register_pid(p.pid)
+                procs.append(p)
+            deadline = time.time() + 180
+            for (slot, _), p in zip(run, procs):
+                while True:
+                    if p.poll() is not None:
+                        sys.exit(f"netpoller run exited with {p.returncode}; see {slot['dir']}")
+                    try:
+                        scrape(f"http://{slot['metrics']}/metrics", timeout=2)
+                        break
+                    except OSError:
+                        if time.time() > deadline:
+                            sys.exit(f"netpoller metrics not up after 180 s; see {slot['dir']}")
+                        time.sleep(0.2)
+            time.sleep(args.warmup)
+            a = [snapshot(p.pid, None, slot["metrics"]) for (slot, _), p in zip(run, procs)]
+            time.sleep(args.duration)
+            b = [snapshot(p.pid, None, slot["metrics"]) for (slot, _), p in zip(run, procs)]
+            hwm = [proc_status(p.pid, "VmHWM") for p in procs]
+        finally:
+            rcs = [stop(p, signal.SIGTERM, wait_s=90) for p in procs]
+        busy = (b[0]["machine"][0] - a[0]["machine"][0]) / max(1, b[0]["machine"][1] - a[0]["machine"][1])
+        for k, ((slot, (label, _)), sa, sb) in enumerate(zip(run, a, b)):
+            def d(metric, **kw):
+                return msum(sb["metrics"], metric, **kw) - msum(sa["metrics"], metric, **kw)
+            values = d("netpoller_values_total", engine="icmp")
+            cpu, source = daemon_cpu(sa, sb)
+            groups = thread_groups(sa, sb)
+            res = dict(kind="pair", workload=name, rig=RIG, round=rnd, slot=k, build=label,
+                       window_s=round(sb["t"] - sa["t"], 2), values=values, np_cpu_s=cpu,
+                       np_cpu_source=source,
+                       np_us_per_value=cpu / values * 1e6 if values else None,
+                       icmp_us_per_value=groups["icmp"] / values * 1e6 if values else None,
+                       rest_us_per_value=groups["rest"] / values * 1e6 if values else None,
+                       late_iterations=d("netpoller_late_iterations_total", engine="icmp"),
+                       drops=msum(sb["metrics"], "netpoller_sink_dropped_rows_total")
+                       + msum(sb["metrics"], "netpoller_sink_rejected_rows_total"),
+                       vm_hwm=hwm[k], machine_busy=busy, exit_code=rcs[k])
+            with open(os.path.join(OUT, "results.jsonl"), "a") as f:
+                f.write(json.dumps(res) + "\n")
+            log(f"{name} pair round {rnd} slot {k}: {label} {fmt(res['np_us_per_value'])} us/value "
+                f"(ICMP threads {fmt(res['icmp_us_per_value'])}, rest "
+                f"{fmt(res['rest_us_per_value'])}), {values:.0f} values, late iterations "
+                f"{res['late_iterations']:.0f}, drops {res['drops']:.0f}, VmHWM "
+                f"{(hwm[k] or 0) >> 20} MiB, machine busy {busy * 100:.0f}%, exit {rcs[k]}")
+    pair_summary(os.path.join(OUT, "results.jsonl"), name)
+
+
+def pair_summary(path, name):
+    """Each build's median over the rounds, and the second build's CPU per value as a
+    ratio of the first's in each round (the pair's own comparison) and their median."""
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    rows = [r for r in rows if r["kind"] == "pair" and r["workload"] == name]
+    labels = list(dict.fromkeys(r["build"] for r in rows))
+    for label in labels:
+        rs = [r for r in rows if r["build"] == label]
+        print(f"{name} pair: {label}: {fmt(med([r['np_us_per_value'] for r in rs]))} us/value "
+              f"(ICMP threads {fmt(med([r['icmp_us_per_value'] for r in rs]))}, rest "
+              f"{fmt(med([r['rest_us_per_value'] for r in rs]))}), median of {len(rs)} rounds")
+    if len(labels) == 2:
+        ratios = []
+        for rnd in sorted({r["round"] for r in rows}):
+            by = {r["build"]: r["np_us_per_value"] for r in rows if r["round"] == rnd}
+            if by.get(labels[0]) and by.get(labels[1]):
+                ratios.append(by[labels[1]] / by[labels[0]])
+        print(f"{name} pair: {labels[1]} / {labels[0]} CPU per value, per round: "
+              f"{', '.join(fmt(x, 3) for x in ratios)}; median {fmt(med(ratios), 3)}")
 
 
 # ------------------------------------------------------------------ peers
@@ -1268,6 +1408,11 @@ def main():
     p = sub.add_parser("peers")
     p.add_argument("workload", choices=list(WORKLOADS))
     p.add_argument("--index", type=int, default=1)
+    pr = sub.add_parser("pair")
+    pr.add_argument("workload", choices=list(WORKLOADS))
+    pr.add_argument("--rounds", type=int, default=3)
+    pr.add_argument("--warmup", type=float, default=25)
+    pr.add_argument("--duration", type=float, default=90)
     c = sub.add_parser("config")
     c.add_argument("workload", choices=list(WORKLOADS))
     sm = sub.add_parser("summary")
@@ -1280,6 +1425,8 @@ def main():
         cmd_run(a)
     elif a.cmd == "peers":
         cmd_peers(a)
+    elif a.cmd == "pair":
+        cmd_pair(a)
     elif a.cmd == "config":
         print(workload_files(a.workload)[1])
     elif a.cmd == "summary":
