@@ -140,6 +140,12 @@ def proc_status(pid, key):
     return None
 
 
+def record(res):
+    """Appends one result (a JSON line) to target/e2e/results.jsonl."""
+    with open(os.path.join(OUT, "results.jsonl"), "a") as f:
+        f.write(json.dumps(res) + "\n")
+
+
 def register_pid(pid):
     os.makedirs(OUT, exist_ok=True)
     with open(PIDS, "a") as f:
@@ -560,6 +566,22 @@ def thread_groups(a, b):
     return groups
 
 
+def wait_up(p, metrics, deadline, logs):
+    """Waits until netpoller `p` is up: its metrics endpoint at `metrics` answers (config
+    loaded, sockets open, schema checked). Exits saying where its `logs` are if it exits
+    first or is not up by `deadline` (time.time())."""
+    while True:
+        if p.poll() is not None:
+            sys.exit(f"netpoller run exited with {p.returncode}; see {logs}")
+        try:
+            scrape(f"http://{metrics}/metrics", timeout=2)
+            return
+        except OSError:
+            if time.time() > deadline:
+                sys.exit(f"netpoller metrics endpoint {metrics} not up in time; see {logs}")
+            time.sleep(0.2)
+
+
 def cmd_run(args):
     name = args.workload
     wl, cfg, agent_oids, sim_oids, agents, icmp_ips = workload_files(name)
@@ -587,18 +609,7 @@ def cmd_run(args):
                              stderr=subprocess.STDOUT, cwd=os.path.join(OUT, name))
     register_pid(p.pid)
     try:
-        # Up = the metrics endpoint answers (config loaded, sockets open, schema checked).
-        deadline = time.time() + 180
-        while True:
-            if p.poll() is not None:
-                sys.exit(f"netpoller run exited with {p.returncode}; see {logf}")
-            try:
-                scrape(f"http://{METRICS_ADDR}/metrics", timeout=2)
-                break
-            except OSError:
-                if time.time() > deadline:
-                    sys.exit(f"netpoller metrics endpoint not up after 180 s; see {logf}")
-                time.sleep(0.2)
+        wait_up(p, METRICS_ADDR, time.time() + 180, logf)
         startup_s = time.time() - t_start
         start_cpu = proc_cpu(p.pid)
         time.sleep(args.warmup)
@@ -763,8 +774,7 @@ def cmd_run(args):
     res["sink_inserts"] = d("netpoller_sink_inserts_total")
     res["backpressure_waits"] = msum(mb, "netpoller_backpressure_waits_total")
     res["drops"] = res["sink_dropped_rows"] + res["sink_rejected_rows"]
-    with open(os.path.join(OUT, "results.jsonl"), "a") as f:
-        f.write(json.dumps(res) + "\n")
+    record(res)
     log(f"{name} run {args.index}: {res['nvps']:.0f} NVPS in ClickHouse "
         f"(expected {exp['expected_nvps']:.0f}), netpoller {res['np_us_per_value'] or 0:.2f} us/value "
         f"(user {res['np_user_us_per_value'] or 0:.2f} + sys {res['np_sys_us_per_value'] or 0:.2f}; "
@@ -833,16 +843,7 @@ def cmd_pair(args):
                 procs.append(p)
             deadline = time.time() + 180
             for (slot, _), p in zip(run, procs):
-                while True:
-                    if p.poll() is not None:
-                        sys.exit(f"netpoller run exited with {p.returncode}; see {slot['dir']}")
-                    try:
-                        scrape(f"http://{slot['metrics']}/metrics", timeout=2)
-                        break
-                    except OSError:
-                        if time.time() > deadline:
-                            sys.exit(f"netpoller metrics not up after 180 s; see {slot['dir']}")
-                        time.sleep(0.2)
+                wait_up(p, slot["metrics"], deadline, slot["dir"])
             time.sleep(args.warmup)
             a = [snapshot(p.pid, None, slot["metrics"]) for (slot, _), p in zip(run, procs)]
             time.sleep(args.duration)
@@ -867,8 +868,7 @@ def cmd_pair(args):
                        drops=msum(sb["metrics"], "netpoller_sink_dropped_rows_total")
                        + msum(sb["metrics"], "netpoller_sink_rejected_rows_total"),
                        vm_hwm=hwm[k], machine_busy=busy, exit_code=rcs[k])
-            with open(os.path.join(OUT, "results.jsonl"), "a") as f:
-                f.write(json.dumps(res) + "\n")
+            record(res)
             log(f"{name} pair round {rnd} slot {k}: {label} {fmt(res['np_us_per_value'])} us/value "
                 f"(ICMP threads {fmt(res['icmp_us_per_value'])}, rest "
                 f"{fmt(res['rest_us_per_value'])}), {values:.0f} values, late iterations "
