@@ -54,6 +54,9 @@
 //! * Each sweep uses a new iteration number and identifier (raw) and a random sequence
 //!   start; late replies of earlier sweeps are recognised by the payload tag and counted
 //!   as stale, never matched.
+//! * A driver keeps what a sweep allocated (its tables, [`icmp::SweepSpace`], and the
+//!   driver's receive and send buffers) for the next one: sweeps every few seconds do not
+//!   fault their pages in afresh. It holds what the largest sweep since needed.
 //! * `sweep` must run within a tokio runtime with I/O and time enabled; the sockets are
 //!   registered with it only while a sweep waits for them (never between sweeps), so
 //!   any runtime will do.
