@@ -1515,8 +1515,21 @@ fn a_sweep_in_an_earlier_ones_tables_keeps_their_room() {
     let mut s = Sweep::new(jobs.clone(), cfg(0), base).unwrap();
     drain_sends(&mut s, base);
     let space = s.recycle();
+    // "SweepSpace { jobs: J, probes: P, .. }": the room its tables have, at least what
+    // the sweep needed (an allocator may give more).
     let room = format!("{space:?}");
-    assert_eq!(room, "SweepSpace { jobs: 500, probes: 1500, .. }");
+    let count = |field: &str| -> usize {
+        let at = room.find(field).expect(field) + field.len();
+        let n: String = room[at..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        n.parse().unwrap()
+    };
+    assert!(
+        count("jobs: ") >= 500 && count("probes: ") >= 1500,
+        "{room}"
+    );
     // Fewer hosts: the room stays (no allocation, no page faulted in again).
     let mut s = Sweep::new_in(&jobs[..100], cfg(0), base + ms(2000), space).unwrap();
     assert_eq!(s.len(), 100);
