@@ -610,7 +610,7 @@ impl<T> std::ops::DerefMut for Fifos<T> {
     }
 }
 
-/// Puts `item`, due at `at`, back into a FIFO of [`keyed`] in its place, keeping it
+/// Puts `item`, due at `at`, back into a FIFO of [`Fifos::keyed`] in its place, keeping it
 /// sorted (an entry moved later: a probe that left late, see [`Sweep::sent_at`]).
 fn insert_in_order<T>(q: &mut VecDeque<T>, at: Instant, item: T, due: impl Fn(&T) -> Instant) {
     let i = q.partition_point(|e| due(e) <= at);
