@@ -782,14 +782,8 @@ impl IcmpDriver {
         loop {
             let woke = Instant::now();
             // 1. Receive first: replies already queued must never wait for our sends.
-            let mut cut = false;
-            for ((fd, empty), family) in rx_fds.iter().zip(&mut empty_since).zip(FAMILIES) {
-                if let Some(fd) = fd {
-                    let errors = &mut report.recv_errors;
-                    let n = drain(*fd, family, &mut rx, &mut sweep, errors, empty);
-                    cut |= n >= RECV_TURN;
-                }
-            }
+            let errors = &mut report.recv_errors;
+            let cut = drain_all(rx_fds, &mut empty_since, &mut rx, &mut sweep, errors);
             // As of the turn's start, once the sockets were read empty (see `sockets`).
             if timeouts.after_turn(cut) {
                 sweep.handle_timeout(woke);
@@ -901,18 +895,8 @@ impl IcmpDriver {
         if stopped.is_some() {
             // Cut short: the replies already queued count (judged by their kernel
             // timestamps), and the hosts they complete are done, not unfinished.
-            for ((fd, empty), family) in rx_fds.iter().zip(&mut empty_since).zip(FAMILIES) {
-                if let Some(fd) = fd {
-                    drain(
-                        *fd,
-                        family,
-                        &mut rx,
-                        &mut sweep,
-                        &mut report.recv_errors,
-                        empty,
-                    );
-                }
-            }
+            let errors = &mut report.recv_errors;
+            drain_all(rx_fds, &mut empty_since, &mut rx, &mut sweep, errors);
             emit(&mut sweep, &index, &mut on_host_done, &mut report.alive);
         }
         report.counters = sweep.counters();
@@ -1279,8 +1263,24 @@ fn received_at(
     }
 }
 
-/// The address families of the driver's sockets, in the order it keeps them.
-const FAMILIES: [Family; 2] = [Family::V4, Family::V6];
+/// Drains each of the sweep's sockets (`fds`: IPv4, IPv6, each `None` when not read;
+/// `empty_since` per socket, see [`drain`]); returns whether one filled its turn.
+fn drain_all(
+    fds: [Option<RawFd>; 2],
+    empty_since: &mut [Option<Instant>; 2],
+    rx: &mut RecvBuf,
+    sweep: &mut Sweep,
+    errors: &mut u64,
+) -> bool {
+    let mut cut = false;
+    let families = [Family::V4, Family::V6];
+    for ((fd, empty), family) in fds.into_iter().zip(empty_since).zip(families) {
+        if let Some(fd) = fd {
+            cut |= drain(fd, family, rx, sweep, errors, empty) >= RECV_TURN;
+        }
+    }
+    cut
+}
 
 /// Reads up to `RECV_TURN` datagrams from `fd` (of `family`) into `sweep`; returns how
 /// many. `empty_since`: when this socket's queue was last found empty, updated here.
@@ -1306,10 +1306,6 @@ fn drain(
     // sweep reads: the kernel need not copy it out a second time (a tenth of the
     // receive's cost per reply). Others say it only in the message's name.
     let header = sweep.config().socket.framing(family) == Framing::Ipv4Header;
-    let unnamed = match family {
-        Family::V4 => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        Family::V6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-    };
     while total < RECV_TURN {
         let mut addrs: [MaybeUninit<libc::sockaddr_storage>; RECV_BATCH] =
             [const { MaybeUninit::zeroed() }; RECV_BATCH];
@@ -1384,7 +1380,8 @@ fn drain(
             // SAFETY: the kernel initialised the sockaddr (zeroed before, so valid either way).
             let ss = unsafe { addrs[i].assume_init_ref() };
             let from = match header {
-                true => unnamed,
+                // IPv4 only (the header's framing): the header's source is taken.
+                true => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
                 false => match sockaddr_to_std(ss) {
                     Some(a) => a.ip(),
                     None => continue,
