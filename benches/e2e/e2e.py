@@ -555,14 +555,18 @@ def daemon_cpu(a, b):
     return b["np_cpu"] - a["np_cpu"], "ticks"
 
 
-def thread_groups(a, b):
-    """CPU seconds between snapshots a and b by thread group: the ICMP engine's threads
+def thread_seconds(a, b):
+    """{thread name/tid: CPU seconds} between snapshots a and b."""
+    return {k: v - a["threads"].get(k, 0.0) for k, v in b["threads"].items()}
+
+
+def thread_groups(tsec):
+    """Threads' CPU seconds (`thread_seconds`) by group: the ICMP engine's threads
     (sending, receiving and the ping statistics: what fping does), the SNMP engine's
     thread, and the rest (scheduler, sink, ClickHouse client, HTTP)."""
     groups = {"icmp": 0.0, "snmp": 0.0, "rest": 0.0}
-    for k, v in b["threads"].items():
-        g = next((g for g in ("icmp", "snmp") if k.startswith(f"netpoller-{g}")), "rest")
-        groups[g] += v - a["threads"].get(k, 0.0)
+    for k, v in tsec.items():
+        groups[next((g for g in ("icmp", "snmp") if k.startswith(f"netpoller-{g}")), "rest")] += v
     return groups
 
 
@@ -701,11 +705,11 @@ def cmd_run(args):
     rows = rows_icmp + rows_snmp
     span = b["t"] - a["t"]
     busy = (b["machine"][0] - a["machine"][0]) / max(1, b["machine"][1] - a["machine"][1])
-    tsec = {k: v - a["threads"].get(k, 0.0) for k, v in b["threads"].items()}
+    tsec = thread_seconds(a, b)
     tcpu = {k: round(v / span, 3) for k, v in tsec.items()}
     # CPU per value by thread group: the ICMP engine's per ICMP row, the SNMP engine's
     # per SNMP row, the rest per row.
-    groups = thread_groups(a, b)
+    groups = thread_groups(tsec)
     # CPU per value divides by the values obtained in the CPU's own span (the daemon's
     # counter, sampled with the CPU), not by the rows in the whole-second `clock` window:
     # that window is ~1 s shorter, and ICMP sweeps that come in bursts every few seconds
@@ -857,7 +861,7 @@ def cmd_pair(args):
                 return msum(sb["metrics"], metric, **kw) - msum(sa["metrics"], metric, **kw)
             values = d("netpoller_values_total", engine="icmp")
             cpu, source = daemon_cpu(sa, sb)
-            groups = thread_groups(sa, sb)
+            groups = thread_groups(thread_seconds(sa, sb))
             res = dict(kind="pair", workload=name, rig=RIG, round=rnd, slot=k, build=label,
                        window_s=round(sb["t"] - sa["t"], 2), values=values, np_cpu_s=cpu,
                        np_cpu_source=source,
