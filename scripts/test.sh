@@ -32,6 +32,22 @@ if [[ $(id -u) -ne 0 && ${NETPOLLER_ALLOW_NONROOT:-0} != 1 ]]; then
   (NETPOLLER_ALLOW_NONROOT=1 to try anyway)"
 fi
 
+# Disk: a build of every target here takes a few GiB (see NEED_GIB). Running out part
+# way fails with "No space left on device" in whatever step it hit; say it up front.
+NEED_GIB=5
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+mkdir -p "$TARGET_DIR"
+free_gib() { df -P -BG "$TARGET_DIR" | awk 'NR == 2 { print $4 + 0 }'; }
+disk_note() {
+    local free
+    free=$(free_gib)
+    if [[ $free -lt $NEED_GIB ]]; then
+        printf 'test.sh: WARNING: %s GiB free for %s; a full run needs about %s GiB: free some disk if a step fails with "No space left on device"\n' \
+            "$free" "$TARGET_DIR" "$NEED_GIB" >&2
+    fi
+}
+disk_note
+
 # Tools the tests need. cargo-nextest is optional (cargo test is the fallback); clippy
 # and rustfmt only matter for the lint step.
 NEXTEST=0
@@ -145,6 +161,7 @@ if [[ ${NETPOLLER_SYSTEMD_CHECK:-0} == 1 ]]; then
 fi
 
 if [[ ${#FAILED[@]} -gt 0 ]]; then
+    disk_note
     printf '\ntest.sh: FAILED: %s\n' "${FAILED[*]}" >&2
     exit 1
 fi
