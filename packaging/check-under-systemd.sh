@@ -159,6 +159,10 @@ check "reload refuses an invalid config, at priority err, the old one runs on" '
     '"$(within 10 'journalctl -b -u netpoller -p err -o cat --no-pager | grep -q "unknown field .bogus_key."')"' &&
     systemctl is-active -q netpoller &&
     systemctl status netpoller --no-pager | grep -q "polling 14 hosts, 28 items"'
+check "systemctl kill -s USR1 (retry the reject spool) reaches the daemon, which runs on" '
+    systemctl kill -s USR1 netpoller &&
+    '"$(within 10 "$(journal_has netpoller 'SIGUSR1: no reject spool here')")"' &&
+    systemctl is-active -q netpoller'
 check "stop exits 0 and saves the open trends hours" '
     cp /root/good.toml /etc/netpoller/netpoller.toml && systemctl stop netpoller &&
     [ "$(systemctl show -p ExecMainStatus --value netpoller)" = 0 ] &&

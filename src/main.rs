@@ -50,6 +50,8 @@ enum Command {
     /// Signals: SIGHUP reloads hosts, templates, items and their key defaults (an invalid
     /// file is rejected with every error and the running config stays; settings that
     /// apply only at start, such as `[clickhouse]` or `max_pps`, are named in a warning).
+    /// SIGUSR1: the batches ClickHouse refused as bad data (rejected/) are tried again,
+    /// once their cause is fixed (those refused again go back).
     /// SIGTERM/SIGINT: running iterations end, the trends hours still open are saved in
     /// the spool folder (the next start continues them), ClickHouse gets at most 10 s
     /// for what is in flight, the rest goes to the spool, exit 0. /metrics and /healthz
@@ -110,12 +112,12 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
-    // Before anything else, while the process has one thread: a SIGHUP that comes while
-    // `run` starts is a reload to take once it has started, not the end of the process
-    // (its default action). Held from `run`'s own start only, one sent right after the
+    // Before anything else, while the process has one thread: a SIGHUP (or SIGUSR1) that
+    // comes while `run` starts is a reload (a retry) to take once it has started, not the
+    // end of the process (their default action). Held from `run`'s own start only, one sent right after the
     // exec (`systemctl start` then `reload`, Type=simple) still met the default action
     // during the command line's parsing and the logging's set-up: status 129.
-    cmd::run::hold_sighup(true);
+    cmd::run::hold_control_signals(true);
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
@@ -128,8 +130,8 @@ fn main() -> std::process::ExitCode {
         }
     };
     if !matches!(cli.command, Command::Run(_)) {
-        // Only the daemon takes SIGHUP: a one-shot command ends with its terminal.
-        cmd::run::hold_sighup(false);
+        // Only the daemon takes SIGHUP and SIGUSR1: a one-shot command ends with its terminal.
+        cmd::run::hold_control_signals(false);
         // The one-shot commands print for pipelines: `netpoller snmp walk … | head` ends
         // quietly, as `cat` would, not with a panic or an error about the pipe. (Rust
         // ignores SIGPIPE; sockets send with MSG_NOSIGNAL either way. The daemon keeps

@@ -1438,3 +1438,68 @@ fn reloads_during_a_clickhouse_outage_and_its_replay_lose_and_repeat_no_row() {
     assert_eq!(spooled.0, "", "left in the spool: {}", spooled.1);
     ch(&format!("DROP DATABASE IF EXISTS {db}"));
 }
+
+/// SIGUSR1 sends the reject spool to ClickHouse again, once what it refused is fixed:
+/// the batches in `rejected/` (here three rows a run before had refused) land, each
+/// row once; the log says what moved and `/metrics` counts it; `rejected/` is left
+/// without a segment. Without the signal the daemon leaves them there (it never
+/// retries refused data by itself).
+#[test]
+fn sigusr1_tries_the_reject_spool_again() {
+    let dir = scratch("daemon-usr1");
+    let db = format!("nptest_usr1_{}", std::process::id());
+    let rejected = dir.join("spool").join("rejected");
+    let rows = (0..3u32).map(|i| {
+        let at = (90 + u64::from(i), 1_700_000_000 + i, 7);
+        common::str_row(at, "refused-once", "k", format!("v{i}"))
+    });
+    common::spool_rows(&rejected, rows.collect());
+    let segments = |d: &std::path::Path| {
+        std::fs::read_dir(d)
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension() == Some("seg".as_ref()))
+            .count()
+    };
+    assert_eq!(segments(&rejected), 1);
+    let port = common::free_port();
+    let cfg = one_agent(
+        &dir,
+        &db,
+        &format!("127.0.0.1:{port}"),
+        r#"{ key = "sysUpTime", oid = "1.3.6.1.2.1.1.3.0", type = "uint", interval = "10s" }"#,
+    );
+    let d = Daemon::start(&cfg, &[], dir.join("run.log"));
+    d.expect_log("started", Duration::from_secs(20));
+    let landed = || {
+        ch(&format!(
+            "SELECT groupArray(value) FROM (SELECT value FROM {db}.history_str \
+             WHERE hostname = 'refused-once' ORDER BY itemid) FORMAT TSV"
+        ))
+    };
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(landed().trim(), "[]", "retried without being asked");
+    d.signal(libc::SIGUSR1);
+    let moved = d.expect_log("go back to the spool", Duration::from_secs(10));
+    assert!(moved.contains("segments=1 rows=3"), "{moved}");
+    let t = std::time::Instant::now();
+    while landed().trim() != "['v0','v1','v2']" {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "{}\n{}",
+            landed(),
+            d.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (_, metrics) = common::http_get(port, "/metrics").expect("/metrics");
+    assert!(
+        metrics.contains("\nnetpoller_sink_retried_rejected_rows_total 3\n"),
+        "{metrics}"
+    );
+    assert_eq!(segments(&rejected), 0);
+    // Again, with nothing left: said so, nothing sent twice.
+    d.signal(libc::SIGUSR1);
+    d.expect_log("the reject spool is empty", Duration::from_secs(10));
+    assert!(d.stop().success());
+    assert_eq!(landed().trim(), "['v0','v1','v2']");
+}

@@ -1211,7 +1211,8 @@ fn the_start_logs_a_low_icmp_rate_as_it_is() {
 /// A SIGHUP while the daemon is still starting (here: a ClickHouse that takes the
 /// connection and never answers, 2 s of schema check) is held until the reload handler
 /// is in place and taken as a reload; its default action ended the process (status 129,
-/// nothing in the log), which a service manager does not restart.
+/// nothing in the log), which a service manager does not restart. So is a SIGUSR1 (a
+/// retry of the reject spool), whose default action ends the process too.
 #[test]
 fn a_reload_during_the_start_is_taken_once_started() {
     let silent_ch = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -1232,9 +1233,12 @@ fn a_reload_during_the_start_is_taken_once_started() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+    assert!(Daemon::held(d.child.id(), libc::SIGUSR1));
     d.signal(libc::SIGHUP);
+    d.signal(libc::SIGUSR1);
     d.expect_log("netpoller 0.1.0 started", Duration::from_secs(20));
     d.expect_log("SIGHUP: configuration reloaded", Duration::from_secs(20));
+    d.expect_log("the reject spool is empty", Duration::from_secs(20));
     assert!(d.stop().success());
     drop(silent_ch);
 }

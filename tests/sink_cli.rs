@@ -5,7 +5,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
+
+mod common;
 
 fn ch_url() -> String {
     if let Ok(u) = std::env::var("NETPOLLER_CH_URL") {
@@ -253,14 +254,13 @@ fn spool_replay_names_no_dump_when_it_rejected_nothing() {
     }
 }
 
-/// `spool replay --dir <spool>/rejected` beside the daemon that uses the spool (as
-/// docs/production.md has it run once a rejection's cause is fixed): the daemon holds
-/// the reject spool's lock too, and the refusal said "each netpoller needs a spool_dir of
-/// its own (shards on one machine too)", advice for a second daemon. It says what to
-/// do: stop the daemon, replay, start it again. (The locks held as the daemon holds
-/// them, by this process; nothing is sent to the URL.)
+/// `spool replay --dir <spool>/rejected` beside the daemon that uses the spool: the
+/// daemon holds the reject spool's lock too, and the refusal said "each netpoller needs
+/// a spool_dir of its own (shards on one machine too)", advice for a second daemon. It
+/// says what to do: send the daemon SIGUSR1. (The locks held as the daemon holds them,
+/// by this process; nothing is sent to the URL.)
 #[test]
-fn spool_replay_beside_its_daemon_says_to_stop_it() {
+fn spool_replay_beside_its_daemon_says_to_signal_it() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(tmp.path(), "http://127.0.218.1:1", "rev_ops_none");
     let spool = tmp.path().join("spool");
@@ -280,7 +280,7 @@ fn spool_replay_beside_its_daemon_says_to_stop_it() {
         assert_eq!(out.status.code(), Some(2), "{out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         let want = format!(
-            "netpoller: spool {} is in use by a running netpoller (lock held on spool.lock): a daemon replays its spool itself once ClickHouse answers, but not its reject spool (rejected/), which it holds too: stop the daemon that uses it, replay, then start it again\n",
+            "netpoller: spool {} is in use by a running netpoller (lock held on spool.lock): a daemon replays its spool itself once ClickHouse answers, and sends its reject spool (rejected/), which it holds too, again when sent SIGUSR1 (`systemctl kill -s USR1 netpoller`, or `kill -USR1 <pid>`): no need to stop it\n",
             dir.display()
         );
         assert_eq!(err, want);
@@ -308,32 +308,11 @@ fn spool_dump_and_replay() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = config(tmp.path(), &url, &name);
     // A file-sink run (no [clickhouse]) leaves spool segments.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let (s, h) = sink::Sink::start(
-            None,
-            sink::SpoolConfig::new(tmp.path().join("spool")),
-            Arc::new(sink::SinkMetrics::default()),
-        )
-        .await
-        .unwrap();
-        for i in 0..3u64 {
-            let row = sink::Row {
-                itemid: 10 + i,
-                clock: 1_700_000_000 + i as u32,
-                ns: 5,
-                hostname: "core\t1".into(),
-                itemname: "ifAlias[2]".into(),
-                value: sink::RowValue::Str(format!("uplink \"{i}\"\n")),
-            };
-            h.send(row, sink::Table::Str).await.unwrap();
-        }
-        drop(h);
-        s.shutdown().await.unwrap();
+    let rows = (0..3u32).map(|i| {
+        let at = (10 + u64::from(i), 1_700_000_000 + i, 5);
+        common::str_row(at, "core\t1", "ifAlias[2]", format!("uplink \"{i}\"\n"))
     });
+    common::spool_rows(&tmp.path().join("spool"), rows.collect());
     let out = netpoller(&["spool", "dump", "-c", cfg.to_str().unwrap()]);
     assert!(out.status.success());
     assert_eq!(

@@ -81,6 +81,22 @@ impl HealthReader {
     }
 }
 
+/// Sends the reject spool's batches to ClickHouse again (the daemon's SIGUSR1), once
+/// what it refused is fixed: they are moved into the spool ([`spool::Spool::hand_over`]),
+/// whose replay loads them behind what it holds already; what is refused again goes
+/// back to `rejected/`.
+#[derive(Clone)]
+pub struct RejectsRetry(Arc<Shared>);
+
+impl RejectsRetry {
+    /// Moves the batches (logged, counted in
+    /// `netpoller_sink_retried_rejected_rows_total`): `None` without a reject spool (no
+    /// ClickHouse) or once the sink is stopping.
+    pub async fn retry(&self) -> Option<spool::HandOver> {
+        pipeline::retry_rejects(&self.0).await
+    }
+}
+
 /// State of the sink, for logs, `/metrics` and health checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Health {
@@ -276,6 +292,11 @@ impl Sink {
     /// when the daemon stopped kept it from being flushed.
     pub fn health_reader(&self) -> HealthReader {
         HealthReader(self.shared.clone())
+    }
+
+    /// Tries the reject spool again ([`RejectsRetry`]), without holding the sink.
+    pub fn rejects_retry(&self) -> RejectsRetry {
+        RejectsRetry(self.shared.clone())
     }
 
     /// The metrics passed to `start`.

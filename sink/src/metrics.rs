@@ -146,6 +146,7 @@ pub struct SinkMetrics {
     spool_files: AtomicU64,
     replayed_rows: AtomicU64,
     rejected_rows: AtomicU64,
+    retried_rows: AtomicU64,
     corrupt_records: AtomicU64,
     fsync_errors: AtomicU64,
     dropped_rows: [AtomicU64; DropReason::ALL.len()],
@@ -202,6 +203,9 @@ impl SinkMetrics {
     pub(crate) fn rejected(&self, rows: u64) {
         self.rejected_rows.fetch_add(rows, Relaxed);
     }
+    pub(crate) fn retried(&self, rows: u64) {
+        self.retried_rows.fetch_add(rows, Relaxed);
+    }
     pub(crate) fn corrupt_record(&self) {
         self.corrupt_records.fetch_add(1, Relaxed);
     }
@@ -239,6 +243,10 @@ impl SinkMetrics {
     /// Rows refused by ClickHouse and written to the reject file.
     pub fn rejected_rows(&self) -> u64 {
         self.rejected_rows.load(Relaxed)
+    }
+    /// Rows moved from the reject spool back to the spool to be tried again.
+    pub fn retried_rows(&self) -> u64 {
+        self.retried_rows.load(Relaxed)
     }
     /// Failed INSERT attempts of `class`.
     pub fn insert_errors(&self, class: ErrorClass) -> u64 {
@@ -320,6 +328,7 @@ impl SinkMetrics {
             ("netpoller_sink_spooled_bytes_total", "Bytes written to the disk spool.", &self.spooled_bytes),
             ("netpoller_sink_replayed_rows_total", "Spooled rows confirmed by ClickHouse.", &self.replayed_rows),
             ("netpoller_sink_rejected_rows_total", "Rows ClickHouse refused (bad data, or a spooled batch it kept refusing while it stored others), kept in the reject spool (rejected/).", &self.rejected_rows),
+            ("netpoller_sink_retried_rejected_rows_total", "Rows of the reject spool moved back to the spool to be tried again (SIGUSR1, once what ClickHouse refused is fixed); those refused again count again as rejected.", &self.retried_rows),
             ("netpoller_sink_spool_corrupt_records_total", "Spool records skipped as truncated or corrupted.", &self.corrupt_records),
             ("netpoller_sink_spool_fsync_errors_total", "Spool fsyncs that failed: what was spooled since the last good one may not survive a power loss (its segment is closed, new data goes to a new one); or, of the spool directory, a new segment may not.", &self.fsync_errors),
         ] {

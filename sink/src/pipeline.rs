@@ -1172,6 +1172,47 @@ pub(crate) async fn finish(shared: &Arc<Shared>, seq: u64, done: bool) {
     .await;
 }
 
+/// Moves the reject spool's segments into the data spool ([`Spool::hand_over`]) for
+/// the replayer to load them again: what ClickHouse refused was fixed (a column's type,
+/// a missing table). Logs what moved and what stayed. `None` without a reject spool
+/// (no ClickHouse) or once the sink is stopping.
+pub(crate) async fn retry_rejects(shared: &Arc<Shared>) -> Option<spool::HandOver> {
+    if shared.shutting_down.load(Ordering::Relaxed) {
+        return None;
+    }
+    let sh = shared.clone();
+    let moved = tokio::task::spawn_blocking(move || {
+        let rejects = sh.rejects.as_ref()?;
+        // The one place both spools are locked together: data spool first.
+        let mut data = lock(&sh.spool);
+        let moved = lock(rejects).hand_over(&mut data);
+        Some(moved)
+    })
+    .await
+    .ok()
+    .flatten()?;
+    shared.metrics.retried(moved.rows);
+    if moved.segments > 0 {
+        shared.replayer_wake.notify_one();
+    }
+    let (segments, rows, bytes, left) = (moved.segments, moved.rows, moved.bytes, moved.left);
+    match &moved.error {
+        Some(e) => {
+            tracing::error!(error = %e, segments, rows, left, "sink: the reject spool's segments could not all be moved back to the spool; those left stay in rejected/ (retried at the next SIGUSR1)");
+        }
+        None if left > 0 => {
+            tracing::warn!(segments, rows, bytes, left, "sink: the reject spool's rows go back to the spool to be tried again, but for segments the spool has no room for under spool_max_bytes: they stay in rejected/ (SIGUSR1 again once the spool has replayed)");
+        }
+        None if segments == 0 => {
+            tracing::info!("sink: the reject spool is empty: nothing to try again")
+        }
+        None => {
+            tracing::info!(segments, rows, bytes, "sink: the reject spool's rows go back to the spool to be tried again; rows ClickHouse refuses again return to rejected/");
+        }
+    }
+    Some(moved)
+}
+
 /// Waits `d`, or until `shutdown` changes (the replayer's pauses between tries).
 async fn pause(d: Duration, shutdown: &mut watch::Receiver<bool>) {
     tokio::select! { _ = sleep(d) => {}, _ = shutdown.changed() => {} }

@@ -11,6 +11,9 @@
 //!   ClickHouse, rejected to the reject file, or skipped as corrupted) or by the size
 //!   cap, which deletes the oldest segment not being replayed and counts its rows as
 //!   dropped (`reason="spool_cap"`).
+//! * A segment leaves the reject spool only by its cap or by [`Spool::hand_over`], which
+//!   renames it (with its `.ack`) into the data spool as that spool's newest segment,
+//!   never over the data spool's cap.
 //! * Confirmed records of a segment under replay are noted in `<seq>.ack` (the record
 //!   offsets, appended), so a crash during replay re-sends only the batches whose
 //!   confirmation was not yet noted: at most the batches in flight at the crash.
@@ -134,6 +137,21 @@ impl Segment {
     }
 }
 
+/// What [`Spool::hand_over`] moved.
+#[derive(Debug, Default)]
+pub struct HandOver {
+    /// Segments moved.
+    pub segments: u64,
+    /// Their rows not yet confirmed.
+    pub rows: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Segments left behind: the cap of the spool they were to go to, or `error`.
+    pub left: u64,
+    /// The rename that failed, if one did.
+    pub error: Option<SpoolError>,
+}
+
 struct Active {
     seg: Segment,
     file: File,
@@ -169,7 +187,8 @@ pub struct Spool {
 }
 
 /// Which spool: their metrics differ (rejected batches were counted as rejected, not
-/// spooled, and are never replayed).
+/// spooled, and are replayed only once [`Spool::hand_over`] moved them into the data
+/// spool).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Data,
@@ -372,8 +391,14 @@ impl Spool {
             damage_counted: HashSet::new(),
         };
         s.publish();
-        if !s.sealed.is_empty() {
-            tracing::info!(dir = %cfg.dir.display(), segments = s.sealed.len(), bytes = s.total_bytes(), "spool: found spooled data from an earlier run");
+        match kind {
+            _ if s.sealed.is_empty() => {}
+            Kind::Data => {
+                tracing::info!(dir = %cfg.dir.display(), segments = s.sealed.len(), bytes = s.total_bytes(), "spool: found spooled data from an earlier run");
+            }
+            Kind::Rejects => {
+                tracing::info!(dir = %cfg.dir.display(), segments = s.sealed.len(), bytes = s.total_bytes(), "spool: the reject spool holds batches ClickHouse refused before (`netpoller spool dump --rejected` shows them); once their cause is fixed, SIGUSR1 sends them again");
+            }
         }
         Ok(s)
     }
@@ -609,22 +634,7 @@ impl Spool {
             let Some(seg) = self.sealed.remove(i) else {
                 return;
             };
-            let acks = self.confirmed(&seg);
-            let rows = match seg.rows {
-                Some(rows) if acks.is_empty() => rows,
-                // Written by an earlier run or partly replayed: count the rows of its
-                // intact records not yet confirmed.
-                _ => fs::read(&seg.path)
-                    .map(|b| {
-                        record::scan(&b)
-                            .0
-                            .iter()
-                            .filter(|r| !acks.contains(&r.offset))
-                            .map(|r| u64::from(r.rows))
-                            .sum()
-                    })
-                    .unwrap_or(0),
-            };
+            let rows = self.unconfirmed_rows(&seg);
             self.forget(seg.seq);
             let _ = fs::remove_file(&seg.path);
             let _ = fs::remove_file(seg.ack_path());
@@ -641,6 +651,91 @@ impl Spool {
             };
             self.metrics.dropped(reason, rows);
         }
+    }
+
+    /// Rows of `seg` not yet confirmed: known when this process wrote it and nothing of
+    /// it was confirmed, else counted in its intact records (0 when it cannot be read).
+    fn unconfirmed_rows(&self, seg: &Segment) -> u64 {
+        let acks = self.confirmed(seg);
+        match seg.rows {
+            Some(rows) if acks.is_empty() => rows,
+            // Written by an earlier run or partly replayed.
+            _ => fs::read(&seg.path)
+                .map(|b| {
+                    record::scan(&b)
+                        .0
+                        .iter()
+                        .filter(|r| !acks.contains(&r.offset))
+                        .map(|r| u64::from(r.rows))
+                        .sum()
+                })
+                .unwrap_or(0),
+        }
+    }
+
+    /// Moves this spool's segments (the reject spool's, once what ClickHouse refused is
+    /// fixed) into `to` (the data spool, whose subdirectory `rejected/` is: one
+    /// filesystem, so a rename), oldest first, each as `to`'s newest segment with its
+    /// `.ack` file: the replay loads them as any spooled data, and a record refused
+    /// again comes back here in a new segment, never one of those moved. Both active
+    /// segments are sealed first, so that `to`'s segments stay in order of number.
+    ///
+    /// Stops before a segment that would take `to` over its cap (it stays here, for a
+    /// later retry: moved, the cap would drop the oldest data for it) and at a rename
+    /// that fails (the error is returned with what was moved before it). A crash
+    /// between a segment's rename and its `.ack`'s may send that segment's confirmed
+    /// records again (an `.ack` exists only where a replay of this spool was cut short).
+    pub fn hand_over(&mut self, to: &mut Spool) -> HandOver {
+        self.seal_active();
+        to.seal_active();
+        let mut out = HandOver::default();
+        while let Some(seg) = self.sealed.front().cloned() {
+            if to.total_bytes() + seg.bytes > to.cfg.max_bytes {
+                break;
+            }
+            let rows = self.unconfirmed_rows(&seg);
+            let seq = to.next_seq;
+            let path = to.cfg.dir.join(format!("{seq:020}.seg"));
+            if let Err(e) = fs::rename(&seg.path, &path) {
+                out.error = Some(ioe(&seg.path, "moving segment")(e));
+                break;
+            }
+            to.next_seq += 1;
+            let acks = seg.ack_path();
+            let with_acks = match fs::rename(&acks, path.with_extension("ack")) {
+                Ok(()) => true,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+                Err(e) => {
+                    tracing::warn!(segment = %seg.path.display(), error = %e, "spool: cannot move a segment's confirmations with it: its confirmed records will be sent again");
+                    false
+                }
+            };
+            self.sealed.pop_front();
+            self.forget(seg.seq);
+            to.sealed.push_back(Segment {
+                seq,
+                path,
+                bytes: seg.bytes,
+                // Counted again from its records when the cap drops it.
+                rows: seg.rows.filter(|_| !with_acks),
+            });
+            out.segments += 1;
+            out.rows += rows;
+            out.bytes += seg.bytes;
+        }
+        out.left = self.sealed.len() as u64;
+        if out.segments > 0 {
+            // The renames' directory entries, durable on both sides.
+            for dir in [&self.cfg.dir, &to.cfg.dir] {
+                if let Err(e) = File::open(dir).and_then(|d| fsync(&d, dir, true)) {
+                    tracing::error!(dir = %dir.display(), error = %e, "spool: fsync of the spool directory failed: the segments moved may not survive a power loss where they are");
+                    self.metrics.fsync_error();
+                }
+            }
+        }
+        self.publish();
+        to.publish();
+        out
     }
 
     /// The oldest segment, reserved for replay (sealing the active one if it is the
@@ -946,6 +1041,87 @@ mod tests {
         s.finish(seg2.seq);
         assert!(s.is_empty());
         assert_eq!(m.spooled_rows(), 10);
+    }
+
+    /// The rows of each record of the segments of `s` not confirmed, oldest first.
+    fn rows_left(s: &mut Spool, m: &SinkMetrics) -> Vec<Vec<u32>> {
+        let mut out = Vec::new();
+        while let Some(seg) = s.checkout_oldest() {
+            let acks = s.confirmed(&seg);
+            let recs = scan_logged(&seg, &read_segment(&seg).unwrap(), m);
+            out.push(
+                recs.iter()
+                    .filter(|r| !acks.contains(&r.offset))
+                    .map(|r| r.rows)
+                    .collect(),
+            );
+            s.finish(seg.seq);
+        }
+        out
+    }
+
+    #[test]
+    fn rejected_segments_move_into_the_spool_behind_its_own_with_their_confirmations() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let rdir = tmp.path().join("rejected");
+        // A reject spool of an earlier run whose replay was cut short: its first record
+        // confirmed in its .ack.
+        {
+            let mut r = Spool::open_rejects(&cfg(&rdir, 1 << 30), m.clone()).unwrap();
+            r.append(&batch(1, 100)).unwrap();
+            r.append(&batch(2, 100)).unwrap();
+            r.close();
+            let seg = r.checkout_oldest().unwrap();
+            let first = scan_logged(&seg, &read_segment(&seg).unwrap(), &m)[0].offset;
+            ack(&seg, first).unwrap();
+        }
+        let mut s = Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()).unwrap();
+        let mut r = Spool::open_rejects(&cfg(&rdir, 1 << 30), m.clone()).unwrap();
+        r.append(&batch(3, 100)).unwrap(); // this run's, in the active segment
+        s.append(&batch(4, 100)).unwrap(); // the spool's own, active too
+        let moved = r.hand_over(&mut s);
+        assert!(moved.error.is_none());
+        assert_eq!((moved.segments, moved.rows, moved.left), (2, 2 + 3, 0));
+        assert!(r.is_empty() && list_segments(&rdir).unwrap().is_empty());
+        assert_eq!(m.spool_bytes(), s.total_bytes());
+        // Refused again: a new segment of the reject spool, not one of those moved.
+        r.append(&batch(5, 100)).unwrap();
+        r.close();
+        assert_eq!(rows_left(&mut r, &m), vec![vec![5]]);
+        // The spool's own first, then the moved ones in their order, the confirmed
+        // record left out.
+        s.append(&batch(6, 100)).unwrap();
+        assert_eq!(
+            rows_left(&mut s, &m),
+            vec![vec![4], vec![2], vec![3], vec![6]]
+        );
+        assert_eq!(m.spooled_rows(), 4 + 6, "moved rows are not spooled anew");
+    }
+
+    #[test]
+    fn rejected_segments_wait_rather_than_take_the_spool_over_its_cap() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let rdir = tmp.path().join("rejected");
+        // Segments of 64 KiB (the smallest target): each batch of 70 KiB seals one.
+        let (big, cap) = (70 << 10, 160 << 10);
+        let mut s = Spool::open(&cfg(tmp.path(), cap), m.clone()).unwrap();
+        let mut r = Spool::open_rejects(&cfg(&rdir, 512 << 10), m.clone()).unwrap();
+        for i in 1..=3 {
+            r.append(&batch(i, big)).unwrap();
+        }
+        r.close();
+        s.append(&batch(9, 10 << 10)).unwrap();
+        let moved = r.hand_over(&mut s);
+        assert_eq!((moved.segments, moved.rows, moved.left), (2, 1 + 2, 1));
+        assert!(s.total_bytes() <= cap);
+        assert_eq!(m.dropped_rows(DropReason::SpoolCap), 0);
+        assert_eq!(rows_left(&mut s, &m), vec![vec![9], vec![1], vec![2]]);
+        // Room again: the one left follows.
+        let moved = r.hand_over(&mut s);
+        assert_eq!((moved.segments, moved.rows, moved.left), (1, 3, 0));
+        assert_eq!(rows_left(&mut s, &m), vec![vec![3]]);
     }
 
     /// A spool in `dir` with one sealed segment of one batch (`fill`), checked out.

@@ -150,15 +150,24 @@ fn hex(s: &str) -> String {
     s.bytes().map(|b| format!("{b:02X}")).collect()
 }
 
+/// A sink to `cfg` with a spool of its own: the sink, its handle, its metrics and its
+/// spool's directory.
+async fn started(
+    cfg: ClickHouseConfig,
+) -> (Sink, sink::SinkHandle, Arc<SinkMetrics>, tempfile::TempDir) {
+    let spool = tempfile::tempdir().unwrap();
+    let metrics = Arc::new(SinkMetrics::default());
+    let (sink, h) = Sink::start(Some(cfg), SpoolConfig::new(spool.path()), metrics.clone())
+        .await
+        .unwrap();
+    (sink, h, metrics, spool)
+}
+
 async fn write_all(
     cfg: ClickHouseConfig,
     rows: &[(Table, Row)],
 ) -> (sink::ShutdownReport, Arc<SinkMetrics>) {
-    let spool = tempfile::tempdir().unwrap();
-    let metrics = Arc::new(SinkMetrics::default());
-    let (sink, handle) = Sink::start(Some(cfg), SpoolConfig::new(spool.path()), metrics.clone())
-        .await
-        .unwrap();
+    let (sink, handle, metrics, _spool) = started(cfg).await;
     for (t, r) in rows {
         handle.send(r.clone(), *t).await.unwrap();
     }
@@ -476,12 +485,7 @@ async fn dbl_sink(
     let c = cfg(&db.url, &db.name, Compression::None);
     schema::apply(&c).await.unwrap();
     alter_dbl(db, value_type);
-    let spool = tempfile::tempdir().unwrap();
-    let metrics = Arc::new(SinkMetrics::default());
-    let (sink, h) = Sink::start(Some(c), SpoolConfig::new(spool.path()), metrics.clone())
-        .await
-        .unwrap();
-    (sink, h, metrics, spool)
+    started(c).await
 }
 
 /// Sends a `history_dbl` row (0.5) of each item of `items`.
@@ -724,15 +728,7 @@ async fn wrong_password_spools_and_never_shows_the_password() {
         ..cfg(&url, "glaber_nonexistent_db", Compression::Lz4)
     };
     assert!(!format!("{c:?}").contains(secret));
-    let spool = tempfile::tempdir().unwrap();
-    let metrics = Arc::new(SinkMetrics::default());
-    let (sink, h) = Sink::start(
-        Some(c.clone()),
-        SpoolConfig::new(spool.path()),
-        metrics.clone(),
-    )
-    .await
-    .unwrap();
+    let (sink, h, metrics, _spool) = started(c.clone()).await;
     let row = uint_row(1, 1);
     h.send(row, Table::Uint).await.unwrap();
     let t0 = std::time::Instant::now();
@@ -795,6 +791,75 @@ async fn trends_rows_without_trends_tables_are_set_aside_and_history_flows() {
         ),
     );
     assert_eq!(trends.trim(), "0", "trends = false creates no trends table");
+}
+
+/// The reject spool tried again once the cause is fixed (the daemon's SIGUSR1): trends
+/// rows refused for want of their table land once it exists, with nothing lost or
+/// written twice, and the reject spool is left empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_rows_land_when_tried_again_once_their_table_exists() {
+    let url = ch_url();
+    let db = TestDb::new(&url);
+    let c = ClickHouseConfig {
+        trends: false,
+        ..cfg(&url, &db.name, Compression::Lz4)
+    };
+    schema::apply(&c).await.unwrap();
+    let (sink, handle, metrics, spool) = started(c.clone()).await;
+    let retry = sink.rejects_retry();
+    let nothing = retry.retry().await.unwrap();
+    assert_eq!((nothing.segments, nothing.rows), (0, 0));
+    let trends: Vec<_> = rows()
+        .into_iter()
+        .filter(|(t, _)| *t == Table::TrendsDbl)
+        .collect();
+    let n = trends.len() as u64;
+    for (t, r) in &trends {
+        handle.send(r.clone(), *t).await.unwrap();
+    }
+    assert!(
+        wait_until(Duration::from_secs(20), || metrics.rejected_rows() == n),
+        "{}",
+        metrics.render_text()
+    );
+    // The cause fixed: the trends tables made (as `schema --apply` with trends on).
+    schema::apply(&ClickHouseConfig {
+        trends: true,
+        ..c.clone()
+    })
+    .await
+    .unwrap();
+    let moved = retry.retry().await.unwrap();
+    assert_eq!((moved.rows, moved.left), (n, 0), "{moved:?}");
+    assert!(moved.error.is_none());
+    assert!(
+        wait_until(Duration::from_secs(20), || metrics
+            .rows_written(Table::TrendsDbl)
+            == n),
+        "{}",
+        metrics.render_text()
+    );
+    assert_eq!(metrics.retried_rows(), n);
+    assert_eq!(metrics.rejected_rows(), n, "none refused again");
+    assert!(sink::spool::list_segments(&spool.path().join("rejected"))
+        .unwrap()
+        .is_empty());
+    drop(handle);
+    let report = sink.shutdown().await.unwrap();
+    assert_eq!(
+        (report.rows_spooled, report.rows_dropped),
+        (0, 0),
+        "{report:?}"
+    );
+    let stored = q(
+        &url,
+        &format!(
+            "SELECT count() FROM {}.{}",
+            db.name,
+            Table::TrendsDbl.name()
+        ),
+    );
+    assert_eq!(stored.trim(), n.to_string(), "each row once");
 }
 
 /// A node that lost the schema while 8 INSERTs were in flight (wiped, or rebuilt from

@@ -13,7 +13,8 @@
 //! is logged with all its errors and the old one keeps running. Either, coming while a
 //! discovery re-plan plans, cuts it short after its plan in progress (see `Plans`); a
 //! stop coming while a reload plans is taken at once too, and cuts the reload short
-//! (nothing more of it loaded, nothing of it swapped in).
+//! (nothing more of it loaded, nothing of it swapped in). SIGUSR1 has the sink send its
+//! reject spool again ([`sink::RejectsRetry`]); the loop does not wait for it.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -150,19 +151,20 @@ fn spool_not_the_users(e: &sink::SinkError, user: Option<&str>, dir: &Path) -> O
     }
 }
 
-/// Holds SIGHUP back on this thread and the threads it starts (`true`), or lets it
-/// through again. Its default action ends the process: until the reload handler is
-/// installed (after the config, the ClickHouse schema check, the sockets: 18 s against a
-/// slow server), a `systemctl reload` right after a start killed the daemon, with a
-/// status systemd does not restart. Held back, it is taken as a reload once the handler
-/// is in place. `main` holds it first thing, before the command line is parsed, and
-/// lets it through again for the other commands; [`daemon`] once its handler is in.
-pub(crate) fn hold_sighup(hold: bool) {
+/// Holds SIGHUP and SIGUSR1 back on this thread and the threads it starts (`true`), or
+/// lets them through again. Their default action ends the process: until the handlers
+/// are installed (after the config, the ClickHouse schema check, the sockets: 18 s
+/// against a slow server), a `systemctl reload` right after a start killed the daemon,
+/// with a status systemd does not restart. Held back, each is taken once the handlers
+/// are in place. `main` holds them first thing, before the command line is parsed, and
+/// lets them through again for the other commands; [`daemon`] once its handlers are in.
+pub(crate) fn hold_control_signals(hold: bool) {
     // SAFETY: a signal set on the stack, initialised by sigemptyset before use.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGHUP);
+        libc::sigaddset(&mut set, libc::SIGUSR1);
         let how = if hold {
             libc::SIG_BLOCK
         } else {
@@ -330,7 +332,9 @@ async fn daemon(
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut hup = signal(SignalKind::hangup())?;
-    hold_sighup(false);
+    let mut usr1 = signal(SignalKind::user_defined1())?;
+    hold_control_signals(false);
+    let rejects = sink.rejects_retry();
 
     // Sink consumer: runs the items' preprocessing (counting what it keeps back or
     // fails), follows the items' states (logged, and a gauge), and hands values as rows
@@ -357,11 +361,22 @@ async fn daemon(
         reload_due: false,
         replan_again: None,
     };
-    let signals = async || {
+    let signals = async || loop {
         tokio::select! {
-            _ = term.recv() => Signal::Term,
-            _ = int.recv() => Signal::Int,
-            _ = hup.recv() => Signal::Hup,
+            _ = term.recv() => return Signal::Term,
+            _ = int.recv() => return Signal::Int,
+            _ = hup.recv() => return Signal::Hup,
+            // The sink's alone: it moves the reject spool into the spool, whose replay
+            // loads it (and logs what moved); the loop waits on.
+            _ = usr1.recv() => {
+                tracing::info!("SIGUSR1: the batches ClickHouse refused (rejected/) are tried again");
+                let rejects = rejects.clone();
+                tokio::spawn(async move {
+                    if rejects.retry().await.is_none() {
+                        tracing::info!("SIGUSR1: no reject spool here (no [clickhouse]), or the daemon is stopping: nothing tried again");
+                    }
+                });
+            }
         }
     };
     // Started: the signals are handled, the engines poll. (`Type=notify`: a `systemctl

@@ -4,7 +4,8 @@
 //! itemname, value`, TabSeparated escaping) and works beside a running daemon.
 //! `replay` loads the spool into the configured ClickHouse, oldest first, deleting each
 //! segment once every record in it is confirmed; it refuses to run while a daemon holds
-//! the same spool directory (its `rejected/` too: stop the daemon to replay those).
+//! the same spool directory (its `rejected/` too: a running daemon sends those again
+//! on SIGUSR1).
 
 use anyhow::Context as _;
 use std::path::PathBuf;
@@ -313,15 +314,15 @@ fn spool_open_hours(
 }
 
 /// `spool replay` of a spool whose lock another process holds: a daemon running with
-/// it, which replays its spool itself but never its reject spool (`rejected/`), also
-/// locked while it runs. The spool's own words for a lock held (a `spool_dir` per
-/// process) are advice for a second daemon, not for this command.
+/// it, which replays its spool itself, and its reject spool (`rejected/`, also locked
+/// while it runs) when sent SIGUSR1. The spool's own words for a lock held (a
+/// `spool_dir` per process) are advice for a second daemon, not for this command.
 fn in_use(dir: &std::path::Path) -> anyhow::Error {
     anyhow::anyhow!(
         "spool {} is in use by a running netpoller (lock held on spool.lock): a daemon \
-         replays its spool itself once ClickHouse answers, but not its reject spool \
-         (rejected/), which it holds too: stop the daemon that uses it, replay, then start \
-         it again",
+         replays its spool itself once ClickHouse answers, and sends its reject spool \
+         (rejected/), which it holds too, again when sent SIGUSR1 (`systemctl kill -s USR1 \
+         netpoller`, or `kill -USR1 <pid>`): no need to stop it",
         dir.display()
     )
 }

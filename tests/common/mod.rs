@@ -8,6 +8,44 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// Writes `rows` to spool segments in `dir`, as a file sink (no ClickHouse) does: a
+/// spool, or the reject spool a run before left (their segments are alike).
+pub fn spool_rows(dir: &Path, rows: Vec<(sink::Table, sink::Row)>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let metrics = std::sync::Arc::new(sink::SinkMetrics::default());
+        let (s, h) = sink::Sink::start(None, sink::SpoolConfig::new(dir), metrics)
+            .await
+            .unwrap();
+        for (table, row) in rows {
+            h.send(row, table).await.unwrap();
+        }
+        drop(h);
+        s.shutdown().await.unwrap();
+    });
+}
+
+/// A `history_str` row of item `itemid` at `clock`.`ns`.
+pub fn str_row(
+    (itemid, clock, ns): (u64, u32, u32),
+    hostname: &str,
+    itemname: &str,
+    value: String,
+) -> (sink::Table, sink::Row) {
+    let row = sink::Row {
+        itemid,
+        clock,
+        ns,
+        hostname: hostname.into(),
+        itemname: itemname.into(),
+        value: sink::RowValue::Str(value),
+    };
+    (sink::Table::Str, row)
+}
+
 /// A variable written by `scripts/services.sh up`, or a failure saying how to get it.
 /// Never a skip: a silent skip would let CI pass without a real server.
 pub fn service_env(name: &str) -> String {
@@ -129,15 +167,19 @@ impl Daemon {
         Daemon { child, log }
     }
 
-    /// SIGHUP is held back (blocked, bit 0 of the mask in /proc): the daemon is still
-    /// starting, or reading its command line.
+    /// SIGHUP is held back: the daemon is still starting, or reading its command line.
     pub fn sighup_held(pid: u32) -> bool {
+        Daemon::held(pid, libc::SIGHUP)
+    }
+
+    /// Signal `sig` is held back (blocked: bit `sig - 1` of the mask in /proc).
+    pub fn held(pid: u32, sig: libc::c_int) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/status"))
             .unwrap_or_default()
             .lines()
             .find_map(|l| l.strip_prefix("SigBlk:"))
             .and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
-            .is_some_and(|m| m & 1 == 1)
+            .is_some_and(|m| m >> (sig - 1) & 1 == 1)
     }
 
     pub fn signal(&self, sig: libc::c_int) {
