@@ -694,13 +694,15 @@ impl Spool {
                 break;
             }
             let rows = self.unconfirmed_rows(&seg);
+            // The number is used up even if the rename fails: what stood in its way
+            // does not stand in the next try's.
             let seq = to.next_seq;
+            to.next_seq += 1;
             let path = to.cfg.dir.join(format!("{seq:020}.seg"));
             if let Err(e) = fs::rename(&seg.path, &path) {
                 out.error = Some(ioe(&seg.path, "moving segment")(e));
                 break;
             }
-            to.next_seq += 1;
             let acks = seg.ack_path();
             let with_acks = match fs::rename(&acks, path.with_extension("ack")) {
                 Ok(()) => true,
@@ -1122,6 +1124,32 @@ mod tests {
         let moved = r.hand_over(&mut s);
         assert_eq!((moved.segments, moved.rows, moved.left), (1, 3, 0));
         assert_eq!(rows_left(&mut s, &m), vec![vec![3]]);
+    }
+
+    #[test]
+    fn a_rejected_segment_that_cannot_be_moved_stays_where_it_is() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = Arc::new(SinkMetrics::default());
+        let rdir = tmp.path().join("rejected");
+        let mut s = Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()).unwrap();
+        let mut r = Spool::open_rejects(&cfg(&rdir, 1 << 30), m.clone()).unwrap();
+        r.append(&batch(1, 100)).unwrap();
+        r.append(&batch(2, 100)).unwrap();
+        // A directory where the spool's next segment goes: the rename fails.
+        let blocker = tmp.path().join(format!("{:020}.seg", s.next_seq));
+        fs::create_dir(&blocker).unwrap();
+        fs::write(blocker.join("x"), b"x").unwrap();
+        let moved = r.hand_over(&mut s);
+        assert!(
+            matches!(&moved.error, Some(SpoolError::Io { what, .. }) if *what == "moving segment"),
+            "{moved:?}"
+        );
+        assert_eq!((moved.segments, moved.rows, moved.left), (0, 0, 1));
+        assert!(s.is_empty());
+        // Nothing lost: the next try takes another number, and the segment moves whole.
+        let moved = r.hand_over(&mut s);
+        assert_eq!((moved.segments, moved.rows, moved.left), (1, 3, 0));
+        assert_eq!(rows_left(&mut s, &m), vec![vec![1, 2]]);
     }
 
     /// A spool in `dir` with one sealed segment of one batch (`fill`), checked out.
