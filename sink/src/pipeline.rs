@@ -1183,9 +1183,10 @@ pub(crate) async fn retry_rejects(shared: &Arc<Shared>) -> Option<spool::HandOve
     let sh = shared.clone();
     let moved = tokio::task::spawn_blocking(move || {
         let rejects = sh.rejects.as_ref()?;
+        let rows = lock(rejects).unconfirmed_row_counts();
         // The one place both spools are locked together: data spool first.
         let mut data = lock(&sh.spool);
-        let moved = lock(rejects).hand_over(&mut data);
+        let moved = lock(rejects).hand_over(&mut data, &rows);
         Some(moved)
     })
     .await

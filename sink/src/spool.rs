@@ -673,6 +673,19 @@ impl Spool {
         }
     }
 
+    /// Rows not yet confirmed of each segment (the active one sealed first), by number:
+    /// read here, before [`Spool::hand_over`], so that it holds the data spool's lock
+    /// only for renames, not for reading up to `spool_max_bytes` of segments an earlier
+    /// run left (whose rows this process does not know).
+    pub fn unconfirmed_row_counts(&mut self) -> HashMap<u64, u64> {
+        self.seal_active();
+        self.publish();
+        let sealed = self.sealed.iter();
+        sealed
+            .map(|seg| (seg.seq, self.unconfirmed_rows(seg)))
+            .collect()
+    }
+
     /// Moves this spool's segments (the reject spool's, once what ClickHouse refused is
     /// fixed) into `to` (the data spool, whose subdirectory `rejected/` is: one
     /// filesystem, so a rename), oldest first, each as `to`'s newest segment with its
@@ -685,7 +698,8 @@ impl Spool {
     /// that fails (the error is returned with what was moved before it). A crash
     /// between a segment's rename and its `.ack`'s may send that segment's confirmed
     /// records again (an `.ack` exists only where a replay of this spool was cut short).
-    pub fn hand_over(&mut self, to: &mut Spool) -> HandOver {
+    /// `rows`: the segments' rows, where [`Spool::unconfirmed_row_counts`] counted them.
+    pub fn hand_over(&mut self, to: &mut Spool, rows: &HashMap<u64, u64>) -> HandOver {
         self.seal_active();
         to.seal_active();
         let mut out = HandOver::default();
@@ -693,7 +707,10 @@ impl Spool {
             if to.total_bytes() + seg.bytes > to.cfg.max_bytes {
                 break;
             }
-            let rows = self.unconfirmed_rows(&seg);
+            let seg_rows = match rows.get(&seg.seq) {
+                Some(&n) => n,
+                None => self.unconfirmed_rows(&seg),
+            };
             // The number is used up even if the rename fails: what stood in its way
             // does not stand in the next try's.
             let seq = to.next_seq;
@@ -722,7 +739,7 @@ impl Spool {
                 rows: seg.rows.filter(|_| !with_acks),
             });
             out.segments += 1;
-            out.rows += rows;
+            out.rows += seg_rows;
             out.bytes += seg.bytes;
         }
         out.left = self.sealed.len() as u64;
@@ -1082,7 +1099,13 @@ mod tests {
         let mut r = Spool::open_rejects(&cfg(&rdir, 1 << 30), m.clone()).unwrap();
         r.append(&batch(3, 100)).unwrap(); // this run's, in the active segment
         s.append(&batch(4, 100)).unwrap(); // the spool's own, active too
-        let moved = r.hand_over(&mut s);
+        let rows = r.unconfirmed_row_counts();
+        assert_eq!(
+            rows.values().sum::<u64>(),
+            2 + 3,
+            "the confirmed record left out"
+        );
+        let moved = r.hand_over(&mut s, &rows);
         assert!(moved.error.is_none());
         assert_eq!((moved.segments, moved.rows, moved.left), (2, 2 + 3, 0));
         assert!(r.is_empty() && list_segments(&rdir).unwrap().is_empty());
@@ -1115,13 +1138,13 @@ mod tests {
         }
         r.close();
         s.append(&batch(9, 10 << 10)).unwrap();
-        let moved = r.hand_over(&mut s);
+        let moved = r.hand_over(&mut s, &HashMap::new());
         assert_eq!((moved.segments, moved.rows, moved.left), (2, 1 + 2, 1));
         assert!(s.total_bytes() <= cap);
         assert_eq!(m.dropped_rows(DropReason::SpoolCap), 0);
         assert_eq!(rows_left(&mut s, &m), vec![vec![9], vec![1], vec![2]]);
         // Room again: the one left follows.
-        let moved = r.hand_over(&mut s);
+        let moved = r.hand_over(&mut s, &HashMap::new());
         assert_eq!((moved.segments, moved.rows, moved.left), (1, 3, 0));
         assert_eq!(rows_left(&mut s, &m), vec![vec![3]]);
     }
@@ -1139,7 +1162,7 @@ mod tests {
         let blocker = tmp.path().join(format!("{:020}.seg", s.next_seq));
         fs::create_dir(&blocker).unwrap();
         fs::write(blocker.join("x"), b"x").unwrap();
-        let moved = r.hand_over(&mut s);
+        let moved = r.hand_over(&mut s, &HashMap::new());
         assert!(
             matches!(&moved.error, Some(SpoolError::Io { what, .. }) if *what == "moving segment"),
             "{moved:?}"
@@ -1147,7 +1170,7 @@ mod tests {
         assert_eq!((moved.segments, moved.rows, moved.left), (0, 0, 1));
         assert!(s.is_empty());
         // Nothing lost: the next try takes another number, and the segment moves whole.
-        let moved = r.hand_over(&mut s);
+        let moved = r.hand_over(&mut s, &HashMap::new());
         assert_eq!((moved.segments, moved.rows, moved.left), (1, 3, 0));
         assert_eq!(rows_left(&mut s, &m), vec![vec![1, 2]]);
     }
