@@ -36,6 +36,14 @@ pub enum SpoolCommand {
         rejected: bool,
     },
     /// Load the spool into ClickHouse (the config's `[clickhouse]` section).
+    ///
+    /// For a spool no daemon runs with (stopped, or a shard removed): one a daemon runs
+    /// with is refused (the daemon replays it itself once ClickHouse answers). The batches
+    /// ClickHouse refused as bad data are under `<spool_dir>/rejected` (`--dir` there
+    /// loads them; those refused again go to `rejected/rejected`); a running daemon
+    /// sends them again on SIGUSR1 (`systemctl kill -s USR1 netpoller`). Exit 0 when
+    /// everything was loaded, 1 when a segment could not be read (set aside, the rest
+    /// loaded), 2 when ClickHouse stopped taking rows (the rest stays spooled).
     Replay {
         /// Configuration file or directory, as `run -c` takes it.
         #[arg(short, long, value_name = "PATH")]
