@@ -1443,7 +1443,8 @@ fn reloads_during_a_clickhouse_outage_and_its_replay_lose_and_repeat_no_row() {
 /// the batches in `rejected/` (here three rows a run before had refused) land, each
 /// row once; the log says what moved and `/metrics` counts it; `rejected/` is left
 /// without a segment. Without the signal the daemon leaves them there (it never
-/// retries refused data by itself).
+/// retries refused data by itself), and `spool replay` of them beside it is refused
+/// with the daemon's pid to signal.
 #[test]
 fn sigusr1_tries_the_reject_spool_again() {
     let dir = scratch("daemon-usr1");
@@ -1478,6 +1479,22 @@ fn sigusr1_tries_the_reject_spool_again() {
     };
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(landed().trim(), "[]", "retried without being asked");
+    // `spool replay` beside it is refused, naming the pid to signal.
+    let pid = d.child.id();
+    let o = netpoller()
+        .args(["spool", "replay", "-c"])
+        .arg(&cfg)
+        .arg("--dir")
+        .arg(&rejected)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("(pid {pid}: lock held on spool.lock)"))
+            && err.contains(&format!("when sent SIGUSR1 (`kill -USR1 {pid}`")),
+        "{err}"
+    );
     d.signal(libc::SIGUSR1);
     let moved = d.expect_log("go back to the spool", Duration::from_secs(10));
     assert!(moved.contains("segments=1 rows=3"), "{moved}");

@@ -280,7 +280,7 @@ fn spool_replay_beside_its_daemon_says_to_signal_it() {
         assert_eq!(out.status.code(), Some(2), "{out:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         let want = format!(
-            "netpoller: spool {} is in use by a running netpoller (lock held on spool.lock): a daemon replays its spool itself once ClickHouse answers, and sends its reject spool (rejected/), which it holds too, again when sent SIGUSR1 (`systemctl kill -s USR1 netpoller`, or `kill -USR1 <pid>`): no need to stop it\n",
+            "netpoller: spool {} is in use by a running netpoller (lock held on spool.lock): a daemon replays its spool itself once ClickHouse answers, and sends its reject spool (rejected/), which it holds too, again when sent SIGUSR1 (`kill -USR1 <pid>`, or `systemctl kill -s USR1 netpoller`): no need to stop it\n",
             dir.display()
         );
         assert_eq!(err, want);

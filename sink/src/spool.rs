@@ -44,12 +44,14 @@ pub enum SpoolError {
         /// Cause.
         cause: io::Error,
     },
-    /// Another process holds the spool.
+    /// Another process holds the spool: its pid, when it wrote it in `spool.lock`.
     #[error(
-        "spool {0} is in use by another process (lock held on spool.lock): each netpoller \
-         needs a spool_dir of its own (shards on one machine too)"
+        "spool {} is in use by another process ({whose}lock held on spool.lock): each \
+         netpoller needs a spool_dir of its own (shards on one machine too)",
+        .0.display(),
+        whose = .1.map(|pid| format!("pid {pid}: ")).unwrap_or_default()
     )]
-    Locked(PathBuf),
+    Locked(PathBuf, Option<u32>),
 }
 
 impl SpoolError {
@@ -96,18 +98,33 @@ thread_local! {
 }
 
 /// Opens `dir`'s `spool.lock` (creating it) and locks it: one process per spool
-/// directory (the lock ends with the file's last descriptor).
+/// directory (the lock ends with the file's last descriptor). The holder writes its pid
+/// in it, so that a process refused can say whose it is (`spool replay` beside a daemon
+/// names the pid to signal); the pid is only ever read for that, never trusted for the
+/// lock itself.
 fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
     let lock_path = dir.join("spool.lock");
-    let lock = OpenOptions::new()
+    let mut lock = OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
         .open(&lock_path)
         .map_err(ioe(&lock_path, "opening lock file"))?;
     match lock.try_lock() {
-        Ok(()) => Ok(lock),
-        Err(fs::TryLockError::WouldBlock) => Err(SpoolError::Locked(dir.to_path_buf())),
+        Ok(()) => {
+            // Not fatal: the lock is what keeps others out, the pid only informs.
+            let pid = format!("{}\n", std::process::id());
+            let _ = lock
+                .set_len(0)
+                .and_then(|()| lock.write_all(pid.as_bytes()));
+            Ok(lock)
+        }
+        Err(fs::TryLockError::WouldBlock) => {
+            let pid = fs::read_to_string(&lock_path)
+                .ok()
+                .and_then(|s| s.trim().parse().ok());
+            Err(SpoolError::Locked(dir.to_path_buf(), pid))
+        }
         Err(fs::TryLockError::Error(e)) => Err(ioe(&lock_path, "locking")(e)),
     }
 }
@@ -1027,7 +1044,7 @@ mod tests {
             let mut s = Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()).unwrap();
             assert!(matches!(
                 Spool::open(&cfg(tmp.path(), 1 << 30), m.clone()),
-                Err(SpoolError::Locked(_))
+                Err(SpoolError::Locked(_, Some(pid))) if pid == std::process::id()
             ));
             for i in 1..=3 {
                 s.append(&batch(i, 100)).unwrap();
@@ -1457,7 +1474,7 @@ mod tests {
         s.append(&batch(4, 100)).unwrap();
         let second = Spool::open(&cfg(&dir, 1 << 20), m.clone()).err();
         assert!(
-            matches!(second, Some(SpoolError::Locked(_))),
+            matches!(second, Some(SpoolError::Locked(..))),
             "{:?}",
             second.map(|e| e.to_string())
         );

@@ -215,8 +215,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Err((e @ (sink::SinkError::Insert(_) | sink::SinkError::Closed), r)) => {
                     (r, Some(e))
                 }
-                Err((sink::SinkError::Spool(sink::spool::SpoolError::Locked(d)), _)) => {
-                    return Err(in_use(&d));
+                Err((sink::SinkError::Spool(sink::spool::SpoolError::Locked(d, pid)), _)) => {
+                    return Err(in_use(&d, pid));
                 }
                 // Nothing was loaded (no spool, a bad config): the error says it all.
                 Err((e, _)) => return Err(e.into()),
@@ -291,7 +291,7 @@ fn spool_open_hours(
     let mut sp =
         match sink::spool::Spool::open(spool, std::sync::Arc::new(sink::SinkMetrics::default())) {
             Ok(sp) => sp,
-            Err(sink::spool::SpoolError::Locked(d)) => return Err(in_use(&d)),
+            Err(sink::spool::SpoolError::Locked(d, pid)) => return Err(in_use(&d, pid)),
             Err(e) => return Err(e.into()),
         };
     let limits = sink::batch::Limits {
@@ -325,12 +325,16 @@ fn spool_open_hours(
 /// it, which replays its spool itself, and its reject spool (`rejected/`, also locked
 /// while it runs) when sent SIGUSR1. The spool's own words for a lock held (a
 /// `spool_dir` per process) are advice for a second daemon, not for this command.
-fn in_use(dir: &std::path::Path) -> anyhow::Error {
+fn in_use(dir: &std::path::Path, pid: Option<u32>) -> anyhow::Error {
+    let (whose, kill) = match pid {
+        Some(pid) => (format!("pid {pid}: "), format!("kill -USR1 {pid}")),
+        None => (String::new(), "kill -USR1 <pid>".to_string()),
+    };
     anyhow::anyhow!(
-        "spool {} is in use by a running netpoller (lock held on spool.lock): a daemon \
-         replays its spool itself once ClickHouse answers, and sends its reject spool \
-         (rejected/), which it holds too, again when sent SIGUSR1 (`systemctl kill -s USR1 \
-         netpoller`, or `kill -USR1 <pid>`): no need to stop it",
+        "spool {} is in use by a running netpoller ({whose}lock held on spool.lock): a \
+         daemon replays its spool itself once ClickHouse answers, and sends its reject \
+         spool (rejected/), which it holds too, again when sent SIGUSR1 (`{kill}`, or \
+         `systemctl kill -s USR1 netpoller`): no need to stop it",
         dir.display()
     )
 }
