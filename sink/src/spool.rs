@@ -129,6 +129,11 @@ fn lock_dir(dir: &Path) -> Result<File, SpoolError> {
     }
 }
 
+/// fsyncs directory `dir`'s entries (a segment made or moved there).
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir).and_then(|d| fsync(&d, dir, true))
+}
+
 fn ioe(path: &Path, what: &'static str) -> impl FnOnce(io::Error) -> SpoolError {
     let path = path.to_path_buf();
     move |cause| SpoolError::Io { path, what, cause }
@@ -496,10 +501,16 @@ impl Spool {
         }
     }
 
-    fn new_active(&mut self) -> Result<(), SpoolError> {
+    /// The next segment number, used up, and its file's path: where a new segment is
+    /// written or a moved one goes ([`Spool::hand_over`]).
+    fn take_number(&mut self) -> (u64, PathBuf) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        let path = self.cfg.dir.join(format!("{seq:020}.seg"));
+        (seq, self.cfg.dir.join(format!("{seq:020}.seg")))
+    }
+
+    fn new_active(&mut self) -> Result<(), SpoolError> {
+        let (seq, path) = self.take_number();
         let create = || OpenOptions::new().create_new(true).append(true).open(&path);
         let file = match create() {
             // The directory was removed under the daemon: made again, as at the start,
@@ -519,7 +530,7 @@ impl Spool {
         // is as safe as the disk allows, and the next segment's fsync may still save
         // its entry).
         let dir = &self.cfg.dir;
-        if let Err(e) = File::open(dir).and_then(|d| fsync(&d, dir, true)) {
+        if let Err(e) = fsync_dir(dir) {
             tracing::error!(dir = %dir.display(), segment = %path.display(), error = %e, "spool: fsync of the spool directory failed: the new segment may not survive a power loss");
             self.metrics.fsync_error();
         }
@@ -730,9 +741,7 @@ impl Spool {
             };
             // The number is used up even if the rename fails: what stood in its way
             // does not stand in the next try's.
-            let seq = to.next_seq;
-            to.next_seq += 1;
-            let path = to.cfg.dir.join(format!("{seq:020}.seg"));
+            let (seq, path) = to.take_number();
             if let Err(e) = fs::rename(&seg.path, &path) {
                 out.error = Some(ioe(&seg.path, "moving segment")(e));
                 break;
@@ -763,7 +772,7 @@ impl Spool {
         if out.segments > 0 {
             // The renames' directory entries, durable on both sides.
             for dir in [&self.cfg.dir, &to.cfg.dir] {
-                if let Err(e) = File::open(dir).and_then(|d| fsync(&d, dir, true)) {
+                if let Err(e) = fsync_dir(dir) {
                     tracing::error!(dir = %dir.display(), error = %e, "spool: fsync of the spool directory failed: the segments moved may not survive a power loss where they are");
                     self.metrics.fsync_error();
                 }
